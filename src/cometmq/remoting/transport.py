@@ -1,0 +1,311 @@
+"""Asyncio transports around the pure codec: one protocol class serves both ends of a connection.
+
+Every request on a connection is handled independently: a handler that returns a coroutine runs as
+its own task, so a held (long-polling) pull never delays a heartbeat on the same connection. C++
+clients drop a connection whose heartbeat is not answered within 3 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
+
+from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError
+from cometmq.remoting.codec import FrameDecoder, encode
+from cometmq.remoting.codes import ONEWAY_FLAG, ResponseCode
+from cometmq.remoting.command import RemotingCommand
+
+log = logging.getLogger("cometmq.remoting")
+
+HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+
+# A request handler gets the connection and the request and returns the response (or None for no
+# response), directly or as an awaitable.
+RequestHandler = Callable[["Connection", RemotingCommand], HandlerResult]
+
+# Requests in flight on one connection before the server answers SYSTEM_BUSY instead of queueing more.
+MAX_PENDING_REQUESTS_PER_CONNECTION = 65536
+
+
+class Processor(Protocol):
+    """Handles the request codes it is registered for."""
+
+    def handle(self, conn: Connection, request: RemotingCommand) -> HandlerResult: ...
+
+
+class Dispatcher:
+    """The dispatch table: request code → processor. Unknown codes get REQUEST_CODE_NOT_SUPPORTED."""
+
+    def __init__(self) -> None:
+        self._table: dict[int, Processor] = {}
+
+    def register(self, codes: Iterable[int], processor: Processor) -> None:
+        for code in codes:
+            self._table[int(code)] = processor
+
+    def __call__(self, conn: Connection, request: RemotingCommand) -> HandlerResult:
+        processor = self._table.get(request.code)
+        if processor is None:
+            return request.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+            )
+        return processor.handle(conn, request)
+
+
+class Connection(asyncio.Protocol):
+    """One TCP connection speaking the remoting protocol, in either direction."""
+
+    def __init__(
+        self,
+        handler: RequestHandler | None,
+        on_close: Callable[[Connection], None] | None = None,
+        max_frame_size: int | None = None,
+    ) -> None:
+        self._handler = handler
+        self._on_close = on_close
+        self._decoder = FrameDecoder() if max_frame_size is None else FrameDecoder(max_frame_size)
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._opaque = itertools.count(1)
+        self._close_listeners: list[Callable[[Connection], None]] = []
+        self.remote_address = ""
+        self.language = "OTHER"
+        self.version = 0
+        self.closed = asyncio.get_running_loop().create_future()
+
+    # asyncio.Protocol -------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            self.remote_address = f"{peer[0]}:{peer[1]}"
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self._decoder.feed(data)
+        except ProtocolError as exc:
+            log.warning("closing connection from %s: %s", self.remote_address or "?", exc)
+            self.close()
+            return
+        for cmd in commands:
+            if cmd.is_response:
+                future = self._pending.pop(cmd.opaque, None)
+                if future is not None and not future.done():
+                    future.set_result(cmd)
+            else:
+                self._dispatch(cmd)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionClosedError(f"connection to {self.remote_address} closed"))
+        self._pending.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        if self._on_close is not None:
+            self._on_close(self)
+        for listener in self._close_listeners:
+            try:
+                listener(self)
+            except Exception:
+                log.exception("close listener failed")
+
+    # requests arriving ------------------------------------------------------------------------
+
+    def _dispatch(self, request: RemotingCommand) -> None:
+        self.language = request.language
+        self.version = request.version
+        if self._handler is None:
+            return
+        if len(self._tasks) >= MAX_PENDING_REQUESTS_PER_CONNECTION:
+            self._reply(request, request.response(ResponseCode.SYSTEM_BUSY, "[OVERLOAD] too many requests"))
+            return
+        try:
+            result = self._handler(self, request)
+        except Exception as exc:
+            self._reply(request, _error_response(request, exc))
+            return
+        if result is None or isinstance(result, RemotingCommand):
+            self._reply(request, result)
+            return
+        task = asyncio.ensure_future(self._finish(request, result))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish(self, request: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
+        try:
+            response = await pending
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            response = _error_response(request, exc)
+        self._reply(request, response)
+
+    def _reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        # The oneway bit is only a hint (C++ never sets it on the wire), so answer unless it is set.
+        if response is None or request.flag & ONEWAY_FLAG:
+            return
+        self.send(response)
+
+    # sending ----------------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing()
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Write one command; silently dropped if the connection is already closed."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        transport.writelines(encode(cmd))
+
+    def next_opaque(self) -> int:
+        return next(self._opaque)
+
+    async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait for its response."""
+        if not self.is_open:
+            raise ConnectionClosedError(f"connection to {self.remote_address} is closed")
+        request.opaque = self.next_opaque()
+        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[request.opaque] = future
+        self.send(request)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise RemotingTimeoutError(
+                f"no response to request code {request.code} from {self.remote_address} in {timeout:g} s"
+            ) from None
+        finally:
+            self._pending.pop(request.opaque, None)
+
+    def invoke_oneway(self, request: RemotingCommand) -> None:
+        request.opaque = self.next_opaque()
+        request.flag |= ONEWAY_FLAG
+        self.send(request)
+
+    def add_close_listener(self, listener: Callable[[Connection], None]) -> None:
+        self._close_listeners.append(listener)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+def _error_response(request: RemotingCommand, exc: Exception) -> RemotingCommand:
+    log.exception("request code %d failed", request.code, exc_info=exc)
+    return request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+class RemotingServer:
+    """Accepts connections and hands every request to ``handler``."""
+
+    def __init__(self, handler: RequestHandler, host: str, port: int) -> None:
+        self._handler = handler
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self.connections: set[Connection] = set()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(self._handler, self._forget), self.host, self.port, reuse_address=True
+        )
+        sockets = self._server.sockets
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+
+    def _forget(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        await self._server.wait_closed()
+        self._server = None
+
+
+class RemotingClient:
+    """Connections to many servers, one per address, with request/response matching by opaque."""
+
+    def __init__(self, handler: RequestHandler | None = None, connect_timeout: float = 3.0) -> None:
+        self._handler = handler
+        self._connect_timeout = connect_timeout
+        self._connections: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+
+    async def connection(self, address: str) -> Connection:
+        conn = self._connections.get(address)
+        if conn is not None and conn.is_open:
+            return conn
+        pending = self._connecting.get(address)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        self._connecting[address] = future
+        try:
+            conn = await self._open(address)
+            future.set_result(conn)
+            return conn
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: nobody else may be waiting
+            raise
+        finally:
+            del self._connecting[address]
+
+    async def _open(self, address: str) -> Connection:
+        host, _, port_text = address.rpartition(":")
+        try:
+            port = int(port_text)
+        except ValueError:
+            raise ConnectionClosedError(f"address {address!r} is not HOST:PORT") from None
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: Connection(self._handler), host or "127.0.0.1", port),
+                self._connect_timeout,
+            )
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionClosedError(f"cannot connect to {address}: {exc or 'timed out'}") from None
+        conn.remote_address = address
+        self._connections[address] = conn
+        return conn
+
+    async def invoke(self, address: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        conn = await self.connection(address)
+        return await conn.invoke(request, timeout)
+
+    async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
+        conn = await self.connection(address)
+        conn.invoke_oneway(request)
+
+    def close_connection(self, address: str) -> None:
+        conn = self._connections.pop(address, None)
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        conns = list(self._connections.values())
+        self._connections.clear()
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            try:
+                await asyncio.wait_for(asyncio.shield(conn.closed), 1.0)
+            except TimeoutError:
+                pass
