@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
-from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError
+from cometmq.errors import BrokerError, ConnectionClosedError, ProtocolError, RemotingTimeoutError
 from cometmq.remoting.codec import FrameDecoder, encode
 from cometmq.remoting.codes import ONEWAY_FLAG, ResponseCode
 from cometmq.remoting.command import RemotingCommand
@@ -203,6 +203,9 @@ class Connection(asyncio.Protocol):
 
 
 def _error_response(request: RemotingCommand, exc: Exception) -> RemotingCommand:
+    if isinstance(exc, BrokerError):
+        # A refusal the handler chose (bad header, illegal topic, …): its code and remark, no traceback.
+        return request.response(exc.code, exc.remark)
     log.exception("request code %d failed", request.code, exc_info=exc)
     return request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
@@ -215,13 +218,23 @@ class RemotingServer:
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
+        self._close_listeners: list[Callable[[Connection], None]] = []
         self.connections: set[Connection] = set()
+
+    def add_close_listener(self, listener: Callable[[Connection], None]) -> None:
+        """Call ``listener`` whenever an accepted connection closes (clients gone: forget them)."""
+        self._close_listeners.append(listener)
+
+    def _accept(self) -> Connection:
+        conn = Connection(self._handler, self._forget)
+        for listener in self._close_listeners:
+            conn.add_close_listener(listener)
+        self.connections.add(conn)
+        return conn
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(self._handler, self._forget), self.host, self.port, reuse_address=True
-        )
+        self._server = await loop.create_server(self._accept, self.host, self.port, reuse_address=True)
         sockets = self._server.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]

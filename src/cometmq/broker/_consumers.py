@@ -1,0 +1,131 @@
+"""Client bookkeeping requests: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, and
+QUERY/UPDATE_CONSUMER_OFFSET."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from cometmq.broker._clients import ClientChannel
+from cometmq.broker._header import int_field, str_field
+from cometmq.common import fastjson
+from cometmq.common.naming import retry_topic
+from cometmq.common.subscription import SubscriptionData
+from cometmq.errors import BrokerError
+from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from cometmq.broker.broker import Broker
+
+# Heartbeat enums arrive as names (Java, JS) or ordinals (C++).
+_CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+_MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+_CONSUME_FROM = (
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+)
+
+
+def _enum_name(value: Any, names: tuple[str, ...]) -> str:
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        index = int(value)
+        return names[index] if 0 <= index < len(names) else names[0]
+    return str(value) if value in names else names[0]
+
+
+class ConsumerManageProcessor:
+    codes = (
+        RequestCode.HEART_BEAT,
+        RequestCode.UNREGISTER_CLIENT,
+        RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+        RequestCode.QUERY_CONSUMER_OFFSET,
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+    )
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        code = request.code
+        if code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            self._broker.offsets.commit(
+                str_field(request, "consumerGroup"),
+                str_field(request, "topic"),
+                int_field(request, "queueId"),
+                int_field(request, "commitOffset"),
+            )
+            return request.response()
+        if code == RequestCode.QUERY_CONSUMER_OFFSET:
+            return self._query_offset(request)
+        if code == RequestCode.HEART_BEAT:
+            return self._heartbeat(conn, request)
+        if code == RequestCode.UNREGISTER_CLIENT:
+            return self._unregister(request)
+        return self._consumer_list(request)
+
+    def _query_offset(self, request: RemotingCommand) -> RemotingCommand:
+        group = str_field(request, "consumerGroup")
+        topic = str_field(request, "topic")
+        queue_id = int_field(request, "queueId")
+        offset = self._broker.offsets.query(group, topic, queue_id)
+        if offset >= 0:
+            return request.response(ext_fields={"offset": str(offset)})
+        # RocketMQ serves a young queue (its first message still readily readable) from offset 0,
+        # so a group that boots after the first sends still receives them.
+        if self._broker.store.min_offset(topic, queue_id) <= 0:
+            return request.response(ext_fields={"offset": "0"})
+        return request.response(
+            ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+        )
+
+    def _heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        broker = self._broker
+        try:
+            data = fastjson.loads(request.body)
+            client_id = str(data["clientID"])
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"the heartbeat body is not valid: {exc}") from None
+        for consumer in data.get("consumerDataSet") or ():
+            group = str(consumer["groupName"])
+            group_config = broker.groups.find_or_create(group)
+            if group_config is not None:
+                broker.topics.create_retry_topic(retry_topic(group), max(1, group_config.retry_queue_nums))
+            subscriptions = [SubscriptionData.from_json(sub) for sub in consumer.get("subscriptionDataSet") or ()]
+            changed = broker.consumers.register(
+                group,
+                ClientChannel(client_id, conn, request.language, request.version),
+                _enum_name(consumer.get("consumeType"), _CONSUME_TYPES),
+                _enum_name(consumer.get("messageModel", 1), _MESSAGE_MODELS),
+                _enum_name(consumer.get("consumeFromWhere"), _CONSUME_FROM),
+                subscriptions,
+            )
+            if changed:
+                broker.consumers.notify_ids_changed(group)
+        for producer in data.get("producerDataSet") or ():
+            broker.producers.register(
+                str(producer["groupName"]), ClientChannel(client_id, conn, request.language, request.version)
+            )
+        return request.response()
+
+    def _unregister(self, request: RemotingCommand) -> RemotingCommand:
+        broker = self._broker
+        client_id = str_field(request, "clientID")
+        producer_group = request.ext_fields.get("producerGroup")
+        if producer_group:
+            broker.producers.unregister(producer_group, client_id)
+        consumer_group = request.ext_fields.get("consumerGroup")
+        if consumer_group and broker.consumers.unregister(consumer_group, client_id):
+            broker.consumers.notify_ids_changed(consumer_group)
+        return request.response()
+
+    def _consumer_list(self, request: RemotingCommand) -> RemotingCommand:
+        group = str_field(request, "consumerGroup")
+        info = self._broker.consumers.groups.get(group)
+        if info is None or not info.channels:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        body = json.dumps({"consumerIdList": info.client_ids()}).encode()
+        return request.response(body=body)

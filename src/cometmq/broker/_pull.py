@@ -1,0 +1,149 @@
+"""PULL_MESSAGE (11): read a queue from an offset, filtered by tag, with long polling."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+from cometmq.broker._header import int_field, str_field
+from cometmq.common.naming import PERM_READ
+from cometmq.common.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
+from cometmq.remoting import Connection, RemotingCommand, ResponseCode
+from cometmq.store import GetResult, GetStatus
+
+if TYPE_CHECKING:
+    from cometmq.broker.broker import Broker
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+
+# Clients time a pull out after 30 s; never hold one longer than this.
+MAX_HOLD_S = 25.0
+
+
+def _status_code(result: GetResult, requested: int) -> int:
+    status = result.status
+    if status is GetStatus.FOUND:
+        return ResponseCode.SUCCESS
+    if status in (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.NO_MATCHED_LOGIC_QUEUE):
+        return ResponseCode.PULL_OFFSET_MOVED if requested != 0 else ResponseCode.PULL_NOT_FOUND
+    if status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+        return ResponseCode.PULL_OFFSET_MOVED
+    if status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
+    return ResponseCode.PULL_NOT_FOUND  # OFFSET_OVERFLOW_ONE, OFFSET_FOUND_NULL
+
+
+class PullProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def handle(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        broker = self._broker
+        group = str_field(request, "consumerGroup")
+        topic = str_field(request, "topic")
+        queue_id = int_field(request, "queueId")
+        offset = int_field(request, "queueOffset")
+        max_nums = int_field(request, "maxMsgNums", default=32)
+        sys_flag = int_field(request, "sysFlag", default=0)
+
+        def refuse(code: int, remark: str) -> RemotingCommand:
+            return self._refusal(request, code, remark, offset, topic, queue_id)
+
+        if not broker.config.broker_permission & PERM_READ:
+            return refuse(ResponseCode.NO_PERMISSION, f"the broker[{broker.config.broker_ip1}] pulling message is forbidden")
+        group_config = broker.groups.find_or_create(group)
+        if group_config is None:
+            return refuse(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
+        if not group_config.consume_enable:
+            return refuse(ResponseCode.NO_PERMISSION, f"subscription group [{group}] no permission to consume")
+        topic_config = broker.topics.get(topic)
+        if topic_config is None:
+            return refuse(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not topic_config.perm & PERM_READ:
+            return refuse(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+        if queue_id < 0 or queue_id >= topic_config.read_queue_nums:
+            return refuse(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal: topic {topic} has read queues 0..{topic_config.read_queue_nums - 1}",
+            )
+        if sys_flag & FLAG_SUBSCRIPTION:
+            subscription = SubscriptionData.from_expression(
+                topic, request.ext_fields.get("subscription"), request.ext_fields.get("expressionType")
+            )
+        else:
+            registered = broker.consumers.subscription(group, topic)
+            if registered is None:
+                return refuse(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's subscription of {topic} in group {group} does not exist",
+                )
+            subscription = registered
+        if subscription.expression_type == EXPRESSION_SQL92:
+            return refuse(ResponseCode.SYSTEM_ERROR, "The broker does not support consumer to filter message by SQL92")
+        if subscription.expression_type != EXPRESSION_TAG:
+            return refuse(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"unknown expression type {subscription.expression_type}"
+            )
+        if sys_flag & FLAG_COMMIT_OFFSET:
+            commit_offset = int_field(request, "commitOffset", default=-1)
+            if commit_offset >= 0:
+                broker.offsets.commit(group, topic, queue_id, commit_offset)
+        result = broker.store.get_messages(topic, queue_id, offset, max_nums, subscription.codes)
+        code = _status_code(result, offset)
+        if code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND:
+            timeout_ms = int_field(request, "suspendTimeoutMillis", default=15000)
+            if not broker.config.long_polling_enable:
+                timeout_ms = broker.config.short_polling_time_mills
+            return self._held(request, topic, queue_id, offset, max_nums, subscription, timeout_ms / 1000)
+        return self._found(request, result, code)
+
+    async def _held(
+        self,
+        request: RemotingCommand,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int,
+        subscription: SubscriptionData,
+        timeout: float,
+    ) -> RemotingCommand:
+        broker = self._broker
+        await broker.pull_holds.hold(topic, queue_id, offset, subscription.codes, min(timeout, MAX_HOLD_S))
+        result = broker.store.get_messages(topic, queue_id, offset, max_nums, subscription.codes)
+        return self._found(request, result, _status_code(result, offset))
+
+    def _found(self, request: RemotingCommand, result: GetResult, code: int) -> RemotingCommand:
+        response = request.response(
+            code,
+            result.status.name,
+            {
+                "suggestWhichBrokerId": "0",
+                "nextBeginOffset": str(result.next_begin_offset),
+                "minOffset": str(result.min_offset),
+                "maxOffset": str(result.max_offset),
+            },
+        )
+        if code == ResponseCode.SUCCESS:
+            response.body_parts = result.buffers
+            self._broker.stats.got_messages += result.message_count
+        return response
+
+    def _refusal(
+        self, request: RemotingCommand, code: int, remark: str, offset: int, topic: str, queue_id: int
+    ) -> RemotingCommand:
+        store = self._broker.store
+        # Every pull answer carries all four fields: Java clients unbox them without null checks.
+        return request.response(
+            code,
+            remark,
+            {
+                "suggestWhichBrokerId": "0",
+                "nextBeginOffset": str(offset),
+                "minOffset": str(store.min_offset(topic, queue_id)),
+                "maxOffset": str(store.max_offset(topic, queue_id)),
+            },
+        )

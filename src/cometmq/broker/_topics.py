@@ -1,0 +1,137 @@
+"""The broker's topic table: built-in topics, auto-create from TBW102, persistence in topics.json."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from cometmq.broker._json_config import load_json_config, save_json_config
+from cometmq.broker.config import BrokerConfig
+from cometmq.common.naming import (
+    BENCHMARK_TOPIC,
+    DEFAULT_TOPIC,
+    OFFSET_MOVED_EVENT,
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+)
+from cometmq.common.topic_config import TopicConfig
+
+log = logging.getLogger("cometmq.broker")
+
+SCHEDULE_QUEUE_NUMS = 18  # one queue per delay level
+
+
+class DataVersion:
+    """RocketMQ's DataVersion: lets the NameServer tell whether a registration changed anything."""
+
+    def __init__(self) -> None:
+        self.timestamp = int(time.time() * 1000)
+        self.counter = 0
+
+    def next(self) -> None:
+        self.timestamp = int(time.time() * 1000)
+        self.counter += 1
+
+    def to_json(self) -> dict[str, int]:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+
+class TopicConfigManager:
+    def __init__(self, config: BrokerConfig, config_dir: Path) -> None:
+        self._config = config
+        self._path = config_dir / "topics.json"
+        self.data_version = DataVersion()
+        self.topics: dict[str, TopicConfig] = {}
+        self.system_topics: set[str] = set()
+        self._add_builtin_topics()
+
+    def _add_builtin(self, topic: TopicConfig) -> None:
+        self.topics[topic.topic_name] = topic
+        self.system_topics.add(topic.topic_name)
+
+    def _add_builtin_topics(self) -> None:
+        cfg = self._config
+        if cfg.auto_create_topic_enable:
+            queues = cfg.default_topic_queue_nums
+            self._add_builtin(TopicConfig(DEFAULT_TOPIC, queues, queues, PERM_INHERIT | PERM_READ | PERM_WRITE))
+        self._add_builtin(TopicConfig(SELF_TEST_TOPIC, 1, 1))
+        self._add_builtin(TopicConfig(BENCHMARK_TOPIC, 1024, 1024))
+        self._add_builtin(TopicConfig(cfg.broker_cluster_name, 16, 16, PERM_INHERIT))
+        self._add_builtin(TopicConfig(cfg.broker_name, 1, 1, PERM_INHERIT))
+        self._add_builtin(TopicConfig(OFFSET_MOVED_EVENT, 1, 1))
+        self._add_builtin(TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS))
+
+    def load(self) -> None:
+        obj = load_json_config(self._path)
+        if obj is None:
+            return
+        for name, raw in (obj.get("topicConfigTable") or {}).items():
+            if name in self.system_topics:
+                continue
+            try:
+                self.topics[name] = TopicConfig.from_json(raw)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.error("skipping unreadable topic %r in %s: %s", name, self._path, exc)
+        version = obj.get("dataVersion") or {}
+        self.data_version.counter = int(version.get("counter", 0))
+
+    def persist(self) -> None:
+        save_json_config(self._path, self.serialize_wrapper())
+
+    def serialize_wrapper(self) -> dict[str, Any]:
+        """TopicConfigSerializeWrapper: what the NameServer registration and GET_ALL_TOPIC_CONFIG carry."""
+        return {
+            "dataVersion": self.data_version.to_json(),
+            "topicConfigTable": {name: topic.to_json() for name, topic in self.topics.items()},
+        }
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.topics.get(topic)
+
+    def put(self, topic: TopicConfig) -> None:
+        self.topics[topic.topic_name] = topic
+        self.data_version.next()
+        self.persist()
+
+    def delete(self, topic: str) -> bool:
+        if self.topics.pop(topic, None) is None:
+            return False
+        self.data_version.next()
+        self.persist()
+        return True
+
+    def create_in_send(self, topic: str, default_topic: str, request_queue_nums: int) -> TopicConfig | None:
+        """Auto-create ``topic`` from its template (TBW102), as a send to an unknown topic does.
+
+        Only a template that carries PERM_INHERIT may be inherited from; with autoCreateTopicEnable
+        off TBW102 does not exist here at all, so the send is answered TOPIC_NOT_EXIST.
+        """
+        template = self.topics.get(default_topic)
+        if template is None or not template.perm & PERM_INHERIT:
+            return None
+        queues = max(1, min(request_queue_nums, template.write_queue_nums))
+        created = TopicConfig(
+            topic,
+            queues,
+            queues,
+            template.perm & ~PERM_INHERIT,
+            template.topic_filter_type,
+        )
+        log.info("auto-created topic %s with %d queues from %s", topic, queues, default_topic)
+        self.put(created)
+        return created
+
+    def create_retry_topic(self, topic: str, queue_nums: int = 1) -> TopicConfig:
+        existing = self.topics.get(topic)
+        if existing is not None:
+            return existing
+        assert topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or topic.startswith("%DLQ%")
+        created = TopicConfig(topic, queue_nums, queue_nums, PERM_READ | PERM_WRITE)
+        self.put(created)
+        return created

@@ -1,0 +1,220 @@
+"""The Broker: stores and serves messages, and keeps the NameServer informed of its topics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cometmq.broker._admin import AdminProcessor, runtime_info
+from cometmq.broker._clients import ConsumerManager, ProducerManager
+from cometmq.broker._consumers import ConsumerManageProcessor
+from cometmq.broker._groups import SubscriptionGroupManager
+from cometmq.broker._longpoll import PullHoldService
+from cometmq.broker._offsets import ConsumerOffsetManager
+from cometmq.broker._pull import PullProcessor
+from cometmq.broker._send import SendProcessor, host_bytes
+from cometmq.broker._topics import TopicConfigManager
+from cometmq.broker.config import BrokerConfig
+from cometmq.errors import CometMQError
+from cometmq.remoting import (
+    Connection,
+    Dispatcher,
+    RemotingClient,
+    RemotingCommand,
+    RemotingServer,
+    RequestCode,
+    ResponseCode,
+)
+from cometmq.store import FlushDiskType, MessageStore, StoreConfig
+
+log = logging.getLogger("cometmq.broker")
+
+OFFSET_PERSIST_INTERVAL_S = 5.0
+CLIENT_SCAN_INTERVAL_S = 10.0
+
+
+@dataclass(slots=True)
+class BrokerStats:
+    put_messages: int = 0
+    got_messages: int = 0
+
+
+class Broker:
+    """One broker (master) process: a RemotingServer, the request processors, and the store."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        root = Path(config.store_path_root_dir).expanduser()
+        self.root_dir = root
+        config_dir = root / "config"
+        self.store = MessageStore(
+            StoreConfig(
+                root_dir=root,
+                mapped_file_size_commitlog=config.mapped_file_size_commit_log,
+                mapped_file_size_consume_queue=config.mapped_file_size_consume_queue,
+                flush_disk_type=FlushDiskType[config.flush_disk_type],
+                flush_interval_commitlog_ms=config.flush_interval_commit_log,
+                flush_commitlog_least_pages=config.flush_commit_log_least_pages,
+                sync_flush_timeout_ms=config.sync_flush_timeout,
+                max_message_size=config.max_message_size,
+            )
+        )
+        self.sync_flush = config.flush_disk_type == "SYNC_FLUSH"
+        self.store_host = host_bytes(config.broker_addr)
+        self.topics = TopicConfigManager(config, config_dir)
+        self.offsets = ConsumerOffsetManager(config_dir)
+        self.groups = SubscriptionGroupManager(config_dir, config.auto_create_subscription_group)
+        self.consumers = ConsumerManager()
+        self.producers = ProducerManager()
+        self.pull_holds = PullHoldService()
+        self.stats = BrokerStats()
+        self.boot_timestamp = int(time.time() * 1000)
+        self._server: RemotingServer | None = None
+        self._namesrv_client = RemotingClient()
+        self._register_wanted = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def port(self) -> int:
+        return self._server.port if self._server is not None else self.config.listen_port
+
+    def runtime_info(self) -> dict[str, str]:
+        return runtime_info(self)
+
+    def _dispatcher(self) -> Dispatcher:
+        dispatcher = Dispatcher()
+        dispatcher.register(
+            (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE),
+            SendProcessor(self),
+        )
+        dispatcher.register((RequestCode.PULL_MESSAGE,), PullProcessor(self))
+        dispatcher.register(ConsumerManageProcessor.codes, ConsumerManageProcessor(self))
+        dispatcher.register(AdminProcessor.codes, AdminProcessor(self))
+        return dispatcher
+
+    async def start(self) -> None:
+        self.root_dir.mkdir(parents=True, exist_ok=True)
+        self.topics.load()
+        self.offsets.load()
+        self.groups.load()
+        await asyncio.get_running_loop().run_in_executor(None, self.store.start)
+        self.store.add_arrival_listener(self.pull_holds.on_arrival)
+        server = RemotingServer(self._dispatcher(), self.config.listen_host, self.config.listen_port)
+        server.add_close_listener(self._connection_closed)
+        await server.start()
+        self._server = server
+        log.info(
+            "broker %s (cluster %s) listening on %s:%d, advertised as %s, data in %s",
+            self.config.broker_name, self.config.broker_cluster_name, self.config.listen_host, server.port,
+            self.config.broker_addr, self.root_dir,
+        )
+        self._tasks = [
+            asyncio.ensure_future(self._register_loop()),
+            asyncio.ensure_future(self._housekeeping_loop()),
+        ]
+        if self.config.namesrv_addr:
+            await self.register_all()
+
+    def _connection_closed(self, conn: Connection) -> None:
+        self.producers.remove_connection(conn)
+        for group in self.consumers.remove_connection(conn):
+            self.consumers.notify_ids_changed(group)
+
+    async def stop(self) -> None:
+        """Stop serving, tell the NameServer, and flush and persist everything."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        self.pull_holds.wake_all()
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+        if self.config.namesrv_addr:
+            with contextlib.suppress(CometMQError, OSError):
+                await self._unregister_all()
+        await self._namesrv_client.close()
+        self.offsets.persist(force=True)
+        self.topics.persist()
+        self.groups.persist()
+        await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
+        log.info("broker %s stopped", self.config.broker_name)
+
+    # NameServer registration ------------------------------------------------------------------
+
+    def request_register(self) -> None:
+        """Register with the NameServer soon (after a topic change), not only on the 30 s period."""
+        self._register_wanted.set()
+
+    def _namesrv_addresses(self) -> list[str]:
+        return [addr.strip() for addr in self.config.namesrv_addr.split(";") if addr.strip()]
+
+    def _broker_header(self) -> dict[str, str]:
+        cfg = self.config
+        return {
+            "brokerName": cfg.broker_name,
+            "brokerAddr": cfg.broker_addr,
+            "clusterName": cfg.broker_cluster_name,
+            "brokerId": str(cfg.broker_id),
+        }
+
+    async def register_all(self) -> None:
+        cfg = self.config
+        body = json.dumps(
+            {"filterServerList": [], "topicConfigSerializeWrapper": self.topics.serialize_wrapper()}
+        ).encode()
+        header = self._broker_header()
+        header.update(
+            {
+                "haServerAddr": f"{cfg.broker_ip1}:{cfg.listen_port + 1}",
+                "compressed": "false",
+                "bodyCrc32": "0",
+            }
+        )
+        for addr in self._namesrv_addresses():
+            request = RemotingCommand(code=RequestCode.REGISTER_BROKER, ext_fields=dict(header), body=body)
+            try:
+                response = await self._namesrv_client.invoke(addr, request, timeout=6.0)
+            except (CometMQError, OSError) as exc:
+                log.warning("registering with the NameServer %s failed: %s", addr, exc)
+                continue
+            if response.code != ResponseCode.SUCCESS:
+                log.warning("the NameServer %s refused the registration: %s", addr, response.remark)
+
+    async def _unregister_all(self) -> None:
+        for addr in self._namesrv_addresses():
+            request = RemotingCommand(code=RequestCode.UNREGISTER_BROKER, ext_fields=self._broker_header())
+            await self._namesrv_client.invoke(addr, request, timeout=3.0)
+
+    async def _register_loop(self) -> None:
+        period = self.config.register_name_server_period / 1000
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._register_wanted.wait(), period)
+            self._register_wanted.clear()
+            if self.config.namesrv_addr:
+                await self.register_all()
+
+    async def _housekeeping_loop(self) -> None:
+        last_offsets = last_scan = time.monotonic()
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            if now - last_offsets >= OFFSET_PERSIST_INTERVAL_S:
+                last_offsets = now
+                try:
+                    self.offsets.persist()
+                except OSError as exc:
+                    log.error("persisting consumer offsets failed: %s", exc)
+            if now - last_scan >= CLIENT_SCAN_INTERVAL_S:
+                last_scan = now
+                self.producers.expire(now)
+                for group in set(self.consumers.expire(now)):
+                    self.consumers.notify_ids_changed(group)

@@ -1,0 +1,75 @@
+"""A reader for Java ``.properties`` files, the format of RocketMQ's ``broker.conf``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _logical_lines(text: str) -> list[str]:
+    lines: list[str] = []
+    current = ""
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if current == "" and (not line or line[0] in "#!"):
+            continue
+        # A line continues when it ends in an odd number of backslashes.
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            current += line[:-1]
+            continue
+        lines.append(current + line)
+        current = ""
+    if current:
+        lines.append(current)
+    return lines
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and len(text) >= i + 6:
+                try:
+                    out.append(chr(int(text[i + 2 : i + 6], 16)))
+                    i += 6
+                    continue
+                except ValueError:
+                    pass
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse properties text: ``key=value``, ``key: value`` or ``key value``; ``#``/``!`` comments."""
+    result: dict[str, str] = {}
+    for line in _logical_lines(text):
+        i = 0
+        while i < len(line):
+            ch = line[i]
+            if ch == "\\":
+                i += 2
+                continue
+            if ch in "=: \t\f":
+                break
+            i += 1
+        key = line[:i]
+        # Java: the key ends at the first unescaped '=', ':' or blank; then blanks, one optional
+        # '=' or ':', and blanks again precede the value.
+        rest = line[i:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        result[_unescape(key)] = _unescape(rest).strip()
+    return result
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    return parse_properties(Path(path).read_text(encoding="utf-8"))

@@ -1,0 +1,84 @@
+"""Topic and group naming rules, permissions and the system topics RocketMQ reserves."""
+
+from __future__ import annotations
+
+import re
+
+TOPIC_MAX_LENGTH = 127
+_TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+DEFAULT_TOPIC = "TBW102"  # the template topic clients fall back to for auto-create (RocketMQ's name)
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+BENCHMARK_TOPIC = "BenchmarkTest"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+SYSTEM_TOPICS = frozenset(
+    {
+        DEFAULT_TOPIC,
+        SCHEDULE_TOPIC,
+        BENCHMARK_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRACE_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+# Topics clients may never send to directly (broker answers NO_PERMISSION).
+SEND_FORBIDDEN_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+PERM_PRIORITY = 0x8
+PERM_READ = 0x4
+PERM_WRITE = 0x2
+PERM_INHERIT = 0x1
+
+
+def topic_name_error(topic: str) -> str | None:
+    """Why ``topic`` is not a legal topic name (RocketMQ's wording), or None if it is."""
+    if not topic or not topic.strip():
+        return "The specified topic is blank."
+    if not _TOPIC_CHARS.match(topic):
+        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return "The specified topic is longer than topic max length."
+    return None
+
+
+def is_system_topic(topic: str, extra: frozenset[str] | set[str] = frozenset()) -> bool:
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX) or topic in extra
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def perm_text(perm: int) -> str:
+    """``perm`` as RocketMQ tools print it, e.g. ``RW-`` (read, write, no inherit)."""
+    return (
+        ("R" if perm & PERM_READ else "-")
+        + ("W" if perm & PERM_WRITE else "-")
+        + ("X" if perm & PERM_INHERIT else "-")
+    )

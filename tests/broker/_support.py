@@ -1,0 +1,122 @@
+"""Helpers for broker tests: a real Broker on a free port in a temp dir, and raw protocol calls."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from cometmq.broker import Broker, BrokerConfig
+from cometmq.common.properties import encode_properties
+from cometmq.common.record import DecodedRecord, decode_records
+from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
+
+
+@contextlib.asynccontextmanager
+async def running_broker(data_dir: Path, **settings: Any) -> AsyncIterator[Broker]:
+    config = BrokerConfig()
+    config.update(
+        {
+            "storePathRootDir": str(data_dir),
+            "listenPort": 0,
+            "listenHost": "127.0.0.1",
+            "mappedFileSizeCommitLog": 1 << 20,
+            "mappedFileSizeConsumeQueue": 20 * 1000,
+            **settings,
+        }
+    )
+    broker = Broker(config)
+    await broker.start()
+    try:
+        yield broker
+    finally:
+        await broker.stop()
+
+
+def address(broker: Broker) -> str:
+    return f"127.0.0.1:{broker.port}"
+
+
+def send_request(
+    topic: str,
+    body: bytes,
+    queue_id: int = 0,
+    properties: dict[str, str] | None = None,
+    v2: bool = True,
+    **fields: str,
+) -> RemotingCommand:
+    header = {
+        "producerGroup": "PG",
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": str(queue_id),
+        "sysFlag": "0",
+        "bornTimestamp": str(int(time.time() * 1000)),
+        "flag": "0",
+        "properties": encode_properties(properties or {}),
+        "reconsumeTimes": "0",
+        **fields,
+    }
+    if v2:
+        short = dict(zip("abcdefghij", ["producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums",
+                                        "queueId", "sysFlag", "bornTimestamp", "flag", "properties",
+                                        "reconsumeTimes"], strict=True))
+        by_long = {v: k for k, v in short.items()}
+        header = {by_long.get(k, k): v for k, v in header.items()}
+        return RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=header, body=body)
+    return RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields=header, body=body)
+
+
+def pull_request(
+    topic: str,
+    queue_id: int,
+    offset: int,
+    group: str = "CG",
+    subscription: str = "*",
+    suspend_ms: int = 0,
+    max_nums: int = 32,
+) -> RemotingCommand:
+    sys_flag = 0x4 | (0x2 if suspend_ms else 0)
+    return RemotingCommand(
+        code=RequestCode.PULL_MESSAGE,
+        ext_fields={
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": str(queue_id),
+            "queueOffset": str(offset),
+            "maxMsgNums": str(max_nums),
+            "sysFlag": str(sys_flag),
+            "commitOffset": "0",
+            "suspendTimeoutMillis": str(suspend_ms),
+            "subscription": subscription,
+            "subVersion": "0",
+        },
+    )
+
+
+async def pull(
+    client: RemotingClient, addr: str, topic: str, queue_id: int, offset: int, **kwargs: Any
+) -> tuple[RemotingCommand, list[DecodedRecord]]:
+    response = await client.invoke(addr, pull_request(topic, queue_id, offset, **kwargs), timeout=30)
+    records = decode_records(response.body) if response.code == 0 else []
+    return response, records
+
+
+async def create_topic(client: RemotingClient, addr: str, topic: str, queues: int = 4) -> RemotingCommand:
+    return await client.invoke(
+        addr,
+        RemotingCommand(
+            code=RequestCode.UPDATE_AND_CREATE_TOPIC,
+            ext_fields={
+                "topic": topic,
+                "defaultTopic": "TBW102",
+                "readQueueNums": str(queues),
+                "writeQueueNums": str(queues),
+                "perm": "6",
+                "topicFilterType": "SINGLE_TAG",
+            },
+        ),
+    )

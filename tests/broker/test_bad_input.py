@@ -1,0 +1,94 @@
+"""Bad input gets the RocketMQ response code and a readable remark, and loses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import pytest
+from _support import address, create_topic, pull, running_broker, send_request
+
+from cometmq.remoting import RemotingClient, RemotingCommand, ResponseCode
+
+
+def run(coro: object) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("topic", "remark"),
+    [
+        ("bad topic", "illegal characters"),
+        ("a" * 128, "longer than topic max length"),
+        ("tópico", "illegal characters"),
+    ],
+)
+def test_illegal_topic_names_are_refused(tmp_path: Path, topic: str, remark: str) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            response = await client.invoke(address(broker), send_request(topic, b"x"))
+            assert response.code == ResponseCode.SYSTEM_ERROR
+            assert remark in (response.remark or "")
+            assert broker.topics.get(topic) is None
+            await client.close()
+
+    run(scenario())
+
+
+def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path, autoCreateTopicEnable="false") as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            await create_topic(client, addr, "Good", 2)
+            assert (await client.invoke(addr, send_request("Good", b"before"))).code == 0
+
+            cases = [
+                (send_request("SCHEDULE_TOPIC_XXXX", b"x"), ResponseCode.NO_PERMISSION, "forbidden"),
+                (send_request("Good", b"x" * (4 * 1024 * 1024 + 1)), ResponseCode.MESSAGE_ILLEGAL,
+                 "over the max value"),
+                (send_request("Good", b"x", properties={"big": "v" * 33000}), ResponseCode.MESSAGE_ILLEGAL,
+                 "properties length"),
+                (send_request("Good", b"x", queue_id=2), ResponseCode.SYSTEM_ERROR, "queueId[2] is illegal"),
+                (send_request("Missing", b"x"), ResponseCode.TOPIC_NOT_EXIST, "not exist"),
+                (RemotingCommand(code=9999), ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "not supported"),
+                (RemotingCommand(code=10, ext_fields={"topic": "Good"}), ResponseCode.SYSTEM_ERROR,
+                 "field queueId is missing"),
+                (send_request("Good", b"junk-batch", v2=False, batch="1"), ResponseCode.MESSAGE_ILLEGAL,
+                 "batch body is malformed"),
+            ]
+            for request, code, remark in cases:
+                response = await client.invoke(addr, request, timeout=10)
+                assert response.code == code, (request.code, response.remark)
+                assert remark in (response.remark or ""), response.remark
+
+            assert (await client.invoke(addr, send_request("Good", b"after"))).code == 0
+            _, records = await pull(client, addr, "Good", 0, 0)
+            assert [r.body for r in records] == [b"before", b"after"]
+            await client.close()
+
+    run(scenario())
+
+
+def test_garbage_bytes_close_only_that_connection(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            await create_topic(client, addr, "Steady", 1)
+            loop = asyncio.get_running_loop()
+
+            def vandal() -> bytes:
+                with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:
+                    sock.sendall(b"\xff\xff\xff\xffGET / HTTP/1.1\r\n\r\n")
+                    return sock.recv(100)  # b"" once the broker closes the connection
+
+            assert await loop.run_in_executor(None, vandal) == b""
+            assert (await client.invoke(addr, send_request("Steady", b"still here"))).code == 0
+            _, records = await pull(client, addr, "Steady", 0, 0)
+            assert [r.body for r in records] == [b"still here"]
+            await client.close()
+
+    run(scenario())

@@ -1,0 +1,136 @@
+"""Heartbeats, consumer membership, NOTIFY_CONSUMER_IDS_CHANGED, offsets and restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from _support import address, create_topic, pull, running_broker, send_request
+
+from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+
+def run(coro: object) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def heartbeat(client_id: str, group: str, topic: str) -> RemotingCommand:
+    # C++ style: enums as ordinals, subVersion as a string.
+    body = {
+        "clientID": client_id,
+        "consumerDataSet": [
+            {"consumeFromWhere": 0, "consumeType": 1, "groupName": group, "messageModel": 1,
+             "subscriptionDataSet": [{"subString": "*", "subVersion": "1795295417951", "topic": topic}]}
+        ],
+    }
+    return RemotingCommand(code=RequestCode.HEART_BEAT, body=json.dumps(body).encode())
+
+
+def consumer_list(group: str) -> RemotingCommand:
+    return RemotingCommand(code=RequestCode.GET_CONSUMER_LIST_BY_GROUP, ext_fields={"consumerGroup": group})
+
+
+def test_membership_and_notifications(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            notified: list[str] = []
+
+            def on_request(conn: Connection, request: RemotingCommand) -> None:
+                if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+                    notified.append(request.ext_fields["consumerGroup"])
+
+            first, second = RemotingClient(on_request), RemotingClient()
+            empty = await first.invoke(addr, consumer_list("G"))
+            assert empty.code == ResponseCode.SYSTEM_ERROR and "no consumer" in (empty.remark or "")
+            assert (await first.invoke(addr, heartbeat("111-127.0.0.1@DEFAULT", "G", "T"))).code == 0
+            assert broker.topics.get("%RETRY%G") is not None
+            await second.invoke(addr, heartbeat("222-127.0.0.1@DEFAULT", "G", "T"))
+            ids = json.loads((await first.invoke(addr, consumer_list("G"))).body)["consumerIdList"]
+            assert sorted(ids) == ["111-127.0.0.1@DEFAULT", "222-127.0.0.1@DEFAULT"]
+            await asyncio.sleep(0.1)
+            assert notified.count("G") >= 1  # told when the second consumer joined
+            notified.clear()
+            await second.close()  # a closed connection leaves the group at once
+            await asyncio.sleep(0.2)
+            ids = json.loads((await first.invoke(addr, consumer_list("G"))).body)["consumerIdList"]
+            assert ids == ["111-127.0.0.1@DEFAULT"]
+            assert notified == ["G"]
+            await first.invoke(addr, RemotingCommand(
+                code=RequestCode.UNREGISTER_CLIENT,
+                ext_fields={"clientID": "111-127.0.0.1@DEFAULT", "consumerGroup": "G", "producerGroup": ""}))
+            assert (await first.invoke(addr, consumer_list("G"))).code == ResponseCode.SYSTEM_ERROR
+            await first.close()
+
+    run(scenario())
+
+
+def _offset_request(code: int, queue_id: int, offset: int | None = None) -> RemotingCommand:
+    fields = {"consumerGroup": "G", "topic": "T", "queueId": str(queue_id)}
+    if offset is not None:
+        fields["commitOffset"] = str(offset)
+    return RemotingCommand(code=code, ext_fields=fields)
+
+
+def test_offsets_topics_and_messages_survive_a_restart(tmp_path: Path) -> None:
+    async def first_life() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            await create_topic(client, addr, "T", 2)
+            young = await client.invoke(addr, _offset_request(RequestCode.QUERY_CONSUMER_OFFSET, 0))
+            assert young.code == 0 and young.ext_fields["offset"] == "0"  # young queue: start at 0
+            for i in range(5):
+                await client.invoke(addr, send_request("T", f"m{i}".encode(), 0))
+            await client.invoke(addr, _offset_request(RequestCode.UPDATE_CONSUMER_OFFSET, 0, 3))
+            await client.close()
+
+    async def second_life() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            assert broker.topics.get("T") is not None
+            stored = await client.invoke(addr, _offset_request(RequestCode.QUERY_CONSUMER_OFFSET, 0))
+            assert stored.ext_fields["offset"] == "3"
+            _, records = await pull(client, addr, "T", 0, 3)
+            assert [r.body for r in records] == [b"m3", b"m4"]
+            response = await client.invoke(addr, send_request("T", b"m5", 0))
+            assert response.ext_fields["queueOffset"] == "5"
+            await client.close()
+
+    run(first_life())
+    run(second_life())
+
+
+def test_queue_offset_lookups_and_view_by_id(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            await create_topic(client, addr, "L", 1)
+            sent = []
+            for i in range(3):
+                sent.append(await client.invoke(addr, send_request("L", f"v{i}".encode(), 0)))
+                await asyncio.sleep(0.02)
+            fields = {"topic": "L", "queueId": "0"}
+            max_offset = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields=fields))
+            min_offset = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_MIN_OFFSET, ext_fields=fields))
+            assert (max_offset.ext_fields["offset"], min_offset.ext_fields["offset"]) == ("3", "0")
+            _, records = await pull(client, addr, "L", 0, 0)
+            stamp = records[1].store_timestamp
+            found = await client.invoke(addr, RemotingCommand(
+                code=RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext_fields={**fields, "timestamp": str(stamp)}))
+            assert found.ext_fields["offset"] == "1"
+            earliest = await client.invoke(
+                addr, RemotingCommand(code=RequestCode.GET_EARLIEST_MSG_STORETIME, ext_fields=fields))
+            assert earliest.ext_fields["timestamp"] == str(records[0].store_timestamp)
+            view = await client.invoke(addr, RemotingCommand(
+                code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": str(records[2].commitlog_offset)}))
+            assert view.code == 0 and b"v2" in view.body
+            bad = await client.invoke(addr, RemotingCommand(
+                code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": "7"}))
+            assert bad.code == ResponseCode.SYSTEM_ERROR and "can not find message" in (bad.remark or "")
+            await client.close()
+
+    run(scenario())

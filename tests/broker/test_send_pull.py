@@ -1,0 +1,166 @@
+"""Send and pull against a real broker over real sockets, storing to real files."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from _support import address, create_topic, pull, running_broker, send_request
+
+from cometmq.common.batch import BatchEntry, encode_batch_body
+from cometmq.common.properties import encode_properties
+from cometmq.common.record import decode_offset_msg_id
+from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, SerializeType
+
+
+def run(coro: object) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_sent_message_is_pulled_with_everything_intact(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            assert (await create_topic(client, addr, "Orders")).code == 0
+            props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ABC", "WAIT": "true", "color": "red"}
+            response = await client.invoke(addr, send_request("Orders", b"hello", 2, props))
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            assert response.ext_fields["queueId"] == "2"
+            assert response.ext_fields["queueOffset"] == "0"
+            assert response.ext_fields["MSG_REGION"] == "DefaultRegion"
+            _, _, commitlog_offset = decode_offset_msg_id(response.ext_fields["msgId"])
+
+            pulled, records = await pull(client, addr, "Orders", 2, 0)
+            assert pulled.code == ResponseCode.SUCCESS
+            assert pulled.ext_fields["nextBeginOffset"] == "1"
+            assert pulled.ext_fields["maxOffset"] == "1"
+            (record,) = records
+            assert record.body == b"hello"
+            assert record.topic == "Orders" and record.queue_id == 2 and record.queue_offset == 0
+            assert record.commitlog_offset == commitlog_offset
+            assert record.properties["TAGS"] == "TagA"
+            assert record.properties["KEYS"] == "k1 k2"
+            assert record.properties["color"] == "red"
+            assert record.properties["CLUSTER"] == "DefaultCluster"
+            assert "WAIT" not in record.properties  # the broker drops WAIT from the stored copy
+            await client.close()
+
+    run(scenario())
+
+
+def test_v1_send_and_rocketmq_binary_serialization_answered_in_kind(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            request = send_request("AutoMade", b"x", 0, v2=False)
+            request.serialize_type = SerializeType.ROCKETMQ
+            response = await client.invoke(address(broker), request)
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            assert response.serialize_type is SerializeType.ROCKETMQ
+            # Auto-created from TBW102 with min(requested 4, TBW102's 8) queues.
+            assert broker.topics.get("AutoMade") is not None
+            assert broker.topics.get("AutoMade").write_queue_nums == 4  # type: ignore[union-attr]
+            await client.close()
+
+    run(scenario())
+
+
+def test_batches_from_cpp_and_java_get_consecutive_offsets(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            await create_topic(client, addr, "Batch", 1)
+            entries = [BatchEntry(0, f"m{i}".encode(), encode_properties({"UNIQ_KEY": f"U{i}", "TAGS": "T"}))
+                       for i in range(3)]
+            body = encode_batch_body(entries)
+            cpp = send_request("Batch", body, 0, {"WAIT": "true"}, v2=False, batch="1")  # C++: code 10
+            java = send_request("Batch", body, 0, v2=True, m="true")
+            java.code = RequestCode.SEND_BATCH_MESSAGE
+            first = await client.invoke(addr, cpp)
+            second = await client.invoke(addr, java)
+            assert first.code == second.code == ResponseCode.SUCCESS
+            assert first.ext_fields["queueOffset"] == "0" and second.ext_fields["queueOffset"] == "3"
+            assert len(first.ext_fields["msgId"].split(",")) == 3
+            _, records = await pull(client, addr, "Batch", 0, 0)
+            assert [r.body for r in records] == [b"m0", b"m1", b"m2"] * 2
+            assert [r.queue_offset for r in records] == list(range(6))
+            assert [r.properties["UNIQ_KEY"] for r in records] == ["U0", "U1", "U2"] * 2
+            await client.close()
+
+    run(scenario())
+
+
+def test_tag_filter_returns_only_matching_messages(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            await create_topic(client, addr, "Tagged", 1)
+            for i, tag in enumerate(["A", "B", "C", "A", ""]):
+                props = {"TAGS": tag} if tag else {}
+                await client.invoke(addr, send_request("Tagged", str(i).encode(), 0, props))
+            response, records = await pull(client, addr, "Tagged", 0, 0, subscription="A || C")
+            assert [r.body for r in records] == [b"0", b"2", b"3"]
+            assert response.ext_fields["nextBeginOffset"] == "5"
+            _, everything = await pull(client, addr, "Tagged", 0, 0, subscription="*")
+            assert len(everything) == 5
+            none, _ = await pull(client, addr, "Tagged", 0, 0, subscription="Z")
+            assert none.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+            assert none.ext_fields["nextBeginOffset"] == "5"
+            await client.close()
+
+    run(scenario())
+
+
+def test_pull_status_codes_and_offsets(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            await create_topic(client, addr, "Q", 2)
+            empty, _ = await pull(client, addr, "Q", 0, 0)
+            assert empty.code == ResponseCode.PULL_NOT_FOUND
+            moved, _ = await pull(client, addr, "Q", 0, 5)
+            assert moved.code == ResponseCode.PULL_OFFSET_MOVED and moved.ext_fields["nextBeginOffset"] == "0"
+            await client.invoke(addr, send_request("Q", b"a", 1))
+            at_end, _ = await pull(client, addr, "Q", 1, 1)
+            assert at_end.code == ResponseCode.PULL_NOT_FOUND
+            past, _ = await pull(client, addr, "Q", 1, 9)
+            assert past.code == ResponseCode.PULL_OFFSET_MOVED and past.ext_fields["nextBeginOffset"] == "1"
+            for response in (empty, moved, at_end, past):
+                assert {"suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset"} <= set(
+                    response.ext_fields
+                )
+            missing, _ = await pull(client, addr, "NoSuchTopic", 0, 0)
+            assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+            await client.close()
+
+    run(scenario())
+
+
+def test_long_polling_answers_when_a_message_lands_and_does_not_block_heartbeats(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            await create_topic(client, addr, "Poll", 1)
+            held = asyncio.ensure_future(pull(client, addr, "Poll", 0, 0, suspend_ms=15000))
+            await asyncio.sleep(0.3)
+            assert not held.done()
+            # Same connection: a heartbeat must be answered while the pull is held.
+            heartbeat = RemotingCommand(code=RequestCode.HEART_BEAT, body=b'{"clientID":"c1"}')
+            reply = await asyncio.wait_for(client.invoke(addr, heartbeat), 1.0)
+            assert reply.code == ResponseCode.SUCCESS
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await client.invoke(addr, send_request("Poll", b"wake", 0))
+            response, records = await asyncio.wait_for(held, 2.0)
+            assert response.code == ResponseCode.SUCCESS and [r.body for r in records] == [b"wake"]
+            assert loop.time() - started < 2.0
+            timed_out, _ = await pull(client, addr, "Poll", 0, 1, suspend_ms=300)
+            assert timed_out.code == ResponseCode.PULL_NOT_FOUND
+            await client.close()
+
+    run(scenario())
