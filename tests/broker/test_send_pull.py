@@ -8,7 +8,7 @@ from pathlib import Path
 from _support import address, create_topic, pull, running_broker, send_request
 
 from cometmq.common.batch import BatchEntry, encode_batch_body
-from cometmq.common.properties import encode_properties
+from cometmq.common.properties import decode_properties, encode_properties
 from cometmq.common.record import decode_offset_msg_id
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, SerializeType
 
@@ -39,11 +39,12 @@ def test_sent_message_is_pulled_with_everything_intact(tmp_path: Path) -> None:
             assert record.body == b"hello"
             assert record.topic == "Orders" and record.queue_id == 2 and record.queue_offset == 0
             assert record.commitlog_offset == commitlog_offset
-            assert record.properties["TAGS"] == "TagA"
-            assert record.properties["KEYS"] == "k1 k2"
-            assert record.properties["color"] == "red"
-            assert record.properties["CLUSTER"] == "DefaultCluster"
-            assert "WAIT" not in record.properties  # the broker drops WAIT from the stored copy
+            stored = decode_properties(record.properties)
+            assert stored["TAGS"] == "TagA"
+            assert stored["KEYS"] == "k1 k2"
+            assert stored["color"] == "red"
+            assert stored["CLUSTER"] == "DefaultCluster"
+            assert "WAIT" not in stored  # the broker drops WAIT from the stored copy
             await client.close()
 
     run(scenario())
@@ -86,7 +87,7 @@ def test_batches_from_cpp_and_java_get_consecutive_offsets(tmp_path: Path) -> No
             _, records = await pull(client, addr, "Batch", 0, 0)
             assert [r.body for r in records] == [b"m0", b"m1", b"m2"] * 2
             assert [r.queue_offset for r in records] == list(range(6))
-            assert [r.properties["UNIQ_KEY"] for r in records] == ["U0", "U1", "U2"] * 2
+            assert [decode_properties(r.properties)["UNIQ_KEY"] for r in records] == ["U0", "U1", "U2"] * 2
             await client.close()
 
     run(scenario())

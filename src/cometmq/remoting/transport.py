@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Protocol
+from typing import Protocol, cast
 
 from cometmq.errors import BrokerError, ConnectionClosedError, ProtocolError, RemotingTimeoutError
 from cometmq.remoting.codec import FrameDecoder, encode
@@ -80,8 +80,8 @@ class Connection(asyncio.Protocol):
     # asyncio.Protocol -------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but have the same interface.
+        self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.remote_address = f"{peer[0]}:{peer[1]}"
