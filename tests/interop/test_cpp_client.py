@@ -135,3 +135,17 @@ def test_two_consumers_of_one_group_split_the_queues(standalone: StandaloneServe
     assert got_first and got_second, "each consumer owns some queues"
     assert not set(got_first) & set(got_second)
     assert sorted(got_first + got_second) == sorted(f"split-{i}".encode() for i in range(40))
+
+
+def test_restart_keeps_topics_messages_and_committed_offsets(standalone: StandaloneServer) -> None:
+    cpp(standalone, "produce", "RestartTopic", "--count", "20", "--body-prefix", "before-")
+    first = cpp(standalone, "push-consume", "RestartTopic", "--group", "GID_restart", "--expect", "20")
+    assert len(first["messages"]) == 20  # the consumer commits its offsets when it shuts down
+    assert standalone.stop() == 0  # SIGTERM: clean shutdown, exit status 0
+    standalone.start()
+    cpp(standalone, "produce", "RestartTopic", "--count", "10", "--body-prefix", "after-")
+    resumed = cpp(standalone, "push-consume", "RestartTopic", "--group", "GID_restart", "--expect", "10",
+                  "--linger", "3")["messages"]
+    assert sorted(bodies(resumed)) == sorted(f"after-{i}".encode() for i in range(10))
+    everything = cpp(standalone, "pull-consume", "RestartTopic", "--group", "GID_restart_all")["messages"]
+    assert len(everything) == 30
