@@ -45,10 +45,22 @@ class StandaloneServer:
     def start(self, timeout: float = 30.0) -> None:
         log = open(self.log_path, "a")  # noqa: SIM115 - the child writes to it until it stops
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "cometmq", "standalone", "--data-dir", str(self.data_dir),
-             "--namesrv-port", str(self.namesrv_port), "--broker-port", str(self.broker_port),
-             *self.extra_args],
-            stdout=subprocess.PIPE, stderr=log, text=True,
+            [
+                sys.executable,
+                "-m",
+                "cometmq",
+                "standalone",
+                "--data-dir",
+                str(self.data_dir),
+                "--namesrv-port",
+                str(self.namesrv_port),
+                "--broker-port",
+                str(self.broker_port),
+                *self.extra_args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
         )
         assert self.process.stdout is not None
         deadline = time.monotonic() + timeout

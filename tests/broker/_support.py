@@ -61,9 +61,24 @@ def send_request(
         **fields,
     }
     if v2:
-        short = dict(zip("abcdefghij", ["producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums",
-                                        "queueId", "sysFlag", "bornTimestamp", "flag", "properties",
-                                        "reconsumeTimes"], strict=True))
+        short = dict(
+            zip(
+                "abcdefghij",
+                [
+                    "producerGroup",
+                    "topic",
+                    "defaultTopic",
+                    "defaultTopicQueueNums",
+                    "queueId",
+                    "sysFlag",
+                    "bornTimestamp",
+                    "flag",
+                    "properties",
+                    "reconsumeTimes",
+                ],
+                strict=True,
+            )
+        )
         by_long = {v: k for k, v in short.items()}
         header = {by_long.get(k, k): v for k, v in header.items()}
         return RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=header, body=body)

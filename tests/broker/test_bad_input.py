@@ -47,17 +47,29 @@ def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path)
 
             cases = [
                 (send_request("SCHEDULE_TOPIC_XXXX", b"x"), ResponseCode.NO_PERMISSION, "forbidden"),
-                (send_request("Good", b"x" * (4 * 1024 * 1024 + 1)), ResponseCode.MESSAGE_ILLEGAL,
-                 "over the max value"),
-                (send_request("Good", b"x", properties={"big": "v" * 33000}), ResponseCode.MESSAGE_ILLEGAL,
-                 "properties length"),
+                (
+                    send_request("Good", b"x" * (4 * 1024 * 1024 + 1)),
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "over the max value",
+                ),
+                (
+                    send_request("Good", b"x", properties={"big": "v" * 33000}),
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "properties length",
+                ),
                 (send_request("Good", b"x", queue_id=2), ResponseCode.SYSTEM_ERROR, "queueId[2] is illegal"),
                 (send_request("Missing", b"x"), ResponseCode.TOPIC_NOT_EXIST, "not exist"),
                 (RemotingCommand(code=9999), ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "not supported"),
-                (RemotingCommand(code=10, ext_fields={"topic": "Good"}), ResponseCode.SYSTEM_ERROR,
-                 "field queueId is missing"),
-                (send_request("Good", b"junk-batch", v2=False, batch="1"), ResponseCode.MESSAGE_ILLEGAL,
-                 "batch body is malformed"),
+                (
+                    RemotingCommand(code=10, ext_fields={"topic": "Good"}),
+                    ResponseCode.SYSTEM_ERROR,
+                    "field queueId is missing",
+                ),
+                (
+                    send_request("Good", b"junk-batch", v2=False, batch="1"),
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "batch body is malformed",
+                ),
             ]
             for request, code, remark in cases:
                 response = await client.invoke(addr, request, timeout=10)

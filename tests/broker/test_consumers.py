@@ -20,8 +20,13 @@ def heartbeat(client_id: str, group: str, topic: str) -> RemotingCommand:
     body = {
         "clientID": client_id,
         "consumerDataSet": [
-            {"consumeFromWhere": 0, "consumeType": 1, "groupName": group, "messageModel": 1,
-             "subscriptionDataSet": [{"subString": "*", "subVersion": "1795295417951", "topic": topic}]}
+            {
+                "consumeFromWhere": 0,
+                "consumeType": 1,
+                "groupName": group,
+                "messageModel": 1,
+                "subscriptionDataSet": [{"subString": "*", "subVersion": "1795295417951", "topic": topic}],
+            }
         ],
     }
     return RemotingCommand(code=RequestCode.HEART_BEAT, body=json.dumps(body).encode())
@@ -57,9 +62,17 @@ def test_membership_and_notifications(tmp_path: Path) -> None:
             ids = json.loads((await first.invoke(addr, consumer_list("G"))).body)["consumerIdList"]
             assert ids == ["111-127.0.0.1@DEFAULT"]
             assert notified == ["G"]
-            await first.invoke(addr, RemotingCommand(
-                code=RequestCode.UNREGISTER_CLIENT,
-                ext_fields={"clientID": "111-127.0.0.1@DEFAULT", "consumerGroup": "G", "producerGroup": ""}))
+            await first.invoke(
+                addr,
+                RemotingCommand(
+                    code=RequestCode.UNREGISTER_CLIENT,
+                    ext_fields={
+                        "clientID": "111-127.0.0.1@DEFAULT",
+                        "consumerGroup": "G",
+                        "producerGroup": "",
+                    },
+                ),
+            )
             assert (await first.invoke(addr, consumer_list("G"))).code == ResponseCode.SYSTEM_ERROR
             await first.close()
 
@@ -114,22 +127,38 @@ def test_queue_offset_lookups_and_view_by_id(tmp_path: Path) -> None:
                 sent.append(await client.invoke(addr, send_request("L", f"v{i}".encode(), 0)))
                 await asyncio.sleep(0.02)
             fields = {"topic": "L", "queueId": "0"}
-            max_offset = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields=fields))
-            min_offset = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_MIN_OFFSET, ext_fields=fields))
+            max_offset = await client.invoke(
+                addr, RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields=fields)
+            )
+            min_offset = await client.invoke(
+                addr, RemotingCommand(code=RequestCode.GET_MIN_OFFSET, ext_fields=fields)
+            )
             assert (max_offset.ext_fields["offset"], min_offset.ext_fields["offset"]) == ("3", "0")
             _, records = await pull(client, addr, "L", 0, 0)
             stamp = records[1].store_timestamp
-            found = await client.invoke(addr, RemotingCommand(
-                code=RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext_fields={**fields, "timestamp": str(stamp)}))
+            found = await client.invoke(
+                addr,
+                RemotingCommand(
+                    code=RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                    ext_fields={**fields, "timestamp": str(stamp)},
+                ),
+            )
             assert found.ext_fields["offset"] == "1"
             earliest = await client.invoke(
-                addr, RemotingCommand(code=RequestCode.GET_EARLIEST_MSG_STORETIME, ext_fields=fields))
+                addr, RemotingCommand(code=RequestCode.GET_EARLIEST_MSG_STORETIME, ext_fields=fields)
+            )
             assert earliest.ext_fields["timestamp"] == str(records[0].store_timestamp)
-            view = await client.invoke(addr, RemotingCommand(
-                code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": str(records[2].commitlog_offset)}))
+            view = await client.invoke(
+                addr,
+                RemotingCommand(
+                    code=RequestCode.VIEW_MESSAGE_BY_ID,
+                    ext_fields={"offset": str(records[2].commitlog_offset)},
+                ),
+            )
             assert view.code == 0 and b"v2" in view.body
-            bad = await client.invoke(addr, RemotingCommand(
-                code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": "7"}))
+            bad = await client.invoke(
+                addr, RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": "7"})
+            )
             assert bad.code == ResponseCode.SYSTEM_ERROR and "can not find message" in (bad.remark or "")
             await client.close()
 

@@ -73,8 +73,10 @@ def test_batches_from_cpp_and_java_get_consecutive_offsets(tmp_path: Path) -> No
             client = RemotingClient()
             addr = address(broker)
             await create_topic(client, addr, "Batch", 1)
-            entries = [BatchEntry(0, f"m{i}".encode(), encode_properties({"UNIQ_KEY": f"U{i}", "TAGS": "T"}))
-                       for i in range(3)]
+            entries = [
+                BatchEntry(0, f"m{i}".encode(), encode_properties({"UNIQ_KEY": f"U{i}", "TAGS": "T"}))
+                for i in range(3)
+            ]
             body = encode_batch_body(entries)
             cpp = send_request("Batch", body, 0, {"WAIT": "true"}, v2=False, batch="1")  # C++: code 10
             java = send_request("Batch", body, 0, v2=True, m="true")

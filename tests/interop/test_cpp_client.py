@@ -28,9 +28,12 @@ def _command(server: StandaloneServer, scenario: str, topic: str, *args: str) ->
     return [sys.executable, str(SCRIPT), scenario, "--namesrv", server.namesrv, "--topic", topic, *args]
 
 
-def cpp(server: StandaloneServer, scenario: str, topic: str, *args: str, timeout: float = 120) -> dict[str, Any]:
-    proc = subprocess.run(_command(server, scenario, topic, *args), capture_output=True, text=True,
-                          timeout=timeout)
+def cpp(
+    server: StandaloneServer, scenario: str, topic: str, *args: str, timeout: float = 120
+) -> dict[str, Any]:
+    proc = subprocess.run(
+        _command(server, scenario, topic, *args), capture_output=True, text=True, timeout=timeout
+    )
     lines = proc.stdout.strip().splitlines()
     assert lines, f"{scenario} printed nothing; stderr:\n{proc.stderr[-3000:]}"
     result: dict[str, Any] = json.loads(lines[-1])
@@ -39,8 +42,9 @@ def cpp(server: StandaloneServer, scenario: str, topic: str, *args: str, timeout
 
 
 def spawn(server: StandaloneServer, scenario: str, topic: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(_command(server, scenario, topic, *args), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        _command(server, scenario, topic, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def collect(proc: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
@@ -55,13 +59,35 @@ def bodies(messages: list[dict[str, Any]]) -> list[bytes]:
 
 
 def test_send_sync_then_a_new_group_receives_everything_intact(standalone: StandaloneServer) -> None:
-    sent = cpp(standalone, "produce", "SyncTopic", "--count", "30", "--mode", "sync", "--tags", "TagA",
-               "--keys-prefix", "key-", "--prop", "color=blue-{i}")["sent"]
+    sent = cpp(
+        standalone,
+        "produce",
+        "SyncTopic",
+        "--count",
+        "30",
+        "--mode",
+        "sync",
+        "--tags",
+        "TagA",
+        "--keys-prefix",
+        "key-",
+        "--prop",
+        "color=blue-{i}",
+    )["sent"]
     assert [s["status"] for s in sent] == ["OK"] * 30
     assert len({s["msg_id"] for s in sent}) == 30
     # A group that starts after the sends still gets them all (young queues are served from 0).
-    got = cpp(standalone, "push-consume", "SyncTopic", "--group", "GID_sync", "--expect", "30",
-              "--prop-names", "color")["messages"]
+    got = cpp(
+        standalone,
+        "push-consume",
+        "SyncTopic",
+        "--group",
+        "GID_sync",
+        "--expect",
+        "30",
+        "--prop-names",
+        "color",
+    )["messages"]
     assert sorted(bodies(got)) == sorted(f"msg-{i}".encode() for i in range(30))
     for message in got:
         index = int(bytes.fromhex(message["body_hex"]).decode().split("-")[1])
@@ -74,18 +100,44 @@ def test_send_sync_then_a_new_group_receives_everything_intact(standalone: Stand
 
 def test_send_oneway_and_compressed_bodies(standalone: StandaloneServer) -> None:
     cpp(standalone, "produce", "OnewayTopic", "--count", "10", "--mode", "oneway", "--linger", "1")
-    cpp(standalone, "produce", "OnewayTopic", "--count", "3", "--mode", "sync", "--body-size", "6000",
-        "--body-prefix", "big-")
-    got = cpp(standalone, "push-consume", "OnewayTopic", "--group", "GID_oneway", "--expect", "13")["messages"]
+    cpp(
+        standalone,
+        "produce",
+        "OnewayTopic",
+        "--count",
+        "3",
+        "--mode",
+        "sync",
+        "--body-size",
+        "6000",
+        "--body-prefix",
+        "big-",
+    )
+    got = cpp(standalone, "push-consume", "OnewayTopic", "--group", "GID_oneway", "--expect", "13")[
+        "messages"
+    ]
     received = bodies(got)
-    assert sorted(b for b in received if b.startswith(b"msg-")) == sorted(f"msg-{i}".encode() for i in range(10))
+    assert sorted(b for b in received if b.startswith(b"msg-")) == sorted(
+        f"msg-{i}".encode() for i in range(10)
+    )
     big = [b for b in received if b.startswith(b"big-")]
     assert len(big) == 3 and all(len(b) == 6000 for b in big)
 
 
 def test_send_batch_is_stored_as_separate_messages(standalone: StandaloneServer) -> None:
-    sent = cpp(standalone, "produce", "BatchTopic", "--count", "12", "--mode", "batch", "--batch-size", "4",
-               "--tags", "TagB")["sent"]
+    sent = cpp(
+        standalone,
+        "produce",
+        "BatchTopic",
+        "--count",
+        "12",
+        "--mode",
+        "batch",
+        "--batch-size",
+        "4",
+        "--tags",
+        "TagB",
+    )["sent"]
     assert all(s["status"] == "OK" for s in sent)
     result = cpp(standalone, "pull-consume", "BatchTopic", "--group", "GID_batchpull")
     assert sorted(bodies(result["messages"])) == sorted(f"msg-{i}".encode() for i in range(12))
@@ -93,8 +145,9 @@ def test_send_batch_is_stored_as_separate_messages(standalone: StandaloneServer)
 
 
 def test_send_orderly_keeps_a_sharding_key_on_one_queue_in_order(standalone: StandaloneServer) -> None:
-    sent = cpp(standalone, "produce", "OrderTopic", "--count", "20", "--mode", "orderly",
-               "--sharding-key", "7")["sent"]
+    sent = cpp(
+        standalone, "produce", "OrderTopic", "--count", "20", "--mode", "orderly", "--sharding-key", "7"
+    )["sent"]
     assert len({s["queue_id"] for s in sent}) == 1
     offsets = [s["offset"] for s in sent]
     assert offsets == sorted(offsets) and len(set(offsets)) == 20
@@ -108,8 +161,19 @@ def test_send_orderly_keeps_a_sharding_key_on_one_queue_in_order(standalone: Sta
 
 def test_tag_filtered_subscription_gets_exactly_its_messages(standalone: StandaloneServer) -> None:
     cpp(standalone, "produce", "TagTopic", "--count", "30", "--tags", "TagA,TagB,TagC")
-    got = cpp(standalone, "push-consume", "TagTopic", "--group", "GID_tags", "--expression", "TagA || TagC",
-              "--expect", "20", "--linger", "3")["messages"]
+    got = cpp(
+        standalone,
+        "push-consume",
+        "TagTopic",
+        "--group",
+        "GID_tags",
+        "--expression",
+        "TagA || TagC",
+        "--expect",
+        "20",
+        "--linger",
+        "3",
+    )["messages"]
     assert sorted(m["tags"] for m in got) == ["TagA"] * 10 + ["TagC"] * 10
     expected = sorted(f"msg-{i}".encode() for i in range(30) if i % 3 != 1)
     assert sorted(bodies(got)) == expected
@@ -144,8 +208,17 @@ def test_restart_keeps_topics_messages_and_committed_offsets(standalone: Standal
     assert standalone.stop() == 0  # SIGTERM: clean shutdown, exit status 0
     standalone.start()
     cpp(standalone, "produce", "RestartTopic", "--count", "10", "--body-prefix", "after-")
-    resumed = cpp(standalone, "push-consume", "RestartTopic", "--group", "GID_restart", "--expect", "10",
-                  "--linger", "3")["messages"]
+    resumed = cpp(
+        standalone,
+        "push-consume",
+        "RestartTopic",
+        "--group",
+        "GID_restart",
+        "--expect",
+        "10",
+        "--linger",
+        "3",
+    )["messages"]
     assert sorted(bodies(resumed)) == sorted(f"after-{i}".encode() for i in range(10))
     everything = cpp(standalone, "pull-consume", "RestartTopic", "--group", "GID_restart_all")["messages"]
     assert len(everything) == 30

@@ -126,7 +126,9 @@ class AdminProcessor:
                 "topic": topic,
                 "minOffset": store.min_offset(topic, qid),
                 "maxOffset": store.max_offset(topic, qid),
-                "lastUpdateTimestamp": max(0, store.store_time_at(topic, qid, store.max_offset(topic, qid) - 1)),
+                "lastUpdateTimestamp": max(
+                    0, store.store_time_at(topic, qid, store.max_offset(topic, qid) - 1)
+                ),
             }
             for qid in range(config.write_queue_nums)
         ]

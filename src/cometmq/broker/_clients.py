@@ -64,7 +64,9 @@ class ConsumerManager:
         known = info.channels.get(channel.conn)
         if known is None or known.client_id != channel.client_id:
             info.channels[channel.conn] = channel
-            log.info("consumer %s joined group %s from %s", channel.client_id, group, channel.conn.remote_address)
+            log.info(
+                "consumer %s joined group %s from %s", channel.client_id, group, channel.conn.remote_address
+            )
             changed = True
         else:
             known.last_update = time.monotonic()
@@ -108,8 +110,12 @@ class ConsumerManager:
         for info in list(self.groups.values()):
             for conn, channel in list(info.channels.items()):
                 if now - channel.last_update > timeout:
-                    log.warning("consumer %s of group %s expired after %.0f s of silence",
-                                channel.client_id, info.group, now - channel.last_update)
+                    log.warning(
+                        "consumer %s of group %s expired after %.0f s of silence",
+                        channel.client_id,
+                        info.group,
+                        now - channel.last_update,
+                    )
                     del info.channels[conn]
                     conn.close()
                     affected.append(info.group)

@@ -94,7 +94,9 @@ class ConsumerManageProcessor:
             group_config = broker.groups.find_or_create(group)
             if group_config is not None:
                 broker.topics.create_retry_topic(retry_topic(group), max(1, group_config.retry_queue_nums))
-            subscriptions = [SubscriptionData.from_json(sub) for sub in consumer.get("subscriptionDataSet") or ()]
+            subscriptions = [
+                SubscriptionData.from_json(sub) for sub in consumer.get("subscriptionDataSet") or ()
+            ]
             changed = broker.consumers.register(
                 group,
                 ClientChannel(client_id, conn, request.language, request.version),

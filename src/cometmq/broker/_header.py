@@ -20,7 +20,9 @@ def str_field(request: RemotingCommand, name: str, alias: str | None = None) -> 
     return value
 
 
-def int_field(request: RemotingCommand, name: str, alias: str | None = None, default: int | None = None) -> int:
+def int_field(
+    request: RemotingCommand, name: str, alias: str | None = None, default: int | None = None
+) -> int:
     fields = request.ext_fields
     value = fields.get(name)
     if value is None and alias is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 
@@ -23,8 +24,9 @@ class PullHoldService:
     def __init__(self) -> None:
         self._held: dict[tuple[str, int], list[_HeldPull]] = {}
 
-    async def hold(self, topic: str, queue_id: int, offset: int, codes: frozenset[int] | None,
-                   timeout: float) -> None:
+    async def hold(
+        self, topic: str, queue_id: int, offset: int, codes: frozenset[int] | None, timeout: float
+    ) -> None:
         """Return when a message at or past ``offset`` may match, or after ``timeout`` seconds."""
         wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         key = (topic, queue_id)
@@ -37,10 +39,8 @@ class PullHoldService:
         finally:
             waiting = self._held.get(key)
             if waiting is not None:
-                try:
+                with contextlib.suppress(ValueError):
                     waiting.remove(held)
-                except ValueError:
-                    pass
                 if not waiting:
                     del self._held[key]
 

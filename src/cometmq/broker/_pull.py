@@ -54,21 +54,29 @@ class PullProcessor:
             return self._refusal(request, code, remark, offset, topic, queue_id)
 
         if not broker.config.broker_permission & PERM_READ:
-            return refuse(ResponseCode.NO_PERMISSION, f"the broker[{broker.config.broker_ip1}] pulling message is forbidden")
+            return refuse(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.config.broker_ip1}] pulling message is forbidden",
+            )
         group_config = broker.groups.find_or_create(group)
         if group_config is None:
-            return refuse(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
+            return refuse(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist"
+            )
         if not group_config.consume_enable:
-            return refuse(ResponseCode.NO_PERMISSION, f"subscription group [{group}] no permission to consume")
+            return refuse(
+                ResponseCode.NO_PERMISSION, f"subscription group [{group}] no permission to consume"
+            )
         topic_config = broker.topics.get(topic)
         if topic_config is None:
             return refuse(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not topic_config.perm & PERM_READ:
             return refuse(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
-        if queue_id < 0 or queue_id >= topic_config.read_queue_nums:
+        read_queues = topic_config.read_queue_nums
+        if queue_id < 0 or queue_id >= read_queues:
             return refuse(
                 ResponseCode.SYSTEM_ERROR,
-                f"queueId[{queue_id}] is illegal: topic {topic} has read queues 0..{topic_config.read_queue_nums - 1}",
+                f"queueId[{queue_id}] is illegal: topic {topic} has read queues 0..{read_queues - 1}",
             )
         if sys_flag & FLAG_SUBSCRIPTION:
             subscription = SubscriptionData.from_expression(
@@ -83,10 +91,13 @@ class PullProcessor:
                 )
             subscription = registered
         if subscription.expression_type == EXPRESSION_SQL92:
-            return refuse(ResponseCode.SYSTEM_ERROR, "The broker does not support consumer to filter message by SQL92")
+            return refuse(
+                ResponseCode.SYSTEM_ERROR, "The broker does not support consumer to filter message by SQL92"
+            )
         if subscription.expression_type != EXPRESSION_TAG:
             return refuse(
-                ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"unknown expression type {subscription.expression_type}"
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"unknown expression type {subscription.expression_type}",
             )
         if sys_flag & FLAG_COMMIT_OFFSET:
             commit_offset = int_field(request, "commitOffset", default=-1)

@@ -90,7 +90,9 @@ class SendProcessor:
         if problem is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"topic[{topic}]: {problem}")
         if topic in SEND_FORBIDDEN_TOPICS:
-            return request.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
+            )
         topic_config = self._topic_config(request, topic)
         if not topic_config.perm & PERM_WRITE:
             return request.response(
@@ -165,7 +167,11 @@ class SendProcessor:
             )
 
     def _with_properties(
-        self, base: MessageToStore, properties: dict[str, str], body: bytes | None = None, flag: int | None = None
+        self,
+        base: MessageToStore,
+        properties: dict[str, str],
+        body: bytes | None = None,
+        flag: int | None = None,
     ) -> MessageToStore:
         text = encode_properties(properties)
         if len(text.encode()) > MAX_PROPERTIES_LENGTH:

@@ -59,7 +59,9 @@ class TopicConfigManager:
         cfg = self._config
         if cfg.auto_create_topic_enable:
             queues = cfg.default_topic_queue_nums
-            self._add_builtin(TopicConfig(DEFAULT_TOPIC, queues, queues, PERM_INHERIT | PERM_READ | PERM_WRITE))
+            self._add_builtin(
+                TopicConfig(DEFAULT_TOPIC, queues, queues, PERM_INHERIT | PERM_READ | PERM_WRITE)
+            )
         self._add_builtin(TopicConfig(SELF_TEST_TOPIC, 1, 1))
         self._add_builtin(TopicConfig(BENCHMARK_TOPIC, 1024, 1024))
         self._add_builtin(TopicConfig(cfg.broker_cluster_name, 16, 16, PERM_INHERIT))

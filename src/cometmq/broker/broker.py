@@ -110,8 +110,12 @@ class Broker:
         self._server = server
         log.info(
             "broker %s (cluster %s) listening on %s:%d, advertised as %s, data in %s",
-            self.config.broker_name, self.config.broker_cluster_name, self.config.listen_host, server.port,
-            self.config.broker_addr, self.root_dir,
+            self.config.broker_name,
+            self.config.broker_cluster_name,
+            self.config.listen_host,
+            server.port,
+            self.config.broker_addr,
+            self.root_dir,
         )
         self._tasks = [
             asyncio.ensure_future(self._register_loop()),

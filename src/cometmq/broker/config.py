@@ -80,7 +80,9 @@ class BrokerConfig:
                 raise ConfigError(f"{key}={value!r} is not a valid {type(current).__name__}") from None
             setattr(self, name, converted)
         if self.flush_disk_type not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
-            raise ConfigError(f"flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH, not {self.flush_disk_type!r}")
+            raise ConfigError(
+                f"flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH, not {self.flush_disk_type!r}"
+            )
 
     @classmethod
     def from_file(cls, path: str | Path) -> BrokerConfig:

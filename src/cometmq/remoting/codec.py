@@ -156,7 +156,7 @@ def decode_frame(frame: bytes) -> RemotingCommand:
 class FrameDecoder:
     """Incremental decoder: ``feed(data)`` returns the commands completed by ``data``."""
 
-    __slots__ = ("_buffer", "_broken", "max_frame_size")
+    __slots__ = ("_broken", "_buffer", "max_frame_size")
 
     def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
         self._buffer = bytearray()
@@ -180,9 +180,7 @@ class FrameDecoder:
             while end - pos >= 4:
                 (length,) = _INT32.unpack_from(buffer, pos)
                 if length < 4 or length + 4 > self.max_frame_size:
-                    raise ProtocolError(
-                        f"frame length {length} outside 4..{self.max_frame_size - 4} bytes"
-                    )
+                    raise ProtocolError(f"frame length {length} outside 4..{self.max_frame_size - 4} bytes")
                 if end - pos - 4 < length:
                     break
                 commands.append(decode_frame(bytes(buffer[pos + 4 : pos + 4 + length])))

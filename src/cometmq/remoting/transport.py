@@ -8,6 +8,7 @@ clients drop a connection whose heartbeat is not answered within 3 s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -318,7 +319,5 @@ class RemotingClient:
         for conn in conns:
             conn.close()
         for conn in conns:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(conn.closed), 1.0)
-            except TimeoutError:
-                pass
