@@ -222,3 +222,10 @@ def test_restart_keeps_topics_messages_and_committed_offsets(standalone: Standal
     assert sorted(bodies(resumed)) == sorted(f"after-{i}".encode() for i in range(10))
     everything = cpp(standalone, "pull-consume", "RestartTopic", "--group", "GID_restart_all")["messages"]
     assert len(everything) == 30
+
+
+def test_orderly_push_consumer_receives_each_queue_in_order(standalone: StandaloneServer) -> None:
+    cpp(standalone, "produce", "OrderlyTopic", "--count", "30", "--mode", "orderly", "--sharding-key", "3")
+    got = cpp(standalone, "push-consume", "OrderlyTopic", "--group", "GID_orderly", "--orderly",
+              "--expect", "30")["messages"]  # fmt: skip
+    assert [bytes.fromhex(m["body_hex"]) for m in got] == [f"msg-{i}".encode() for i in range(30)]

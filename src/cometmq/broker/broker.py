@@ -14,6 +14,7 @@ from cometmq.broker._admin import AdminProcessor, runtime_info
 from cometmq.broker._clients import ConsumerManager, ProducerManager
 from cometmq.broker._consumers import ConsumerManageProcessor
 from cometmq.broker._groups import SubscriptionGroupManager
+from cometmq.broker._locks import QueueLockProcessor
 from cometmq.broker._longpoll import PullHoldService
 from cometmq.broker._offsets import ConsumerOffsetManager
 from cometmq.broker._pull import PullProcessor
@@ -95,6 +96,7 @@ class Broker:
         dispatcher.register((RequestCode.PULL_MESSAGE,), PullProcessor(self))
         dispatcher.register(ConsumerManageProcessor.codes, ConsumerManageProcessor(self))
         dispatcher.register(AdminProcessor.codes, AdminProcessor(self))
+        dispatcher.register(QueueLockProcessor.codes, QueueLockProcessor())
         return dispatcher
 
     async def start(self) -> None:
