@@ -1,0 +1,7 @@
+"""``python -m cometmq``: the ``cometmq`` command."""
+
+import sys
+
+from cometmq.cli import main
+
+sys.exit(main())

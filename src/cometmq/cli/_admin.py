@@ -1,0 +1,231 @@
+"""``cometmq topic …`` and ``cometmq cluster …``: administration through the NameServer."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from cometmq.cli._loop import run_async
+from cometmq.cli._table import format_table
+from cometmq.client import AdminClient
+from cometmq.common.naming import perm_text
+from cometmq.common.route import BrokerData
+from cometmq.errors import CometMQError
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+AdminAction = Callable[[AdminClient, argparse.Namespace], Awaitable[None]]
+
+
+def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-n",
+        "--namesrv",
+        default=os.environ.get("COMETMQ_NAMESRV") or DEFAULT_NAMESRV,
+        metavar="HOST:PORT",
+        help=f"NameServer address (default: $COMETMQ_NAMESRV, else {DEFAULT_NAMESRV})",
+    )
+    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    common.add_argument(
+        "--timeout", type=float, default=5.0, metavar="SECONDS", help="per-request timeout (default: 5)"
+    )
+
+    topic = commands.add_parser(
+        "topic", help="create, list, inspect and delete topics", description="Manage topics."
+    )
+    topic_commands = topic.add_subparsers(dest="topic_command", metavar="COMMAND", required=True)
+
+    create = topic_commands.add_parser(
+        "create",
+        parents=[common],
+        help="create (or update) a topic on every master broker of a cluster",
+        description=(
+            "Create a topic, or change its queue count, on every master broker of the cluster. "
+            "Without --cluster the only registered cluster is used."
+        ),
+    )
+    create.add_argument("name", metavar="NAME", help="topic name: letters, digits, %%, |, _ and -")
+    create.add_argument(
+        "--queues", type=int, default=8, metavar="N", help="read and write queues per broker (8)"
+    )
+    create.add_argument("--cluster", metavar="NAME", help="cluster to create it in")
+    create.add_argument("--order", action="store_true", help="mark the topic as ordered")
+    create.set_defaults(func=_command(_topic_create))
+
+    listing = topic_commands.add_parser(
+        "list", parents=[common], help="list every topic the NameServer knows", description="List topics."
+    )
+    listing.set_defaults(func=_command(_topic_list))
+
+    route = topic_commands.add_parser(
+        "route",
+        parents=[common],
+        help="show which brokers hold a topic's queues",
+        description="Show a topic's route: its broker groups, their addresses, queue counts and permission.",
+    )
+    route.add_argument("name", metavar="NAME")
+    route.set_defaults(func=_command(_topic_route))
+
+    delete = topic_commands.add_parser(
+        "delete",
+        parents=[common],
+        help="delete a topic from the brokers of a cluster and from the NameServer",
+        description="Delete a topic on every master broker of the cluster, then from the NameServer.",
+    )
+    delete.add_argument("name", metavar="NAME")
+    delete.add_argument("--cluster", metavar="NAME", help="cluster to delete it from")
+    delete.set_defaults(func=_command(_topic_delete))
+
+    cluster = commands.add_parser("cluster", help="show clusters and their brokers", description="Clusters.")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
+    cluster_list = cluster_commands.add_parser(
+        "list",
+        parents=[common],
+        help="list clusters, broker groups and broker addresses",
+        description=(
+            "List every broker registered with the NameServer: cluster, broker name, broker id "
+            "(0 = master), address, and version and message rates from the broker itself."
+        ),
+    )
+    cluster_list.set_defaults(func=_command(_cluster_list))
+
+
+def _command(action: AdminAction) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        async def main() -> int:
+            async with AdminClient(args.namesrv, timeout=args.timeout) as admin:
+                await action(admin, args)
+            return 0
+
+        return run_async(main())
+
+    return run
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False))
+
+
+def _broker_list(brokers: list[BrokerData]) -> str:
+    return ", ".join(f"{b.broker_name} ({b.master_addr})" for b in brokers)
+
+
+async def _topic_create(admin: AdminClient, args: argparse.Namespace) -> None:
+    brokers = await admin.create_topic(args.name, queues=args.queues, cluster=args.cluster, order=args.order)
+    if args.json:
+        _print_json({"topic": args.name, "queues": args.queues, "brokers": [b.to_json() for b in brokers]})
+    else:
+        print(f"created topic {args.name} with {args.queues} queues on {_broker_list(brokers)}")
+
+
+async def _topic_list(admin: AdminClient, args: argparse.Namespace) -> None:
+    topics = await admin.topic_list()
+    if args.json:
+        _print_json(topics)
+    else:
+        for topic in topics:
+            print(topic)
+
+
+async def _topic_route(admin: AdminClient, args: argparse.Namespace) -> None:
+    route = await admin.topic_route(args.name)
+    if args.json:
+        _print_json(route.to_json())
+        return
+    brokers = {b.broker_name: b for b in route.broker_datas}
+    rows = []
+    for queue in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        broker = brokers.get(queue.broker_name)
+        addrs = (
+            ", ".join(
+                f"{addr}" if i == 0 else f"{addr} (slave {i})"
+                for i, addr in sorted(broker.broker_addrs.items())
+            )
+            if broker is not None
+            else "-"
+        )
+        rows.append(
+            [
+                queue.broker_name,
+                broker.cluster if broker is not None else "-",
+                addrs,
+                queue.read_queue_nums,
+                queue.write_queue_nums,
+                perm_text(queue.perm),
+            ]
+        )
+    print(format_table(["BROKER", "CLUSTER", "ADDRESS", "READ", "WRITE", "PERM"], rows))
+
+
+async def _topic_delete(admin: AdminClient, args: argparse.Namespace) -> None:
+    brokers = await admin.delete_topic(args.name, cluster=args.cluster)
+    if args.json:
+        _print_json({"topic": args.name, "brokers": [b.to_json() for b in brokers]})
+    else:
+        print(f"deleted topic {args.name} from {_broker_list(brokers)} and the name server")
+
+
+def _first_number(text: str | None) -> str:
+    """putTps-style stats are 'now 1min 10min' rates; show the first."""
+    if not text:
+        return "-"
+    first = text.split()[0]
+    try:
+        return f"{float(first):.1f}"
+    except ValueError:
+        return first
+
+
+async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
+    info = await admin.cluster_info()
+    entries = [
+        (cluster, broker.broker_name, broker_id, addr)
+        for cluster in sorted(info.cluster_addr_table)
+        for broker in info.brokers_of(cluster)
+        for broker_id, addr in sorted(broker.broker_addrs.items())
+    ]
+
+    async def runtime(addr: str) -> dict[str, str]:
+        # Statistics are extra: a broker that cannot answer still gets its row.
+        try:
+            return await admin.broker_runtime_info(addr)
+        except (CometMQError, OSError, ValueError):
+            return {}
+
+    runtimes = await asyncio.gather(*(runtime(addr) for _, _, _, addr in entries))
+    if args.json:
+        _print_json(
+            [
+                {"cluster": cluster, "brokerName": name, "brokerId": broker_id, "addr": addr, "runtime": rt}
+                for (cluster, name, broker_id, addr), rt in zip(entries, runtimes, strict=True)
+            ]
+        )
+        return
+    if not entries:
+        print("no broker is registered")
+        return
+    rows = [
+        [
+            cluster,
+            name,
+            broker_id,
+            addr,
+            rt.get("brokerVersionDesc", "-"),
+            _first_number(rt.get("putTps")),
+            _first_number(rt.get("getTransferedTps")),
+            rt.get("msgPutTotalTodayNow", "-"),
+            rt.get("msgGetTotalTodayNow", "-"),
+        ]
+        for (cluster, name, broker_id, addr), rt in zip(entries, runtimes, strict=True)
+    ]
+    print(
+        format_table(
+            ["CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION", "IN_TPS", "OUT_TPS", "IN_TODAY", "OUT_TODAY"],
+            rows,
+        )
+    )

@@ -1,0 +1,50 @@
+"""The ``cometmq`` command: argument parsing and the one place errors become a line on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from cometmq import __version__
+from cometmq.cli._admin import add_admin_commands
+from cometmq.cli._servers import add_server_commands
+from cometmq.errors import BrokerError, CometMQError
+
+PROG = "cometmq"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            "CometMQ, a message queue that speaks the RocketMQ 4.x protocol. Run the servers "
+            "(standalone, namesrv, broker) or administer a running cluster (topic, cluster)."
+        ),
+        epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_server_commands(commands)
+    add_admin_commands(commands)
+    return parser
+
+
+def _fail(message: str, status: int = 1) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        status: int = args.func(args)
+        return status
+    except BrokerError as exc:
+        return _fail(f"{exc.remark or 'request failed'} (response code {exc.code})")
+    except CometMQError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(exc.strerror if exc.strerror and not str(exc) else str(exc))
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)

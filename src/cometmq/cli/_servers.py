@@ -1,0 +1,250 @@
+"""``cometmq standalone | namesrv | broker``: run the server roles until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from typing import TYPE_CHECKING
+
+from cometmq.cli._loop import run_async
+from cometmq.errors import ConfigError
+from cometmq.namesrv import NameServer
+
+# The broker (and its store) is imported only by the commands that run one, so the admin commands
+# start fast and work wherever the client does.
+if TYPE_CHECKING:
+    from cometmq.broker import Broker, BrokerConfig
+
+log = logging.getLogger("cometmq.cli")
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    standalone = commands.add_parser(
+        "standalone",
+        help="run a NameServer and a broker in one process (the zero-config way)",
+        description=(
+            "Run a NameServer and one broker in one process, data under one directory. "
+            "Stops cleanly (flushing and persisting everything) on Ctrl-C or SIGTERM."
+        ),
+    )
+    standalone.add_argument(
+        "-c", "--config", metavar="FILE", help="a RocketMQ broker.conf (flags override it)"
+    )
+    standalone.add_argument("--data-dir", metavar="DIR", help="data directory (default: ~/.cometmq/data)")
+    standalone.add_argument(
+        "--host",
+        metavar="HOST",
+        help="address to listen on and advertise to clients (default: brokerIP1 of the file, else 127.0.0.1)",
+    )
+    standalone.add_argument("--namesrv-port", type=int, default=9876, metavar="PORT", help="default: 9876")
+    standalone.add_argument("--broker-port", type=int, metavar="PORT", help="default: listenPort, else 10911")
+    _add_log_level(standalone)
+    standalone.set_defaults(func=run_standalone)
+
+    namesrv = commands.add_parser(
+        "namesrv",
+        help="run a NameServer",
+        description="Run a NameServer: brokers register with it, clients ask it where topics live.",
+    )
+    namesrv.add_argument(
+        "--host", default="0.0.0.0", metavar="HOST", help="address to listen on (default: all)"
+    )
+    namesrv.add_argument("--port", type=int, default=9876, metavar="PORT", help="default: 9876")
+    namesrv.add_argument(
+        "--broker-expiry",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="drop a broker that has not registered for this long (default: 120)",
+    )
+    _add_log_level(namesrv)
+    namesrv.set_defaults(func=run_namesrv)
+
+    broker = commands.add_parser(
+        "broker",
+        help="run a broker that registers with a NameServer",
+        description=(
+            "Run one broker. It registers with the NameServer(s) at --namesrv-addr; several brokers "
+            "with different broker names form a cluster."
+        ),
+    )
+    broker.add_argument(
+        "-n",
+        "--namesrv-addr",
+        metavar="HOST:PORT",
+        help="NameServer address(es), ;-separated (default: namesrvAddr of the file, else $COMETMQ_NAMESRV)",
+    )
+    broker.add_argument("-c", "--config", metavar="FILE", help="a RocketMQ broker.conf (flags override it)")
+    broker.add_argument("--data-dir", metavar="DIR", help="data directory (default: ~/.cometmq/data)")
+    broker.add_argument(
+        "--host",
+        metavar="HOST",
+        help="address to listen on and advertise (default: brokerIP1, else 127.0.0.1)",
+    )
+    broker.add_argument(
+        "--port", type=int, metavar="PORT", help="client port (default: listenPort, else 10911)"
+    )
+    broker.add_argument("--broker-name", metavar="NAME", help="default: brokerName, else broker-a")
+    broker.add_argument("--cluster", metavar="NAME", help="default: brokerClusterName, else DefaultCluster")
+    _add_log_level(broker)
+    broker.set_defaults(func=run_broker)
+
+
+def _add_log_level(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="log level of the messages written to stderr (default: INFO)",
+    )
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+
+def _broker_config(args: argparse.Namespace) -> BrokerConfig:
+    """The file's settings (or the defaults) with every given flag on top."""
+    from cometmq.broker.config import BrokerConfig
+
+    config = BrokerConfig.from_file(args.config) if args.config else BrokerConfig()
+    overrides: dict[str, object] = {}
+    if args.data_dir:
+        overrides["store_path_root_dir"] = args.data_dir
+    if args.host:
+        # Advertise the address we listen on: clients must be able to reach what they are told.
+        overrides["broker_ip1"] = args.host
+        overrides["listen_host"] = args.host
+    for flag, attribute in (
+        ("broker_port", "listen_port"),
+        ("port", "listen_port"),
+        ("broker_name", "broker_name"),
+        ("cluster", "broker_cluster_name"),
+        ("namesrv_addr", "namesrv_addr"),
+    ):
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides[attribute] = value
+    config.update(overrides)
+    config.store_path_root_dir = os.path.abspath(os.path.expanduser(config.store_path_root_dir))
+    if not 0 <= config.listen_port <= 65535:
+        raise ConfigError(f"listenPort {config.listen_port} is not a port number")
+    return config
+
+
+def _new_broker(config: BrokerConfig) -> Broker:
+    from cometmq.broker import Broker
+
+    return Broker(config)
+
+
+class _ShutdownSignal:
+    """SIGINT (Ctrl-C) and SIGTERM, caught from before start-up so a signal during a long start
+    (store recovery) still ends in a clean stop."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        self._installed: list[signal.Signals] = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._loop.add_signal_handler(sig, self._event.set)
+                self._installed.append(sig)
+            except (NotImplementedError, RuntimeError):  # no signal handlers on this platform/thread
+                pass
+
+    async def wait(self) -> None:
+        await self._event.wait()
+        log.info("shutting down")
+
+    def __enter__(self) -> _ShutdownSignal:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for sig in self._installed:
+            self._loop.remove_signal_handler(sig)
+
+
+def _ready(line: str) -> None:
+    # Scripts and tests wait for this exact line on stdout; flush so a pipe sees it at once.
+    print(line, flush=True)
+
+
+async def _standalone(args: argparse.Namespace) -> int:
+    config = _broker_config(args)
+    host = config.broker_ip1
+    config.listen_host = host
+    with _ShutdownSignal() as shutdown:
+        namesrv = NameServer(host=host, port=args.namesrv_port)
+        await namesrv.start()
+        try:
+            config.namesrv_addr = f"{host}:{namesrv.port}"
+            broker = _new_broker(config)
+            await broker.start()
+            try:
+                _ready(
+                    f"CometMQ standalone ready: namesrv {host}:{namesrv.port}, broker {config.broker_name} "
+                    f"at {host}:{broker.port}, data in {config.store_path_root_dir}"
+                )
+                await shutdown.wait()
+            finally:
+                await broker.stop()  # first, so it can still unregister from the NameServer
+        finally:
+            await namesrv.stop()
+    return 0
+
+
+async def _namesrv(args: argparse.Namespace) -> int:
+    with _ShutdownSignal() as shutdown:
+        namesrv = NameServer(host=args.host, port=args.port, broker_expiry_s=args.broker_expiry)
+        await namesrv.start()
+        try:
+            _ready(f"CometMQ namesrv ready: listening on {args.host}:{namesrv.port}")
+            await shutdown.wait()
+        finally:
+            await namesrv.stop()
+    return 0
+
+
+async def _broker(args: argparse.Namespace) -> int:
+    config = _broker_config(args)
+    if not config.namesrv_addr:
+        config.namesrv_addr = os.environ.get("COMETMQ_NAMESRV", "")
+    if not config.namesrv_addr:
+        raise ConfigError(
+            "no NameServer address: give --namesrv-addr, namesrvAddr in the file, or $COMETMQ_NAMESRV"
+        )
+    with _ShutdownSignal() as shutdown:
+        broker = _new_broker(config)
+        await broker.start()
+        try:
+            _ready(
+                f"CometMQ broker ready: {config.broker_name} at {config.broker_ip1}:{broker.port} "
+                f"(cluster {config.broker_cluster_name}), namesrv {config.namesrv_addr}, "
+                f"data in {config.store_path_root_dir}"
+            )
+            await shutdown.wait()
+        finally:
+            await broker.stop()
+    return 0
+
+
+def run_standalone(args: argparse.Namespace) -> int:
+    _setup_logging(args.log_level)
+    return run_async(_standalone(args), fast_loop=True)
+
+
+def run_namesrv(args: argparse.Namespace) -> int:
+    _setup_logging(args.log_level)
+    return run_async(_namesrv(args), fast_loop=True)
+
+
+def run_broker(args: argparse.Namespace) -> int:
+    _setup_logging(args.log_level)
+    return run_async(_broker(args), fast_loop=True)

@@ -1,0 +1,390 @@
+"""The RocketMQ 4.x message record (wire facts §6.2) and offset message ids (§6.3).
+
+One layout serves three purposes: it is how a message sits in the commit log, how the broker sends it
+in pull/query/view bodies (stored bytes as they are), and what clients decode. All integers are
+big-endian; ``i``/``q`` below are signed 32/64-bit.
+
+    off  width  field
+    0    4      TOTALSIZE         whole record, this field included
+    4    4      MAGICCODE         0xDAA320A7 message, 0xCBD43194 blank filler at a segment's end
+    8    4      BODYCRC           zlib.crc32(body) & 0x7FFFFFFF
+    12   4      QUEUEID
+    16   4      FLAG              producer's user flag
+    20   8      QUEUEOFFSET       consume-queue offset (unit index)
+    28   8      PHYSICALOFFSET    commit-log offset of this record
+    36   4      SYSFLAG           MessageSysFlag; 0x10 / 0x20 = born / store host is IPv6
+    40   8      BORNTIMESTAMP     producer clock, ms
+    48   8|20   BORNHOST          IPv4: 4 address bytes + int32 port (IPv6: 16 + 4)
+    56   8      STORETIMESTAMP    broker clock, ms            (offsets from here assume IPv4 hosts)
+    64   8|20   STOREHOST
+    72   4      RECONSUMETIMES
+    76   8      PREPARED_TX_OFFSET
+    84   4      BODYLENGTH n, then n body bytes
+    88+n 1      TOPICLENGTH t (signed byte, so t <= 127), then t UTF-8 bytes
+    89+n+t 2    PROPERTIESLENGTH p (int16), then p UTF-8 bytes (wire facts §6.4)
+
+    TOTALSIZE = 91 + n + t + p, plus 12 per IPv6 host.
+
+We only *write* IPv4 hosts (C++ 1.2.3 and the JS client ignore the v6 bits), but the decoder honours
+them, and also reads RocketMQ 5.x records (magic 0xDAA320AB, 2-byte topic length).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import mmap
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "BLANK_MAGIC_CODE",
+    "BORNHOST_V6_FLAG",
+    "FIXED_HEAD_SIZE",
+    "MESSAGE_MAGIC_CODE",
+    "MESSAGE_MAGIC_CODE_V2",
+    "MIN_RECORD_SIZE",
+    "STOREHOST_V6_FLAG",
+    "DecodedRecord",
+    "RecordError",
+    "body_crc",
+    "decode_host",
+    "decode_offset_msg_id",
+    "decode_record_at",
+    "decode_records",
+    "encode_host",
+    "encode_record_into",
+    "iter_records",
+    "offset_msg_id",
+    "record_size",
+]
+
+MESSAGE_MAGIC_CODE: Final = 0xDAA320A7  # Java int -626843481
+BLANK_MAGIC_CODE: Final = 0xCBD43194  # Java int -875286124
+MESSAGE_MAGIC_CODE_V2: Final = 0xDAA320AB  # RocketMQ 5.x; decoded, never written
+BORNHOST_V6_FLAG: Final = 0x10
+STOREHOST_V6_FLAG: Final = 0x20
+FIXED_HEAD_SIZE: Final = 84  # everything before BODYLENGTH, with IPv4 hosts
+MIN_RECORD_SIZE: Final = 91  # empty body, topic and properties, IPv4 hosts
+
+# The fixed head plus BODYLENGTH in one struct: a single pack_into/unpack_from per record is the
+# cheapest way to move 15 fields between Python and the buffer (measured: ~3x faster than packing
+# them field by field).
+_HEAD: Final = struct.Struct(">iIiiiqqiq8sq8siqi")
+_HEAD_SIZE: Final = _HEAD.size  # 88
+_SIZE_MAGIC: Final = struct.Struct(">iI")
+_I8: Final = struct.Struct(">b")
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
+
+_CRC_MASK: Final = 0x7FFFFFFF
+
+
+WritableBuffer = bytearray | memoryview | mmap.mmap
+
+
+class RecordError(ValueError):
+    """Bytes that are not a well-formed message record."""
+
+
+def record_size(body_len: int, topic_len: int, props_len: int) -> int:
+    """Stored size of a record with IPv4 hosts; lengths are in encoded bytes."""
+    return 91 + body_len + topic_len + props_len
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    """BODYCRC as RocketMQ computes it: CRC32 masked to a non-negative Java int."""
+    return zlib.crc32(body) & _CRC_MASK
+
+
+def encode_record_into(
+    buf: WritableBuffer,
+    pos: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    commitlog_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: bytes,
+    topic: bytes,
+    properties: bytes,
+) -> int:
+    """Write one record at ``buf[pos:]`` and return its size (TOTALSIZE).
+
+    *topic* and *properties* are already UTF-8 encoded; hosts are 8-byte IPv4 ``addr + int32 port``
+    (``encode_host``), and *sys_flag* must not carry the IPv6 host bits. The caller checks that the
+    record fits (``record_size``) and that topic <= 127 and properties <= 32767 bytes; an ``mmap``
+    works as *buf* (it supports the buffer protocol and slice assignment).
+
+    Positional parameters on purpose: this is the commit log's per-message hot path, and keyword
+    passing of 16 arguments costs measurably more.
+    """
+    n = len(body)
+    t = len(topic)
+    p = len(properties)
+    total = 91 + n + t + p
+    _HEAD.pack_into(
+        buf,
+        pos,
+        total,
+        MESSAGE_MAGIC_CODE,
+        zlib.crc32(body) & _CRC_MASK,
+        queue_id,
+        flag,
+        queue_offset,
+        commitlog_offset,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        store_timestamp,
+        store_host,
+        reconsume_times,
+        prepared_transaction_offset,
+        n,
+    )
+    at = pos + 88 + n
+    buf[pos + 88 : at] = body
+    buf[at] = t
+    at += 1
+    buf[at : at + t] = topic
+    at += t
+    _I16.pack_into(buf, at, p)
+    buf[at + 2 : at + 2 + p] = properties
+    return total
+
+
+@dataclass(slots=True)
+class DecodedRecord:
+    """Every field of one stored message; hosts are raw ``address + int32 port`` bytes."""
+
+    total_size: int
+    magic_code: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commitlog_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_timestamp: int
+    store_host: bytes
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties: str
+
+    @property
+    def offset_msg_id(self) -> str:
+        return offset_msg_id(self.store_host, self.commitlog_offset)
+
+
+def iter_records(data: bytes | bytearray | memoryview, check_crc: bool = False) -> Iterator[DecodedRecord]:
+    """Decode records laid end to end (a pull body, or a commit-log segment).
+
+    Blank filler records are skipped; a zero TOTALSIZE ends the data (the unwritten tail of a
+    segment). Anything else malformed raises ``RecordError``; with *check_crc* a body whose CRC
+    does not match does too.
+    """
+    mv = memoryview(data)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    end = len(mv)
+    pos = 0
+    while pos < end:
+        if end - pos < 8:
+            raise RecordError(f"truncated record header at {pos}")
+        total, magic = _SIZE_MAGIC.unpack_from(mv, pos)
+        if total == 0:
+            return
+        if magic == BLANK_MAGIC_CODE:
+            if total < 8 or total > end - pos:
+                raise RecordError(f"blank record at {pos} claims {total} bytes, {end - pos} available")
+            pos += total
+            continue
+        rec = decode_record_at(mv, pos, end, check_crc)
+        yield rec
+        pos += rec.total_size
+
+
+def decode_records(data: bytes | bytearray | memoryview, check_crc: bool = False) -> list[DecodedRecord]:
+    """``list(iter_records(data, check_crc))``."""
+    return list(iter_records(data, check_crc))
+
+
+def decode_record_at(mv: memoryview, pos: int, end: int, check_crc: bool = False) -> DecodedRecord:
+    """Decode the message record at ``mv[pos:]`` that must end by *end*; ``RecordError`` if it is
+    not a well-formed message record (blank fillers included). *mv* is a byte-format memoryview."""
+    if end - pos < 8:
+        raise RecordError(f"truncated record header at {pos}")
+    total, magic = _SIZE_MAGIC.unpack_from(mv, pos)
+    if total < MIN_RECORD_SIZE or total > end - pos:
+        raise RecordError(f"record at {pos} claims {total} bytes, {end - pos} available")
+    if magic == MESSAGE_MAGIC_CODE:
+        fields = _HEAD.unpack_from(mv, pos)
+        if not fields[7] & 0x30:
+            # Fast path: v1 magic and IPv4 hosts, so the fixed head layout applies as is.
+            limit = pos + total
+            n = fields[14]
+            at = pos + 88 + n
+            if n < 0 or at + 3 > limit:
+                raise RecordError(f"record at {pos}: body length {n} overruns the record")
+            t = mv[at]
+            tp = at + 1 + t
+            if t > 127 or tp + 2 > limit:
+                raise RecordError(f"record at {pos}: bad topic length {t}")
+            (p,) = _I16.unpack_from(mv, tp)
+            if p < 0 or tp + 2 + p != limit:
+                raise RecordError(f"record at {pos}: lengths do not add up to TOTALSIZE {total}")
+            body = bytes(mv[pos + 88 : at])
+            crc = fields[2]
+            if check_crc and zlib.crc32(body) & _CRC_MASK != crc:
+                raise RecordError(f"record at {pos}: body CRC mismatch")
+            try:
+                topic = str(mv[at + 1 : tp], "utf-8")
+                properties = str(mv[tp + 2 : limit], "utf-8")
+            except UnicodeDecodeError as exc:
+                raise RecordError(f"record at {pos}: {exc}") from None
+            return DecodedRecord(
+                total,
+                magic,
+                crc,
+                fields[3],
+                fields[4],
+                fields[5],
+                fields[6],
+                fields[7],
+                fields[8],
+                fields[9],
+                fields[10],
+                fields[11],
+                fields[12],
+                fields[13],
+                body,
+                topic,
+                properties,
+            )
+    elif magic != MESSAGE_MAGIC_CODE_V2:
+        raise RecordError(f"record at {pos}: bad magic code {magic:#010x}")
+    try:
+        return _decode_general(mv, pos, total, magic, check_crc)
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"record at {pos}: {exc}") from None
+
+
+class _Reader:
+    """Bounds-checked sequential reads inside one record (the slow decode path)."""
+
+    __slots__ = ("at", "limit", "mv", "pos")
+
+    def __init__(self, mv: memoryview, pos: int, limit: int) -> None:
+        self.mv = mv
+        self.pos = pos
+        self.at = pos
+        self.limit = limit
+
+    def _take(self, width: int) -> int:
+        start = self.at
+        self.at += width
+        if width < 0 or self.at > self.limit:
+            raise RecordError(f"record at {self.pos}: field overruns TOTALSIZE")
+        return start
+
+    def int_(self, s: struct.Struct) -> int:
+        value: int = s.unpack_from(self.mv, self._take(s.size))[0]
+        return value
+
+    def raw(self, width: int) -> bytes:
+        start = self._take(width)
+        return bytes(self.mv[start : self.at])
+
+
+def _decode_general(mv: memoryview, pos: int, total: int, magic: int, check_crc: bool) -> DecodedRecord:
+    """Field-by-field decode for IPv6 hosts and 5.x records (rare, so clarity over speed)."""
+    r = _Reader(mv, pos, pos + total)
+    r.raw(8)  # TOTALSIZE and MAGICCODE, already read
+    crc = r.int_(_I32)
+    queue_id = r.int_(_I32)
+    flag = r.int_(_I32)
+    queue_offset = r.int_(_I64)
+    commitlog_offset = r.int_(_I64)
+    sys_flag = r.int_(_I32)
+    born_ts = r.int_(_I64)
+    born_host = r.raw(20 if sys_flag & BORNHOST_V6_FLAG else 8)
+    store_ts = r.int_(_I64)
+    store_host = r.raw(20 if sys_flag & STOREHOST_V6_FLAG else 8)
+    reconsume = r.int_(_I32)
+    prepared = r.int_(_I64)
+    body = r.raw(r.int_(_I32))
+    # 5.x widened TOPICLENGTH to two bytes under its own magic code.
+    topic = r.raw(r.int_(_I16 if magic == MESSAGE_MAGIC_CODE_V2 else _I8)).decode()
+    properties = r.raw(r.int_(_I16)).decode()
+    if r.at != r.limit:
+        raise RecordError(f"record at {pos}: lengths do not add up to TOTALSIZE {total}")
+    if check_crc and zlib.crc32(body) & _CRC_MASK != crc:
+        raise RecordError(f"record at {pos}: body CRC mismatch")
+    return DecodedRecord(
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        commitlog_offset,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        body,
+        topic,
+        properties,
+    )
+
+
+def offset_msg_id(store_host: bytes, commitlog_offset: int) -> str:
+    """The offset message id: upper-case hex of store address + int32 port + int64 offset.
+
+    32 characters for an 8-byte IPv4 *store_host*, 56 for a 20-byte IPv6 one.
+    """
+    return store_host.hex().upper() + format(commitlog_offset & 0xFFFF_FFFF_FFFF_FFFF, "016X")
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[bytes, int, int]:
+    """``(address bytes, port, commit-log offset)`` of an offset message id; ``ValueError`` if it is
+    not one (wrong length or not hex)."""
+    if len(msg_id) == 32:
+        addr_len = 4
+    elif len(msg_id) == 56:
+        addr_len = 16
+    else:
+        raise ValueError(f"not an offset message id (length {len(msg_id)}): {msg_id!r}")
+    raw = bytes.fromhex(msg_id)
+    (port,) = _I32.unpack_from(raw, addr_len)
+    (offset,) = _I64.unpack_from(raw, addr_len + 4)
+    return raw[:addr_len], port, offset
+
+
+def encode_host(ip: str, port: int) -> bytes:
+    """Pack ``ip:port`` as a record host field: 4 (or 16 for IPv6) address bytes + int32 port."""
+    return ipaddress.ip_address(ip).packed + _I32.pack(port)
+
+
+def decode_host(raw: bytes) -> tuple[str, int]:
+    """Inverse of ``encode_host``."""
+    if len(raw) not in (8, 20):
+        raise ValueError(f"a host field is 8 or 20 bytes, not {len(raw)}")
+    (port,) = _I32.unpack_from(raw, len(raw) - 4)
+    return str(ipaddress.ip_address(raw[:-4])), port

@@ -1,0 +1,210 @@
+"""The commit log: segment files and the write position (format: ``store.format``)."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import struct
+from pathlib import Path
+from typing import Final
+
+from cometmq.common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE
+
+from ._mappedfile import MappedFile
+from .format import BLANK_MIN_SIZE, file_name, parse_file_name
+
+__all__ = ["CommitLog"]
+
+log = logging.getLogger("cometmq.store")
+
+_SIZE_MAGIC: Final = struct.Struct(">iI")
+_Q: Final = struct.Struct(">q")
+_I: Final = struct.Struct(">i")
+_PHYSICAL_OFFSET_AT: Final = 28
+_SYSFLAG_AT: Final = 36
+_BORNHOST_V6_FLAG: Final = 0x10
+
+
+class CommitLog:
+    """Segments in offset order plus the writer's position.
+
+    Only the event-loop thread writes (``cur``, ``wrote_pos``, ``max_offset``, appending to
+    ``segments``). The flush thread reads ``max_offset`` and ``segments`` and owns
+    ``flushed_offset``; ``max_offset`` is published only after a record and its consume-queue unit
+    are fully written, so whatever is below it is complete.
+    """
+
+    __slots__ = (
+        "cur",
+        "damaged",
+        "dir",
+        "flushed_offset",
+        "max_offset",
+        "segment_size",
+        "segments",
+        "starts",
+        "wrote_pos",
+    )
+
+    def __init__(self, directory: Path, segment_size: int) -> None:
+        self.dir = directory
+        self.segment_size = segment_size
+        self.segments: list[MappedFile] = []
+        self.starts: list[int] = []  # segment start offsets, for bisect
+        self.cur: MappedFile | None = None
+        self.wrote_pos = 0  # write position inside ``cur``
+        self.max_offset = 0
+        self.flushed_offset = 0
+        self.damaged = False  # load found files that force a full recovery
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map every segment file. Empty leftovers (a crash between create and ftruncate) are
+        removed; after a hole in the chain only the segments before it are used."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        found: list[tuple[int, Path]] = []
+        for path in self.dir.iterdir():
+            start = parse_file_name(path.name)
+            if start is None or not path.is_file():
+                log.warning("ignoring unexpected file %s in the commit log directory", path)
+                continue
+            if path.stat().st_size == 0:
+                log.warning("removing empty commit-log segment %s", path)
+                path.unlink()
+                continue
+            found.append((start, path))
+        found.sort()
+        for i, (start, path) in enumerate(found):
+            if self.segments and self.segments[-1].end != start:
+                # Nothing can be read across a hole. Keep the prefix (recovery then ends the log
+                # at the hole) and move the rest aside rather than destroy it.
+                log.error(
+                    "commit log has a hole before %s (previous segment ends at %d); "
+                    "moving it and %d later segment(s) aside as *.orphan",
+                    path.name,
+                    self.segments[-1].end,
+                    len(found) - i - 1,
+                )
+                for _, orphan in found[i:]:
+                    orphan.rename(orphan.with_name(orphan.name + ".orphan"))
+                self.damaged = True
+                break
+            if i == len(found) - 1 and path.stat().st_size < self.segment_size:
+                # The segment being written was cut short (a partial copy, a torn create): give it
+                # back its full size; only the last one can grow without moving later offsets.
+                log.warning("extending short commit-log segment %s to %d bytes", path, self.segment_size)
+                with path.open("r+b") as f:
+                    f.truncate(self.segment_size)
+                self.damaged = True
+            self.segments.append(MappedFile.open(path, start))
+        self.starts = [s.start for s in self.segments]
+
+    def set_end(self, end: int) -> None:
+        """Position the writer at *end*: zero everything after it in its segment and delete later
+        segments. Used after recovery; logs what is dropped."""
+        if not self.segments:
+            self.max_offset = self.flushed_offset = end
+            return
+        idx = bisect.bisect_right(self.starts, end) - 1
+        if idx < 0:
+            raise ValueError(f"end {end} precedes the first segment {self.starts[0]}")
+        for seg in self.segments[idx + 1 :]:
+            log.warning("recovery: deleting commit-log segment %s beyond the end %d", seg.path.name, end)
+            seg.close()
+            seg.unlink()
+        del self.segments[idx + 1 :]
+        del self.starts[idx + 1 :]
+        seg = self.segments[idx]
+        rel = end - seg.start
+        if rel < seg.size:
+            # Unconditionally: after a power loss a lost page can be followed by surviving pages
+            # holding stale records that a later recovery must not mistake for data.
+            seg.zero_from(rel)
+        self.cur = seg
+        self.wrote_pos = rel
+        self.max_offset = end
+        self.flushed_offset = end
+
+    def ensure_segment(self) -> None:
+        """A fresh log gets its first segment at offset 0 (so ``cur`` is never None while running)."""
+        if self.cur is None:
+            self._new_segment(self.max_offset)
+
+    # -- writing (event-loop thread) -----------------------------------------------------------
+
+    def roll(self) -> MappedFile:
+        """Fill the rest of the current segment with a blank record and start the next one."""
+        cur = self.cur
+        assert cur is not None
+        pos = self.wrote_pos
+        # Create the next segment first: if that fails (disk full) nothing has changed.
+        nxt = self._new_segment(cur.end)
+        remaining = cur.size - pos
+        if remaining >= BLANK_MIN_SIZE:
+            _SIZE_MAGIC.pack_into(cur.mm, pos, remaining, BLANK_MAGIC_CODE)
+        return nxt
+
+    def _new_segment(self, start: int) -> MappedFile:
+        path = self.dir / file_name(start)
+        seg = MappedFile.create(path, start, self.segment_size)
+        self.segments.append(seg)
+        self.starts.append(start)
+        self.cur = seg
+        self.wrote_pos = 0
+        return seg
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments[0].start if self.segments else 0
+
+    def segment_for(self, offset: int) -> MappedFile | None:
+        cur = self.cur
+        if cur is not None and cur.start <= offset < cur.end:
+            return cur
+        idx = bisect.bisect_right(self.starts, offset) - 1
+        if idx < 0:
+            return None
+        seg = self.segments[idx]
+        return seg if offset < seg.end else None
+
+    def record_at(self, offset: int) -> memoryview | None:
+        """The whole record starting at *offset*, or None if no valid record starts there."""
+        if offset < 0 or offset + MIN_RECORD_SIZE > self.max_offset:
+            return None
+        seg = self.segment_for(offset)
+        if seg is None:
+            return None
+        rel = offset - seg.start
+        if rel + MIN_RECORD_SIZE > seg.size:
+            return None
+        total, magic = _SIZE_MAGIC.unpack_from(seg.mm, rel)
+        if (
+            magic != MESSAGE_MAGIC_CODE
+            or total < MIN_RECORD_SIZE
+            or rel + total > seg.size
+            or offset + total > self.max_offset
+            # A record carries its own offset: this tells a record start from bytes inside a body.
+            or _Q.unpack_from(seg.mm, rel + _PHYSICAL_OFFSET_AT)[0] != offset
+        ):
+            return None
+        return seg.view[rel : rel + total]
+
+    def store_timestamp_at(self, offset: int) -> int:
+        """STORETIMESTAMP of the record at *offset* (-1 if its segment is gone)."""
+        seg = self.segment_for(offset)
+        if seg is None:
+            return -1
+        rel = offset - seg.start
+        (sys_flag,) = _I.unpack_from(seg.mm, rel + _SYSFLAG_AT)
+        at = rel + (68 if sys_flag & _BORNHOST_V6_FLAG else 56)
+        return int(_Q.unpack_from(seg.mm, at)[0])
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+        self.segments.clear()
+        self.starts.clear()
+        self.cur = None

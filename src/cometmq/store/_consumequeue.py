@@ -1,0 +1,364 @@
+"""Consume queues: per (topic, queue id) arrays of 20-byte units (format: ``store.format``)."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import shutil
+from pathlib import Path
+from typing import Final
+
+from ._mappedfile import MappedFile
+from .format import CQ_UNIT, CQ_UNIT_SIZE, file_name, parse_file_name
+
+__all__ = ["ConsumeQueue", "QueueTable", "TopicQueues", "encode_topic"]
+
+log = logging.getLogger("cometmq.store")
+
+SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+_MAX_TOPIC_BYTES: Final = 127  # TOPICLENGTH is one signed byte in the record
+
+
+def encode_topic(name: str) -> bytes | None:
+    """UTF-8 bytes of a topic name the store can hold, or None. The broker enforces RocketMQ's
+    naming rules; this only guards the record format and the directory tree."""
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    if not 0 < len(encoded) <= _MAX_TOPIC_BYTES or name in (".", "..") or "/" in name or "\x00" in name:
+        return None
+    return encoded
+
+
+class ConsumeQueue:
+    """Units of one queue, spread over equally sized files.
+
+    ``max_offset`` is the next unit to write. Offsets below ``min_offset`` are no longer readable.
+    The event-loop thread appends; the flush thread calls ``sync`` only.
+    """
+
+    __slots__ = (
+        "_cur_idx",
+        "_first",
+        "_limit",
+        "_mm",
+        "capacity",
+        "damaged",
+        "dir",
+        "file_size",
+        "files",
+        "max_offset",
+        "min_offset",
+        "queue_id",
+        "starts",
+        "synced_offset",
+        "topic",
+        "units_per_file",
+    )
+
+    def __init__(self, topic: str, queue_id: int, directory: Path, file_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.dir = directory
+        self.file_size = file_size
+        self.units_per_file = file_size // CQ_UNIT_SIZE
+        self.files: list[MappedFile] = []
+        self.starts: list[int] = []  # first unit index of each file, for bisect
+        self.min_offset = 0
+        self.max_offset = 0
+        self.synced_offset = 0  # units below this are on disk (flush thread)
+        self.capacity = 0  # unit index just past the last file: units below it have a file
+        self.damaged = False  # load lost files: recovery must rebuild
+        # Append cursor: the file units ``[_first, _limit)`` of which the next unit goes to.
+        self._cur_idx = -1
+        self._mm: MappedFile | None = None
+        self._first = 0
+        self._limit = 0
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map the queue's files and find its end: one past the last unit with a non-zero size.
+
+        Units are written in order into zero-filled files, so the end is where the non-zero bytes
+        end; holes (possible only after a power loss) are repaired by recovery.
+        """
+        found: list[tuple[int, Path]] = []
+        for path in self.dir.iterdir():
+            start = parse_file_name(path.name)
+            if start is None or start % CQ_UNIT_SIZE or not path.is_file():
+                log.warning("ignoring unexpected file %s in a consume-queue directory", path)
+                continue
+            size = path.stat().st_size
+            if size < CQ_UNIT_SIZE or size % CQ_UNIT_SIZE:
+                log.warning("removing consume-queue file %s of impossible size %d", path, size)
+                path.unlink()
+                self.damaged = True
+                continue
+            found.append((start, path))
+        found.sort()
+        for i, (start, path) in enumerate(found):
+            if self.files and self.files[-1].end != start:
+                # Units are rebuilt from the commit log by recovery; drop what follows the hole.
+                log.error(
+                    "consume queue %s has a hole before %s; dropping the files from there", self.dir, path
+                )
+                for _, lost in found[i:]:
+                    lost.unlink()
+                self.damaged = True
+                break
+            self.files.append(MappedFile.open(path, start))
+        self.starts = [f.start // CQ_UNIT_SIZE for f in self.files]
+        if not self.files:
+            return
+        # Keep an existing queue's file size even if the config changed: equal-sized files keep
+        # file boundaries predictable (``next_file_start``).
+        self.file_size = self.files[-1].size
+        self.units_per_file = self.file_size // CQ_UNIT_SIZE
+        self.min_offset = self.starts[0]
+        self.max_offset = self.starts[0]
+        for mf in reversed(self.files):
+            used = len(mf.mm[:].rstrip(b"\0"))
+            if used:
+                self.max_offset = mf.start // CQ_UNIT_SIZE + (used - 1) // CQ_UNIT_SIZE + 1
+                break
+        # Files that start beyond the end hold nothing.
+        while len(self.files) > 1 and self.starts[-1] > self.max_offset:
+            self._drop_last_file()
+        self._set_cursor(len(self.files) - 1)
+        self.capacity = self.files[-1].end // CQ_UNIT_SIZE
+        self.synced_offset = self.max_offset
+
+    def adjust_min(self, commitlog_min: int) -> None:
+        """Move ``min_offset`` to the first unit that is written and still backed by the commit log.
+
+        Zero units can lead a file when the queue was restarted mid-file (``reset``); units below
+        *commitlog_min* point at deleted segments. Both form a prefix, so bisect.
+        """
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            mf = self._file_for(mid)
+            if mf is not None:
+                off, size, _ = CQ_UNIT.unpack_from(mf.mm, mid * CQ_UNIT_SIZE - mf.start)
+                if size > 0 and off >= commitlog_min:
+                    hi = mid
+                    continue
+            lo = mid + 1
+        self.min_offset = lo
+
+    # -- writing (event-loop thread) -----------------------------------------------------------
+
+    def append(self, commitlog_offset: int, size: int, tags_code: int) -> None:
+        i = self.max_offset
+        if i >= self._limit:
+            self._advance()
+        assert self._mm is not None
+        CQ_UNIT.pack_into(self._mm.mm, (i - self._first) * CQ_UNIT_SIZE, commitlog_offset, size, tags_code)
+        self.max_offset = i + 1
+
+    def prepare(self, count: int) -> None:
+        """Create the files the next *count* units need, so that ``append`` cannot fail on I/O after
+        the commit-log record is written."""
+        while self.capacity < self.max_offset + count:
+            self._create_file()
+
+    def _create_file(self) -> None:
+        if self.files:
+            start_unit = self.files[-1].end // CQ_UNIT_SIZE
+        else:
+            start_unit = self.max_offset - self.max_offset % self.units_per_file
+        self.dir.mkdir(parents=True, exist_ok=True)
+        start = start_unit * CQ_UNIT_SIZE
+        mf = MappedFile.create(self.dir / file_name(start), start, self.file_size)
+        self.files.append(mf)
+        self.starts.append(start_unit)
+        self.capacity = mf.end // CQ_UNIT_SIZE
+
+    def _advance(self) -> None:
+        if self._cur_idx + 1 >= len(self.files):
+            self._create_file()
+        self._set_cursor(self._cur_idx + 1)
+
+    def _set_cursor(self, idx: int) -> None:
+        self._cur_idx = idx
+        if idx < 0:
+            self._mm = None
+            self._first = self._limit = 0
+            return
+        mf = self.files[idx]
+        self._mm = mf
+        self._first = mf.start // CQ_UNIT_SIZE
+        self._limit = mf.end // CQ_UNIT_SIZE
+
+    def truncate(self, new_max: int) -> None:
+        """Drop units ``[new_max, max_offset)`` (recovery only: the flush thread is not running)."""
+        if new_max >= self.max_offset:
+            return
+        idx = bisect.bisect_right(self.starts, new_max) - 1
+        if idx < 0:
+            self.reset(new_max)
+            return
+        while len(self.files) > idx + 1:
+            self._drop_last_file()
+        mf = self.files[idx]
+        first = mf.start // CQ_UNIT_SIZE
+        end_unit = min(self.max_offset, mf.end // CQ_UNIT_SIZE)
+        a = (new_max - first) * CQ_UNIT_SIZE
+        b = (end_unit - first) * CQ_UNIT_SIZE
+        mf.mm[a:b] = bytes(b - a)
+        self.max_offset = new_max
+        self.min_offset = min(self.min_offset, new_max)
+        self.synced_offset = min(self.synced_offset, new_max)
+        self._set_cursor(idx)
+
+    def reset(self, start: int) -> None:
+        """Delete every file; the queue continues empty at unit *start* (recovery only)."""
+        while self.files:
+            self._drop_last_file()
+        self.min_offset = self.max_offset = self.synced_offset = start
+        self._set_cursor(-1)
+
+    def _drop_last_file(self) -> None:
+        mf = self.files.pop()
+        self.starts.pop()
+        mf.close()
+        mf.unlink()
+        self.capacity = self.files[-1].end // CQ_UNIT_SIZE if self.files else 0
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _file_for(self, index: int) -> MappedFile | None:
+        if self._first <= index < self._limit:
+            return self._mm
+        idx = bisect.bisect_right(self.starts, index) - 1
+        if idx < 0:
+            return None
+        mf = self.files[idx]
+        return mf if index < mf.end // CQ_UNIT_SIZE else None
+
+    def unit(self, index: int) -> tuple[int, int, int] | None:
+        """``(commit-log offset, size, tags code)`` of unit *index*, None outside [min, max)."""
+        if not self.min_offset <= index < self.max_offset:
+            return None
+        mf = self._file_for(index)
+        if mf is None:
+            return None
+        off, size, tags = CQ_UNIT.unpack_from(mf.mm, index * CQ_UNIT_SIZE - mf.start)
+        return int(off), int(size), int(tags)
+
+    def read_units(self, index: int, limit: int) -> bytes | None:
+        """Up to *limit* units from *index* on, all from the one file holding *index* (the pull path
+        scans one file per request, as RocketMQ does). None if that file is missing."""
+        mf = self._file_for(index)
+        if mf is None:
+            return None
+        count = min(limit, self.max_offset - index, mf.end // CQ_UNIT_SIZE - index)
+        a = index * CQ_UNIT_SIZE - mf.start
+        return mf.mm[a : a + count * CQ_UNIT_SIZE]
+
+    def next_file_start(self, index: int) -> int:
+        return index + self.units_per_file - index % self.units_per_file
+
+    # -- flushing (flush thread) ---------------------------------------------------------------
+
+    def sync(self) -> None:
+        target = self.max_offset
+        done = self.synced_offset
+        if target <= done:
+            return
+        # reversed() over the live list is safe while the writer appends: it indexes from the
+        # length it saw at the start.
+        for mf in reversed(self.files):
+            if mf.end // CQ_UNIT_SIZE <= done:
+                break
+            if mf.start // CQ_UNIT_SIZE < target:
+                mf.sync()
+        self.synced_offset = target
+
+    def sync_all(self) -> None:
+        for mf in self.files:
+            mf.sync()
+        self.synced_offset = self.max_offset
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()
+        self._set_cursor(-1)
+
+
+class TopicQueues:
+    """Per-topic state kept hot for the put path: the encoded name and the queues."""
+
+    __slots__ = ("dir", "encoded", "is_schedule", "name", "queues")
+
+    def __init__(self, name: str, encoded: bytes, directory: Path) -> None:
+        self.name = name
+        self.encoded = encoded
+        self.dir = directory
+        self.is_schedule = name == SCHEDULE_TOPIC
+        self.queues: dict[int, ConsumeQueue] = {}
+
+
+class QueueTable:
+    """All consume queues under ``<root>/consumequeue``."""
+
+    __slots__ = ("dir", "file_size", "topics")
+
+    def __init__(self, directory: Path, file_size: int) -> None:
+        self.dir = directory
+        self.file_size = file_size
+        self.topics: dict[str, TopicQueues] = {}
+
+    def load(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for tdir in sorted(self.dir.iterdir()):
+            encoded = encode_topic(tdir.name)
+            if encoded is None or not tdir.is_dir():
+                log.warning("ignoring unexpected entry %s in the consume-queue directory", tdir)
+                continue
+            topic = TopicQueues(tdir.name, encoded, tdir)
+            for qdir in sorted(tdir.iterdir()):
+                if not qdir.is_dir() or not qdir.name.isdigit() or not qdir.name.isascii():
+                    log.warning("ignoring unexpected entry %s in the consume-queue directory", qdir)
+                    continue
+                cq = ConsumeQueue(topic.name, int(qdir.name), qdir, self.file_size)
+                cq.load()
+                topic.queues[cq.queue_id] = cq
+            self.topics[topic.name] = topic
+
+    def topic(self, name: str) -> TopicQueues | None:
+        """The topic's state, created (without touching the disk) if the name is storable."""
+        topic = self.topics.get(name)
+        if topic is None:
+            encoded = encode_topic(name)
+            if encoded is None:
+                return None
+            topic = self.topics[name] = TopicQueues(name, encoded, self.dir / name)
+        return topic
+
+    def queue(self, topic: TopicQueues, queue_id: int) -> ConsumeQueue:
+        cq = topic.queues.get(queue_id)
+        if cq is None:
+            cq = ConsumeQueue(topic.name, queue_id, topic.dir / str(queue_id), self.file_size)
+            topic.queues[queue_id] = cq
+        return cq
+
+    def all_queues(self) -> list[ConsumeQueue]:
+        # list() over dict views is done in C without running Python code, so it is atomic with
+        # respect to the writer thread mutating the dicts.
+        return [cq for topic in list(self.topics.values()) for cq in list(topic.queues.values())]
+
+    def remove_topic(self, name: str) -> list[ConsumeQueue]:
+        """Forget a topic and delete its directory; the caller closes the returned queues' files."""
+        topic = self.topics.pop(name, None)
+        if topic is None:
+            return []
+        shutil.rmtree(topic.dir, ignore_errors=True)
+        return list(topic.queues.values())
+
+    def close(self) -> None:
+        for cq in self.all_queues():
+            cq.close()
+        self.topics.clear()

@@ -1,0 +1,100 @@
+"""A fixed-size file mapped read-write: the unit both the commit log and consume queues are made of."""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from pathlib import Path
+
+__all__ = ["MappedFile", "fsync_dir"]
+
+log = logging.getLogger("cometmq.store")
+
+
+class MappedFile:
+    """One segment file: ``size`` bytes covering offsets ``[start, start + size)`` of its stream.
+
+    The writer thread writes through ``mm``; readers slice ``view``. The flush thread only calls
+    ``sync``, which needs nothing but the descriptor.
+    """
+
+    __slots__ = ("end", "fd", "mm", "needs_dir_sync", "path", "size", "start", "view")
+
+    def __init__(self, path: Path, start: int, size: int, fd: int) -> None:
+        self.path = path
+        self.start = start
+        self.size = size
+        self.end = start + size
+        self.fd = fd
+        self.mm = mmap.mmap(fd, size)
+        self.view = memoryview(self.mm)
+        self.needs_dir_sync = False
+
+    @classmethod
+    def create(cls, path: Path, start: int, size: int) -> MappedFile:
+        """Create the file (emptying any leftover: new files only ever go beyond the end) and size it;
+        sparse, so this is instant."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, size)
+            mf = cls(path, start, size, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        # The new directory entry must be durable before data in the file is reported durable;
+        # ``sync`` (on the flush thread) does that, so the writer never blocks on a directory fsync.
+        mf.needs_dir_sync = True
+        return mf
+
+    @classmethod
+    def open(cls, path: Path, start: int) -> MappedFile:
+        """Map an existing file at its current size (a changed config only applies to new files)."""
+        fd = os.open(path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            return cls(path, start, size, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def sync(self) -> None:
+        # fdatasync rather than mmap.flush: it writes back the mapping's dirty pages just the same on
+        # Linux, and CPython releases the GIL around it, so the event loop keeps running meanwhile.
+        os.fdatasync(self.fd)
+        if self.needs_dir_sync:
+            fsync_dir(self.path.parent)
+            self.needs_dir_sync = False
+
+    def zero_from(self, pos: int) -> None:
+        """Make bytes ``[pos, size)`` zero without touching every page: shrink the file, then grow it
+        back (the kernel drops the pages; the mapping stays valid and reads zeros there)."""
+        os.ftruncate(self.fd, pos)
+        os.ftruncate(self.fd, self.size)
+
+    def close(self) -> None:
+        """Unmap and close. If readers still hold slices of ``view`` the mapping cannot be closed now;
+        it is then left to the garbage collector, which unmaps it when the last slice dies."""
+        self.view.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            log.debug("%s still has readers; unmapping it later", self.path)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def unlink(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path.name}, start={self.start}, size={self.size})"
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (files created, renamed, removed) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,123 @@
+"""Value objects of the store's API: configuration, what goes in, what comes out."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "FlushDiskType",
+    "GetResult",
+    "GetStatus",
+    "MessageToStore",
+    "PutResult",
+    "PutStatus",
+    "StoreConfig",
+]
+
+
+class FlushDiskType(enum.Enum):
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+@dataclass(slots=True)
+class StoreConfig:
+    """Store settings; names follow RocketMQ's MessageStoreConfig keys."""
+
+    root_dir: Path
+    mapped_file_size_commitlog: int = 1 << 30
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    flush_interval_commitlog_ms: int = 500
+    flush_commitlog_least_pages: int = 4
+    sync_flush_timeout_ms: int = 5000
+    max_message_size: int = 4 * 1024 * 1024
+    # RocketMQ's messageDelayLevel: the store needs it because a SCHEDULE_TOPIC_XXXX unit's tags code
+    # is the delivery time, computed from the store timestamp (on put and again on recovery).
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+
+
+@dataclass(slots=True)
+class MessageToStore:
+    """What the broker hands the store. Hosts are 8 bytes: IPv4 address + int32 port
+    (``cometmq.common.record.encode_host``); *properties* is the encoded properties string.
+
+    *tags_code* must be ``java_string_hash(TAGS)`` (0 without a tag): crash recovery recomputes it
+    that way from the stored properties. In SCHEDULE_TOPIC_XXXX the store ignores it and uses the
+    delivery time (store time + delay of the DELAY level).
+    """
+
+    topic: str
+    queue_id: int
+    flag: int
+    body: bytes
+    properties: str
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_host: bytes
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    tags_code: int = 0
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = 0
+    FLUSH_DISK_TIMEOUT = 1
+    MESSAGE_ILLEGAL = 2
+    PROPERTIES_SIZE_EXCEEDED = 3
+    SERVICE_NOT_AVAILABLE = 4
+    UNKNOWN_ERROR = 5
+
+
+@dataclass(slots=True)
+class PutResult:
+    """Outcome of put/put_batch; offsets are those of the first record (-1 when nothing was stored)."""
+
+    status: PutStatus
+    commitlog_offset: int
+    queue_offset: int
+    count: int
+    store_timestamp: int
+    msg_ids: list[str]
+    wrote_bytes: int
+
+    @property
+    def commitlog_end_offset(self) -> int:
+        """End of the last stored record: what ``wait_flushed`` needs."""
+        return self.commitlog_offset + self.wrote_bytes
+
+
+class GetStatus(enum.Enum):
+    FOUND = 0
+    NO_MATCHED_MESSAGE = 1
+    MESSAGE_WAS_REMOVING = 2
+    OFFSET_FOUND_NULL = 3
+    OFFSET_OVERFLOW_BADLY = 4
+    OFFSET_OVERFLOW_ONE = 5
+    OFFSET_TOO_SMALL = 6
+    NO_MATCHED_LOGIC_QUEUE = 7
+    NO_MESSAGE_IN_QUEUE = 8
+
+
+@dataclass(slots=True)
+class GetResult:
+    """Outcome of get_messages.
+
+    *buffers* are zero-copy slices of the mapped commit log, one stored record each; write them out
+    as they are (a pull body is the records concatenated) and drop them soon: while any is alive the
+    segment cannot be unmapped.
+    """
+
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[memoryview] = field(default_factory=list)
+    message_count: int = 0
+    buffer_total_size: int = 0

@@ -1,0 +1,562 @@
+"""MessageStore: the API the broker calls (put, get, offsets, lifecycle)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from cometmq.common.properties import decode_properties
+from cometmq.common.record import DecodedRecord, encode_record_into
+from cometmq.common.taghash import java_string_hash
+
+from ._commitlog import CommitLog
+from ._consumequeue import SCHEDULE_TOPIC, ConsumeQueue, QueueTable
+from ._flush import CheckpointFile, FlushService
+from ._mappedfile import fsync_dir
+from ._model import (
+    FlushDiskType,
+    GetResult,
+    GetStatus,
+    MessageToStore,
+    PutResult,
+    PutStatus,
+    StoreConfig,
+)
+from ._recovery import is_dispatched, recover
+from .format import CQ_UNIT, CQ_UNIT_SIZE, Checkpoint
+
+__all__ = ["ArrivalListener", "MessageStore"]
+
+log = logging.getLogger("cometmq.store")
+
+ArrivalListener = Callable[[str, int, int, int], None]
+
+_MAX_PROPERTIES_BYTES: Final = 32767  # PROPERTIESLENGTH is an int16
+_HOST_V6_FLAGS: Final = 0x30
+_PAGE: Final = 4096
+# RocketMQ's pull scans at most max(16000 bytes of units, maxMsgNums units) of one consume-queue file.
+_MAX_SCAN_UNITS: Final = 16000 // CQ_UNIT_SIZE
+_iter_units: Final = CQ_UNIT.iter_unpack
+_time_ns: Final = time.time_ns
+
+
+def _failure(status: PutStatus) -> PutResult:
+    return PutResult(status, -1, -1, 0, 0, [], 0)
+
+
+def parse_delay_levels(spec: str) -> list[int]:
+    """``"1s 5s 1m 2h"`` → delays in ms (RocketMQ's messageDelayLevel syntax: s, m, h, d)."""
+    units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    delays = []
+    for token in spec.split():
+        unit = units.get(token[-1:])
+        if unit is None or not token[:-1].isdigit():
+            raise ValueError(f"bad delay level {token!r} in {spec!r}")
+        delays.append(int(token[:-1]) * unit)
+    return delays
+
+
+class MessageStore:
+    """Commit log + consume queues + flushing + recovery, under one root directory.
+
+    Single writer: ``put``/``put_batch``/``get_messages`` and the rest are called from one thread
+    (the broker's event loop) and take no locks. Only fsyncs run elsewhere (the flush thread).
+    """
+
+    def __init__(self, config: StoreConfig) -> None:
+        if (
+            config.mapped_file_size_consume_queue < CQ_UNIT_SIZE
+            or config.mapped_file_size_consume_queue % CQ_UNIT_SIZE
+        ):
+            raise ValueError("mapped_file_size_consume_queue must be a positive multiple of 20")
+        if config.mapped_file_size_commitlog < _PAGE:
+            raise ValueError("mapped_file_size_commitlog must be at least 4096")
+        self._config = config
+        self._root = Path(config.root_dir)
+        self._delays = parse_delay_levels(config.message_delay_level)
+        self._commitlog = CommitLog(self._root / "commitlog", config.mapped_file_size_commitlog)
+        self._queues = QueueTable(self._root / "consumequeue", config.mapped_file_size_consume_queue)
+        self._topics = self._queues.topics  # the put path's first lookup, one attribute away
+        self._max_body = config.max_message_size
+        self._checkpoint = CheckpointFile(self._root / "checkpoint")
+        self._flusher: FlushService | None = None
+        self._running = False
+        self._listeners: list[ArrivalListener] = []
+        self._last_store_ts = 0
+        self._host_hex: dict[bytes, str] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load and recover the files, mark the store as running (``abort``), start flushing."""
+        if self._running:
+            return
+        cfg = self._config
+        self._root.mkdir(parents=True, exist_ok=True)
+        # Fresh objects, so a store can be started again after shutdown.
+        self._commitlog = cl = CommitLog(self._root / "commitlog", cfg.mapped_file_size_commitlog)
+        self._queues = QueueTable(self._root / "consumequeue", cfg.mapped_file_size_consume_queue)
+        self._topics = self._queues.topics
+        self._checkpoint = CheckpointFile(self._root / "checkpoint")
+        abort = self._root / "abort"
+        try:
+            crashed = abort.exists()
+            checkpoint = self._checkpoint.read()
+            cl.load()
+            self._queues.load()
+            recover(cl, self._queues, checkpoint, crashed, self._recovered_tags_code)
+            cl.ensure_segment()
+            self._checkpoint.write(
+                Checkpoint(cl.flushed_offset, cl.max_offset, False, _time_ns() // 1_000_000)
+            )
+            fd = os.open(abort, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(self._root)
+        except BaseException:
+            self._close_files()
+            raise
+        self._flusher = FlushService(
+            cl,
+            self._queues,
+            self._checkpoint,
+            sync_mode=cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH,
+            interval_s=cfg.flush_interval_commitlog_ms / 1000,
+            least_bytes=cfg.flush_commitlog_least_pages * _PAGE,
+            timeout_s=cfg.sync_flush_timeout_ms / 1000,
+        )
+        self._flusher.start()
+        self._running = True
+
+    def shutdown(self) -> None:
+        """Flush everything, write a clean checkpoint, remove ``abort``, close files. Idempotent."""
+        if not self._running:
+            return
+        self._running = False
+        flusher = self._flusher
+        self._flusher = None
+        try:
+            if flusher is not None:
+                flusher.stop()
+            # Only once everything is on disk: a missing abort file vouches for the checkpoint.
+            (self._root / "abort").unlink(missing_ok=True)
+            fsync_dir(self._root)
+        except OSError:
+            log.exception("store shutdown could not flush; the next start will recover")
+        finally:
+            self._close_files()
+
+    def _close_files(self) -> None:
+        self._queues.close()
+        self._commitlog.close()
+        self._checkpoint.close()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def put(self, msg: MessageToStore) -> PutResult:
+        """Append one message and index it. Hot path: every line here is paid per message."""
+        if not self._running:
+            return _failure(PutStatus.SERVICE_NOT_AVAILABLE)
+        body = msg.body
+        topic = self._topics.get(msg.topic)
+        if topic is None:
+            topic = self._queues.topic(msg.topic)
+            if topic is None:
+                return _failure(PutStatus.MESSAGE_ILLEGAL)
+        try:
+            props = msg.properties.encode()
+        except UnicodeEncodeError:  # lone surrogates: not representable in the record
+            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        sys_flag = msg.sys_flag
+        queue_id = msg.queue_id
+        if (
+            len(body) > self._max_body
+            or sys_flag & _HOST_V6_FLAGS  # we only write IPv4 hosts (wire facts §6.2)
+            or len(msg.born_host) != 8
+            or len(msg.store_host) != 8
+            or queue_id < 0
+        ):
+            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        if len(props) > _MAX_PROPERTIES_BYTES:
+            return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
+        size = 91 + len(body) + len(topic.encoded) + len(props)
+        cl = self._commitlog
+        seg = cl.cur
+        assert seg is not None
+        pos = cl.wrote_pos
+        cq: ConsumeQueue | None = None
+        tx = sys_flag & 0xC
+        if tx != 0x4 and tx != 0xC:  # prepared/rollback transaction records get no unit (RocketMQ)
+            cq = topic.queues.get(queue_id)
+            if cq is None:
+                cq = self._queues.queue(topic, queue_id)
+        try:
+            # All file creation happens before the first byte is written, so a failure (disk
+            # full) leaves nothing half done.
+            if cq is not None and cq.max_offset >= cq.capacity:
+                cq.prepare(1)
+            if pos + size + 8 > seg.size:  # keep room for the 8-byte blank filler
+                if size + 8 > cl.segment_size:
+                    return _failure(PutStatus.MESSAGE_ILLEGAL)
+                seg = cl.roll()
+                pos = 0
+        except OSError:
+            log.exception("cannot extend the store")
+            return _failure(PutStatus.UNKNOWN_ERROR)
+        now = _time_ns() // 1_000_000
+        if now < self._last_store_ts:
+            now = self._last_store_ts  # keep store times monotonic for offset_by_timestamp
+        else:
+            self._last_store_ts = now
+        phys = seg.start + pos
+        queue_offset = cq.max_offset if cq is not None else 0
+        try:
+            encode_record_into(
+                seg.mm,
+                pos,
+                queue_id,
+                msg.flag,
+                queue_offset,
+                phys,
+                sys_flag,
+                msg.born_timestamp,
+                msg.born_host,
+                now,
+                msg.store_host,
+                msg.reconsume_times,
+                msg.prepared_transaction_offset,
+                body,
+                topic.encoded,
+                props,
+            )
+        except struct.error:  # a field out of range; nothing is published, the bytes get reused
+            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        cl.wrote_pos = pos + size
+        end = phys + size
+        host = msg.store_host
+        host_hex = self._host_hex.get(host) or self._remember_host(host)
+        if cq is None:
+            cl.max_offset = end
+        else:
+            tags_code = msg.tags_code
+            if topic.is_schedule:
+                tags_code = self._delivery_time(msg.properties, now, tags_code)
+            cq.append(phys, size, tags_code)
+            # Published last: the flush thread and readers rely on everything below being complete.
+            cl.max_offset = end
+            if self._listeners:
+                self._notify(topic.name, queue_id, queue_offset + 1, tags_code)
+        flusher = self._flusher
+        if flusher is not None and end >= flusher.wake_at:
+            flusher.poke()
+        return PutResult(PutStatus.PUT_OK, phys, queue_offset, 1, now, [f"{host_hex}{phys:016X}"], size)
+
+    def put_batch(self, msgs: list[MessageToStore]) -> PutResult:
+        """Append messages of one topic and queue as consecutive records and queue offsets, in one
+        segment; all or nothing. Transaction prepared/rollback messages cannot be batched."""
+        if not self._running:
+            return _failure(PutStatus.SERVICE_NOT_AVAILABLE)
+        if not msgs:
+            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        first = msgs[0]
+        topic = self._queues.topic(first.topic)
+        queue_id = first.queue_id
+        if topic is None or queue_id < 0:
+            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        topic_len = len(topic.encoded)
+        max_body = self._config.max_message_size
+        encoded_props: list[bytes] = []
+        sizes: list[int] = []
+        total = 0
+        for m in msgs:
+            if (
+                m.topic != topic.name
+                or m.queue_id != queue_id
+                or len(m.body) > max_body
+                or m.sys_flag & _HOST_V6_FLAGS
+                or not is_dispatched(m.sys_flag)
+                or len(m.born_host) != 8
+                or len(m.store_host) != 8
+            ):
+                return _failure(PutStatus.MESSAGE_ILLEGAL)
+            try:
+                props = m.properties.encode()
+            except UnicodeEncodeError:
+                return _failure(PutStatus.MESSAGE_ILLEGAL)
+            if len(props) > _MAX_PROPERTIES_BYTES:
+                return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
+            encoded_props.append(props)
+            size = 91 + len(m.body) + topic_len + len(props)
+            sizes.append(size)
+            total += size
+        if total + 8 > self._commitlog.segment_size:
+            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        cl = self._commitlog
+        seg = cl.cur
+        assert seg is not None
+        pos = cl.wrote_pos
+        cq = self._queues.queue(topic, queue_id)
+        try:
+            cq.prepare(len(msgs))
+            if pos + total + 8 > seg.size:
+                seg = cl.roll()
+                pos = 0
+        except OSError:
+            log.exception("cannot extend the store")
+            return _failure(PutStatus.UNKNOWN_ERROR)
+        now = _time_ns() // 1_000_000
+        if now < self._last_store_ts:
+            now = self._last_store_ts
+        else:
+            self._last_store_ts = now
+        mm = seg.mm
+        first_phys = phys = seg.start + pos
+        first_queue_offset = queue_offset = cq.max_offset
+        ids: list[str] = []
+        tags_codes: list[int] = []
+        try:
+            for m, props, size in zip(msgs, encoded_props, sizes, strict=True):
+                encode_record_into(
+                    mm,
+                    pos,
+                    queue_id,
+                    m.flag,
+                    queue_offset,
+                    phys,
+                    m.sys_flag,
+                    m.born_timestamp,
+                    m.born_host,
+                    now,
+                    m.store_host,
+                    m.reconsume_times,
+                    m.prepared_transaction_offset,
+                    m.body,
+                    topic.encoded,
+                    props,
+                )
+                host = m.store_host
+                ids.append(f"{self._host_hex.get(host) or self._remember_host(host)}{phys:016X}")
+                tags_code = m.tags_code
+                if topic.is_schedule:
+                    tags_code = self._delivery_time(m.properties, now, tags_code)
+                tags_codes.append(tags_code)
+                pos += size
+                phys += size
+                queue_offset += 1
+        except struct.error:  # nothing was published; the written bytes get reused
+            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        cl.wrote_pos = pos
+        # One dispatch pass once every record is in place.
+        phys = first_phys
+        for size, tags_code in zip(sizes, tags_codes, strict=True):
+            cq.append(phys, size, tags_code)
+            phys += size
+        cl.max_offset = phys
+        if self._listeners:
+            # One call per distinct tags code is enough to wake every pull this batch can satisfy.
+            for tags_code in dict.fromkeys(tags_codes):
+                self._notify(topic.name, queue_id, queue_offset, tags_code)
+        flusher = self._flusher
+        if flusher is not None and phys >= flusher.wake_at:
+            flusher.poke()
+        return PutResult(PutStatus.PUT_OK, first_phys, first_queue_offset, len(msgs), now, ids, total)
+
+    async def wait_flushed(self, commitlog_end_offset: int) -> bool:
+        """True once the commit log is on disk up to *commitlog_end_offset* (normally
+        ``PutResult.commitlog_end_offset``); False after ``sync_flush_timeout_ms``. Concurrent
+        waiters share fsyncs (group commit); the fsync runs on the flush thread."""
+        if self._commitlog.flushed_offset >= commitlog_end_offset:
+            return True
+        flusher = self._flusher
+        if flusher is None:
+            return False
+        return await flusher.wait_flushed(commitlog_end_offset)
+
+    def add_arrival_listener(self, cb: ArrivalListener) -> None:
+        """``cb(topic, queue_id, new_max_offset, tags_code)`` runs on the writer's thread after each
+        put (for a batch: once per distinct tags code). Exceptions are logged, not raised."""
+        self._listeners.append(cb)
+
+    def _notify(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
+        for cb in self._listeners:
+            try:
+                cb(topic, queue_id, max_offset, tags_code)
+            except Exception:
+                log.exception("arrival listener %r failed", cb)
+
+    def _remember_host(self, host: bytes) -> str:
+        if len(self._host_hex) > 64:  # a broker has one or two store hosts; stay bounded anyway
+            self._host_hex.clear()
+        hex_ = self._host_hex[host] = host.hex().upper()
+        return hex_
+
+    def _delivery_time(self, properties: str, store_timestamp: int, fallback: int) -> int:
+        """Tags code of a SCHEDULE_TOPIC_XXXX unit: when the delay of its DELAY level ends."""
+        level_text = decode_properties(properties).get("DELAY", "")
+        try:
+            level = int(level_text)
+        except ValueError:
+            return fallback
+        level = min(level, len(self._delays))
+        return store_timestamp + self._delays[level - 1] if level > 0 else fallback
+
+    def _recovered_tags_code(self, rec: DecodedRecord) -> int:
+        """The tags code the broker gave on put, recomputed from the record (recovery)."""
+        tag = decode_properties(rec.properties).get("TAGS")
+        code = java_string_hash(tag) if tag else 0
+        if rec.topic == SCHEDULE_TOPIC:
+            code = self._delivery_time(rec.properties, rec.store_timestamp, code)
+        return code
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        t = self._topics.get(topic)
+        return t.queues.get(queue_id) if t is not None else None
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tags_codes: frozenset[int] | None = None,
+        max_bytes: int = 256 * 1024,
+    ) -> GetResult:
+        """Stored records from queue offset *offset* on; statuses and ``next_begin_offset`` follow
+        wire facts §7.7. Units filtered out by *tags_codes* still advance ``next_begin_offset``."""
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off = cq.min_offset
+        max_off = cq.max_offset
+        if max_off == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
+        units = cq.read_units(offset, max(_MAX_SCAN_UNITS, max_count))
+        if units is None:
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.next_file_start(offset), min_off, max_off)
+        cl = self._commitlog
+        seg = cl.cur
+        if seg is None:
+            return GetResult(GetStatus.MESSAGE_WAS_REMOVING, offset, min_off, max_off)
+        seg_start = seg.start
+        seg_end = seg.end
+        view = seg.view
+        buffers: list[memoryview] = []
+        total = 0
+        count = 0
+        scanned = 0
+        status = GetStatus.NO_MATCHED_MESSAGE
+        for coff, size, tags_code in _iter_units(units):
+            # Checked before the filter, like RocketMQ: once full, stop at the next unit whatever it is.
+            if count and (count >= max_count or total + size > max_bytes):
+                break
+            scanned += 1
+            if tags_codes is not None and tags_code not in tags_codes:
+                continue
+            if not seg_start <= coff < seg_end:
+                found = cl.segment_for(coff)
+                if found is None:
+                    if not count:
+                        status = GetStatus.MESSAGE_WAS_REMOVING
+                    continue
+                seg_start = found.start
+                seg_end = found.end
+                view = found.view
+            rel = coff - seg_start
+            buffers.append(view[rel : rel + size])
+            total += size
+            count += 1
+        if count:
+            status = GetStatus.FOUND
+        return GetResult(status, offset + scanned, min_off, max_off, buffers, count, total)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written; 0 for an unknown queue."""
+        cq = self._queue(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queue(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def _store_time(self, cq: ConsumeQueue, index: int) -> int:
+        unit = cq.unit(index)
+        return self._commitlog.store_timestamp_at(unit[0]) if unit is not None else -1
+
+    def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """Queue offset of the first message stored at *timestamp_ms*, else of the nearer neighbour
+        (the earlier one on a tie); the last message's offset if all are older; 0 without data
+        (wire facts §7.9). Binary search: store times never decrease along a queue."""
+        cq = self._queue(topic, queue_id)
+        if cq is None or cq.max_offset <= cq.min_offset:
+            return 0
+        lo = cq.min_offset
+        hi = cq.max_offset - 1
+        if self._store_time(cq, hi) < timestamp_ms:
+            return hi
+        a, b = lo, hi
+        while a < b:
+            mid = (a + b) // 2
+            if self._store_time(cq, mid) < timestamp_ms:
+                a = mid + 1
+            else:
+                b = mid
+        right = self._store_time(cq, a)
+        if right == timestamp_ms or a == lo:
+            return a
+        left = self._store_time(cq, a - 1)
+        return a if right - timestamp_ms < timestamp_ms - left else a - 1
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        """Store time of the queue's first readable message; -1 if it has none."""
+        return self.store_time_at(topic, queue_id, self.min_offset(topic, queue_id))
+
+    def store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self._queue(topic, queue_id)
+        return self._store_time(cq, offset) if cq is not None else -1
+
+    def message_at(self, commitlog_offset: int) -> memoryview | None:
+        """The whole record at *commitlog_offset* (VIEW_MESSAGE_BY_ID); None if none starts there."""
+        return self._commitlog.record_at(commitlog_offset)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        t = self._queues.topics.get(topic)
+        return sorted(t.queues) if t is not None else []
+
+    def delete_topic(self, topic: str) -> None:
+        """Drop the topic's consume queues and their files (its records stay in the commit log)."""
+        removed = self._queues.remove_topic(topic)
+        if not removed:
+            return
+        if self._flusher is not None:
+            self._flusher.retire(removed)
+        else:
+            for cq in removed:
+                cq.close()
+
+    @property
+    def commitlog_min_offset(self) -> int:
+        return self._commitlog.min_offset
+
+    @property
+    def commitlog_max_offset(self) -> int:
+        return self._commitlog.max_offset
+
+    @property
+    def commitlog_flushed_offset(self) -> int:
+        """Commit-log bytes below this offset are on disk."""
+        return self._commitlog.flushed_offset

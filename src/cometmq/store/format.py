@@ -1,0 +1,171 @@
+"""On-disk format of the CometMQ store (same layout as RocketMQ 4.x, so its operators feel at home).
+
+Everything is big-endian. ``i``/``q`` are signed 32/64-bit integers.
+
+Directory layout
+================
+
+::
+
+    <root>/commitlog/<20-digit start offset>                   commit-log segments
+    <root>/consumequeue/<topic>/<queueId>/<20-digit start byte>  consume-queue files
+    <root>/checkpoint                                           recovery bookkeeping (below)
+    <root>/abort                                                exists while the store runs
+
+File names are the decimal start offset zero-padded to 20 digits (``00000000001073741824``).
+
+Commit log
+==========
+
+The commit log is one logical byte stream of message records, starting at offset 0 and cut into
+segments of ``mapped_file_size_commitlog`` bytes (1 GiB by default). Segment *k* holds offsets
+``[start_k, start_k + size_k)`` and ``start_{k+1} = start_k + size_k``. A segment is created with
+``ftruncate`` to its full size (sparse), then memory-mapped; unwritten bytes read as zero.
+
+Each message is one record in the layout of ``cometmq.common.record`` (wire facts §6.2), always with
+IPv4 hosts: TOTALSIZE, MAGICCODE 0xDAA320A7, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET,
+SYSFLAG, BORNTIMESTAMP, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES, PREPARED_TX_OFFSET,
+BODYLENGTH+BODY, TOPICLENGTH(1)+TOPIC, PROPERTIESLENGTH(2)+PROPERTIES. PHYSICALOFFSET equals the
+record's own commit-log offset, which recovery uses to tell a real record start from stale bytes.
+
+A record never spans two segments, and at least 8 bytes always stay free behind the last record of a
+segment. When the next record does not fit, the rest of the segment becomes a *blank* record::
+
+    0  i  TOTALSIZE   = bytes from here to the segment's end
+    4  i  MAGICCODE   = 0xCBD43194
+    8  ... whatever (zero)
+
+and the record goes to the start of the next segment. Store timestamps never decrease along the
+log while the store runs (a clock stepping back repeats the last timestamp), which keeps the time
+search monotonic.
+
+Transaction records of type PREPARED (``sys_flag & 0xC == 0x4``) and ROLLBACK (``0xC``) are stored
+with QUEUEOFFSET 0 and get no consume-queue unit, as in RocketMQ.
+
+Consume queue
+=============
+
+One per (topic, queueId): an array of 20-byte units; the unit's index is the *queue offset*::
+
+    0   q  commit-log offset of the record
+    8   i  record size (TOTALSIZE)
+    12  q  tags code: Java String.hashCode of the TAGS property (0 if none), or, in
+           SCHEDULE_TOPIC_XXXX, the delivery time in ms (store time + delay of the DELAY level)
+
+Files hold ``mapped_file_size_consume_queue`` bytes (300 000 units, a multiple of 20) and are
+named by their start *byte* offset (``unit index * 20``). A unit is valid iff its size is > 0;
+the queue's max offset (next unit to write) is one past the last valid unit. Units of one queue
+point at strictly increasing commit-log offsets.
+
+Checkpoint
+==========
+
+``<root>/checkpoint`` is a 36-byte file, rewritten in place (``pwrite`` + ``fdatasync``)::
+
+    0   4s  magic b"CMQK"
+    4   H   format version = 1
+    6   H   flags: bit 0 = written by a clean shutdown
+    8   q   commitlog_flushed: commit-log bytes below this offset are on disk. At a clean
+            shutdown it is exactly the end of the log.
+    16  q   dispatch_safe: every record below this offset has its consume-queue unit on disk
+    24  q   time of writing, ms since the epoch (informational)
+    32  I   zlib.crc32 of bytes 0..31 (a torn write reads as "no checkpoint")
+
+The flush thread writes it after each consume-queue flush (every second) with the clean flag off;
+shutdown writes it with the flag on after flushing everything. ``abort`` is created (and fsynced)
+at start and removed after that final checkpoint.
+
+Recovery
+========
+
+Clean start (no ``abort`` and the checkpoint's clean flag set): the log ends at
+``commitlog_flushed``; consume queues are taken as they are.
+
+Otherwise (a crash): scan the commit log from the start of the segment holding ``dispatch_safe``
+(from the first segment when there is no valid checkpoint or no consume queue at all). Each record
+must have the message magic, a TOTALSIZE that fits its segment, lengths that add up to TOTALSIZE,
+PHYSICALOFFSET equal to its position and a matching body CRC; a blank record whose size reaches
+exactly the segment's end moves the scan to the next segment. The first record failing a check ends
+the log: the rest of that segment is zeroed (``ftruncate`` down to the end, then back up to full
+size) and later segments are deleted. Every scanned record from ``dispatch_safe`` on whose unit is
+missing or different is re-dispatched (older records are trusted, which also keeps deleted topics
+deleted); then each consume queue drops units pointing at or past the end. A queue whose first
+re-dispatched record lies beyond its units (its files were lost) is rebuilt by a second scan from
+the start of the log. Everything touched is fsynced before the new checkpoint is written.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "BLANK_MIN_SIZE",
+    "CHECKPOINT_SIZE",
+    "CQ_UNIT",
+    "CQ_UNIT_SIZE",
+    "Checkpoint",
+    "file_name",
+    "pack_checkpoint",
+    "parse_file_name",
+    "unpack_checkpoint",
+]
+
+CQ_UNIT: Final = struct.Struct(">qiq")
+CQ_UNIT_SIZE: Final = CQ_UNIT.size  # 20
+BLANK_MIN_SIZE: Final = 8  # TOTALSIZE + MAGICCODE of the blank filler
+
+_CHECKPOINT_HEAD: Final = struct.Struct(">4sHHqqq")
+_CRC: Final = struct.Struct(">I")
+CHECKPOINT_SIZE: Final = _CHECKPOINT_HEAD.size + _CRC.size  # 36
+_CHECKPOINT_MAGIC: Final = b"CMQK"
+_CHECKPOINT_VERSION: Final = 1
+_CLEAN: Final = 0x1
+
+
+def file_name(start_offset: int) -> str:
+    """Segment / consume-queue file name for a start offset (20-digit zero-padded decimal)."""
+    return f"{start_offset:020d}"
+
+
+def parse_file_name(name: str) -> int | None:
+    """Start offset encoded in a file name, or None if *name* is not one of ours."""
+    if len(name) != 20 or not name.isdigit() or not name.isascii():
+        return None
+    return int(name)
+
+
+@dataclass(slots=True, frozen=True)
+class Checkpoint:
+    commitlog_flushed: int
+    dispatch_safe: int
+    clean: bool
+    timestamp_ms: int
+
+
+def pack_checkpoint(cp: Checkpoint) -> bytes:
+    head = _CHECKPOINT_HEAD.pack(
+        _CHECKPOINT_MAGIC,
+        _CHECKPOINT_VERSION,
+        _CLEAN if cp.clean else 0,
+        cp.commitlog_flushed,
+        cp.dispatch_safe,
+        cp.timestamp_ms,
+    )
+    return head + _CRC.pack(zlib.crc32(head))
+
+
+def unpack_checkpoint(data: bytes) -> Checkpoint | None:
+    """The checkpoint in *data*, or None if it is short, torn or not ours."""
+    if len(data) < CHECKPOINT_SIZE:
+        return None
+    head = data[: _CHECKPOINT_HEAD.size]
+    (crc,) = _CRC.unpack_from(data, _CHECKPOINT_HEAD.size)
+    if zlib.crc32(head) != crc:
+        return None
+    magic, version, flags, flushed, safe, ts = _CHECKPOINT_HEAD.unpack(head)
+    if magic != _CHECKPOINT_MAGIC or version != _CHECKPOINT_VERSION or flushed < 0 or safe < 0:
+        return None
+    return Checkpoint(flushed, safe, bool(flags & _CLEAN), ts)

@@ -1,0 +1,128 @@
+"""Running the real ``cometmq`` command in subprocesses, for the tests."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+COMMAND = [sys.executable, "-m", "cometmq"]
+
+# Small store files keep start-up fast; everything else is the broker's default.
+TEST_BROKER_CONF = """\
+# broker.conf for the CLI tests
+mappedFileSizeCommitLog=4194304
+mappedFileSizeConsumeQueue=60000
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def subprocess_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("COMETMQ_NAMESRV", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def cometmq(
+    *args: str, timeout: float = 60.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run one ``cometmq`` command to completion (``env``: extra environment variables)."""
+    return subprocess.run(
+        [*COMMAND, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**subprocess_env(), **(env or {})},
+        check=False,
+    )
+
+
+class ServerProcess:
+    """A ``cometmq`` server command in the background; stdout is read for its ready line."""
+
+    def __init__(self, args: list[str], log_path: Path) -> None:
+        self.args = args
+        self.log_path = log_path
+        self._log = log_path.open("ab")
+        # stderr (the log) goes to a file, so a chatty server can never block on a full pipe.
+        self.proc = subprocess.Popen(
+            [*COMMAND, *args], stdout=subprocess.PIPE, stderr=self._log, env=subprocess_env(), text=False
+        )
+        self.ready_line = ""
+
+    def wait_ready(self, prefix: str, timeout: float = 30.0) -> str:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        buffer = b""
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None and not select.select([self.proc.stdout], [], [], 0)[0]:
+                raise AssertionError(f"{self.args} exited with {self.proc.returncode}:\n{self.log()}")
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
+            if not ready:
+                continue
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                continue
+            buffer += chunk
+            for line in buffer.decode(errors="replace").splitlines():
+                if line.startswith(prefix):
+                    self.ready_line = line
+                    return line
+        raise AssertionError(f"{self.args} not ready in {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM, wait; kill if it does not stop. Returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()
+        return self.proc.returncode
+
+
+def start_standalone(data_dir: Path, conf: Path | None = None, *extra: str) -> tuple[ServerProcess, str]:
+    """A standalone server on free ports; returns it and its NameServer address."""
+    namesrv_port, broker_port = free_port(), free_port()
+    args = [
+        "standalone",
+        "--data-dir",
+        str(data_dir),
+        "--host",
+        "127.0.0.1",
+        "--namesrv-port",
+        str(namesrv_port),
+        "--broker-port",
+        str(broker_port),
+        *extra,
+    ]
+    if conf is not None:
+        args += ["-c", str(conf)]
+    server = ServerProcess(args, data_dir.parent / f"{data_dir.name}-standalone.log")
+    try:
+        server.wait_ready("CometMQ standalone ready:")
+    except BaseException:
+        server.terminate()
+        raise
+    return server, f"127.0.0.1:{namesrv_port}"

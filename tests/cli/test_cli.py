@@ -1,0 +1,254 @@
+"""The ``cometmq`` command, run as a real process against real servers."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .processes import ServerProcess, cometmq, free_port, start_standalone
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("cometmq: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_ready_line(standalone: tuple[ServerProcess, str]) -> None:
+    server, namesrv = standalone
+    assert server.ready_line.startswith(
+        f"CometMQ standalone ready: namesrv {namesrv}, broker broker-a at 127.0.0.1:"
+    )
+    assert server.ready_line.endswith(", data in " + server.args[server.args.index("--data-dir") + 1])
+
+
+def test_topic_round_trip(namesrv_addr: str) -> None:
+    created = cometmq("topic", "create", "RoundTrip", "--queues", "4", "--namesrv", namesrv_addr)
+    assert created.returncode == 0, created.stderr
+    assert "created topic RoundTrip with 4 queues on broker-a" in created.stdout
+
+    listed = cometmq("topic", "list", "-n", namesrv_addr)
+    assert "RoundTrip" in listed.stdout.split()
+
+    route = cometmq("topic", "route", "RoundTrip", "-n", namesrv_addr)
+    assert route.returncode == 0, route.stderr
+    header, row = route.stdout.strip().splitlines()
+    assert header.split() == ["BROKER", "CLUSTER", "ADDRESS", "READ", "WRITE", "PERM"]
+    assert row.split()[:2] == ["broker-a", "DefaultCluster"]
+    assert row.split()[3:] == ["4", "4", "RW-"]
+
+    as_json = json.loads(cometmq("topic", "route", "RoundTrip", "-n", namesrv_addr, "--json").stdout)
+    assert [q["writeQueueNums"] for q in as_json["queueDatas"]] == [4]
+    assert list(as_json["brokerDatas"][0]["brokerAddrs"]) == ["0"]
+
+    deleted = cometmq("topic", "delete", "RoundTrip", "-n", namesrv_addr)
+    assert deleted.returncode == 0, deleted.stderr
+    assert "deleted topic RoundTrip" in deleted.stdout
+    assert "RoundTrip" not in cometmq("topic", "list", "-n", namesrv_addr).stdout.split()
+    gone = cometmq("topic", "route", "RoundTrip", "-n", namesrv_addr)
+    assert_one_line_error(gone, "No topic route info in name server for the topic: RoundTrip", "code 17")
+
+
+def test_topic_list_json(namesrv_addr: str) -> None:
+    result = cometmq("topic", "list", "-n", namesrv_addr, "--json")
+    assert "TBW102" in json.loads(result.stdout)
+
+
+def test_cluster_list_shows_the_broker(namesrv_addr: str) -> None:
+    result = cometmq("cluster", "list", "-n", namesrv_addr)
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.strip().splitlines()
+    assert header.split()[:5] == ["CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION"]
+    [row] = rows
+    assert row.split()[:3] == ["DefaultCluster", "broker-a", "0"]
+    assert row.split()[3].startswith("127.0.0.1:")
+
+    [entry] = json.loads(cometmq("cluster", "list", "-n", namesrv_addr, "--json").stdout)
+    assert (entry["cluster"], entry["brokerName"], entry["brokerId"]) == ("DefaultCluster", "broker-a", 0)
+    version = entry["runtime"]["brokerVersionDesc"]  # from the broker itself (GET_BROKER_RUNTIME_INFO)
+    assert version in row
+
+
+def test_namesrv_from_environment(namesrv_addr: str) -> None:
+    result = cometmq("topic", "list", env={"COMETMQ_NAMESRV": namesrv_addr})
+    assert result.returncode == 0, result.stderr
+    assert "TBW102" in result.stdout.split()
+
+
+def test_illegal_topic_name(namesrv_addr: str) -> None:
+    result = cometmq("topic", "create", "x y", "-n", namesrv_addr)
+    assert_one_line_error(result)
+    assert result.stderr.strip() == (
+        'cometmq: error: topic "x y" is illegal: The specified topic contains illegal characters, '
+        "allowing only ^[%|a-zA-Z0-9_-]+$"
+    )
+
+
+def test_unknown_cluster(namesrv_addr: str) -> None:
+    assert_one_line_error(
+        cometmq("topic", "create", "T", "--cluster", "Nope", "-n", namesrv_addr), "cluster 'Nope' is unknown"
+    )
+
+
+def test_no_server_reachable() -> None:
+    port = free_port()
+    for args in (["topic", "list"], ["cluster", "list"], ["topic", "create", "T"], ["topic", "route", "T"]):
+        result = cometmq(*args, "--namesrv", f"127.0.0.1:{port}")
+        assert_one_line_error(result, f"cannot connect to 127.0.0.1:{port}")
+
+
+def test_port_in_use(namesrv_addr: str, tmp_path: Path) -> None:
+    port = namesrv_addr.rsplit(":", 1)[1]
+    result = cometmq("standalone", "--data-dir", str(tmp_path / "d"), "--namesrv-port", port, timeout=30)
+    assert_one_line_error(result)
+
+
+def test_bad_config_file(tmp_path: Path) -> None:
+    missing = cometmq("standalone", "-c", str(tmp_path / "nope.conf"), "--data-dir", str(tmp_path / "d"))
+    assert_one_line_error(missing, "cannot read", "nope.conf")
+    bad = tmp_path / "bad.conf"
+    bad.write_text("listenPort=not-a-port\n")
+    result = cometmq("standalone", "-c", str(bad), "--data-dir", str(tmp_path / "d"))
+    assert_one_line_error(result, "listenPort")
+    broker = cometmq("broker", "-c", str(bad), "-n", "127.0.0.1:1", "--data-dir", str(tmp_path / "d"))
+    assert_one_line_error(broker, "listenPort")
+
+
+def test_broker_needs_a_namesrv(tmp_path: Path) -> None:
+    assert_one_line_error(cometmq("broker", "--data-dir", str(tmp_path / "d")), "NameServer address")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ([], "standalone"),
+        (["standalone"], "one process"),
+        (["namesrv"], "NameServer"),
+        (["broker"], "--namesrv-addr"),
+        (["topic"], "create"),
+        (["topic", "create"], "--queues"),
+        (["topic", "list"], "--json"),
+        (["topic", "route"], "route"),
+        (["topic", "delete"], "--cluster"),
+        (["cluster", "list"], "broker"),
+    ],
+)
+def test_help(args: list[str], words: str) -> None:
+    result = cometmq(*args, "--help")
+    assert result.returncode == 0
+    assert words in result.stdout
+
+
+def test_usage_errors_exit_2() -> None:
+    assert cometmq().returncode == 2
+    assert cometmq("topic").returncode == 2
+    assert cometmq("topic", "create").returncode == 2
+
+
+def test_version() -> None:
+    result = cometmq("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("cometmq ")
+
+
+def test_sigterm_stops_cleanly_and_data_survives(tmp_path: Path, broker_conf: Path) -> None:
+    data_dir = tmp_path / "data"
+    server, namesrv = start_standalone(data_dir, broker_conf)
+    try:
+        created = cometmq("topic", "create", "Durable", "--queues", "2", "-n", namesrv)
+        assert created.returncode == 0, created.stderr
+    finally:
+        status = server.terminate()
+    assert status == 0, server.log()
+    assert "Traceback" not in server.log()
+
+    server, namesrv = start_standalone(data_dir, broker_conf)
+    try:
+        route = cometmq("topic", "route", "Durable", "-n", namesrv, "--json")
+        assert route.returncode == 0, route.stderr + server.log()
+        assert [q["writeQueueNums"] for q in json.loads(route.stdout)["queueDatas"]] == [2]
+    finally:
+        assert server.terminate() == 0
+
+
+def test_ctrl_c_stops_namesrv_cleanly(tmp_path: Path) -> None:
+    server = ServerProcess(
+        ["namesrv", "--host", "127.0.0.1", "--port", str(free_port())], tmp_path / "ns.log"
+    )
+    try:
+        server.wait_ready("CometMQ namesrv ready:")
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(30) == 0
+    finally:
+        server.terminate()
+    assert "Traceback" not in server.log()
+
+
+def test_namesrv_with_two_brokers(tmp_path: Path, broker_conf: Path) -> None:
+    namesrv_port = free_port()
+    namesrv = f"127.0.0.1:{namesrv_port}"
+    servers = [
+        ServerProcess(["namesrv", "--host", "127.0.0.1", "--port", str(namesrv_port)], tmp_path / "ns.log")
+    ]
+    try:
+        assert (
+            servers[0].wait_ready("CometMQ namesrv ready:")
+            == f"CometMQ namesrv ready: listening on {namesrv}"
+        )
+        for name in ("broker-a", "broker-b"):
+            broker = ServerProcess(
+                [
+                    "broker",
+                    "--namesrv-addr",
+                    namesrv,
+                    "-c",
+                    str(broker_conf),
+                    "--data-dir",
+                    str(tmp_path / name),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(free_port()),
+                    "--broker-name",
+                    name,
+                ],
+                tmp_path / f"{name}.log",
+            )
+            servers.append(broker)
+            assert broker.wait_ready("CometMQ broker ready:").startswith(
+                f"CometMQ broker ready: {name} at 127.0.0.1:"
+            )
+
+        listing = cometmq("cluster", "list", "-n", namesrv)
+        assert listing.returncode == 0, listing.stderr
+        rows = [line.split()[:3] for line in listing.stdout.strip().splitlines()[1:]]
+        assert rows == [["DefaultCluster", "broker-a", "0"], ["DefaultCluster", "broker-b", "0"]]
+
+        created = cometmq("topic", "create", "Spread", "--queues", "3", "-n", namesrv)
+        assert created.returncode == 0, created.stderr
+        route = json.loads(cometmq("topic", "route", "Spread", "-n", namesrv, "--json").stdout)
+        assert sorted(q["brokerName"] for q in route["queueDatas"]) == ["broker-a", "broker-b"]
+        assert sorted(b["brokerName"] for b in route["brokerDatas"]) == ["broker-a", "broker-b"]
+
+        # A broker that stops unregisters; its queues leave the route.
+        assert servers.pop().terminate() == 0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            route = json.loads(cometmq("topic", "route", "Spread", "-n", namesrv, "--json").stdout)
+            if [q["brokerName"] for q in route["queueDatas"]] == ["broker-a"]:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"broker-b still routed: {route}")
+    finally:
+        for server in reversed(servers):
+            server.terminate()

@@ -1,0 +1,63 @@
+"""Speaking to a NameServer the way brokers and tools do, for the tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from cometmq.common.route import DataVersion, RegisterBrokerBody
+from cometmq.common.topic_config import TopicConfig
+from cometmq.namesrv import NameServer
+from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
+
+
+def addr_of(server: NameServer) -> str:
+    return f"127.0.0.1:{server.port}"
+
+
+async def register(
+    client: RemotingClient,
+    namesrv_addr: str,
+    *,
+    broker_name: str = "broker-a",
+    broker_addr: str = "127.0.0.1:10911",
+    broker_id: int = 0,
+    cluster: str = "DefaultCluster",
+    topics: dict[str, int] | None = None,
+    counter: int = 1,
+    compressed: bool = False,
+    body_crc32: int | None = None,
+) -> RemotingCommand:
+    """REGISTER_BROKER as a broker sends it; ``topics`` maps topic name → queue count."""
+    body = RegisterBrokerBody(
+        DataVersion(timestamp=1_700_000_000_000, counter=counter),
+        {name: TopicConfig(name, queues, queues) for name, queues in (topics or {"TopicTest": 4}).items()},
+    ).encode(compressed=compressed)
+    ext_fields = {
+        "brokerName": broker_name,
+        "brokerAddr": broker_addr,
+        "clusterName": cluster,
+        "haServerAddr": broker_addr.rsplit(":", 1)[0] + ":10912",
+        "brokerId": str(broker_id),
+        "compressed": "true" if compressed else "false",
+    }
+    if body_crc32 is not None:
+        ext_fields["bodyCrc32"] = str(body_crc32)
+    request = RemotingCommand(code=RequestCode.REGISTER_BROKER, ext_fields=ext_fields, body=body)
+    return await client.invoke(namesrv_addr, request)
+
+
+async def ask(
+    client: RemotingClient, namesrv_addr: str, code: int, version: int = 409, **fields: str
+) -> RemotingCommand:
+    request = RemotingCommand(code=code, ext_fields=dict(fields), version=version)
+    return await client.invoke(namesrv_addr, request)
+
+
+async def wait_until(predicate: Callable[[], Coroutine[Any, Any, bool]], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)

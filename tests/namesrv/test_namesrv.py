@@ -1,0 +1,415 @@
+"""The NameServer over real sockets, spoken to with the real RemotingClient."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cometmq.common import fastjson
+from cometmq.common.route import (
+    ClusterInfo,
+    DataVersion,
+    RegisterBrokerBody,
+    TopicList,
+    TopicRouteData,
+    parse_kv_table,
+)
+from cometmq.common.topic_config import TopicConfig
+from cometmq.namesrv import NameServer
+from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+from .broker_sim import addr_of, ask, register, wait_until
+
+Run = Callable[..., Any]
+
+
+def test_register_broker_then_route(run: Run, namesrv: NameServer, client: RemotingClient) -> None:
+    async def scenario() -> None:
+        reply = await register(client, addr_of(namesrv), topics={"TopicTest": 4, "Other": 2})
+        assert reply.code == ResponseCode.SUCCESS
+        assert reply.is_response
+        route_reply = await ask(
+            client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="TopicTest"
+        )
+        assert route_reply.code == ResponseCode.SUCCESS
+        route = TopicRouteData.decode(route_reply.body)
+        assert [(b.broker_name, b.cluster, b.broker_addrs) for b in route.broker_datas] == [
+            ("broker-a", "DefaultCluster", {0: "127.0.0.1:10911"})
+        ]
+        [queue] = route.queue_datas
+        assert (queue.broker_name, queue.read_queue_nums, queue.write_queue_nums, queue.perm) == (
+            "broker-a",
+            4,
+            4,
+            6,
+        )
+
+    run(scenario())
+
+
+def test_route_json_legacy_form_for_old_clients(
+    run: Run, namesrv: NameServer, client: RemotingClient
+) -> None:
+    async def scenario() -> None:
+        await register(client, addr_of(namesrv))
+        old = await ask(
+            client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, version=63, topic="TopicTest"
+        )
+        assert old.code == ResponseCode.SUCCESS
+        assert b'"brokerAddrs":{0:"127.0.0.1:10911"}' in old.body
+        with pytest.raises(ValueError):
+            json.loads(old.body)
+        assert fastjson.loads(old.body)["brokerDatas"][0]["brokerAddrs"] == {"0": "127.0.0.1:10911"}
+
+        new = await ask(
+            client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, version=409, topic="TopicTest"
+        )
+        assert json.loads(new.body)["brokerDatas"][0]["brokerAddrs"] == {"0": "127.0.0.1:10911"}
+
+        # An old client that asks for standard JSON gets it.
+        asked = await ask(
+            client,
+            addr_of(namesrv),
+            RequestCode.GET_ROUTEINFO_BY_TOPIC,
+            version=63,
+            topic="TopicTest",
+            acceptStandardJsonOnly="true",
+        )
+        assert json.loads(asked.body) == json.loads(new.body)
+        assert TopicRouteData.decode(old.body) == TopicRouteData.decode(new.body)
+
+    run(scenario())
+
+
+def test_unknown_topic_is_topic_not_exist(run: Run, namesrv: NameServer, client: RemotingClient) -> None:
+    async def scenario() -> None:
+        reply = await ask(client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Nope")
+        assert reply.code == ResponseCode.TOPIC_NOT_EXIST
+        assert reply.remark == "No topic route info in name server for the topic: Nope"
+
+    run(scenario())
+
+
+def test_unknown_code_is_not_supported(run: Run, namesrv: NameServer, client: RemotingClient) -> None:
+    async def scenario() -> None:
+        reply = await ask(client, addr_of(namesrv), 9999)
+        assert reply.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+    run(scenario())
+
+
+def test_missing_header_field_is_system_error(run: Run, namesrv: NameServer, client: RemotingClient) -> None:
+    async def scenario() -> None:
+        reply = await ask(client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC)
+        assert reply.code == ResponseCode.SYSTEM_ERROR
+        assert "topic" in (reply.remark or "")
+
+    run(scenario())
+
+
+def test_silent_broker_expires(
+    run: Run, start_namesrv: Callable[..., NameServer], client: RemotingClient
+) -> None:
+    namesrv = start_namesrv(broker_expiry_s=0.3, scan_interval_s=0.05)
+
+    async def scenario() -> None:
+        await register(client, addr_of(namesrv))
+        reply = await ask(client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="TopicTest")
+        assert reply.code == ResponseCode.SUCCESS
+
+        async def gone() -> bool:
+            reply = await ask(client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="TopicTest")
+            return reply.code == ResponseCode.TOPIC_NOT_EXIST
+
+        await wait_until(gone, timeout=3.0)
+        info = ClusterInfo.decode(
+            (await ask(client, addr_of(namesrv), RequestCode.GET_BROKER_CLUSTER_INFO)).body
+        )
+        assert info.broker_addr_table == {}
+        assert info.cluster_addr_table == {}
+
+    run(scenario())
+
+
+def test_registering_again_keeps_broker_alive(
+    run: Run, start_namesrv: Callable[..., NameServer], make_client: Callable[[], RemotingClient]
+) -> None:
+    namesrv = start_namesrv(broker_expiry_s=0.4, scan_interval_s=0.05)
+    broker, tool = make_client(), make_client()
+
+    async def scenario() -> None:
+        for _ in range(8):
+            await register(broker, addr_of(namesrv))
+            await asyncio.sleep(0.1)
+        reply = await ask(tool, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="TopicTest")
+        assert reply.code == ResponseCode.SUCCESS
+
+    run(scenario())
+
+
+def test_closed_connection_drops_broker_at_once(
+    run: Run, namesrv: NameServer, make_client: Callable[[], RemotingClient]
+) -> None:
+    broker, tool = make_client(), make_client()
+
+    async def scenario() -> None:
+        await register(broker, addr_of(namesrv))
+        broker.close_connection(addr_of(namesrv))
+
+        async def gone() -> bool:
+            reply = await ask(tool, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="TopicTest")
+            return reply.code == ResponseCode.TOPIC_NOT_EXIST
+
+        await wait_until(gone, timeout=2.0)
+
+    run(scenario())
+
+
+def test_two_brokers_both_in_route_and_cluster_info(
+    run: Run, namesrv: NameServer, make_client: Callable[[], RemotingClient]
+) -> None:
+    a, b, tool = make_client(), make_client(), make_client()
+
+    async def scenario() -> None:
+        await register(a, addr_of(namesrv), broker_name="broker-a", broker_addr="127.0.0.1:10911")
+        await register(b, addr_of(namesrv), broker_name="broker-b", broker_addr="127.0.0.1:10921")
+        reply = await ask(tool, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="TopicTest")
+        route = TopicRouteData.decode(reply.body)
+        assert sorted(b.broker_name for b in route.broker_datas) == ["broker-a", "broker-b"]
+        assert sorted(q.broker_name for q in route.queue_datas) == ["broker-a", "broker-b"]
+
+        info = ClusterInfo.decode(
+            (await ask(tool, addr_of(namesrv), RequestCode.GET_BROKER_CLUSTER_INFO)).body
+        )
+        assert info.cluster_addr_table == {"DefaultCluster": ["broker-a", "broker-b"]}
+        assert info.broker_addr_table["broker-b"].broker_addrs == {0: "127.0.0.1:10921"}
+
+        # One broker leaving takes only its own queues away.
+        a.close_connection(addr_of(namesrv))
+
+        async def only_b() -> bool:
+            reply = await ask(tool, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="TopicTest")
+            route = TopicRouteData.decode(reply.body)
+            return [q.broker_name for q in route.queue_datas] == ["broker-b"]
+
+        await wait_until(only_b)
+
+    run(scenario())
+
+
+def test_slave_gets_master_address_and_adds_no_queue_data(
+    run: Run, namesrv: NameServer, make_client: Callable[[], RemotingClient]
+) -> None:
+    master, slave, tool = make_client(), make_client(), make_client()
+
+    async def scenario() -> None:
+        await register(master, addr_of(namesrv), broker_addr="10.0.0.1:10911", topics={"T": 4})
+        reply = await register(
+            slave, addr_of(namesrv), broker_addr="10.0.0.2:10911", broker_id=1, topics={"T": 4, "S": 2}
+        )
+        assert reply.ext_fields == {"masterAddr": "10.0.0.1:10911", "haServerAddr": "10.0.0.1:10912"}
+        route_reply = await ask(
+            tool, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, version=63, topic="T"
+        )
+        assert b'{0:"10.0.0.1:10911",1:"10.0.0.2:10911"}' in route_reply.body
+        slave_only = await ask(tool, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="S")
+        assert slave_only.code == ResponseCode.TOPIC_NOT_EXIST
+
+    run(scenario())
+
+
+def test_compressed_registration_and_crc(run: Run, namesrv: NameServer, client: RemotingClient) -> None:
+    async def scenario() -> None:
+        reply = await register(client, addr_of(namesrv), topics={"Zipped": 3}, compressed=True)
+        assert reply.code == ResponseCode.SUCCESS
+        route = TopicRouteData.decode(
+            (await ask(client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Zipped")).body
+        )
+        assert route.queue_datas[0].write_queue_nums == 3
+
+        bad = await register(client, addr_of(namesrv), body_crc32=12345)
+        assert (bad.code, bad.remark) == (ResponseCode.SYSTEM_ERROR, "crc32 not match")
+
+    run(scenario())
+
+
+def test_registration_with_matching_crc(run: Run, namesrv: NameServer, client: RemotingClient) -> None:
+    async def scenario() -> None:
+        body = RegisterBrokerBody(DataVersion(1, 1), {"T": TopicConfig("T", 2, 2)}).encode()
+        request = RemotingCommand(
+            code=RequestCode.REGISTER_BROKER,
+            ext_fields={
+                "brokerName": "broker-a",
+                "brokerAddr": "127.0.0.1:10911",
+                "clusterName": "C",
+                "haServerAddr": "127.0.0.1:10912",
+                "brokerId": "0",
+                "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF),
+            },
+            body=body,
+        )
+        assert (await client.invoke(addr_of(namesrv), request)).code == ResponseCode.SUCCESS
+
+    run(scenario())
+
+
+def test_topic_lists(run: Run, namesrv: NameServer, make_client: Callable[[], RemotingClient]) -> None:
+    a, b, tool = make_client(), make_client(), make_client()
+
+    async def scenario() -> None:
+        await register(a, addr_of(namesrv), broker_name="broker-a", cluster="C1", topics={"T1": 1, "Both": 1})
+        await register(
+            b,
+            addr_of(namesrv),
+            broker_name="broker-b",
+            broker_addr="127.0.0.1:10921",
+            cluster="C2",
+            topics={"T2": 1, "Both": 1},
+        )
+        all_topics = TopicList.decode(
+            (await ask(tool, addr_of(namesrv), RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body
+        )
+        assert all_topics.topics == ["Both", "T1", "T2"]
+        c2 = TopicList.decode(
+            (await ask(tool, addr_of(namesrv), RequestCode.GET_TOPICS_BY_CLUSTER, cluster="C2")).body
+        )
+        assert c2.topics == ["Both", "T2"]
+        system = TopicList.decode(
+            (await ask(tool, addr_of(namesrv), RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)).body
+        )
+        assert system.topics == ["C1", "C2", "broker-a", "broker-b"]
+        assert system.broker_addr in ("127.0.0.1:10911", "127.0.0.1:10921")
+
+    run(scenario())
+
+
+def test_delete_topic(run: Run, namesrv: NameServer, client: RemotingClient) -> None:
+    async def scenario() -> None:
+        await register(client, addr_of(namesrv), topics={"Gone": 2, "Kept": 2})
+        reply = await ask(client, addr_of(namesrv), RequestCode.DELETE_TOPIC_IN_NAMESRV, topic="Gone")
+        assert reply.code == ResponseCode.SUCCESS
+        gone = await ask(client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Gone")
+        assert gone.code == ResponseCode.TOPIC_NOT_EXIST
+        topics = TopicList.decode(
+            (await ask(client, addr_of(namesrv), RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body
+        )
+        assert topics.topics == ["Kept"]
+        # The same registration again (unchanged data version) does not bring it back.
+        await register(client, addr_of(namesrv), topics={"Gone": 2, "Kept": 2})
+        gone = await ask(client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Gone")
+        assert gone.code == ResponseCode.TOPIC_NOT_EXIST
+
+    run(scenario())
+
+
+def test_wipe_and_add_write_perm(run: Run, namesrv: NameServer, client: RemotingClient) -> None:
+    async def perm() -> int:
+        reply = await ask(client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="T")
+        return TopicRouteData.decode(reply.body).queue_datas[0].perm
+
+    async def scenario() -> None:
+        await register(client, addr_of(namesrv), topics={"T": 2, "U": 2})
+        wiped = await ask(client, addr_of(namesrv), 205, brokerName="broker-a")
+        assert (wiped.code, wiped.ext_fields) == (ResponseCode.SUCCESS, {"wipeTopicCount": "2"})
+        assert await perm() == 4
+        added = await ask(client, addr_of(namesrv), 327, brokerName="broker-a")
+        assert added.ext_fields == {"addTopicCount": "2"}
+        assert await perm() == 6
+
+    run(scenario())
+
+
+def test_unregister_broker(run: Run, namesrv: NameServer, client: RemotingClient) -> None:
+    async def scenario() -> None:
+        await register(client, addr_of(namesrv))
+        reply = await ask(
+            client,
+            addr_of(namesrv),
+            RequestCode.UNREGISTER_BROKER,
+            brokerName="broker-a",
+            brokerAddr="127.0.0.1:10911",
+            clusterName="DefaultCluster",
+            brokerId="0",
+        )
+        assert reply.code == ResponseCode.SUCCESS
+        route = await ask(client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="TopicTest")
+        assert route.code == ResponseCode.TOPIC_NOT_EXIST
+
+    run(scenario())
+
+
+def test_query_data_version(run: Run, namesrv: NameServer, client: RemotingClient) -> None:
+    async def query(counter: int) -> RemotingCommand:
+        request = RemotingCommand(
+            code=RequestCode.QUERY_DATA_VERSION,
+            ext_fields={
+                "brokerName": "broker-a",
+                "brokerAddr": "127.0.0.1:10911",
+                "clusterName": "DefaultCluster",
+                "brokerId": "0",
+            },
+            body=fastjson.dumps(DataVersion(1_700_000_000_000, counter).to_json()),
+        )
+        return await client.invoke(addr_of(namesrv), request)
+
+    async def scenario() -> None:
+        await register(client, addr_of(namesrv), counter=5)
+        same = await query(5)
+        assert same.ext_fields == {"changed": "false"}
+        assert DataVersion.from_json(json.loads(same.body)) == DataVersion(1_700_000_000_000, 5)
+        assert (await query(6)).ext_fields == {"changed": "true"}
+
+    run(scenario())
+
+
+def test_kv_config(run: Run, namesrv: NameServer, client: RemotingClient) -> None:
+    async def scenario() -> None:
+        put = await ask(
+            client, addr_of(namesrv), RequestCode.PUT_KV_CONFIG, namespace="NS", key="k", value="v"
+        )
+        assert put.code == ResponseCode.SUCCESS
+        got = await ask(client, addr_of(namesrv), RequestCode.GET_KV_CONFIG, namespace="NS", key="k")
+        assert got.ext_fields == {"value": "v"}
+        listed = await ask(client, addr_of(namesrv), RequestCode.GET_KVLIST_BY_NAMESPACE, namespace="NS")
+        assert parse_kv_table(listed.body) == {"k": "v"}
+        await ask(client, addr_of(namesrv), RequestCode.DELETE_KV_CONFIG, namespace="NS", key="k")
+        missing = await ask(client, addr_of(namesrv), RequestCode.GET_KV_CONFIG, namespace="NS", key="k")
+        assert (missing.code, missing.remark) == (
+            ResponseCode.QUERY_NOT_FOUND,
+            "No config item, Namespace: NS Key: k",
+        )
+        empty = await ask(client, addr_of(namesrv), RequestCode.GET_KVLIST_BY_NAMESPACE, namespace="NS")
+        assert empty.code == ResponseCode.QUERY_NOT_FOUND
+
+    run(scenario())
+
+
+def test_order_topic_conf_goes_to_brokers_and_routes(
+    run: Run, start_namesrv: Callable[..., NameServer], client: RemotingClient
+) -> None:
+    namesrv = start_namesrv(order_message_enable=True)
+
+    async def scenario() -> None:
+        await ask(
+            client,
+            addr_of(namesrv),
+            RequestCode.PUT_KV_CONFIG,
+            namespace="ORDER_TOPIC_CONFIG",
+            key="T",
+            value="broker-a:4",
+        )
+        reply = await register(client, addr_of(namesrv), topics={"T": 4})
+        assert parse_kv_table(reply.body) == {"T": "broker-a:4"}
+        route = await ask(client, addr_of(namesrv), RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="T")
+        assert TopicRouteData.decode(route.body).order_topic_conf == "broker-a:4"
+
+    run(scenario())
+
+
+def test_port_zero_binds_a_free_port(namesrv: NameServer) -> None:
+    assert namesrv.port > 0

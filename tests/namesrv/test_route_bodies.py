@@ -1,0 +1,138 @@
+"""Route bodies (cometmq.common.route) and the route table's bookkeeping without sockets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cometmq.common import fastjson
+from cometmq.common.route import (
+    BrokerData,
+    ClusterInfo,
+    DataVersion,
+    QueueData,
+    RegisterBrokerBody,
+    TopicList,
+    TopicRouteData,
+    wants_standard_route_json,
+)
+from cometmq.common.topic_config import TopicConfig
+from cometmq.namesrv.route_info import RouteInfoManager
+
+names = st.from_regex(r"[A-Za-z0-9_-]{1,20}", fullmatch=True)
+addrs = st.builds(lambda a, p: f"10.0.0.{a}:{p}", st.integers(0, 255), st.integers(1, 65535))
+routes = st.builds(
+    TopicRouteData,
+    queue_datas=st.lists(
+        st.builds(
+            QueueData, names, st.integers(0, 64), st.integers(0, 64), st.integers(0, 15), st.integers(0, 3)
+        )
+    ),
+    broker_datas=st.lists(st.builds(BrokerData, names, names, st.dictionaries(st.integers(0, 3), addrs))),
+    filter_server_table=st.dictionaries(addrs, st.lists(addrs, max_size=2), max_size=2),
+    order_topic_conf=st.none() | names,
+)
+
+
+@given(routes)
+def test_route_round_trips_in_both_forms(route: TopicRouteData) -> None:
+    assert TopicRouteData.decode(route.encode(standard_json=True)) == route
+    assert TopicRouteData.decode(route.encode(standard_json=False)) == route
+    json.loads(route.encode(standard_json=True))  # standard JSON really is
+
+
+def test_legacy_form_matches_fastjson() -> None:
+    route = TopicRouteData(
+        [QueueData("broker-a", 4, 4, 6)], [BrokerData("DefaultCluster", "broker-a", {1: "b:2", 0: "a:1"})]
+    )
+    assert route.encode(standard_json=False) == (
+        b'{"brokerDatas":[{"brokerAddrs":{0:"a:1",1:"b:2"},"brokerName":"broker-a","cluster":"DefaultCluster"}],'
+        b'"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,'
+        b'"topicSysFlag":0,"writeQueueNums":4}]}'
+    )
+
+
+def test_old_queue_data_flag_spelling() -> None:
+    queue = QueueData.from_json(
+        {"brokerName": "b", "perm": 6, "readQueueNums": 1, "writeQueueNums": 1, "topicSynFlag": 2}
+    )
+    assert queue.topic_sys_flag == 2
+
+
+@pytest.mark.parametrize(
+    ("version", "fields", "standard"),
+    [
+        (63, {}, False),
+        (400, {}, False),
+        (401, {}, True),
+        (409, {}, True),
+        (63, {"acceptStandardJsonOnly": "true"}, True),
+    ],
+)
+def test_which_route_json(version: int, fields: dict[str, str], standard: bool) -> None:
+    assert wants_standard_route_json(version, fields) is standard
+
+
+def test_cluster_info_and_topic_list_round_trip() -> None:
+    info = ClusterInfo({"b": BrokerData("C", "b", {0: "h:1"})}, {"C": ["b"]})
+    assert ClusterInfo.decode(info.encode()) == info
+    assert ClusterInfo.decode(fastjson.dumps(info.to_json(), numeric_keys_unquoted=True)) == info
+    topics = TopicList(["a", "b"], "h:1")
+    assert TopicList.decode(topics.encode()) == topics
+
+
+@given(
+    st.dictionaries(
+        names, st.builds(TopicConfig, names, st.integers(1, 64), st.integers(1, 64), st.integers(0, 7))
+    ),
+    st.lists(addrs, max_size=3),
+    st.booleans(),
+)
+def test_register_body_round_trips(
+    configs: dict[str, TopicConfig], filters: list[str], compressed: bool
+) -> None:
+    configs = {tc.topic_name: tc for tc in configs.values()}
+    body = RegisterBrokerBody(DataVersion(123, 4), configs, filters)
+    assert RegisterBrokerBody.decode(body.encode(compressed=compressed), compressed=compressed) == body
+
+
+def test_register_body_garbage_is_value_error() -> None:
+    with pytest.raises(ValueError):
+        RegisterBrokerBody.decode(b"not zlib", compressed=True)
+    with pytest.raises(ValueError):
+        RegisterBrokerBody.decode(b"[1,2]")
+
+
+def _body(*topics: str, counter: int = 1) -> RegisterBrokerBody:
+    return RegisterBrokerBody(DataVersion(1, counter), {t: TopicConfig(t, 4, 4) for t in topics})
+
+
+def test_expiry_and_connection_loss_without_sockets() -> None:
+    routes = RouteInfoManager()
+    conn_a, conn_b = object(), object()
+    common = {"cluster": "C", "broker_id": 0, "ha_server_addr": ""}
+    routes.register_broker(
+        broker_addr="a:1", broker_name="a", body=_body("T"), connection=conn_a, now=0.0, **common
+    )
+    routes.register_broker(
+        broker_addr="b:1", broker_name="b", body=_body("T"), connection=conn_b, now=5.0, **common
+    )
+    assert routes.scan_not_active(now=9.0, expiry=10.0) == []
+    [expired] = routes.scan_not_active(now=12.0, expiry=10.0)
+    assert expired.connection is conn_a
+    route = routes.pickup_topic_route("T")
+    assert route is not None and [b.broker_name for b in route.broker_datas] == ["b"]
+    routes.connection_closed(conn_b)
+    assert routes.pickup_topic_route("T") is None
+    assert routes.cluster_info() == ClusterInfo()
+
+
+def test_incremental_registration_keeps_other_topics() -> None:
+    routes = RouteInfoManager()
+    common = {"cluster": "C", "broker_id": 0, "ha_server_addr": "", "connection": None, "broker_addr": "a:1"}
+    routes.register_broker(broker_name="a", body=_body("T1", "T2", counter=1), now=0.0, **common)
+    routes.register_broker(broker_name="a", body=_body("T3", counter=2), now=1.0, **common)
+    assert routes.all_topics().topics == ["T1", "T2", "T3"]

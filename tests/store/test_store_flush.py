@@ -1,0 +1,133 @@
+"""Flushing: SYNC_FLUSH group commit and timeouts, ASYNC_FLUSH timing, the checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from store_testlib import make_msg
+
+from cometmq.store import FlushDiskType, MessageStore, PutStatus
+from cometmq.store._mappedfile import MappedFile
+from cometmq.store.format import unpack_checkpoint
+
+OpenStore = Callable[..., MessageStore]
+
+
+def count_commitlog_syncs(monkeypatch: pytest.MonkeyPatch, delay: float = 0.0) -> list[int]:
+    calls: list[int] = []
+    real_sync = MappedFile.sync
+
+    def sync(self: MappedFile) -> None:
+        if self.path.parent.name == "commitlog":
+            calls.append(self.start)
+            time.sleep(delay)
+        real_sync(self)
+
+    monkeypatch.setattr(MappedFile, "sync", sync)
+    return calls
+
+
+def test_sync_flush_waits_for_the_data_to_be_on_disk(open_store: OpenStore, tmp_path: Path) -> None:
+    store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+
+    async def main() -> None:
+        res = store.put(make_msg(body=b"durable"))
+        assert res.status is PutStatus.PUT_OK
+        assert await store.wait_flushed(res.commitlog_end_offset)
+        assert store.commitlog_flushed_offset >= res.commitlog_end_offset
+        view = store.message_at(res.commitlog_offset)
+        assert view is not None
+        fd = os.open(tmp_path / "store" / "commitlog" / f"{0:020d}", os.O_RDONLY)
+        try:
+            assert os.pread(fd, res.wrote_bytes, res.commitlog_offset) == bytes(view)
+        finally:
+            os.close(fd)
+        # Already covered: answered at once.
+        assert await store.wait_flushed(res.commitlog_end_offset)
+
+    asyncio.run(main())
+
+
+def test_group_commit_shares_fsyncs(open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    syncs = count_commitlog_syncs(monkeypatch, delay=0.02)
+    store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+
+    async def producer(i: int) -> bool:
+        await asyncio.sleep(i * 0.001)
+        res = store.put(make_msg(body=bytes([i])))
+        return await store.wait_flushed(res.commitlog_end_offset)
+
+    async def main() -> list[bool]:
+        return await asyncio.gather(*(producer(i) for i in range(60)))
+
+    assert asyncio.run(main()) == [True] * 60
+    assert 1 <= len(syncs) < 30  # 60 waiters, far fewer fsyncs
+
+
+def test_sync_flush_timeout_does_not_block_the_loop(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    count_commitlog_syncs(monkeypatch, delay=0.4)
+    store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=100)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.005)
+            ticks += 1
+
+    async def main() -> bool:
+        task = asyncio.create_task(ticker())
+        res = store.put(make_msg())
+        started = time.monotonic()
+        ok = await store.wait_flushed(res.commitlog_end_offset)
+        assert time.monotonic() - started < 0.3
+        task.cancel()
+        return ok
+
+    assert asyncio.run(main()) is False
+    assert ticks >= 5  # the loop kept running while the fsync was stuck
+
+
+def test_async_flush_on_interval(open_store: OpenStore) -> None:
+    store = open_store(flush_interval_commitlog_ms=20)
+    res = store.put(make_msg())
+    deadline = time.monotonic() + 5
+    while store.commitlog_flushed_offset < res.commitlog_end_offset:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+def test_async_flush_early_when_enough_is_dirty(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    syncs = count_commitlog_syncs(monkeypatch)
+    store = open_store(flush_interval_commitlog_ms=60_000, flush_commitlog_least_pages=4)
+    store.put(make_msg(body=b"x" * 1000))
+    time.sleep(0.1)
+    assert syncs == []  # below 16 KiB: waits for the (long) interval
+    for _ in range(17):
+        store.put(make_msg(body=b"x" * 1000))
+    deadline = time.monotonic() + 5
+    while not syncs:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+def test_checkpoint_after_clean_shutdown(open_store: OpenStore, tmp_path: Path) -> None:
+    store = open_store()
+    for _ in range(10):
+        store.put(make_msg())
+    end = store.commitlog_max_offset
+    cp = unpack_checkpoint((tmp_path / "store" / "checkpoint").read_bytes())
+    assert cp is not None and not cp.clean
+    store.shutdown()
+    cp = unpack_checkpoint((tmp_path / "store" / "checkpoint").read_bytes())
+    assert cp is not None and cp.clean
+    assert cp.commitlog_flushed == cp.dispatch_safe == end
