@@ -7,11 +7,11 @@ import time
 from typing import TYPE_CHECKING
 
 import cometmq
-from cometmq.broker._header import bool_field, int_field, str_field
 from cometmq.common.naming import PERM_READ, PERM_WRITE, is_system_topic, topic_name_error
 from cometmq.common.topic_config import TopicConfig
 from cometmq.errors import BrokerError
 from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting.header import bool_field, int_field, str_field
 
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker

@@ -7,12 +7,12 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from cometmq.broker._clients import ClientChannel
-from cometmq.broker._header import int_field, str_field
 from cometmq.common import fastjson
 from cometmq.common.naming import retry_topic
 from cometmq.common.subscription import SubscriptionData
 from cometmq.errors import BrokerError
 from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting.header import int_field, str_field
 
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker

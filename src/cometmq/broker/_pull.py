@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
-from cometmq.broker._header import int_field, str_field
 from cometmq.common.naming import PERM_READ
 from cometmq.common.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 from cometmq.remoting import Connection, RemotingCommand, ResponseCode
+from cometmq.remoting.header import int_field, str_field
 from cometmq.store import GetResult, GetStatus
 
 if TYPE_CHECKING:

@@ -10,7 +10,6 @@ from collections.abc import Awaitable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from cometmq.broker._header import bool_field, int_field, str_field
 from cometmq.common.batch import decode_batch_body
 from cometmq.common.naming import (
     DEFAULT_TOPIC,
@@ -24,6 +23,7 @@ from cometmq.common.taghash import java_string_hash
 from cometmq.common.topic_config import TopicConfig
 from cometmq.errors import BrokerError, ProtocolError
 from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting.header import bool_field, int_field, str_field
 from cometmq.store import MessageToStore, PutResult, PutStatus
 
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from cometmq.common.naming import (
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
 )
+from cometmq.common.route import DataVersion, RegisterBrokerBody
 from cometmq.common.topic_config import TopicConfig
 
 log = logging.getLogger("cometmq.broker")
@@ -27,26 +28,12 @@ log = logging.getLogger("cometmq.broker")
 SCHEDULE_QUEUE_NUMS = 18  # one queue per delay level
 
 
-class DataVersion:
-    """RocketMQ's DataVersion: lets the NameServer tell whether a registration changed anything."""
-
-    def __init__(self) -> None:
-        self.timestamp = int(time.time() * 1000)
-        self.counter = 0
-
-    def next(self) -> None:
-        self.timestamp = int(time.time() * 1000)
-        self.counter += 1
-
-    def to_json(self) -> dict[str, int]:
-        return {"counter": self.counter, "timestamp": self.timestamp}
-
-
 class TopicConfigManager:
     def __init__(self, config: BrokerConfig, config_dir: Path) -> None:
         self._config = config
         self._path = config_dir / "topics.json"
-        self.data_version = DataVersion()
+        # Lets the NameServer tell whether a registration changed anything.
+        self.data_version = DataVersion(timestamp=int(time.time() * 1000))
         self.topics: dict[str, TopicConfig] = {}
         self.system_topics: set[str] = set()
         self._add_builtin_topics()
@@ -93,19 +80,26 @@ class TopicConfigManager:
             "topicConfigTable": {name: topic.to_json() for name, topic in self.topics.items()},
         }
 
+    def register_body(self) -> RegisterBrokerBody:
+        """What the broker registers with the NameServer: its whole topic table."""
+        return RegisterBrokerBody(self.data_version, dict(self.topics))
+
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)
 
+    def _changed(self) -> None:
+        self.data_version.timestamp = int(time.time() * 1000)
+        self.data_version.counter += 1
+        self.persist()
+
     def put(self, topic: TopicConfig) -> None:
         self.topics[topic.topic_name] = topic
-        self.data_version.next()
-        self.persist()
+        self._changed()
 
     def delete(self, topic: str) -> bool:
         if self.topics.pop(topic, None) is None:
             return False
-        self.data_version.next()
-        self.persist()
+        self._changed()
         return True
 
     def create_in_send(self, topic: str, default_topic: str, request_queue_nums: int) -> TopicConfig | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -110,6 +109,9 @@ class Broker:
         server.add_close_listener(self._connection_closed)
         await server.start()
         self._server = server
+        if self.config.listen_port == 0:  # advertise the port the OS picked, not 0
+            self.config.listen_port = server.port
+            self.store_host = host_bytes(self.config.broker_addr)
         log.info(
             "broker %s (cluster %s) listening on %s:%d, advertised as %s, data in %s",
             self.config.broker_name,
@@ -173,9 +175,7 @@ class Broker:
 
     async def register_all(self) -> None:
         cfg = self.config
-        body = json.dumps(
-            {"filterServerList": [], "topicConfigSerializeWrapper": self.topics.serialize_wrapper()}
-        ).encode()
+        body = self.topics.register_body().encode()
         header = self._broker_header()
         header.update(
             {

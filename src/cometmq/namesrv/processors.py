@@ -16,36 +16,9 @@ from cometmq.common.route import (
 from cometmq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
 from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting.header import bool_field, int_field, str_field
 
 log = logging.getLogger("cometmq.namesrv")
-
-# Not (yet) in RequestCode: 4.x admin codes only the NameServer serves.
-WIPE_WRITE_PERM_OF_BROKER = 205
-ADD_WRITE_PERM_OF_BROKER = 327
-
-
-class _HeaderError(Exception):
-    """A request lacks a mandatory header field or has one that does not parse."""
-
-
-def _required(request: RemotingCommand, name: str) -> str:
-    value = request.ext_fields.get(name)
-    if value is None:
-        raise _HeaderError(f"the custom header field {name} is missing")
-    return value
-
-
-def _required_int(request: RemotingCommand, name: str) -> int:
-    text = _required(request, name)
-    try:
-        return int(text)
-    except ValueError:
-        raise _HeaderError(f"the custom header field {name}={text!r} is not a number") from None
-
-
-def _flag(request: RemotingCommand, name: str) -> bool:
-    # Java's Boolean.parseBoolean: only "true" (any case) is true.
-    return request.ext_fields.get(name, "").lower() == "true"
 
 
 class _Processor:
@@ -64,10 +37,7 @@ class _Processor:
             return request.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
             )
-        try:
-            return method(conn, request)
-        except _HeaderError as exc:
-            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        return method(conn, request)
 
 
 class BrokerRegistrationProcessor(_Processor):
@@ -85,18 +55,18 @@ class BrokerRegistrationProcessor(_Processor):
         }
 
     def _register(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        broker_name = _required(request, "brokerName")
-        broker_addr = _required(request, "brokerAddr")
-        cluster = _required(request, "clusterName")
-        broker_id = _required_int(request, "brokerId")
+        broker_name = str_field(request, "brokerName")
+        broker_addr = str_field(request, "brokerAddr")
+        cluster = str_field(request, "clusterName")
+        broker_id = int_field(request, "brokerId")
         ha_server_addr = request.ext_fields.get("haServerAddr", "")
-        expected_crc = _required_int(request, "bodyCrc32") if request.ext_fields.get("bodyCrc32") else 0
+        expected_crc = int_field(request, "bodyCrc32") if request.ext_fields.get("bodyCrc32") else 0
         # bodyCrc32 is the CRC32 masked to 31 bits, as for message bodies; 0 means "not checked".
         if expected_crc != 0 and zlib.crc32(request.body) & 0x7FFFFFFF != expected_crc:
             log.warning("register of %s at %s rejected: body crc32 does not match", broker_name, broker_addr)
             return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         try:
-            body = RegisterBrokerBody.decode(request.body, compressed=_flag(request, "compressed"))
+            body = RegisterBrokerBody.decode(request.body, compressed=bool_field(request, "compressed"))
         except (ValueError, KeyError, TypeError) as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, f"register broker body is not valid: {exc}")
         result = self._routes.register_broker(
@@ -119,15 +89,15 @@ class BrokerRegistrationProcessor(_Processor):
 
     def _unregister(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         self._routes.unregister_broker(
-            cluster=_required(request, "clusterName"),
-            broker_addr=_required(request, "brokerAddr"),
-            broker_name=_required(request, "brokerName"),
-            broker_id=_required_int(request, "brokerId"),
+            cluster=str_field(request, "clusterName"),
+            broker_addr=str_field(request, "brokerAddr"),
+            broker_name=str_field(request, "brokerName"),
+            broker_id=int_field(request, "brokerId"),
         )
         return request.response()
 
     def _query_data_version(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        broker_addr = _required(request, "brokerAddr")
+        broker_addr = str_field(request, "brokerAddr")
         try:
             data_version = DataVersion.from_json(fastjson.loads(request.body) if request.body else {})
         except (ValueError, TypeError) as exc:
@@ -157,7 +127,7 @@ class RouteQueryProcessor(_Processor):
         }
 
     def _route(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        topic = _required(request, "topic")
+        topic = str_field(request, "topic")
         route = self._routes.pickup_topic_route(topic)
         if route is None:
             return request.response(
@@ -175,7 +145,7 @@ class RouteQueryProcessor(_Processor):
         return request.response(body=self._routes.all_topics().encode())
 
     def _topics_by_cluster(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        return request.response(body=self._routes.topics_of_cluster(_required(request, "cluster")).encode())
+        return request.response(body=self._routes.topics_of_cluster(str_field(request, "cluster")).encode())
 
     def _system_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return request.response(body=self._routes.system_topics().encode())
@@ -189,20 +159,20 @@ class TopicAdminProcessor(_Processor):
         self._routes = routes
         self._methods = {
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self._delete_topic,
-            WIPE_WRITE_PERM_OF_BROKER: self._wipe_write_perm,
-            ADD_WRITE_PERM_OF_BROKER: self._add_write_perm,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self._wipe_write_perm,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self._add_write_perm,
         }
 
     def _delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        self._routes.delete_topic(_required(request, "topic"), request.ext_fields.get("clusterName") or None)
+        self._routes.delete_topic(str_field(request, "topic"), request.ext_fields.get("clusterName") or None)
         return request.response()
 
     def _wipe_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        count = self._routes.change_write_perm(_required(request, "brokerName"), writable=False)
+        count = self._routes.change_write_perm(str_field(request, "brokerName"), writable=False)
         return request.response(ext_fields={"wipeTopicCount": str(count)})
 
     def _add_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        count = self._routes.change_write_perm(_required(request, "brokerName"), writable=True)
+        count = self._routes.change_write_perm(str_field(request, "brokerName"), writable=True)
         return request.response(ext_fields={"addTopicCount": str(count)})
 
 
@@ -220,12 +190,12 @@ class KVConfigProcessor(_Processor):
         }
 
     def _put(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        self._kv.put(_required(request, "namespace"), _required(request, "key"), _required(request, "value"))
+        self._kv.put(str_field(request, "namespace"), str_field(request, "key"), str_field(request, "value"))
         return request.response()
 
     def _get(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        namespace = _required(request, "namespace")
-        key = _required(request, "key")
+        namespace = str_field(request, "namespace")
+        key = str_field(request, "key")
         value = self._kv.get(namespace, key)
         if value is None:
             return request.response(
@@ -234,11 +204,11 @@ class KVConfigProcessor(_Processor):
         return request.response(ext_fields={"value": value})
 
     def _delete(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        self._kv.delete(_required(request, "namespace"), _required(request, "key"))
+        self._kv.delete(str_field(request, "namespace"), str_field(request, "key"))
         return request.response()
 
     def _list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        namespace = _required(request, "namespace")
+        namespace = str_field(request, "namespace")
         table = self._kv.namespace(namespace)
         if table is None:
             return request.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")

@@ -1,9 +1,14 @@
-"""Reading typed fields out of a request's extFields, with RocketMQ-style errors when they are bad."""
+"""Typed fields of a request's extFields.
+
+A missing or unparsable field raises BrokerError(SYSTEM_ERROR) with a readable remark, which the
+transport turns into the response: what a Java server ends up answering for such a request.
+"""
 
 from __future__ import annotations
 
 from cometmq.errors import BrokerError
-from cometmq.remoting import RemotingCommand, ResponseCode
+from cometmq.remoting.codes import ResponseCode
+from cometmq.remoting.command import RemotingCommand
 
 
 def _missing(name: str) -> BrokerError:
