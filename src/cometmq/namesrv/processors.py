@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Callable
 
 from cometmq.common import fastjson
+from cometmq.common.record import body_crc
 from cometmq.common.route import (
     DataVersion,
     RegisterBrokerBody,
@@ -61,8 +61,8 @@ class BrokerRegistrationProcessor(_Processor):
         broker_id = int_field(request, "brokerId")
         ha_server_addr = request.ext_fields.get("haServerAddr", "")
         expected_crc = int_field(request, "bodyCrc32") if request.ext_fields.get("bodyCrc32") else 0
-        # bodyCrc32 is the CRC32 masked to 31 bits, as for message bodies; 0 means "not checked".
-        if expected_crc != 0 and zlib.crc32(request.body) & 0x7FFFFFFF != expected_crc:
+        # bodyCrc32 is masked to 31 bits like a message body's CRC; 0 means "not checked".
+        if expected_crc != 0 and body_crc(request.body) != expected_crc:
             log.warning("register of %s at %s rejected: body crc32 does not match", broker_name, broker_addr)
             return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         try:
