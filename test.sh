@@ -3,6 +3,6 @@
 # Extra arguments go to pytest, e.g. ./test.sh tests/remoting -x
 source "$(dirname "$0")/scripts/_venv.sh" test
 cd "$ROOT"
-"$VENV/bin/python" -m ruff check src tests
+"$VENV/bin/python" -m ruff check src tests bench
 "$VENV/bin/python" -m mypy
 exec "$VENV/bin/python" -m pytest "$@"

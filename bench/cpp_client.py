@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import StandaloneServer  # noqa: E402
+from processes import StandaloneServer  # noqa: E402
 
 SCENARIOS = ROOT / "tests" / "interop" / "_cpp_scenarios.py"
 
@@ -27,7 +27,10 @@ SCENARIOS = ROOT / "tests" / "interop" / "_cpp_scenarios.py"
 def scenario(server: StandaloneServer, *args: str) -> dict[str, object]:
     out = subprocess.run(
         [sys.executable, str(SCENARIOS), *args, "--namesrv", server.namesrv],
-        capture_output=True, text=True, timeout=600, check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     ).stdout
     result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
     if not result.get("ok"):
@@ -36,7 +39,9 @@ def scenario(server: StandaloneServer, *args: str) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--count", type=int, default=20000)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 4])
     args = parser.parse_args()
@@ -48,12 +53,30 @@ def main() -> None:
             total = 0
             for threads in args.threads:
                 topic = f"Bench{threads}"
-                produced = scenario(server, "bench-produce", "--topic", topic, "--count", str(args.count),
-                                    "--threads", str(threads))
+                produced = scenario(
+                    server,
+                    "bench-produce",
+                    "--topic",
+                    topic,
+                    "--count",
+                    str(args.count),
+                    "--threads",
+                    str(threads),
+                )
                 total = args.count + int(produced["warmup_messages"])  # type: ignore[call-overload]
                 rows.append((f"send_sync 1 KiB, {threads} producer thread(s)", produced["msgs_per_sec"]))
-                consumed = scenario(server, "bench-consume", "--topic", topic, "--group", f"GID_{topic}",
-                                    "--expect", str(total), "--timeout", "300")
+                consumed = scenario(
+                    server,
+                    "bench-consume",
+                    "--topic",
+                    topic,
+                    "--group",
+                    f"GID_{topic}",
+                    "--expect",
+                    str(total),
+                    "--timeout",
+                    "300",
+                )
                 rows.append((f"push consume 1 KiB, 1 consumer ({total} msgs)", consumed["msgs_per_sec"]))
         finally:
             server.stop()

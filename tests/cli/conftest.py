@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .processes import TEST_BROKER_CONF, ServerProcess, start_standalone
+from processes import TEST_BROKER_CONF, ServerProcess, start_standalone
 
 
 @pytest.fixture(scope="module")

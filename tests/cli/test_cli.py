@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .processes import ServerProcess, cometmq, free_port, start_standalone
+from processes import ServerProcess, cometmq, free_port, start_standalone
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:

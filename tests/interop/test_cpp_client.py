@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from conftest import StandaloneServer
+    from processes import StandaloneServer
 
 pytestmark = pytest.mark.interop
 

@@ -126,3 +126,24 @@ def start_standalone(data_dir: Path, conf: Path | None = None, *extra: str) -> t
         server.terminate()
         raise
     return server, f"127.0.0.1:{namesrv_port}"
+
+
+class StandaloneServer:
+    """A standalone server that can be stopped and started again on the same data directory."""
+
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        self.data_dir = data_dir
+        self.extra = extra
+        self.process: ServerProcess | None = None
+        self.namesrv = ""
+
+    def start(self) -> None:
+        self.process, self.namesrv = start_standalone(self.data_dir, None, *self.extra)
+
+    def stop(self) -> int:
+        """SIGTERM and wait; the exit status (0 after a clean shutdown)."""
+        if self.process is None:
+            return 0
+        code = self.process.terminate()
+        self.process = None
+        return code
