@@ -22,6 +22,7 @@ def run(coro: object) -> None:
         ("bad topic", "illegal characters"),
         ("a" * 128, "longer than topic max length"),
         ("tópico", "illegal characters"),
+        ("trailing-newline\n", "illegal characters"),
     ],
 )
 def test_illegal_topic_names_are_refused(tmp_path: Path, topic: str, remark: str) -> None:
@@ -70,6 +71,21 @@ def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path)
                     ResponseCode.MESSAGE_ILLEGAL,
                     "batch body is malformed",
                 ),
+                (
+                    send_request("Good", b"x", properties={"DELAY": "3"}),
+                    ResponseCode.NO_PERMISSION,
+                    "delayed messages (delay level 3) are not supported",
+                ),
+                (
+                    send_request("Good", b"x", properties={"TRAN_MSG": "true"}),
+                    ResponseCode.NO_PERMISSION,
+                    "transaction messages are not supported",
+                ),
+                (
+                    send_request("Good", b"x", i="KEYS\x01a\x01b\x02"),  # a stray separator in a value
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "properties are malformed",
+                ),
             ]
             for request, code, remark in cases:
                 response = await client.invoke(addr, request, timeout=10)
@@ -104,3 +120,15 @@ def test_garbage_bytes_close_only_that_connection(tmp_path: Path) -> None:
             await client.close()
 
     run(scenario())
+
+
+def test_auto_create_stays_off_after_a_restart_that_turned_it_off(tmp_path: Path) -> None:
+    async def life(auto_create: str, topic: str) -> int:
+        async with running_broker(tmp_path, autoCreateTopicEnable=auto_create) as broker:
+            client = RemotingClient()
+            response = await client.invoke(address(broker), send_request(topic, b"x"))
+            await client.close()
+            return response.code
+
+    assert asyncio.run(life("true", "MadeWhileOn")) == ResponseCode.SUCCESS
+    assert asyncio.run(life("false", "MadeWhileOff")) == ResponseCode.TOPIC_NOT_EXIST

@@ -5,12 +5,20 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from _support import address, create_topic, pull, running_broker, send_request
+from _support import address, create_topic, pull, pull_request, running_broker, send_request
 
 from cometmq.common.batch import BatchEntry, encode_batch_body
 from cometmq.common.properties import decode_properties, encode_properties
-from cometmq.common.record import decode_offset_msg_id
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, SerializeType
+from cometmq.common.record import decode_offset_msg_id, decode_records
+from cometmq.remoting import (
+    FrameDecoder,
+    RemotingClient,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+    encode_bytes,
+)
 
 
 def run(coro: object) -> None:
@@ -164,6 +172,83 @@ def test_long_polling_answers_when_a_message_lands_and_does_not_block_heartbeats
             assert loop.time() - started < 2.0
             timed_out, _ = await pull(client, addr, "Poll", 0, 1, suspend_ms=300)
             assert timed_out.code == ResponseCode.PULL_NOT_FOUND
+            await client.close()
+
+    run(scenario())
+
+
+def test_a_message_sent_in_the_same_read_as_a_held_pull_wakes_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            await create_topic(client, address(broker), "Race", 1)
+            await client.close()
+            pull_cmd = pull_request("Race", 0, 0, suspend_ms=10000)
+            pull_cmd.opaque = 1
+            send_cmd = send_request("Race", b"raced", 0)
+            send_cmd.opaque = 2
+            reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
+            writer.write(encode_bytes(pull_cmd) + encode_bytes(send_cmd))  # one write, one read
+            decoder = FrameDecoder()
+            replies: dict[int, RemotingCommand] = {}
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            while len(replies) < 2:
+                data = await asyncio.wait_for(reader.read(65536), 5)
+                replies.update((cmd.opaque, cmd) for cmd in decoder.feed(data))
+            assert replies[1].code == ResponseCode.SUCCESS
+            assert [r.body for r in decode_records(replies[1].body)] == [b"raced"]
+            assert loop.time() - started < 2.0  # woken by the send, not by the 10 s timeout
+            writer.close()
+
+    run(scenario())
+
+
+def test_pull_with_the_heartbeat_subscription_and_commit_offset_flag(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            await create_topic(client, addr, "Sub", 1)
+            await client.invoke(addr, send_request("Sub", b"a", 0, {"TAGS": "X"}))
+            await client.invoke(addr, send_request("Sub", b"b", 0, {"TAGS": "Y"}))
+            request = pull_request("Sub", 0, 0, group="HB")
+            request.ext_fields["sysFlag"] = "1"  # commit offset, no subscription in the pull
+            request.ext_fields["commitOffset"] = "1"
+            request.ext_fields["subVersion"] = "100"
+            missing = await client.invoke(addr, request)
+            assert missing.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+            body = (
+                '{"clientID":"c","consumerDataSet":[{"groupName":"HB","consumeType":1,"messageModel":1,'
+                '"consumeFromWhere":0,"subscriptionDataSet":[{"topic":"Sub","subString":"Y","subVersion":"%d"}]}]}'
+            )
+            await client.invoke(addr, RemotingCommand(code=RequestCode.HEART_BEAT, body=(body % 50).encode()))
+            stale = await client.invoke(addr, request)
+            assert stale.code == ResponseCode.SUBSCRIPTION_NOT_LATEST
+            await client.invoke(
+                addr, RemotingCommand(code=RequestCode.HEART_BEAT, body=(body % 100).encode())
+            )
+            found = await client.invoke(addr, request)
+            assert found.code == ResponseCode.SUCCESS
+            assert [r.body for r in decode_records(found.body)] == [b"b"]  # the registered filter: Y
+            assert broker.offsets.query("HB", "Sub", 0) == 1  # stored by the commit-offset flag
+            await client.close()
+
+    run(scenario())
+
+
+def test_sync_flush_send_is_answered_after_its_fsync(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path, flushDiskType="SYNC_FLUSH") as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            await create_topic(client, addr, "Durable", 1)
+            responses = await asyncio.gather(
+                *(client.invoke(addr, send_request("Durable", f"d{i}".encode(), 0)) for i in range(20))
+            )
+            assert all(r.code == ResponseCode.SUCCESS for r in responses)
+            end = max(decode_offset_msg_id(r.ext_fields["msgId"])[2] for r in responses)
+            assert broker.store.commitlog_flushed_offset > end
             await client.close()
 
     run(scenario())

@@ -177,3 +177,17 @@ def test_golden_cpp_frames_decode_and_re_encode(path: Path) -> None:
 def test_golden_frames_were_captured() -> None:
     names = {p.stem for p in GOLDEN_FILES}
     assert {"cpp_send_message", "cpp_send_batch", "cpp_pull_message", "cpp_heartbeat_consumer"} <= names
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b'{"code":1e999}',  # overflows int()
+        b"[" * 100_000,  # nests deeper than the JSON parser recurses
+        b'{"code":1,"extFields":' + b"[" * 100_000 + b"}",
+    ],
+)
+def test_hostile_json_headers_are_protocol_errors(header: bytes) -> None:
+    frame = struct.pack(">ii", 4 + len(header), len(header)) + header
+    with pytest.raises(ProtocolError):
+        FrameDecoder().feed(frame)

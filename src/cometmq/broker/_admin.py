@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING
 
 import cometmq
+from cometmq.common import fastjson
 from cometmq.common.naming import PERM_READ, PERM_WRITE, is_system_topic, topic_name_error
 from cometmq.common.topic_config import TopicConfig
 from cometmq.errors import BrokerError
@@ -58,11 +58,11 @@ class AdminProcessor:
         if code == RequestCode.DELETE_TOPIC_IN_BROKER:
             return self._delete_topic(request)
         if code == RequestCode.GET_ALL_TOPIC_CONFIG:
-            body = json.dumps(self._broker.topics.serialize_wrapper()).encode()
+            body = fastjson.dumps(self._broker.topics.serialize_wrapper())
             return request.response(body=body)
         if code == RequestCode.GET_TOPIC_STATS_INFO:
             return self._topic_stats(request)
-        return request.response(body=json.dumps({"table": self._broker.runtime_info()}).encode())
+        return request.response(body=fastjson.dumps({"table": self._broker.runtime_info()}))
 
     def _view_message(self, request: RemotingCommand) -> RemotingCommand:
         offset = int_field(request, "offset")
@@ -132,7 +132,7 @@ class AdminProcessor:
             }
             for qid in range(config.write_queue_nums)
         ]
-        return request.response(body=json.dumps({"offsetTable": queues}).encode())
+        return request.response(body=fastjson.dumps({"offsetTable": queues}))
 
 
 def runtime_info(broker: Broker) -> dict[str, str]:

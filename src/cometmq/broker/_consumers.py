@@ -3,7 +3,6 @@ QUERY/UPDATE_CONSUMER_OFFSET."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from cometmq.broker._clients import ClientChannel
@@ -87,30 +86,34 @@ class ConsumerManageProcessor:
         try:
             data = fastjson.loads(request.body)
             client_id = str(data["clientID"])
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"the heartbeat body is not valid: {exc}") from None
-        for consumer in data.get("consumerDataSet") or ():
-            group = str(consumer["groupName"])
-            group_config = broker.groups.find_or_create(group)
-            if group_config is not None:
-                broker.topics.create_retry_topic(retry_topic(group), max(1, group_config.retry_queue_nums))
-            subscriptions = [
-                SubscriptionData.from_json(sub) for sub in consumer.get("subscriptionDataSet") or ()
+            consumers = [
+                (
+                    str(consumer["groupName"]),
+                    _enum_name(consumer.get("consumeType"), _CONSUME_TYPES),
+                    _enum_name(consumer.get("messageModel", 1), _MESSAGE_MODELS),
+                    _enum_name(consumer.get("consumeFromWhere"), _CONSUME_FROM),
+                    [SubscriptionData.from_json(sub) for sub in consumer.get("subscriptionDataSet") or ()],
+                )
+                for consumer in data.get("consumerDataSet") or ()
             ]
+            producer_groups = [str(producer["groupName"]) for producer in data.get("producerDataSet") or ()]
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            raise BrokerError(
+                ResponseCode.SYSTEM_ERROR, f"the heartbeat body is not valid: {exc!r}"
+            ) from None
+        channel = ClientChannel(client_id, conn, request.language, request.version)
+        for group, consume_type, message_model, consume_from, subscriptions in consumers:
+            group_config = broker.groups.find_or_create(group)
+            if group_config is not None and broker.topics.get(retry_topic(group)) is None:
+                broker.topics.create_retry_topic(retry_topic(group), max(1, group_config.retry_queue_nums))
+                broker.request_register()
             changed = broker.consumers.register(
-                group,
-                ClientChannel(client_id, conn, request.language, request.version),
-                _enum_name(consumer.get("consumeType"), _CONSUME_TYPES),
-                _enum_name(consumer.get("messageModel", 1), _MESSAGE_MODELS),
-                _enum_name(consumer.get("consumeFromWhere"), _CONSUME_FROM),
-                subscriptions,
+                group, channel, consume_type, message_model, consume_from, subscriptions
             )
-            if changed:
+            if changed and (group_config is None or group_config.notify_consumer_ids_changed_enable):
                 broker.consumers.notify_ids_changed(group)
-        for producer in data.get("producerDataSet") or ():
-            broker.producers.register(
-                str(producer["groupName"]), ClientChannel(client_id, conn, request.language, request.version)
-            )
+        for group in producer_groups:
+            broker.producers.register(group, channel)
         return request.response()
 
     def _unregister(self, request: RemotingCommand) -> RemotingCommand:
@@ -129,5 +132,5 @@ class ConsumerManageProcessor:
         info = self._broker.consumers.groups.get(group)
         if info is None or not info.channels:
             return request.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
-        body = json.dumps({"consumerIdList": info.client_ids()}).encode()
+        body = fastjson.dumps({"consumerIdList": info.client_ids()})
         return request.response(body=body)

@@ -6,7 +6,6 @@ A lock on (group, queue) belongs to one client id and lapses 60 s after its last
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -43,7 +42,7 @@ class QueueLockProcessor:
         body_out: dict[str, Any] = {
             "lockOKMQSet": [{"brokerName": b, "queueId": q, "topic": t} for t, b, q in locked]
         }
-        return request.response(body=json.dumps(body_out).encode())
+        return request.response(body=fastjson.dumps(body_out))
 
     def lock(self, group: str, client_id: str, queues: list[_QueueKey], now: float) -> list[_QueueKey]:
         """Grant free, lapsed and own locks; return every queue of ``queues`` the client now holds."""

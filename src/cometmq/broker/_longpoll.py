@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 
 @dataclass(slots=True)
-class _HeldPull:
+class HeldPull:
     offset: int
     codes: frozenset[int] | None  # tag codes that wake it; None: any message
     wake: asyncio.Future[None]
@@ -22,20 +22,21 @@ class PullHoldService:
     """
 
     def __init__(self) -> None:
-        self._held: dict[tuple[str, int], list[_HeldPull]] = {}
+        self._held: dict[tuple[str, int], list[HeldPull]] = {}
 
-    async def hold(
-        self, topic: str, queue_id: int, offset: int, codes: frozenset[int] | None, timeout: float
-    ) -> None:
-        """Return when a message at or past ``offset`` may match, or after ``timeout`` seconds."""
-        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def park(self, topic: str, queue_id: int, offset: int, codes: frozenset[int] | None) -> HeldPull:
+        """Register a pull in the same loop step as the read that found nothing, so a message stored
+        right after it (even one from the same socket read) cannot slip past."""
+        held = HeldPull(offset, codes, asyncio.get_running_loop().create_future())
+        self._held.setdefault((topic, queue_id), []).append(held)
+        return held
+
+    async def wait(self, topic: str, queue_id: int, held: HeldPull, timeout: float) -> None:
+        """Return when a message past the parked offset may match, or after ``timeout`` seconds."""
         key = (topic, queue_id)
-        held = _HeldPull(offset, codes, wake)
-        self._held.setdefault(key, []).append(held)
         try:
-            await asyncio.wait_for(wake, timeout)
-        except TimeoutError:
-            pass
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(held.wake, timeout)
         finally:
             waiting = self._held.get(key)
             if waiting is not None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from cometmq.broker._json_config import load_json_config, save_json_config
@@ -28,11 +30,17 @@ class ConsumerOffsetManager:
                 log.error("skipping unreadable offsets %r in %s: %s", key, self._path, exc)
 
     def persist(self, force: bool = False) -> None:
+        write = self.persist_later(force)
+        if write is not None:
+            write()
+
+    def persist_later(self, force: bool = False) -> Callable[[], None] | None:
+        """A snapshot of the table now, and the (blocking) write of it to run anywhere; None if clean."""
         if not (self._dirty or force):
-            return
+            return None
         table = {key: {str(qid): off for qid, off in queues.items()} for key, queues in self.offsets.items()}
-        save_json_config(self._path, {"offsetTable": table})
         self._dirty = False
+        return functools.partial(save_json_config, self._path, {"offsetTable": table})
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         # Stored as given, -1 included: the JS client commits -1 for queues it has not consumed.

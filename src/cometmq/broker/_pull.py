@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
+from cometmq.broker._longpoll import HeldPull
 from cometmq.common.naming import PERM_READ
 from cometmq.common.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 from cometmq.remoting import Connection, RemotingCommand, ResponseCode
@@ -89,6 +90,11 @@ class PullProcessor:
                     ResponseCode.SUBSCRIPTION_NOT_EXIST,
                     f"the consumer's subscription of {topic} in group {group} does not exist",
                 )
+            if registered.sub_version < int_field(request, "subVersion", default=0):
+                return refuse(
+                    ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                    f"the consumer's subscription of {topic} in group {group} is not the latest",
+                )
             subscription = registered
         if subscription.expression_type == EXPRESSION_SQL92:
             return refuse(
@@ -109,7 +115,8 @@ class PullProcessor:
             timeout_ms = int_field(request, "suspendTimeoutMillis", default=15000)
             if not broker.config.long_polling_enable:
                 timeout_ms = broker.config.short_polling_time_mills
-            return self._held(request, topic, queue_id, offset, max_nums, subscription, timeout_ms / 1000)
+            held = broker.pull_holds.park(topic, queue_id, offset, subscription.codes)
+            return self._held(request, topic, queue_id, held, max_nums, subscription, timeout_ms / 1000)
         return self._found(request, result, code)
 
     async def _held(
@@ -117,15 +124,15 @@ class PullProcessor:
         request: RemotingCommand,
         topic: str,
         queue_id: int,
-        offset: int,
+        held: HeldPull,
         max_nums: int,
         subscription: SubscriptionData,
         timeout: float,
     ) -> RemotingCommand:
         broker = self._broker
-        await broker.pull_holds.hold(topic, queue_id, offset, subscription.codes, min(timeout, MAX_HOLD_S))
-        result = broker.store.get_messages(topic, queue_id, offset, max_nums, subscription.codes)
-        return self._found(request, result, _status_code(result, offset))
+        await broker.pull_holds.wait(topic, queue_id, held, min(timeout, MAX_HOLD_S))
+        result = broker.store.get_messages(topic, queue_id, held.offset, max_nums, subscription.codes)
+        return self._found(request, result, _status_code(result, held.offset))
 
     def _found(self, request: RemotingCommand, result: GetResult, code: int) -> RemotingCommand:
         response = request.response(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import socket
 import time
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -70,6 +70,29 @@ def host_bytes(address: str) -> bytes:
     return packed + int(port or 0).to_bytes(4, "big")
 
 
+def _unsupported_feature(properties: dict[str, str]) -> str | None:
+    """Why a message asks for something this broker does not do yet (rather than mishandle it)."""
+    if properties.get("TRAN_MSG", "").lower() == "true":
+        return "transaction messages are not supported by this broker yet"
+    if properties.get("DELAY", "0") not in ("", "0"):
+        # Storing it in the real topic would deliver it at once; refusing lets clients retry later.
+        return f"delayed messages (delay level {properties['DELAY']}) are not supported by this broker yet"
+    return None
+
+
+@dataclass(slots=True)
+class _SendHeader:
+    """What every message of one send request shares."""
+
+    topic: str
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_host: bytes
+    reconsume_times: int
+
+
 class SendProcessor:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
@@ -93,12 +116,19 @@ class SendProcessor:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             )
+        queue_id = int_field(request, "queueId")
+        properties = decode_properties(request.ext_fields.get("properties", ""))
+        refusal = _unsupported_feature(properties)
+        if refusal is not None:
+            return request.response(ResponseCode.NO_PERMISSION, refusal)
+        wait_store = properties.pop("WAIT", "true").lower() != "false"
+        properties["CLUSTER"] = config.broker_cluster_name
+        # Everything above is checked before an unknown topic is auto-created.
         topic_config = self._topic_config(request, topic)
         if not topic_config.perm & PERM_WRITE:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
             )
-        queue_id = int_field(request, "queueId")
         queue_nums = topic_config.queue_nums
         if queue_id < 0:
             queue_id = random.randrange(topic_config.write_queue_nums or 1)
@@ -107,35 +137,27 @@ class SendProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal: topic {topic} has queues 0..{queue_nums - 1}",
             )
-        properties = decode_properties(request.ext_fields.get("properties", ""))
-        wait_store = properties.pop("WAIT", "true").lower() != "false"
-        properties["CLUSTER"] = config.broker_cluster_name
-        if properties.get("TRAN_MSG", "").lower() == "true":
-            return request.response(
-                ResponseCode.NO_PERMISSION, "transaction messages are not supported by this broker yet"
-            )
-        born_host = host_bytes(conn.remote_address)
-        base = MessageToStore(
+        born_timestamp = request.ext_fields.get("bornTimestamp")
+        header = _SendHeader(
             topic=topic,
             queue_id=queue_id,
-            flag=int_field(request, "flag", default=0),
-            body=request.body,
-            properties="",
             sys_flag=int_field(request, "sysFlag", default=0),
-            born_timestamp=int_field(request, "bornTimestamp", default=int(time.time() * 1000)),
-            born_host=born_host,
+            born_timestamp=int(born_timestamp) if born_timestamp else int(time.time() * 1000),
+            born_host=host_bytes(conn.remote_address),
             store_host=broker.store_host,
             reconsume_times=int_field(request, "reconsumeTimes", default=0),
         )
         if bool_field(request, "batch"):
-            messages = self._batch_messages(request, base, properties)
+            messages = self._batch_messages(request, header, properties)
         else:
-            self._check_body(len(request.body))
-            messages = [self._with_properties(base, properties)]
+            messages = [
+                self._message(header, request.body, int_field(request, "flag", default=0), properties)
+            ]
         result = broker.store.put(messages[0]) if len(messages) == 1 else broker.store.put_batch(messages)
-        broker.stats.put_messages += len(messages)
-        if result.status is PutStatus.PUT_OK and wait_store and broker.sync_flush:
-            return self._reply_after_flush(request, result, queue_id)
+        if result.status is PutStatus.PUT_OK:
+            broker.stats.put_messages += len(messages)
+            if wait_store and broker.sync_flush:
+                return self._reply_after_flush(request, result, queue_id)
         return self._reply(request, result, result.status, queue_id)
 
     def _topic_config(self, request: RemotingCommand, topic: str) -> TopicConfig:
@@ -158,42 +180,45 @@ class SendProcessor:
         self._broker.request_register()
         return topic_config
 
-    def _check_body(self, size: int) -> None:
-        limit = self._broker.config.max_message_size
-        if size > limit:
-            raise BrokerError(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message body size {size} is over the max value {limit} bytes",
-            )
-
-    def _with_properties(
-        self,
-        base: MessageToStore,
-        properties: dict[str, str],
-        body: bytes | None = None,
-        flag: int | None = None,
+    def _message(
+        self, header: _SendHeader, body: bytes, flag: int, properties: dict[str, str]
     ) -> MessageToStore:
-        text = encode_properties(properties)
-        if len(text.encode()) > MAX_PROPERTIES_LENGTH:
+        limit = self._broker.config.max_message_size
+        if len(body) > limit:
             raise BrokerError(
                 ResponseCode.MESSAGE_ILLEGAL,
-                f"the message properties length {len(text.encode())} is over the max value "
-                f"{MAX_PROPERTIES_LENGTH} bytes",
+                f"the message body size {len(body)} is over the max value {limit} bytes",
+            )
+        try:
+            text = encode_properties(properties)
+        except ValueError as exc:
+            raise BrokerError(
+                ResponseCode.MESSAGE_ILLEGAL, f"the message properties are malformed: {exc}"
+            ) from None
+        size = len(text.encode())
+        if size > MAX_PROPERTIES_LENGTH:
+            raise BrokerError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message properties length {size} is over the max value {MAX_PROPERTIES_LENGTH} bytes",
             )
         tags = properties.get("TAGS")
-        return dataclasses.replace(
-            base,
-            body=base.body if body is None else body,
-            flag=base.flag if flag is None else flag,
+        return MessageToStore(
+            topic=header.topic,
+            queue_id=header.queue_id,
+            flag=flag,
+            body=body,
             properties=text,
+            sys_flag=header.sys_flag,
+            born_timestamp=header.born_timestamp,
+            born_host=header.born_host,
+            store_host=header.store_host,
+            reconsume_times=header.reconsume_times,
             tags_code=java_string_hash(tags) if tags else 0,
         )
 
     def _batch_messages(
-        self, request: RemotingCommand, base: MessageToStore, properties: dict[str, str]
+        self, request: RemotingCommand, header: _SendHeader, properties: dict[str, str]
     ) -> list[MessageToStore]:
-        if "DELAY" in properties:
-            raise BrokerError(ResponseCode.MESSAGE_ILLEGAL, "a batch message cannot have a delay level")
         try:
             entries = decode_batch_body(request.body)
         except ProtocolError as exc:
@@ -202,11 +227,13 @@ class SendProcessor:
             raise BrokerError(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
         messages = []
         for entry in entries:
-            self._check_body(len(entry.body))
             merged = decode_properties(entry.properties)
+            refusal = _unsupported_feature(merged)
+            if refusal is not None:
+                raise BrokerError(ResponseCode.MESSAGE_ILLEGAL, f"a message of the batch: {refusal}")
             merged.pop("WAIT", None)
             merged.update(properties)
-            messages.append(self._with_properties(base, merged, entry.body, entry.flag))
+            messages.append(self._message(header, entry.body, entry.flag, merged))
         return messages
 
     async def _reply_after_flush(

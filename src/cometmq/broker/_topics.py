@@ -61,7 +61,9 @@ class TopicConfigManager:
         if obj is None:
             return
         for name, raw in (obj.get("topicConfigTable") or {}).items():
-            if name in self.system_topics:
+            # Built-ins come from the current settings, never from the file: with autoCreateTopicEnable
+            # turned off, a TBW102 saved while it was on must not make auto-create work again.
+            if name in self.system_topics or name == DEFAULT_TOPIC:
                 continue
             try:
                 self.topics[name] = TopicConfig.from_json(raw)
@@ -109,7 +111,7 @@ class TopicConfigManager:
         off TBW102 does not exist here at all, so the send is answered TOPIC_NOT_EXIST.
         """
         template = self.topics.get(default_topic)
-        if template is None or not template.perm & PERM_INHERIT:
+        if not self._config.auto_create_topic_enable or template is None or not template.perm & PERM_INHERIT:
             return None
         queues = max(1, min(request_queue_nums, template.write_queue_nums))
         created = TopicConfig(
@@ -124,6 +126,7 @@ class TopicConfigManager:
         return created
 
     def create_retry_topic(self, topic: str, queue_nums: int = 1) -> TopicConfig:
+        """The retry/DLQ topic, created (and registered soon) if it does not exist yet."""
         existing = self.topics.get(topic)
         if existing is not None:
             return existing

@@ -137,9 +137,7 @@ class Broker:
         """Stop serving, tell the NameServer, and flush and persist everything."""
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         self.pull_holds.wake_all()
         if self._server is not None:
@@ -206,21 +204,28 @@ class Broker:
                 await asyncio.wait_for(self._register_wanted.wait(), period)
             self._register_wanted.clear()
             if self.config.namesrv_addr:
-                await self.register_all()
+                try:
+                    await self.register_all()
+                except Exception:  # one bad round must not end registration for good
+                    log.exception("registering with the NameServer failed")
 
     async def _housekeeping_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         last_offsets = last_scan = time.monotonic()
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
-            if now - last_offsets >= OFFSET_PERSIST_INTERVAL_S:
-                last_offsets = now
-                try:
-                    self.offsets.persist()
-                except OSError as exc:
-                    log.error("persisting consumer offsets failed: %s", exc)
-            if now - last_scan >= CLIENT_SCAN_INTERVAL_S:
-                last_scan = now
-                self.producers.expire(now)
-                for group in set(self.consumers.expire(now)):
-                    self.consumers.notify_ids_changed(group)
+            try:
+                if now - last_offsets >= OFFSET_PERSIST_INTERVAL_S:
+                    last_offsets = now
+                    # The snapshot is taken here; the fsyncs run off the event loop.
+                    write = self.offsets.persist_later()
+                    if write is not None:
+                        await loop.run_in_executor(None, write)
+                if now - last_scan >= CLIENT_SCAN_INTERVAL_S:
+                    last_scan = now
+                    self.producers.expire(now)
+                    for group in set(self.consumers.expire(now)):
+                        self.consumers.notify_ids_changed(group)
+            except Exception:  # keep housekeeping alive; the next round tries again
+                log.exception("broker housekeeping failed")

@@ -47,9 +47,6 @@ class BrokerConfig:
     short_polling_time_mills: int = 1000
     region_id: str = "DefaultRegion"
     trace_on: bool = True
-    file_reserved_time: int = 72
-    delete_when: str = "04"
-    enable_property_filter: bool = False
 
     @property
     def broker_addr(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 TOPIC_MAX_LENGTH = 127
-_TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 DEFAULT_TOPIC = "TBW102"  # the template topic clients fall back to for auto-create (RocketMQ's name)
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -56,7 +56,7 @@ def topic_name_error(topic: str) -> str | None:
     """Why ``topic`` is not a legal topic name (RocketMQ's wording), or None if it is."""
     if not topic or not topic.strip():
         return "The specified topic is blank."
-    if not _TOPIC_CHARS.match(topic):
+    if not _TOPIC_CHARS.fullmatch(topic):
         return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     if len(topic) > TOPIC_MAX_LENGTH:
         return "The specified topic is longer than topic max length."

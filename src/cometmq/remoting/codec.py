@@ -50,7 +50,7 @@ def _java_string(value: Any) -> str | None:
 def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     try:
         obj = json.loads(header)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ProtocolError(f"header is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("JSON header is not an object")
@@ -59,7 +59,7 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
         opaque = int(obj.get("opaque", 0))
         flag = int(obj.get("flag", 0))
         version = int(obj.get("version", 0))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"JSON header lacks a valid code/opaque/flag/version: {exc}") from None
     raw_fields = obj.get("extFields") or {}
     if not isinstance(raw_fields, dict):
@@ -135,7 +135,7 @@ def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
     )
 
 
-def decode_frame(frame: bytes) -> RemotingCommand:
+def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
     """Decode one frame *without* its 4-byte length prefix (header word, header, body)."""
     if len(frame) < 4:
         raise ProtocolError(f"frame of {len(frame)} bytes has no header-length word")
@@ -144,8 +144,8 @@ def decode_frame(frame: bytes) -> RemotingCommand:
     header_len = word & 0xFFFFFF
     if 4 + header_len > len(frame):
         raise ProtocolError(f"header length {header_len} exceeds the frame length {len(frame)}")
-    header = frame[4 : 4 + header_len]
-    body = frame[4 + header_len :]
+    header = bytes(frame[4 : 4 + header_len])
+    body = bytes(frame[4 + header_len :])
     if serialize_type == SerializeType.JSON:
         return _decode_json_header(header, body)
     if serialize_type == SerializeType.ROCKETMQ:
@@ -183,7 +183,9 @@ class FrameDecoder:
                     raise ProtocolError(f"frame length {length} outside 4..{self.max_frame_size - 4} bytes")
                 if end - pos - 4 < length:
                     break
-                commands.append(decode_frame(bytes(buffer[pos + 4 : pos + 4 + length])))
+                # Slicing a memoryview copies nothing; decode_frame copies header and body once each.
+                with memoryview(buffer) as view:
+                    commands.append(decode_frame(view[pos + 4 : pos + 4 + length]))
                 pos += 4 + length
         except ProtocolError:
             self._broken = True

@@ -11,43 +11,27 @@ from cometmq.remoting.codes import ResponseCode
 from cometmq.remoting.command import RemotingCommand
 
 
-def _missing(name: str) -> BrokerError:
-    return BrokerError(ResponseCode.SYSTEM_ERROR, f"the request header field {name} is missing")
-
-
-def str_field(request: RemotingCommand, name: str, alias: str | None = None) -> str:
-    fields = request.ext_fields
-    value = fields.get(name)
-    if value is None and alias is not None:
-        value = fields.get(alias)
+def str_field(request: RemotingCommand, name: str) -> str:
+    value = request.ext_fields.get(name)
     if value is None:
-        raise _missing(name)
+        raise BrokerError(ResponseCode.SYSTEM_ERROR, f"the request header field {name} is missing")
     return value
 
 
-def int_field(
-    request: RemotingCommand, name: str, alias: str | None = None, default: int | None = None
-) -> int:
-    fields = request.ext_fields
-    value = fields.get(name)
-    if value is None and alias is not None:
-        value = fields.get(alias)
-    if value is None:
-        if default is None:
-            raise _missing(name)
+def int_field(request: RemotingCommand, name: str, default: int | None = None) -> int:
+    value = request.ext_fields.get(name)
+    if value is None and default is not None:
         return default
+    text = str_field(request, name)
     try:
-        return int(value)
+        return int(text)
     except ValueError:
         raise BrokerError(
-            ResponseCode.SYSTEM_ERROR, f"the request header field {name}={value!r} is not a number"
+            ResponseCode.SYSTEM_ERROR, f"the request header field {name}={text!r} is not a number"
         ) from None
 
 
-def bool_field(request: RemotingCommand, name: str, alias: str | None = None) -> bool:
+def bool_field(request: RemotingCommand, name: str) -> bool:
     """Java's parseBoolean, except that C++'s ``"1"`` also counts as true (C++ writes booleans as 0/1)."""
-    fields = request.ext_fields
-    value = fields.get(name)
-    if value is None and alias is not None:
-        value = fields.get(alias)
+    value = request.ext_fields.get(name)
     return value is not None and value.strip().lower() in ("true", "1")

@@ -155,7 +155,11 @@ class Connection(asyncio.Protocol):
         # The oneway bit is only a hint (C++ never sets it on the wire), so answer unless it is set.
         if response is None or request.flag & ONEWAY_FLAG:
             return
-        self.send(response)
+        try:
+            self.send(response)
+        except ProtocolError as exc:  # e.g. a response over the frame limit: say so instead
+            log.error("cannot encode the response to request code %d: %s", request.code, exc)
+            self.send(request.response(ResponseCode.SYSTEM_ERROR, f"the response cannot be sent: {exc}"))
 
     # sending ----------------------------------------------------------------------------------
 
@@ -180,8 +184,8 @@ class Connection(asyncio.Protocol):
         request.opaque = self.next_opaque()
         future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending[request.opaque] = future
-        self.send(request)
         try:
+            self.send(request)
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
             raise RemotingTimeoutError(
