@@ -17,7 +17,7 @@ from cometmq.common.taghash import java_string_hash
 from ._commitlog import CommitLog
 from ._consumequeue import SCHEDULE_TOPIC, ConsumeQueue, QueueTable
 from ._flush import CheckpointFile, FlushService
-from ._mappedfile import fsync_dir
+from ._mappedfile import MappedFile, fsync_dir
 from ._model import (
     FlushDiskType,
     GetResult,
@@ -170,49 +170,32 @@ class MessageStore:
             topic = self._queues.topic(msg.topic)
             if topic is None:
                 return _failure(PutStatus.MESSAGE_ILLEGAL)
-        try:
-            props = msg.properties.encode()
-        except UnicodeEncodeError:  # lone surrogates: not representable in the record
-            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        props = self._encoded_properties(msg)
+        if isinstance(props, PutStatus):
+            return _failure(props)
         sys_flag = msg.sys_flag
         queue_id = msg.queue_id
-        if (
-            len(body) > self._max_body
-            or sys_flag & _HOST_V6_FLAGS  # we only write IPv4 hosts (wire facts §6.2)
-            or len(msg.born_host) != 8
-            or len(msg.store_host) != 8
-            or queue_id < 0
-        ):
+        if queue_id < 0:
             return _failure(PutStatus.MESSAGE_ILLEGAL)
-        if len(props) > _MAX_PROPERTIES_BYTES:
-            return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
         size = 91 + len(body) + len(topic.encoded) + len(props)
-        cl = self._commitlog
-        seg = cl.cur
-        assert seg is not None
-        pos = cl.wrote_pos
         cq: ConsumeQueue | None = None
-        tx = sys_flag & 0xC
-        if tx != 0x4 and tx != 0xC:  # prepared/rollback transaction records get no unit (RocketMQ)
+        if is_dispatched(sys_flag):  # prepared/rollback transaction records get no unit (RocketMQ)
             cq = topic.queues.get(queue_id)
             if cq is None:
                 cq = self._queues.queue(topic, queue_id)
-        try:
-            # All file creation happens before the first byte is written, so a failure (disk
-            # full) leaves nothing half done.
-            if cq is not None and cq.max_offset >= cq.capacity:
-                cq.prepare(1)
-            if pos + size + 8 > seg.size:  # keep room for the 8-byte blank filler
-                if size + 8 > cl.segment_size:
-                    return _failure(PutStatus.MESSAGE_ILLEGAL)
-                seg = cl.roll()
-                pos = 0
-        except OSError:
-            log.exception("cannot extend the store")
-            return _failure(PutStatus.UNKNOWN_ERROR)
-        now = _time_ns() // 1_000_000
+        cl = self._commitlog
+        seg = cl.cur
+        pos = cl.wrote_pos
+        # Only a put that must roll a segment or grow a queue file pays for the call (measured:
+        # calling _reserve on every put cost ~0.5 µs of a ~4.5 µs put).
+        if seg is None or pos + size + 8 > seg.size or (cq is not None and cq.max_offset >= cq.capacity):
+            room = self._reserve(size, cq, 1)
+            if isinstance(room, PutStatus):
+                return _failure(room)
+            seg, pos = room
+        now = _time_ns() // 1_000_000  # _store_timestamp, inlined on the single-put path
         if now < self._last_store_ts:
-            now = self._last_store_ts  # keep store times monotonic for offset_by_timestamp
+            now = self._last_store_ts
         else:
             self._last_store_ts = now
         phys = seg.start + pos
@@ -258,6 +241,52 @@ class MessageStore:
             flusher.poke()
         return PutResult(PutStatus.PUT_OK, phys, queue_offset, 1, now, [f"{host_hex}{phys:016X}"], size)
 
+    def _encoded_properties(self, msg: MessageToStore) -> bytes | PutStatus:
+        """The message's properties as stored, or why the message cannot be stored."""
+        if (
+            len(msg.body) > self._max_body
+            or msg.sys_flag & _HOST_V6_FLAGS  # we only write IPv4 hosts (wire facts §6.2)
+            or len(msg.born_host) != 8
+            or len(msg.store_host) != 8
+        ):
+            return PutStatus.MESSAGE_ILLEGAL
+        try:
+            props = msg.properties.encode()
+        except UnicodeEncodeError:  # lone surrogates: not representable in the record
+            return PutStatus.MESSAGE_ILLEGAL
+        if len(props) > _MAX_PROPERTIES_BYTES:
+            return PutStatus.PROPERTIES_SIZE_EXCEEDED
+        return props
+
+    def _reserve(self, size: int, cq: ConsumeQueue | None, units: int) -> tuple[MappedFile, int] | PutStatus:
+        """The segment and position where ``size`` bytes of records go, rolling to a new segment
+        when they do not fit. All file creation happens before the first byte is written, so a
+        failure (disk full) leaves nothing half done."""
+        cl = self._commitlog
+        if size + 8 > cl.segment_size:  # a segment always keeps room for the 8-byte blank filler
+            return PutStatus.MESSAGE_ILLEGAL
+        seg = cl.cur
+        assert seg is not None
+        pos = cl.wrote_pos
+        try:
+            if cq is not None and cq.max_offset + units > cq.capacity:
+                cq.prepare(units)
+            if pos + size + 8 > seg.size:
+                seg = cl.roll()
+                pos = 0
+        except OSError:
+            log.exception("cannot extend the store")
+            return PutStatus.UNKNOWN_ERROR
+        return seg, pos
+
+    def _store_timestamp(self) -> int:
+        """Now in ms, never earlier than the last store time (offset_by_timestamp bisects on it)."""
+        now = _time_ns() // 1_000_000
+        if now < self._last_store_ts:
+            return self._last_store_ts
+        self._last_store_ts = now
+        return now
+
     def put_batch(self, msgs: list[MessageToStore]) -> PutResult:
         """Append messages of one topic and queue as consecutive records and queue offsets, in one
         segment; all or nothing. Transaction prepared/rollback messages cannot be batched."""
@@ -271,51 +300,26 @@ class MessageStore:
         if topic is None or queue_id < 0:
             return _failure(PutStatus.MESSAGE_ILLEGAL)
         topic_len = len(topic.encoded)
-        max_body = self._config.max_message_size
         encoded_props: list[bytes] = []
         sizes: list[int] = []
         total = 0
         for m in msgs:
-            if (
-                m.topic != topic.name
-                or m.queue_id != queue_id
-                or len(m.body) > max_body
-                or m.sys_flag & _HOST_V6_FLAGS
-                or not is_dispatched(m.sys_flag)
-                or len(m.born_host) != 8
-                or len(m.store_host) != 8
-            ):
+            if m.topic != topic.name or m.queue_id != queue_id or not is_dispatched(m.sys_flag):
                 return _failure(PutStatus.MESSAGE_ILLEGAL)
-            try:
-                props = m.properties.encode()
-            except UnicodeEncodeError:
-                return _failure(PutStatus.MESSAGE_ILLEGAL)
-            if len(props) > _MAX_PROPERTIES_BYTES:
-                return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
+            props = self._encoded_properties(m)
+            if isinstance(props, PutStatus):
+                return _failure(props)
             encoded_props.append(props)
             size = 91 + len(m.body) + topic_len + len(props)
             sizes.append(size)
             total += size
-        if total + 8 > self._commitlog.segment_size:
-            return _failure(PutStatus.MESSAGE_ILLEGAL)
-        cl = self._commitlog
-        seg = cl.cur
-        assert seg is not None
-        pos = cl.wrote_pos
         cq = self._queues.queue(topic, queue_id)
-        try:
-            cq.prepare(len(msgs))
-            if pos + total + 8 > seg.size:
-                seg = cl.roll()
-                pos = 0
-        except OSError:
-            log.exception("cannot extend the store")
-            return _failure(PutStatus.UNKNOWN_ERROR)
-        now = _time_ns() // 1_000_000
-        if now < self._last_store_ts:
-            now = self._last_store_ts
-        else:
-            self._last_store_ts = now
+        room = self._reserve(total, cq, len(msgs))
+        if isinstance(room, PutStatus):
+            return _failure(room)
+        seg, pos = room
+        cl = self._commitlog
+        now = self._store_timestamp()
         mm = seg.mm
         first_phys = phys = seg.start + pos
         first_queue_offset = queue_offset = cq.max_offset
