@@ -79,8 +79,7 @@ class AdminProcessor:
         problem = topic_name_error(topic)
         if problem is not None:
             raise BrokerError(ResponseCode.SYSTEM_ERROR, f"topic[{topic}]: {problem}")
-        if is_system_topic(topic, broker.topics.system_topics):
-            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        self._refuse_system_topic(topic)
         read = int_field(request, "readQueueNums", default=broker.config.default_topic_queue_nums)
         write = int_field(request, "writeQueueNums", default=read)
         if not (0 < read <= 1024 and 0 < write <= 1024):
@@ -100,11 +99,15 @@ class AdminProcessor:
         broker.request_register()
         return request.response()
 
+    def _refuse_system_topic(self, topic: str) -> None:
+        """Admins may not create, change or delete a system topic (RocketMQ's wording)."""
+        if is_system_topic(topic, self._broker.topics.system_topics):
+            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+
     def _delete_topic(self, request: RemotingCommand) -> RemotingCommand:
         broker = self._broker
         topic = str_field(request, "topic")
-        if is_system_topic(topic, broker.topics.system_topics):
-            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        self._refuse_system_topic(topic)
         broker.topics.delete(topic)
         broker.offsets.delete_topic(topic)
         broker.store.delete_topic(topic)

@@ -29,24 +29,36 @@ from cometmq.store import MessageToStore, PutResult, PutStatus
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
-MAX_PROPERTIES_LENGTH = 32767  # the record stores it in an int16
+MAX_PROPERTIES_LENGTH = 32767  # the record stores it in an int16; the store enforces it
 
-# SendMessageRequestHeaderV2 uses one-letter names for the V1 fields.
-_V2_NAMES = {
-    "a": "producerGroup",
-    "b": "topic",
-    "c": "defaultTopic",
-    "d": "defaultTopicQueueNums",
-    "e": "queueId",
-    "f": "sysFlag",
-    "g": "bornTimestamp",
-    "h": "flag",
-    "i": "properties",
-    "j": "reconsumeTimes",
-    "k": "unitMode",
-    "l": "maxReconsumeTimes",
-    "m": "batch",
-    "n": "bname",
+
+@dataclass(frozen=True, slots=True)
+class _HeaderNames:
+    """Where each send header field is: SEND_MESSAGE uses long names, V2 and batch one letter each."""
+
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: str
+    queue_id: str
+    sys_flag: str
+    born_timestamp: str
+    flag: str
+    properties: str
+    reconsume_times: str
+    batch: str
+
+
+_V1_NAMES = _HeaderNames(
+    "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp", "flag",
+    "properties", "reconsumeTimes", "batch",
+)  # fmt: skip
+_V2_NAMES = _HeaderNames("b", "c", "d", "e", "f", "g", "h", "i", "j", "m")
+
+_FAILURE_REMARKS = {
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: (
+        f"the message properties length is over the max value {MAX_PROPERTIES_LENGTH} bytes"
+    ),
+    PutStatus.SERVICE_NOT_AVAILABLE: "the store is not available (shutting down)",
 }
 
 _STATUS_CODES = {
@@ -100,15 +112,14 @@ class SendProcessor:
     def handle(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        if request.code != RequestCode.SEND_MESSAGE:
-            request.ext_fields = {_V2_NAMES.get(k, k): v for k, v in request.ext_fields.items()}
+        names = _V1_NAMES if request.code == RequestCode.SEND_MESSAGE else _V2_NAMES
         broker = self._broker
         config = broker.config
         if not config.broker_permission & PERM_WRITE:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the broker[{config.broker_ip1}] sending message is forbidden"
             )
-        topic = str_field(request, "topic")
+        topic = str_field(request, names.topic)
         problem = topic_name_error(topic)
         if problem is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"topic[{topic}]: {problem}")
@@ -116,15 +127,15 @@ class SendProcessor:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             )
-        queue_id = int_field(request, "queueId")
-        properties = decode_properties(request.ext_fields.get("properties", ""))
+        queue_id = int_field(request, names.queue_id)
+        properties = decode_properties(request.ext_fields.get(names.properties, ""))
         refusal = _unsupported_feature(properties)
         if refusal is not None:
             return request.response(ResponseCode.NO_PERMISSION, refusal)
         wait_store = properties.pop("WAIT", "true").lower() != "false"
         properties["CLUSTER"] = config.broker_cluster_name
         # Everything above is checked before an unknown topic is auto-created.
-        topic_config = self._topic_config(request, topic)
+        topic_config = self._topic_config(request, names, topic)
         if not topic_config.perm & PERM_WRITE:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
@@ -137,21 +148,21 @@ class SendProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal: topic {topic} has queues 0..{queue_nums - 1}",
             )
-        born_timestamp = request.ext_fields.get("bornTimestamp")
+        born_timestamp = request.ext_fields.get(names.born_timestamp)
         header = _SendHeader(
             topic=topic,
             queue_id=queue_id,
-            sys_flag=int_field(request, "sysFlag", default=0),
+            sys_flag=int_field(request, names.sys_flag, default=0),
             born_timestamp=int(born_timestamp) if born_timestamp else int(time.time() * 1000),
             born_host=host_bytes(conn.remote_address),
             store_host=broker.store_host,
-            reconsume_times=int_field(request, "reconsumeTimes", default=0),
+            reconsume_times=int_field(request, names.reconsume_times, default=0),
         )
-        if bool_field(request, "batch"):
+        if bool_field(request, names.batch):
             messages = self._batch_messages(request, header, properties)
         else:
             messages = [
-                self._message(header, request.body, int_field(request, "flag", default=0), properties)
+                self._message(header, request.body, int_field(request, names.flag, default=0), properties)
             ]
         result = broker.store.put(messages[0]) if len(messages) == 1 else broker.store.put_batch(messages)
         if result.status is PutStatus.PUT_OK:
@@ -160,7 +171,7 @@ class SendProcessor:
                 return self._reply_after_flush(request, result, queue_id)
         return self._reply(request, result, result.status, queue_id)
 
-    def _topic_config(self, request: RemotingCommand, topic: str) -> TopicConfig:
+    def _topic_config(self, request: RemotingCommand, names: _HeaderNames, topic: str) -> TopicConfig:
         topics = self._broker.topics
         topic_config = topics.get(topic)
         if topic_config is not None:
@@ -168,8 +179,8 @@ class SendProcessor:
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             topic_config = topics.create_retry_topic(topic)
         else:
-            default_topic = request.ext_fields.get("defaultTopic") or DEFAULT_TOPIC
-            queue_nums = int_field(request, "defaultTopicQueueNums", default=4)
+            default_topic = request.ext_fields.get(names.default_topic) or DEFAULT_TOPIC
+            queue_nums = int_field(request, names.default_topic_queue_nums, default=4)
             topic_config = topics.create_in_send(topic, default_topic, queue_nums)
         if topic_config is None:
             raise BrokerError(
@@ -195,12 +206,6 @@ class SendProcessor:
             raise BrokerError(
                 ResponseCode.MESSAGE_ILLEGAL, f"the message properties are malformed: {exc}"
             ) from None
-        size = len(text.encode())
-        if size > MAX_PROPERTIES_LENGTH:
-            raise BrokerError(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message properties length {size} is over the max value {MAX_PROPERTIES_LENGTH} bytes",
-            )
         tags = properties.get("TAGS")
         return MessageToStore(
             topic=header.topic,
@@ -239,7 +244,7 @@ class SendProcessor:
     async def _reply_after_flush(
         self, request: RemotingCommand, result: PutResult, queue_id: int
     ) -> RemotingCommand:
-        flushed = await self._broker.store.wait_flushed(result.commitlog_offset + result.wrote_bytes)
+        flushed = await self._broker.store.wait_flushed(result.commitlog_end_offset)
         status = PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT
         return self._reply(request, result, status, queue_id)
 
@@ -248,7 +253,9 @@ class SendProcessor:
     ) -> RemotingCommand:
         code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
-            return request.response(code, f"storing the message failed: {status.name}")
+            return request.response(
+                code, _FAILURE_REMARKS.get(status, f"storing the message failed: {status.name}")
+            )
         config = self._broker.config
         return request.response(
             code,
