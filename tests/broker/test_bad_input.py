@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _support import address, create_topic, pull, running_broker, send_request
 
-from cometmq.remoting import RemotingClient, RemotingCommand, ResponseCode
+from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 
 def run(coro: object) -> None:
@@ -132,3 +132,22 @@ def test_auto_create_stays_off_after_a_restart_that_turned_it_off(tmp_path: Path
 
     assert asyncio.run(life("true", "MadeWhileOn")) == ResponseCode.SUCCESS
     assert asyncio.run(life("false", "MadeWhileOff")) == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_admins_cannot_create_or_delete_system_topics(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            created = await create_topic(client, addr, "SCHEDULE_TOPIC_XXXX", 2)
+            assert created.code == ResponseCode.SYSTEM_ERROR
+            assert "conflict with system topic" in (created.remark or "")
+            deleted = await client.invoke(
+                addr, RemotingCommand(code=RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": "TBW102"})
+            )
+            assert deleted.code == ResponseCode.SYSTEM_ERROR
+            assert broker.topics.get("TBW102") is not None
+            assert broker.topics.get("SCHEDULE_TOPIC_XXXX").write_queue_nums == 18  # type: ignore[union-attr]
+            await client.close()
+
+    run(scenario())

@@ -1,0 +1,87 @@
+"""The broker keeps itself registered with the NameServer, and a broker.conf configures it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from _support import address, create_topic, running_broker
+
+from cometmq.broker import BrokerConfig
+from cometmq.client import AdminClient
+from cometmq.errors import BrokerError, ConfigError
+from cometmq.namesrv import NameServer
+from cometmq.remoting import RemotingClient
+
+
+async def _routed(namesrv: str, topic: str) -> bool:
+    async with AdminClient(namesrv) as admin:
+        try:
+            await admin.topic_route(topic)
+        except BrokerError:
+            return False
+        return True
+
+
+@pytest.mark.parametrize(("period_ms", "still_routed"), [(200, True), (60_000, False)])
+def test_periodic_registration_keeps_the_broker_alive(
+    tmp_path: Path, period_ms: int, still_routed: bool
+) -> None:
+    async def scenario() -> None:
+        namesrv = NameServer("127.0.0.1", 0, broker_expiry_s=0.8, scan_interval_s=0.05)
+        await namesrv.start()
+        addr = f"127.0.0.1:{namesrv.port}"
+        async with running_broker(tmp_path, namesrvAddr=addr, registerNameServerPeriod=period_ms) as broker:
+            client = RemotingClient()
+            await create_topic(client, address(broker), "Kept", 2)
+            await client.close()
+            await asyncio.sleep(0.3)
+            assert await _routed(addr, "Kept")  # registered at once after the topic was created
+            await asyncio.sleep(1.5)  # longer than the NameServer's expiry
+            assert await _routed(addr, "Kept") is still_routed
+        await namesrv.stop()
+
+    asyncio.run(scenario())
+
+
+def test_broker_conf_is_read_with_rocketmq_keys_and_flags_override_it(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "# a RocketMQ broker.conf\n"
+        "brokerClusterName = ProdCluster\n"
+        "brokerName=broker-b\n"
+        "listenPort: 10921\n"
+        "storePathRootDir=/var/rocketmq/store\n"
+        "autoCreateTopicEnable=false\n"
+        "mappedFileSizeCommitLog=104857600\n"
+        "flushDiskType=SYNC_FLUSH\n"
+        "someKeyCometMQDoesNotUse=1\n"
+    )
+    config = BrokerConfig.from_file(conf)
+    assert (config.broker_cluster_name, config.broker_name, config.listen_port) == (
+        "ProdCluster",
+        "broker-b",
+        10921,
+    )
+    assert config.store_path_root_dir == "/var/rocketmq/store"
+    assert config.auto_create_topic_enable is False
+    assert config.mapped_file_size_commit_log == 104857600
+    assert config.flush_disk_type == "SYNC_FLUSH"
+    config.update({"listen_port": 20000, "store_path_root_dir": str(tmp_path)})  # what CLI flags do
+    assert config.listen_port == 20000 and config.store_path_root_dir == str(tmp_path)
+    assert config.broker_name == "broker-b"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("listenPort=ten\n", "listenPort='ten' is not a valid int"),
+        ("flushDiskType=SOMETIMES\n", "flushDiskType"),
+    ],
+)
+def test_bad_broker_conf_values_are_one_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_file(conf)

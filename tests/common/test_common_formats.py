@@ -1,0 +1,53 @@
+"""fastjson-flavoured JSON, Java .properties, and crash-safe config files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cometmq.broker._json_config import load_json_config, save_json_config
+from cometmq.common import fastjson
+from cometmq.common.javaprops import parse_properties
+
+
+def test_fastjson_reads_unquoted_numeric_keys_but_not_inside_strings() -> None:
+    text = '{"brokerAddrs":{0:"127.0.0.1:10911",1:"10.0.0.2:10911"},"note":"a,5:b {7:x}"}'
+    with pytest.raises(ValueError):
+        json.loads(text)
+    assert fastjson.loads(text) == {
+        "brokerAddrs": {"0": "127.0.0.1:10911", "1": "10.0.0.2:10911"},
+        "note": "a,5:b {7:x}",
+    }
+
+
+@given(st.dictionaries(st.integers(-(2**31), 2**31), st.text(max_size=20), max_size=5))
+def test_fastjson_legacy_form_round_trips(table: dict[int, str]) -> None:
+    legacy = fastjson.dumps({"brokerAddrs": table}, numeric_keys_unquoted=True)
+    assert fastjson.loads(legacy) == {"brokerAddrs": {str(k): v for k, v in table.items()}}
+
+
+def test_java_properties_separators_comments_escapes_and_continuations() -> None:
+    text = (
+        "# comment\n! also a comment\n"
+        "a=1\n  b : 2\nc 3\nd=\n"
+        "e = one \\\n    two\n"
+        "f=\\u0041\\tB\n"
+        "key\\ with\\ spaces=x\n"
+    )
+    assert parse_properties(text) == {
+        "a": "1", "b": "2", "c": "3", "d": "", "e": "one two", "f": "A\tB", "key with spaces": "x",
+    }  # fmt: skip
+
+
+def test_a_corrupt_config_file_falls_back_to_its_backup(tmp_path: Path) -> None:
+    path = tmp_path / "config" / "topics.json"
+    save_json_config(path, {"version": 1})
+    save_json_config(path, {"version": 2})
+    assert load_json_config(path) == {"version": 2}
+    path.write_text('{"version": 3, tor')  # a torn write
+    assert load_json_config(path) == {"version": 1}  # the .bak holds the previous good version
+    assert load_json_config(tmp_path / "missing.json") is None
