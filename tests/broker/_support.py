@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,11 @@ from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
 
 
 @contextlib.asynccontextmanager
-async def running_broker(data_dir: Path, **settings: Any) -> AsyncIterator[Broker]:
+async def running_broker(
+    data_dir: Path, disk_usage_probe: Callable[[Path], float] | None = None, **settings: Any
+) -> AsyncIterator[Broker]:
+    """*settings* are broker.conf keys; *disk_usage_probe* is injected into the store instead of
+    measuring the real filesystem."""
     config = BrokerConfig()
     config.update(
         {
@@ -27,7 +31,7 @@ async def running_broker(data_dir: Path, **settings: Any) -> AsyncIterator[Broke
             **settings,
         }
     )
-    broker = Broker(config)
+    broker = Broker(config, disk_usage_probe=disk_usage_probe)
     await broker.start()
     try:
         yield broker

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from _support import address, create_topic, pull, pull_request, running_broker, send_request
 
 from cometmq.common.batch import BatchEntry, encode_batch_body
@@ -19,6 +20,7 @@ from cometmq.remoting import (
     SerializeType,
     encode_bytes,
 )
+from cometmq.store._mappedfile import MappedFile
 
 
 def run(coro: object) -> None:
@@ -249,6 +251,32 @@ def test_sync_flush_send_is_answered_after_its_fsync(tmp_path: Path) -> None:
             assert all(r.code == ResponseCode.SUCCESS for r in responses)
             end = max(decode_offset_msg_id(r.ext_fields["msgId"])[2] for r in responses)
             assert broker.store.commitlog_flushed_offset > end
+            await client.close()
+
+    run(scenario())
+
+
+def test_a_failed_disk_flush_is_never_answered_send_ok(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk error is injected (a fake: the commit log's fdatasync raises EIO)."""
+
+    def failing_sync(self: MappedFile) -> None:
+        raise OSError(5, "Input/output error")
+
+    async def scenario() -> None:
+        async with running_broker(tmp_path, flushDiskType="SYNC_FLUSH") as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            await create_topic(client, addr, "Fragile", 1)
+            monkeypatch.setattr(MappedFile, "sync", failing_sync)
+            first = await client.invoke(addr, send_request("Fragile", b"stored, not flushed", 0))
+            assert first.code == ResponseCode.FLUSH_DISK_TIMEOUT
+            assert first.remark is not None and "could not write to disk (Input/output error)" in first.remark
+            later = await client.invoke(addr, send_request("Fragile", b"refused", 0))
+            assert later.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            assert later.remark == first.remark
+            monkeypatch.undo()  # let shutdown flush
             await client.close()
 
     run(scenario())

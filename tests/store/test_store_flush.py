@@ -131,3 +131,30 @@ def test_checkpoint_after_clean_shutdown(open_store: OpenStore, tmp_path: Path) 
     cp = unpack_checkpoint((tmp_path / "store" / "checkpoint").read_bytes())
     assert cp is not None and cp.clean
     assert cp.commitlog_flushed == cp.dispatch_safe == end
+
+
+def test_a_failed_fsync_answers_waiters_at_once_and_stops_writes(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk error is injected (a fake: fdatasync raising EIO), since a real one cannot be made here."""
+    # An hour's flush timeout: only the failure itself can answer the waiter within the test's timeout.
+    store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=3_600_000)
+
+    def failing_sync(self: MappedFile) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(MappedFile, "sync", failing_sync)
+
+    async def main() -> bool:
+        res = store.put(make_msg(body=b"not durable"))
+        assert res.status is PutStatus.PUT_OK
+        return await store.wait_flushed(res.commitlog_end_offset)
+
+    assert asyncio.run(main()) is False
+    refusal = store.write_refusal
+    assert refusal is not None and "could not write to disk (Input/output error)" in refusal
+    assert store.put(make_msg(body=b"later")).status is PutStatus.SERVICE_NOT_AVAILABLE
+    # A later successful sync proves nothing about the pages the failed one lost: still refused.
+    monkeypatch.undo()
+    assert store.put(make_msg(body=b"later")).status is PutStatus.SERVICE_NOT_AVAILABLE
+    assert asyncio.run(store.wait_flushed(store.commitlog_max_offset + 1)) is False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import cometmq
 from cometmq.common import fastjson
@@ -15,6 +15,12 @@ from cometmq.remoting.header import bool_field, int_field, str_field
 
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
+
+UNIQUE_KEY_QUERY_FLAG: Final = "_UNIQUE_KEY_QUERY"  # RocketMQ's MixAll.UNIQUE_MSG_QUERY_FLAG
+# RocketMQ's defaultQueryMaxNum (what a unique-key query gets, whatever it asks for) and
+# maxMsgsNumBatch (the most any query gets).
+DEFAULT_QUERY_MAX_NUM: Final = 32
+MAX_MSGS_NUM_BATCH: Final = 64
 
 
 class AdminProcessor:
@@ -29,6 +35,7 @@ class AdminProcessor:
         RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
         RequestCode.GET_EARLIEST_MSG_STORETIME,
         RequestCode.VIEW_MESSAGE_BY_ID,
+        RequestCode.QUERY_MESSAGE,
     )
 
     def __init__(self, broker: Broker) -> None:
@@ -53,6 +60,8 @@ class AdminProcessor:
             return request.response(ext_fields={"timestamp": str(stamp)})
         if code == RequestCode.VIEW_MESSAGE_BY_ID:
             return self._view_message(request)
+        if code == RequestCode.QUERY_MESSAGE:
+            return self._query_message(request)
         if code == RequestCode.UPDATE_AND_CREATE_TOPIC:
             return self._create_topic(request)
         if code == RequestCode.DELETE_TOPIC_IN_BROKER:
@@ -72,6 +81,33 @@ class AdminProcessor:
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
             )
         return request.response(body_parts=[record])
+
+    def _query_message(self, request: RemotingCommand) -> RemotingCommand:
+        topic = str_field(request, "topic")
+        key = str_field(request, "key")
+        max_num = int_field(request, "maxNum")
+        begin = int_field(request, "beginTimestamp")
+        end = int_field(request, "endTimestamp")
+        unique = request.ext_fields.get(UNIQUE_KEY_QUERY_FLAG) == "true"
+        if unique:
+            max_num = DEFAULT_QUERY_MAX_NUM  # as RocketMQ's QueryMessageProcessor does
+        result = self._broker.store.query_messages(
+            topic, key, min(max_num, MAX_MSGS_NUM_BATCH), begin, end, unique
+        )
+        header = {
+            "indexLastUpdateTimestamp": str(result.index_last_update_timestamp),
+            "indexLastUpdatePhyoffset": str(result.index_last_update_phyoffset),
+        }
+        if not result.buffers:
+            what = "unique key" if unique else "key"
+            remark = (
+                f"can not find message, maybe time range not correct: no message of topic {topic} "
+                f"with {what} {key!r} stored between {begin} and {end}"
+            )
+            if not self._broker.config.message_index_enable:
+                remark = "can not find message: the message index is off on this broker (messageIndexEnable)"
+            return request.response(ResponseCode.QUERY_NOT_FOUND, remark, header)
+        return request.response(ext_fields=header, body_parts=result.buffers)
 
     def _create_topic(self, request: RemotingCommand) -> RemotingCommand:
         broker = self._broker
@@ -140,7 +176,11 @@ class AdminProcessor:
 
 def runtime_info(broker: Broker) -> dict[str, str]:
     store = broker.store
+    # One root directory, so one filesystem for both (RocketMQ reports them apart); -1.0 = unknown.
+    disk_ratio = str(round(store.disk_usage_ratio(), 4))
     return {
+        "commitLogDiskRatio": disk_ratio,
+        "consumeQueueDiskRatio": disk_ratio,
         "brokerVersion": cometmq.__version__,
         "brokerVersionDesc": f"CometMQ {cometmq.__version__}",
         "bootTimestamp": str(broker.boot_timestamp),

@@ -219,6 +219,8 @@ class SendProcessor:
             store_host=header.store_host,
             reconsume_times=header.reconsume_times,
             tags_code=java_string_hash(tags) if tags else 0,
+            keys=properties.get("KEYS", ""),
+            uniq_key=properties.get("UNIQ_KEY", ""),
         )
 
     def _batch_messages(
@@ -253,13 +255,19 @@ class SendProcessor:
     ) -> RemotingCommand:
         code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+            # The store says why it refuses writes (disk full and how full, or shutting down).
+            refusal = self._broker.store.write_refusal if status is PutStatus.SERVICE_NOT_AVAILABLE else None
             return request.response(
-                code, _FAILURE_REMARKS.get(status, f"storing the message failed: {status.name}")
+                code, refusal or _FAILURE_REMARKS.get(status, f"storing the message failed: {status.name}")
             )
         config = self._broker.config
+        remark = None
+        if code == ResponseCode.FLUSH_DISK_TIMEOUT:
+            # A failed flush says why (the disk), not just that time ran out.
+            remark = self._broker.store.write_refusal or "the message is stored but its disk flush timed out"
         return request.response(
             code,
-            None if code == ResponseCode.SUCCESS else "the message is stored but its disk flush timed out",
+            remark,
             {
                 "msgId": ",".join(result.msg_ids),
                 "queueId": str(queue_id),

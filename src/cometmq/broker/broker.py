@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,6 @@ from cometmq.store import FlushDiskType, MessageStore, StoreConfig
 
 log = logging.getLogger("cometmq.broker")
 
-OFFSET_PERSIST_INTERVAL_S = 5.0
 CLIENT_SCAN_INTERVAL_S = 10.0
 
 
@@ -47,7 +47,11 @@ class BrokerStats:
 class Broker:
     """One broker (master) process: a RemotingServer, the request processors, and the store."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(
+        self, config: BrokerConfig, *, disk_usage_probe: Callable[[Path], float] | None = None
+    ) -> None:
+        """*disk_usage_probe* replaces measuring the store's filesystem (``StoreConfig``); tests
+        simulate a full disk with it."""
         self.config = config
         root = Path(config.store_path_root_dir).expanduser()
         self.root_dir = root
@@ -62,6 +66,16 @@ class Broker:
                 flush_commitlog_least_pages=config.flush_commit_log_least_pages,
                 sync_flush_timeout_ms=config.sync_flush_timeout,
                 max_message_size=config.max_message_size,
+                message_index_enable=config.message_index_enable,
+                max_index_num=config.max_index_num,
+                file_reserved_time=config.file_reserved_time,
+                delete_when=config.delete_when,
+                disk_max_used_space_ratio=config.disk_max_used_space_ratio,
+                disk_space_clean_forcibly_ratio=config.disk_space_clean_forcibly_ratio,
+                disk_space_warning_level_ratio=config.disk_space_warning_level_ratio,
+                clean_file_forcibly_enable=config.clean_file_forcibly_enable,
+                delete_file_batch_max=config.delete_file_batch_max,
+                disk_usage_probe=disk_usage_probe,
             )
         )
         self.sync_flush = config.flush_disk_type == "SYNC_FLUSH"
@@ -211,12 +225,16 @@ class Broker:
 
     async def _housekeeping_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        last_offsets = last_scan = time.monotonic()
+        # RocketMQ's flushConsumerOffsetInterval; a crash loses the commits of at most one interval.
+        offsets_every = max(self.config.flush_consumer_offset_interval, 10) / 1000
+        # RocketMQ's cleanResourceInterval: retention and the disk guard.
+        clean_every = max(self.config.clean_resource_interval, 10) / 1000
+        last_offsets = last_scan = last_clean = time.monotonic()
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(min(1.0, offsets_every, clean_every))
             now = time.monotonic()
             try:
-                if now - last_offsets >= OFFSET_PERSIST_INTERVAL_S:
+                if now - last_offsets >= offsets_every:
                     last_offsets = now
                     # The snapshot is taken here; the fsyncs run off the event loop.
                     write = self.offsets.persist_later()
@@ -227,5 +245,8 @@ class Broker:
                     self.producers.expire(now)
                     for group in set(self.consumers.expire(now)):
                         self.consumers.notify_ids_changed(group)
+                if now - last_clean >= clean_every:
+                    last_clean = now
+                    self.store.clean()  # on this thread: the store's single writer
             except Exception:  # keep housekeeping alive; the next round tries again
                 log.exception("broker housekeeping failed")

@@ -10,6 +10,7 @@ from typing import Any
 
 from cometmq.common.javaprops import read_properties
 from cometmq.errors import ConfigError
+from cometmq.store import parse_delete_when
 
 DEFAULT_DATA_DIR = Path.home() / ".cometmq" / "data"
 
@@ -41,7 +42,21 @@ class BrokerConfig:
     flush_interval_commit_log: int = 500
     flush_commit_log_least_pages: int = 4
     sync_flush_timeout: int = 5000
+    # ms between writes of consumerOffset.json; commits of the last interval are lost by a crash
+    flush_consumer_offset_interval: int = 5000
     max_message_size: int = 4 * 1024 * 1024
+    # The message index behind QUERY_MESSAGE (docs/store.md, "Index").
+    message_index_enable: bool = True
+    max_index_num: int = 20_000_000
+    # Retention and the disk guard (docs/store.md, "Retention and the disk guard").
+    file_reserved_time: int = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    disk_space_clean_forcibly_ratio: int = 85
+    disk_space_warning_level_ratio: int = 90
+    clean_file_forcibly_enable: bool = True
+    delete_file_batch_max: int = 10
+    clean_resource_interval: int = 10_000
     register_name_server_period: int = 30_000
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
@@ -80,6 +95,10 @@ class BrokerConfig:
             raise ConfigError(
                 f"flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH, not {self.flush_disk_type!r}"
             )
+        try:
+            parse_delete_when(self.delete_when)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     @classmethod
     def from_file(cls, path: str | Path) -> BrokerConfig:

@@ -1,4 +1,5 @@
-"""``cometmq topic …`` and ``cometmq cluster …``: administration through the NameServer."""
+"""``cometmq topic …`` and ``cometmq cluster …``: administration through the NameServer (plus the
+plumbing ``cometmq message …`` shares)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ DEFAULT_NAMESRV = "127.0.0.1:9876"
 AdminAction = Callable[[AdminClient, argparse.Namespace], Awaitable[None]]
 
 
-def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def admin_options() -> argparse.ArgumentParser:
+    """The options every administration command takes (a parent parser)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "-n",
@@ -34,6 +36,11 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     common.add_argument(
         "--timeout", type=float, default=5.0, metavar="SECONDS", help="per-request timeout (default: 5)"
     )
+    return common
+
+
+def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = admin_options()
 
     topic = commands.add_parser(
         "topic", help="create, list, inspect and delete topics", description="Manage topics."
@@ -55,12 +62,12 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     create.add_argument("--cluster", metavar="NAME", help="cluster to create it in")
     create.add_argument("--order", action="store_true", help="mark the topic as ordered")
-    create.set_defaults(func=_command(_topic_create))
+    create.set_defaults(func=admin_command(_topic_create))
 
     listing = topic_commands.add_parser(
         "list", parents=[common], help="list every topic the NameServer knows", description="List topics."
     )
-    listing.set_defaults(func=_command(_topic_list))
+    listing.set_defaults(func=admin_command(_topic_list))
 
     route = topic_commands.add_parser(
         "route",
@@ -69,7 +76,7 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         description="Show a topic's route: its broker groups, their addresses, queue counts and permission.",
     )
     route.add_argument("name", metavar="NAME")
-    route.set_defaults(func=_command(_topic_route))
+    route.set_defaults(func=admin_command(_topic_route))
 
     delete = topic_commands.add_parser(
         "delete",
@@ -79,7 +86,7 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     delete.add_argument("name", metavar="NAME")
     delete.add_argument("--cluster", metavar="NAME", help="cluster to delete it from")
-    delete.set_defaults(func=_command(_topic_delete))
+    delete.set_defaults(func=admin_command(_topic_delete))
 
     cluster = commands.add_parser("cluster", help="show clusters and their brokers", description="Clusters.")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
@@ -92,10 +99,10 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
             "(0 = master), address, and version and message rates from the broker itself."
         ),
     )
-    cluster_list.set_defaults(func=_command(_cluster_list))
+    cluster_list.set_defaults(func=admin_command(_cluster_list))
 
 
-def _command(action: AdminAction) -> Callable[[argparse.Namespace], int]:
+def admin_command(action: AdminAction) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         async def main() -> int:
             async with AdminClient(args.namesrv, timeout=args.timeout) as admin:
@@ -107,7 +114,7 @@ def _command(action: AdminAction) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-def _print_json(obj: Any) -> None:
+def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))
 
 
@@ -118,7 +125,7 @@ def _broker_list(brokers: list[BrokerData]) -> str:
 async def _topic_create(admin: AdminClient, args: argparse.Namespace) -> None:
     brokers = await admin.create_topic(args.name, queues=args.queues, cluster=args.cluster, order=args.order)
     if args.json:
-        _print_json({"topic": args.name, "queues": args.queues, "brokers": [b.to_json() for b in brokers]})
+        print_json({"topic": args.name, "queues": args.queues, "brokers": [b.to_json() for b in brokers]})
     else:
         print(f"created topic {args.name} with {args.queues} queues on {_broker_list(brokers)}")
 
@@ -126,7 +133,7 @@ async def _topic_create(admin: AdminClient, args: argparse.Namespace) -> None:
 async def _topic_list(admin: AdminClient, args: argparse.Namespace) -> None:
     topics = await admin.topic_list()
     if args.json:
-        _print_json(topics)
+        print_json(topics)
     else:
         for topic in topics:
             print(topic)
@@ -135,7 +142,7 @@ async def _topic_list(admin: AdminClient, args: argparse.Namespace) -> None:
 async def _topic_route(admin: AdminClient, args: argparse.Namespace) -> None:
     route = await admin.topic_route(args.name)
     if args.json:
-        _print_json(route.to_json())
+        print_json(route.to_json())
         return
     brokers = {b.broker_name: b for b in route.broker_datas}
     rows = []
@@ -165,7 +172,7 @@ async def _topic_route(admin: AdminClient, args: argparse.Namespace) -> None:
 async def _topic_delete(admin: AdminClient, args: argparse.Namespace) -> None:
     brokers = await admin.delete_topic(args.name, cluster=args.cluster)
     if args.json:
-        _print_json({"topic": args.name, "brokers": [b.to_json() for b in brokers]})
+        print_json({"topic": args.name, "brokers": [b.to_json() for b in brokers]})
     else:
         print(f"deleted topic {args.name} from {_broker_list(brokers)} and the name server")
 
@@ -199,7 +206,7 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
 
     runtimes = await asyncio.gather(*(runtime(addr) for _, _, _, addr in entries))
     if args.json:
-        _print_json(
+        print_json(
             [
                 {"cluster": cluster, "brokerName": name, "brokerId": broker_id, "addr": addr, "runtime": rt}
                 for (cluster, name, broker_id, addr), rt in zip(entries, runtimes, strict=True)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from cometmq import __version__
 from cometmq.cli._admin import add_admin_commands
+from cometmq.cli._message import add_message_commands
 from cometmq.cli._servers import add_server_commands
 from cometmq.errors import BrokerError, CometMQError
 
@@ -19,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description=(
             "CometMQ, a message queue that speaks the RocketMQ 4.x protocol. Run the servers "
-            "(standalone, namesrv, broker) or administer a running cluster (topic, cluster)."
+            "(standalone, namesrv, broker), administer a running cluster (topic, cluster) or find "
+            "stored messages (message)."
         ),
         epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
     )
@@ -27,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_server_commands(commands)
     add_admin_commands(commands)
+    add_message_commands(commands)
     return parser
 
 

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import time
 from types import TracebackType
 
 from cometmq.common.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, topic_name_error
+from cometmq.common.properties import decode_properties
+from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
 from cometmq.common.route import BrokerData, ClusterInfo, TopicList, TopicRouteData, parse_kv_table
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 log = logging.getLogger("cometmq.client")
+
+UNIQUE_KEY_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # RocketMQ's MixAll.UNIQUE_MSG_QUERY_FLAG
+# How many topics a message lookup without a topic asks about at once.
+_TOPIC_QUERY_CONCURRENCY = 16
 
 
 class AdminClient:
@@ -182,3 +190,120 @@ class AdminClient:
         """The broker's runtime statistics (brokerVersionDesc, putTps, …) as strings."""
         response = await self._invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
         return parse_kv_table(response.body)
+
+    # messages ----------------------------------------------------------------------------------
+
+    async def query_message(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        unique: bool = False,
+    ) -> list[DecodedRecord]:
+        """Messages of ``topic`` with ``key`` among their KEYS (``unique``: as their UNIQ_KEY, the id
+        clients show) stored in ``[begin_ms, end_ms]`` (``end_ms`` default: now), from every master
+        broker of the topic's route (QUERY_MESSAGE); newest first, at most ``max_num``.
+
+        Like RocketMQ's client, records whose key does not really match (a broker's index only
+        compares hashes) are dropped, and a broker that fails is skipped unless all do.
+        """
+        if end_ms is None:
+            end_ms = time.time_ns() // 1_000_000
+        route = await self.topic_route(topic)
+        addrs = sorted({b.master_addr for b in route.broker_datas if b.master_addr is not None})
+        header = {
+            "topic": topic,
+            "key": key,
+            "maxNum": str(max_num),
+            "beginTimestamp": str(begin_ms),
+            "endTimestamp": str(end_ms),
+        }
+        if unique:
+            header[UNIQUE_KEY_QUERY_FLAG] = "true"
+
+        async def ask(addr: str) -> list[DecodedRecord]:
+            try:
+                response = await self._invoke(addr, RequestCode.QUERY_MESSAGE, header)
+            except BrokerError as exc:
+                if exc.code == ResponseCode.QUERY_NOT_FOUND:
+                    return []
+                raise
+            return decode_records(response.body)
+
+        answers = await asyncio.gather(*(ask(addr) for addr in addrs), return_exceptions=True)
+        failures = [a for a in answers if isinstance(a, BaseException)]
+        if addrs and len(failures) == len(addrs):
+            raise failures[0]
+        for addr, answer in zip(addrs, answers, strict=True):
+            if isinstance(answer, BaseException):
+                log.warning("querying messages on broker %s failed: %s", addr, answer)
+        found = [
+            rec
+            for answer in answers
+            if not isinstance(answer, BaseException)
+            for rec in answer
+            if _has_key(rec, topic, key, unique)
+        ]
+        found.sort(key=lambda rec: rec.store_timestamp, reverse=True)
+        return found[:max_num]
+
+    async def view_message(self, msg_id: str, topic: str | None = None) -> list[DecodedRecord]:
+        """The message(s) with id ``msg_id``, newest first; empty if there is none.
+
+        An offset message id (store host + commit-log offset, wire facts §6.3) is asked of that
+        broker (VIEW_MESSAGE_BY_ID). Anything else, or an offset id that finds nothing there, is
+        taken as a unique key (UNIQ_KEY, what clients show as the message id) and looked up with
+        QUERY_MESSAGE in ``topic``, or without it in every topic of the cluster.
+        """
+        found = await self._view_by_offset_id(msg_id, topic)
+        if found is not None:
+            return [found]
+        topics = [topic] if topic is not None else await self.topic_list()
+        limit = asyncio.Semaphore(_TOPIC_QUERY_CONCURRENCY)
+
+        async def lookup(name: str) -> list[DecodedRecord]:
+            async with limit:
+                try:
+                    return await self.query_message(name, msg_id, unique=True)
+                except BrokerError as exc:
+                    if topic is None and exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                        return []  # listed, but no broker serves it (any more)
+                    raise
+
+        results = await asyncio.gather(*(lookup(name) for name in topics))
+        found_all = [rec for records in results for rec in records]
+        found_all.sort(key=lambda rec: rec.store_timestamp, reverse=True)
+        return found_all
+
+    async def _view_by_offset_id(self, msg_id: str, topic: str | None) -> DecodedRecord | None:
+        try:
+            address, port, offset = decode_offset_msg_id(msg_id)
+        except ValueError:
+            return None
+        # Java's UNIQ_KEY is 32 hex characters too, but its "port" bytes hold the pid: never a port.
+        if not 0 < port < 65536 or offset < 0:
+            return None
+        host = ipaddress.ip_address(address)
+        addr = f"{host}:{port}" if host.version == 4 else f"[{host}]:{port}"
+        try:
+            response = await self._invoke(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)})
+            records = decode_records(response.body)
+        except (CometMQError, ValueError) as exc:
+            log.info("%s: not found as an offset message id (%s); trying it as a unique key", msg_id, exc)
+            return None
+        if not records or records[0].commitlog_offset != offset:
+            return None
+        if topic is not None and records[0].topic != topic:
+            return None
+        return records[0]
+
+
+def _has_key(rec: DecodedRecord, topic: str, key: str, unique: bool) -> bool:
+    """Whether a record a broker found for ``key`` really has it (RocketMQ's client checks too)."""
+    props = decode_properties(rec.properties)
+    if unique:
+        # What a Java client calls the msgId: UNIQ_KEY, else the offset message id.
+        return props.get("UNIQ_KEY", rec.offset_msg_id) == key
+    return rec.topic == topic and key in props.get("KEYS", "").split(" ")

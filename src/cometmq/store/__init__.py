@@ -1,9 +1,10 @@
-"""The storage engine: commit log, consume queues, flushing and recovery.
+"""The storage engine: commit log, consume queues, message index, flushing and recovery.
 
 It knows nothing of the network: the broker hands it ``MessageToStore`` objects and serves the
 ``memoryview`` records it gets back. The on-disk format is documented in ``cometmq.store.format``.
 """
 
+from ._clean import CleanReport, parse_delete_when
 from ._model import (
     FlushDiskType,
     GetResult,
@@ -11,12 +12,14 @@ from ._model import (
     MessageToStore,
     PutResult,
     PutStatus,
+    QueryResult,
     StoreConfig,
 )
 from ._store import ArrivalListener, MessageStore
 
 __all__ = [
     "ArrivalListener",
+    "CleanReport",
     "FlushDiskType",
     "GetResult",
     "GetStatus",
@@ -24,5 +27,7 @@ __all__ = [
     "MessageToStore",
     "PutResult",
     "PutStatus",
+    "QueryResult",
     "StoreConfig",
+    "parse_delete_when",
 ]

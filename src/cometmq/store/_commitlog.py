@@ -31,7 +31,9 @@ class CommitLog:
     Only the event-loop thread writes (``cur``, ``wrote_pos``, ``max_offset``, appending to
     ``segments``). The flush thread reads ``max_offset`` and ``segments`` and owns
     ``flushed_offset``; ``max_offset`` is published only after a record and its consume-queue unit
-    are fully written, so whatever is below it is complete.
+    are fully written, so whatever is below it is complete. Retention (``drop_head``) replaces
+    ``segments`` and ``starts`` instead of shrinking them, so the flush thread can finish iterating
+    the list it took.
     """
 
     __slots__ = (
@@ -153,6 +155,19 @@ class CommitLog:
         self.cur = seg
         self.wrote_pos = 0
         return seg
+
+    def drop_head(self, count: int) -> list[MappedFile]:
+        """Forget the first *count* segments (never the one being written) and return them; the
+        caller deletes and closes them. ``min_offset`` becomes the next segment's start."""
+        count = min(count, len(self.segments) - 1)
+        if count <= 0:
+            return []
+        dropped = self.segments[:count]
+        # New lists, not ``del``: the flush thread may be iterating the old one right now
+        # (``reversed()`` over a list shrinking at the front would skip segments it must sync).
+        self.segments = self.segments[count:]
+        self.starts = self.starts[count:]
+        return dropped
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -148,6 +148,32 @@ class ConsumeQueue:
             lo = mid + 1
         self.min_offset = lo
 
+    def files_before(self, commitlog_min: int) -> int:
+        """How many leading files hold only units pointing below *commitlog_min* (into deleted
+        commit-log segments). Never the file being appended to, nor the last one."""
+        count = 0
+        # Files before the append cursor are complete, so their last unit is their newest one.
+        while count < min(self._cur_idx, len(self.files) - 1):
+            mf = self.files[count]
+            off, size, _ = CQ_UNIT.unpack_from(mf.mm, mf.size - CQ_UNIT_SIZE)
+            if size <= 0 or off >= commitlog_min:
+                break
+            count += 1
+        return count
+
+    def drop_head(self, count: int) -> list[MappedFile]:
+        """Forget the first *count* files (at most ``files_before``'s answer) and return them; the
+        caller deletes and closes them. Call ``adjust_min`` afterwards."""
+        if count <= 0:
+            return []
+        dropped = self.files[:count]
+        # New lists, not ``del``: the flush thread may be iterating the old one (``sync``).
+        self.files = self.files[count:]
+        self.starts = self.starts[count:]
+        self._cur_idx -= count
+        self.min_offset = max(self.min_offset, self.starts[0])
+        return dropped
+
     # -- writing (event-loop thread) -----------------------------------------------------------
 
     def append(self, commitlog_offset: int, size: int, tags_code: int) -> None:
@@ -157,6 +183,20 @@ class ConsumeQueue:
         assert self._mm is not None
         CQ_UNIT.pack_into(self._mm.mm, (i - self._first) * CQ_UNIT_SIZE, commitlog_offset, size, tags_code)
         self.max_offset = i + 1
+
+    def append_units(self, units: bytes) -> None:
+        """Append packed units (a batch): one slice assignment per file they land in."""
+        done = 0
+        while done < len(units):
+            i = self.max_offset
+            if i >= self._limit:
+                self._advance()
+            assert self._mm is not None
+            take = min(len(units) - done, (self._limit - i) * CQ_UNIT_SIZE)
+            at = (i - self._first) * CQ_UNIT_SIZE
+            self._mm.mm[at : at + take] = units[done : done + take]
+            done += take
+            self.max_offset = i + take // CQ_UNIT_SIZE
 
     def prepare(self, count: int) -> None:
         """Create the files the next *count* units need, so that ``append`` cannot fail on I/O after

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +14,7 @@ __all__ = [
     "MessageToStore",
     "PutResult",
     "PutStatus",
+    "QueryResult",
     "StoreConfig",
 ]
 
@@ -40,6 +42,20 @@ class StoreConfig:
     # RocketMQ's messageDelayLevel: the store needs it because a SCHEDULE_TOPIC_XXXX unit's tags code
     # is the delivery time, computed from the store timestamp (on put and again on recovery).
     message_delay_level: str = DEFAULT_DELAY_LEVELS
+    # The message index (``store._index``; docs/store.md, "Index"): RocketMQ's key names and defaults.
+    message_index_enable: bool = True
+    max_index_num: int = 20_000_000  # entries per index file (12 bytes each: a 240 MB sparse file)
+    # Retention and the disk guard (``store._clean``; docs/store.md, "Retention and the disk guard").
+    file_reserved_time: int = 72  # hours a segment is kept after its last write
+    delete_when: str = "04"  # local hours (";"-separated) at which expired segments are deleted
+    disk_max_used_space_ratio: int = 75  # %: above it expired segments go at any hour
+    disk_space_clean_forcibly_ratio: int = 85  # %: above it segments go whatever their age
+    disk_space_warning_level_ratio: int = 90  # %: above it writes are refused
+    clean_file_forcibly_enable: bool = True
+    delete_file_batch_max: int = 10  # segments deleted per pass at most
+    # Used fraction (0..1) of the filesystem holding the given directory; None measures it with
+    # os.statvfs. Tests inject a probe to simulate a full disk.
+    disk_usage_probe: Callable[[Path], float] | None = None
 
 
 @dataclass(slots=True)
@@ -50,6 +66,9 @@ class MessageToStore:
     *tags_code* must be ``java_string_hash(TAGS)`` (0 without a tag): crash recovery recomputes it
     that way from the stored properties. In SCHEDULE_TOPIC_XXXX the store ignores it and uses the
     delivery time (store time + delay of the DELAY level).
+
+    *keys* and *uniq_key* must equal the KEYS and UNIQ_KEY properties ("" without them): the index
+    takes them from here on put, and recovery recomputes them from the record.
     """
 
     topic: str
@@ -64,6 +83,22 @@ class MessageToStore:
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
     tags_code: int = 0
+    keys: str = ""
+    uniq_key: str = ""
+
+
+@dataclass(slots=True)
+class QueryResult:
+    """Outcome of ``query_messages``: the matching records, newest first.
+
+    *buffers* are slices of the mapped commit log like ``GetResult.buffers`` (write them out as they
+    are, drop them soon). The two ``index_last_update_*`` values describe the newest index entry (its
+    record's store time and commit-log offset; 0 without one), as QUERY_MESSAGE's reply header does.
+    """
+
+    buffers: list[memoryview] = field(default_factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phyoffset: int = 0
 
 
 class PutStatus(enum.Enum):

@@ -56,10 +56,18 @@ def recover(
         and _clean_end_plausible(cl, checkpoint)
     ):
         end = checkpoint.commitlog_flushed
-        cl.set_end(end)
-        _trim_queues(queues, end, cl.min_offset)
-        log.info("store opened after a clean shutdown; commit log ends at %d", end)
-        return
+        valid_end = _verify_last_segment(cl, queues, end, tags_code_of)
+        if valid_end == end:
+            cl.set_end(end)
+            _trim_queues(queues, end, cl.min_offset)
+            log.info("store opened after a clean shutdown; commit log ends at %d", end)
+            return
+        log.warning(
+            "the clean-shutdown checkpoint ends the commit log at %d, but its valid records end at %d",
+            end,
+            valid_end,
+        )
+        damaged = True
 
     if not crashed and checkpoint is None and not cl.segments:
         log.info("creating a new store in %s", cl.dir.parent)
@@ -164,9 +172,24 @@ def _scan(
             total, magic = _SIZE_MAGIC.unpack_from(view, rel)
             if magic == BLANK_MAGIC_CODE:
                 if total != size - rel:
+                    log.warning(
+                        "recovery: commit log ends at %d (%s): blank record of %d bytes does not reach "
+                        "the segment's end",
+                        offset,
+                        seg.path.name,
+                        total,
+                    )
                     return offset
                 break
             if magic != MESSAGE_MAGIC_CODE:
+                if total or magic:  # zeros are the log's normal end; anything else is damage
+                    log.warning(
+                        "recovery: commit log ends at %d (%s): no record there (size %d, magic code 0x%08X)",
+                        offset,
+                        seg.path.name,
+                        total,
+                        magic,
+                    )
                 return offset
             try:
                 rec = decode_record_at(view, rel, size, check_crc=True)
@@ -255,6 +278,18 @@ def _trim_queue(cq: ConsumeQueue, end: int) -> int:
         )
         cq.truncate(lo)
     return dropped
+
+
+def _verify_last_segment(cl: CommitLog, queues: QueueTable, end: int, tags_code_of: TagsCodeOf) -> int:
+    """Where the valid records of the segment holding the log's last byte end (*end* if all are).
+
+    A clean checkpoint says where the log ends, not that the bytes before it are still intact (a
+    disk error, a bad copy, an editor); unchecked, a clean start would serve damaged records to
+    clients. RocketMQ's normal recovery checks its last files the same way."""
+    if end <= cl.min_offset:
+        return end
+    start = cl.starts[bisect.bisect_right(cl.starts, end - 1) - 1]
+    return _scan(cl, queues, start, end, end, None, tags_code_of, _ScanStats())
 
 
 def _clean_end_plausible(cl: CommitLog, cp: Checkpoint) -> bool:

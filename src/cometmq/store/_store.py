@@ -6,17 +6,27 @@ import logging
 import os
 import struct
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 from cometmq.common.properties import decode_properties
-from cometmq.common.record import DecodedRecord, encode_record_into
+from cometmq.common.record import (
+    MESSAGE_MAGIC_CODE,
+    DecodedRecord,
+    encode_record_into,
+    pack_record_head,
+    properties_field,
+    topic_field,
+)
 from cometmq.common.taghash import java_string_hash
 
+from ._clean import CleanReport, CleanService
 from ._commitlog import CommitLog
 from ._consumequeue import SCHEDULE_TOPIC, ConsumeQueue, QueueTable
 from ._flush import CheckpointFile, FlushService
+from ._index import IndexService
 from ._mappedfile import MappedFile, fsync_dir
 from ._model import (
     FlushDiskType,
@@ -25,6 +35,7 @@ from ._model import (
     MessageToStore,
     PutResult,
     PutStatus,
+    QueryResult,
     StoreConfig,
 )
 from ._recovery import is_dispatched, recover
@@ -43,6 +54,8 @@ _PAGE: Final = 4096
 _MAX_SCAN_UNITS: Final = 16000 // CQ_UNIT_SIZE
 _iter_units: Final = CQ_UNIT.iter_unpack
 _time_ns: Final = time.time_ns
+# A refused put measures the disk again at most this often, so writes resume soon after space is back.
+_REFUSED_RECHECK_S: Final = 1.0
 
 
 def _failure(status: PutStatus) -> PutResult:
@@ -85,7 +98,12 @@ class MessageStore:
         self._max_body = config.max_message_size
         self._checkpoint = CheckpointFile(self._root / "checkpoint")
         self._flusher: FlushService | None = None
+        self._index: IndexService | None = None  # None: messageIndexEnable is off
         self._running = False
+        # The put path's one check: running and not refused by the disk guard.
+        self._accepting = False
+        self._cleaner = CleanService(self._root, config)
+        self._last_disk_check = 0.0
         self._listeners: list[ArrivalListener] = []
         self._last_store_ts = 0
         self._host_hex: dict[bytes, str] = {}
@@ -110,6 +128,9 @@ class MessageStore:
             cl.load()
             self._queues.load()
             recover(cl, self._queues, checkpoint, crashed, self._recovered_tags_code)
+            if cfg.message_index_enable:
+                self._index = IndexService(self._root / "index", cfg.max_index_num)
+                self._index.load(cl)
             cl.ensure_segment()
             self._checkpoint.write(
                 Checkpoint(cl.flushed_offset, cl.max_offset, False, _time_ns() // 1_000_000)
@@ -131,15 +152,20 @@ class MessageStore:
             interval_s=cfg.flush_interval_commitlog_ms / 1000,
             least_bytes=cfg.flush_commitlog_least_pages * _PAGE,
             timeout_s=cfg.sync_flush_timeout_ms / 1000,
+            index=self._index,
+            on_failure=self._refuse_after_flush_failure,
         )
         self._flusher.start()
         self._running = True
+        self._cleaner.reset()
+        self._check_disk()
 
     def shutdown(self) -> None:
         """Flush everything, write a clean checkpoint, remove ``abort``, close files. Idempotent."""
         if not self._running:
             return
         self._running = False
+        self._accepting = False
         flusher = self._flusher
         self._flusher = None
         try:
@@ -154,6 +180,9 @@ class MessageStore:
             self._close_files()
 
     def _close_files(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None
         self._queues.close()
         self._commitlog.close()
         self._checkpoint.close()
@@ -162,7 +191,7 @@ class MessageStore:
 
     def put(self, msg: MessageToStore) -> PutResult:
         """Append one message and index it. Hot path: every line here is paid per message."""
-        if not self._running:
+        if not self._accepting and not self._writes_resumed():
             return _failure(PutStatus.SERVICE_NOT_AVAILABLE)
         body = msg.body
         topic = self._topics.get(msg.topic)
@@ -232,6 +261,10 @@ class MessageStore:
             if topic.is_schedule:
                 tags_code = self._delivery_time(msg.properties, now, tags_code)
             cq.append(phys, size, tags_code)
+            if msg.uniq_key or msg.keys:  # dispatch = consume-queue unit + index entries
+                index = self._index
+                if index is not None:
+                    index.add(topic.name, msg.uniq_key, msg.keys, phys, now)
             # Published last: the flush thread and readers rely on everything below being complete.
             cl.max_offset = end
             if self._listeners:
@@ -272,12 +305,32 @@ class MessageStore:
             if cq is not None and cq.max_offset + units > cq.capacity:
                 cq.prepare(units)
             if pos + size + 8 > seg.size:
+                # A new segment is when to look at the disk between clean passes (cheap: once per
+                # segment): a write into a mapped page the filesystem has no room for is a SIGBUS.
+                self._check_disk()
+                if not self._accepting:
+                    return PutStatus.SERVICE_NOT_AVAILABLE
                 seg = cl.roll()
                 pos = 0
         except OSError:
             log.exception("cannot extend the store")
             return PutStatus.UNKNOWN_ERROR
         return seg, pos
+
+    def _check_disk(self) -> float:
+        """Measure the disk; refuse or accept writes accordingly (the disk guard)."""
+        self._last_disk_check = time.monotonic()
+        ratio = self._cleaner.guard.check()
+        self._accepting = self.write_refusal is None
+        return ratio
+
+    def _writes_resumed(self) -> bool:
+        """A refused put's second chance: has space come back since the last look (at most one
+        look per ``_REFUSED_RECHECK_S``)?"""
+        if not self._running or time.monotonic() - self._last_disk_check < _REFUSED_RECHECK_S:
+            return False
+        self._check_disk()
+        return self._accepting
 
     def _store_timestamp(self) -> int:
         """Now in ms, never earlier than the last store time (offset_by_timestamp bisects on it)."""
@@ -289,8 +342,13 @@ class MessageStore:
 
     def put_batch(self, msgs: list[MessageToStore]) -> PutResult:
         """Append messages of one topic and queue as consecutive records and queue offsets, in one
-        segment; all or nothing. Transaction prepared/rollback messages cannot be batched."""
-        if not self._running:
+        segment; all or nothing. Transaction prepared/rollback messages cannot be batched.
+
+        Hot path (bench/store.py, "put_batch of 32"): the records are packed into one buffer and
+        copied into the segment with one slice assignment, and the units likewise; per message only
+        the properties check, the CRC and one struct pack remain.
+        """
+        if not self._accepting and not self._writes_resumed():
             return _failure(PutStatus.SERVICE_NOT_AVAILABLE)
         if not msgs:
             return _failure(PutStatus.MESSAGE_ILLEGAL)
@@ -299,9 +357,8 @@ class MessageStore:
         queue_id = first.queue_id
         if topic is None or queue_id < 0:
             return _failure(PutStatus.MESSAGE_ILLEGAL)
-        topic_len = len(topic.encoded)
-        encoded_props: list[bytes] = []
-        sizes: list[int] = []
+        fixed = 91 + len(topic.encoded)
+        props_fields: list[bytes] = []
         total = 0
         for m in msgs:
             if m.topic != topic.name or m.queue_id != queue_id or not is_dispatched(m.sys_flag):
@@ -309,10 +366,8 @@ class MessageStore:
             props = self._encoded_properties(m)
             if isinstance(props, PutStatus):
                 return _failure(props)
-            encoded_props.append(props)
-            size = 91 + len(m.body) + topic_len + len(props)
-            sizes.append(size)
-            total += size
+            props_fields.append(properties_field(props))
+            total += fixed + len(m.body) + len(props)
         cq = self._queues.queue(topic, queue_id)
         room = self._reserve(total, cq, len(msgs))
         if isinstance(room, PutStatus):
@@ -320,48 +375,59 @@ class MessageStore:
         seg, pos = room
         cl = self._commitlog
         now = self._store_timestamp()
-        mm = seg.mm
         first_phys = phys = seg.start + pos
         first_queue_offset = queue_offset = cq.max_offset
-        ids: list[str] = []
+        topic_part = topic_field(topic.encoded)
+        pack_head = pack_record_head
+        crc32 = zlib.crc32
+        pack_unit = CQ_UNIT.pack
+        parts: list[bytes] = []
+        units: list[bytes] = []
+        offsets: list[int] = []
         tags_codes: list[int] = []
         try:
-            for m, props, size in zip(msgs, encoded_props, sizes, strict=True):
-                encode_record_into(
-                    mm,
-                    pos,
-                    queue_id,
-                    m.flag,
-                    queue_offset,
-                    phys,
-                    m.sys_flag,
-                    m.born_timestamp,
-                    m.born_host,
-                    now,
-                    m.store_host,
-                    m.reconsume_times,
-                    m.prepared_transaction_offset,
-                    m.body,
-                    topic.encoded,
-                    props,
+            for m, props_part in zip(msgs, props_fields, strict=True):
+                body = m.body
+                n = len(body)
+                size = fixed + n + len(props_part) - 2
+                parts += (
+                    pack_head(
+                        size,
+                        MESSAGE_MAGIC_CODE,
+                        crc32(body) & 0x7FFFFFFF,
+                        queue_id,
+                        m.flag,
+                        queue_offset,
+                        phys,
+                        m.sys_flag,
+                        m.born_timestamp,
+                        m.born_host,
+                        now,
+                        m.store_host,
+                        m.reconsume_times,
+                        m.prepared_transaction_offset,
+                        n,
+                    ),
+                    body,
+                    topic_part,
+                    props_part,
                 )
-                host = m.store_host
-                ids.append(f"{self._host_hex.get(host) or self._remember_host(host)}{phys:016X}")
                 tags_code = m.tags_code
                 if topic.is_schedule:
                     tags_code = self._delivery_time(m.properties, now, tags_code)
+                units.append(pack_unit(phys, size, tags_code))
+                offsets.append(phys)
                 tags_codes.append(tags_code)
-                pos += size
                 phys += size
                 queue_offset += 1
-        except struct.error:  # nothing was published; the written bytes get reused
+        except struct.error:  # a field out of range; nothing was written
             return _failure(PutStatus.MESSAGE_ILLEGAL)
-        cl.wrote_pos = pos
-        # One dispatch pass once every record is in place.
-        phys = first_phys
-        for size, tags_code in zip(sizes, tags_codes, strict=True):
-            cq.append(phys, size, tags_code)
-            phys += size
+        seg.mm[pos : pos + total] = b"".join(parts)
+        cl.wrote_pos = pos + total
+        cq.append_units(b"".join(units))
+        if self._index is not None:
+            self._index.add_batch(topic.name, msgs, offsets, now)
+        # Published last: the flush thread and readers rely on everything below being complete.
         cl.max_offset = phys
         if self._listeners:
             # One call per distinct tags code is enough to wake every pull this batch can satisfy.
@@ -370,6 +436,9 @@ class MessageStore:
         flusher = self._flusher
         if flusher is not None and phys >= flusher.wake_at:
             flusher.poke()
+        host = first.store_host  # the broker stamps one store host on a whole batch
+        host_hex = self._host_hex.get(host) or self._remember_host(host)
+        ids = [f"{host_hex}{off:016X}" for off in offsets]
         return PutResult(PutStatus.PUT_OK, first_phys, first_queue_offset, len(msgs), now, ids, total)
 
     async def wait_flushed(self, commitlog_end_offset: int) -> bool:
@@ -537,6 +606,17 @@ class MessageStore:
         """The whole record at *commitlog_offset* (VIEW_MESSAGE_BY_ID); None if none starts there."""
         return self._commitlog.record_at(commitlog_offset)
 
+    def query_messages(
+        self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int, unique: bool = False
+    ) -> QueryResult:
+        """Records of *topic* stored in [begin_ms, end_ms] whose UNIQ_KEY (*unique*) or one of whose
+        KEYS entries is *key*, newest first, at most *max_num* (QUERY_MESSAGE). Nothing while
+        ``message_index_enable`` is off."""
+        index = self._index
+        if index is None:
+            return QueryResult()
+        return index.query(self._commitlog, topic, key, max_num, begin_ms, end_ms, unique)
+
     def queue_ids(self, topic: str) -> list[int]:
         t = self._queues.topics.get(topic)
         return sorted(t.queues) if t is not None else []
@@ -551,6 +631,54 @@ class MessageStore:
         else:
             for cq in removed:
                 cq.close()
+
+    # -- retention and the disk guard (store._clean) ---------------------------------------------
+
+    def clean(self, now_ms: int | None = None) -> CleanReport:
+        """One retention pass: measure the disk (refusing or accepting writes), delete expired
+        commit-log segments (at a ``delete_when`` hour, or at any hour above
+        ``disk_max_used_space_ratio``; regardless of age above the force-clean level), then the
+        consume-queue and index files that point only into them, and move min offsets.
+
+        Runs on the writer's thread (the broker's housekeeping calls it every
+        cleanResourceInterval); *now_ms* (default: now) decides the hour and what has expired.
+        """
+        now = _time_ns() // 1_000_000 if now_ms is None else now_ms
+        if not self._running:
+            ratio = self._cleaner.guard.measure()
+            return CleanReport(ratio, False, False, False, True, self._commitlog.min_offset)
+        self._last_disk_check = time.monotonic()
+        report = self._cleaner.run(now, self._commitlog, self._queues, self._retire_files, self._index)
+        self._accepting = self.write_refusal is None
+        return report
+
+    def _retire_files(self, files: list[MappedFile]) -> None:
+        """Close deleted files once no sync can be using them (on the flush thread)."""
+        if self._flusher is not None:
+            self._flusher.retire(files)
+        else:
+            for mf in files:
+                mf.close()
+
+    def _refuse_after_flush_failure(self) -> None:
+        # Called on the flush thread; a plain attribute store, and every later recomputation of
+        # ``_accepting`` sees the flusher's failure through ``write_refusal``.
+        self._accepting = False
+
+    @property
+    def write_refusal(self) -> str | None:
+        """Why puts answer SERVICE_NOT_AVAILABLE right now (the broker's remark), or None while
+        writes are accepted."""
+        if not self._running:
+            return "the store is not running (shutting down)"
+        flusher = self._flusher
+        if flusher is not None and flusher.failure is not None:
+            return flusher.failure
+        return self._cleaner.guard.refusal
+
+    def disk_usage_ratio(self) -> float:
+        """Used fraction of the filesystem holding the store, measured now (-1 if unknown)."""
+        return self._cleaner.guard.measure()
 
     @property
     def commitlog_min_offset(self) -> int:

@@ -10,6 +10,7 @@ Directory layout
     <root>/commitlog/<20-digit start offset>                   commit-log segments
     <root>/consumequeue/<topic>/<queueId>/<20-digit start byte>  consume-queue files
     <root>/checkpoint                                           recovery bookkeeping (below)
+    <root>/index/<yyyyMMddHHmmssSSS>                            index files (below)
     <root>/abort                                                exists while the store runs
 
 File names are the decimal start offset zero-padded to 20 digits (``00000000001073741824``).
@@ -75,11 +76,50 @@ The flush thread writes it after each consume-queue flush (every second) with th
 shutdown writes it with the flag on after flushing everything. ``abort`` is created (and fsynced)
 at start and removed after that final checkpoint.
 
+Index
+=====
+
+Maps ``<topic>#<UNIQ_KEY>`` and ``<topic>#<each space-separated KEYS entry>`` of every dispatched
+record to its commit-log offset (what QUERY_MESSAGE searches). Prepared and rolled-back transaction
+records are not indexed. Files live in ``<root>/index/`` and are named by their creation time in local
+time, ``yyyyMMddHHmmssSSS`` like RocketMQ's (a clash adds a millisecond). Each file holds at most
+``capacity`` entries (``max_index_num``, 20 000 000 by default: a 240 MB sparse file) and is
+``64 + 12 * capacity`` bytes::
+
+    0   4s  magic b"CMQI"
+    4   H   format version = 1
+    6   H   flags, 0
+    8   i   capacity: number of entry slots
+    12  i   count: entries [0, count) are valid and on disk
+    16  q   begin timestamp: smallest STORETIMESTAMP of the entries' records, ms (0 when empty)
+    24  q   end timestamp: largest STORETIMESTAMP, ms (0 when empty)
+    32  q   begin offset: commit-log offset of entry 0's record (0 when empty)
+    40  q   end offset: commit-log offset of entry count-1's record (0 when empty)
+    48  q   time of writing, ms since the epoch (informational)
+    56  I   zlib.crc32 of bytes 0..55
+    60  4x  zero
+    64          capacity x  I   key hashes: zlib.crc32 of the UTF-8 ``topic#key``
+    64 + 4 * capacity  capacity x  q   commit-log offsets, same order
+
+Entry *i* is (hash *i*, offset *i*). Entries are appended in commit-log order, so offsets never
+decrease along a file or from one file to the next; the keys of one record are consecutive entries
+(the unique key first, then KEYS in order) and may continue in the next file. A lookup scans the hash
+region for the 4 bytes of the wanted hash (``mmap.find``, at C speed; only 4-aligned hits count),
+fetches each record, and keeps it only if its topic, key and store time really match (crc32 values
+collide). Unlike RocketMQ's index (hash slots chaining 20-byte entries with a time delta), there is
+nothing to update but the two regions, which keeps the put path cheap in Python.
+
+The header is written only by the flush thread, after the entries it counts were fdatasynced (and
+is fdatasynced itself), so whatever header is found on disk - after kill -9 or a power loss -
+describes entries that are on disk. Entries written after it are redone by recovery.
+
 Recovery
 ========
 
 Clean start (no ``abort`` and the checkpoint's clean flag set): the log ends at
-``commitlog_flushed``; consume queues are taken as they are.
+``commitlog_flushed``; consume queues are taken as they are. The records of the segment holding the
+log's last byte are checked first, as a crash recovery checks them; if one fails, the start is a
+crash recovery from the first segment instead.
 
 Otherwise (a crash): scan the commit log from the start of the segment holding ``dispatch_safe``
 (from the first segment when there is no valid checkpoint or no consume queue at all). Each record
@@ -92,6 +132,12 @@ missing or different is re-dispatched (older records are trusted, which also kee
 deleted); then each consume queue drops units pointing at or past the end. A queue whose first
 re-dispatched record lies beyond its units (its files were lost) is rebuilt by a second scan from
 the start of the log. Everything touched is fsynced before the new checkpoint is written.
+
+The index recovers on every start, after the commit log: files with a bad header (and every file
+created after one) are deleted; entries pointing at or beyond the end of the log are dropped; so are
+the entries of the last indexed record (its keys may be incomplete). Records from that one on, up
+to the end of the log, are indexed again by scanning the log. Without index files (delete
+``<root>/index`` to force it) the whole log is indexed again.
 """
 
 from __future__ import annotations
@@ -106,11 +152,17 @@ __all__ = [
     "CHECKPOINT_SIZE",
     "CQ_UNIT",
     "CQ_UNIT_SIZE",
+    "INDEX_ENTRY_SIZE",
+    "INDEX_HEADER_SIZE",
     "Checkpoint",
+    "IndexHeader",
     "file_name",
+    "index_file_size",
     "pack_checkpoint",
+    "pack_index_header",
     "parse_file_name",
     "unpack_checkpoint",
+    "unpack_index_header",
 ]
 
 CQ_UNIT: Final = struct.Struct(">qiq")
@@ -169,3 +221,62 @@ def unpack_checkpoint(data: bytes) -> Checkpoint | None:
     if magic != _CHECKPOINT_MAGIC or version != _CHECKPOINT_VERSION or flushed < 0 or safe < 0:
         return None
     return Checkpoint(flushed, safe, bool(flags & _CLEAN), ts)
+
+
+_INDEX_HEAD: Final = struct.Struct(">4sHHiiqqqqq")
+INDEX_HEADER_SIZE: Final = 64  # _INDEX_HEAD (56) + CRC (4) + 4 zero bytes
+INDEX_ENTRY_SIZE: Final = 12  # 4-byte hash + 8-byte commit-log offset
+_INDEX_MAGIC: Final = b"CMQI"
+_INDEX_VERSION: Final = 1
+
+
+def index_file_size(capacity: int) -> int:
+    return INDEX_HEADER_SIZE + INDEX_ENTRY_SIZE * capacity
+
+
+@dataclass(slots=True, frozen=True)
+class IndexHeader:
+    capacity: int
+    count: int
+    begin_timestamp: int
+    end_timestamp: int
+    begin_offset: int
+    end_offset: int
+    timestamp_ms: int = 0
+
+
+def pack_index_header(h: IndexHeader) -> bytes:
+    head = _INDEX_HEAD.pack(
+        _INDEX_MAGIC,
+        _INDEX_VERSION,
+        0,
+        h.capacity,
+        h.count,
+        h.begin_timestamp,
+        h.end_timestamp,
+        h.begin_offset,
+        h.end_offset,
+        h.timestamp_ms,
+    )
+    return head + _CRC.pack(zlib.crc32(head)) + bytes(INDEX_HEADER_SIZE - _INDEX_HEAD.size - _CRC.size)
+
+
+def unpack_index_header(data: bytes) -> IndexHeader | None:
+    """The index header in *data*, or None if it is short, torn or not ours."""
+    if len(data) < INDEX_HEADER_SIZE:
+        return None
+    head = data[: _INDEX_HEAD.size]
+    (crc,) = _CRC.unpack_from(data, _INDEX_HEAD.size)
+    if zlib.crc32(head) != crc:
+        return None
+    fields = _INDEX_HEAD.unpack(head)
+    magic, version, _flags, capacity, count, begin_ts, end_ts, begin_off, end_off, ts = fields
+    if (
+        magic != _INDEX_MAGIC
+        or version != _INDEX_VERSION
+        or capacity <= 0
+        or not 0 <= count <= capacity
+        or min(begin_off, end_off) < 0
+    ):
+        return None
+    return IndexHeader(capacity, count, begin_ts, end_ts, begin_off, end_off, ts)

@@ -1,0 +1,240 @@
+"""Append throughput of the store (`cometmq.store.MessageStore`) beside the disk's own limits.
+
+    .venv/bin/python bench/store.py [--count 200000] [--size 1024] [--dir PATH]
+
+In one run, on one filesystem (a temp dir under --dir, default: the system temp dir):
+
+- the disk: sequential write of 256 MiB with `dd ... conv=fdatasync`, and 4 KiB append + fdatasync
+  in a loop (what one synchronous write costs);
+- the store, 1 KiB bodies with the properties a real client sends (UNIQ_KEY, KEYS, TAGS, ...):
+  single `put`s and `put_batch`es of 32 in a loop, under ASYNC_FLUSH; and 16 concurrent producers
+  (asyncio tasks, each appending one message and awaiting its reply condition before the next) under
+  ASYNC_FLUSH and SYNC_FLUSH (where the reply waits for the group-committed fdatasync).
+
+It prints messages/s, MB/s of records written, and the ratio to the raw disk. Every workload runs on a
+fresh store (ASYNC workloads: the time includes the final flush of everything written). The machine is
+noisy: compare the ratios of one run, not absolute figures across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from cometmq.common.properties import encode_properties
+from cometmq.common.record import encode_host
+from cometmq.store import FlushDiskType, MessageStore, MessageToStore, StoreConfig
+
+BATCH = 32
+PRODUCERS = 16
+BORN_HOST = encode_host("127.0.0.1", 50000)
+STORE_HOST = encode_host("127.0.0.1", 10911)
+
+
+def make_messages(count: int, size: int, queues: int = 8) -> list[MessageToStore]:
+    body = os.urandom(size)
+    msgs = []
+    for i in range(count):
+        uniq = f"7F00000100002A9F0000000000{i:06X}"
+        props = encode_properties(
+            {"UNIQ_KEY": uniq, "KEYS": f"order-{i}", "TAGS": "TagA", "CLUSTER": "DefaultCluster"}
+        )
+        msgs.append(
+            MessageToStore(
+                topic="BenchTopic",
+                queue_id=i % queues,
+                flag=0,
+                body=body,
+                properties=props,
+                sys_flag=0,
+                born_timestamp=1_700_000_000_000 + i,
+                born_host=BORN_HOST,
+                store_host=STORE_HOST,
+                tags_code=2598919,  # java_string_hash("TagA")
+            )
+        )
+    return msgs
+
+
+def record_bytes(msgs: list[MessageToStore]) -> int:
+    return sum(91 + len(m.body) + len(m.topic) + len(m.properties.encode()) for m in msgs)
+
+
+# -- the disk ----------------------------------------------------------------------------------------
+
+
+def dd_write_mb_s(directory: Path, mib: int = 256) -> float:
+    target = directory / "dd.bin"
+    out = subprocess.run(
+        ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={mib}", "conv=fdatasync"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr
+    target.unlink()
+    # "268435456 bytes (268 MB, 256 MiB) copied, 0.43 s, 624 MB/s"
+    m = re.search(r"(\d+) bytes .* copied, ([\d.,]+) s", out)
+    if m is None:
+        raise SystemExit(f"cannot read dd's output: {out!r}")
+    return int(m.group(1)) / float(m.group(2).replace(",", ".")) / 1e6
+
+
+def append_fsync_us(directory: Path, rounds: int = 500) -> float:
+    target = directory / "fsync.bin"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    block = os.urandom(4096)
+    try:
+        start = time.perf_counter()
+        for _ in range(rounds):
+            os.write(fd, block)
+            os.fdatasync(fd)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        target.unlink()
+    return elapsed / rounds * 1e6
+
+
+# -- the store ---------------------------------------------------------------------------------------
+
+
+def open_store(directory: Path, name: str, mode: FlushDiskType) -> MessageStore:
+    store = MessageStore(StoreConfig(directory / name, flush_disk_type=mode))
+    store.start()
+    return store
+
+
+def timed(store: MessageStore, run: Callable[[], None]) -> float:
+    """Seconds to run *run* and flush what it wrote (so the disk's share is counted too)."""
+    start = time.perf_counter()
+    run()
+    end = store.commitlog_max_offset
+    asyncio.run(store.wait_flushed(end))
+    return time.perf_counter() - start
+
+
+def single_puts(store: MessageStore, msgs: list[MessageToStore]) -> None:
+    put = store.put
+    for m in msgs:
+        put(m)
+
+
+def make_batches(msgs: list[MessageToStore]) -> list[list[MessageToStore]]:
+    """Batches of BATCH messages of one queue each (what one SEND_BATCH_MESSAGE carries)."""
+    by_queue: dict[int, list[MessageToStore]] = {}
+    for m in msgs:
+        by_queue.setdefault(m.queue_id, []).append(m)
+    return [q[i : i + BATCH] for q in by_queue.values() for i in range(0, len(q), BATCH)]
+
+
+def batch_puts(store: MessageStore, batches: list[list[MessageToStore]]) -> None:
+    put_batch = store.put_batch
+    for b in batches:
+        put_batch(b)
+
+
+def concurrent_producers(store: MessageStore, msgs: list[MessageToStore], sync: bool) -> None:
+    """PRODUCERS tasks, each sending its share one at a time: the shape of many synchronous clients."""
+
+    async def producer(mine: list[MessageToStore]) -> None:
+        for m in mine:
+            res = store.put(m)
+            if sync:
+                if not await store.wait_flushed(res.commitlog_end_offset):
+                    raise SystemExit("flush timed out")
+            else:
+                await asyncio.sleep(0)  # the reply is due now; let the other producers run
+
+    async def main() -> None:
+        await asyncio.gather(*(producer(msgs[i::PRODUCERS]) for i in range(PRODUCERS)))
+
+    asyncio.run(main())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--count", type=int, default=200_000, help="messages per workload")
+    parser.add_argument("--sync-count", type=int, default=40_000, help="messages per SYNC_FLUSH workload")
+    parser.add_argument("--size", type=int, default=1024, help="body bytes")
+    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: temp dir)")
+    args = parser.parse_args()
+
+    msgs = make_messages(args.count, args.size)
+    sync_msgs = msgs[: args.sync_count]
+    batches = make_batches(msgs)
+    sync_batches = make_batches(sync_msgs)
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        directory = Path(tmp)
+        disk_mb_s = dd_write_mb_s(directory)
+        fsync_us = append_fsync_us(directory)
+        print(
+            f"disk: dd sequential write {disk_mb_s:,.0f} MB/s; 4 KiB append+fdatasync {fsync_us:,.0f} µs "
+            f"({1e6 / fsync_us:,.0f}/s)",
+            flush=True,
+        )
+
+        workloads: list[tuple[str, FlushDiskType, list[MessageToStore], Callable[[MessageStore], None]]] = [
+            ("put, 1 at a time", FlushDiskType.ASYNC_FLUSH, msgs, lambda s: single_puts(s, msgs)),
+            (f"put_batch of {BATCH}", FlushDiskType.ASYNC_FLUSH, msgs, lambda s: batch_puts(s, batches)),
+            (
+                f"{PRODUCERS} producers",
+                FlushDiskType.ASYNC_FLUSH,
+                sync_msgs,
+                lambda s: concurrent_producers(s, sync_msgs, sync=False),
+            ),
+            (
+                f"{PRODUCERS} producers",
+                FlushDiskType.SYNC_FLUSH,
+                sync_msgs,
+                lambda s: concurrent_producers(s, sync_msgs, sync=True),
+            ),
+            (
+                f"put_batch of {BATCH}",
+                FlushDiskType.SYNC_FLUSH,
+                sync_msgs,
+                lambda s: batches_waiting(s, sync_batches),
+            ),
+        ]
+        rows = []
+        for i, (name, mode, batch_msgs, run) in enumerate(workloads):
+            store = open_store(directory, f"store{i}", mode)
+            try:
+                seconds = timed(store, lambda: run(store))  # noqa: B023 - called at once
+            finally:
+                store.shutdown()
+            mb_s = record_bytes(batch_msgs) / seconds / 1e6
+            rows.append((mode.value, name, len(batch_msgs) / seconds, mb_s, mb_s / disk_mb_s))
+            print(
+                f"  {mode.value:<11} {name:<20} {len(batch_msgs) / seconds:>10,.0f} msg/s "
+                f"{mb_s:>7,.0f} MB/s  {mb_s / disk_mb_s:>5.2f} of disk",
+                flush=True,
+            )
+
+    async16 = next(r[2] for r in rows if r[0] == "ASYNC_FLUSH" and r[1].startswith(str(PRODUCERS)))
+    sync16 = next(r[2] for r in rows if r[0] == "SYNC_FLUSH" and r[1].startswith(str(PRODUCERS)))
+    print(f"\nSYNC_FLUSH / ASYNC_FLUSH with {PRODUCERS} producers: {sync16 / async16:.2f}")
+    print(f"python {sys.version.split()[0]}, {args.count:,} messages of {args.size} bytes")
+
+
+def batches_waiting(store: MessageStore, batches: list[list[MessageToStore]]) -> None:
+    """One producer sending batches under SYNC_FLUSH, each waiting for its fsync."""
+
+    async def main() -> None:
+        for b in batches:
+            await store.wait_flushed(store.put_batch(b).commitlog_end_offset)
+
+    asyncio.run(main())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""``cometmq message query|get``: find stored messages by key or by id, through the brokers' index."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import codecs
+import datetime
+import zlib
+from typing import Any, Final
+
+from cometmq.cli._admin import admin_command, admin_options, print_json
+from cometmq.cli._table import format_table
+from cometmq.client import AdminClient
+from cometmq.common.properties import decode_properties
+from cometmq.common.record import DecodedRecord, decode_host
+from cometmq.errors import CometMQError
+
+PREVIEW_BYTES: Final = 256
+_COMPRESSED_FLAG: Final = 0x1  # MessageSysFlag.COMPRESSED_FLAG: the body is zlib-compressed
+_TIME_HELP: Final = "epoch ms or ISO-8601 such as 2024-05-01T12:00:00 (local time unless it names a zone)"
+
+
+def add_message_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = admin_options()
+    message = commands.add_parser(
+        "message",
+        help="find stored messages by key or message id",
+        description="Find stored messages through the brokers' message index (QUERY_MESSAGE) or by id.",
+    )
+    message_commands = message.add_subparsers(dest="message_command", metavar="COMMAND", required=True)
+
+    query = message_commands.add_parser(
+        "query",
+        parents=[common],
+        help="list the messages of a topic that carry a key",
+        description=(
+            "List the messages of TOPIC whose KEYS include KEY (with --unique: whose unique key, "
+            "the message id clients show, is KEY), newest first, from every master broker of the "
+            "topic. Exits with status 1 when there is none."
+        ),
+    )
+    query.add_argument("--topic", "-t", required=True, metavar="TOPIC", help="the topic to search")
+    query.add_argument("--key", "-k", required=True, metavar="KEY", help="a key the producer set")
+    query.add_argument(
+        "--unique", action="store_true", help="KEY is a unique key (UNIQ_KEY) rather than one of the KEYS"
+    )
+    query.add_argument(
+        "--begin", type=parse_time, default=0, metavar="TIME", help=f"stored at or after TIME: {_TIME_HELP}"
+    )
+    query.add_argument(
+        "--end", type=parse_time, default=None, metavar="TIME", help="stored at or before TIME (default: now)"
+    )
+    query.add_argument(
+        "--max",
+        type=int,
+        default=32,
+        metavar="N",
+        help="at most N messages (default 32; 64 per broker at most)",
+    )
+    query.set_defaults(func=admin_command(_query))
+
+    get = message_commands.add_parser(
+        "get",
+        parents=[common],
+        help="show a message: where it is stored, its properties and a body preview",
+        description=(
+            "Show the message with id MSG_ID: topic, ids, queue and offsets, tags, keys, hosts and "
+            "times, every property, and the first 256 bytes of the body. MSG_ID is an offset message "
+            "id (what the broker answers a send with), asked of the broker it names, or a unique key "
+            "(UNIQ_KEY, what clients show as the message id), looked up in --topic, or without "
+            "--topic in every topic of the cluster. With --json: a list of messages (a unique key "
+            "sent twice finds both), bodies in base64. Exits with status 1 when there is none."
+        ),
+    )
+    get.add_argument("msg_id", metavar="MSG_ID", help="an offset message id or a unique key (UNIQ_KEY)")
+    get.add_argument(
+        "--topic", "-t", metavar="TOPIC", help="the message's topic (default: search every topic)"
+    )
+    get.set_defaults(func=admin_command(_get))
+
+
+def parse_time(text: str) -> int:
+    """A time given on the command line, in ms since the epoch: epoch ms, or ISO-8601."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither epoch milliseconds nor an ISO-8601 time"
+        ) from None
+    return int(moment.timestamp() * 1000)  # a naive time counts as local time
+
+
+async def _query(admin: AdminClient, args: argparse.Namespace) -> None:
+    records = await admin.query_message(
+        args.topic, args.key, max_num=args.max, begin_ms=args.begin, end_ms=args.end, unique=args.unique
+    )
+    if not records:
+        what = "unique key" if args.unique else "key"
+        raise CometMQError(
+            f"no message of topic {args.topic} has the {what} {args.key!r} (in the time range)"
+        )
+    if args.json:
+        print_json([message_json(rec) for rec in records])
+        return
+    rows = [
+        [
+            _msg_id(rec, props := decode_properties(rec.properties)),
+            rec.queue_id,
+            rec.queue_offset,
+            format_time(rec.store_timestamp),
+            props.get("KEYS", "-") or "-",
+            props.get("TAGS", "-") or "-",
+            len(rec.body),
+        ]
+        for rec in records
+    ]
+    print(format_table(["MSG_ID", "QUEUE", "QUEUE_OFFSET", "STORE_TIME", "KEYS", "TAGS", "BODY_SIZE"], rows))
+
+
+async def _get(admin: AdminClient, args: argparse.Namespace) -> None:
+    records = await admin.view_message(args.msg_id, args.topic)
+    if not records:
+        where = f"topic {args.topic}" if args.topic else "any topic"
+        raise CometMQError(f"no message with the id {args.msg_id} in {where}")
+    if args.json:
+        print_json([message_json(rec) for rec in records])
+        return
+    if len(records) > 1:
+        print(f"{len(records)} messages have the id {args.msg_id} (newest first)\n")
+    print("\n\n".join(describe(rec) for rec in records))
+
+
+def _msg_id(rec: DecodedRecord, props: dict[str, str]) -> str:
+    """The id clients show: UNIQ_KEY, else the offset message id."""
+    return props.get("UNIQ_KEY") or rec.offset_msg_id
+
+
+def format_time(ms: int) -> str:
+    """Local time with milliseconds, ``2024-05-01 12:00:00.123``."""
+    try:
+        moment = datetime.datetime.fromtimestamp(ms // 1000)
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+    return f"{moment:%Y-%m-%d %H:%M:%S}.{ms % 1000:03d}"
+
+
+def _host(raw: bytes) -> str:
+    try:
+        ip, port = decode_host(raw)
+    except ValueError:
+        return raw.hex()
+    return f"{ip}:{port}" if ":" not in ip else f"[{ip}]:{port}"
+
+
+def _text_or_none(data: bytes, complete: bool) -> str | None:
+    """*data* as text if it is UTF-8 without control characters (a cut multi-byte character at the
+    end of an incomplete preview is fine)."""
+    try:
+        text = codecs.getincrementaldecoder("utf-8")().decode(data, final=complete)
+    except UnicodeDecodeError:
+        return None
+    if all(ch.isprintable() or ch in "\n\r\t" for ch in text):
+        return text
+    return None
+
+
+def _escaped(data: bytes) -> str:
+    """Printable ASCII as it is, every other byte (and the backslash) as ``\\xNN``."""
+    return "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}" for b in data)
+
+
+def body_preview(body: bytes) -> tuple[str, str]:
+    """(title line, preview) of a body: its first PREVIEW_BYTES bytes as text or hex escapes."""
+    head = body[:PREVIEW_BYTES]
+    truncated = len(body) > PREVIEW_BYTES
+    text = _text_or_none(head, not truncated)
+    kind = "text" if text is not None else "binary, as hex escapes"
+    shown = f"first {PREVIEW_BYTES} of {len(body)} bytes" if truncated else f"{len(body)} bytes"
+    return f"{shown}, {kind}", text if text is not None else _escaped(head)
+
+
+def describe(rec: DecodedRecord) -> str:
+    """Everything about one message, for people."""
+    props = decode_properties(rec.properties)
+    fields: list[tuple[str, object]] = [
+        ("Topic", rec.topic),
+        ("Msg ID", props.get("UNIQ_KEY", "-")),
+        ("Offset Msg ID", rec.offset_msg_id),
+        ("Queue ID", rec.queue_id),
+        ("Queue Offset", rec.queue_offset),
+        ("Commit-log Offset", rec.commitlog_offset),
+        ("Tags", props.get("TAGS", "-")),
+        ("Keys", props.get("KEYS", "-")),
+        ("Born Host", _host(rec.born_host)),
+        ("Born Time", format_time(rec.born_timestamp)),
+        ("Store Host", _host(rec.store_host)),
+        ("Store Time", format_time(rec.store_timestamp)),
+        ("Reconsume Times", rec.reconsume_times),
+        ("Flag / Sys Flag", f"{rec.flag} / {rec.sys_flag:#x}"),
+    ]
+    width = max(len(name) for name, _ in fields) + 2
+    lines = [f"{name + ':':<{width}}{value}" for name, value in fields]
+    lines.append(f"Properties ({len(props)}):")
+    lines += [f"  {name}={_printable(value)}" for name, value in sorted(props.items())]
+    body = rec.body
+    note = ""
+    if rec.sys_flag & _COMPRESSED_FLAG:
+        try:
+            body = zlib.decompress(rec.body)
+            note = f"zlib-compressed, {len(rec.body)} bytes stored; "
+        except zlib.error:
+            note = "marked compressed but not zlib, shown as stored; "
+    title, preview = body_preview(body)
+    lines.append(f"Body ({note}{title}):")
+    lines.append(preview)
+    return "\n".join(lines)
+
+
+def _printable(value: str) -> str:
+    return value if value.isprintable() else value.encode("unicode_escape").decode("ascii")
+
+
+def message_json(rec: DecodedRecord) -> dict[str, Any]:
+    """Everything about one message, for programs (the body in full, base64)."""
+    props = decode_properties(rec.properties)
+    return {
+        "topic": rec.topic,
+        "msgId": props.get("UNIQ_KEY") or None,
+        "offsetMsgId": rec.offset_msg_id,
+        "queueId": rec.queue_id,
+        "queueOffset": rec.queue_offset,
+        "commitLogOffset": rec.commitlog_offset,
+        "tags": props.get("TAGS"),
+        "keys": props.get("KEYS"),
+        "bornHost": _host(rec.born_host),
+        "bornTimestamp": rec.born_timestamp,
+        "storeHost": _host(rec.store_host),
+        "storeTimestamp": rec.store_timestamp,
+        "reconsumeTimes": rec.reconsume_times,
+        "flag": rec.flag,
+        "sysFlag": rec.sys_flag,
+        "properties": props,
+        "bodySize": len(rec.body),
+        "body": base64.b64encode(rec.body).decode("ascii"),
+    }
