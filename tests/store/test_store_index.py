@@ -437,3 +437,65 @@ def test_every_indexed_key_is_found_and_nothing_else(
             _lookups_match(store, msgs, offsets)
         finally:
             store.shutdown()
+
+
+def _indexed_to(root: Path) -> int:
+    headers = [
+        unpack_index_header(p.read_bytes()[:INDEX_HEADER_SIZE]) for p in sorted((root / "index").iterdir())
+    ]
+    return max(h.indexed_to for h in headers if h is not None)
+
+
+def test_messages_without_keys_are_not_scanned_again_at_start(
+    open_store: OpenStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "store"
+    store = open_store()
+    put(store, keyed_msg(uniq="U0", body=b"keyed"))
+    for _ in range(300):  # a client that sets no UNIQ_KEY (the JS client)
+        put(store, keyed_msg(body=b"plain" * 50))
+    assert store._flusher is not None
+    store._flusher.checkpoint_cycle()
+    checkpointed = store.commitlog_max_offset
+    put(store, keyed_msg(uniq="U1", body=b"after"))
+    crash(store)
+    assert _indexed_to(root) == checkpointed  # the header remembers how far the log was indexed
+
+    with caplog.at_level(logging.INFO, logger="cometmq.store"):
+        store = open_store()
+    assert f"index: indexing commit log [{checkpointed}, " in caplog.text  # not from 0
+    assert found(store, "U0", unique=True) == [b"keyed"] and found(store, "U1", unique=True) == [b"after"]
+    end = store.commitlog_max_offset
+    store.shutdown()
+    assert _indexed_to(root) == end
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="cometmq.store"):
+        store = open_store()
+    assert "index: indexing commit log" not in caplog.text  # a clean start scans nothing
+
+
+def test_indexed_to_at_the_end_of_a_segment(
+    open_store: OpenStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When the log's end sits where a segment's blank filler goes, recovery starts there."""
+    root = tmp_path / "store"
+    store = open_store()
+    assert store._flusher is not None
+    size = put(store, keyed_msg(uniq="U0", body=b"y" * 1000)).wrote_bytes
+    i = 1
+    while store.commitlog_max_offset % SMALL_COMMITLOG + size + 8 <= SMALL_COMMITLOG:
+        put(store, keyed_msg(uniq=f"U{i}", body=b"y" * 1000))
+        i += 1
+    store._flusher.checkpoint_cycle()  # indexed to the end of the segment's last record
+    boundary = store.commitlog_max_offset
+    later = [put(store, keyed_msg(uniq=f"U{j}", body=b"z" * 1000)) for j in range(i, i + 5)]
+    assert later[0].commitlog_offset == SMALL_COMMITLOG  # the blank filler went to `boundary`
+    crash(store)
+    assert _indexed_to(root) == boundary
+
+    with caplog.at_level(logging.INFO, logger="cometmq.store"):
+        store = open_store()
+    assert "no record starts at" not in caplog.text
+    assert f"index: indexing commit log [{boundary}, " in caplog.text
+    assert all(found(store, f"U{j}", unique=True) == [b"z" * 1000] for j in range(i, i + 5))
+    assert found(store, "U0", unique=True) == [b"y" * 1000]

@@ -3,9 +3,9 @@
 Layout, and why it is not RocketMQ's: ``store.format`` (section *Index*) and docs/store.md.
 
 Threading: the event-loop thread appends entries (``add``/``add_batch``, from ``MessageStore.put``),
-rolls to new files and answers queries. The flush thread only calls ``sync``, which fdatasyncs the
-entries written so far and then writes the header that counts them; ``_lock`` keeps a file from
-being closed under it.
+rolls to new files, answers queries and deletes old files (``delete_files_before``). The flush
+thread only calls ``sync``, which fdatasyncs the entries written so far and then writes the headers
+that count them; ``_lock`` keeps a file from being closed under it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from cometmq.common.properties import decode_properties
-from cometmq.common.record import RecordError, decode_record_at, iter_records
+from cometmq.common.record import BLANK_MAGIC_CODE, RecordError, decode_record_at, iter_records
 
 from ._commitlog import CommitLog
 from ._mappedfile import MappedFile, fsync_dir
@@ -34,12 +34,13 @@ from .format import (
     unpack_index_header,
 )
 
-__all__ = ["IndexFile", "IndexService", "index_key_hash"]
+__all__ = ["IndexFile", "IndexService", "index_key_hash", "index_keys"]
 
 log = logging.getLogger("cometmq.store")
 
 _HASH: Final = struct.Struct(">I")
 _OFFSET: Final = struct.Struct(">q")
+_SIZE_MAGIC: Final = struct.Struct(">iI")
 _pack_hash: Final = _HASH.pack_into
 _pack_offset: Final = _OFFSET.pack_into
 _crc32: Final = zlib.crc32
@@ -81,7 +82,8 @@ class IndexFile:
     """One index file: a header, ``capacity`` hashes, ``capacity`` offsets (``store.format``).
 
     ``count`` entries are valid (written by the event-loop thread, after the entry itself);
-    ``synced_count`` of them are counted by the header on disk (flush thread).
+    ``synced_count`` of them, and every record below ``indexed_to``, are vouched for by the header
+    on disk (flush thread).
     """
 
     __slots__ = (
@@ -91,18 +93,22 @@ class IndexFile:
         "count",
         "end_ts",
         "hash_at",
+        "indexed_to",
         "mf",
         "mm",
         "off_at",
         "synced_count",
     )
 
-    def __init__(self, mf: MappedFile, capacity: int, count: int, begin_ts: int, end_ts: int) -> None:
+    def __init__(
+        self, mf: MappedFile, capacity: int, count: int, begin_ts: int, end_ts: int, indexed_to: int
+    ) -> None:
         self.mf = mf
         self.mm = mf.mm
         self.capacity = capacity
         self.count = count
         self.synced_count = count
+        self.indexed_to = indexed_to
         # min / max store time of the entries' records: a query skips files outside its range.
         self.begin_ts = begin_ts if count else _NO_TIMESTAMP
         self.end_ts = end_ts if count else 0
@@ -113,8 +119,8 @@ class IndexFile:
     @classmethod
     def create(cls, path: Path, capacity: int) -> IndexFile:
         mf = MappedFile.create(path, 0, index_file_size(capacity))
-        f = cls(mf, capacity, 0, 0, 0)
-        f.mm[:INDEX_HEADER_SIZE] = f._header(0, _NO_TIMESTAMP, 0)
+        f = cls(mf, capacity, 0, 0, 0, 0)
+        f.mm[:INDEX_HEADER_SIZE] = f._header(0, _NO_TIMESTAMP, 0, 0)
         return f
 
     @classmethod
@@ -131,7 +137,9 @@ class IndexFile:
         if header is None or mf.size != index_file_size(header.capacity):
             mf.close()
             return None
-        f = cls(mf, header.capacity, header.count, header.begin_timestamp, header.end_timestamp)
+        f = cls(
+            mf, header.capacity, header.count, header.begin_timestamp, header.end_timestamp, header.indexed_to
+        )
         if header.count and (f.offset_at(0) != header.begin_offset or f.end_offset != header.end_offset):
             f.close()
             return None
@@ -182,9 +190,9 @@ class IndexFile:
                 yield rel // 4
             end = pos + 3  # every match starting before pos fits in [start, pos + 3)
 
-    def _header(self, count: int, begin_ts: int, end_ts: int) -> bytes:
+    def _header(self, count: int, begin_ts: int, end_ts: int, indexed_to: int) -> bytes:
         if not count:
-            return pack_index_header(IndexHeader(self.capacity, 0, 0, 0, 0, 0, time.time_ns() // 1_000_000))
+            return pack_index_header(IndexHeader(self.capacity, 0, 0, 0, 0, 0, indexed_to))
         return pack_index_header(
             IndexHeader(
                 self.capacity,
@@ -193,22 +201,33 @@ class IndexFile:
                 end_ts,
                 self.offset_at(0),
                 self.offset_at(count - 1),
-                time.time_ns() // 1_000_000,
+                indexed_to,
             )
         )
 
-    def flush(self) -> None:
-        """Make the entries durable, then the header that counts them (so a header on disk never
-        counts an entry that is not). Flush thread, or start-up."""
+    def flush(self, log_end: int | None) -> None:
+        """Make the entries durable, then the header that counts them, so a header on disk never
+        counts an entry that is not. Flush thread (or start-up), files in order.
+
+        *log_end* is the commit log's end read before ``count`` (the writer indexes a record
+        before publishing its end, so every record below it has its entries counted by now), for
+        the newest file; None for older ones, which vouch for the records below their own last
+        entry's record.
+        """
         count = self.count
-        if count == self.synced_count:
+        if log_end is None:
+            log_end = self.offset_at(count - 1) if count else 0
+        if count == self.synced_count and log_end <= self.indexed_to:
             return
         # Read after count: the writer updates the times before count, so they cover its entries.
         begin_ts, end_ts = self.begin_ts, self.end_ts
-        self.mf.sync()
-        self.mm[:INDEX_HEADER_SIZE] = self._header(count, begin_ts, end_ts)
+        if count != self.synced_count:
+            self.mf.sync()
+        indexed_to = max(log_end, self.indexed_to)
+        self.mm[:INDEX_HEADER_SIZE] = self._header(count, begin_ts, end_ts, indexed_to)
         self.mf.sync()
         self.synced_count = count
+        self.indexed_to = indexed_to
 
     def close(self) -> None:
         self.closed = True
@@ -229,32 +248,36 @@ class IndexService:
         self._lock = threading.Lock()
         self._failed = False
         self._last_name_ms = 0
+        self._cl: CommitLog | None = None
 
     # -- start-up ------------------------------------------------------------------------------
 
     def load(self, cl: CommitLog) -> None:
         """Open the files, drop what the recovered commit log no longer backs and index what the
         files miss. Runs after the commit log's recovery, before the first put."""
+        self._cl = cl
         self.dir.mkdir(parents=True, exist_ok=True)
         self._open_files()
         end = cl.max_offset
-        dropped = self._truncate_from(end)
+        # Every record below the newest header's "indexed to" has its entries on disk; entries
+        # beyond it were written after that header (or point at records recovery cut).
+        resume = min(max((f.indexed_to for f in self.files), default=0), end)
+        dropped = self._truncate_from(resume)
         if dropped:
-            log.warning(
-                "index: dropped %d entries pointing at or beyond the commit log's end %d", dropped, end
-            )
-        resume = cl.min_offset
-        if self.files:
-            # The keys of the last indexed record may be incomplete (the flush thread may have
-            # counted some of them only): index that record again, with everything after it.
-            last = self.files[-1].end_offset
-            self._truncate_from(last)
-            resume = max(last, resume)
+            log.info("index: dropped %d entries from commit-log offset %d on", dropped, resume)
         for f in self.files:
-            f.flush()  # a truncated header reaches the disk before new entries go over old ones
-        self._cur = self.files[-1] if self.files and self.files[-1].count < self.files[-1].capacity else None
+            if f.indexed_to > resume:
+                f.indexed_to = 0  # rewritten below, before new entries go over the dropped ones
+        self._flush_all(resume)
+        if not self.files:
+            # Even without keys to index, a file's header remembers how far the log was indexed.
+            self._roll()
+        else:
+            self._cur = self.files[-1]
+        resume = max(resume, cl.min_offset)
         if resume < end:
             self._reindex(cl, resume, end)
+        self._flush_all(end)
 
     def _open_files(self) -> None:
         paths = []
@@ -282,10 +305,10 @@ class IndexService:
                     lost.unlink(missing_ok=True)
                 fsync_dir(self.dir)
                 break
-            if not f.count:
-                f.close()
-                path.unlink()
-                continue
+            if self.files and not self.files[-1].count:  # only the newest file may be empty
+                empty = self.files.pop()
+                empty.close()
+                empty.path.unlink()
             self.files.append(f)
         if paths:
             self._last_name_ms = max(self._last_name_ms, _name_ms(paths[-1].name))
@@ -311,13 +334,14 @@ class IndexService:
 
     def _reindex(self, cl: CommitLog, start: int, end: int) -> None:
         """Index the records of the commit log in [start, end) (recovery; the log is verified)."""
-        if cl.record_at(start) is None:
-            # Not a record start: these index files belong to another log. Start afresh.
+        if not _is_record_boundary(cl, start):
+            # These index files belong to another log: start afresh.
             log.warning("index: no record starts at %d; indexing the whole commit log again", start)
             self.close()
             for path in self.dir.iterdir():
                 if _name_ms(path.name) >= 0:
                     path.unlink()
+            self._roll()
             start = cl.min_offset
         log.info("index: indexing commit log [%d, %d)", start, end)
         records = entries = 0
@@ -346,8 +370,6 @@ class IndexService:
                 log.error("index: stopped indexing the commit log at %d: %s", pos, exc)
                 break
             pos = seg.end
-        for f in self.files:
-            f.flush()
         log.info("index: indexed %d entries of %d records", entries, records)
 
     # -- writing (event-loop thread) -----------------------------------------------------------
@@ -364,7 +386,9 @@ class IndexService:
             prefix = self._topic_prefix(topic)
         f = self._cur
         if keys:
-            hashes = [_crc32(k.encode("utf-8", "surrogatepass"), prefix) for k in keys.split(" ") if k]
+            hashes = [
+                _crc32(k.encode("utf-8", "surrogatepass"), prefix) for k in keys.split(_KEY_SEPARATOR) if k
+            ]
             if uniq_key:
                 hashes.insert(0, _crc32(uniq_key.encode("utf-8", "surrogatepass"), prefix))
             n = len(hashes)
@@ -517,10 +541,14 @@ class IndexService:
 
     def sync(self) -> None:
         """Make every entry written so far durable, and the headers counting them (flush thread)."""
+        cl = self._cl
+        self._flush_all(cl.max_offset if cl is not None else 0)  # the log's end before any count
+
+    def _flush_all(self, log_end: int) -> None:
         with self._lock:
-            for f in list(self.files):
-                if not f.closed:
-                    f.flush()
+            files = [f for f in self.files if not f.closed]
+            for i, f in enumerate(files):  # in order: a header vouches for the files before it
+                f.flush(log_end if i == len(files) - 1 else None)
 
     def delete_files_before(self, commitlog_min_offset: int) -> int:
         """Delete the index files whose entries all point below *commitlog_min_offset* (their
@@ -553,10 +581,6 @@ class IndexService:
             self.files = []
             self._cur = None
 
-    @property
-    def file_paths(self) -> list[Path]:
-        return [f.path for f in self.files]
-
 
 def _matches(record: memoryview, topic: str, key: str, begin_ms: int, end_ms: int, unique: bool) -> bool:
     """Whether the record really is one the query asks for (hashes collide; time is per record)."""
@@ -570,3 +594,19 @@ def _matches(record: memoryview, topic: str, key: str, begin_ms: int, end_ms: in
     if unique:
         return props.get("UNIQ_KEY") == key
     return key in props.get("KEYS", "").split(_KEY_SEPARATOR)
+
+
+def _is_record_boundary(cl: CommitLog, offset: int) -> bool:
+    """Whether a record, a segment's blank filler, a segment or the log's end starts at *offset*."""
+    if offset == cl.max_offset or cl.record_at(offset) is not None:
+        return True
+    seg = cl.segment_for(offset)
+    if seg is None:
+        return False
+    rel = offset - seg.start
+    if rel == 0:
+        return True
+    if seg.size - rel < 8:
+        return False
+    total, magic = _SIZE_MAGIC.unpack_from(seg.mm, rel)
+    return bool(magic == BLANK_MAGIC_CODE and total == seg.size - rel)

@@ -95,7 +95,8 @@ time, ``yyyyMMddHHmmssSSS`` like RocketMQ's (a clash adds a millisecond). Each f
     24  q   end timestamp: largest STORETIMESTAMP, ms (0 when empty)
     32  q   begin offset: commit-log offset of entry 0's record (0 when empty)
     40  q   end offset: commit-log offset of entry count-1's record (0 when empty)
-    48  q   time of writing, ms since the epoch (informational)
+    48  q   indexed to: every record of the commit log below this offset has all its entries in
+            this file or an earlier one (0 until the flush thread first writes the header)
     56  I   zlib.crc32 of bytes 0..55
     60  4x  zero
     64          capacity x  I   key hashes: zlib.crc32 of the UTF-8 ``topic#key``
@@ -104,14 +105,18 @@ time, ``yyyyMMddHHmmssSSS`` like RocketMQ's (a clash adds a millisecond). Each f
 Entry *i* is (hash *i*, offset *i*). Entries are appended in commit-log order, so offsets never
 decrease along a file or from one file to the next; the keys of one record are consecutive entries
 (the unique key first, then KEYS in order) and may continue in the next file. A lookup scans the hash
-region for the 4 bytes of the wanted hash (``mmap.find``, at C speed; only 4-aligned hits count),
+region for the 4 bytes of the wanted hash (``mmap.rfind``, at C speed; only 4-aligned hits count),
 fetches each record, and keeps it only if its topic, key and store time really match (crc32 values
 collide). Unlike RocketMQ's index (hash slots chaining 20-byte entries with a time delta), there is
 nothing to update but the two regions, which keeps the put path cheap in Python.
 
-The header is written only by the flush thread, after the entries it counts were fdatasynced (and
-is fdatasynced itself), so whatever header is found on disk - after kill -9 or a power loss -
-describes entries that are on disk. Entries written after it are redone by recovery.
+Besides the header a new file gets when it is created (count 0, indexed to 0), headers are written
+only by the flush thread, in file order, after the entries they count were fdatasynced (and are
+fdatasynced themselves), so whatever header is found on disk - after kill -9 or a power loss -
+describes entries that are on disk. The newest file's *indexed to* is the commit log's end as the
+flush thread saw it before counting the entries (index entries are written before the log's end
+moves past their record); an older file's is its own end offset. A store always has at least one
+index file, so *indexed to* advances even while no message carries a key.
 
 Recovery
 ========
@@ -134,10 +139,11 @@ re-dispatched record lies beyond its units (its files were lost) is rebuilt by a
 the start of the log. Everything touched is fsynced before the new checkpoint is written.
 
 The index recovers on every start, after the commit log: files with a bad header (and every file
-created after one) are deleted; entries pointing at or beyond the end of the log are dropped; so are
-the entries of the last indexed record (its keys may be incomplete). Records from that one on, up
-to the end of the log, are indexed again by scanning the log. Without index files (delete
-``<root>/index`` to force it) the whole log is indexed again.
+created after one) are deleted; with R = the smaller of the largest *indexed to* and the log's end,
+entries pointing at R or beyond are dropped (written after their header, or pointing at records
+recovery cut), and the records from R (at least from the log's start) to the end are indexed again
+by scanning the log. Without index files (delete ``<root>/index`` to force it) the whole log is
+indexed again.
 """
 
 from __future__ import annotations
@@ -242,7 +248,7 @@ class IndexHeader:
     end_timestamp: int
     begin_offset: int
     end_offset: int
-    timestamp_ms: int = 0
+    indexed_to: int = 0
 
 
 def pack_index_header(h: IndexHeader) -> bytes:
@@ -256,7 +262,7 @@ def pack_index_header(h: IndexHeader) -> bytes:
         h.end_timestamp,
         h.begin_offset,
         h.end_offset,
-        h.timestamp_ms,
+        h.indexed_to,
     )
     return head + _CRC.pack(zlib.crc32(head)) + bytes(INDEX_HEADER_SIZE - _INDEX_HEAD.size - _CRC.size)
 
@@ -270,13 +276,13 @@ def unpack_index_header(data: bytes) -> IndexHeader | None:
     if zlib.crc32(head) != crc:
         return None
     fields = _INDEX_HEAD.unpack(head)
-    magic, version, _flags, capacity, count, begin_ts, end_ts, begin_off, end_off, ts = fields
+    magic, version, _flags, capacity, count, begin_ts, end_ts, begin_off, end_off, indexed_to = fields
     if (
         magic != _INDEX_MAGIC
         or version != _INDEX_VERSION
         or capacity <= 0
         or not 0 <= count <= capacity
-        or min(begin_off, end_off) < 0
+        or min(begin_off, end_off, indexed_to) < 0
     ):
         return None
-    return IndexHeader(capacity, count, begin_ts, end_ts, begin_off, end_off, ts)
+    return IndexHeader(capacity, count, begin_ts, end_ts, begin_off, end_off, indexed_to)
