@@ -9,10 +9,13 @@ In one run, on one filesystem (a temp dir under --dir, default: the system temp 
 - the store, 1 KiB bodies with the properties a real client sends (UNIQ_KEY, KEYS, TAGS, ...):
   single `put`s and `put_batch`es of 32 in a loop, under ASYNC_FLUSH; and 16 concurrent producers
   (asyncio tasks, each appending one message and awaiting its reply condition before the next) under
-  ASYNC_FLUSH and SYNC_FLUSH (where the reply waits for the group-committed fdatasync).
+  ASYNC_FLUSH and SYNC_FLUSH (where the reply waits for the group-committed fdatasync);
+- the same 16 producers through a real broker (`cometmq standalone` in its own process, each producer
+  its own connection sending SEND_MESSAGE_V2 and waiting for the reply), under both flush modes: what
+  a user switching flushDiskType sees.
 
-It prints messages/s, MB/s of records written, and the ratio to the raw disk. Every workload runs on a
-fresh store (ASYNC workloads: the time includes the final flush of everything written). The machine is
+It prints messages/s (appends returned; and with everything flushed to disk), MB/s of records
+written, and the ratio to the raw disk. Every workload runs on a fresh store. The machine is
 noisy: compare the ratios of one run, not absolute figures across runs.
 """
 
@@ -31,7 +34,15 @@ from pathlib import Path
 
 from cometmq.common.properties import encode_properties
 from cometmq.common.record import encode_host
+from cometmq.remoting import RemotingClient, ResponseCode
 from cometmq.store import FlushDiskType, MessageStore, MessageToStore, StoreConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "broker")]
+
+from _support import create_topic, send_request  # noqa: E402
+
+from processes import start_standalone  # noqa: E402
 
 BATCH = 32
 PRODUCERS = 16
@@ -59,6 +70,8 @@ def make_messages(count: int, size: int, queues: int = 8) -> list[MessageToStore
                 born_host=BORN_HOST,
                 store_host=STORE_HOST,
                 tags_code=2598919,  # java_string_hash("TagA")
+                keys=f"order-{i}",
+                uniq_key=uniq,
             )
         )
     return msgs
@@ -112,13 +125,13 @@ def open_store(directory: Path, name: str, mode: FlushDiskType) -> MessageStore:
     return store
 
 
-def timed(store: MessageStore, run: Callable[[], None]) -> float:
-    """Seconds to run *run* and flush what it wrote (so the disk's share is counted too)."""
+def timed(store: MessageStore, run: Callable[[], None]) -> tuple[float, float]:
+    """Seconds to run *run*, and to run it and flush what it wrote (the disk's share counted too)."""
     start = time.perf_counter()
     run()
-    end = store.commitlog_max_offset
-    asyncio.run(store.wait_flushed(end))
-    return time.perf_counter() - start
+    appended = time.perf_counter() - start
+    asyncio.run(store.wait_flushed(store.commitlog_max_offset))
+    return appended, time.perf_counter() - start
 
 
 def single_puts(store: MessageStore, msgs: list[MessageToStore]) -> None:
@@ -205,25 +218,85 @@ def main() -> None:
                 lambda s: batches_waiting(s, sync_batches),
             ),
         ]
-        rows = []
+        print(f"  {'mode':<11} {'workload':<22} {'appends/s':>10} {'flushed/s':>10} {'MB/s':>6}  of disk")
+        rates: dict[tuple[str, str], float] = {}
         for i, (name, mode, batch_msgs, run) in enumerate(workloads):
             store = open_store(directory, f"store{i}", mode)
             try:
-                seconds = timed(store, lambda: run(store))  # noqa: B023 - called at once
+                appended, flushed = timed(store, lambda: run(store))  # noqa: B023 - called at once
             finally:
                 store.shutdown()
-            mb_s = record_bytes(batch_msgs) / seconds / 1e6
-            rows.append((mode.value, name, len(batch_msgs) / seconds, mb_s, mb_s / disk_mb_s))
-            print(
-                f"  {mode.value:<11} {name:<20} {len(batch_msgs) / seconds:>10,.0f} msg/s "
-                f"{mb_s:>7,.0f} MB/s  {mb_s / disk_mb_s:>5.2f} of disk",
-                flush=True,
+            rates[mode.value, name] = len(batch_msgs) / flushed
+            report(
+                mode.value,
+                name,
+                len(batch_msgs) / appended,
+                len(batch_msgs) / flushed,
+                record_bytes(batch_msgs) / flushed / 1e6,
+                disk_mb_s,
+            )
+        for mode in FlushDiskType:
+            per_s = through_broker(directory, mode, sync_msgs)
+            rates[mode.value, "broker"] = per_s
+            report(
+                mode.value,
+                f"{PRODUCERS} producers, broker",
+                per_s,
+                per_s,
+                per_s * record_bytes(sync_msgs) / len(sync_msgs) / 1e6,
+                disk_mb_s,
             )
 
-    async16 = next(r[2] for r in rows if r[0] == "ASYNC_FLUSH" and r[1].startswith(str(PRODUCERS)))
-    sync16 = next(r[2] for r in rows if r[0] == "SYNC_FLUSH" and r[1].startswith(str(PRODUCERS)))
-    print(f"\nSYNC_FLUSH / ASYNC_FLUSH with {PRODUCERS} producers: {sync16 / async16:.2f}")
+    producers = f"{PRODUCERS} producers"
+    print(
+        f"\nSYNC_FLUSH / ASYNC_FLUSH, {PRODUCERS} producers: "
+        f"{rates['SYNC_FLUSH', producers] / rates['ASYNC_FLUSH', producers]:.2f} in the store, "
+        f"{rates['SYNC_FLUSH', 'broker'] / rates['ASYNC_FLUSH', 'broker']:.2f} through the broker"
+    )
     print(f"python {sys.version.split()[0]}, {args.count:,} messages of {args.size} bytes")
+
+
+def report(mode: str, name: str, appends: float, flushed: float, mb_s: float, disk_mb_s: float) -> None:
+    print(
+        f"  {mode:<11} {name:<22} {appends:>10,.0f} {flushed:>10,.0f} {mb_s:>6,.0f}"
+        f"  {mb_s / disk_mb_s:>5.2f}",
+        flush=True,
+    )
+
+
+def through_broker(directory: Path, mode: FlushDiskType, msgs: list[MessageToStore]) -> float:
+    """Messages/s of PRODUCERS connections to a broker process, each sending and waiting in turn."""
+    conf = directory / f"broker-{mode.value}.conf"
+    conf.write_text(f"flushDiskType={mode.value}\n")
+    server, _ = start_standalone(directory / f"broker-{mode.value}", conf)
+    addr = server.ready_line.split(" at ")[1].split(",")[0]
+    share = len(msgs) // PRODUCERS
+
+    async def producer(client: RemotingClient, index: int) -> None:
+        for i in range(share):
+            m = msgs[index * share + i]
+            reply = await client.invoke(
+                addr, send_request("BenchTopic", m.body, m.queue_id, {"KEYS": m.keys})
+            )
+            if reply.code != ResponseCode.SUCCESS:
+                raise SystemExit(f"send failed: {reply.code} {reply.remark}")
+
+    async def main() -> float:
+        clients = [RemotingClient() for _ in range(PRODUCERS)]
+        await create_topic(clients[0], addr, "BenchTopic", 8)
+        for c in clients:  # connect before the clock starts
+            await c.invoke(addr, send_request("BenchTopic", b"warm-up", 0))
+        start = time.perf_counter()
+        await asyncio.gather(*(producer(c, i) for i, c in enumerate(clients)))
+        elapsed = time.perf_counter() - start
+        for c in clients:
+            await c.close()
+        return share * PRODUCERS / elapsed
+
+    try:
+        return asyncio.run(main())
+    finally:
+        server.terminate()
 
 
 def batches_waiting(store: MessageStore, batches: list[list[MessageToStore]]) -> None:
