@@ -10,7 +10,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -20,25 +20,10 @@ from cometmq.broker import Broker, BrokerConfig
 from cometmq.common import fastjson
 from cometmq.errors import ConfigError
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from retention_fakes import HOUR_MS, InjectedDiskUsage, at_hour
 
 SMALL = {"mappedFileSizeCommitLog": 64 * 1024, "mappedFileSizeConsumeQueue": 20 * 100}
 BODY = b"y" * 1000
-HOUR_MS = 3_600_000
-
-
-class InjectedDiskUsage:
-    """An injected disk-usage probe: reports ``ratio`` instead of measuring the filesystem."""
-
-    def __init__(self, ratio: float) -> None:
-        self.ratio = ratio
-
-    def __call__(self, path: Path) -> float:
-        return self.ratio
-
-
-def at_hour(hour: int) -> int:
-    day = datetime.now() + timedelta(days=1)
-    return int(day.replace(hour=hour, minute=30, second=0, microsecond=0).timestamp() * 1000)
 
 
 def age_segments(root: Path, hours: float, now_ms: int) -> list[Path]:

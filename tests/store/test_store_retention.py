@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -23,27 +22,11 @@ from cometmq.common.properties import encode_properties
 from cometmq.common.record import decode_records
 from cometmq.store import GetStatus, MessageStore, PutResult, PutStatus, StoreConfig, parse_delete_when
 from cometmq.store._mappedfile import MappedFile
+from retention_fakes import HOUR_MS, InjectedDiskUsage, at_hour
 
 OpenStore = Callable[..., MessageStore]
 
 BODY = b"x" * 1000  # ~1.1 KiB records: about 59 to a 64 KiB segment
-HOUR_MS = 3_600_000
-
-
-class InjectedDiskUsage:
-    """An injected disk-usage probe: reports ``ratio`` instead of measuring the filesystem."""
-
-    def __init__(self, ratio: float) -> None:
-        self.ratio = ratio
-
-    def __call__(self, path: Path) -> float:
-        return self.ratio
-
-
-def at_hour(hour: int) -> int:
-    """Tomorrow at ``hour``:30 local time, in ms: later than every file written now, by < 48 h."""
-    day = datetime.now() + timedelta(days=1)
-    return int(day.replace(hour=hour, minute=30, second=0, microsecond=0).timestamp() * 1000)
 
 
 def age(path: Path, hours: float, now_ms: int) -> None:
