@@ -107,7 +107,7 @@ def test_above_90_percent_by_injected_probe_sends_are_refused_with_the_usage_and
             assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE  # 14
             assert refused.remark is not None
             assert refused.remark.startswith("disk full: 93.4% of ")
-            assert "(limit 90%); writes resume below 90%" in refused.remark
+            assert "(limit 90%); writes resume at 85%" in refused.remark
             pulled, records = await pull(client, addr, "Full", 0, 0)
             assert pulled.code == ResponseCode.SUCCESS
             assert [r.body for r in records] == [BODY[:-4] + b"%04d" % i for i in range(3)]

@@ -134,7 +134,7 @@ def test_checkpoint_after_clean_shutdown(open_store: OpenStore, tmp_path: Path) 
 
 
 def test_a_failed_fsync_answers_waiters_at_once_and_stops_writes(
-    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A disk error is injected (a fake: fdatasync raising EIO), since a real one cannot be made here."""
     # An hour's flush timeout: only the failure itself can answer the waiter within the test's timeout.
@@ -158,3 +158,9 @@ def test_a_failed_fsync_answers_waiters_at_once_and_stops_writes(
     monkeypatch.undo()
     assert store.put(make_msg(body=b"later")).status is PutStatus.SERVICE_NOT_AVAILABLE
     assert asyncio.run(store.wait_flushed(store.commitlog_max_offset + 1)) is False
+    checkpoint_before = (tmp_path / "store" / "checkpoint").read_bytes()
+    time.sleep(1.2)  # a checkpoint cycle passes: it must not vouch for what the failed sync covered
+    store.shutdown()
+    # Neither a clean checkpoint nor a missing abort file: the next start recovers and checks.
+    assert (tmp_path / "store" / "abort").exists()
+    assert (tmp_path / "store" / "checkpoint").read_bytes() == checkpoint_before

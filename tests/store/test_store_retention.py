@@ -405,7 +405,7 @@ def test_above_90_percent_by_injected_probe_writes_are_refused_with_a_reason_and
     with caplog.at_level(logging.WARNING, "cometmq.store"):
         report = store.clean(at_hour(5))
     assert report.writes_refused and report.disk_ratio == 0.934
-    assert store.write_refusal == (f"disk full: 93.4% of {root} used (limit 90%); writes resume below 90%")
+    assert store.write_refusal == (f"disk full: 93.4% of {root} used (limit 90%); writes resume at 85%")
     assert any("refusing writes" in r.getMessage() for r in caplog.records)
     assert store.put(make_msg(body=b"refused")).status is PutStatus.SERVICE_NOT_AVAILABLE
     assert store.put_batch([make_msg(body=b"a"), make_msg(body=b"b")]).status is (
@@ -414,7 +414,13 @@ def test_above_90_percent_by_injected_probe_writes_are_refused_with_a_reason_and
     assert store.max_offset("TopicTest", 0) == 10
     assert bodies(store, "TopicTest", 0) == [BODY[:-4] + b"%04d" % i for i in range(10)]
 
-    disk.ratio = 0.89  # still above the force-clean level, but below the refusal level
+    disk.ratio = 0.89  # below the refusal level but above the force-clean level: still refused
+    report = store.clean(at_hour(5))
+    assert report.writes_refused and store.put(make_msg(body=b"refused")).status is (
+        PutStatus.SERVICE_NOT_AVAILABLE
+    )
+
+    disk.ratio = 0.85  # at the force-clean level: writes resume (RocketMQ's hysteresis)
     caplog.clear()
     with caplog.at_level(logging.WARNING, "cometmq.store"):
         report = store.clean(at_hour(5))

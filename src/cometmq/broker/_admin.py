@@ -11,12 +11,12 @@ from cometmq.common.naming import PERM_READ, PERM_WRITE, is_system_topic, topic_
 from cometmq.common.topic_config import TopicConfig
 from cometmq.errors import BrokerError
 from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting.codes import UNIQUE_KEY_QUERY_FLAG
 from cometmq.remoting.header import bool_field, int_field, str_field
 
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
-UNIQUE_KEY_QUERY_FLAG: Final = "_UNIQUE_KEY_QUERY"  # RocketMQ's MixAll.UNIQUE_MSG_QUERY_FLAG
 # RocketMQ's defaultQueryMaxNum (what a unique-key query gets, whatever it asks for) and
 # maxMsgsNumBatch (the most any query gets).
 DEFAULT_QUERY_MAX_NUM: Final = 32

@@ -264,7 +264,7 @@ class SendProcessor:
         remark = None
         if code == ResponseCode.FLUSH_DISK_TIMEOUT:
             # A failed flush says why (the disk), not just that time ran out.
-            remark = self._broker.store.write_refusal or "the message is stored but its disk flush timed out"
+            remark = self._broker.store.flush_failure or "the message is stored but its disk flush timed out"
         return request.response(
             code,
             remark,

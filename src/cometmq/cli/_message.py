@@ -49,7 +49,11 @@ def add_message_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         "--begin", type=parse_time, default=0, metavar="TIME", help=f"stored at or after TIME: {_TIME_HELP}"
     )
     query.add_argument(
-        "--end", type=parse_time, default=None, metavar="TIME", help="stored at or before TIME (default: now)"
+        "--end",
+        type=parse_time,
+        default=None,
+        metavar="TIME",
+        help="stored at or before TIME (default: no limit)",
     )
     query.add_argument(
         "--max",

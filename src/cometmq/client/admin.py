@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import time
 from types import TracebackType
 
 from cometmq.common.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, topic_name_error
@@ -14,10 +13,11 @@ from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_re
 from cometmq.common.route import BrokerData, ClusterInfo, TopicList, TopicRouteData, parse_kv_table
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting.codes import UNIQUE_KEY_QUERY_FLAG
 
 log = logging.getLogger("cometmq.client")
 
-UNIQUE_KEY_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # RocketMQ's MixAll.UNIQUE_MSG_QUERY_FLAG
+_NO_END = (1 << 63) - 1  # Long.MAX_VALUE, what RocketMQ's tools send as "no end"
 # How many topics a message lookup without a topic asks about at once.
 _TOPIC_QUERY_CONCURRENCY = 16
 
@@ -203,14 +203,14 @@ class AdminClient:
         unique: bool = False,
     ) -> list[DecodedRecord]:
         """Messages of ``topic`` with ``key`` among their KEYS (``unique``: as their UNIQ_KEY, the id
-        clients show) stored in ``[begin_ms, end_ms]`` (``end_ms`` default: now), from every master
+        clients show) stored in ``[begin_ms, end_ms]`` (``end_ms`` default: no limit), from every master
         broker of the topic's route (QUERY_MESSAGE); newest first, at most ``max_num``.
 
         Like RocketMQ's client, records whose key does not really match (a broker's index only
         compares hashes) are dropped, and a broker that fails is skipped unless all do.
         """
         if end_ms is None:
-            end_ms = time.time_ns() // 1_000_000
+            end_ms = _NO_END  # not "now": the broker's clock may run ahead of ours
         route = await self.topic_route(topic)
         addrs = sorted({b.master_addr for b in route.broker_datas if b.master_addr is not None})
         header = {
@@ -282,7 +282,8 @@ class AdminClient:
             address, port, offset = decode_offset_msg_id(msg_id)
         except ValueError:
             return None
-        # Java's UNIQ_KEY is 32 hex characters too, but its "port" bytes hold the pid: never a port.
+        # Java's UNIQ_KEY is 32 hex characters too, but its "port" bytes hold the pid: rarely a port
+        # (and if one, the lookup by unique key below still follows).
         if not 0 < port < 65536 or offset < 0:
             return None
         host = ipaddress.ip_address(address)
@@ -305,5 +306,5 @@ def _has_key(rec: DecodedRecord, topic: str, key: str, unique: bool) -> bool:
     props = decode_properties(rec.properties)
     if unique:
         # What a Java client calls the msgId: UNIQ_KEY, else the offset message id.
-        return props.get("UNIQ_KEY", rec.offset_msg_id) == key
+        return rec.topic == topic and props.get("UNIQ_KEY", rec.offset_msg_id) == key
     return rec.topic == topic and key in props.get("KEYS", "").split(" ")

@@ -116,3 +116,7 @@ CURRENT_VERSION = 409
 
 RESPONSE_FLAG = 0x1
 ONEWAY_FLAG = 0x2
+
+# QUERY_MESSAGE's extra ext field: "true" asks for a unique-key (UNIQ_KEY) lookup
+# (RocketMQ's MixAll.UNIQUE_MSG_QUERY_FLAG).
+UNIQUE_KEY_QUERY_FLAG = "_UNIQUE_KEY_QUERY"

@@ -103,18 +103,22 @@ class DiskGuard:
             return -1.0
 
     def check(self) -> float:
-        """Measure and update ``refusal``; log entering and leaving the disk-full state."""
+        """Measure and update ``refusal``; log entering and leaving the disk-full state.
+
+        Writes stop above the warning level and resume only at or below the force-clean level, as in
+        RocketMQ: between the two the state stays as it was, so writes do not flap while forced
+        cleaning works the usage down."""
         ratio = self.measure()
         limit = self.warning_level
         if ratio > limit:
             was_full = self.refusal is not None
             self.refusal = (
                 f"disk full: {ratio:.1%} of {self.root} used (limit {limit:.0%}); "
-                f"writes resume below {limit:.0%}"
+                f"writes resume at {self.force_level:.0%}"
             )
             if not was_full:
                 log.warning("%s; refusing writes", self.refusal)
-        elif self.refusal is not None:
+        elif self.refusal is not None and ratio <= self.force_level:
             # Also on an unmeasurable disk (-1), as RocketMQ does: a broken probe must not block
             # writes for good.
             self.refusal = None
@@ -122,10 +126,10 @@ class DiskGuard:
                 log.warning("disk usage of %s unknown; accepting writes again", self.root)
             else:
                 log.warning(
-                    "disk usage back to %.1f%% of %s (limit %.0f%%); accepting writes again",
+                    "disk usage back to %.1f%% of %s (at most %.0f%%); accepting writes again",
                     ratio * 100,
                     self.root,
-                    limit * 100,
+                    self.force_level * 100,
                 )
         return ratio
 
@@ -179,9 +183,8 @@ class CleanService:
         """Expired segments from the oldest on (all but the last when *at_once*), at most
         deleteFileBatchMax of them; stops at the first one kept, so only a prefix ever goes."""
         count = 0
+        # Never the last segment: it is the one being written.
         for seg in cl.segments[: min(len(cl.segments) - 1, self._batch_max)]:
-            if seg is cl.cur:  # the segment being written is never deleted
-                break
             if not at_once:
                 try:
                     modified_ms = os.stat(seg.path).st_mtime_ns // 1_000_000

@@ -1,10 +1,11 @@
 """The flush thread, group commit for SYNC_FLUSH, and the checkpoint file.
 
 Threading: the event-loop thread writes records and units into the mappings and publishes
-``CommitLog.max_offset``; this thread only fdatasyncs file descriptors, advances the flushed
-positions and writes the checkpoint. fdatasync releases the GIL, so a slow disk never stalls the
-loop. Files are never closed while this thread may use them: files of deleted topics are handed
-over (``retire``) and closed here, after their last sync; so are the files retention deletes.
+``CommitLog.max_offset``; this thread fdatasyncs file descriptors, advances the flushed positions,
+writes the index files' headers and the checkpoint, and closes retired files. fdatasync releases the
+GIL, so a slow disk never stalls the loop. Files are never closed while this thread may use them:
+files of deleted topics and the files retention deletes are handed over (``retire``) and closed
+here, at the start of the next checkpoint cycle, under the lock every sync runs under.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ class FlushService:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread, flush everything and write a clean checkpoint."""
+        """Stop the thread, flush everything and write a clean checkpoint (unless a sync failed)."""
         if self._thread is not None:
             self._stopping = True
             self._wake.set()
@@ -203,8 +204,14 @@ class FlushService:
             self.wake_at = cl.flushed_offset + self._least_bytes
 
     def checkpoint_cycle(self, clean: bool = False) -> None:
-        """Sync consume queues, then the commit log, then record both in the checkpoint."""
+        """Sync consume queues, then the commit log, then record both in the checkpoint.
+
+        After a failed sync the checkpoint is left as it was: it must not vouch for data written
+        since (nor call a shutdown clean), so the next start recovers from the last good one."""
         with self._cycle_lock:
+            # First, so a sync that keeps failing cannot keep deleted files (and their blocks) alive.
+            # Nothing syncs them: they left the lists before they were handed over.
+            self._close_retired()
             # Captured before the queues are listed and synced: dispatch happens before max_offset
             # moves, so every record below ``safe`` has its unit in a queue we are about to sync.
             safe = self._commitlog.max_offset
@@ -212,11 +219,11 @@ class FlushService:
                 cq.sync()
             if self._index is not None:
                 self._index.sync()  # its own headers record what is on disk; not the checkpoint
-            self._close_retired()
             self.flush_commitlog()
-            self._checkpoint.write(
-                Checkpoint(self._commitlog.flushed_offset, safe, clean, time.time_ns() // 1_000_000)
-            )
+            if self.failure is None:
+                self._checkpoint.write(
+                    Checkpoint(self._commitlog.flushed_offset, safe, clean, time.time_ns() // 1_000_000)
+                )
 
     def _close_retired(self) -> None:
         while self._retired:

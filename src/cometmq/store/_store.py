@@ -78,7 +78,8 @@ class MessageStore:
     """Commit log + consume queues + flushing + recovery, under one root directory.
 
     Single writer: ``put``/``put_batch``/``get_messages`` and the rest are called from one thread
-    (the broker's event loop) and take no locks. Only fsyncs run elsewhere (the flush thread).
+    (the broker's event loop) and take no locks. The flush thread syncs files, writes the index
+    headers and the checkpoint, and closes retired files (``_flush``); nothing else runs elsewhere.
     """
 
     def __init__(self, config: StoreConfig) -> None:
@@ -171,6 +172,10 @@ class MessageStore:
         try:
             if flusher is not None:
                 flusher.stop()
+                if flusher.failure is not None:
+                    # Leave ``abort``: the next start must check what the failed sync may have lost.
+                    log.error("store closed after a failed disk sync; the next start will recover")
+                    return
             # Only once everything is on disk: a missing abort file vouches for the checkpoint.
             (self._root / "abort").unlink(missing_ok=True)
             fsync_dir(self._root)
@@ -306,7 +311,8 @@ class MessageStore:
                 cq.prepare(units)
             if pos + size + 8 > seg.size:
                 # A new segment is when to look at the disk between clean passes (cheap: once per
-                # segment): a write into a mapped page the filesystem has no room for is a SIGBUS.
+                # segment). Segments are sparse, so this makes a SIGBUS on a full disk (a write into
+                # a mapped page the filesystem has no room for) unlikely, not impossible.
                 self._check_disk()
                 if not self._accepting:
                     return PutStatus.SERVICE_NOT_AVAILABLE
@@ -321,7 +327,7 @@ class MessageStore:
         """Measure the disk; refuse or accept writes accordingly (the disk guard)."""
         self._last_disk_check = time.monotonic()
         ratio = self._cleaner.guard.check()
-        self._accepting = self.write_refusal is None
+        self._update_accepting()
         return ratio
 
     def _writes_resumed(self) -> bool:
@@ -649,7 +655,7 @@ class MessageStore:
             return CleanReport(ratio, False, False, False, True, self._commitlog.min_offset)
         self._last_disk_check = time.monotonic()
         report = self._cleaner.run(now, self._commitlog, self._queues, self._retire_files, self._index)
-        self._accepting = self.write_refusal is None
+        self._update_accepting()
         return report
 
     def _retire_files(self, files: list[MappedFile]) -> None:
@@ -660,10 +666,22 @@ class MessageStore:
             for mf in files:
                 mf.close()
 
+    def _update_accepting(self) -> None:
+        self._accepting = self.write_refusal is None
+        # The flush thread may have failed between the line above and now, and set False before our
+        # True landed: look again (it sets ``failure`` before it calls _refuse_after_flush_failure).
+        if self._accepting and self.flush_failure is not None:
+            self._accepting = False
+
     def _refuse_after_flush_failure(self) -> None:
-        # Called on the flush thread; a plain attribute store, and every later recomputation of
-        # ``_accepting`` sees the flusher's failure through ``write_refusal``.
+        # Called on the flush thread (a plain attribute store); see _update_accepting.
         self._accepting = False
+
+    @property
+    def flush_failure(self) -> str | None:
+        """Why a sync failed (the store then takes no more writes), or None."""
+        flusher = self._flusher
+        return flusher.failure if flusher is not None else None
 
     @property
     def write_refusal(self) -> str | None:
@@ -671,10 +689,7 @@ class MessageStore:
         writes are accepted."""
         if not self._running:
             return "the store is not running (shutting down)"
-        flusher = self._flusher
-        if flusher is not None and flusher.failure is not None:
-            return flusher.failure
-        return self._cleaner.guard.refusal
+        return self.flush_failure or self._cleaner.guard.refusal
 
     def disk_usage_ratio(self) -> float:
         """Used fraction of the filesystem holding the store, measured now (-1 if unknown)."""
