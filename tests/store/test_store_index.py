@@ -5,10 +5,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import os
 import shutil
 import struct
 import tempfile
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,7 @@ import cometmq.store._store as store_module
 from cometmq.common.properties import encode_properties
 from cometmq.common.record import decode_records
 from cometmq.store import MessageStore, MessageToStore, PutResult, PutStatus
-from cometmq.store._index import IndexService, index_key_hash
+from cometmq.store._index import IndexFile, IndexService, index_key_hash
 from cometmq.store.format import INDEX_HEADER_SIZE, unpack_index_header
 
 OpenStore = Callable[..., MessageStore]
@@ -137,7 +140,7 @@ def test_hash_collisions_are_told_apart(open_store: OpenStore) -> None:
 
 def test_only_aligned_hash_matches_count(tmp_path: Path) -> None:
     """A hash whose bytes straddle two stored hashes is no match."""
-    index = IndexService(tmp_path / "index", 10)
+    index = IndexService(tmp_path / "index", 10, retire=lambda files: None)
     index.dir.mkdir()
     index._append([0x11223344, 0x55667788, 0x11223344, 0x99AABBCC], [0, 100, 200, 300], 5)
     (f,) = index.files
@@ -499,3 +502,258 @@ def test_indexed_to_at_the_end_of_a_segment(
     assert f"index: indexing commit log [{boundary}, " in caplog.text
     assert all(found(store, f"U{j}", unique=True) == [b"z" * 1000] for j in range(i, i + 5))
     assert found(store, "U0", unique=True) == [b"y" * 1000]
+
+
+# -- review regressions ----------------------------------------------------------------------------
+
+
+def index_entries(root: Path) -> list[tuple[int, int]]:
+    """(hash, commit-log offset) of every entry the headers on disk count, file by file in name order."""
+    out: list[tuple[int, int]] = []
+    for path in sorted((root / "index").iterdir()):
+        data = path.read_bytes()
+        header = unpack_index_header(data[:INDEX_HEADER_SIZE])
+        assert header is not None
+        hashes = struct.unpack_from(f">{header.count}I", data, INDEX_HEADER_SIZE)
+        offsets = struct.unpack_from(f">{header.count}q", data, INDEX_HEADER_SIZE + 4 * header.capacity)
+        out += zip(hashes, offsets, strict=True)
+    return out
+
+
+def test_a_failed_roll_leaves_the_rest_to_the_next_start(
+    open_store: OpenStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a new index file, indexing stops; the headers vouch for no record it missed, so the
+    next start indexes them (also the rest of a record whose first entries still fitted)."""
+    root = tmp_path / "store"
+    store = open_store(max_index_num=3)
+    assert store._flusher is not None
+    real_create = IndexFile.create
+    full = [False]
+
+    def create(path: Path, capacity: int) -> IndexFile:
+        if full[0]:
+            raise OSError(24, "Too many open files")
+        return real_create(path, capacity)
+
+    monkeypatch.setattr(IndexFile, "create", staticmethod(create))
+    put(store, keyed_msg(uniq="U1", keys="k1", body=b"1"))
+    full[0] = True
+    second = put(store, keyed_msg(uniq="U2", keys="k2", body=b"2"))  # U2 fits, k2 does not
+    put(store, keyed_msg(uniq="U3", body=b"3"))
+    store._flusher.checkpoint_cycle()
+    assert _indexed_to(root) == second.commitlog_offset
+    store.shutdown()
+    assert _indexed_to(root) == second.commitlog_offset
+
+    full[0] = False
+    store = open_store(max_index_num=3)
+    for i in (1, 2, 3):
+        assert found(store, f"U{i}", unique=True) == [b"%d" % i]
+    assert found(store, "k1") == [b"1"] and found(store, "k2") == [b"2"]
+    store.shutdown()
+    assert len(index_entries(root)) == 5  # each key once
+
+
+def test_an_empty_newest_file_does_not_stop_the_truncation(
+    open_store: OpenStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kill -9 right after a roll: the new file's header counts nothing yet, and the entries the
+    previous file holds past its "indexed to" must still go before they are indexed again."""
+    root = tmp_path / "store"
+    store = open_store(max_index_num=6)
+    index = store._index
+    assert index is not None
+    monkeypatch.setattr(index, "sync", lambda: None)  # the test decides what headers count
+    put(store, keyed_msg(uniq="U1", keys="k1", body=b"1"))
+    log_end = store.commitlog_max_offset
+    put(store, keyed_msg(uniq="U2", keys="k2", body=b"2"))
+    put(store, keyed_msg(uniq="U3", keys="k3", body=b"3"))  # the first file is full
+    # A sync that read the log's end before U2 and U3 were published, their entries' count after.
+    index._flush_all(log_end)
+    put(store, keyed_msg(uniq="U4", keys="k4", body=b"4"))  # rolls; never synced
+    files = index_dir(root)
+    crash(store)
+
+    store = open_store(max_index_num=6)
+    assert all(
+        found(store, f"k{i}") == found(store, f"U{i}", unique=True) == [b"%d" % i] for i in range(1, 5)
+    )
+    crash(store)
+    assert len(index_entries(root)) == 8  # no entry twice
+    with caplog.at_level(logging.WARNING, logger="cometmq.store"):
+        store = open_store(max_index_num=6)
+    assert "damaged or out of order" not in caplog.text
+    assert index_dir(root) == files
+    assert all(found(store, f"k{i}") == [b"%d" % i] for i in range(1, 5))
+
+
+def test_entries_past_the_recovered_log_end_go(
+    open_store: OpenStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Power loss: index headers synced before the commit log count entries for records the
+    recovered log no longer has; an empty newest file must not keep them."""
+    root = tmp_path / "store"
+    store = open_store(max_index_num=6)
+    index = store._index
+    assert index is not None
+    monkeypatch.setattr(index, "sync", lambda: None)  # the test decides what headers count
+    results = [put(store, keyed_msg(uniq=f"U{i}", keys=f"k{i}", body=b"%d" % i)) for i in range(1, 4)]
+    index._flush_all(store.commitlog_max_offset)  # the headers count all six entries, the log is not synced
+    put(store, keyed_msg(uniq="U4", keys="k4", body=b"4"))  # rolls; never synced
+    crash(store)
+    lost = results[1].commitlog_offset  # the log is on disk up to U1's record only
+    seg = root / "commitlog" / f"{0:020d}"
+    with seg.open("r+b") as f:
+        f.seek(lost)
+        f.write(bytes(SMALL_COMMITLOG - lost))
+
+    store = open_store(max_index_num=6)
+    assert store.commitlog_max_offset == lost
+    index = store._index
+    assert index is not None and all(f.end_offset < lost for f in index.files)
+    assert found(store, "k1") == [b"1"] and found(store, "k2") == found(store, "k3") == []
+    for i in (5, 6, 7):  # over the lost records' offsets
+        put(store, keyed_msg(uniq=f"U{i}", keys=f"k{i}", body=b"%d" % i))
+    crash(store)
+    with caplog.at_level(logging.WARNING, logger="cometmq.store"):
+        store = open_store(max_index_num=6)
+    assert "damaged or out of order" not in caplog.text
+    assert all(
+        found(store, f"k{i}") == found(store, f"U{i}", unique=True) == [b"%d" % i] for i in (1, 5, 6, 7)
+    )
+    store.shutdown()
+    assert len(index_entries(root)) == 8
+
+
+@pytest.fixture
+def new_york(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local time with daylight saving (US rules), whatever the machine's zone."""
+    monkeypatch.setenv("TZ", "EST5EDT,M3.2.0,M11.1.0")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("new_york")
+def test_file_names_keep_creation_order_across_a_dst_change(
+    open_store: OpenStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "store"
+    clock = [1_699_162_200_000]  # 2023-11-05 01:30 EDT
+    monkeypatch.setattr(time, "time_ns", lambda: clock[0] * 1_000_000)
+    store = open_store(max_index_num=2)
+    put(store, keyed_msg(uniq="U1", body=b"1"))
+    put(store, keyed_msg(uniq="U2", body=b"2"))
+    clock[0] += 40 * 60_000  # 01:10 EST: local time went back
+    put(store, keyed_msg(uniq="U3", body=b"3"))  # a new file
+    index = store._index
+    assert index is not None
+    assert [f.path.name for f in index.files] == index_dir(root)  # name order is creation order
+    store.shutdown()
+
+    with caplog.at_level(logging.WARNING, logger="cometmq.store"):
+        store = open_store(max_index_num=2)
+    assert "damaged or out of order" not in caplog.text
+    assert all(found(store, f"U{i}", unique=True) == [b"%d" % i] for i in (1, 2, 3))
+
+
+def test_a_file_out_of_name_order_costs_a_reindex_not_its_keys(
+    open_store: OpenStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Files named in local time (before names were UTC) can sort wrongly across a DST change."""
+    root = tmp_path / "store"
+    store = open_store(max_index_num=2)
+    for i in range(6):
+        put(store, keyed_msg(uniq=f"U{i}", body=b"%d" % i))
+    store.shutdown()
+    oldest, *_, newest = index_dir(root)
+    (root / "index" / oldest).rename(root / "index" / f"{int(newest) + 1}")
+
+    with caplog.at_level(logging.WARNING, logger="cometmq.store"):
+        store = open_store(max_index_num=2)
+    assert "is damaged or out of order" in caplog.text
+    assert all(found(store, f"U{i}", unique=True) == [b"%d" % i] for i in range(6))
+    store.shutdown()
+    assert len(index_entries(root)) == 6
+
+
+def test_retention_neither_waits_for_an_index_sync_nor_closes_files(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delete_files_before runs on the event loop: it must not wait while the flush thread
+    fdatasyncs an index file, and leaves closing the deleted files to that thread."""
+    store = open_store(max_index_num=4)
+    index, flusher = store._index, store._flusher
+    assert index is not None and flusher is not None
+    results = [put(store, keyed_msg(keys=f"k{i}", body=b"%d" % i)) for i in range(11)]  # 3 files
+    flusher.checkpoint_cycle()
+    old = list(index.files)
+    index_fds = {f.mf.fd for f in old}
+    syncing, release = threading.Event(), threading.Event()
+    real_fdatasync = os.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        if fd in index_fds and not release.is_set():
+            syncing.set()
+            release.wait(3)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    put(store, keyed_msg(keys="k11", body=b"11"))  # into the third file: something to sync
+    cycle = threading.Thread(target=flusher.checkpoint_cycle)
+    cycle.start()
+    try:
+        assert syncing.wait(3)
+        started = time.monotonic()
+        deleted = index.delete_files_before(results[8].commitlog_offset)
+        took = time.monotonic() - started
+        still_open = [f.mf.fd >= 0 for f in old]
+    finally:
+        release.set()
+        cycle.join()
+    assert deleted == 2 and took < 1
+    assert still_open == [True, True, True]
+    assert index.files == old[2:]
+    flusher.checkpoint_cycle()  # the next cycle closes them
+    assert [f.mf.fd >= 0 for f in old] == [False, False, True]
+    assert found(store, "k7") == [] and found(store, "k11") == [b"11"]
+
+
+def test_every_path_writes_the_same_entries(open_store: OpenStore, tmp_path: Path) -> None:
+    """put (``add``), put_batch (``add_batch``) and the start-up scan (``_reindex``) hash alike."""
+    msgs = [
+        ("Zürich", "Ü-1", "straße  x"),
+        ("Zürich", "", "日本 語"),
+        ("Zürich", "U-3", ""),
+        ("Zürich", "", " "),
+        ("Zürich", "U-5", "single"),
+    ]
+    expected = [
+        (index_key_hash(topic, key), i)
+        for i, (topic, uniq, keys) in enumerate(msgs)
+        for key in [uniq, *keys.split(" ")]
+        if key
+    ]
+
+    def entries(root: Path, offsets: list[int]) -> list[tuple[int, int]]:
+        return [(h, offsets.index(offset)) for h, offset in index_entries(root)]
+
+    one = open_store(max_index_num=3)
+    offsets = [put(one, keyed_msg(t, u, k, b"%d" % i)).commitlog_offset for i, (t, u, k) in enumerate(msgs)]
+    one.shutdown()
+    assert entries(tmp_path / "store", offsets) == expected
+    shutil.rmtree(tmp_path / "store" / "index")
+    open_store(max_index_num=3).shutdown()  # the start-up scan indexes everything again
+    assert entries(tmp_path / "store", offsets) == expected
+
+    cfg = small_config(tmp_path / "batch", max_index_num=3)
+    batch = MessageStore(cfg)
+    batch.start()
+    try:
+        res = batch.put_batch([keyed_msg(t, u, k, b"%d" % i) for i, (t, u, k) in enumerate(msgs)])
+        assert res.status is PutStatus.PUT_OK
+    finally:
+        batch.shutdown()
+    assert entries(tmp_path / "batch", offsets) == expected

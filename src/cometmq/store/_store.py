@@ -130,7 +130,7 @@ class MessageStore:
             self._queues.load()
             recover(cl, self._queues, checkpoint, crashed, self._recovered_tags_code)
             if cfg.message_index_enable:
-                self._index = IndexService(self._root / "index", cfg.max_index_num)
+                self._index = IndexService(self._root / "index", cfg.max_index_num, self._retire_files)
                 self._index.load(cl)
             cl.ensure_segment()
             self._checkpoint.write(

@@ -81,10 +81,12 @@ Index
 
 Maps ``<topic>#<UNIQ_KEY>`` and ``<topic>#<each space-separated KEYS entry>`` of every dispatched
 record to its commit-log offset (what QUERY_MESSAGE searches). Prepared and rolled-back transaction
-records are not indexed. Files live in ``<root>/index/`` and are named by their creation time in local
-time, ``yyyyMMddHHmmssSSS`` like RocketMQ's (a clash adds a millisecond). Each file holds at most
-``capacity`` entries (``max_index_num``, 20 000 000 by default: a 240 MB sparse file) and is
-``64 + 12 * capacity`` bytes::
+records are not indexed. Files live in ``<root>/index/`` and are named ``yyyyMMddHHmmssSSS`` like
+RocketMQ's, but by their creation time in UTC (RocketMQ uses local time, which goes back an hour
+when daylight saving ends), and never before an existing name (a clash or a clock stepping back
+adds milliseconds): name order is creation order, which is the order of their entries. Each file
+holds at most ``capacity`` entries (``max_index_num``, 20 000 000 by default: a 240 MB sparse file)
+and is ``64 + 12 * capacity`` bytes::
 
     0   4s  magic b"CMQI"
     4   H   format version = 1
@@ -115,8 +117,11 @@ only by the flush thread, in file order, after the entries they count were fdata
 fdatasynced themselves), so whatever header is found on disk - after kill -9 or a power loss -
 describes entries that are on disk. The newest file's *indexed to* is the commit log's end as the
 flush thread saw it before counting the entries (index entries are written before the log's end
-moves past their record); an older file's is its own end offset. A store always has at least one
-index file, so *indexed to* advances even while no message carries a key.
+moves past their record); an older file's is its own end offset. If a new file cannot be created,
+indexing stops until the next start, and *indexed to* stays at the first record left (partly)
+unindexed. A store always has at least one index file, so *indexed to* advances even while no
+message carries a key. The headers are synced before the commit log, so after a power loss they
+may count entries for records the recovered log no longer has.
 
 Recovery
 ========
@@ -138,12 +143,13 @@ deleted); then each consume queue drops units pointing at or past the end. A que
 re-dispatched record lies beyond its units (its files were lost) is rebuilt by a second scan from
 the start of the log. Everything touched is fsynced before the new checkpoint is written.
 
-The index recovers on every start, after the commit log: files with a bad header (and every file
-created after one) are deleted; with R = the smaller of the largest *indexed to* and the log's end,
-entries pointing at R or beyond are dropped (written after their header, or pointing at records
-recovery cut), and the records from R (at least from the log's start) to the end are indexed again
-by scanning the log. Without index files (delete ``<root>/index`` to force it) the whole log is
-indexed again.
+The index recovers on every start, after the commit log: a file with a bad header, or whose
+entries start before the previous file's end, is deleted with every file named after it; with R =
+the smallest of the largest *indexed to*, the log's end and the first offset a deleted file's header
+still names, entries pointing at R or beyond are dropped from every file holding them (written
+after their header, or pointing at records recovery cut), and the records from R (at least from
+the log's start) to the end are indexed again by scanning the log. Without index files (delete
+``<root>/index`` to force it) the whole log is indexed again.
 """
 
 from __future__ import annotations
