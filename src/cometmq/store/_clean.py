@@ -22,7 +22,7 @@ from typing import Final, Protocol
 
 from ._commitlog import CommitLog
 from ._consumequeue import QueueTable
-from ._mappedfile import MappedFile
+from ._mappedfile import MappedFile, unlink_oldest_first
 from ._model import StoreConfig
 
 __all__ = ["CleanReport", "CleanService", "DiskGuard", "disk_usage_ratio", "parse_delete_when"]
@@ -196,7 +196,7 @@ class CleanService:
             count += 1
         # Unlinked before they leave the list: one that cannot be deleted stays in use, with all
         # after it, so memory and disk agree on where the log starts.
-        deleted = cl.drop_head(len(_unlink_oldest_first(cl.segments[:count])))
+        deleted = cl.drop_head(len(unlink_oldest_first(cl.segments[:count])))
         for seg in deleted:
             if at_once:
                 log.warning(
@@ -215,7 +215,7 @@ class CleanService:
         for cq in queues.all_queues():
             count = cq.files_before(cl_min)
             if count:
-                dropped = cq.drop_head(len(_unlink_oldest_first(cq.files[:count])))
+                dropped = cq.drop_head(len(unlink_oldest_first(cq.files[:count])))
                 if dropped:
                     deleted += dropped
                     retire(dropped)
@@ -227,21 +227,3 @@ class CleanService:
                 cl_min,
             )
         return [mf.path for mf in deleted]
-
-
-def _unlink_oldest_first(files: list[MappedFile]) -> list[MappedFile]:
-    """Unlink *files* in order, stopping at the first failure: what stays on disk is then still a
-    contiguous run before the kept files (a hole would cost the files after it at the next load).
-    Returns the files unlinked, a prefix of *files*."""
-    for i, mf in enumerate(files):
-        try:
-            mf.unlink()
-        except OSError as exc:
-            log.error(
-                "retention: cannot delete %s (%s); it and %d later file(s) stay",
-                mf.path,
-                exc,
-                len(files) - i - 1,
-            )
-            return files[:i]
-    return files

@@ -26,9 +26,8 @@ from typing import Final
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import BLANK_MAGIC_CODE, RecordError, decode_record_at, iter_records
 
-from ._clean import _unlink_oldest_first
 from ._commitlog import CommitLog
-from ._mappedfile import MappedFile, fsync_dir
+from ._mappedfile import MappedFile, fsync_dir, unlink_oldest_first
 from ._model import MessageToStore, QueryResult
 from ._recovery import is_dispatched
 from .format import (
@@ -632,7 +631,7 @@ class IndexService:
             count += 1
         # Unlinked before they leave the list, oldest first: one that cannot be deleted stays, with
         # every later file, so the files left on disk still follow on.
-        gone = _unlink_oldest_first([f.mf for f in files[:count]])
+        gone = unlink_oldest_first([f.mf for f in files[:count]])
         if not gone:
             return 0
         self.files = files[len(gone) :]

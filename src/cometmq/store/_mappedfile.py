@@ -7,7 +7,7 @@ import mmap
 import os
 from pathlib import Path
 
-__all__ = ["MappedFile", "fsync_dir"]
+__all__ = ["MappedFile", "fsync_dir", "unlink_oldest_first"]
 
 log = logging.getLogger("cometmq.store")
 
@@ -98,3 +98,21 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def unlink_oldest_first(files: list[MappedFile]) -> list[MappedFile]:
+    """Unlink *files* in order, stopping at the first failure: what stays on disk is then still a
+    contiguous run before the kept files (a hole would cost the files after it at the next load).
+    Returns the files unlinked, a prefix of *files*."""
+    for i, mf in enumerate(files):
+        try:
+            mf.unlink()
+        except OSError as exc:
+            log.error(
+                "retention: cannot delete %s (%s); it and %d later file(s) stay",
+                mf.path,
+                exc,
+                len(files) - i - 1,
+            )
+            return files[:i]
+    return files
