@@ -72,9 +72,9 @@ def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path)
                     "batch body is malformed",
                 ),
                 (
-                    send_request("Good", b"x", properties={"DELAY": "3"}),
-                    ResponseCode.NO_PERMISSION,
-                    "delayed messages (delay level 3) are not supported",
+                    send_request("Good", b"x", properties={"DELAY": "soon"}),
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "the DELAY property 'soon' is not a delay level",
                 ),
                 (
                     send_request("Good", b"x", properties={"TRAN_MSG": "true"}),

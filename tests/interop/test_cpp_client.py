@@ -229,3 +229,21 @@ def test_orderly_push_consumer_receives_each_queue_in_order(standalone: Standalo
     got = cpp(standalone, "push-consume", "OrderlyTopic", "--group", "GID_orderly", "--orderly",
               "--expect", "30")["messages"]  # fmt: skip
     assert [bytes.fromhex(m["body_hex"]) for m in got] == [f"msg-{i}".encode() for i in range(30)]
+
+
+def test_delayed_messages_arrive_after_their_delay_level(standalone: StandaloneServer) -> None:
+    sent = cpp(standalone, "produce", "DelayTopic", "--count", "3", "--delay-level", "1", "--tags", "Late",
+               "--keys-prefix", "key-", "--prop", "color=green-{i}")["sent"]  # fmt: skip
+    assert [s["status"] for s in sent] == ["OK"] * 3
+    got = cpp(standalone, "push-consume", "DelayTopic", "--group", "GID_delay", "--expect", "3",
+              "--prop-names", "color,REAL_TOPIC")["messages"]  # fmt: skip
+    assert sorted(bodies(got)) == [b"msg-0", b"msg-1", b"msg-2"]
+    assert {m["id"] for m in got} == {s["msg_id"] for s in sent}  # the UNIQ_KEY is kept
+    for message in got:
+        index = int(bytes.fromhex(message["body_hex"]).decode().split("-")[1])
+        assert message["topic"] == "DelayTopic" and message["tags"] == "Late"
+        assert message["keys"] == f"key-{index}"
+        assert message["properties"] == {"color": f"green-{index}", "REAL_TOPIC": "DelayTopic"}
+        assert message["delay_time_level"] == 0  # DELAY is not on the delivered copy
+        # Level 1 is 1 s: stored in the real topic at least that long after the producer sent it.
+        assert message["store_timestamp"] - message["born_timestamp"] >= 1000

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from cometmq.broker._schedule import is_delayable
 from cometmq.common.batch import decode_batch_body
 from cometmq.common.naming import (
     DEFAULT_TOPIC,
@@ -86,10 +87,18 @@ def _unsupported_feature(properties: dict[str, str]) -> str | None:
     """Why a message asks for something this broker does not do yet (rather than mishandle it)."""
     if properties.get("TRAN_MSG", "").lower() == "true":
         return "transaction messages are not supported by this broker yet"
-    if properties.get("DELAY", "0") not in ("", "0"):
-        # Storing it in the real topic would deliver it at once; refusing lets clients retry later.
-        return f"delayed messages (delay level {properties['DELAY']}) are not supported by this broker yet"
     return None
+
+
+def _delay_level(properties: dict[str, str]) -> int:
+    """The DELAY property as a level; 0 (or below) means no delay, as in RocketMQ."""
+    text = properties.get("DELAY", "")
+    try:
+        return int(text) if text else 0
+    except ValueError:
+        raise BrokerError(
+            ResponseCode.MESSAGE_ILLEGAL, f"the DELAY property {text!r} is not a delay level"
+        ) from None
 
 
 @dataclass(slots=True)
@@ -132,6 +141,7 @@ class SendProcessor:
         refusal = _unsupported_feature(properties)
         if refusal is not None:
             return request.response(ResponseCode.NO_PERMISSION, refusal)
+        delay_level = _delay_level(properties)
         wait_store = properties.pop("WAIT", "true").lower() != "false"
         properties["CLUSTER"] = config.broker_cluster_name
         # Everything above is checked before an unknown topic is auto-created.
@@ -161,9 +171,12 @@ class SendProcessor:
         if bool_field(request, names.batch):
             messages = self._batch_messages(request, header, properties)
         else:
-            messages = [
-                self._message(header, request.body, int_field(request, names.flag, default=0), properties)
-            ]
+            flag = int_field(request, names.flag, default=0)
+            message = self._message(header, request.body, flag, properties)
+            if delay_level > 0 and is_delayable(header.sys_flag):
+                # Parked in SCHEDULE_TOPIC_XXXX; the reply still names the real queue (RocketMQ).
+                message = broker.schedule.to_schedule(message, delay_level)
+            messages = [message]
         result = broker.store.put(messages[0]) if len(messages) == 1 else broker.store.put_batch(messages)
         if result.status is PutStatus.PUT_OK:
             broker.stats.put_messages += len(messages)
@@ -240,6 +253,11 @@ class SendProcessor:
                 raise BrokerError(ResponseCode.MESSAGE_ILLEGAL, f"a message of the batch: {refusal}")
             merged.pop("WAIT", None)
             merged.update(properties)
+            if _delay_level(merged) > 0:  # RocketMQ refuses delayed batches (MESSAGE_ILLEGAL)
+                raise BrokerError(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"a message of the batch has delay level {merged['DELAY']}: batches cannot be delayed",
+                )
             messages.append(self._message(header, entry.body, entry.flag, merged))
         return messages
 

@@ -18,7 +18,9 @@ from cometmq.broker._locks import QueueLockProcessor
 from cometmq.broker._longpoll import PullHoldService
 from cometmq.broker._offsets import ConsumerOffsetManager
 from cometmq.broker._pull import PullProcessor
+from cometmq.broker._schedule import ScheduleMessageService
 from cometmq.broker._send import SendProcessor, host_bytes
+from cometmq.broker._sendback import SendBackProcessor
 from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.errors import CometMQError
@@ -66,6 +68,7 @@ class Broker:
                 flush_commitlog_least_pages=config.flush_commit_log_least_pages,
                 sync_flush_timeout_ms=config.sync_flush_timeout,
                 max_message_size=config.max_message_size,
+                message_delay_level=config.message_delay_level,
                 message_index_enable=config.message_index_enable,
                 max_index_num=config.max_index_num,
                 file_reserved_time=config.file_reserved_time,
@@ -86,6 +89,8 @@ class Broker:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.pull_holds = PullHoldService()
+        # Delayed messages: parking in SCHEDULE_TOPIC_XXXX, delivery when due, delayOffset.json.
+        self.schedule = ScheduleMessageService(self, config.message_delay_level, config_dir)
         self.stats = BrokerStats()
         self.boot_timestamp = int(time.time() * 1000)
         self._server: RemotingServer | None = None
@@ -110,6 +115,7 @@ class Broker:
         dispatcher.register(ConsumerManageProcessor.codes, ConsumerManageProcessor(self))
         dispatcher.register(AdminProcessor.codes, AdminProcessor(self))
         dispatcher.register(QueueLockProcessor.codes, QueueLockProcessor())
+        dispatcher.register(SendBackProcessor.codes, SendBackProcessor(self))
         return dispatcher
 
     async def start(self) -> None:
@@ -117,8 +123,10 @@ class Broker:
         self.topics.load()
         self.offsets.load()
         self.groups.load()
+        self.schedule.load()
         await asyncio.get_running_loop().run_in_executor(None, self.store.start)
         self.store.add_arrival_listener(self.pull_holds.on_arrival)
+        self.schedule.start()
         server = RemotingServer(self._dispatcher(), self.config.listen_host, self.config.listen_port)
         server.add_close_listener(self._connection_closed)
         await server.start()
@@ -161,6 +169,7 @@ class Broker:
             with contextlib.suppress(CometMQError, OSError):
                 await self._unregister_all()
         await self._namesrv_client.close()
+        await self.schedule.stop()
         self.offsets.persist(force=True)
         self.topics.persist()
         self.groups.persist()

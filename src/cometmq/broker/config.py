@@ -10,7 +10,7 @@ from typing import Any
 
 from cometmq.common.javaprops import read_properties
 from cometmq.errors import ConfigError
-from cometmq.store import parse_delete_when
+from cometmq.store import parse_delay_levels, parse_delete_when
 
 DEFAULT_DATA_DIR = Path.home() / ".cometmq" / "data"
 
@@ -45,6 +45,8 @@ class BrokerConfig:
     # ms between writes of consumerOffset.json; commits of the last interval are lost by a crash
     flush_consumer_offset_interval: int = 5000
     max_message_size: int = 4 * 1024 * 1024
+    # Delay of each level of delayed messages (DELAY=1 is the first); see broker/_schedule.py.
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     # The message index behind QUERY_MESSAGE (docs/store.md, "Index").
     message_index_enable: bool = True
     max_index_num: int = 20_000_000
@@ -97,6 +99,8 @@ class BrokerConfig:
             )
         try:
             parse_delete_when(self.delete_when)
+            if not parse_delay_levels(self.message_delay_level):
+                raise ValueError("messageDelayLevel names no delay level")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 

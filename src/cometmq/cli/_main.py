@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from cometmq import __version__
 from cometmq.cli._admin import add_admin_commands
+from cometmq.cli._dlq import add_dlq_commands
 from cometmq.cli._message import add_message_commands
 from cometmq.cli._servers import add_server_commands
 from cometmq.errors import BrokerError, CometMQError
@@ -20,8 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description=(
             "CometMQ, a message queue that speaks the RocketMQ 4.x protocol. Run the servers "
-            "(standalone, namesrv, broker), administer a running cluster (topic, cluster) or find "
-            "stored messages (message)."
+            "(standalone, namesrv, broker), administer a running cluster (topic, cluster), find "
+            "stored messages (message) or recover dead letters (dlq)."
         ),
         epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
     )
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_commands(commands)
     add_admin_commands(commands)
     add_message_commands(commands)
+    add_dlq_commands(commands)
     return parser
 
 

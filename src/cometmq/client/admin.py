@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import random
+import time
+from dataclasses import dataclass
 from types import TracebackType
 
-from cometmq.common.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, topic_name_error
-from cometmq.common.properties import decode_properties
+from cometmq.common.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, dlq_topic, topic_name_error
+from cometmq.common.properties import decode_properties, encode_properties
 from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
 from cometmq.common.route import BrokerData, ClusterInfo, TopicList, TopicRouteData, parse_kv_table
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
@@ -20,6 +23,35 @@ log = logging.getLogger("cometmq.client")
 _NO_END = (1 << 63) - 1  # Long.MAX_VALUE, what RocketMQ's tools send as "no end"
 # How many topics a message lookup without a topic asks about at once.
 _TOPIC_QUERY_CONCURRENCY = 16
+# Marks a message resent from a DLQ: the offset message id of the dead letter it copies.
+RESENT_FROM_DLQ = "RESENT_FROM_DLQ"
+# RocketMQ's name for the producer group of client-internal sends.
+_RESEND_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+# What the retry path (broker and clients) added to a message; a resent dead letter drops it. The
+# broker adds CLUSTER again.
+_RETRY_BOOKKEEPING = (
+    "RETRY_TOPIC",
+    "ORIGIN_MESSAGE_ID",
+    "DELAY",
+    "REAL_TOPIC",
+    "REAL_QID",
+    "CLUSTER",
+    "WAIT",
+    "MIN_OFFSET",
+    "MAX_OFFSET",
+    "RECONSUME_TIME",
+    "CONSUME_START_TIME",
+)
+_PULL_BATCH = 32
+_FLAG_SUBSCRIPTION = 0x4  # pull sysFlag: the subscription is in the request (no commit, no suspend)
+
+
+@dataclass(slots=True)
+class Resent:
+    """One dead letter sent back to its original topic: where, and the new copy's offset message id."""
+
+    topic: str
+    msg_id: str
 
 
 class AdminClient:
@@ -299,6 +331,123 @@ class AdminClient:
         if topic is not None and records[0].topic != topic:
             return None
         return records[0]
+
+    # dead letters ------------------------------------------------------------------------------
+
+    async def dead_letters(self, group: str, max_num: int | None = None) -> list[DecodedRecord]:
+        """The dead letters of consumer group ``group`` (topic ``%DLQ%<group>``) on every master
+        broker of that topic, oldest first per queue, at most ``max_num``; empty when the group has
+        none (no such topic). Read with pulls as ``group`` that commit no offset."""
+        topic = dlq_topic(group)
+        try:
+            route = await self.topic_route(topic)
+        except BrokerError as exc:
+            if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                return []
+            raise
+        masters = {b.broker_name: b.master_addr for b in route.broker_datas if b.master_addr is not None}
+        found: list[DecodedRecord] = []
+        for queue in sorted(route.queue_datas, key=lambda q: q.broker_name):
+            addr = masters.get(queue.broker_name)
+            if addr is None or not queue.perm & PERM_READ:
+                continue
+            for queue_id in range(queue.read_queue_nums):
+                left = None if max_num is None else max_num - len(found)
+                if left is not None and left <= 0:
+                    return found
+                found += await self._read_queue(addr, topic, queue_id, group, left)
+        return found
+
+    async def _read_queue(
+        self, addr: str, topic: str, queue_id: int, group: str, limit: int | None
+    ) -> list[DecodedRecord]:
+        queue = {"topic": topic, "queueId": str(queue_id)}
+        offset = int((await self._invoke(addr, RequestCode.GET_MIN_OFFSET, queue)).ext_fields["offset"])
+        end = int((await self._invoke(addr, RequestCode.GET_MAX_OFFSET, queue)).ext_fields["offset"])
+        records: list[DecodedRecord] = []
+        while offset < end and (limit is None or len(records) < limit):
+            header = {
+                **queue,
+                "consumerGroup": group,
+                "queueOffset": str(offset),
+                "maxMsgNums": str(_PULL_BATCH),
+                "sysFlag": str(_FLAG_SUBSCRIPTION),
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "0",
+                "subscription": "*",
+                "subVersion": "0",
+            }
+            request = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=header)
+            response = await self._remoting.invoke(addr, request, self.timeout)
+            if response.code == ResponseCode.SUCCESS:
+                records += decode_records(response.body)
+            elif response.code not in (ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_OFFSET_MOVED):
+                if response.code == ResponseCode.PULL_NOT_FOUND:
+                    break
+                raise BrokerError(response.code, response.remark)
+            next_offset = int(response.ext_fields.get("nextBeginOffset", offset))
+            if next_offset <= offset:
+                break
+            offset = next_offset
+        return records if limit is None else records[:limit]
+
+    async def resent_copies(self, dead_letter: DecodedRecord) -> list[DecodedRecord]:
+        """Copies of ``dead_letter`` that ``resend_dead_letter`` already put into its original
+        topic, newest first (found through the message index by unique key)."""
+        props = decode_properties(dead_letter.properties)
+        topic = props.get("RETRY_TOPIC")
+        if not topic:
+            return []
+        try:
+            found = await self.query_message(
+                topic, props.get("UNIQ_KEY") or dead_letter.offset_msg_id, unique=True
+            )
+        except BrokerError as exc:
+            if exc.code in (ResponseCode.TOPIC_NOT_EXIST, ResponseCode.QUERY_NOT_FOUND):
+                return []
+            raise
+        mark = dead_letter.offset_msg_id
+        return [rec for rec in found if decode_properties(rec.properties).get(RESENT_FROM_DLQ) == mark]
+
+    async def resend_dead_letter(self, dead_letter: DecodedRecord) -> Resent:
+        """Send a copy of ``dead_letter`` to its original topic (its RETRY_TOPIC property) on a
+        writable master, as a fresh message (reconsume times 0): the same body, flag, keys, tags
+        and properties, without the retry bookkeeping, marked with ``RESENT_FROM_DLQ``. A message
+        without a UNIQ_KEY gets the dead letter's offset message id as one, so the copy can be found."""
+        props = decode_properties(dead_letter.properties)
+        topic = props.get("RETRY_TOPIC")
+        if not topic:
+            raise CometMQError(
+                f"dead letter {dead_letter.offset_msg_id} has no RETRY_TOPIC: its original topic is unknown"
+            )
+        for name in _RETRY_BOOKKEEPING:
+            props.pop(name, None)
+        props.setdefault("UNIQ_KEY", dead_letter.offset_msg_id)
+        props[RESENT_FROM_DLQ] = dead_letter.offset_msg_id
+        route = await self.topic_route(topic)
+        masters = {b.broker_name: b.master_addr for b in route.broker_datas if b.master_addr is not None}
+        writable = [
+            (masters[q.broker_name], q.write_queue_nums)
+            for q in route.queue_datas
+            if q.perm & PERM_WRITE and q.write_queue_nums > 0 and q.broker_name in masters
+        ]
+        if not writable:
+            raise CometMQError(f"topic {topic} has no writable queue on any master broker")
+        addr, queues = random.choice(writable)
+        header = {
+            "producerGroup": _RESEND_PRODUCER_GROUP,
+            "topic": topic,
+            "defaultTopic": DEFAULT_TOPIC,
+            "defaultTopicQueueNums": "4",
+            "queueId": str(random.randrange(queues)),
+            "sysFlag": str(dead_letter.sys_flag),  # a compressed body is sent as it is stored
+            "bornTimestamp": str(int(time.time() * 1000)),
+            "flag": str(dead_letter.flag),
+            "properties": encode_properties(props),
+            "reconsumeTimes": "0",
+        }
+        response = await self._invoke(addr, RequestCode.SEND_MESSAGE, header, dead_letter.body)
+        return Resent(topic, response.ext_fields.get("msgId", ""))
 
 
 def _has_key(rec: DecodedRecord, topic: str, key: str, unique: bool) -> bool:

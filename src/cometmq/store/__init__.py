@@ -15,7 +15,7 @@ from ._model import (
     QueryResult,
     StoreConfig,
 )
-from ._store import ArrivalListener, MessageStore
+from ._store import ArrivalListener, MessageStore, parse_delay_levels
 
 __all__ = [
     "ArrivalListener",
@@ -29,5 +29,6 @@ __all__ = [
     "PutStatus",
     "QueryResult",
     "StoreConfig",
+    "parse_delay_levels",
     "parse_delete_when",
 ]

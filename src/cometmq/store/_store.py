@@ -41,7 +41,7 @@ from ._model import (
 from ._recovery import is_dispatched, recover
 from .format import CQ_UNIT, CQ_UNIT_SIZE, Checkpoint
 
-__all__ = ["ArrivalListener", "MessageStore"]
+__all__ = ["ArrivalListener", "MessageStore", "parse_delay_levels"]
 
 log = logging.getLogger("cometmq.store")
 
@@ -571,6 +571,13 @@ class MessageStore:
     def min_offset(self, topic: str, queue_id: int) -> int:
         cq = self._queue(topic, queue_id)
         return cq.min_offset if cq is not None else 0
+
+    def queue_unit(self, topic: str, queue_id: int, offset: int) -> tuple[int, int, int] | None:
+        """``(commit-log offset, size, tags code)`` of one consume-queue unit; None outside
+        [min, max) or when its file is missing. The broker's delivery of delayed messages reads the
+        delivery times of SCHEDULE_TOPIC_XXXX with it."""
+        cq = self._queue(topic, queue_id)
+        return cq.unit(offset) if cq is not None else None
 
     def _store_time(self, cq: ConsumeQueue, index: int) -> int:
         unit = cq.unit(index)

@@ -1,0 +1,346 @@
+"""Delayed messages: parked in SCHEDULE_TOPIC_XXXX, delivered to their real topic when due.
+
+RocketMQ's ScheduleMessageService (wire facts §7.5). A message with ``DELAY=L`` (L > 0, capped at
+the number of levels of ``messageDelayLevel``) is stored in ``SCHEDULE_TOPIC_XXXX`` queue L - 1 with
+its real topic and queue in ``REAL_TOPIC`` / ``REAL_QID``; the store makes that unit's tags code its
+delivery time (store time + the level's delay). Each queue is in delivery-time order (one delay per
+queue, store times never decrease), so delivery reads every queue from its delivery offset and stops
+at the first unit not yet due.
+
+Progress is ``config/delayOffset.json``, RocketMQ's ``{"offsetTable": {level: next queue offset}}``.
+It is written after each round that delivered something, once the delivered copies are flushed, and
+at a clean stop: after a crash the messages delivered since the last write (normally none, at most
+those of the round in flight) are delivered again — at least once, as RocketMQ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import functools
+import logging
+import math
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cometmq.broker._json_config import load_json_config, save_json_config
+from cometmq.common.naming import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from cometmq.common.properties import decode_properties, encode_properties
+from cometmq.common.record import DecodedRecord, RecordError, decode_record_at
+from cometmq.common.taghash import java_string_hash
+from cometmq.store import MessageToStore, PutStatus, parse_delay_levels
+
+if TYPE_CHECKING:
+    from cometmq.broker.broker import Broker
+
+__all__ = ["ScheduleMessageService", "from_schedule", "is_delayable", "to_schedule"]
+
+log = logging.getLogger("cometmq.broker")
+
+# Units delivered per level before the event loop gets a turn (a backlog after a long stop).
+_ROUND_MAX = 256
+# The longest sleep without looking: the due times are wall-clock ms, the sleep is monotonic, so a
+# wall clock stepping forward is noticed within this.
+_MAX_SLEEP_S = 1.0
+# Least time between two writes of delayOffset.json while deliveries go on.
+_PERSIST_MIN_INTERVAL_S = 0.1
+# After a put the store refused for now (disk full, shutting down), the level waits this long.
+_RETRY_S = 1.0
+# MessageSysFlag transaction bits: only plain and commit messages are delayed (RocketMQ).
+_TRANSACTION_MASK = 0xC
+_TRANSACTION_COMMIT = 0x8
+
+
+def to_schedule(msg: MessageToStore, level: int, max_level: int) -> MessageToStore:
+    """*msg* parked for delay level *level* (1-based, capped at *max_level*, as RocketMQ caps it):
+    topic ``SCHEDULE_TOPIC_XXXX``, queue level - 1, the real topic and queue in ``REAL_TOPIC`` /
+    ``REAL_QID``, the level in ``DELAY``. Raises ValueError for a level below 1."""
+    if level < 1 or max_level < 1:
+        raise ValueError(f"delay level {level} is not in 1..{max_level}")
+    level = min(level, max_level)
+    properties = decode_properties(msg.properties)
+    properties["DELAY"] = str(level)
+    properties["REAL_TOPIC"] = msg.topic
+    properties["REAL_QID"] = str(msg.queue_id)
+    return dataclasses.replace(
+        msg, topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=encode_properties(properties)
+    )
+
+
+def from_schedule(rec: DecodedRecord, store_host: bytes) -> MessageToStore:
+    """The parked record *rec* rebuilt for its real topic and queue (RocketMQ's messageTimeup):
+    body, flag, sys flag, born time and host, reconsume times and every property kept, ``DELAY``
+    removed, ``REAL_TOPIC`` / ``REAL_QID`` left in place, tags code from ``TAGS``. Raises ValueError
+    when the record names no usable real topic or queue."""
+    properties = decode_properties(rec.properties)
+    topic = properties.get("REAL_TOPIC", "")
+    try:
+        queue_id = int(properties.get("REAL_QID", ""))
+    except ValueError:
+        raise ValueError(f"REAL_QID {properties.get('REAL_QID')!r} is not a queue id") from None
+    if not topic or queue_id < 0:
+        raise ValueError(f"no real topic/queue (REAL_TOPIC={topic!r}, REAL_QID={queue_id})")
+    # RocketMQ 4.x builds the stored properties string before it clears DELAY, so its delivered copy
+    # still says DELAY=L; we drop it as intended (wire facts §7.5), so a consumer that re-sends the
+    # message does not delay it again by accident.
+    properties.pop("DELAY", None)
+    properties.pop("WAIT", None)
+    tags = properties.get("TAGS")
+    return MessageToStore(
+        topic=topic,
+        queue_id=queue_id,
+        flag=rec.flag,
+        body=rec.body,
+        properties=encode_properties(properties),
+        sys_flag=rec.sys_flag,
+        born_timestamp=rec.born_timestamp,
+        born_host=rec.born_host,
+        store_host=store_host,
+        reconsume_times=rec.reconsume_times,
+        tags_code=java_string_hash(tags) if tags else 0,
+        keys=properties.get("KEYS", ""),
+        uniq_key=properties.get("UNIQ_KEY", ""),
+    )
+
+
+def is_delayable(sys_flag: int) -> bool:
+    """RocketMQ delays plain and committed messages only, never prepared or rolled-back ones."""
+    return sys_flag & _TRANSACTION_MASK in (0, _TRANSACTION_COMMIT)
+
+
+class _Outcome(enum.Enum):
+    DONE = 0  # delivered, or skipped for good: the level moves on
+    RETRY = 1  # the store refused for now: the level waits and tries the same unit again
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ScheduleMessageService:
+    """Parks delayed messages and delivers them when due; one asyncio task on the broker's loop."""
+
+    def __init__(self, broker: Broker, delay_level_spec: str, config_dir: Path) -> None:
+        self._broker = broker
+        self._path = config_dir / "delayOffset.json"
+        self.delays_ms = parse_delay_levels(delay_level_spec)  # index level - 1
+        # Delay level → next SCHEDULE_TOPIC_XXXX queue offset to deliver (RocketMQ's offsetTable).
+        self.offsets: dict[int, int] = {}
+        self._wake = asyncio.Event()
+        self._planned_wake_ms = math.inf  # when the delivery task means to look next
+        self._persist_wanted = asyncio.Event()
+        self._delivered_end = 0  # commit-log end of the last delivered copy
+        self._writing: asyncio.Future[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+        self._retry_logged: set[int] = set()
+
+    @property
+    def max_level(self) -> int:
+        return len(self.delays_ms)
+
+    def to_schedule(self, msg: MessageToStore, level: int) -> MessageToStore:
+        """``to_schedule(msg, level, max_level)`` with this broker's number of delay levels."""
+        return to_schedule(msg, level, self.max_level)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        obj = load_json_config(self._path)
+        if obj is None:
+            return
+        for level, offset in (obj.get("offsetTable") or {}).items():
+            try:
+                self.offsets[int(level)] = int(offset)
+            except (TypeError, ValueError) as exc:
+                log.error("skipping unreadable delay offset %r in %s: %s", level, self._path, exc)
+
+    def start(self) -> None:
+        """Start delivering (the store must be started). Also registers for arrivals."""
+        self._broker.store.add_arrival_listener(self._on_arrival)
+        self._started = True
+        self._tasks = [
+            asyncio.ensure_future(self._deliver_loop()),
+            asyncio.ensure_future(self._persist_loop()),
+        ]
+
+    async def stop(self) -> None:
+        """Stop delivering and write the offsets (the store must still be running)."""
+        if not self._started:  # never started: the file on disk is still the truth
+            return
+        self._started = False
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._writing is not None:  # a write cancelled while its thread still runs
+            with contextlib.suppress(Exception):
+                await self._writing
+            self._writing = None
+        if not await self._broker.store.wait_flushed(self._delivered_end):
+            log.error("delivered delayed messages are not flushed; writing %s anyway", self._path.name)
+        self.persist()
+
+    def persist(self) -> None:
+        save_json_config(self._path, self._snapshot())
+
+    def _snapshot(self) -> dict[str, dict[str, int]]:
+        return {"offsetTable": {str(level): offset for level, offset in sorted(self.offsets.items())}}
+
+    def _on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
+        # A schedule unit's tags code is its delivery time: wake the task only if it is sooner.
+        if topic == SCHEDULE_TOPIC and tags_code < self._planned_wake_ms:
+            self._planned_wake_ms = tags_code
+            self._wake.set()
+
+    # -- delivery ------------------------------------------------------------------------------
+
+    async def _deliver_loop(self) -> None:
+        while True:
+            self._wake.clear()
+            self._planned_wake_ms = math.inf
+            try:
+                next_due, busy = self.deliver_due()
+            except Exception:  # a bug must not end delivery for good; look again shortly
+                log.exception("delivering delayed messages failed")
+                next_due, busy = _now_ms() + int(_RETRY_S * 1000), False
+            if busy:
+                await asyncio.sleep(0)
+                continue
+            self._planned_wake_ms = next_due
+            timeout = _MAX_SLEEP_S if next_due == math.inf else (next_due - _now_ms()) / 1000
+            if timeout > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), min(timeout, _MAX_SLEEP_S))
+
+    def deliver_due(self, now_ms: int | None = None) -> tuple[float, bool]:
+        """Deliver what is due in every level: (the earliest time something else falls due or a
+        retry is wanted, or inf; whether a level stopped at its round limit with more due)."""
+        now = _now_ms() if now_ms is None else now_ms
+        next_due: float = math.inf
+        busy = False
+        for level in range(1, self.max_level + 1):
+            due, more = self._deliver_level(level, now)
+            next_due = min(next_due, due)
+            busy = busy or more
+        return next_due, busy
+
+    def _deliver_level(self, level: int, now: int) -> tuple[float, bool]:
+        store = self._broker.store
+        queue_id = level - 1
+        max_off = store.max_offset(SCHEDULE_TOPIC, queue_id)
+        start = self.offsets.get(level, 0)
+        offset = self._corrected(level, start, store.min_offset(SCHEDULE_TOPIC, queue_id), max_off)
+        longest = now + self.delays_ms[queue_id]
+        next_due: float = math.inf
+        count = 0
+        while offset < max_off:
+            if count >= _ROUND_MAX:
+                self._advance(level, start, offset)
+                return next_due, True
+            unit = store.queue_unit(SCHEDULE_TOPIC, queue_id, offset)
+            if unit is None:  # its consume-queue file is missing; nothing to deliver there
+                log.error("delay level %d: no consume-queue unit at offset %d; skipped", level, offset)
+                offset += 1
+                count += 1
+                continue
+            commitlog_offset, _, due = unit
+            # RocketMQ's correctDeliverTimestamp: a due time beyond now + delay means the clock
+            # went back since the message was parked; deliver it now rather than wait.
+            if due > now and due <= longest:
+                next_due = due
+                break
+            if self._deliver_one(level, offset, commitlog_offset) is _Outcome.RETRY:
+                next_due = now + _RETRY_S * 1000
+                break
+            offset += 1
+            count += 1
+        self._advance(level, start, offset)
+        return next_due, False
+
+    def _corrected(self, level: int, offset: int, min_off: int, max_off: int) -> int:
+        """RocketMQ's correctDelayOffset: retention may have moved the queue's start past the
+        offset, and a lost consume queue may end before it."""
+        if offset < min_off:
+            if offset or min_off:
+                log.warning("delay level %d: offset %d is below the queue's start %d; moving on",
+                            level, offset, min_off)  # fmt: skip
+            return min_off
+        if offset > max_off:
+            log.error("delay level %d: offset %d is beyond the queue's end %d; moving back",
+                      level, offset, max_off)  # fmt: skip
+            return max_off
+        return offset
+
+    def _advance(self, level: int, start: int, offset: int) -> None:
+        if offset != start:
+            self.offsets[level] = offset
+            self._persist_wanted.set()
+
+    def _deliver_one(self, level: int, offset: int, commitlog_offset: int) -> _Outcome:
+        broker = self._broker
+        view = broker.store.message_at(commitlog_offset)
+        if view is None:  # retention took it, as RocketMQ skips a message it cannot look up
+            log.warning(
+                "delay level %d offset %d: record %d is gone; skipped", level, offset, commitlog_offset
+            )
+            return _Outcome.DONE
+        try:
+            rec = decode_record_at(view, 0, len(view))
+            msg = from_schedule(rec, broker.store_host)
+        except (RecordError, ValueError) as exc:
+            log.error(
+                "delay level %d offset %d: cannot rebuild the message (%s); skipped", level, offset, exc
+            )
+            return _Outcome.DONE
+        finally:
+            del view  # a live slice would pin the segment's mapping
+        if msg.topic == TRANS_HALF_TOPIC or broker.topics.get(msg.topic) is None:
+            log.warning("delay level %d offset %d: real topic %s does not exist; message %s dropped",
+                        level, offset, msg.topic, rec.offset_msg_id)  # fmt: skip
+            return _Outcome.DONE
+        result = broker.store.put(msg)
+        if result.status is PutStatus.PUT_OK:
+            broker.stats.put_messages += 1
+            self._delivered_end = result.commitlog_end_offset
+            self._retry_logged.discard(level)
+            return _Outcome.DONE
+        if result.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
+            log.error("delay level %d offset %d: the store refuses message %s for %s (%s); skipped",
+                      level, offset, rec.offset_msg_id, msg.topic, result.status.name)  # fmt: skip
+            return _Outcome.DONE
+        if level not in self._retry_logged:  # disk full or shutting down: wait, lose nothing
+            self._retry_logged.add(level)
+            log.warning("delay level %d: delivery waits, the store refuses writes (%s)",
+                        level, broker.store.write_refusal or result.status.name)  # fmt: skip
+        return _Outcome.RETRY
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    async def _persist_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._persist_wanted.wait()
+            self._persist_wanted.clear()
+            snapshot = self._snapshot()
+            # The offsets may only claim copies that are on disk, or a power loss could lose them.
+            if not await self._broker.store.wait_flushed(self._delivered_end):
+                log.error("delivered delayed messages are not flushed; %s not written", self._path.name)
+                self._persist_wanted.set()
+                await asyncio.sleep(_RETRY_S)
+                continue
+            # Shielded: a stop cancels this task, not the write, and waits for the write instead.
+            self._writing = loop.run_in_executor(
+                None, functools.partial(save_json_config, self._path, snapshot)
+            )
+            try:
+                await asyncio.shield(self._writing)
+            except Exception:
+                log.exception("writing %s failed", self._path)
+                self._persist_wanted.set()
+                await asyncio.sleep(_RETRY_S)
+            self._writing = None
+            await asyncio.sleep(_PERSIST_MIN_INTERVAL_S)

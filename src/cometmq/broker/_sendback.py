@@ -1,0 +1,127 @@
+"""CONSUMER_SEND_MSG_BACK (36): a message a consumer failed goes to ``%RETRY%<group>`` to be delivered
+again after a delay, or, after its last attempt, to ``%DLQ%<group>`` (wire facts §5.8, §7.6)."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Final
+
+from cometmq.broker._schedule import is_delayable
+from cometmq.common.naming import PERM_WRITE, dlq_topic, retry_topic
+from cometmq.common.properties import decode_properties, encode_properties
+from cometmq.common.record import DecodedRecord, RecordError, decode_record_at
+from cometmq.common.taghash import java_string_hash
+from cometmq.common.topic_config import TopicConfig
+from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting.header import int_field, str_field
+from cometmq.store import MessageToStore, PutStatus
+
+if TYPE_CHECKING:
+    from cometmq.broker.broker import Broker
+
+DLQ_QUEUE_NUMS: Final = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
+# MQVersion V3_4_9: only requests of this version or later may override the group's retryMaxTimes.
+MAX_RECONSUME_TIMES_VERSION: Final = 121
+# RocketMQ's first retry waits delay level 3 (10 s by default), each later one a level more.
+FIRST_RETRY_DELAY_LEVEL: Final = 3
+
+# Properties the retry bookkeeping sets (RocketMQ's MessageConst names).
+RETRY_TOPIC: Final = "RETRY_TOPIC"
+ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
+DELAY: Final = "DELAY"
+
+
+class SendBackProcessor:
+    codes = (RequestCode.CONSUMER_SEND_MSG_BACK,)
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        broker = self._broker
+        config = broker.config
+        group = str_field(request, "group")
+        offset = int_field(request, "offset")
+        delay_level = int_field(request, "delayLevel", default=0)
+        group_config = broker.groups.find_or_create(group)
+        if group_config is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {group} (autoCreateSubscriptionGroup is off on this broker)",
+            )
+        if not config.broker_permission & PERM_WRITE:
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the broker[{config.broker_ip1}] sending message is forbidden"
+            )
+        if group_config.retry_queue_nums <= 0:
+            return request.response()  # RocketMQ drops the message: the group wants no retries
+        retry_config = self._topic(retry_topic(group), group_config.retry_queue_nums)
+        if not retry_config.perm & PERM_WRITE:
+            name = retry_config.topic_name
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{name}] sending message is forbidden"
+            )
+        original = self._record_at(offset)
+        if original is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+
+        max_times = group_config.retry_max_times
+        header_max = request.ext_fields.get("maxReconsumeTimes")
+        if request.version >= MAX_RECONSUME_TIMES_VERSION and header_max not in (None, ""):
+            max_times = int_field(request, "maxReconsumeTimes")
+        properties = decode_properties(original.properties)
+        properties.setdefault(RETRY_TOPIC, original.topic)
+        # Every copy points at the first delivery, whose id the consumer saw first.
+        properties[ORIGIN_MESSAGE_ID] = properties.get(ORIGIN_MESSAGE_ID) or original.offset_msg_id
+        if original.reconsume_times >= max_times or delay_level < 0:
+            target = self._topic(dlq_topic(group), DLQ_QUEUE_NUMS)
+            level = 0  # a dead letter waits for nobody
+        else:
+            target = retry_config
+            level = delay_level or FIRST_RETRY_DELAY_LEVEL + original.reconsume_times
+        properties.pop(DELAY, None)
+        tags = properties.get("TAGS")
+        message = MessageToStore(
+            topic=target.topic_name,
+            queue_id=random.randrange(max(1, target.write_queue_nums)),
+            flag=original.flag,
+            body=original.body,  # as stored: a compressed body stays compressed, its sys flag says so
+            properties=encode_properties(properties),
+            sys_flag=original.sys_flag,
+            born_timestamp=original.born_timestamp,
+            born_host=original.born_host,
+            store_host=broker.store_host,
+            reconsume_times=original.reconsume_times + 1,
+            tags_code=java_string_hash(tags) if tags else 0,
+            keys=properties.get("KEYS", ""),
+            uniq_key=properties.get("UNIQ_KEY", ""),
+        )
+        if level > 0 and is_delayable(message.sys_flag):
+            # Parked in SCHEDULE_TOPIC_XXXX (level capped at messageDelayLevel's count); the schedule
+            # service puts it into %RETRY%<group> when its delay is over.
+            message = broker.schedule.to_schedule(message, level)
+        result = broker.store.put(message)
+        if result.status is not PutStatus.PUT_OK:
+            refusal = broker.store.write_refusal if result.status is PutStatus.SERVICE_NOT_AVAILABLE else None
+            return request.response(ResponseCode.SYSTEM_ERROR, refusal or result.status.name)
+        broker.stats.put_messages += 1
+        return request.response()
+
+    def _topic(self, topic: str, queue_nums: int) -> TopicConfig:
+        """The retry or DLQ topic, created on demand with RocketMQ's perms (read and write)."""
+        topics = self._broker.topics
+        existing = topics.get(topic)
+        if existing is not None:
+            return existing
+        created = topics.create_retry_topic(topic, max(1, queue_nums))  # perm read + write
+        self._broker.request_register()  # the NameServer must route it before consumers can pull
+        return created
+
+    def _record_at(self, offset: int) -> DecodedRecord | None:
+        view = self._broker.store.message_at(offset)
+        if view is None:
+            return None
+        try:
+            return decode_record_at(view, 0, len(view))
+        except RecordError:
+            return None
