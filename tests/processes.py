@@ -103,7 +103,22 @@ class ServerProcess:
 
 
 def start_standalone(data_dir: Path, conf: Path | None = None, *extra: str) -> tuple[ServerProcess, str]:
-    """A standalone server on free ports; returns it and its NameServer address."""
+    """A standalone server on free ports; returns it and its NameServer address. A port taken by
+    someone else between free_port() and the server's bind costs a retry on new ports, not the test."""
+    for attempt in range(3):
+        try:
+            return _start_standalone_once(data_dir, conf, *extra)
+        except PortTakenError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+class PortTakenError(AssertionError):
+    pass
+
+
+def _start_standalone_once(data_dir: Path, conf: Path | None, *extra: str) -> tuple[ServerProcess, str]:
     namesrv_port, broker_port = free_port(), free_port()
     args = [
         "standalone",
@@ -122,6 +137,11 @@ def start_standalone(data_dir: Path, conf: Path | None = None, *extra: str) -> t
     server = ServerProcess(args, data_dir.parent / f"{data_dir.name}-standalone.log")
     try:
         server.wait_ready("CometMQ standalone ready:")
+    except AssertionError as exc:
+        server.terminate()
+        if server.proc.returncode is not None and "in use" in server.log():
+            raise PortTakenError(str(exc)) from None
+        raise
     except BaseException:
         server.terminate()
         raise
