@@ -254,3 +254,19 @@ def test_a_consumer_pulls_its_retry_topic_with_the_heartbeat_subscription(tmp_pa
             await client.close()
 
     asyncio.run(scenario())
+
+
+def test_under_sync_flush_the_copy_is_on_disk_before_success(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path, flushDiskType="SYNC_FLUSH") as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            offset, _ = await send(client, addr, "TopicA", b"x")
+            reply = await client.invoke(addr, send_back(offset, delay_level=-1))
+            assert reply.code == 0
+            # The consumer commits past the original once it hears SUCCESS: the copy must be durable.
+            assert broker.store.commitlog_flushed_offset >= broker.store.commitlog_max_offset
+            assert (await only_record(client, addr, "%DLQ%CG", 0)).reconsume_times == 1
+            await client.close()
+
+    asyncio.run(scenario())

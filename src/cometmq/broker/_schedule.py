@@ -136,6 +136,7 @@ class ScheduleMessageService:
         self._writing: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
+        self._reached = 0  # the queue offset _deliver_units has got to in the level it works on
         self._retry_logged: set[int] = set()
 
     @property
@@ -235,16 +236,27 @@ class ScheduleMessageService:
         start = self.offsets.get(level, 0)
         offset = self._corrected(level, start, store.min_offset(SCHEDULE_TOPIC, queue_id), max_off)
         longest = now + self.delays_ms[queue_id]
+        try:
+            return self._deliver_units(level, queue_id, offset, max_off, now, longest)
+        finally:
+            # Also when a unit raised: what was delivered before it must not be delivered again.
+            self._advance(level, start, self._reached)
+
+    def _deliver_units(
+        self, level: int, queue_id: int, offset: int, max_off: int, now: int, longest: int
+    ) -> tuple[float, bool]:
+        store = self._broker.store
         next_due: float = math.inf
         count = 0
+        self._reached = offset
         while offset < max_off:
             if count >= _ROUND_MAX:
-                self._advance(level, start, offset)
                 return next_due, True
             unit = store.queue_unit(SCHEDULE_TOPIC, queue_id, offset)
             if unit is None:  # its consume-queue file is missing; nothing to deliver there
                 log.error("delay level %d: no consume-queue unit at offset %d; skipped", level, offset)
                 offset += 1
+                self._reached = offset
                 count += 1
                 continue
             commitlog_offset, _, due = unit
@@ -257,8 +269,8 @@ class ScheduleMessageService:
                 next_due = now + _RETRY_S * 1000
                 break
             offset += 1
+            self._reached = offset
             count += 1
-        self._advance(level, start, offset)
         return next_due, False
 
     def _corrected(self, level: int, offset: int, min_off: int, max_off: int) -> int:

@@ -4,6 +4,7 @@ again after a delay, or, after its last attempt, to ``%DLQ%<group>`` (wire facts
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Final
 
 from cometmq.broker._schedule import is_delayable
@@ -37,7 +38,9 @@ class SendBackProcessor:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def handle(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
         broker = self._broker
         config = broker.config
         group = str_field(request, "group")
@@ -105,7 +108,18 @@ class SendBackProcessor:
             refusal = broker.store.write_refusal if result.status is PutStatus.SERVICE_NOT_AVAILABLE else None
             return request.response(ResponseCode.SYSTEM_ERROR, refusal or result.status.name)
         broker.stats.put_messages += 1
+        if broker.sync_flush:
+            return self._reply_after_flush(request, result.commitlog_end_offset)
         return request.response()
+
+    async def _reply_after_flush(self, request: RemotingCommand, end: int) -> RemotingCommand:
+        # As a send under SYNC_FLUSH: the consumer commits past the original once this says
+        # SUCCESS, so the copy must be on disk first (RocketMQ answers code 1 otherwise).
+        if await self._broker.store.wait_flushed(end):
+            return request.response()
+        return request.response(
+            ResponseCode.SYSTEM_ERROR, self._broker.store.flush_failure or PutStatus.FLUSH_DISK_TIMEOUT.name
+        )
 
     def _topic(self, topic: str, queue_nums: int) -> TopicConfig:
         """The retry or DLQ topic, created on demand with RocketMQ's perms (read and write)."""

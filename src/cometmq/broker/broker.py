@@ -126,7 +126,6 @@ class Broker:
         self.schedule.load()
         await asyncio.get_running_loop().run_in_executor(None, self.store.start)
         self.store.add_arrival_listener(self.pull_holds.on_arrival)
-        self.schedule.start()
         server = RemotingServer(self._dispatcher(), self.config.listen_host, self.config.listen_port)
         server.add_close_listener(self._connection_closed)
         await server.start()
@@ -134,6 +133,8 @@ class Broker:
         if self.config.listen_port == 0:  # advertise the port the OS picked, not 0
             self.config.listen_port = server.port
             self.store_host = host_bytes(self.config.broker_addr)
+        # Only now: delivered copies carry the final store host (their offset message ids name it).
+        self.schedule.start()
         log.info(
             "broker %s (cluster %s) listening on %s:%d, advertised as %s, data in %s",
             self.config.broker_name,
