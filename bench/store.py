@@ -42,7 +42,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "broker")]
 
 from _support import create_topic, send_request  # noqa: E402
 
-from processes import start_standalone  # noqa: E402
+from processes import broker_address, start_standalone  # noqa: E402
 
 BATCH = 32
 PRODUCERS = 16
@@ -269,7 +269,7 @@ def through_broker(directory: Path, mode: FlushDiskType, msgs: list[MessageToSto
     conf = directory / f"broker-{mode.value}.conf"
     conf.write_text(f"flushDiskType={mode.value}\n")
     server, _ = start_standalone(directory / f"broker-{mode.value}", conf)
-    addr = server.ready_line.split(" at ")[1].split(",")[0]
+    addr = broker_address(server)
     share = len(msgs) // PRODUCERS
 
     async def producer(client: RemotingClient, index: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
 import socket
@@ -102,24 +103,12 @@ class ServerProcess:
         return self.proc.returncode
 
 
+_READY = re.compile(r"namesrv (\S+), broker \S+ at (\S+),")
+
+
 def start_standalone(data_dir: Path, conf: Path | None = None, *extra: str) -> tuple[ServerProcess, str]:
-    """A standalone server on free ports; returns it and its NameServer address. A port taken by
-    someone else between free_port() and the server's bind costs a retry on new ports, not the test."""
-    for attempt in range(3):
-        try:
-            return _start_standalone_once(data_dir, conf, *extra)
-        except PortTakenError:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
-class PortTakenError(AssertionError):
-    pass
-
-
-def _start_standalone_once(data_dir: Path, conf: Path | None, *extra: str) -> tuple[ServerProcess, str]:
-    namesrv_port, broker_port = free_port(), free_port()
+    """A standalone server on ports the OS picks (port 0, so no other process can take them between
+    choosing and binding); returns it and its NameServer address, both read from its ready line."""
     args = [
         "standalone",
         "--data-dir",
@@ -127,9 +116,9 @@ def _start_standalone_once(data_dir: Path, conf: Path | None, *extra: str) -> tu
         "--host",
         "127.0.0.1",
         "--namesrv-port",
-        str(namesrv_port),
+        "0",
         "--broker-port",
-        str(broker_port),
+        "0",
         *extra,
     ]
     if conf is not None:
@@ -137,15 +126,21 @@ def _start_standalone_once(data_dir: Path, conf: Path | None, *extra: str) -> tu
     server = ServerProcess(args, data_dir.parent / f"{data_dir.name}-standalone.log")
     try:
         server.wait_ready("CometMQ standalone ready:")
-    except AssertionError as exc:
-        server.terminate()
-        if server.proc.returncode is not None and "in use" in server.log():
-            raise PortTakenError(str(exc)) from None
-        raise
     except BaseException:
         server.terminate()
         raise
-    return server, f"127.0.0.1:{namesrv_port}"
+    return server, _ready_addresses(server)[0]
+
+
+def broker_address(server: ServerProcess) -> str:
+    """The broker address a standalone server's ready line advertises."""
+    return _ready_addresses(server)[1]
+
+
+def _ready_addresses(server: ServerProcess) -> tuple[str, str]:
+    found = _READY.search(server.ready_line)
+    assert found is not None, server.ready_line
+    return found.group(1), found.group(2)
 
 
 class StandaloneServer:

@@ -13,9 +13,9 @@ import pytest
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
-from processes import ServerProcess, cometmq
+from processes import ServerProcess, broker_address, cometmq
 
-from .test_message_cli import broker_addr, send
+from .test_message_cli import send
 
 GROUP = "GID_dlq_cli"
 
@@ -76,7 +76,7 @@ def dead(standalone: tuple[ServerProcess, str]) -> dict[str, str]:
     server, namesrv = standalone
     created = cometmq("topic", "create", "Pay", "--queues", "1", "-n", namesrv)
     assert created.returncode == 0, created.stderr
-    addr = broker_addr(server)
+    addr = broker_address(server)
     send_back_to_dlq(addr, send(addr, "Pay", b"charge 10 EUR", KEYS="inv-1", TAGS="card", UNIQ_KEY="UNIQ_A"))
     send_back_to_dlq(addr, send(addr, "Pay", b"\x00\x01binary", KEYS="inv-2", UNIQ_KEY="UNIQ_B", note="x"))
     # The broker registers the new %DLQ% topic with the NameServer just after creating it.

@@ -8,20 +8,18 @@ import datetime
 import json
 import re
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from cometmq.common.properties import encode_properties
 from cometmq.common.record import decode_offset_msg_id
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
-from processes import ServerProcess, cometmq
+from cometmq.remoting import RemotingClient, RemotingCommand
+from processes import ServerProcess, broker_address, cometmq
 
-
-def broker_addr(server: ServerProcess) -> str:
-    match = re.search(r"broker \S+ at (\S+),", server.ready_line)
-    assert match is not None, server.ready_line
-    return match.group(1)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
+from _support import send_request
 
 
 def send(addr: str, topic: str, body: bytes, queue_id: int = 0, **props: str) -> str:
@@ -30,20 +28,7 @@ def send(addr: str, topic: str, body: bytes, queue_id: int = 0, **props: str) ->
     async def go() -> RemotingCommand:
         client = RemotingClient()
         try:
-            header = {
-                "producerGroup": "PG",
-                "topic": topic,
-                "defaultTopic": "TBW102",
-                "defaultTopicQueueNums": "4",
-                "queueId": str(queue_id),
-                "sysFlag": "0",
-                "bornTimestamp": str(int(time.time() * 1000)),
-                "flag": "0",
-                "properties": encode_properties(props),
-                "reconsumeTimes": "0",
-            }
-            request = RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields=header, body=body)
-            return await client.invoke(addr, request)
+            return await client.invoke(addr, send_request(topic, body, queue_id, props, v2=False))
         finally:
             await client.close()
 
@@ -68,7 +53,7 @@ def shop(standalone: tuple[ServerProcess, str]) -> dict[str, str]:
     server, namesrv = standalone
     created = cometmq("topic", "create", "Shop", "--queues", "2", "-n", namesrv)
     assert created.returncode == 0, created.stderr
-    addr = broker_addr(server)
+    addr = broker_address(server)
     ids = {
         "first": send(
             addr, "Shop", b'{"order": 1}', 0, KEYS="order-1 alice", UNIQ_KEY="UNIQ0001", TAGS="new"

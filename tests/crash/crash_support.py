@@ -17,7 +17,7 @@ from typing import Any
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from processes import ServerProcess, start_standalone
+from processes import ServerProcess, broker_address, start_standalone
 
 # The broker tests' raw protocol helpers are the one way the tests build sends and pulls.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
@@ -43,7 +43,6 @@ __all__ = [
 
 CPP_SCENARIOS = Path(__file__).resolve().parents[1] / "interop" / "_cpp_scenarios.py"
 _READY = "CometMQ standalone ready:"
-_BROKER_AT = re.compile(r", broker \S+ at (\S+), data in ")
 # Printable and NUL-free: the C++ client reads bodies as C strings.
 _ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 
@@ -70,9 +69,7 @@ class CrashableServer:
         log_path = self.data_dir.parent / f"{self.data_dir.name}-standalone.log"
         self._log_start = log_path.stat().st_size if log_path.exists() else 0
         self.process, self.namesrv = start_standalone(self.data_dir, self.conf)
-        found = _BROKER_AT.search(self.process.ready_line)
-        assert found is not None, self.process.ready_line
-        self.broker = found.group(1)
+        self.broker = broker_address(self.process)
 
     def kill9(self) -> None:
         """SIGKILL: no signal handler, no flush, no checkpoint, no offsets written."""
