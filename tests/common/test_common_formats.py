@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -43,11 +44,18 @@ def test_java_properties_separators_comments_escapes_and_continuations() -> None
     }  # fmt: skip
 
 
-def test_a_corrupt_config_file_falls_back_to_its_backup(tmp_path: Path) -> None:
+def test_a_corrupt_config_file_falls_back_to_its_backup(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "config" / "topics.json"
     save_json_config(path, {"version": 1})
     save_json_config(path, {"version": 2})
     assert load_json_config(path) == {"version": 2}
     path.write_text('{"version": 3, tor')  # a torn write
-    assert load_json_config(path) == {"version": 1}  # the .bak holds the previous good version
+    with caplog.at_level(logging.WARNING, "cometmq.broker"):
+        assert load_json_config(path) == {"version": 1}  # the .bak holds the previous good version
+    # A clear log line: which file was corrupt, and that its backup was used instead.
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(f"{path} is corrupt" in m for m in messages), messages
+    assert any("loaded topics.json from its backup" in m for m in messages), messages
     assert load_json_config(tmp_path / "missing.json") is None
