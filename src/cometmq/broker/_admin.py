@@ -132,7 +132,6 @@ class AdminProcessor:
             bool_field(request, "order"),
         )
         broker.topics.put(config)
-        broker.request_register()
         return request.response()
 
     def _refuse_system_topic(self, topic: str) -> None:
@@ -147,7 +146,6 @@ class AdminProcessor:
         broker.topics.delete(topic)
         broker.offsets.delete_topic(topic)
         broker.store.delete_topic(topic)
-        broker.request_register()
         return request.response()
 
     def _topic_stats(self, request: RemotingCommand) -> RemotingCommand:

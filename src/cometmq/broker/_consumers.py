@@ -104,9 +104,8 @@ class ConsumerManageProcessor:
         channel = ClientChannel(client_id, conn, request.language, request.version)
         for group, consume_type, message_model, consume_from, subscriptions in consumers:
             group_config = broker.groups.find_or_create(group)
-            if group_config is not None and broker.topics.get(retry_topic(group)) is None:
+            if group_config is not None:
                 broker.topics.create_retry_topic(retry_topic(group), max(1, group_config.retry_queue_nums))
-                broker.request_register()
             changed = broker.consumers.register(
                 group, channel, consume_type, message_model, consume_from, subscriptions
             )

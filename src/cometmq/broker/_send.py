@@ -201,7 +201,6 @@ class SendProcessor:
                 f"topic[{topic}] not exist, apply first please! (auto-create is "
                 f"{'on' if self._broker.config.auto_create_topic_enable else 'off'} on this broker)",
             )
-        self._broker.request_register()
         return topic_config
 
     def _message(

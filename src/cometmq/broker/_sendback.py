@@ -12,7 +12,6 @@ from cometmq.common.naming import PERM_WRITE, dlq_topic, retry_topic
 from cometmq.common.properties import decode_properties, encode_properties
 from cometmq.common.record import DecodedRecord, RecordError, decode_record_at
 from cometmq.common.taghash import java_string_hash
-from cometmq.common.topic_config import TopicConfig
 from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from cometmq.remoting.header import int_field, str_field
 from cometmq.store import MessageToStore, PutStatus
@@ -58,7 +57,9 @@ class SendBackProcessor:
             )
         if group_config.retry_queue_nums <= 0:
             return request.response()  # RocketMQ drops the message: the group wants no retries
-        retry_config = self._topic(retry_topic(group), group_config.retry_queue_nums)
+        retry_config = broker.topics.create_retry_topic(
+            retry_topic(group), max(1, group_config.retry_queue_nums)
+        )
         if not retry_config.perm & PERM_WRITE:
             name = retry_config.topic_name
             return request.response(
@@ -77,7 +78,7 @@ class SendBackProcessor:
         # Every copy points at the first delivery, whose id the consumer saw first.
         properties[ORIGIN_MESSAGE_ID] = properties.get(ORIGIN_MESSAGE_ID) or original.offset_msg_id
         if original.reconsume_times >= max_times or delay_level < 0:
-            target = self._topic(dlq_topic(group), DLQ_QUEUE_NUMS)
+            target = broker.topics.create_retry_topic(dlq_topic(group), DLQ_QUEUE_NUMS)
             level = 0  # a dead letter waits for nobody
         else:
             target = retry_config
@@ -120,16 +121,6 @@ class SendBackProcessor:
         return request.response(
             ResponseCode.SYSTEM_ERROR, self._broker.store.flush_failure or PutStatus.FLUSH_DISK_TIMEOUT.name
         )
-
-    def _topic(self, topic: str, queue_nums: int) -> TopicConfig:
-        """The retry or DLQ topic, created on demand with RocketMQ's perms (read and write)."""
-        topics = self._broker.topics
-        existing = topics.get(topic)
-        if existing is not None:
-            return existing
-        created = topics.create_retry_topic(topic, max(1, queue_nums))  # perm read + write
-        self._broker.request_register()  # the NameServer must route it before consumers can pull
-        return created
 
     def _record_at(self, offset: int) -> DecodedRecord | None:
         view = self._broker.store.message_at(offset)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,12 @@ SCHEDULE_QUEUE_NUMS = 18  # one queue per delay level
 
 
 class TopicConfigManager:
-    def __init__(self, config: BrokerConfig, config_dir: Path) -> None:
+    def __init__(
+        self, config: BrokerConfig, config_dir: Path, on_change: Callable[[], None] | None = None
+    ) -> None:
         self._config = config
+        # Called after every change of the table (the broker registers with the NameServer then).
+        self._on_change = on_change
         self._path = config_dir / "topics.json"
         # Lets the NameServer tell whether a registration changed anything.
         self.data_version = DataVersion(timestamp=int(time.time() * 1000))
@@ -93,6 +98,8 @@ class TopicConfigManager:
         self.data_version.timestamp = int(time.time() * 1000)
         self.data_version.counter += 1
         self.persist()
+        if self._on_change is not None:
+            self._on_change()
 
     def put(self, topic: TopicConfig) -> None:
         self.topics[topic.topic_name] = topic

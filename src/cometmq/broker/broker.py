@@ -83,7 +83,8 @@ class Broker:
         )
         self.sync_flush = config.flush_disk_type == "SYNC_FLUSH"
         self.store_host = host_bytes(config.broker_addr)
-        self.topics = TopicConfigManager(config, config_dir)
+        # Every topic change is registered with the NameServer soon, not only on the 30 s period.
+        self.topics = TopicConfigManager(config, config_dir, on_change=lambda: self.request_register())
         self.offsets = ConsumerOffsetManager(config_dir)
         self.groups = SubscriptionGroupManager(config_dir, config.auto_create_subscription_group)
         self.consumers = ConsumerManager()
