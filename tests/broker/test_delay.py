@@ -12,6 +12,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from _support import address, create_topic, pull, running_broker, send_request
 
 from cometmq.broker._schedule import from_schedule, to_schedule
@@ -240,3 +241,39 @@ def test_to_schedule_and_back_keeps_the_message() -> None:
     assert (back.keys, back.uniq_key) == ("k", "U")
     assert "DELAY" not in decode_properties(back.properties)
     assert decode_properties(back.properties)["REAL_QID"] == "3"
+
+
+def test_a_unit_that_raises_keeps_the_progress_made_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        # An hour's delay: only the direct deliver_due calls below, with a later "now", deliver.
+        async with running_broker(tmp_path, messageDelayLevel="1h") as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            assert (await create_topic(client, addr, "Later", 1)).code == 0
+            for i in range(3):
+                reply = await client.invoke(addr, send_request("Later", b"m%d" % i, 0, {"DELAY": "1"}))
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+            service = broker.schedule
+            real = service._deliver_one
+            failed: list[int] = []
+
+            def fails_once_at_offset_1(level: int, offset: int, commitlog_offset: int) -> object:
+                if offset == 1 and not failed:
+                    failed.append(offset)
+                    raise OSError("injected failure")
+                return real(level, offset, commitlog_offset)
+
+            monkeypatch.setattr(service, "_deliver_one", fails_once_at_offset_1)
+            later = int(time.time() * 1000) + 2 * 3_600_000
+            with pytest.raises(OSError):
+                service.deliver_due(later)
+            assert service.offsets[1] == 1  # m0 was delivered: it is not delivered again
+            service.deliver_due(later)
+            assert service.offsets[1] == 3
+            _, records = await pull(client, addr, "Later", 0, 0)
+            assert [r.body for r in records] == [b"m0", b"m1", b"m2"]
+            await client.close()
+
+    run(scenario())

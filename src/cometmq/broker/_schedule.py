@@ -136,7 +136,6 @@ class ScheduleMessageService:
         self._writing: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
-        self._reached = 0  # the queue offset _deliver_units has got to in the level it works on
         self._retry_logged: set[int] = set()
 
     @property
@@ -234,44 +233,35 @@ class ScheduleMessageService:
         queue_id = level - 1
         max_off = store.max_offset(SCHEDULE_TOPIC, queue_id)
         start = self.offsets.get(level, 0)
-        offset = self._corrected(level, start, store.min_offset(SCHEDULE_TOPIC, queue_id), max_off)
+        offset = first = self._corrected(level, start, store.min_offset(SCHEDULE_TOPIC, queue_id), max_off)
         longest = now + self.delays_ms[queue_id]
+        next_due: float = math.inf
+        more = False
         try:
-            return self._deliver_units(level, queue_id, offset, max_off, now, longest)
+            while offset < max_off:
+                if offset - first >= _ROUND_MAX:
+                    more = True
+                    break
+                unit = store.queue_unit(SCHEDULE_TOPIC, queue_id, offset)
+                if unit is not None:
+                    commitlog_offset, _, due = unit
+                    # RocketMQ's correctDeliverTimestamp: a due time beyond now + delay means the
+                    # clock went back since the message was parked; deliver it now rather than wait.
+                    if now < due <= longest:
+                        next_due = due
+                        break
+                    if self._deliver_one(level, offset, commitlog_offset) is _Outcome.RETRY:
+                        next_due = now + _RETRY_S * 1000
+                        break
+                else:  # its consume-queue file is missing; nothing to deliver there
+                    log.error("delay level %d: no consume-queue unit at offset %d; skipped", level, offset)
+                offset += 1
         finally:
             # Also when a unit raised: what was delivered before it must not be delivered again.
-            self._advance(level, start, self._reached)
-
-    def _deliver_units(
-        self, level: int, queue_id: int, offset: int, max_off: int, now: int, longest: int
-    ) -> tuple[float, bool]:
-        store = self._broker.store
-        next_due: float = math.inf
-        count = 0
-        self._reached = offset
-        while offset < max_off:
-            if count >= _ROUND_MAX:
-                return next_due, True
-            unit = store.queue_unit(SCHEDULE_TOPIC, queue_id, offset)
-            if unit is None:  # its consume-queue file is missing; nothing to deliver there
-                log.error("delay level %d: no consume-queue unit at offset %d; skipped", level, offset)
-                offset += 1
-                self._reached = offset
-                count += 1
-                continue
-            commitlog_offset, _, due = unit
-            # RocketMQ's correctDeliverTimestamp: a due time beyond now + delay means the clock
-            # went back since the message was parked; deliver it now rather than wait.
-            if due > now and due <= longest:
-                next_due = due
-                break
-            if self._deliver_one(level, offset, commitlog_offset) is _Outcome.RETRY:
-                next_due = now + _RETRY_S * 1000
-                break
-            offset += 1
-            self._reached = offset
-            count += 1
-        return next_due, False
+            if offset != start:
+                self.offsets[level] = offset
+                self._persist_wanted.set()
+        return next_due, more
 
     def _corrected(self, level: int, offset: int, min_off: int, max_off: int) -> int:
         """RocketMQ's correctDelayOffset: retention may have moved the queue's start past the
@@ -286,11 +276,6 @@ class ScheduleMessageService:
                       level, offset, max_off)  # fmt: skip
             return max_off
         return offset
-
-    def _advance(self, level: int, start: int, offset: int) -> None:
-        if offset != start:
-            self.offsets[level] = offset
-            self._persist_wanted.set()
 
     def _deliver_one(self, level: int, offset: int, commitlog_offset: int) -> _Outcome:
         broker = self._broker
