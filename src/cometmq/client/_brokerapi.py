@@ -1,0 +1,167 @@
+"""The broker requests consumers make: pull, and the per-queue offset queries.
+
+Shared by the push consumer, the lite pull consumer and the admin client. Each function takes the
+:class:`ClientInstance` (connections and routes) and a :class:`MessageQueue`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+
+from cometmq.client._instance import ClientInstance
+from cometmq.client.message import MessageQueue, ReceivedMessage, decode_pulled
+from cometmq.common.subscription import EXPRESSION_TAG, SubscriptionData
+from cometmq.errors import BrokerError, CometMQError
+from cometmq.remoting import RequestCode, ResponseCode
+
+# PullSysFlag (wire facts §6.6).
+PULL_COMMIT_OFFSET = 0x1
+PULL_SUSPEND = 0x2
+PULL_SUBSCRIPTION = 0x4
+PULL_LITE = 0x10
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"  # nothing at or after the offset (yet)
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"  # messages were there, none matched the filter: pull again at once
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"  # the offset is outside [min, max]: continue at next_begin_offset
+
+
+@dataclass(slots=True)
+class PullResult:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[ReceivedMessage]
+
+
+_STATUS_BY_CODE: dict[int, PullStatus] = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+class QueueNotRoutedError(CometMQError):
+    """The broker of a queue is not in any known route (it left the cluster, or the topic moved)."""
+
+
+def broker_addr_of(instance: ClientInstance, queue: MessageQueue) -> str:
+    addr = instance.broker_addr(queue.broker_name)
+    if addr is None:
+        raise QueueNotRoutedError(f"no master address is known for broker {queue.broker_name!r}")
+    return addr
+
+
+async def pull(
+    instance: ClientInstance,
+    queue: MessageQueue,
+    group: str,
+    subscription: SubscriptionData,
+    offset: int,
+    max_nums: int,
+    *,
+    sys_flag: int = PULL_SUBSCRIPTION,
+    commit_offset: int = 0,
+    suspend_ms: int = 0,
+    timeout: float | None = None,
+) -> PullResult:
+    """One PULL_MESSAGE. With ``PULL_SUSPEND`` and ``suspend_ms`` the broker holds the request until
+    messages arrive or the time is up (long polling); ``timeout`` must then exceed the hold."""
+    fields = {
+        "consumerGroup": group,
+        "topic": queue.topic,
+        "queueId": str(queue.queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": str(max_nums),
+        "sysFlag": str(sys_flag),
+        "commitOffset": str(commit_offset),
+        "suspendTimeoutMillis": str(suspend_ms),
+        "subscription": subscription.sub_string,
+        "subVersion": str(subscription.sub_version),
+        "expressionType": subscription.expression_type,
+    }
+    response = await instance.invoke(
+        broker_addr_of(instance, queue), RequestCode.PULL_MESSAGE, fields, timeout=timeout
+    )
+    status = _STATUS_BY_CODE.get(response.code)
+    if status is None:
+        raise BrokerError(response.code, response.remark)
+    header = response.ext_fields
+    messages: list[ReceivedMessage] = []
+    if status is PullStatus.FOUND:
+        messages = decode_pulled(response.body, queue.broker_name)
+        if subscription.expression_type == EXPRESSION_TAG and subscription.tags:
+            # The broker filters by tag hash only; two tags can share a hash (wire facts §6.7).
+            tags = subscription.tags
+            messages = [m for m in messages if m.tags in tags]
+    return PullResult(
+        status,
+        int(header.get("nextBeginOffset", offset)),
+        int(header.get("minOffset", 0)),
+        int(header.get("maxOffset", 0)),
+        messages,
+    )
+
+
+async def query_offset(instance: ClientInstance, queue: MessageQueue, group: str) -> int | None:
+    """The group's committed offset of a queue; None when the group never committed one there."""
+    fields = {"consumerGroup": group, "topic": queue.topic, "queueId": str(queue.queue_id)}
+    response = await instance.invoke(
+        broker_addr_of(instance, queue), RequestCode.QUERY_CONSUMER_OFFSET, fields
+    )
+    if response.code == ResponseCode.QUERY_NOT_FOUND:
+        return None
+    if response.code != ResponseCode.SUCCESS:
+        raise BrokerError(response.code, response.remark)
+    return int(response.ext_fields["offset"])
+
+
+async def commit_offset(instance: ClientInstance, queue: MessageQueue, group: str, offset: int) -> None:
+    """Store the group's offset of a queue on its broker (and wait for the broker to say so)."""
+    fields = {
+        "consumerGroup": group,
+        "topic": queue.topic,
+        "queueId": str(queue.queue_id),
+        "commitOffset": str(offset),
+    }
+    await instance.invoke_ok(broker_addr_of(instance, queue), RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+
+
+async def _offset_request(instance: ClientInstance, queue: MessageQueue, code: int, **extra: str) -> int:
+    fields = {"topic": queue.topic, "queueId": str(queue.queue_id), **extra}
+    response = await instance.invoke_ok(broker_addr_of(instance, queue), code, fields)
+    return int(response.ext_fields["offset"])
+
+
+async def max_offset(instance: ClientInstance, queue: MessageQueue) -> int:
+    """The offset the next message written to the queue will get."""
+    return await _offset_request(instance, queue, RequestCode.GET_MAX_OFFSET)
+
+
+async def min_offset(instance: ClientInstance, queue: MessageQueue) -> int:
+    """The offset of the oldest message the queue still holds."""
+    return await _offset_request(instance, queue, RequestCode.GET_MIN_OFFSET)
+
+
+async def offset_for_timestamp(instance: ClientInstance, queue: MessageQueue, timestamp_ms: int) -> int:
+    """The offset of the first message stored at or after ``timestamp_ms`` (RocketMQ's search:
+    the nearest message; past the last message, the last message's offset)."""
+    return await _offset_request(
+        instance, queue, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, timestamp=str(timestamp_ms)
+    )
+
+
+async def consumer_ids(instance: ClientInstance, queue: MessageQueue, group: str) -> list[str]:
+    """The client ids of the group's live members, as the queue's broker knows them."""
+    response = await instance.invoke(
+        broker_addr_of(instance, queue), RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}
+    )
+    if response.code != ResponseCode.SUCCESS:
+        return []
+    return [str(cid) for cid in json.loads(response.body).get("consumerIdList", [])]

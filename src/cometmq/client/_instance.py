@@ -1,0 +1,359 @@
+"""ClientInstance: what every producer and consumer shares with the cluster.
+
+One instance holds the connections (one per broker or name server, multiplexed by opaque), the topic
+routes learnt from the name servers, the heartbeat that tells brokers which groups this client
+belongs to, and the handler for requests brokers send to clients (rebalance now, reset offsets,
+report running info). RocketMQ's Java client calls this MQClientInstance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from cometmq.client._msgid import local_ip
+from cometmq.client.message import MessageQueue
+from cometmq.common.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE
+from cometmq.common.route import TopicRouteData
+from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, RemotingTimeoutError
+from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+log = logging.getLogger("cometmq.client")
+
+# RocketMQ's client defaults (ClientConfig): how often routes are refreshed and heartbeats sent.
+POLL_NAMESRV_INTERVAL_S = 30.0
+HEARTBEAT_INTERVAL_S = 30.0
+
+# A queue written as a fastjson map key in RESET_CONSUMER_CLIENT_OFFSET bodies: {"brokerName":…}:offset
+_OBJECT_KEY_ENTRY = re.compile(r"(\{[^{}]*\})\s*:\s*(-?\d+)")
+
+
+class ConsumerMember(Protocol):
+    """What a consumer registered with an instance must answer for the broker."""
+
+    group: str
+
+    def consumer_data(self) -> dict[str, Any]:
+        """The ConsumerData JSON object of the heartbeat (wire facts §6.1.4)."""
+        ...
+
+    def on_ids_changed(self) -> None:
+        """A broker says the group's membership changed: rebalance soon."""
+        ...
+
+    def on_reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """An administrator reset the group's offsets (``cometmq group reset``)."""
+        ...
+
+    def running_info(self) -> dict[str, Any]:
+        """The ConsumerRunningInfo JSON object (answer to GET_CONSUMER_RUNNING_INFO)."""
+        ...
+
+
+def default_instance_name() -> str:
+    # RocketMQ 4.9 replaces instance name DEFAULT by pid#nanotime, so that two clients in one
+    # process get distinct client ids (a broker rebalances by client id).
+    return f"{os.getpid()}#{time.monotonic_ns()}"
+
+
+def parse_reset_offsets(body: bytes) -> dict[MessageQueue, int]:
+    """A ResetOffsetBody in either form brokers send: fastjson's object-keyed ``offsetTable`` or the
+    array of ``{brokerName, queueId, topic, offset}`` sent to C-style clients (wire facts §5.11)."""
+    text = body.decode("utf-8", "replace")
+    try:
+        table = json.loads(text).get("offsetTable")
+    except ValueError:
+        table = None
+    offsets: dict[MessageQueue, int] = {}
+    if isinstance(table, list):
+        for item in table:
+            queue = MessageQueue(str(item["topic"]), str(item["brokerName"]), int(item["queueId"]))
+            offsets[queue] = int(item["offset"])
+        return offsets
+    for key_text, offset in _OBJECT_KEY_ENTRY.findall(text):
+        key = json.loads(key_text)
+        offsets[MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"]))] = int(offset)
+    return offsets
+
+
+class ClientInstance:
+    """Connections, routes and heartbeats for the producers and consumers of one client.
+
+    ``namesrv_addr`` is ``host:port``, or several joined by ``;`` as RocketMQ's ``namesrvAddr``.
+    """
+
+    def __init__(
+        self,
+        namesrv_addr: str,
+        *,
+        instance_name: str | None = None,
+        request_timeout: float = 3.0,
+        connect_timeout: float = 3.0,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+        route_refresh_interval: float = POLL_NAMESRV_INTERVAL_S,
+    ) -> None:
+        self.namesrv_addrs = [addr.strip() for addr in namesrv_addr.split(";") if addr.strip()]
+        if not self.namesrv_addrs:
+            raise CometMQError("no name server address given")
+        self.client_ip = local_ip()
+        self.client_id = f"{self.client_ip}@{instance_name or default_instance_name()}"
+        self.request_timeout = request_timeout
+        self.heartbeat_interval = heartbeat_interval
+        self.route_refresh_interval = route_refresh_interval
+        self.remoting = RemotingClient(self._on_broker_request, connect_timeout=connect_timeout)
+        self._routes: dict[str, TopicRouteData] = {}
+        self._broker_addrs: dict[str, dict[int, str]] = {}  # broker name → broker id → address
+        self._producer_groups: set[str] = set()
+        self._consumers: dict[str, ConsumerMember] = {}
+        self._route_listeners: list[Callable[[str, TopicRouteData], None]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    # life cycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the route refresh and heartbeat loops (on the running event loop)."""
+        if self._tasks:
+            return
+        self._tasks = [
+            asyncio.create_task(self._every(self.route_refresh_interval, self.refresh_routes)),
+            asyncio.create_task(self._every(self.heartbeat_interval, self.send_heartbeat)),
+        ]
+
+    async def close(self) -> None:
+        """Unregister from every broker, stop the loops and close every connection."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._unregister_everywhere()
+        await self.remoting.close()
+
+    async def _every(self, interval: float, job: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await job()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("client background job %s failed", getattr(job, "__name__", job))
+
+    # requests ----------------------------------------------------------------------------------
+
+    async def invoke(
+        self,
+        addr: str,
+        code: int,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        timeout: float | None = None,
+    ) -> RemotingCommand:
+        """Send a request and return the response, whatever its code."""
+        request = RemotingCommand(code=code, ext_fields=ext_fields or {}, body=body)
+        return await self.remoting.invoke(addr, request, timeout or self.request_timeout)
+
+    async def invoke_ok(
+        self,
+        addr: str,
+        code: int,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        timeout: float | None = None,
+    ) -> RemotingCommand:
+        """Like :meth:`invoke`, but a non-success answer raises :class:`BrokerError`."""
+        response = await self.invoke(addr, code, ext_fields, body, timeout)
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark)
+        return response
+
+    async def invoke_oneway(
+        self, addr: str, code: int, ext_fields: dict[str, str], body: bytes = b""
+    ) -> None:
+        await self.remoting.invoke_oneway(addr, RemotingCommand(code=code, ext_fields=ext_fields, body=body))
+
+    # routes ------------------------------------------------------------------------------------
+
+    async def fetch_route(self, topic: str) -> TopicRouteData | None:
+        """Ask the name servers for a topic's route; None when no broker holds the topic."""
+        last_error: CometMQError | None = None
+        for addr in self.namesrv_addrs:
+            try:
+                response = await self.invoke(
+                    addr,
+                    RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                    {"topic": topic, "acceptStandardJsonOnly": "true"},
+                )
+            except (ConnectionClosedError, RemotingTimeoutError) as exc:
+                last_error = exc
+                continue
+            if response.code == ResponseCode.TOPIC_NOT_EXIST:
+                return None
+            if response.code != ResponseCode.SUCCESS:
+                raise BrokerError(response.code, response.remark)
+            route = TopicRouteData.decode(response.body)
+            self._learn_route(topic, route)
+            return route
+        assert last_error is not None
+        raise last_error
+
+    def _learn_route(self, topic: str, route: TopicRouteData) -> None:
+        changed = self._routes.get(topic) != route
+        self._routes[topic] = route
+        for broker in route.broker_datas:
+            self._broker_addrs[broker.broker_name] = dict(broker.broker_addrs)
+        if changed:
+            for listener in self._route_listeners:
+                listener(topic, route)
+
+    async def route(self, topic: str) -> TopicRouteData | None:
+        """The cached route of a topic, fetched on first use; refreshed every 30 s."""
+        route = self._routes.get(topic)
+        if route is None:
+            route = await self.fetch_route(topic)
+        return route
+
+    def add_route_listener(self, listener: Callable[[str, TopicRouteData], None]) -> None:
+        """Call ``listener(topic, route)`` whenever a topic's route changes."""
+        self._route_listeners.append(listener)
+
+    async def refresh_routes(self) -> None:
+        for topic in list(self._routes):
+            try:
+                route = await self.fetch_route(topic)
+            except CometMQError as exc:
+                log.warning("cannot refresh the route of %s: %s", topic, exc)
+                continue
+            if route is None:
+                self._routes.pop(topic, None)
+
+    def broker_addr(self, broker_name: str) -> str | None:
+        """The master address of a broker, as the routes know it."""
+        return self._broker_addrs.get(broker_name, {}).get(0)
+
+    def forget_route(self, topic: str) -> None:
+        self._routes.pop(topic, None)
+
+    async def publish_queues(self, topic: str) -> list[MessageQueue]:
+        """Queues a producer may write to, in route order; topics no broker has yet get the queues
+        of the default topic (TBW102), which a broker with ``autoCreateTopicEnable`` turns into the
+        new topic on the first send."""
+        route = await self.route(topic)
+        if route is None or not route.queue_datas:
+            template = await self.route(DEFAULT_TOPIC)
+            if template is None:
+                return []
+            return self._queues(topic, template, PERM_WRITE, max_per_broker=4)
+        return self._queues(topic, route, PERM_WRITE)
+
+    async def subscribe_queues(self, topic: str) -> list[MessageQueue]:
+        """Queues a consumer may read from, sorted as every client sorts them."""
+        route = await self.route(topic)
+        if route is None:
+            return []
+        return sorted(self._queues(topic, route, PERM_READ))
+
+    def _queues(
+        self, topic: str, route: TopicRouteData, perm: int, max_per_broker: int | None = None
+    ) -> list[MessageQueue]:
+        masters = {b.broker_name for b in route.broker_datas if b.master_addr is not None}
+        queues: list[MessageQueue] = []
+        for data in sorted(route.queue_datas, key=lambda q: q.broker_name):
+            if not data.perm & perm or data.broker_name not in masters:
+                continue
+            count = data.write_queue_nums if perm == PERM_WRITE else data.read_queue_nums
+            if max_per_broker is not None:
+                count = min(count, max_per_broker)
+            queues.extend(MessageQueue(topic, data.broker_name, qid) for qid in range(count))
+        return queues
+
+    # membership --------------------------------------------------------------------------------
+
+    def register_producer(self, group: str) -> None:
+        self._producer_groups.add(group)
+
+    def unregister_producer(self, group: str) -> None:
+        self._producer_groups.discard(group)
+
+    def register_consumer(self, consumer: ConsumerMember) -> None:
+        if consumer.group in self._consumers:
+            raise CometMQError(f"consumer group {consumer.group!r} is already registered in this client")
+        self._consumers[consumer.group] = consumer
+
+    def unregister_consumer(self, group: str) -> None:
+        self._consumers.pop(group, None)
+
+    def _master_addrs(self) -> list[str]:
+        return sorted({addrs[0] for addrs in self._broker_addrs.values() if 0 in addrs})
+
+    def heartbeat_body(self) -> bytes:
+        data = {
+            "clientID": self.client_id,
+            "producerDataSet": [{"groupName": group} for group in sorted(self._producer_groups)],
+            "consumerDataSet": [consumer.consumer_data() for consumer in self._consumers.values()],
+        }
+        return json.dumps(data, separators=(",", ":")).encode()
+
+    async def send_heartbeat(self) -> None:
+        """Tell every known master broker which groups this client is in."""
+        if not self._producer_groups and not self._consumers:
+            return
+        body = self.heartbeat_body()
+        results = await asyncio.gather(
+            *(self.invoke_ok(addr, RequestCode.HEART_BEAT, body=body) for addr in self._master_addrs()),
+            return_exceptions=True,
+        )
+        for addr, result in zip(self._master_addrs(), results, strict=False):
+            if isinstance(result, BaseException):
+                log.info("heartbeat to %s failed: %s", addr, result)
+
+    async def _unregister_everywhere(self) -> None:
+        groups = [("producerGroup", g) for g in self._producer_groups] + [
+            ("consumerGroup", g) for g in self._consumers
+        ]
+        if not groups:
+            return
+        requests = [
+            self.invoke(
+                addr, RequestCode.UNREGISTER_CLIENT, {"clientID": self.client_id, field: group}, timeout=1.0
+            )
+            for addr in self._master_addrs()
+            for field, group in groups
+        ]
+        await asyncio.gather(*requests, return_exceptions=True)
+
+    # requests from brokers ---------------------------------------------------------------------
+
+    def _on_broker_request(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        fields = request.ext_fields
+        if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            consumer = self._consumers.get(fields.get("consumerGroup", ""))
+            if consumer is not None:
+                consumer.on_ids_changed()
+            return None
+        if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            consumer = self._consumers.get(fields.get("group", ""))
+            if consumer is not None:
+                consumer.on_reset_offsets(fields.get("topic", ""), parse_reset_offsets(request.body))
+            return None
+        if request.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            consumer = self._consumers.get(fields.get("consumerGroup", ""))
+            if consumer is None:
+                return request.response(ResponseCode.SYSTEM_ERROR, "the consumer group is not in this client")
+            body = json.dumps(consumer.running_info(), separators=(",", ":")).encode()
+            return request.response(body=body)
+        return request.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+            f"request code {request.code} is not supported by this client",
+        )

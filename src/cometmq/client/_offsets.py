@@ -1,0 +1,137 @@
+"""Where a consumer keeps its offsets: on the brokers (clustering) or in a local file (broadcasting).
+
+Both stores keep the offsets in memory, where consuming updates them, and persist them every few
+seconds and on close; an offset is the next message to consume, as in RocketMQ.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Protocol
+
+from cometmq.client import _brokerapi
+from cometmq.client._instance import ClientInstance
+from cometmq.client.message import MessageQueue
+from cometmq.common.atomic_file import read_with_backup, write_atomic
+from cometmq.errors import CometMQError
+
+log = logging.getLogger("cometmq.client")
+
+# RocketMQ's persistConsumerOffsetInterval.
+PERSIST_INTERVAL_S = 5.0
+
+
+class OffsetStore(Protocol):
+    async def read(self, queue: MessageQueue) -> int | None:
+        """The stored offset of a queue (memory first, then the broker or file); None if none."""
+        ...
+
+    def update(self, queue: MessageQueue, offset: int, increase_only: bool = False) -> None: ...
+
+    def forget(self, queue: MessageQueue) -> None:
+        """Stop tracking a queue (it went to another member of the group)."""
+        ...
+
+    async def persist(self, queues: list[MessageQueue] | None = None) -> None:
+        """Write the in-memory offsets of ``queues`` (default: all) where they are kept."""
+        ...
+
+
+class _MemoryTable:
+    def __init__(self) -> None:
+        self.offsets: dict[MessageQueue, int] = {}
+        self._persisted: dict[MessageQueue, int] = {}
+
+    def update(self, queue: MessageQueue, offset: int, increase_only: bool = False) -> None:
+        if increase_only and self.offsets.get(queue, -1) >= offset:
+            return
+        self.offsets[queue] = offset
+
+    def forget(self, queue: MessageQueue) -> None:
+        self.offsets.pop(queue, None)
+        self._persisted.pop(queue, None)
+
+    def changed(self, queues: list[MessageQueue] | None) -> dict[MessageQueue, int]:
+        selected = (
+            self.offsets if queues is None else {q: self.offsets[q] for q in queues if q in self.offsets}
+        )
+        return {q: o for q, o in selected.items() if self._persisted.get(q) != o}
+
+    def mark_persisted(self, offsets: dict[MessageQueue, int]) -> None:
+        self._persisted.update(offsets)
+
+
+class RemoteOffsetStore(_MemoryTable):
+    """Offsets kept by the brokers per consumer group (clustering consumption)."""
+
+    def __init__(self, instance: ClientInstance, group: str) -> None:
+        super().__init__()
+        self._instance = instance
+        self._group = group
+
+    async def read(self, queue: MessageQueue) -> int | None:
+        offset = self.offsets.get(queue)
+        if offset is not None:
+            return offset
+        offset = await _brokerapi.query_offset(self._instance, queue, self._group)
+        if offset is not None:
+            self.offsets[queue] = offset
+            self._persisted[queue] = offset
+        return offset
+
+    async def persist(self, queues: list[MessageQueue] | None = None) -> None:
+        for queue, offset in self.changed(queues).items():
+            try:
+                await _brokerapi.commit_offset(self._instance, queue, self._group, offset)
+            except CometMQError as exc:
+                log.warning("cannot commit offset %d of %s for %s: %s", offset, queue, self._group, exc)
+                continue
+            self.mark_persisted({queue: offset})
+
+
+def local_offsets_path(client_id: str, group: str, base: Path | None = None) -> Path:
+    """``~/.cometmq/offsets/<client id>/<group>/offsets.json`` (RocketMQ: ~/.rocketmq_offsets/…)."""
+    root = base if base is not None else Path.home() / ".cometmq" / "offsets"
+    return root / client_id.replace(":", "_").replace("/", "_") / group / "offsets.json"
+
+
+class LocalOffsetStore(_MemoryTable):
+    """Offsets kept in a local file (broadcasting: every instance consumes everything)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self._loaded = False
+
+    def _load(self) -> None:
+        self._loaded = True
+        for candidate, data in read_with_backup(self.path):
+            try:
+                table = json.loads(data)["offsetTable"]
+                for item in table:
+                    queue = MessageQueue(item["topic"], item["brokerName"], int(item["queueId"]))
+                    self.offsets.setdefault(queue, int(item["offset"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("ignoring unreadable offsets file %s: %s", candidate, exc)
+                continue
+            self._persisted.update(self.offsets)
+            return
+
+    async def read(self, queue: MessageQueue) -> int | None:
+        if not self._loaded:
+            self._load()
+        return self.offsets.get(queue)
+
+    async def persist(self, queues: list[MessageQueue] | None = None) -> None:
+        if not self._loaded:
+            self._load()
+        if not self.changed(None):
+            return
+        table = [
+            {"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id, "offset": o}
+            for q, o in sorted(self.offsets.items())
+        ]
+        write_atomic(self.path, json.dumps({"offsetTable": table}, indent=1).encode())
+        self.mark_persisted(dict(self.offsets))

@@ -1,0 +1,308 @@
+"""The values a client application handles: messages to send, messages received, queues, send results."""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from cometmq.common.properties import decode_properties
+from cometmq.common.record import (
+    MESSAGE_MAGIC_CODE,
+    DecodedRecord,
+    RecordError,
+    decode_host,
+    iter_records,
+    offset_msg_id,
+)
+
+__all__ = [
+    "Message",
+    "MessageQueue",
+    "ReceivedMessage",
+    "SendResult",
+    "SendStatus",
+    "decode_pulled",
+]
+
+# Property names (wire facts §6.4).
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+
+SYSFLAG_COMPRESSED = 0x1
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to send.
+
+    ``keys`` are what the broker indexes for lookups (``cometmq message query --key``): one string,
+    or several given as a list (stored space-separated, as RocketMQ does). ``properties`` are user
+    properties; names RocketMQ reserves (``KEYS``, ``TAGS``, ``DELAY``, ``UNIQ_KEY``, …) are set through
+    the other fields. ``delay_level`` 1 to 18 parks the message until its level's delay has passed
+    (1s 5s 10s 30s 1m … 2h).
+    """
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | list[str] | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    delay_level: int = 0
+    flag: int = 0
+
+    def wire_properties(self) -> dict[str, str]:
+        """The properties as they travel: the user's, plus TAGS, KEYS and DELAY."""
+        props = dict(self.properties)
+        if self.tags:
+            props[PROPERTY_TAGS] = self.tags
+        if self.keys:
+            props[PROPERTY_KEYS] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
+        if self.delay_level > 0:
+            props[PROPERTY_DELAY] = str(self.delay_level)
+        return props
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    """One queue of a topic on one broker; the unit of ordering, of offsets and of rebalancing."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.broker_name}:{self.queue_id}"
+
+
+class SendStatus(enum.IntEnum):
+    """How a send ended. Anything but SEND_OK means the message is stored but not as safe as asked:
+    the broker could not flush (SYNC_FLUSH) or replicate it in time."""
+
+    SEND_OK = 0
+    FLUSH_DISK_TIMEOUT = 1
+    FLUSH_SLAVE_TIMEOUT = 2
+    SLAVE_NOT_AVAILABLE = 3
+
+
+@dataclass(slots=True)
+class SendResult:
+    """What the broker answered. ``msg_id`` is the client's unique id (UNIQ_KEY), as RocketMQ's
+    clients report it; ``offset_msg_id`` is the broker's id (store host + commit-log offset). For a
+    batch both are comma-separated, one per message."""
+
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+
+
+class ReceivedMessage:
+    """A message as a consumer receives it.
+
+    Properties are decoded on first use: a consumer that only reads ``body`` pays nothing for them.
+    """
+
+    __slots__ = (
+        "_properties",
+        "_properties_raw",
+        "body",
+        "born_host_raw",
+        "born_timestamp",
+        "broker_name",
+        "commitlog_offset",
+        "flag",
+        "queue_id",
+        "queue_offset",
+        "reconsume_times",
+        "store_host_raw",
+        "store_timestamp",
+        "sys_flag",
+        "topic",
+    )
+
+    topic: str
+    body: bytes
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    sys_flag: int
+    flag: int
+    born_timestamp: int
+    store_timestamp: int
+    born_host_raw: bytes
+    store_host_raw: bytes
+    reconsume_times: int
+    broker_name: str
+    _properties_raw: bytes | str
+    _properties: dict[str, str] | None
+
+    def __init__(self, record: DecodedRecord, broker_name: str) -> None:
+        self.topic = record.topic
+        body = record.body
+        if record.sys_flag & SYSFLAG_COMPRESSED:
+            body = zlib.decompress(body)
+        self.body = body
+        self.queue_id = record.queue_id
+        self.queue_offset = record.queue_offset
+        self.commitlog_offset = record.commitlog_offset
+        self.sys_flag = record.sys_flag
+        self.flag = record.flag
+        self.born_timestamp = record.born_timestamp
+        self.store_timestamp = record.store_timestamp
+        self.born_host_raw = record.born_host
+        self.store_host_raw = record.store_host
+        self.reconsume_times = record.reconsume_times
+        self.broker_name = broker_name
+        self._properties_raw = record.properties
+        self._properties = None
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """Every property, system ones included (``TAGS``, ``KEYS``, ``UNIQ_KEY``, …)."""
+        props = self._properties
+        if props is None:
+            raw = self._properties_raw
+            text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+            props = self._properties = decode_properties(text)
+        return props
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return self.properties.get(PROPERTY_KEYS, "").split()
+
+    @property
+    def offset_msg_id(self) -> str:
+        return offset_msg_id(self.store_host_raw, self.commitlog_offset)
+
+    @property
+    def msg_id(self) -> str:
+        """The client's unique id when the producer set one (every RocketMQ client but JS does),
+        else the broker's offset id: what RocketMQ's clients show as the message id."""
+        return self.properties.get(PROPERTY_UNIQ_KEY) or self.offset_msg_id
+
+    @property
+    def queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+    @property
+    def delay_level(self) -> int:
+        return int(self.properties.get(PROPERTY_DELAY, "0") or 0)
+
+    @property
+    def born_host(self) -> str:
+        host, port = decode_host(self.born_host_raw)
+        return f"{host}:{port}"
+
+    @property
+    def store_host(self) -> str:
+        host, port = decode_host(self.store_host_raw)
+        return f"{host}:{port}"
+
+    def __repr__(self) -> str:
+        return (
+            f"ReceivedMessage(topic={self.topic!r}, queue={self.broker_name}:{self.queue_id}, "
+            f"offset={self.queue_offset}, tags={self.tags!r}, body={self.body[:32]!r})"
+        )
+
+
+# The record head up to BODYLENGTH with IPv4 hosts (wire facts §6.2), as common/record.py lays it out.
+_HEAD = struct.Struct(">iIiiiqqiq8sq8siqi")
+_HOST_V6_FLAGS = 0x30
+
+
+def decode_pulled(body: bytes | memoryview, broker_name: str) -> list[ReceivedMessage]:
+    """The messages in a pull response body (stored records laid end to end).
+
+    Malformed bytes raise :class:`cometmq.common.record.RecordError`.
+    """
+    # Consumer hot path (consume-from-start benchmark, 1 KiB messages): one struct unpack per record
+    # straight into the message's slots, slices of ``bytes`` (one copy, no memoryview objects), the
+    # topic decoded once per body and properties decoded only when read. Measured 2.9 -> 1.0 us per
+    # message against ReceivedMessage(DecodedRecord) from iter_records. Anything unusual (IPv6 hosts,
+    # 5.x magic, blank fillers, inconsistent lengths) goes through the general decoder in record.py.
+    data = body if isinstance(body, bytes) else bytes(body)
+    unpack = _HEAD.unpack_from
+    new = ReceivedMessage.__new__
+    startswith = data.startswith
+    messages: list[ReceivedMessage] = []
+    append = messages.append
+    topic = ""
+    topic_raw = b"\xff"  # no topic starts like this: the first record decodes its topic
+    pos = 0
+    end = len(data)
+    while pos < end:
+        if end - pos < _HEAD.size + 3:
+            messages.extend(_decode_slow(data, pos, end, broker_name))
+            break
+        m = new(ReceivedMessage)
+        (
+            total,
+            magic,
+            _crc,
+            m.queue_id,
+            m.flag,
+            m.queue_offset,
+            m.commitlog_offset,
+            sys_flag,
+            m.born_timestamp,
+            m.born_host_raw,
+            m.store_timestamp,
+            m.store_host_raw,
+            m.reconsume_times,
+            _prepared,
+            n,
+        ) = unpack(data, pos)
+        limit = pos + total
+        at = pos + 88 + n
+        if magic != MESSAGE_MAGIC_CODE or sys_flag & _HOST_V6_FLAGS or n < 0 or at + 3 > limit or limit > end:
+            messages.extend(_decode_slow(data, pos, end, broker_name))
+            break
+        t = data[at]
+        tp = at + 1 + t
+        if t > 127 or tp + 2 > limit or (data[tp] << 8 | data[tp + 1]) != limit - tp - 2:
+            messages.extend(_decode_slow(data, pos, end, broker_name))
+            break
+        if t != len(topic_raw) or not startswith(topic_raw, at + 1):
+            topic_raw = data[at + 1 : tp]
+            try:
+                topic = topic_raw.decode()
+            except UnicodeDecodeError as exc:
+                raise RecordError(f"record at {pos}: {exc}") from None
+        m.topic = topic
+        m.sys_flag = sys_flag
+        m.body = (
+            zlib.decompress(data[pos + 88 : at]) if sys_flag & SYSFLAG_COMPRESSED else data[pos + 88 : at]
+        )
+        m._properties_raw = data[tp + 2 : limit]
+        m._properties = None
+        m.broker_name = broker_name
+        append(m)
+        pos = limit
+    return messages
+
+
+def _decode_slow(data: bytes, pos: int, end: int, broker_name: str) -> list[ReceivedMessage]:
+    return [ReceivedMessage(record, broker_name) for record in iter_records(memoryview(data)[pos:end])]
+
+
+def sort_queues(queues: Iterable[MessageQueue]) -> list[MessageQueue]:
+    """Queues in RocketMQ's order (topic, broker name, queue id): what every client sorts by before
+    allocating, so that all members of a group agree."""
+    return sorted(queues)
