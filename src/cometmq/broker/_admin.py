@@ -1,11 +1,17 @@
-"""Administration and lookup requests: topics, queue offsets, messages by id, runtime info."""
+"""Administration and lookup requests: topics, queue offsets, messages by id, runtime info,
+subscription groups, consumption progress and offset resets."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import re
 import time
-from typing import TYPE_CHECKING, Final
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, Final
 
 import cometmq
+from cometmq.broker._groups import SubscriptionGroupConfig
 from cometmq.common import fastjson
 from cometmq.common.naming import PERM_READ, PERM_WRITE, is_system_topic, topic_name_error
 from cometmq.common.topic_config import TopicConfig
@@ -17,10 +23,26 @@ from cometmq.remoting.header import bool_field, int_field, str_field
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
+log = logging.getLogger("cometmq.broker")
+
 # RocketMQ's defaultQueryMaxNum (what a unique-key query gets, whatever it asks for) and
 # maxMsgsNumBatch (the most any query gets).
 DEFAULT_QUERY_MAX_NUM: Final = 32
 MAX_MSGS_NUM_BATCH: Final = 64
+# Group names: the characters topic names allow; RocketMQ 5 caps group names at 255 characters.
+_GROUP_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
+# ResetOffsetRequestHeader.timestamp meaning "the end of each queue" (RocketMQ's tools send it for "now").
+RESET_TO_LATEST: Final = -1
+# The response header field saying how many consumer connections were sent the new offsets (ours).
+CONSUMERS_NOTIFIED: Final = "consumersNotified"
+# Extra key of our ResetOffsetBody reply: the offsets before the reset (Java tools ignore it).
+PREVIOUS_OFFSET_TABLE: Final = "previousOffsetTable"
+
+
+def queue_key(topic: str, broker_name: str, queue_id: int) -> tuple[tuple[str, Any], ...]:
+    """A MessageQueue as a fastjson map key (``fastjson.dumps(..., bean_keys=True)``): its properties
+    in fastjson's (alphabetical) order."""
+    return (("brokerName", broker_name), ("queueId", queue_id), ("topic", topic))
 
 
 class AdminProcessor:
@@ -36,12 +58,21 @@ class AdminProcessor:
         RequestCode.GET_EARLIEST_MSG_STORETIME,
         RequestCode.VIEW_MESSAGE_BY_ID,
         RequestCode.QUERY_MESSAGE,
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+        RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        RequestCode.GET_CONSUME_STATS,
+        RequestCode.GET_CONSUMER_CONNECTION_LIST,
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+        RequestCode.GET_ALL_DELAY_OFFSET,
     )
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def handle(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
         code = request.code
         store = self._broker.store
         if code == RequestCode.GET_MAX_OFFSET:
@@ -71,6 +102,22 @@ class AdminProcessor:
             return request.response(body=body)
         if code == RequestCode.GET_TOPIC_STATS_INFO:
             return self._topic_stats(request)
+        if code == RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
+            return self._put_group(request)
+        if code == RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG:
+            return request.response(body=fastjson.dumps(self._broker.groups.wrapper()))
+        if code == RequestCode.DELETE_SUBSCRIPTIONGROUP:
+            return self._delete_group(request)
+        if code == RequestCode.GET_CONSUME_STATS:
+            return self._consume_stats(request)
+        if code == RequestCode.GET_CONSUMER_CONNECTION_LIST:
+            return self._consumer_connections(request)
+        if code == RequestCode.INVOKE_BROKER_TO_RESET_OFFSET:
+            return self._reset_offset(request)
+        if code == RequestCode.GET_ALL_DELAY_OFFSET:
+            # delayOffset.json as it would be written now; fastjson writes the level keys unquoted.
+            table = {"offsetTable": dict(sorted(self._broker.schedule.offsets.items()))}
+            return request.response(body=fastjson.dumps(table, numeric_keys_unquoted=True))
         return request.response(body=fastjson.dumps({"table": self._broker.runtime_info()}))
 
     def _view_message(self, request: RemotingCommand) -> RemotingCommand:
@@ -170,6 +217,200 @@ class AdminProcessor:
             for qid in range(config.write_queue_nums)
         ]
         return request.response(body=fastjson.dumps({"offsetTable": queues}))
+
+    # subscription groups ------------------------------------------------------------------------
+
+    def _put_group(self, request: RemotingCommand) -> RemotingCommand:
+        try:
+            obj = fastjson.loads(request.body)
+            if not isinstance(obj, dict):
+                raise TypeError("not a JSON object")
+            config = SubscriptionGroupConfig.from_json(obj)
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise BrokerError(
+                ResponseCode.SYSTEM_ERROR, f"the body is not a SubscriptionGroupConfig: {exc!r}"
+            ) from None
+        if not _GROUP_NAME.fullmatch(config.group_name):
+            raise BrokerError(
+                ResponseCode.SYSTEM_ERROR,
+                f"the group name {config.group_name!r} is illegal: 1 to 255 of the characters %|a-zA-Z0-9_-",
+            )
+        self._broker.groups.put(config)
+        return request.response()
+
+    def _delete_group(self, request: RemotingCommand) -> RemotingCommand:
+        broker = self._broker
+        group = str_field(request, "groupName")
+        broker.groups.delete(group)  # RocketMQ answers SUCCESS for an unknown group too
+        if bool_field(request, "removeOffset"):
+            broker.offsets.delete_group(group)
+        return request.response()
+
+    # consumption progress -----------------------------------------------------------------------
+
+    def _consume_stats(self, request: RemotingCommand) -> RemotingCommand:
+        """ConsumeStats of a group (wire facts §5.13), for one topic or every topic it has offsets for."""
+        broker = self._broker
+        store = broker.store
+        group = str_field(request, "consumerGroup")
+        topic_asked = request.ext_fields.get("topic")
+        topics = [topic_asked] if topic_asked else broker.offsets.topics_of(group)
+        members = broker.consumers.groups.get(group)
+        table: dict[Any, dict[str, int]] = {}
+        tps = 0.0
+        for topic in topics:
+            config = broker.topics.get(topic)
+            if config is None:
+                continue
+            # As RocketMQ: an online group reports only the topics it subscribes to.
+            if members is not None and members.subscriptions and topic not in members.subscriptions:
+                continue
+            for qid in range(config.read_queue_nums):
+                broker_offset = max(0, store.max_offset(topic, qid))
+                consumer_offset = max(0, broker.offsets.query(group, topic, qid))
+                last = store.store_time_at(topic, qid, consumer_offset - 1) if consumer_offset > 0 else 0
+                table[queue_key(topic, broker.config.broker_name, qid)] = {
+                    "brokerOffset": broker_offset,
+                    "consumerOffset": consumer_offset,
+                    "lastTimestamp": max(0, last),
+                }
+            tps += broker.offsets.consume_tps(group, topic)
+        body = {"consumeTps": round(tps, 3), "offsetTable": table}
+        return request.response(body=fastjson.dumps(body, bean_keys=True))
+
+    def _consumer_connections(self, request: RemotingCommand) -> RemotingCommand:
+        group = str_field(request, "consumerGroup")
+        info = self._broker.consumers.groups.get(group)
+        if info is None or not info.channels:
+            raise BrokerError(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        body = {
+            "connectionSet": [
+                {
+                    "clientAddr": channel.conn.remote_address,
+                    "clientId": channel.client_id,
+                    "language": channel.language,
+                    "version": channel.version,
+                }
+                for channel in info.channels.values()
+            ],
+            "consumeFromWhere": info.consume_from_where,
+            "consumeType": info.consume_type,
+            "messageModel": info.message_model,
+            "subscriptionTable": {topic: sub.to_json() for topic, sub in sorted(info.subscriptions.items())},
+        }
+        return request.response(body=fastjson.dumps(body))
+
+    # offset reset -------------------------------------------------------------------------------
+
+    def _reset_offset(self, request: RemotingCommand) -> Awaitable[RemotingCommand]:
+        """INVOKE_BROKER_TO_RESET_OFFSET: compute the queues' new offsets, store them, and tell every
+        online consumer of the group (RESET_CONSUMER_CLIENT_OFFSET).
+
+        Unlike RocketMQ 4.9, which only tells the consumers (and answers CONSUMER_NOT_ONLINE without
+        any), the broker stores the offsets itself, as RocketMQ 5's server-side reset does, so a group
+        with nobody online resumes from them. ``queueId`` and ``offset`` are RocketMQ 5's header fields
+        for one queue set to an explicit offset.
+        """
+        broker = self._broker
+        store = broker.store
+        topic = str_field(request, "topic")
+        group = str_field(request, "group")
+        timestamp = int_field(request, "timestamp")
+        force = request.ext_fields.get("isForce") is None or bool_field(request, "isForce")
+        only_queue = int_field(request, "queueId", default=-1)
+        explicit = request.ext_fields.get("offset")
+        config = broker.topics.get(topic)
+        if config is None:
+            raise BrokerError(
+                ResponseCode.SYSTEM_ERROR,
+                f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}",
+            )
+        members = broker.consumers.groups.get(group)
+        if (
+            broker.groups.get(group) is None
+            and members is None
+            and topic not in broker.offsets.topics_of(group)
+        ):
+            raise BrokerError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} does not exist")
+        read_queues = config.read_queue_nums
+        if only_queue >= read_queues:
+            raise BrokerError(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{only_queue}] is illegal: topic {topic} has read queues 0..{read_queues - 1}",
+            )
+        queue_ids = [only_queue] if only_queue >= 0 else list(range(read_queues))
+        name = broker.config.broker_name
+        new_table: dict[Any, int] = {}
+        old_table: dict[Any, int] = {}
+        for qid in queue_ids:
+            low, high = store.min_offset(topic, qid), store.max_offset(topic, qid)
+            if only_queue >= 0 and explicit not in (None, "", "-1"):
+                target = int_field(request, "offset")
+                if not low <= target <= high:
+                    raise BrokerError(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"Target offset {target} not in consume queue range [{low}-{high}]",
+                    )
+            elif timestamp < 0:
+                target = high
+            else:
+                target = self._first_at_or_after(topic, qid, timestamp, low, high)
+            current = broker.offsets.query(group, topic, qid)
+            if not force and 0 <= current <= target:
+                target = current  # RocketMQ: without isForce, a reset only ever moves back
+            old_table[queue_key(topic, name, qid)] = current
+            new_table[queue_key(topic, name, qid)] = target
+            broker.offsets.reset(group, topic, qid, target)
+        notified = self._tell_consumers(group, topic, timestamp, new_table)
+        log.info(
+            "offsets of group %s on %s reset (timestamp %d): %s; %d consumer(s) told",
+            group, topic, timestamp, {dict(k)["queueId"]: v for k, v in new_table.items()}, notified,
+        )  # fmt: skip
+        body = fastjson.dumps({"offsetTable": new_table, PREVIOUS_OFFSET_TABLE: old_table}, bean_keys=True)
+        response = request.response(ext_fields={CONSUMERS_NOTIFIED: str(notified)}, body=body)
+        return self._persist_then(response)
+
+    def _first_at_or_after(self, topic: str, queue_id: int, timestamp: int, low: int, high: int) -> int:
+        """The offset of the queue's first message stored at or after ``timestamp``; ``high`` (the
+        queue's end) if all are older. A reset replays exactly from there, where SEARCH_OFFSET_BY_TIMESTAMP
+        may answer the nearer, older neighbour (wire facts §7.9)."""
+        store = self._broker.store
+        while low < high:
+            mid = (low + high) // 2
+            if store.store_time_at(topic, queue_id, mid) < timestamp:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    def _tell_consumers(self, group: str, topic: str, timestamp: int, table: dict[Any, int]) -> int:
+        info = self._broker.consumers.groups.get(group)
+        if info is None:
+            return 0
+        header = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "false"}
+        # Both ResetOffsetBody forms (wire facts §5.11): C++ reads only the array, Java only the map.
+        c_style = fastjson.dumps(
+            {"offsetTable": [{**dict(key), "offset": offset} for key, offset in table.items()]}
+        )
+        java_style = fastjson.dumps({"offsetTable": table}, bean_keys=True)
+        told = 0
+        for channel in list(info.channels.values()):
+            request = RemotingCommand(
+                code=RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                ext_fields=dict(header),
+                body=c_style if channel.language == "CPP" else java_style,
+                language="JAVA",
+            )
+            channel.conn.invoke_oneway(request)
+            told += 1
+        return told
+
+    async def _persist_then(self, response: RemotingCommand) -> RemotingCommand:
+        # The reset is on disk before the administrator hears it is done (commits wait for the period).
+        write = self._broker.offsets.persist_later()
+        if write is not None:
+            await asyncio.get_running_loop().run_in_executor(None, write)
+        return response
 
 
 def runtime_info(broker: Broker) -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cometmq.broker._clients import ClientChannel
+from cometmq.broker._filter import check_heartbeat_subscriptions
 from cometmq.common import fastjson
 from cometmq.common.naming import retry_topic
 from cometmq.common.subscription import SubscriptionData
@@ -101,6 +102,8 @@ class ConsumerManageProcessor:
             raise BrokerError(
                 ResponseCode.SYSTEM_ERROR, f"the heartbeat body is not valid: {exc!r}"
             ) from None
+        for group, _, _, _, subscriptions in consumers:  # refuse a bad SQL92 filter before registering
+            check_heartbeat_subscriptions(broker.sql_filters, group, subscriptions)
         channel = ClientChannel(client_id, conn, request.language, request.version)
         for group, consume_type, message_model, consume_from, subscriptions in consumers:
             group_config = broker.groups.find_or_create(group)

@@ -1,59 +1,20 @@
-"""Subscription group configs (subscriptionGroup.json): auto-created on first use by default."""
+"""Subscription group configs (subscriptionGroup.json): auto-created on first use by default,
+created, changed, listed and deleted by administrators (wire facts §7.4)."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
 from pathlib import Path
 from typing import Any
 
 from cometmq.broker._json_config import load_json_config, save_json_config
+from cometmq.common.route import DataVersion
+from cometmq.common.subscription_group import SubscriptionGroupConfig
+
+__all__ = ["SubscriptionGroupConfig", "SubscriptionGroupManager", "max_reconsume_times"]
 
 log = logging.getLogger("cometmq.broker")
-
-
-@dataclass(slots=True)
-class SubscriptionGroupConfig:
-    group_name: str
-    consume_enable: bool = True
-    consume_from_min_enable: bool = True
-    consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16
-    broker_id: int = 0
-    which_broker_when_consume_slowly: int = 1
-    notify_consumer_ids_changed_enable: bool = True
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "brokerId": self.broker_id,
-            "consumeBroadcastEnable": self.consume_broadcast_enable,
-            "consumeEnable": self.consume_enable,
-            "consumeFromMinEnable": self.consume_from_min_enable,
-            "groupName": self.group_name,
-            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
-            "retryMaxTimes": self.retry_max_times,
-            "retryQueueNums": self.retry_queue_nums,
-            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
-        }
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> SubscriptionGroupConfig:
-        def flag(key: str, default: bool) -> bool:
-            value = obj.get(key, default)
-            return value if isinstance(value, bool) else str(value).lower() == "true"
-
-        return cls(
-            group_name=str(obj["groupName"]),
-            consume_enable=flag("consumeEnable", True),
-            consume_from_min_enable=flag("consumeFromMinEnable", True),
-            consume_broadcast_enable=flag("consumeBroadcastEnable", True),
-            retry_queue_nums=int(obj.get("retryQueueNums", 1)),
-            retry_max_times=int(obj.get("retryMaxTimes", 16)),
-            broker_id=int(obj.get("brokerId", 0)),
-            which_broker_when_consume_slowly=int(obj.get("whichBrokerWhenConsumeSlowly", 1)),
-            notify_consumer_ids_changed_enable=flag("notifyConsumerIdsChangedEnable", True),
-        )
 
 
 class SubscriptionGroupManager:
@@ -61,6 +22,8 @@ class SubscriptionGroupManager:
         self._path = config_dir / "subscriptionGroup.json"
         self._auto_create = auto_create
         self.groups: dict[str, SubscriptionGroupConfig] = {}
+        # Bumped on every change, as RocketMQ's SubscriptionGroupManager (slaves compare it).
+        self.data_version = DataVersion(timestamp=int(time.time() * 1000))
 
     def load(self) -> None:
         obj = load_json_config(self._path)
@@ -71,10 +34,31 @@ class SubscriptionGroupManager:
                 self.groups[name] = SubscriptionGroupConfig.from_json(raw)
             except (KeyError, TypeError, ValueError) as exc:
                 log.error("skipping unreadable group %r in %s: %s", name, self._path, exc)
+        if "dataVersion" in obj:  # files written before it was kept have none
+            try:
+                self.data_version = DataVersion.from_json(obj["dataVersion"])
+            except (TypeError, ValueError) as exc:
+                log.error("unreadable dataVersion in %s: %s", self._path, exc)
+
+    def wrapper(self) -> dict[str, Any]:
+        """RocketMQ's SubscriptionGroupWrapper: what the file holds and GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+        answers."""
+        return {
+            "dataVersion": self.data_version.to_json(),
+            "subscriptionGroupTable": {name: group.to_json() for name, group in sorted(self.groups.items())},
+        }
 
     def persist(self) -> None:
-        table = {name: group.to_json() for name, group in self.groups.items()}
-        save_json_config(self._path, {"subscriptionGroupTable": table})
+        save_json_config(self._path, self.wrapper())
+
+    def _changed(self) -> None:
+        self.data_version.timestamp = int(time.time() * 1000)
+        self.data_version.counter += 1
+        self.persist()
+
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's settings; never creates one."""
+        return self.groups.get(group)
 
     def find_or_create(self, group: str) -> SubscriptionGroupConfig | None:
         config = self.groups.get(group)
@@ -82,15 +66,34 @@ class SubscriptionGroupManager:
             config = SubscriptionGroupConfig(group)
             self.groups[group] = config
             log.info("auto-created subscription group %s", group)
-            self.persist()
+            self._changed()
         return config
 
     def put(self, config: SubscriptionGroupConfig) -> None:
+        """Create or replace a group's settings (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP)."""
+        old = self.groups.get(config.group_name)
         self.groups[config.group_name] = config
-        self.persist()
+        log.info("subscription group %s %s: %s", config.group_name, "updated" if old else "created", config)
+        self._changed()
 
     def delete(self, group: str) -> bool:
         if self.groups.pop(group, None) is None:
             return False
-        self.persist()
+        log.info("subscription group %s deleted", group)
+        self._changed()
         return True
+
+
+# MQVersion V3_4_9: only requests of this version or later may override the group's retryMaxTimes.
+MAX_RECONSUME_TIMES_VERSION = 121
+
+
+def max_reconsume_times(config: SubscriptionGroupConfig, version: int, header_value: str | None) -> int:
+    """How often a message of the group may be redelivered before it is dead: the group's
+    retryMaxTimes, or what a client of version ≥ 121 asks for in its request header."""
+    if version >= MAX_RECONSUME_TIMES_VERSION and header_value:
+        try:
+            return int(header_value)
+        except ValueError:
+            pass
+    return config.retry_max_times

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from cometmq.broker._json_config import load_json_config, save_json_config
 
 log = logging.getLogger("cometmq.broker")
+
+# consumeTps in GET_CONSUME_STATS: committed progress over this window (RocketMQ: pulls per minute).
+TPS_WINDOW_S = 60.0
 
 
 class ConsumerOffsetManager:
@@ -18,6 +23,8 @@ class ConsumerOffsetManager:
         # RocketMQ's key "topic@group" → queue id → offset.
         self.offsets: dict[str, dict[int, int]] = {}
         self._dirty = False
+        # "topic@group" → (monotonic time, messages committed past the previous offset), recent only.
+        self._progress: dict[str, collections.deque[tuple[float, int]]] = {}
 
     def load(self) -> None:
         obj = load_json_config(self._path)
@@ -44,8 +51,43 @@ class ConsumerOffsetManager:
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         # Stored as given, -1 included: the JS client commits -1 for queues it has not consumed.
+        key = f"{topic}@{group}"
+        queues = self.offsets.setdefault(key, {})
+        previous = queues.get(queue_id, -1)
+        queues[queue_id] = offset
+        self._dirty = True
+        if previous >= 0 and offset > previous:
+            samples = self._progress.setdefault(key, collections.deque())
+            samples.append((time.monotonic(), offset - previous))
+            self._forget_old(samples, time.monotonic())
+
+    def reset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """An administrator's reset: stored like a commit, but it is no consumption."""
         self.offsets.setdefault(f"{topic}@{group}", {})[queue_id] = offset
         self._dirty = True
+
+    @staticmethod
+    def _forget_old(samples: collections.deque[tuple[float, int]], now: float) -> None:
+        while samples and now - samples[0][0] > TPS_WINDOW_S:
+            samples.popleft()
+
+    def consume_tps(self, group: str, topic: str) -> float:
+        """Messages per second the group committed on ``topic`` over the last minute."""
+        samples = self._progress.get(f"{topic}@{group}")
+        if not samples:
+            return 0.0
+        self._forget_old(samples, time.monotonic())
+        return sum(count for _, count in samples) / TPS_WINDOW_S
+
+    def topics_of(self, group: str) -> list[str]:
+        """The topics ``group`` has offsets for (RocketMQ's whichTopicByConsumer)."""
+        return sorted(k.partition("@")[0] for k in self.offsets if k.partition("@")[2] == group)
+
+    def delete_group(self, group: str) -> None:
+        for key in [k for k in self.offsets if k.partition("@")[2] == group]:
+            del self.offsets[key]
+            self._progress.pop(key, None)
+            self._dirty = True
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when there is none."""

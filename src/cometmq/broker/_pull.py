@@ -1,12 +1,15 @@
-"""PULL_MESSAGE (11): read a queue from an offset, filtered by tag, with long polling."""
+"""PULL_MESSAGE (11): read a queue from an offset, filtered by tag or SQL92, with long polling."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
+from cometmq.broker._filter import get_filtered, parse_failed_remark, sql92_disabled_remark
 from cometmq.broker._longpoll import HeldPull
 from cometmq.common.naming import PERM_READ
+from cometmq.common.sql92 import Sql92Error, Sql92Filter
 from cometmq.common.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 from cometmq.remoting import Connection, RemotingCommand, ResponseCode
 from cometmq.remoting.header import int_field, str_field
@@ -64,9 +67,17 @@ class PullProcessor:
             return refuse(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist"
             )
-        if not group_config.consume_enable:
+        if not group_config.consume_enable:  # RocketMQ's code and remark
+            return refuse(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+        members = broker.consumers.groups.get(group)
+        if (
+            not group_config.consume_broadcast_enable
+            and members is not None
+            and members.message_model == "BROADCASTING"
+        ):
+            # RocketMQ checks only pulls without FLAG_SUBSCRIPTION; C++ always sets it, so here for all.
             return refuse(
-                ResponseCode.NO_PERMISSION, f"subscription group [{group}] no permission to consume"
+                ResponseCode.NO_PERMISSION, f"the consumer group[{group}] can not consume by broadcast way"
             )
         topic_config = broker.topics.get(topic)
         if topic_config is None:
@@ -96,11 +107,17 @@ class PullProcessor:
                     f"the consumer's subscription of {topic} in group {group} is not the latest",
                 )
             subscription = registered
+        sql_filter: Sql92Filter | None = None
         if subscription.expression_type == EXPRESSION_SQL92:
-            return refuse(
-                ResponseCode.SYSTEM_ERROR, "The broker does not support consumer to filter message by SQL92"
-            )
-        if subscription.expression_type != EXPRESSION_TAG:
+            # Compiled before the enablePropertyFilter check, in RocketMQ's order. RocketMQ itself lets
+            # a pull with an unparsable expression through unfiltered; we refuse it instead.
+            try:
+                sql_filter = broker.sql_filters.get(group, topic, subscription.sub_string)
+            except Sql92Error as exc:
+                return refuse(ResponseCode.SUBSCRIPTION_PARSE_FAILED, parse_failed_remark(exc))
+            if not broker.config.enable_property_filter:
+                return refuse(ResponseCode.SYSTEM_ERROR, sql92_disabled_remark(EXPRESSION_SQL92))
+        elif subscription.expression_type != EXPRESSION_TAG:
             return refuse(
                 ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                 f"unknown expression type {subscription.expression_type}",
@@ -109,15 +126,31 @@ class PullProcessor:
             commit_offset = int_field(request, "commitOffset", default=-1)
             if commit_offset >= 0:
                 broker.offsets.commit(group, topic, queue_id, commit_offset)
-        result = broker.store.get_messages(topic, queue_id, offset, max_nums, subscription.codes)
+        result = self._read(topic, queue_id, offset, max_nums, subscription, sql_filter)
         code = _status_code(result, offset)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND:
             timeout_ms = int_field(request, "suspendTimeoutMillis", default=15000)
             if not broker.config.long_polling_enable:
                 timeout_ms = broker.config.short_polling_time_mills
             held = broker.pull_holds.park(topic, queue_id, offset, subscription.codes)
-            return self._held(request, topic, queue_id, held, max_nums, subscription, timeout_ms / 1000)
+            return self._held(
+                request, topic, queue_id, held, max_nums, subscription, sql_filter, timeout_ms / 1000
+            )
         return self._found(request, result, code)
+
+    def _read(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int,
+        subscription: SubscriptionData,
+        sql_filter: Sql92Filter | None,
+    ) -> GetResult:
+        store = self._broker.store
+        if sql_filter is None:
+            return store.get_messages(topic, queue_id, offset, max_nums, subscription.codes)
+        return get_filtered(store, topic, queue_id, offset, max_nums, sql_filter)
 
     async def _held(
         self,
@@ -127,12 +160,27 @@ class PullProcessor:
         held: HeldPull,
         max_nums: int,
         subscription: SubscriptionData,
+        sql_filter: Sql92Filter | None,
         timeout: float,
     ) -> RemotingCommand:
         broker = self._broker
-        await broker.pull_holds.wait(topic, queue_id, held, min(timeout, MAX_HOLD_S))
-        result = broker.store.get_messages(topic, queue_id, held.offset, max_nums, subscription.codes)
-        return self._found(request, result, _status_code(result, held.offset))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(timeout, MAX_HOLD_S)
+        while True:
+            await broker.pull_holds.wait(topic, queue_id, held, max(0.0, deadline - loop.time()))
+            result = self._read(topic, queue_id, held.offset, max_nums, subscription, sql_filter)
+            if (
+                sql_filter is not None
+                and result.status is GetStatus.NO_MATCHED_MESSAGE
+                and result.next_begin_offset >= result.max_offset
+                and loop.time() < deadline
+            ):
+                # Everything that arrived failed the SQL92 filter: hold on past it instead of making
+                # the consumer spin on PULL_RETRY_IMMEDIATELY (RocketMQ evaluates the filter before
+                # waking a held pull, to the same effect). Parked in the same step as the read.
+                held = broker.pull_holds.park(topic, queue_id, result.next_begin_offset, None)
+                continue
+            return self._found(request, result, _status_code(result, held.offset))
 
     def _found(self, request: RemotingCommand, result: GetResult, code: int) -> RemotingCommand:
         response = request.response(

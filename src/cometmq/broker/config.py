@@ -61,6 +61,8 @@ class BrokerConfig:
     clean_resource_interval: int = 10_000
     register_name_server_period: int = 30_000
     long_polling_enable: bool = True
+    # SQL92 property filters (docs/filters.md); off by default as in RocketMQ, on in `cometmq standalone`.
+    enable_property_filter: bool = False
     short_polling_time_mills: int = 1000
     region_id: str = "DefaultRegion"
     trace_on: bool = True
@@ -105,12 +107,13 @@ class BrokerConfig:
             raise ConfigError(str(exc)) from None
 
     @classmethod
-    def from_file(cls, path: str | Path) -> BrokerConfig:
-        """A config from a RocketMQ ``broker.conf`` (Java properties)."""
+    def from_file(cls, path: str | Path, defaults: dict[str, Any] | None = None) -> BrokerConfig:
+        """A config from a RocketMQ ``broker.conf`` (Java properties), on top of *defaults*."""
         try:
             values = read_properties(path)
         except OSError as exc:
             raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
         config = cls()
+        config.update(defaults or {})
         config.update(values)
         return config

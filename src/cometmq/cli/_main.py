@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from cometmq import __version__
 from cometmq.cli._admin import add_admin_commands
 from cometmq.cli._dlq import add_dlq_commands
+from cometmq.cli._group import add_group_commands
 from cometmq.cli._message import add_message_commands
 from cometmq.cli._servers import add_server_commands
 from cometmq.errors import BrokerError, CometMQError
@@ -21,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description=(
             "CometMQ, a message queue that speaks the RocketMQ 4.x protocol. Run the servers "
-            "(standalone, namesrv, broker), administer a running cluster (topic, cluster), find "
+            "(standalone, namesrv, broker), administer a running cluster (topic, cluster, group), find "
             "stored messages (message) or recover dead letters (dlq)."
         ),
         epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_admin_commands(commands)
     add_message_commands(commands)
     add_dlq_commands(commands)
+    add_group_commands(commands)
     return parser
 
 

@@ -109,11 +109,15 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
 
 
-def _broker_config(args: argparse.Namespace) -> BrokerConfig:
-    """The file's settings (or the defaults) with every given flag on top."""
+def _broker_config(args: argparse.Namespace, defaults: dict[str, object] | None = None) -> BrokerConfig:
+    """*defaults* (broker.conf keys), then the file's settings, then every given flag on top."""
     from cometmq.broker.config import BrokerConfig
 
-    config = BrokerConfig.from_file(args.config) if args.config else BrokerConfig()
+    if args.config:
+        config = BrokerConfig.from_file(args.config, defaults)
+    else:
+        config = BrokerConfig()
+        config.update(defaults or {})
     overrides: dict[str, object] = {}
     if args.data_dir:
         overrides["store_path_root_dir"] = args.data_dir
@@ -177,7 +181,8 @@ def _ready(line: str) -> None:
 
 
 async def _standalone(args: argparse.Namespace) -> int:
-    config = _broker_config(args)
+    # The try-it-out mode has SQL92 filters on; a config file may still turn them off.
+    config = _broker_config(args, {"enablePropertyFilter": True})
     host = config.broker_ip1
     config.listen_host = host
     with _ShutdownSignal() as shutdown:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any, Literal
 
+from cometmq.common import fastjson
 from cometmq.common.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, dlq_topic, topic_name_error
 from cometmq.common.properties import decode_properties, encode_properties
 from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
 from cometmq.common.route import BrokerData, ClusterInfo, TopicList, TopicRouteData, parse_kv_table
+from cometmq.common.subscription_group import SubscriptionGroupConfig
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from cometmq.remoting.codes import UNIQUE_KEY_QUERY_FLAG
@@ -52,6 +56,80 @@ class Resent:
 
     topic: str
     msg_id: str
+
+
+@dataclass(slots=True)
+class QueueProgress:
+    """How far a consumer group is in one queue (one entry of RocketMQ's ConsumeStats)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int  # the queue's end: where the next message will be written
+    consumer_offset: int  # the group's committed offset: the next message it will get
+    last_timestamp: int  # store time of the last message the group consumed (ms), 0 if none
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.broker_offset - self.consumer_offset)
+
+
+@dataclass(slots=True)
+class ConsumeProgress:
+    group: str
+    queues: list[QueueProgress]
+    consume_tps: float  # messages per second the group committed over the last minute
+
+    @property
+    def total_lag(self) -> int:
+        return sum(queue.lag for queue in self.queues)
+
+
+@dataclass(slots=True)
+class QueueReset:
+    topic: str
+    broker_name: str
+    queue_id: int
+    old_offset: int  # -1: the group had no offset there
+    new_offset: int
+
+
+@dataclass(slots=True)
+class ResetResult:
+    queues: list[QueueReset]
+    consumers_notified: int  # consumer connections sent the new offsets, summed over brokers
+
+
+@dataclass(slots=True)
+class ConsumerConnection:
+    client_id: str
+    client_addr: str
+    language: str
+    version: int
+    broker_names: list[str] = field(default_factory=list)  # the brokers it heartbeats to
+
+
+@dataclass(slots=True)
+class ConsumerConnections:
+    """Who consumes for a group now (RocketMQ's ConsumerConnection, merged over the brokers)."""
+
+    group: str
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    subscriptions: dict[str, str]  # topic → subscription expression
+    connections: list[ConsumerConnection]
+
+
+def _queue_of(key: Any) -> tuple[str, str, int]:
+    """(topic, broker name, queue id) of a MessageQueue map key as fastjson writes it."""
+    if isinstance(key, tuple):
+        props = dict(key)
+    elif isinstance(key, str):  # a peer that wrote the key as JSON text
+        props = fastjson.loads(key)
+    else:
+        raise ValueError(f"not a message queue: {key!r}")
+    return str(props["topic"]), str(props["brokerName"]), int(props["queueId"])
 
 
 class AdminClient:
@@ -331,6 +409,231 @@ class AdminClient:
         if topic is not None and records[0].topic != topic:
             return None
         return records[0]
+
+    # consumer groups ---------------------------------------------------------------------------
+
+    async def _group_configs(self, addr: str) -> dict[str, SubscriptionGroupConfig]:
+        response = await self._invoke(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        table = fastjson.loads(response.body).get("subscriptionGroupTable") or {}
+        return {str(name): SubscriptionGroupConfig.from_json(raw) for name, raw in table.items()}
+
+    async def list_groups(self, cluster: str | None = None) -> dict[str, dict[str, SubscriptionGroupConfig]]:
+        """Every subscription group of the cluster's masters: group → broker name → its settings there."""
+        _, masters = await self.masters_of(cluster)
+        groups: dict[str, dict[str, SubscriptionGroupConfig]] = {}
+        for broker in masters:
+            assert broker.master_addr is not None
+            for name, config in (await self._group_configs(broker.master_addr)).items():
+                groups.setdefault(name, {})[broker.broker_name] = config
+        return dict(sorted(groups.items()))
+
+    async def get_group(self, group: str, cluster: str | None = None) -> dict[str, SubscriptionGroupConfig]:
+        """The settings of ``group`` per broker name; empty when no master of the cluster has it."""
+        return (await self.list_groups(cluster)).get(group, {})
+
+    async def _put_group(
+        self, masters: list[BrokerData], configs: dict[str, SubscriptionGroupConfig]
+    ) -> None:
+        for broker in masters:
+            assert broker.master_addr is not None
+            body = fastjson.dumps(configs[broker.broker_name].to_json())
+            await self._invoke(broker.master_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+
+    async def create_group(
+        self, config: SubscriptionGroupConfig, cluster: str | None = None
+    ) -> list[BrokerData]:
+        """Create the group ``config`` names, with these settings, on every master of the cluster.
+        A group that exists already on one of them is an error (``update_group`` changes it)."""
+        reason = topic_name_error(config.group_name)  # groups follow the topic character rules
+        if reason is not None:
+            raise CometMQError(f'group "{config.group_name}" is illegal: {reason.replace("topic", "name")}')
+        _, masters = await self.masters_of(cluster)
+        existing = await self.get_group(config.group_name, cluster)
+        if existing:
+            raise CometMQError(
+                f"group {config.group_name} exists already (on {', '.join(sorted(existing))}); "
+                "update changes its settings"
+            )
+        await self._put_group(masters, {broker.broker_name: config for broker in masters})
+        return masters
+
+    async def update_group(
+        self, group: str, cluster: str | None = None, **changes: Any
+    ) -> tuple[list[BrokerData], SubscriptionGroupConfig]:
+        """Change some settings of an existing group on every master of the cluster (a broker that
+        lacks it gets it); ``changes`` are SubscriptionGroupConfig field names (``retry_max_times=3``).
+        Returns the brokers and the settings now in force (as on the first broker)."""
+        known = {f.name for f in dataclasses.fields(SubscriptionGroupConfig)} - {"group_name"}
+        unknown = set(changes) - known
+        if unknown:
+            raise CometMQError(f"unknown group settings: {', '.join(sorted(unknown))}")
+        _, masters = await self.masters_of(cluster)
+        existing = await self.get_group(group, cluster)
+        if not existing:
+            raise CometMQError(f"group {group} does not exist (create makes it)")
+        template = next(iter(existing.values()))
+        configs = {
+            broker.broker_name: dataclasses.replace(existing.get(broker.broker_name, template), **changes)
+            for broker in masters
+        }
+        await self._put_group(masters, configs)
+        return masters, configs[masters[0].broker_name]
+
+    async def delete_group(
+        self, group: str, cluster: str | None = None, remove_offsets: bool = False
+    ) -> list[BrokerData]:
+        """Delete ``group``'s settings on every master that has them (and, ``remove_offsets``, its
+        committed offsets). A group still in use is created again on its next pull or heartbeat when
+        the broker auto-creates groups (autoCreateSubscriptionGroup)."""
+        _, masters = await self.masters_of(cluster)
+        existing = await self.get_group(group, cluster)
+        if not existing:
+            raise CometMQError(f"group {group} does not exist")
+        header = {"groupName": group, "removeOffset": "true" if remove_offsets else "false"}
+        for broker in masters:
+            assert broker.master_addr is not None
+            await self._invoke(broker.master_addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, header)
+        return masters
+
+    async def consume_progress(
+        self, group: str, topic: str | None = None, cluster: str | None = None
+    ) -> ConsumeProgress:
+        """Per queue, how far ``group`` is (GET_CONSUME_STATS on every master of the cluster): for
+        ``topic``, or every topic the group has offsets for (its retry topic included)."""
+        _, masters = await self.masters_of(cluster)
+        header = {"consumerGroup": group}
+        if topic is not None:
+            header["topic"] = topic
+        queues: list[QueueProgress] = []
+        tps = 0.0
+        for broker in masters:
+            assert broker.master_addr is not None
+            response = await self._invoke(broker.master_addr, RequestCode.GET_CONSUME_STATS, header)
+            stats = fastjson.loads(response.body)
+            tps += float(stats.get("consumeTps") or 0)
+            for key, wrapper in (stats.get("offsetTable") or {}).items():
+                queue_topic, broker_name, queue_id = _queue_of(key)
+                queues.append(
+                    QueueProgress(
+                        queue_topic,
+                        broker_name,
+                        queue_id,
+                        int(wrapper.get("brokerOffset", 0)),
+                        int(wrapper.get("consumerOffset", 0)),
+                        int(wrapper.get("lastTimestamp", 0)),
+                    )
+                )
+        queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
+        return ConsumeProgress(group, queues, tps)
+
+    async def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        *,
+        timestamp: int | None = None,
+        to: Literal["earliest", "latest"] | None = None,
+        offset: int | None = None,
+        queue_id: int | None = None,
+        broker_name: str | None = None,
+    ) -> ResetResult:
+        """Move ``group``'s offsets on ``topic`` (INVOKE_BROKER_TO_RESET_OFFSET on each master of the
+        topic, or only ``broker_name``), to exactly one of: ``timestamp`` (ms since the epoch: each
+        queue's first message stored at or after it), ``to`` ``"earliest"`` or ``"latest"`` (each
+        queue's first message or its end), or ``offset`` in the one queue ``queue_id``. ``queue_id``
+        limits any of them to that queue. The brokers store the new offsets and tell the group's
+        online consumers (RESET_CONSUMER_CLIENT_OFFSET), which continue from them."""
+        if sum(x is not None for x in (timestamp, to, offset)) != 1:
+            raise CometMQError("say where to reset to: a timestamp, earliest, latest or an offset")
+        if offset is not None and queue_id is None:
+            raise CometMQError("an explicit offset needs a queue: an offset is a position in one queue")
+        if timestamp is not None and timestamp < 0:
+            raise CometMQError(f"a timestamp cannot be negative ({timestamp})")
+        route = await self.topic_route(topic)
+        masters = {b.broker_name: b.master_addr for b in route.broker_datas if b.master_addr is not None}
+        names = sorted({q.broker_name for q in route.queue_datas if q.broker_name in masters})
+        if broker_name is not None:
+            if broker_name not in names:
+                raise CometMQError(f"topic {topic} has no queues on a master broker named {broker_name}")
+            names = [broker_name]
+        if not names:
+            raise CometMQError(f"topic {topic} has no queues on any master broker")
+        if offset is not None and len(names) > 1:
+            raise CometMQError(
+                f"topic {topic} is on several brokers ({', '.join(names)}); say which one holds the queue"
+            )
+        header = {"topic": topic, "group": group, "isForce": "true"}
+        if to == "earliest":
+            header["timestamp"] = "0"  # RocketMQ's tools: the first message stored at or after 0
+        elif to == "latest":
+            header["timestamp"] = "-1"  # RocketMQ's "now": each queue's end
+        else:
+            header["timestamp"] = str(timestamp if timestamp is not None else -1)
+        if queue_id is not None:
+            header["queueId"] = str(queue_id)
+        if offset is not None:
+            header["offset"] = str(offset)  # RocketMQ 5's header field, honoured with queueId
+        result = ResetResult([], 0)
+        for name in names:
+            addr = masters[name]
+            assert addr is not None
+            response = await self._invoke(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header)
+            result.consumers_notified += int(response.ext_fields.get("consumersNotified") or 0)
+            body = fastjson.loads(response.body) if response.body else {}
+            before = {_queue_of(k): int(v) for k, v in (body.get("previousOffsetTable") or {}).items()}
+            for key, new_offset in (body.get("offsetTable") or {}).items():
+                queue = _queue_of(key)
+                result.queues.append(QueueReset(*queue, before.get(queue, -1), int(new_offset)))
+        result.queues.sort(key=lambda q: (q.broker_name, q.queue_id))
+        return result
+
+    async def consumer_connections(self, group: str, cluster: str | None = None) -> ConsumerConnections:
+        """The group's online consumers, from every master of the cluster (GET_CONSUMER_CONNECTION_LIST);
+        BrokerError CONSUMER_NOT_ONLINE (206) when no broker knows one."""
+        _, masters = await self.masters_of(cluster)
+        merged: ConsumerConnections | None = None
+        by_id: dict[str, ConsumerConnection] = {}
+        not_online: BrokerError | None = None
+        for broker in masters:
+            assert broker.master_addr is not None
+            try:
+                response = await self._invoke(
+                    broker.master_addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}
+                )
+            except BrokerError as exc:
+                if exc.code != ResponseCode.CONSUMER_NOT_ONLINE:
+                    raise
+                not_online = exc
+                continue
+            body = fastjson.loads(response.body)
+            if merged is None:
+                merged = ConsumerConnections(
+                    group,
+                    str(body.get("consumeType", "")),
+                    str(body.get("messageModel", "")),
+                    str(body.get("consumeFromWhere", "")),
+                    {},
+                    [],
+                )
+            for topic, sub in (body.get("subscriptionTable") or {}).items():
+                merged.subscriptions[str(topic)] = str(sub.get("subString", "*"))
+            for conn in body.get("connectionSet") or ():
+                client_id = str(conn.get("clientId", ""))
+                known = by_id.get(client_id)
+                if known is None:
+                    known = by_id[client_id] = ConsumerConnection(
+                        client_id,
+                        str(conn.get("clientAddr", "")),
+                        str(conn.get("language", "")),
+                        int(conn.get("version", 0)),
+                    )
+                known.broker_names.append(broker.broker_name)
+        if merged is None:
+            raise not_online or BrokerError(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
+            )
+        merged.connections = sorted(by_id.values(), key=lambda c: c.client_id)
+        return merged
 
     # dead letters ------------------------------------------------------------------------------
 

@@ -23,20 +23,31 @@ def _quote_key(match: re.Match[str]) -> str:
 
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
-    """Parse fastjson-flavoured JSON: standard JSON plus unquoted numeric object keys.
+    """Parse fastjson-flavoured JSON: standard JSON plus unquoted numeric object keys, plus maps keyed
+    by beans (``{{"brokerName":"b","queueId":0,"topic":"t"}:42}``), whose keys become tuples of
+    (property, value) pairs in their written order.
 
-    Raises ``ValueError`` for text that is neither.
+    Raises ``ValueError`` for text that is none of these.
     """
     text = data if isinstance(data, str) else bytes(data).decode("utf-8")
     try:
         return json.loads(text)
     except ValueError:
+        pass
+    try:
         return json.loads(_UNQUOTED_KEY.sub(_quote_key, text))
+    except ValueError:
+        return _parse_bean_keys(text)  # the rare body with Map<MessageQueue, …> (admin requests)
 
 
-def dumps(obj: Any, *, numeric_keys_unquoted: bool = False) -> bytes:
-    """Serialize ``obj`` compactly; with ``numeric_keys_unquoted``, int keys come out fastjson's way."""
-    if not numeric_keys_unquoted:
+def dumps(obj: Any, *, numeric_keys_unquoted: bool = False, bean_keys: bool = False) -> bytes:
+    """Serialize ``obj`` compactly; with ``numeric_keys_unquoted``, int keys come out fastjson's way.
+
+    With ``bean_keys``, a key given as a tuple of (property, value) pairs is written as a JSON object,
+    fastjson's form of ``Map<MessageQueue, …>`` (ConsumeStats, ResetOffsetBody); int keys then come
+    out unquoted too. Standard JSON parsers cannot read the result; :func:`loads` can.
+    """
+    if not (numeric_keys_unquoted or bean_keys):
         return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
     return _dumps_legacy(obj).encode()
 
@@ -45,9 +56,91 @@ def _dumps_legacy(obj: Any) -> str:
     if isinstance(obj, dict):
         items = []
         for key, value in obj.items():
-            key_text = str(key) if isinstance(key, int) else json.dumps(str(key), ensure_ascii=False)
+            if isinstance(key, tuple):
+                key_text = _dumps_legacy(dict(key))
+            else:
+                key_text = str(key) if isinstance(key, int) else json.dumps(str(key), ensure_ascii=False)
             items.append(f"{key_text}:{_dumps_legacy(value)}")
         return "{" + ",".join(items) + "}"
     if isinstance(obj, list | tuple | set | frozenset):
         return "[" + ",".join(_dumps_legacy(item) for item in obj) + "]"
     return json.dumps(obj, ensure_ascii=False)
+
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_BARE_KEY = re.compile(r"-?[0-9A-Za-z_]+")
+_SCALARS = json.JSONDecoder()
+
+
+def _skip(text: str, pos: int) -> int:
+    """The position after the blanks at ``pos``."""
+    match = _WHITESPACE.match(text, pos)
+    return pos if match is None else match.end()
+
+
+def _parse_bean_keys(text: str) -> Any:
+    try:
+        value, end = _parse_value(text, _skip(text, 0))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if _skip(text, end) != len(text):
+        raise ValueError(f"extra data after the JSON value at {end}")
+    return value
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def _parse_value(text: str, pos: int) -> tuple[Any, int]:
+    """One value at ``pos`` (no leading blanks); objects and arrays by hand, the rest by ``json``."""
+    if text.startswith("{", pos):
+        obj: dict[Any, Any] = {}
+        pos = _skip(text, pos + 1)
+        if text.startswith("}", pos):
+            return obj, pos + 1
+        while True:
+            key: Any
+            if text.startswith("{", pos):
+                key, pos = _parse_value(text, pos)
+                key = _hashable(key)
+            elif text.startswith('"', pos):
+                key, pos = _SCALARS.raw_decode(text, pos)
+            else:
+                bare = _BARE_KEY.match(text, pos)
+                if bare is None:
+                    raise ValueError(f"expected an object key at {pos}")
+                key, pos = bare.group(), bare.end()
+            pos = _skip(text, pos)
+            if not text.startswith(":", pos):
+                raise ValueError(f"expected ':' at {pos}")
+            value, pos = _parse_value(text, _skip(text, pos + 1))
+            obj[key] = value
+            pos = _skip(text, pos)
+            if text.startswith("}", pos):
+                return obj, pos + 1
+            if not text.startswith(",", pos):
+                raise ValueError(f"expected ',' or '}}' at {pos}")
+            pos = _skip(text, pos + 1)
+    if text.startswith("[", pos):
+        items: list[Any] = []
+        pos = _skip(text, pos + 1)
+        if text.startswith("]", pos):
+            return items, pos + 1
+        while True:
+            item, pos = _parse_value(text, pos)
+            items.append(item)
+            pos = _skip(text, pos)
+            if text.startswith("]", pos):
+                return items, pos + 1
+            if not text.startswith(",", pos):
+                raise ValueError(f"expected ',' or ']' at {pos}")
+            pos = _skip(text, pos + 1)
+    try:
+        return _SCALARS.raw_decode(text, pos)
+    except json.JSONDecodeError as exc:
+        raise ValueError(str(exc)) from None

@@ -36,11 +36,12 @@ class SubscriptionData:
         cls, topic: str, expression: str | None, expression_type: str | None = None, sub_version: int = 0
     ) -> SubscriptionData:
         kind = (expression_type or EXPRESSION_TAG).upper()
+        if kind != EXPRESSION_TAG:  # SQL92 is kept as written: an empty one is an error, not "*"
+            return cls(topic, expression or "", kind, sub_version)
         sub = cls(topic, (expression or SUB_ALL).strip() or SUB_ALL, kind, sub_version)
-        if kind == EXPRESSION_TAG:
-            parsed = parse_tag_expression(expression)
-            if parsed is not None:
-                sub.tags, sub.codes = parsed
+        parsed = parse_tag_expression(expression)
+        if parsed is not None:
+            sub.tags, sub.codes = parsed
         return sub
 
     @classmethod

@@ -1,0 +1,182 @@
+"""SQL92 property filters on the broker: compiled once per subscription, applied on pull, and the
+CHECK_CLIENT_CONFIG (46) request the Java client sends to validate one before it starts.
+
+The store filters by tag hash only; SQL92 needs each message's properties, so the pull reads the
+queue through :func:`get_filtered`, which decodes the properties of the records the store returns and
+keeps the matching ones. Filtered-out messages still move ``nextBeginOffset`` past them, as in
+RocketMQ, and one pull scans at most as many consume-queue units as RocketMQ's would.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final
+
+from cometmq.common import fastjson
+from cometmq.common.properties import decode_properties
+from cometmq.common.sql92 import Sql92Error, Sql92Filter, compile_sql92
+from cometmq.common.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
+from cometmq.errors import BrokerError
+from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from cometmq.store import GetResult, GetStatus, MessageStore
+
+if TYPE_CHECKING:
+    from cometmq.broker.broker import Broker
+
+# RocketMQ's pull scans at most max(16000 bytes of consume-queue units, maxMsgNums) units.
+MAX_SCAN_UNITS: Final = 16000 // 20
+_MAX_BYTES: Final = 256 * 1024  # maxTransferBytesOnMessageInMemory, as the store's own limit
+_I32: Final = struct.Struct(">i")
+_U16: Final = struct.Struct(">H")
+_V6_HOSTS: Final = 0x30
+
+
+def sql92_disabled_remark(expression_type: str) -> str:
+    # RocketMQ's exact remark (PullMessageProcessor, ClientManageProcessor).
+    return f"The broker does not support consumer to filter message by {expression_type}"
+
+
+def parse_failed_remark(error: Sql92Error) -> str:
+    # RocketMQ's remark, plus what is wrong: RocketMQ says only the first half.
+    return f"parse the consumer's subscription failed: {error}"
+
+
+def check_heartbeat_subscriptions(
+    cache: Sql92FilterCache, group: str, subscriptions: Iterable[SubscriptionData]
+) -> None:
+    """Compile the SQL92 subscriptions of a heartbeat's consumer group; an unparsable one refuses the
+    heartbeat with SUBSCRIPTION_PARSE_FAILED. (RocketMQ accepts such a heartbeat and answers the
+    group's pulls with FILTER_DATA_NOT_EXIST instead; failing where the expression arrives names the
+    problem.)"""
+    for sub in subscriptions:
+        if sub.expression_type != EXPRESSION_SQL92:
+            continue
+        try:
+            cache.get(group, sub.topic, sub.sub_string)
+        except Sql92Error as exc:
+            raise BrokerError(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"parse the consumer's subscription failed: group {group}, topic {sub.topic}: {exc}",
+            ) from None
+
+
+class Sql92FilterCache:
+    """Compiled filters by (group, topic, expression), so a subscription is parsed once, not per pull.
+
+    Bounded (least recently used entries go first): an expression changes rarely, but a client that
+    sends a new one per pull must not grow the broker's memory.
+    """
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._capacity = capacity
+        self._filters: OrderedDict[tuple[str, str, str], Sql92Filter] = OrderedDict()
+
+    def get(self, group: str, topic: str, expression: str) -> Sql92Filter:
+        """The compiled filter; raises :class:`Sql92Error` for an expression RocketMQ would refuse."""
+        key = (group, topic, expression)
+        found = self._filters.get(key)
+        if found is not None:
+            self._filters.move_to_end(key)
+            return found
+        compiled = compile_sql92(expression)
+        self._filters[key] = compiled
+        if len(self._filters) > self._capacity:
+            self._filters.popitem(last=False)
+        return compiled
+
+    def __len__(self) -> int:
+        return len(self._filters)
+
+
+def record_properties(record: memoryview) -> dict[str, str]:
+    """The properties of one stored message record (layout in ``common/record.py``), without copying
+    its body. Measured ~1.7 µs for six properties, most of it in ``decode_properties``; evaluating a
+    filter costs less (``common/sql92.py``)."""
+    sys_flag = _I32.unpack_from(record, 36)[0]
+    at = 84  # BODYLENGTH, with IPv4 hosts; each IPv6 host is 12 bytes longer
+    if sys_flag & _V6_HOSTS:
+        at += 12 * bool(sys_flag & 0x10) + 12 * bool(sys_flag & 0x20)
+    at += 4 + _I32.unpack_from(record, at)[0]  # TOPICLENGTH
+    at += 1 + record[at]  # PROPERTIESLENGTH
+    (length,) = _U16.unpack_from(record, at)
+    at += 2
+    return decode_properties(str(record[at : at + length], "utf-8"))
+
+
+def get_filtered(
+    store: MessageStore, topic: str, queue_id: int, offset: int, max_nums: int, flt: Sql92Filter
+) -> GetResult:
+    """Like ``store.get_messages`` (statuses and ``next_begin_offset`` as wire facts §7.7), with
+    *flt* applied: up to *max_nums* matching messages, NO_MATCHED_MESSAGE when none of the scanned
+    units matched."""
+    scan_limit = offset + max(MAX_SCAN_UNITS, max_nums)
+    kept: list[memoryview] = []
+    total = 0
+    position = offset
+    while True:
+        result = store.get_messages(
+            topic,
+            queue_id,
+            position,
+            min(max_nums - len(kept), scan_limit - position),
+            None,
+            _MAX_BYTES - total,
+        )
+        if result.status is not GetStatus.FOUND:
+            if position == offset:
+                return result  # nothing read: the store's answer as it is (empty queue, bad offset, …)
+            break
+        for record in result.buffers:
+            if flt.matches(record_properties(record)):
+                kept.append(record)
+                total += len(record)
+        position = result.next_begin_offset
+        if (
+            len(kept) >= max_nums
+            or total >= _MAX_BYTES
+            or position >= scan_limit
+            or position >= result.max_offset
+        ):
+            break
+    status = GetStatus.FOUND if kept else GetStatus.NO_MATCHED_MESSAGE
+    return GetResult(status, position, result.min_offset, result.max_offset, kept, len(kept), total)
+
+
+class CheckClientConfigProcessor:
+    """CHECK_CLIENT_CONFIG (46): the Java client asks whether its subscription would work here, and
+    refuses to start when not. Codes and remarks as RocketMQ's ClientManageProcessor."""
+
+    codes = (RequestCode.CHECK_CLIENT_CONFIG,)
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        try:
+            body = fastjson.loads(request.body) if request.body else {}
+            subscription = body.get("subscriptionData") if isinstance(body, dict) else None
+            if not isinstance(subscription, dict):
+                return request.response()  # nothing to check
+            expression_type = str(subscription.get("expressionType") or EXPRESSION_TAG)
+            expression = str(subscription.get("subString") or "")
+            topic = str(subscription.get("topic") or "")
+            group = str(body.get("group") or "")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BrokerError(
+                ResponseCode.SYSTEM_ERROR, f"the CHECK_CLIENT_CONFIG body is not valid: {exc!r}"
+            ) from None
+        if expression_type == EXPRESSION_TAG:
+            return request.response()
+        if not self._broker.config.enable_property_filter:
+            return request.response(ResponseCode.SYSTEM_ERROR, sql92_disabled_remark(expression_type))
+        if expression_type != EXPRESSION_SQL92:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"unknown expression type {expression_type}"
+            )
+        try:
+            self._broker.sql_filters.get(group, topic, expression)
+        except Sql92Error as exc:
+            return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, parse_failed_remark(exc))
+        return request.response()

@@ -1,0 +1,401 @@
+"""``cometmq group …``: consumer groups — their settings, who consumes, how far they are, and moving
+their offsets."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Final
+
+from cometmq.cli._admin import admin_command, admin_options, print_json
+from cometmq.cli._message import format_time, parse_time
+from cometmq.cli._table import format_table
+from cometmq.client import AdminClient
+from cometmq.client.admin import ResetResult
+from cometmq.common.subscription_group import SubscriptionGroupConfig
+from cometmq.errors import CometMQError
+
+# CLI option (dest) → SubscriptionGroupConfig field, for create and update.
+_SETTINGS: Final = {
+    "retry_max_times": "retry_max_times",
+    "retry_queues": "retry_queue_nums",
+    "broadcast": "consume_broadcast_enable",
+    "consume_enable": "consume_enable",
+}
+
+_RESET_DESCRIPTION: Final = (
+    "Move the consumer offsets of GROUP on TOPIC, on every broker that holds the topic. --timestamp "
+    "TS: each queue continues from its first message stored at or after TS (epoch ms or ISO-8601, "
+    "local time unless it names a zone; the queue's end if every message is older). --to earliest: "
+    "from each queue's first message; --to latest: from each queue's end (skip everything stored); "
+    "--to OFFSET: queue --queue N continues from that offset. The brokers store the new offsets and "
+    "send them to the group's online consumers (RESET_CONSUMER_CLIENT_OFFSET), which continue from "
+    "them at once (the RocketMQ C++ and Java clients do; a consumer that ignores the request, such as "
+    "the Node.js client, overwrites the reset with its next commit: stop it first). Prints each "
+    "queue's old and new offset and how many consumers were told."
+)
+
+
+def _settings_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    def said(text: str, default: str) -> str:
+        return f"{text} (default {default})" if defaults else f"{text} (unchanged if not given)"
+
+    parser.add_argument(
+        "--retry-max-times",
+        type=int,
+        metavar="N",
+        help=said("deliveries a failed message gets again before it goes to %%DLQ%%GROUP", "16"),
+    )
+    parser.add_argument(
+        "--retry-queues",
+        type=int,
+        metavar="N",
+        help=said("queues of the group's retry topic %%RETRY%%GROUP; 0 drops failed messages", "1"),
+    )
+    parser.add_argument(
+        "--broadcast",
+        action=argparse.BooleanOptionalAction,
+        help=said("whether consumers may use the BROADCASTING message model", "allowed"),
+    )
+    parser.add_argument(
+        "--consume-enable",
+        action=argparse.BooleanOptionalAction,
+        help=said("whether the group may consume at all; --no-consume-enable refuses its pulls", "yes"),
+    )
+    parser.add_argument("--cluster", metavar="NAME", help="the cluster (needed when several are registered)")
+
+
+def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = admin_options()
+    group = commands.add_parser(
+        "group",
+        help="manage consumer groups, see their progress, reset their offsets",
+        description=(
+            "Consumer groups: their settings on the brokers (RocketMQ's subscription groups, created "
+            "on first use unless autoCreateSubscriptionGroup=false), who consumes, how far each queue "
+            "is consumed, and resetting where a group continues."
+        ),
+    )
+    group_commands = group.add_subparsers(dest="group_command", metavar="COMMAND", required=True)
+
+    create = group_commands.add_parser(
+        "create",
+        parents=[common],
+        help="create a consumer group on every master broker",
+        description=(
+            "Create GROUP with the given settings on every master broker of the cluster. A group "
+            "that exists already is an error: 'group update' changes it."
+        ),
+    )
+    create.add_argument("group", metavar="GROUP", help="the consumer group")
+    _settings_options(create, defaults=True)
+    create.set_defaults(func=admin_command(_create))
+
+    update = group_commands.add_parser(
+        "update",
+        parents=[common],
+        help="change settings of an existing consumer group",
+        description=(
+            "Change the given settings of GROUP on every master broker of the cluster; the others "
+            "stay as they are. The group must exist."
+        ),
+    )
+    update.add_argument("group", metavar="GROUP", help="the consumer group")
+    _settings_options(update, defaults=False)
+    update.set_defaults(func=admin_command(_update))
+
+    listing = group_commands.add_parser(
+        "list",
+        parents=[common],
+        help="list the consumer groups and their settings",
+        description="List every consumer group of the cluster's master brokers with its settings on each.",
+    )
+    listing.add_argument("--cluster", metavar="NAME", help="the cluster (needed when several are registered)")
+    listing.set_defaults(func=admin_command(_list))
+
+    delete = group_commands.add_parser(
+        "delete",
+        parents=[common],
+        help="delete a consumer group's settings",
+        description=(
+            "Delete GROUP's settings on every master broker of the cluster. Its committed offsets stay "
+            "unless --remove-offsets. A group still in use is created again, with default settings, "
+            "on its consumers' next request (unless the brokers run with "
+            "autoCreateSubscriptionGroup=false)."
+        ),
+    )
+    delete.add_argument("group", metavar="GROUP", help="the consumer group")
+    delete.add_argument("--remove-offsets", action="store_true", help="forget its committed offsets too")
+    delete.add_argument("--cluster", metavar="NAME", help="the cluster (needed when several are registered)")
+    delete.set_defaults(func=admin_command(_delete))
+
+    progress = group_commands.add_parser(
+        "progress",
+        parents=[common],
+        help="how far a group has consumed, per queue, and its lag",
+        description=(
+            "Per queue of every topic GROUP has offsets for (its retry topic included), or of --topic: "
+            "the broker offset (where the next message will be stored), the consumer offset (the next "
+            "message the group gets), the lag between them and the store time of the last message "
+            "it consumed; then the total lag."
+        ),
+    )
+    progress.add_argument("group", metavar="GROUP", help="the consumer group")
+    progress.add_argument("--topic", "-t", metavar="TOPIC", help="only this topic")
+    progress.add_argument(
+        "--cluster", metavar="NAME", help="the cluster (needed when several are registered)"
+    )
+    progress.set_defaults(func=admin_command(_progress))
+
+    reset = group_commands.add_parser(
+        "reset",
+        parents=[common],
+        help="move a group's offsets on a topic: to a time, the start, the end or an offset",
+        description=_RESET_DESCRIPTION,
+    )
+    reset.add_argument("group", metavar="GROUP", help="the consumer group")
+    reset.add_argument("--topic", "-t", required=True, metavar="TOPIC", help="the topic whose offsets move")
+    where = reset.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--timestamp",
+        type=parse_time,
+        metavar="TS",
+        help="continue from the first message stored at or after TS: epoch ms or ISO-8601 such as "
+        "2024-05-01T12:00:00",
+    )
+    where.add_argument(
+        "--to",
+        type=_reset_target,
+        metavar="earliest|latest|OFFSET",
+        help="each queue's first message, each queue's end, or an offset in the queue --queue",
+    )
+    reset.add_argument("--queue", type=int, metavar="N", help="only queue N (required with --to OFFSET)")
+    reset.add_argument("--broker", metavar="NAME", help="only the broker NAME (a topic may span several)")
+    reset.set_defaults(func=admin_command(_reset))
+
+    consumers = group_commands.add_parser(
+        "consumers",
+        parents=[common],
+        help="the group's online consumers",
+        description=(
+            "The clients consuming for GROUP now (from their heartbeats): client id, address, "
+            "language and version, and the group's message model and subscriptions. Exits with "
+            "status 1 when none is online."
+        ),
+    )
+    consumers.add_argument("group", metavar="GROUP", help="the consumer group")
+    consumers.add_argument(
+        "--cluster", metavar="NAME", help="the cluster (needed when several are registered)"
+    )
+    consumers.set_defaults(func=admin_command(_consumers))
+
+
+def _reset_target(text: str) -> str | int:
+    value = text.strip().lower()
+    if value in ("earliest", "latest"):
+        return value
+    if value.isdigit():
+        return int(value)
+    raise argparse.ArgumentTypeError(f"{text!r} is not earliest, latest or an offset (a whole number ≥ 0)")
+
+
+def _changes(args: argparse.Namespace) -> dict[str, Any]:
+    changes = {
+        field: getattr(args, dest) for dest, field in _SETTINGS.items() if getattr(args, dest) is not None
+    }
+    for dest in ("retry_max_times", "retry_queues"):
+        value = getattr(args, dest)
+        if value is not None and value < 0:
+            raise CometMQError(f"--{dest.replace('_', '-')} cannot be negative ({value})")
+    return changes
+
+
+def _describe(config: SubscriptionGroupConfig) -> str:
+    return (
+        f"retry max times {config.retry_max_times}, retry queues {config.retry_queue_nums}, "
+        f"broadcast {'allowed' if config.consume_broadcast_enable else 'refused'}, "
+        f"consume {'enabled' if config.consume_enable else 'disabled'}"
+    )
+
+
+def _brokers(masters: list[Any]) -> str:
+    return ", ".join(broker.broker_name for broker in masters)
+
+
+async def _create(admin: AdminClient, args: argparse.Namespace) -> None:
+    config = SubscriptionGroupConfig(args.group, **_changes(args))
+    masters = await admin.create_group(config, cluster=args.cluster)
+    if args.json:
+        print_json({"group": config.to_json(), "brokers": [b.broker_name for b in masters]})
+    else:
+        print(f"created group {args.group} on {_brokers(masters)}: {_describe(config)}")
+
+
+async def _update(admin: AdminClient, args: argparse.Namespace) -> None:
+    changes = _changes(args)
+    if not changes:
+        raise CometMQError(
+            "nothing to change: give --retry-max-times, --retry-queues, --[no-]broadcast "
+            "or --[no-]consume-enable"
+        )
+    masters, config = await admin.update_group(args.group, cluster=args.cluster, **changes)
+    if args.json:
+        print_json({"group": config.to_json(), "brokers": [b.broker_name for b in masters]})
+    else:
+        print(f"updated group {args.group} on {_brokers(masters)}: {_describe(config)}")
+
+
+async def _list(admin: AdminClient, args: argparse.Namespace) -> None:
+    groups = await admin.list_groups(cluster=args.cluster)
+    if args.json:
+        print_json(
+            [
+                {"brokerName": broker, **config.to_json()}
+                for per_broker in groups.values()
+                for broker, config in sorted(per_broker.items())
+            ]
+        )
+        return
+    if not groups:
+        print("no consumer group")
+        return
+    rows = [
+        [
+            name,
+            broker,
+            "yes" if config.consume_enable else "no",
+            "yes" if config.consume_broadcast_enable else "no",
+            config.retry_queue_nums,
+            config.retry_max_times,
+        ]
+        for name, per_broker in groups.items()
+        for broker, config in sorted(per_broker.items())
+    ]
+    print(format_table(["GROUP", "BROKER", "CONSUME", "BROADCAST", "RETRY_QUEUES", "RETRY_MAX"], rows))
+
+
+async def _delete(admin: AdminClient, args: argparse.Namespace) -> None:
+    masters = await admin.delete_group(args.group, cluster=args.cluster, remove_offsets=args.remove_offsets)
+    if args.json:
+        print_json({"group": args.group, "brokers": [b.broker_name for b in masters]})
+    else:
+        offsets = " and its offsets" if args.remove_offsets else ""
+        print(f"deleted group {args.group}{offsets} on {_brokers(masters)}")
+
+
+async def _progress(admin: AdminClient, args: argparse.Namespace) -> None:
+    progress = await admin.consume_progress(args.group, topic=args.topic, cluster=args.cluster)
+    if args.json:
+        print_json(
+            {
+                "group": progress.group,
+                "consumeTps": progress.consume_tps,
+                "totalLag": progress.total_lag,
+                "queues": [
+                    {
+                        "topic": q.topic,
+                        "brokerName": q.broker_name,
+                        "queueId": q.queue_id,
+                        "brokerOffset": q.broker_offset,
+                        "consumerOffset": q.consumer_offset,
+                        "lag": q.lag,
+                        "lastTimestamp": q.last_timestamp,
+                    }
+                    for q in progress.queues
+                ],
+            }
+        )
+        return
+    if not progress.queues:
+        where = f" on topic {args.topic}" if args.topic else ""
+        print(f"group {args.group} has no consumer offsets{where}")
+        return
+    rows = [
+        [
+            q.topic,
+            q.broker_name,
+            q.queue_id,
+            q.broker_offset,
+            q.consumer_offset,
+            q.lag,
+            format_time(q.last_timestamp) if q.last_timestamp > 0 else "-",
+        ]
+        for q in progress.queues
+    ]
+    headers = ["TOPIC", "BROKER", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET", "LAG", "LAST_CONSUME_TIME"]
+    print(format_table(headers, rows))
+    print(f"total lag: {progress.total_lag}  (consume rate {progress.consume_tps:.1f} msg/s)")
+
+
+def _reset_json(result: ResetResult) -> dict[str, Any]:
+    return {
+        "consumersNotified": result.consumers_notified,
+        "queues": [
+            {
+                "topic": q.topic,
+                "brokerName": q.broker_name,
+                "queueId": q.queue_id,
+                "oldOffset": q.old_offset,
+                "newOffset": q.new_offset,
+            }
+            for q in result.queues
+        ],
+    }
+
+
+async def _reset(admin: AdminClient, args: argparse.Namespace) -> None:
+    target: dict[str, Any]
+    if args.timestamp is not None:
+        target = {"timestamp": args.timestamp}
+    elif isinstance(args.to, int):
+        if args.queue is None:
+            raise CometMQError("--to OFFSET needs --queue N: an offset is a position in one queue")
+        target = {"offset": args.to}
+    else:
+        target = {"to": args.to}
+    result = await admin.reset_offsets(
+        args.group, args.topic, queue_id=args.queue, broker_name=args.broker, **target
+    )
+    if args.json:
+        print_json(_reset_json(result))
+        return
+    rows = [
+        [q.broker_name, q.queue_id, "-" if q.old_offset < 0 else q.old_offset, "→", q.new_offset]
+        for q in result.queues
+    ]
+    print(format_table(["BROKER", "QUEUE", "OLD_OFFSET", "", "NEW_OFFSET"], rows))
+    told = result.consumers_notified
+    print(
+        f"reset {len(result.queues)} queue(s) of topic {args.topic} for group {args.group}; "
+        f"told {told} online consumer{'' if told == 1 else 's'}"
+    )
+
+
+async def _consumers(admin: AdminClient, args: argparse.Namespace) -> None:
+    info = await admin.consumer_connections(args.group, cluster=args.cluster)
+    if args.json:
+        print_json(
+            {
+                "group": info.group,
+                "consumeType": info.consume_type,
+                "messageModel": info.message_model,
+                "consumeFromWhere": info.consume_from_where,
+                "subscriptions": info.subscriptions,
+                "connections": [
+                    {
+                        "clientId": c.client_id,
+                        "clientAddr": c.client_addr,
+                        "language": c.language,
+                        "version": c.version,
+                        "brokers": c.broker_names,
+                    }
+                    for c in info.connections
+                ],
+            }
+        )
+        return
+    rows = [[c.client_id, c.client_addr, c.language, c.version] for c in info.connections]
+    print(format_table(["CLIENT_ID", "ADDRESS", "LANGUAGE", "VERSION"], rows))
+    subs = ", ".join(f"{topic} ({expr})" for topic, expr in sorted(info.subscriptions.items()))
+    print(
+        f"{info.message_model}, {info.consume_type}, {info.consume_from_where}; subscribed to {subs or '-'}"
+    )

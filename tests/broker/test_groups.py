@@ -1,0 +1,396 @@
+"""Subscription groups (200/201/207) and what their settings enforce, consumption progress (208),
+consumer connections (203), offset resets (222 → 220) and GET_ALL_DELAY_OFFSET (45), against a real
+broker on a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from _support import address, create_topic, pull, running_broker, send_request
+
+from cometmq.broker import Broker
+from cometmq.common import fastjson
+from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+
+def run(coro: object) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def put_group(group: str, **settings: Any) -> RemotingCommand:
+    body = {"groupName": group, **settings}
+    return RemotingCommand(
+        code=RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(body).encode()
+    )
+
+
+def all_groups() -> RemotingCommand:
+    return RemotingCommand(code=RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+
+
+def heartbeat(
+    client_id: str, group: str, topic: str, model: int = 1, language: str = "CPP"
+) -> RemotingCommand:
+    body = {
+        "clientID": client_id,
+        "consumerDataSet": [
+            {
+                "consumeFromWhere": 0,
+                "consumeType": 1,
+                "groupName": group,
+                "messageModel": model,  # 0 BROADCASTING, 1 CLUSTERING (C++ sends ordinals)
+                "subscriptionDataSet": [{"subString": "*", "subVersion": "1", "topic": topic}],
+            }
+        ],
+    }
+    return RemotingCommand(code=RequestCode.HEART_BEAT, body=json.dumps(body).encode(), language=language)
+
+
+def commit(group: str, topic: str, queue_id: int, offset: int) -> RemotingCommand:
+    fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
+    return RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=fields)
+
+
+def query_offset(group: str, topic: str, queue_id: int) -> RemotingCommand:
+    fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
+    return RemotingCommand(code=RequestCode.QUERY_CONSUMER_OFFSET, ext_fields=fields)
+
+
+def reset(group: str, topic: str, timestamp: int, **extra: str) -> RemotingCommand:
+    fields = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "true", **extra}
+    return RemotingCommand(code=RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext_fields=fields)
+
+
+def queue_table(table: dict[Any, Any]) -> dict[tuple[str, int], Any]:
+    """A fastjson Map<MessageQueue, …> as (topic, queue id) → value."""
+    out = {}
+    for key, value in table.items():
+        props = dict(key)
+        out[(props["topic"], props["queueId"])] = value
+    return out
+
+
+async def send_many(client: RemotingClient, addr: str, topic: str, queue_id: int, count: int) -> list[int]:
+    offsets = []
+    for i in range(count):
+        response = await client.invoke(addr, send_request(topic, f"m{i}".encode(), queue_id=queue_id))
+        assert response.code == 0, response.remark
+        offsets.append(int(response.ext_fields["queueOffset"]))
+    return offsets
+
+
+def test_groups_are_created_listed_updated_deleted_and_persisted(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            client = RemotingClient()
+            assert (
+                await client.invoke(addr, put_group("GID_orders", retryMaxTimes=3, retryQueueNums=2))
+            ).code == 0
+            wrapper = json.loads((await client.invoke(addr, all_groups())).body)
+            first_version = wrapper["dataVersion"]["counter"]
+            config = wrapper["subscriptionGroupTable"]["GID_orders"]
+            assert (config["retryMaxTimes"], config["retryQueueNums"], config["consumeEnable"]) == (
+                3,
+                2,
+                True,
+            )
+            # Updating replaces the settings and bumps the data version.
+            update = put_group("GID_orders", retryMaxTimes="5", consumeBroadcastEnable="false")
+            assert (await client.invoke(addr, update)).code == 0
+            wrapper = json.loads((await client.invoke(addr, all_groups())).body)
+            config = wrapper["subscriptionGroupTable"]["GID_orders"]
+            assert (config["retryMaxTimes"], config["consumeBroadcastEnable"]) == (5, False)
+            assert wrapper["dataVersion"]["counter"] > first_version
+            # Bad requests: one clear line each.
+            bad = RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b"{nope")
+            answer = await client.invoke(addr, bad)
+            assert answer.code == ResponseCode.SYSTEM_ERROR and "SubscriptionGroupConfig" in (
+                answer.remark or ""
+            )
+            answer = await client.invoke(addr, put_group("bad group!"))
+            assert answer.code == ResponseCode.SYSTEM_ERROR and "illegal" in (answer.remark or "")
+            await client.close()
+        saved = json.loads((tmp_path / "config" / "subscriptionGroup.json").read_text())
+        assert saved["subscriptionGroupTable"]["GID_orders"]["retryMaxTimes"] == 5
+
+        async with running_broker(tmp_path) as broker:  # back after a restart
+            addr = address(broker)
+            client = RemotingClient()
+            table = json.loads((await client.invoke(addr, all_groups())).body)["subscriptionGroupTable"]
+            assert table["GID_orders"]["retryMaxTimes"] == 5
+            await create_topic(client, addr, "T", 1)
+            await client.invoke(addr, commit("GID_orders", "T", 0, 0))
+            delete = RemotingCommand(
+                code=RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                ext_fields={"groupName": "GID_orders", "removeOffset": "true"},
+            )
+            assert (await client.invoke(addr, delete)).code == 0
+            table = json.loads((await client.invoke(addr, all_groups())).body)["subscriptionGroupTable"]
+            assert "GID_orders" not in table
+            assert broker.offsets.query("GID_orders", "T", 0) == -1
+            await client.close()
+
+    run(scenario())
+
+
+def test_a_group_with_consume_disabled_cannot_pull(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            client = RemotingClient()
+            await create_topic(client, addr, "T", 1)
+            await send_many(client, addr, "T", 0, 1)
+            await client.invoke(addr, put_group("CG", consumeEnable=False))
+            response, records = await pull(client, addr, "T", 0, 0, group="CG")
+            assert (response.code, response.remark) == (
+                ResponseCode.NO_PERMISSION,
+                "subscription group no permission, CG",
+            )
+            assert records == []
+            await client.invoke(addr, put_group("CG", consumeEnable=True))
+            response, records = await pull(client, addr, "T", 0, 0, group="CG")
+            assert response.code == 0 and [r.body for r in records] == [b"m0"]
+            await client.close()
+
+    run(scenario())
+
+
+def test_broadcasting_consumers_are_refused_when_the_group_forbids_broadcast(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            client = RemotingClient()
+            await create_topic(client, addr, "T", 1)
+            await send_many(client, addr, "T", 0, 1)
+            for group in ("G_bc", "G_cl"):
+                await client.invoke(addr, put_group(group, consumeBroadcastEnable=False))
+            await client.invoke(addr, heartbeat("1-127.0.0.1@a", "G_bc", "T", model=0))
+            await client.invoke(addr, heartbeat("1-127.0.0.1@b", "G_cl", "T", model=1))
+            response, _ = await pull(client, addr, "T", 0, 0, group="G_bc")
+            assert response.code == ResponseCode.NO_PERMISSION
+            assert response.remark == "the consumer group[G_bc] can not consume by broadcast way"
+            response, records = await pull(client, addr, "T", 0, 0, group="G_cl")  # clustering: fine
+            assert response.code == 0 and len(records) == 1
+            await client.invoke(addr, put_group("G_bc", consumeBroadcastEnable=True))
+            response, records = await pull(client, addr, "T", 0, 0, group="G_bc")
+            assert response.code == 0 and len(records) == 1
+            await client.close()
+
+    run(scenario())
+
+
+def test_a_send_to_the_retry_topic_past_the_groups_max_goes_to_the_dlq(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            client = RemotingClient()
+            await client.invoke(addr, put_group("CG", retryMaxTimes=2))
+            below = send_request("%RETRY%CG", b"again", queue_id=0, reconsumeTimes="1", v2=False)
+            response = await client.invoke(addr, below)
+            assert response.code == 0
+            assert broker.store.max_offset("%RETRY%CG", 0) == 1
+            dead = send_request(
+                "%RETRY%CG", b"dead", queue_id=0, reconsumeTimes="2", properties={"DELAY": "3"}, v2=False
+            )
+            response = await client.invoke(addr, dead)
+            assert (response.code, response.ext_fields["queueId"]) == (0, "0")
+            assert broker.store.max_offset("%RETRY%CG", 0) == 1  # nothing more in the retry topic
+            dlq = broker.topics.get("%DLQ%CG")
+            assert dlq is not None and dlq.read_queue_nums == 1
+            response, records = await pull(client, addr, "%DLQ%CG", 0, 0, group="CG")
+            assert [(r.body, r.reconsume_times) for r in records] == [(b"dead", 2)]
+            assert "DELAY" not in records[0].properties  # a dead letter waits for nobody
+            # A client of version ≥ 121 may ask for more retries (V2 header field l).
+            more = send_request("%RETRY%CG", b"more", queue_id=0, j="2", l="5")
+            more.version = 121
+            assert (await client.invoke(addr, more)).code == 0
+            assert broker.store.max_offset("%RETRY%CG", 0) == 2
+            await client.close()
+
+    run(scenario())
+
+
+def test_consume_stats_report_offsets_lag_and_last_consume_time_keyed_by_queue(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            client = RemotingClient()
+            await create_topic(client, addr, "T", 2)
+            await send_many(client, addr, "T", 0, 5)
+            await send_many(client, addr, "T", 1, 2)
+            await client.invoke(addr, commit("CG", "T", 0, 1))
+            await client.invoke(addr, commit("CG", "T", 0, 3))
+            stats_request = RemotingCommand(
+                code=RequestCode.GET_CONSUME_STATS, ext_fields={"consumerGroup": "CG"}
+            )
+            response = await client.invoke(addr, stats_request)
+            assert response.code == 0
+            # fastjson's Map<MessageQueue, OffsetWrapper>: JSON objects as keys.
+            assert b'"offsetTable":{{"brokerName":"' + broker.config.broker_name.encode() in response.body
+            stats = fastjson.loads(response.body)
+            table = queue_table(stats["offsetTable"])
+            store_time = broker.store.store_time_at("T", 0, 2)
+            assert table[("T", 0)] == {"brokerOffset": 5, "consumerOffset": 3, "lastTimestamp": store_time}
+            assert table[("T", 1)] == {"brokerOffset": 2, "consumerOffset": 0, "lastTimestamp": 0}
+            assert stats["consumeTps"] > 0  # it committed 2 messages of progress within the minute
+            # A topic named in the header; one the group never touched reports its queues too.
+            await create_topic(client, addr, "Other", 1)
+            stats_request.ext_fields["topic"] = "Other"
+            other = fastjson.loads((await client.invoke(addr, stats_request)).body)
+            assert list(queue_table(other["offsetTable"])) == [("Other", 0)]
+            await client.close()
+
+    run(scenario())
+
+
+def test_consumer_connection_list(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            client = RemotingClient()
+            request = RemotingCommand(
+                code=RequestCode.GET_CONSUMER_CONNECTION_LIST, ext_fields={"consumerGroup": "CG"}
+            )
+            offline = await client.invoke(addr, request)
+            assert (offline.code, offline.remark) == (
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                "the consumer group[CG] not online",
+            )
+            await client.invoke(addr, heartbeat("42-127.0.0.1@DEFAULT", "CG", "T"))
+            body = json.loads((await client.invoke(addr, request)).body)
+            [conn] = body["connectionSet"]
+            assert (conn["clientId"], conn["language"]) == ("42-127.0.0.1@DEFAULT", "CPP")
+            assert conn["clientAddr"].startswith("127.0.0.1:")
+            assert (body["messageModel"], body["consumeType"]) == ("CLUSTERING", "CONSUME_PASSIVELY")
+            assert body["subscriptionTable"]["T"]["subString"] == "*"
+            await client.close()
+
+    run(scenario())
+
+
+def _received(requests: list[RemotingCommand]) -> RemotingClient:
+    def on_request(conn: Connection, request: RemotingCommand) -> None:
+        if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            requests.append(request)
+
+    return RemotingClient(on_request)
+
+
+def test_reset_by_timestamp_stores_offsets_and_tells_each_consumer_in_its_language(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            admin = RemotingClient()
+            await create_topic(admin, addr, "T", 2)
+            await send_many(admin, addr, "T", 0, 3)
+            await send_many(admin, addr, "T", 1, 1)
+            await asyncio.sleep(0.05)
+            cut = int(time.time() * 1000)
+            await asyncio.sleep(0.05)
+            await send_many(admin, addr, "T", 0, 2)  # offsets 3 and 4: stored after the cut
+            for qid, offset in ((0, 5), (1, 1)):
+                await admin.invoke(addr, commit("CG", "T", qid, offset))
+            cpp_got: list[RemotingCommand] = []
+            java_got: list[RemotingCommand] = []
+            cpp, java = _received(cpp_got), _received(java_got)
+            await cpp.invoke(addr, heartbeat("1-127.0.0.1@cpp", "CG", "T", language="CPP"))
+            await java.invoke(addr, heartbeat("127.0.0.1@java", "CG", "T", language="JAVA"))
+
+            response = await admin.invoke(addr, reset("CG", "T", cut))
+            assert response.code == 0, response.remark
+            assert response.ext_fields["consumersNotified"] == "2"
+            body = fastjson.loads(response.body)
+            # Queue 0 replays from its first message stored after the cut; queue 1 has none: its end.
+            assert queue_table(body["offsetTable"]) == {("T", 0): 3, ("T", 1): 1}
+            assert queue_table(body["previousOffsetTable"]) == {("T", 0): 5, ("T", 1): 1}
+            assert int((await admin.invoke(addr, query_offset("CG", "T", 0))).ext_fields["offset"]) == 3
+            saved = json.loads((tmp_path / "config" / "consumerOffset.json").read_text())
+            assert saved["offsetTable"]["T@CG"]["0"] == 3  # on disk before the reply
+
+            await asyncio.sleep(0.2)
+            [to_cpp], [to_java] = cpp_got, java_got
+            for told in (to_cpp, to_java):
+                assert told.ext_fields == {
+                    "topic": "T",
+                    "group": "CG",
+                    "timestamp": str(cut),
+                    "isForce": "false",
+                }
+            # C++ reads only the array form; Java only the object-keyed map.
+            c_style = json.loads(to_cpp.body)["offsetTable"]
+            assert sorted((e["queueId"], e["offset"], e["topic"]) for e in c_style) == [
+                (0, 3, "T"),
+                (1, 1, "T"),
+            ]
+            assert all(e["brokerName"] == broker.config.broker_name for e in c_style)
+            assert queue_table(fastjson.loads(to_java.body)["offsetTable"]) == {("T", 0): 3, ("T", 1): 1}
+            for client in (admin, cpp, java):
+                await client.close()
+
+    run(scenario())
+
+
+def test_reset_to_latest_earliest_an_offset_and_its_refusals(tmp_path: Path) -> None:
+    async def offsets(
+        client: RemotingClient, addr: str, request: RemotingCommand
+    ) -> dict[tuple[str, int], int]:
+        response = await client.invoke(addr, request)
+        assert response.code == 0, response.remark
+        assert response.ext_fields["consumersNotified"] == "0"  # nobody online: stored all the same
+        return queue_table(fastjson.loads(response.body)["offsetTable"])
+
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            client = RemotingClient()
+            await create_topic(client, addr, "T", 2)
+            await send_many(client, addr, "T", 0, 4)
+            await client.invoke(addr, put_group("CG"))
+            assert await offsets(client, addr, reset("CG", "T", -1)) == {("T", 0): 4, ("T", 1): 0}
+            assert await offsets(client, addr, reset("CG", "T", 0)) == {("T", 0): 0, ("T", 1): 0}
+            explicit = reset("CG", "T", -1, queueId="0", offset="2")
+            assert await offsets(client, addr, explicit) == {("T", 0): 2}
+            assert broker.offsets.query("CG", "T", 0) == 2
+            # Without isForce a reset only ever moves back (RocketMQ): 2 stays, not 4.
+            assert await offsets(client, addr, reset("CG", "T", -1, isForce="false")) == {
+                ("T", 0): 2,
+                ("T", 1): 0,
+            }
+
+            out_of_range = await client.invoke(addr, reset("CG", "T", -1, queueId="0", offset="9"))
+            assert out_of_range.code == ResponseCode.SYSTEM_ERROR
+            assert out_of_range.remark == "Target offset 9 not in consume queue range [0-4]"
+            no_topic = await client.invoke(addr, reset("CG", "Nope", -1))
+            assert no_topic.code == ResponseCode.SYSTEM_ERROR and "no topic in this broker" in (
+                no_topic.remark or ""
+            )
+            no_group = await client.invoke(addr, reset("GID_typo", "T", -1))
+            assert no_group.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+            await client.close()
+
+    run(scenario())
+
+
+def test_get_all_delay_offset_answers_the_delivery_progress(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        broker: Broker
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            client = RemotingClient()
+            await create_topic(client, addr, "T", 1)
+            delayed = send_request("T", b"later", properties={"DELAY": "1"})  # level 1: 1 s
+            assert (await client.invoke(addr, delayed)).code == 0
+            deadline = time.monotonic() + 10
+            while broker.store.max_offset("T", 0) < 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            response = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_ALL_DELAY_OFFSET))
+            assert response.code == 0
+            assert response.body == b'{"offsetTable":{1:1}}'  # fastjson: level keys unquoted
+            await client.close()
+
+    run(scenario())

@@ -1,0 +1,232 @@
+"""``cometmq group create|update|list|delete|progress|reset|consumers`` against a real
+``cometmq standalone`` process."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import subprocess
+import time
+
+import pytest
+
+from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode
+from processes import COMMAND, ServerProcess, broker_address, cometmq, subprocess_env
+
+from .test_message_cli import send
+
+
+def group(namesrv: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return cometmq("group", *args, "-n", namesrv)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], text: str) -> None:
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.strip() == f"cometmq: error: {text}"
+
+
+def invoke(addr: str, request: RemotingCommand) -> RemotingCommand:
+    async def go() -> RemotingCommand:
+        client = RemotingClient()
+        try:
+            return await client.invoke(addr, request)
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def commit(addr: str, group_name: str, topic: str, queue_id: int, offset: int) -> None:
+    fields = {
+        "consumerGroup": group_name,
+        "topic": topic,
+        "queueId": str(queue_id),
+        "commitOffset": str(offset),
+    }
+    assert invoke(addr, RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=fields)).code == 0
+
+
+@pytest.fixture(scope="module")
+def cluster(standalone: tuple[ServerProcess, str]) -> dict[str, str]:
+    server, namesrv = standalone
+    return {"namesrv": namesrv, "addr": broker_address(server)}
+
+
+def test_create_list_update_delete(cluster: dict[str, str]) -> None:
+    namesrv = cluster["namesrv"]
+    created = group(namesrv, "create", "GID_admin", "--retry-max-times", "3", "--no-broadcast")
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.startswith("created group GID_admin on ")
+    assert "retry max times 3, retry queues 1, broadcast refused, consume enabled" in created.stdout
+
+    listed = group(namesrv, "list")
+    header, *rows = listed.stdout.strip().splitlines()
+    assert header.split() == ["GROUP", "BROKER", "CONSUME", "BROADCAST", "RETRY_QUEUES", "RETRY_MAX"]
+    [row] = [r.split() for r in rows if r.startswith("GID_admin ")]
+    assert row[2:] == ["yes", "no", "1", "3"]
+
+    assert_one_line_error(
+        group(namesrv, "create", "GID_admin"),
+        "group GID_admin exists already (on " + row[1] + "); update changes its settings",
+    )
+    updated = group(namesrv, "update", "GID_admin", "--retry-max-times", "5", "--no-consume-enable")
+    assert updated.returncode == 0, updated.stderr
+    assert "retry max times 5, retry queues 1, broadcast refused, consume disabled" in updated.stdout
+    [config] = [
+        c for c in json.loads(group(namesrv, "list", "--json").stdout) if c["groupName"] == "GID_admin"
+    ]
+    assert (config["retryMaxTimes"], config["consumeEnable"], config["consumeBroadcastEnable"]) == (
+        5,
+        False,
+        False,
+    )
+
+    assert_one_line_error(
+        group(namesrv, "update", "GID_admin"),
+        "nothing to change: give --retry-max-times, --retry-queues, --[no-]broadcast "
+        "or --[no-]consume-enable",
+    )
+    assert_one_line_error(
+        group(namesrv, "update", "GID_none", "--broadcast"), "group GID_none does not exist (create makes it)"
+    )
+    assert_one_line_error(
+        group(namesrv, "create", "bad name"),
+        'group "bad name" is illegal: The specified name contains illegal characters, '
+        "allowing only ^[%|a-zA-Z0-9_-]+$",
+    )
+
+    deleted = group(namesrv, "delete", "GID_admin")
+    assert deleted.returncode == 0 and deleted.stdout.startswith("deleted group GID_admin on ")
+    assert "GID_admin " not in group(namesrv, "list").stdout
+    assert_one_line_error(group(namesrv, "delete", "GID_admin"), "group GID_admin does not exist")
+
+
+def test_progress_shows_offsets_lag_and_last_consume_time(cluster: dict[str, str]) -> None:
+    namesrv, addr = cluster["namesrv"], cluster["addr"]
+    assert cometmq("topic", "create", "Prog", "--queues", "2", "-n", namesrv).returncode == 0
+    for i in range(4):
+        send(addr, "Prog", f"p{i}".encode(), queue_id=0)
+    send(addr, "Prog", b"q", queue_id=1)
+    commit(addr, "GID_prog", "Prog", 0, 1)
+    commit(addr, "GID_prog", "Prog", 1, 1)
+
+    result = group(namesrv, "progress", "GID_prog")
+    assert result.returncode == 0, result.stderr
+    header, first, second, total = result.stdout.strip().splitlines()
+    assert header.split() == [
+        "TOPIC", "BROKER", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET", "LAG", "LAST_CONSUME_TIME",
+    ]  # fmt: skip
+    assert first.split()[:1] + first.split()[2:6] == ["Prog", "0", "4", "1", "3"]
+    assert second.split()[:1] + second.split()[2:6] == ["Prog", "1", "1", "1", "0"]
+    assert first.split()[6] == datetime.date.today().isoformat()  # the date of a real store time
+    assert total.startswith("total lag: 3 ")
+
+    as_json = json.loads(group(namesrv, "progress", "GID_prog", "--json").stdout)
+    assert as_json["totalLag"] == 3
+    assert [(q["queueId"], q["lag"]) for q in as_json["queues"]] == [(0, 3), (1, 0)]
+    assert all(q["lastTimestamp"] > 0 for q in as_json["queues"])
+
+    nothing = group(namesrv, "progress", "GID_never")
+    assert (nothing.returncode, nothing.stdout.strip()) == (0, "group GID_never has no consumer offsets")
+
+
+def test_reset_moves_offsets_and_tells_online_consumers(cluster: dict[str, str]) -> None:
+    namesrv, addr = cluster["namesrv"], cluster["addr"]
+    assert cometmq("topic", "create", "Rst", "--queues", "1", "-n", namesrv).returncode == 0
+    send(addr, "Rst", b"r0")
+    send(addr, "Rst", b"r1")
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    send(addr, "Rst", b"r2")
+    commit(addr, "GID_rst", "Rst", 0, 3)
+    iso_cut = datetime.datetime.fromtimestamp(cut / 1000).isoformat(timespec="milliseconds")
+
+    async def reset_while_a_consumer_is_online() -> tuple[
+        subprocess.CompletedProcess[str], list[RemotingCommand]
+    ]:
+        told: list[RemotingCommand] = []
+
+        def on_request(conn: Connection, request: RemotingCommand) -> None:
+            if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+                told.append(request)
+
+        consumer = RemotingClient(on_request)
+        body = {
+            "clientID": "7-127.0.0.1@cli",
+            "consumerDataSet": [
+                {
+                    "consumeFromWhere": 0,
+                    "consumeType": 1,
+                    "groupName": "GID_rst",
+                    "messageModel": 1,
+                    "subscriptionDataSet": [{"subString": "*", "subVersion": "1", "topic": "Rst"}],
+                }
+            ],
+        }
+        beat = RemotingCommand(code=RequestCode.HEART_BEAT, body=json.dumps(body).encode(), language="CPP")
+        assert (await consumer.invoke(addr, beat)).code == 0
+        args = ["group", "reset", "GID_rst", "--topic", "Rst", "--timestamp", iso_cut, "-n", namesrv]
+        proc = await asyncio.create_subprocess_exec(
+            *COMMAND,
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=subprocess_env(),
+        )
+        out, err = await proc.communicate()
+        await asyncio.sleep(0.2)
+        await consumer.close()
+        assert proc.returncode is not None
+        return subprocess.CompletedProcess(args, proc.returncode, out.decode(), err.decode()), told
+
+    result, told = asyncio.run(reset_while_a_consumer_is_online())
+    assert result.returncode == 0, result.stderr
+    header, row, summary = result.stdout.strip().splitlines()
+    assert header.split() == ["BROKER", "QUEUE", "OLD_OFFSET", "NEW_OFFSET"]
+    assert row.split()[1:] == ["0", "3", "→", "2"]  # replays r2, the first message after the cut
+    assert summary == "reset 1 queue(s) of topic Rst for group GID_rst; told 1 online consumer"
+    [request] = told
+    assert json.loads(request.body)["offsetTable"][0]["offset"] == 2  # the C++ (array) form
+
+    earliest = group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--to", "earliest", "--json")
+    assert json.loads(earliest.stdout) == {
+        "consumersNotified": 0,
+        "queues": [
+            {"topic": "Rst", "brokerName": json.loads(earliest.stdout)["queues"][0]["brokerName"],
+             "queueId": 0, "oldOffset": 2, "newOffset": 0},
+        ],
+    }  # fmt: skip
+    latest = group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--to", "latest")
+    assert latest.stdout.splitlines()[1].split()[1:] == ["0", "0", "→", "3"]
+    explicit = group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--to", "1", "--queue", "0")
+    assert explicit.stdout.splitlines()[1].split()[1:] == ["0", "3", "→", "1"]
+    progress = json.loads(group(namesrv, "progress", "GID_rst", "--topic", "Rst", "--json").stdout)
+    assert progress["queues"][0]["consumerOffset"] == 1
+
+
+def test_reset_and_consumers_errors_are_one_line(cluster: dict[str, str]) -> None:
+    namesrv = cluster["namesrv"]
+    assert_one_line_error(
+        group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--to", "5"),
+        "--to OFFSET needs --queue N: an offset is a position in one queue",
+    )
+    assert_one_line_error(
+        group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--to", "99", "--queue", "0"),
+        "Target offset 99 not in consume queue range [0-3] (response code 1)",
+    )
+    assert_one_line_error(
+        group(namesrv, "reset", "GID_typo", "--topic", "Rst", "--to", "latest"),
+        "Group GID_typo does not exist (response code 26)",
+    )
+    bad_target = group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--to", "soon")
+    assert bad_target.returncode == 2 and "is not earliest, latest or an offset" in bad_target.stderr
+    bad_time = group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--timestamp", "yesterday")
+    assert bad_time.returncode == 2 and "neither epoch milliseconds nor an ISO-8601 time" in bad_time.stderr
+    assert_one_line_error(
+        group(namesrv, "consumers", "GID_rst"), "the consumer group[GID_rst] not online (response code 206)"
+    )
+    helped = cometmq("group", "reset", "--help")
+    assert helped.returncode == 0 and "first message stored at or after TS" in helped.stdout
