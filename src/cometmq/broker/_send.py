@@ -10,16 +10,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import is_delayable
-from cometmq.common.batch import decode_batch_body
+from cometmq.common.batch import BatchEntry, decode_batch_body
 from cometmq.common.naming import (
     DEFAULT_TOPIC,
     PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
     SEND_FORBIDDEN_TOPICS,
+    dlq_topic,
     topic_name_error,
 )
-from cometmq.common.properties import decode_properties, encode_properties
+from cometmq.common.properties import PROPERTY_SEPARATOR, decode_properties, encode_properties, property_value
 from cometmq.common.taghash import java_string_hash
 from cometmq.common.topic_config import TopicConfig
 from cometmq.errors import BrokerError, ProtocolError
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
 MAX_PROPERTIES_LENGTH = 32767  # the record stores it in an int16; the store enforces it
+# Properties the store indexes or keeps per message: a batch whose request carries them takes the
+# general path, where they are merged name by name.
+_INDEXED_NAMES = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "DELAY", "TRAN_MSG", "WAIT"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +176,14 @@ class SendProcessor:
         if bool_field(request, names.batch):
             messages = self._batch_messages(request, header, properties)
         else:
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and self._is_dead(request, topic, header):
+                # RocketMQ's handleRetryAndDLQ: a retry past the group's max goes to %DLQ%<group>.
+                header.topic = broker.topics.create_retry_topic(
+                    dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX) :]), 1
+                ).topic_name
+                queue_id = header.queue_id = 0
+                delay_level = 0
+                properties.pop("DELAY", None)
             flag = int_field(request, names.flag, default=0)
             message = self._message(header, request.body, flag, properties)
             if delay_level > 0 and is_delayable(header.sys_flag):
@@ -183,6 +196,18 @@ class SendProcessor:
             if wait_store and broker.sync_flush:
                 return self._reply_after_flush(request, result, queue_id)
         return self._reply(request, result, result.status, queue_id)
+
+    def _is_dead(self, request: RemotingCommand, retry_topic: str, header: _SendHeader) -> bool:
+        """Whether a send to ``%RETRY%<group>`` has used up the group's retries."""
+        group = retry_topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        group_config = self._broker.groups.find_or_create(group)
+        if group_config is None:
+            raise BrokerError(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
+            )
+        max_field = "maxReconsumeTimes" if request.code == RequestCode.SEND_MESSAGE else "l"
+        limit = max_reconsume_times(group_config, request.version, request.ext_fields.get(max_field))
+        return header.reconsume_times >= limit
 
     def _topic_config(self, request: RemotingCommand, names: _HeaderNames, topic: str) -> TopicConfig:
         topics = self._broker.topics
@@ -244,20 +269,73 @@ class SendProcessor:
             raise BrokerError(ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}") from None
         if not entries:
             raise BrokerError(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
+        if _INDEXED_NAMES.isdisjoint(properties):
+            return self._batch_messages_fast(entries, header, properties)
+        return [self._batch_message(entry, header, properties) for entry in entries]
+
+    def _batch_message(
+        self, entry: BatchEntry, header: _SendHeader, properties: dict[str, str]
+    ) -> MessageToStore:
+        """One message of a batch, its properties decoded, merged with the request's and re-encoded."""
+        merged = decode_properties(entry.properties)
+        refusal = _unsupported_feature(merged)
+        if refusal is not None:
+            raise BrokerError(ResponseCode.MESSAGE_ILLEGAL, f"a message of the batch: {refusal}")
+        merged.pop("WAIT", None)
+        merged.update(properties)
+        if _delay_level(merged) > 0:  # RocketMQ refuses delayed batches (MESSAGE_ILLEGAL)
+            raise BrokerError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"a message of the batch has delay level {merged['DELAY']}: batches cannot be delayed",
+            )
+        return self._message(header, entry.body, entry.flag, merged)
+
+    def _batch_messages_fast(
+        self, entries: list[BatchEntry], header: _SendHeader, properties: dict[str, str]
+    ) -> list[MessageToStore]:
+        """The batch path without decoding each message's properties: the request's properties (the
+        broker's CLUSTER, at least) are appended to each message's text, which keeps Java's merge
+        (a later name wins) without a dict per message. A message whose text names WAIT, DELAY or
+        TRAN_MSG takes the general path. Measured with a raw batch driver: about half the broker's
+        per-message cost of decoding, merging and re-encoding every message's properties."""
+        limit = self._broker.config.max_message_size
+        suffix = encode_properties(properties)
+        topic, queue_id, sys_flag = header.topic, header.queue_id, header.sys_flag
+        born_ts, born_host, store_host = header.born_timestamp, header.born_host, header.store_host
+        reconsume = header.reconsume_times
         messages = []
         for entry in entries:
-            merged = decode_properties(entry.properties)
-            refusal = _unsupported_feature(merged)
-            if refusal is not None:
-                raise BrokerError(ResponseCode.MESSAGE_ILLEGAL, f"a message of the batch: {refusal}")
-            merged.pop("WAIT", None)
-            merged.update(properties)
-            if _delay_level(merged) > 0:  # RocketMQ refuses delayed batches (MESSAGE_ILLEGAL)
+            text = entry.properties
+            if "WAIT\x01" in text or "DELAY\x01" in text or "TRAN_MSG\x01" in text:
+                messages.append(self._batch_message(entry, header, properties))
+                continue
+            body = entry.body
+            if len(body) > limit:
                 raise BrokerError(
                     ResponseCode.MESSAGE_ILLEGAL,
-                    f"a message of the batch has delay level {merged['DELAY']}: batches cannot be delayed",
+                    f"the message body size {len(body)} is over the max value {limit} bytes",
                 )
-            messages.append(self._message(header, entry.body, entry.flag, merged))
+            stored = f"{text.rstrip(PROPERTY_SEPARATOR)}{PROPERTY_SEPARATOR}{suffix}" if text else suffix
+            framed = PROPERTY_SEPARATOR + text
+            tags = property_value(framed, "TAGS")
+            messages.append(
+                MessageToStore(
+                    topic,
+                    queue_id,
+                    entry.flag,
+                    body,
+                    stored,
+                    sys_flag,
+                    born_ts,
+                    born_host,
+                    store_host,
+                    reconsume,
+                    0,
+                    java_string_hash(tags) if tags else 0,
+                    property_value(framed, "KEYS"),
+                    property_value(framed, "UNIQ_KEY"),
+                )
+            )
         return messages
 
     async def _reply_after_flush(
