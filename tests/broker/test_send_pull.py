@@ -105,6 +105,38 @@ def test_batches_from_cpp_and_java_get_consecutive_offsets(tmp_path: Path) -> No
     run(scenario())
 
 
+def test_batch_messages_keep_their_properties_and_the_general_path_agrees(tmp_path: Path) -> None:
+    """Messages without WAIT/DELAY/TRAN_MSG take the fast path (their text kept, CLUSTER appended);
+    the others are decoded and merged. Both must store the same properties, tag codes and keys."""
+
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            client = RemotingClient()
+            addr = address(broker)
+            await create_topic(client, addr, "Mixed", 1)
+            fast = encode_properties({"KEYS": "k1 k2", "TAGS": "A", "UNIQ_KEY": "U0", "x": "1"}) + "\x02"
+            general = encode_properties({"TAGS": "A", "UNIQ_KEY": "U1", "WAIT": "true", "x": "2"})
+            body = encode_batch_body([BatchEntry(0, b"fast", fast), BatchEntry(0, b"general", general)])
+            request = send_request("Mixed", body, 0, v2=True, m="true")
+            request.code = RequestCode.SEND_BATCH_MESSAGE
+            assert (await client.invoke(addr, request)).code == ResponseCode.SUCCESS
+            _, records = await pull(client, addr, "Mixed", 0, 0)
+            stored = [decode_properties(r.properties) for r in records]
+            assert stored[0] == {
+                "KEYS": "k1 k2", "TAGS": "A", "UNIQ_KEY": "U0", "x": "1", "CLUSTER": "DefaultCluster"
+            }  # fmt: skip
+            assert stored[1] == {"TAGS": "A", "UNIQ_KEY": "U1", "x": "2", "CLUSTER": "DefaultCluster"}
+            # Both are found by their tag's hash code, so the tag code was stored for each.
+            _, tagged = await pull(client, addr, "Mixed", 0, 0, subscription="A")
+            assert [r.body for r in tagged] == [b"fast", b"general"]
+            # And the fast path indexed the keys.
+            found = broker.store.query_messages("Mixed", "k2", 10, 0, 2**62)
+            assert [r.body for r in decode_records(b"".join(found.buffers))] == [b"fast"]
+            await client.close()
+
+    run(scenario())
+
+
 def test_tag_filter_returns_only_matching_messages(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with running_broker(tmp_path) as broker:

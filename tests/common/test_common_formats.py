@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from cometmq.broker._json_config import load_json_config, save_json_config
 from cometmq.common import fastjson
 from cometmq.common.javaprops import parse_properties
+from cometmq.common.properties import decode_properties, encode_properties, property_value
 
 
 def test_fastjson_reads_unquoted_numeric_keys_but_not_inside_strings() -> None:
@@ -59,3 +60,13 @@ def test_a_corrupt_config_file_falls_back_to_its_backup(
     assert any(f"{path} is corrupt" in m for m in messages), messages
     assert any("loaded topics.json from its backup" in m for m in messages), messages
     assert load_json_config(tmp_path / "missing.json") is None
+
+
+_PROPERTY_TEXT = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)))
+
+
+@given(st.dictionaries(_PROPERTY_TEXT.filter(bool), _PROPERTY_TEXT, max_size=6), _PROPERTY_TEXT.filter(bool))
+def test_property_value_reads_what_decoding_reads(props: dict[str, str], name: str) -> None:
+    text = encode_properties(props)
+    for candidate in [name, *props]:
+        assert property_value("\x02" + text, candidate) == decode_properties(text).get(candidate, "")
