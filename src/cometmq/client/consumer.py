@@ -1,0 +1,935 @@
+"""PushConsumer: the asyncio consumer that pulls for you and hands messages to your code.
+
+How it works (RocketMQ's DefaultMQPushConsumer, in one event loop):
+
+* **Rebalance** (every 20 s, at once when a broker says the group changed, sooner while a topic has
+  no route yet): for each subscribed topic, the queues from the route and the group's client ids
+  from a broker are sorted and split by the allocation strategy (``_rebalance.py``); broadcasting
+  consumers take every queue. A queue that leaves stops being pulled, waits briefly for listener
+  calls that hold its messages, commits its offset (and, orderly, unlocks) before anybody else can
+  have it. In clustering mode the group's retry topic ``%RETRY%<group>`` is subscribed too.
+* **Pull**: one task per assigned queue, long polling (the broker holds a pull up to 15 s). A queue
+  with ``max_cached_messages_per_queue`` unconsumed messages is not pulled until it drains.
+* **Consume**: ``concurrency`` worker tasks take batches of up to ``consume_batch_size`` messages.
+  Concurrent consumers run batches of any queue in parallel; orderly consumers hold the broker lock of
+  a queue and run its batches one at a time, in queue order.
+* **Offsets**: the offset committed for a queue is its smallest message not yet consumed (a slow
+  batch holds the offset back, so a crash can redeliver but never skip). Offsets are written every
+  5 s, when a queue leaves, and on close: to the brokers (clustering) or to a local file
+  (broadcasting).
+* **Retry**: a failed batch (``RECONSUME_LATER`` or an exception) is sent back to its broker with
+  CONSUMER_SEND_MSG_BACK; the broker redelivers it through ``%RETRY%<group>`` after delay level
+  3 + reconsume times, and makes it a dead letter (``%DLQ%<group>``) after ``max_reconsume_times``.
+  If the send-back fails the message is sent as a new message to ``%RETRY%<group>``, and if that
+  fails too it is kept and consumed again locally after 5 s (all three as RocketMQ). Orderly
+  consumers retry a failed batch locally after 1 s, and send a message to the DLQ once it has
+  failed ``max_reconsume_times`` retries. Broadcasting consumers do not retry.
+
+Listeners: ``async def`` callbacks run on the event loop; plain functions run in a thread pool of
+``concurrency`` threads so that a blocking listener never stalls pulls, heartbeats or other queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import inspect
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+from cometmq.client import _brokerapi
+from cometmq.client._brokerapi import (
+    PULL_COMMIT_OFFSET,
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    PullStatus,
+    broker_addr_of,
+)
+from cometmq.client._instance import ClientInstance
+from cometmq.client._offsets import (
+    PERSIST_INTERVAL_S,
+    LocalOffsetStore,
+    RemoteOffsetStore,
+    local_offsets_path,
+)
+from cometmq.client._process_queue import ProcessQueue
+from cometmq.client._rebalance import STRATEGIES
+from cometmq.client.message import (
+    PROPERTY_DELAY,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    MessageQueue,
+    ReceivedMessage,
+)
+from cometmq.common.naming import DEFAULT_TOPIC, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
+from cometmq.common.properties import encode_properties
+from cometmq.common.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
+from cometmq.errors import CometMQError
+from cometmq.remoting import RequestCode
+
+__all__ = ["ConsumeResult", "PushConsumer"]
+
+log = logging.getLogger("cometmq.client")
+
+# RocketMQ's push consumer timings (DefaultMQPushConsumer / DefaultMQPushConsumerImpl).
+REBALANCE_INTERVAL_S = 20.0
+REBALANCE_RETRY_S = 1.0  # while a topic has no route or we are not yet in the member list
+PULL_SUSPEND_MS = 15_000  # BROKER_SUSPEND_MAX_TIME_MILLIS
+PULL_TIMEOUT_S = 30.0  # CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND
+PULL_ERROR_BACKOFF_S = 3.0  # pullTimeDelayMillsWhenException
+LOCK_RENEW_INTERVAL_S = 20.0  # REBALANCE_LOCK_INTERVAL
+LOCK_RETRY_S = 1.0  # a queue assigned to us whose lock its previous owner still holds
+ORDERLY_SUSPEND_S = 1.0  # suspendCurrentQueueTimeMillis
+LOCAL_RETRY_DELAY_S = 5.0  # submitConsumeRequestLater, when even the retry send failed
+SEND_BACK_TIMEOUT_S = 5.0
+FIRST_RETRY_DELAY_LEVEL = 3  # the broker's 3 + reconsume times
+DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000  # consumeTimestamp default: half an hour ago
+
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+
+_CONSUME_FROM = {
+    "last": "CONSUME_FROM_LAST_OFFSET",
+    "first": "CONSUME_FROM_FIRST_OFFSET",
+    "timestamp": "CONSUME_FROM_TIMESTAMP",
+}
+
+
+class ConsumeResult(enum.Enum):
+    """What a listener answers for a batch. Returning None counts as SUCCESS; raising an exception
+    counts as RECONSUME_LATER."""
+
+    SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+Listener: TypeAlias = Callable[
+    [list[ReceivedMessage]], "Awaitable[ConsumeResult | None] | ConsumeResult | None"
+]
+
+
+@dataclass(slots=True)
+class _ConsumeRequest:
+    pq: ProcessQueue
+    messages: list[ReceivedMessage]  # orderly: empty, the worker takes batches from the queue's head
+
+
+class PushConsumer:
+    """A consumer group member that pulls its share of the subscribed topics' queues and passes the
+    messages to a listener, or to an ``async for`` loop.
+
+    >>> consumer = PushConsumer("GID_orders", "127.0.0.1:9876")
+    >>> consumer.subscribe("Orders", "created || paid")
+    >>> consumer.listen(handle)                 # async def handle(messages) -> ConsumeResult | None
+    >>> await consumer.start()
+    ...
+    >>> await consumer.close()
+
+    Without a listener, iterate it instead: ``async for message in consumer:``. A message counts as
+    consumed when the loop asks for the next one (or when the consumer is closed while the message is
+    in hand); ``consumer.retry_later(message)`` in the loop body has it delivered again later.
+
+    ``message_model``: ``"clustering"`` (each message to one member of the group; offsets on the
+    brokers) or ``"broadcasting"`` (every member gets every message; offsets in a local file under
+    ``offsets_dir``, default ``~/.cometmq/offsets``, named by client id: give ``instance_name`` to find
+    them again after a restart). ``consume_from`` applies only to queues the group never committed an
+    offset for: ``"last"`` (new messages only), ``"first"``, or ``"timestamp"``
+    (``consume_timestamp`` in ms, default half an hour ago). As in RocketMQ, a brand-new group on a
+    queue whose first message is still in memory starts at 0 even with ``"last"``.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: str,
+        *,
+        message_model: Literal["clustering", "broadcasting"] = "clustering",
+        consume_from: Literal["last", "first", "timestamp"] = "last",
+        consume_timestamp: int | None = None,
+        allocate: Literal["averagely", "consistent_hash"] = "averagely",
+        orderly: bool = False,
+        pull_batch_size: int = 32,
+        consume_batch_size: int = 1,
+        max_cached_messages_per_queue: int = 1000,
+        max_reconsume_times: int = 16,
+        concurrency: int = 20,
+        instance_name: str | None = None,
+        offsets_dir: str | Path | None = None,
+    ) -> None:
+        if message_model not in ("clustering", "broadcasting"):
+            raise ValueError(f"message_model must be 'clustering' or 'broadcasting', not {message_model!r}")
+        if consume_from not in _CONSUME_FROM:
+            raise ValueError(f"consume_from must be one of {sorted(_CONSUME_FROM)}, not {consume_from!r}")
+        if allocate not in STRATEGIES:
+            raise ValueError(f"allocate must be one of {sorted(STRATEGIES)}, not {allocate!r}")
+        if min(pull_batch_size, consume_batch_size, max_cached_messages_per_queue, concurrency) < 1:
+            raise ValueError("batch sizes, cache size and concurrency must be at least 1")
+        self.group = group
+        self.message_model = message_model
+        self.consume_from = consume_from
+        self.consume_timestamp = (
+            consume_timestamp
+            if consume_timestamp is not None
+            else int(time.time() * 1000) - DEFAULT_TIMESTAMP_LOOKBACK_MS
+        )
+        self.orderly = orderly
+        self.pull_batch_size = pull_batch_size
+        self.consume_batch_size = consume_batch_size
+        self.max_cached_messages_per_queue = max_cached_messages_per_queue
+        self.max_reconsume_times = max_reconsume_times
+        self.concurrency = concurrency
+        self._allocate = STRATEGIES[allocate]
+        self._clustering = message_model == "clustering"
+        # Brokers lock queues for orderly consumers of a clustering group only: in broadcasting
+        # every member reads every queue anyway.
+        self._needs_lock = orderly and self._clustering
+        self._retry_topic = retry_topic(group)
+        self._instance = ClientInstance(namesrv, instance_name=instance_name)
+        self._offsets: RemoteOffsetStore | LocalOffsetStore = (
+            RemoteOffsetStore(self._instance, group)
+            if self._clustering
+            else LocalOffsetStore(
+                local_offsets_path(
+                    self._instance.client_id, group, Path(offsets_dir) if offsets_dir is not None else None
+                )
+            )
+        )
+        self._subscriptions: dict[str, SubscriptionData] = {}
+        self._listener: Listener | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._pqs: dict[MessageQueue, ProcessQueue] = {}
+        self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._requests: asyncio.Queue[_ConsumeRequest] = asyncio.Queue()
+        self._workers: list[asyncio.Task[None]] = []
+        self._loops: list[asyncio.Task[None]] = []
+        self._side_tasks: set[asyncio.Task[Any]] = set()
+        self._rebalance_wakeup = asyncio.Event()
+        self._rebalance_lock = asyncio.Lock()
+        self._rebalance_complete = False
+        self._state: Literal["created", "running", "closing", "closed"] = "created"
+        # The ``async for`` form: workers hand messages over here and wait for the loop's verdict.
+        self._handoff: asyncio.Queue[tuple[ReceivedMessage, asyncio.Future[ConsumeResult]] | None] | None = (
+            None
+        )
+        self._current: tuple[ReceivedMessage, asyncio.Future[ConsumeResult]] | None = None
+        self._current_retry = False
+        self.consumed_count = 0  # messages whose listener call succeeded, for running info
+
+    # configuration -----------------------------------------------------------------------------
+
+    @property
+    def client_id(self) -> str:
+        """This member's id in the group, as brokers list it."""
+        return self._instance.client_id
+
+    @property
+    def offsets_path(self) -> Path | None:
+        """The local offsets file of a broadcasting consumer (None in clustering mode)."""
+        return self._offsets.path if isinstance(self._offsets, LocalOffsetStore) else None
+
+    @property
+    def assigned_queues(self) -> frozenset[MessageQueue]:
+        """The queues this member reads now (its share after the last rebalance)."""
+        return frozenset(self._pqs)
+
+    def subscribe(self, topic: str, expression: str = "*", *, sql92: bool = False) -> None:
+        """Consume ``topic``'s messages matching ``expression``: ``*``, tags joined by ``||``
+        (``"TagA || TagB"``), or with ``sql92=True`` an SQL92 condition on message properties, which
+        the broker evaluates (it must run with ``enablePropertyFilter=true``)."""
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise ValueError("retry topics are subscribed automatically")
+        self._subscriptions[topic] = SubscriptionData.from_expression(
+            topic, expression, EXPRESSION_SQL92 if sql92 else EXPRESSION_TAG, int(time.time() * 1000)
+        )
+        if self._state == "running":
+            self._spawn(self._instance.send_heartbeat())
+            self._rebalance_wakeup.set()
+
+    def listen(self, callback: Listener) -> None:
+        """Set the listener, before :meth:`start`: ``callback(messages)`` gets a list of up to
+        ``consume_batch_size`` messages and returns ``ConsumeResult.SUCCESS`` or None (consumed) or
+        ``ConsumeResult.RECONSUME_LATER`` (deliver again later); an exception counts as
+        RECONSUME_LATER. A coroutine function runs on the event loop; a plain function runs in a
+        thread pool."""
+        if self._state != "created":
+            raise CometMQError("set the listener before start()")
+        self._listener = callback
+
+    # life cycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Join the group: learn routes, heartbeat, take a share of the queues and start consuming."""
+        if self._state != "created":
+            raise CometMQError(f"the consumer is {self._state}; start() may run once")
+        if not self._subscriptions:
+            raise CometMQError("subscribe to at least one topic before start()")
+        self._state = "running"
+        if self._clustering:
+            # RocketMQ consumers read their group's retry topic themselves (wire facts §7.6).
+            self._subscriptions[self._retry_topic] = SubscriptionData.from_expression(
+                self._retry_topic, "*", EXPRESSION_TAG, int(time.time() * 1000)
+            )
+        if self._listener is None:
+            self._handoff = asyncio.Queue()
+            self.consume_batch_size = 1  # one message per verdict of the loop
+        elif not _is_async_callable(self._listener):
+            self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"cometmq-{self.group}")
+        instance = self._instance
+        for topic in self._subscriptions:
+            try:
+                await instance.fetch_route(topic)
+            except CometMQError as exc:
+                log.warning("cannot fetch the route of %s: %s", topic, exc)
+        instance.register_consumer(self)
+        instance.add_route_listener(self._on_route_changed)
+        instance.start()
+        await instance.send_heartbeat()
+        self._workers = [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
+        try:
+            await self._rebalance()
+        except CometMQError as exc:
+            log.warning("first rebalance of %s failed: %s", self.group, exc)
+        self._loops = [
+            asyncio.create_task(self._rebalance_loop()),
+            asyncio.create_task(self._persist_loop()),
+        ]
+        if self._needs_lock:
+            self._loops.append(asyncio.create_task(self._lock_loop()))
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Leave the group: stop pulling, wait up to ``timeout`` seconds for listener calls in
+        progress, commit offsets, unlock (orderly), unregister and close the connections."""
+        if self._state != "running":
+            self._state = "closed"
+            return
+        self._state = "closing"
+        for task in self._loops:
+            task.cancel()
+        await _finish(self._loops)
+        pqs = list(self._pqs.values())
+        for pq in pqs:
+            pq.drop()
+        await _finish(list(self._pull_tasks.values()), cancel=True)
+        if self._handoff is not None:
+            # A message in the loop's hands when the consumer closes counts as consumed.
+            self._settle_current()
+            self._handoff.put_nowait(None)
+        else:
+            deadline = time.monotonic() + timeout
+            for pq in pqs:
+                await pq.wait_idle(max(0.0, deadline - time.monotonic()))
+        await _finish(self._workers, cancel=True)
+        await _finish(list(self._side_tasks), cancel=True)
+        for pq in pqs:
+            pq.removed = True
+        try:
+            # Everything still in the table, including a queue whose removal close() interrupted.
+            await self._offsets.persist(None)
+        except (CometMQError, OSError) as exc:
+            log.warning("cannot persist the offsets of %s: %s", self.group, exc)
+        if self._needs_lock:
+            await self._unlock([pq.queue for pq in pqs])
+        await self._instance.close()
+        self._instance.unregister_consumer(self.group)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._pqs.clear()
+        self._pull_tasks.clear()
+        self._state = "closed"
+
+    async def __aenter__(self) -> PushConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _abort(self) -> None:
+        """Let go of tasks, sockets and threads without talking to anybody: the event loop is
+        shutting down (or the object is being collected) while the consumer was never closed."""
+        if self._state in ("closed",):
+            return
+        self._state = "closed"
+        tasks = [*self._loops, *self._workers, *self._pull_tasks.values(), *self._side_tasks]
+        for task in tasks:
+            if not task.done():
+                with contextlib.suppress(RuntimeError):  # the loop may be closed already
+                    task.cancel()
+        with contextlib.suppress(RuntimeError):
+            for conn in list(self._instance.remoting._connections.values()):
+                conn.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", "closed") in ("running", "closing"):
+            self._abort()
+
+    # the ``async for`` form --------------------------------------------------------------------
+
+    def __aiter__(self) -> PushConsumer:
+        return self
+
+    async def __anext__(self) -> ReceivedMessage:
+        handoff = self._handoff
+        if handoff is None:
+            raise CometMQError("iterate a started consumer that has no listener")
+        self._settle_current()
+        while True:
+            item = await handoff.get()
+            if item is None:
+                handoff.put_nowait(None)  # closed: every further __anext__ stops too
+                raise StopAsyncIteration
+            message, verdict = item
+            if verdict.done():  # its worker gave up (the queue went elsewhere)
+                continue
+            self._current = item
+            self._current_retry = False
+            return message
+
+    def retry_later(self, message: ReceivedMessage | None = None) -> None:
+        """In an ``async for`` body: have the current message delivered again later instead of
+        counting it as consumed when the loop moves on."""
+        if self._current is None or (message is not None and message is not self._current[0]):
+            raise CometMQError("retry_later() applies to the message the loop is processing")
+        self._current_retry = True
+
+    def _settle_current(self) -> None:
+        current, self._current = self._current, None
+        if current is not None and not current[1].done():
+            current[1].set_result(
+                ConsumeResult.RECONSUME_LATER if self._current_retry else ConsumeResult.SUCCESS
+            )
+
+    async def _iterator_listener(self, messages: list[ReceivedMessage]) -> ConsumeResult:
+        assert self._handoff is not None
+        verdict: asyncio.Future[ConsumeResult] = asyncio.get_running_loop().create_future()
+        self._handoff.put_nowait((messages[0], verdict))
+        try:
+            return await verdict
+        finally:
+            if not verdict.done():
+                verdict.cancel()
+
+    # ConsumerMember (called by the ClientInstance) ---------------------------------------------
+
+    def consumer_data(self) -> dict[str, Any]:
+        return {
+            "groupName": self.group,
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": self.message_model.upper(),
+            "consumeFromWhere": _CONSUME_FROM[self.consume_from],
+            "subscriptionDataSet": [sub.to_json() for sub in self._subscriptions.values()],
+            "unitMode": False,
+        }
+
+    def on_ids_changed(self) -> None:
+        self._rebalance_wakeup.set()
+
+    def on_reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        if self._state == "running":
+            self._spawn(self._apply_reset(offsets))
+
+    def running_info(self) -> dict[str, Any]:
+        return {
+            "properties": {
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": self.message_model.upper(),
+                "consumeOrderly": str(self.orderly).lower(),
+                "consumeFromWhere": _CONSUME_FROM[self.consume_from],
+                "consumeThreadMax": str(self.concurrency),
+                "pullBatchSize": str(self.pull_batch_size),
+                "consumeMessageBatchMaxSize": str(self.consume_batch_size),
+                "maxReconsumeTimes": str(self.max_reconsume_times),
+                "PROP_CLIENT_VERSION": "cometmq",
+            },
+            "subscriptionSet": [sub.to_json() for sub in self._subscriptions.values()],
+            "mqTable": {
+                str(q): {"cachedMsgCount": len(pq), "locked": pq.locked} for q, pq in self._pqs.items()
+            },
+            "statusTable": {},
+            "jstack": "",
+        }
+
+    # rebalance ---------------------------------------------------------------------------------
+
+    def _on_route_changed(self, topic: str, _route: object) -> None:
+        if topic in self._subscriptions:
+            self._rebalance_wakeup.set()
+
+    async def _rebalance_loop(self) -> None:
+        retry = REBALANCE_RETRY_S
+        try:
+            while True:
+                if self._rebalance_complete:
+                    retry = REBALANCE_RETRY_S
+                    interval = REBALANCE_INTERVAL_S
+                else:
+                    # Sooner while a topic has no route yet (the retry topic right after the first
+                    # heartbeat created it), backing off to the normal interval.
+                    interval = retry
+                    retry = min(retry * 2, REBALANCE_INTERVAL_S)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._rebalance_wakeup.wait(), interval)
+                self._rebalance_wakeup.clear()
+                try:
+                    await self._rebalance()
+                except CometMQError as exc:
+                    log.warning("rebalance of %s failed: %s", self.group, exc)
+                except Exception:
+                    log.exception("rebalance of %s failed", self.group)
+        finally:
+            if self._state == "running":
+                # Cancelled without close(): the event loop is shutting down under us.
+                self._abort()
+
+    async def _rebalance(self) -> None:
+        async with self._rebalance_lock:
+            if self._state != "running":
+                return
+            complete = True
+            wanted: set[MessageQueue] = set()
+            for topic in list(self._subscriptions):
+                mine = await self._share_of(topic)
+                if mine is None:  # unknown for now: keep what we have of the topic
+                    complete = False
+                    mine = [q for q in self._pqs if q.topic == topic]
+                wanted.update(mine)
+            removed = [q for q in self._pqs if q not in wanted]
+            await asyncio.gather(*(self._remove_queue(q) for q in removed))
+            for queue in sorted(wanted):
+                if queue not in self._pqs:
+                    self._add_queue(queue)
+            self._rebalance_complete = complete
+
+    async def _share_of(self, topic: str) -> list[MessageQueue] | None:
+        try:
+            queues = await self._instance.subscribe_queues(topic)
+        except CometMQError as exc:
+            log.info("no route for %s yet: %s", topic, exc)
+            return None
+        if not queues:
+            return None
+        if not self._clustering:
+            return queues
+        try:
+            members = await _brokerapi.consumer_ids(self._instance, queues[0], self.group)
+        except CometMQError as exc:
+            log.info("cannot list the members of %s: %s", self.group, exc)
+            return None
+        if self.client_id not in members:
+            # Our heartbeat has not reached that broker yet: allocating now would drop every queue.
+            self._spawn(self._instance.send_heartbeat())
+            return None
+        return self._allocate(queues, members, self.client_id)
+
+    def _add_queue(self, queue: MessageQueue) -> None:
+        pq = ProcessQueue(queue, self.max_cached_messages_per_queue)
+        pq.locked = not self._needs_lock
+        self._pqs[queue] = pq
+        self._pull_tasks[queue] = asyncio.create_task(self._pull_loop(pq))
+        log.debug("%s now reads %s", self.client_id, queue)
+
+    async def _remove_queue(self, queue: MessageQueue) -> None:
+        pq = self._pqs.pop(queue)
+        task = self._pull_tasks.pop(queue)
+        pq.drop()
+        task.cancel()
+        # Give listener calls holding its messages a moment, so that the offset committed below
+        # covers them and the next owner does not consume them again. Orderly waits longer: the lock
+        # (and with it the order) passes on as soon as we unlock.
+        await pq.wait_idle(10.0 if self.orderly else 3.0)
+        pq.removed = True
+        try:
+            await self._offsets.persist([queue])
+        except (CometMQError, OSError) as exc:
+            log.warning("cannot commit the offset of %s: %s", queue, exc)
+        if self._clustering:
+            self._offsets.forget(queue)
+        if self._needs_lock:
+            await self._unlock([queue])
+        pq.clear()
+        await _finish([task])
+        log.debug("%s no longer reads %s", self.client_id, queue)
+
+    async def _apply_reset(self, offsets: dict[MessageQueue, int]) -> None:
+        async with self._rebalance_lock:
+            for queue, offset in offsets.items():
+                self._offsets.update(queue, offset)
+                pq = self._pqs.get(queue)
+                if pq is None:
+                    continue
+                # The cached messages and any listener call still holding some belong to the old
+                # position: that process queue may never move the offset again.
+                pq.drop()
+                pq.removed = True
+                pq.clear()
+                self._pull_tasks[queue].cancel()
+                del self._pqs[queue]
+                self._add_queue(queue)
+            try:
+                await self._offsets.persist(list(offsets))
+            except (CometMQError, OSError) as exc:
+                log.warning("cannot persist reset offsets of %s: %s", self.group, exc)
+
+    # orderly locks -----------------------------------------------------------------------------
+
+    def _lock_body(self, queues: list[MessageQueue]) -> bytes:
+        mq_set = [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id} for q in queues]
+        body = {"consumerGroup": self.group, "clientId": self.client_id, "mqSet": mq_set}
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    async def _lock(self, queues: list[MessageQueue]) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ ``queues`` on their brokers; the ones now held by this client."""
+        held: set[MessageQueue] = set()
+        for broker_name in sorted({q.broker_name for q in queues}):
+            batch = [q for q in queues if q.broker_name == broker_name]
+            try:
+                response = await self._instance.invoke_ok(
+                    broker_addr_of(self._instance, batch[0]),
+                    RequestCode.LOCK_BATCH_MQ,
+                    body=self._lock_body(batch),
+                )
+                for item in json.loads(response.body or b"{}").get("lockOKMQSet", []):
+                    held.add(MessageQueue(str(item["topic"]), str(item["brokerName"]), int(item["queueId"])))
+            except (CometMQError, ValueError, KeyError) as exc:
+                log.info("cannot lock queues of %s on %s: %s", self.group, broker_name, exc)
+        return held
+
+    async def _unlock(self, queues: list[MessageQueue]) -> None:
+        for broker_name in sorted({q.broker_name for q in queues}):
+            batch = [q for q in queues if q.broker_name == broker_name]
+            try:
+                await self._instance.invoke_ok(
+                    broker_addr_of(self._instance, batch[0]),
+                    RequestCode.UNLOCK_BATCH_MQ,
+                    body=self._lock_body(batch),
+                    timeout=1.0,
+                )
+            except CometMQError as exc:
+                log.info("cannot unlock queues of %s on %s: %s", self.group, broker_name, exc)
+
+    async def _lock_loop(self) -> None:
+        while True:
+            await asyncio.sleep(LOCK_RENEW_INTERVAL_S)
+            pqs = [pq for pq in self._pqs.values() if not pq.dropped]
+            held = await self._lock([pq.queue for pq in pqs])
+            for pq in pqs:
+                if pq.dropped:
+                    continue
+                pq.set_locked(pq.queue in held)
+                if pq.locked and len(pq) and not pq.consuming:
+                    self._dispatch_orderly(pq)
+
+    # pulling -----------------------------------------------------------------------------------
+
+    async def _first_offset(self, queue: MessageQueue) -> int:
+        """Where to start reading a queue: the stored offset, else by ``consume_from``."""
+        stored = await self._offsets.read(queue)
+        if stored is not None and stored >= 0:
+            return stored
+        if queue.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            offset = 0  # retried messages are never skipped, whatever consume_from says
+        elif self.consume_from == "last":
+            offset = await _brokerapi.max_offset(self._instance, queue)
+        elif self.consume_from == "first":
+            offset = await _brokerapi.min_offset(self._instance, queue)
+        else:
+            offset = await _brokerapi.offset_for_timestamp(self._instance, queue, self.consume_timestamp)
+        self._offsets.update(queue, offset)
+        return offset
+
+    async def _pull_loop(self, pq: ProcessQueue) -> None:
+        queue = pq.queue
+        try:
+            if self._needs_lock:
+                while not pq.dropped:
+                    if queue in await self._lock([queue]):
+                        pq.set_locked(True)
+                        break
+                    await asyncio.sleep(LOCK_RETRY_S)
+            offset: int | None = None
+            while offset is None and not pq.dropped:
+                try:
+                    offset = await self._first_offset(queue)
+                except CometMQError as exc:
+                    log.info("cannot find the start offset of %s: %s", queue, exc)
+                    await asyncio.sleep(PULL_ERROR_BACKOFF_S)
+            while offset is not None and not pq.dropped:
+                if not pq.locked:
+                    await pq.lock_event.wait()
+                    continue
+                if len(pq) >= self.max_cached_messages_per_queue:
+                    await pq.wait_for_room()  # flow control: the listener is behind
+                    continue
+                offset = await self._pull_once(pq, offset)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("pulling %s stopped", queue)
+
+    async def _pull_once(self, pq: ProcessQueue, offset: int) -> int:
+        queue = pq.queue
+        committed = self._offsets.offsets.get(queue, 0)
+        sys_flag = PULL_SUSPEND | PULL_SUBSCRIPTION
+        if self._clustering and committed > 0:
+            sys_flag |= PULL_COMMIT_OFFSET
+        try:
+            result = await _brokerapi.pull(
+                self._instance,
+                queue,
+                self.group,
+                self._subscriptions[queue.topic],
+                offset,
+                self.pull_batch_size,
+                sys_flag=sys_flag,
+                commit_offset=committed,
+                suspend_ms=PULL_SUSPEND_MS,
+                timeout=PULL_TIMEOUT_S,
+            )
+        except CometMQError as exc:
+            log.info("pull from %s failed: %s", queue, exc)
+            await asyncio.sleep(PULL_ERROR_BACKOFF_S)
+            return offset
+        if pq.dropped:
+            return offset
+        next_offset = result.next_begin_offset
+        messages = result.messages
+        if messages:
+            if queue.topic == self._retry_topic:
+                for message in messages:
+                    # RocketMQ's resetRetryAndNamespace: show the topic the message was sent to.
+                    original = message.properties.get(PROPERTY_RETRY_TOPIC)
+                    if original:
+                        message.topic = original
+            pq.put(messages, next_offset)
+            if self.orderly:
+                if not pq.consuming:
+                    self._dispatch_orderly(pq)
+            else:
+                size = self.consume_batch_size
+                for start in range(0, len(messages), size):
+                    self._requests.put_nowait(_ConsumeRequest(pq, messages[start : start + size]))
+        elif result.status is PullStatus.OFFSET_ILLEGAL:
+            log.warning("offset %d of %s is illegal; continuing at %d", offset, queue, next_offset)
+            if not len(pq):
+                self._offsets.update(queue, next_offset)
+        elif not len(pq):
+            # Nothing (or nothing matching) up to next_offset, and nothing pending: the committed
+            # offset may move past the filtered-out messages (RocketMQ's correctTagsOffset).
+            self._offsets.update(queue, next_offset, increase_only=True)
+        return next_offset
+
+    # consuming ---------------------------------------------------------------------------------
+
+    def _dispatch_orderly(self, pq: ProcessQueue) -> None:
+        pq.consuming = True
+        self._requests.put_nowait(_ConsumeRequest(pq, []))
+
+    async def _worker(self) -> None:
+        while True:
+            request = await self._requests.get()
+            pq = request.pq
+            if pq.dropped:
+                pq.consuming = False
+                continue
+            try:
+                if self.orderly:
+                    await self._consume_orderly(pq)
+                else:
+                    await self._consume_concurrently(pq, request.messages)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("consuming %s failed", pq.queue)
+
+    async def _call_listener(self, messages: list[ReceivedMessage]) -> ConsumeResult:
+        listener = self._listener
+        try:
+            if listener is None:
+                result: object = await self._iterator_listener(messages)
+            elif self._executor is not None:
+                result = await asyncio.get_running_loop().run_in_executor(self._executor, listener, messages)
+            else:
+                result = listener(messages)
+            if inspect.isawaitable(result):
+                result = await result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the listener of %s failed; the messages will be consumed again", self.group)
+            return ConsumeResult.RECONSUME_LATER
+        return (
+            ConsumeResult.RECONSUME_LATER
+            if result is ConsumeResult.RECONSUME_LATER
+            else ConsumeResult.SUCCESS
+        )
+
+    async def _consume_concurrently(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:
+        pq.begin_consume()
+        try:
+            result = await self._call_listener(messages)
+            done = messages
+            if result is ConsumeResult.SUCCESS:
+                self.consumed_count += len(messages)
+            elif not self._clustering:
+                log.warning("broadcasting: dropping %d messages the listener failed", len(messages))
+            elif pq.dropped:
+                done = []  # the queue's next owner consumes them again
+            else:
+                kept: list[ReceivedMessage] = []
+                for message in messages:
+                    if not await self._send_back(pq, message):
+                        message.reconsume_times += 1
+                        kept.append(message)
+                if kept:
+                    done = [m for m in messages if m not in kept]
+                    self._retry_locally(pq, kept)
+            offset = pq.remove(done)
+            if offset >= 0 and not pq.removed:
+                self._offsets.update(pq.queue, offset, increase_only=True)
+        finally:
+            pq.end_consume()
+
+    def _retry_locally(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:
+        async def later() -> None:
+            await asyncio.sleep(LOCAL_RETRY_DELAY_S)
+            if not pq.dropped:
+                self._requests.put_nowait(_ConsumeRequest(pq, messages))
+
+        self._spawn(later())
+
+    async def _consume_orderly(self, pq: ProcessQueue) -> None:
+        try:
+            while not pq.dropped and pq.locked:
+                messages = pq.head(self.consume_batch_size)
+                if not messages:
+                    break
+                pq.begin_consume()
+                try:
+                    result = await self._call_listener(messages)
+                    if result is ConsumeResult.SUCCESS:
+                        self.consumed_count += len(messages)
+                        done = messages
+                    else:
+                        done = []
+                        for message in messages:
+                            # Out of retries: a dead letter (delay level -1 skips the retry topic).
+                            if message.reconsume_times >= self.max_reconsume_times and await self._send_back(
+                                pq, message, delay_level=-1
+                            ):
+                                done.append(message)
+                                continue
+                            message.reconsume_times += 1
+                    if done:
+                        offset = pq.remove(done)
+                        if offset >= 0 and not pq.removed:
+                            self._offsets.update(pq.queue, offset, increase_only=True)
+                finally:
+                    pq.end_consume()
+                if len(done) < len(messages):
+                    # The same messages again, after a pause, before anything behind them.
+                    await asyncio.sleep(ORDERLY_SUSPEND_S)
+        finally:
+            pq.consuming = False
+
+    # retries -----------------------------------------------------------------------------------
+
+    async def _send_back(self, pq: ProcessQueue, message: ReceivedMessage, delay_level: int = 0) -> bool:
+        """Hand a failed message back to the broker for a later retry (or, ``delay_level`` -1, the
+        DLQ); False when neither the send-back nor the fallback send worked."""
+        fields = {
+            "offset": str(message.commitlog_offset),
+            "group": self.group,
+            "delayLevel": str(delay_level),
+            "originMsgId": message.msg_id,
+            "originTopic": message.topic,
+            "unitMode": "false",
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+        }
+        try:
+            await self._instance.invoke_ok(
+                broker_addr_of(self._instance, pq.queue),
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                fields,
+                timeout=SEND_BACK_TIMEOUT_S,
+            )
+            return True
+        except CometMQError as exc:
+            log.warning("send-back of %s failed (%s); sending it to the retry topic instead", message, exc)
+        try:
+            await self._send_as_retry_message(pq, message, dead=delay_level < 0)
+            return True
+        except CometMQError as exc:
+            log.warning("cannot send %s to the retry topic either: %s", message, exc)
+            return False
+
+    async def _send_as_retry_message(self, pq: ProcessQueue, message: ReceivedMessage, dead: bool) -> None:
+        """RocketMQ's sendMessageBackAsNormalMessage: a new message for ``%RETRY%<group>`` carrying
+        the retry bookkeeping in its properties (or straight to ``%DLQ%<group>``)."""
+        times = message.reconsume_times
+        props = dict(message.properties)
+        props.pop(PROPERTY_TRANSACTION_PREPARED, None)
+        props.pop(PROPERTY_DELAY, None)
+        props[PROPERTY_RETRY_TOPIC] = message.topic
+        props[PROPERTY_ORIGIN_MESSAGE_ID] = props.get(PROPERTY_ORIGIN_MESSAGE_ID) or message.msg_id
+        props[PROPERTY_RECONSUME_TIME] = str(times + 1)
+        props[PROPERTY_MAX_RECONSUME_TIMES] = str(self.max_reconsume_times)
+        if not dead:
+            props[PROPERTY_DELAY] = str(FIRST_RETRY_DELAY_LEVEL + times)
+        fields = {
+            "producerGroup": "CLIENT_INNER_PRODUCER",
+            "topic": dlq_topic(self.group) if dead else self._retry_topic,
+            "defaultTopic": DEFAULT_TOPIC,
+            "defaultTopicQueueNums": "4",
+            "queueId": "0",
+            "sysFlag": "0",  # the body was inflated when it was pulled
+            "bornTimestamp": str(int(time.time() * 1000)),
+            "flag": str(message.flag),
+            "properties": encode_properties(props),
+            "reconsumeTimes": str(times + 1),
+            "unitMode": "false",
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+        }
+        await self._instance.invoke_ok(
+            broker_addr_of(self._instance, pq.queue), RequestCode.SEND_MESSAGE, fields, message.body
+        )
+
+    # offsets -----------------------------------------------------------------------------------
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(PERSIST_INTERVAL_S)
+            try:
+                await self._offsets.persist(list(self._pqs) if self._clustering else None)
+            except (CometMQError, OSError) as exc:
+                log.warning("cannot persist the offsets of %s: %s", self.group, exc)
+
+    # helpers -----------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+
+def _is_async_callable(callback: object) -> bool:
+    # A coroutine function, or an object whose __call__ is one.
+    return inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(type(callback).__call__)
+
+
+async def _finish(tasks: list[asyncio.Task[Any]], cancel: bool = False) -> None:
+    """Wait for tasks to end (cancelling them first if asked), swallowing what they raise."""
+    if cancel:
+        for task in tasks:
+            task.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)

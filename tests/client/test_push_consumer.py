@@ -1,0 +1,521 @@
+"""PushConsumer against a real `cometmq standalone`: clustering, rebalance, broadcasting, orderly,
+retries and dead letters, tag filters, the ``async for`` form.
+
+Messages are sent with raw SEND_MESSAGE requests (not the native Producer) so that these tests
+depend on the consumer alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import threading
+import time
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from client_support import run, wait_until
+
+from cometmq.client import AdminClient, ConsumeResult, PushConsumer
+from cometmq.client.message import MessageQueue, ReceivedMessage
+from cometmq.common.properties import encode_properties
+from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
+from processes import StandaloneServer, broker_address
+
+
+class Broker:
+    """Raw requests to the standalone server's broker: sends and committed offsets."""
+
+    def __init__(self, server: StandaloneServer) -> None:
+        assert server.process is not None
+        self.namesrv = server.namesrv
+        self.addr = broker_address(server.process)
+        self.client = RemotingClient()
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def create_topic(self, topic: str, queues: int) -> None:
+        async with AdminClient(self.namesrv) as admin:
+            await admin.create_topic(topic, queues=queues)
+
+    async def send(
+        self,
+        topic: str,
+        body: bytes,
+        queue_id: int = 0,
+        tags: str | None = None,
+        properties: dict[str, str] | None = None,
+    ) -> int:
+        props = dict(properties or {})
+        if tags:
+            props["TAGS"] = tags
+        header = {
+            "producerGroup": "PG_test",
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": "4",
+            "queueId": str(queue_id),
+            "sysFlag": "0",
+            "bornTimestamp": str(int(time.time() * 1000)),
+            "flag": "0",
+            "properties": encode_properties(props),
+            "reconsumeTimes": "0",
+        }
+        request = RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields=header, body=body)
+        response = await self.client.invoke(self.addr, request, timeout=10)
+        assert response.code == 0, response.remark
+        return int(response.ext_fields["queueOffset"])
+
+    async def committed(self, group: str, topic: str, queue_id: int) -> int | None:
+        fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
+        request = RemotingCommand(code=RequestCode.QUERY_CONSUMER_OFFSET, ext_fields=fields)
+        response = await self.client.invoke(self.addr, request, timeout=10)
+        return int(response.ext_fields["offset"]) if response.code == 0 else None
+
+    async def all_committed(self, group: str, topic: str, ends: dict[int, int]) -> bool:
+        """Whether the group's committed offsets of ``topic`` reached ``ends`` (queue id → end)."""
+        for queue_id, end in ends.items():
+            if await self.committed(group, topic, queue_id) != end:
+                return False
+        return True
+
+
+@pytest.fixture
+def broker(standalone: StandaloneServer) -> Iterator[Broker]:
+    yield Broker(standalone)
+
+
+@pytest.fixture
+def quick_retries(tmp_path: Path) -> Iterator[StandaloneServer]:
+    """A standalone server whose delay levels (and so retry delays) are all 1 s."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("messageDelayLevel=" + " ".join(["1s"] * 18) + "\n")
+    server = StandaloneServer(tmp_path / "data", "-c", str(conf))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Recorder:
+    """An async listener that records what it got (and by whom), in global arrival order."""
+
+    def __init__(self, log: list[tuple[str, ReceivedMessage]] | None = None, name: str = "") -> None:
+        self.log = log if log is not None else []
+        self.name = name
+
+    async def __call__(self, messages: list[ReceivedMessage]) -> ConsumeResult:
+        self.log.extend((self.name, m) for m in messages)
+        return ConsumeResult.SUCCESS
+
+    def bodies(self) -> list[bytes]:
+        return [m.body for _, m in self.log]
+
+
+def consumer(namesrv: str, group: str, topic: str, expression: str = "*", **options: object) -> PushConsumer:
+    c = PushConsumer(group, namesrv, consume_from="first", **options)  # type: ignore[arg-type]
+    c.subscribe(topic, expression)
+    return c
+
+
+# clustering ------------------------------------------------------------------------------------
+
+
+def test_clustering_consumes_each_message_once_and_a_restarted_member_resumes_where_it_committed(
+    broker: Broker,
+) -> None:
+    async def scenario() -> None:
+        await broker.create_topic("ClusterTopic", 4)
+        first = [f"first-{i}".encode() for i in range(40)]
+        for i, body in enumerate(first):
+            await broker.send("ClusterTopic", body, queue_id=i % 4)
+        recorder = Recorder()
+        c1 = consumer(broker.namesrv, "GID_cluster", "ClusterTopic")
+        c1.listen(recorder)
+        await c1.start()
+        await wait_until(lambda: len(recorder.log) >= 40, message="first 40 consumed")
+        await c1.close()
+        assert Counter(recorder.bodies()) == Counter(first)  # each exactly once
+        # close() committed every queue to its end (10 messages each).
+        assert await broker.all_committed("GID_cluster", "ClusterTopic", {q: 10 for q in range(4)})
+
+        second = [f"second-{i}".encode() for i in range(20)]
+        for i, body in enumerate(second):
+            await broker.send("ClusterTopic", body, queue_id=i % 4)
+        got: list[bytes] = []
+        threads: set[str] = set()
+
+        def blocking_listener(messages: list[ReceivedMessage]) -> None:  # a plain function: thread pool
+            threads.add(threading.current_thread().name)
+            got.extend(m.body for m in messages)
+
+        c2 = consumer(broker.namesrv, "GID_cluster", "ClusterTopic")
+        c2.listen(blocking_listener)
+        await c2.start()
+        await wait_until(lambda: len(got) >= 20, message="second 20 consumed")
+        await wait_until(
+            lambda: broker.all_committed("GID_cluster", "ClusterTopic", {q: 15 for q in range(4)}),
+            message="offsets committed",
+        )
+        await c2.close()
+        assert Counter(got) == Counter(second)  # nothing of the first round again
+        assert threading.main_thread().name not in threads
+        await broker.close()
+
+    run(scenario())
+
+
+def test_rebalance_as_members_join_and_leave(broker: Broker) -> None:
+    """Queues move as a second and third member join and then leave; every message is consumed.
+
+    Duplicates are bounded: before each membership change every earlier message is consumed and its
+    offset committed, and one batch is sent *during* the change. A message can only be consumed twice
+    when the member that lost its queue consumed it after the new owner had read the queue's
+    committed offset, so duplicates may only come from the batches sent during changes, never from
+    a batch committed before one.
+    """
+    topic, group = "RebalanceTopic", "GID_rebalance"
+    queues = {MessageQueue(topic, "", q) for q in range(8)}
+
+    async def scenario() -> None:
+        await broker.create_topic(topic, 8)
+        log: list[tuple[str, ReceivedMessage]] = []
+        members: dict[str, PushConsumer] = {}
+        sent: list[bytes] = []
+        settled_batches: list[set[bytes]] = []
+        changing_batches: list[set[bytes]] = []
+
+        async def send_batch(name: str) -> set[bytes]:
+            batch = [f"{name}-{i}".encode() for i in range(24)]
+            for i, body in enumerate(batch):
+                await broker.send(topic, body, queue_id=i % 8)
+            sent.extend(batch)
+            return set(batch)
+
+        async def add_member(name: str) -> None:
+            c = consumer(broker.namesrv, group, topic, allocate="averagely")
+            c.listen(Recorder(log, name))
+            await c.start()
+            members[name] = c
+
+        def owners_partition_the_topic() -> bool:
+            shares = [{q.queue_id for q in c.assigned_queues if q.topic == topic} for c in members.values()]
+            return sum(len(s) for s in shares) == 8 and set().union(*shares) == {q.queue_id for q in queues}
+
+        async def settle() -> None:
+            await wait_until(owners_partition_the_topic, message="each queue owned by one member")
+            await wait_until(lambda: set(sent) <= {m.body for _, m in log}, message="all consumed")
+            ends = {q: len(sent) // 8 for q in range(8)}
+            await wait_until(lambda: broker.all_committed(group, topic, ends), message="offsets committed")
+
+        await add_member("c1")
+        settled_batches.append(await send_batch("b0"))
+        await settle()
+        for change in ("+c2", "+c3", "-c3", "-c2"):
+            name = change[1:]
+            if change[0] == "+":
+                await add_member(name)
+                changing_batches.append(await send_batch(f"during{change}"))
+            else:
+                changing_batches.append(await send_batch(f"during{change}"))
+                await members.pop(name).close()
+            await settle()
+            settled_batches.append(await send_batch(f"after{change}"))
+            await settle()
+            shares = [c.assigned_queues for c in members.values()]
+            assert all(shares), f"a member got no queue after {change}: {shares}"
+        for c in members.values():
+            await c.close()
+        await broker.close()
+
+        counts = Counter(m.body for _, m in log)
+        assert set(counts) == set(sent)
+        duplicated = {body for body, n in counts.items() if n > 1}
+        assert not duplicated & set().union(*settled_batches)
+        assert len(duplicated) <= sum(len(b) for b in changing_batches)
+        # Every member that was ever there consumed something.
+        assert {name for name, _ in log} == {"c1", "c2", "c3"}
+
+    run(scenario(), timeout=280)
+
+
+# broadcasting ----------------------------------------------------------------------------------
+
+
+def test_broadcasting_members_each_get_every_message_and_keep_offsets_in_a_file(
+    broker: Broker, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        await broker.create_topic("BroadcastTopic", 4)
+        bodies = [f"b-{i}".encode() for i in range(20)]
+        for i, body in enumerate(bodies):
+            await broker.send("BroadcastTopic", body, queue_id=i % 4)
+        recorders = [Recorder(), Recorder()]
+        members = []
+        for n, recorder in enumerate(recorders):
+            c = consumer(
+                broker.namesrv,
+                "GID_broadcast",
+                "BroadcastTopic",
+                message_model="broadcasting",
+                instance_name=f"bcast-{n}",
+                offsets_dir=tmp_path / "offsets",
+            )
+            c.listen(recorder)
+            await c.start()
+            members.append(c)
+        for recorder in recorders:
+            await wait_until(lambda r=recorder: len(r.log) >= 20, message="every message to each member")
+        for c in members:
+            await c.close()
+        for recorder in recorders:
+            assert Counter(recorder.bodies()) == Counter(bodies)
+        for c in members:
+            assert c.offsets_path is not None and c.offsets_path.is_relative_to(tmp_path / "offsets")
+            table = json.loads(c.offsets_path.read_text())["offsetTable"]
+            assert {(e["topic"], e["queueId"]): e["offset"] for e in table} == {
+                ("BroadcastTopic", q): 5 for q in range(4)
+            }
+        # Nothing was committed to the broker for a broadcasting group.
+        assert await broker.committed("GID_broadcast", "BroadcastTopic", 0) in (None, 0)
+        await broker.close()
+
+    run(scenario())
+
+
+# orderly ---------------------------------------------------------------------------------------
+
+
+def test_orderly_keeps_each_queues_order_while_a_second_member_joins(broker: Broker) -> None:
+    topic, group = "OrderlyTopic", "GID_orderly"
+
+    async def scenario() -> None:
+        await broker.create_topic(topic, 4)
+        log: list[tuple[str, ReceivedMessage]] = []
+
+        class SlowRecorder(Recorder):
+            async def __call__(self, messages: list[ReceivedMessage]) -> ConsumeResult:
+                await asyncio.sleep(0.01)  # slow enough that the second member joins mid-stream
+                return await super().__call__(messages)
+
+        per_queue = 40
+        for seq in range(per_queue):
+            for q in range(4):
+                await broker.send(topic, f"{q}:{seq}".encode(), queue_id=q)
+        c1 = consumer(broker.namesrv, group, topic, orderly=True)
+        c1.listen(SlowRecorder(log, "c1"))
+        await c1.start()
+        await wait_until(lambda: len(log) >= 20, message="c1 started consuming")
+        c2 = consumer(broker.namesrv, group, topic, orderly=True)
+        c2.listen(SlowRecorder(log, "c2"))
+        await c2.start()
+        for seq in range(per_queue, 2 * per_queue):
+            for q in range(4):
+                await broker.send(topic, f"{q}:{seq}".encode(), queue_id=q)
+        await wait_until(
+            lambda: {m.body for _, m in log} >= {f"{q}:{s}".encode() for q in range(4) for s in range(80)},
+            timeout=90,
+            message="everything consumed",
+        )
+        assert c1.assigned_queues and c2.assigned_queues
+        await c1.close()
+        await c2.close()
+        await broker.close()
+
+        by_queue: dict[int, list[int]] = defaultdict(list)
+        for _, m in log:
+            q, seq = m.body.decode().split(":")
+            assert int(q) == m.queue_id
+            by_queue[int(q)].append(int(seq))
+        # In order, each once, across the hand-over of queues from c1 to c2.
+        assert by_queue == {q: list(range(2 * per_queue)) for q in range(4)}
+        assert "c2" in {name for name, _ in log}
+
+    run(scenario(), timeout=200)
+
+
+def test_orderly_retries_a_failed_message_locally_before_anything_behind_it(broker: Broker) -> None:
+    async def scenario() -> None:
+        await broker.create_topic("OrderlyRetryTopic", 1)
+        for seq in range(5):
+            await broker.send("OrderlyRetryTopic", f"{seq}".encode(), queue_id=0)
+        seen: list[tuple[bytes, int]] = []
+
+        async def listener(messages: list[ReceivedMessage]) -> ConsumeResult:
+            [m] = messages
+            seen.append((m.body, m.reconsume_times))
+            return ConsumeResult.RECONSUME_LATER if m.body == b"2" and m.reconsume_times < 2 else None  # type: ignore[return-value]
+
+        c = consumer(broker.namesrv, "GID_orderly_retry", "OrderlyRetryTopic", orderly=True)
+        c.listen(listener)
+        await c.start()
+        await wait_until(lambda: len(seen) >= 7, message="all consumed")
+        await c.close()
+        await broker.close()
+        assert seen == [(b"0", 0), (b"1", 0), (b"2", 0), (b"2", 1), (b"2", 2), (b"3", 0), (b"4", 0)]
+
+    run(scenario())
+
+
+# retries ---------------------------------------------------------------------------------------
+
+
+def test_reconsume_later_redelivers_with_growing_reconsume_times_then_dead_letters(
+    quick_retries: StandaloneServer,
+) -> None:
+    broker = Broker(quick_retries)
+    group, topic = "GID_retry", "RetryTopic"
+
+    async def scenario() -> None:
+        await broker.create_topic(topic, 2)
+        await broker.send(topic, b"fails-twice", queue_id=0, tags="T", properties={"KEYS": "k1"})
+        await broker.send(topic, b"always-fails", queue_id=1, tags="T", properties={"KEYS": "k2"})
+        deliveries: dict[bytes, list[int]] = defaultdict(list)
+        topics: set[str] = set()
+
+        async def listener(messages: list[ReceivedMessage]) -> ConsumeResult:
+            [m] = messages
+            deliveries[m.body].append(m.reconsume_times)
+            topics.add(m.topic)
+            if m.body == b"always-fails":
+                raise RuntimeError("an exception counts as RECONSUME_LATER")
+            return ConsumeResult.RECONSUME_LATER if m.reconsume_times < 2 else ConsumeResult.SUCCESS
+
+        c = consumer(quick_retries.namesrv, group, topic, max_reconsume_times=2)
+        c.listen(listener)
+        await c.start()
+
+        async def dead_letters() -> list[bytes]:
+            async with AdminClient(quick_retries.namesrv) as admin:
+                return [r.body for r in await admin.dead_letters(group)]
+
+        await wait_until(lambda: len(deliveries[b"fails-twice"]) >= 3, timeout=60, message="3 deliveries")
+        assert await wait_until(dead_letters, timeout=60, message="a dead letter") == [b"always-fails"]
+        await c.close()
+        await broker.close()
+        assert deliveries == {b"fails-twice": [0, 1, 2], b"always-fails": [0, 1, 2]}
+        assert topics == {topic}  # retried copies show the topic they were sent to
+
+    run(scenario())
+
+
+def test_async_for_consumes_and_retry_later_redelivers(quick_retries: StandaloneServer) -> None:
+    broker = Broker(quick_retries)
+    group, topic = "GID_iter", "IterTopic"
+
+    async def scenario() -> None:
+        await broker.create_topic(topic, 2)
+        for i in range(10):
+            await broker.send(topic, f"it-{i}".encode(), queue_id=i % 2)
+        c = consumer(quick_retries.namesrv, group, topic)
+        await c.start()
+        got: list[tuple[bytes, int]] = []
+        async for message in c:
+            got.append((message.body, message.reconsume_times))
+            if message.body == b"it-3" and message.reconsume_times == 0:
+                c.retry_later(message)
+            if len(got) == 11:
+                break
+        await c.close()
+        assert Counter(body for body, _ in got) == Counter(
+            {f"it-{i}".encode(): 2 if i == 3 else 1 for i in range(10)}
+        )
+        assert (b"it-3", 1) in got
+        # Offsets advanced past everything, the last message included (closing counts it).
+        assert await broker.all_committed(group, topic, {0: 5, 1: 5})
+        await broker.close()
+
+    run(scenario())
+
+
+# filters ---------------------------------------------------------------------------------------
+
+
+def test_tag_filter_delivers_exactly_the_matching_messages_and_moves_offsets_past_the_rest(
+    broker: Broker,
+) -> None:
+    async def scenario() -> None:
+        await broker.create_topic("TagTopic", 2)
+        for i in range(30):
+            await broker.send("TagTopic", f"t-{i}".encode(), queue_id=i % 2, tags="ABC"[i % 3])
+        recorder = Recorder()
+        c = consumer(broker.namesrv, "GID_tags", "TagTopic", "A || C")
+        c.listen(recorder)
+        await c.start()
+        expected = {f"t-{i}".encode() for i in range(30) if i % 3 != 1}
+        await wait_until(lambda: len(recorder.log) >= len(expected), message="matching messages")
+        await wait_until(
+            lambda: broker.all_committed("GID_tags", "TagTopic", {0: 15, 1: 15}),
+            message="offsets past the filtered-out messages",
+        )
+        await c.close()
+        await broker.close()
+        assert Counter(recorder.bodies()) == Counter(expected)
+        assert {m.tags for _, m in recorder.log} == {"A", "C"}
+
+    run(scenario())
+
+
+# life cycle ------------------------------------------------------------------------------------
+
+
+def test_a_consumer_never_closed_leaves_no_pending_tasks_or_open_sockets(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        await broker.create_topic("LeakTopic", 2)
+        await broker.send("LeakTopic", b"x")
+        recorder = Recorder()
+        c = consumer(broker.namesrv, "GID_leak", "LeakTopic")
+        c.listen(recorder)
+        await c.start()
+        await wait_until(lambda: recorder.log, message="consumed")
+        await broker.close()
+        # return without close(): asyncio.run cancels the consumer's tasks and closes the loop
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(scenario())
+        gc.collect()
+    leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert leaks == []
+    assert "Task was destroyed but it is pending" not in caplog.text
+
+
+def test_sql92_subscription_delivers_exactly_the_matching_messages(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enablePropertyFilter=true\n")
+    server = StandaloneServer(tmp_path / "data", "-c", str(conf))
+    server.start()
+    broker = Broker(server)
+
+    async def scenario() -> None:
+        await broker.create_topic("SqlTopic", 2)
+        for i in range(20):
+            props = {"color": ["red", "blue"][i % 2], "size": str(i)}
+            await broker.send("SqlTopic", f"s-{i}".encode(), queue_id=i % 2, properties=props)
+        recorder = Recorder()
+        c = PushConsumer("GID_sql", server.namesrv, consume_from="first")
+        c.subscribe("SqlTopic", "color = 'red' AND size >= 10", sql92=True)
+        c.listen(recorder)
+        await c.start()
+        expected = {f"s-{i}".encode() for i in range(10, 20, 2)}
+        await wait_until(lambda: len(recorder.log) >= len(expected), message="matching messages")
+        await wait_until(
+            lambda: broker.all_committed("GID_sql", "SqlTopic", {0: 10, 1: 10}),
+            message="offsets past the filtered-out messages",
+        )
+        await c.close()
+        await broker.close()
+        assert Counter(recorder.bodies()) == Counter(expected)
+
+    try:
+        run(scenario())
+    finally:
+        server.stop()
