@@ -519,3 +519,31 @@ def test_sql92_subscription_delivers_exactly_the_matching_messages(tmp_path: Pat
         run(scenario())
     finally:
         server.stop()
+
+
+def test_an_online_consumer_follows_an_offset_reset(broker: Broker) -> None:
+    """`cometmq group reset` while the consumer runs: the broker tells it (RESET_CONSUMER_CLIENT_OFFSET)
+    and it continues from the new offsets, here replaying a queue from its first message."""
+
+    async def scenario() -> None:
+        await broker.create_topic("ResetTopic", 1)
+        bodies = [f"reset-{i}".encode() for i in range(10)]
+        for body in bodies:
+            await broker.send("ResetTopic", body)
+        recorder = Recorder()
+        c = consumer(broker.namesrv, "GID_reset", "ResetTopic")
+        c.listen(recorder)
+        await c.start()
+        await wait_until(lambda: len(recorder.log) >= 10, message="first pass consumed")
+        await wait_until(
+            lambda: broker.all_committed("GID_reset", "ResetTopic", {0: 10}), message="offset committed"
+        )
+        async with AdminClient(broker.namesrv) as admin:
+            result = await admin.reset_offsets("GID_reset", "ResetTopic", to="earliest")
+        assert result.consumers_notified >= 1
+        await wait_until(lambda: len(recorder.log) >= 20, message="replay after the reset")
+        await c.close()
+        assert recorder.bodies() == bodies + bodies  # replayed from offset 0, in order, once
+        await broker.close()
+
+    run(scenario())
