@@ -1,5 +1,31 @@
 """Clients of a CometMQ (or RocketMQ) cluster."""
 
 from cometmq.client.admin import AdminClient
+from cometmq.client.consumer import ConsumeResult, PushConsumer
+from cometmq.client.litepull import DataLossError, LitePullConsumer
+from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
+from cometmq.client.producer import (
+    InvalidMessageError,
+    MessageTooLargeError,
+    NoRouteError,
+    Producer,
+    ProducerStateError,
+)
 
-__all__ = ["AdminClient"]
+__all__ = [
+    "AdminClient",
+    "ConsumeResult",
+    "DataLossError",
+    "InvalidMessageError",
+    "LitePullConsumer",
+    "Message",
+    "MessageQueue",
+    "MessageTooLargeError",
+    "NoRouteError",
+    "Producer",
+    "ProducerStateError",
+    "PushConsumer",
+    "ReceivedMessage",
+    "SendResult",
+    "SendStatus",
+]

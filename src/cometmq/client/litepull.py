@@ -1,0 +1,727 @@
+"""LitePullConsumer: the application pulls (``poll``) instead of registering a listener (asyncio).
+
+Modelled on RocketMQ's DefaultLitePullConsumer and on aiokafka's consumer. Two ways to get queues:
+
+* ``subscribe(topic, expression)``: the consumer joins its group (heartbeats) and the group's members
+  split the topic's queues with RocketMQ's "averagely" allocation (wire facts §7.11), rebalancing
+  every 20 s and whenever a broker says the membership changed;
+* ``assign(queues)``: exactly these queues, no group membership.
+
+Either way a background task per assigned queue keeps pulling ahead (long polling on the broker) into
+a bounded per-queue cache, so :meth:`LitePullConsumer.poll` only hands over what is already decoded.
+A queue's *position* is the offset of the next message ``poll`` will return; ``commit`` stores the
+positions as the group's consumer offsets on the brokers (wire facts §5.4), as auto-commit does every
+``auto_commit_interval`` seconds and on close.
+
+:meth:`LitePullConsumer.read` is the bounded, low-level read for batch jobs (the Spark connector):
+exactly the offsets ``[start, end)`` of one queue, no membership, no commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from types import TracebackType
+from typing import Any, Literal
+
+from cometmq.client import _brokerapi
+from cometmq.client._brokerapi import PULL_LITE, PULL_SUBSCRIPTION, PULL_SUSPEND, PullStatus
+from cometmq.client._instance import ClientInstance
+from cometmq.client._rebalance import allocate_averagely
+from cometmq.client.message import MessageQueue, ReceivedMessage
+from cometmq.common.subscription import SUB_ALL, SubscriptionData
+from cometmq.errors import CometMQError
+
+__all__ = ["ConsumeFrom", "DataLossError", "LitePullConsumer"]
+
+log = logging.getLogger("cometmq.client")
+
+ConsumeFrom = Literal["last", "first", "timestamp"]
+
+# RocketMQ's defaults: rebalance every 20 s; a failed pull is retried after a pause; the broker holds
+# a long poll at most this long and the client waits longer than that for the answer.
+REBALANCE_INTERVAL_S = 20.0
+PULL_RETRY_DELAY_S = 1.0
+LONG_POLL_HOLD_MS = 15_000
+LONG_POLL_TIMEOUT_S = 30.0
+# The broker answers at most 256 KiB per pull, whatever maxMsgNums says; 1024 is plenty above that.
+MAX_PULL_BATCH = 1024
+# consume_from="timestamp" without a timestamp: half an hour ago (RocketMQ's consumeTimestamp).
+DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000
+
+_CONSUME_FROM_WHERE = {
+    "last": "CONSUME_FROM_LAST_OFFSET",
+    "first": "CONSUME_FROM_FIRST_OFFSET",
+    "timestamp": "CONSUME_FROM_TIMESTAMP",
+}
+
+
+class DataLossError(CometMQError):
+    """Part of a requested offset range is gone from the queue (retention deleted it)."""
+
+    def __init__(self, queue: MessageQueue, wanted_start: int, available_min: int) -> None:
+        self.queue = queue
+        self.wanted_start = wanted_start
+        self.available_min = available_min
+        super().__init__(
+            f"{queue}: messages from offset {wanted_start} on were wanted, but the queue only holds "
+            f"offsets from {available_min} on (deleted by retention?)"
+        )
+
+
+class _QueueState:
+    """One assigned queue: where pulling continues, where ``poll`` continues, and the cache between."""
+
+    __slots__ = (
+        "batches",
+        "cached",
+        "epoch",
+        "fetch_offset",
+        "in_ready",
+        "paused",
+        "position",
+        "queue",
+        "room",
+        "task",
+    )
+
+    def __init__(self, queue: MessageQueue) -> None:
+        self.queue = queue
+        self.fetch_offset: int | None = None  # next offset to pull
+        self.position: int | None = None  # next offset poll returns
+        # Pulled batches not yet polled: (messages, offset after them). Empty batches advance the
+        # position past messages the tag filter dropped.
+        self.batches: deque[tuple[list[ReceivedMessage], int]] = deque()
+        self.cached = 0
+        self.paused = False
+        self.in_ready = False
+        self.epoch = 0  # bumped by seek: an answer to an older pull is not used
+        self.room = asyncio.Event()  # set while the cache has room (and the queue is not paused)
+        self.task: asyncio.Task[None] | None = None
+
+
+class LitePullConsumer:
+    """A pull consumer of group ``group`` (clustering model) against the NameServer(s) ``namesrv``.
+
+    ``consume_from`` says where a queue the group never committed an offset for starts: at its end
+    (``"last"``), at its oldest message (``"first"``) or at ``consume_timestamp`` (ms since the epoch;
+    ``"timestamp"``). As with every RocketMQ client, the broker reports offset 0 for a young queue
+    (wire facts §7.8), so a brand-new group reads such a queue from the start whatever this says.
+
+    ``pull_batch_size`` is the most messages asked for per pull (1…1024; the broker also stops at
+    256 KiB); ``pull_threshold_per_queue`` bounds the messages pulled ahead per queue;
+    ``max_poll_messages`` is about the most one ``poll`` returns (whole pulled batches are handed over).
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: str,
+        *,
+        auto_commit: bool = True,
+        auto_commit_interval: float = 5.0,
+        pull_batch_size: int = 32,
+        poll_timeout: float = 5.0,
+        consume_from: ConsumeFrom = "last",
+        consume_timestamp: int | None = None,
+        instance_name: str | None = None,
+        pull_threshold_per_queue: int = 1024,
+        max_poll_messages: int = 1024,
+        request_timeout: float = 3.0,
+    ) -> None:
+        if not 1 <= pull_batch_size <= MAX_PULL_BATCH:
+            raise ValueError(f"pull_batch_size must be within 1..{MAX_PULL_BATCH}, not {pull_batch_size}")
+        if consume_from not in _CONSUME_FROM_WHERE:
+            raise ValueError(f"consume_from must be 'last', 'first' or 'timestamp', not {consume_from!r}")
+        self.group = group
+        self.namesrv = namesrv
+        self.auto_commit = auto_commit
+        self.auto_commit_interval = auto_commit_interval
+        self.pull_batch_size = pull_batch_size
+        self.poll_timeout = poll_timeout
+        self.consume_from: ConsumeFrom = consume_from
+        self.consume_timestamp = consume_timestamp
+        self.pull_threshold_per_queue = max(1, pull_threshold_per_queue)
+        self.max_poll_messages = max(1, max_poll_messages)
+        self._instance_name = instance_name
+        self._request_timeout = request_timeout
+        self._instance: ClientInstance | None = None
+        self._subscriptions: dict[str, SubscriptionData] = {}
+        self._subscriptions_all: dict[str, SubscriptionData] = {}  # "*" for assigned queues
+        self._assigned_by_user = False
+        self._states: dict[MessageQueue, _QueueState] = {}
+        self._ready: deque[_QueueState] = deque()
+        self._ready_event: asyncio.Event | None = None
+        self._committed: dict[MessageQueue, int] = {}
+        self._rebalance_wanted: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+        self._closing = False
+        self._closed = False
+
+    # life cycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, join the group if subscribed, and start pulling the assigned queues."""
+        if self._closed:
+            raise CometMQError("this consumer is closed")
+        if self._started:
+            return
+        self._instance = ClientInstance(
+            self.namesrv, instance_name=self._instance_name, request_timeout=self._request_timeout
+        )
+        self._instance.start()
+        self._ready_event = asyncio.Event()
+        self._rebalance_wanted = asyncio.Event()
+        self._started = True
+        for state in self._states.values():
+            self._start_pulling(state)
+        if self._subscriptions:
+            await self._join_group()
+        self._tasks.append(asyncio.create_task(self._rebalance_loop()))
+        if self.auto_commit:
+            self._tasks.append(asyncio.create_task(self._auto_commit_loop()))
+
+    async def close(self) -> None:
+        """Stop pulling, commit the positions (with ``auto_commit``), leave the group, disconnect."""
+        if self._closed or self._closing:
+            return
+        self._closing = True  # no new pulls from here on; commits still work
+        if not self._started:
+            self._closed = True
+            return
+        tasks = [*self._tasks, *(s.task for s in self._states.values() if s.task is not None)]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.auto_commit:
+            try:
+                await self._commit_positions(only_changed=True)
+            except CometMQError as exc:
+                log.warning("%s: cannot commit offsets on close: %s", self.group, exc)
+        self._closed = True
+        assert self._instance is not None
+        self._instance.unregister_consumer(self.group)
+        await self._instance.close()
+
+    async def __aenter__(self) -> LitePullConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def instance(self) -> ClientInstance:
+        """The client instance (connections, routes); raises unless started and not closed."""
+        self._check_open()
+        assert self._instance is not None
+        return self._instance
+
+    def _check_open(self) -> None:
+        if self._instance is None or not self._started:
+            raise CometMQError("the consumer is not started")
+        if self._closed:
+            raise CometMQError("the consumer is closed")
+
+    # choosing queues ---------------------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = SUB_ALL) -> None:
+        """Consume ``topic`` (messages whose tag matches ``expression``: ``*`` or ``TagA || TagB``)
+        as a member of the group; the group's members share its queues."""
+        if self._assigned_by_user:
+            raise CometMQError("subscribe() and assign() cannot be mixed on one consumer")
+        self._subscriptions[topic] = SubscriptionData.from_expression(
+            topic, expression, sub_version=int(time.time() * 1000)
+        )
+        if self._started:
+            self._tasks.append(asyncio.create_task(self._join_group()))
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming ``topic`` (its queues are released at once)."""
+        if self._subscriptions.pop(topic, None) is None:
+            return
+        self._set_assignment({q for q in self._states if q.topic != topic})
+        if self._rebalance_wanted is not None:
+            self._rebalance_wanted.set()
+
+    def assign(self, queues: Iterable[MessageQueue]) -> None:
+        """Consume exactly ``queues`` (see :meth:`fetch_queues`), outside any group membership.
+
+        A queue starts at the group's committed offset, else where ``consume_from`` says."""
+        if self._subscriptions:
+            raise CometMQError("subscribe() and assign() cannot be mixed on one consumer")
+        self._assigned_by_user = True
+        self._set_assignment(set(queues))
+
+    def assignment(self) -> set[MessageQueue]:
+        """The queues this consumer reads now."""
+        return set(self._states)
+
+    async def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        """The readable queues of ``topic``, sorted (topic, broker, queue id), from a fresh route."""
+        instance = self.instance
+        route = await instance.fetch_route(topic)
+        if route is None:
+            raise CometMQError(f"topic {topic!r} is not routed by any name server (does it exist?)")
+        return await instance.subscribe_queues(topic)
+
+    # positions ---------------------------------------------------------------------------------
+
+    def seek(self, queue: MessageQueue, offset: int) -> None:
+        """Continue ``queue`` at ``offset``: the next ``poll`` returns its messages from there on.
+        Messages pulled ahead from the old position are dropped."""
+        state = self._state(queue)
+        state.epoch += 1
+        state.fetch_offset = offset
+        state.position = offset
+        state.batches.clear()
+        state.cached = 0
+        if self._started and not self._closing:
+            if state.task is not None:
+                state.task.cancel()
+            self._start_pulling(state)
+
+    async def seek_to_beginning(self, queue: MessageQueue) -> None:
+        """Continue ``queue`` at its oldest message."""
+        self._state(queue)
+        self.seek(queue, await self.begin_offset(queue))
+
+    async def seek_to_end(self, queue: MessageQueue) -> None:
+        """Continue ``queue`` after its newest message (only what arrives from now on)."""
+        self._state(queue)
+        self.seek(queue, await self.end_offset(queue))
+
+    async def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        """The offset of the message stored nearest ``timestamp_ms`` (RocketMQ's search, wire facts
+        §7.9: past the newest message, the newest message's offset; an empty queue, 0)."""
+        await self._route_of(queue)
+        return await _brokerapi.offset_for_timestamp(self.instance, queue, timestamp_ms)
+
+    def position(self, queue: MessageQueue) -> int | None:
+        """The offset of the next message ``poll`` returns from ``queue``; None until the queue's
+        start is known (committed offset or ``consume_from`` looked up)."""
+        return self._state(queue).position
+
+    async def committed(self, queue: MessageQueue) -> int | None:
+        """The group's committed offset of ``queue`` on its broker; None if none was committed."""
+        await self._route_of(queue)
+        return await _brokerapi.query_offset(self.instance, queue, self.group)
+
+    async def commit(self, offsets: dict[MessageQueue, int] | None = None) -> None:
+        """Store offsets for the group on the brokers and wait for them to confirm. Without
+        ``offsets``: the position of every assigned queue (what ``poll`` has returned so far)."""
+        if offsets is None:
+            await self._commit_positions(only_changed=False)
+            return
+        await self._commit(offsets)
+
+    async def begin_offset(self, queue: MessageQueue) -> int:
+        """The offset of the oldest message ``queue`` still holds (its min offset)."""
+        await self._route_of(queue)
+        return await _brokerapi.min_offset(self.instance, queue)
+
+    async def end_offset(self, queue: MessageQueue) -> int:
+        """The offset the next message written to ``queue`` gets (its max offset)."""
+        await self._route_of(queue)
+        return await _brokerapi.max_offset(self.instance, queue)
+
+    def pause(self, queues: Iterable[MessageQueue]) -> None:
+        """Stop returning (and pulling) messages of ``queues`` until :meth:`resume`; what was pulled
+        ahead is kept."""
+        for queue in queues:
+            state = self._state(queue)
+            state.paused = True
+            state.room.clear()
+
+    def resume(self, queues: Iterable[MessageQueue]) -> None:
+        """Undo :meth:`pause`."""
+        for queue in queues:
+            state = self._state(queue)
+            if not state.paused:
+                continue
+            state.paused = False
+            if state.cached < self.pull_threshold_per_queue:
+                state.room.set()
+            if state.batches:
+                self._mark_ready(state)
+
+    def paused(self) -> set[MessageQueue]:
+        return {q for q, s in self._states.items() if s.paused}
+
+    # consuming ---------------------------------------------------------------------------------
+
+    async def poll(self, timeout: float | None = None) -> list[ReceivedMessage]:
+        """The next messages of the assigned queues, in offset order within each queue; waits up to
+        ``timeout`` seconds (default ``poll_timeout``) for some to arrive, else returns ``[]``."""
+        self._check_open()
+        messages = self._drain()
+        if messages:
+            return messages
+        wait = self.poll_timeout if timeout is None else timeout
+        if wait <= 0:
+            return messages
+        ready = self._ready_event
+        assert ready is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            ready.clear()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ready.wait(), remaining)
+            messages = self._drain()
+            if messages:
+                return messages
+
+    def _drain(self) -> list[ReceivedMessage]:
+        out: list[ReceivedMessage] = []
+        ready = self._ready
+        limit = self.max_poll_messages
+        threshold = self.pull_threshold_per_queue
+        while ready and len(out) < limit:
+            state = ready.popleft()
+            state.in_ready = False
+            if state.paused or not state.batches:
+                continue
+            messages, next_offset = state.batches.popleft()
+            state.cached -= len(messages)
+            out += messages
+            state.position = next_offset
+            if state.batches:
+                state.in_ready = True
+                ready.append(state)  # round robin: one batch per queue per turn
+            if state.cached < threshold:
+                state.room.set()
+        return out
+
+    async def read(
+        self, queue: MessageQueue, start: int, end: int, *, max_batch: int = MAX_PULL_BATCH
+    ) -> AsyncIterator[list[ReceivedMessage]]:
+        """The messages of ``queue`` at offsets ``[start, end)``, exactly, in order, in batches.
+
+        For batch jobs: no group membership, no commit, independent of ``poll``. Offsets not yet
+        written are waited for (long polling). If retention already deleted part of the range,
+        :class:`DataLossError` is raised instead of skipping anything.
+        """
+        if start >= end:
+            return
+        instance = self.instance
+        await self._route_of(queue)
+        subscription = SubscriptionData(queue.topic)
+        max_batch = max(1, min(max_batch, MAX_PULL_BATCH))
+
+        def pull_at(offset: int) -> asyncio.Task[_brokerapi.PullResult]:
+            return asyncio.ensure_future(
+                _brokerapi.pull(
+                    instance,
+                    queue,
+                    self.group,
+                    subscription,
+                    offset,
+                    min(max_batch, end - offset),
+                    sys_flag=PULL_SUBSCRIPTION | PULL_SUSPEND | PULL_LITE,
+                    suspend_ms=LONG_POLL_HOLD_MS,
+                    timeout=LONG_POLL_TIMEOUT_S,
+                )
+            )
+
+        offset = start
+        pending = pull_at(offset)
+        try:
+            while offset < end:
+                result = await pending
+                if result.status is PullStatus.FOUND and result.messages:
+                    messages = result.messages
+                    first = messages[0].queue_offset
+                    if first != offset:
+                        raise DataLossError(queue, offset, first)
+                    last = messages[-1].queue_offset
+                    if last - first + 1 != len(messages):
+                        raise DataLossError(queue, *_first_gap(messages))
+                    if last >= end:
+                        messages = [m for m in messages if m.queue_offset < end]
+                    offset = last + 1
+                    # Ask for the next batch before handing this one over: the pull travels while the
+                    # caller works.
+                    if offset < end:
+                        pending = pull_at(offset)
+                    yield messages
+                    continue
+                if result.status is PullStatus.OFFSET_ILLEGAL and offset < result.min_offset:
+                    raise DataLossError(queue, offset, result.min_offset)
+                if result.status is PullStatus.OFFSET_ILLEGAL:
+                    raise CometMQError(
+                        f"{queue}: offset {offset} is beyond the queue's end {result.max_offset}"
+                    )
+                if result.status is PullStatus.NO_MATCHED_MSG:
+                    # Nothing is filtered here, so skipped units are messages being deleted.
+                    raise DataLossError(queue, offset, max(result.next_begin_offset, result.min_offset))
+                pending = pull_at(offset)  # NO_NEW_MSG after the hold: keep waiting
+        finally:
+            if not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError, CometMQError):
+                    await pending
+
+    # internals: assignment and pulling ---------------------------------------------------------
+
+    def _state(self, queue: MessageQueue) -> _QueueState:
+        state = self._states.get(queue)
+        if state is None:
+            raise CometMQError(f"queue {queue} is not assigned to this consumer")
+        return state
+
+    async def _route_of(self, queue: MessageQueue) -> None:
+        instance = self.instance
+        if instance.broker_addr(queue.broker_name) is None:
+            await instance.fetch_route(queue.topic)
+
+    def _set_assignment(self, queues: set[MessageQueue]) -> None:
+        for queue in [q for q in self._states if q not in queues]:
+            state = self._states.pop(queue)
+            if state.task is not None:
+                state.task.cancel()
+            state.batches.clear()
+            state.cached = 0
+            self._committed.pop(queue, None)
+        for queue in sorted(queues):
+            if queue not in self._states:
+                state = self._states[queue] = _QueueState(queue)
+                state.room.set()
+                if self._started and not self._closing:
+                    self._start_pulling(state)
+
+    def _start_pulling(self, state: _QueueState) -> None:
+        state.task = asyncio.create_task(self._pull_loop(state, state.epoch))
+
+    def _mark_ready(self, state: _QueueState) -> None:
+        if not state.in_ready:
+            state.in_ready = True
+            self._ready.append(state)
+        assert self._ready_event is not None
+        self._ready_event.set()
+
+    def _subscription(self, topic: str) -> SubscriptionData:
+        sub = self._subscriptions.get(topic)
+        if sub is None:
+            sub = self._subscriptions_all.get(topic)
+            if sub is None:
+                sub = self._subscriptions_all[topic] = SubscriptionData(topic)
+        return sub
+
+    async def _initial_offset(self, queue: MessageQueue) -> int:
+        instance = self.instance
+        await self._route_of(queue)
+        committed = await _brokerapi.query_offset(instance, queue, self.group)
+        if committed is not None and committed >= 0:
+            self._committed[queue] = committed
+            return committed
+        if self.consume_from == "first":
+            return await _brokerapi.min_offset(instance, queue)
+        if self.consume_from == "timestamp":
+            ts = self.consume_timestamp
+            if ts is None:
+                ts = int(time.time() * 1000) - DEFAULT_TIMESTAMP_LOOKBACK_MS
+            return await _brokerapi.offset_for_timestamp(instance, queue, ts)
+        if queue.topic.startswith("%RETRY%"):
+            return 0  # RocketMQ: retry topics always start at 0
+        return await _brokerapi.max_offset(instance, queue)
+
+    async def _pull_loop(self, state: _QueueState, epoch: int) -> None:
+        queue = state.queue
+        instance = self.instance
+        while True:
+            try:
+                if state.fetch_offset is None:
+                    offset = await self._initial_offset(queue)
+                    if state.epoch != epoch:
+                        return
+                    state.fetch_offset = offset
+                    if state.position is None:
+                        state.position = offset
+                if state.paused or state.cached >= self.pull_threshold_per_queue:
+                    state.room.clear()
+                    await state.room.wait()
+                    continue
+                await self._route_of(queue)
+                result = await _brokerapi.pull(
+                    instance,
+                    queue,
+                    self.group,
+                    self._subscription(queue.topic),
+                    state.fetch_offset,
+                    self.pull_batch_size,
+                    sys_flag=PULL_SUBSCRIPTION | PULL_SUSPEND | PULL_LITE,
+                    suspend_ms=LONG_POLL_HOLD_MS,
+                    timeout=LONG_POLL_TIMEOUT_S,
+                )
+            except asyncio.CancelledError:
+                raise
+            except CometMQError as exc:
+                log.warning("%s: pulling %s failed: %s", self.group, queue, exc)
+                await asyncio.sleep(PULL_RETRY_DELAY_S)
+                continue
+            if state.epoch != epoch:
+                return  # a seek restarted this queue
+            status = result.status
+            if status is PullStatus.NO_NEW_MSG:
+                state.fetch_offset = result.next_begin_offset
+                continue
+            if status is PullStatus.OFFSET_ILLEGAL:
+                log.warning(
+                    "%s: offset %d of %s is illegal (queue holds %d..%d); continuing at %d",
+                    self.group,
+                    state.fetch_offset,
+                    queue,
+                    result.min_offset,
+                    result.max_offset,
+                    result.next_begin_offset,
+                )
+            # FOUND, NO_MATCHED_MSG (all filtered) and OFFSET_ILLEGAL all move the position on; a
+            # batch (even an empty one) carries the move to poll, in order with earlier batches.
+            state.fetch_offset = result.next_begin_offset
+            messages = result.messages
+            state.batches.append((messages, result.next_begin_offset))
+            state.cached += len(messages)
+            if not state.paused:
+                self._mark_ready(state)
+
+    # internals: group membership ---------------------------------------------------------------
+
+    async def _join_group(self) -> None:
+        instance = self.instance
+        for topic in self._subscriptions:
+            try:
+                await instance.fetch_route(topic)
+            except CometMQError as exc:
+                log.warning("%s: cannot fetch the route of %s: %s", self.group, topic, exc)
+        with contextlib.suppress(CometMQError):  # already registered: only the subscriptions changed
+            instance.register_consumer(self)
+        await instance.send_heartbeat()
+        await self._rebalance()
+
+    async def _rebalance_loop(self) -> None:
+        wanted = self._rebalance_wanted
+        assert wanted is not None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wanted.wait(), REBALANCE_INTERVAL_S)
+            wanted.clear()
+            if not self._subscriptions:
+                continue
+            try:
+                await self._rebalance()
+            except CometMQError as exc:
+                log.warning("%s: rebalance failed: %s", self.group, exc)
+
+    async def _rebalance(self) -> None:
+        instance = self.instance
+        mine: set[MessageQueue] = set()
+        for topic in list(self._subscriptions):
+            queues = await instance.subscribe_queues(topic)
+            if not queues:
+                continue
+            client_ids = await _brokerapi.consumer_ids(instance, queues[0], self.group)
+            mine.update(allocate_averagely(queues, client_ids, instance.client_id))
+        released = [q for q in self._states if q not in mine]
+        if released and self.auto_commit:
+            # Hand the released queues over where this member stopped (RocketMQ persists the offset
+            # of a removed queue before dropping it).
+            positions = {q: p for q in released if (p := self._states[q].position) is not None}
+            try:
+                await self._commit(positions)
+            except CometMQError as exc:
+                log.warning("%s: cannot commit released queues: %s", self.group, exc)
+        self._set_assignment(mine)
+
+    # ConsumerMember (what the client instance asks of a registered consumer)
+
+    def consumer_data(self) -> dict[str, Any]:
+        return {
+            "groupName": self.group,
+            "consumeType": "CONSUME_ACTIVELY",
+            "messageModel": "CLUSTERING",
+            "consumeFromWhere": _CONSUME_FROM_WHERE[self.consume_from],
+            "subscriptionDataSet": [sub.to_json() for sub in self._subscriptions.values()],
+            "unitMode": False,
+        }
+
+    def on_ids_changed(self) -> None:
+        if self._rebalance_wanted is not None:
+            self._rebalance_wanted.set()
+
+    def on_reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        for queue, offset in offsets.items():
+            if queue in self._states:
+                self.seek(queue, offset)
+
+    def running_info(self) -> dict[str, Any]:
+        return {
+            "properties": {
+                "consumeType": "CONSUME_ACTIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": _CONSUME_FROM_WHERE[self.consume_from],
+                "pullBatchSize": str(self.pull_batch_size),
+                "autoCommit": str(self.auto_commit).lower(),
+            },
+            "subscriptionSet": [sub.to_json() for sub in self._subscriptions.values()],
+        }
+
+    # internals: commits ------------------------------------------------------------------------
+
+    async def _commit(self, offsets: dict[MessageQueue, int]) -> None:
+        instance = self.instance
+        for queue in offsets:
+            await self._route_of(queue)
+        items = list(offsets.items())
+        results = await asyncio.gather(
+            *(_brokerapi.commit_offset(instance, q, self.group, o) for q, o in items), return_exceptions=True
+        )
+        failure: BaseException | None = None
+        for (queue, offset), result in zip(items, results, strict=True):
+            if isinstance(result, BaseException):
+                failure = failure or result
+            else:
+                self._committed[queue] = offset
+        if failure is not None:
+            raise failure
+
+    async def _commit_positions(self, only_changed: bool) -> None:
+        offsets = {
+            q: s.position
+            for q, s in self._states.items()
+            if s.position is not None and not (only_changed and self._committed.get(q) == s.position)
+        }
+        if offsets:
+            await self._commit(offsets)
+
+    async def _auto_commit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.auto_commit_interval)
+            try:
+                await self._commit_positions(only_changed=True)
+            except CometMQError as exc:
+                log.warning("%s: auto-commit failed: %s", self.group, exc)
+
+
+def _first_gap(messages: list[ReceivedMessage]) -> tuple[int, int]:
+    """The first missing offset of a batch with a gap, and the offset available after it."""
+    for before, after in itertools.pairwise(messages):
+        if after.queue_offset != before.queue_offset + 1:
+            return before.queue_offset + 1, after.queue_offset
+    return messages[-1].queue_offset + 1, messages[-1].queue_offset + 1
