@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from cometmq import __version__
 from cometmq.cli._admin import add_admin_commands
+from cometmq.cli._bench import add_bench_commands
 from cometmq.cli._dlq import add_dlq_commands
 from cometmq.cli._group import add_group_commands
 from cometmq.cli._message import add_message_commands
@@ -23,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "CometMQ, a message queue that speaks the RocketMQ 4.x protocol. Run the servers "
             "(standalone, namesrv, broker), administer a running cluster (topic, cluster, group), find "
-            "stored messages (message) or recover dead letters (dlq)."
+            "stored messages (message), recover dead letters (dlq) or measure a cluster (bench)."
         ),
         epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
     )
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_message_commands(commands)
     add_dlq_commands(commands)
     add_group_commands(commands)
+    add_bench_commands(commands)
     return parser
 
 

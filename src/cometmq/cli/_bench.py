@@ -1,0 +1,338 @@
+"""``cometmq bench produce|consume|latency``: drive a running cluster with the Python client and report
+messages/s, MB/s and latency percentiles.
+
+The workloads are those of the peer benchmark (``shared/tools/peerbench``), so figures can be put side by
+side: batched produce, consume from the start, one synchronous send at a time, and end to end at a fixed
+rate with the consumer in a second process. Bodies are 1 KiB of random bytes from a pool of 256.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from cometmq.cli._admin import admin_options
+from cometmq.cli._loop import run_async
+from cometmq.cli._progress import Progress
+from cometmq.cli._table import format_table
+from cometmq.client import AdminClient, LitePullConsumer, Message, MessageQueue, Producer
+from cometmq.errors import CometMQError
+
+DEFAULT_TOPIC = "CometBench"
+BENCH_GROUP = "cometmq_bench"
+_BODY_POOL = 256
+# The end-to-end workload stamps each body: CLOCK_MONOTONIC ns at send time and a sequence number.
+_STAMP = struct.Struct(">qq")
+
+
+def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = admin_options()
+    common.add_argument("--topic", default=DEFAULT_TOPIC, help=f"topic to use (default {DEFAULT_TOPIC})")
+    common.add_argument("--size", type=int, default=1024, metavar="BYTES", help="body size (1024)")
+    common.add_argument(
+        "--queues", type=int, default=4, metavar="N", help="queues of the topic if it is created (4)"
+    )
+    bench = commands.add_parser(
+        "bench",
+        help="measure a running cluster: produce, consume, latency",
+        description=(
+            "Measure throughput and latency against a running cluster with CometMQ's Python client "
+            "(one client process; end-to-end latency adds a consumer process). The topic is created "
+            "when missing. Prints a table (or --json); a progress bar shows on a terminal."
+        ),
+    )
+    workloads = bench.add_subparsers(dest="bench_command", metavar="WORKLOAD", required=True)
+
+    produce = workloads.add_parser(
+        "produce",
+        parents=[common],
+        help="batched sends, several batches in flight",
+        description="Send COUNT messages in batches (SEND_BATCH_MESSAGE), INFLIGHT batches at a time.",
+    )
+    produce.add_argument("--count", type=int, default=200_000, help="messages (200000)")
+    produce.add_argument("--batch", type=int, default=100, help="messages per batch (100)")
+    produce.add_argument("--inflight", type=int, default=8, help="batches in flight (8)")
+    produce.set_defaults(func=_command(_produce))
+
+    consume = workloads.add_parser(
+        "consume",
+        parents=[common],
+        help="read a topic from its start",
+        description=(
+            "Read COUNT messages from the start of every queue of the topic with a LitePullConsumer "
+            "(queues assigned, no group offsets touched). The topic must hold them: run "
+            "'cometmq bench produce' first."
+        ),
+    )
+    consume.add_argument("--count", type=int, default=200_000, help="messages (200000)")
+    consume.add_argument("--pull-batch", type=int, default=256, help="messages asked per pull (256)")
+    consume.set_defaults(func=_command(_consume))
+
+    latency = workloads.add_parser(
+        "latency",
+        parents=[common],
+        help="synchronous send latency, then end-to-end latency at a fixed rate",
+        description=(
+            "First COUNT synchronous sends, one at a time (after WARMUP more): the latency of each "
+            "until its SEND_OK. Then, unless --no-e2e, RATE messages/s for DURATION seconds while a "
+            "consumer in a second process receives them: latency from send to receipt (both "
+            "processes read CLOCK_MONOTONIC; the first WARMUP messages are left out)."
+        ),
+    )
+    latency.add_argument("--count", type=int, default=5_000, help="synchronous sends measured (5000)")
+    latency.add_argument("--warmup", type=int, default=200, help="sends not measured (200)")
+    latency.add_argument("--rate", type=int, default=2_000, help="end-to-end messages per second (2000)")
+    latency.add_argument("--duration", type=float, default=10.0, help="end-to-end seconds (10)")
+    latency.add_argument("--no-e2e", action="store_true", help="only the synchronous sends")
+    latency.set_defaults(func=_command(_latency))
+
+    # The end-to-end consumer process (started by 'latency'; not for direct use).
+    receive = workloads.add_parser("e2e-receive", parents=[common])
+    receive.add_argument("--count", type=int, required=True)
+    receive.add_argument("--warmup", type=int, default=200)
+    receive.add_argument("--deadline", type=float, required=True)
+    receive.add_argument("--rate", type=int, required=True)
+    receive.set_defaults(func=_command(_e2e_receive))
+
+
+BenchAction = Callable[[argparse.Namespace], Awaitable[dict[str, Any] | None]]
+
+
+def _command(action: BenchAction) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        if args.size < _STAMP.size:
+            raise CometMQError(f"--size must be at least {_STAMP.size} bytes")
+
+        async def main() -> int:
+            result = await action(args)
+            if result is not None:
+                _print_result(result, args.json)
+            return 0
+
+        return run_async(main(), fast_loop=True)
+
+    return run
+
+
+def _bodies(size: int) -> list[bytes]:
+    return [os.urandom(size) for _ in range(_BODY_POOL)]
+
+
+def percentiles(samples_ns: Sequence[int]) -> dict[str, float]:
+    """p50, p99 and max of latencies in ns, as µs."""
+    ordered = sorted(samples_ns)
+    if not ordered:
+        return {"p50_us": 0.0, "p99_us": 0.0, "max_us": 0.0}
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000
+
+    return {"p50_us": at(0.50), "p99_us": at(0.99), "max_us": ordered[-1] / 1000}
+
+
+async def _ensure_topic(args: argparse.Namespace) -> None:
+    async with AdminClient(args.namesrv, timeout=args.timeout) as admin:
+        if args.topic not in await admin.topic_list():
+            await admin.create_topic(args.topic, args.queues)
+
+
+async def _produce(args: argparse.Namespace) -> dict[str, Any]:
+    await _ensure_topic(args)
+    bodies = _bodies(args.size)
+    batches = [
+        [
+            Message(args.topic, bodies[(start + i) % _BODY_POOL])
+            for i in range(min(args.batch, args.count - start))
+        ]
+        for start in range(0, args.count, args.batch)
+    ]
+    async with Producer(BENCH_GROUP, args.namesrv, send_timeout=args.timeout) as producer:
+        await producer.send_batch(batches[0][:1])  # routes and connections ready before the clock starts
+        progress = Progress("produce", args.count)
+        pending = iter(batches)
+        latencies: list[int] = []
+
+        async def sender() -> None:
+            for batch in pending:
+                started = time.perf_counter_ns()
+                await producer.send_batch(batch)
+                latencies.append(time.perf_counter_ns() - started)
+                progress.advance(len(batch))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(sender() for _ in range(args.inflight)))
+        seconds = time.perf_counter() - start
+        progress.close()
+    return {
+        "rows": [
+            _row(f"produce, batches of {args.batch}", args.count, args.size, seconds, latencies, "per batch")
+        ]
+    }
+
+
+async def _consume(args: argparse.Namespace) -> dict[str, Any]:
+    consumer = LitePullConsumer(BENCH_GROUP, args.namesrv, auto_commit=False, pull_batch_size=args.pull_batch)
+    async with consumer:
+        queues = await consumer.fetch_queues(args.topic)
+        if not queues:
+            raise CometMQError(f"topic {args.topic!r} has no queues; run 'cometmq bench produce' first")
+        available = 0
+        for queue in queues:
+            available += await consumer.end_offset(queue) - await consumer.begin_offset(queue)
+        if available < args.count:
+            raise CometMQError(
+                f"topic {args.topic!r} holds {available} messages, fewer than --count {args.count}; "
+                "run 'cometmq bench produce' first"
+            )
+        consumer.assign(queues)
+        for queue in queues:
+            await consumer.seek_to_beginning(queue)
+        progress = Progress("consume", args.count)
+        received = 0
+        size = 0
+        start = time.perf_counter()
+        while received < args.count:
+            messages = await consumer.poll(timeout=args.timeout)
+            if not messages:
+                raise CometMQError(f"no message for {args.timeout:g} s after {received} of {args.count}")
+            received += len(messages)
+            size += sum(len(m.body) for m in messages)
+            progress.advance(len(messages))
+        seconds = time.perf_counter() - start
+        progress.close()
+    return {"rows": [_row("consume from the start", received, size / max(received, 1), seconds, [], "")]}
+
+
+async def _latency(args: argparse.Namespace) -> dict[str, Any]:
+    await _ensure_topic(args)
+    bodies = _bodies(args.size)
+    rows = []
+    async with Producer(BENCH_GROUP, args.namesrv, send_timeout=args.timeout) as producer:
+        progress = Progress("sync sends", args.warmup + args.count)
+        samples: list[int] = []
+        for i in range(args.warmup + args.count):
+            msg = Message(args.topic, bodies[i % _BODY_POOL])
+            started = time.perf_counter_ns()
+            await producer.send(msg)
+            if i >= args.warmup:
+                samples.append(time.perf_counter_ns() - started)
+            progress.advance(1)
+        progress.close()
+        rows.append(
+            _row("one synchronous send at a time", args.count, args.size, 0.0, samples, "send to SEND_OK")
+        )
+        if not args.no_e2e:
+            rows.append(await _end_to_end(args, producer, bodies))
+    return {"rows": rows}
+
+
+async def _end_to_end(args: argparse.Namespace, producer: Producer, bodies: list[bytes]) -> dict[str, Any]:
+    total = int(args.rate * args.duration)
+    deadline = time.time() + args.duration + 30
+    receiver = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "cometmq",
+        "bench",
+        "e2e-receive",
+        "--namesrv",
+        args.namesrv,
+        "--topic",
+        args.topic,
+        "--count",
+        str(total),
+        "--warmup",
+        str(args.warmup),
+        "--deadline",
+        str(deadline),
+        "--rate",
+        str(args.rate),
+        "--json",
+        stdout=subprocess.PIPE,
+    )
+    assert receiver.stdout is not None
+    ready = await receiver.stdout.readline()  # the receiver sits at the queues' ends
+    if not ready.startswith(b"ready"):
+        raise CometMQError("the end-to-end receiver did not start")
+    progress = Progress(f"end to end at {args.rate}/s", total)
+    interval_ns = 1_000_000_000 // args.rate
+    next_send = time.monotonic_ns()
+    for seq in range(total):
+        now = time.monotonic_ns()
+        if next_send > now:
+            await asyncio.sleep((next_send - now) / 1e9)
+        body = _STAMP.pack(time.monotonic_ns(), seq) + bodies[seq % _BODY_POOL][_STAMP.size :]
+        producer.send_with_callback(Message(args.topic, body), _ignore)
+        next_send += interval_ns
+        progress.advance(1)
+    output, _ = await receiver.communicate()
+    progress.close()
+    if receiver.returncode != 0:
+        raise CometMQError("the end-to-end receiver failed")
+    result: dict[str, Any] = json.loads(output)
+    return result
+
+
+def _ignore(_outcome: object) -> None:
+    pass
+
+
+async def _e2e_receive(args: argparse.Namespace) -> None:
+    consumer = LitePullConsumer(BENCH_GROUP + "_e2e", args.namesrv, auto_commit=False, pull_batch_size=64)
+    async with consumer:
+        queues: list[MessageQueue] = await consumer.fetch_queues(args.topic)
+        consumer.assign(queues)
+        for queue in queues:
+            await consumer.seek_to_end(queue)
+        await consumer.poll(timeout=0.05)  # pulls are parked at the ends before the sender starts
+        print("ready", flush=True)
+        samples: list[int] = []
+        seen = 0
+        while seen < args.count and time.time() < args.deadline:
+            for message in await consumer.poll(timeout=1.0):
+                received = time.monotonic_ns()
+                stamp, seq = _STAMP.unpack_from(message.body)
+                seen += 1
+                if seq >= args.warmup:
+                    samples.append(received - stamp)
+    row = _row(f"end to end at {args.rate} msg/s", seen, args.size, 0.0, samples, "send to receipt")
+    print(json.dumps(row), flush=True)
+
+
+def _row(
+    workload: str, count: int, size: float, seconds: float, samples: Sequence[int], latency_of: str
+) -> dict[str, Any]:
+    """One line of the report; latency percentiles when there are samples."""
+    row: dict[str, Any] = {"workload": workload, "messages": count}
+    if seconds > 0:
+        row["msg_per_s"] = round(count / seconds)
+        row["mb_per_s"] = round(count * size / seconds / 1e6, 1)
+    if samples:
+        row.update(percentiles(samples))
+        row["latency_of"] = latency_of
+    return row
+
+
+def _print_result(result: dict[str, Any], as_json: bool) -> None:
+    rows = result["rows"]
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    headers = ["workload", "messages", "msg/s", "MB/s", "p50 µs", "p99 µs", "max µs", "latency of"]
+    keys = ["workload", "messages", "msg_per_s", "mb_per_s", "p50_us", "p99_us", "max_us", "latency_of"]
+    table = []
+    for row in rows:
+        cells = []
+        for key in keys:
+            value = row.get(key, "")
+            cells.append(f"{value:,.0f}" if isinstance(value, float | int) and key != "mb_per_s" else value)
+        table.append(cells)
+    print(format_table(headers, table))
