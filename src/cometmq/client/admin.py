@@ -71,22 +71,28 @@ class QueueProgress:
 
     @property
     def lag(self) -> int:
+        """Messages stored but not yet consumed by the group."""
         return max(0, self.broker_offset - self.consumer_offset)
 
 
 @dataclass(slots=True)
 class ConsumeProgress:
+    """A group's progress on every queue it consumes (``cometmq group progress``)."""
+
     group: str
     queues: list[QueueProgress]
     consume_tps: float  # messages per second the group committed over the last minute
 
     @property
     def total_lag(self) -> int:
+        """The lag summed over every queue."""
         return sum(queue.lag for queue in self.queues)
 
 
 @dataclass(slots=True)
 class QueueReset:
+    """One queue's offset before and after a reset."""
+
     topic: str
     broker_name: str
     queue_id: int
@@ -96,12 +102,16 @@ class QueueReset:
 
 @dataclass(slots=True)
 class ResetResult:
+    """What ``reset_offsets`` changed, and how many online consumers were told."""
+
     queues: list[QueueReset]
     consumers_notified: int  # consumer connections sent the new offsets, summed over brokers
 
 
 @dataclass(slots=True)
 class ConsumerConnection:
+    """One online consumer of a group, as the brokers know it."""
+
     client_id: str
     client_addr: str
     language: str
@@ -158,6 +168,7 @@ class AdminClient:
         await self.close()
 
     async def close(self) -> None:
+        """Close every connection."""
         await self._remoting.close()
 
     # plumbing ----------------------------------------------------------------------------------
@@ -185,14 +196,17 @@ class AdminClient:
     # name server queries -----------------------------------------------------------------------
 
     async def cluster_info(self) -> ClusterInfo:
+        """Clusters, their brokers and addresses, as the name server knows them."""
         response = await self._invoke_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
         return ClusterInfo.decode(response.body)
 
     async def topic_list(self) -> list[str]:
+        """Every topic the name server knows, sorted."""
         response = await self._invoke_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
         return sorted(TopicList.decode(response.body).topics)
 
     async def topic_route(self, topic: str) -> TopicRouteData:
+        """Which brokers hold the topic's queues; BrokerError when none does."""
         # Ask for standard JSON explicitly, so an older name server does not send the legacy form.
         response = await self._invoke_namesrv(
             RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"}

@@ -212,6 +212,7 @@ class _BlockingClient:
 
     @property
     def closed(self) -> bool:
+        """Whether the client was closed (by ``close``, a ``with`` block's end or garbage collection)."""
         return not self._finalizer.alive
 
     def close(self) -> None:

@@ -422,6 +422,7 @@ class PushConsumer:
     # ConsumerMember (called by the ClientInstance) ---------------------------------------------
 
     def consumer_data(self) -> dict[str, Any]:
+        """Hook for the client instance: this consumer's ConsumerData for heartbeats."""
         return {
             "groupName": self.group,
             "consumeType": "CONSUME_PASSIVELY",
@@ -432,13 +433,16 @@ class PushConsumer:
         }
 
     def on_ids_changed(self) -> None:
+        """Hook for the client instance: a broker says the group's members changed; rebalance."""
         self._rebalance_wakeup.set()
 
     def on_reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Hook for the client instance: an administrator reset the group's offsets; continue there."""
         if self._state == "running":
             self._spawn(self._apply_reset(offsets))
 
     def running_info(self) -> dict[str, Any]:
+        """Hook for the client instance: the ConsumerRunningInfo a broker relays to admin tools."""
         return {
             "properties": {
                 "consumeType": "CONSUME_PASSIVELY",

@@ -359,6 +359,7 @@ class LitePullConsumer:
                 self._mark_ready(state)
 
     def paused(self) -> set[MessageQueue]:
+        """The queues :meth:`pause` stopped and :meth:`resume` has not restarted."""
         return {q for q, s in self._states.items() if s.paused}
 
     # consuming ---------------------------------------------------------------------------------
@@ -652,6 +653,7 @@ class LitePullConsumer:
     # ConsumerMember (what the client instance asks of a registered consumer)
 
     def consumer_data(self) -> dict[str, Any]:
+        """Hook for the client instance: this consumer's ConsumerData for heartbeats."""
         return {
             "groupName": self.group,
             "consumeType": "CONSUME_ACTIVELY",
@@ -662,15 +664,18 @@ class LitePullConsumer:
         }
 
     def on_ids_changed(self) -> None:
+        """Hook for the client instance: a broker says the group's members changed; rebalance."""
         if self._rebalance_wanted is not None:
             self._rebalance_wanted.set()
 
     def on_reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Hook for the client instance: an administrator reset the group's offsets; continue there."""
         for queue, offset in offsets.items():
             if queue in self._states:
                 self.seek(queue, offset)
 
     def running_info(self) -> dict[str, Any]:
+        """Hook for the client instance: the ConsumerRunningInfo a broker relays to admin tools."""
         return {
             "properties": {
                 "consumeType": "CONSUME_ACTIVELY",

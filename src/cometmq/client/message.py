@@ -182,14 +182,17 @@ class ReceivedMessage:
 
     @property
     def tags(self) -> str | None:
+        """The TAGS property: the one tag the producer set, or None."""
         return self.properties.get(PROPERTY_TAGS)
 
     @property
     def keys(self) -> list[str]:
+        """The KEYS property split at spaces: what the broker indexed for lookups."""
         return self.properties.get(PROPERTY_KEYS, "").split()
 
     @property
     def offset_msg_id(self) -> str:
+        """The broker's id of the stored record: store host and commit-log offset, 32 hex digits."""
         return offset_msg_id(self.store_host_raw, self.commitlog_offset)
 
     @property
@@ -200,19 +203,24 @@ class ReceivedMessage:
 
     @property
     def queue(self) -> MessageQueue:
+        """The queue the message was read from, as ``topic``, ``broker_name``, ``queue_id`` name it (for
+        a retried message: its original topic with the retry queue's id)."""
         return MessageQueue(self.topic, self.broker_name, self.queue_id)
 
     @property
     def delay_level(self) -> int:
+        """The DELAY property (0 when the message was not delayed)."""
         return int(self.properties.get(PROPERTY_DELAY, "0") or 0)
 
     @property
     def born_host(self) -> str:
+        """``ip:port`` of the producer's connection."""
         host, port = decode_host(self.born_host_raw)
         return f"{host}:{port}"
 
     @property
     def store_host(self) -> str:
+        """``ip:port`` of the broker that stored the message."""
         host, port = decode_host(self.store_host_raw)
         return f"{host}:{port}"
 
