@@ -259,30 +259,39 @@ async def _end_to_end(args: argparse.Namespace, producer: Producer, bodies: list
         stdout=subprocess.PIPE,
     )
     assert receiver.stdout is not None
-    ready = await receiver.stdout.readline()  # the receiver sits at the queues' ends
-    if not ready.startswith(b"ready"):
-        raise CometMQError("the end-to-end receiver did not start")
-    progress = Progress(f"end to end at {args.rate}/s", total)
-    interval_ns = 1_000_000_000 // args.rate
-    next_send = time.monotonic_ns()
-    for seq in range(total):
-        now = time.monotonic_ns()
-        if next_send > now:
-            await asyncio.sleep((next_send - now) / 1e9)
-        body = _STAMP.pack(time.monotonic_ns(), seq) + bodies[seq % _BODY_POOL][_STAMP.size :]
-        producer.send_with_callback(Message(args.topic, body), _ignore)
-        next_send += interval_ns
-        progress.advance(1)
-    output, _ = await receiver.communicate()
-    progress.close()
+    failures: list[BaseException] = []
+
+    def on_sent(outcome: object) -> None:
+        if isinstance(outcome, BaseException):
+            failures.append(outcome)
+
+    try:
+        ready = await receiver.stdout.readline()  # the receiver sits at the queues' ends
+        if not ready.startswith(b"ready"):
+            raise CometMQError("the end-to-end receiver did not start")
+        progress = Progress(f"end to end at {args.rate}/s", total)
+        interval_ns = 1_000_000_000 // args.rate
+        next_send = time.monotonic_ns()
+        for seq in range(total):
+            now = time.monotonic_ns()
+            if next_send > now:
+                await asyncio.sleep((next_send - now) / 1e9)
+            body = _STAMP.pack(time.monotonic_ns(), seq) + bodies[seq % _BODY_POOL][_STAMP.size :]
+            producer.send_with_callback(Message(args.topic, body), on_sent)
+            next_send += interval_ns
+            progress.advance(1)
+            if failures:
+                raise CometMQError(f"a send failed after {seq} messages: {failures[0]}")
+        output, _ = await receiver.communicate()
+        progress.close()
+    finally:
+        if receiver.returncode is None:
+            receiver.kill()
+            await receiver.wait()
     if receiver.returncode != 0:
         raise CometMQError("the end-to-end receiver failed")
     result: dict[str, Any] = json.loads(output)
     return result
-
-
-def _ignore(_outcome: object) -> None:
-    pass
 
 
 async def _e2e_receive(args: argparse.Namespace) -> None:

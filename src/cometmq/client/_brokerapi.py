@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import enum
 import json
+import zlib
 from dataclasses import dataclass
 
 from cometmq.client._instance import ClientInstance
 from cometmq.client.message import MessageQueue, ReceivedMessage, decode_pulled
+from cometmq.common.record import RecordError
 from cometmq.common.subscription import EXPRESSION_TAG, SubscriptionData
-from cometmq.errors import BrokerError, CometMQError
+from cometmq.errors import BrokerError, CometMQError, ProtocolError
 from cometmq.remoting import RequestCode, ResponseCode
 
 # PullSysFlag (wire facts §6.6).
@@ -95,7 +97,10 @@ async def pull(
     header = response.ext_fields
     messages: list[ReceivedMessage] = []
     if status is PullStatus.FOUND:
-        messages = decode_pulled(response.body, queue.broker_name)
+        try:
+            messages = decode_pulled(response.body, queue.broker_name)
+        except (RecordError, zlib.error) as exc:
+            raise ProtocolError(f"undecodable pull body from {queue}: {exc}") from exc
         if subscription.expression_type == EXPRESSION_TAG and subscription.tags:
             # The broker filters by tag hash only; two tags can share a hash (wire facts §6.7).
             tags = subscription.tags
@@ -164,4 +169,7 @@ async def consumer_ids(instance: ClientInstance, queue: MessageQueue, group: str
     )
     if response.code != ResponseCode.SUCCESS:
         return []
-    return [str(cid) for cid in json.loads(response.body).get("consumerIdList", [])]
+    try:
+        return [str(cid) for cid in json.loads(response.body).get("consumerIdList", [])]
+    except (ValueError, AttributeError) as exc:
+        raise ProtocolError(f"unreadable consumer list from {queue.broker_name}: {exc}") from exc

@@ -345,7 +345,10 @@ class ClientInstance:
         if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             consumer = self._consumers.get(fields.get("group", ""))
             if consumer is not None:
-                consumer.on_reset_offsets(fields.get("topic", ""), parse_reset_offsets(request.body))
+                try:  # a oneway request: a failure would otherwise leave no trace
+                    consumer.on_reset_offsets(fields.get("topic", ""), parse_reset_offsets(request.body))
+                except Exception:
+                    log.exception("cannot apply the offset reset of group %s", consumer.group)
             return None
         if request.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             consumer = self._consumers.get(fields.get("consumerGroup", ""))

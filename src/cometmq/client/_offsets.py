@@ -6,6 +6,7 @@ seconds and on close; an offset is the next message to consume, as in RocketMQ.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -121,17 +122,20 @@ class LocalOffsetStore(_MemoryTable):
 
     async def read(self, queue: MessageQueue) -> int | None:
         if not self._loaded:
-            self._load()
+            await asyncio.to_thread(self._load)
         return self.offsets.get(queue)
 
     async def persist(self, queues: list[MessageQueue] | None = None) -> None:
         if not self._loaded:
-            self._load()
+            await asyncio.to_thread(self._load)
         if not self.changed(None):
             return
+        snapshot = dict(self.offsets)  # consuming goes on while the file is written
         table = [
             {"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id, "offset": o}
-            for q, o in sorted(self.offsets.items())
+            for q, o in sorted(snapshot.items())
         ]
-        write_atomic(self.path, json.dumps({"offsetTable": table}, indent=1).encode())
-        self.mark_persisted(dict(self.offsets))
+        data = json.dumps({"offsetTable": table}, indent=1).encode()
+        # Two fsyncs: not on the event loop, where heartbeats and pulls would wait for them.
+        await asyncio.to_thread(write_atomic, self.path, data)
+        self.mark_persisted(snapshot)

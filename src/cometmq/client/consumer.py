@@ -567,10 +567,10 @@ class PushConsumer:
     async def _apply_reset(self, offsets: dict[MessageQueue, int]) -> None:
         async with self._rebalance_lock:
             for queue, offset in offsets.items():
-                self._offsets.update(queue, offset)
                 pq = self._pqs.get(queue)
-                if pq is None:
+                if pq is None:  # another member's queue: it follows the reset itself (RocketMQ too)
                     continue
+                self._offsets.update(queue, offset)
                 # The cached messages and any listener call still holding some belong to the old
                 # position: that process queue may never move the offset again.
                 pq.drop()

@@ -198,18 +198,22 @@ class LitePullConsumer:
         tasks = [*self._tasks, *(s.task for s in self._states.values() if s.task is not None)]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self.auto_commit:
-            try:
-                await self._commit_positions(only_changed=True)
-            except CometMQError as exc:
-                log.warning("%s: cannot commit offsets on close: %s", self.group, exc)
-        self._closed = True
+        # A task that had already failed must not stop the close: report it and go on.
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(outcome, Exception):
+                log.warning("%s: a background task had failed: %r", self.group, outcome)
         assert self._instance is not None
-        self._instance.unregister_consumer(self.group)
-        await self._instance.close()
+        try:
+            if self.auto_commit:
+                try:
+                    await self._commit_positions(only_changed=True)
+                except CometMQError as exc:
+                    log.warning("%s: cannot commit offsets on close: %s", self.group, exc)
+        finally:
+            self._closed = True
+            # Closing the instance first sends UNREGISTER_CLIENT for the group it still knows.
+            await self._instance.close()
+            self._instance.unregister_consumer(self.group)
 
     async def __aenter__(self) -> LitePullConsumer:
         await self.start()
@@ -638,6 +642,12 @@ class LitePullConsumer:
             if not queues:
                 continue
             client_ids = await _brokerapi.consumer_ids(instance, queues[0], self.group)
+            if instance.client_id not in client_ids:
+                # The broker has not seen this member's heartbeat yet (or restarted): keep what is
+                # held rather than release everything, and say hello again.
+                await instance.send_heartbeat()
+                mine.update(q for q in self._states if q.topic == topic)
+                continue
             mine.update(allocate_averagely(queues, client_ids, instance.client_id))
         released = [q for q in self._states if q not in mine]
         if released and self.auto_commit:
