@@ -177,16 +177,20 @@ class FrameDecoder:
         pos = 0
         end = len(buffer)
         try:
-            while end - pos >= 4:
-                (length,) = _INT32.unpack_from(buffer, pos)
-                if length < 4 or length + 4 > self.max_frame_size:
-                    raise ProtocolError(f"frame length {length} outside 4..{self.max_frame_size - 4} bytes")
-                if end - pos - 4 < length:
-                    break
-                # Slicing a memoryview copies nothing; decode_frame copies header and body once each.
-                with memoryview(buffer) as view:
+            # Slicing a memoryview copies nothing; decode_frame copies header and body once each. The
+            # view is released before the consumed bytes are deleted (a bytearray with an exported
+            # view cannot resize).
+            with memoryview(buffer) as view:
+                while end - pos >= 4:
+                    (length,) = _INT32.unpack_from(view, pos)
+                    if length < 4 or length + 4 > self.max_frame_size:
+                        raise ProtocolError(
+                            f"frame length {length} outside 4..{self.max_frame_size - 4} bytes"
+                        )
+                    if end - pos - 4 < length:
+                        break
                     commands.append(decode_frame(view[pos + 4 : pos + 4 + length]))
-                pos += 4 + length
+                    pos += 4 + length
         except ProtocolError:
             self._broken = True
             raise

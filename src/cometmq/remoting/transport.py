@@ -59,15 +59,9 @@ class Dispatcher:
 class Connection(asyncio.Protocol):
     """One TCP connection speaking the remoting protocol, in either direction."""
 
-    def __init__(
-        self,
-        handler: RequestHandler | None,
-        on_close: Callable[[Connection], None] | None = None,
-        max_frame_size: int | None = None,
-    ) -> None:
+    def __init__(self, handler: RequestHandler | None) -> None:
         self._handler = handler
-        self._on_close = on_close
-        self._decoder = FrameDecoder() if max_frame_size is None else FrameDecoder(max_frame_size)
+        self._decoder = FrameDecoder()
         self._transport: asyncio.Transport | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -112,8 +106,6 @@ class Connection(asyncio.Protocol):
             task.cancel()
         if not self.closed.done():
             self.closed.set_result(None)
-        if self._on_close is not None:
-            self._on_close(self)
         for listener in self._close_listeners:
             try:
                 listener(self)
@@ -239,7 +231,8 @@ class RemotingServer:
         self._close_listeners.append(listener)
 
     def _accept(self) -> Connection:
-        conn = Connection(self._handler, self._forget)
+        conn = Connection(self._handler)
+        conn.add_close_listener(self._forget)
         for listener in self._close_listeners:
             conn.add_close_listener(listener)
         self.connections.add(conn)
