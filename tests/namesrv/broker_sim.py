@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from cometmq.common.route import DataVersion, RegisterBrokerBody
@@ -24,16 +24,20 @@ async def register(
     broker_addr: str = "127.0.0.1:10911",
     broker_id: int = 0,
     cluster: str = "DefaultCluster",
-    topics: dict[str, int] | None = None,
+    topics: Mapping[str, int | TopicConfig] | None = None,
     counter: int = 1,
     compressed: bool = False,
     body_crc32: int | None = None,
 ) -> RemotingCommand:
-    """REGISTER_BROKER as a broker sends it; ``topics`` maps topic name → queue count."""
-    body = RegisterBrokerBody(
-        DataVersion(timestamp=1_700_000_000_000, counter=counter),
-        {name: TopicConfig(name, queues, queues) for name, queues in (topics or {"TopicTest": 4}).items()},
-    ).encode(compressed=compressed)
+    """REGISTER_BROKER as a broker sends it; ``topics`` maps topic name → queue count (or its whole
+    TopicConfig)."""
+    configs = {
+        name: spec if isinstance(spec, TopicConfig) else TopicConfig(name, spec, spec)
+        for name, spec in (topics if topics is not None else {"TopicTest": 4}).items()
+    }
+    body = RegisterBrokerBody(DataVersion(timestamp=1_700_000_000_000, counter=counter), configs).encode(
+        compressed=compressed
+    )
     ext_fields = {
         "brokerName": broker_name,
         "brokerAddr": broker_addr,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cometmq.client import AdminClient
-from cometmq.common.route import DataVersion, RegisterBrokerBody, kv_table_body
+from cometmq.common.route import kv_table_body
 from cometmq.common.topic_config import TopicConfig
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.namesrv import NameServer
@@ -24,6 +24,7 @@ from cometmq.remoting import (
 )
 
 from .broker_sim import addr_of
+from .broker_sim import register as register_broker
 
 Run = Callable[..., Any]
 
@@ -68,19 +69,15 @@ class StandInBroker:
     async def register(self, delay: float = 0.0) -> None:
         await asyncio.sleep(delay)
         self.counter += 1
-        body = RegisterBrokerBody(DataVersion(1, self.counter), dict(self.topics)).encode()
-        request = RemotingCommand(
-            code=RequestCode.REGISTER_BROKER,
-            ext_fields={
-                "brokerName": self.name,
-                "brokerAddr": self.addr,
-                "clusterName": self.cluster,
-                "haServerAddr": "",
-                "brokerId": "0",
-            },
-            body=body,
+        reply = await register_broker(
+            self.client,
+            self.namesrv_addr,
+            broker_name=self.name,
+            broker_addr=self.addr,
+            cluster=self.cluster,
+            topics=self.topics,
+            counter=self.counter,
         )
-        reply = await self.client.invoke(self.namesrv_addr, request)
         assert reply.code == ResponseCode.SUCCESS
 
     async def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import zlib
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from cometmq.common import fastjson
+from cometmq.common.record import body_crc
 from cometmq.common.route import (
     ClusterInfo,
     DataVersion,
@@ -249,7 +249,7 @@ def test_registration_with_matching_crc(run: Run, namesrv: NameServer, client: R
                 "clusterName": "C",
                 "haServerAddr": "127.0.0.1:10912",
                 "brokerId": "0",
-                "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF),
+                "bodyCrc32": str(body_crc(body)),
             },
             body=body,
         )
@@ -314,10 +314,14 @@ def test_wipe_and_add_write_perm(run: Run, namesrv: NameServer, client: Remoting
 
     async def scenario() -> None:
         await register(client, addr_of(namesrv), topics={"T": 2, "U": 2})
-        wiped = await ask(client, addr_of(namesrv), 205, brokerName="broker-a")
+        wiped = await ask(
+            client, addr_of(namesrv), RequestCode.WIPE_WRITE_PERM_OF_BROKER, brokerName="broker-a"
+        )
         assert (wiped.code, wiped.ext_fields) == (ResponseCode.SUCCESS, {"wipeTopicCount": "2"})
         assert await perm() == 4
-        added = await ask(client, addr_of(namesrv), 327, brokerName="broker-a")
+        added = await ask(
+            client, addr_of(namesrv), RequestCode.ADD_WRITE_PERM_OF_BROKER, brokerName="broker-a"
+        )
         assert added.ext_fields == {"addTopicCount": "2"}
         assert await perm() == 6
 

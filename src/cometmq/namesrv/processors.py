@@ -22,7 +22,11 @@ log = logging.getLogger("cometmq.namesrv")
 
 
 class _Processor:
-    """Maps its codes to methods; a malformed header is answered SYSTEM_ERROR, as Java ends up doing."""
+    """Maps its codes to methods; a malformed header is answered SYSTEM_ERROR, as Java ends up doing.
+
+    The Dispatcher sends a processor only the codes it registered (:attr:`codes`) and answers
+    REQUEST_CODE_NOT_SUPPORTED for the rest itself.
+    """
 
     def __init__(self) -> None:
         self._methods: dict[int, Callable[[Connection, RemotingCommand], RemotingCommand]] = {}
@@ -32,12 +36,7 @@ class _Processor:
         return list(self._methods)
 
     def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        method = self._methods.get(request.code)
-        if method is None:
-            return request.response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
-            )
-        return method(conn, request)
+        return self._methods[request.code](conn, request)
 
 
 class BrokerRegistrationProcessor(_Processor):
