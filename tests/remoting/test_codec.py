@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cometmq.errors import ProtocolError
-from cometmq.remoting import FrameDecoder, RemotingCommand, SerializeType, decode_frame, encode_bytes
+from cometmq.remoting import FrameDecoder, RemotingCommand, SerializeType, decode_frame, encode, encode_bytes
 from cometmq.remoting.codec import MAX_FRAME_SIZE
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "frames"
@@ -83,9 +83,25 @@ def test_decoder_reassembles_frames_fed_in_arbitrary_pieces(cmds: list[RemotingC
 @settings(max_examples=500)
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_give_commands_or_protocol_error_only(data: bytes) -> None:
+    # Whole and byte by byte, the same input gives the same commands, or a ProtocolError both ways.
+    try:
+        whole: list[RemotingCommand] | None = FrameDecoder().feed(data)
+    except ProtocolError:
+        whole = None
     decoder = FrameDecoder()
-    with contextlib.suppress(ProtocolError):
-        decoder.feed(data)
+    fed: list[RemotingCommand] = []
+    pieces: list[RemotingCommand] | None = fed
+    try:
+        for i in range(len(data)):
+            fed += decoder.feed(data[i : i + 1])
+    except ProtocolError:
+        pieces = None
+    if whole is None or pieces is None:
+        assert whole is None and pieces is None
+    else:
+        assert len(pieces) == len(whole)
+        for got, want in zip(pieces, whole, strict=True):
+            _same(got, want)
 
 
 @settings(max_examples=300)
@@ -145,6 +161,8 @@ def test_response_keeps_the_request_serialization() -> None:
 def test_body_parts_are_written_without_joining() -> None:
     parts = [memoryview(b"abc"), memoryview(b"defg")]
     cmd = RemotingCommand(code=0, body_parts=parts)
+    _head, *body = encode(cmd)
+    assert all(written is part for written, part in zip(body, parts, strict=True))
     (decoded,) = FrameDecoder().feed(encode_bytes(cmd))
     assert decoded.body == b"abcdefg"
 

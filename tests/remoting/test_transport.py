@@ -1,0 +1,132 @@
+"""The asyncio shell around the codec: a real RemotingServer and RemotingClient on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from cometmq.errors import BrokerError, ConnectionClosedError, RemotingTimeoutError
+from cometmq.remoting import (
+    MAX_FRAME_SIZE,
+    Connection,
+    FrameDecoder,
+    RemotingClient,
+    RemotingCommand,
+    RemotingServer,
+    RequestHandler,
+    ResponseCode,
+    encode_bytes,
+)
+from cometmq.remoting.codes import ONEWAY_FLAG
+
+
+def _with_server(
+    handler: RequestHandler, scenario: Callable[[RemotingServer, RemotingClient, str], Awaitable[None]]
+) -> None:
+    async def main() -> None:
+        server = RemotingServer(handler, "127.0.0.1", 0)
+        await server.start()
+        client = RemotingClient()
+        try:
+            await asyncio.wait_for(scenario(server, client, f"127.0.0.1:{server.port}"), 10)
+        finally:
+            await client.close()
+            await server.stop()
+
+    asyncio.run(main())
+
+
+def test_a_request_without_a_response_times_out() -> None:
+    def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return None  # no response at all
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        with pytest.raises(RemotingTimeoutError, match=r"no response to request code 7 from .* in 0\.1 s"):
+            await client.invoke(addr, RemotingCommand(code=7), timeout=0.1)
+        # The connection stays usable, and the expired request left nothing pending behind.
+        conn = await client.connection(addr)
+        assert conn.is_open and conn._pending == {}
+
+    _with_server(handler, scenario)
+
+
+def test_a_broker_error_is_answered_with_its_code_and_remark() -> None:
+    def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        raise BrokerError(ResponseCode.TOPIC_NOT_EXIST, "no such topic")
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        reply = await client.invoke(addr, RemotingCommand(code=105))
+        assert (reply.code, reply.remark) == (ResponseCode.TOPIC_NOT_EXIST, "no such topic")
+
+    _with_server(handler, scenario)
+
+
+def test_any_other_failure_is_a_system_error_naming_the_exception() -> None:
+    async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        raise KeyError("boom")
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        reply = await client.invoke(addr, RemotingCommand(code=105))
+        assert (reply.code, reply.remark) == (ResponseCode.SYSTEM_ERROR, "KeyError: 'boom'")
+
+    _with_server(handler, scenario)
+
+
+def test_a_response_over_the_frame_limit_becomes_a_system_error() -> None:
+    def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.response(body_parts=[memoryview(bytes(MAX_FRAME_SIZE))])
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        reply = await client.invoke(addr, RemotingCommand(code=11))
+        assert reply.code == ResponseCode.SYSTEM_ERROR
+        assert (reply.remark or "").startswith("the response cannot be sent: frame of")
+        assert reply.body == b""
+
+    _with_server(handler, scenario)
+
+
+def test_a_oneway_request_is_not_answered() -> None:
+    def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.response()
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        oneway = RemotingCommand(code=1, opaque=1, flag=ONEWAY_FLAG)
+        writer.write(encode_bytes(oneway) + encode_bytes(RemotingCommand(code=2, opaque=2)))
+        decoder = FrameDecoder()
+        replies: list[RemotingCommand] = []
+        while not replies:
+            replies += decoder.feed(await reader.read(4096))
+        writer.close()
+        # The first (and only) answer is the one to the second request.
+        assert [reply.opaque for reply in replies] == [2]
+
+    _with_server(handler, scenario)
+
+
+def test_closing_a_connection_fails_its_pending_requests_and_tells_the_server() -> None:
+    closed: list[Connection] = []
+    never: asyncio.Future[RemotingCommand] | None = None
+
+    async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        nonlocal never
+        never = asyncio.get_running_loop().create_future()
+        return await never
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        server.add_close_listener(closed.append)
+        pending = asyncio.ensure_future(client.invoke(addr, RemotingCommand(code=11), timeout=5))
+        while never is None:
+            await asyncio.sleep(0.01)
+        [server_side] = server.connections
+        client.close_connection(addr)
+        with pytest.raises(ConnectionClosedError):
+            await pending
+        await asyncio.wait_for(asyncio.shield(server_side.closed), 2)
+        assert closed == [server_side]
+        assert server.connections == set()
+        assert never.cancelled()  # the handler's task ends with its connection
+
+    _with_server(handler, scenario)
