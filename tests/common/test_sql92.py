@@ -16,11 +16,6 @@ from hypothesis import strategies as st
 
 from cometmq.common.sql92 import MAX_DEPTH, Sql92Error, Sql92Filter, compile_sql92
 
-
-def matches(expression: str, **props: str) -> bool:
-    return compile_sql92(expression).matches(props)
-
-
 # --- operators, one by one -------------------------------------------------------------------------
 
 OPERATOR_CASES = [

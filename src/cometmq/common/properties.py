@@ -47,7 +47,6 @@ def decode_properties(text: str) -> dict[str, str]:
     return result
 
 
-
 def property_value(framed: str, name: str) -> str:
     """The value of one property, "" when absent, without decoding the rest (the batch send path
     reads three names per message this way). *framed* is the encoded text with a separator put in
