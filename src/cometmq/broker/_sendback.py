@@ -7,6 +7,7 @@ import random
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Final
 
+from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import is_delayable
 from cometmq.common.naming import PERM_WRITE, dlq_topic, retry_topic
 from cometmq.common.properties import decode_properties, encode_properties
@@ -20,8 +21,6 @@ if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
 DLQ_QUEUE_NUMS: Final = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
-# MQVersion V3_4_9: only requests of this version or later may override the group's retryMaxTimes.
-MAX_RECONSUME_TIMES_VERSION: Final = 121
 # RocketMQ's first retry waits delay level 3 (10 s by default), each later one a level more.
 FIRST_RETRY_DELAY_LEVEL: Final = 3
 
@@ -69,10 +68,9 @@ class SendBackProcessor:
         if original is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
 
-        max_times = group_config.retry_max_times
-        header_max = request.ext_fields.get("maxReconsumeTimes")
-        if request.version >= MAX_RECONSUME_TIMES_VERSION and header_max not in (None, ""):
-            max_times = int_field(request, "maxReconsumeTimes")
+        max_times = max_reconsume_times(
+            group_config, request.version, request.ext_fields.get("maxReconsumeTimes")
+        )
         properties = decode_properties(original.properties)
         properties.setdefault(RETRY_TOPIC, original.topic)
         # Every copy points at the first delivery, whose id the consumer saw first.

@@ -13,6 +13,7 @@ from cometmq.broker.config import BrokerConfig
 from cometmq.common.naming import (
     BENCHMARK_TOPIC,
     DEFAULT_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
     OFFSET_MOVED_EVENT,
     PERM_INHERIT,
     PERM_READ,
@@ -137,7 +138,7 @@ class TopicConfigManager:
         existing = self.topics.get(topic)
         if existing is not None:
             return existing
-        assert topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or topic.startswith("%DLQ%")
+        assert topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
         created = TopicConfig(topic, queue_nums, queue_nums, PERM_READ | PERM_WRITE)
         self.put(created)
         return created
