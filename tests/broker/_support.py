@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,23 @@ async def running_broker(
         yield broker
     finally:
         await broker.stop()
+
+
+@contextlib.asynccontextmanager
+async def broker_and_client(
+    data_dir: Path, **settings: Any
+) -> AsyncIterator[tuple[Broker, str, RemotingClient]]:
+    """``running_broker`` with a client and the broker's address; the client is closed after."""
+    async with running_broker(data_dir, **settings) as broker:
+        client = RemotingClient()
+        try:
+            yield broker, address(broker), client
+        finally:
+            await client.close()
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(coro)
 
 
 def address(broker: Broker) -> str:
@@ -122,6 +141,30 @@ async def pull(
     response = await client.invoke(addr, pull_request(topic, queue_id, offset, **kwargs), timeout=30)
     records = decode_records(response.body) if response.code == 0 else []
     return response, records
+
+
+def heartbeat(
+    client_id: str,
+    group: str,
+    topic: str,
+    model: int = 1,
+    language: str = "CPP",
+    sub_version: str = "1",
+) -> RemotingCommand:
+    """A consumer's HEART_BEAT the C++ way: enums as ordinals, subVersion as a string."""
+    body = {
+        "clientID": client_id,
+        "consumerDataSet": [
+            {
+                "consumeFromWhere": 0,
+                "consumeType": 1,
+                "groupName": group,
+                "messageModel": model,  # 0 BROADCASTING, 1 CLUSTERING
+                "subscriptionDataSet": [{"subString": "*", "subVersion": sub_version, "topic": topic}],
+            }
+        ],
+    }
+    return RemotingCommand(code=RequestCode.HEART_BEAT, body=json.dumps(body).encode(), language=language)
 
 
 async def create_topic(client: RemotingClient, addr: str, topic: str, queues: int = 4) -> RemotingCommand:

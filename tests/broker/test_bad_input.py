@@ -7,13 +7,11 @@ import socket
 from pathlib import Path
 
 import pytest
-from _support import address, create_topic, pull, running_broker, send_request
+from _support import address, create_topic, pull, run, running_broker, send_request
 
+from cometmq.common.batch import BatchEntry, encode_batch_body
+from cometmq.common.properties import encode_properties
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-
-
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -46,6 +44,10 @@ def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path)
             await create_topic(client, addr, "Good", 2)
             assert (await client.invoke(addr, send_request("Good", b"before"))).code == 0
 
+            def batch(*entries: BatchEntry, **props: str) -> RemotingCommand:
+                return send_request("Good", encode_batch_body(list(entries)), 0, props, v2=False, batch="1")
+
+            good = BatchEntry(0, b"good", "")
             cases = [
                 (send_request("SCHEDULE_TOPIC_XXXX", b"x"), ResponseCode.NO_PERMISSION, "forbidden"),
                 (
@@ -71,6 +73,19 @@ def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path)
                     ResponseCode.MESSAGE_ILLEGAL,
                     "batch body is malformed",
                 ),
+                (batch(), ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message"),
+                # One bad message refuses the whole batch, on the fast path and on the general one.
+                (
+                    batch(good, BatchEntry(0, b"x" * (4 * 1024 * 1024 + 1), "")),
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "over the max value",
+                ),
+                (
+                    batch(good, BatchEntry(0, b"x", encode_properties({"TRAN_MSG": "true"}))),
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "a message of the batch: transaction messages are not supported",
+                ),
+                (batch(good, DELAY="2"), ResponseCode.MESSAGE_ILLEGAL, "batches cannot be delayed"),
                 (
                     send_request("Good", b"x", properties={"DELAY": "soon"}),
                     ResponseCode.MESSAGE_ILLEGAL,

@@ -4,32 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
-from _support import address, create_topic, pull, running_broker, send_request
+from _support import (
+    address,
+    broker_and_client,
+    create_topic,
+    heartbeat,
+    pull,
+    run,
+    running_broker,
+    send_request,
+)
 
+from cometmq.broker._clients import CHANNEL_EXPIRED_TIMEOUT_S
 from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
-
-
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
-
-
-def heartbeat(client_id: str, group: str, topic: str) -> RemotingCommand:
-    # C++ style: enums as ordinals, subVersion as a string.
-    body = {
-        "clientID": client_id,
-        "consumerDataSet": [
-            {
-                "consumeFromWhere": 0,
-                "consumeType": 1,
-                "groupName": group,
-                "messageModel": 1,
-                "subscriptionDataSet": [{"subString": "*", "subVersion": "1795295417951", "topic": topic}],
-            }
-        ],
-    }
-    return RemotingCommand(code=RequestCode.HEART_BEAT, body=json.dumps(body).encode())
 
 
 def consumer_list(group: str) -> RemotingCommand:
@@ -161,5 +151,24 @@ def test_queue_offset_lookups_and_view_by_id(tmp_path: Path) -> None:
             )
             assert bad.code == ResponseCode.SYSTEM_ERROR and "can not find message" in (bad.remark or "")
             await client.close()
+
+    run(scenario())
+
+
+def test_a_consumer_that_stops_heartbeating_is_dropped_after_120_s(tmp_path: Path) -> None:
+    """The housekeeping loop's expiry rule, called with a clock moved forward instead of waiting."""
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, consumer):
+            assert (await consumer.invoke(addr, heartbeat("1-127.0.0.1@a", "G", "T"))).code == 0
+            observer = RemotingClient()
+            now = time.monotonic()
+            assert broker.consumers.expire(now + CHANNEL_EXPIRED_TIMEOUT_S - 1) == []
+            kept = await observer.invoke(addr, consumer_list("G"))
+            assert json.loads(kept.body)["consumerIdList"] == ["1-127.0.0.1@a"]
+            assert broker.consumers.expire(now + CHANNEL_EXPIRED_TIMEOUT_S + 1) == ["G"]
+            gone = await observer.invoke(addr, consumer_list("G"))
+            assert gone.code == ResponseCode.SYSTEM_ERROR and "no consumer" in (gone.remark or "")
+            await observer.close()
 
     run(scenario())

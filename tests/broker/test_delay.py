@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _support import address, create_topic, pull, running_broker, send_request
+from _support import address, create_topic, pull, run, running_broker, send_request
 
 from cometmq.broker._schedule import from_schedule, to_schedule
 from cometmq.common.batch import BatchEntry, encode_batch_body
@@ -24,10 +24,6 @@ from cometmq.store import MessageToStore
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 FAST_LEVELS = {"messageDelayLevel": "1s 2s 3s"}  # for tests about mechanics, not the default table
-
-
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
 
 
 async def wait_for(

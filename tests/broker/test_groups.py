@@ -10,15 +10,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _support import address, create_topic, pull, running_broker, send_request
+from _support import (
+    broker_and_client,
+    create_topic,
+    heartbeat,
+    pull,
+    run,
+    send_request,
+)
 
-from cometmq.broker import Broker
 from cometmq.common import fastjson
 from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
-
-
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
 
 
 def put_group(group: str, **settings: Any) -> RemotingCommand:
@@ -30,24 +32,6 @@ def put_group(group: str, **settings: Any) -> RemotingCommand:
 
 def all_groups() -> RemotingCommand:
     return RemotingCommand(code=RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-
-
-def heartbeat(
-    client_id: str, group: str, topic: str, model: int = 1, language: str = "CPP"
-) -> RemotingCommand:
-    body = {
-        "clientID": client_id,
-        "consumerDataSet": [
-            {
-                "consumeFromWhere": 0,
-                "consumeType": 1,
-                "groupName": group,
-                "messageModel": model,  # 0 BROADCASTING, 1 CLUSTERING (C++ sends ordinals)
-                "subscriptionDataSet": [{"subString": "*", "subVersion": "1", "topic": topic}],
-            }
-        ],
-    }
-    return RemotingCommand(code=RequestCode.HEART_BEAT, body=json.dumps(body).encode(), language=language)
 
 
 def commit(group: str, topic: str, queue_id: int, offset: int) -> RemotingCommand:
@@ -85,9 +69,7 @@ async def send_many(client: RemotingClient, addr: str, topic: str, queue_id: int
 
 def test_groups_are_created_listed_updated_deleted_and_persisted(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            addr = address(broker)
-            client = RemotingClient()
+        async with broker_and_client(tmp_path) as (broker, addr, client):
             assert (
                 await client.invoke(addr, put_group("GID_orders", retryMaxTimes=3, retryQueueNums=2))
             ).code == 0
@@ -114,13 +96,10 @@ def test_groups_are_created_listed_updated_deleted_and_persisted(tmp_path: Path)
             )
             answer = await client.invoke(addr, put_group("bad group!"))
             assert answer.code == ResponseCode.SYSTEM_ERROR and "illegal" in (answer.remark or "")
-            await client.close()
         saved = json.loads((tmp_path / "config" / "subscriptionGroup.json").read_text())
         assert saved["subscriptionGroupTable"]["GID_orders"]["retryMaxTimes"] == 5
 
-        async with running_broker(tmp_path) as broker:  # back after a restart
-            addr = address(broker)
-            client = RemotingClient()
+        async with broker_and_client(tmp_path) as (broker, addr, client):  # back after a restart
             table = json.loads((await client.invoke(addr, all_groups())).body)["subscriptionGroupTable"]
             assert table["GID_orders"]["retryMaxTimes"] == 5
             await create_topic(client, addr, "T", 1)
@@ -133,16 +112,13 @@ def test_groups_are_created_listed_updated_deleted_and_persisted(tmp_path: Path)
             table = json.loads((await client.invoke(addr, all_groups())).body)["subscriptionGroupTable"]
             assert "GID_orders" not in table
             assert broker.offsets.query("GID_orders", "T", 0) == -1
-            await client.close()
 
     run(scenario())
 
 
 def test_a_group_with_consume_disabled_cannot_pull(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            addr = address(broker)
-            client = RemotingClient()
+        async with broker_and_client(tmp_path) as (_, addr, client):
             await create_topic(client, addr, "T", 1)
             await send_many(client, addr, "T", 0, 1)
             await client.invoke(addr, put_group("CG", consumeEnable=False))
@@ -155,16 +131,13 @@ def test_a_group_with_consume_disabled_cannot_pull(tmp_path: Path) -> None:
             await client.invoke(addr, put_group("CG", consumeEnable=True))
             response, records = await pull(client, addr, "T", 0, 0, group="CG")
             assert response.code == 0 and [r.body for r in records] == [b"m0"]
-            await client.close()
 
     run(scenario())
 
 
 def test_broadcasting_consumers_are_refused_when_the_group_forbids_broadcast(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            addr = address(broker)
-            client = RemotingClient()
+        async with broker_and_client(tmp_path) as (_, addr, client):
             await create_topic(client, addr, "T", 1)
             await send_many(client, addr, "T", 0, 1)
             for group in ("G_bc", "G_cl"):
@@ -179,16 +152,13 @@ def test_broadcasting_consumers_are_refused_when_the_group_forbids_broadcast(tmp
             await client.invoke(addr, put_group("G_bc", consumeBroadcastEnable=True))
             response, records = await pull(client, addr, "T", 0, 0, group="G_bc")
             assert response.code == 0 and len(records) == 1
-            await client.close()
 
     run(scenario())
 
 
 def test_a_send_to_the_retry_topic_past_the_groups_max_goes_to_the_dlq(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            addr = address(broker)
-            client = RemotingClient()
+        async with broker_and_client(tmp_path) as (broker, addr, client):
             await client.invoke(addr, put_group("CG", retryMaxTimes=2))
             below = send_request("%RETRY%CG", b"again", queue_id=0, reconsumeTimes="1", v2=False)
             response = await client.invoke(addr, below)
@@ -210,16 +180,13 @@ def test_a_send_to_the_retry_topic_past_the_groups_max_goes_to_the_dlq(tmp_path:
             more.version = 121
             assert (await client.invoke(addr, more)).code == 0
             assert broker.store.max_offset("%RETRY%CG", 0) == 2
-            await client.close()
 
     run(scenario())
 
 
 def test_consume_stats_report_offsets_lag_and_last_consume_time_keyed_by_queue(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            addr = address(broker)
-            client = RemotingClient()
+        async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, "T", 2)
             await send_many(client, addr, "T", 0, 5)
             await send_many(client, addr, "T", 1, 2)
@@ -243,16 +210,13 @@ def test_consume_stats_report_offsets_lag_and_last_consume_time_keyed_by_queue(t
             stats_request.ext_fields["topic"] = "Other"
             other = fastjson.loads((await client.invoke(addr, stats_request)).body)
             assert list(queue_table(other["offsetTable"])) == [("Other", 0)]
-            await client.close()
 
     run(scenario())
 
 
 def test_consumer_connection_list(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            addr = address(broker)
-            client = RemotingClient()
+        async with broker_and_client(tmp_path) as (_, addr, client):
             request = RemotingCommand(
                 code=RequestCode.GET_CONSUMER_CONNECTION_LIST, ext_fields={"consumerGroup": "CG"}
             )
@@ -268,7 +232,6 @@ def test_consumer_connection_list(tmp_path: Path) -> None:
             assert conn["clientAddr"].startswith("127.0.0.1:")
             assert (body["messageModel"], body["consumeType"]) == ("CLUSTERING", "CONSUME_PASSIVELY")
             assert body["subscriptionTable"]["T"]["subString"] == "*"
-            await client.close()
 
     run(scenario())
 
@@ -283,9 +246,7 @@ def _received(requests: list[RemotingCommand]) -> RemotingClient:
 
 def test_reset_by_timestamp_stores_offsets_and_tells_each_consumer_in_its_language(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            addr = address(broker)
-            admin = RemotingClient()
+        async with broker_and_client(tmp_path) as (broker, addr, admin):
             await create_topic(admin, addr, "T", 2)
             await send_many(admin, addr, "T", 0, 3)
             await send_many(admin, addr, "T", 1, 1)
@@ -329,7 +290,7 @@ def test_reset_by_timestamp_stores_offsets_and_tells_each_consumer_in_its_langua
             ]
             assert all(e["brokerName"] == broker.config.broker_name for e in c_style)
             assert queue_table(fastjson.loads(to_java.body)["offsetTable"]) == {("T", 0): 3, ("T", 1): 1}
-            for client in (admin, cpp, java):
+            for client in (cpp, java):
                 await client.close()
 
     run(scenario())
@@ -345,9 +306,7 @@ def test_reset_to_latest_earliest_an_offset_and_its_refusals(tmp_path: Path) -> 
         return queue_table(fastjson.loads(response.body)["offsetTable"])
 
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            addr = address(broker)
-            client = RemotingClient()
+        async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, "T", 2)
             await send_many(client, addr, "T", 0, 4)
             await client.invoke(addr, put_group("CG"))
@@ -371,17 +330,13 @@ def test_reset_to_latest_earliest_an_offset_and_its_refusals(tmp_path: Path) -> 
             )
             no_group = await client.invoke(addr, reset("GID_typo", "T", -1))
             assert no_group.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
-            await client.close()
 
     run(scenario())
 
 
 def test_get_all_delay_offset_answers_the_delivery_progress(tmp_path: Path) -> None:
     async def scenario() -> None:
-        broker: Broker
-        async with running_broker(tmp_path) as broker:
-            addr = address(broker)
-            client = RemotingClient()
+        async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, "T", 1)
             delayed = send_request("T", b"later", properties={"DELAY": "1"})  # level 1: 1 s
             assert (await client.invoke(addr, delayed)).code == 0
@@ -391,6 +346,5 @@ def test_get_all_delay_offset_answers_the_delivery_progress(tmp_path: Path) -> N
             response = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_ALL_DELAY_OFFSET))
             assert response.code == 0
             assert response.body == b'{"offsetTable":{1:1}}'  # fastjson: level keys unquoted
-            await client.close()
 
     run(scenario())

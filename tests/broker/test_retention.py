@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from _support import address, create_topic, pull, running_broker, send_request
+from _support import address, create_topic, pull, run, running_broker, send_request
 
 from cometmq.broker import Broker, BrokerConfig
 from cometmq.common import fastjson
@@ -45,10 +45,6 @@ async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
-
-
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
 
 
 def test_a_consumer_behind_a_retention_pass_is_moved_to_the_new_min_offset(tmp_path: Path) -> None:

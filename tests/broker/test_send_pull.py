@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from _support import address, create_topic, pull, pull_request, running_broker, send_request
+from _support import address, create_topic, pull, pull_request, run, running_broker, send_request
 
 from cometmq.common.batch import BatchEntry, encode_batch_body
 from cometmq.common.properties import decode_properties, encode_properties
@@ -21,10 +21,6 @@ from cometmq.remoting import (
     encode_bytes,
 )
 from cometmq.store._mappedfile import MappedFile
-
-
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
 
 
 def test_sent_message_is_pulled_with_everything_intact(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from _support import address, create_topic, pull_request, running_broker, send_request
+from _support import address, create_topic, pull_request, run, running_broker, send_request
 
 from cometmq.broker import BrokerConfig
 from cometmq.broker._filter import record_properties
@@ -18,10 +18,6 @@ from processes import broker_address, start_standalone
 
 DISABLED_REMARK = "The broker does not support consumer to filter message by SQL92"
 ENABLED = {"enablePropertyFilter": "true"}
-
-
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
 
 
 def sql_pull(topic: str, offset: int, expression: str, **kwargs: Any) -> RemotingCommand:
