@@ -70,3 +70,9 @@ def test_property_value_reads_what_decoding_reads(props: dict[str, str], name: s
     text = encode_properties(props)
     for candidate in [name, *props]:
         assert property_value("\x02" + text, candidate) == decode_properties(text).get(candidate, "")
+
+
+def test_property_value_takes_the_last_of_a_repeated_name_as_decoding_does() -> None:
+    text = "TAGS\x01a\x02KEYS\x01k\x02TAGS\x01b"
+    assert decode_properties(text)["TAGS"] == "b"
+    assert property_value("\x02" + text, "TAGS") == "b"

@@ -49,11 +49,12 @@ def decode_properties(text: str) -> dict[str, str]:
 
 def property_value(framed: str, name: str) -> str:
     """The value of one property, "" when absent, without decoding the rest (the batch send path
-    reads three names per message this way). *framed* is the encoded text with a separator put in
+    reads three names per message this way); a name given twice reads as its last value, as
+    decoding does. *framed* is the encoded text with a separator put in
     front (``"\x02" + text``), so a name is always found at a boundary: neither names nor values
     contain separators."""
     marker = f"{PROPERTY_SEPARATOR}{name}{NAME_VALUE_SEPARATOR}"
-    start = framed.find(marker)
+    start = framed.rfind(marker)  # a repeated name: the last one wins, as in decoding
     if start < 0:
         return ""
     start += len(marker)
