@@ -8,7 +8,7 @@ import struct
 from pathlib import Path
 from typing import Final
 
-from cometmq.common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE
+from cometmq.common.record import BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE
 
 from ._mappedfile import MappedFile
 from .format import BLANK_MIN_SIZE, file_name, parse_file_name
@@ -22,7 +22,6 @@ _Q: Final = struct.Struct(">q")
 _I: Final = struct.Struct(">i")
 _PHYSICAL_OFFSET_AT: Final = 28
 _SYSFLAG_AT: Final = 36
-_BORNHOST_V6_FLAG: Final = 0x10
 
 
 class CommitLog:
@@ -214,7 +213,7 @@ class CommitLog:
             return -1
         rel = offset - seg.start
         (sys_flag,) = _I.unpack_from(seg.mm, rel + _SYSFLAG_AT)
-        at = rel + (68 if sys_flag & _BORNHOST_V6_FLAG else 56)
+        at = rel + (68 if sys_flag & BORNHOST_V6_FLAG else 56)
         return int(_Q.unpack_from(seg.mm, at)[0])
 
     def close(self) -> None:

@@ -13,7 +13,10 @@ from typing import Final
 
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import (
+    BORNHOST_V6_FLAG,
     MESSAGE_MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    STOREHOST_V6_FLAG,
     DecodedRecord,
     encode_record_into,
     pack_record_head,
@@ -48,7 +51,7 @@ log = logging.getLogger("cometmq.store")
 ArrivalListener = Callable[[str, int, int, int], None]
 
 _MAX_PROPERTIES_BYTES: Final = 32767  # PROPERTIESLENGTH is an int16
-_HOST_V6_FLAGS: Final = 0x30
+_HOST_V6_FLAGS: Final = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
 _PAGE: Final = 4096
 # RocketMQ's pull scans at most max(16000 bytes of units, maxMsgNums units) of one consume-queue file.
 _MAX_SCAN_UNITS: Final = 16000 // CQ_UNIT_SIZE
@@ -93,11 +96,8 @@ class MessageStore:
         self._config = config
         self._root = Path(config.root_dir)
         self._delays = parse_delay_levels(config.message_delay_level)
-        self._commitlog = CommitLog(self._root / "commitlog", config.mapped_file_size_commitlog)
-        self._queues = QueueTable(self._root / "consumequeue", config.mapped_file_size_consume_queue)
-        self._topics = self._queues.topics  # the put path's first lookup, one attribute away
+        self._new_files()
         self._max_body = config.max_message_size
-        self._checkpoint = CheckpointFile(self._root / "checkpoint")
         self._flusher: FlushService | None = None
         self._index: IndexService | None = None  # None: messageIndexEnable is off
         self._running = False
@@ -117,11 +117,8 @@ class MessageStore:
             return
         cfg = self._config
         self._root.mkdir(parents=True, exist_ok=True)
-        # Fresh objects, so a store can be started again after shutdown.
-        self._commitlog = cl = CommitLog(self._root / "commitlog", cfg.mapped_file_size_commitlog)
-        self._queues = QueueTable(self._root / "consumequeue", cfg.mapped_file_size_consume_queue)
-        self._topics = self._queues.topics
-        self._checkpoint = CheckpointFile(self._root / "checkpoint")
+        self._new_files()  # fresh objects, so a store can be started again after shutdown
+        cl = self._commitlog
         abort = self._root / "abort"
         try:
             crashed = abort.exists()
@@ -184,6 +181,14 @@ class MessageStore:
         finally:
             self._close_files()
 
+    def _new_files(self) -> None:
+        """Unloaded objects for the store's files (``start`` loads them)."""
+        cfg = self._config
+        self._commitlog = CommitLog(self._root / "commitlog", cfg.mapped_file_size_commitlog)
+        self._queues = QueueTable(self._root / "consumequeue", cfg.mapped_file_size_consume_queue)
+        self._topics = self._queues.topics  # the put path's first lookup, one attribute away
+        self._checkpoint = CheckpointFile(self._root / "checkpoint")
+
     def _close_files(self) -> None:
         if self._index is not None:
             self._index.close()
@@ -211,7 +216,7 @@ class MessageStore:
         queue_id = msg.queue_id
         if queue_id < 0:
             return _failure(PutStatus.MESSAGE_ILLEGAL)
-        size = 91 + len(body) + len(topic.encoded) + len(props)
+        size = MIN_RECORD_SIZE + len(body) + len(topic.encoded) + len(props)
         cq: ConsumeQueue | None = None
         if is_dispatched(sys_flag):  # prepared/rollback transaction records get no unit (RocketMQ)
             cq = topic.queues.get(queue_id)
@@ -363,7 +368,7 @@ class MessageStore:
         queue_id = first.queue_id
         if topic is None or queue_id < 0:
             return _failure(PutStatus.MESSAGE_ILLEGAL)
-        fixed = 91 + len(topic.encoded)
+        fixed = MIN_RECORD_SIZE + len(topic.encoded)
         props_fields: list[bytes] = []
         total = 0
         for m in msgs:
@@ -631,7 +636,7 @@ class MessageStore:
         return index.query(self._commitlog, topic, key, max_num, begin_ms, end_ms, unique)
 
     def queue_ids(self, topic: str) -> list[int]:
-        t = self._queues.topics.get(topic)
+        t = self._topics.get(topic)
         return sorted(t.queues) if t is not None else []
 
     def delete_topic(self, topic: str) -> None:
