@@ -114,6 +114,28 @@ def test_corrupt_record_ends_the_log_and_later_segments_go(open_store: OpenStore
     assert sorted(int(p.name) for p in (root / "commitlog").iterdir()) == [0, SMALL_COMMITLOG]
 
 
+def test_a_missing_segment_ends_the_log_and_later_ones_are_moved_aside(
+    open_store: OpenStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "store"
+    store = open_store()
+    results = fill(store, 400)
+    store.shutdown()
+    segs = sorted((root / "commitlog").iterdir())
+    assert len(segs) >= 4
+    segs[2].unlink()  # a bad copy or an operator: nothing can be read across the hole
+    with caplog.at_level(logging.ERROR, logger="cometmq.store"):
+        store = open_store()
+    assert f"commit log has a hole before {segs[3].name}" in caplog.text
+    end = int(segs[2].name)
+    assert store.commitlog_max_offset == end
+    assert snapshot(store) == expected_prefix(results, end)
+    # Kept for the operator, not destroyed.
+    left = sorted(p.name for p in (root / "commitlog").iterdir())
+    assert left == sorted([segs[0].name, segs[1].name, *(p.name + ".orphan" for p in segs[3:])])
+    assert store.put(make_msg("A", 0)).commitlog_offset == end
+
+
 @pytest.mark.parametrize("lost", ["all", "one"])
 def test_lost_consume_queues_are_rebuilt(
     open_store: OpenStore, tmp_path: Path, caplog: pytest.LogCaptureFixture, lost: str

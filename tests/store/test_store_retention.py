@@ -29,10 +29,11 @@ OpenStore = Callable[..., MessageStore]
 BODY = b"x" * 1000  # ~1.1 KiB records: about 59 to a 64 KiB segment
 
 
-def age(path: Path, hours: float, now_ms: int) -> None:
-    """Make *path* look last written *hours* before *now_ms*."""
+def age(paths: list[Path], hours: float, now_ms: int) -> None:
+    """Make *paths* look last written *hours* before *now_ms*."""
     ns = (now_ms - int(hours * HOUR_MS)) * 1_000_000
-    os.utime(path, ns=(ns, ns))
+    for path in paths:
+        os.utime(path, ns=(ns, ns))
 
 
 def segment_files(root: Path) -> list[Path]:
@@ -89,8 +90,7 @@ def test_expired_segments_are_deleted_only_at_a_delete_when_hour_and_never_the_c
     segs = segment_files(root)
     assert 4 <= len(segs) <= 10
     at_4 = at_hour(4)
-    for path in segs:  # the current segment too: it must survive anyway
-        age(path, 100, at_4)
+    age(segs, 100, at_4)  # the current segment too: it must survive anyway
 
     report = store.clean(at_hour(5))
     assert not report.time_up and not report.space_to_delete
@@ -110,8 +110,7 @@ def test_every_hour_listed_in_delete_when_is_a_deleting_hour(open_store: OpenSto
     fill(store, 150)
     segs = segment_files(root)
     at_16 = at_hour(16)
-    for path in segs:
-        age(path, 100, at_16)
+    age(segs, 100, at_16)
     assert store.clean(at_hour(4)).commitlog_deleted == []
     assert store.clean(at_16).commitlog_deleted == segs[:-1]
 
@@ -123,10 +122,10 @@ def test_segments_not_yet_expired_are_kept_and_deletion_stops_at_the_first_kept_
     fill(store, 300)
     segs = segment_files(root)
     now = at_hour(4)
-    age(segs[0], 73, now)
-    age(segs[1], 72.5, now)
-    age(segs[2], 71, now)  # not expired: it and everything after it stay
-    age(segs[3], 100, now)  # expired, but behind a kept one (never a hole in the log)
+    age([segs[0]], 73, now)
+    age([segs[1]], 72.5, now)
+    age([segs[2]], 71, now)  # not expired: it and everything after it stay
+    age([segs[3]], 100, now)  # expired, but behind a kept one (never a hole in the log)
 
     report = store.clean(now)
     assert report.commitlog_deleted == segs[:2]
@@ -139,8 +138,7 @@ def test_a_pass_deletes_at_most_delete_file_batch_max_segments(open_store: OpenS
     fill(store, 300)
     segs = segment_files(root)
     now = at_hour(4)
-    for path in segs:
-        age(path, 100, now)
+    age(segs, 100, now)
     assert store.clean(now).commitlog_deleted == segs[0:2]
     assert store.clean(now).commitlog_deleted == segs[2:4]
     assert segment_files(root) == segs[4:]
@@ -159,8 +157,7 @@ def test_queue_files_pointing_only_into_deleted_segments_go_and_min_offsets_move
     assert len(q0_files) == 3
     segs = segment_files(root)
     now = at_hour(4)
-    for path in segs[:-2]:
-        age(path, 100, now)
+    age(segs[:-2], 100, now)
 
     report = store.clean(now)
     cl_min = int(segs[-2].name)
@@ -197,8 +194,7 @@ def test_the_last_file_of_a_queue_is_kept_even_if_all_it_points_at_is_gone(
     assert len(old_files) == 2
     segs = segment_files(root)
     now = at_hour(4)
-    for path in segs:
-        age(path, 100, now)
+    age(segs, 100, now)
     store.clean(now)
     assert old[-1].commitlog_offset < store.commitlog_min_offset
     assert queue_files(root, "Old", 0) == old_files[1:]
@@ -218,8 +214,7 @@ def test_index_files_pointing_only_into_deleted_segments_go(open_store: OpenStor
     index_files = sorted((root / "index").iterdir())
     assert len(index_files) == 6  # 50 entries each
     now = at_hour(4)
-    for path in segment_files(root):
-        age(path, 100, now)
+    age(segment_files(root), 100, now)
 
     report = store.clean(now)
     assert report.index_files_deleted > 0
@@ -234,8 +229,7 @@ def test_lookups_below_the_new_start_of_the_log_find_nothing(open_store: OpenSto
     results = fill(store, 300)
     segs = segment_files(root)
     now = at_hour(4)
-    for path in segs[:2]:
-        age(path, 100, now)
+    age(segs[:2], 100, now)
     store.clean(now)
     cl_min = store.commitlog_min_offset
     first_kept = expected_min(results, cl_min)
@@ -272,8 +266,7 @@ def test_restart_after_retention_keeps_the_new_start(open_store: OpenStore, root
     results = fill(store, 300)
     segs = segment_files(root)
     now = at_hour(4)
-    for path in segs[:3]:
-        age(path, 100, now)
+    age(segs[:3], 100, now)
     store.clean(now)
     cl_min = store.commitlog_min_offset
     min0 = store.min_offset("TopicTest", 0)
@@ -321,8 +314,7 @@ def test_a_segment_that_cannot_be_deleted_keeps_the_log_without_holes(
     results = fill(store, 300)
     segs = segment_files(root)
     now = at_hour(4)
-    for path in segs:
-        age(path, 100, now)
+    age(segs, 100, now)
     real_unlink = MappedFile.unlink
 
     def unlink_failing_on_the_second(mf: MappedFile) -> None:
@@ -361,8 +353,7 @@ def test_above_disk_max_used_ratio_by_injected_probe_expired_segments_go_at_any_
     fill(store, 300)
     segs = segment_files(root)
     now = at_hour(5)  # not a deleteWhen hour
-    for path in segs[:2]:
-        age(path, 100, now)
+    age(segs[:2], 100, now)
     assert store.clean(now).commitlog_deleted == []
     disk.ratio = 0.80
     report = store.clean(now)
@@ -390,7 +381,7 @@ def test_above_85_percent_without_clean_file_forcibly_only_expired_segments_go(
     fill(store, 300)
     segs = segment_files(root)
     now = at_hour(5)
-    age(segs[0], 100, now)
+    age([segs[0]], 100, now)
     assert store.clean(now).commitlog_deleted == segs[:1]
 
 
