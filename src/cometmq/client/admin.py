@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
+from cometmq.client import _brokerapi
+from cometmq.client._brokerapi import PULL_SUBSCRIPTION
+from cometmq.client._instance import ClientInstance
+from cometmq.client.message import MessageQueue
 from cometmq.common import fastjson
 from cometmq.common.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, dlq_topic, topic_name_error
 from cometmq.common.properties import decode_properties, encode_properties
@@ -19,7 +23,7 @@ from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_re
 from cometmq.common.route import BrokerData, ClusterInfo, TopicList, TopicRouteData, parse_kv_table
 from cometmq.common.subscription_group import SubscriptionGroupConfig
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from cometmq.remoting.codes import UNIQUE_KEY_QUERY_FLAG
 
 log = logging.getLogger("cometmq.client")
@@ -47,7 +51,6 @@ _RETRY_BOOKKEEPING = (
     "CONSUME_START_TIME",
 )
 _PULL_BATCH = 32
-_FLAG_SUBSCRIPTION = 0x4  # pull sysFlag: the subscription is in the request (no commit, no suspend)
 
 
 @dataclass(slots=True)
@@ -150,11 +153,13 @@ class AdminClient:
     """
 
     def __init__(self, namesrv_addr: str, timeout: float = 5.0, connect_timeout: float = 3.0) -> None:
-        self.namesrv_addrs = [addr.strip() for addr in namesrv_addr.split(";") if addr.strip()]
-        if not self.namesrv_addrs:
-            raise CometMQError("no name server address given")
+        # The producers' and consumers' plumbing (connections, requests), never started: an admin
+        # client joins no group, so it sends no heartbeat and refreshes no route.
+        self._instance = ClientInstance(
+            namesrv_addr, request_timeout=timeout, connect_timeout=connect_timeout
+        )
+        self.namesrv_addrs = self._instance.namesrv_addrs
         self.timeout = timeout
-        self._remoting = RemotingClient(connect_timeout=connect_timeout)
 
     async def __aenter__(self) -> AdminClient:
         return self
@@ -169,25 +174,16 @@ class AdminClient:
 
     async def close(self) -> None:
         """Close every connection."""
-        await self._remoting.close()
+        await self._instance.close()
 
     # plumbing ----------------------------------------------------------------------------------
-
-    async def _invoke(
-        self, addr: str, code: int, ext_fields: dict[str, str] | None = None, body: bytes = b""
-    ) -> RemotingCommand:
-        request = RemotingCommand(code=code, ext_fields=ext_fields or {}, body=body)
-        response = await self._remoting.invoke(addr, request, self.timeout)
-        if response.code != ResponseCode.SUCCESS:
-            raise BrokerError(response.code, response.remark)
-        return response
 
     async def _invoke_namesrv(self, code: int, ext_fields: dict[str, str] | None = None) -> RemotingCommand:
         """Ask the first name server that can be reached; a server's error answer is final."""
         last_error: ConnectionClosedError | None = None
         for addr in self.namesrv_addrs:
             try:
-                return await self._invoke(addr, code, ext_fields)
+                return await self._instance.invoke_ok(addr, code, ext_fields)
             except ConnectionClosedError as exc:
                 last_error = exc
         assert last_error is not None
@@ -266,7 +262,7 @@ class AdminClient:
         }
         for broker in masters:
             assert broker.master_addr is not None
-            await self._invoke(broker.master_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+            await self._instance.invoke_ok(broker.master_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
         if wait:
             await self._await_route(topic, masters, queues)
         return masters
@@ -300,10 +296,12 @@ class AdminClient:
         cluster, masters = await self.masters_of(cluster)
         for broker in masters:
             assert broker.master_addr is not None
-            await self._invoke(broker.master_addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+            await self._instance.invoke_ok(
+                broker.master_addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}
+            )
         # Every name server keeps its own table, so each one must forget the topic.
         for addr in self.namesrv_addrs:
-            await self._invoke(
+            await self._instance.invoke_ok(
                 addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster}
             )
         return masters
@@ -312,7 +310,7 @@ class AdminClient:
 
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
         """The broker's runtime statistics (brokerVersionDesc, putTps, …) as strings."""
-        response = await self._invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        response = await self._instance.invoke_ok(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
         return parse_kv_table(response.body)
 
     # messages ----------------------------------------------------------------------------------
@@ -349,7 +347,7 @@ class AdminClient:
 
         async def ask(addr: str) -> list[DecodedRecord]:
             try:
-                response = await self._invoke(addr, RequestCode.QUERY_MESSAGE, header)
+                response = await self._instance.invoke_ok(addr, RequestCode.QUERY_MESSAGE, header)
             except BrokerError as exc:
                 if exc.code == ResponseCode.QUERY_NOT_FOUND:
                     return []
@@ -413,7 +411,9 @@ class AdminClient:
         host = ipaddress.ip_address(address)
         addr = f"{host}:{port}" if host.version == 4 else f"[{host}]:{port}"
         try:
-            response = await self._invoke(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)})
+            response = await self._instance.invoke_ok(
+                addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)}
+            )
             records = decode_records(response.body)
         except (CometMQError, ValueError) as exc:
             log.info("%s: not found as an offset message id (%s); trying it as a unique key", msg_id, exc)
@@ -427,7 +427,7 @@ class AdminClient:
     # consumer groups ---------------------------------------------------------------------------
 
     async def _group_configs(self, addr: str) -> dict[str, SubscriptionGroupConfig]:
-        response = await self._invoke(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        response = await self._instance.invoke_ok(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         table = fastjson.loads(response.body).get("subscriptionGroupTable") or {}
         return {str(name): SubscriptionGroupConfig.from_json(raw) for name, raw in table.items()}
 
@@ -451,7 +451,9 @@ class AdminClient:
         for broker in masters:
             assert broker.master_addr is not None
             body = fastjson.dumps(configs[broker.broker_name].to_json())
-            await self._invoke(broker.master_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+            await self._instance.invoke_ok(
+                broker.master_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body
+            )
 
     async def create_group(
         self, config: SubscriptionGroupConfig, cluster: str | None = None
@@ -506,7 +508,7 @@ class AdminClient:
         header = {"groupName": group, "removeOffset": "true" if remove_offsets else "false"}
         for broker in masters:
             assert broker.master_addr is not None
-            await self._invoke(broker.master_addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, header)
+            await self._instance.invoke_ok(broker.master_addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, header)
         return masters
 
     async def consume_progress(
@@ -522,7 +524,9 @@ class AdminClient:
         tps = 0.0
         for broker in masters:
             assert broker.master_addr is not None
-            response = await self._invoke(broker.master_addr, RequestCode.GET_CONSUME_STATS, header)
+            response = await self._instance.invoke_ok(
+                broker.master_addr, RequestCode.GET_CONSUME_STATS, header
+            )
             stats = fastjson.loads(response.body)
             tps += float(stats.get("consumeTps") or 0)
             for key, wrapper in (stats.get("offsetTable") or {}).items():
@@ -591,7 +595,7 @@ class AdminClient:
         for name in names:
             addr = masters[name]
             assert addr is not None
-            response = await self._invoke(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header)
+            response = await self._instance.invoke_ok(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header)
             result.consumers_notified += int(response.ext_fields.get("consumersNotified") or 0)
             body = fastjson.loads(response.body) if response.body else {}
             before = {_queue_of(k): int(v) for k, v in (body.get("previousOffsetTable") or {}).items()}
@@ -611,7 +615,7 @@ class AdminClient:
         for broker in masters:
             assert broker.master_addr is not None
             try:
-                response = await self._invoke(
+                response = await self._instance.invoke_ok(
                     broker.master_addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}
                 )
             except BrokerError as exc:
@@ -656,12 +660,9 @@ class AdminClient:
         broker of that topic, oldest first per queue, at most ``max_num``; empty when the group has
         none (no such topic). Read with pulls as ``group`` that commit no offset."""
         topic = dlq_topic(group)
-        try:
-            route = await self.topic_route(topic)
-        except BrokerError as exc:
-            if exc.code == ResponseCode.TOPIC_NOT_EXIST:
-                return []
-            raise
+        route = await self._instance.fetch_route(topic)  # learnt by the instance, for _brokerapi
+        if route is None:
+            return []
         masters = {b.broker_name: b.master_addr for b in route.broker_datas if b.master_addr is not None}
         found: list[DecodedRecord] = []
         for queue in sorted(route.queue_datas, key=lambda q: q.broker_name):
@@ -672,30 +673,31 @@ class AdminClient:
                 left = None if max_num is None else max_num - len(found)
                 if left is not None and left <= 0:
                     return found
-                found += await self._read_queue(addr, topic, queue_id, group, left)
+                mq = MessageQueue(topic, queue.broker_name, queue_id)
+                found += await self._read_queue(addr, mq, group, left)
         return found
 
     async def _read_queue(
-        self, addr: str, topic: str, queue_id: int, group: str, limit: int | None
+        self, addr: str, queue: MessageQueue, group: str, limit: int | None
     ) -> list[DecodedRecord]:
-        queue = {"topic": topic, "queueId": str(queue_id)}
-        offset = int((await self._invoke(addr, RequestCode.GET_MIN_OFFSET, queue)).ext_fields["offset"])
-        end = int((await self._invoke(addr, RequestCode.GET_MAX_OFFSET, queue)).ext_fields["offset"])
+        # Raw pulls, not _brokerapi.pull: a dead letter is resent as stored (compressed body included).
+        offset = await _brokerapi.min_offset(self._instance, queue)
+        end = await _brokerapi.max_offset(self._instance, queue)
         records: list[DecodedRecord] = []
         while offset < end and (limit is None or len(records) < limit):
             header = {
-                **queue,
+                "topic": queue.topic,
+                "queueId": str(queue.queue_id),
                 "consumerGroup": group,
                 "queueOffset": str(offset),
                 "maxMsgNums": str(_PULL_BATCH),
-                "sysFlag": str(_FLAG_SUBSCRIPTION),
+                "sysFlag": str(PULL_SUBSCRIPTION),  # no commit, no suspend
                 "commitOffset": "0",
                 "suspendTimeoutMillis": "0",
                 "subscription": "*",
                 "subVersion": "0",
             }
-            request = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=header)
-            response = await self._remoting.invoke(addr, request, self.timeout)
+            response = await self._instance.invoke(addr, RequestCode.PULL_MESSAGE, header)
             if response.code == ResponseCode.SUCCESS:
                 records += decode_records(response.body)
             elif response.code not in (ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_OFFSET_MOVED):
@@ -763,7 +765,7 @@ class AdminClient:
             "properties": encode_properties(props),
             "reconsumeTimes": "0",
         }
-        response = await self._invoke(addr, RequestCode.SEND_MESSAGE, header, dead_letter.body)
+        response = await self._instance.invoke_ok(addr, RequestCode.SEND_MESSAGE, header, dead_letter.body)
         return Resent(topic, response.ext_fields.get("msgId", ""))
 
 
