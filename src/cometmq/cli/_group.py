@@ -11,6 +11,7 @@ from cometmq.cli._message import format_time, parse_time
 from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
 from cometmq.client.admin import ResetResult
+from cometmq.common.route import BrokerData
 from cometmq.common.subscription_group import SubscriptionGroupConfig
 from cometmq.errors import CometMQError
 
@@ -61,6 +62,10 @@ def _settings_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
         action=argparse.BooleanOptionalAction,
         help=said("whether the group may consume at all; --no-consume-enable refuses its pulls", "yes"),
     )
+    _cluster_option(parser)
+
+
+def _cluster_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", metavar="NAME", help="the cluster (needed when several are registered)")
 
 
@@ -109,7 +114,7 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="list the consumer groups and their settings",
         description="List every consumer group of the cluster's master brokers with its settings on each.",
     )
-    listing.add_argument("--cluster", metavar="NAME", help="the cluster (needed when several are registered)")
+    _cluster_option(listing)
     listing.set_defaults(func=admin_command(_list))
 
     delete = group_commands.add_parser(
@@ -125,7 +130,7 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     delete.add_argument("group", metavar="GROUP", help="the consumer group")
     delete.add_argument("--remove-offsets", action="store_true", help="forget its committed offsets too")
-    delete.add_argument("--cluster", metavar="NAME", help="the cluster (needed when several are registered)")
+    _cluster_option(delete)
     delete.set_defaults(func=admin_command(_delete))
 
     progress = group_commands.add_parser(
@@ -141,9 +146,7 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     progress.add_argument("group", metavar="GROUP", help="the consumer group")
     progress.add_argument("--topic", "-t", metavar="TOPIC", help="only this topic")
-    progress.add_argument(
-        "--cluster", metavar="NAME", help="the cluster (needed when several are registered)"
-    )
+    _cluster_option(progress)
     progress.set_defaults(func=admin_command(_progress))
 
     reset = group_commands.add_parser(
@@ -183,9 +186,7 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         ),
     )
     consumers.add_argument("group", metavar="GROUP", help="the consumer group")
-    consumers.add_argument(
-        "--cluster", metavar="NAME", help="the cluster (needed when several are registered)"
-    )
+    _cluster_option(consumers)
     consumers.set_defaults(func=admin_command(_consumers))
 
 
@@ -217,15 +218,19 @@ def _describe(config: SubscriptionGroupConfig) -> str:
     )
 
 
-def _brokers(masters: list[Any]) -> str:
-    return ", ".join(broker.broker_name for broker in masters)
+def _broker_names(masters: list[BrokerData]) -> list[str]:
+    return [broker.broker_name for broker in masters]
+
+
+def _brokers(masters: list[BrokerData]) -> str:
+    return ", ".join(_broker_names(masters))
 
 
 async def _create(admin: AdminClient, args: argparse.Namespace) -> None:
     config = SubscriptionGroupConfig(args.group, **_changes(args))
     masters = await admin.create_group(config, cluster=args.cluster)
     if args.json:
-        print_json({"group": config.to_json(), "brokers": [b.broker_name for b in masters]})
+        print_json({"group": config.to_json(), "brokers": _broker_names(masters)})
     else:
         print(f"created group {args.group} on {_brokers(masters)}: {_describe(config)}")
 
@@ -239,7 +244,7 @@ async def _update(admin: AdminClient, args: argparse.Namespace) -> None:
         )
     masters, config = await admin.update_group(args.group, cluster=args.cluster, **changes)
     if args.json:
-        print_json({"group": config.to_json(), "brokers": [b.broker_name for b in masters]})
+        print_json({"group": config.to_json(), "brokers": _broker_names(masters)})
     else:
         print(f"updated group {args.group} on {_brokers(masters)}: {_describe(config)}")
 
@@ -276,7 +281,7 @@ async def _list(admin: AdminClient, args: argparse.Namespace) -> None:
 async def _delete(admin: AdminClient, args: argparse.Namespace) -> None:
     masters = await admin.delete_group(args.group, cluster=args.cluster, remove_offsets=args.remove_offsets)
     if args.json:
-        print_json({"group": args.group, "brokers": [b.broker_name for b in masters]})
+        print_json({"group": args.group, "brokers": _broker_names(masters)})
     else:
         offsets = " and its offsets" if args.remove_offsets else ""
         print(f"deleted group {args.group}{offsets} on {_brokers(masters)}")
