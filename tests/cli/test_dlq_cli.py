@@ -6,16 +6,21 @@ import asyncio
 import base64
 import json
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from cometmq.common.properties import decode_properties
-from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
+from cometmq.common.record import DecodedRecord, decode_offset_msg_id
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
 from processes import ServerProcess, broker_address, cometmq
 
 from .test_message_cli import send
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
+from _support import pull
 
 GROUP = "GID_dlq_cli"
 
@@ -44,22 +49,8 @@ def pull_all(addr: str, topic: str) -> list[DecodedRecord]:
     async def go() -> list[DecodedRecord]:
         client = RemotingClient()
         try:
-            fields = {
-                "consumerGroup": "GID_dlq_reader",
-                "topic": topic,
-                "queueId": "0",
-                "queueOffset": "0",
-                "maxMsgNums": "32",
-                "sysFlag": "4",
-                "commitOffset": "0",
-                "suspendTimeoutMillis": "0",
-                "subscription": "*",
-                "subVersion": "0",
-            }
-            response = await client.invoke(
-                addr, RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=fields)
-            )
-            return decode_records(response.body) if response.code == 0 else []
+            _, records = await pull(client, addr, topic, 0, 0, group="GID_dlq_reader")
+            return records
         finally:
             await client.close()
 

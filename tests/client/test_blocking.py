@@ -6,47 +6,20 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
+from client_support import send_to_queue
 
 from cometmq.client import blocking
 from cometmq.client.message import Message, ReceivedMessage
-from cometmq.remoting import RemotingClient
-from processes import StandaloneServer, broker_address
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
-from _support import send_request
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneServer]:
-    standalone = StandaloneServer(tmp_path_factory.mktemp("blocking") / "data")
-    standalone.start()
-    try:
-        yield standalone
-    finally:
-        standalone.stop()
+from processes import StandaloneServer
 
 
 def send(server: StandaloneServer, topic: str, queue_id: int, bodies: list[bytes]) -> None:
-    assert server.process is not None
-    addr = broker_address(server.process)
-
-    async def go() -> None:
-        client = RemotingClient()
-        try:
-            for body in bodies:
-                response = await client.invoke(addr, send_request(topic, body, queue_id), timeout=10)
-                assert response.code == 0, response.remark
-        finally:
-            await client.close()
-
-    asyncio.run(go())
+    asyncio.run(send_to_queue(server, topic, queue_id, bodies))
 
 
 def wait_for(condition: Callable[[], bool], message: str, timeout: float = 30.0) -> None:

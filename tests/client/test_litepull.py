@@ -8,52 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from client_support import run, wait_until
+from client_support import run, send_to_queue, wait_until
 
 from cometmq.client import AdminClient, DataLossError, LitePullConsumer
 from cometmq.client.message import MessageQueue, ReceivedMessage
-from cometmq.remoting import RemotingClient
-from processes import StandaloneServer, broker_address
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
-from _support import send_request
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneServer]:
-    """One server for the module; every test uses its own topic and group."""
-    standalone = StandaloneServer(tmp_path_factory.mktemp("litepull") / "data")
-    standalone.start()
-    try:
-        yield standalone
-    finally:
-        standalone.stop()
+from processes import StandaloneServer
 
 
 async def create_topic(server: StandaloneServer, topic: str, queues: int) -> None:
     async with AdminClient(server.namesrv) as admin:
         await admin.create_topic(topic, queues)
-
-
-async def send(server: StandaloneServer, topic: str, queue_id: int, bodies: list[bytes]) -> None:
-    """Send ``bodies`` to one queue, one after the other (so their queue offsets follow this order)."""
-    assert server.process is not None
-    addr = broker_address(server.process)
-    client = RemotingClient()
-    try:
-        for body in bodies:
-            response = await client.invoke(addr, send_request(topic, body, queue_id), timeout=10)
-            assert response.code == 0, response.remark
-    finally:
-        await client.close()
 
 
 async def poll_until(consumer: LitePullConsumer, count: int, timeout: float = 30.0) -> list[ReceivedMessage]:
@@ -77,7 +47,7 @@ def test_assign_and_poll_get_every_message_of_every_queue_in_queue_order(server:
     async def scenario() -> None:
         await create_topic(server, "LpAssign", 4)
         for qid in range(4):
-            await send(server, "LpAssign", qid, [b"%d-%d" % (qid, i) for i in range(25)])
+            await send_to_queue(server, "LpAssign", qid, [b"%d-%d" % (qid, i) for i in range(25)])
         async with LitePullConsumer("GID_lp_assign", server.namesrv, consume_from="first") as consumer:
             queues = await consumer.fetch_queues("LpAssign")
             assert [q.queue_id for q in queues] == [0, 1, 2, 3]
@@ -114,7 +84,7 @@ def test_two_subscribed_consumers_split_the_queues_and_together_get_everything_o
             await wait_until(split, message="an even, disjoint split of the four queues")
             assert {q.queue_id for q in first.assignment() | second.assignment()} == {0, 1, 2, 3}
             for qid in range(4):
-                await send(server, "LpGroup", qid, [b"%d-%d" % (qid, i) for i in range(20)])
+                await send_to_queue(server, "LpGroup", qid, [b"%d-%d" % (qid, i) for i in range(20)])
             got_first: list[ReceivedMessage] = []
             got_second: list[ReceivedMessage] = []
             deadline = time.monotonic() + 30
@@ -139,7 +109,7 @@ def test_seeks_and_offset_for_timestamp_select_the_right_messages(server: Standa
     async def scenario() -> None:
         await create_topic(server, "LpSeek", 1)
         for i in range(10):
-            await send(server, "LpSeek", 0, [b"m%d" % i])
+            await send_to_queue(server, "LpSeek", 0, [b"m%d" % i])
             await asyncio.sleep(0.01)  # distinct store timestamps, for the timestamp search
         async with LitePullConsumer("GID_lp_seek", server.namesrv, consume_from="first") as consumer:
             (queue,) = await consumer.fetch_queues("LpSeek")
@@ -167,7 +137,7 @@ def test_seeks_and_offset_for_timestamp_select_the_right_messages(server: Standa
             await consumer.seek_to_end(queue)
             assert consumer.position(queue) == 10
             assert await consumer.poll(timeout=0.5) == []
-            await send(server, "LpSeek", 0, [b"after-end"])
+            await send_to_queue(server, "LpSeek", 0, [b"after-end"])
             assert [(m.queue_offset, m.body) for m in await poll_until(consumer, 1)] == [(10, b"after-end")]
             assert await consumer.begin_offset(queue) == 0
             assert await consumer.end_offset(queue) == 11
@@ -181,7 +151,7 @@ def test_commit_then_a_new_consumer_of_the_group_resumes_from_the_committed_offs
     async def scenario() -> None:
         await create_topic(server, "LpCommit", 2)
         for qid in range(2):
-            await send(server, "LpCommit", qid, [b"%d-%d" % (qid, i) for i in range(12)])
+            await send_to_queue(server, "LpCommit", qid, [b"%d-%d" % (qid, i) for i in range(12)])
         group = "GID_lp_commit"
         async with LitePullConsumer(group, server.namesrv, auto_commit=False, consume_from="first") as first:
             q0, q1 = await first.fetch_queues("LpCommit")
@@ -204,7 +174,7 @@ def test_commit_then_a_new_consumer_of_the_group_resumes_from_the_committed_offs
 def test_auto_commit_commits_the_positions_on_close(server: StandaloneServer) -> None:
     async def scenario() -> None:
         await create_topic(server, "LpAuto", 1)
-        await send(server, "LpAuto", 0, [b"a%d" % i for i in range(15)])
+        await send_to_queue(server, "LpAuto", 0, [b"a%d" % i for i in range(15)])
         group = "GID_lp_auto"
         # An interval far beyond the test: only close() can have committed.
         consumer = LitePullConsumer(group, server.namesrv, auto_commit_interval=3600, consume_from="first")
@@ -218,7 +188,7 @@ def test_auto_commit_commits_the_positions_on_close(server: StandaloneServer) ->
         async with LitePullConsumer(group, server.namesrv) as resumed:
             assert await resumed.committed(queue) == 15
             resumed.assign([queue])
-            await send(server, "LpAuto", 0, [b"new"])
+            await send_to_queue(server, "LpAuto", 0, [b"new"])
             assert [(m.queue_offset, m.body) for m in await poll_until(resumed, 1)] == [(15, b"new")]
 
     run(scenario())
@@ -227,7 +197,7 @@ def test_auto_commit_commits_the_positions_on_close(server: StandaloneServer) ->
 def test_read_returns_exactly_the_offsets_of_the_range(server: StandaloneServer) -> None:
     async def scenario() -> None:
         await create_topic(server, "LpRead", 2)
-        await send(server, "LpRead", 1, [b"r%d" % i for i in range(50)])
+        await send_to_queue(server, "LpRead", 1, [b"r%d" % i for i in range(50)])
         async with LitePullConsumer("GID_lp_read", server.namesrv) as consumer:
             queue = MessageQueue("LpRead", (await consumer.fetch_queues("LpRead"))[1].broker_name, 1)
             batches = [batch async for batch in consumer.read(queue, 10, 37, max_batch=8)]
@@ -259,7 +229,7 @@ def test_read_raises_data_loss_when_retention_removed_the_start_of_the_range(tmp
 
     async def scenario() -> None:
         await create_topic(standalone, "LpLoss", 1)
-        await send(standalone, "LpLoss", 0, [b"z" * 1000 + b"%04d" % i for i in range(200)])
+        await send_to_queue(standalone, "LpLoss", 0, [b"z" * 1000 + b"%04d" % i for i in range(200)])
         async with LitePullConsumer("GID_lp_loss", standalone.namesrv) as consumer:
             (queue,) = await consumer.fetch_queues("LpLoss")
             # Age every commit-log segment past fileReservedTime; retention keeps the newest one.
@@ -295,8 +265,8 @@ def test_pause_holds_back_a_queue_until_resume(server: StandaloneServer) -> None
             consumer.assign([q0, q1])
             consumer.pause([q0])
             assert consumer.paused() == {q0}
-            await send(server, "LpPause", 0, [b"p%d" % i for i in range(10)])
-            await send(server, "LpPause", 1, [b"q%d" % i for i in range(10)])
+            await send_to_queue(server, "LpPause", 0, [b"p%d" % i for i in range(10)])
+            await send_to_queue(server, "LpPause", 1, [b"q%d" % i for i in range(10)])
             got = await poll_until(consumer, 10)
             assert {m.queue_id for m in got} == {1}
             assert await consumer.poll(timeout=1.0) == []

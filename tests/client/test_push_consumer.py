@@ -11,18 +11,16 @@ import asyncio
 import gc
 import json
 import threading
-import time
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from client_support import run, wait_until
+from client_support import run, send_request, wait_until
 
 from cometmq.client import AdminClient, ConsumeResult, PushConsumer
 from cometmq.client.message import MessageQueue, ReceivedMessage
-from cometmq.common.properties import encode_properties
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
 from processes import StandaloneServer, broker_address
 
@@ -54,19 +52,7 @@ class Broker:
         props = dict(properties or {})
         if tags:
             props["TAGS"] = tags
-        header = {
-            "producerGroup": "PG_test",
-            "topic": topic,
-            "defaultTopic": "TBW102",
-            "defaultTopicQueueNums": "4",
-            "queueId": str(queue_id),
-            "sysFlag": "0",
-            "bornTimestamp": str(int(time.time() * 1000)),
-            "flag": "0",
-            "properties": encode_properties(props),
-            "reconsumeTimes": "0",
-        }
-        request = RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields=header, body=body)
+        request = send_request(topic, body, queue_id, properties=props, v2=False)
         response = await self.client.invoke(self.addr, request, timeout=10)
         assert response.code == 0, response.remark
         return int(response.ext_fields["queueOffset"])
