@@ -48,6 +48,54 @@ def commit(addr: str, group_name: str, topic: str, queue_id: int, offset: int) -
     assert invoke(addr, RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=fields)).code == 0
 
 
+CONSUMER_ID = "7-127.0.0.1@cli"
+
+
+def while_a_consumer_is_online(
+    addr: str, group_name: str, topic: str, args: list[str]
+) -> tuple[subprocess.CompletedProcess[str], list[RemotingCommand]]:
+    """Run ``cometmq args`` while a C++-style consumer of ``group_name`` on ``topic`` heartbeats to
+    the broker at ``addr``; the command's result and the RESET_CONSUMER_CLIENT_OFFSET requests that
+    consumer got."""
+
+    async def go() -> tuple[subprocess.CompletedProcess[str], list[RemotingCommand]]:
+        told: list[RemotingCommand] = []
+
+        def on_request(conn: Connection, request: RemotingCommand) -> None:
+            if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+                told.append(request)
+
+        consumer = RemotingClient(on_request)
+        body = {
+            "clientID": CONSUMER_ID,
+            "consumerDataSet": [
+                {
+                    "consumeFromWhere": 0,
+                    "consumeType": 1,
+                    "groupName": group_name,
+                    "messageModel": 1,
+                    "subscriptionDataSet": [{"subString": "*", "subVersion": "1", "topic": topic}],
+                }
+            ],
+        }
+        beat = RemotingCommand(code=RequestCode.HEART_BEAT, body=json.dumps(body).encode(), language="CPP")
+        assert (await consumer.invoke(addr, beat)).code == 0
+        proc = await asyncio.create_subprocess_exec(
+            *COMMAND,
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=subprocess_env(),
+        )
+        out, err = await proc.communicate()
+        await asyncio.sleep(0.2)
+        await consumer.close()
+        assert proc.returncode is not None
+        return subprocess.CompletedProcess(args, proc.returncode, out.decode(), err.decode()), told
+
+    return asyncio.run(go())
+
+
 @pytest.fixture(scope="module")
 def cluster(standalone: tuple[ServerProcess, str]) -> dict[str, str]:
     server, namesrv = standalone
@@ -144,45 +192,8 @@ def test_reset_moves_offsets_and_tells_online_consumers(cluster: dict[str, str])
     commit(addr, "GID_rst", "Rst", 0, 3)
     iso_cut = datetime.datetime.fromtimestamp(cut / 1000).isoformat(timespec="milliseconds")
 
-    async def reset_while_a_consumer_is_online() -> tuple[
-        subprocess.CompletedProcess[str], list[RemotingCommand]
-    ]:
-        told: list[RemotingCommand] = []
-
-        def on_request(conn: Connection, request: RemotingCommand) -> None:
-            if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
-                told.append(request)
-
-        consumer = RemotingClient(on_request)
-        body = {
-            "clientID": "7-127.0.0.1@cli",
-            "consumerDataSet": [
-                {
-                    "consumeFromWhere": 0,
-                    "consumeType": 1,
-                    "groupName": "GID_rst",
-                    "messageModel": 1,
-                    "subscriptionDataSet": [{"subString": "*", "subVersion": "1", "topic": "Rst"}],
-                }
-            ],
-        }
-        beat = RemotingCommand(code=RequestCode.HEART_BEAT, body=json.dumps(body).encode(), language="CPP")
-        assert (await consumer.invoke(addr, beat)).code == 0
-        args = ["group", "reset", "GID_rst", "--topic", "Rst", "--timestamp", iso_cut, "-n", namesrv]
-        proc = await asyncio.create_subprocess_exec(
-            *COMMAND,
-            *args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=subprocess_env(),
-        )
-        out, err = await proc.communicate()
-        await asyncio.sleep(0.2)
-        await consumer.close()
-        assert proc.returncode is not None
-        return subprocess.CompletedProcess(args, proc.returncode, out.decode(), err.decode()), told
-
-    result, told = asyncio.run(reset_while_a_consumer_is_online())
+    args = ["group", "reset", "GID_rst", "--topic", "Rst", "--timestamp", iso_cut, "-n", namesrv]
+    result, told = while_a_consumer_is_online(addr, "GID_rst", "Rst", args)
     assert result.returncode == 0, result.stderr
     header, row, summary = result.stdout.strip().splitlines()
     assert header.split() == ["BROKER", "QUEUE", "OLD_OFFSET", "NEW_OFFSET"]
@@ -191,11 +202,12 @@ def test_reset_moves_offsets_and_tells_online_consumers(cluster: dict[str, str])
     [request] = told
     assert json.loads(request.body)["offsetTable"][0]["offset"] == 2  # the C++ (array) form
 
+    [broker] = json.loads(cometmq("cluster", "list", "--json", "-n", namesrv).stdout)
     earliest = group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--to", "earliest", "--json")
     assert json.loads(earliest.stdout) == {
         "consumersNotified": 0,
         "queues": [
-            {"topic": "Rst", "brokerName": json.loads(earliest.stdout)["queues"][0]["brokerName"],
+            {"topic": "Rst", "brokerName": broker["brokerName"],
              "queueId": 0, "oldOffset": 2, "newOffset": 0},
         ],
     }  # fmt: skip
@@ -230,3 +242,21 @@ def test_reset_and_consumers_errors_are_one_line(cluster: dict[str, str]) -> Non
     )
     helped = cometmq("group", "reset", "--help")
     assert helped.returncode == 0 and "first message stored at or after TS" in helped.stdout
+
+
+def test_consumers_lists_the_online_consumers_and_their_subscriptions(cluster: dict[str, str]) -> None:
+    namesrv, addr = cluster["namesrv"], cluster["addr"]
+    args = ["group", "consumers", "GID_con", "-n", namesrv]
+    table, _ = while_a_consumer_is_online(addr, "GID_con", "ConTopic", args)
+    assert table.returncode == 0, table.stderr
+    header, row, summary = table.stdout.strip().splitlines()
+    assert header.split() == ["CLIENT_ID", "ADDRESS", "LANGUAGE", "VERSION"]
+    assert row.split()[0] == CONSUMER_ID and row.split()[2] == "CPP"
+    assert summary.endswith("subscribed to ConTopic (*)")
+    as_json, _ = while_a_consumer_is_online(addr, "GID_con", "ConTopic", [*args, "--json"])
+    info = json.loads(as_json.stdout)
+    assert info["group"] == "GID_con"
+    assert info["subscriptions"] == {"ConTopic": "*"}
+    [connection] = info["connections"]
+    assert (connection["clientId"], connection["language"]) == (CONSUMER_ID, "CPP")
+    assert connection["clientAddr"].startswith("127.0.0.1:")
