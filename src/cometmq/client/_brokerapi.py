@@ -39,6 +39,7 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[ReceivedMessage]
+    body: bytes | memoryview = b""  # the stored records as sent, kept only by pull(..., decode=False)
 
 
 _STATUS_BY_CODE: dict[int, PullStatus] = {
@@ -72,9 +73,11 @@ async def pull(
     commit_offset: int = 0,
     suspend_ms: int = 0,
     timeout: float | None = None,
+    decode: bool = True,
 ) -> PullResult:
     """One PULL_MESSAGE. With ``PULL_SUSPEND`` and ``suspend_ms`` the broker holds the request until
-    messages arrive or the time is up (long polling); ``timeout`` must then exceed the hold."""
+    messages arrive or the time is up (long polling); ``timeout`` must then exceed the hold. With
+    ``decode=False`` the result keeps the records undecoded in ``body`` (and applies no tag check)."""
     fields = {
         "consumerGroup": group,
         "topic": queue.topic,
@@ -96,7 +99,10 @@ async def pull(
         raise BrokerError(response.code, response.remark)
     header = response.ext_fields
     messages: list[ReceivedMessage] = []
-    if status is PullStatus.FOUND:
+    body: bytes | memoryview = b""
+    if status is PullStatus.FOUND and not decode:
+        body = response.body
+    elif status is PullStatus.FOUND:
         try:
             messages = decode_pulled(response.body, queue.broker_name)
         except (RecordError, zlib.error) as exc:
@@ -111,6 +117,7 @@ async def pull(
         int(header.get("minOffset", 0)),
         int(header.get("maxOffset", 0)),
         messages,
+        body,
     )
 
 

@@ -161,6 +161,11 @@ class AdminClient:
         self.namesrv_addrs = self._instance.namesrv_addrs
         self.timeout = timeout
 
+    @property
+    def instance(self) -> ClientInstance:
+        """The connections and routes this client uses (for requests it has no method for)."""
+        return self._instance
+
     async def __aenter__(self) -> AdminClient:
         return self
 

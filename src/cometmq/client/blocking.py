@@ -59,7 +59,7 @@ class _SharedLoop:
     def acquire(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
-                loop = _new_loop()
+                loop = new_event_loop()
                 ready = threading.Event()
 
                 def run() -> None:
@@ -97,8 +97,9 @@ class _SharedLoop:
         return self._thread
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    # uvloop when installed, as the servers use it (COMETMQ_EVENT_LOOP=asyncio keeps the standard loop).
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop: uvloop when installed, as the servers use it (COMETMQ_EVENT_LOOP=asyncio
+    keeps the standard one)."""
     if os.environ.get("COMETMQ_EVENT_LOOP", "uvloop") != "asyncio":
         with contextlib.suppress(ImportError):
             import uvloop

@@ -1,0 +1,109 @@
+"""Synchronous access to a CometMQ cluster for the connector's driver and executor code.
+
+Spark calls data sources from plain threads, so each :class:`Cluster` owns a private event loop and
+runs CometMQ's asyncio client on it, one ``run_until_complete`` per call (no extra thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Coroutine, Iterable
+from typing import Any, TypeVar
+
+from cometmq.client import _brokerapi
+from cometmq.client.admin import AdminClient
+from cometmq.client.blocking import new_event_loop
+from cometmq.client.message import MessageQueue
+from cometmq.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
+from cometmq.common.subscription import SubscriptionData
+
+__all__ = ["Cluster"]
+
+T = TypeVar("T")
+
+# Queue offsets read by the connector are planned on the driver, so a pull never needs to wait:
+# a short request timeout makes a dead broker fail the task quickly (Spark retries it).
+REQUEST_TIMEOUT_S = 10.0
+# The group name pulls and offset queries carry; a read joins no group and commits nothing.
+READER_GROUP = "cometmq-spark-reader"
+
+
+class Cluster:
+    """The cluster behind NameServer(s) ``namesrv``, driven from synchronous code."""
+
+    def __init__(self, namesrv: str) -> None:
+        self.namesrv = namesrv
+        self._loop = new_event_loop()
+        self.admin = AdminClient(namesrv, timeout=REQUEST_TIMEOUT_S)
+        self.instance = self.admin.instance
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        with contextlib.suppress(Exception):
+            self._loop.run_until_complete(self.admin.close())
+        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        self._loop.close()
+
+    # driver-side questions (coroutines, for run()) -----------------------------------------------
+
+    async def queues(
+        self, topics: Iterable[str], pattern: re.Pattern[str] | None = None
+    ) -> list[MessageQueue]:
+        """The readable queues of ``topics`` and of every user topic ``pattern`` matches in full,
+        as the name server routes them now."""
+        names = set(topics)
+        if pattern is not None:
+            names.update(
+                t
+                for t in await self.admin.topic_list()
+                if pattern.fullmatch(t)
+                and not is_system_topic(t)
+                and not t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+            )
+        routes = await asyncio.gather(*(self.instance.fetch_route(t) for t in sorted(names)))
+        queues: list[MessageQueue] = []
+        for name, route in zip(sorted(names), routes, strict=True):
+            if route is not None:
+                queues += await self.instance.subscribe_queues(name)
+        return sorted(queues)
+
+    async def bounds(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
+        """(min offset, max offset) of each queue: the oldest message held, and the next to be written."""
+        queues = list(queues)
+
+        async def one(queue: MessageQueue) -> tuple[int, int]:
+            low, high = await asyncio.gather(
+                _brokerapi.min_offset(self.instance, queue), _brokerapi.max_offset(self.instance, queue)
+            )
+            return low, high
+
+        return dict(zip(queues, await asyncio.gather(*(one(q) for q in queues)), strict=True))
+
+    async def offsets_at(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> dict[MessageQueue, int]:
+        """Per queue, the offset of the first message stored at or after ``timestamp_ms`` (the
+        queue's end if there is none)."""
+
+        async def one(queue: MessageQueue) -> int:
+            found = await _brokerapi.offset_for_timestamp(self.instance, queue, timestamp_ms)
+            low, high = await asyncio.gather(
+                _brokerapi.min_offset(self.instance, queue), _brokerapi.max_offset(self.instance, queue)
+            )
+            if high <= low:
+                return high
+            found = min(max(found, low), high - 1)
+            # The broker answers the *nearest* message; step past an earlier one.
+            result = await _brokerapi.pull(
+                self.instance, queue, READER_GROUP, SubscriptionData(queue.topic), found, 1
+            )
+            if result.messages and result.messages[0].store_timestamp < timestamp_ms:
+                return found + 1
+            return found
+
+        queues = list(queues)
+        return dict(zip(queues, await asyncio.gather(*(one(q) for q in queues)), strict=True))

@@ -1,0 +1,170 @@
+"""Reading one planned offset range of one queue into Arrow batches (runs in Spark's executors)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import zlib
+from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from cometmq.client import _brokerapi
+from cometmq.client._brokerapi import PULL_SUBSCRIPTION, PullStatus
+from cometmq.client.litepull import DataLossError
+from cometmq.client.message import MessageQueue
+from cometmq.common.record import RecordError
+from cometmq.common.subscription import SubscriptionData
+from cometmq.errors import CometMQError, ProtocolError
+from cometmq.spark._cluster import READER_GROUP, Cluster
+from cometmq.spark._columns import decode_batch
+from cometmq.spark._schema import ARROW_SCHEMA
+
+__all__ = ["QueueRange", "read_range"]
+
+log = logging.getLogger("cometmq.spark")
+
+# The broker answers at most 1024 messages and 256 KiB per pull; several pull bodies are decoded at
+# once (up to this many bytes) so Arrow's per-call costs are shared by a few thousand rows.
+PULL_MAX_MESSAGES = 1024
+DECODE_CHUNK_BYTES = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRange:
+    """Offsets ``[start, end)`` of one queue, and how to read them (an InputPartition's payload)."""
+
+    namesrv: str
+    queue: MessageQueue
+    start: int
+    end: int
+    sub_expression: str
+    tags: frozenset[str]
+    fail_on_data_loss: bool
+    include_properties: bool
+
+
+def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
+    """The rows at offsets ``[part.start, part.end)`` of ``part.queue`` that match its tag filter,
+    exactly, in offset order."""
+    cluster = Cluster(part.namesrv)
+    batches = _read(cluster, part)
+    try:
+        while True:
+            try:
+                batch: pa.RecordBatch = cluster.run(batches.__anext__())
+            except StopAsyncIteration:
+                return
+            yield batch
+    finally:
+        cluster.run(batches.aclose())
+        cluster.close()
+
+
+async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordBatch, None]:
+    instance, queue, end = cluster.instance, part.queue, part.end
+    if await instance.fetch_route(queue.topic) is None:
+        raise CometMQError(f"{queue}: the topic has no route any more (deleted?)")
+    subscription = SubscriptionData.from_expression(queue.topic, part.sub_expression)
+    filtered = bool(part.tags)
+
+    def pull_at(offset: int) -> asyncio.Task[_brokerapi.PullResult]:
+        return asyncio.ensure_future(
+            _brokerapi.pull(
+                instance,
+                queue,
+                READER_GROUP,
+                subscription,
+                offset,
+                min(PULL_MAX_MESSAGES, end - offset),
+                sys_flag=PULL_SUBSCRIPTION,  # no suspend: the range was planned from offsets that exist
+                decode=False,
+            )
+        )
+
+    offset = chunk_start = part.start
+    chunk: list[bytes | memoryview] = []
+    chunk_bytes = 0
+    pending = pull_at(offset) if offset < end else None
+    try:
+        while pending is not None:
+            result = await pending
+            pending = None
+            skip_to = _lost_from(result, offset, end, filtered)
+            if skip_to is not None:
+                if part.fail_on_data_loss:
+                    raise DataLossError(queue, offset, skip_to)
+                log.warning(
+                    "%s: offsets from %d to %d are gone (retention?); skipped as failOnDataLoss is false",
+                    queue, offset, skip_to - 1,
+                )  # fmt: skip
+                if chunk and (batch := _decode(b"".join(chunk), part, chunk_start, filtered)).num_rows:
+                    yield batch
+                chunk, chunk_bytes = [], 0
+                chunk_start = skip_to
+            if result.status is PullStatus.FOUND:
+                chunk.append(result.body)
+                chunk_bytes += len(result.body)
+                next_offset = result.next_begin_offset
+            else:
+                next_offset = skip_to if skip_to is not None else result.next_begin_offset
+            if next_offset <= offset:
+                raise ProtocolError(f"{queue}: the broker did not move past offset {offset}")
+            offset = min(next_offset, end)
+            if offset < end:
+                pending = pull_at(offset)  # in flight while this chunk is decoded
+            if chunk and (chunk_bytes >= DECODE_CHUNK_BYTES or offset >= end):
+                if (batch := _decode(b"".join(chunk), part, chunk_start, filtered)).num_rows:
+                    yield batch
+                chunk, chunk_bytes = [], 0
+            if not chunk:
+                chunk_start = offset
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, CometMQError):
+                await pending
+
+
+def _lost_from(result: _brokerapi.PullResult, offset: int, end: int, filtered: bool) -> int | None:
+    """Where reading must continue if messages from ``offset`` on are gone; None if none are."""
+    if offset < result.min_offset:
+        return min(result.min_offset, end)
+    if result.status is PullStatus.OFFSET_ILLEGAL or result.status is PullStatus.NO_NEW_MSG:
+        # The range was planned below the queue's end, so the queue shrank (deleted and re-created?).
+        return end
+    if result.status is PullStatus.NO_MATCHED_MSG and not filtered:
+        return max(result.next_begin_offset, offset + 1)
+    return None
+
+
+def _decode(data: bytes, part: QueueRange, expected_first: int, filtered: bool) -> pa.RecordBatch:
+    queue = part.queue
+    try:
+        decoded = decode_batch(
+            data,
+            queue.topic,
+            queue.broker_name,
+            queue.queue_id,
+            end=part.end,
+            tags=part.tags,
+            include_properties=part.include_properties,
+        )
+    except (RecordError, zlib.error) as exc:
+        raise ProtocolError(f"undecodable pull body from {queue}: {exc}") from exc
+    if decoded is None:
+        return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+    if not filtered and (
+        decoded.first != expected_first or decoded.last - decoded.first + 1 != decoded.count
+    ):
+        # Unfiltered pulls answer consecutive offsets: a hole is a message deleted under us.
+        gap = decoded.first_gap(expected_first)
+        if part.fail_on_data_loss:
+            raise DataLossError(queue, *gap)
+        log.warning(
+            "%s: offsets from %d to %d are gone (retention?); skipped as failOnDataLoss is false",
+            queue, gap[0], gap[1] - 1,
+        )  # fmt: skip
+    return decoded.batch
