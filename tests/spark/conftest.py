@@ -7,12 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spark_support import make_session
 
 from processes import StandaloneServer
-
-pytest.importorskip("pyspark", reason="the Spark tests need the spark extra: pip install -e .[spark]")
-
-from spark_support import make_session  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -99,5 +99,6 @@ def test_topic_pattern_reads_every_matching_user_topic(spark: Any, server: Stand
     for name in ("PatOrders1", "PatOrders2", "PatOther"):
         create_topic(server.namesrv, name, 1)
         send(server.namesrv, name, {0: [name.encode()]})
-    reader = spark.read.format("cometmq").option("namesrv", server.namesrv).option("topicPattern", "PatOrders.*")
-    assert sorted(r.body for r in reader.load().collect()) == [b"PatOrders1", b"PatOrders2"]
+    reader = spark.read.format("cometmq").option("namesrv", server.namesrv)
+    rows = reader.option("topicPattern", "PatOrders.*").load().collect()
+    assert sorted(r.body for r in rows) == [b"PatOrders1", b"PatOrders2"]
