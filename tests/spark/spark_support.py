@@ -59,16 +59,19 @@ def create_topic(namesrv: str, topic: str, queues: int) -> None:
     run(create())
 
 
-def send(namesrv: str, topic: str, bodies_by_queue: dict[int, Sequence[bytes]], **fields: Any) -> None:
-    """Send each queue's bodies to that queue, in order (so offsets follow the order given)."""
+def send(
+    namesrv: str, topic: str, bodies_by_queue: dict[int, Sequence[bytes]], chunk: int = 200, **fields: Any
+) -> None:
+    """Send each queue's bodies to that queue, in order (so offsets follow the order given), ``chunk``
+    messages per batch."""
 
     async def go() -> None:
         async with Producer("PID_spark_tests", namesrv) as producer:
             for queue_id, bodies in bodies_by_queue.items():
                 queue = MessageQueue(topic, BROKER, queue_id)
-                for start in range(0, len(bodies), 200):
-                    chunk = [Message(topic, body, **fields) for body in bodies[start : start + 200]]
-                    await producer.send_batch(chunk, queue=queue)
+                for start in range(0, len(bodies), chunk):
+                    batch = [Message(topic, body, **fields) for body in bodies[start : start + chunk]]
+                    await producer.send_batch(batch, queue=queue)
 
     run(go())
 
@@ -94,3 +97,48 @@ def offsets_json(topic: str, offsets: dict[int, int]) -> str:
     import json
 
     return json.dumps({topic: {BROKER: {str(q): o for q, o in offsets.items()}}})
+
+
+def parquet_query(
+    spark: Any,
+    namesrv: str,
+    topic: str,
+    out: Path,
+    checkpoint: Path,
+    per_trigger: int | None = None,
+    *,
+    available_now: bool = False,
+    **options: str,
+) -> Any:
+    """Start streaming ``topic`` (from its earliest offsets) into Parquet at ``out``."""
+    reader = spark.readStream.format("cometmq").option("namesrv", namesrv).option("topic", topic)
+    reader = reader.option("startingOffsets", "earliest")
+    if per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(per_trigger))
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    writer = (
+        reader.load()
+        .select("queue_id", "queue_offset", "body")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    return writer.start()
+
+
+def batch_in_flight(checkpoint: Path) -> int | None:
+    """The micro-batch whose offsets are logged but not yet committed, if any: one is running (or
+    was interrupted)."""
+    logged = {int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*")}
+    committed = {int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")}
+    pending = logged - committed
+    return max(pending) if pending else None
+
+
+def parquet_rows(spark: Any, out: Path) -> list[tuple[int, int, bytes]]:
+    """(queue id, queue offset, body) of every row the Parquet sink committed (its _spark_metadata
+    log decides which files count, as for any reader of the sink)."""
+    return [(r.queue_id, r.queue_offset, bytes(r.body)) for r in spark.read.parquet(str(out)).collect()]

@@ -45,7 +45,9 @@ SYSTEM_PROPERTIES = RESERVED_PROPERTIES | {_UNIQ_KEY}
 
 
 def _property_pattern(name: str) -> str:
-    return f"(?:^|\x02){name}\x01(?P<v>[^\x02]*)"
+    # The greedy prefix makes the *last* occurrence of a repeated name win, as in decode_properties
+    # (and Java's HashMap); a value never holds \x02.
+    return f"(?s)^(?:.*\x02)?{name}\x01(?P<v>[^\x02]*)"
 
 
 _TAGS_RE = _property_pattern("TAGS")
@@ -118,7 +120,7 @@ def decode_batch(
             ],
             pa.binary(),
         )
-    uniq = _extract(props, _UNIQ_RE)
+    uniq = _non_empty(_extract(props, _UNIQ_RE))
     if uniq.null_count:
         fallback = [offset_msg_id(h, p) for h, p in zip(hosts, phys, strict=True)]
         uniq = pc.coalesce(uniq, pa.array(fallback, pa.string()))
@@ -129,7 +131,7 @@ def decode_batch(
         pa.repeat(pa.scalar(queue_id, pa.int32()), keep),
         pa.array(offsets, pa.int64()),
         uniq,
-        pc.split_pattern(_extract(props, _KEYS_RE), " ").cast(KEYS_TYPE),
+        _keys(_extract(props, _KEYS_RE)),
         tag_column,
         bodies,
         _user_properties(props) if include_properties else pa.nulls(keep, PROPERTIES_TYPE),
@@ -214,10 +216,22 @@ def _head_of(record: DecodedRecord) -> tuple[Any, ...]:
 
 
 def _extract(raw_props: pa.Array, pattern: str) -> pa.Array:
+    """The property's value per row; null where the row lacks it (struct_field keeps the nulls of the
+    regex's struct result, which ``.field()`` would drop)."""
     try:
-        return pc.extract_regex(raw_props, pattern).field(0).cast(pa.string())
+        return pc.struct_field(pc.extract_regex(raw_props, pattern), [0]).cast(pa.string())
     except pa.ArrowInvalid as exc:
         raise RecordError(f"message properties are not UTF-8: {exc}") from None
+
+
+def _non_empty(values: pa.Array) -> pa.Array:
+    return pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
+
+
+def _keys(keys: pa.Array) -> pa.Array:
+    """KEYS split at runs of spaces, as RocketMQ's index splits them; null when no key is set."""
+    trimmed = _non_empty(pc.utf8_trim(keys, " "))
+    return pc.split_pattern_regex(trimmed, " +").cast(KEYS_TYPE)
 
 
 def _timestamps(millis: tuple[int, ...]) -> pa.Array:

@@ -43,9 +43,9 @@ class ReadOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         opts = {k.lower(): v for k, v in options.items()}
-        topic = opts.get("topic", "").strip()
+        topics = tuple(t.strip() for t in opts.get("topic", "").split(",") if t.strip())
         pattern = opts.get("topicpattern", "").strip()
-        if bool(topic) == bool(pattern):
+        if bool(topics) == bool(pattern):
             raise OptionError("give exactly one of the options 'topic' (comma-separated) and 'topicPattern'")
         compiled = None
         if pattern:
@@ -65,7 +65,7 @@ class ReadOptions:
         starting_ts = opts.get("startingtimestamp")
         return cls(
             namesrv=opts.get("namesrv", DEFAULT_NAMESRV).strip() or DEFAULT_NAMESRV,
-            topics=tuple(t.strip() for t in topic.split(",") if t.strip()),
+            topics=topics,
             topic_pattern=compiled,
             tags=parsed[0] if parsed else frozenset(),
             sub_expression=expression,
@@ -147,6 +147,9 @@ def parse_duration_ms(text: str, name: str) -> int:
     return int(match.group(1)) * _UNIT_MS[key]
 
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
 def parse_timestamp_ms(text: str, name: str) -> int:
     """Milliseconds since the epoch, or an ISO-8601 time (UTC unless it says otherwise)."""
     text = text.strip()
@@ -158,4 +161,5 @@ def parse_timestamp_ms(text: str, name: str) -> int:
         raise OptionError(f"{name} must be ms since the epoch or an ISO-8601 time, not {text!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
+    # Integer arithmetic: timestamp() * 1000 in floats can lose a millisecond.
+    return (moment - _EPOCH) // datetime.timedelta(milliseconds=1)
