@@ -103,7 +103,7 @@ def _leftovers(namesrv: str) -> None:
     old = generate_events(200, seed=99, start_ms=pipeline.DEFAULT_START_MS + 3_600_000)
     far = pipeline.OrderEvent("old-flush", "-", pipeline.FLUSH_CATEGORY, 0, pipeline.DEFAULT_START_MS + 10**9)
     stale = (
-        b'{"window_start":"2025-01-01T12:00:00.000Z","window_end":"2025-01-01T12:01:00.000Z",'
+        b'{"window_start":"2025-01-01T11:00:00.000Z","window_end":"2025-01-01T11:01:00.000Z",'
         b'"category":"books","revenue":1.00,"orders":1}'
     )
     with blocking.AdminClient(namesrv) as admin:
@@ -130,7 +130,17 @@ def test_pipeline_aggregates_equal_python(spark: Any, server: StandaloneServer, 
         starts = _end_offsets(consumer, RESULT_TOPIC)
     out = io.StringIO()
 
-    result = run_demo(server.namesrv, tmp_path, events=EVENTS, rate=0, seed=11, spark=spark, out=out)
+    # Several micro-batches, so the watermark moves while late orders are still coming.
+    result = run_demo(
+        server.namesrv,
+        tmp_path,
+        events=EVENTS,
+        rate=0,
+        seed=11,
+        spark=spark,
+        out=out,
+        max_offsets_per_trigger=EVENTS // 3 + 1,  # three batches of orders (the flush in the last)
+    )
 
     expected = expected_aggregates(generate_events(EVENTS, seed=11))
     assert len(expected) > 20  # several windows of several categories

@@ -84,7 +84,7 @@ def test_streaming_write_gives_each_message_the_id_of_its_query_batch_partition_
     received = consume_all(server.namesrv, "PipeOut")
     assert sorted(m.body for m in received) == sorted(b"in-%d" % i for i in range(50))
     # One batch (0), one partition per input queue: every id is that of some (partition, row).
-    possible = {message_id(WriteTarget(query.id, 0, p), r) for p in range(2) for r in range(50)}
+    possible = {message_id(WriteTarget(f"{query.id}/PipeOut", 0, p), r) for p in range(2) for r in range(50)}
     assert {m.msg_id for m in received} <= possible
     assert len({m.msg_id for m in received}) == 50
 

@@ -12,6 +12,7 @@ from cometmq.cli._bench import add_bench_commands
 from cometmq.cli._dlq import add_dlq_commands
 from cometmq.cli._group import add_group_commands
 from cometmq.cli._message import add_message_commands
+from cometmq.cli._pipeline import add_pipeline_commands
 from cometmq.cli._servers import add_server_commands
 from cometmq.errors import BrokerError, CometMQError
 
@@ -24,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "CometMQ, a message queue that speaks the RocketMQ 4.x protocol. Run the servers "
             "(standalone, namesrv, broker), administer a running cluster (topic, cluster, group), find "
-            "stored messages (message), recover dead letters (dlq) or measure a cluster (bench)."
+            "stored messages (message), recover dead letters (dlq), measure a cluster (bench) or run the "
+            "reference Spark pipeline (pipeline)."
         ),
         epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
     )
@@ -36,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dlq_commands(commands)
     add_group_commands(commands)
     add_bench_commands(commands)
+    add_pipeline_commands(commands)
     return parser
 
 

@@ -288,12 +288,16 @@ class _WriterBase:
     def _write(self, job: str | None, batches: Iterator[pa.RecordBatch]) -> _Written:
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
+        query = context.getLocalProperty("sql.streaming.queryId") if context is not None else None
         batch = 0
-        if job is None:  # streaming: the query and micro-batch this task belongs to
-            query = context.getLocalProperty("sql.streaming.queryId") if context is not None else None
-            batch_id = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
-            job, batch = query or "unknown-query", int(batch_id or 0)
-        sent = write_batches(self.options, WriteTarget(job, batch, partition), batches)
+        if query is not None:
+            # A streaming write, or a batch write inside foreachBatch: ids follow the query and its
+            # micro-batch, so a replayed batch resends with the same ids. The topic option tells
+            # two writes of one micro-batch apart.
+            assert context is not None
+            job = f"{query}/{self.options.topic or ''}"
+            batch = int(context.getLocalProperty("streaming.sql.batchId") or 0)
+        sent = write_batches(self.options, WriteTarget(job or "unknown", batch, partition), batches)
         return _Written(partition, sent)
 
 

@@ -255,19 +255,24 @@ def build_query(
     starting_offsets: str = "earliest",
     window_ms: int = WINDOW_MS,
     watermark_ms: int = WATERMARK_MS,
+    max_offsets_per_trigger: int | None = None,
 ) -> DataStreamWriter:
     """The streaming job, ready to ``.trigger(...).start()``: read ``source_topic``, aggregate
     (:func:`aggregate_orders`), and write each micro-batch's final windows to Parquet under
     ``out_dir`` and to ``result_topic``. ``starting_offsets``: ``earliest``, ``latest`` or the
-    connector's JSON offsets. The session needs the ``cometmq`` format (:func:`cometmq.spark.register`)."""
+    connector's JSON offsets; ``max_offsets_per_trigger`` caps a micro-batch. The session needs the
+    ``cometmq`` format (:func:`cometmq.spark.register`) and few shuffle partitions (the aggregation
+    state has one store per partition)."""
     out = os.fspath(out_dir)
-    source = (
+    reader = (
         spark.readStream.format("cometmq")
         .option("namesrv", namesrv)
         .option("topic", source_topic)
         .option("startingOffsets", starting_offsets)
-        .load()
     )
+    if max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    source = reader.load()
     results = aggregate_orders(source, window_ms=window_ms, watermark_ms=watermark_ms)
 
     def publish(batch: DataFrame, batch_id: int) -> None:
@@ -479,6 +484,7 @@ def run_demo(
     out: TextIO | None = None,
     batch_size: int = 50,
     result_timeout: float = 60.0,
+    max_offsets_per_trigger: int | None = None,
 ) -> DemoResult:
     """Run the pipeline end to end against the cluster at ``namesrv``: start the query, send
     ``events`` orders (``rate`` per second; 0 = as fast as possible) and the flush event, print the
@@ -488,6 +494,8 @@ def run_demo(
     ``workdir`` (default: a new temporary directory) receives ``parquet/`` and ``checkpoint/``,
     both emptied first. ``spark``: a session to use (default: :func:`local_session`, stopped at the
     end). Topics are created when missing; every run reads only what it sent itself.
+    ``max_offsets_per_trigger`` splits the orders over more micro-batches (the test uses it so
+    that the watermark moves between batches).
     """
     from cometmq.cli._progress import Progress
     from cometmq.cli._table import format_table
@@ -530,7 +538,14 @@ def run_demo(
         if spark is None:
             spark = local_session(base)
         query = (
-            build_query(spark, namesrv, out_dir, checkpoint_dir, starting_offsets=json.dumps(starting))
+            build_query(
+                spark,
+                namesrv,
+                out_dir,
+                checkpoint_dir,
+                starting_offsets=json.dumps(starting),
+                max_offsets_per_trigger=max_offsets_per_trigger,
+            )
             .trigger(processingTime="1 second")
             .start()
         )
