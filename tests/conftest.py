@@ -19,3 +19,14 @@ def standalone(tmp_path: Path) -> Iterator[StandaloneServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneServer]:
+    """One standalone server for a whole module; every test uses its own topics and groups."""
+    standalone = StandaloneServer(tmp_path_factory.mktemp("server") / "data")
+    standalone.start()
+    try:
+        yield standalone
+    finally:
+        standalone.stop()

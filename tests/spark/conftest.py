@@ -1,4 +1,5 @@
-"""Fixtures of the Spark connector tests: one local SparkSession for the run, one server per module."""
+"""Fixtures of the Spark connector tests: one local SparkSession for the whole run (the module-scoped
+``server`` comes from tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ from typing import Any
 import pytest
 from spark_support import make_session
 
-from processes import StandaloneServer
-
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
@@ -20,17 +19,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneServer]:
-    """One standalone server for the module; every test uses its own topics."""
-    standalone = StandaloneServer(tmp_path_factory.mktemp("spark-server") / "data")
-    standalone.start()
-    try:
-        yield standalone
-    finally:
-        standalone.stop()
 
 
 @pytest.fixture

@@ -24,27 +24,12 @@ def spark_env() -> dict[str, str]:
 
 
 def make_session(tmp: Path) -> Any:
-    """A local[2] SparkSession with light settings, CometMQ's source registered."""
+    """The pipeline's local[2] SparkSession (light settings, quiet logs, CometMQ's source registered),
+    its workers running this interpreter."""
     os.environ.update(spark_env())
-    from pyspark.sql import SparkSession
+    from cometmq.spark.pipeline import local_session
 
-    import cometmq.spark
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("cometmq-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
-        .config("spark.local.dir", str(tmp / "local"))
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    cometmq.spark.register(session)
-    return session
+    return local_session(tmp, "cometmq-tests")
 
 
 def run(coro: Any) -> Any:
