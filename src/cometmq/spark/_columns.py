@@ -40,6 +40,11 @@ _HOST_V6_FLAGS = 0x30
 _COMPRESSED = 0x1
 _UNIQ_KEY = "UNIQ_KEY"
 _MILLIS = pa.timestamp("ms", tz="UTC")
+# Typed scalars: handed a bare Python value, pyarrow infers its type each call (and tries to import
+# dateutil while doing so, ~46 us a call).
+_TWO = pa.scalar(2, pa.int32())
+_EMPTY = pa.scalar("", pa.string())
+_NULL_STRING = pa.scalar(None, pa.string())
 # Properties that have a column of their own or belong to the broker and clients, never to users.
 SYSTEM_PROPERTIES = RESERVED_PROPERTIES | {_UNIQ_KEY}
 
@@ -190,7 +195,7 @@ def _split(data: bytes, topic_len: int) -> tuple[list[tuple[Any, ...]], pa.Array
         )
         every_fourth = pa.array(range(0, 4 * n, 4), pa.int32())
         bodies = segments.take(every_fourth)
-        props = segments.take(pc.add(every_fourth, 2))
+        props = segments.take(pc.add(every_fourth, _TWO))
     else:
         bodies = props = pa.array([], pa.binary())
     if pos < size:
@@ -228,7 +233,7 @@ def _extract(reversed_props: pa.Array, pattern: str) -> pa.Array:
 
 
 def _non_empty(values: pa.Array) -> pa.Array:
-    return pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
+    return pc.if_else(pc.equal(values, _EMPTY), _NULL_STRING, values)
 
 
 def _keys(keys: pa.Array) -> pa.Array:
