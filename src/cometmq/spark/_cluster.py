@@ -85,17 +85,16 @@ class Cluster:
 
         return dict(zip(queues, await asyncio.gather(*(one(q) for q in queues)), strict=True))
 
-    async def offsets_at(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> dict[MessageQueue, int]:
-        """Per queue, the offset of the first message stored at or after ``timestamp_ms`` (the
-        queue's end if there is none)."""
+    async def offsets_at(
+        self, bounds: dict[MessageQueue, tuple[int, int]], timestamp_ms: int
+    ) -> dict[MessageQueue, int]:
+        """Per queue of ``bounds`` (its min and max offsets), the offset of the first message stored at
+        or after ``timestamp_ms`` (the queue's end if there is none)."""
 
-        async def one(queue: MessageQueue) -> int:
-            found = await _brokerapi.offset_for_timestamp(self.instance, queue, timestamp_ms)
-            low, high = await asyncio.gather(
-                _brokerapi.min_offset(self.instance, queue), _brokerapi.max_offset(self.instance, queue)
-            )
+        async def one(queue: MessageQueue, low: int, high: int) -> int:
             if high <= low:
                 return high
+            found = await _brokerapi.offset_for_timestamp(self.instance, queue, timestamp_ms)
             found = min(max(found, low), high - 1)
             # The broker answers the *nearest* message; step past an earlier one.
             result = await _brokerapi.pull(
@@ -105,5 +104,5 @@ class Cluster:
                 return found + 1
             return found
 
-        queues = list(queues)
-        return dict(zip(queues, await asyncio.gather(*(one(q) for q in queues)), strict=True))
+        found = await asyncio.gather(*(one(queue, low, high) for queue, (low, high) in bounds.items()))
+        return dict(zip(bounds, found, strict=True))

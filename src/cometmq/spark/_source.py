@@ -209,27 +209,25 @@ class CometMQStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvail
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        begin = _offsets.from_json(start, "the checkpointed offsets")
+        checkpointed = _offsets.from_json(start, "the checkpointed offsets")
         bounds = self.bounds(self.queues())
         self._latest = {queue: high for queue, (_, high) in bounds.items()}
-        begin = self.check_loss(begin, bounds)
+        begin = self.check_loss(checkpointed, bounds)
         # A queue met for the first time (a topic grown, a broker added, a new topic matching the
         # pattern) enters the offsets at its earliest offset and is read from the next batch on:
         # every batch's start then comes from the checkpoint, never from a second look at the broker.
         new = {queue: low for queue, (low, _) in bounds.items() if queue not in begin}
-        target = dict(self._latest)
-        if self._available_now is not None:
-            target = {q: min(high, self._available_now.get(q, 0)) for q, high in target.items() if q in begin}
-        available = {q: max(0, target.get(q, off) - off) for q, off in begin.items()}
+        target = self._latest if self._available_now is None else self._available_now
+        # A queue that left the route (or appeared after an availableNow start) has nothing to read.
+        available = {
+            q: max(0, min(target.get(q, off), self._latest.get(q, off)) - off) for q, off in begin.items()
+        }
         total = sum(available.values())
         if self._available_now is None and not new and self._too_early(total):
             return start
-        budget = total if isinstance(limit, ReadAllAvailable) else min(total, _max_rows(limit, total))
-        end = {q: begin[q] + n for q, n in _share(available, budget).items()}
-        end.update(new)
-        for queue in begin.keys() - end.keys():
-            end[queue] = begin[queue]  # a queue that left the route keeps its position
-        if end != _offsets.from_json(start):
+        budget = min(total, limit.max_rows) if isinstance(limit, ReadMaxRows) else total
+        end = {q: begin[q] + n for q, n in _share(available, budget).items()} | new
+        if end != checkpointed:
             self._last_batch_at = time.monotonic()
         return _offsets.to_json(end)
 
@@ -255,10 +253,6 @@ class CometMQStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvail
     def commit(self, end: dict[str, Any]) -> None:
         # Spark's checkpoint is the record of progress; nothing is stored on the brokers.
         pass
-
-
-def _max_rows(limit: ReadLimit, total: int) -> int:
-    return limit.max_rows if isinstance(limit, ReadMaxRows) else total
 
 
 def _share(available: dict[MessageQueue, int], budget: int) -> dict[MessageQueue, int]:
