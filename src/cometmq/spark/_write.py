@@ -16,9 +16,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from cometmq.client.blocking import new_event_loop
 from cometmq.client.message import Message
 from cometmq.client.producer import Producer
-from cometmq.spark._cluster import Cluster
 from cometmq.spark._options import OptionError, WriteOptions
 
 __all__ = ["WriteTarget", "message_id", "write_batches"]
@@ -60,11 +60,8 @@ def check_columns(names: list[str], options: WriteOptions) -> None:
 
 def write_batches(options: WriteOptions, target: WriteTarget, batches: Iterator[pa.RecordBatch]) -> int:
     """Send every row of ``batches``; the number of messages sent."""
-    cluster = Cluster(options.namesrv)
-    try:
-        return cluster.run(_write(options, target, batches))
-    finally:
-        cluster.close()
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(_write(options, target, batches))
 
 
 async def _write(options: WriteOptions, target: WriteTarget, batches: Iterator[pa.RecordBatch]) -> int:
