@@ -53,10 +53,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from cometmq.cli._table import format_table  # noqa: E402
 from cometmq.client import AdminClient, Message, MessageQueue, Producer  # noqa: E402
-from cometmq.spark import ARROW_SCHEMA, SCHEMA_DDL, CometMQDataSource  # noqa: E402
+from cometmq.spark import ARROW_SCHEMA, SCHEMA_DDL  # noqa: E402
 from cometmq.spark._cluster import Cluster  # noqa: E402
 from cometmq.spark._read import QueueRange, read_range  # noqa: E402
 from cometmq.spark._schema import KEYS_TYPE, PROPERTIES_TYPE, TIMESTAMP  # noqa: E402
+from cometmq.spark.pipeline import local_session  # noqa: E402
 from processes import ServerProcess, start_standalone  # noqa: E402
 
 TARGET = 0.70
@@ -274,23 +275,7 @@ class Job:
 def make_session(tmp: Path) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("cometmq-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
-        .config("spark.local.dir", str(tmp / "spark-local"))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(CometMQDataSource)
+    spark = local_session(tmp, "cometmq-bench")  # the tests' light settings, cometmq registered
     spark.dataSource.register(SyntheticDataSource)
     return spark
 
