@@ -1,5 +1,5 @@
-"""``cometmq topic …`` and ``cometmq cluster …``: administration through the NameServer (plus the
-plumbing ``cometmq message …`` shares)."""
+"""``cometmq topic …`` and ``cometmq cluster …``: administration through the NameServer, and the
+plumbing every administration command shares (``add_admin_command``)."""
 
 from __future__ import annotations
 
@@ -22,16 +22,20 @@ DEFAULT_NAMESRV = "127.0.0.1:9876"
 AdminAction = Callable[[AdminClient, argparse.Namespace], Awaitable[None]]
 
 
-def admin_options() -> argparse.ArgumentParser:
-    """The options every administration command takes (a parent parser)."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
+def add_namesrv_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "-n",
         "--namesrv",
         default=os.environ.get("COMETMQ_NAMESRV") or DEFAULT_NAMESRV,
         metavar="HOST:PORT",
         help=f"NameServer address (default: $COMETMQ_NAMESRV, else {DEFAULT_NAMESRV})",
     )
+
+
+def admin_options() -> argparse.ArgumentParser:
+    """The options every administration command takes (a parent parser)."""
+    common = argparse.ArgumentParser(add_help=False)
+    add_namesrv_option(common)
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     common.add_argument(
         "--timeout", type=float, default=5.0, metavar="SECONDS", help="per-request timeout (default: 5)"
@@ -39,17 +43,39 @@ def admin_options() -> argparse.ArgumentParser:
     return common
 
 
-def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    common = admin_options()
+def add_admin_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    action: AdminAction,
+    *,
+    help: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """A subcommand with the administration options that runs *action* with a connected AdminClient."""
 
+    def run(args: argparse.Namespace) -> int:
+        async def main() -> int:
+            async with AdminClient(args.namesrv, timeout=args.timeout) as admin:
+                await action(admin, args)
+            return 0
+
+        return run_async(main())
+
+    parser = commands.add_parser(name, parents=[admin_options()], help=help, description=description)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     topic = commands.add_parser(
         "topic", help="create, list, inspect and delete topics", description="Manage topics."
     )
     topic_commands = topic.add_subparsers(dest="topic_command", metavar="COMMAND", required=True)
 
-    create = topic_commands.add_parser(
+    create = add_admin_command(
+        topic_commands,
         "create",
-        parents=[common],
+        _topic_create,
         help="create (or update) a topic on every master broker of a cluster",
         description=(
             "Create a topic, or change its queue count, on every master broker of the cluster. "
@@ -62,56 +88,46 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     create.add_argument("--cluster", metavar="NAME", help="cluster to create it in")
     create.add_argument("--order", action="store_true", help="mark the topic as ordered")
-    create.set_defaults(func=admin_command(_topic_create))
 
-    listing = topic_commands.add_parser(
-        "list", parents=[common], help="list every topic the NameServer knows", description="List topics."
+    add_admin_command(
+        topic_commands,
+        "list",
+        _topic_list,
+        help="list every topic the NameServer knows",
+        description="List topics.",
     )
-    listing.set_defaults(func=admin_command(_topic_list))
 
-    route = topic_commands.add_parser(
+    route = add_admin_command(
+        topic_commands,
         "route",
-        parents=[common],
+        _topic_route,
         help="show which brokers hold a topic's queues",
         description="Show a topic's route: its broker groups, their addresses, queue counts and permission.",
     )
     route.add_argument("name", metavar="NAME")
-    route.set_defaults(func=admin_command(_topic_route))
 
-    delete = topic_commands.add_parser(
+    delete = add_admin_command(
+        topic_commands,
         "delete",
-        parents=[common],
+        _topic_delete,
         help="delete a topic from the brokers of a cluster and from the NameServer",
         description="Delete a topic on every master broker of the cluster, then from the NameServer.",
     )
     delete.add_argument("name", metavar="NAME")
     delete.add_argument("--cluster", metavar="NAME", help="cluster to delete it from")
-    delete.set_defaults(func=admin_command(_topic_delete))
 
     cluster = commands.add_parser("cluster", help="show clusters and their brokers", description="Clusters.")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
-    cluster_list = cluster_commands.add_parser(
+    add_admin_command(
+        cluster_commands,
         "list",
-        parents=[common],
+        _cluster_list,
         help="list clusters, broker groups and broker addresses",
         description=(
             "List every broker registered with the NameServer: cluster, broker name, broker id "
             "(0 = master), address, and version and message rates from the broker itself."
         ),
     )
-    cluster_list.set_defaults(func=admin_command(_cluster_list))
-
-
-def admin_command(action: AdminAction) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        async def main() -> int:
-            async with AdminClient(args.namesrv, timeout=args.timeout) as admin:
-                await action(admin, args)
-            return 0
-
-        return run_async(main())
-
-    return run
 
 
 def print_json(obj: Any) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any, Final
 
-from cometmq.cli._admin import admin_command, admin_options, print_json
+from cometmq.cli._admin import add_admin_command, print_json
 from cometmq.cli._message import format_time, message_json
 from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
+from cometmq.client.message import SYSFLAG_COMPRESSED
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import DecodedRecord
 from cometmq.errors import CometMQError
@@ -28,7 +29,6 @@ _RESEND_DESCRIPTION: Final = (
 
 
 def add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    common = admin_options()
     dlq = commands.add_parser(
         "dlq",
         help="list a consumer group's dead letters and send them back",
@@ -39,9 +39,10 @@ def add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
     )
     dlq_commands = dlq.add_subparsers(dest="dlq_command", metavar="COMMAND", required=True)
 
-    listing = dlq_commands.add_parser(
+    listing = add_admin_command(
+        dlq_commands,
         "list",
-        parents=[common],
+        _list,
         help="show a group's dead letters",
         description=(
             "Show the dead letters of GROUP from every broker, oldest first: message id, original "
@@ -53,11 +54,11 @@ def add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
     listing.add_argument(
         "--max", type=int, default=100, metavar="N", help="show at most N dead letters (default 100)"
     )
-    listing.set_defaults(func=admin_command(_list))
 
-    resend = dlq_commands.add_parser(
+    resend = add_admin_command(
+        dlq_commands,
         "resend",
-        parents=[common],
+        _resend,
         help="send dead letters back to their original topic",
         description=_RESEND_DESCRIPTION,
     )
@@ -73,7 +74,6 @@ def add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
     resend.add_argument(
         "--force", action="store_true", help="resend dead letters that were already resent, too"
     )
-    resend.set_defaults(func=admin_command(_resend))
 
 
 def _msg_id(rec: DecodedRecord, props: dict[str, str]) -> str:
@@ -117,7 +117,7 @@ async def _list(admin: AdminClient, args: argparse.Namespace) -> None:
                 props.get("RETRY_TOPIC", "-"),
                 rec.reconsume_times,
                 format_time(rec.store_timestamp),
-                _one_line_preview(rec.body) if not rec.sys_flag & 0x1 else "(compressed)",
+                _one_line_preview(rec.body) if not rec.sys_flag & SYSFLAG_COMPRESSED else "(compressed)",
             ]
         )
     print(format_table(["MSG_ID", "ORIGINAL_TOPIC", "FAILURES", "STORE_TIME", "BODY"], rows))

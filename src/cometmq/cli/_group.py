@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Final
 
-from cometmq.cli._admin import admin_command, admin_options, print_json
+from cometmq.cli._admin import add_admin_command, print_json
 from cometmq.cli._message import format_time, parse_time
 from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
@@ -70,7 +70,6 @@ def _cluster_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    common = admin_options()
     group = commands.add_parser(
         "group",
         help="manage consumer groups, see their progress, reset their offsets",
@@ -82,9 +81,10 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     group_commands = group.add_subparsers(dest="group_command", metavar="COMMAND", required=True)
 
-    create = group_commands.add_parser(
+    create = add_admin_command(
+        group_commands,
         "create",
-        parents=[common],
+        _create,
         help="create a consumer group on every master broker",
         description=(
             "Create GROUP with the given settings on every master broker of the cluster. A group "
@@ -93,11 +93,11 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     create.add_argument("group", metavar="GROUP", help="the consumer group")
     _settings_options(create, defaults=True)
-    create.set_defaults(func=admin_command(_create))
 
-    update = group_commands.add_parser(
+    update = add_admin_command(
+        group_commands,
         "update",
-        parents=[common],
+        _update,
         help="change settings of an existing consumer group",
         description=(
             "Change the given settings of GROUP on every master broker of the cluster; the others "
@@ -106,20 +106,20 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     update.add_argument("group", metavar="GROUP", help="the consumer group")
     _settings_options(update, defaults=False)
-    update.set_defaults(func=admin_command(_update))
 
-    listing = group_commands.add_parser(
+    listing = add_admin_command(
+        group_commands,
         "list",
-        parents=[common],
+        _list,
         help="list the consumer groups and their settings",
         description="List every consumer group of the cluster's master brokers with its settings on each.",
     )
     _cluster_option(listing)
-    listing.set_defaults(func=admin_command(_list))
 
-    delete = group_commands.add_parser(
+    delete = add_admin_command(
+        group_commands,
         "delete",
-        parents=[common],
+        _delete,
         help="delete a consumer group's settings",
         description=(
             "Delete GROUP's settings on every master broker of the cluster. Its committed offsets stay "
@@ -131,11 +131,11 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     delete.add_argument("group", metavar="GROUP", help="the consumer group")
     delete.add_argument("--remove-offsets", action="store_true", help="forget its committed offsets too")
     _cluster_option(delete)
-    delete.set_defaults(func=admin_command(_delete))
 
-    progress = group_commands.add_parser(
+    progress = add_admin_command(
+        group_commands,
         "progress",
-        parents=[common],
+        _progress,
         help="how far a group has consumed, per queue, and its lag",
         description=(
             "Per queue of every topic GROUP has offsets for (its retry topic included), or of --topic: "
@@ -147,11 +147,11 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     progress.add_argument("group", metavar="GROUP", help="the consumer group")
     progress.add_argument("--topic", "-t", metavar="TOPIC", help="only this topic")
     _cluster_option(progress)
-    progress.set_defaults(func=admin_command(_progress))
 
-    reset = group_commands.add_parser(
+    reset = add_admin_command(
+        group_commands,
         "reset",
-        parents=[common],
+        _reset,
         help="move a group's offsets on a topic: to a time, the start, the end or an offset",
         description=_RESET_DESCRIPTION,
     )
@@ -173,11 +173,11 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     reset.add_argument("--queue", type=int, metavar="N", help="only queue N (required with --to OFFSET)")
     reset.add_argument("--broker", metavar="NAME", help="only the broker NAME (a topic may span several)")
-    reset.set_defaults(func=admin_command(_reset))
 
-    consumers = group_commands.add_parser(
+    consumers = add_admin_command(
+        group_commands,
         "consumers",
-        parents=[common],
+        _consumers,
         help="the group's online consumers",
         description=(
             "The clients consuming for GROUP now (from their heartbeats): client id, address, "
@@ -187,7 +187,6 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     consumers.add_argument("group", metavar="GROUP", help="the consumer group")
     _cluster_option(consumers)
-    consumers.set_defaults(func=admin_command(_consumers))
 
 
 def _reset_target(text: str) -> str | int:

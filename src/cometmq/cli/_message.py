@@ -9,20 +9,19 @@ import datetime
 import zlib
 from typing import Any, Final
 
-from cometmq.cli._admin import admin_command, admin_options, print_json
+from cometmq.cli._admin import add_admin_command, print_json
 from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
+from cometmq.client.message import SYSFLAG_COMPRESSED
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import DecodedRecord, decode_host
 from cometmq.errors import CometMQError
 
 PREVIEW_BYTES: Final = 256
-_COMPRESSED_FLAG: Final = 0x1  # MessageSysFlag.COMPRESSED_FLAG: the body is zlib-compressed
 _TIME_HELP: Final = "epoch ms or ISO-8601 such as 2024-05-01T12:00:00 (local time unless it names a zone)"
 
 
 def add_message_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    common = admin_options()
     message = commands.add_parser(
         "message",
         help="find stored messages by key or message id",
@@ -30,9 +29,10 @@ def add_message_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     )
     message_commands = message.add_subparsers(dest="message_command", metavar="COMMAND", required=True)
 
-    query = message_commands.add_parser(
+    query = add_admin_command(
+        message_commands,
         "query",
-        parents=[common],
+        _query,
         help="list the messages of a topic that carry a key",
         description=(
             "List the messages of TOPIC whose KEYS include KEY (with --unique: whose unique key, "
@@ -62,11 +62,11 @@ def add_message_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         metavar="N",
         help="at most N messages (default 32; 64 per broker at most)",
     )
-    query.set_defaults(func=admin_command(_query))
 
-    get = message_commands.add_parser(
+    get = add_admin_command(
+        message_commands,
         "get",
-        parents=[common],
+        _get,
         help="show a message: where it is stored, its properties and a body preview",
         description=(
             "Show the message with id MSG_ID: topic, ids, queue and offsets, tags, keys, hosts and "
@@ -81,7 +81,6 @@ def add_message_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     get.add_argument(
         "--topic", "-t", metavar="TOPIC", help="the message's topic (default: search every topic)"
     )
-    get.set_defaults(func=admin_command(_get))
 
 
 def parse_time(text: str) -> int:
@@ -212,7 +211,7 @@ def describe(rec: DecodedRecord) -> str:
     lines += [f"  {name}={_printable(value)}" for name, value in sorted(props.items())]
     body = rec.body
     note = ""
-    if rec.sys_flag & _COMPRESSED_FLAG:
+    if rec.sys_flag & SYSFLAG_COMPRESSED:
         try:
             body = zlib.decompress(rec.body)
             note = f"zlib-compressed, {len(rec.body)} bytes stored; "

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 
-from cometmq.cli._admin import DEFAULT_NAMESRV
+from cometmq.cli._admin import add_namesrv_option
 from cometmq.errors import CometMQError
 
 INSTALL_HINT = "the pipeline needs PySpark and PyArrow: pip install 'cometmq[spark]'"
@@ -32,13 +31,7 @@ def add_pipeline_commands(commands: argparse._SubParsersAction[argparse.Argument
             "PySpark (pip install 'cometmq[spark]') and Java 17+."
         ),
     )
-    demo.add_argument(
-        "-n",
-        "--namesrv",
-        default=os.environ.get("COMETMQ_NAMESRV") or DEFAULT_NAMESRV,
-        metavar="HOST:PORT",
-        help=f"NameServer address (default: $COMETMQ_NAMESRV, else {DEFAULT_NAMESRV})",
-    )
+    add_namesrv_option(demo)
     demo.add_argument("--events", type=int, default=3000, metavar="N", help="order events to send (3000)")
     demo.add_argument(
         "--rate", type=float, default=300.0, metavar="N", help="events per second, 0 for no pause (300)"
@@ -67,6 +60,7 @@ def _demo(args: argparse.Namespace) -> int:
     try:
         result = run_demo(args.namesrv, args.workdir, events=args.events, rate=args.rate, seed=args.seed)
     except PySparkException as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = str(exc).strip()
+        first_line = text.splitlines()[0] if text else type(exc).__name__
         raise CometMQError(f"the Spark query failed: {first_line}") from exc
     return 0 if result.ok else 1
