@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
+
+from cometmq.client.blocking import new_event_loop
 
 
 def run_async(main: Coroutine[Any, Any, int], *, fast_loop: bool = False) -> int:
-    """Run ``main`` to completion; servers (``fast_loop``) get uvloop when it is installed.
+    """Run ``main`` to completion; servers and benchmarks (``fast_loop``) get uvloop when it is installed.
 
     ``COMETMQ_EVENT_LOOP=asyncio`` keeps the standard loop, to rule uvloop out when chasing a problem.
     """
-    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
-    if fast_loop and os.environ.get("COMETMQ_EVENT_LOOP", "uvloop") != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            loop_factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
+    with asyncio.Runner(loop_factory=new_event_loop if fast_loop else None) as runner:
         return runner.run(main)
