@@ -10,6 +10,8 @@ import json
 import subprocess
 from typing import Any
 
+import pytest
+
 from processes import cometmq
 
 
@@ -70,6 +72,25 @@ def test_latency_reports_sync_sends_and_every_end_to_end_message(namesrv_addr: s
 def test_table_output_names_the_workload(namesrv_addr: str) -> None:
     result = bench(namesrv_addr, "produce", "--topic", "BenchD", "--count", "500", "--batch", "50")
     assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # no progress bar when stderr is not a terminal
     header, line = result.stdout.splitlines()
     assert header.split()[:3] == ["workload", "messages", "msg/s"]
     assert line.startswith("produce, batches of 50  500")
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["produce", "--batch", "0"], "argument --batch: '0' is not a whole number of at least 1"),
+        (["produce", "--inflight", "0"], "argument --inflight: '0' is not a whole number of at least 1"),
+        (["produce", "--count", "many"], "argument --count: 'many' is not a whole number of at least 1"),
+        (["produce", "--size", "8"], "argument --size: '8' is not a whole number of at least 16"),
+        (["consume", "--pull-batch", "2000"], "argument --pull-batch: '2000' is not a whole number"),
+        (["latency", "--rate", "0"], "argument --rate: '0' is not a whole number of at least 1"),
+    ],
+)
+def test_values_a_workload_cannot_run_with_are_usage_errors(args: list[str], error: str) -> None:
+    # Checked before connecting: the address is never used.
+    result = cometmq("bench", *args, "-n", "127.0.0.1:1")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"cometmq bench {args[0]}: error: {error}")
