@@ -14,28 +14,11 @@ import pytest
 from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode
 from processes import COMMAND, ServerProcess, broker_address, cometmq, subprocess_env
 
-from .test_message_cli import send
+from .cli_support import error_line, invoke, send
 
 
 def group(namesrv: str, *args: str) -> subprocess.CompletedProcess[str]:
     return cometmq("group", *args, "-n", namesrv)
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess[str], text: str) -> None:
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout == "" and "Traceback" not in result.stderr
-    assert result.stderr.strip() == f"cometmq: error: {text}"
-
-
-def invoke(addr: str, request: RemotingCommand) -> RemotingCommand:
-    async def go() -> RemotingCommand:
-        client = RemotingClient()
-        try:
-            return await client.invoke(addr, request)
-        finally:
-            await client.close()
-
-    return asyncio.run(go())
 
 
 def commit(addr: str, group_name: str, topic: str, queue_id: int, offset: int) -> None:
@@ -115,9 +98,8 @@ def test_create_list_update_delete(cluster: dict[str, str]) -> None:
     [row] = [r.split() for r in rows if r.startswith("GID_admin ")]
     assert row[2:] == ["yes", "no", "1", "3"]
 
-    assert_one_line_error(
-        group(namesrv, "create", "GID_admin"),
-        "group GID_admin exists already (on " + row[1] + "); update changes its settings",
+    assert error_line(group(namesrv, "create", "GID_admin")) == (
+        "group GID_admin exists already (on " + row[1] + "); update changes its settings"
     )
     updated = group(namesrv, "update", "GID_admin", "--retry-max-times", "5", "--no-consume-enable")
     assert updated.returncode == 0, updated.stderr
@@ -131,24 +113,21 @@ def test_create_list_update_delete(cluster: dict[str, str]) -> None:
         False,
     )
 
-    assert_one_line_error(
-        group(namesrv, "update", "GID_admin"),
-        "nothing to change: give --retry-max-times, --retry-queues, --[no-]broadcast "
-        "or --[no-]consume-enable",
+    assert error_line(group(namesrv, "update", "GID_admin")) == (
+        "nothing to change: give --retry-max-times, --retry-queues, --[no-]broadcast or --[no-]consume-enable"
     )
-    assert_one_line_error(
-        group(namesrv, "update", "GID_none", "--broadcast"), "group GID_none does not exist (create makes it)"
+    assert error_line(group(namesrv, "update", "GID_none", "--broadcast")) == (
+        "group GID_none does not exist (create makes it)"
     )
-    assert_one_line_error(
-        group(namesrv, "create", "bad name"),
+    assert error_line(group(namesrv, "create", "bad name")) == (
         'group "bad name" is illegal: The specified name contains illegal characters, '
-        "allowing only ^[%|a-zA-Z0-9_-]+$",
+        "allowing only ^[%|a-zA-Z0-9_-]+$"
     )
 
     deleted = group(namesrv, "delete", "GID_admin")
     assert deleted.returncode == 0 and deleted.stdout.startswith("deleted group GID_admin on ")
     assert "GID_admin " not in group(namesrv, "list").stdout
-    assert_one_line_error(group(namesrv, "delete", "GID_admin"), "group GID_admin does not exist")
+    assert error_line(group(namesrv, "delete", "GID_admin")) == "group GID_admin does not exist"
 
 
 def test_progress_shows_offsets_lag_and_last_consume_time(cluster: dict[str, str]) -> None:
@@ -221,24 +200,21 @@ def test_reset_moves_offsets_and_tells_online_consumers(cluster: dict[str, str])
 
 def test_reset_and_consumers_errors_are_one_line(cluster: dict[str, str]) -> None:
     namesrv = cluster["namesrv"]
-    assert_one_line_error(
-        group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--to", "5"),
-        "--to OFFSET needs --queue N: an offset is a position in one queue",
+    assert error_line(group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--to", "5")) == (
+        "--to OFFSET needs --queue N: an offset is a position in one queue"
     )
-    assert_one_line_error(
-        group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--to", "99", "--queue", "0"),
-        "Target offset 99 not in consume queue range [0-3] (response code 1)",
+    assert error_line(group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--to", "99", "--queue", "0")) == (
+        "Target offset 99 not in consume queue range [0-3] (response code 1)"
     )
-    assert_one_line_error(
-        group(namesrv, "reset", "GID_typo", "--topic", "Rst", "--to", "latest"),
-        "Group GID_typo does not exist (response code 26)",
+    assert error_line(group(namesrv, "reset", "GID_typo", "--topic", "Rst", "--to", "latest")) == (
+        "Group GID_typo does not exist (response code 26)"
     )
     bad_target = group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--to", "soon")
     assert bad_target.returncode == 2 and "is not earliest, latest or an offset" in bad_target.stderr
     bad_time = group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--timestamp", "yesterday")
     assert bad_time.returncode == 2 and "neither epoch milliseconds nor an ISO-8601 time" in bad_time.stderr
-    assert_one_line_error(
-        group(namesrv, "consumers", "GID_rst"), "the consumer group[GID_rst] not online (response code 206)"
+    assert error_line(group(namesrv, "consumers", "GID_rst")) == (
+        "the consumer group[GID_rst] not online (response code 206)"
     )
     helped = cometmq("group", "reset", "--help")
     assert helped.returncode == 0 and "first message stored at or after TS" in helped.stdout

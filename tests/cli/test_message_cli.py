@@ -2,49 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import datetime
 import json
 import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from cometmq.common.record import decode_offset_msg_id
-from cometmq.remoting import RemotingClient, RemotingCommand
 from processes import ServerProcess, broker_address, cometmq
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
-from _support import send_request
-
-
-def send(addr: str, topic: str, body: bytes, queue_id: int = 0, **props: str) -> str:
-    """Send one message with SEND_MESSAGE (code 10) as a producer would; its offset message id."""
-
-    async def go() -> RemotingCommand:
-        client = RemotingClient()
-        try:
-            return await client.invoke(addr, send_request(topic, body, queue_id, props, v2=False))
-        finally:
-            await client.close()
-
-    response = asyncio.run(go())
-    assert response.code == 0, response.remark
-    return response.ext_fields["msgId"]
-
-
-def assert_not_found(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "Traceback" not in result.stdout + result.stderr
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("cometmq: error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0]
+from .cli_support import assert_one_line_error, send
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +68,7 @@ def test_query_json_and_unique_key(shop: dict[str, str]) -> None:
     assert by_uniq.returncode == 0, by_uniq.stderr
     assert [row.split()[0] for row in by_uniq.stdout.strip().splitlines()[1:]] == ["UNIQ0002"]
     # A unique key is no key.
-    assert_not_found(
+    assert_one_line_error(
         cometmq("message", "query", "-t", "Shop", "-k", "UNIQ0002", "-n", shop["namesrv"]),
         "no message of topic Shop has the key 'UNIQ0002'",
     )
@@ -108,10 +77,10 @@ def test_query_json_and_unique_key(shop: dict[str, str]) -> None:
 def test_query_time_range(shop: dict[str, str]) -> None:
     namesrv = shop["namesrv"]
     tomorrow = (datetime.datetime.now() + datetime.timedelta(days=1)).isoformat(timespec="seconds")
-    assert_not_found(
+    assert_one_line_error(
         cometmq("message", "query", "-t", "Shop", "-k", "order-1", "--begin", tomorrow, "-n", namesrv)
     )
-    assert_not_found(
+    assert_one_line_error(
         cometmq("message", "query", "-t", "Shop", "-k", "order-1", "--end", "1000", "-n", namesrv)
     )
     hour_ago = str(int(time.time() * 1000) - 3_600_000)
@@ -159,7 +128,7 @@ def test_get_by_unique_key_with_and_without_topic(shop: dict[str, str]) -> None:
     assert "Offset Msg ID:" in anywhere.stdout and shop["first"] in anywhere.stdout
     assert anywhere.stdout.endswith('Body (12 bytes, text):\n{"order": 1}\n')
 
-    assert_not_found(
+    assert_one_line_error(
         cometmq("message", "get", "UNIQ0001", "--topic", "TBW102", "-n", shop["namesrv"]),
         "no message with the id UNIQ0001 in topic TBW102",
     )
@@ -199,16 +168,16 @@ def test_body_preview_of_long_and_binary_bodies(shop: dict[str, str]) -> None:
 
 def test_not_found_is_one_line_and_status_1(shop: dict[str, str]) -> None:
     namesrv = shop["namesrv"]
-    assert_not_found(
+    assert_one_line_error(
         cometmq("message", "get", "NO-SUCH-ID", "-n", namesrv),
         "no message with the id NO-SUCH-ID in any topic",
     )
-    assert_not_found(
+    assert_one_line_error(
         cometmq("message", "query", "-t", "Shop", "-k", "nobody", "-n", namesrv),
         "no message of topic Shop has the key 'nobody'",
     )
     missing_topic = cometmq("message", "query", "-t", "NoSuchTopic", "-k", "x", "-n", namesrv)
-    assert_not_found(missing_topic, "No topic route info in name server for the topic: NoSuchTopic")
+    assert_one_line_error(missing_topic, "No topic route info in name server for the topic: NoSuchTopic")
 
 
 @pytest.mark.parametrize(
