@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cometmq.client.message import SYSFLAG_COMPRESSED
 from cometmq.client.producer import RESERVED_PROPERTIES
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import (
@@ -37,7 +38,6 @@ __all__ = ["DecodedBatch", "decode_batch"]
 _HEAD = struct.Struct(">iI4x4x4xqqiq8xq8si8xi")
 _BODY_AT = 88
 _HOST_V6_FLAGS = 0x30
-_COMPRESSED = 0x1
 _UNIQ_KEY = "UNIQ_KEY"
 _MILLIS = pa.timestamp("ms", tz="UTC")
 # Typed scalars: handed a bare Python value, pyarrow infers its type each call (and tries to import
@@ -118,10 +118,10 @@ def decode_batch(
             column[:keep] for column in (offsets, phys, sys_flags, born, stored, hosts, reconsume)
         )
         bodies, props = bodies.slice(0, keep), props.slice(0, keep)
-    if any(flag & _COMPRESSED for flag in sys_flags):
+    if any(flag & SYSFLAG_COMPRESSED for flag in sys_flags):
         bodies = pa.array(
             [
-                zlib.decompress(b) if f & _COMPRESSED else b
+                zlib.decompress(b) if f & SYSFLAG_COMPRESSED else b
                 for b, f in zip(bodies.to_pylist(), sys_flags, strict=True)
             ],
             pa.binary(),
