@@ -22,6 +22,7 @@ from cometmq.common.naming import (
     topic_name_error,
 )
 from cometmq.common.properties import PROPERTY_SEPARATOR, decode_properties, encode_properties, property_value
+from cometmq.common.record import MAX_PROPERTIES_SIZE  # the store enforces it
 from cometmq.common.taghash import java_string_hash
 from cometmq.common.topic_config import TopicConfig
 from cometmq.errors import BrokerError, ProtocolError
@@ -32,7 +33,6 @@ from cometmq.store import MessageToStore, PutResult, PutStatus
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
-MAX_PROPERTIES_LENGTH = 32767  # the record stores it in an int16; the store enforces it
 # Properties the store indexes or keeps per message: a batch whose request carries them takes the
 # general path, where they are merged name by name.
 _INDEXED_NAMES = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "DELAY", "TRAN_MSG", "WAIT"})
@@ -62,7 +62,7 @@ _V2_NAMES = _HeaderNames("b", "c", "d", "e", "f", "g", "h", "i", "j", "m")
 
 _FAILURE_REMARKS = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: (
-        f"the message properties length is over the max value {MAX_PROPERTIES_LENGTH} bytes"
+        f"the message properties length is over the max value {MAX_PROPERTIES_SIZE} bytes"
     ),
     PutStatus.SERVICE_NOT_AVAILABLE: "the store is not available (shutting down)",
 }

@@ -43,6 +43,8 @@ __all__ = [
     "BLANK_MAGIC_CODE",
     "BORNHOST_V6_FLAG",
     "FIXED_HEAD_SIZE",
+    "MAX_PROPERTIES_SIZE",
+    "MAX_TOPIC_SIZE",
     "MESSAGE_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE_V2",
     "MIN_RECORD_SIZE",
@@ -71,6 +73,8 @@ BORNHOST_V6_FLAG: Final = 0x10
 STOREHOST_V6_FLAG: Final = 0x20
 FIXED_HEAD_SIZE: Final = 84  # everything before BODYLENGTH, with IPv4 hosts
 MIN_RECORD_SIZE: Final = 91  # empty body, topic and properties, IPv4 hosts
+MAX_TOPIC_SIZE: Final = 127  # encoded bytes: TOPICLENGTH is a signed byte
+MAX_PROPERTIES_SIZE: Final = 32767  # encoded bytes: PROPERTIESLENGTH is an int16
 
 # The fixed head plus BODYLENGTH in one struct: a single pack_into/unpack_from per record is the
 # cheapest way to move 15 fields between Python and the buffer (measured: ~3x faster than packing
@@ -125,8 +129,9 @@ def encode_record_into(
 
     *topic* and *properties* are already UTF-8 encoded; hosts are 8-byte IPv4 ``addr + int32 port``
     (``encode_host``), and *sys_flag* must not carry the IPv6 host bits. The caller checks that the
-    record fits (``record_size``) and that topic <= 127 and properties <= 32767 bytes; an ``mmap``
-    works as *buf* (it supports the buffer protocol and slice assignment).
+    record fits (``record_size``) and that topic and properties are at most ``MAX_TOPIC_SIZE`` and
+    ``MAX_PROPERTIES_SIZE`` bytes; an ``mmap`` works as *buf* (it supports the buffer protocol and
+    slice assignment).
 
     Positional parameters on purpose: this is the commit log's per-message hot path, and keyword
     passing of 16 arguments costs measurably more.
@@ -175,12 +180,12 @@ pack_record_head: Final = _HEAD.pack
 
 
 def topic_field(topic: bytes) -> bytes:
-    """TOPICLENGTH + TOPIC (the caller keeps the topic <= 127 bytes)."""
+    """TOPICLENGTH + TOPIC (the caller keeps the topic <= ``MAX_TOPIC_SIZE`` bytes)."""
     return bytes((len(topic),)) + topic
 
 
 def properties_field(properties: bytes) -> bytes:
-    """PROPERTIESLENGTH + PROPERTIES (the caller keeps them <= 32767 bytes)."""
+    """PROPERTIESLENGTH + PROPERTIES (the caller keeps them <= ``MAX_PROPERTIES_SIZE`` bytes)."""
     return len(properties).to_bytes(2, "big") + properties
 
 
@@ -263,7 +268,7 @@ def decode_record_at(mv: memoryview, pos: int, end: int, check_crc: bool = False
                 raise RecordError(f"record at {pos}: body length {n} overruns the record")
             t = mv[at]
             tp = at + 1 + t
-            if t > 127 or tp + 2 > limit:
+            if t > MAX_TOPIC_SIZE or tp + 2 > limit:
                 raise RecordError(f"record at {pos}: bad topic length {t}")
             (p,) = _I16.unpack_from(mv, tp)
             if p < 0 or tp + 2 + p != limit:

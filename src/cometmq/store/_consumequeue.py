@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Final
 
+from cometmq.common.record import MAX_TOPIC_SIZE
+
 from ._mappedfile import MappedFile
 from .format import CQ_UNIT, CQ_UNIT_SIZE, file_name, parse_file_name
 
@@ -16,7 +18,6 @@ __all__ = ["ConsumeQueue", "QueueTable", "TopicQueues", "encode_topic"]
 log = logging.getLogger("cometmq.store")
 
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
-_MAX_TOPIC_BYTES: Final = 127  # TOPICLENGTH is one signed byte in the record
 
 
 def encode_topic(name: str) -> bytes | None:
@@ -26,7 +27,7 @@ def encode_topic(name: str) -> bytes | None:
         encoded = name.encode("utf-8")
     except UnicodeEncodeError:
         return None
-    if not 0 < len(encoded) <= _MAX_TOPIC_BYTES or name in (".", "..") or "/" in name or "\x00" in name:
+    if not 0 < len(encoded) <= MAX_TOPIC_SIZE or name in (".", "..") or "/" in name or "\x00" in name:
         return None
     return encoded
 

@@ -14,6 +14,7 @@ from typing import Final
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import (
     BORNHOST_V6_FLAG,
+    MAX_PROPERTIES_SIZE,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_SIZE,
     STOREHOST_V6_FLAG,
@@ -50,7 +51,6 @@ log = logging.getLogger("cometmq.store")
 
 ArrivalListener = Callable[[str, int, int, int], None]
 
-_MAX_PROPERTIES_BYTES: Final = 32767  # PROPERTIESLENGTH is an int16
 _HOST_V6_FLAGS: Final = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
 _PAGE: Final = 4096
 # RocketMQ's pull scans at most max(16000 bytes of units, maxMsgNums units) of one consume-queue file.
@@ -297,7 +297,7 @@ class MessageStore:
             props = msg.properties.encode()
         except UnicodeEncodeError:  # lone surrogates: not representable in the record
             return PutStatus.MESSAGE_ILLEGAL
-        if len(props) > _MAX_PROPERTIES_BYTES:
+        if len(props) > MAX_PROPERTIES_SIZE:
             return PutStatus.PROPERTIES_SIZE_EXCEEDED
         return props
 
