@@ -193,6 +193,32 @@ def test_tag_filtering(open_store: OpenStore) -> None:
     assert store.get_messages("TopicTest", 0, 10, 32, None).status is GetStatus.FOUND
 
 
+def test_record_filter_applies_after_the_tag_filter(open_store: OpenStore) -> None:
+    """``record_filter`` (the broker's SQL92 filter) sees each stored record that passed the tags;
+    rejected records advance ``next_begin_offset`` like filtered units."""
+    store = open_store()
+    a, b = java_string_hash("TagA"), java_string_hash("TagB")
+    for i in range(10):
+        store.put(make_msg(body=bytes([i]), tags_code=a if i % 3 else b))
+    seen: list[int] = []
+
+    def even(record: memoryview) -> bool:
+        (body,) = [r.body for r in decode_records(record)]
+        seen.append(body[0])
+        return body[0] % 2 == 0
+
+    res = store.get_messages("TopicTest", 0, 0, 32, frozenset({a}), record_filter=even)
+    assert seen == [1, 2, 4, 5, 7, 8]  # only what the tags let through
+    assert [r.body[0] for r in decode_records(b"".join(res.buffers))] == [2, 4, 8]
+    assert (res.status, res.message_count, res.next_begin_offset) == (GetStatus.FOUND, 3, 10)
+    # Full after 2 matches: stop at the unit after the second match.
+    res = store.get_messages("TopicTest", 0, 0, 2, None, record_filter=even)
+    assert (res.message_count, res.next_begin_offset) == (2, 3)
+    # Nothing matches: NO_MATCHED_MESSAGE, past every scanned record.
+    res = store.get_messages("TopicTest", 0, 0, 32, record_filter=lambda record: False)
+    assert (res.status, res.next_begin_offset, res.buffers) == (GetStatus.NO_MATCHED_MESSAGE, 10, [])
+
+
 def test_max_bytes_limit_returns_at_least_one(open_store: OpenStore) -> None:
     store = open_store()
     for _ in range(5):

@@ -1,36 +1,36 @@
 """SQL92 property filters on the broker: compiled once per subscription, applied on pull, and the
 CHECK_CLIENT_CONFIG (46) request the Java client sends to validate one before it starts.
 
-The store filters by tag hash only; SQL92 needs each message's properties, so the pull reads the
-queue through :func:`get_filtered`, which decodes the properties of the records the store returns and
-keeps the matching ones. Filtered-out messages still move ``nextBeginOffset`` past them, as in
-RocketMQ, and one pull scans at most as many consume-queue units as RocketMQ's would.
+SQL92 needs each message's properties, so the pull hands the store :func:`record_filter`, which
+decodes the properties of each stored record the store reads and keeps the matching ones (RocketMQ's
+isMatchedByCommitLog). Filtered-out messages still move ``nextBeginOffset`` past them, and one pull
+scans as many consume-queue units as a tag-filtered one, as in RocketMQ.
 """
 
 from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
 from cometmq.common import fastjson
 from cometmq.common.properties import decode_properties
+from cometmq.common.record import BORNHOST_V6_FLAG, FIXED_HEAD_SIZE, STOREHOST_V6_FLAG
 from cometmq.common.sql92 import Sql92Error, Sql92Filter, compile_sql92
 from cometmq.common.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 from cometmq.errors import BrokerError
 from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
-from cometmq.store import GetResult, GetStatus, MessageStore
 
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
-# RocketMQ's pull scans at most max(16000 bytes of consume-queue units, maxMsgNums) units.
-MAX_SCAN_UNITS: Final = 16000 // 20
-_MAX_BYTES: Final = 256 * 1024  # maxTransferBytesOnMessageInMemory, as the store's own limit
 _I32: Final = struct.Struct(">i")
 _U16: Final = struct.Struct(">H")
-_V6_HOSTS: Final = 0x30
+
+
+# What ``MessageStore.get_messages`` takes as ``record_filter``: keep this stored record?
+RecordFilter = Callable[[memoryview], bool]
 
 
 def sql92_disabled_remark(expression_type: str) -> str:
@@ -95,9 +95,9 @@ def record_properties(record: memoryview) -> dict[str, str]:
     its body. Measured ~1.7 µs for six properties, most of it in ``decode_properties``; evaluating a
     filter costs less (``common/sql92.py``)."""
     sys_flag = _I32.unpack_from(record, 36)[0]
-    at = 84  # BODYLENGTH, with IPv4 hosts; each IPv6 host is 12 bytes longer
-    if sys_flag & _V6_HOSTS:
-        at += 12 * bool(sys_flag & 0x10) + 12 * bool(sys_flag & 0x20)
+    at = FIXED_HEAD_SIZE  # BODYLENGTH, with IPv4 hosts; each IPv6 host is 12 bytes longer
+    if sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):
+        at += 12 * bool(sys_flag & BORNHOST_V6_FLAG) + 12 * bool(sys_flag & STOREHOST_V6_FLAG)
     at += 4 + _I32.unpack_from(record, at)[0]  # TOPICLENGTH
     at += 1 + record[at]  # PROPERTIESLENGTH
     (length,) = _U16.unpack_from(record, at)
@@ -105,43 +105,10 @@ def record_properties(record: memoryview) -> dict[str, str]:
     return decode_properties(str(record[at : at + length], "utf-8"))
 
 
-def get_filtered(
-    store: MessageStore, topic: str, queue_id: int, offset: int, max_nums: int, flt: Sql92Filter
-) -> GetResult:
-    """Like ``store.get_messages`` (statuses and ``next_begin_offset`` as wire facts §7.7), with
-    *flt* applied: up to *max_nums* matching messages, NO_MATCHED_MESSAGE when none of the scanned
-    units matched."""
-    scan_limit = offset + max(MAX_SCAN_UNITS, max_nums)
-    kept: list[memoryview] = []
-    total = 0
-    position = offset
-    while True:
-        result = store.get_messages(
-            topic,
-            queue_id,
-            position,
-            min(max_nums - len(kept), scan_limit - position),
-            None,
-            _MAX_BYTES - total,
-        )
-        if result.status is not GetStatus.FOUND:
-            if position == offset:
-                return result  # nothing read: the store's answer as it is (empty queue, bad offset, …)
-            break
-        for record in result.buffers:
-            if flt.matches(record_properties(record)):
-                kept.append(record)
-                total += len(record)
-        position = result.next_begin_offset
-        if (
-            len(kept) >= max_nums
-            or total >= _MAX_BYTES
-            or position >= scan_limit
-            or position >= result.max_offset
-        ):
-            break
-    status = GetStatus.FOUND if kept else GetStatus.NO_MATCHED_MESSAGE
-    return GetResult(status, position, result.min_offset, result.max_offset, kept, len(kept), total)
+def record_filter(flt: Sql92Filter) -> RecordFilter:
+    """*flt* as the store's ``record_filter``: applied to the properties of each stored record."""
+    matches = flt.matches
+    return lambda record: matches(record_properties(record))
 
 
 class CheckClientConfigProcessor:

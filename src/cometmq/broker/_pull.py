@@ -6,10 +6,10 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
-from cometmq.broker._filter import get_filtered, parse_failed_remark, sql92_disabled_remark
+from cometmq.broker._filter import RecordFilter, parse_failed_remark, record_filter, sql92_disabled_remark
 from cometmq.broker._longpoll import HeldPull
 from cometmq.common.naming import PERM_READ
-from cometmq.common.sql92 import Sql92Error, Sql92Filter
+from cometmq.common.sql92 import Sql92Error
 from cometmq.common.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 from cometmq.remoting import Connection, RemotingCommand, ResponseCode
 from cometmq.remoting.header import int_field, str_field
@@ -107,12 +107,13 @@ class PullProcessor:
                     f"the consumer's subscription of {topic} in group {group} is not the latest",
                 )
             subscription = registered
-        sql_filter: Sql92Filter | None = None
+        # The SQL92 filter as the store applies it to each record; None for tag subscriptions.
+        accept: RecordFilter | None = None
         if subscription.expression_type == EXPRESSION_SQL92:
             # Compiled before the enablePropertyFilter check, in RocketMQ's order. RocketMQ itself lets
             # a pull with an unparsable expression through unfiltered; we refuse it instead.
             try:
-                sql_filter = broker.sql_filters.get(group, topic, subscription.sub_string)
+                accept = record_filter(broker.sql_filters.get(group, topic, subscription.sub_string))
             except Sql92Error as exc:
                 return refuse(ResponseCode.SUBSCRIPTION_PARSE_FAILED, parse_failed_remark(exc))
             if not broker.config.enable_property_filter:
@@ -126,31 +127,16 @@ class PullProcessor:
             commit_offset = int_field(request, "commitOffset", default=-1)
             if commit_offset >= 0:
                 broker.offsets.commit(group, topic, queue_id, commit_offset)
-        result = self._read(topic, queue_id, offset, max_nums, subscription, sql_filter)
+        codes = subscription.codes
+        result = broker.store.get_messages(topic, queue_id, offset, max_nums, codes, record_filter=accept)
         code = _status_code(result, offset)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND:
             timeout_ms = int_field(request, "suspendTimeoutMillis", default=15000)
             if not broker.config.long_polling_enable:
                 timeout_ms = broker.config.short_polling_time_mills
-            held = broker.pull_holds.park(topic, queue_id, offset, subscription.codes)
-            return self._held(
-                request, topic, queue_id, held, max_nums, subscription, sql_filter, timeout_ms / 1000
-            )
+            held = broker.pull_holds.park(topic, queue_id, offset, codes)
+            return self._held(request, topic, queue_id, held, max_nums, codes, accept, timeout_ms / 1000)
         return self._found(request, result, code)
-
-    def _read(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_nums: int,
-        subscription: SubscriptionData,
-        sql_filter: Sql92Filter | None,
-    ) -> GetResult:
-        store = self._broker.store
-        if sql_filter is None:
-            return store.get_messages(topic, queue_id, offset, max_nums, subscription.codes)
-        return get_filtered(store, topic, queue_id, offset, max_nums, sql_filter)
 
     async def _held(
         self,
@@ -159,8 +145,8 @@ class PullProcessor:
         queue_id: int,
         held: HeldPull,
         max_nums: int,
-        subscription: SubscriptionData,
-        sql_filter: Sql92Filter | None,
+        codes: frozenset[int] | None,
+        accept: RecordFilter | None,
         timeout: float,
     ) -> RemotingCommand:
         broker = self._broker
@@ -168,9 +154,11 @@ class PullProcessor:
         deadline = loop.time() + min(timeout, MAX_HOLD_S)
         while True:
             await broker.pull_holds.wait(topic, queue_id, held, max(0.0, deadline - loop.time()))
-            result = self._read(topic, queue_id, held.offset, max_nums, subscription, sql_filter)
+            result = broker.store.get_messages(
+                topic, queue_id, held.offset, max_nums, codes, record_filter=accept
+            )
             if (
-                sql_filter is not None
+                accept is not None
                 and result.status is GetStatus.NO_MATCHED_MESSAGE
                 and result.next_begin_offset >= result.max_offset
                 and loop.time() < deadline

@@ -513,9 +513,12 @@ class MessageStore:
         max_count: int,
         tags_codes: frozenset[int] | None = None,
         max_bytes: int = 256 * 1024,
+        record_filter: Callable[[memoryview], bool] | None = None,
     ) -> GetResult:
         """Stored records from queue offset *offset* on; statuses and ``next_begin_offset`` follow
-        wire facts §7.7. Units filtered out by *tags_codes* still advance ``next_begin_offset``."""
+        wire facts §7.7. Units filtered out by *tags_codes*, and records *record_filter* returns
+        False for (the broker's SQL92 filter, as RocketMQ's isMatchedByCommitLog), still advance
+        ``next_begin_offset``."""
         cq = self._queue(topic, queue_id)
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -561,7 +564,10 @@ class MessageStore:
                 seg_end = found.end
                 view = found.view
             rel = coff - seg_start
-            buffers.append(view[rel : rel + size])
+            record = view[rel : rel + size]
+            if record_filter is not None and not record_filter(record):
+                continue
+            buffers.append(record)
             total += size
             count += 1
         if count:
