@@ -36,7 +36,7 @@ from cometmq.store import MessageToStore, PutStatus, parse_delay_levels
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
-__all__ = ["ScheduleMessageService", "from_schedule", "is_delayable", "to_schedule"]
+__all__ = ["ScheduleMessageService", "copy_of_record", "from_schedule", "is_delayable", "to_schedule"]
 
 log = logging.getLogger("cometmq.broker")
 
@@ -88,6 +88,21 @@ def from_schedule(rec: DecodedRecord, store_host: bytes) -> MessageToStore:
     # message does not delay it again by accident.
     properties.pop("DELAY", None)
     properties.pop("WAIT", None)
+    return copy_of_record(rec, properties, topic, queue_id, store_host, rec.reconsume_times)
+
+
+def copy_of_record(
+    rec: DecodedRecord,
+    properties: dict[str, str],
+    topic: str,
+    queue_id: int,
+    store_host: bytes,
+    reconsume_times: int,
+) -> MessageToStore:
+    """A new message for *topic* / *queue_id* from the stored record *rec* (a delivered delayed
+    message, a consumer's send-back): its body as stored (a compressed body stays compressed, its
+    sys flag says so), flag, sys flag, born time and host, with *properties*, whose TAGS, KEYS and
+    UNIQ_KEY give the tags code and the index keys."""
     tags = properties.get("TAGS")
     return MessageToStore(
         topic=topic,
@@ -99,7 +114,7 @@ def from_schedule(rec: DecodedRecord, store_host: bytes) -> MessageToStore:
         born_timestamp=rec.born_timestamp,
         born_host=rec.born_host,
         store_host=store_host,
-        reconsume_times=rec.reconsume_times,
+        reconsume_times=reconsume_times,
         tags_code=java_string_hash(tags) if tags else 0,
         keys=properties.get("KEYS", ""),
         uniq_key=properties.get("UNIQ_KEY", ""),

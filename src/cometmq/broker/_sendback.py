@@ -8,14 +8,13 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Final
 
 from cometmq.broker._groups import max_reconsume_times
-from cometmq.broker._schedule import is_delayable
+from cometmq.broker._schedule import copy_of_record, is_delayable
 from cometmq.common.naming import PERM_WRITE, dlq_topic, retry_topic
-from cometmq.common.properties import decode_properties, encode_properties
+from cometmq.common.properties import decode_properties
 from cometmq.common.record import DecodedRecord, RecordError, decode_record_at
-from cometmq.common.taghash import java_string_hash
 from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from cometmq.remoting.header import int_field, str_field
-from cometmq.store import MessageToStore, PutStatus
+from cometmq.store import PutStatus
 
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
@@ -82,21 +81,9 @@ class SendBackProcessor:
             target = retry_config
             level = delay_level or FIRST_RETRY_DELAY_LEVEL + original.reconsume_times
         properties.pop(DELAY, None)
-        tags = properties.get("TAGS")
-        message = MessageToStore(
-            topic=target.topic_name,
-            queue_id=random.randrange(max(1, target.write_queue_nums)),
-            flag=original.flag,
-            body=original.body,  # as stored: a compressed body stays compressed, its sys flag says so
-            properties=encode_properties(properties),
-            sys_flag=original.sys_flag,
-            born_timestamp=original.born_timestamp,
-            born_host=original.born_host,
-            store_host=broker.store_host,
-            reconsume_times=original.reconsume_times + 1,
-            tags_code=java_string_hash(tags) if tags else 0,
-            keys=properties.get("KEYS", ""),
-            uniq_key=properties.get("UNIQ_KEY", ""),
+        queue_id = random.randrange(max(1, target.write_queue_nums))
+        message = copy_of_record(
+            original, properties, target.topic_name, queue_id, broker.store_host, original.reconsume_times + 1
         )
         if level > 0 and is_delayable(message.sys_flag):
             # Parked in SCHEDULE_TOPIC_XXXX (level capped at messageDelayLevel's count); the schedule
