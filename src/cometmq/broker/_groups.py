@@ -52,8 +52,7 @@ class SubscriptionGroupManager:
         save_json_config(self._path, self.wrapper())
 
     def _changed(self) -> None:
-        self.data_version.timestamp = int(time.time() * 1000)
-        self.data_version.counter += 1
+        self.data_version.next_version()
         self.persist()
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:

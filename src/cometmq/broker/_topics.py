@@ -96,8 +96,7 @@ class TopicConfigManager:
         return self.topics.get(topic)
 
     def _changed(self) -> None:
-        self.data_version.timestamp = int(time.time() * 1000)
-        self.data_version.counter += 1
+        self.data_version.next_version()
         self.persist()
         if self._on_change is not None:
             self._on_change()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -228,6 +229,11 @@ class DataVersion:
 
     timestamp: int = 0
     counter: int = 0
+
+    def next_version(self) -> None:
+        """RocketMQ's nextVersion: the table changed now."""
+        self.timestamp = int(time.time() * 1000)
+        self.counter += 1
 
     def to_json(self) -> dict[str, Any]:
         return {"counter": self.counter, "timestamp": self.timestamp}
