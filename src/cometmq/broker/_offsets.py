@@ -57,9 +57,10 @@ class ConsumerOffsetManager:
         queues[queue_id] = offset
         self._dirty = True
         if previous >= 0 and offset > previous:
+            now = time.monotonic()
             samples = self._progress.setdefault(key, collections.deque())
-            samples.append((time.monotonic(), offset - previous))
-            self._forget_old(samples, time.monotonic())
+            samples.append((now, offset - previous))
+            self._forget_old(samples, now)
 
     def reset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """An administrator's reset: stored like a commit, but it is no consumption."""
