@@ -12,8 +12,8 @@ from typing import Any
 
 from cometmq.broker import Broker, BrokerConfig
 from cometmq.common.properties import encode_properties
-from cometmq.common.record import DecodedRecord, decode_records
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
+from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
+from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 
 @contextlib.asynccontextmanager
@@ -43,10 +43,10 @@ async def running_broker(
 
 @contextlib.asynccontextmanager
 async def broker_and_client(
-    data_dir: Path, **settings: Any
+    data_dir: Path, disk_usage_probe: Callable[[Path], float] | None = None, **settings: Any
 ) -> AsyncIterator[tuple[Broker, str, RemotingClient]]:
     """``running_broker`` with a client and the broker's address; the client is closed after."""
-    async with running_broker(data_dir, **settings) as broker:
+    async with running_broker(data_dir, disk_usage_probe, **settings) as broker:
         client = RemotingClient()
         try:
             yield broker, address(broker), client
@@ -106,6 +106,36 @@ def send_request(
         header = {by_long.get(k, k): v for k, v in header.items()}
         return RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=header, body=body)
     return RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields=header, body=body)
+
+
+async def send(
+    client: RemotingClient, addr: str, topic: str, body: bytes, queue_id: int = 0, **props: str
+) -> tuple[int, str]:
+    """Send one message with *props* and assert it was stored: its commit-log offset and offset
+    message id."""
+    response = await client.invoke(addr, send_request(topic, body, queue_id, props))
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    msg_id = response.ext_fields["msgId"]
+    return decode_offset_msg_id(msg_id)[2], msg_id
+
+
+def commit_request(group: str, topic: str, queue_id: int, offset: int) -> RemotingCommand:
+    fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
+    return RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=fields)
+
+
+def query_offset_request(group: str, topic: str, queue_id: int) -> RemotingCommand:
+    fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
+    return RemotingCommand(code=RequestCode.QUERY_CONSUMER_OFFSET, ext_fields=fields)
+
+
+def queue_table(table: dict[Any, Any]) -> dict[tuple[str, int], Any]:
+    """A fastjson ``Map<MessageQueue, …>`` (read by ``fastjson.loads``) as (topic, queue id) → value."""
+    out = {}
+    for key, value in table.items():
+        props = dict(key)
+        out[(props["topic"], props["queueId"])] = value
+    return out
 
 
 def pull_request(

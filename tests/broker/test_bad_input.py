@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from _support import address, create_topic, pull, run, running_broker, send_request
+from _support import address, broker_and_client, create_topic, pull, run, running_broker, send_request
 
 from cometmq.common.batch import BatchEntry, encode_batch_body
 from cometmq.common.properties import encode_properties
@@ -38,9 +38,7 @@ def test_illegal_topic_names_are_refused(tmp_path: Path, topic: str, remark: str
 
 def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, autoCreateTopicEnable="false") as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, autoCreateTopicEnable="false") as (_, addr, client):
             await create_topic(client, addr, "Good", 2)
             assert (await client.invoke(addr, send_request("Good", b"before"))).code == 0
 
@@ -110,16 +108,13 @@ def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path)
             assert (await client.invoke(addr, send_request("Good", b"after"))).code == 0
             _, records = await pull(client, addr, "Good", 0, 0)
             assert [r.body for r in records] == [b"before", b"after"]
-            await client.close()
 
     run(scenario())
 
 
 def test_garbage_bytes_close_only_that_connection(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, "Steady", 1)
             loop = asyncio.get_running_loop()
 
@@ -132,7 +127,6 @@ def test_garbage_bytes_close_only_that_connection(tmp_path: Path) -> None:
             assert (await client.invoke(addr, send_request("Steady", b"still here"))).code == 0
             _, records = await pull(client, addr, "Steady", 0, 0)
             assert [r.body for r in records] == [b"still here"]
-            await client.close()
 
     run(scenario())
 
@@ -151,9 +145,7 @@ def test_auto_create_stays_off_after_a_restart_that_turned_it_off(tmp_path: Path
 
 def test_admins_cannot_create_or_delete_system_topics(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (broker, addr, client):
             created = await create_topic(client, addr, "SCHEDULE_TOPIC_XXXX", 2)
             assert created.code == ResponseCode.SYSTEM_ERROR
             assert "conflict with system topic" in (created.remark or "")
@@ -163,6 +155,5 @@ def test_admins_cannot_create_or_delete_system_topics(tmp_path: Path) -> None:
             assert deleted.code == ResponseCode.SYSTEM_ERROR
             assert broker.topics.get("TBW102") is not None
             assert broker.topics.get("SCHEDULE_TOPIC_XXXX").write_queue_nums == 18  # type: ignore[union-attr]
-            await client.close()
 
     run(scenario())

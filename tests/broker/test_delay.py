@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _support import address, create_topic, pull, run, running_broker, send_request
+from _support import address, broker_and_client, create_topic, pull, run, running_broker, send_request
 
 from cometmq.broker._schedule import from_schedule, to_schedule
 from cometmq.common.batch import BatchEntry, encode_batch_body
@@ -44,9 +44,7 @@ def props(record: DecodedRecord) -> dict[str, str]:
 
 def test_levels_1_to_3_are_delivered_on_time_with_everything_intact(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (broker, addr, client):
             assert (await create_topic(client, addr, "Later")).code == 0
             sent = {}
             for level in (1, 2, 3):
@@ -99,7 +97,6 @@ def test_levels_1_to_3_are_delivered_on_time_with_everything_intact(tmp_path: Pa
                 _, filtered = await pull(client, addr, "Later", level, 0, subscription=f"T{level}")
                 assert [r.body for r in filtered] == [delivered.body]
             assert broker.schedule.offsets == {1: 1, 2: 1, 3: 1}
-            await client.close()
 
     run(scenario())
 
@@ -144,9 +141,7 @@ def test_parked_messages_survive_a_restart_and_are_delivered_once(tmp_path: Path
 
 def test_offsets_are_written_right_after_a_delivery(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, **FAST_LEVELS) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, **FAST_LEVELS) as (_, addr, client):
             offset_file = tmp_path / "config" / "delayOffset.json"
             response = await client.invoke(addr, send_request("Quick", b"x", 0, {"DELAY": "1"}))
             assert response.code == ResponseCode.SUCCESS, response.remark
@@ -156,7 +151,6 @@ def test_offsets_are_written_right_after_a_delivery(tmp_path: Path) -> None:
                 await asyncio.sleep(0.05)
             # Written while the broker runs, so a crash now would not deliver it again.
             assert json.loads(offset_file.read_text()) == {"offsetTable": {"1": 1}}
-            await client.close()
 
     run(scenario())
 
@@ -165,9 +159,7 @@ def test_a_level_above_the_table_is_capped_and_a_missing_real_topic_does_not_blo
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, messageDelayLevel="1s 2s") as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, messageDelayLevel="1s 2s") as (broker, addr, client):
             for topic in ("Doomed", "Kept"):
                 assert (await create_topic(client, addr, topic, 1)).code == 0
             capped = await client.invoke(addr, send_request("Kept", b"capped", 0, {"DELAY": "7"}))
@@ -184,16 +176,13 @@ def test_a_level_above_the_table_is_capped_and_a_missing_real_topic_does_not_blo
             got += await wait_for(client, addr, "Kept", 0, 1, timeout=5)
             assert [r.body for r in got] == [b"Kept", b"capped"]
             assert broker.store.max_offset("Doomed", 0) == 0
-            await client.close()
 
     run(scenario())
 
 
 def test_delayed_batches_bad_levels_and_no_delay_levels(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, **FAST_LEVELS) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, **FAST_LEVELS) as (_, addr, client):
             assert (await create_topic(client, addr, "Plain", 1)).code == 0
             entries = [BatchEntry(0, b"b", encode_properties({"DELAY": "1"}))]
             batch = send_request("Plain", encode_batch_body(entries), 0, v2=False, batch="1")
@@ -208,7 +197,6 @@ def test_delayed_batches_bad_levels_and_no_delay_levels(tmp_path: Path) -> None:
                 assert response.code == ResponseCode.SUCCESS, response.remark
             _, records = await pull(client, addr, "Plain", 0, 0)
             assert [r.body for r in records] == [b"0", b"-1"]
-            await client.close()
 
     run(scenario())
 
@@ -244,9 +232,7 @@ def test_a_unit_that_raises_keeps_the_progress_made_before_it(
 ) -> None:
     async def scenario() -> None:
         # An hour's delay: only the direct deliver_due calls below, with a later "now", deliver.
-        async with running_broker(tmp_path, messageDelayLevel="1h") as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, messageDelayLevel="1h") as (broker, addr, client):
             assert (await create_topic(client, addr, "Later", 1)).code == 0
             for i in range(3):
                 reply = await client.invoke(addr, send_request("Later", b"m%d" % i, 0, {"DELAY": "1"}))
@@ -270,6 +256,5 @@ def test_a_unit_that_raises_keeps_the_progress_made_before_it(
             assert service.offsets[1] == 3
             _, records = await pull(client, addr, "Later", 0, 0)
             assert [r.body for r in records] == [b"m0", b"m1", b"m2"]
-            await client.close()
 
     run(scenario())

@@ -12,9 +12,12 @@ from typing import Any
 
 from _support import (
     broker_and_client,
+    commit_request,
     create_topic,
     heartbeat,
     pull,
+    query_offset_request,
+    queue_table,
     run,
     send_request,
 )
@@ -34,28 +37,9 @@ def all_groups() -> RemotingCommand:
     return RemotingCommand(code=RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
 
 
-def commit(group: str, topic: str, queue_id: int, offset: int) -> RemotingCommand:
-    fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
-    return RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=fields)
-
-
-def query_offset(group: str, topic: str, queue_id: int) -> RemotingCommand:
-    fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
-    return RemotingCommand(code=RequestCode.QUERY_CONSUMER_OFFSET, ext_fields=fields)
-
-
 def reset(group: str, topic: str, timestamp: int, **extra: str) -> RemotingCommand:
     fields = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "true", **extra}
     return RemotingCommand(code=RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext_fields=fields)
-
-
-def queue_table(table: dict[Any, Any]) -> dict[tuple[str, int], Any]:
-    """A fastjson Map<MessageQueue, …> as (topic, queue id) → value."""
-    out = {}
-    for key, value in table.items():
-        props = dict(key)
-        out[(props["topic"], props["queueId"])] = value
-    return out
 
 
 async def send_many(client: RemotingClient, addr: str, topic: str, queue_id: int, count: int) -> list[int]:
@@ -69,7 +53,7 @@ async def send_many(client: RemotingClient, addr: str, topic: str, queue_id: int
 
 def test_groups_are_created_listed_updated_deleted_and_persisted(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with broker_and_client(tmp_path) as (broker, addr, client):
+        async with broker_and_client(tmp_path) as (_, addr, client):
             assert (
                 await client.invoke(addr, put_group("GID_orders", retryMaxTimes=3, retryQueueNums=2))
             ).code == 0
@@ -103,7 +87,7 @@ def test_groups_are_created_listed_updated_deleted_and_persisted(tmp_path: Path)
             table = json.loads((await client.invoke(addr, all_groups())).body)["subscriptionGroupTable"]
             assert table["GID_orders"]["retryMaxTimes"] == 5
             await create_topic(client, addr, "T", 1)
-            await client.invoke(addr, commit("GID_orders", "T", 0, 0))
+            await client.invoke(addr, commit_request("GID_orders", "T", 0, 0))
             delete = RemotingCommand(
                 code=RequestCode.DELETE_SUBSCRIPTIONGROUP,
                 ext_fields={"groupName": "GID_orders", "removeOffset": "true"},
@@ -190,8 +174,8 @@ def test_consume_stats_report_offsets_lag_and_last_consume_time_keyed_by_queue(t
             await create_topic(client, addr, "T", 2)
             await send_many(client, addr, "T", 0, 5)
             await send_many(client, addr, "T", 1, 2)
-            await client.invoke(addr, commit("CG", "T", 0, 1))
-            await client.invoke(addr, commit("CG", "T", 0, 3))
+            await client.invoke(addr, commit_request("CG", "T", 0, 1))
+            await client.invoke(addr, commit_request("CG", "T", 0, 3))
             stats_request = RemotingCommand(
                 code=RequestCode.GET_CONSUME_STATS, ext_fields={"consumerGroup": "CG"}
             )
@@ -255,7 +239,7 @@ def test_reset_by_timestamp_stores_offsets_and_tells_each_consumer_in_its_langua
             await asyncio.sleep(0.05)
             await send_many(admin, addr, "T", 0, 2)  # offsets 3 and 4: stored after the cut
             for qid, offset in ((0, 5), (1, 1)):
-                await admin.invoke(addr, commit("CG", "T", qid, offset))
+                await admin.invoke(addr, commit_request("CG", "T", qid, offset))
             cpp_got: list[RemotingCommand] = []
             java_got: list[RemotingCommand] = []
             cpp, java = _received(cpp_got), _received(java_got)
@@ -269,7 +253,8 @@ def test_reset_by_timestamp_stores_offsets_and_tells_each_consumer_in_its_langua
             # Queue 0 replays from its first message stored after the cut; queue 1 has none: its end.
             assert queue_table(body["offsetTable"]) == {("T", 0): 3, ("T", 1): 1}
             assert queue_table(body["previousOffsetTable"]) == {("T", 0): 5, ("T", 1): 1}
-            assert int((await admin.invoke(addr, query_offset("CG", "T", 0))).ext_fields["offset"]) == 3
+            stored = await admin.invoke(addr, query_offset_request("CG", "T", 0))
+            assert int(stored.ext_fields["offset"]) == 3
             saved = json.loads((tmp_path / "config" / "consumerOffset.json").read_text())
             assert saved["offsetTable"]["T@CG"]["0"] == 3  # on disk before the reply
 

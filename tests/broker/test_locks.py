@@ -6,10 +6,10 @@ import asyncio
 import json
 from pathlib import Path
 
-from _support import address, running_broker
+from _support import broker_and_client
 
 from cometmq.broker._locks import LOCK_MAX_LIVE_S, QueueLockProcessor
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
+from cometmq.remoting import RemotingCommand, RequestCode
 
 
 def lock_request(code: int, client_id: str, queue_ids: list[int]) -> RemotingCommand:
@@ -23,9 +23,7 @@ def lock_request(code: int, client_id: str, queue_ids: list[int]) -> RemotingCom
 
 def test_a_queue_is_locked_by_one_client_until_it_unlocks(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
 
             async def lock(client_id: str, queue_ids: list[int]) -> list[int]:
                 response = await client.invoke(
@@ -38,7 +36,6 @@ def test_a_queue_is_locked_by_one_client_until_it_unlocks(tmp_path: Path) -> Non
             assert await lock("c1", [0, 1, 2]) == [0, 1]  # renewal of its own; 2 belongs to c2
             await client.invoke(addr, lock_request(RequestCode.UNLOCK_BATCH_MQ, "c1", [1]))
             assert await lock("c2", [1]) == [1]
-            await client.close()
 
     asyncio.run(scenario())
 

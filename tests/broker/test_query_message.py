@@ -6,12 +6,12 @@ import asyncio
 import time
 from pathlib import Path
 
-from _support import address, create_topic, running_broker, send_request
+from _support import broker_and_client, create_topic, send, send_request
 
 from cometmq.common.batch import BatchEntry, encode_batch_body
 from cometmq.common.properties import decode_properties, encode_properties
-from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.common.record import DecodedRecord, decode_records
+from cometmq.remoting import RemotingCommand, RequestCode, ResponseCode
 
 FOREVER = 2**62
 
@@ -31,13 +31,6 @@ def query_request(
     return RemotingCommand(code=RequestCode.QUERY_MESSAGE, ext_fields=fields)
 
 
-async def send(client: RemotingClient, addr: str, topic: str, body: bytes, **props: str) -> int:
-    """Send one message; its commit-log offset."""
-    response = await client.invoke(addr, send_request(topic, body, 0, props))
-    assert response.code == ResponseCode.SUCCESS, response.remark
-    return decode_offset_msg_id(response.ext_fields["msgId"])[2]
-
-
 def records(response: RemotingCommand) -> list[DecodedRecord]:
     assert response.code == ResponseCode.SUCCESS, response.remark
     return decode_records(response.body, check_crc=True)
@@ -45,13 +38,11 @@ def records(response: RemotingCommand) -> list[DecodedRecord]:
 
 def test_query_by_key_and_by_unique_key(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             assert (await create_topic(client, addr, "Orders")).code == 0
             await send(client, addr, "Orders", b"first", KEYS="order-7 customer-1", UNIQ_KEY="AA01")
             await send(client, addr, "Orders", b"other", KEYS="order-8 customer-1", UNIQ_KEY="AA02")
-            last = await send(client, addr, "Orders", b"second", KEYS="order-7", UNIQ_KEY="AA03", TAGS="t")
+            last, _ = await send(client, addr, "Orders", b"second", KEYS="order-7", UNIQ_KEY="AA03", TAGS="t")
 
             response = await client.invoke(addr, query_request("Orders", "order-7"))
             got = records(response)
@@ -69,19 +60,16 @@ def test_query_by_key_and_by_unique_key(tmp_path: Path) -> None:
 
             two = records(await client.invoke(addr, query_request("Orders", "customer-1", max_num=1)))
             assert [r.body for r in two] == [b"other"]
-            await client.close()
 
     asyncio.run(scenario())
 
 
 def test_not_found_is_22_with_a_remark(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             await create_topic(client, addr, "Orders")
             sent_at = int(time.time() * 1000)
-            offset = await send(client, addr, "Orders", b"x", KEYS="k1", UNIQ_KEY="U1")
+            offset, _ = await send(client, addr, "Orders", b"x", KEYS="k1", UNIQ_KEY="U1")
 
             missing = await client.invoke(addr, query_request("Orders", "nope"))
             assert missing.code == ResponseCode.QUERY_NOT_FOUND == 22
@@ -93,7 +81,6 @@ def test_not_found_is_22_with_a_remark(tmp_path: Path) -> None:
             assert other_topic.code == ResponseCode.QUERY_NOT_FOUND
             too_early = await client.invoke(addr, query_request("Orders", "k1", end=sent_at - 60_000))
             assert too_early.code == ResponseCode.QUERY_NOT_FOUND
-            await client.close()
 
     asyncio.run(scenario())
 
@@ -102,15 +89,12 @@ def test_unique_key_query_gets_rocketmq_default_max_num(tmp_path: Path) -> None:
     """RocketMQ answers a unique-key query with up to defaultQueryMaxNum (32), whatever maxNum says."""
 
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             await create_topic(client, addr, "Orders")
             for i in range(3):  # a producer retrying a send stores the same UNIQ_KEY again
                 await send(client, addr, "Orders", b"copy %d" % i, UNIQ_KEY="SAME")
             got = records(await client.invoke(addr, query_request("Orders", "SAME", max_num=1, unique=True)))
             assert [r.body for r in got] == [b"copy 2", b"copy 1", b"copy 0"]
-            await client.close()
 
     asyncio.run(scenario())
 
@@ -123,29 +107,21 @@ def test_batch_messages_are_indexed_and_survive_a_restart(tmp_path: Path) -> Non
         ]
         request = send_request("Batch", encode_batch_body(entries), 0, v2=True, m="true")
         request.code = RequestCode.SEND_BATCH_MESSAGE
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             await create_topic(client, addr, "Batch", 1)
             assert (await client.invoke(addr, request)).code == ResponseCode.SUCCESS
             got = records(await client.invoke(addr, query_request("Batch", "batch")))
             assert [r.body for r in got] == [b"m2", b"m1", b"m0"]
-            await client.close()
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             got = records(await client.invoke(addr, query_request("Batch", "B1", unique=True)))
             assert [r.body for r in got] == [b"m1"]
-            await client.close()
 
     asyncio.run(scenario())
 
 
 def test_bad_headers_get_a_readable_error(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             request = query_request("Orders", "k")
             del request.ext_fields["maxNum"]
             missing = await client.invoke(addr, request)
@@ -156,22 +132,18 @@ def test_bad_headers_get_a_readable_error(tmp_path: Path) -> None:
             bad = await client.invoke(addr, request)
             assert bad.code == ResponseCode.SYSTEM_ERROR
             assert bad.remark is not None and "beginTimestamp='yesterday' is not a number" in bad.remark
-            await client.close()
 
     asyncio.run(scenario())
 
 
 def test_index_switched_off(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, messageIndexEnable="false") as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, messageIndexEnable="false") as (_, addr, client):
             await create_topic(client, addr, "Orders")
             await send(client, addr, "Orders", b"x", KEYS="k1")
             response = await client.invoke(addr, query_request("Orders", "k1"))
             assert response.code == ResponseCode.QUERY_NOT_FOUND
             assert response.remark is not None and "messageIndexEnable" in response.remark
             assert not (tmp_path / "index").exists()
-            await client.close()
 
     asyncio.run(scenario())

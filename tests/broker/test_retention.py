@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from _support import address, create_topic, pull, run, running_broker, send_request
+from _support import broker_and_client, create_topic, pull, run, send_request
 
 from cometmq.broker import Broker, BrokerConfig
 from cometmq.common import fastjson
@@ -50,9 +50,7 @@ async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
 def test_a_consumer_behind_a_retention_pass_is_moved_to_the_new_min_offset(tmp_path: Path) -> None:
     async def scenario() -> None:
         probe = InjectedDiskUsage(0.10)
-        async with running_broker(tmp_path, probe, **SMALL) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, probe, **SMALL) as (broker, addr, client):
             assert (await create_topic(client, addr, "Aging", queues=1)).code == 0
             await send_many(client, addr, "Aging", 300)
             now = at_hour(4)
@@ -80,7 +78,6 @@ def test_a_consumer_behind_a_retention_pass_is_moved_to_the_new_min_offset(tmp_p
                 ),
             )
             assert asked.ext_fields["offset"] == str(new_min)
-            await client.close()
 
     run(scenario())
 
@@ -90,9 +87,8 @@ def test_above_90_percent_by_injected_probe_sends_are_refused_with_the_usage_and
 ) -> None:
     async def scenario() -> None:
         probe = InjectedDiskUsage(0.10)
-        async with running_broker(tmp_path, probe, cleanResourceInterval=50, **SMALL) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        settings = {"cleanResourceInterval": 50, **SMALL}
+        async with broker_and_client(tmp_path, probe, **settings) as (broker, addr, client):
             assert (await create_topic(client, addr, "Full", queues=1)).code == 0
             await send_many(client, addr, "Full", 3)
 
@@ -115,7 +111,6 @@ def test_above_90_percent_by_injected_probe_sends_are_refused_with_the_usage_and
             accepted = await client.invoke(addr, send_request("Full", b"one more"))
             assert accepted.code == ResponseCode.SUCCESS, accepted.remark
             assert accepted.ext_fields["queueOffset"] == "3"
-            await client.close()
 
     run(scenario())
 
@@ -129,9 +124,7 @@ def test_housekeeping_deletes_expired_segments_every_clean_resource_interval(tmp
             "fileReservedTime": "1",
             "deleteWhen": f"{hour};{(hour + 1) % 24}",  # now, even across the turn of the hour
         }
-        async with running_broker(tmp_path, InjectedDiskUsage(0.10), **settings) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, InjectedDiskUsage(0.10), **settings) as (broker, addr, client):
             assert (await create_topic(client, addr, "Hourly", queues=1)).code == 0
             await send_many(client, addr, "Hourly", 200)
             await asyncio.sleep(0.2)
@@ -141,7 +134,6 @@ def test_housekeeping_deletes_expired_segments_every_clean_resource_interval(tmp
             assert sorted((tmp_path / "commitlog").iterdir()) == segs[-1:]
             moved, _ = await pull(client, addr, "Hourly", 0, 0)
             assert moved.code == ResponseCode.PULL_OFFSET_MOVED
-            await client.close()
 
     run(scenario())
 

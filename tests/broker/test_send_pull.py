@@ -6,7 +6,16 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from _support import address, create_topic, pull, pull_request, run, running_broker, send_request
+from _support import (
+    address,
+    broker_and_client,
+    create_topic,
+    pull,
+    pull_request,
+    run,
+    running_broker,
+    send_request,
+)
 
 from cometmq.common.batch import BatchEntry, encode_batch_body
 from cometmq.common.properties import decode_properties, encode_properties
@@ -25,9 +34,7 @@ from cometmq.store._mappedfile import MappedFile
 
 def test_sent_message_is_pulled_with_everything_intact(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             assert (await create_topic(client, addr, "Orders")).code == 0
             props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ABC", "WAIT": "true", "color": "red"}
             response = await client.invoke(addr, send_request("Orders", b"hello", 2, props))
@@ -51,7 +58,6 @@ def test_sent_message_is_pulled_with_everything_intact(tmp_path: Path) -> None:
             assert stored["color"] == "red"
             assert stored["CLUSTER"] == "DefaultCluster"
             assert "WAIT" not in stored  # the broker drops WAIT from the stored copy
-            await client.close()
 
     run(scenario())
 
@@ -75,9 +81,7 @@ def test_v1_send_and_rocketmq_binary_serialization_answered_in_kind(tmp_path: Pa
 
 def test_batches_from_cpp_and_java_get_consecutive_offsets(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             await create_topic(client, addr, "Batch", 1)
             entries = [
                 BatchEntry(0, f"m{i}".encode(), encode_properties({"UNIQ_KEY": f"U{i}", "TAGS": "T"}))
@@ -96,7 +100,6 @@ def test_batches_from_cpp_and_java_get_consecutive_offsets(tmp_path: Path) -> No
             assert [r.body for r in records] == [b"m0", b"m1", b"m2"] * 2
             assert [r.queue_offset for r in records] == list(range(6))
             assert [decode_properties(r.properties)["UNIQ_KEY"] for r in records] == ["U0", "U1", "U2"] * 2
-            await client.close()
 
     run(scenario())
 
@@ -106,9 +109,7 @@ def test_batch_messages_keep_their_properties_and_the_general_path_agrees(tmp_pa
     the others are decoded and merged. Both must store the same properties, tag codes and keys."""
 
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, "Mixed", 1)
             fast = encode_properties({"KEYS": "k1 k2", "TAGS": "A", "UNIQ_KEY": "U0", "x": "1"}) + "\x02"
             general = encode_properties({"TAGS": "A", "UNIQ_KEY": "U1", "WAIT": "true", "x": "2"})
@@ -128,16 +129,13 @@ def test_batch_messages_keep_their_properties_and_the_general_path_agrees(tmp_pa
             # And the fast path indexed the keys.
             found = broker.store.query_messages("Mixed", "k2", 10, 0, 2**62)
             assert [r.body for r in decode_records(b"".join(found.buffers))] == [b"fast"]
-            await client.close()
 
     run(scenario())
 
 
 def test_tag_filter_returns_only_matching_messages(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             await create_topic(client, addr, "Tagged", 1)
             for i, tag in enumerate(["A", "B", "C", "A", ""]):
                 props = {"TAGS": tag} if tag else {}
@@ -150,16 +148,13 @@ def test_tag_filter_returns_only_matching_messages(tmp_path: Path) -> None:
             none, _ = await pull(client, addr, "Tagged", 0, 0, subscription="Z")
             assert none.code == ResponseCode.PULL_RETRY_IMMEDIATELY
             assert none.ext_fields["nextBeginOffset"] == "5"
-            await client.close()
 
     run(scenario())
 
 
 def test_pull_status_codes_and_offsets(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             await create_topic(client, addr, "Q", 2)
             empty, _ = await pull(client, addr, "Q", 0, 0)
             assert empty.code == ResponseCode.PULL_NOT_FOUND
@@ -176,16 +171,13 @@ def test_pull_status_codes_and_offsets(tmp_path: Path) -> None:
                 )
             missing, _ = await pull(client, addr, "NoSuchTopic", 0, 0)
             assert missing.code == ResponseCode.TOPIC_NOT_EXIST
-            await client.close()
 
     run(scenario())
 
 
 def test_long_polling_answers_when_a_message_lands_and_does_not_block_heartbeats(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             await create_topic(client, addr, "Poll", 1)
             held = asyncio.ensure_future(pull(client, addr, "Poll", 0, 0, suspend_ms=15000))
             await asyncio.sleep(0.3)
@@ -202,7 +194,6 @@ def test_long_polling_answers_when_a_message_lands_and_does_not_block_heartbeats
             assert loop.time() - started < 2.0
             timed_out, _ = await pull(client, addr, "Poll", 0, 1, suspend_ms=300)
             assert timed_out.code == ResponseCode.PULL_NOT_FOUND
-            await client.close()
 
     run(scenario())
 
@@ -236,9 +227,7 @@ def test_a_message_sent_in_the_same_read_as_a_held_pull_wakes_it(tmp_path: Path)
 
 def test_pull_with_the_heartbeat_subscription_and_commit_offset_flag(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, "Sub", 1)
             await client.invoke(addr, send_request("Sub", b"a", 0, {"TAGS": "X"}))
             await client.invoke(addr, send_request("Sub", b"b", 0, {"TAGS": "Y"}))
@@ -262,16 +251,13 @@ def test_pull_with_the_heartbeat_subscription_and_commit_offset_flag(tmp_path: P
             assert found.code == ResponseCode.SUCCESS
             assert [r.body for r in decode_records(found.body)] == [b"b"]  # the registered filter: Y
             assert broker.offsets.query("HB", "Sub", 0) == 1  # stored by the commit-offset flag
-            await client.close()
 
     run(scenario())
 
 
 def test_sync_flush_send_is_answered_after_its_fsync(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, flushDiskType="SYNC_FLUSH") as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, flushDiskType="SYNC_FLUSH") as (broker, addr, client):
             await create_topic(client, addr, "Durable", 1)
             responses = await asyncio.gather(
                 *(client.invoke(addr, send_request("Durable", f"d{i}".encode(), 0)) for i in range(20))
@@ -279,7 +265,6 @@ def test_sync_flush_send_is_answered_after_its_fsync(tmp_path: Path) -> None:
             assert all(r.code == ResponseCode.SUCCESS for r in responses)
             end = max(decode_offset_msg_id(r.ext_fields["msgId"])[2] for r in responses)
             assert broker.store.commitlog_flushed_offset > end
-            await client.close()
 
     run(scenario())
 
@@ -293,9 +278,7 @@ def test_a_failed_disk_flush_is_never_answered_send_ok(
         raise OSError(5, "Input/output error")
 
     async def scenario() -> None:
-        async with running_broker(tmp_path, flushDiskType="SYNC_FLUSH") as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, flushDiskType="SYNC_FLUSH") as (_, addr, client):
             await create_topic(client, addr, "Fragile", 1)
             monkeypatch.setattr(MappedFile, "sync", failing_sync)
             first = await client.invoke(addr, send_request("Fragile", b"stored, not flushed", 0))
@@ -305,6 +288,5 @@ def test_a_failed_disk_flush_is_never_answered_send_ok(
             assert later.code == ResponseCode.SERVICE_NOT_AVAILABLE
             assert later.remark == first.remark
             monkeypatch.undo()  # let shutdown flush
-            await client.close()
 
     run(scenario())

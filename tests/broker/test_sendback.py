@@ -7,12 +7,12 @@ import json
 import time
 from pathlib import Path
 
-from _support import address, create_topic, pull, running_broker, send_request
+from _support import address, broker_and_client, create_topic, pull, running_broker, send
 
 from cometmq.broker._groups import SubscriptionGroupConfig
 from cometmq.client import AdminClient
 from cometmq.common.properties import decode_properties
-from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
+from cometmq.common.record import DecodedRecord, decode_records
 from cometmq.errors import BrokerError
 from cometmq.namesrv import NameServer
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
@@ -22,14 +22,6 @@ def send_back(offset: int, group: str = "CG", delay_level: int = 0, **fields: st
     """As the C++ client sends it: offset (string), group, delayLevel and nothing else."""
     ext = {"offset": str(offset), "group": group, "delayLevel": str(delay_level), **fields}
     return RemotingCommand(code=RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=ext)
-
-
-async def send(client: RemotingClient, addr: str, topic: str, body: bytes, **props: str) -> tuple[int, str]:
-    """Send one message; its commit-log offset and offset message id."""
-    response = await client.invoke(addr, send_request(topic, body, 0, props))
-    assert response.code == ResponseCode.SUCCESS, response.remark
-    msg_id = response.ext_fields["msgId"]
-    return decode_offset_msg_id(msg_id)[2], msg_id
 
 
 async def only_record(
@@ -124,15 +116,12 @@ def test_the_new_topics_are_registered_with_the_name_server_at_once(tmp_path: Pa
         ns_addr = f"127.0.0.1:{namesrv.port}"
         # The periodic registration is an hour away: only the on-change one can route the topics.
         hourly = {"namesrvAddr": ns_addr, "registerNameServerPeriod": 3_600_000}
-        async with running_broker(tmp_path, **hourly) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, **hourly) as (_, addr, client):
             offset, _ = await send(client, addr, "TopicA", b"x")
             assert (await client.invoke(addr, send_back(offset, delay_level=-1))).code == 0
             async with AdminClient(ns_addr) as admin:
                 assert await routed(admin, "%RETRY%CG")
                 assert await routed(admin, "%DLQ%CG")
-            await client.close()
         await namesrv.stop()
 
     asyncio.run(scenario())
@@ -140,9 +129,7 @@ def test_the_new_topics_are_registered_with_the_name_server_at_once(tmp_path: Pa
 
 def test_negative_delay_level_goes_straight_to_the_dlq_and_a_set_level_is_kept(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             offset, _ = await send(client, addr, "TopicA", b"x", TAGS="t")
             assert (await client.invoke(addr, send_back(offset, delay_level=-1))).code == 0
             dead = await only_record(client, addr, "%DLQ%CG", 0)
@@ -156,16 +143,13 @@ def test_negative_delay_level_goes_straight_to_the_dlq_and_a_set_level_is_kept(t
             assert (await client.invoke(addr, send_back(offset, delay_level=30))).code == 0
             parked = await only_record(client, addr, "SCHEDULE_TOPIC_XXXX", 0, queue_id=17)
             assert decode_properties(parked.properties)["DELAY"] == "18"
-            await client.close()
 
     asyncio.run(scenario())
 
 
 def test_header_max_reconsume_times_counts_from_version_121(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             offset, _ = await send(client, addr, "TopicA", b"x")
             old = send_back(offset, maxReconsumeTimes="0")
             old.version = 63  # what the C++ client sends: the header value is ignored
@@ -177,7 +161,6 @@ def test_header_max_reconsume_times_counts_from_version_121(tmp_path: Path) -> N
             new.version = 121
             assert (await client.invoke(addr, new)).code == 0
             assert (await only_record(client, addr, "%DLQ%CG", 0)).reconsume_times == 1
-            await client.close()
 
     asyncio.run(scenario())
 
@@ -209,9 +192,7 @@ def test_bad_offset_and_unknown_group_are_refused(tmp_path: Path) -> None:
 
 def test_a_consumer_pulls_its_retry_topic_with_the_heartbeat_subscription(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, messageDelayLevel="1s 1s 1s") as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, messageDelayLevel="1s 1s 1s") as (broker, addr, client):
             # The C++ push consumer's heartbeat: the topic and %RETRY%<group>, both "*".
             subscriptions = [
                 {"subString": "*", "subVersion": "1", "topic": topic} for topic in ("%RETRY%CG", "TopicA")
@@ -251,22 +232,18 @@ def test_a_consumer_pulls_its_retry_topic_with_the_heartbeat_subscription(tmp_pa
             assert response.code == ResponseCode.SUCCESS, response.remark
             [retry] = decode_records(response.body)
             assert (retry.body, retry.reconsume_times) == (b"again", 1)
-            await client.close()
 
     asyncio.run(scenario())
 
 
 def test_under_sync_flush_the_copy_is_on_disk_before_success(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, flushDiskType="SYNC_FLUSH") as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, flushDiskType="SYNC_FLUSH") as (broker, addr, client):
             offset, _ = await send(client, addr, "TopicA", b"x")
             reply = await client.invoke(addr, send_back(offset, delay_level=-1))
             assert reply.code == 0
             # The consumer commits past the original once it hears SUCCESS: the copy must be durable.
             assert broker.store.commitlog_flushed_offset >= broker.store.commitlog_max_offset
             assert (await only_record(client, addr, "%DLQ%CG", 0)).reconsume_times == 1
-            await client.close()
 
     asyncio.run(scenario())

@@ -7,7 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from _support import address, create_topic, pull_request, run, running_broker, send_request
+from _support import (
+    address,
+    broker_and_client,
+    create_topic,
+    pull_request,
+    run,
+    running_broker,
+    send,
+)
 
 from cometmq.broker import BrokerConfig
 from cometmq.broker._filter import record_properties
@@ -31,11 +39,6 @@ async def pulled(
 ) -> tuple[RemotingCommand, list[DecodedRecord]]:
     response = await client.invoke(addr, request, timeout=30)
     return response, decode_records(response.body) if response.code == ResponseCode.SUCCESS else []
-
-
-async def send(client: RemotingClient, addr: str, topic: str, body: bytes, **props: str) -> None:
-    response = await client.invoke(addr, send_request(topic, body, 0, props))
-    assert response.code == ResponseCode.SUCCESS, response.remark
 
 
 def check_client_config(group: str, topic: str, expression: str, kind: str = "SQL92") -> RemotingCommand:
@@ -93,9 +96,7 @@ def test_sql92_pull_delivers_exactly_the_matching_messages(tmp_path: Path) -> No
     expected = [b"m0", b"m2", b"m6"]
 
     async def scenario() -> None:
-        async with running_broker(tmp_path, **ENABLED) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, **ENABLED) as (_, addr, client):
             assert (await create_topic(client, addr, "Shop", queues=1)).code == 0
             for body, props in messages:
                 await send(client, addr, "Shop", body, **props)
@@ -106,16 +107,13 @@ def test_sql92_pull_delivers_exactly_the_matching_messages(tmp_path: Path) -> No
             # A plain tag pull still sees everything: the filter belongs to the subscription only.
             response, records = await pulled(client, addr, pull_request("Shop", 0, 0))
             assert len(records) == len(messages)
-            await client.close()
 
     run(scenario())
 
 
 def test_offsets_advance_past_filtered_messages(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, **ENABLED) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, **ENABLED) as (_, addr, client):
             assert (await create_topic(client, addr, "T", queues=1)).code == 0
             for i in range(5):
                 await send(client, addr, "T", b"no%d" % i, color="blue")
@@ -138,16 +136,13 @@ def test_offsets_advance_past_filtered_messages(tmp_path: Path) -> None:
             response, _ = await pulled(client, addr, sql_pull("T", 46, "color = 'red'"))
             assert response.code == ResponseCode.PULL_NOT_FOUND
             assert response.ext_fields["nextBeginOffset"] == "46"
-            await client.close()
 
     run(scenario())
 
 
 def test_sql92_pull_is_limited_to_max_messages_and_resumes_where_it_stopped(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, **ENABLED) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, **ENABLED) as (_, addr, client):
             assert (await create_topic(client, addr, "T", queues=1)).code == 0
             for i in range(10):
                 await send(client, addr, "T", b"%d" % i, n=str(i))
@@ -156,16 +151,13 @@ def test_sql92_pull_is_limited_to_max_messages_and_resumes_where_it_stopped(tmp_
             assert response.ext_fields["nextBeginOffset"] == "6"
             response, records = await pulled(client, addr, sql_pull("T", 6, "n > 2", max_nums=3))
             assert [record.body for record in records] == [b"6", b"7", b"8"]
-            await client.close()
 
     run(scenario())
 
 
 def test_held_sql92_pull_waits_for_a_matching_message(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, **ENABLED) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, **ENABLED) as (_, addr, client):
             assert (await create_topic(client, addr, "T", queues=1)).code == 0
             held = asyncio.ensure_future(
                 pulled(client, addr, sql_pull("T", 0, "kind = 'a'", suspend_ms=10000))
@@ -179,16 +171,13 @@ def test_held_sql92_pull_waits_for_a_matching_message(tmp_path: Path) -> None:
             assert response.code == ResponseCode.SUCCESS
             assert [record.body for record in records] == [b"take"]
             assert response.ext_fields["nextBeginOffset"] == "2"
-            await client.close()
 
     run(scenario())
 
 
 def test_bad_expression_is_refused_with_subscription_parse_failed(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, **ENABLED) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, **ENABLED) as (_, addr, client):
             assert (await create_topic(client, addr, "T", queues=1)).code == 0
             await send(client, addr, "T", b"x", a="1")
             response, _ = await pulled(client, addr, sql_pull("T", 0, "a = = 1"))
@@ -203,7 +192,6 @@ def test_bad_expression_is_refused_with_subscription_parse_failed(tmp_path: Path
             response, _ = await pulled(client, addr, sql_pull("T", 0, "a > 'x'"))
             assert response.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
             assert "cannot be compared" in (response.remark or "")
-            await client.close()
 
     run(scenario())
 
@@ -228,9 +216,7 @@ def test_filter_disabled_gives_rocketmqs_system_error(tmp_path: Path) -> None:
 
 def test_check_client_config_accepts_good_and_refuses_bad_expressions(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, **ENABLED) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, **ENABLED) as (_, addr, client):
             good = await client.invoke(
                 addr, check_client_config("G", "T", "a BETWEEN 1 AND 3 OR TAGS IS NULL")
             )
@@ -242,7 +228,6 @@ def test_check_client_config_accepts_good_and_refuses_bad_expressions(tmp_path: 
             assert tag.code == ResponseCode.SUCCESS
             empty = await client.invoke(addr, RemotingCommand(code=RequestCode.CHECK_CLIENT_CONFIG))
             assert empty.code == ResponseCode.SUCCESS
-            await client.close()
 
     run(scenario())
 
@@ -251,9 +236,7 @@ def test_heartbeat_registered_sql92_subscription_filters_pulls_without_subscript
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, **ENABLED) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, **ENABLED) as (_, addr, client):
             assert (await create_topic(client, addr, "T", queues=1)).code == 0
             for level in ("1", "5", "9"):
                 await send(client, addr, "T", level.encode(), level=level)
@@ -263,16 +246,13 @@ def test_heartbeat_registered_sql92_subscription_filters_pulls_without_subscript
             response, records = await pulled(client, addr, request)
             assert response.code == ResponseCode.SUCCESS, response.remark
             assert [record.body for record in records] == [b"5", b"9"]
-            await client.close()
 
     run(scenario())
 
 
 def test_heartbeat_with_bad_sql92_subscription_is_refused_and_not_registered(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path, **ENABLED) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path, **ENABLED) as (_, addr, client):
             response = await client.invoke(addr, sql_heartbeat("G", "T", "level >="))
             assert response.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
             assert "group G, topic T" in (response.remark or "")
@@ -284,7 +264,6 @@ def test_heartbeat_with_bad_sql92_subscription_is_refused_and_not_registered(tmp
                 ),
             )
             assert members.code == ResponseCode.SYSTEM_ERROR  # no consumer for this group
-            await client.close()
 
     run(scenario())
 

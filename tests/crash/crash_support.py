@@ -16,12 +16,12 @@ from typing import Any
 
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting import RemotingClient, RemotingCommand, ResponseCode
 from processes import ServerProcess, broker_address, start_standalone
 
 # The broker tests' raw protocol helpers are the one way the tests build sends and pulls.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
-from _support import create_topic, pull_request, send_request
+from _support import commit_request, create_topic, pull_request, query_offset_request, send_request
 
 __all__ = [
     "CPP_SCENARIOS",
@@ -178,25 +178,12 @@ def properties_of(record: DecodedRecord) -> dict[str, str]:
 async def commit_offset(
     client: RemotingClient, broker: str, group: str, topic: str, queue_id: int, offset: int
 ) -> None:
-    request = RemotingCommand(
-        code=RequestCode.UPDATE_CONSUMER_OFFSET,
-        ext_fields={
-            "consumerGroup": group,
-            "topic": topic,
-            "queueId": str(queue_id),
-            "commitOffset": str(offset),
-        },
-    )
-    response = await client.invoke(broker, request, timeout=10)
+    response = await client.invoke(broker, commit_request(group, topic, queue_id, offset), timeout=10)
     assert response.code == ResponseCode.SUCCESS, response.remark
 
 
 async def query_offset(client: RemotingClient, broker: str, group: str, topic: str, queue_id: int) -> int:
-    request = RemotingCommand(
-        code=RequestCode.QUERY_CONSUMER_OFFSET,
-        ext_fields={"consumerGroup": group, "topic": topic, "queueId": str(queue_id)},
-    )
-    response = await client.invoke(broker, request, timeout=10)
+    response = await client.invoke(broker, query_offset_request(group, topic, queue_id), timeout=10)
     assert response.code == ResponseCode.SUCCESS, response.remark
     return int(response.ext_fields["offset"])
 
