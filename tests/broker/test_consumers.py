@@ -10,15 +10,20 @@ from pathlib import Path
 from _support import (
     address,
     broker_and_client,
+    commit_request,
     create_topic,
     heartbeat,
     pull,
+    query_offset_request,
+    queue_table,
     run,
     running_broker,
+    send,
     send_request,
 )
 
 from cometmq.broker._clients import CHANNEL_EXPIRED_TIMEOUT_S
+from cometmq.common import fastjson
 from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 
@@ -69,38 +74,25 @@ def test_membership_and_notifications(tmp_path: Path) -> None:
     run(scenario())
 
 
-def _offset_request(code: int, queue_id: int, offset: int | None = None) -> RemotingCommand:
-    fields = {"consumerGroup": "G", "topic": "T", "queueId": str(queue_id)}
-    if offset is not None:
-        fields["commitOffset"] = str(offset)
-    return RemotingCommand(code=code, ext_fields=fields)
-
-
 def test_offsets_topics_and_messages_survive_a_restart(tmp_path: Path) -> None:
     async def first_life() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             await create_topic(client, addr, "T", 2)
-            young = await client.invoke(addr, _offset_request(RequestCode.QUERY_CONSUMER_OFFSET, 0))
+            young = await client.invoke(addr, query_offset_request("G", "T", 0))
             assert young.code == 0 and young.ext_fields["offset"] == "0"  # young queue: start at 0
             for i in range(5):
                 await client.invoke(addr, send_request("T", f"m{i}".encode(), 0))
-            await client.invoke(addr, _offset_request(RequestCode.UPDATE_CONSUMER_OFFSET, 0, 3))
-            await client.close()
+            await client.invoke(addr, commit_request("G", "T", 0, 3))
 
     async def second_life() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (broker, addr, client):
             assert broker.topics.get("T") is not None
-            stored = await client.invoke(addr, _offset_request(RequestCode.QUERY_CONSUMER_OFFSET, 0))
+            stored = await client.invoke(addr, query_offset_request("G", "T", 0))
             assert stored.ext_fields["offset"] == "3"
             _, records = await pull(client, addr, "T", 0, 3)
             assert [r.body for r in records] == [b"m3", b"m4"]
             response = await client.invoke(addr, send_request("T", b"m5", 0))
             assert response.ext_fields["queueOffset"] == "5"
-            await client.close()
 
     run(first_life())
     run(second_life())
@@ -108,9 +100,7 @@ def test_offsets_topics_and_messages_survive_a_restart(tmp_path: Path) -> None:
 
 def test_queue_offset_lookups_and_view_by_id(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_broker(tmp_path) as broker:
-            client = RemotingClient()
-            addr = address(broker)
+        async with broker_and_client(tmp_path) as (_, addr, client):
             await create_topic(client, addr, "L", 1)
             sent = []
             for i in range(3):
@@ -150,7 +140,35 @@ def test_queue_offset_lookups_and_view_by_id(tmp_path: Path) -> None:
                 addr, RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": "7"})
             )
             assert bad.code == ResponseCode.SYSTEM_ERROR and "can not find message" in (bad.remark or "")
-            await client.close()
+
+    run(scenario())
+
+
+def test_topic_stats_are_keyed_by_message_queue_as_rocketmq_writes_them(tmp_path: Path) -> None:
+    """GET_TOPIC_STATS_INFO (202): TopicStatsTable, fastjson's Map<MessageQueue, TopicOffset>."""
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "S", 2)
+            sent = [await send(client, addr, "S", b"s%d" % i) for i in range(3)]
+            request = RemotingCommand(code=RequestCode.GET_TOPIC_STATS_INFO, ext_fields={"topic": "S"})
+            response = await client.invoke(addr, request)
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            assert response.body.startswith(b'{"offsetTable":{{"brokerName":')  # an object as the key
+            table = fastjson.loads(response.body)["offsetTable"]
+            name = broker.config.broker_name
+            assert [dict(key) for key in table] == [
+                {"brokerName": name, "queueId": q, "topic": "S"} for q in (0, 1)
+            ]
+            _, records = await pull(client, addr, "S", 0, 0)
+            assert [r.commitlog_offset for r in records] == [offset for offset, _ in sent]
+            last = records[-1].store_timestamp
+            assert queue_table(table) == {
+                ("S", 0): {"lastUpdateTimestamp": last, "maxOffset": 3, "minOffset": 0},
+                ("S", 1): {"lastUpdateTimestamp": 0, "maxOffset": 0, "minOffset": 0},
+            }
+            missing = RemotingCommand(code=RequestCode.GET_TOPIC_STATS_INFO, ext_fields={"topic": "None"})
+            assert (await client.invoke(addr, missing)).code == ResponseCode.TOPIC_NOT_EXIST
 
     run(scenario())
 

@@ -202,21 +202,16 @@ class AdminProcessor:
         if config is None:
             raise BrokerError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         store = broker.store
-        # fastjson keys this table by MessageQueue objects; standard JSON cannot, so it is a list here.
-        queues = [
-            {
-                "brokerName": broker.config.broker_name,
-                "queueId": qid,
-                "topic": topic,
+        table: dict[Any, dict[str, int]] = {}
+        for qid in range(config.write_queue_nums):
+            max_offset = store.max_offset(topic, qid)
+            # RocketMQ's TopicStatsTable: Map<MessageQueue, TopicOffset>, fields in fastjson's order.
+            table[queue_key(topic, broker.config.broker_name, qid)] = {
+                "lastUpdateTimestamp": max(0, store.store_time_at(topic, qid, max_offset - 1)),
+                "maxOffset": max_offset,
                 "minOffset": store.min_offset(topic, qid),
-                "maxOffset": store.max_offset(topic, qid),
-                "lastUpdateTimestamp": max(
-                    0, store.store_time_at(topic, qid, store.max_offset(topic, qid) - 1)
-                ),
             }
-            for qid in range(config.write_queue_nums)
-        ]
-        return request.response(body=fastjson.dumps({"offsetTable": queues}))
+        return request.response(body=fastjson.dumps({"offsetTable": table}, bean_keys=True))
 
     # subscription groups ------------------------------------------------------------------------
 
