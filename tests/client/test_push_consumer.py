@@ -15,13 +15,15 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from client_support import run, send_request, wait_until
 
 from cometmq.client import AdminClient, ConsumeResult, PushConsumer
 from cometmq.client.message import MessageQueue, ReceivedMessage
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
+from cometmq.errors import BrokerError
+from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from processes import StandaloneServer, broker_address
 
 
@@ -391,6 +393,51 @@ def test_reconsume_later_redelivers_with_growing_reconsume_times_then_dead_lette
     run(scenario())
 
 
+def test_when_the_send_back_fails_the_message_is_sent_to_the_retry_topic_itself(
+    quick_retries: StandaloneServer,
+) -> None:
+    """RocketMQ's sendMessageBackAsNormalMessage: the consumer sends a copy to %RETRY%<group> with
+    the retry bookkeeping in its properties, and it comes back like a broker-made retry."""
+    broker = Broker(quick_retries)
+    group, topic = "GID_retry_fallback", "RetryFallback"
+
+    async def scenario() -> None:
+        await broker.create_topic(topic, 1)
+        await broker.send(topic, b"fails-once", tags="T", properties={"KEYS": "k1", "UNIQ_KEY": "ID-1"})
+        deliveries: list[ReceivedMessage] = []
+
+        async def listener(messages: list[ReceivedMessage]) -> ConsumeResult:
+            deliveries.extend(messages)
+            return ConsumeResult.RECONSUME_LATER if len(deliveries) == 1 else ConsumeResult.SUCCESS
+
+        c = consumer(quick_retries.namesrv, group, topic)
+        c.listen(listener)
+        invoke_ok = c._instance.invoke_ok
+        send_backs: list[int] = []
+
+        async def refuse_send_back(addr: str, code: int, *args: Any, **kwargs: Any) -> RemotingCommand:
+            if code == RequestCode.CONSUMER_SEND_MSG_BACK:
+                send_backs.append(code)
+                raise BrokerError(ResponseCode.SYSTEM_ERROR, "send-back refused by the test")
+            return await invoke_ok(addr, code, *args, **kwargs)
+
+        c._instance.invoke_ok = refuse_send_back  # type: ignore[method-assign]
+        await c.start()
+        await wait_until(lambda: len(deliveries) >= 2, timeout=60, message="the retried copy")
+        await c.close()
+        await broker.close()
+        first, again = deliveries[:2]
+        assert send_backs  # the fallback was taken
+        assert (first.reconsume_times, again.reconsume_times) == (0, 1)
+        assert again.queue_offset == 0 and again.broker_name == first.broker_name
+        assert (again.topic, again.body, again.tags, again.keys) == (topic, b"fails-once", "T", ["k1"])
+        assert again.msg_id == first.msg_id == "ID-1"
+        assert again.properties["RETRY_TOPIC"] == topic
+        assert again.properties["ORIGIN_MESSAGE_ID"] == "ID-1"
+
+    run(scenario())
+
+
 def test_async_for_consumes_and_retry_later_redelivers(quick_retries: StandaloneServer) -> None:
     broker = Broker(quick_retries)
     group, topic = "GID_iter", "IterTopic"
@@ -444,6 +491,50 @@ def test_tag_filter_delivers_exactly_the_matching_messages_and_moves_offsets_pas
         await broker.close()
         assert Counter(recorder.bodies()) == Counter(expected)
         assert {m.tags for _, m in recorder.log} == {"A", "C"}
+
+    run(scenario())
+
+
+# flow control ----------------------------------------------------------------------------------
+
+
+def test_a_queue_is_not_pulled_past_its_cache_limit_while_the_listener_is_behind(broker: Broker) -> None:
+    async def scenario() -> None:
+        await broker.create_topic("FlowTopic", 1)
+        for i in range(60):
+            await broker.send("FlowTopic", f"f-{i}".encode())
+        release = asyncio.Event()
+        got: list[bytes] = []
+
+        async def slow(messages: list[ReceivedMessage]) -> None:
+            got.extend(m.body for m in messages)
+            await release.wait()
+
+        c = consumer(
+            broker.namesrv,
+            "GID_flow",
+            "FlowTopic",
+            pull_batch_size=4,
+            max_cached_messages_per_queue=8,
+            concurrency=1,
+        )
+        c.listen(slow)
+        await c.start()
+        await wait_until(lambda: got, message="the first message")
+        await asyncio.sleep(1.0)  # time enough for the pulls the limit must hold back
+
+        def cached() -> int:
+            table = c.running_info()["mqTable"]
+            return sum(v["cachedMsgCount"] for k, v in table.items() if k.startswith("FlowTopic@"))
+
+        # A pull is made while fewer than 8 are cached and brings at most 4.
+        assert 8 <= cached() <= 8 + 4 - 1
+        assert got == [b"f-0"]
+        release.set()
+        await wait_until(lambda: len(got) == 60, message="everything once the listener catches up")
+        await c.close()
+        await broker.close()
+        assert got == [f"f-{i}".encode() for i in range(60)]
 
     run(scenario())
 

@@ -1,4 +1,5 @@
-"""Where a consumer keeps its offsets: on the brokers (clustering) or in a local file (broadcasting).
+"""Where a consumer keeps its offsets: on the brokers (clustering) or in a local file (broadcasting),
+and where it starts on a queue its group never committed an offset for (``consume_from``).
 
 Both stores keep the offsets in memory, where consuming updates them, and persist them every few
 seconds and on close; an offset is the next message to consume, as in RocketMQ.
@@ -9,19 +10,57 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from cometmq.client import _brokerapi
 from cometmq.client._instance import ClientInstance
 from cometmq.client.message import MessageQueue
 from cometmq.common.atomic_file import read_with_backup, write_atomic
+from cometmq.common.naming import RETRY_GROUP_TOPIC_PREFIX
 from cometmq.errors import CometMQError
 
 log = logging.getLogger("cometmq.client")
 
 # RocketMQ's persistConsumerOffsetInterval.
 PERSIST_INTERVAL_S = 5.0
+
+ConsumeFrom = Literal["last", "first", "timestamp"]
+# ConsumeFromWhere as heartbeats and running info name it.
+CONSUME_FROM_WHERE: dict[str, str] = {
+    "last": "CONSUME_FROM_LAST_OFFSET",
+    "first": "CONSUME_FROM_FIRST_OFFSET",
+    "timestamp": "CONSUME_FROM_TIMESTAMP",
+}
+# consume_from="timestamp" without a timestamp: half an hour before the consumer was made
+# (RocketMQ's consumeTimestamp default).
+DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000
+
+
+def check_consume_from(consume_from: str) -> None:
+    if consume_from not in CONSUME_FROM_WHERE:
+        raise ValueError(f"consume_from must be 'last', 'first' or 'timestamp', not {consume_from!r}")
+
+
+def default_consume_timestamp() -> int:
+    return int(time.time() * 1000) - DEFAULT_TIMESTAMP_LOOKBACK_MS
+
+
+async def start_offset(
+    instance: ClientInstance, queue: MessageQueue, consume_from: ConsumeFrom, timestamp_ms: int
+) -> int:
+    """Where a group that never committed an offset for ``queue`` starts reading it (RocketMQ's
+    computePullFromWhere): the queue's end, its oldest message, or the first message stored at or
+    after ``timestamp_ms``. A retry topic always starts at 0: retried messages are never skipped,
+    whatever ``consume_from`` says."""
+    if queue.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return 0
+    if consume_from == "last":
+        return await _brokerapi.max_offset(instance, queue)
+    if consume_from == "first":
+        return await _brokerapi.min_offset(instance, queue)
+    return await _brokerapi.offset_for_timestamp(instance, queue, timestamp_ms)
 
 
 class OffsetStore(Protocol):

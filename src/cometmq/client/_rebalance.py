@@ -13,10 +13,18 @@ from collections.abc import Callable, Sequence
 
 from cometmq.client.message import MessageQueue
 
-__all__ = ["STRATEGIES", "AllocateStrategy", "allocate_averagely", "allocate_consistent_hash"]
+__all__ = [
+    "REBALANCE_INTERVAL_S",
+    "STRATEGIES",
+    "AllocateStrategy",
+    "allocate_averagely",
+    "allocate_consistent_hash",
+]
 
 AllocateStrategy = Callable[[Sequence[MessageQueue], Sequence[str], str], list[MessageQueue]]
 
+# How often a group member recomputes its share without being told to (RocketMQ's RebalanceService).
+REBALANCE_INTERVAL_S = 20.0
 # RocketMQ's AllocateMessageQueueConsistentHash default.
 VIRTUAL_NODES = 10
 

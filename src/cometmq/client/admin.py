@@ -7,13 +7,12 @@ import dataclasses
 import ipaddress
 import logging
 import random
-import time
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
 from cometmq.client import _brokerapi
-from cometmq.client._brokerapi import PULL_SUBSCRIPTION
+from cometmq.client._brokerapi import CLIENT_INNER_PRODUCER_GROUP, PullStatus, send_header
 from cometmq.client._instance import ClientInstance
 from cometmq.client.message import MessageQueue
 from cometmq.common import fastjson
@@ -21,6 +20,7 @@ from cometmq.common.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, dlq_topi
 from cometmq.common.properties import decode_properties, encode_properties
 from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
 from cometmq.common.route import BrokerData, ClusterInfo, TopicList, TopicRouteData, parse_kv_table
+from cometmq.common.subscription import SubscriptionData
 from cometmq.common.subscription_group import SubscriptionGroupConfig
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -33,8 +33,6 @@ _NO_END = (1 << 63) - 1  # Long.MAX_VALUE, what RocketMQ's tools send as "no end
 _TOPIC_QUERY_CONCURRENCY = 16
 # Marks a message resent from a DLQ: the offset message id of the dead letter it copies.
 RESENT_FROM_DLQ = "RESENT_FROM_DLQ"
-# RocketMQ's name for the producer group of client-internal sends.
-_RESEND_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 # What the retry path (broker and clients) added to a message; a resent dead letter drops it. The
 # broker adds CLUSTER again.
 _RETRY_BOOKKEEPING = (
@@ -668,51 +666,37 @@ class AdminClient:
         route = await self._instance.fetch_route(topic)  # learnt by the instance, for _brokerapi
         if route is None:
             return []
-        masters = {b.broker_name: b.master_addr for b in route.broker_datas if b.master_addr is not None}
+        masters = {b.broker_name for b in route.broker_datas if b.master_addr is not None}
         found: list[DecodedRecord] = []
         for queue in sorted(route.queue_datas, key=lambda q: q.broker_name):
-            addr = masters.get(queue.broker_name)
-            if addr is None or not queue.perm & PERM_READ:
+            if queue.broker_name not in masters or not queue.perm & PERM_READ:
                 continue
             for queue_id in range(queue.read_queue_nums):
                 left = None if max_num is None else max_num - len(found)
                 if left is not None and left <= 0:
                     return found
                 mq = MessageQueue(topic, queue.broker_name, queue_id)
-                found += await self._read_queue(addr, mq, group, left)
+                found += await self._read_queue(mq, group, left)
         return found
 
-    async def _read_queue(
-        self, addr: str, queue: MessageQueue, group: str, limit: int | None
-    ) -> list[DecodedRecord]:
-        # Raw pulls, not _brokerapi.pull: a dead letter is resent as stored (compressed body included).
+    async def _read_queue(self, queue: MessageQueue, group: str, limit: int | None) -> list[DecodedRecord]:
+        # Undecoded pulls: a dead letter is resent as stored (compressed body included).
         offset = await _brokerapi.min_offset(self._instance, queue)
         end = await _brokerapi.max_offset(self._instance, queue)
+        subscription = SubscriptionData(queue.topic)
         records: list[DecodedRecord] = []
         while offset < end and (limit is None or len(records) < limit):
-            header = {
-                "topic": queue.topic,
-                "queueId": str(queue.queue_id),
-                "consumerGroup": group,
-                "queueOffset": str(offset),
-                "maxMsgNums": str(_PULL_BATCH),
-                "sysFlag": str(PULL_SUBSCRIPTION),  # no commit, no suspend
-                "commitOffset": "0",
-                "suspendTimeoutMillis": "0",
-                "subscription": "*",
-                "subVersion": "0",
-            }
-            response = await self._instance.invoke(addr, RequestCode.PULL_MESSAGE, header)
-            if response.code == ResponseCode.SUCCESS:
-                records += decode_records(response.body)
-            elif response.code not in (ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_OFFSET_MOVED):
-                if response.code == ResponseCode.PULL_NOT_FOUND:
-                    break
-                raise BrokerError(response.code, response.remark)
-            next_offset = int(response.ext_fields.get("nextBeginOffset", offset))
-            if next_offset <= offset:
+            # No commit, no suspend.
+            result = await _brokerapi.pull(
+                self._instance, queue, group, subscription, offset, _PULL_BATCH, decode=False
+            )
+            if result.status is PullStatus.NO_NEW_MSG:
                 break
-            offset = next_offset
+            if result.status is PullStatus.FOUND:
+                records += decode_records(result.body)
+            if result.next_begin_offset <= offset:
+                break
+            offset = result.next_begin_offset
         return records if limit is None else records[:limit]
 
     async def resent_copies(self, dead_letter: DecodedRecord) -> list[DecodedRecord]:
@@ -758,19 +742,15 @@ class AdminClient:
         if not writable:
             raise CometMQError(f"topic {topic} has no writable queue on any master broker")
         addr, queues = random.choice(writable)
-        header = {
-            "producerGroup": _RESEND_PRODUCER_GROUP,
-            "topic": topic,
-            "defaultTopic": DEFAULT_TOPIC,
-            "defaultTopicQueueNums": "4",
-            "queueId": str(random.randrange(queues)),
-            "sysFlag": str(dead_letter.sys_flag),  # a compressed body is sent as it is stored
-            "bornTimestamp": str(int(time.time() * 1000)),
-            "flag": str(dead_letter.flag),
-            "properties": encode_properties(props),
-            "reconsumeTimes": "0",
-        }
-        response = await self._instance.invoke_ok(addr, RequestCode.SEND_MESSAGE, header, dead_letter.body)
+        header = send_header(
+            CLIENT_INNER_PRODUCER_GROUP,
+            topic,
+            encode_properties(props),
+            dead_letter.sys_flag,  # a compressed body is sent as it is stored
+            dead_letter.flag,
+            queue_id=random.randrange(queues),
+        )
+        response = await self._instance.invoke_ok(addr, RequestCode.SEND_MESSAGE_V2, header, dead_letter.body)
         return Resent(topic, response.ext_fields.get("msgId", ""))
 
 

@@ -46,21 +46,30 @@ from typing import Any, Literal, TypeAlias
 
 from cometmq.client import _brokerapi
 from cometmq.client._brokerapi import (
+    CLIENT_INNER_PRODUCER_GROUP,
+    LONG_POLL_SUSPEND_MS,
+    LONG_POLL_TIMEOUT_S,
     PULL_COMMIT_OFFSET,
     PULL_SUBSCRIPTION,
     PULL_SUSPEND,
     PullStatus,
     broker_addr_of,
+    send_header,
 )
 from cometmq.client._instance import ClientInstance
 from cometmq.client._offsets import (
+    CONSUME_FROM_WHERE,
     PERSIST_INTERVAL_S,
+    ConsumeFrom,
     LocalOffsetStore,
     RemoteOffsetStore,
+    check_consume_from,
+    default_consume_timestamp,
     local_offsets_path,
+    start_offset,
 )
 from cometmq.client._process_queue import ProcessQueue
-from cometmq.client._rebalance import STRATEGIES
+from cometmq.client._rebalance import REBALANCE_INTERVAL_S, STRATEGIES
 from cometmq.client.message import (
     PROPERTY_DELAY,
     PROPERTY_MAX_RECONSUME_TIMES,
@@ -69,7 +78,7 @@ from cometmq.client.message import (
     MessageQueue,
     ReceivedMessage,
 )
-from cometmq.common.naming import DEFAULT_TOPIC, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
+from cometmq.common.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from cometmq.common.properties import encode_properties
 from cometmq.common.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 from cometmq.errors import CometMQError
@@ -80,10 +89,7 @@ __all__ = ["ConsumeResult", "PushConsumer"]
 log = logging.getLogger("cometmq.client")
 
 # RocketMQ's push consumer timings (DefaultMQPushConsumer / DefaultMQPushConsumerImpl).
-REBALANCE_INTERVAL_S = 20.0
 REBALANCE_RETRY_S = 1.0  # while a topic has no route or we are not yet in the member list
-PULL_SUSPEND_MS = 15_000  # BROKER_SUSPEND_MAX_TIME_MILLIS
-PULL_TIMEOUT_S = 30.0  # CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND
 PULL_ERROR_BACKOFF_S = 3.0  # pullTimeDelayMillsWhenException
 LOCK_RENEW_INTERVAL_S = 20.0  # REBALANCE_LOCK_INTERVAL
 LOCK_RETRY_S = 1.0  # a queue assigned to us whose lock its previous owner still holds
@@ -91,16 +97,9 @@ ORDERLY_SUSPEND_S = 1.0  # suspendCurrentQueueTimeMillis
 LOCAL_RETRY_DELAY_S = 5.0  # submitConsumeRequestLater, when even the retry send failed
 SEND_BACK_TIMEOUT_S = 5.0
 FIRST_RETRY_DELAY_LEVEL = 3  # the broker's 3 + reconsume times
-DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000  # consumeTimestamp default: half an hour ago
 
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
-
-_CONSUME_FROM = {
-    "last": "CONSUME_FROM_LAST_OFFSET",
-    "first": "CONSUME_FROM_FIRST_OFFSET",
-    "timestamp": "CONSUME_FROM_TIMESTAMP",
-}
 
 
 class ConsumeResult(enum.Enum):
@@ -152,7 +151,7 @@ class PushConsumer:
         namesrv: str,
         *,
         message_model: Literal["clustering", "broadcasting"] = "clustering",
-        consume_from: Literal["last", "first", "timestamp"] = "last",
+        consume_from: ConsumeFrom = "last",
         consume_timestamp: int | None = None,
         allocate: Literal["averagely", "consistent_hash"] = "averagely",
         orderly: bool = False,
@@ -166,8 +165,7 @@ class PushConsumer:
     ) -> None:
         if message_model not in ("clustering", "broadcasting"):
             raise ValueError(f"message_model must be 'clustering' or 'broadcasting', not {message_model!r}")
-        if consume_from not in _CONSUME_FROM:
-            raise ValueError(f"consume_from must be one of {sorted(_CONSUME_FROM)}, not {consume_from!r}")
+        check_consume_from(consume_from)
         if allocate not in STRATEGIES:
             raise ValueError(f"allocate must be one of {sorted(STRATEGIES)}, not {allocate!r}")
         if min(pull_batch_size, consume_batch_size, max_cached_messages_per_queue, concurrency) < 1:
@@ -176,9 +174,7 @@ class PushConsumer:
         self.message_model = message_model
         self.consume_from = consume_from
         self.consume_timestamp = (
-            consume_timestamp
-            if consume_timestamp is not None
-            else int(time.time() * 1000) - DEFAULT_TIMESTAMP_LOOKBACK_MS
+            consume_timestamp if consume_timestamp is not None else default_consume_timestamp()
         )
         self.orderly = orderly
         self.pull_batch_size = pull_batch_size
@@ -427,7 +423,7 @@ class PushConsumer:
             "groupName": self.group,
             "consumeType": "CONSUME_PASSIVELY",
             "messageModel": self.message_model.upper(),
-            "consumeFromWhere": _CONSUME_FROM[self.consume_from],
+            "consumeFromWhere": CONSUME_FROM_WHERE[self.consume_from],
             "subscriptionDataSet": [sub.to_json() for sub in self._subscriptions.values()],
             "unitMode": False,
         }
@@ -448,7 +444,7 @@ class PushConsumer:
                 "consumeType": "CONSUME_PASSIVELY",
                 "messageModel": self.message_model.upper(),
                 "consumeOrderly": str(self.orderly).lower(),
-                "consumeFromWhere": _CONSUME_FROM[self.consume_from],
+                "consumeFromWhere": CONSUME_FROM_WHERE[self.consume_from],
                 "consumeThreadMax": str(self.concurrency),
                 "pullBatchSize": str(self.pull_batch_size),
                 "consumeMessageBatchMaxSize": str(self.consume_batch_size),
@@ -640,14 +636,7 @@ class PushConsumer:
         stored = await self._offsets.read(queue)
         if stored is not None and stored >= 0:
             return stored
-        if queue.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            offset = 0  # retried messages are never skipped, whatever consume_from says
-        elif self.consume_from == "last":
-            offset = await _brokerapi.max_offset(self._instance, queue)
-        elif self.consume_from == "first":
-            offset = await _brokerapi.min_offset(self._instance, queue)
-        else:
-            offset = await _brokerapi.offset_for_timestamp(self._instance, queue, self.consume_timestamp)
+        offset = await start_offset(self._instance, queue, self.consume_from, self.consume_timestamp)
         self._offsets.update(queue, offset)
         return offset
 
@@ -696,8 +685,8 @@ class PushConsumer:
                 self.pull_batch_size,
                 sys_flag=sys_flag,
                 commit_offset=committed,
-                suspend_ms=PULL_SUSPEND_MS,
-                timeout=PULL_TIMEOUT_S,
+                suspend_ms=LONG_POLL_SUSPEND_MS,
+                timeout=LONG_POLL_TIMEOUT_S,
             )
         except CometMQError as exc:
             log.info("pull from %s failed: %s", queue, exc)
@@ -889,22 +878,17 @@ class PushConsumer:
         props[PROPERTY_MAX_RECONSUME_TIMES] = str(self.max_reconsume_times)
         if not dead:
             props[PROPERTY_DELAY] = str(FIRST_RETRY_DELAY_LEVEL + times)
-        fields = {
-            "producerGroup": "CLIENT_INNER_PRODUCER",
-            "topic": dlq_topic(self.group) if dead else self._retry_topic,
-            "defaultTopic": DEFAULT_TOPIC,
-            "defaultTopicQueueNums": "4",
-            "queueId": "0",
-            "sysFlag": "0",  # the body was inflated when it was pulled
-            "bornTimestamp": str(int(time.time() * 1000)),
-            "flag": str(message.flag),
-            "properties": encode_properties(props),
-            "reconsumeTimes": str(times + 1),
-            "unitMode": "false",
-            "maxReconsumeTimes": str(self.max_reconsume_times),
-        }
+        header = send_header(
+            CLIENT_INNER_PRODUCER_GROUP,
+            dlq_topic(self.group) if dead else self._retry_topic,
+            encode_properties(props),
+            flag=message.flag,  # sysFlag 0: the body was inflated when it was pulled
+            queue_id=0,
+            reconsume_times=times + 1,
+            max_reconsume_times=self.max_reconsume_times,
+        )
         await self._instance.invoke_ok(
-            broker_addr_of(self._instance, pq.queue), RequestCode.SEND_MESSAGE, fields, message.body
+            broker_addr_of(self._instance, pq.queue), RequestCode.SEND_MESSAGE_V2, header, message.body
         )
 
     # offsets -----------------------------------------------------------------------------------

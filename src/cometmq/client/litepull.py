@@ -27,12 +27,26 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 from cometmq.client import _brokerapi
-from cometmq.client._brokerapi import PULL_LITE, PULL_SUBSCRIPTION, PULL_SUSPEND, PullStatus
+from cometmq.client._brokerapi import (
+    LONG_POLL_SUSPEND_MS,
+    LONG_POLL_TIMEOUT_S,
+    PULL_LITE,
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    PullStatus,
+)
 from cometmq.client._instance import ClientInstance
-from cometmq.client._rebalance import allocate_averagely
+from cometmq.client._offsets import (
+    CONSUME_FROM_WHERE,
+    ConsumeFrom,
+    check_consume_from,
+    default_consume_timestamp,
+    start_offset,
+)
+from cometmq.client._rebalance import REBALANCE_INTERVAL_S, allocate_averagely
 from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.common.subscription import SUB_ALL, SubscriptionData
 from cometmq.errors import CometMQError
@@ -41,24 +55,10 @@ __all__ = ["ConsumeFrom", "DataLossError", "LitePullConsumer"]
 
 log = logging.getLogger("cometmq.client")
 
-ConsumeFrom = Literal["last", "first", "timestamp"]
-
-# RocketMQ's defaults: rebalance every 20 s; a failed pull is retried after a pause; the broker holds
-# a long poll at most this long and the client waits longer than that for the answer.
-REBALANCE_INTERVAL_S = 20.0
+# A failed pull is retried after a pause.
 PULL_RETRY_DELAY_S = 1.0
-LONG_POLL_HOLD_MS = 15_000
-LONG_POLL_TIMEOUT_S = 30.0
 # The broker answers at most 256 KiB per pull, whatever maxMsgNums says; 1024 is plenty above that.
 MAX_PULL_BATCH = 1024
-# consume_from="timestamp" without a timestamp: half an hour ago (RocketMQ's consumeTimestamp).
-DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000
-
-_CONSUME_FROM_WHERE = {
-    "last": "CONSUME_FROM_LAST_OFFSET",
-    "first": "CONSUME_FROM_FIRST_OFFSET",
-    "timestamp": "CONSUME_FROM_TIMESTAMP",
-}
 
 
 class DataLossError(CometMQError):
@@ -109,9 +109,10 @@ class LitePullConsumer:
     """A pull consumer of group ``group`` (clustering model) against the NameServer(s) ``namesrv``.
 
     ``consume_from`` says where a queue the group never committed an offset for starts: at its end
-    (``"last"``), at its oldest message (``"first"``) or at ``consume_timestamp`` (ms since the epoch;
-    ``"timestamp"``). As with every RocketMQ client, the broker reports offset 0 for a young queue
-    (wire facts §7.8), so a brand-new group reads such a queue from the start whatever this says.
+    (``"last"``), at its oldest message (``"first"``) or at ``consume_timestamp`` (ms since the epoch,
+    default half an hour before the consumer was made; ``"timestamp"``). As with every RocketMQ
+    client, the broker reports offset 0 for a young queue (wire facts §7.8), so a brand-new group
+    reads such a queue from the start whatever this says.
 
     ``pull_batch_size`` is the most messages asked for per pull (1…1024; the broker also stops at
     256 KiB); ``pull_threshold_per_queue`` bounds the messages pulled ahead per queue;
@@ -136,8 +137,7 @@ class LitePullConsumer:
     ) -> None:
         if not 1 <= pull_batch_size <= MAX_PULL_BATCH:
             raise ValueError(f"pull_batch_size must be within 1..{MAX_PULL_BATCH}, not {pull_batch_size}")
-        if consume_from not in _CONSUME_FROM_WHERE:
-            raise ValueError(f"consume_from must be 'last', 'first' or 'timestamp', not {consume_from!r}")
+        check_consume_from(consume_from)
         self.group = group
         self.namesrv = namesrv
         self.auto_commit = auto_commit
@@ -145,7 +145,9 @@ class LitePullConsumer:
         self.pull_batch_size = pull_batch_size
         self.poll_timeout = poll_timeout
         self.consume_from: ConsumeFrom = consume_from
-        self.consume_timestamp = consume_timestamp
+        self.consume_timestamp = (
+            consume_timestamp if consume_timestamp is not None else default_consume_timestamp()
+        )
         self.pull_threshold_per_queue = max(1, pull_threshold_per_queue)
         self.max_poll_messages = max(1, max_poll_messages)
         self._instance_name = instance_name
@@ -440,7 +442,7 @@ class LitePullConsumer:
                     offset,
                     min(max_batch, end - offset),
                     sys_flag=PULL_SUBSCRIPTION | PULL_SUSPEND | PULL_LITE,
-                    suspend_ms=LONG_POLL_HOLD_MS,
+                    suspend_ms=LONG_POLL_SUSPEND_MS,
                     timeout=LONG_POLL_TIMEOUT_S,
                 )
             )
@@ -536,16 +538,7 @@ class LitePullConsumer:
         if committed is not None and committed >= 0:
             self._committed[queue] = committed
             return committed
-        if self.consume_from == "first":
-            return await _brokerapi.min_offset(instance, queue)
-        if self.consume_from == "timestamp":
-            ts = self.consume_timestamp
-            if ts is None:
-                ts = int(time.time() * 1000) - DEFAULT_TIMESTAMP_LOOKBACK_MS
-            return await _brokerapi.offset_for_timestamp(instance, queue, ts)
-        if queue.topic.startswith("%RETRY%"):
-            return 0  # RocketMQ: retry topics always start at 0
-        return await _brokerapi.max_offset(instance, queue)
+        return await start_offset(instance, queue, self.consume_from, self.consume_timestamp)
 
     async def _pull_loop(self, state: _QueueState, epoch: int) -> None:
         queue = state.queue
@@ -572,7 +565,7 @@ class LitePullConsumer:
                     state.fetch_offset,
                     self.pull_batch_size,
                     sys_flag=PULL_SUBSCRIPTION | PULL_SUSPEND | PULL_LITE,
-                    suspend_ms=LONG_POLL_HOLD_MS,
+                    suspend_ms=LONG_POLL_SUSPEND_MS,
                     timeout=LONG_POLL_TIMEOUT_S,
                 )
             except asyncio.CancelledError:
@@ -668,7 +661,7 @@ class LitePullConsumer:
             "groupName": self.group,
             "consumeType": "CONSUME_ACTIVELY",
             "messageModel": "CLUSTERING",
-            "consumeFromWhere": _CONSUME_FROM_WHERE[self.consume_from],
+            "consumeFromWhere": CONSUME_FROM_WHERE[self.consume_from],
             "subscriptionDataSet": [sub.to_json() for sub in self._subscriptions.values()],
             "unitMode": False,
         }
@@ -690,7 +683,7 @@ class LitePullConsumer:
             "properties": {
                 "consumeType": "CONSUME_ACTIVELY",
                 "messageModel": "CLUSTERING",
-                "consumeFromWhere": _CONSUME_FROM_WHERE[self.consume_from],
+                "consumeFromWhere": CONSUME_FROM_WHERE[self.consume_from],
                 "pullBatchSize": str(self.pull_batch_size),
                 "autoCommit": str(self.auto_commit).lower(),
             },
