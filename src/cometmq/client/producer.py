@@ -19,17 +19,18 @@ import zlib
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
-from cometmq.client._brokerapi import QueueNotRoutedError
+from cometmq.client._brokerapi import QueueNotRoutedError, broker_addr_of, send_header
 from cometmq.client._fault import FaultStrategy, PublishInfo
 from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance
 from cometmq.client._msgid import UniqueIdGenerator
-from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus
+from cometmq.client.message import SYSFLAG_COMPRESSED, Message, MessageQueue, SendResult, SendStatus
 from cometmq.common.naming import (
     DEFAULT_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
     SEND_FORBIDDEN_TOPICS,
     topic_name_error,
 )
+from cometmq.common.record import MAX_PROPERTIES_SIZE
 from cometmq.common.route import TopicRouteData
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, RemotingTimeoutError
 from cometmq.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -46,12 +47,10 @@ __all__ = [
 
 log = logging.getLogger("cometmq.client")
 
-MAX_PROPERTIES_LENGTH = 32767  # a record stores the properties length in an int16
 MAX_DELAY_LEVEL = 18  # RocketMQ's default messageDelayLevel has 18 levels (1s … 2h)
 GROUP_MAX_LENGTH = 255
 _GROUP_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
 ZLIB_LEVEL = 5  # Java and C++ compress at level 5 (stream header 78 5E)
-SYSFLAG_COMPRESSED = 0x1  # only the bit C++ and JS consumers test; zlib is implied (wire facts §6.5)
 
 # Property names RocketMQ reserves (MessageConst.STRING_HASH_SET): set them through Message's fields,
 # not through ``properties``. UNIQ_KEY is allowed: a message resent with its id keeps it.
@@ -212,8 +211,8 @@ class Producer:
 
     # routes ------------------------------------------------------------------------------------
 
-    def _on_route_changed(self, topic: str, route: TopicRouteData) -> None:
-        # Recomputed from the instance's cached route on the next send.
+    def _on_route_changed(self, topic: str, route: TopicRouteData | None) -> None:
+        # Recomputed from the instance's cached route on the next send (TBW102's, if it is gone).
         self._publish.pop(topic, None)
 
     async def _publish_info(self, topic: str) -> PublishInfo:
@@ -319,7 +318,7 @@ class Producer:
                 f"{self.max_message_size} bytes"
             )
         text, uniq = self._properties_text(msg)
-        if len(text) > MAX_PROPERTIES_LENGTH // 3 and len(text.encode()) > MAX_PROPERTIES_LENGTH:
+        if len(text) > MAX_PROPERTIES_SIZE // 3 and len(text.encode()) > MAX_PROPERTIES_SIZE:
             raise InvalidMessageError(_properties_too_long(topic, len(text.encode())))
         if size >= self.compress_over:
             return zlib.compress(body, ZLIB_LEVEL), SYSFLAG_COMPRESSED, text, uniq
@@ -363,7 +362,7 @@ class Producer:
             else:
                 text = _UNIQ_PREFIX + ids[index]
             props = text.encode()
-            if len(props) > MAX_PROPERTIES_LENGTH:
+            if len(props) > MAX_PROPERTIES_SIZE:
                 raise InvalidMessageError(_properties_too_long(topic, len(props)))
             entry = _BATCH_FIXED + len(body) + len(props)
             append(head(entry, 0, 0, msg.flag, len(body)))
@@ -394,7 +393,7 @@ class Producer:
         if not self._running:
             self._check_running()
         body, sys_flag, text, uniq = self._prepare(msg)
-        header = self._header(msg.topic, sys_flag, msg.flag, text, False)
+        header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
         code = RequestCode.SEND_MESSAGE_V2
         if queue is None and sharding_key is None:
             return await self._send_retrying(code, msg.topic, header, body, uniq)
@@ -411,7 +410,7 @@ class Producer:
         if not self._running:
             self._check_running()
         topic, parts, _, ids = self._encode_batch(msgs)
-        header = self._header(topic, 0, 0, "", True)
+        header = send_header(self.group, topic, "", batch=True)
         uniq = ",".join(ids)
         code = RequestCode.SEND_BATCH_MESSAGE
         if queue is None and sharding_key is None:
@@ -434,7 +433,7 @@ class Producer:
         self, msg: Message, prepared: tuple[bytes, int, str, str], callback: SendCallback
     ) -> None:
         body, sys_flag, text, uniq = prepared
-        header = self._header(msg.topic, sys_flag, msg.flag, text, False)
+        header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
         outcome: SendResult | BaseException
         try:
             outcome = await self._send_retrying(RequestCode.SEND_MESSAGE_V2, msg.topic, header, body, uniq)
@@ -451,7 +450,7 @@ class Producer:
         if not self._running:
             self._check_running()
         body, sys_flag, text, _ = self._prepare(msg)
-        header = self._header(msg.topic, sys_flag, msg.flag, text, False)
+        header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
         if queue is None:
             target = self._faults.select(await self._publish_info(msg.topic))
         else:
@@ -460,24 +459,7 @@ class Producer:
         request = RemotingCommand(
             code=RequestCode.SEND_MESSAGE_V2, flag=ONEWAY_FLAG, ext_fields=header, body=body
         )
-        await self._instance.remoting.invoke_oneway(self._broker_addr(target), request)
-
-    def _header(self, topic: str, sys_flag: int, flag: int, properties: str, batch: bool) -> dict[str, str]:
-        # SendMessageRequestHeaderV2, one-letter names (wire facts §5.2); "e" (queue id) is set per attempt.
-        return {
-            "a": self.group,
-            "b": topic,
-            "c": DEFAULT_TOPIC,
-            "d": "4",  # defaultTopicQueueNums: queues a topic auto-created by this send gets
-            "e": "-1",
-            "f": str(sys_flag),
-            "g": str(int(time.time() * 1000)),
-            "h": str(flag),
-            "i": properties,
-            "j": "0",
-            "k": "false",
-            "m": "true" if batch else "false",
-        }
+        await self._instance.remoting.invoke_oneway(broker_addr_of(self._instance, target), request)
 
     async def _fixed_queue(
         self, topic: str, queue: MessageQueue | None, sharding_key: str | None
@@ -494,12 +476,6 @@ class Producer:
         queues = (await self._publish_info(topic)).queues
         # crc32, not hash(): the same key must map to the same queue in every process and run.
         return queues[zlib.crc32(sharding_key.encode()) % len(queues)]
-
-    def _broker_addr(self, queue: MessageQueue) -> str:
-        addr = self._instance.broker_addr(queue.broker_name)
-        if addr is None:
-            raise QueueNotRoutedError(f"no master address is known for broker {queue.broker_name!r}")
-        return addr
 
     async def _send_retrying(
         self, code: int, topic: str, header: dict[str, str], body: bytes | list[bytes], uniq: str
@@ -557,7 +533,8 @@ class Producer:
                 request = RemotingCommand(code=code, ext_fields=header, body=body)
             else:
                 request = RemotingCommand(code=code, ext_fields=header, body_parts=body)
-            response = await self._instance.remoting.invoke(self._broker_addr(queue), request, timeout)
+            addr = broker_addr_of(self._instance, queue)
+            response = await self._instance.remoting.invoke(addr, request, timeout)
         except (ConnectionClosedError, RemotingTimeoutError, QueueNotRoutedError):
             faults.update(broker, (time.monotonic() - started) * 1000.0, True)
             raise
@@ -584,7 +561,7 @@ class Producer:
 def _properties_too_long(topic: str, length: int) -> str:
     return (
         f"message to {topic!r}: its properties (tags, keys and the rest) take {length} bytes, "
-        f"over the {MAX_PROPERTIES_LENGTH} a record can hold"
+        f"over the {MAX_PROPERTIES_SIZE} a record can hold"
     )
 
 
