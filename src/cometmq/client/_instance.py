@@ -112,7 +112,7 @@ class ClientInstance:
         self._broker_addrs: dict[str, dict[int, str]] = {}  # broker name → broker id → address
         self._producer_groups: set[str] = set()
         self._consumers: dict[str, ConsumerMember] = {}
-        self._route_listeners: list[Callable[[str, TopicRouteData], None]] = []
+        self._route_listeners: list[Callable[[str, TopicRouteData | None], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
 
@@ -224,8 +224,9 @@ class ClientInstance:
             route = await self.fetch_route(topic)
         return route
 
-    def add_route_listener(self, listener: Callable[[str, TopicRouteData], None]) -> None:
-        """Call ``listener(topic, route)`` whenever a topic's route changes."""
+    def add_route_listener(self, listener: Callable[[str, TopicRouteData | None], None]) -> None:
+        """Call ``listener(topic, route)`` whenever a topic's route changes; ``route`` is None when
+        no broker holds the topic any more."""
         self._route_listeners.append(listener)
 
     async def refresh_routes(self) -> None:
@@ -236,14 +237,16 @@ class ClientInstance:
                 log.warning("cannot refresh the route of %s: %s", topic, exc)
                 continue
             if route is None:
-                self._routes.pop(topic, None)
+                self._forget_route(topic)
+
+    def _forget_route(self, topic: str) -> None:
+        if self._routes.pop(topic, None) is not None:
+            for listener in self._route_listeners:
+                listener(topic, None)
 
     def broker_addr(self, broker_name: str) -> str | None:
         """The master address of a broker, as the routes know it."""
         return self._broker_addrs.get(broker_name, {}).get(0)
-
-    def forget_route(self, topic: str) -> None:
-        self._routes.pop(topic, None)
 
     async def publish_queues(self, topic: str) -> list[MessageQueue]:
         """Queues a producer may write to, in route order; topics no broker has yet get the queues
@@ -310,11 +313,12 @@ class ClientInstance:
         if not self._producer_groups and not self._consumers:
             return
         body = self.heartbeat_body()
+        addrs = self._master_addrs()
         results = await asyncio.gather(
-            *(self.invoke_ok(addr, RequestCode.HEART_BEAT, body=body) for addr in self._master_addrs()),
+            *(self.invoke_ok(addr, RequestCode.HEART_BEAT, body=body) for addr in addrs),
             return_exceptions=True,
         )
-        for addr, result in zip(self._master_addrs(), results, strict=False):
+        for addr, result in zip(addrs, results, strict=True):
             if isinstance(result, BaseException):
                 log.info("heartbeat to %s failed: %s", addr, result)
 
