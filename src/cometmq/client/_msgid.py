@@ -50,24 +50,24 @@ class UniqueIdGenerator:
         self._month_start = 0
         self._next_month = 0
 
-    def next_id(self) -> str:
+    def _ms_into_month(self) -> int:
         now = int(time.time() * 1000)
         if now >= self._next_month:
             self._month_start = _month_start_ms(now)
             self._next_month = _month_start_ms(self._month_start + 32 * 86_400_000)
-        tail = _TAIL.pack((now - self._month_start) & 0xFFFFFFFF, next(self._counter) & 0xFFFF)
+        return (now - self._month_start) & 0xFFFFFFFF
+
+    def next_id(self) -> str:
+        tail = _TAIL.pack(self._ms_into_month(), next(self._counter) & 0xFFFF)
         return self._prefix_hex + tail.hex().upper()
 
     def next_ids(self, count: int) -> list[str]:
         """``count`` ids at once (a batch): one clock read, consecutive counters; the same ids
         ``count`` calls of :meth:`next_id` within one millisecond would give, at a fraction of the cost."""
-        now = int(time.time() * 1000)
-        if now >= self._next_month:
-            self._month_start = _month_start_ms(now)
-            self._next_month = _month_start_ms(self._month_start + 32 * 86_400_000)
+        elapsed = self._ms_into_month()
         first = next(self._counter) & 0xFFFF
         self._counter = itertools.count(first + count)
-        head = f"{self._prefix_hex}{(now - self._month_start) & 0xFFFFFFFF:08X}"
+        head = f"{self._prefix_hex}{elapsed:08X}"
         counters: range | list[int] = range(first, first + count)
         if first + count > 0x10000:
             counters = [n & 0xFFFF for n in counters]

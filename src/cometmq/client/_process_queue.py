@@ -8,7 +8,6 @@ price of redelivering the ones consumed after it.
 from __future__ import annotations
 
 import asyncio
-import time
 
 from cometmq.client.message import MessageQueue, ReceivedMessage
 
@@ -27,7 +26,6 @@ class ProcessQueue:
         "consuming",
         "dropped",
         "in_flight",
-        "last_lock_time",
         "lock_event",
         "locked",
         "max_cached",
@@ -52,7 +50,6 @@ class ProcessQueue:
         self._room.set()
         # Orderly consumption: the broker lock, and whether a worker is consuming this queue now.
         self.locked = False
-        self.last_lock_time = 0.0
         self.lock_event = asyncio.Event()
         self.consuming = False
 
@@ -119,7 +116,6 @@ class ProcessQueue:
     def set_locked(self, locked: bool) -> None:
         self.locked = locked
         if locked:
-            self.last_lock_time = time.monotonic()
             self.lock_event.set()
         else:
             self.lock_event.clear()

@@ -144,8 +144,12 @@ def _run(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
         raise
 
 
-async def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    return fn(*args, **kwargs)
+async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` on the loop, and what it hands back awaited if it is awaitable."""
+    result = fn(*args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
 
 
 async def _construct(cls: type[T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
@@ -164,19 +168,13 @@ def _close_client(loop: asyncio.AbstractEventLoop, client: Any) -> None:
             if inspect.isawaitable(result):
                 loop.create_task(_await_quietly(result))
             return
-        future = asyncio.run_coroutine_threadsafe(_close_coro(close), loop)
+        future = asyncio.run_coroutine_threadsafe(_call(close), loop)
         try:
             future.result(_FINALIZE_TIMEOUT_S)
         except Exception as exc:
             log.warning("closing %s failed: %s", type(client).__name__, exc)
     finally:
         _SHARED.release()
-
-
-async def _close_coro(close: Callable[[], Any]) -> None:
-    result = close()
-    if inspect.isawaitable(result):
-        await result
 
 
 async def _await_quietly(awaitable: Any) -> None:
@@ -268,10 +266,7 @@ class _BlockingClient:
         @functools.wraps(method)
         def call(*args: Any, **kwargs: Any) -> Any:
             self._check_open()
-            result = _run(self._loop, _call(method, *args, **kwargs))
-            if inspect.isawaitable(result):  # a plain method that hands back an awaitable
-                return _run(self._loop, _await(result))
-            return result
+            return _run(self._loop, _call(method, *args, **kwargs))
 
         return call
 
@@ -293,10 +288,6 @@ class _BlockingClient:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<blocking {type(self._client).__name__} ({state})>"
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
 
 
 def _iterate(loop: asyncio.AbstractEventLoop, iterator: AsyncIterator[Any]) -> Iterator[Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from cometmq.common.properties import decode_properties
@@ -34,14 +33,10 @@ PROPERTY_TAGS = "TAGS"
 PROPERTY_DELAY = "DELAY"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-PROPERTY_WAIT = "WAIT"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-PROPERTY_MIN_OFFSET = "MIN_OFFSET"
-PROPERTY_MAX_OFFSET = "MAX_OFFSET"
-PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 
-SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_COMPRESSED = 0x1  # only the bit C++ and JS consumers test; zlib is implied (wire facts §6.5)
 
 
 @dataclass(slots=True)
@@ -62,17 +57,6 @@ class Message:
     properties: dict[str, str] = field(default_factory=dict)
     delay_level: int = 0
     flag: int = 0
-
-    def wire_properties(self) -> dict[str, str]:
-        """The properties as they travel: the user's, plus TAGS, KEYS and DELAY."""
-        props = dict(self.properties)
-        if self.tags:
-            props[PROPERTY_TAGS] = self.tags
-        if self.keys:
-            props[PROPERTY_KEYS] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
-        if self.delay_level > 0:
-            props[PROPERTY_DELAY] = str(self.delay_level)
-        return props
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -309,9 +293,3 @@ def decode_pulled(body: bytes | memoryview, broker_name: str) -> list[ReceivedMe
 
 def _decode_slow(data: bytes, pos: int, end: int, broker_name: str) -> list[ReceivedMessage]:
     return [ReceivedMessage(record, broker_name) for record in iter_records(memoryview(data)[pos:end])]
-
-
-def sort_queues(queues: Iterable[MessageQueue]) -> list[MessageQueue]:
-    """Queues in RocketMQ's order (topic, broker name, queue id): what every client sorts by before
-    allocating, so that all members of a group agree."""
-    return sorted(queues)
