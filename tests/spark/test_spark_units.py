@@ -33,7 +33,7 @@ from cometmq.common.record import (
     record_size,
 )
 from cometmq.spark import _offsets
-from cometmq.spark._columns import SYSTEM_PROPERTIES, DecodedBatch, decode_batch
+from cometmq.spark._columns import SYSTEM_PROPERTIES, DecodedBatch, _split, decode_batch
 from cometmq.spark._options import DEFAULT_MAX_TRIGGER_DELAY_MS, OptionError, ReadOptions, WriteOptions
 from cometmq.spark._schema import ARROW_SCHEMA
 from cometmq.spark._source import _share
@@ -651,6 +651,25 @@ def test_a_repeated_property_name_reads_as_its_last_value_as_in_the_reference() 
 
 
 @decoder_settings
+@given(st.lists(specs(), min_size=1, max_size=12), pull_queues, st.integers(0, 2**40))
+def test_plain_records_are_split_by_arrow_and_others_are_not(
+    messages: list[_Spec], queue: _Queue, start: int
+) -> None:
+    """The column path (what makes reads fast) takes every plain 4.x IPv4 body; a record only the
+    general decoder reads, or a foreign topic length, sends the body there."""
+    offsets = list(range(start, start + len(messages)))
+    records = _records(messages, offsets, queue)
+    topic_length = len(queue.topic.encode())
+    fields = _split(b"".join(records), topic_length)
+    assert fields is not None
+    assert fields.queue_offsets.to_pylist() == offsets
+    assert fields.bodies.to_pylist() == [_stored(m)[0] for m in messages]
+    assert _split(b"".join(records), topic_length + 1) is None
+    last = _general_record(messages[-1], offsets[-1], queue, 0, ipv6=True, magic=MESSAGE_MAGIC_CODE)
+    assert _split(b"".join([*records[:-1], last]), topic_length) is None
+
+
+@decoder_settings
 @given(
     st.lists(specs(system_always=True), min_size=3, max_size=9),
     pull_queues,
@@ -751,7 +770,7 @@ def test_first_gap_is_the_first_missing_offset_and_the_next_present(
 )
 def test_first_gap_examples(offsets: list[int], gap: tuple[int, int]) -> None:
     empty = pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
-    assert DecodedBatch(empty, tuple(offsets)).first_gap(5) == gap
+    assert DecodedBatch(empty, pa.array(offsets, pa.int64())).first_gap(5) == gap
 
 
 def test_an_empty_pull_body_decodes_to_none() -> None:

@@ -1,18 +1,19 @@
 """Pull response bodies → Arrow record batches in the connector's schema (the read hot path).
 
-Per message, Python does one ``struct`` unpack and two slices; everything else is done a column at a
-time by Arrow: timestamps are scaled and cast, the system properties (TAGS, KEYS, UNIQ_KEY) are cut
-out of the raw property text with RE2 regexes, keys are split, tag filters are a vectorised ``is_in``.
+Python only walks the chain of record sizes (one 4-byte unpack per message). Everything else is done
+a column at a time by Arrow, in C: the fixed-size record heads, bodies and property texts are cut out
+of the response's own buffer, head fields are read from the heads, the layout is checked, the system
+properties (TAGS, KEYS, UNIQ_KEY) are found with substring searches, keys are split, and tag filters
+are a vectorised ``is_in``. Unusual records (IPv6 hosts, RocketMQ 5.x's magic code, blank fillers)
+send the whole body through the general record decoder instead.
 """
 
 from __future__ import annotations
 
-import bisect
+import dataclasses
 import struct
 import zlib
 from collections.abc import Collection
-from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,7 +24,6 @@ from cometmq.common.properties import decode_properties
 from cometmq.common.record import (
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_SIZE,
-    DecodedRecord,
     RecordError,
     iter_records,
     offset_msg_id,
@@ -32,55 +32,64 @@ from cometmq.spark._schema import ARROW_SCHEMA, KEYS_TYPE, PROPERTIES_TYPE, TIME
 
 __all__ = ["DecodedBatch", "decode_batch"]
 
-# The record head (common/record.py) with IPv4 hosts, keeping only what a row needs: TOTALSIZE,
-# MAGICCODE, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP, STORETIMESTAMP, STOREHOST,
-# RECONSUMETIMES, BODYLENGTH. Skipped fields are pad bytes, so they cost no int objects.
-_HEAD = struct.Struct(">iI4x4x4xqqiq8xq8si8xi")
+# Record layout with IPv4 hosts (common/record.py): where the fields a row needs start.
+_MAGIC_AT = 4
+_QUEUE_OFFSET_AT = 20
+_PHYSICAL_OFFSET_AT = 28
+_SYS_FLAG_AT = 36
+_BORN_AT = 40
+_STORED_AT = 56
+_STORE_HOST_AT = 64
+_RECONSUME_AT = 72
+_BODY_LENGTH_AT = 84
 _BODY_AT = 88
 _HOST_V6_FLAGS = 0x30
 _UNIQ_KEY = "UNIQ_KEY"
 _MILLIS = pa.timestamp("ms", tz="UTC")
+_TOTAL_SIZE = struct.Struct(">i")
+_I32 = pa.int32()
 # Typed scalars: handed a bare Python value, pyarrow infers its type each call (and tries to import
 # dateutil while doing so, ~46 us a call).
-_TWO = pa.scalar(2, pa.int32())
+_ZERO = pa.scalar(0, _I32)
+_ONE = pa.scalar(1, _I32)
+_TWO = pa.scalar(2, _I32)
+_HEAD_SIZE = pa.scalar(_BODY_AT, _I32)
+_V6_FLAGS = pa.scalar(_HOST_V6_FLAGS, _I32)
+_COMPRESSED = pa.scalar(SYSFLAG_COMPRESSED, _I32)
+_MAGIC = pa.scalar(MESSAGE_MAGIC_CODE, pa.uint32())
+_SEPARATOR = pa.scalar(b"\x02", pa.binary())
+_EMPTY_BINARY = pa.scalar(b"", pa.binary())
+_NULL_BINARY = pa.scalar(None, pa.binary())
 _EMPTY = pa.scalar("", pa.string())
 _NULL_STRING = pa.scalar(None, pa.string())
 # Properties that have a column of their own or belong to the broker and clients, never to users.
 SYSTEM_PROPERTIES = RESERVED_PROPERTIES | {_UNIQ_KEY}
 
 
-def _property_pattern(name: str) -> str:
-    # Matched against the *reversed* property bytes, so the first match is the last occurrence of a
-    # repeated name, which wins as in decode_properties (and Java's HashMap). Twice as fast as a
-    # greedy ".*" prefix on the text as it is.
-    return f"(?P<v>[^\x02]*)\x01{name[::-1]}(?:\x02|$)"
-
-
-_TAGS_RE = _property_pattern("TAGS")
-_KEYS_RE = _property_pattern("KEYS")
-_UNIQ_RE = _property_pattern(_UNIQ_KEY)
-
-
-@dataclass(slots=True)
+@dataclasses.dataclass(slots=True)
 class DecodedBatch:
-    """The rows of one pull body: ``batch`` holds the rows at offsets below the reader's end that pass
-    its tag filter; ``first``/``last``/``count`` describe what the body held before either cut, which
-    is what the reader checks for gaps."""
+    """The rows of some pull bodies: ``batch`` holds the rows at offsets below the reader's end that
+    pass its tag filter; ``queue_offsets`` every offset the bodies held before either cut, which is
+    what the reader checks for gaps."""
 
     batch: pa.RecordBatch
-    offsets: tuple[int, ...]
+    queue_offsets: pa.Int64Array
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        return tuple(self.queue_offsets.to_pylist())
 
     @property
     def first(self) -> int:
-        return self.offsets[0]
+        return int(self.queue_offsets[0].as_py())
 
     @property
     def last(self) -> int:
-        return self.offsets[-1]
+        return int(self.queue_offsets[-1].as_py())
 
     @property
     def count(self) -> int:
-        return len(self.offsets)
+        return len(self.queue_offsets)
 
     def first_gap(self, expected_first: int) -> tuple[int, int]:
         """The first missing offset at or after ``expected_first``, and the next offset present."""
@@ -90,6 +99,24 @@ class DecodedBatch:
                 return previous + 1, offset
             previous = offset
         return previous + 1, previous + 1
+
+
+@dataclasses.dataclass(slots=True)
+class _Fields:
+    """The per-record values a row is made of, one Arrow array each."""
+
+    queue_offsets: pa.Int64Array
+    physical_offsets: pa.Int64Array
+    sys_flags: pa.Int32Array
+    born: pa.Int64Array
+    stored: pa.Int64Array
+    store_hosts: pa.BinaryArray
+    reconsume_times: pa.Int32Array
+    bodies: pa.BinaryArray
+    properties: pa.BinaryArray
+
+    def head(self, n: int) -> _Fields:
+        return _Fields(*(getattr(self, field.name).slice(0, n) for field in dataclasses.fields(self)))
 
 
 def decode_batch(
@@ -102,49 +129,50 @@ def decode_batch(
     tags: Collection[str] = (),
     include_properties: bool = False,
 ) -> DecodedBatch | None:
-    """Decode the records of a pull body of queue ``topic@broker:queue_id``; None for an empty body.
+    """Decode the records of pull bodies of queue ``topic@broker:queue_id``; None for no records.
 
     Malformed bytes raise :class:`RecordError`.
     """
-    heads, bodies, props = _split(data, len(topic.encode()))
-    count = len(heads)
-    if not count:
+    topic_length = len(topic.encode())
+    fields = _split(data, topic_length) or _decode_generally(data)
+    if fields is None:
         return None
-    _, _, offsets, phys, sys_flags, born, stored, hosts, reconsume, _ = zip(*heads, strict=True)
-    all_offsets = offsets
-    keep = count if offsets[-1] < end else bisect.bisect_left(offsets, end)
+    all_offsets = fields.queue_offsets
+    count = len(all_offsets)
+    keep = count if all_offsets[-1].as_py() < end else pc.sum(pc.less(all_offsets, end)).as_py()
+    if keep == 0:
+        return DecodedBatch(pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA), all_offsets)
     if keep < count:
-        offsets, phys, sys_flags, born, stored, hosts, reconsume = (
-            column[:keep] for column in (offsets, phys, sys_flags, born, stored, hosts, reconsume)
-        )
-        bodies, props = bodies.slice(0, keep), props.slice(0, keep)
-    if any(flag & SYSFLAG_COMPRESSED for flag in sys_flags):
+        fields = fields.head(keep)
+    bodies, flags = fields.bodies, fields.sys_flags
+    if pc.any(pc.not_equal(pc.bit_wise_and(flags, _COMPRESSED), _ZERO)).as_py():
         bodies = pa.array(
             [
                 zlib.decompress(b) if f & SYSFLAG_COMPRESSED else b
-                for b, f in zip(bodies.to_pylist(), sys_flags, strict=True)
+                for b, f in zip(bodies.to_pylist(), flags.to_pylist(), strict=True)
             ],
             pa.binary(),
         )
-    reversed_props = pc.binary_reverse(props)
-    uniq = _non_empty(_extract(reversed_props, _UNIQ_RE))
+    finder = _PropertyFinder(fields.properties)
+    uniq = _non_empty(finder.last(_UNIQ_KEY))
     if uniq.null_count:
-        fallback = [offset_msg_id(h, p) for h, p in zip(hosts, phys, strict=True)]
+        hosts, physical = fields.store_hosts.to_pylist(), fields.physical_offsets.to_pylist()
+        fallback = [offset_msg_id(h, p) for h, p in zip(hosts, physical, strict=True)]
         uniq = pc.coalesce(uniq, pa.array(fallback, pa.string()))
-    tag_column = _extract(reversed_props, _TAGS_RE)
+    tag_column = finder.last("TAGS")
     columns = [
         pa.repeat(pa.scalar(topic, pa.string()), keep),
         pa.repeat(pa.scalar(broker, pa.string()), keep),
-        pa.repeat(pa.scalar(queue_id, pa.int32()), keep),
-        pa.array(offsets, pa.int64()),
+        pa.repeat(pa.scalar(queue_id, _I32), keep),
+        fields.queue_offsets,
         uniq,
-        _keys(_extract(reversed_props, _KEYS_RE)),
+        _keys(finder.last("KEYS")),
         tag_column,
         bodies,
-        _user_properties(props) if include_properties else pa.nulls(keep, PROPERTIES_TYPE),
-        _timestamps(born),
-        _timestamps(stored),
-        pa.array(reconsume, pa.int32()),
+        _user_properties(fields.properties) if include_properties else pa.nulls(keep, PROPERTIES_TYPE),
+        fields.born.view(_MILLIS).cast(TIMESTAMP),
+        fields.stored.view(_MILLIS).cast(TIMESTAMP),
+        fields.reconsume_times,
     ]
     batch = pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
     if tags:
@@ -152,104 +180,160 @@ def decode_batch(
     return DecodedBatch(batch, all_offsets)
 
 
-def _split(data: bytes, topic_len: int) -> tuple[list[tuple[Any, ...]], pa.Array, pa.Array]:
-    """The head fields of every record, and its bodies and property bytes as Arrow arrays.
+def _split(data: bytes, topic_length: int) -> _Fields | None:
+    """The fields of every record in ``data``, when all are plain 4.x records with IPv4 hosts and
+    this topic; None otherwise (and for no records), for the general decoder to do.
 
-    Python only finds where things are: the record boundaries split ``data`` into segments (body,
-    topic, properties, next head, ...) that form one binary array over ``data`` itself, and Arrow's
-    ``take`` of every fourth segment copies the bodies (and the properties) out in C. Anything unusual
-    (IPv6 hosts, 5.x magic, blank fillers, a foreign topic length) goes through the general decoder.
+    Python only follows the TOTALSIZE chain. The record starts then cut ``data`` into segments (head,
+    body, topic, properties) that are one Arrow binary array over ``data`` itself, and ``take``s copy
+    the wanted segments out in C.
     """
-    unpack = _HEAD.unpack_from
-    heads: list[tuple[Any, ...]] = []
-    bounds: list[int] = []
-    add_head, add_bounds = heads.append, bounds.extend
+    unpack = _TOTAL_SIZE.unpack_from
+    starts: list[int] = []
+    add = starts.append
     pos = 0
     size = len(data)
     last_start = size - MIN_RECORD_SIZE
-    try:
-        while pos <= last_start:
-            head = unpack(data, pos)
-            at = pos + _BODY_AT + head[9]
-            limit = pos + head[0]
-            if (
-                head[1] != MESSAGE_MAGIC_CODE
-                or head[4] & _HOST_V6_FLAGS
-                or head[9] < 0
-                or limit > size
-                or data[at] != topic_len
-                or at + 3 + topic_len > limit
-            ):
-                break
-            add_head(head)
-            add_bounds((pos + _BODY_AT, at, at + 3 + topic_len, limit))
-            pos = limit
-    except (struct.error, IndexError):
-        pass
-    n = len(heads)
-    if n:
-        segments = pa.Array.from_buffers(
-            pa.binary(),
-            len(bounds) - 1,
-            [None, pa.array(bounds, pa.int32()).buffers()[1], pa.py_buffer(data)],
-        )
-        every_fourth = pa.array(range(0, 4 * n, 4), pa.int32())
-        bodies = segments.take(every_fourth)
-        props = segments.take(pc.add(every_fourth, _TWO))
-    else:
-        bodies = props = pa.array([], pa.binary())
-    if pos < size:
-        records = list(iter_records(memoryview(data)[pos:]))
-        heads += [_head_of(record) for record in records]
-        bodies = pa.concat_arrays([bodies, pa.array([r.body for r in records], pa.binary())])
-        props = pa.concat_arrays([props, pa.array([r.properties.encode() for r in records], pa.binary())])
-    return heads, bodies, props
-
-
-def _head_of(record: DecodedRecord) -> tuple[Any, ...]:
-    """A record's fields in ``_HEAD``'s order (for records the fast path leaves to iter_records)."""
-    return (
-        record.total_size,
-        MESSAGE_MAGIC_CODE,
-        record.queue_offset,
-        record.commitlog_offset,
-        record.sys_flag,
-        record.born_timestamp,
-        record.store_timestamp,
-        record.store_host,
-        record.reconsume_times,
-        len(record.body),
+    while pos <= last_start:
+        (total,) = unpack(data, pos)
+        if total < MIN_RECORD_SIZE:
+            return None
+        add(pos)
+        pos += total
+    if pos != size or not starts:
+        return None
+    n = len(starts)
+    buffer = pa.py_buffer(data)
+    start = pa.array(starts, _I32)
+    body_at = pc.add(start, _HEAD_SIZE)
+    heads = _segments(buffer, [start, body_at]).take(_every(2, n))
+    body_length = _field(heads, _BODY_LENGTH_AT, _I32)
+    sys_flags = _field(heads, _SYS_FLAG_AT, _I32)
+    topic_at = pc.add(body_at, body_length)
+    properties_at = pc.add(topic_at, pa.scalar(3 + topic_length, _I32))
+    record_end = pa.concat_arrays([start.slice(1), pa.array([size], _I32)])
+    if not (
+        pc.all(pc.equal(_field(heads, _MAGIC_AT, pa.uint32()), _MAGIC)).as_py()
+        and pc.all(pc.equal(pc.bit_wise_and(sys_flags, _V6_FLAGS), _ZERO)).as_py()
+        and pc.min(body_length).as_py() >= 0
+        and pc.all(pc.less_equal(properties_at, record_end)).as_py()
+    ):
+        return None
+    segments = _segments(buffer, [body_at, topic_at, properties_at, record_end])
+    every_fourth = _every(4, n)
+    topic_length_bytes = pc.binary_slice(segments.take(pc.add(every_fourth, _ONE)), 0, 1)
+    if not pc.all(pc.equal(topic_length_bytes, pa.scalar(bytes([topic_length]), pa.binary()))).as_py():
+        return None
+    return _Fields(
+        queue_offsets=_field(heads, _QUEUE_OFFSET_AT, pa.int64()),
+        physical_offsets=_field(heads, _PHYSICAL_OFFSET_AT, pa.int64()),
+        sys_flags=sys_flags,
+        born=_field(heads, _BORN_AT, pa.int64()),
+        stored=_field(heads, _STORED_AT, pa.int64()),
+        store_hosts=pc.binary_slice(heads, _STORE_HOST_AT, _RECONSUME_AT),
+        reconsume_times=_field(heads, _RECONSUME_AT, _I32),
+        bodies=segments.take(every_fourth),
+        properties=segments.take(pc.add(every_fourth, _TWO)),
     )
 
 
-def _extract(reversed_props: pa.Array, pattern: str) -> pa.Array:
-    """The property's value per row; null where the row lacks it (struct_field keeps the nulls of the
-    regex's struct result, which ``.field()`` would drop)."""
-    try:
-        found = pc.struct_field(pc.extract_regex(reversed_props, pattern), [0])
-        return pc.binary_reverse(found).cast(pa.string())
-    except pa.ArrowInvalid as exc:
-        raise RecordError(f"message properties are not UTF-8: {exc}") from None
+def _field(heads: pa.BinaryArray, at: int, kind: pa.DataType) -> pa.Array:
+    """A big-endian integer field of every record head, as an Arrow column: the field's bytes are cut
+    out and reversed per value in C, which leaves native little-endian integers back to back."""
+    width = kind.bit_width // 8
+    raw = pc.binary_reverse(pc.binary_slice(heads, at, at + width))
+    return pa.Array.from_buffers(kind, len(raw), [None, raw.buffers()[2]])
 
 
-def _non_empty(values: pa.Array) -> pa.Array:
+def _segments(buffer: pa.Buffer, bounds: list[pa.Array]) -> pa.BinaryArray:
+    """One binary array over ``buffer`` whose values run between consecutive bounds, taken row by row
+    from ``bounds`` (k arrays of n positions, k a power of two: b0[0], b1[0], ..., b0[1], ...)."""
+    k, n = len(bounds), len(bounds[0])
+    positions = _arange(k * n)
+    interleave = pc.add(
+        pc.multiply(pc.bit_wise_and(positions, pa.scalar(k - 1, _I32)), pa.scalar(n, _I32)),
+        pc.shift_right(positions, pa.scalar(k.bit_length() - 1, _I32)),
+    )
+    offsets = pa.concat_arrays(bounds).take(interleave)
+    return pa.Array.from_buffers(pa.binary(), k * n - 1, [None, offsets.buffers()[1], buffer])
+
+
+_RANGE: list[pa.Int32Array] = [pa.array([], _I32)]
+
+
+def _arange(n: int) -> pa.Int32Array:
+    """0, 1, ..., n - 1 (a slice of one array kept for all calls)."""
+    if len(_RANGE[0]) < n:
+        _RANGE[0] = pa.array(range(max(n, 65536)), _I32)
+    return _RANGE[0].slice(0, n)
+
+
+def _every(k: int, n: int) -> pa.Array:
+    return pc.multiply(_arange(n), pa.scalar(k, _I32))
+
+
+def _decode_generally(data: bytes) -> _Fields | None:
+    """The fields of every record, one record at a time through common/record.py."""
+    records = list(iter_records(data))
+    if not records:
+        return None
+    return _Fields(
+        queue_offsets=pa.array([r.queue_offset for r in records], pa.int64()),
+        physical_offsets=pa.array([r.commitlog_offset for r in records], pa.int64()),
+        sys_flags=pa.array([r.sys_flag for r in records], _I32),
+        born=pa.array([r.born_timestamp for r in records], pa.int64()),
+        stored=pa.array([r.store_timestamp for r in records], pa.int64()),
+        store_hosts=pa.array([r.store_host for r in records], pa.binary()),
+        reconsume_times=pa.array([r.reconsume_times for r in records], _I32),
+        bodies=pa.array([r.body for r in records], pa.binary()),
+        properties=pa.array([r.properties.encode() for r in records], pa.binary()),
+    )
+
+
+class _PropertyFinder:
+    r"""The value of the last occurrence of a property name in every row's property text, found with
+    substring searches in C. With a ``\x02`` put in front of every row, the last ``\x02NAME\x01``
+    is the first match in the reversed text (the last of a repeated name wins, as in
+    decode_properties and Java's HashMap); its value runs to the next ``\x02`` and is cut out of the
+    text as an Arrow segment. About twice as cheap as RE2 with a capture group."""
+
+    def __init__(self, properties: pa.BinaryArray) -> None:
+        text = pc.binary_join_element_wise(_SEPARATOR, properties, _EMPTY_BINARY)
+        n = len(text)
+        self._data = text.buffers()[2]
+        self._reversed = pc.binary_reverse(text)
+        self._row_ends = pa.Array.from_buffers(_I32, n + 1, [None, text.buffers()[1]]).slice(1, n)
+        self._pairs = _every(2, n)
+
+    def last(self, name: str) -> pa.StringArray:
+        """The value per row, null where the row lacks the property."""
+        ends = self._row_ends
+        at = pc.find_substring(self._reversed, f"\x02{name}\x01"[::-1].encode())
+        found = pc.greater_equal(at, _ZERO)
+        start = pc.if_else(found, pc.subtract(ends, at), ends)
+        length = pc.find_substring(_segments(self._data, [start, ends]).take(self._pairs), b"\x02")
+        stop = pc.if_else(pc.less(length, _ZERO), ends, pc.add(start, length))
+        values = _segments(self._data, [start, stop]).take(self._pairs)
+        try:
+            return pc.if_else(found, values, _NULL_BINARY).cast(pa.string())
+        except pa.ArrowInvalid as exc:
+            raise RecordError(f"message properties are not UTF-8: {exc}") from None
+
+
+def _non_empty(values: pa.StringArray) -> pa.StringArray:
     return pc.if_else(pc.equal(values, _EMPTY), _NULL_STRING, values)
 
 
-def _keys(keys: pa.Array) -> pa.Array:
+def _keys(keys: pa.StringArray) -> pa.Array:
     """KEYS split at runs of spaces, as RocketMQ's index splits them; null when no key is set."""
     trimmed = _non_empty(pc.utf8_trim(keys, " "))
     return pc.split_pattern_regex(trimmed, " +").cast(KEYS_TYPE)
 
 
-def _timestamps(millis: tuple[int, ...]) -> pa.Array:
-    return pa.array(millis, _MILLIS).cast(TIMESTAMP)
-
-
-def _user_properties(props: pa.Array) -> pa.Array:
+def _user_properties(properties: pa.BinaryArray) -> pa.Array:
     system = SYSTEM_PROPERTIES
     rows = [
         [(k, v) for k, v in decode_properties(raw.decode("utf-8", "replace")).items() if k not in system]
-        for raw in props.to_pylist()
+        for raw in properties.to_pylist()
     ]
     return pa.array(rows, PROPERTIES_TYPE)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import zlib
+from collections import deque
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 
@@ -27,9 +28,10 @@ __all__ = ["QueueRange", "read_range"]
 log = logging.getLogger("cometmq.spark")
 
 # The broker answers at most 1024 messages and 256 KiB per pull; several pull bodies are decoded at
-# once (up to this many bytes) so Arrow's per-call costs are shared by a few thousand rows.
+# once (up to this many bytes) so Arrow's per-call costs are shared by several thousand rows.
 PULL_MAX_MESSAGES = 1024
-DECODE_CHUNK_BYTES = 2 * 1024 * 1024
+PULLS_AHEAD = 3
+DECODE_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,7 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
     subscription = SubscriptionData.from_expression(queue.topic, part.sub_expression)
     filtered = bool(part.tags)
 
-    def pull_at(offset: int) -> asyncio.Task[_brokerapi.PullResult]:
+    def pull_at(offset: int, count: int) -> asyncio.Task[_brokerapi.PullResult]:
         return asyncio.ensure_future(
             _brokerapi.pull(
                 instance,
@@ -78,20 +80,36 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
                 READER_GROUP,
                 subscription,
                 offset,
-                min(PULL_MAX_MESSAGES, end - offset),
+                count,
                 sys_flag=PULL_SUBSCRIPTION,  # no suspend: the range was planned from offsets that exist
                 decode=False,
             )
         )
 
+    # Pulls in flight, in offset order, each as (first offset, planned end, task). Without a tag
+    # filter the broker answers consecutive offsets, so the next pulls can go out before this one's
+    # answer is in: each asks for as many messages as the last full answer held (what the broker's
+    # 256 KiB cap lets through), and an answer that stops short is completed by a pull of the rest
+    # before the pulls after it are used. With a filter, one pull at a time.
+    pending: deque[tuple[int, int, asyncio.Task[_brokerapi.PullResult]]] = deque()
+    per_answer = 0
+
+    def pull_ahead(offset: int) -> None:
+        depth = PULLS_AHEAD if per_answer and not filtered else 1
+        at = pending[-1][1] if pending else offset
+        while len(pending) < depth and at < end:
+            count = min(per_answer or PULL_MAX_MESSAGES, PULL_MAX_MESSAGES, end - at)
+            pending.append((at, at + count, pull_at(at, count)))
+            at += count
+
     offset = chunk_start = part.start
     chunk: list[bytes | memoryview] = []
     chunk_bytes = 0
-    pending = pull_at(offset) if offset < end else None
+    pull_ahead(offset)
     try:
-        while pending is not None:
-            result = await pending
-            pending = None
+        while pending:
+            asked_from, planned_end, task = pending.popleft()
+            result = await task
             skip_to = _lost_from(result, offset, end, filtered)
             if skip_to is not None:
                 if part.fail_on_data_loss:
@@ -108,13 +126,21 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
                 chunk.append(result.body)
                 chunk_bytes += len(result.body)
                 next_offset = result.next_begin_offset
+                answered, asked = next_offset - asked_from, planned_end - asked_from
+                if answered < asked or asked >= per_answer:  # a short fill-in says nothing of the cap
+                    per_answer = answered
             else:
                 next_offset = skip_to if skip_to is not None else result.next_begin_offset
             if next_offset <= offset:
                 raise ProtocolError(f"{queue}: the broker did not move past offset {offset}")
             offset = min(next_offset, end)
-            if offset < end:
-                pending = pull_at(offset)  # in flight while this chunk is decoded
+            if pending and offset != planned_end:
+                if skip_to is None and result.status is PullStatus.FOUND and offset < planned_end:
+                    pending.appendleft((offset, planned_end, pull_at(offset, planned_end - offset)))
+                else:  # the answer jumped: the pulls ahead start at the wrong offsets
+                    await _cancel([task for _, _, task in pending])
+                    pending.clear()
+            pull_ahead(offset)  # in flight while this chunk is decoded
             if chunk and (chunk_bytes >= DECODE_CHUNK_BYTES or offset >= end):
                 if (batch := _decode(b"".join(chunk), part, chunk_start, filtered)).num_rows:
                     yield batch
@@ -122,10 +148,15 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
             if not chunk:
                 chunk_start = offset
     finally:
-        if pending is not None and not pending.done():
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, CometMQError):
-                await pending
+        await _cancel([task for _, _, task in pending])
+
+
+async def _cancel(tasks: list[asyncio.Task[_brokerapi.PullResult]]) -> None:
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, CometMQError):
+            await task
 
 
 def _lost_from(result: _brokerapi.PullResult, offset: int, end: int, filtered: bool) -> int | None:
