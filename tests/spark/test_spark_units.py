@@ -638,6 +638,23 @@ def test_absent_tags_keys_and_uniq_key_read_as_null_and_the_offset_msg_id() -> N
     ]
 
 
+@pytest.mark.parametrize(
+    ("keys", "column"),
+    [("k1 k2", ["k1", "k2"]), ("  k1   k2 ", ["k1", "k2"]), ("k1", ["k1"]), ("   ", []), ("", [])],
+)
+def test_keys_split_at_runs_of_spaces_like_the_reference(keys: str, column: list[str] | None) -> None:
+    queue = _Queue("t", "broker-a", 0, encode_host("10.0.0.1", 10911), 0)
+    spec = _Spec(b"x", {}, None, None, None, 1, 2, 0, 0, (0,))
+    props = f"KEYS\x01{keys}".encode()
+    buf = bytearray(record_size(1, 1, len(props)))
+    encode_record_into(
+        buf, 0, 0, 0, 0, 0, 0, 1, queue.store_host, 2, queue.store_host, 0, 0, b"x", b"t", props
+    )
+    plain = _encode([spec], [1], queue)  # a row without keys in the same batch
+    decoded, _ = _decode_like_the_reference(bytes(buf) + plain, queue, include_properties=False)
+    assert decoded.batch.column("keys").to_pylist() == [column, None]
+
+
 def test_a_repeated_property_name_reads_as_its_last_value_as_in_the_reference() -> None:
     queue = _Queue("t", "broker-a", 0, encode_host("10.0.0.1", 10911), 0)
     props = (

@@ -3,7 +3,7 @@
 Python only walks the chain of record sizes (one 4-byte unpack per message). Everything else is done
 a column at a time by Arrow, in C: the fixed-size record heads, bodies and property texts are cut out
 of the response's own buffer, head fields are read from the heads, the layout is checked, the system
-properties (TAGS, KEYS, UNIQ_KEY) are found with substring searches, keys are split, and tag filters
+properties (TAGS, KEYS, UNIQ_KEY) are found among the split property texts, keys are split, and tag filters
 are a vectorised ``is_in``. Unusual records (IPv6 hosts, RocketMQ 5.x's magic code, blank fillers)
 send the whole body through the general record decoder instead.
 """
@@ -57,9 +57,6 @@ _HEAD_SIZE = pa.scalar(_BODY_AT, _I32)
 _V6_FLAGS = pa.scalar(_HOST_V6_FLAGS, _I32)
 _COMPRESSED = pa.scalar(SYSFLAG_COMPRESSED, _I32)
 _MAGIC = pa.scalar(MESSAGE_MAGIC_CODE, pa.uint32())
-_SEPARATOR = pa.scalar(b"\x02", pa.binary())
-_EMPTY_BINARY = pa.scalar(b"", pa.binary())
-_NULL_BINARY = pa.scalar(None, pa.binary())
 _EMPTY = pa.scalar("", pa.string())
 _NULL_STRING = pa.scalar(None, pa.string())
 # Properties that have a column of their own or belong to the broker and clients, never to users.
@@ -291,33 +288,40 @@ def _decode_generally(data: bytes) -> _Fields | None:
 
 
 class _PropertyFinder:
-    r"""The value of the last occurrence of a property name in every row's property text, found with
-    substring searches in C. With a ``\x02`` put in front of every row, the last ``\x02NAME\x01``
-    is the first match in the reversed text (the last of a repeated name wins, as in
-    decode_properties and Java's HashMap); its value runs to the next ``\x02`` and is cut out of the
-    text as an Arrow segment. About twice as cheap as RE2 with a capture group."""
+    r"""The value of the last occurrence of a property name in every row's property text.
+
+    The texts are split at ``\x02`` into ``NAME\x01value`` items once; a name's items are found with
+    ``starts_with``, and their values cut off by a fixed-width slice. When every row holds the name
+    exactly once (what producers write), the values are the column as they are; otherwise each row
+    takes its last one (a repeated name's last value wins, as in decode_properties and Java's
+    HashMap), or null. About three times as cheap as searching each row's text per name.
+    """
 
     def __init__(self, properties: pa.BinaryArray) -> None:
-        text = pc.binary_join_element_wise(_SEPARATOR, properties, _EMPTY_BINARY)
-        n = len(text)
-        self._data = text.buffers()[2]
-        self._reversed = pc.binary_reverse(text)
-        self._row_ends = pa.Array.from_buffers(_I32, n + 1, [None, text.buffers()[1]]).slice(1, n)
-        self._pairs = _every(2, n)
+        items = pc.split_pattern(properties, b"\x02")
+        self._items = pc.list_flatten(items)
+        self._rows = pc.list_parent_indices(items)
+        self._n = len(properties)
 
     def last(self, name: str) -> pa.StringArray:
         """The value per row, null where the row lacks the property."""
-        ends = self._row_ends
-        at = pc.find_substring(self._reversed, f"\x02{name}\x01"[::-1].encode())
-        found = pc.greater_equal(at, _ZERO)
-        start = pc.if_else(found, pc.subtract(ends, at), ends)
-        length = pc.find_substring(_segments(self._data, [start, ends]).take(self._pairs), b"\x02")
-        stop = pc.if_else(pc.less(length, _ZERO), ends, pc.add(start, length))
-        values = _segments(self._data, [start, stop]).take(self._pairs)
+        prefix = f"{name}\x01".encode()
+        matches = pc.starts_with(self._items, prefix)
+        values = pc.binary_slice(self._items.filter(matches), len(prefix), _BEYOND_ANY_VALUE)
+        rows = self._rows.filter(matches)
+        n, found = self._n, len(rows)
+        if found != n or (n > 1 and not pc.all(pc.less(rows.slice(0, n - 1), rows.slice(1))).as_py()):
+            # Latest first, so that the first match index_in finds for a row is its last value.
+            latest_first = pc.subtract(pa.scalar(found - 1, _I32), _arange(found))
+            rows, values = rows.take(latest_first), values.take(latest_first)
+            values = values.take(pc.index_in(_arange(n).cast(rows.type), value_set=rows))
         try:
-            return pc.if_else(found, values, _NULL_BINARY).cast(pa.string())
+            return values.cast(pa.string())
         except pa.ArrowInvalid as exc:
             raise RecordError(f"message properties are not UTF-8: {exc}") from None
+
+
+_BEYOND_ANY_VALUE = 2**31 - 1
 
 
 def _non_empty(values: pa.StringArray) -> pa.StringArray:
@@ -325,9 +329,17 @@ def _non_empty(values: pa.StringArray) -> pa.StringArray:
 
 
 def _keys(keys: pa.StringArray) -> pa.Array:
-    """KEYS split at runs of spaces, as RocketMQ's index splits them; null when no key is set."""
-    trimmed = _non_empty(pc.utf8_trim(keys, " "))
-    return pc.split_pattern_regex(trimmed, " +").cast(KEYS_TYPE)
+    """KEYS split at runs of spaces, as RocketMQ's index splits them (and as ReceivedMessage.keys
+    does); null when no KEYS property is set."""
+    trimmed = pc.utf8_trim(keys, " ")
+    if pc.any(pc.match_substring(trimmed, "  ")).as_py():
+        split = pc.split_pattern_regex(trimmed, " +")
+    else:
+        split = pc.split_pattern(trimmed, " ")  # a quarter of the regex's cost
+    return pc.if_else(pc.equal(trimmed, _EMPTY), _NO_KEYS, split.cast(KEYS_TYPE))
+
+
+_NO_KEYS = pa.scalar([], KEYS_TYPE)
 
 
 def _user_properties(properties: pa.BinaryArray) -> pa.Array:
