@@ -255,6 +255,13 @@ def test_units_left_pointing_into_deleted_segments_read_as_message_was_removing(
     assert cl.segment_for(0) is None and cl.record_at(0) is None and cl.store_timestamp_at(0) == -1
     got = store.get_messages("TopicTest", 0, 0, 32)  # units 0..99: one consume-queue file
     assert (got.status, got.next_begin_offset, got.buffers) == (GetStatus.MESSAGE_WAS_REMOVING, 100, [])
+    # Units 100..149 point first into the deleted segments, then into kept ones: those are found.
+    first_kept = expected_min(results, cl.min_offset)
+    assert 100 < first_kept < 150 - 16
+    got = store.get_messages("TopicTest", 0, 100, 16)
+    assert (got.status, got.message_count, got.next_begin_offset) == (GetStatus.FOUND, 16, first_kept + 16)
+    kept = decode_records(b"".join(got.buffers), check_crc=True)
+    assert [r.queue_offset for r in kept] == list(range(first_kept, first_kept + 16))
 
 
 # -- restart ---------------------------------------------------------------------------------------

@@ -91,9 +91,10 @@ class MessageToStore:
 class QueryResult:
     """Outcome of ``query_messages``: the matching records, newest first.
 
-    *buffers* are slices of the mapped commit log like ``GetResult.buffers`` (write them out as they
-    are, drop them soon). The two ``index_last_update_*`` values describe the newest index entry (its
-    record's store time and commit-log offset; 0 without one), as QUERY_MESSAGE's reply header does.
+    *buffers* are slices of the mapped commit log, one record each (write them out as they are and
+    drop them soon, like ``GetResult.buffers``). The two ``index_last_update_*`` values describe the
+    newest index entry (its record's store time and commit-log offset; 0 without one), as
+    QUERY_MESSAGE's reply header does.
     """
 
     buffers: list[memoryview] = field(default_factory=list)
@@ -144,9 +145,10 @@ class GetStatus(enum.Enum):
 class GetResult:
     """Outcome of get_messages.
 
-    *buffers* are zero-copy slices of the mapped commit log, one stored record each; write them out
-    as they are (a pull body is the records concatenated) and drop them soon: while any is alive the
-    segment cannot be unmapped.
+    *buffers* are zero-copy slices of the mapped commit log, each one or more whole stored records
+    that lie back to back in one segment (a run of a batch; fewer iovecs for the pull's writev); write
+    them out as they are (a pull body is the records concatenated) and drop them soon: while any is
+    alive the segment cannot be unmapped. *message_count* records, *buffer_total_size* bytes in all.
     """
 
     status: GetStatus

@@ -56,6 +56,9 @@ _PAGE: Final = 4096
 # RocketMQ's pull scans at most max(16000 bytes of units, maxMsgNums units) of one consume-queue file.
 _MAX_SCAN_UNITS: Final = 16000 // CQ_UNIT_SIZE
 _iter_units: Final = CQ_UNIT.iter_unpack
+# CQ_UNIT (commit-log offset, size, tags code) with the tags code skipped, for reads without a tag
+# filter: one int object less to make per unit.
+_iter_places: Final = struct.Struct(">qi8x").iter_unpack
 _time_ns: Final = time.time_ns
 # A refused put measures the disk again at most this often, so writes resume soon after space is back.
 _REFUSED_RECHECK_S: Final = 1.0
@@ -539,39 +542,11 @@ class MessageStore:
         seg = cl.cur
         if seg is None:
             return GetResult(GetStatus.MESSAGE_WAS_REMOVING, offset, min_off, max_off)
-        seg_start = seg.start
-        seg_end = seg.end
-        view = seg.view
-        buffers: list[memoryview] = []
-        total = 0
-        count = 0
-        scanned = 0
-        status = GetStatus.NO_MATCHED_MESSAGE
-        for coff, size, tags_code in _iter_units(units):
-            # Checked before the filter, like RocketMQ: once full, stop at the next unit whatever it is.
-            if count and (count >= max_count or total + size > max_bytes):
-                break
-            scanned += 1
-            if tags_codes is not None and tags_code not in tags_codes:
-                continue
-            if not seg_start <= coff < seg_end:
-                found = cl.segment_for(coff)
-                if found is None:
-                    if not count:
-                        status = GetStatus.MESSAGE_WAS_REMOVING
-                    continue
-                seg_start = found.start
-                seg_end = found.end
-                view = found.view
-            rel = coff - seg_start
-            record = view[rel : rel + size]
-            if record_filter is not None and not record_filter(record):
-                continue
-            buffers.append(record)
-            total += size
-            count += 1
-        if count:
-            status = GetStatus.FOUND
+        if tags_codes is None and record_filter is None:
+            result = _take_all(cl, seg, units, max_count, max_bytes)
+        else:
+            result = _take_matching(cl, seg, units, max_count, max_bytes, tags_codes, record_filter)
+        status, scanned, buffers, count, total = result
         return GetResult(status, offset + scanned, min_off, max_off, buffers, count, total)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
@@ -725,3 +700,128 @@ class MessageStore:
     def commitlog_flushed_offset(self) -> int:
         """Commit-log bytes below this offset are on disk."""
         return self._commitlog.flushed_offset
+
+
+# What the two loops of get_messages return: status, units scanned, buffers, records, bytes.
+_Taken = tuple[GetStatus, int, list[memoryview], int, int]
+
+
+# Both loops below hand out one slice per run of records that lie back to back in one commit-log
+# segment rather than one per record: batched sends store a queue's messages contiguously, so a
+# backlog pull of ~215 1 KiB records is a few slices, and the answer's encoding and writev handle a
+# few buffers instead of ~215 (measured on a standalone broker serving a 200 000-message backlog
+# stored in batches of 100, pulls of 1024 / 256 KiB: broker CPU per message served 0.95 -> 0.62 µs).
+# The limits are RocketMQ's, checked before the filters: once a record is taken, stop at the first
+# unit that would exceed *max_count* or *max_bytes*, whatever it is. A queue's units have positive
+# sizes and increasing commit-log offsets, as the store appends them.
+
+
+def _take_all(cl: CommitLog, seg: MappedFile, units: bytes, max_count: int, max_bytes: int) -> _Taken:
+    """Every unit's record, up to the limits (no tag or SQL92 filter): the backlog fast path."""
+    seg_start = seg.start
+    seg_end = seg.end
+    view = seg.view
+    buffers: list[memoryview] = []
+    count = 0
+    missing = 0  # units whose segment is gone
+    done = 0  # bytes of the runs already in *buffers*
+    run_start = run_end = -1  # the current run: [run_start, run_end), empty if equal
+    # A run may grow up to here: the segment's end, or where max_bytes would be exceeded.
+    stretch_end = -1
+    status = GetStatus.NO_MATCHED_MESSAGE
+    for coff, size in _iter_places(units):
+        end = coff + size
+        # The next record of the run, within the limits, in as few bytecodes as possible: with
+        # _iter_places, get_messages over that backlog takes 0.12 µs per message instead of 0.18.
+        if coff == run_end and end <= stretch_end and count < max_count:
+            run_end = end
+            count += 1
+            continue
+        total = done + run_end - run_start
+        if count and (count >= max_count or total + size > max_bytes):
+            break
+        if not seg_start <= coff < seg_end:
+            found = cl.segment_for(coff)
+            if found is None:
+                if not count:
+                    status = GetStatus.MESSAGE_WAS_REMOVING
+                missing += 1
+                continue
+            if run_end != run_start:
+                buffers.append(view[run_start - seg_start : run_end - seg_start])
+            done = total
+            run_start = run_end = -1
+            seg_start = found.start
+            seg_end = found.end
+            view = found.view
+        if coff != run_end:
+            if run_end != run_start:
+                buffers.append(view[run_start - seg_start : run_end - seg_start])
+            done = total
+            run_start = coff
+        run_end = end
+        stretch_end = min(seg_end, run_start + max_bytes - done)
+        count += 1
+    if run_end != run_start:
+        buffers.append(view[run_start - seg_start : run_end - seg_start])
+    if count:
+        status = GetStatus.FOUND
+    return status, count + missing, buffers, count, done + run_end - run_start
+
+
+def _take_matching(
+    cl: CommitLog,
+    seg: MappedFile,
+    units: bytes,
+    max_count: int,
+    max_bytes: int,
+    tags_codes: frozenset[int] | None,
+    record_filter: Callable[[memoryview], bool] | None,
+) -> _Taken:
+    """The records whose tags code is in *tags_codes* (None: any) and that *record_filter* accepts
+    (None: all), up to the limits."""
+    seg_start = seg.start
+    seg_end = seg.end
+    view = seg.view
+    buffers: list[memoryview] = []
+    total = 0
+    count = 0
+    scanned = 0
+    run_start = run_end = -1  # the current run: [run_start, run_end), empty if equal
+    status = GetStatus.NO_MATCHED_MESSAGE
+    for coff, size, tags_code in _iter_units(units):
+        if (count >= max_count or total + size > max_bytes) and count:
+            break
+        scanned += 1
+        if tags_codes is not None and tags_code not in tags_codes:
+            continue
+        if not seg_start <= coff < seg_end:
+            found = cl.segment_for(coff)
+            if found is None:
+                if not count:
+                    status = GetStatus.MESSAGE_WAS_REMOVING
+                continue
+            if run_end != run_start:
+                buffers.append(view[run_start - seg_start : run_end - seg_start])
+            run_start = run_end = -1
+            seg_start = found.start
+            seg_end = found.end
+            view = found.view
+        if record_filter is not None:
+            rel = coff - seg_start
+            if not record_filter(view[rel : rel + size]):
+                continue
+        if coff == run_end:
+            run_end += size
+        else:
+            if run_end != run_start:
+                buffers.append(view[run_start - seg_start : run_end - seg_start])
+            run_start = coff
+            run_end = coff + size
+        total += size
+        count += 1
+    if run_end != run_start:
+        buffers.append(view[run_start - seg_start : run_end - seg_start])
+    if count:
+        status = GetStatus.FOUND
+    return status, scanned, buffers, count, total
