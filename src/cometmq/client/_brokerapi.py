@@ -144,7 +144,7 @@ async def pull(
     messages: list[ReceivedMessage] = []
     body: bytes | memoryview = b""
     if status is PullStatus.FOUND and not decode:
-        body = response.body
+        body = response.body_buffer  # a view of the received frame: no copy
     elif status is PullStatus.FOUND:
         try:
             messages = decode_pulled(response.body, queue.broker_name)

@@ -56,8 +56,12 @@ class Dispatcher:
         return processor.handle(conn, request)
 
 
-class Connection(asyncio.Protocol):
-    """One TCP connection speaking the remoting protocol, in either direction."""
+class Connection(asyncio.BufferedProtocol):
+    """One TCP connection speaking the remoting protocol, in either direction.
+
+    A BufferedProtocol: the transport reads straight into the decoder's buffers, so a large frame
+    (a 256 KiB pull response) is not copied through per-read ``bytes`` objects and a growing buffer.
+    """
 
     def __init__(self, handler: RequestHandler | None) -> None:
         self._handler = handler
@@ -72,7 +76,7 @@ class Connection(asyncio.Protocol):
         self.version = 0
         self.closed = asyncio.get_running_loop().create_future()
 
-    # asyncio.Protocol -------------------------------------------------------------------------
+    # asyncio.BufferedProtocol -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have the same interface.
@@ -81,12 +85,20 @@ class Connection(asyncio.Protocol):
         if isinstance(peer, tuple):
             self.remote_address = f"{peer[0]}:{peer[1]}"
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
         try:
-            commands = self._decoder.feed(data)
+            return self._decoder.get_buffer()
+        except ProtocolError:
+            # Bytes still read after a protocol error, before the close takes effect, go nowhere.
+            return memoryview(bytearray(4096))
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            commands = self._decoder.buffer_updated(nbytes)
         except ProtocolError as exc:
-            log.warning("closing connection from %s: %s", self.remote_address or "?", exc)
-            self.close()
+            if self.is_open:
+                log.warning("closing connection from %s: %s", self.remote_address or "?", exc)
+                self.close()
             return
         for cmd in commands:
             if cmd.is_response:
