@@ -127,7 +127,8 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
                 chunk_bytes += len(result.body)
                 next_offset = result.next_begin_offset
                 answered, asked = next_offset - asked_from, planned_end - asked_from
-                if answered < asked or asked >= per_answer:  # a short fill-in says nothing of the cap
+                # Unfiltered answers show the broker's cap; a fill-in pull that came back whole does not.
+                if not filtered and (answered < asked or asked >= per_answer):
                     per_answer = answered
             else:
                 next_offset = skip_to if skip_to is not None else result.next_begin_offset
