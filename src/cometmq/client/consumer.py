@@ -351,7 +351,7 @@ class PushConsumer:
     def _abort(self) -> None:
         """Let go of tasks, sockets and threads without talking to anybody: the event loop is
         shutting down (or the object is being collected) while the consumer was never closed."""
-        if self._state in ("closed",):
+        if self._state == "closed":
             return
         self._state = "closed"
         tasks = [*self._loops, *self._workers, *self._pull_tasks.values(), *self._side_tasks]
@@ -360,8 +360,7 @@ class PushConsumer:
                 with contextlib.suppress(RuntimeError):  # the loop may be closed already
                     task.cancel()
         with contextlib.suppress(RuntimeError):
-            for conn in list(self._instance.remoting._connections.values()):
-                conn.close()
+            self._instance.remoting.abort()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 

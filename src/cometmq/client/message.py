@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import (
+    MAX_TOPIC_SIZE,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_SIZE,
     DecodedRecord,
@@ -267,7 +268,7 @@ def decode_pulled(body: bytes | memoryview, broker_name: str) -> list[ReceivedMe
             return messages
         t = data[at]
         tp = at + 1 + t
-        if t > 127 or tp + 2 > limit or (data[tp] << 8 | data[tp + 1]) != limit - tp - 2:
+        if t > MAX_TOPIC_SIZE or tp + 2 > limit or (data[tp] << 8 | data[tp + 1]) != limit - tp - 2:
             messages.extend(_decode_slow(data, pos, end, broker_name))
             return messages
         if t != len(topic_raw) or not startswith(topic_raw, at + 1):

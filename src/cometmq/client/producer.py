@@ -34,7 +34,6 @@ from cometmq.common.record import MAX_PROPERTIES_SIZE
 from cometmq.common.route import TopicRouteData
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, RemotingTimeoutError
 from cometmq.remoting import RemotingCommand, RequestCode, ResponseCode
-from cometmq.remoting.codes import ONEWAY_FLAG
 
 __all__ = [
     "InvalidMessageError",
@@ -456,10 +455,9 @@ class Producer:
         else:
             target = await self._fixed_queue(msg.topic, queue, None)
         header["e"] = str(target.queue_id)
-        request = RemotingCommand(
-            code=RequestCode.SEND_MESSAGE_V2, flag=ONEWAY_FLAG, ext_fields=header, body=body
+        await self._instance.invoke_oneway(
+            broker_addr_of(self._instance, target), RequestCode.SEND_MESSAGE_V2, header, body
         )
-        await self._instance.remoting.invoke_oneway(broker_addr_of(self._instance, target), request)
 
     async def _fixed_queue(
         self, topic: str, queue: MessageQueue | None, sharding_key: str | None

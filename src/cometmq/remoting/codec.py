@@ -193,10 +193,9 @@ class FrameDecoder:
         "_scratch",
         "_scratch_view",
         "_start",
-        "max_frame_size",
     )
 
-    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
+    def __init__(self) -> None:
         self._scratch = bytearray(_SCRATCH_SIZE)
         # Never resized, so a view of it can live as long as the decoder.
         self._scratch_view = memoryview(self._scratch)
@@ -210,7 +209,6 @@ class FrameDecoder:
         # Bytes writable in the buffer get_buffer() last returned (a bound for buffer_updated).
         self._offered = 0
         self._broken = False
-        self.max_frame_size = max_frame_size
 
     @property
     def buffered(self) -> int:
@@ -270,8 +268,8 @@ class FrameDecoder:
         end = self._end
         while end - pos >= 4:
             (length,) = _INT32.unpack_from(view, pos)
-            if length < 4 or length + 4 > self.max_frame_size:
-                raise ProtocolError(f"frame length {length} outside 4..{self.max_frame_size - 4} bytes")
+            if length < 4 or length + 4 > MAX_FRAME_SIZE:
+                raise ProtocolError(f"frame length {length} outside 4..{MAX_FRAME_SIZE - 4} bytes")
             if end - pos - 4 >= length:
                 commands.append(_decode(view[pos + 4 : pos + 4 + length], copy_body=True))
                 pos += 4 + length

@@ -330,11 +330,16 @@ class RemotingClient:
         if conn is not None:
             conn.close()
 
-    async def close(self) -> None:
+    def abort(self) -> list[Connection]:
+        """Start closing every connection, without waiting (for code that cannot await); returns them."""
         conns = list(self._connections.values())
         self._connections.clear()
         for conn in conns:
             conn.close()
+        return conns
+
+    async def close(self) -> None:
+        conns = self.abort()
         for conn in conns:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(conn.closed), 1.0)
