@@ -821,4 +821,3 @@ def compile_sql92(expression: str) -> Sql92Filter:
     """Parse and compile *expression*; raises :class:`Sql92Error` when RocketMQ would refuse it."""
     parser = _Parser(expression)
     return Sql92Filter(expression, _compile(parser.parse()))
-
