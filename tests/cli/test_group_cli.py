@@ -123,6 +123,12 @@ def test_create_list_update_delete(cluster: dict[str, str]) -> None:
         'group "bad name" is illegal: The specified name contains illegal characters, '
         "allowing only ^[%|a-zA-Z0-9_-]+$"
     )
+    # Group names may be longer than topic names (255 characters, as RocketMQ allows).
+    long_name = "G" * 255
+    assert group(namesrv, "create", long_name).returncode == 0
+    assert error_line(group(namesrv, "create", long_name + "G")) == (
+        f'group "{long_name}G" is illegal: The specified name is longer than 255 characters.'
+    )
 
     deleted = group(namesrv, "delete", "GID_admin")
     assert deleted.returncode == 0 and deleted.stdout.startswith("deleted group GID_admin on ")

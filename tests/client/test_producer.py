@@ -34,7 +34,7 @@ from cometmq.common.record import DecodedRecord, decode_records
 from cometmq.common.route import DataVersion, RegisterBrokerBody
 from cometmq.common.subscription import SubscriptionData
 from cometmq.common.topic_config import TopicConfig
-from cometmq.errors import BrokerError, ConnectionClosedError
+from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.namesrv import NameServer
 from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RemotingServer, RequestCode
 from cometmq.remoting import ResponseCode as Code
@@ -620,3 +620,9 @@ def test_batch_body_round_trips_through_the_broker_decoder(messages: list[Messag
         if message.keys:
             expected["KEYS"] = " ".join(message.keys)
         assert decode_properties(entry.properties) == expected
+
+
+@pytest.mark.parametrize("group", ["", "bad group", "G" * 256])
+def test_an_illegal_producer_group_is_refused_when_the_producer_is_made(group: str) -> None:
+    with pytest.raises(CometMQError, match=r"producer group .*: The specified name"):
+        Producer(group, "127.0.0.1:9876")

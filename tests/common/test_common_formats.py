@@ -1,4 +1,4 @@
-"""fastjson-flavoured JSON, Java .properties, and crash-safe config files."""
+"""fastjson-flavoured JSON, Java .properties, crash-safe config files, and group names."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from cometmq.broker._json_config import load_json_config, save_json_config
 from cometmq.common import fastjson
 from cometmq.common.javaprops import parse_properties
+from cometmq.common.naming import group_name_error
 from cometmq.common.properties import decode_properties, encode_properties, property_value
 
 
@@ -76,3 +77,21 @@ def test_property_value_takes_the_last_of_a_repeated_name_as_decoding_does() -> 
     text = "TAGS\x01a\x02KEYS\x01k\x02TAGS\x01b"
     assert decode_properties(text)["TAGS"] == "b"
     assert property_value("\x02" + text, "TAGS") == "b"
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("GID_orders", None),
+        ("%RETRY%GID|x-1", None),
+        ("G" * 255, None),
+        ("G" * 256, "longer than 255"),
+        ("", "blank"),
+        ("  ", "blank"),
+        ("bad name", "illegal characters"),
+        ("grüppe", "illegal characters"),
+    ],
+)
+def test_group_names_follow_the_topic_characters_up_to_255_of_them(name: str, problem: str | None) -> None:
+    error = group_name_error(name)
+    assert (error is None) if problem is None else (error is not None and problem in error)

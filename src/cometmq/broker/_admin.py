@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 import cometmq
 from cometmq.broker._groups import SubscriptionGroupConfig
 from cometmq.common import fastjson
-from cometmq.common.naming import PERM_READ, PERM_WRITE, is_system_topic, topic_name_error
+from cometmq.common.naming import PERM_READ, PERM_WRITE, group_name_error, is_system_topic, topic_name_error
 from cometmq.common.topic_config import TopicConfig
 from cometmq.errors import BrokerError
 from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
@@ -29,8 +28,6 @@ log = logging.getLogger("cometmq.broker")
 # maxMsgsNumBatch (the most any query gets).
 DEFAULT_QUERY_MAX_NUM: Final = 32
 MAX_MSGS_NUM_BATCH: Final = 64
-# Group names: the characters topic names allow; RocketMQ 5 caps group names at 255 characters.
-_GROUP_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
 # ResetOffsetRequestHeader.timestamp meaning "the end of each queue" (RocketMQ's tools send it for "now").
 RESET_TO_LATEST: Final = -1
 # The response header field saying how many consumer connections were sent the new offsets (ours).
@@ -225,10 +222,9 @@ class AdminProcessor:
             raise BrokerError(
                 ResponseCode.SYSTEM_ERROR, f"the body is not a SubscriptionGroupConfig: {exc!r}"
             ) from None
-        if not _GROUP_NAME.fullmatch(config.group_name):
+        if (reason := group_name_error(config.group_name)) is not None:
             raise BrokerError(
-                ResponseCode.SYSTEM_ERROR,
-                f"the group name {config.group_name!r} is illegal: 1 to 255 of the characters %|a-zA-Z0-9_-",
+                ResponseCode.SYSTEM_ERROR, f"the group name {config.group_name!r} is illegal: {reason}"
             )
         self._broker.groups.put(config)
         return request.response()

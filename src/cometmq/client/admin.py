@@ -16,7 +16,14 @@ from cometmq.client._brokerapi import CLIENT_INNER_PRODUCER_GROUP, PullStatus, s
 from cometmq.client._instance import ClientInstance
 from cometmq.client.message import MessageQueue
 from cometmq.common import fastjson
-from cometmq.common.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, dlq_topic, topic_name_error
+from cometmq.common.naming import (
+    DEFAULT_TOPIC,
+    PERM_READ,
+    PERM_WRITE,
+    dlq_topic,
+    group_name_error,
+    topic_name_error,
+)
 from cometmq.common.properties import decode_properties, encode_properties
 from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
 from cometmq.common.route import BrokerData, ClusterInfo, TopicList, TopicRouteData, parse_kv_table
@@ -463,9 +470,9 @@ class AdminClient:
     ) -> list[BrokerData]:
         """Create the group ``config`` names, with these settings, on every master of the cluster.
         A group that exists already on one of them is an error (``update_group`` changes it)."""
-        reason = topic_name_error(config.group_name)  # groups follow the topic character rules
+        reason = group_name_error(config.group_name)
         if reason is not None:
-            raise CometMQError(f'group "{config.group_name}" is illegal: {reason.replace("topic", "name")}')
+            raise CometMQError(f'group "{config.group_name}" is illegal: {reason}')
         _, masters = await self.masters_of(cluster)
         existing = await self.get_group(config.group_name, cluster)
         if existing:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import struct
 import time
 import zlib
@@ -28,6 +27,7 @@ from cometmq.common.naming import (
     DEFAULT_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
     SEND_FORBIDDEN_TOPICS,
+    group_name_error,
     topic_name_error,
 )
 from cometmq.common.record import MAX_PROPERTIES_SIZE
@@ -47,8 +47,6 @@ __all__ = [
 log = logging.getLogger("cometmq.client")
 
 MAX_DELAY_LEVEL = 18  # RocketMQ's default messageDelayLevel has 18 levels (1s … 2h)
-GROUP_MAX_LENGTH = 255
-_GROUP_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
 ZLIB_LEVEL = 5  # Java and C++ compress at level 5 (stream header 78 5E)
 
 # Property names RocketMQ reserves (MessageConst.STRING_HASH_SET): set them through Message's fields,
@@ -137,7 +135,7 @@ class Producer:
         max_message_size: int = 4 * 1024 * 1024,
         fault_avoidance: bool = True,
     ) -> None:
-        problem = _group_name_error(group)
+        problem = group_name_error(group)
         if problem is not None:
             raise CometMQError(f"producer group {group!r}: {problem}")
         if send_timeout <= 0:
@@ -561,13 +559,3 @@ def _properties_too_long(topic: str, length: int) -> str:
         f"message to {topic!r}: its properties (tags, keys and the rest) take {length} bytes, "
         f"over the {MAX_PROPERTIES_SIZE} a record can hold"
     )
-
-
-def _group_name_error(group: str) -> str | None:
-    if not group or not group.strip():
-        return "the group name is blank"
-    if len(group) > GROUP_MAX_LENGTH:
-        return f"the group name is longer than {GROUP_MAX_LENGTH} characters"
-    if not _GROUP_CHARS.fullmatch(group):
-        return "the group name contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    return None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 TOPIC_MAX_LENGTH = 127
+# Groups use the topic characters; RocketMQ caps group names at 255 characters.
+GROUP_MAX_LENGTH = 255
 _TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 DEFAULT_TOPIC = "TBW102"  # the template topic clients fall back to for auto-create (RocketMQ's name)
@@ -60,6 +62,17 @@ def topic_name_error(topic: str) -> str | None:
         return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     if len(topic) > TOPIC_MAX_LENGTH:
         return "The specified topic is longer than topic max length."
+    return None
+
+
+def group_name_error(group: str) -> str | None:
+    """Why ``group`` is not a legal consumer or producer group name, or None if it is."""
+    if not group or not group.strip():
+        return "The specified name is blank."
+    if not _TOPIC_CHARS.fullmatch(group):
+        return "The specified name contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    if len(group) > GROUP_MAX_LENGTH:
+        return f"The specified name is longer than {GROUP_MAX_LENGTH} characters."
     return None
 
 
