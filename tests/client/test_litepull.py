@@ -17,6 +17,7 @@ import pytest
 from client_support import run, send_to_queue, wait_until
 
 from cometmq.client import AdminClient, DataLossError, LitePullConsumer
+from cometmq.client._offsets import start_offset
 from cometmq.client.message import MessageQueue, ReceivedMessage
 from processes import StandaloneServer
 
@@ -141,6 +142,12 @@ def test_seeks_and_offset_for_timestamp_select_the_right_messages(server: Standa
             assert [(m.queue_offset, m.body) for m in await poll_until(consumer, 1)] == [(10, b"after-end")]
             assert await consumer.begin_offset(queue) == 0
             assert await consumer.end_offset(queue) == 11
+            # The broker's search answers the message stored nearest a time: here the earlier m5.
+            # A group that starts from a time (consume_from="timestamp") starts at the first message
+            # stored at or after it.
+            after_m5 = everything[5].store_timestamp + 1
+            assert await consumer.offset_for_timestamp(queue, after_m5) == 5
+            assert await start_offset(consumer.instance, queue, "GID_lp_seek", "timestamp", after_m5) == 6
 
     run(scenario())
 

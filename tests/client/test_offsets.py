@@ -23,7 +23,7 @@ MIN, MAX, AT_TIMESTAMP = 5, 40, 17
 
 @pytest.fixture
 def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
-    """Stub the offset queries; record which one was asked (and the timestamp)."""
+    """Stub the offset queries (a fake: no broker); record which one was asked (and the timestamp)."""
     calls: list[tuple[str, object]] = []
 
     async def min_offset(_instance: object, _queue: MessageQueue) -> int:
@@ -34,13 +34,14 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
         calls.append(("max", None))
         return MAX
 
-    async def offset_for_timestamp(_instance: object, _queue: MessageQueue, timestamp_ms: int) -> int:
+    async def first_offset_at(_instance: object, _queue: MessageQueue, timestamp_ms: int, group: str) -> int:
         calls.append(("timestamp", timestamp_ms))
+        assert group == "GID_orders"
         return AT_TIMESTAMP
 
     monkeypatch.setattr(_brokerapi, "min_offset", min_offset)
     monkeypatch.setattr(_brokerapi, "max_offset", max_offset)
-    monkeypatch.setattr(_brokerapi, "offset_for_timestamp", offset_for_timestamp)
+    monkeypatch.setattr(_brokerapi, "first_offset_at", first_offset_at)
     return calls
 
 
@@ -57,7 +58,7 @@ def test_consume_from_picks_the_end_the_oldest_message_or_the_timestamp(
 ) -> None:
     instance = ClientInstance("127.0.0.1:1")
     queue = MessageQueue("Orders", "broker-a", 0)
-    assert run(start_offset(instance, queue, consume_from, 1234)) == expected  # type: ignore[arg-type]
+    assert run(start_offset(instance, queue, "GID_orders", consume_from, 1234)) == expected  # type: ignore[arg-type]
     assert asked == [query]
 
 
@@ -65,7 +66,7 @@ def test_consume_from_picks_the_end_the_oldest_message_or_the_timestamp(
 def test_a_retry_topic_always_starts_at_0(asked: list[tuple[str, object]], consume_from: str) -> None:
     instance = ClientInstance("127.0.0.1:1")
     queue = MessageQueue("%RETRY%GID_orders", "broker-a", 0)
-    assert run(start_offset(instance, queue, consume_from, 1234)) == 0  # type: ignore[arg-type]
+    assert run(start_offset(instance, queue, "GID_orders", consume_from, 1234)) == 0  # type: ignore[arg-type]
     assert asked == []  # retried messages are never skipped: nothing to look up
 
 

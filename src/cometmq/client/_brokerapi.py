@@ -7,6 +7,7 @@ the one SEND_MESSAGE_V2 header of every send: the producer's, a consumer's retry
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import time
@@ -205,11 +206,27 @@ async def min_offset(instance: ClientInstance, queue: MessageQueue) -> int:
 
 
 async def offset_for_timestamp(instance: ClientInstance, queue: MessageQueue, timestamp_ms: int) -> int:
-    """The offset of the first message stored at or after ``timestamp_ms`` (RocketMQ's search:
-    the nearest message; past the last message, the last message's offset)."""
+    """RocketMQ's search by time: the offset of the message stored *nearest* ``timestamp_ms`` (which
+    may be earlier); past the last message, the last message's offset."""
     return await _offset_request(
         instance, queue, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, timestamp=str(timestamp_ms)
     )
+
+
+async def first_offset_at(
+    instance: ClientInstance, queue: MessageQueue, timestamp_ms: int, group: str
+) -> int:
+    """The offset of the first message stored at or after ``timestamp_ms``; the queue's end if there
+    is none. The broker's search answers the nearest message: a pull of that one message (as
+    ``group``, committing nothing) tells whether it is earlier, and then the next one is it."""
+    low, high = await asyncio.gather(min_offset(instance, queue), max_offset(instance, queue))
+    if high <= low:
+        return high
+    found = min(max(await offset_for_timestamp(instance, queue, timestamp_ms), low), high - 1)
+    result = await pull(instance, queue, group, SubscriptionData(queue.topic), found, 1)
+    if result.messages and result.messages[0].store_timestamp < timestamp_ms:
+        return found + 1
+    return found
 
 
 async def consumer_ids(instance: ClientInstance, queue: MessageQueue, group: str) -> list[str]:

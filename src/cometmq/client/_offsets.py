@@ -48,7 +48,7 @@ def default_consume_timestamp() -> int:
 
 
 async def start_offset(
-    instance: ClientInstance, queue: MessageQueue, consume_from: ConsumeFrom, timestamp_ms: int
+    instance: ClientInstance, queue: MessageQueue, group: str, consume_from: ConsumeFrom, timestamp_ms: int
 ) -> int:
     """Where a group that never committed an offset for ``queue`` starts reading it (RocketMQ's
     computePullFromWhere): the queue's end, its oldest message, or the first message stored at or
@@ -60,7 +60,7 @@ async def start_offset(
         return await _brokerapi.max_offset(instance, queue)
     if consume_from == "first":
         return await _brokerapi.min_offset(instance, queue)
-    return await _brokerapi.offset_for_timestamp(instance, queue, timestamp_ms)
+    return await _brokerapi.first_offset_at(instance, queue, timestamp_ms, group)
 
 
 class OffsetStore(Protocol):

@@ -635,7 +635,9 @@ class PushConsumer:
         stored = await self._offsets.read(queue)
         if stored is not None and stored >= 0:
             return stored
-        offset = await start_offset(self._instance, queue, self.consume_from, self.consume_timestamp)
+        offset = await start_offset(
+            self._instance, queue, self.group, self.consume_from, self.consume_timestamp
+        )
         self._offsets.update(queue, offset)
         return offset
 

@@ -538,7 +538,7 @@ class LitePullConsumer:
         if committed is not None and committed >= 0:
             self._committed[queue] = committed
             return committed
-        return await start_offset(instance, queue, self.consume_from, self.consume_timestamp)
+        return await start_offset(instance, queue, self.group, self.consume_from, self.consume_timestamp)
 
     async def _pull_loop(self, state: _QueueState, epoch: int) -> None:
         queue = state.queue

@@ -17,7 +17,6 @@ from cometmq.client.admin import AdminClient
 from cometmq.client.blocking import new_event_loop
 from cometmq.client.message import MessageQueue
 from cometmq.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
-from cometmq.common.subscription import SubscriptionData
 
 __all__ = ["Cluster"]
 
@@ -85,24 +84,11 @@ class Cluster:
 
         return dict(zip(queues, await asyncio.gather(*(one(q) for q in queues)), strict=True))
 
-    async def offsets_at(
-        self, bounds: dict[MessageQueue, tuple[int, int]], timestamp_ms: int
-    ) -> dict[MessageQueue, int]:
-        """Per queue of ``bounds`` (its min and max offsets), the offset of the first message stored at
-        or after ``timestamp_ms`` (the queue's end if there is none)."""
-
-        async def one(queue: MessageQueue, low: int, high: int) -> int:
-            if high <= low:
-                return high
-            found = await _brokerapi.offset_for_timestamp(self.instance, queue, timestamp_ms)
-            found = min(max(found, low), high - 1)
-            # The broker answers the *nearest* message; step past an earlier one.
-            result = await _brokerapi.pull(
-                self.instance, queue, READER_GROUP, SubscriptionData(queue.topic), found, 1
-            )
-            if result.messages and result.messages[0].store_timestamp < timestamp_ms:
-                return found + 1
-            return found
-
-        found = await asyncio.gather(*(one(queue, low, high) for queue, (low, high) in bounds.items()))
-        return dict(zip(bounds, found, strict=True))
+    async def offsets_at(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> dict[MessageQueue, int]:
+        """Per queue, the offset of the first message stored at or after ``timestamp_ms`` (the queue's
+        end if there is none)."""
+        queues = list(queues)
+        found = await asyncio.gather(
+            *(_brokerapi.first_offset_at(self.instance, q, timestamp_ms, READER_GROUP) for q in queues)
+        )
+        return dict(zip(queues, found, strict=True))
