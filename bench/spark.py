@@ -56,7 +56,7 @@ from cometmq.client import AdminClient, Message, MessageQueue, Producer  # noqa:
 from cometmq.spark import ARROW_SCHEMA, SCHEMA_DDL  # noqa: E402
 from cometmq.spark._cluster import Cluster  # noqa: E402
 from cometmq.spark._read import QueueRange, read_range  # noqa: E402
-from cometmq.spark._schema import KEYS_TYPE, PROPERTIES_TYPE, TIMESTAMP  # noqa: E402
+from cometmq.spark._schema import PROPERTIES_TYPE  # noqa: E402
 from cometmq.spark.pipeline import local_session  # noqa: E402
 from processes import ServerProcess, start_standalone  # noqa: E402
 
@@ -190,15 +190,15 @@ def synthetic_columns(topic: str, broker: str, queue_id: int, n: int, body_size:
     ]
 
 
-_TYPES = [
-    pa.string(), pa.string(), pa.int32(), pa.int64(), pa.string(), KEYS_TYPE, pa.string(), pa.binary(),
-    TIMESTAMP, TIMESTAMP, pa.int32(),
-]  # fmt: skip
+# The synthetic columns are the schema's but for ``properties``, which is null (as the connector's by
+# default).
+_PROPERTIES_AT = ARROW_SCHEMA.get_field_index("properties")
+_TYPES = [field.type for field in ARROW_SCHEMA if field.name != "properties"]
 
 
 def synthetic_batch(columns: list[list[Any]], start: int, end: int) -> pa.RecordBatch:
     arrays = [pa.array(column[start:end], kind) for column, kind in zip(columns, _TYPES, strict=True)]
-    arrays.insert(8, pa.nulls(end - start, PROPERTIES_TYPE))
+    arrays.insert(_PROPERTIES_AT, pa.nulls(end - start, PROPERTIES_TYPE))
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 

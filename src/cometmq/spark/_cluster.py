@@ -33,7 +33,6 @@ class Cluster:
     """The cluster behind NameServer(s) ``namesrv``, driven from synchronous code."""
 
     def __init__(self, namesrv: str) -> None:
-        self.namesrv = namesrv
         self._loop = new_event_loop()
         self.admin = AdminClient(namesrv, timeout=REQUEST_TIMEOUT_S)
         self.instance = self.admin.instance

@@ -112,12 +112,7 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
             result = await task
             skip_to = _lost_from(result, offset, end, filtered)
             if skip_to is not None:
-                if part.fail_on_data_loss:
-                    raise DataLossError(queue, offset, skip_to)
-                log.warning(
-                    "%s: offsets from %d to %d are gone (retention?); skipped as failOnDataLoss is false",
-                    queue, offset, skip_to - 1,
-                )  # fmt: skip
+                _lost(part, offset, skip_to)
                 if chunk and (batch := _decode(b"".join(chunk), part, chunk_start, filtered)).num_rows:
                     yield batch
                 chunk, chunk_bytes = [], 0
@@ -160,6 +155,16 @@ async def _cancel(tasks: list[asyncio.Task[_brokerapi.PullResult]]) -> None:
             await task
 
 
+def _lost(part: QueueRange, first: int, resume: int) -> None:
+    """Offsets ``[first, resume)`` of the range are gone: fail, or say so and go on (failOnDataLoss)."""
+    if part.fail_on_data_loss:
+        raise DataLossError(part.queue, first, resume)
+    log.warning(
+        "%s: offsets from %d to %d are gone (retention?); skipped as failOnDataLoss is false",
+        part.queue, first, resume - 1,
+    )  # fmt: skip
+
+
 def _lost_from(result: _brokerapi.PullResult, offset: int, end: int, filtered: bool) -> int | None:
     """Where reading must continue if messages from ``offset`` on are gone; None if none are."""
     if offset < result.min_offset:
@@ -192,11 +197,5 @@ def _decode(data: bytes, part: QueueRange, expected_first: int, filtered: bool) 
         decoded.first != expected_first or decoded.last - decoded.first + 1 != decoded.count
     ):
         # Unfiltered pulls answer consecutive offsets: a hole is a message deleted under us.
-        gap = decoded.first_gap(expected_first)
-        if part.fail_on_data_loss:
-            raise DataLossError(queue, *gap)
-        log.warning(
-            "%s: offsets from %d to %d are gone (retention?); skipped as failOnDataLoss is false",
-            queue, gap[0], gap[1] - 1,
-        )  # fmt: skip
+        _lost(part, *decoded.first_gap(expected_first))
     return decoded.batch

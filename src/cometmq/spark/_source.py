@@ -150,11 +150,9 @@ class _Planner:
                 continue
             low, high = bounds[queue]
             if offset < low or offset > high:
-                if self.options.fail_on_data_loss:
-                    if offset > high:
-                        raise DataLossError(queue, offset, high)
-                    raise DataLossError(queue, offset, low)
                 moved = low if offset < low else high
+                if self.options.fail_on_data_loss:
+                    raise DataLossError(queue, offset, moved)
                 log.warning(
                     "%s: offset %d is not in the queue (it holds %d..%d); continuing at %d as "
                     "failOnDataLoss is false", queue, offset, low, high - 1, moved,
