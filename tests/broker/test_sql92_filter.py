@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _support import (
     address,
     broker_and_client,
@@ -18,9 +19,10 @@ from _support import (
 )
 
 from cometmq.broker import BrokerConfig
-from cometmq.broker._filter import record_properties
+from cometmq.broker._filter import compiled_sql92, record_properties
 from cometmq.common.properties import encode_properties
 from cometmq.common.record import DecodedRecord, decode_records, encode_record_into, record_size
+from cometmq.common.sql92 import Sql92Error
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from processes import broker_address, start_standalone
 
@@ -305,3 +307,11 @@ def test_record_properties_reads_records_with_ipv6_hosts() -> None:
     (decoded,) = decode_records(bytes(v6))
     assert decoded.properties == props.decode()
     assert record_properties(memoryview(v6)) == {"TAGS": "TagA", "price": "7"}
+
+
+def test_an_expression_is_compiled_once_for_every_pull_and_a_bad_one_is_refused_each_time() -> None:
+    assert compiled_sql92("region = 'eu'") is compiled_sql92("region = 'eu'")
+    assert compiled_sql92("region = 'eu'").matches({"region": "eu"})
+    for _ in range(2):
+        with pytest.raises(Sql92Error):
+            compiled_sql92("region = ")

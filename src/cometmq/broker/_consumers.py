@@ -103,7 +103,7 @@ class ConsumerManageProcessor:
                 ResponseCode.SYSTEM_ERROR, f"the heartbeat body is not valid: {exc!r}"
             ) from None
         for group, _, _, _, subscriptions in consumers:  # refuse a bad SQL92 filter before registering
-            check_heartbeat_subscriptions(broker.sql_filters, group, subscriptions)
+            check_heartbeat_subscriptions(group, subscriptions)
         channel = ClientChannel(client_id, conn, request.language, request.version)
         for group, consume_type, message_model, consume_from, subscriptions in consumers:
             group_config = broker.groups.find_or_create(group)

@@ -9,8 +9,8 @@ scans as many consume-queue units as a tag-filtered one, as in RocketMQ.
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
@@ -38,14 +38,13 @@ def sql92_disabled_remark(expression_type: str) -> str:
     return f"The broker does not support consumer to filter message by {expression_type}"
 
 
-def parse_failed_remark(error: Sql92Error) -> str:
+def parse_failed_remark(error: Sql92Error, group: str | None = None, topic: str | None = None) -> str:
     # RocketMQ's remark, plus what is wrong: RocketMQ says only the first half.
-    return f"parse the consumer's subscription failed: {error}"
+    where = f"group {group}, topic {topic}: " if group is not None else ""
+    return f"parse the consumer's subscription failed: {where}{error}"
 
 
-def check_heartbeat_subscriptions(
-    cache: Sql92FilterCache, group: str, subscriptions: Iterable[SubscriptionData]
-) -> None:
+def check_heartbeat_subscriptions(group: str, subscriptions: Iterable[SubscriptionData]) -> None:
     """Compile the SQL92 subscriptions of a heartbeat's consumer group; an unparsable one refuses the
     heartbeat with SUBSCRIPTION_PARSE_FAILED. (RocketMQ accepts such a heartbeat and answers the
     group's pulls with FILTER_DATA_NOT_EXIST instead; failing where the expression arrives names the
@@ -54,40 +53,20 @@ def check_heartbeat_subscriptions(
         if sub.expression_type != EXPRESSION_SQL92:
             continue
         try:
-            cache.get(group, sub.topic, sub.sub_string)
+            compiled_sql92(sub.sub_string)
         except Sql92Error as exc:
             raise BrokerError(
-                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                f"parse the consumer's subscription failed: group {group}, topic {sub.topic}: {exc}",
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED, parse_failed_remark(exc, group, sub.topic)
             ) from None
 
 
-class Sql92FilterCache:
-    """Compiled filters by (group, topic, expression), so a subscription is parsed once, not per pull.
-
-    Bounded (least recently used entries go first): an expression changes rarely, but a client that
-    sends a new one per pull must not grow the broker's memory.
-    """
-
-    def __init__(self, capacity: int = 1024) -> None:
-        self._capacity = capacity
-        self._filters: OrderedDict[tuple[str, str, str], Sql92Filter] = OrderedDict()
-
-    def get(self, group: str, topic: str, expression: str) -> Sql92Filter:
-        """The compiled filter; raises :class:`Sql92Error` for an expression RocketMQ would refuse."""
-        key = (group, topic, expression)
-        found = self._filters.get(key)
-        if found is not None:
-            self._filters.move_to_end(key)
-            return found
-        compiled = compile_sql92(expression)
-        self._filters[key] = compiled
-        if len(self._filters) > self._capacity:
-            self._filters.popitem(last=False)
-        return compiled
-
-    def __len__(self) -> int:
-        return len(self._filters)
+@functools.lru_cache(maxsize=1024)
+def compiled_sql92(expression: str) -> Sql92Filter:
+    """``compile_sql92(expression)``, once per expression rather than per pull (a compiled filter holds
+    no state, so all groups share it). Bounded: a client that sends a new expression per pull must not
+    grow the broker's memory. Raises :class:`Sql92Error` (not cached) for an expression RocketMQ would
+    refuse."""
+    return compile_sql92(expression)
 
 
 def record_properties(record: memoryview) -> dict[str, str]:
@@ -143,7 +122,8 @@ class CheckClientConfigProcessor:
                 ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"unknown expression type {expression_type}"
             )
         try:
-            self._broker.sql_filters.get(group, topic, expression)
+            compiled_sql92(expression)
         except Sql92Error as exc:
-            return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, parse_failed_remark(exc))
+            remark = parse_failed_remark(exc, group, topic)
+            return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark)
         return request.response()

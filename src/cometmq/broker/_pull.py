@@ -6,7 +6,13 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
-from cometmq.broker._filter import RecordFilter, parse_failed_remark, record_filter, sql92_disabled_remark
+from cometmq.broker._filter import (
+    RecordFilter,
+    compiled_sql92,
+    parse_failed_remark,
+    record_filter,
+    sql92_disabled_remark,
+)
 from cometmq.broker._longpoll import HeldPull
 from cometmq.common.naming import PERM_READ
 from cometmq.common.sql92 import Sql92Error
@@ -113,7 +119,7 @@ class PullProcessor:
             # Compiled before the enablePropertyFilter check, in RocketMQ's order. RocketMQ itself lets
             # a pull with an unparsable expression through unfiltered; we refuse it instead.
             try:
-                accept = record_filter(broker.sql_filters.get(group, topic, subscription.sub_string))
+                accept = record_filter(compiled_sql92(subscription.sub_string))
             except Sql92Error as exc:
                 return refuse(ResponseCode.SUBSCRIPTION_PARSE_FAILED, parse_failed_remark(exc))
             if not broker.config.enable_property_filter:

@@ -13,7 +13,7 @@ from pathlib import Path
 from cometmq.broker._admin import AdminProcessor, runtime_info
 from cometmq.broker._clients import ConsumerManager, ProducerManager
 from cometmq.broker._consumers import ConsumerManageProcessor
-from cometmq.broker._filter import CheckClientConfigProcessor, Sql92FilterCache
+from cometmq.broker._filter import CheckClientConfigProcessor
 from cometmq.broker._groups import SubscriptionGroupManager
 from cometmq.broker._locks import QueueLockProcessor
 from cometmq.broker._longpoll import PullHoldService
@@ -92,7 +92,6 @@ class Broker:
         self.producers = ProducerManager()
         self.pull_holds = PullHoldService()
         # Compiled SQL92 subscriptions by (group, topic, expression); see broker/_filter.py.
-        self.sql_filters = Sql92FilterCache()
         # Delayed messages: parking in SCHEDULE_TOPIC_XXXX, delivery when due, delayOffset.json.
         self.schedule = ScheduleMessageService(self, config.message_delay_level, config_dir)
         self.stats = BrokerStats()
