@@ -333,19 +333,21 @@ class AdminProcessor:
         name = broker.config.broker_name
         new_table: dict[Any, int] = {}
         old_table: dict[Any, int] = {}
+        given = int_field(request, "offset") if only_queue >= 0 and explicit not in (None, "", "-1") else None
         for qid in queue_ids:
             low, high = store.min_offset(topic, qid), store.max_offset(topic, qid)
-            if only_queue >= 0 and explicit not in (None, "", "-1"):
-                target = int_field(request, "offset")
+            if given is not None:
+                target = given
                 if not low <= target <= high:
                     raise BrokerError(
                         ResponseCode.SYSTEM_ERROR,
                         f"Target offset {target} not in consume queue range [{low}-{high}]",
                     )
-            elif timestamp < 0:
+            elif timestamp <= RESET_TO_LATEST:
                 target = high
             else:
-                target = self._first_at_or_after(topic, qid, timestamp, low, high)
+                # Exactly from there: SEARCH_OFFSET_BY_TIMESTAMP may answer the older neighbour (§7.9).
+                target = store.first_offset_at(topic, qid, timestamp)
             current = broker.offsets.query(group, topic, qid)
             if not force and 0 <= current <= target:
                 target = current  # RocketMQ: without isForce, a reset only ever moves back
@@ -360,19 +362,6 @@ class AdminProcessor:
         body = fastjson.dumps({"offsetTable": new_table, PREVIOUS_OFFSET_TABLE: old_table}, bean_keys=True)
         response = request.response(ext_fields={CONSUMERS_NOTIFIED: str(notified)}, body=body)
         return self._persist_then(response)
-
-    def _first_at_or_after(self, topic: str, queue_id: int, timestamp: int, low: int, high: int) -> int:
-        """The offset of the queue's first message stored at or after ``timestamp``; ``high`` (the
-        queue's end) if all are older. A reset replays exactly from there, where SEARCH_OFFSET_BY_TIMESTAMP
-        may answer the nearer, older neighbour (wire facts §7.9)."""
-        store = self._broker.store
-        while low < high:
-            mid = (low + high) // 2
-            if store.store_time_at(topic, queue_id, mid) < timestamp:
-                low = mid + 1
-            else:
-                high = mid
-        return low
 
     def _tell_consumers(self, group: str, topic: str, timestamp: int, table: dict[Any, int]) -> int:
         info = self._broker.consumers.groups.get(group)

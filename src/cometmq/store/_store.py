@@ -572,26 +572,35 @@ class MessageStore:
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """Queue offset of the first message stored at *timestamp_ms*, else of the nearer neighbour
         (the earlier one on a tie); the last message's offset if all are older; 0 without data
-        (wire facts §7.9). Binary search: store times never decrease along a queue."""
+        (wire facts §7.9)."""
         cq = self._queue(topic, queue_id)
         if cq is None or cq.max_offset <= cq.min_offset:
             return 0
         lo = cq.min_offset
-        hi = cq.max_offset - 1
-        if self._store_time(cq, hi) < timestamp_ms:
-            return hi
-        a, b = lo, hi
-        while a < b:
-            mid = (a + b) // 2
-            if self._store_time(cq, mid) < timestamp_ms:
-                a = mid + 1
-            else:
-                b = mid
+        a = self.first_offset_at(topic, queue_id, timestamp_ms)
+        if a == cq.max_offset:
+            return a - 1
         right = self._store_time(cq, a)
         if right == timestamp_ms or a == lo:
             return a
         left = self._store_time(cq, a - 1)
         return a if right - timestamp_ms < timestamp_ms - left else a - 1
+
+    def first_offset_at(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """Queue offset of the first message stored at or after *timestamp_ms*; the queue's max offset
+        if all are older (0 for an unknown queue). Binary search: store times never decrease along a
+        queue."""
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        low, high = cq.min_offset, cq.max_offset
+        while low < high:
+            mid = (low + high) // 2
+            if self._store_time(cq, mid) < timestamp_ms:
+                low = mid + 1
+            else:
+                high = mid
+        return low
 
     def earliest_store_time(self, topic: str, queue_id: int) -> int:
         """Store time of the queue's first readable message; -1 if it has none."""
