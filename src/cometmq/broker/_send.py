@@ -18,7 +18,6 @@ from cometmq.common.naming import (
     PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
     SEND_FORBIDDEN_TOPICS,
-    dlq_topic,
     topic_name_error,
 )
 from cometmq.common.properties import PROPERTY_SEPARATOR, decode_properties, encode_properties, property_value
@@ -52,13 +51,14 @@ class _HeaderNames:
     properties: str
     reconsume_times: str
     batch: str
+    max_reconsume_times: str
 
 
 _V1_NAMES = _HeaderNames(
     "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp", "flag",
-    "properties", "reconsumeTimes", "batch",
+    "properties", "reconsumeTimes", "batch", "maxReconsumeTimes",
 )  # fmt: skip
-_V2_NAMES = _HeaderNames("b", "c", "d", "e", "f", "g", "h", "i", "j", "m")
+_V2_NAMES = _HeaderNames("b", "c", "d", "e", "f", "g", "h", "i", "j", "m", "l")
 
 _FAILURE_REMARKS = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: (
@@ -176,11 +176,10 @@ class SendProcessor:
         if bool_field(request, names.batch):
             messages = self._batch_messages(request, header, properties)
         else:
-            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and self._is_dead(request, topic, header):
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and self._is_dead(request, names, topic, header):
                 # RocketMQ's handleRetryAndDLQ: a retry past the group's max goes to %DLQ%<group>.
-                header.topic = broker.topics.create_retry_topic(
-                    dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX) :]), 1
-                ).topic_name
+                group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+                header.topic = broker.topics.dead_letter_topic(group).topic_name
                 queue_id = header.queue_id = 0
                 delay_level = 0
                 properties.pop("DELAY", None)
@@ -197,7 +196,9 @@ class SendProcessor:
                 return self._reply_after_flush(request, result, queue_id)
         return self._reply(request, result, result.status, queue_id)
 
-    def _is_dead(self, request: RemotingCommand, retry_topic: str, header: _SendHeader) -> bool:
+    def _is_dead(
+        self, request: RemotingCommand, names: _HeaderNames, retry_topic: str, header: _SendHeader
+    ) -> bool:
         """Whether a send to ``%RETRY%<group>`` has used up the group's retries."""
         group = retry_topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
         group_config = self._broker.groups.find_or_create(group)
@@ -205,8 +206,8 @@ class SendProcessor:
             raise BrokerError(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
             )
-        max_field = "maxReconsumeTimes" if request.code == RequestCode.SEND_MESSAGE else "l"
-        limit = max_reconsume_times(group_config, request.version, request.ext_fields.get(max_field))
+        given = request.ext_fields.get(names.max_reconsume_times)
+        limit = max_reconsume_times(group_config, request.version, given)
         return header.reconsume_times >= limit
 
     def _topic_config(self, request: RemotingCommand, names: _HeaderNames, topic: str) -> TopicConfig:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Final
 
 from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import copy_of_record, is_delayable
-from cometmq.common.naming import PERM_WRITE, dlq_topic, retry_topic
+from cometmq.common.naming import PERM_WRITE, retry_topic
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import DecodedRecord, RecordError, decode_record_at
 from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
@@ -19,7 +19,6 @@ from cometmq.store import PutStatus
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
-DLQ_QUEUE_NUMS: Final = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
 # RocketMQ's first retry waits delay level 3 (10 s by default), each later one a level more.
 FIRST_RETRY_DELAY_LEVEL: Final = 3
 
@@ -75,7 +74,7 @@ class SendBackProcessor:
         # Every copy points at the first delivery, whose id the consumer saw first.
         properties[ORIGIN_MESSAGE_ID] = properties.get(ORIGIN_MESSAGE_ID) or original.offset_msg_id
         if original.reconsume_times >= max_times or delay_level < 0:
-            target = broker.topics.create_retry_topic(dlq_topic(group), DLQ_QUEUE_NUMS)
+            target = broker.topics.dead_letter_topic(group)
             level = 0  # a dead letter waits for nobody
         else:
             target = retry_config

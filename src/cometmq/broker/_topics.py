@@ -21,6 +21,7 @@ from cometmq.common.naming import (
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
+    dlq_topic,
 )
 from cometmq.common.route import DataVersion, RegisterBrokerBody
 from cometmq.common.topic_config import TopicConfig
@@ -28,6 +29,7 @@ from cometmq.common.topic_config import TopicConfig
 log = logging.getLogger("cometmq.broker")
 
 SCHEDULE_QUEUE_NUMS = 18  # one queue per delay level
+DLQ_QUEUE_NUMS = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
 
 
 class TopicConfigManager:
@@ -131,6 +133,10 @@ class TopicConfigManager:
         log.info("auto-created topic %s with %d queues from %s", topic, queues, default_topic)
         self.put(created)
         return created
+
+    def dead_letter_topic(self, group: str) -> TopicConfig:
+        """``%DLQ%<group>``, created (and registered soon) if it does not exist yet."""
+        return self.create_retry_topic(dlq_topic(group), DLQ_QUEUE_NUMS)
 
     def create_retry_topic(self, topic: str, queue_nums: int = 1) -> TopicConfig:
         """The retry/DLQ topic, created (and registered soon) if it does not exist yet."""
