@@ -248,17 +248,17 @@ class ClientInstance:
         """The master address of a broker, as the routes know it."""
         return self._broker_addrs.get(broker_name, {}).get(0)
 
-    async def publish_queues(self, topic: str) -> list[MessageQueue]:
-        """Queues a producer may write to, in route order; topics no broker has yet get the queues
-        of the default topic (TBW102), which a broker with ``autoCreateTopicEnable`` turns into the
-        new topic on the first send."""
+    async def publish_queues(self, topic: str) -> tuple[list[MessageQueue], bool]:
+        """Queues a producer may write to, in route order, and whether they come from the default
+        topic (TBW102): a topic no broker has yet gets its queues, which a broker with
+        ``autoCreateTopicEnable`` turns into the new topic on the first send."""
         route = await self.route(topic)
         if route is None or not route.queue_datas:
             template = await self.route(DEFAULT_TOPIC)
             if template is None:
-                return []
-            return self._queues(topic, template, PERM_WRITE, max_per_broker=4)
-        return self._queues(topic, route, PERM_WRITE)
+                return [], True
+            return self._queues(topic, template, PERM_WRITE, max_per_broker=4), True
+        return self._queues(topic, route, PERM_WRITE), False
 
     async def subscribe_queues(self, topic: str) -> list[MessageQueue]:
         """Queues a consumer may read from, sorted as every client sorts them."""

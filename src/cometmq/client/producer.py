@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from cometmq.client._fault import FaultStrategy, PublishInfo
 from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance
 from cometmq.client._msgid import UniqueIdGenerator
 from cometmq.client.message import SYSFLAG_COMPRESSED, Message, MessageQueue, SendResult, SendStatus
+from cometmq.common.batch import ENTRY_HEAD, PROPERTIES_LENGTH
 from cometmq.common.naming import (
     DEFAULT_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -82,9 +82,7 @@ _SEND_STATUS: dict[int, SendStatus] = {
     ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
 }
 
-_BATCH_HEAD = struct.Struct(">iiiii")  # entry size, magic 0, body CRC 0, flag, body length
-_BATCH_PROPS_LEN = struct.Struct(">h")
-_BATCH_FIXED = _BATCH_HEAD.size + _BATCH_PROPS_LEN.size
+_BATCH_FIXED = ENTRY_HEAD.size + PROPERTIES_LENGTH.size
 _UNIQ_PREFIX = "UNIQ_KEY\x01"
 
 SendCallback = Callable[[SendResult | BaseException], object]
@@ -216,14 +214,13 @@ class Producer:
         info = self._publish.get(topic)
         if info is not None:
             return info
-        route = await self._instance.route(topic)
-        queues = await self._instance.publish_queues(topic)
+        queues, from_template = await self._instance.publish_queues(topic)
         if not queues:
             raise NoRouteError(
                 f"no route for topic {topic!r}: no broker has it, and no broker offers {DEFAULT_TOPIC} "
                 "to create it (autoCreateTopicEnable is off); create the topic first"
             )
-        info = PublishInfo(topic, queues, from_template=route is None or not route.queue_datas)
+        info = PublishInfo(topic, queues, from_template=from_template)
         self._publish[topic] = info
         return info
 
@@ -331,8 +328,8 @@ class Producer:
             self._check_topic(topic)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise InvalidMessageError(f"batch to {topic!r}: retry topics cannot take batches")
-        head = _BATCH_HEAD.pack
-        props_len = _BATCH_PROPS_LEN.pack
+        head = ENTRY_HEAD.pack  # entry size, magic 0, body CRC 0, flag, body length
+        props_len = PROPERTIES_LENGTH.pack
         parts: list[bytes] = []
         append = parts.append
         ids = self._ids.next_ids(len(msgs))

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from cometmq.errors import ProtocolError
 
-_HEAD = struct.Struct(">iiiii")  # total size, magic, crc, flag, body length
-_PROPS_LEN = struct.Struct(">h")
+ENTRY_HEAD = struct.Struct(">iiiii")  # total size, magic, crc, flag, body length
+PROPERTIES_LENGTH = struct.Struct(">h")
 
 
 @dataclass(slots=True)
@@ -29,16 +29,16 @@ def decode_batch_body(data: bytes) -> list[BatchEntry]:
     entries: list[BatchEntry] = []
     pos = 0
     end = len(data)
-    head_size = _HEAD.size
+    head_size = ENTRY_HEAD.size
     while pos < end:
         if end - pos < head_size + 2:
             raise ProtocolError(f"batch entry at byte {pos} is truncated")
-        total, _magic, _crc, flag, body_len = _HEAD.unpack_from(data, pos)
+        total, _magic, _crc, flag, body_len = ENTRY_HEAD.unpack_from(data, pos)
         body_start = pos + head_size
         props_len_at = body_start + body_len
         if body_len < 0 or total < head_size + 2 or pos + total > end or props_len_at + 2 > end:
             raise ProtocolError(f"batch entry at byte {pos} has inconsistent lengths")
-        (props_len,) = _PROPS_LEN.unpack_from(data, props_len_at)
+        (props_len,) = PROPERTIES_LENGTH.unpack_from(data, props_len_at)
         props_end = props_len_at + 2 + props_len
         if props_len < 0 or props_end != pos + total:
             raise ProtocolError(f"batch entry at byte {pos} has inconsistent lengths")
@@ -55,9 +55,9 @@ def encode_batch_body(entries: list[BatchEntry]) -> bytes:
     parts = []
     for entry in entries:
         props = entry.properties.encode()
-        total = _HEAD.size + len(entry.body) + 2 + len(props)
-        parts.append(_HEAD.pack(total, 0, 0, entry.flag, len(entry.body)))
+        total = ENTRY_HEAD.size + len(entry.body) + 2 + len(props)
+        parts.append(ENTRY_HEAD.pack(total, 0, 0, entry.flag, len(entry.body)))
         parts.append(entry.body)
-        parts.append(_PROPS_LEN.pack(len(props)))
+        parts.append(PROPERTIES_LENGTH.pack(len(props)))
         parts.append(props)
     return b"".join(parts)
