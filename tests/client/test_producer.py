@@ -89,22 +89,11 @@ async def pull_topic(instance: ClientInstance, topic: str) -> list[ReceivedMessa
 
 async def raw_records(instance: ClientInstance, queue: MessageQueue, offset: int) -> list[DecodedRecord]:
     """Stored records as the broker serves them (bodies not inflated)."""
-    fields = {
-        "consumerGroup": "GID_reader",
-        "topic": queue.topic,
-        "queueId": str(queue.queue_id),
-        "queueOffset": str(offset),
-        "maxMsgNums": "32",
-        "sysFlag": "4",  # the subscription is in the request
-        "commitOffset": "0",
-        "suspendTimeoutMillis": "0",
-        "subscription": "*",
-        "subVersion": "0",
-        "expressionType": "TAG",
-    }
-    addr = await routed(instance, queue)
-    response = await instance.invoke_ok(addr, RequestCode.PULL_MESSAGE, fields)
-    return decode_records(response.body)
+    await routed(instance, queue)
+    result = await _brokerapi.pull(
+        instance, queue, "GID_reader", SubscriptionData(queue.topic), offset, 32, decode=False
+    )
+    return decode_records(result.body)
 
 
 # ---------------------------------------------------------------------------------------------
