@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _support import (
     broker_and_client,
     commit_request,
@@ -22,6 +23,7 @@ from _support import (
     send_request,
 )
 
+from cometmq.broker._offsets import ConsumerOffsetManager
 from cometmq.common import fastjson
 from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
@@ -188,7 +190,8 @@ def test_consume_stats_report_offsets_lag_and_last_consume_time_keyed_by_queue(t
             store_time = broker.store.store_time_at("T", 0, 2)
             assert table[("T", 0)] == {"brokerOffset": 5, "consumerOffset": 3, "lastTimestamp": store_time}
             assert table[("T", 1)] == {"brokerOffset": 2, "consumerOffset": 0, "lastTimestamp": 0}
-            assert stats["consumeTps"] > 0  # it committed 2 messages of progress within the minute
+            # It committed 2 messages of progress within the minute.
+            assert stats["consumeTps"] == round(2 / 60, 3)  # reported to 3 decimals
             # A topic named in the header; one the group never touched reports its queues too.
             await create_topic(client, addr, "Other", 1)
             stats_request.ext_fields["topic"] = "Other"
@@ -333,3 +336,17 @@ def test_get_all_delay_offset_answers_the_delivery_progress(tmp_path: Path) -> N
             assert response.body == b'{"offsetTable":{1:1}}'  # fastjson: level keys unquoted
 
     run(scenario())
+
+
+def test_consume_tps_counts_committed_progress_over_a_minute_but_not_resets(tmp_path: Path) -> None:
+    offsets = ConsumerOffsetManager(tmp_path)
+    offsets.commit("CG", "T", 0, 10)  # a first commit is no progress: nothing was before it
+    offsets.commit("CG", "T", 0, 15)
+    offsets.commit("CG", "T", 1, 3)
+    offsets.commit("CG", "T", 1, 4)
+    offsets.reset("CG", "T", 0, 100)  # an administrator's move is no consumption
+    offsets.commit("CG", "T", 0, 101)
+    offsets.commit("CG", "T", 0, 90)  # going back is no progress either
+    assert offsets.consume_tps("CG", "T") == pytest.approx((5 + 1 + 1) / 60)
+    assert offsets.consume_tps("CG", "Other") == 0.0
+    assert offsets.query("CG", "T", 0) == 90

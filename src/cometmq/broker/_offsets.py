@@ -23,8 +23,9 @@ class ConsumerOffsetManager:
         # RocketMQ's key "topic@group" → queue id → offset.
         self.offsets: dict[str, dict[int, int]] = {}
         self._dirty = False
-        # "topic@group" → (monotonic time, messages committed past the previous offset), recent only.
-        self._progress: dict[str, collections.deque[tuple[float, int]]] = {}
+        # "topic@group" → [monotonic second, messages committed past the previous offsets in it],
+        # for the last minute only.
+        self._progress: dict[str, collections.deque[list[int]]] = {}
 
     def load(self) -> None:
         obj = load_json_config(self._path)
@@ -51,16 +52,18 @@ class ConsumerOffsetManager:
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         # Stored as given, -1 included: the JS client commits -1 for queues it has not consumed.
-        key = f"{topic}@{group}"
-        queues = self.offsets.setdefault(key, {})
-        previous = queues.get(queue_id, -1)
-        queues[queue_id] = offset
-        self._dirty = True
+        previous = self.query(group, topic, queue_id)
+        self.reset(group, topic, queue_id, offset)
         if previous >= 0 and offset > previous:
-            now = time.monotonic()
-            samples = self._progress.setdefault(key, collections.deque())
-            samples.append((now, offset - previous))
-            self._forget_old(samples, now)
+            # Counted per second, so a key keeps at most a minute's worth of entries however often
+            # its consumers commit (a commit rides on nearly every pull).
+            second = int(time.monotonic())
+            samples = self._progress.setdefault(f"{topic}@{group}", collections.deque())
+            if samples and samples[-1][0] == second:
+                samples[-1][1] += offset - previous
+            else:
+                samples.append([second, offset - previous])
+                self._forget_old(samples, second)
 
     def reset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """An administrator's reset: stored like a commit, but it is no consumption."""
@@ -68,8 +71,8 @@ class ConsumerOffsetManager:
         self._dirty = True
 
     @staticmethod
-    def _forget_old(samples: collections.deque[tuple[float, int]], now: float) -> None:
-        while samples and now - samples[0][0] > TPS_WINDOW_S:
+    def _forget_old(samples: collections.deque[list[int]], now: float) -> None:
+        while samples and now - samples[0][0] >= TPS_WINDOW_S:
             samples.popleft()
 
     def consume_tps(self, group: str, topic: str) -> float:
