@@ -118,7 +118,7 @@ def topic_layout(namesrv: str, topic: str) -> list[tuple[MessageQueue, int, int]
 
 def probe_batch(namesrv: str, queue: MessageQueue, start: int, end: int) -> pa.RecordBatch:
     """The first Arrow batch the connector reads from ``queue`` (its size sets the synthetic one's)."""
-    batches = read_range(QueueRange(namesrv, queue, start, end, "*", frozenset(), True, False))
+    batches = read_range(QueueRange(namesrv, queue, start, end, "*", True, False))
     try:
         return next(batches)
     finally:

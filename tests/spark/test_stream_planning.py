@@ -45,10 +45,8 @@ def test_max_offsets_per_trigger_is_shared_in_proportion_to_what_each_queue_has(
     assert queue_offsets(reader.latestOffset(first, ReadAllAvailable()), "PlanShare") == {0: 30, 1: 10}
     ranges = [p.value for p in reader.partitions(start, first)]
     assert ranges == [
-        QueueRange(
-            server.namesrv, MessageQueue("PlanShare", BROKER, 0), 0, 15, "*", frozenset(), True, False
-        ),
-        QueueRange(server.namesrv, MessageQueue("PlanShare", BROKER, 1), 0, 5, "*", frozenset(), True, False),
+        QueueRange(server.namesrv, MessageQueue("PlanShare", BROKER, 0), 0, 15, "*", True, False),
+        QueueRange(server.namesrv, MessageQueue("PlanShare", BROKER, 1), 0, 5, "*", True, False),
     ]
     assert reader.partitions(first, first) == []
 

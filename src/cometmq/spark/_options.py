@@ -11,7 +11,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cometmq.common.subscription import parse_tag_expression
 from cometmq.errors import CometMQError
 
 __all__ = ["OptionError", "ReadOptions", "WriteOptions", "parse_duration_ms", "parse_timestamp_ms"]
@@ -29,7 +28,6 @@ class ReadOptions:
     namesrv: str
     topics: tuple[str, ...]
     topic_pattern: re.Pattern[str] | None
-    tags: frozenset[str]  # empty: every message
     sub_expression: str
     starting_offsets: str | None  # "earliest", "latest", JSON, or None for the default
     starting_timestamp: int | None
@@ -54,7 +52,6 @@ class ReadOptions:
             except re.error as exc:
                 raise OptionError(f"topicPattern {pattern!r} is not a regular expression: {exc}") from None
         expression = opts.get("subexpression", "*").strip() or "*"
-        parsed = parse_tag_expression(expression)
         max_per_trigger = _positive_int(opts, "maxoffsetspertrigger")
         min_per_trigger = _positive_int(opts, "minoffsetspertrigger")
         if max_per_trigger is not None and min_per_trigger is not None and min_per_trigger > max_per_trigger:
@@ -67,7 +64,6 @@ class ReadOptions:
             namesrv=opts.get("namesrv", DEFAULT_NAMESRV).strip() or DEFAULT_NAMESRV,
             topics=topics,
             topic_pattern=compiled,
-            tags=parsed[0] if parsed else frozenset(),
             sub_expression=expression,
             starting_offsets=_offsets_spec(opts, "startingoffsets"),
             starting_timestamp=parse_timestamp_ms(starting_ts, "startingTimestamp") if starting_ts else None,

@@ -43,7 +43,6 @@ class QueueRange:
     start: int
     end: int
     sub_expression: str
-    tags: frozenset[str]
     fail_on_data_loss: bool
     include_properties: bool
 
@@ -70,7 +69,8 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
     if await instance.fetch_route(queue.topic) is None:
         raise CometMQError(f"{queue}: the topic has no route any more (deleted?)")
     subscription = SubscriptionData.from_expression(queue.topic, part.sub_expression)
-    filtered = bool(part.tags)
+    tags = subscription.tags
+    filtered = bool(tags)
 
     def pull_at(offset: int, count: int) -> asyncio.Task[_brokerapi.PullResult]:
         return asyncio.ensure_future(
@@ -113,7 +113,7 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
             skip_to = _lost_from(result, offset, end, filtered)
             if skip_to is not None:
                 _lost(part, offset, skip_to)
-                if chunk and (batch := _decode(b"".join(chunk), part, chunk_start, filtered)).num_rows:
+                if chunk and (batch := _decode(b"".join(chunk), part, chunk_start, tags)).num_rows:
                     yield batch
                 chunk, chunk_bytes = [], 0
                 chunk_start = skip_to
@@ -138,7 +138,7 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
                     pending.clear()
             pull_ahead(offset)  # in flight while this chunk is decoded
             if chunk and (chunk_bytes >= DECODE_CHUNK_BYTES or offset >= end):
-                if (batch := _decode(b"".join(chunk), part, chunk_start, filtered)).num_rows:
+                if (batch := _decode(b"".join(chunk), part, chunk_start, tags)).num_rows:
                     yield batch
                 chunk, chunk_bytes = [], 0
             if not chunk:
@@ -177,7 +177,7 @@ def _lost_from(result: _brokerapi.PullResult, offset: int, end: int, filtered: b
     return None
 
 
-def _decode(data: bytes, part: QueueRange, expected_first: int, filtered: bool) -> pa.RecordBatch:
+def _decode(data: bytes, part: QueueRange, expected_first: int, tags: frozenset[str]) -> pa.RecordBatch:
     queue = part.queue
     try:
         decoded = decode_batch(
@@ -186,16 +186,14 @@ def _decode(data: bytes, part: QueueRange, expected_first: int, filtered: bool) 
             queue.broker_name,
             queue.queue_id,
             end=part.end,
-            tags=part.tags,
+            tags=tags,
             include_properties=part.include_properties,
         )
     except (RecordError, zlib.error) as exc:
         raise ProtocolError(f"undecodable pull body from {queue}: {exc}") from exc
     if decoded is None:
         return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
-    if not filtered and (
-        decoded.first != expected_first or decoded.last - decoded.first + 1 != decoded.count
-    ):
+    if not tags and (decoded.first != expected_first or decoded.last - decoded.first + 1 != decoded.count):
         # Unfiltered pulls answer consecutive offsets: a hole is a message deleted under us.
         _lost(part, *decoded.first_gap(expected_first))
     return decoded.batch

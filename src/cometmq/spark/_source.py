@@ -135,7 +135,6 @@ class _Planner:
                 start,
                 end,
                 options.sub_expression,
-                options.tags,
                 options.fail_on_data_loss,
                 options.include_properties,
             )
