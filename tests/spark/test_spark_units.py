@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cometmq.client._brokerapi import PullResult, PullStatus
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, decode_pulled
 from cometmq.common.properties import encode_properties
 from cometmq.common.record import (
@@ -36,6 +37,7 @@ from cometmq.common.subscription import SubscriptionData
 from cometmq.spark import _offsets
 from cometmq.spark._columns import SYSTEM_PROPERTIES, DecodedBatch, _split, decode_batch
 from cometmq.spark._options import DEFAULT_MAX_TRIGGER_DELAY_MS, OptionError, ReadOptions, WriteOptions
+from cometmq.spark._read import _lost_from
 from cometmq.spark._schema import ARROW_SCHEMA
 from cometmq.spark._source import _share
 from cometmq.spark._write import (
@@ -931,3 +933,21 @@ def test_chunks_of_small_messages_hold_256_and_a_large_message_goes_alone() -> N
     large = Message("t", bytes(2 * BATCH_MAX_BYTES))
     assert [len(c) for c in _chunks([small[0], large, small[1]])] == [1, 1, 1]
     assert list(_chunks([])) == []
+
+
+@pytest.mark.parametrize(
+    ("status", "next_begin", "min_offset", "filtered", "resume"),
+    [
+        (PullStatus.FOUND, 20, 0, False, None),  # nothing lost
+        (PullStatus.FOUND, 60, 50, False, 50),  # retention removed 10..49: continue at 50
+        (PullStatus.OFFSET_ILLEGAL, 0, 0, False, 100),  # the queue shrank below the range: its end
+        (PullStatus.NO_NEW_MSG, 10, 0, False, 100),
+        (PullStatus.NO_MATCHED_MSG, 30, 0, False, 30),  # unfiltered, nothing there: a hole
+        (PullStatus.NO_MATCHED_MSG, 30, 0, True, None),  # filtered: just nothing that matches
+    ],
+)
+def test_where_a_range_read_continues_after_an_answer(
+    status: PullStatus, next_begin: int, min_offset: int, filtered: bool, resume: int | None
+) -> None:
+    result = PullResult(status, next_begin, min_offset, 200, [])
+    assert _lost_from(result, 10, 100, filtered) == resume

@@ -110,3 +110,16 @@ def test_pyspark_finds_the_source_by_itself() -> None:
 
     assert pyspark_cometmq.DefaultSource is CometMQDataSource
     assert CometMQDataSource.name() == "cometmq"
+
+
+def test_a_topic_pattern_leaves_out_system_retry_and_dead_letter_topics(server: StandaloneServer) -> None:
+    for name in ("PlanPat", "%RETRY%PlanPat", "%DLQ%PlanPat"):
+        create_topic(server.namesrv, name, 1)
+    reader = CometMQDataSource({"namesrv": server.namesrv, "topicPattern": ".*PlanPat"}).streamReader(None)  # type: ignore[arg-type]
+    assert isinstance(reader, CometMQStreamReader)
+    assert {q.topic for q in reader.queues()} == {"PlanPat"}
+    everything = CometMQDataSource({"namesrv": server.namesrv, "topicPattern": ".*"}).streamReader(None)  # type: ignore[arg-type]
+    assert isinstance(everything, CometMQStreamReader)
+    topics = {q.topic for q in everything.queues()}
+    assert "PlanPat" in topics
+    assert not any(t.startswith(("%", "TBW102", "SCHEDULE_TOPIC", "RMQ_SYS")) for t in topics), topics
