@@ -80,30 +80,6 @@ def test_decoder_reassembles_frames_fed_in_arbitrary_pieces(cmds: list[RemotingC
     assert decoder.buffered == 0
 
 
-@settings(max_examples=500)
-@given(st.binary(max_size=200))
-def test_arbitrary_bytes_give_commands_or_protocol_error_only(data: bytes) -> None:
-    # Whole and byte by byte, the same input gives the same commands, or a ProtocolError both ways.
-    try:
-        whole: list[RemotingCommand] | None = FrameDecoder().feed(data)
-    except ProtocolError:
-        whole = None
-    decoder = FrameDecoder()
-    fed: list[RemotingCommand] = []
-    pieces: list[RemotingCommand] | None = fed
-    try:
-        for i in range(len(data)):
-            fed += decoder.feed(data[i : i + 1])
-    except ProtocolError:
-        pieces = None
-    if whole is None or pieces is None:
-        assert whole is None and pieces is None
-    else:
-        assert len(pieces) == len(whole)
-        for got, want in zip(pieces, whole, strict=True):
-            _same(got, want)
-
-
 @settings(max_examples=300)
 @given(st.binary(max_size=120))
 def test_arbitrary_header_bytes_in_a_well_framed_message(header: bytes) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import pytest
+from remoting_support import with_server
 
 from cometmq.errors import BrokerError, ConnectionClosedError, RemotingTimeoutError
 from cometmq.remoting import (
@@ -15,27 +15,10 @@ from cometmq.remoting import (
     RemotingClient,
     RemotingCommand,
     RemotingServer,
-    RequestHandler,
     ResponseCode,
     encode_bytes,
 )
 from cometmq.remoting.codes import ONEWAY_FLAG
-
-
-def _with_server(
-    handler: RequestHandler, scenario: Callable[[RemotingServer, RemotingClient, str], Awaitable[None]]
-) -> None:
-    async def main() -> None:
-        server = RemotingServer(handler, "127.0.0.1", 0)
-        await server.start()
-        client = RemotingClient()
-        try:
-            await asyncio.wait_for(scenario(server, client, f"127.0.0.1:{server.port}"), 10)
-        finally:
-            await client.close()
-            await server.stop()
-
-    asyncio.run(main())
 
 
 def test_a_request_without_a_response_times_out() -> None:
@@ -49,7 +32,7 @@ def test_a_request_without_a_response_times_out() -> None:
         conn = await client.connection(addr)
         assert conn.is_open and conn._pending == {}
 
-    _with_server(handler, scenario)
+    with_server(handler, scenario)
 
 
 def test_a_broker_error_is_answered_with_its_code_and_remark() -> None:
@@ -60,7 +43,7 @@ def test_a_broker_error_is_answered_with_its_code_and_remark() -> None:
         reply = await client.invoke(addr, RemotingCommand(code=105))
         assert (reply.code, reply.remark) == (ResponseCode.TOPIC_NOT_EXIST, "no such topic")
 
-    _with_server(handler, scenario)
+    with_server(handler, scenario)
 
 
 def test_any_other_failure_is_a_system_error_naming_the_exception() -> None:
@@ -71,7 +54,7 @@ def test_any_other_failure_is_a_system_error_naming_the_exception() -> None:
         reply = await client.invoke(addr, RemotingCommand(code=105))
         assert (reply.code, reply.remark) == (ResponseCode.SYSTEM_ERROR, "KeyError: 'boom'")
 
-    _with_server(handler, scenario)
+    with_server(handler, scenario)
 
 
 def test_a_response_over_the_frame_limit_becomes_a_system_error() -> None:
@@ -84,7 +67,7 @@ def test_a_response_over_the_frame_limit_becomes_a_system_error() -> None:
         assert (reply.remark or "").startswith("the response cannot be sent: frame of")
         assert reply.body == b""
 
-    _with_server(handler, scenario)
+    with_server(handler, scenario)
 
 
 def test_a_oneway_request_is_not_answered() -> None:
@@ -103,7 +86,7 @@ def test_a_oneway_request_is_not_answered() -> None:
         # The first (and only) answer is the one to the second request.
         assert [reply.opaque for reply in replies] == [2]
 
-    _with_server(handler, scenario)
+    with_server(handler, scenario)
 
 
 def test_closing_a_connection_fails_its_pending_requests_and_tells_the_server() -> None:
@@ -129,4 +112,4 @@ def test_closing_a_connection_fails_its_pending_requests_and_tells_the_server() 
         assert server.connections == set()
         assert never.cancelled()  # the handler's task ends with its connection
 
-    _with_server(handler, scenario)
+    with_server(handler, scenario)
