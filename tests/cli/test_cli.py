@@ -265,3 +265,30 @@ def test_namesrv_with_two_brokers(tmp_path: Path, broker_conf: Path) -> None:
     finally:
         for server in reversed(servers):
             server.terminate()
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ["group", "create", "GID_x", "--retry-queues", "-1"],
+            "cometmq group create: error: argument --retry-queues: '-1' is not a whole number of at least 0",
+        ),
+        (
+            ["group", "update", "GID_x", "--retry-max-times", "x"],
+            "cometmq group update: error: argument --retry-max-times: 'x' is not a whole number",
+        ),
+        (
+            ["dlq", "list", "GID_x", "--max", "0"],
+            "cometmq dlq list: error: argument --max: '0' is not a whole",
+        ),
+        (
+            ["pipeline", "demo", "--events", "0"],
+            "cometmq pipeline demo: error: argument --events: '0' is not a whole number of at least 1",
+        ),
+    ],
+)
+def test_counts_out_of_range_are_usage_errors_before_anything_is_asked(args: list[str], error: str) -> None:
+    result = cometmq(*args, "-n", "127.0.0.1:1")  # never connected to
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(error)

@@ -22,6 +22,24 @@ DEFAULT_NAMESRV = "127.0.0.1:9876"
 AdminAction = Callable[[AdminClient, argparse.Namespace], Awaitable[None]]
 
 
+def whole_number(least: int, most: int | None = None) -> Callable[[str], int]:
+    """An option's type: a whole number from *least* (to *most*); anything else is a usage error,
+    not a traceback from deep inside a command."""
+
+    def parse(text: str) -> int:
+        value: int | None
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least or (most is not None and value > most):
+            upper = f" and at most {most}" if most is not None else ""
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least {least}{upper}")
+        return value
+
+    return parse
+
+
 def add_namesrv_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-n",

@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from cometmq.cli._admin import admin_options, print_json
+from cometmq.cli._admin import admin_options, print_json, whole_number
 from cometmq.cli._loop import run_async
 from cometmq.cli._progress import Progress
 from cometmq.cli._table import format_table
@@ -38,7 +38,7 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     common = admin_options()
     common.add_argument("--topic", default=DEFAULT_TOPIC, help=f"topic to use (default {DEFAULT_TOPIC})")
     common.add_argument(
-        "--size", type=_whole(_STAMP.size), default=1024, metavar="BYTES", help="body size (1024)"
+        "--size", type=whole_number(_STAMP.size), default=1024, metavar="BYTES", help="body size (1024)"
     )
     common.add_argument(
         "--queues", type=int, default=4, metavar="N", help="queues of the topic if it is created (4)"
@@ -60,9 +60,9 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="batched sends, several batches in flight",
         description="Send COUNT messages in batches (SEND_BATCH_MESSAGE), INFLIGHT batches at a time.",
     )
-    produce.add_argument("--count", type=_whole(1), default=200_000, help="messages (200000)")
-    produce.add_argument("--batch", type=_whole(1), default=100, help="messages per batch (100)")
-    produce.add_argument("--inflight", type=_whole(1), default=8, help="batches in flight (8)")
+    produce.add_argument("--count", type=whole_number(1), default=200_000, help="messages (200000)")
+    produce.add_argument("--batch", type=whole_number(1), default=100, help="messages per batch (100)")
+    produce.add_argument("--inflight", type=whole_number(1), default=8, help="batches in flight (8)")
     produce.set_defaults(func=_command(_produce))
 
     consume = workloads.add_parser(
@@ -75,9 +75,12 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
             "'cometmq bench produce' first."
         ),
     )
-    consume.add_argument("--count", type=_whole(1), default=200_000, help="messages (200000)")
+    consume.add_argument("--count", type=whole_number(1), default=200_000, help="messages (200000)")
     consume.add_argument(
-        "--pull-batch", type=_whole(1, MAX_PULL_BATCH), default=256, help="messages asked per pull (256)"
+        "--pull-batch",
+        type=whole_number(1, MAX_PULL_BATCH),
+        default=256,
+        help="messages asked per pull (256)",
     )
     consume.set_defaults(func=_command(_consume))
 
@@ -92,10 +95,12 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
             "processes read CLOCK_MONOTONIC; the first WARMUP messages are left out)."
         ),
     )
-    latency.add_argument("--count", type=_whole(1), default=5_000, help="synchronous sends measured (5000)")
-    latency.add_argument("--warmup", type=_whole(0), default=200, help="sends not measured (200)")
     latency.add_argument(
-        "--rate", type=_whole(1), default=2_000, help="end-to-end messages per second (2000)"
+        "--count", type=whole_number(1), default=5_000, help="synchronous sends measured (5000)"
+    )
+    latency.add_argument("--warmup", type=whole_number(0), default=200, help="sends not measured (200)")
+    latency.add_argument(
+        "--rate", type=whole_number(1), default=2_000, help="end-to-end messages per second (2000)"
     )
     latency.add_argument("--duration", type=float, default=10.0, help="end-to-end seconds (10)")
     latency.add_argument("--no-e2e", action="store_true", help="only the synchronous sends")
@@ -108,24 +113,6 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     receive.add_argument("--deadline", type=float, required=True)
     receive.add_argument("--rate", type=int, required=True)
     receive.set_defaults(func=_command(_e2e_receive))
-
-
-def _whole(least: int, most: int | None = None) -> Callable[[str], int]:
-    """An option's type: a whole number from *least* (to *most*); anything else is a usage error,
-    not a traceback from deep inside a workload."""
-
-    def parse(text: str) -> int:
-        value: int | None
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < least or (most is not None and value > most):
-            upper = f" and at most {most}" if most is not None else ""
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least {least}{upper}")
-        return value
-
-    return parse
 
 
 BenchAction = Callable[[argparse.Namespace], Awaitable[dict[str, Any] | None]]

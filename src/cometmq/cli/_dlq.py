@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Final
 
-from cometmq.cli._admin import add_admin_command, print_json
+from cometmq.cli._admin import add_admin_command, print_json, whole_number
 from cometmq.cli._message import format_time, message_json
 from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
@@ -52,7 +52,11 @@ def add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
     )
     listing.add_argument("group", metavar="GROUP", help="the consumer group")
     listing.add_argument(
-        "--max", type=int, default=100, metavar="N", help="show at most N dead letters (default 100)"
+        "--max",
+        type=whole_number(1),
+        default=100,
+        metavar="N",
+        help="show at most N dead letters (default 100)",
     )
 
     resend = add_admin_command(
@@ -97,8 +101,6 @@ def dead_letter_json(rec: DecodedRecord) -> dict[str, Any]:
 
 
 async def _list(admin: AdminClient, args: argparse.Namespace) -> None:
-    if args.max < 1:
-        raise CometMQError(f"--max must be at least 1, not {args.max}")
     records = await admin.dead_letters(args.group, max_num=args.max + 1)
     more = len(records) > args.max
     records = records[: args.max]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Final
 
-from cometmq.cli._admin import add_admin_command, print_json
+from cometmq.cli._admin import add_admin_command, print_json, whole_number
 from cometmq.cli._message import format_time, parse_time
 from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
@@ -42,13 +42,13 @@ def _settings_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
 
     parser.add_argument(
         "--retry-max-times",
-        type=int,
+        type=whole_number(0),
         metavar="N",
         help=said("deliveries a failed message gets again before it goes to %%DLQ%%GROUP", "16"),
     )
     parser.add_argument(
         "--retry-queues",
-        type=int,
+        type=whole_number(0),
         metavar="N",
         help=said("queues of the group's retry topic %%RETRY%%GROUP; 0 drops failed messages", "1"),
     )
@@ -202,10 +202,6 @@ def _changes(args: argparse.Namespace) -> dict[str, Any]:
     changes = {
         field: getattr(args, dest) for dest, field in _SETTINGS.items() if getattr(args, dest) is not None
     }
-    for dest in ("retry_max_times", "retry_queues"):
-        value = getattr(args, dest)
-        if value is not None and value < 0:
-            raise CometMQError(f"--{dest.replace('_', '-')} cannot be negative ({value})")
     return changes
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 
-from cometmq.cli._admin import add_namesrv_option
+from cometmq.cli._admin import add_namesrv_option, whole_number
 from cometmq.errors import CometMQError
 
 INSTALL_HINT = "the pipeline needs PySpark and PyArrow: pip install 'cometmq[spark]'"
@@ -32,7 +32,9 @@ def add_pipeline_commands(commands: argparse._SubParsersAction[argparse.Argument
         ),
     )
     add_namesrv_option(demo)
-    demo.add_argument("--events", type=int, default=3000, metavar="N", help="order events to send (3000)")
+    demo.add_argument(
+        "--events", type=whole_number(1), default=3000, metavar="N", help="order events to send (3000)"
+    )
     demo.add_argument(
         "--rate", type=float, default=300.0, metavar="N", help="events per second, 0 for no pause (300)"
     )
@@ -47,8 +49,6 @@ def add_pipeline_commands(commands: argparse._SubParsersAction[argparse.Argument
 
 
 def _demo(args: argparse.Namespace) -> int:
-    if args.events < 1:
-        raise CometMQError("--events must be at least 1")
     if args.rate < 0:
         raise CometMQError("--rate must not be negative")
     if importlib.util.find_spec("pyspark") is None or importlib.util.find_spec("pyarrow") is None:
