@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+    from cometmq.client.message import MessageQueue
+
 __all__ = [
     "RESULT_TOPIC",
     "SOURCE_TOPIC",
@@ -500,6 +502,7 @@ def run_demo(
     from cometmq.cli._progress import Progress
     from cometmq.cli._table import format_table
     from cometmq.client import Message, blocking
+    from cometmq.spark import _offsets
 
     started = time.perf_counter()
     console = _Console(out if out is not None else sys.stdout)
@@ -525,12 +528,11 @@ def run_demo(
     try:
         consumer.start()
         producer.start()
-        starting = _end_offsets(consumer, SOURCE_TOPIC)
-        result_queues = consumer.fetch_queues(RESULT_TOPIC)
+        starting = _offsets.to_json(_end_offsets(consumer, SOURCE_TOPIC))
         result_starts = _end_offsets(consumer, RESULT_TOPIC)
-        consumer.assign(result_queues)
-        for queue in result_queues:
-            consumer.seek(queue, result_starts[queue.topic][queue.broker_name][str(queue.queue_id)])
+        consumer.assign(list(result_starts))
+        for queue, offset in result_starts.items():
+            consumer.seek(queue, offset)
         printer = _ResultPrinter(consumer, console)
         printer.start()
 
@@ -619,14 +621,9 @@ def run_demo(
             spark.stop()
 
 
-def _end_offsets(consumer: Any, topic: str) -> dict[str, dict[str, dict[str, int]]]:
-    """The next offset of every queue of ``topic``, in the connector's JSON form."""
-    offsets: dict[str, dict[str, dict[str, int]]] = {}
-    for queue in consumer.fetch_queues(topic):
-        offsets.setdefault(queue.topic, {}).setdefault(queue.broker_name, {})[str(queue.queue_id)] = (
-            consumer.end_offset(queue)
-        )
-    return offsets
+def _end_offsets(consumer: Any, topic: str) -> dict[MessageQueue, int]:
+    """The next offset of every queue of ``topic``."""
+    return {queue: consumer.end_offset(queue) for queue in consumer.fetch_queues(topic)}
 
 
 def _wait_until_running(query: Any, timeout: float) -> None:
