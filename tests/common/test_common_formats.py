@@ -95,3 +95,34 @@ def test_property_value_takes_the_last_of_a_repeated_name_as_decoding_does() -> 
 def test_group_names_follow_the_topic_characters_up_to_255_of_them(name: str, problem: str | None) -> None:
     error = group_name_error(name)
     assert (error is None) if problem is None else (error is not None and problem in error)
+
+
+_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8)
+_bean_keys = st.lists(
+    st.tuples(st.text("abcdefgh", min_size=1, max_size=6), st.integers(0, 99) | st.text(max_size=5)),
+    min_size=1,
+    max_size=3,
+    unique_by=lambda pair: pair[0],
+).map(tuple)
+_fastjson_values = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6) | _bean_keys, inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(_fastjson_values)
+def test_fastjson_bean_keyed_maps_round_trip(value: object) -> None:
+    """What dumps(bean_keys=True) writes (bean keys as objects, the form of Map<MessageQueue, ...>),
+    loads reads back: bean keys as tuples of (property, value) pairs in written order."""
+    assert fastjson.loads(fastjson.dumps(value, bean_keys=True)) == value
+
+
+@given(st.dictionaries(_bean_keys, _fastjson_values, min_size=1, max_size=3), st.data())
+def test_fastjson_refuses_a_cut_bean_keyed_map_with_value_error(value: object, data: st.DataObject) -> None:
+    text = fastjson.dumps(value, bean_keys=True).decode()
+    cut = data.draw(st.integers(0, len(text) - 1), label="cut at")
+    with pytest.raises(ValueError):
+        fastjson.loads(text[:cut])
