@@ -20,6 +20,7 @@ from _support import (
     query_offset_request,
     queue_table,
     run,
+    send,
     send_request,
 )
 
@@ -44,13 +45,9 @@ def reset(group: str, topic: str, timestamp: int, **extra: str) -> RemotingComma
     return RemotingCommand(code=RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext_fields=fields)
 
 
-async def send_many(client: RemotingClient, addr: str, topic: str, queue_id: int, count: int) -> list[int]:
-    offsets = []
+async def send_many(client: RemotingClient, addr: str, topic: str, queue_id: int, count: int) -> None:
     for i in range(count):
-        response = await client.invoke(addr, send_request(topic, f"m{i}".encode(), queue_id=queue_id))
-        assert response.code == 0, response.remark
-        offsets.append(int(response.ext_fields["queueOffset"]))
-    return offsets
+        await send(client, addr, topic, b"m%d" % i, queue_id)
 
 
 def test_groups_are_created_listed_updated_deleted_and_persisted(tmp_path: Path) -> None:
