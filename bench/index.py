@@ -91,12 +91,12 @@ def main() -> None:
             for _ in range(5)
         )
         offsets = list(range(0, BATCH * 1200, 1200))
-        bi = itertools.cycle(batches)
-        add_batch = min(
-            per_call_us(lambda: index.add_batch(TOPIC, next(bi), offsets, 1_700_000_000_000), len(batches))
+        bi = itertools.cycle([[m.uniq_key.encode() for m in batch] for batch in batches])
+        add_keys = min(
+            per_call_us(lambda: index.add_keys(TOPIC, next(bi), offsets, 1_700_000_000_000), len(batches))
             for _ in range(5)
         )
-        print(f"IndexService.add (one UNIQ_KEY) {add:.2f} µs, add_batch({BATCH}) {add_batch:.1f} µs")
+        print(f"IndexService.add (one UNIQ_KEY) {add:.2f} µs, add_keys({BATCH}) {add_keys:.1f} µs")
         entries = sum(f.count for f in index.files)
         wanted = msgs[len(msgs) // 2].uniq_key
         lookup = per_call_us(lambda: store.query_messages(TOPIC, wanted, 32, 0, 2**62, True), 20)

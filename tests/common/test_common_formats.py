@@ -14,7 +14,7 @@ from cometmq.broker._json_config import load_json_config, save_json_config
 from cometmq.common import fastjson
 from cometmq.common.javaprops import parse_properties
 from cometmq.common.naming import group_name_error
-from cometmq.common.properties import decode_properties, encode_properties, property_value
+from cometmq.common.properties import decode_properties, encode_properties, property_marker, property_value
 
 
 def test_fastjson_reads_unquoted_numeric_keys_but_not_inside_strings() -> None:
@@ -70,13 +70,21 @@ _PROPERTY_TEXT = st.text(st.characters(blacklist_characters="\x01\x02", blacklis
 def test_property_value_reads_what_decoding_reads(props: dict[str, str], name: str) -> None:
     text = encode_properties(props)
     for candidate in [name, *props]:
-        assert property_value("\x02" + text, candidate) == decode_properties(text).get(candidate, "")
+        expected = decode_properties(text).get(candidate, "")
+        assert property_value(text.encode(), property_marker(candidate)).decode() == expected
+        # The same inside a larger buffer, as the broker reads it from a batch body.
+        framed = b"\x02\x01TAGS\x01x\x02" + text.encode() + b"\x02KEYS\x01y"
+        at = len(framed) - len(text.encode()) - len(b"\x02KEYS\x01y")
+        assert (
+            property_value(framed, property_marker(candidate), at, at + len(text.encode())).decode()
+            == expected
+        )
 
 
 def test_property_value_takes_the_last_of_a_repeated_name_as_decoding_does() -> None:
     text = "TAGS\x01a\x02KEYS\x01k\x02TAGS\x01b"
     assert decode_properties(text)["TAGS"] == "b"
-    assert property_value("\x02" + text, "TAGS") == "b"
+    assert property_value(text.encode(), property_marker("TAGS")) == b"b"
 
 
 @pytest.mark.parametrize(

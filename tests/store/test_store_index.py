@@ -22,7 +22,8 @@ from store_testlib import SMALL_COMMITLOG, crash, make_msg, small_config
 import cometmq.store._store as store_module
 from cometmq.common.properties import encode_properties
 from cometmq.common.record import decode_records
-from cometmq.store import MessageStore, MessageToStore, PutResult, PutStatus
+from cometmq.common.taghash import java_string_hash
+from cometmq.store import MessageBatch, MessageStore, MessageToStore, PutResult, PutStatus
 from cometmq.store._index import IndexFile, IndexService, index_key_hash
 from cometmq.store.format import INDEX_HEADER_SIZE, unpack_index_header
 
@@ -179,6 +180,49 @@ def test_put_batch_is_indexed(open_store: OpenStore, tmp_path: Path) -> None:
     assert len(index_dir(tmp_path / "store")) == 5  # 24 entries
     assert store.put_batch([keyed_msg(body=b"plain")] * 3).status is PutStatus.PUT_OK
     assert len(index_dir(tmp_path / "store")) == 5
+
+
+def test_a_message_batch_is_stored_and_indexed_as_its_columns_say(open_store: OpenStore) -> None:
+    """The broker's form of a batch: bodies as views into the request, index names with owners."""
+    store = open_store()
+    request = b"..first..second..third"
+    view = memoryview(request)
+    texts = [
+        encode_properties({"UNIQ_KEY": "U0", "KEYS": "a b"}),
+        encode_properties({"TAGS": "t"}),
+        encode_properties({"UNIQ_KEY": "U2", "KEYS": "b"}),
+    ]
+    first = keyed_msg()
+    batch = MessageBatch(
+        "TopicTest",
+        0,
+        0,
+        first.born_timestamp,
+        first.born_host,
+        first.store_host,
+        [7, 8, 9],
+        [view[2:7], view[9:15], view[17:]],
+        [text.encode() for text in texts],
+        [0, java_string_hash("t"), 0],
+        [b"U0", b"a", b"b", b"U2", b"b"],
+        [0, 0, 0, 2, 2],
+    )
+    result = store.put_batch(batch)
+    assert result.status is PutStatus.PUT_OK and result.count == 3
+    got = store.get_messages("TopicTest", 0, 0, 10)
+    records = decode_records(b"".join(got.buffers), check_crc=True)
+    assert [(r.body, r.flag, r.properties, r.queue_offset) for r in records] == [
+        (b"first", 7, texts[0], 0),
+        (b"second", 8, texts[1], 1),
+        (b"third", 9, texts[2], 2),
+    ]
+    assert found(store, "b") == [b"third", b"first"]
+    assert found(store, "a") == [b"first"]
+    assert found(store, "U2", unique=True) == [b"third"]
+    # Columns that disagree in length are refused, and nothing is stored.
+    batch.tags_codes.pop()
+    assert store.put_batch(batch).status is PutStatus.MESSAGE_ILLEGAL
+    assert store.max_offset("TopicTest", 0) == 3
 
 
 def test_clean_restart_keeps_the_index(open_store: OpenStore, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ Layout of one entry (big-endian)::
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cometmq.errors import ProtocolError
@@ -24,30 +25,40 @@ class BatchEntry:
     properties: str
 
 
-def decode_batch_body(data: bytes) -> list[BatchEntry]:
-    """The entries of a batch body; ProtocolError when the body is not a well-formed batch."""
-    entries: list[BatchEntry] = []
+def batch_spans(data: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """``(flag, body_start, body_end, properties_end)`` of each entry of a batch body; the properties
+    start 2 bytes after the body. ProtocolError when the body is not a well-formed batch."""
     pos = 0
     end = len(data)
     head_size = ENTRY_HEAD.size
+    unpack_head = ENTRY_HEAD.unpack_from
+    unpack_length = PROPERTIES_LENGTH.unpack_from
     while pos < end:
         if end - pos < head_size + 2:
             raise ProtocolError(f"batch entry at byte {pos} is truncated")
-        total, _magic, _crc, flag, body_len = ENTRY_HEAD.unpack_from(data, pos)
+        total, _magic, _crc, flag, body_len = unpack_head(data, pos)
         body_start = pos + head_size
-        props_len_at = body_start + body_len
-        if body_len < 0 or total < head_size + 2 or pos + total > end or props_len_at + 2 > end:
+        body_end = body_start + body_len
+        if body_len < 0 or total < head_size + 2 or pos + total > end or body_end + 2 > end:
             raise ProtocolError(f"batch entry at byte {pos} has inconsistent lengths")
-        (props_len,) = PROPERTIES_LENGTH.unpack_from(data, props_len_at)
-        props_end = props_len_at + 2 + props_len
-        if props_len < 0 or props_end != pos + total:
-            raise ProtocolError(f"batch entry at byte {pos} has inconsistent lengths")
-        try:
-            properties = data[props_len_at + 2 : props_end].decode()
-        except UnicodeDecodeError:
-            raise ProtocolError(f"batch entry at byte {pos} has properties that are not UTF-8") from None
-        entries.append(BatchEntry(flag, data[body_start:props_len_at], properties))
+        (props_len,) = unpack_length(data, body_end)
         pos += total
+        if props_len < 0 or body_end + 2 + props_len != pos:
+            raise ProtocolError(f"batch entry at byte {body_start - head_size} has inconsistent lengths")
+        yield flag, body_start, body_end, pos
+
+
+def decode_batch_body(data: bytes) -> list[BatchEntry]:
+    """The entries of a batch body; ProtocolError when the body is not a well-formed batch."""
+    entries: list[BatchEntry] = []
+    for flag, body_start, body_end, props_end in batch_spans(data):
+        try:
+            properties = data[body_end + 2 : props_end].decode()
+        except UnicodeDecodeError:
+            raise ProtocolError(
+                f"batch entry at byte {body_start - ENTRY_HEAD.size} has properties that are not UTF-8"
+            ) from None
+        entries.append(BatchEntry(flag, data[body_start:body_end], properties))
     return entries
 
 

@@ -11,6 +11,7 @@ __all__ = [
     "PROPERTY_SEPARATOR",
     "decode_properties",
     "encode_properties",
+    "property_marker",
     "property_value",
 ]
 
@@ -47,16 +48,23 @@ def decode_properties(text: str) -> dict[str, str]:
     return result
 
 
-def property_value(framed: str, name: str) -> str:
-    """The value of one property, "" when absent, without decoding the rest (the batch send path
-    reads three names per message this way); a name given twice reads as its last value, as
-    decoding does. *framed* is the encoded text with a separator put in
-    front (``"\x02" + text``), so a name is always found at a boundary: neither names nor values
-    contain separators."""
-    marker = f"{PROPERTY_SEPARATOR}{name}{NAME_VALUE_SEPARATOR}"
-    start = framed.rfind(marker)  # a repeated name: the last one wins, as in decoding
-    if start < 0:
-        return ""
-    start += len(marker)
-    end = framed.find(PROPERTY_SEPARATOR, start)
-    return framed[start:] if end < 0 else framed[start:end]
+def property_marker(name: str) -> bytes:
+    """What precedes the value of property *name* in encoded properties (for ``property_value``)."""
+    return f"{name}{NAME_VALUE_SEPARATOR}".encode()
+
+
+def property_value(encoded: bytes, marker: bytes, start: int = 0, end: int | None = None) -> bytes:
+    """The value of one property in the encoded properties at ``encoded[start:end]``, b"" when
+    absent, without decoding the rest (the broker reads three names per message of a batch this
+    way); *marker* is ``property_marker(name)``. A name given twice reads as its last value, as
+    decoding does."""
+    if end is None:
+        end = len(encoded)
+    at = encoded.rfind(marker, start, end)
+    while at > start and encoded[at - 1] != 2:  # the end of a longer name ("XTAGS"): look further back
+        at = encoded.rfind(marker, start, at)
+    if at < 0:
+        return b""
+    at += len(marker)
+    stop = encoded.find(2, at, end)
+    return encoded[at : end if stop < 0 else stop]

@@ -34,10 +34,16 @@ from __future__ import annotations
 import ipaddress
 import mmap
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
+
+try:
+    # zlib's CRC-32, computed with SIMD: 0.07 against 0.45 µs for a 1 KiB body on the development VM,
+    # on every stored message (the broker's put) and every checked one (recovery, check_crc).
+    from isal.isal_zlib import crc32
+except ImportError:  # installed without its dependencies: zlib gives the same values
+    from zlib import crc32
 
 __all__ = [
     "BLANK_MAGIC_CODE",
@@ -52,6 +58,7 @@ __all__ = [
     "DecodedRecord",
     "RecordError",
     "body_crc",
+    "crc32",
     "decode_host",
     "decode_offset_msg_id",
     "decode_record_at",
@@ -61,7 +68,6 @@ __all__ = [
     "iter_records",
     "offset_msg_id",
     "pack_record_head",
-    "properties_field",
     "record_size",
     "topic_field",
 ]
@@ -104,7 +110,7 @@ def record_size(body_len: int, topic_len: int, props_len: int) -> int:
 
 def body_crc(body: bytes | memoryview) -> int:
     """BODYCRC as RocketMQ computes it: CRC32 masked to a non-negative Java int."""
-    return zlib.crc32(body) & _CRC_MASK
+    return crc32(body) & _CRC_MASK
 
 
 def encode_record_into(
@@ -145,7 +151,7 @@ def encode_record_into(
         pos,
         total,
         MESSAGE_MAGIC_CODE,
-        zlib.crc32(body) & _CRC_MASK,
+        crc32(body) & _CRC_MASK,
         queue_id,
         flag,
         queue_offset,
@@ -175,18 +181,13 @@ def encode_record_into(
 # pack_record_head(TOTALSIZE, MESSAGE_MAGIC_CODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET,
 # SYSFLAG, BORNTIMESTAMP, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES, PREPARED_TX_OFFSET,
 # BODYLENGTH) gives the 88 bytes before BODY (IPv4 hosts); a record is then
-# head + body + topic_field(topic) + properties_field(properties).
+# head + body + topic_field(topic) + PROPERTIESLENGTH (int16) + properties.
 pack_record_head: Final = _HEAD.pack
 
 
 def topic_field(topic: bytes) -> bytes:
     """TOPICLENGTH + TOPIC (the caller keeps the topic <= ``MAX_TOPIC_SIZE`` bytes)."""
     return bytes((len(topic),)) + topic
-
-
-def properties_field(properties: bytes) -> bytes:
-    """PROPERTIESLENGTH + PROPERTIES (the caller keeps them <= ``MAX_PROPERTIES_SIZE`` bytes)."""
-    return len(properties).to_bytes(2, "big") + properties
 
 
 @dataclass(slots=True)
@@ -275,7 +276,7 @@ def decode_record_at(mv: memoryview, pos: int, end: int, check_crc: bool = False
                 raise RecordError(f"record at {pos}: lengths do not add up to TOTALSIZE {total}")
             body = bytes(mv[pos + 88 : at])
             crc = fields[2]
-            if check_crc and zlib.crc32(body) & _CRC_MASK != crc:
+            if check_crc and crc32(body) & _CRC_MASK != crc:
                 raise RecordError(f"record at {pos}: body CRC mismatch")
             try:
                 topic = str(mv[at + 1 : tp], "utf-8")
@@ -358,7 +359,7 @@ def _decode_general(mv: memoryview, pos: int, total: int, magic: int, check_crc:
     properties = r.raw(r.int_(_I16)).decode()
     if r.at != r.limit:
         raise RecordError(f"record at {pos}: lengths do not add up to TOTALSIZE {total}")
-    if check_crc and zlib.crc32(body) & _CRC_MASK != crc:
+    if check_crc and crc32(body) & _CRC_MASK != crc:
         raise RecordError(f"record at {pos}: body CRC mismatch")
     return DecodedRecord(
         total,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +11,7 @@ __all__ = [
     "FlushDiskType",
     "GetResult",
     "GetStatus",
+    "MessageBatch",
     "MessageToStore",
     "PutResult",
     "PutStatus",
@@ -85,6 +86,78 @@ class MessageToStore:
     tags_code: int = 0
     keys: str = ""
     uniq_key: str = ""
+
+
+@dataclass(slots=True)
+class MessageBatch:
+    """Messages of one topic and queue for ``put_batch``: what they share, then one list item each.
+
+    Lists rather than a ``MessageToStore`` per message: the broker fills them in one pass over a
+    SEND_BATCH_MESSAGE body without making an object per message (bench/broker_send.py).
+
+    *properties[i]* is message i's encoded properties as stored and *tags_codes[i]* must be
+    ``java_string_hash`` of its TAGS (0 without). *index_keys* are the UTF-8 names the index gets,
+    message by message (its UNIQ_KEY, then each of its KEYS), and *index_owners[j]* is the position of
+    the message *index_keys[j]* belongs to. Recovery recomputes all three from the stored records.
+    """
+
+    topic: str
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_host: bytes
+    flags: list[int]
+    bodies: list[bytes | memoryview]
+    properties: list[bytes]
+    tags_codes: list[int]
+    index_keys: list[bytes] = field(default_factory=list)
+    index_owners: list[int] = field(default_factory=list)
+    reconsume_times: int = 0
+
+    @classmethod
+    def of(cls, msgs: Sequence[MessageToStore]) -> MessageBatch | None:
+        """The batch of *msgs*; None when they are none, do not share everything but flag, body and
+        properties, or carry properties that cannot be encoded (lone surrogates)."""
+        if not msgs:
+            return None
+        first = msgs[0]
+        shared = (
+            first.topic,
+            first.queue_id,
+            first.sys_flag,
+            first.born_timestamp,
+            first.born_host,
+            first.store_host,
+            first.reconsume_times,
+            0,
+        )
+        batch = cls(*shared[:6], [], [], [], [], reconsume_times=first.reconsume_times)
+        for i, m in enumerate(msgs):
+            if (
+                m.topic,
+                m.queue_id,
+                m.sys_flag,
+                m.born_timestamp,
+                m.born_host,
+                m.store_host,
+                m.reconsume_times,
+                m.prepared_transaction_offset,
+            ) != shared:
+                return None
+            try:
+                batch.properties.append(m.properties.encode())
+            except UnicodeEncodeError:
+                return None
+            batch.flags.append(m.flag)
+            batch.bodies.append(m.body)
+            batch.tags_codes.append(m.tags_code)
+            names = [m.uniq_key, *m.keys.split(" ")] if m.keys else [m.uniq_key]
+            for name in names:
+                if name:
+                    batch.index_keys.append(name.encode("utf-8", "surrogatepass"))
+                    batch.index_owners.append(i)
+        return batch
 
 
 @dataclass(slots=True)

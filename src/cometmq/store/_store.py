@@ -6,8 +6,7 @@ import logging
 import os
 import struct
 import time
-import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -19,9 +18,9 @@ from cometmq.common.record import (
     MIN_RECORD_SIZE,
     STOREHOST_V6_FLAG,
     DecodedRecord,
+    crc32,
     encode_record_into,
     pack_record_head,
-    properties_field,
     topic_field,
 )
 from cometmq.common.taghash import java_string_hash
@@ -36,6 +35,7 @@ from ._model import (
     FlushDiskType,
     GetResult,
     GetStatus,
+    MessageBatch,
     MessageToStore,
     PutResult,
     PutStatus,
@@ -46,6 +46,8 @@ from ._recovery import is_dispatched, recover
 from .format import CQ_UNIT, CQ_UNIT_SIZE, Checkpoint
 
 __all__ = ["ArrivalListener", "MessageStore", "parse_delay_levels"]
+
+_pack_properties_length: Final = struct.Struct(">H").pack  # a record's PROPERTIESLENGTH
 
 log = logging.getLogger("cometmq.store")
 
@@ -354,36 +356,45 @@ class MessageStore:
         self._last_store_ts = now
         return now
 
-    def put_batch(self, msgs: list[MessageToStore]) -> PutResult:
+    def put_batch(self, batch: MessageBatch | Sequence[MessageToStore]) -> PutResult:
         """Append messages of one topic and queue as consecutive records and queue offsets, in one
-        segment; all or nothing. Transaction prepared/rollback messages cannot be batched.
+        segment; all or nothing. Transaction prepared/rollback messages cannot be batched. A list of
+        ``MessageToStore`` is turned into a ``MessageBatch`` first.
 
-        Hot path (bench/store.py, "put_batch of 32"): the records are packed into one buffer and
-        copied into the segment with one slice assignment, and the units likewise; per message only
-        the properties check, the CRC and one struct pack remain.
+        Hot path (bench/broker_send.py, bench/store.py "put_batch of 32"): the records are packed
+        into one buffer and copied into the segment with one slice assignment, and the units
+        likewise; per message only a CRC and two struct packs remain.
         """
         if not self._accepting and not self._writes_resumed():
             return _failure(PutStatus.SERVICE_NOT_AVAILABLE)
-        if not msgs:
-            return _failure(PutStatus.MESSAGE_ILLEGAL)
-        first = msgs[0]
-        topic = self._queues.topic(first.topic)
-        queue_id = first.queue_id
-        if topic is None or queue_id < 0:
-            return _failure(PutStatus.MESSAGE_ILLEGAL)
-        fixed = MIN_RECORD_SIZE + len(topic.encoded)
-        props_fields: list[bytes] = []
-        total = 0
-        for m in msgs:
-            if m.topic != topic.name or m.queue_id != queue_id or not is_dispatched(m.sys_flag):
+        if not isinstance(batch, MessageBatch):
+            converted = MessageBatch.of(batch)
+            if converted is None:
                 return _failure(PutStatus.MESSAGE_ILLEGAL)
-            props = self._encoded_properties(m)
-            if isinstance(props, PutStatus):
-                return _failure(props)
-            props_fields.append(properties_field(props))
-            total += fixed + len(m.body) + len(props)
+            batch = converted
+        topic = self._queues.topic(batch.topic)
+        queue_id = batch.queue_id
+        bodies = batch.bodies
+        properties = batch.properties
+        count = len(bodies)
+        if (
+            topic is None
+            or queue_id < 0
+            or not count
+            or not len(batch.flags) == len(properties) == len(batch.tags_codes) == count
+            or not is_dispatched(batch.sys_flag)
+            or batch.sys_flag & _HOST_V6_FLAGS  # we only write IPv4 hosts (wire facts §6.2)
+            or len(batch.born_host) != 8
+            or len(batch.store_host) != 8
+            or max(map(len, bodies)) > self._max_body
+        ):
+            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        if max(map(len, properties)) > MAX_PROPERTIES_SIZE:
+            return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
+        fixed = MIN_RECORD_SIZE + len(topic.encoded)
+        total = fixed * count + sum(map(len, bodies)) + sum(map(len, properties))
         cq = self._queues.queue(topic, queue_id)
-        room = self._reserve(total, cq, len(msgs))
+        room = self._reserve(total, cq, count)
         if isinstance(room, PutStatus):
             return _failure(room)
         seg, pos = room
@@ -392,46 +403,53 @@ class MessageStore:
         first_phys = phys = seg.start + pos
         first_queue_offset = queue_offset = cq.max_offset
         topic_part = topic_field(topic.encoded)
+        tags_codes = batch.tags_codes
+        if topic.is_schedule:
+            tags_codes = [
+                self._delivery_time(text.decode(), now, code)
+                for text, code in zip(properties, tags_codes, strict=True)
+            ]
         pack_head = pack_record_head
-        crc32 = zlib.crc32
+        pack_length = _pack_properties_length
+        crc = crc32
         pack_unit = CQ_UNIT.pack
-        parts: list[bytes] = []
+        sys_flag = batch.sys_flag
+        born_timestamp = batch.born_timestamp
+        born_host = batch.born_host
+        store_host = batch.store_host
+        reconsume_times = batch.reconsume_times
+        parts: list[bytes | memoryview] = []
         units: list[bytes] = []
         offsets: list[int] = []
-        tags_codes: list[int] = []
         try:
-            for m, props_part in zip(msgs, props_fields, strict=True):
-                body = m.body
+            for flag, body, props, tags_code in zip(batch.flags, bodies, properties, tags_codes, strict=True):
                 n = len(body)
-                size = fixed + n + len(props_part) - 2
+                size = fixed + n + len(props)
                 parts += (
                     pack_head(
                         size,
                         MESSAGE_MAGIC_CODE,
-                        crc32(body) & 0x7FFFFFFF,
+                        crc(body) & 0x7FFFFFFF,
                         queue_id,
-                        m.flag,
+                        flag,
                         queue_offset,
                         phys,
-                        m.sys_flag,
-                        m.born_timestamp,
-                        m.born_host,
+                        sys_flag,
+                        born_timestamp,
+                        born_host,
                         now,
-                        m.store_host,
-                        m.reconsume_times,
-                        m.prepared_transaction_offset,
+                        store_host,
+                        reconsume_times,
+                        0,  # prepared transaction offset: never in a batch
                         n,
                     ),
                     body,
                     topic_part,
-                    props_part,
+                    pack_length(len(props)),
+                    props,
                 )
-                tags_code = m.tags_code
-                if topic.is_schedule:
-                    tags_code = self._delivery_time(m.properties, now, tags_code)
                 units.append(pack_unit(phys, size, tags_code))
                 offsets.append(phys)
-                tags_codes.append(tags_code)
                 phys += size
                 queue_offset += 1
         except struct.error:  # a field out of range; nothing was written
@@ -439,8 +457,8 @@ class MessageStore:
         seg.mm[pos : pos + total] = b"".join(parts)
         cl.wrote_pos = pos + total
         cq.append_units(b"".join(units))
-        if self._index is not None:
-            self._index.add_batch(topic.name, msgs, offsets, now)
+        if self._index is not None and batch.index_keys:
+            self._index.add_keys(topic.name, batch.index_keys, [offsets[i] for i in batch.index_owners], now)
         # Published last: the flush thread and readers rely on everything below being complete.
         cl.max_offset = phys
         if self._listeners:
@@ -450,10 +468,9 @@ class MessageStore:
         flusher = self._flusher
         if flusher is not None and phys >= flusher.wake_at:
             flusher.poke()
-        host = first.store_host  # the broker stamps one store host on a whole batch
-        host_hex = self._host_hex.get(host) or self._remember_host(host)
+        host_hex = self._host_hex.get(store_host) or self._remember_host(store_host)
         ids = [f"{host_hex}{off:016X}" for off in offsets]
-        return PutResult(PutStatus.PUT_OK, first_phys, first_queue_offset, len(msgs), now, ids, total)
+        return PutResult(PutStatus.PUT_OK, first_phys, first_queue_offset, count, now, ids, total)
 
     async def wait_flushed(self, commitlog_end_offset: int) -> bool:
         """True once the commit log is on disk up to *commitlog_end_offset* (normally
