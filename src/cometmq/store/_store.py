@@ -469,7 +469,9 @@ class MessageStore:
         if flusher is not None and phys >= flusher.wake_at:
             flusher.poke()
         host_hex = self._host_hex.get(store_host) or self._remember_host(store_host)
-        ids = [f"{host_hex}{off:016X}" for off in offsets]
+        # Offset message ids: every offset in hex in one call, then cut (half the cost of formatting each).
+        hexes = struct.pack(f">{count}q", *offsets).hex().upper()
+        ids = [host_hex + hexes[i : i + 16] for i in range(0, 16 * count, 16)]
         return PutResult(PutStatus.PUT_OK, first_phys, first_queue_offset, count, now, ids, total)
 
     async def wait_flushed(self, commitlog_end_offset: int) -> bool:
