@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cometmq.errors import ProtocolError
 from cometmq.remoting import FrameDecoder, RemotingCommand, SerializeType, decode_frame, encode, encode_bytes
-from cometmq.remoting.codec import MAX_FRAME_SIZE
+from cometmq.remoting.codec import MAX_FRAME_SIZE, encode_header
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "frames"
 
@@ -185,3 +185,43 @@ def test_hostile_json_headers_are_protocol_errors(header: bytes) -> None:
     frame = struct.pack(">ii", 4 + len(header), len(header)) + header
     with pytest.raises(ProtocolError):
         FrameDecoder().feed(frame)
+
+
+# Headers are read and written with orjson when it is installed; the standard library is the
+# reference it must agree with, and decides what orjson refuses.
+any_text = st.text(max_size=40)  # lone surrogates included
+
+
+@given(commands.filter(lambda c: c.serialize_type == SerializeType.JSON))
+def test_json_headers_are_written_byte_for_byte_as_the_standard_encoder_writes_them(
+    cmd: RemotingCommand,
+) -> None:
+    header = json.loads(encode_header(cmd))
+    assert encode_header(cmd) == json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@given(any_text, st.dictionaries(any_text.filter(bool), any_text, max_size=4))
+def test_text_orjson_refuses_round_trips_through_the_standard_library(
+    remark: str, fields: dict[str, str]
+) -> None:
+    cmd = RemotingCommand(code=1, remark=remark or None, ext_fields=fields, serialize_type=SerializeType.JSON)
+    _same(decode_frame(encode_bytes(cmd)[4:]), cmd)
+
+
+@pytest.mark.parametrize(
+    ("header", "opaque", "remark"),
+    [
+        (b'{"code":1,"opaque":7,"remark":"\\ud800"}', 7, "\ud800"),  # an escaped lone surrogate
+        (b'{"code":1,"opaque":NaN,"remark":"x"}', None, "x"),  # NaN: int() refuses it below
+    ],
+)
+def test_json_headers_orjson_refuses_are_read_as_the_standard_library_reads_them(
+    header: bytes, opaque: int | None, remark: str | None
+) -> None:
+    frame = struct.pack(">ii", 4 + len(header), len(header)) + header
+    if opaque is None:
+        with pytest.raises(ProtocolError, match="opaque"):
+            FrameDecoder().feed(frame)
+        return
+    (cmd,) = FrameDecoder().feed(frame)
+    assert (cmd.code, cmd.opaque, cmd.remark) == (1, opaque, remark)

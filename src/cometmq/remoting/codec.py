@@ -37,6 +37,20 @@ _LANGUAGE_BY_NAME = {lang.name: lang for lang in LanguageCode}
 
 _json_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
+try:
+    # Every request and response header goes through JSON. orjson writes what the encoder above
+    # writes (compact, UTF-8) in a tenth of the time and reads in under half; on what it refuses
+    # (lone surrogates, NaN) the standard library decides, as before. It reads integers beyond 64 bits
+    # as floats, where the standard library keeps them exact: no RocketMQ header field is that wide.
+    import orjson
+
+    _fast_loads: Any = orjson.loads
+    _fast_dumps: Any = orjson.dumps
+    _fast_errors: tuple[type[Exception], ...] = (orjson.JSONDecodeError, orjson.JSONEncodeError)
+except ImportError:  # installed without its dependencies
+    _fast_loads = _fast_dumps = None
+    _fast_errors = ()
+
 
 def _java_string(value: Any) -> str | None:
     """The string a Java peer would see for a JSON extFields value (fastjson into Map<String,String>)."""
@@ -55,9 +69,18 @@ def _java_string(value: Any) -> str | None:
     return _json_encoder.encode(value)
 
 
+def _loads(header: bytes) -> Any:
+    if _fast_loads is not None:
+        try:
+            return _fast_loads(header)
+        except _fast_errors:
+            pass
+    return json.loads(header)
+
+
 def _decode_json_header(header: bytes, body: bytes | memoryview) -> RemotingCommand:
     try:
-        obj = json.loads(header)
+        obj = _loads(header)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ProtocolError(f"header is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
@@ -314,6 +337,11 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
     }
     if cmd.remark is not None:
         header["remark"] = cmd.remark
+    if _fast_dumps is not None:
+        try:
+            return _fast_dumps(header)  # type: ignore[no-any-return]
+        except _fast_errors:
+            pass
     return _json_encoder.encode(header).encode()
 
 
