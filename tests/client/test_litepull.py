@@ -284,3 +284,73 @@ def test_pause_holds_back_a_queue_until_resume(server: StandaloneServer) -> None
             assert [m.body for m in resumed] == [b"p%d" % i for i in range(10)]
 
     run(scenario())
+
+
+def test_waiting_polls_are_woken_by_a_message_and_one_that_finds_nothing_times_out_empty(
+    server: StandaloneServer,
+) -> None:
+    async def scenario() -> None:
+        await create_topic(server, "LpWake", 1)
+        async with LitePullConsumer("GID_lp_wake", server.namesrv, consume_from="first") as consumer:
+            consumer.assign(await consumer.fetch_queues("LpWake"))
+            assert await consumer.poll(timeout=0.2) == []
+            # Two polls wait at once; the message goes to one, the other waits on and ends empty.
+            polls = [asyncio.ensure_future(consumer.poll(timeout=2.0)) for _ in range(2)]
+            await send_to_queue(server, "LpWake", 0, [b"wake"])
+            results = await asyncio.gather(*polls)
+            assert sorted([m.body for m in got] for got in results) == [[], [b"wake"]]
+            assert consumer._pollers == []
+
+    run(scenario())
+
+
+def test_a_cancelled_poll_leaves_nothing_behind_and_the_next_poll_gets_the_message(
+    server: StandaloneServer,
+) -> None:
+    async def scenario() -> None:
+        await create_topic(server, "LpCancel", 1)
+        async with LitePullConsumer("GID_lp_cancel", server.namesrv, consume_from="first") as consumer:
+            consumer.assign(await consumer.fetch_queues("LpCancel"))
+            waiting = asyncio.ensure_future(consumer.poll(timeout=30.0))
+            await wait_until(lambda: consumer._pollers, message="the poll waits")
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert consumer._pollers == []
+            await send_to_queue(server, "LpCancel", 0, [b"later"])
+            assert [m.body for m in await poll_until(consumer, 1)] == [b"later"]
+
+    run(scenario())
+
+
+def test_pull_ahead_stops_at_the_threshold_and_polls_take_one_batch_per_queue_in_turn(
+    server: StandaloneServer,
+) -> None:
+    async def scenario() -> None:
+        await create_topic(server, "LpTurns", 2)
+        for qid in range(2):
+            await send_to_queue(server, "LpTurns", qid, [b"%d-%d" % (qid, i) for i in range(16)])
+        consumer = LitePullConsumer(
+            "GID_lp_turns",
+            server.namesrv,
+            consume_from="first",
+            pull_batch_size=4,
+            pull_threshold_per_queue=4,
+            max_poll_messages=4,
+        )
+        async with consumer:
+            queues = await consumer.fetch_queues("LpTurns")
+            consumer.assign(queues)
+            states = [consumer._states[q] for q in queues]
+            await wait_until(lambda: all(s.cached == 4 for s in states), message="both queues pulled")
+            await asyncio.sleep(0.3)
+            assert [s.cached for s in states] == [4, 4]  # nothing pulled past the threshold
+            turns = []
+            for _ in range(6):
+                await wait_until(lambda: all(s.batches for s in states), message="both queues ready")
+                got = await consumer.poll(timeout=5.0)
+                assert len({m.queue_id for m in got}) == 1 and len(got) == 4
+                turns.append(got[0].queue_id)
+            assert turns in ([0, 1] * 3, [1, 0] * 3)
+
+    run(scenario())

@@ -51,7 +51,7 @@ class PullProcessor:
 
     def handle(
         self, conn: Connection, request: RemotingCommand
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | Awaitable[RemotingCommand | None]:
         broker = self._broker
         group = str_field(request, "consumerGroup")
         topic = str_field(request, "topic")
@@ -140,29 +140,35 @@ class PullProcessor:
             timeout_ms = int_field(request, "suspendTimeoutMillis", default=15000)
             if not broker.config.long_polling_enable:
                 timeout_ms = broker.config.short_polling_time_mills
-            held = broker.pull_holds.park(topic, queue_id, offset, codes)
-            return self._held(request, topic, queue_id, held, max_nums, codes, accept, timeout_ms / 1000)
+            return self._hold(conn, request, topic, queue_id, offset, max_nums, codes, accept, timeout_ms)
         return self._found(request, result, code)
 
-    async def _held(
+    def _hold(
         self,
+        conn: Connection,
         request: RemotingCommand,
         topic: str,
         queue_id: int,
-        held: HeldPull,
+        offset: int,
         max_nums: int,
         codes: frozenset[int] | None,
         accept: RecordFilter | None,
-        timeout: float,
-    ) -> RemotingCommand:
+        timeout_ms: int,
+    ) -> Awaitable[RemotingCommand | None]:
+        """Park a pull that found nothing, in the same loop step as that read. A matching arrival
+        answers it (``answer``); the returned coroutine answers it only at its deadline or shutdown."""
         broker = self._broker
+        holds = broker.pull_holds
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(timeout, MAX_HOLD_S)
-        while True:
-            await broker.pull_holds.wait(topic, queue_id, held, max(0.0, deadline - loop.time()))
-            result = broker.store.get_messages(
+        deadline = loop.time() + min(timeout_ms / 1000, MAX_HOLD_S)
+
+        def read(held: HeldPull) -> GetResult:
+            return broker.store.get_messages(
                 topic, queue_id, held.offset, max_nums, codes, record_filter=accept
             )
+
+        def answer(held: HeldPull) -> bool:
+            result = read(held)
             if (
                 accept is not None
                 and result.status is GetStatus.NO_MATCHED_MESSAGE
@@ -171,10 +177,23 @@ class PullProcessor:
             ):
                 # Everything that arrived failed the SQL92 filter: hold on past it instead of making
                 # the consumer spin on PULL_RETRY_IMMEDIATELY (RocketMQ evaluates the filter before
-                # waking a held pull, to the same effect). Parked in the same step as the read.
-                held = broker.pull_holds.park(topic, queue_id, result.next_begin_offset, None)
-                continue
+                # waking a held pull, to the same effect).
+                held.offset = result.next_begin_offset
+                held.codes = None
+                return False
+            response = self._found(request, result, _status_code(result, held.offset))
+            if not request.is_oneway:  # as Connection answers a request
+                conn.send(response)
+            return True
+
+        async def until_answered(held: HeldPull) -> RemotingCommand | None:
+            if await holds.wait(topic, queue_id, held, max(0.0, deadline - loop.time())):
+                return None  # answered on arrival
+            # Timed out, or released at shutdown: answer with what is there now.
+            result = read(held)
             return self._found(request, result, _status_code(result, held.offset))
+
+        return until_answered(holds.park(topic, queue_id, offset, codes, answer))
 
     def _found(self, request: RemotingCommand, result: GetResult, code: int) -> RemotingCommand:
         response = request.response(

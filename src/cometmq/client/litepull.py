@@ -158,7 +158,8 @@ class LitePullConsumer:
         self._assigned_by_user = False
         self._states: dict[MessageQueue, _QueueState] = {}
         self._ready: deque[_QueueState] = deque()
-        self._ready_event: asyncio.Event | None = None
+        # Each waiting poll's future, resolved when a batch is ready (or by the poll's own timer).
+        self._pollers: list[asyncio.Future[None]] = []
         self._committed: dict[MessageQueue, int] = {}
         self._rebalance_wanted: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -178,7 +179,6 @@ class LitePullConsumer:
             self.namesrv, instance_name=self._instance_name, request_timeout=self._request_timeout
         )
         self._instance.start()
-        self._ready_event = asyncio.Event()
         self._rebalance_wanted = asyncio.Event()
         self._started = True
         for state in self._states.values():
@@ -380,17 +380,23 @@ class LitePullConsumer:
         wait = self.poll_timeout if timeout is None else timeout
         if wait <= 0:
             return messages
-        ready = self._ready_event
-        assert ready is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while True:
-            ready.clear()
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ready.wait(), remaining)
+            # A future and a bare timer rather than asyncio.wait_for(event.wait()), which runs the
+            # wait as a task of its own: three loop steps from a pulled batch to poll, not one
+            # (``cometmq bench latency``).
+            waiter = loop.create_future()
+            self._pollers.append(waiter)
+            timer = loop.call_later(remaining, _release, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._pollers.remove(waiter)
             messages = self._drain()
             if messages:
                 return messages
@@ -516,12 +522,17 @@ class LitePullConsumer:
     def _start_pulling(self, state: _QueueState) -> None:
         state.task = asyncio.create_task(self._pull_loop(state, state.epoch))
 
-    def _mark_ready(self, state: _QueueState) -> None:
+    def _mark_ready(self, state: _QueueState) -> bool:
+        """Queue ``state`` for poll; True if a waiting poll was woken."""
         if not state.in_ready:
             state.in_ready = True
             self._ready.append(state)
-        assert self._ready_event is not None
-        self._ready_event.set()
+        woken = False
+        for waiter in self._pollers:
+            if not waiter.done():
+                waiter.set_result(None)
+                woken = True
+        return woken
 
     def _subscription(self, topic: str) -> SubscriptionData:
         sub = self._subscriptions.get(topic)
@@ -596,8 +607,12 @@ class LitePullConsumer:
             messages = result.messages
             state.batches.append((messages, result.next_begin_offset))
             state.cached += len(messages)
-            if not state.paused:
-                self._mark_ready(state)
+            woke_poll = not state.paused and self._mark_ready(state)
+            if woke_poll and result.next_begin_offset >= result.max_offset:
+                # A poll was waiting and the queue has nothing more (the next pull will be held): let
+                # the poll take the batch before this task writes that pull, whose send would delay
+                # the handover (bench latency). Behind, the next pull goes out first (bench consume).
+                await asyncio.sleep(0)
 
     # internals: group membership ---------------------------------------------------------------
 
@@ -725,6 +740,11 @@ class LitePullConsumer:
                 await self._commit_positions(only_changed=True)
             except CometMQError as exc:
                 log.warning("%s: auto-commit failed: %s", self.group, exc)
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _first_gap(messages: list[ReceivedMessage]) -> tuple[int, int]:
