@@ -1,7 +1,8 @@
 """The storage engine: commit log, consume queues, message index, flushing and recovery.
 
-It knows nothing of the network: the broker hands it ``MessageToStore`` objects and serves the
-``memoryview`` records it gets back. The on-disk format is documented in ``cometmq.store.format``.
+It knows nothing of the network: the broker hands it a ``MessageToStore`` per message (a
+``MessageBatch`` for a batch) and serves the ``memoryview`` records it gets back. The on-disk
+format is documented in ``cometmq.store.format``.
 """
 
 from ._clean import CleanReport, parse_delete_when
