@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -219,10 +220,21 @@ def test_a_message_batch_is_stored_and_indexed_as_its_columns_say(open_store: Op
     assert found(store, "b") == [b"third", b"first"]
     assert found(store, "a") == [b"first"]
     assert found(store, "U2", unique=True) == [b"third"]
-    # Columns that disagree in length are refused, and nothing is stored.
-    batch.tags_codes.pop()
-    assert store.put_batch(batch).status is PutStatus.MESSAGE_ILLEGAL
+    # Columns that disagree, and index names owned by no message of the batch, are refused before
+    # anything is written.
+    for spoil in (
+        lambda b: b.tags_codes.pop(),
+        lambda b: b.index_owners.pop(),
+        lambda b: b.index_owners.__setitem__(-1, 3),
+        lambda b: b.index_owners.__setitem__(0, -1),
+    ):
+        spoilt = dataclasses.replace(
+            batch, tags_codes=list(batch.tags_codes), index_owners=list(batch.index_owners)
+        )
+        spoil(spoilt)
+        assert store.put_batch(spoilt).status is PutStatus.MESSAGE_ILLEGAL
     assert store.max_offset("TopicTest", 0) == 3
+    assert store.commitlog_max_offset == result.commitlog_end_offset
 
 
 def test_clean_restart_keeps_the_index(open_store: OpenStore, tmp_path: Path) -> None:

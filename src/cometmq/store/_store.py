@@ -66,6 +66,16 @@ _time_ns: Final = time.time_ns
 _REFUSED_RECHECK_S: Final = 1.0
 
 
+def _storable_hosts(sys_flag: int, born_host: bytes, store_host: bytes) -> bool:
+    """Whether the hosts fit the record: we only write IPv4 hosts (wire facts §6.2)."""
+    return not sys_flag & _HOST_V6_FLAGS and len(born_host) == 8 and len(store_host) == 8
+
+
+def _owners_in_range(owners: list[int], keys: int, count: int) -> bool:
+    """Whether a batch's index owners (in message order) name one of its *count* messages each."""
+    return len(owners) == keys and (not owners or (owners[0] >= 0 and owners[-1] < count))
+
+
 def _failure(status: PutStatus) -> PutResult:
     return PutResult(status, -1, -1, 0, 0, [], 0)
 
@@ -291,12 +301,7 @@ class MessageStore:
 
     def _encoded_properties(self, msg: MessageToStore) -> bytes | PutStatus:
         """The message's properties as stored, or why the message cannot be stored."""
-        if (
-            len(msg.body) > self._max_body
-            or msg.sys_flag & _HOST_V6_FLAGS  # we only write IPv4 hosts (wire facts §6.2)
-            or len(msg.born_host) != 8
-            or len(msg.store_host) != 8
-        ):
+        if len(msg.body) > self._max_body or not _storable_hosts(msg.sys_flag, msg.born_host, msg.store_host):
             return PutStatus.MESSAGE_ILLEGAL
         try:
             props = msg.properties.encode()
@@ -382,10 +387,9 @@ class MessageStore:
             or queue_id < 0
             or not count
             or not len(batch.flags) == len(properties) == len(batch.tags_codes) == count
+            or not _owners_in_range(batch.index_owners, len(batch.index_keys), count)
             or not is_dispatched(batch.sys_flag)
-            or batch.sys_flag & _HOST_V6_FLAGS  # we only write IPv4 hosts (wire facts §6.2)
-            or len(batch.born_host) != 8
-            or len(batch.store_host) != 8
+            or not _storable_hosts(batch.sys_flag, batch.born_host, batch.store_host)
             or max(map(len, bodies)) > self._max_body
         ):
             return _failure(PutStatus.MESSAGE_ILLEGAL)
@@ -452,13 +456,14 @@ class MessageStore:
                 offsets.append(phys)
                 phys += size
                 queue_offset += 1
+            key_offsets = [offsets[i] for i in batch.index_owners]
         except struct.error:  # a field out of range; nothing was written
             return _failure(PutStatus.MESSAGE_ILLEGAL)
         seg.mm[pos : pos + total] = b"".join(parts)
         cl.wrote_pos = pos + total
         cq.append_units(b"".join(units))
-        if self._index is not None and batch.index_keys:
-            self._index.add_keys(topic.name, batch.index_keys, [offsets[i] for i in batch.index_owners], now)
+        if self._index is not None and key_offsets:
+            self._index.add_keys(topic.name, batch.index_keys, key_offsets, now)
         # Published last: the flush thread and readers rely on everything below being complete.
         cl.max_offset = phys
         if self._listeners:
