@@ -181,9 +181,7 @@ class PullProcessor:
                 held.offset = result.next_begin_offset
                 held.codes = None
                 return False
-            response = self._found(request, result, _status_code(result, held.offset))
-            if not request.is_oneway:  # as Connection answers a request
-                conn.send(response)
+            conn.reply(request, self._found(request, result, _status_code(result, held.offset)))
             return True
 
         async def until_answered(held: HeldPull) -> RemotingCommand | None:

@@ -132,15 +132,15 @@ class Connection(asyncio.BufferedProtocol):
         if self._handler is None:
             return
         if len(self._tasks) >= MAX_PENDING_REQUESTS_PER_CONNECTION:
-            self._reply(request, request.response(ResponseCode.SYSTEM_BUSY, "[OVERLOAD] too many requests"))
+            self.reply(request, request.response(ResponseCode.SYSTEM_BUSY, "[OVERLOAD] too many requests"))
             return
         try:
             result = self._handler(self, request)
         except Exception as exc:
-            self._reply(request, _error_response(request, exc))
+            self.reply(request, _error_response(request, exc))
             return
         if result is None or isinstance(result, RemotingCommand):
-            self._reply(request, result)
+            self.reply(request, result)
             return
         task = asyncio.ensure_future(self._finish(request, result))
         self._tasks.add(task)
@@ -153,11 +153,13 @@ class Connection(asyncio.BufferedProtocol):
             raise
         except Exception as exc:
             response = _error_response(request, exc)
-        self._reply(request, response)
+        self.reply(request, response)
 
-    def _reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+    def reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        """Answer *request* with *response*, as the dispatcher answers what a handler returns; for a
+        handler that answers later by itself (a held pull answered on a message's arrival)."""
         # The oneway bit is only a hint (C++ never sets it on the wire), so answer unless it is set.
-        if response is None or request.flag & ONEWAY_FLAG:
+        if response is None or request.is_oneway:
             return
         try:
             self.send(response)
