@@ -21,6 +21,7 @@ from cometmq.common.naming import (
     topic_name_error,
 )
 from cometmq.common.properties import (
+    KEY_SEPARATOR,
     PROPERTY_SEPARATOR,
     decode_properties,
     encode_properties,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 # general path, where they are merged name by name.
 _INDEXED_NAMES = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "DELAY", "TRAN_MSG", "WAIT"})
 _SEPARATOR = PROPERTY_SEPARATOR.encode()
+_KEY_SEPARATOR = KEY_SEPARATOR.encode()
 _TAGS, _KEYS, _UNIQ_KEY = (property_marker(name) for name in ("TAGS", "KEYS", "UNIQ_KEY"))
 
 
@@ -175,7 +177,7 @@ def _batch_columns(data: bytes, header: _SendHeader, suffix: bytes) -> MessageBa
             owners.append(i)
         keys = property_value(data, _KEYS, start, end)
         if keys:
-            for key in keys.split(b" ") if b" " in keys else (keys,):
+            for key in keys.split(_KEY_SEPARATOR) if _KEY_SEPARATOR in keys else (keys,):
                 if key:
                     index_keys.append(key)
                     owners.append(i)

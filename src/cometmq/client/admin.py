@@ -24,7 +24,7 @@ from cometmq.common.naming import (
     group_name_error,
     topic_name_error,
 )
-from cometmq.common.properties import decode_properties, encode_properties
+from cometmq.common.properties import KEY_SEPARATOR, decode_properties, encode_properties
 from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
 from cometmq.common.route import BrokerData, ClusterInfo, TopicList, TopicRouteData, parse_kv_table
 from cometmq.common.subscription import SubscriptionData
@@ -767,4 +767,4 @@ def _has_key(rec: DecodedRecord, topic: str, key: str, unique: bool) -> bool:
     if unique:
         # What a Java client calls the msgId: UNIQ_KEY, else the offset message id.
         return rec.topic == topic and props.get("UNIQ_KEY", rec.offset_msg_id) == key
-    return rec.topic == topic and key in props.get("KEYS", "").split(" ")
+    return rec.topic == topic and key in props.get("KEYS", "").split(KEY_SEPARATOR)

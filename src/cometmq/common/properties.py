@@ -7,6 +7,7 @@ trailing ``\\x02``; the C++ and JS clients write one after every pair, so decodi
 from __future__ import annotations
 
 __all__ = [
+    "KEY_SEPARATOR",
     "NAME_VALUE_SEPARATOR",
     "PROPERTY_SEPARATOR",
     "decode_properties",
@@ -17,6 +18,7 @@ __all__ = [
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
+KEY_SEPARATOR = " "  # between the keys of the KEYS property (RocketMQ's MessageConst.KEY_SEPARATOR)
 
 
 def encode_properties(props: dict[str, str]) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
-from cometmq.common.properties import decode_properties
+from cometmq.common.properties import KEY_SEPARATOR, decode_properties
 from cometmq.common.record import BLANK_MAGIC_CODE, RecordError, decode_record_at, iter_records
 
 from ._commitlog import CommitLog
@@ -51,7 +51,6 @@ _crc32: Final = zlib.crc32
 _NO_TIMESTAMP: Final = 1 << 62  # in-memory begin timestamp of an empty file: above any real one
 _EVERYTHING: Final = 1 << 62  # "first record not indexed" while every record is
 _NAME_LENGTH: Final = 17  # yyyyMMddHHmmssSSS
-_KEY_SEPARATOR: Final = " "  # RocketMQ's MessageConst.KEY_SEPARATOR
 
 
 def _topic_crc(topic: str) -> int:
@@ -438,7 +437,7 @@ class IndexService:
             prefix = self._topic_prefix(topic)
         f = self._cur
         if keys:
-            names = keys.split(_KEY_SEPARATOR)
+            names = keys.split(KEY_SEPARATOR)
             if uniq_key:
                 names.insert(0, uniq_key)
             if "" in names:  # empty KEYS entries are no keys
@@ -641,7 +640,7 @@ def _matches(record: memoryview, topic: str, key: str, begin_ms: int, end_ms: in
     props = decode_properties(rec.properties)
     if unique:
         return props.get("UNIQ_KEY") == key
-    return key in props.get("KEYS", "").split(_KEY_SEPARATOR)
+    return key in props.get("KEYS", "").split(KEY_SEPARATOR)
 
 
 def _is_record_boundary(cl: CommitLog, offset: int) -> bool:

@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cometmq.common.properties import KEY_SEPARATOR
+
 __all__ = [
     "FlushDiskType",
     "GetResult",
@@ -152,7 +154,7 @@ class MessageBatch:
             batch.flags.append(m.flag)
             batch.bodies.append(m.body)
             batch.tags_codes.append(m.tags_code)
-            names = [m.uniq_key, *m.keys.split(" ")] if m.keys else [m.uniq_key]
+            names = [m.uniq_key, *m.keys.split(KEY_SEPARATOR)] if m.keys else [m.uniq_key]
             for name in names:
                 if name:
                     batch.index_keys.append(name.encode("utf-8", "surrogatepass"))
