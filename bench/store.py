@@ -25,6 +25,8 @@ import argparse
 import asyncio
 import os
 import re
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +37,7 @@ from pathlib import Path
 from cometmq.common.properties import encode_properties
 from cometmq.common.record import encode_host
 from cometmq.remoting import RemotingClient, ResponseCode
-from cometmq.store import FlushDiskType, MessageStore, MessageToStore, StoreConfig
+from cometmq.store import FlushDiskType, MessageBatch, MessageStore, MessageToStore, StoreConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "broker")]
@@ -66,7 +68,7 @@ def make_messages(count: int, size: int, queues: int = 8) -> list[MessageToStore
                 body=body,
                 properties=props,
                 sys_flag=0,
-                born_timestamp=1_700_000_000_000 + i,
+                born_timestamp=1_700_000_000_000,  # one per batch on the wire; kept equal for all
                 born_host=BORN_HOST,
                 store_host=STORE_HOST,
                 tags_code=2598919,  # java_string_hash("TagA")
@@ -140,15 +142,18 @@ def single_puts(store: MessageStore, msgs: list[MessageToStore]) -> None:
         put(m)
 
 
-def make_batches(msgs: list[MessageToStore]) -> list[list[MessageToStore]]:
-    """Batches of BATCH messages of one queue each (what one SEND_BATCH_MESSAGE carries)."""
+def make_batches(msgs: list[MessageToStore]) -> list[MessageBatch]:
+    """Batches of BATCH messages of one queue each, as the broker hands a SEND_BATCH_MESSAGE over."""
     by_queue: dict[int, list[MessageToStore]] = {}
     for m in msgs:
         by_queue.setdefault(m.queue_id, []).append(m)
-    return [q[i : i + BATCH] for q in by_queue.values() for i in range(0, len(q), BATCH)]
+    batches = [MessageBatch.of(q[i : i + BATCH]) for q in by_queue.values() for i in range(0, len(q), BATCH)]
+    if None in batches:
+        raise SystemExit("the bench's messages do not form batches")
+    return [b for b in batches if b is not None]
 
 
-def batch_puts(store: MessageStore, batches: list[list[MessageToStore]]) -> None:
+def batch_puts(store: MessageStore, batches: list[MessageBatch]) -> None:
     put_batch = store.put_batch
     for b in batches:
         put_batch(b)
@@ -179,6 +184,9 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=200_000, help="messages per workload")
     parser.add_argument("--sync-count", type=int, default=40_000, help="messages per SYNC_FLUSH workload")
     parser.add_argument("--size", type=int, default=1024, help="body bytes")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="fresh stores per workload (3); the median is shown"
+    )
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: temp dir)")
     args = parser.parse_args()
 
@@ -218,32 +226,42 @@ def main() -> None:
                 lambda s: batches_waiting(s, sync_batches),
             ),
         ]
-        print(f"  {'mode':<11} {'workload':<22} {'appends/s':>10} {'flushed/s':>10} {'MB/s':>6}  of disk")
+        print(
+            f"  {'mode':<11} {'workload':<22} {'appends/s':>10} {'flushed/s':>10} {'MB/s':>6}  of disk"
+            f"  flushed/s of the {args.rounds} rounds"
+        )
         rates: dict[tuple[str, str], float] = {}
         for i, (name, mode, batch_msgs, run) in enumerate(workloads):
-            store = open_store(directory, f"store{i}", mode)
-            try:
-                appended, flushed = timed(store, lambda: run(store))  # noqa: B023 - called at once
-            finally:
-                store.shutdown()
+            rounds = []
+            for r in range(args.rounds):
+                store = open_store(directory, f"store{i}-{r}", mode)
+                try:
+                    rounds.append(timed(store, lambda: run(store)))  # noqa: B023 - called at once
+                    stored = sum(store.max_offset("BenchTopic", q) for q in store.queue_ids("BenchTopic"))
+                    if stored != len(batch_msgs):  # a refused put would otherwise pass for a fast one
+                        raise SystemExit(f"{mode.value} {name}: only {stored} of {len(batch_msgs)} stored")
+                finally:
+                    store.shutdown()
+                    shutil.rmtree(directory / f"store{i}-{r}")
+            appended, flushed = median_round(rounds)
             rates[mode.value, name] = len(batch_msgs) / flushed
             report(
                 mode.value,
                 name,
                 len(batch_msgs) / appended,
-                len(batch_msgs) / flushed,
+                [len(batch_msgs) / f for _, f in rounds],
                 record_bytes(batch_msgs) / flushed / 1e6,
                 disk_mb_s,
             )
         for mode in FlushDiskType:
-            per_s = through_broker(directory, mode, sync_msgs)
-            rates[mode.value, "broker"] = per_s
+            per_s = [through_broker(directory, mode, sync_msgs, r) for r in range(args.rounds)]
+            rates[mode.value, "broker"] = statistics.median_low(per_s)
             report(
                 mode.value,
                 f"{PRODUCERS} producers, broker",
+                statistics.median_low(per_s),
                 per_s,
-                per_s,
-                per_s * record_bytes(sync_msgs) / len(sync_msgs) / 1e6,
+                statistics.median_low(per_s) * record_bytes(sync_msgs) / len(sync_msgs) / 1e6,
                 disk_mb_s,
             )
 
@@ -256,19 +274,27 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, {args.count:,} messages of {args.size} bytes")
 
 
-def report(mode: str, name: str, appends: float, flushed: float, mb_s: float, disk_mb_s: float) -> None:
+def median_round(rounds: list[tuple[float, float]]) -> tuple[float, float]:
+    """The round whose flushed time is the median (of an even count, the slower of the middle two,
+    as ``statistics.median_low`` picks the lower of two rates)."""
+    return sorted(rounds, key=lambda r: r[1])[len(rounds) // 2]
+
+
+def report(mode: str, name: str, appends: float, flushed: list[float], mb_s: float, disk_mb_s: float) -> None:
+    """One line: the median round's figures, then every round's flushed/s."""
+    median = statistics.median_low(flushed)
     print(
-        f"  {mode:<11} {name:<22} {appends:>10,.0f} {flushed:>10,.0f} {mb_s:>6,.0f}"
-        f"  {mb_s / disk_mb_s:>5.2f}",
+        f"  {mode:<11} {name:<22} {appends:>10,.0f} {median:>10,.0f} {mb_s:>6,.0f}"
+        f"  {mb_s / disk_mb_s:>5.2f}  " + " ".join(f"{f:,.0f}" for f in flushed),
         flush=True,
     )
 
 
-def through_broker(directory: Path, mode: FlushDiskType, msgs: list[MessageToStore]) -> float:
+def through_broker(directory: Path, mode: FlushDiskType, msgs: list[MessageToStore], round_: int) -> float:
     """Messages/s of PRODUCERS connections to a broker process, each sending and waiting in turn."""
     conf = directory / f"broker-{mode.value}.conf"
     conf.write_text(f"flushDiskType={mode.value}\n")
-    server, _ = start_standalone(directory / f"broker-{mode.value}", conf)
+    server, _ = start_standalone(directory / f"broker-{mode.value}-{round_}", conf)
     addr = broker_address(server)
     share = len(msgs) // PRODUCERS
 
@@ -299,7 +325,7 @@ def through_broker(directory: Path, mode: FlushDiskType, msgs: list[MessageToSto
         server.terminate()
 
 
-def batches_waiting(store: MessageStore, batches: list[list[MessageToStore]]) -> None:
+def batches_waiting(store: MessageStore, batches: list[MessageBatch]) -> None:
     """One producer sending batches under SYNC_FLUSH, each waiting for its fsync."""
 
     async def main() -> None:
