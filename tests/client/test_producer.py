@@ -148,6 +148,23 @@ def test_a_unique_key_given_by_the_caller_is_kept(standalone: StandaloneServer) 
     run(scenario())
 
 
+def test_keys_split_at_spaces_only_as_the_index_splits_them(standalone: StandaloneServer) -> None:
+    async def scenario() -> None:
+        async with (
+            Producer("PID_keysplit", standalone.namesrv) as producer,
+            reader(standalone.namesrv) as rd,
+            AdminClient(standalone.namesrv) as admin,
+        ):
+            result = await producer.send(Message("KeySplit", b"x", keys="tab\tkey  line\nkey "))
+            (message,) = await pull_queue(rd, result.queue, result.queue_offset)
+            assert message.keys == ["tab\tkey", "line\nkey"]
+            for key in message.keys:  # each key the message reports is one the broker finds it by
+                assert [r.body for r in await admin.query_message("KeySplit", key)] == [b"x"]
+            assert await admin.query_message("KeySplit", "tab") == []
+
+    run(scenario())
+
+
 def test_large_bodies_are_stored_zlib_compressed_and_read_back_equal(standalone: StandaloneServer) -> None:
     big = ("".join(string.ascii_letters) * 300).encode()  # 15 600 bytes, compressible
     threshold_body = b"t" * 4096

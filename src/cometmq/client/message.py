@@ -7,7 +7,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
-from cometmq.common.properties import decode_properties
+from cometmq.common.properties import KEY_SEPARATOR, decode_properties
 from cometmq.common.record import (
     MAX_TOPIC_SIZE,
     MESSAGE_MAGIC_CODE,
@@ -172,8 +172,9 @@ class ReceivedMessage:
 
     @property
     def keys(self) -> list[str]:
-        """The KEYS property split at spaces: what the broker indexed for lookups."""
-        return self.properties.get(PROPERTY_KEYS, "").split()
+        """The KEYS property split at spaces (only spaces, as the broker's index splits it: each key
+        listed here finds the message in ``AdminClient.query_message``)."""
+        return [key for key in self.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if key]
 
     @property
     def offset_msg_id(self) -> str:
