@@ -13,16 +13,16 @@ import json
 import threading
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from client_support import run, send_request, wait_until
 
-from cometmq.client import AdminClient, ConsumeResult, PushConsumer
+from cometmq.client import AdminClient, ConsumeResult, LitePullConsumer, PushConsumer
 from cometmq.client.message import MessageQueue, ReceivedMessage
-from cometmq.errors import BrokerError
+from cometmq.errors import BrokerError, CometMQError
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from processes import StandaloneServer, broker_address
 
@@ -624,3 +624,12 @@ def test_an_online_consumer_follows_an_offset_reset(broker: Broker) -> None:
         await broker.close()
 
     run(scenario())
+
+
+@pytest.mark.parametrize("group", ["", "bad group", "G" * 256])
+@pytest.mark.parametrize("make", [PushConsumer, LitePullConsumer])
+def test_an_illegal_consumer_group_is_refused_when_the_consumer_is_made(
+    make: Callable[[str, str], object], group: str
+) -> None:
+    with pytest.raises(CometMQError, match=r"consumer group .*: The specified name"):
+        make(group, "127.0.0.1:9876")

@@ -56,7 +56,7 @@ from cometmq.client._brokerapi import (
     broker_addr_of,
     send_header,
 )
-from cometmq.client._instance import ClientInstance
+from cometmq.client._instance import ClientInstance, check_group
 from cometmq.client._offsets import (
     CONSUME_FROM_WHERE,
     PERSIST_INTERVAL_S,
@@ -163,6 +163,7 @@ class PushConsumer:
         instance_name: str | None = None,
         offsets_dir: str | Path | None = None,
     ) -> None:
+        check_group("consumer", group)
         if message_model not in ("clustering", "broadcasting"):
             raise ValueError(f"message_model must be 'clustering' or 'broadcasting', not {message_model!r}")
         check_consume_from(consume_from)

@@ -38,7 +38,7 @@ from cometmq.client._brokerapi import (
     PULL_SUSPEND,
     PullStatus,
 )
-from cometmq.client._instance import ClientInstance
+from cometmq.client._instance import ClientInstance, check_group
 from cometmq.client._offsets import (
     CONSUME_FROM_WHERE,
     ConsumeFrom,
@@ -135,6 +135,7 @@ class LitePullConsumer:
         max_poll_messages: int = 1024,
         request_timeout: float = 3.0,
     ) -> None:
+        check_group("consumer", group)
         if not 1 <= pull_batch_size <= MAX_PULL_BATCH:
             raise ValueError(f"pull_batch_size must be within 1..{MAX_PULL_BATCH}, not {pull_batch_size}")
         check_consume_from(consume_from)

@@ -19,7 +19,7 @@ from types import TracebackType
 
 from cometmq.client._brokerapi import QueueNotRoutedError, broker_addr_of, send_header
 from cometmq.client._fault import FaultStrategy, PublishInfo
-from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance
+from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance, check_group
 from cometmq.client._msgid import UniqueIdGenerator
 from cometmq.client.message import SYSFLAG_COMPRESSED, Message, MessageQueue, SendResult, SendStatus
 from cometmq.common.batch import ENTRY_HEAD, PROPERTIES_LENGTH
@@ -27,7 +27,6 @@ from cometmq.common.naming import (
     DEFAULT_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
     SEND_FORBIDDEN_TOPICS,
-    group_name_error,
     topic_name_error,
 )
 from cometmq.common.record import MAX_PROPERTIES_SIZE
@@ -133,9 +132,7 @@ class Producer:
         max_message_size: int = 4 * 1024 * 1024,
         fault_avoidance: bool = True,
     ) -> None:
-        problem = group_name_error(group)
-        if problem is not None:
-            raise CometMQError(f"producer group {group!r}: {problem}")
+        check_group("producer", group)
         if send_timeout <= 0:
             raise CometMQError("send_timeout must be positive")
         if retry_times < 0:
