@@ -227,6 +227,8 @@ def test_a_message_batch_is_stored_and_indexed_as_its_columns_say(open_store: Op
         lambda b: b.index_owners.pop(),
         lambda b: b.index_owners.__setitem__(-1, 3),
         lambda b: b.index_owners.__setitem__(0, -1),
+        lambda b: b.index_owners.__setitem__(1, -1),  # owners in the middle count as much as the ends
+        lambda b: b.index_owners.__setitem__(1, 3),
     ):
         spoilt = dataclasses.replace(
             batch, tags_codes=list(batch.tags_codes), index_owners=list(batch.index_owners)

@@ -72,8 +72,9 @@ def _storable_hosts(sys_flag: int, born_host: bytes, store_host: bytes) -> bool:
 
 
 def _owners_in_range(owners: list[int], keys: int, count: int) -> bool:
-    """Whether a batch's index owners (in message order) name one of its *count* messages each."""
-    return len(owners) == keys and (not owners or (owners[0] >= 0 and owners[-1] < count))
+    """Whether a batch's index owners name one of its *count* messages each (all of them are looked
+    at: nothing else checks their order)."""
+    return len(owners) == keys and (not owners or (min(owners) >= 0 and max(owners) < count))
 
 
 def _failure(status: PutStatus) -> PutResult:
