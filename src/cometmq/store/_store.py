@@ -457,14 +457,13 @@ class MessageStore:
                 offsets.append(phys)
                 phys += size
                 queue_offset += 1
-            key_offsets = [offsets[i] for i in batch.index_owners]
         except struct.error:  # a field out of range; nothing was written
             return _failure(PutStatus.MESSAGE_ILLEGAL)
         seg.mm[pos : pos + total] = b"".join(parts)
         cl.wrote_pos = pos + total
         cq.append_units(b"".join(units))
-        if self._index is not None and key_offsets:
-            self._index.add_keys(topic.name, batch.index_keys, key_offsets, now)
+        if self._index is not None and batch.index_owners:  # owners checked above: no IndexError
+            self._index.add_keys(topic.name, batch.index_keys, [offsets[i] for i in batch.index_owners], now)
         # Published last: the flush thread and readers rely on everything below being complete.
         cl.max_offset = phys
         if self._listeners:
@@ -783,8 +782,7 @@ def _take_all(cl: CommitLog, seg: MappedFile, units: bytes, max_count: int, max_
                 continue
             if run_end != run_start:
                 buffers.append(view[run_start - seg_start : run_end - seg_start])
-            done = total
-            run_start = run_end = -1
+            run_start = run_end = -1  # the new run starts below, which also counts the old one in done
             seg_start = found.start
             seg_end = found.end
             view = found.view
