@@ -5,7 +5,7 @@
 - `MessageStore.put` of a 1 KiB message carrying a UNIQ_KEY (what every client sends), and
   `put_batch` of 32 such messages, on two stores: `message_index_enable` on and off. Rounds
   alternate between the two stores; the best round of each is printed (the machine is noisy).
-- `IndexService.add` alone (one UNIQ_KEY) and `add_batch` of 32.
+- `IndexService.add` alone (one UNIQ_KEY) and `add_keys` of 32.
 - a unique-key lookup (`query_messages`) among the --count messages;
 - a full rebuild of the index (``index/`` deleted) over the log, per record.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cometmq.common.properties import encode_properties
 from cometmq.common.record import encode_host
-from cometmq.store import MessageStore, MessageToStore, StoreConfig
+from cometmq.store import MessageBatch, MessageStore, MessageToStore, StoreConfig
 
 BATCH = 32
 TOPIC = "BenchTopic"
@@ -39,7 +39,7 @@ def message(body: bytes) -> MessageToStore:
         body=body,
         properties=props,
         sys_flag=0,
-        born_timestamp=int(time.time() * 1000),
+        born_timestamp=1_700_000_000_000,  # one for all: a batch shares its born timestamp
         born_host=encode_host("10.0.0.2", 50000),
         store_host=encode_host("10.0.0.1", 10911),
         uniq_key=uniq,
@@ -67,7 +67,7 @@ def main() -> None:
             stores[enable] = store
         body = b"x" * 1024
         msgs = [message(body) for _ in range(args.count)]
-        batches = [[message(body) for _ in range(BATCH)] for _ in range(args.count // BATCH)]
+        batches = [MessageBatch.of([message(body) for _ in range(BATCH)]) for _ in range(args.count // BATCH)]
         put_us: dict[bool, list[float]] = {True: [], False: []}
         batch_us: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(args.rounds):
@@ -91,7 +91,7 @@ def main() -> None:
             for _ in range(5)
         )
         offsets = list(range(0, BATCH * 1200, 1200))
-        bi = itertools.cycle([[m.uniq_key.encode() for m in batch] for batch in batches])
+        bi = itertools.cycle([batch.index_keys for batch in batches if batch is not None])
         add_keys = min(
             per_call_us(lambda: index.add_keys(TOPIC, next(bi), offsets, 1_700_000_000_000), len(batches))
             for _ in range(5)
@@ -103,6 +103,9 @@ def main() -> None:
         print(f"unique-key lookup among {entries} entries: {lookup / 1000:.2f} ms")
 
         records = args.rounds * (args.count + len(batches) * BATCH)
+        for enable, each in stores.items():  # a refused put would otherwise pass for a fast one
+            if each.max_offset(TOPIC, 0) != records:
+                raise SystemExit(f"index {enable}: {each.max_offset(TOPIC, 0)} of {records} messages stored")
         store.shutdown()
         shutil.rmtree(root / "index-True" / "index")
         started = time.perf_counter()

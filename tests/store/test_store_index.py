@@ -780,7 +780,7 @@ def test_retention_neither_waits_for_an_index_sync_nor_closes_files(
 
 
 def test_every_path_writes_the_same_entries(open_store: OpenStore, tmp_path: Path) -> None:
-    """put (``add``), put_batch (``add_batch``) and the start-up scan (``_reindex``) hash alike."""
+    """put (``add``), put_batch (``add_keys``) and the start-up scan (``_reindex``) hash alike."""
     msgs = [
         ("Zürich", "Ü-1", "straße  x"),
         ("Zürich", "", "日本 語"),

@@ -3,8 +3,8 @@
 Layout, and why it is not RocketMQ's: ``store.format`` (section *Index*) and docs/store.md.
 
 Threading, the store's single-writer rule: the event-loop thread appends entries (``add`` /
-``add_batch``, from ``MessageStore.put``), rolls to new files (appending to ``files``), answers
-queries and deletes old files (``delete_files_before``: it replaces ``files`` with a new list and
+``add_keys``, from ``MessageStore.put`` / ``put_batch``), rolls to new files (appending to ``files``),
+answers queries and deletes old files (``delete_files_before``: it replaces ``files`` with a new list and
 hands the deleted files to ``retire``, which has the flush thread close them between two syncs).
 The flush thread only calls ``sync``: on a copy of ``files`` it fdatasyncs the entries written so
 far, then writes and fdatasyncs the headers that count them. No lock is needed: the two threads
