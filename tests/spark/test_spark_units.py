@@ -813,6 +813,21 @@ def test_a_body_cut_inside_a_record_raises_record_error(
         decode_batch(whole[:cut], queue.topic, queue.broker, queue.queue_id, end=2**62)
 
 
+@pytest.mark.parametrize("body_length", [2**31 - 50, 2**31 - 1, -1, 0, 99, 101, 5000])
+def test_a_wrong_body_length_inside_a_whole_record_raises_record_error(body_length: int) -> None:
+    # 2**31 - 50 once wrapped the int32 offsets of the Arrow walk and crashed the process.
+    spec = _Spec(b"x" * 100, {"a": "b"}, "T", ("k",), "U" * 32, 1, 2, 3, 0, (0, 1, 2, 3))
+    queue = _Queue("t", "broker-a", 0, encode_host("10.0.0.1", 10911), 0)
+    first, middle, last = _records([spec] * 3, [0, 1, 2], queue)
+    spoilt = bytearray(middle)
+    struct.pack_into(">i", spoilt, 84, body_length)  # BODYLENGTH (record layout in common/record.py)
+    data = first + bytes(spoilt) + last
+    with pytest.raises(RecordError):
+        decode_pulled(data, queue.broker)  # the reference refuses it too
+    with pytest.raises(RecordError):
+        decode_batch(data, queue.topic, queue.broker, queue.queue_id, end=2**62)
+
+
 @pytest.mark.parametrize("include_properties", [False, True])
 def test_the_arrow_schema_is_exactly_the_declared_one(include_properties: bool) -> None:
     spec = _Spec(b"x" * 5000, {"a": "b"}, "T", ("k",), "U" * 32, 1, 2, 3, 0, (0, 1, 2, 3))

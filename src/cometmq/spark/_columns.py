@@ -206,16 +206,20 @@ def _split(data: bytes, topic_length: int) -> _Fields | None:
     heads = _segments(buffer, [start, body_at]).take(_every(2, n))
     body_length = _field(heads, _BODY_LENGTH_AT, _I32)
     sys_flags = _field(heads, _SYS_FLAG_AT, _I32)
-    topic_at = pc.add(body_at, body_length)
-    properties_at = pc.add(topic_at, pa.scalar(3 + topic_length, _I32))
     record_end = pa.concat_arrays([start.slice(1), pa.array([size], _I32)])
+    # Room for the body: what follows it (topic length, topic, properties length) taken off. Compared
+    # before anything adds the body length: int32 sums wrap, and a wrapped offset would send Arrow
+    # reading before the record (a crash, not an error).
+    body_room = pc.subtract(record_end, pc.add(body_at, pa.scalar(3 + topic_length, _I32)))
     if not (
         pc.all(pc.equal(_field(heads, _MAGIC_AT, pa.uint32()), _MAGIC)).as_py()
         and pc.all(pc.equal(pc.bit_wise_and(sys_flags, _V6_FLAGS), _ZERO)).as_py()
         and pc.min(body_length).as_py() >= 0
-        and pc.all(pc.less_equal(properties_at, record_end)).as_py()
+        and pc.all(pc.less_equal(body_length, body_room)).as_py()
     ):
         return None
+    topic_at = pc.add(body_at, body_length)
+    properties_at = pc.add(topic_at, pa.scalar(3 + topic_length, _I32))
     segments = _segments(buffer, [body_at, topic_at, properties_at, record_end])
     every_fourth = _every(4, n)
     topic_length_bytes = pc.binary_slice(segments.take(pc.add(every_fourth, _ONE)), 0, 1)
