@@ -213,13 +213,24 @@ async def offset_for_timestamp(instance: ClientInstance, queue: MessageQueue, ti
     )
 
 
+async def offset_bounds(instance: ClientInstance, queue: MessageQueue) -> tuple[int, int]:
+    """(min offset, max offset) of the queue: the oldest message held, and the next to be written."""
+    low, high = await asyncio.gather(min_offset(instance, queue), max_offset(instance, queue))
+    return low, high
+
+
 async def first_offset_at(
-    instance: ClientInstance, queue: MessageQueue, timestamp_ms: int, group: str
+    instance: ClientInstance,
+    queue: MessageQueue,
+    timestamp_ms: int,
+    group: str,
+    bounds: tuple[int, int] | None = None,
 ) -> int:
     """The offset of the first message stored at or after ``timestamp_ms``; the queue's end if there
     is none. The broker's search answers the nearest message: a pull of that one message (as
-    ``group``, committing nothing) tells whether it is earlier, and then the next one is it."""
-    low, high = await asyncio.gather(min_offset(instance, queue), max_offset(instance, queue))
+    ``group``, committing nothing) tells whether it is earlier, and then the next one is it.
+    ``bounds``: the queue's ``offset_bounds`` when the caller has them already."""
+    low, high = bounds if bounds is not None else await offset_bounds(instance, queue)
     if high <= low:
         return high
     found = min(max(await offset_for_timestamp(instance, queue, timestamp_ms), low), high - 1)

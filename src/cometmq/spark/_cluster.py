@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from cometmq.client import _brokerapi
@@ -74,20 +74,19 @@ class Cluster:
     async def bounds(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
         """(min offset, max offset) of each queue: the oldest message held, and the next to be written."""
         queues = list(queues)
+        found = await asyncio.gather(*(_brokerapi.offset_bounds(self.instance, q) for q in queues))
+        return dict(zip(queues, found, strict=True))
 
-        async def one(queue: MessageQueue) -> tuple[int, int]:
-            low, high = await asyncio.gather(
-                _brokerapi.min_offset(self.instance, queue), _brokerapi.max_offset(self.instance, queue)
-            )
-            return low, high
-
-        return dict(zip(queues, await asyncio.gather(*(one(q) for q in queues)), strict=True))
-
-    async def offsets_at(self, queues: Iterable[MessageQueue], timestamp_ms: int) -> dict[MessageQueue, int]:
-        """Per queue, the offset of the first message stored at or after ``timestamp_ms`` (the queue's
-        end if there is none)."""
-        queues = list(queues)
+    async def offsets_at(
+        self, bounds: Mapping[MessageQueue, tuple[int, int]], timestamp_ms: int
+    ) -> dict[MessageQueue, int]:
+        """Per queue of ``bounds`` (what ``bounds()`` gave), the offset of the first message stored at
+        or after ``timestamp_ms`` (the queue's end if there is none)."""
+        queues = list(bounds)
         found = await asyncio.gather(
-            *(_brokerapi.first_offset_at(self.instance, q, timestamp_ms, READER_GROUP) for q in queues)
+            *(
+                _brokerapi.first_offset_at(self.instance, q, timestamp_ms, READER_GROUP, bounds[q])
+                for q in queues
+            )
         )
         return dict(zip(queues, found, strict=True))
