@@ -24,6 +24,7 @@ from _support import (
     send_request,
 )
 
+from cometmq.broker import _offsets
 from cometmq.broker._offsets import ConsumerOffsetManager
 from cometmq.common import fastjson
 from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
@@ -333,6 +334,26 @@ def test_get_all_delay_offset_answers_the_delivery_progress(tmp_path: Path) -> N
             assert response.body == b'{"offsetTable":{1:1}}'  # fastjson: level keys unquoted
 
     run(scenario())
+
+
+def test_consume_tps_keeps_one_entry_a_second_and_forgets_what_is_a_minute_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [1000.2]
+    monkeypatch.setattr(_offsets.time, "monotonic", lambda: clock[0])
+    offsets = ConsumerOffsetManager(tmp_path)
+    offsets.commit("CG", "T", 0, 0)
+    offsets.commit("CG", "T", 0, 6)
+    clock[0] = 1000.7
+    offsets.commit("CG", "T", 0, 12)  # the same second: added to its entry
+    assert list(offsets._progress["T@CG"]) == [[1000, 12]]
+    clock[0] = 1030.0
+    offsets.commit("CG", "T", 0, 15)
+    clock[0] = 1059.9
+    assert offsets.consume_tps("CG", "T") == pytest.approx(15 / 60)
+    clock[0] = 1060.0  # second 1000 is now a minute old
+    assert offsets.consume_tps("CG", "T") == pytest.approx(3 / 60)
+    assert list(offsets._progress["T@CG"]) == [[1030, 3]]
 
 
 def test_consume_tps_counts_committed_progress_over_a_minute_but_not_resets(tmp_path: Path) -> None:

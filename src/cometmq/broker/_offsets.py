@@ -52,13 +52,17 @@ class ConsumerOffsetManager:
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         # Stored as given, -1 included: the JS client commits -1 for queues it has not consumed.
-        previous = self.query(group, topic, queue_id)
-        self.reset(group, topic, queue_id, offset)
+        # A commit rides on nearly every pull: the key is built once, the table looked up once.
+        key = f"{topic}@{group}"
+        queues = self.offsets.setdefault(key, {})
+        previous = queues.get(queue_id, -1)
+        queues[queue_id] = offset
+        self._dirty = True
         if previous >= 0 and offset > previous:
             # Counted per second, so a key keeps at most a minute's worth of entries however often
-            # its consumers commit (a commit rides on nearly every pull).
+            # its consumers commit.
             second = int(time.monotonic())
-            samples = self._progress.setdefault(f"{topic}@{group}", collections.deque())
+            samples = self._progress.setdefault(key, collections.deque())
             if samples and samples[-1][0] == second:
                 samples[-1][1] += offset - previous
             else:
