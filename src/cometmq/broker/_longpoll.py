@@ -13,7 +13,7 @@ class HeldPull:
     offset: int
     codes: frozenset[int] | None  # tag codes that wake it; None: any message
     # Called on a matching arrival: answers the pull and returns True, or returns False to keep it
-    # held (it may move ``offset`` and ``codes`` on, past messages a filter rejected).
+    # held (it may move ``offset`` on, past messages a filter rejected).
     answer: Callable[[HeldPull], bool]
     wake: asyncio.Future[bool]  # True: answered on arrival; False: timed out or released
 

@@ -178,8 +178,7 @@ class PullProcessor:
                 # Everything that arrived failed the SQL92 filter: hold on past it instead of making
                 # the consumer spin on PULL_RETRY_IMMEDIATELY (RocketMQ evaluates the filter before
                 # waking a held pull, to the same effect).
-                held.offset = result.next_begin_offset
-                held.codes = None
+                held.offset = result.next_begin_offset  # (a SQL92 subscription has no tag codes)
                 return False
             conn.reply(request, self._found(request, result, _status_code(result, held.offset)))
             return True

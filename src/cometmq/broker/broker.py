@@ -91,7 +91,6 @@ class Broker:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.pull_holds = PullHoldService()
-        # Compiled SQL92 subscriptions by (group, topic, expression); see broker/_filter.py.
         # Delayed messages: parking in SCHEDULE_TOPIC_XXXX, delivery when due, delayOffset.json.
         self.schedule = ScheduleMessageService(self, config.message_delay_level, config_dir)
         self.stats = BrokerStats()
