@@ -211,12 +211,14 @@ def test_a_message_sent_in_the_same_read_as_a_held_pull_wakes_it(tmp_path: Path)
             reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
             writer.write(encode_bytes(pull_cmd) + encode_bytes(send_cmd))  # one write, one read
             decoder = FrameDecoder()
-            replies: dict[int, RemotingCommand] = {}
+            replies: dict[int, RemotingCommand] = {}  # by opaque, in the order they came
             loop = asyncio.get_running_loop()
             started = loop.time()
             while len(replies) < 2:
                 data = await asyncio.wait_for(reader.read(65536), 5)
                 replies.update((cmd.opaque, cmd) for cmd in decoder.feed(data))
+            # The arrival itself answers the held pull, in the send's loop step: before the send's reply.
+            assert list(replies) == [1, 2]
             assert replies[1].code == ResponseCode.SUCCESS
             assert [r.body for r in decode_records(replies[1].body)] == [b"raced"]
             assert loop.time() - started < 2.0  # woken by the send, not by the 10 s timeout
