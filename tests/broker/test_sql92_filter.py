@@ -12,10 +12,12 @@ from _support import (
     address,
     broker_and_client,
     create_topic,
+    held_pulls,
     pull_request,
     run,
     running_broker,
     send,
+    wait_until,
 )
 
 from cometmq.broker import BrokerConfig
@@ -159,20 +161,23 @@ def test_sql92_pull_is_limited_to_max_messages_and_resumes_where_it_stopped(tmp_
 
 def test_held_sql92_pull_waits_for_a_matching_message(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with broker_and_client(tmp_path, **ENABLED) as (_, addr, client):
+        async with broker_and_client(tmp_path, **ENABLED) as (broker, addr, client):
             assert (await create_topic(client, addr, "T", queues=1)).code == 0
             held = asyncio.ensure_future(
-                pulled(client, addr, sql_pull("T", 0, "kind = 'a'", suspend_ms=10000))
+                pulled(client, addr, sql_pull("T", 0, "kind = 'a'", suspend_ms=20000))
             )
-            await asyncio.sleep(0.2)
+            await wait_until(lambda: held_pulls(broker) == 1, message="the pull is held")
+            # Same connection: an answer to the pull would be read before these sends' replies.
             await send(client, addr, "T", b"skip", kind="b")
-            await asyncio.sleep(0.3)
+            await send(client, addr, "T", b"skip too", kind="c")
             assert not held.done(), "a message that fails the filter must not answer a held pull"
+            assert held_pulls(broker) == 1  # held on past the rejected messages
             await send(client, addr, "T", b"take", kind="a")
             response, records = await asyncio.wait_for(held, 5)
             assert response.code == ResponseCode.SUCCESS
             assert [record.body for record in records] == [b"take"]
-            assert response.ext_fields["nextBeginOffset"] == "2"
+            assert response.ext_fields["nextBeginOffset"] == "3"
+            await wait_until(lambda: held_pulls(broker) == 0, message="the answered pull is forgotten")
 
     run(scenario())
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,37 +15,14 @@ from cometmq.remoting import RemotingClient
 from processes import StandaloneServer, broker_address
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
-from _support import send_request
+from _support import send_request, wait_until  # noqa: F401 - wait_until: tests/client take it from here
 
 T = TypeVar("T")
-
-# Generous: the tests share a loaded 2-core machine with other suites.
-DEFAULT_DEADLINE_S = 30.0
 
 
 def run(coro: Coroutine[Any, Any, T], timeout: float = 120.0) -> T:
     """Run one test coroutine on a fresh event loop, failing (not hanging) after ``timeout`` s."""
     return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
-async def wait_until(
-    condition: Callable[[], Awaitable[T] | T],
-    timeout: float = DEFAULT_DEADLINE_S,
-    interval: float = 0.05,
-    message: str = "condition",
-) -> T:
-    """Poll ``condition`` (a function or a coroutine function) until it returns something truthy, and
-    return that; AssertionError with ``message`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-            value = await value
-        if value:
-            return value  # type: ignore[return-value]
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{message} not reached within {timeout:g} s (last value: {value!r})")
-        await asyncio.sleep(interval)
 
 
 async def send_to_queue(server: StandaloneServer, topic: str, queue_id: int, bodies: list[bytes]) -> None:
