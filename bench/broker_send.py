@@ -16,7 +16,6 @@ around it: issue 4's batched-produce target (200 000 msg/s on one core) needs ab
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import resource
 import tempfile
@@ -41,7 +40,7 @@ class _Peer:
     remote_address: str = "127.0.0.1:50000"
 
 
-def _frames(producer: Producer, count: int, batch: int, size: int) -> tuple[bytes, bytes]:
+def _frames(producer: Producer, batch: int, size: int) -> tuple[bytes, bytes]:
     bodies = [os.urandom(size) for _ in range(16)]
     messages = [Message(TOPIC, bodies[i % 16], tags="TagA") for i in range(batch)]
     _, parts, _, _ = producer._encode_batch(messages)
@@ -76,7 +75,7 @@ def _run(processor: SendProcessor, frame: bytes, frames: int) -> tuple[float, fl
     return user, system, process
 
 
-async def main() -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -95,7 +94,7 @@ async def main() -> None:
             broker.topics.create_in_send(TOPIC, "TBW102", 4)
             processor = SendProcessor(broker)
             producer = Producer("bench", "127.0.0.1:9876")
-            batch_frame, single_frame = _frames(producer, args.batches, args.batch, args.size)
+            batch_frame, single_frame = _frames(producer, args.batch, args.size)
             _run(processor, batch_frame, 10)  # warm-up
             rows = []
             for name, frame, frames, per_frame in (
@@ -115,4 +114,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
