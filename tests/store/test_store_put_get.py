@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,13 @@ from store_testlib import BORN_HOST, SMALL_COMMITLOG, SMALL_CQ, STORE_HOST, bodi
 
 import cometmq.store._store as store_module
 from cometmq.common.properties import encode_properties
-from cometmq.common.record import BLANK_MAGIC_CODE, decode_offset_msg_id, decode_records, offset_msg_id
+from cometmq.common.record import (
+    BLANK_MAGIC_CODE,
+    decode_offset_msg_id,
+    decode_records,
+    encode_host,
+    offset_msg_id,
+)
 from cometmq.common.taghash import java_string_hash
 from cometmq.store import GetStatus, MessageStore, PutStatus
 
@@ -91,6 +98,29 @@ def test_batch_is_all_or_nothing(open_store: OpenStore) -> None:
     assert store.put_batch(too_big).status is PutStatus.MESSAGE_ILLEGAL
     assert store.commitlog_max_offset == 0
     assert store.max_offset("TopicTest", 0) == 0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"topic": "OtherTopic"},
+        {"sys_flag": 0x1},
+        {"born_timestamp": 1_700_000_000_001},
+        {"born_host": encode_host("10.0.0.9", 1)},
+        {"store_host": encode_host("10.0.0.9", 2)},
+        {"reconsume_times": 1},
+        {"prepared_transaction_offset": 5},
+        {"properties": "K\x01\ud800"},  # a lone surrogate: not representable in a record
+    ],
+)
+def test_a_list_that_does_not_share_what_a_batch_shares_is_refused(
+    open_store: OpenStore, change: dict[str, object]
+) -> None:
+    store = open_store()
+    messages = [make_msg(), dataclasses.replace(make_msg(), **change)]  # type: ignore[arg-type]
+    assert store.put_batch(messages).status is PutStatus.MESSAGE_ILLEGAL
+    assert store.commitlog_max_offset == 0
+    assert store.put_batch([make_msg(), make_msg()]).status is PutStatus.PUT_OK  # the same, shared
 
 
 def test_segment_roll_over_with_blank_filler(open_store: OpenStore, tmp_path: Path) -> None:
