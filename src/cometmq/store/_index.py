@@ -28,7 +28,7 @@ from cometmq.common.record import BLANK_MAGIC_CODE, RecordError, decode_record_a
 
 from ._commitlog import CommitLog
 from ._mappedfile import MappedFile, fsync_dir, unlink_oldest_first
-from ._model import QueryResult
+from ._model import QueryResult, index_names
 from ._recovery import is_dispatched
 from .format import (
     INDEX_HEADER_SIZE,
@@ -437,13 +437,9 @@ class IndexService:
             prefix = self._topic_prefix(topic)
         f = self._cur
         if keys:
-            names = keys.split(KEY_SEPARATOR)
-            if uniq_key:
-                names.insert(0, uniq_key)
-            if "" in names:  # empty KEYS entries are no keys
-                names = [k for k in names if k]
-                if not names:
-                    return
+            names = index_names(uniq_key, keys)
+            if not names:
+                return
             hashes = _key_hashes(prefix, names)
             n = len(hashes)
             if f is None or f.count + n > f.capacity:

@@ -90,6 +90,17 @@ class MessageToStore:
     uniq_key: str = ""
 
 
+def index_names(uniq_key: str, keys: str) -> list[str]:
+    """The names the index files a message under, in order: its UNIQ_KEY, then each KEYS entry
+    (split at spaces; empty names are none)."""
+    names = keys.split(KEY_SEPARATOR) if keys else []
+    if uniq_key:
+        names.insert(0, uniq_key)
+    if "" in names:
+        names = [name for name in names if name]
+    return names
+
+
 @dataclass(slots=True)
 class MessageBatch:
     """Messages of one topic and queue for ``put_batch``: what they share, then one list item each.
@@ -154,11 +165,9 @@ class MessageBatch:
             batch.flags.append(m.flag)
             batch.bodies.append(m.body)
             batch.tags_codes.append(m.tags_code)
-            names = [m.uniq_key, *m.keys.split(KEY_SEPARATOR)] if m.keys else [m.uniq_key]
-            for name in names:
-                if name:
-                    batch.index_keys.append(name.encode("utf-8", "surrogatepass"))
-                    batch.index_owners.append(i)
+            for name in index_names(m.uniq_key, m.keys):
+                batch.index_keys.append(name.encode("utf-8", "surrogatepass"))
+                batch.index_owners.append(i)
         return batch
 
 
