@@ -27,7 +27,6 @@ import asyncio
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -244,25 +243,21 @@ def main() -> None:
                 finally:
                     store.shutdown()
                     shutil.rmtree(directory / f"store{i}-{r}")
-            appended, flushed = median_round(rounds)
-            rates[mode.value, name] = len(batch_msgs) / flushed
-            report(
+            count = len(batch_msgs)
+            rates[mode.value, name] = report(
                 mode.value,
                 name,
-                len(batch_msgs) / appended,
-                [len(batch_msgs) / f for _, f in rounds],
-                record_bytes(batch_msgs) / flushed / 1e6,
+                [(count / a, count / f) for a, f in rounds],
+                record_bytes(batch_msgs) / count,
                 disk_mb_s,
             )
         for mode in FlushDiskType:
             per_s = [through_broker(directory, mode, sync_msgs, r) for r in range(args.rounds)]
-            median = rates[mode.value, "broker"] = statistics.median_low(per_s)
-            report(
+            rates[mode.value, "broker"] = report(
                 mode.value,
                 f"{PRODUCERS} producers, broker",
-                median,
-                per_s,
-                median * record_bytes(sync_msgs) / len(sync_msgs) / 1e6,
+                [(rate, rate) for rate in per_s],
+                record_bytes(sync_msgs) / len(sync_msgs),
                 disk_mb_s,
             )
 
@@ -275,20 +270,20 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, {args.count:,} messages of {args.size} bytes")
 
 
-def median_round(rounds: list[tuple[float, float]]) -> tuple[float, float]:
-    """The round whose flushed time is the median (of an even count, the slower of the middle two,
-    as ``statistics.median_low`` picks the lower of two rates)."""
-    return sorted(rounds, key=lambda r: r[1])[len(rounds) // 2]
-
-
-def report(mode: str, name: str, appends: float, flushed: list[float], mb_s: float, disk_mb_s: float) -> None:
-    """One line: the median round's figures, then every round's flushed/s."""
-    median = statistics.median_low(flushed)
+def report(
+    mode: str, name: str, rounds: list[tuple[float, float]], record_size: float, disk_mb_s: float
+) -> float:
+    """One line for a workload's rounds, each (appends/s, flushed/s): the median round by flushed/s
+    (of an even count, the slower of the middle two), then every round's flushed/s. Returns the
+    median flushed/s."""
+    appends, flushed = sorted(rounds, key=lambda r: r[1])[(len(rounds) - 1) // 2]
+    mb_s = flushed * record_size / 1e6
     print(
-        f"  {mode:<11} {name:<22} {appends:>10,.0f} {median:>10,.0f} {mb_s:>6,.0f}"
-        f"  {mb_s / disk_mb_s:>5.2f}  " + " ".join(f"{f:,.0f}" for f in flushed),
+        f"  {mode:<11} {name:<22} {appends:>10,.0f} {flushed:>10,.0f} {mb_s:>6,.0f}"
+        f"  {mb_s / disk_mb_s:>5.2f}  " + " ".join(f"{f:,.0f}" for _, f in rounds),
         flush=True,
     )
+    return flushed
 
 
 def through_broker(directory: Path, mode: FlushDiskType, msgs: list[MessageToStore], round_: int) -> float:
