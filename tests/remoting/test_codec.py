@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cometmq.errors import ProtocolError
 from cometmq.remoting import FrameDecoder, RemotingCommand, SerializeType, decode_frame, encode, encode_bytes
-from cometmq.remoting.codec import MAX_FRAME_SIZE, encode_header
+from cometmq.remoting.codec import encode_header
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "frames"
 
@@ -103,22 +103,6 @@ def test_java_style_numbers_and_booleans_in_ext_fields_become_java_strings() -> 
     frame = struct.pack(">i", len(header)) + header
     cmd = decode_frame(frame)
     assert cmd.ext_fields == {"e": "4", "k": "false", "g": "1700000000000", "s": "v"}
-
-
-def test_oversized_frame_is_refused_before_it_is_buffered() -> None:
-    decoder = FrameDecoder()
-    with pytest.raises(ProtocolError, match="outside"):
-        decoder.feed(struct.pack(">i", MAX_FRAME_SIZE))
-    with pytest.raises(ProtocolError):
-        decoder.feed(b"more")  # a failed decoder stays failed: the connection must close
-
-
-def test_frame_of_exactly_the_limit_is_accepted() -> None:
-    body_len = MAX_FRAME_SIZE - 8 - len(b'{"code":1}')
-    header = b'{"code":1}'
-    frame = struct.pack(">ii", 4 + len(header) + body_len, len(header)) + header + bytes(body_len)
-    (cmd,) = FrameDecoder().feed(frame)
-    assert len(cmd.body) == body_len
 
 
 def test_unknown_serialization_type_is_a_protocol_error() -> None:
