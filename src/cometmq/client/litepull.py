@@ -530,9 +530,7 @@ class LitePullConsumer:
             self._ready.append(state)
         woken = False
         for waiter in self._pollers:
-            if not waiter.done():
-                waiter.set_result(None)
-                woken = True
+            woken |= _release(waiter)
         return woken
 
     def _subscription(self, topic: str) -> SubscriptionData:
@@ -743,9 +741,12 @@ class LitePullConsumer:
                 log.warning("%s: auto-commit failed: %s", self.group, exc)
 
 
-def _release(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+def _release(waiter: asyncio.Future[None]) -> bool:
+    """Wake a waiting poll; False if it had its answer already (woken, timed out or cancelled)."""
+    if waiter.done():
+        return False
+    waiter.set_result(None)
+    return True
 
 
 def _first_gap(messages: list[ReceivedMessage]) -> tuple[int, int]:
