@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from cometmq.cli._bench import median_rows
 from processes import cometmq
 
 
@@ -78,6 +79,40 @@ def test_table_output_names_the_workload(namesrv_addr: str) -> None:
     assert line.startswith("produce, batches of 50  500")
 
 
+def test_rounds_report_the_median_of_each_figure_and_every_round(namesrv_addr: str) -> None:
+    bench(namesrv_addr, "produce", "--topic", "BenchE", "--count", "600", "--batch", "50", "--json")
+    # 601: the bench's warm-up send stores one message more than counted.
+    consume = ("consume", "--topic", "BenchE", "--count", "601")
+    (row,) = rows(bench(namesrv_addr, *consume, "--rounds", "3", "--json"))
+    # Each round read the topic from its start again.
+    assert row["messages"] == 601 and len(row["rounds"]) == 3
+    assert row["msg_per_s"] == sorted(row["rounds"])[1]
+    table = bench(namesrv_addr, *consume, "--rounds", "2")
+    assert table.returncode == 0, table.stderr
+    title, header, line = table.stdout.splitlines()
+    assert title == "medians over the rounds" and header.endswith("rounds: min-max")
+    assert line.startswith("consume from the start  601") and line.endswith("(2)")
+
+
+def test_median_rows_takes_each_figure_on_its_own() -> None:
+    def row(rate: int, p50: float, p99: float) -> dict[str, Any]:
+        return {"workload": "w", "messages": 10, "msg_per_s": rate, "p50_us": p50, "p99_us": p99}
+
+    latency = {"workload": "sync", "messages": 5, "p50_us": 90.0, "p99_us": 300.0}
+    rounds = [
+        [row(100, 5.0, 50.0), latency],
+        [row(300, 1.0, 90.0), {**latency, "p50_us": 70.0}],
+        [row(200, 9.0, 10.0), {**latency, "p50_us": 80.0}],
+        [row(400, 3.0, 30.0), {**latency, "p50_us": 60.0}],
+    ]
+    first, sync = median_rows(rounds)["rows"]
+    # Medians per figure (the mean of the middle two for an even count), not one round's row.
+    assert (first["msg_per_s"], first["p50_us"], first["p99_us"]) == (250, 4.0, 40.0)
+    assert first["rounds"] == [100, 300, 200, 400] and first["messages"] == 10
+    # A row without throughput shows its median latency's spread.
+    assert sync["p50_us"] == 75.0 and sync["rounds"] == [90.0, 70.0, 80.0, 60.0]
+
+
 @pytest.mark.parametrize(
     ("args", "error"),
     [
@@ -87,6 +122,7 @@ def test_table_output_names_the_workload(namesrv_addr: str) -> None:
         (["produce", "--size", "8"], "argument --size: '8' is not a whole number of at least 16"),
         (["consume", "--pull-batch", "2000"], "argument --pull-batch: '2000' is not a whole number"),
         (["latency", "--rate", "0"], "argument --rate: '0' is not a whole number of at least 1"),
+        (["consume", "--rounds", "0"], "argument --rounds: '0' is not a whole number of at least 1"),
     ],
 )
 def test_values_a_workload_cannot_run_with_are_usage_errors(args: list[str], error: str) -> None:

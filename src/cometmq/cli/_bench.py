@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import struct
 import subprocess
 import sys
@@ -43,13 +44,21 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     common.add_argument(
         "--queues", type=int, default=4, metavar="N", help="queues of the topic if it is created (4)"
     )
+    common.add_argument(
+        "--rounds",
+        type=whole_number(1),
+        default=1,
+        metavar="N",
+        help="run the workload N times; report each figure's median, and the rounds' range (1)",
+    )
     bench = commands.add_parser(
         "bench",
         help="measure a running cluster: produce, consume, latency",
         description=(
             "Measure throughput and latency against a running cluster with CometMQ's Python client "
             "(one client process; end-to-end latency adds a consumer process). The topic is created "
-            "when missing. Prints a table (or --json); a progress bar shows on a terminal."
+            "when missing. Prints a table (or --json); a progress bar shows on a terminal. With "
+            "--rounds N the workload runs N times and each figure is the median over the rounds."
         ),
     )
     workloads = bench.add_subparsers(dest="bench_command", metavar="WORKLOAD", required=True)
@@ -121,14 +130,40 @@ BenchAction = Callable[[argparse.Namespace], Awaitable[dict[str, Any] | None]]
 def _command(action: BenchAction) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         async def main() -> int:
-            result = await action(args)
-            if result is not None:
-                _print_result(result, args.json)
+            rounds = []
+            for _ in range(args.rounds):
+                result = await action(args)
+                if result is None:
+                    return 0
+                rounds.append(result["rows"])
+            _print_result(median_rows(rounds) if len(rounds) > 1 else {"rows": rounds[0]}, args.json)
             return 0
 
         return run_async(main(), fast_loop=True)
 
     return run
+
+
+# The figure whose spread over the rounds the table shows: throughput, else the median latency.
+_HEADLINE = ("msg_per_s", "p50_us")
+
+
+def median_rows(rounds: Sequence[Sequence[dict[str, Any]]]) -> dict[str, Any]:
+    """One report from several rounds of a workload (each a list of rows, the same workloads in the
+    same order): every number is its median over the rounds, as the peer benchmark reports, and each
+    row's ``rounds`` holds its headline figure of every round, in order. The machine is noisy: one
+    round's figure can be off by half."""
+    rows = []
+    for same in zip(*rounds, strict=True):
+        row = dict(same[0])
+        for key, value in same[0].items():
+            if isinstance(value, int | float) and key != "messages":
+                median = statistics.median(r[key] for r in same)
+                row[key] = round(median, 1) if isinstance(value, float) else round(median)
+        headline = next(key for key in _HEADLINE if key in row)
+        row["rounds"] = [r[headline] for r in same]
+        rows.append(row)
+    return {"rows": rows}
 
 
 def _bodies(size: int) -> list[bytes]:
@@ -346,11 +381,18 @@ def _print_result(result: dict[str, Any], as_json: bool) -> None:
         return
     headers = ["workload", "messages", "msg/s", "MB/s", "p50 µs", "p99 µs", "max µs", "latency of"]
     keys = ["workload", "messages", "msg_per_s", "mb_per_s", "p50_us", "p99_us", "max_us", "latency_of"]
+    several = "rounds" in rows[0]
+    if several:
+        headers.append("rounds: min-max")
     table = []
     for row in rows:
         cells = []
         for key in keys:
             value = row.get(key, "")
             cells.append(f"{value:,.0f}" if isinstance(value, float | int) and key != "mb_per_s" else value)
+        if several:
+            cells.append(f"{min(row['rounds']):,.0f}-{max(row['rounds']):,.0f} ({len(row['rounds'])})")
         table.append(cells)
+    if several:
+        print("medians over the rounds")
     print(format_table(headers, table))
