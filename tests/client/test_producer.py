@@ -585,6 +585,69 @@ def test_retried_codes_are_retried_and_others_raise_at_once() -> None:
     run(scenario())
 
 
+def test_a_callback_send_is_written_before_send_with_callback_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    written: list[int] = []
+    send = Connection.send
+
+    def spy(self: Connection, cmd: RemotingCommand) -> None:
+        written.append(cmd.code)
+        send(self, cmd)
+
+    monkeypatch.setattr(Connection, "send", spy)
+
+    async def scenario() -> None:
+        async with scripted([]) as (namesrv, broker), Producer("PID_w", namesrv) as producer:
+            outcomes: list[SendResult | BaseException] = []
+            # No route yet: the send's task looks it up and connects, so nothing is written now.
+            producer.send_with_callback(Message("Scripted", b"first"), outcomes.append)
+            assert RequestCode.SEND_MESSAGE_V2 not in written
+            await wait_until(lambda: outcomes, message="the first callback")
+            written.clear()
+            # Route and connection known: the request is on the socket when the call returns.
+            producer.send_with_callback(Message("Scripted", b"second"), outcomes.append)
+            assert written == [RequestCode.SEND_MESSAGE_V2]
+            await wait_until(lambda: len(outcomes) == 2, message="the second callback")
+            assert all(isinstance(o, SendResult) and o.status is SendStatus.SEND_OK for o in outcomes)
+            assert [r.body for r in broker.sends] == [b"first", b"second"]
+
+    run(scenario())
+
+
+def test_a_callback_send_written_at_once_is_retried_like_any_other() -> None:
+    async def scenario() -> None:
+        outcomes: list[SendResult | BaseException] = []
+        refusals = [Code.SYSTEM_ERROR, Code.SERVICE_NOT_AVAILABLE]
+        async with (
+            scripted([Code.SUCCESS, *refusals]) as (namesrv, broker),
+            Producer("PID_c", namesrv) as producer,
+        ):
+            await producer.send(Message("Scripted", b"route"))  # route and connection known from here
+            producer.send_with_callback(Message("Scripted", b"x"), outcomes.append)
+            await wait_until(lambda: outcomes, message="the callback")
+            (result,) = outcomes
+            assert isinstance(result, SendResult) and result.status is SendStatus.SEND_OK
+            assert len(broker.sends) == 4  # the first send, then two refusals RocketMQ retries, then success
+            assert {r.ext_fields["i"] for r in broker.sends[1:]} == {
+                broker.sends[1].ext_fields["i"]
+            }  # same id
+        async with (
+            scripted([Code.SUCCESS] + [Code.NO_PERMISSION] * 3) as (namesrv, broker),
+            Producer("PID_c", namesrv, retry_times=2) as producer,
+        ):
+            await producer.send(Message("Scripted", b"route"))
+            outcomes.clear()
+            producer.send_with_callback(Message("Scripted", b"x"), outcomes.append)
+            await wait_until(lambda: outcomes, message="the callback")
+            (failure,) = outcomes
+            assert isinstance(failure, BrokerError) and failure.code == Code.NO_PERMISSION
+            assert "failed 3 time(s)" in "\n".join(failure.__notes__)
+            assert len(broker.sends) == 4
+
+    run(scenario())
+
+
 # ---------------------------------------------------------------------------------------------
 # the batch body encoder against common/batch.py's decoder
 

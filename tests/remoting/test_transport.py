@@ -35,6 +35,33 @@ def test_a_request_without_a_response_times_out() -> None:
     with_server(handler, scenario)
 
 
+def test_start_invoke_writes_at_once_and_settles_like_invoke() -> None:
+    def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return None if request.code == 7 else request.response(remark=f"answer to {request.code}")
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        assert client.open_connection(addr) is None  # nothing connected yet
+        conn = await client.connection(addr)
+        assert client.open_connection(addr) is conn
+        answered = conn.start_invoke(RemotingCommand(code=8), timeout=5)
+        unanswered = conn.start_invoke(RemotingCommand(code=7), timeout=0.1)
+        assert len(conn._pending) == 2  # both written, both waiting
+        assert (await answered).remark == "answer to 8"
+        with pytest.raises(RemotingTimeoutError, match=r"no response to request code 7 from .* in 0\.1 s"):
+            await unanswered
+        await asyncio.sleep(0)  # the futures' done callbacks run a loop step later
+        assert conn._pending == {}
+        lost = conn.start_invoke(RemotingCommand(code=7), timeout=5)
+        client.close_connection(addr)
+        with pytest.raises(ConnectionClosedError):
+            await lost
+        assert client.open_connection(addr) is None
+        with pytest.raises(ConnectionClosedError):
+            conn.start_invoke(RemotingCommand(code=8), timeout=5)
+
+    with_server(handler, scenario)
+
+
 def test_a_broker_error_is_answered_with_its_code_and_remark() -> None:
     def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
         raise BrokerError(ResponseCode.TOPIC_NOT_EXIST, "no such topic")

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 
 from cometmq.client._brokerapi import QueueNotRoutedError, broker_addr_of, send_header
@@ -59,6 +59,9 @@ RESERVED_PROPERTIES = frozenset(
         "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
     }
 )  # fmt: skip
+
+# A send's first attempt, written before its task starts: the queue, when (monotonic), the reply to come.
+_Written = tuple[MessageQueue, float, "asyncio.Future[RemotingCommand]"]
 
 # DefaultMQProducer.retryResponseCodes (4.9.8): broker answers worth another attempt on another broker.
 # 204/205 are NO_BUYER_ID / NOT_IN_CURRENT_UNIT (unit mode), which the broker never sends here.
@@ -415,19 +418,44 @@ class Producer:
         invalid message raises here, before anything is sent. :meth:`close` waits for these sends."""
         if not self._running:
             self._check_running()
-        prepared = self._prepare(msg)
-        task = asyncio.get_running_loop().create_task(self._send_prepared(msg, prepared, callback))
+        body, sys_flag, text, uniq = self._prepare(msg)
+        header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
+        # The first attempt is written now when the route and the connection are at hand: a task's
+        # first step waits for the next loop step, which cost 57-66 µs of end-to-end latency at p50.
+        written = self._write_first_attempt(msg.topic, header, body)
+        task = asyncio.get_running_loop().create_task(
+            self._send_with_callback(msg.topic, header, body, uniq, callback, written)
+        )
         self._callback_tasks.add(task)
         task.add_done_callback(self._callback_tasks.discard)
 
-    async def _send_prepared(
-        self, msg: Message, prepared: tuple[bytes, int, str, str], callback: SendCallback
+    def _write_first_attempt(self, topic: str, header: dict[str, str], body: bytes) -> _Written | None:
+        info = self._publish.get(topic)
+        if info is None:
+            return None
+        queue = self._faults.select(info)
+        addr = self._instance.broker_addr(queue.broker_name)
+        conn = None if addr is None else self._instance.remoting.open_connection(addr)
+        if conn is None:
+            return None
+        header["e"] = str(queue.queue_id)
+        request = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=header, body=body)
+        return queue, time.monotonic(), conn.start_invoke(request, self.send_timeout)
+
+    async def _send_with_callback(
+        self,
+        topic: str,
+        header: dict[str, str],
+        body: bytes,
+        uniq: str,
+        callback: SendCallback,
+        written: _Written | None,
     ) -> None:
-        body, sys_flag, text, uniq = prepared
-        header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
         outcome: SendResult | BaseException
         try:
-            outcome = await self._send_retrying(RequestCode.SEND_MESSAGE_V2, msg.topic, header, body, uniq)
+            outcome = await self._send_retrying(
+                RequestCode.SEND_MESSAGE_V2, topic, header, body, uniq, written
+            )
         except Exception as exc:
             outcome = exc
         try:
@@ -468,11 +496,18 @@ class Producer:
         return queues[zlib.crc32(sharding_key.encode()) % len(queues)]
 
     async def _send_retrying(
-        self, code: int, topic: str, header: dict[str, str], body: bytes | list[bytes], uniq: str
+        self,
+        code: int,
+        topic: str,
+        header: dict[str, str],
+        body: bytes | list[bytes],
+        uniq: str,
+        written: _Written | None = None,
     ) -> SendResult:
         """DefaultMQProducerImpl.sendDefaultImpl: up to 1 + retry_times attempts within the timeout,
-        each on the queue the fault strategy picks, away from the broker that just failed."""
-        deadline = time.monotonic() + self.send_timeout
+        each on the queue the fault strategy picks, away from the broker that just failed. *written*:
+        the first attempt, if it is already written."""
+        deadline = time.monotonic() + self.send_timeout if written is None else written[1] + self.send_timeout
         info = self._publish.get(topic)
         if info is None:
             info = await self._publish_info(topic)
@@ -481,8 +516,12 @@ class Producer:
         attempts: list[str] = []
         error: CometMQError | None = None
         for _ in range(1 + self.retry_times):
-            queue = select(info, last_broker)
+            queue = select(info, last_broker) if written is None else written[0]
             try:
+                if written is not None:
+                    _, started, reply = written
+                    written = None
+                    return await self._settle(queue, started, reply, uniq)
                 return await self._send_once(code, queue, header, body, uniq, deadline)
             except BrokerError as exc:
                 if exc.code not in RETRY_RESPONSE_CODES:
@@ -512,20 +551,32 @@ class Producer:
     ) -> SendResult:
         """One attempt; ``body`` is the body, or the parts of a batch body (written without a join)."""
         header["e"] = str(queue.queue_id)
-        broker = queue.broker_name
         started = time.monotonic()
         timeout = deadline - started
         if timeout <= 0:
             raise RemotingTimeoutError(f"no time left to send to {queue} within {self.send_timeout:g} s")
+        if isinstance(body, bytes):
+            request = RemotingCommand(code=code, ext_fields=header, body=body)
+        else:
+            request = RemotingCommand(code=code, ext_fields=header, body_parts=body)
+        try:
+            addr = broker_addr_of(self._instance, queue)
+        except QueueNotRoutedError:
+            self._faults.update(queue.broker_name, 0.0, True)
+            raise
+        return await self._settle(
+            queue, started, self._instance.remoting.invoke(addr, request, timeout), uniq
+        )
+
+    async def _settle(
+        self, queue: MessageQueue, started: float, reply: Awaitable[RemotingCommand], uniq: str
+    ) -> SendResult:
+        """The result of the attempt written at *started* (monotonic) whose response *reply* brings."""
+        broker = queue.broker_name
         faults = self._faults
         try:
-            if isinstance(body, bytes):
-                request = RemotingCommand(code=code, ext_fields=header, body=body)
-            else:
-                request = RemotingCommand(code=code, ext_fields=header, body_parts=body)
-            addr = broker_addr_of(self._instance, queue)
-            response = await self._instance.remoting.invoke(addr, request, timeout)
-        except (ConnectionClosedError, RemotingTimeoutError, QueueNotRoutedError):
+            response = await reply
+        except (ConnectionClosedError, RemotingTimeoutError):
             faults.update(broker, (time.monotonic() - started) * 1000.0, True)
             raise
         status = _SEND_STATUS.get(response.code)

@@ -185,6 +185,31 @@ class Connection(asyncio.BufferedProtocol):
 
     async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send a request and wait for its response."""
+        future, timer = self._expect_response(request, timeout)
+        try:
+            self.send(request)
+            return await future
+        finally:
+            timer.cancel()
+            self._pending.pop(request.opaque, None)
+
+    def start_invoke(self, request: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand]:
+        """Write a request now, and return the future of its response (which fails as ``invoke``
+        fails): for a caller that must not wait for a task's first loop step before the write."""
+        future, timer = self._expect_response(request, timeout)
+        opaque = request.opaque
+
+        def settled(_: asyncio.Future[RemotingCommand]) -> None:
+            timer.cancel()
+            self._pending.pop(opaque, None)
+
+        future.add_done_callback(settled)
+        self.send(request)
+        return future
+
+    def _expect_response(
+        self, request: RemotingCommand, timeout: float
+    ) -> tuple[asyncio.Future[RemotingCommand], asyncio.TimerHandle]:
         if not self.is_open:
             raise ConnectionClosedError(f"connection to {self.remote_address} is closed")
         request.opaque = self.next_opaque()
@@ -194,12 +219,7 @@ class Connection(asyncio.BufferedProtocol):
         # A bare timer rather than asyncio.wait_for: ~5 µs less per request (measured: 10 → 5 µs on
         # uvloop, 15 → 11 µs on asyncio), which is a visible share of a producer's synchronous send.
         timer = loop.call_later(timeout, _expire_request, future, request.code, self.remote_address, timeout)
-        try:
-            self.send(request)
-            return await future
-        finally:
-            timer.cancel()
-            self._pending.pop(request.opaque, None)
+        return future, timer
 
     def invoke_oneway(self, request: RemotingCommand) -> None:
         request.opaque = self.next_opaque()
@@ -318,6 +338,11 @@ class RemotingClient:
         conn.remote_address = address
         self._connections[address] = conn
         return conn
+
+    def open_connection(self, address: str) -> Connection | None:
+        """The connection to *address* if one is open now (None: ``connection`` would have to connect)."""
+        conn = self._connections.get(address)
+        return conn if conn is not None and conn.is_open else None
 
     async def invoke(self, address: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         conn = await self.connection(address)
