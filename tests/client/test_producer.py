@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from client_support import run, wait_until
@@ -34,9 +35,16 @@ from cometmq.common.record import DecodedRecord, decode_records
 from cometmq.common.route import DataVersion, RegisterBrokerBody
 from cometmq.common.subscription import SubscriptionData
 from cometmq.common.topic_config import TopicConfig
-from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
+from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, ProtocolError
 from cometmq.namesrv import NameServer
-from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RemotingServer, RequestCode
+from cometmq.remoting import (
+    MAX_FRAME_SIZE,
+    Connection,
+    RemotingClient,
+    RemotingCommand,
+    RemotingServer,
+    RequestCode,
+)
 from cometmq.remoting import ResponseCode as Code
 from processes import TEST_BROKER_CONF, ServerProcess, StandaloneServer, free_port
 
@@ -441,8 +449,13 @@ def test_a_bad_producer_group_is_refused() -> None:
 # a scripted stand-in broker: response codes a healthy broker does not give on demand
 
 
+# A script entry that closes the connection instead of answering.
+DROP = -1
+
+
 class ScriptedBroker:
-    """Answers each send with the next code of ``script`` (then SUCCESS) and registers ``topic``."""
+    """Answers each send with the next code of ``script`` (then SUCCESS), or closes the connection
+    for DROP, and registers ``topic``."""
 
     def __init__(self, name: str, script: list[int]) -> None:
         self.name = name
@@ -460,6 +473,9 @@ class ScriptedBroker:
             return request.response()
         self.sends.append(request)
         code = self.script.pop(0) if self.script else Code.SUCCESS
+        if code == DROP:
+            conn.close()
+            return None
         fields = {"msgId": "7F0000010000000A0000000000000000", "queueId": request.ext_fields["e"]}
         fields["queueOffset"] = str(len(self.sends) - 1)
         if code in (
@@ -644,6 +660,36 @@ def test_a_callback_send_written_at_once_is_retried_like_any_other() -> None:
             assert isinstance(failure, BrokerError) and failure.code == Code.NO_PERMISSION
             assert "failed 3 time(s)" in "\n".join(failure.__notes__)
             assert len(broker.sends) == 4
+        async with (
+            scripted([Code.SUCCESS, DROP]) as (namesrv, broker),
+            Producer("PID_c", namesrv) as producer,
+        ):
+            await producer.send(Message("Scripted", b"route"))
+            outcomes.clear()
+            producer.send_with_callback(Message("Scripted", b"x"), outcomes.append)
+            await wait_until(lambda: outcomes, message="the callback")
+            (result,) = outcomes
+            # The written attempt's connection closed: the message goes again, on a new connection
+            # (this broker is the only one), with the same id.
+            assert isinstance(result, SendResult) and result.status is SendStatus.SEND_OK
+            assert len(broker.sends) == 3
+            assert broker.sends[1].ext_fields["i"] == broker.sends[2].ext_fields["i"]
+
+    run(scenario())
+
+
+def test_a_callback_send_that_cannot_be_written_reaches_the_callback() -> None:
+    async def scenario() -> None:
+        outcomes: list[SendResult | BaseException] = []
+        big_options: dict[str, Any] = {"compress_over": 1 << 30, "max_message_size": 1 << 30}
+        async with scripted([]) as (namesrv, broker), Producer("PID_big", namesrv, **big_options) as producer:
+            await producer.send(Message("Scripted", b"route"))
+            # Over the 16 MiB frame limit: refused by the frame encoder, after the producer's checks.
+            producer.send_with_callback(Message("Scripted", bytes(MAX_FRAME_SIZE)), outcomes.append)
+            await wait_until(lambda: outcomes, message="the callback")
+            (failure,) = outcomes
+            assert isinstance(failure, ProtocolError) and "exceeds" in str(failure)
+            assert len(broker.sends) == 1
 
     run(scenario())
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from remoting_support import with_server
 
-from cometmq.errors import BrokerError, ConnectionClosedError, RemotingTimeoutError
+from cometmq.errors import BrokerError, ConnectionClosedError, ProtocolError, RemotingTimeoutError
 from cometmq.remoting import (
     MAX_FRAME_SIZE,
     Connection,
@@ -43,14 +43,21 @@ def test_start_invoke_writes_at_once_and_settles_like_invoke() -> None:
         assert client.open_connection(addr) is None  # nothing connected yet
         conn = await client.connection(addr)
         assert client.open_connection(addr) is conn
+        written: list[int] = []
+        send = conn.send
+        conn.send = lambda cmd: (written.append(cmd.code), send(cmd))[1]  # type: ignore[method-assign]
         answered = conn.start_invoke(RemotingCommand(code=8), timeout=5)
         unanswered = conn.start_invoke(RemotingCommand(code=7), timeout=0.1)
-        assert len(conn._pending) == 2  # both written, both waiting
+        assert written == [8, 7]  # on the socket when start_invoke returned
         assert (await answered).remark == "answer to 8"
         with pytest.raises(RemotingTimeoutError, match=r"no response to request code 7 from .* in 0\.1 s"):
             await unanswered
-        await asyncio.sleep(0)  # the futures' done callbacks run a loop step later
         assert conn._pending == {}
+        # A request that cannot be written fails its future, and leaves nothing pending or timed.
+        too_big = conn.start_invoke(RemotingCommand(code=8, body=bytes(MAX_FRAME_SIZE)), timeout=5)
+        with pytest.raises(ProtocolError, match="frame"):
+            await too_big
+        assert conn._pending == {} and conn.is_open
         lost = conn.start_invoke(RemotingCommand(code=7), timeout=5)
         client.close_connection(addr)
         with pytest.raises(ConnectionClosedError):

@@ -507,22 +507,22 @@ class Producer:
         """DefaultMQProducerImpl.sendDefaultImpl: up to 1 + retry_times attempts within the timeout,
         each on the queue the fault strategy picks, away from the broker that just failed. *written*:
         the first attempt, if it is already written."""
-        deadline = time.monotonic() + self.send_timeout if written is None else written[1] + self.send_timeout
-        info = self._publish.get(topic)
-        if info is None:
-            info = await self._publish_info(topic)
-        select = self._faults.select
+        deadline = (time.monotonic() if written is None else written[1]) + self.send_timeout
         last_broker: str | None = None
         attempts: list[str] = []
         error: CometMQError | None = None
         for _ in range(1 + self.retry_times):
-            queue = select(info, last_broker) if written is None else written[0]
+            if written is not None:
+                queue, started, reply = written
+                written = None
+                attempt = self._settle(queue, started, reply, uniq)
+            else:
+                # Looked up per attempt (a dict hit): a route change meanwhile drops the cached entry.
+                info = self._publish.get(topic) or await self._publish_info(topic)
+                queue = self._faults.select(info, last_broker)
+                attempt = self._send_once(code, queue, header, body, uniq, deadline)
             try:
-                if written is not None:
-                    _, started, reply = written
-                    written = None
-                    return await self._settle(queue, started, reply, uniq)
-                return await self._send_once(code, queue, header, body, uniq, deadline)
+                return await attempt
             except BrokerError as exc:
                 if exc.code not in RETRY_RESPONSE_CODES:
                     raise

@@ -194,8 +194,9 @@ class Connection(asyncio.BufferedProtocol):
             self._pending.pop(request.opaque, None)
 
     def start_invoke(self, request: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand]:
-        """Write a request now, and return the future of its response (which fails as ``invoke``
-        fails): for a caller that must not wait for a task's first loop step before the write."""
+        """Write a request now, and return the future of its response: for a caller that must not
+        wait for a task's first loop step before the write. The future fails as ``invoke`` fails,
+        and also with the error of a request that cannot be written (a frame over the limit)."""
         future, timer = self._expect_response(request, timeout)
         opaque = request.opaque
 
@@ -204,7 +205,11 @@ class Connection(asyncio.BufferedProtocol):
             self._pending.pop(opaque, None)
 
         future.add_done_callback(settled)
-        self.send(request)
+        try:
+            self.send(request)
+        except ProtocolError as exc:
+            settled(future)  # now: the caller may find the future done without waiting a loop step
+            future.set_exception(exc)
         return future
 
     def _expect_response(
