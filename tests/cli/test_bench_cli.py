@@ -111,6 +111,16 @@ def test_median_rows_takes_each_figure_on_its_own() -> None:
     assert first["rounds"] == [100, 300, 200, 400] and first["messages"] == 10
     # A row without throughput shows its median latency's spread.
     assert sync["p50_us"] == 75.0 and sync["rounds"] == [90.0, 70.0, 80.0, 60.0]
+    # A round without latency samples (an end-to-end run all in its warm-up) has no p50: the median
+    # is over the rounds that have one; a row without any headline figure lists no rounds.
+    e2e = {"workload": "e2e", "messages": 4, "p50_us": 500.0}
+    bare = {"workload": "bare", "messages": 3}
+    rounds = [[e2e, bare], [{**e2e, "p50_us": 300.0}, bare], [{"workload": "e2e", "messages": 2}, bare]]
+    partial, without = median_rows(rounds)["rows"]
+    assert (
+        partial["p50_us"] == 400.0 and partial["rounds"] == [500.0, 300.0, None] and partial["messages"] == 4
+    )
+    assert without == bare
 
 
 @pytest.mark.parametrize(

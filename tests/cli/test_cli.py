@@ -283,6 +283,14 @@ def test_namesrv_with_two_brokers(tmp_path: Path, broker_conf: Path) -> None:
             "cometmq dlq list: error: argument --max: '0' is not a whole",
         ),
         (
+            ["message", "query", "--topic", "T", "--key", "k", "--max", "0"],
+            "cometmq message query: error: argument --max: '0' is not a whole number of at least 1",
+        ),
+        (
+            ["topic", "create", "T", "--queues", "0"],
+            "cometmq topic create: error: argument --queues: '0' is not a whole number of at least 1",
+        ),
+        (
             ["pipeline", "demo", "--events", "0"],
             "cometmq pipeline demo: error: argument --events: '0' is not a whole number of at least 1",
         ),

@@ -102,7 +102,7 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     create.add_argument("name", metavar="NAME", help="topic name: letters, digits, %%, |, _ and -")
     create.add_argument(
-        "--queues", type=int, default=8, metavar="N", help="read and write queues per broker (8)"
+        "--queues", type=whole_number(1), default=8, metavar="N", help="read and write queues per broker (8)"
     )
     create.add_argument("--cluster", metavar="NAME", help="cluster to create it in")
     create.add_argument("--order", action="store_true", help="mark the topic as ordered")

@@ -42,7 +42,11 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "--size", type=whole_number(_STAMP.size), default=1024, metavar="BYTES", help="body size (1024)"
     )
     common.add_argument(
-        "--queues", type=int, default=4, metavar="N", help="queues of the topic if it is created (4)"
+        "--queues",
+        type=whole_number(1),
+        default=4,
+        metavar="N",
+        help="queues of the topic if it is created (4)",
     )
     common.add_argument(
         "--rounds",
@@ -121,21 +125,16 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     receive.add_argument("--warmup", type=int, default=200)
     receive.add_argument("--deadline", type=float, required=True)
     receive.add_argument("--rate", type=int, required=True)
-    receive.set_defaults(func=_command(_e2e_receive))
+    receive.set_defaults(func=lambda args: run_async(_e2e_receive(args), fast_loop=True))
 
 
-BenchAction = Callable[[argparse.Namespace], Awaitable[dict[str, Any] | None]]
+BenchAction = Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]
 
 
 def _command(action: BenchAction) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         async def main() -> int:
-            rounds = []
-            for _ in range(args.rounds):
-                result = await action(args)
-                if result is None:
-                    return 0
-                rounds.append(result["rows"])
+            rounds = [(await action(args))["rows"] for _ in range(args.rounds)]
             _print_result(median_rows(rounds) if len(rounds) > 1 else {"rows": rounds[0]}, args.json)
             return 0
 
@@ -150,18 +149,21 @@ _HEADLINE = ("msg_per_s", "p50_us")
 
 def median_rows(rounds: Sequence[Sequence[dict[str, Any]]]) -> dict[str, Any]:
     """One report from several rounds of a workload (each a list of rows, the same workloads in the
-    same order): every number is its median over the rounds, as the peer benchmark reports, and each
-    row's ``rounds`` holds its headline figure of every round, in order. The machine is noisy: one
-    round's figure can be off by half."""
+    same order): every number is its median over the rounds that have it, as the peer benchmark
+    reports, and each row's ``rounds`` holds its headline figure of every round, in order (None for a
+    round without it). The machine is noisy: one round's figure can be off by half."""
     rows = []
     for same in zip(*rounds, strict=True):
-        row = dict(same[0])
-        for key, value in same[0].items():
-            if isinstance(value, int | float) and key != "messages":
-                median = statistics.median(r[key] for r in same)
-                row[key] = round(median, 1) if isinstance(value, float) else round(median)
-        headline = next(key for key in _HEADLINE if key in row)
-        row["rounds"] = [r[headline] for r in same]
+        row: dict[str, Any] = {}
+        for r in same:  # every key of every round: a round without latency samples has no p50
+            row.update(r)
+        for key, value in row.items():
+            if isinstance(value, int | float):
+                median = statistics.median(r[key] for r in same if key in r)
+                row[key] = round(median, 3) if isinstance(value, float) else round(median)
+        headline = next((key for key in _HEADLINE if key in row), None)
+        if headline is not None:
+            row["rounds"] = [r.get(headline) for r in same]
         rows.append(row)
     return {"rows": rows}
 
@@ -338,7 +340,7 @@ async def _end_to_end(args: argparse.Namespace, producer: Producer, bodies: list
     return result
 
 
-async def _e2e_receive(args: argparse.Namespace) -> None:
+async def _e2e_receive(args: argparse.Namespace) -> int:
     consumer = LitePullConsumer(BENCH_GROUP + "_e2e", args.namesrv, auto_commit=False, pull_batch_size=64)
     async with consumer:
         queues: list[MessageQueue] = await consumer.fetch_queues(args.topic)
@@ -358,6 +360,7 @@ async def _e2e_receive(args: argparse.Namespace) -> None:
                     samples.append(received - stamp)
     row = _row(f"end to end at {args.rate} msg/s", seen, args.size, 0.0, samples, "send to receipt")
     print(json.dumps(row), flush=True)
+    return 0
 
 
 def _row(
@@ -381,7 +384,7 @@ def _print_result(result: dict[str, Any], as_json: bool) -> None:
         return
     headers = ["workload", "messages", "msg/s", "MB/s", "p50 µs", "p99 µs", "max µs", "latency of"]
     keys = ["workload", "messages", "msg_per_s", "mb_per_s", "p50_us", "p99_us", "max_us", "latency_of"]
-    several = "rounds" in rows[0]
+    several = any("rounds" in row for row in rows)
     if several:
         headers.append("rounds: min-max")
     table = []
@@ -391,7 +394,8 @@ def _print_result(result: dict[str, Any], as_json: bool) -> None:
             value = row.get(key, "")
             cells.append(f"{value:,.0f}" if isinstance(value, float | int) and key != "mb_per_s" else value)
         if several:
-            cells.append(f"{min(row['rounds']):,.0f}-{max(row['rounds']):,.0f} ({len(row['rounds'])})")
+            figures = [figure for figure in row.get("rounds", ()) if figure is not None]
+            cells.append(f"{min(figures):,.0f}-{max(figures):,.0f} ({len(figures)})" if figures else "")
         table.append(cells)
     if several:
         print("medians over the rounds")

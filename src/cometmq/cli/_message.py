@@ -9,7 +9,7 @@ import datetime
 import zlib
 from typing import Any, Final
 
-from cometmq.cli._admin import add_admin_command, print_json
+from cometmq.cli._admin import add_admin_command, print_json, whole_number
 from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
 from cometmq.client.message import SYSFLAG_COMPRESSED
@@ -57,7 +57,7 @@ def add_message_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     )
     query.add_argument(
         "--max",
-        type=int,
+        type=whole_number(1),
         default=32,
         metavar="N",
         help="at most N messages (default 32; 64 per broker at most)",
