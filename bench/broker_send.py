@@ -4,7 +4,7 @@
 
 A broker (its store started, no sockets) takes SEND_BATCH_MESSAGE frames exactly as the native
 producer encodes them (1 KiB bodies; UNIQ_KEY and TAGS per message) through `FrameDecoder`, its
-`SendProcessor` and the encoding of each reply; then as many single SEND_MESSAGE_V2 frames. Prints
+`SendProcessor` and the encoding of each reply; then a tenth as many single SEND_MESSAGE_V2 frames. Prints
 the CPU time per message of the thread doing that work, in user mode and in the kernel (first-touch
 page faults of the commit log), and of the whole process (the flush thread too); of --rounds, the
 round with the least user time.

@@ -67,7 +67,10 @@ def main() -> None:
             stores[enable] = store
         body = b"x" * 1024
         msgs = [message(body) for _ in range(args.count)]
-        batches = [MessageBatch.of([message(body) for _ in range(BATCH)]) for _ in range(args.count // BATCH)]
+        made = [MessageBatch.of([message(body) for _ in range(BATCH)]) for _ in range(args.count // BATCH)]
+        batches = [batch for batch in made if batch is not None]
+        if len(batches) < len(made):
+            raise SystemExit("the bench's messages do not form batches")
         put_us: dict[bool, list[float]] = {True: [], False: []}
         batch_us: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(args.rounds):
@@ -91,7 +94,7 @@ def main() -> None:
             for _ in range(5)
         )
         offsets = list(range(0, BATCH * 1200, 1200))
-        bi = itertools.cycle([batch.index_keys for batch in batches if batch is not None])
+        bi = itertools.cycle([batch.index_keys for batch in batches])
         add_keys = min(
             per_call_us(lambda: index.add_keys(TOPIC, next(bi), offsets, 1_700_000_000_000), len(batches))
             for _ in range(5)

@@ -220,8 +220,8 @@ def test_a_message_batch_is_stored_and_indexed_as_its_columns_say(open_store: Op
     assert found(store, "b") == [b"third", b"first"]
     assert found(store, "a") == [b"first"]
     assert found(store, "U2", unique=True) == [b"third"]
-    # Columns that disagree, and index names owned by no message of the batch, are refused before
-    # anything is written.
+    # Columns that disagree, and index names owned by no message of the batch or not in message
+    # order, are refused before anything is written.
     for spoil in (
         lambda b: b.tags_codes.pop(),
         lambda b: b.index_owners.pop(),
@@ -229,6 +229,7 @@ def test_a_message_batch_is_stored_and_indexed_as_its_columns_say(open_store: Op
         lambda b: b.index_owners.__setitem__(0, -1),
         lambda b: b.index_owners.__setitem__(1, -1),  # owners in the middle count as much as the ends
         lambda b: b.index_owners.__setitem__(1, 3),
+        lambda b: b.index_owners.reverse(),  # in range, out of order: headers vouch by the last entry
     ):
         spoilt = dataclasses.replace(
             batch, tags_codes=list(batch.tags_codes), index_owners=list(batch.index_owners)

@@ -8,7 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from store_testlib import BORN_HOST, SMALL_COMMITLOG, SMALL_CQ, STORE_HOST, bodies, make_msg, small_config
+from store_testlib import (
+    BORN_HOST,
+    SMALL_COMMITLOG,
+    SMALL_CQ,
+    STORE_HOST,
+    bodies,
+    crash,
+    make_msg,
+    small_config,
+)
 
 import cometmq.store._store as store_module
 from cometmq.common.properties import encode_properties
@@ -20,7 +29,7 @@ from cometmq.common.record import (
     offset_msg_id,
 )
 from cometmq.common.taghash import java_string_hash
-from cometmq.store import GetStatus, MessageStore, PutStatus
+from cometmq.store import GetStatus, MessageBatch, MessageStore, PutStatus
 
 OpenStore = Callable[..., MessageStore]
 
@@ -71,13 +80,24 @@ def test_put_get_round_trip_every_field(open_store: OpenStore) -> None:
 def test_batch_has_consecutive_offsets(open_store: OpenStore) -> None:
     store = open_store()
     store.put(make_msg(queue_id=1, body=b"first"))
-    batch = [make_msg(queue_id=1, body=f"m{i}".encode(), tags_code=i) for i in range(5)]
+    shared = {"sys_flag": 0x1, "born_timestamp": 42, "reconsume_times": 3}
+    batch = [
+        make_msg(queue_id=1, body=f"m{i}".encode(), properties=f"P\x01{i}", tags_code=i, flag=i, **shared)
+        for i in range(5)
+    ]
     res = store.put_batch(batch)
     assert res.status is PutStatus.PUT_OK
     assert (res.queue_offset, res.count) == (1, 5)
-    recs = decode_records(b"".join(store.get_messages("TopicTest", 1, 1, 32).buffers))
+    recs = decode_records(b"".join(store.get_messages("TopicTest", 1, 1, 32).buffers), check_crc=True)
     assert [r.queue_offset for r in recs] == [1, 2, 3, 4, 5]
-    assert [r.body for r in recs] == [f"m{i}".encode() for i in range(5)]
+    assert [(r.body, r.flag, r.properties) for r in recs] == [
+        (f"m{i}".encode(), i, f"P\x01{i}") for i in range(5)
+    ]
+    # What the batch shares reaches every record.
+    assert {
+        (r.sys_flag, r.born_timestamp, r.reconsume_times, r.prepared_transaction_offset) for r in recs
+    } == {(0x1, 42, 3, 0)}
+    assert {(r.born_host, r.store_host, r.topic) for r in recs} == {(BORN_HOST, STORE_HOST, "TopicTest")}
     assert res.msg_ids == [r.offset_msg_id for r in recs]
     assert recs[0].commitlog_offset == res.commitlog_offset
     assert sum(r.total_size for r in recs) == res.wrote_bytes
@@ -259,6 +279,22 @@ def test_max_bytes_limit_returns_at_least_one(open_store: OpenStore) -> None:
     assert res.message_count == 2 and res.buffer_total_size <= 2500
 
 
+def test_a_batch_with_properties_that_are_not_utf8_is_refused(open_store: OpenStore, tmp_path: Path) -> None:
+    store = open_store()
+    good = MessageBatch.of([make_msg(properties="K\x01v"), make_msg(properties="K\x01w")])
+    assert good is not None
+    spoilt = dataclasses.replace(good, properties=[b"K\x01v", b"K\x01\xff"])
+    assert store.put_batch(spoilt).status is PutStatus.MESSAGE_ILLEGAL
+    # Cut at the join between two messages' properties: still refused.
+    cut = dataclasses.replace(good, properties=[b"K\x01\xc3", b"\xa9"])
+    assert store.put_batch(cut).status is PutStatus.MESSAGE_ILLEGAL
+    assert store.commitlog_max_offset == 0
+    assert store.put_batch(good).status is PutStatus.PUT_OK
+    # Crash recovery decodes every record's properties: a stored non-UTF-8 one would end the log there.
+    crash(store)
+    assert open_store().max_offset("TopicTest", 0) == 2
+
+
 def test_put_rejections(open_store: OpenStore) -> None:
     store = open_store(max_message_size=1000)
     assert store.put(make_msg(body=b"x" * 1001)).status is PutStatus.MESSAGE_ILLEGAL
@@ -292,6 +328,12 @@ def test_schedule_topic_tags_code_is_delivery_time(open_store: OpenStore) -> Non
     assert cq is not None
     unit = cq.unit(0)
     assert unit is not None and unit[2] == res.store_timestamp + 10_000  # level 3 = 10s
+    # A batch gets each message's own delivery time.
+    batch = [make_msg("SCHEDULE_TOPIC_XXXX", 2, properties=f"DELAY\x01{level}") for level in (1, 4)]
+    res = store.put_batch(batch)
+    assert res.status is PutStatus.PUT_OK
+    units = [cq.unit(1), cq.unit(2)]
+    assert [u[2] if u else None for u in units] == [res.store_timestamp + 1_000, res.store_timestamp + 30_000]
 
 
 def test_offset_by_timestamp(open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -67,6 +67,7 @@ __all__ = [
     "encode_record_into",
     "iter_records",
     "offset_msg_id",
+    "pack_properties_length",
     "pack_record_head",
     "record_size",
     "topic_field",
@@ -181,8 +182,9 @@ def encode_record_into(
 # pack_record_head(TOTALSIZE, MESSAGE_MAGIC_CODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET,
 # SYSFLAG, BORNTIMESTAMP, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES, PREPARED_TX_OFFSET,
 # BODYLENGTH) gives the 88 bytes before BODY (IPv4 hosts); a record is then
-# head + body + topic_field(topic) + PROPERTIESLENGTH (int16) + properties.
+# head + body + topic_field(topic) + pack_properties_length(len(properties)) + properties.
 pack_record_head: Final = _HEAD.pack
+pack_properties_length: Final = _I16.pack
 
 
 def topic_field(topic: bytes) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +102,19 @@ def index_names(uniq_key: str, keys: str) -> list[str]:
     return names
 
 
+# What the messages of a batch must share (a prepared transaction offset, of 0, included).
+_SHARED = operator.attrgetter(
+    "topic",
+    "queue_id",
+    "sys_flag",
+    "born_timestamp",
+    "born_host",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+)
+
+
 @dataclass(slots=True)
 class MessageBatch:
     """Messages of one topic and queue for ``put_batch``: what they share, then one list item each.
@@ -111,7 +125,8 @@ class MessageBatch:
     *properties[i]* is message i's encoded properties as stored and *tags_codes[i]* must be
     ``java_string_hash`` of its TAGS (0 without). *index_keys* are the UTF-8 names the index gets,
     message by message (its UNIQ_KEY, then each of its KEYS), and *index_owners[j]* is the position of
-    the message *index_keys[j]* belongs to. Recovery recomputes all three from the stored records.
+    the message *index_keys[j]* belongs to (so never decreasing). Recovery recomputes all three from
+    the stored records.
     """
 
     topic: str
@@ -134,29 +149,14 @@ class MessageBatch:
         properties, or carry properties that cannot be encoded (lone surrogates)."""
         if not msgs:
             return None
-        first = msgs[0]
-        shared = (
-            first.topic,
-            first.queue_id,
-            first.sys_flag,
-            first.born_timestamp,
-            first.born_host,
-            first.store_host,
-            first.reconsume_times,
-            0,
-        )
-        batch = cls(*shared[:6], [], [], [], [], reconsume_times=first.reconsume_times)
+        shared = _SHARED(msgs[0])
+        topic, queue_id, sys_flag, born_timestamp, born_host, store_host, reconsume_times, prepared = shared
+        if prepared:
+            return None  # a prepared transaction's offset: never in a batch
+        batch = cls(topic, queue_id, sys_flag, born_timestamp, born_host, store_host, [], [], [], [])
+        batch.reconsume_times = reconsume_times
         for i, m in enumerate(msgs):
-            if (
-                m.topic,
-                m.queue_id,
-                m.sys_flag,
-                m.born_timestamp,
-                m.born_host,
-                m.store_host,
-                m.reconsume_times,
-                m.prepared_transaction_offset,
-            ) != shared:
+            if _SHARED(m) != shared:
                 return None
             try:
                 batch.properties.append(m.properties.encode())
