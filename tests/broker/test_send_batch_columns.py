@@ -3,8 +3,9 @@
 The fast path finds TAGS, KEYS and UNIQ_KEY in a batch body's bytes instead of decoding, merging and
 encoding each message's properties; whatever it hands the store must be what the general path
 (``_batch_message`` per entry, then ``MessageBatch.of``) would have handed it, for any properties a
-client can send, as far as any reader can tell. A real batch through a real broker is covered in
-test_send_pull.py and test_query_message.py.
+client can send, as far as any reader can tell; what it cannot take as it is (stray separators,
+properties that are not UTF-8, WAIT/DELAY/TRAN_MSG) it leaves to the general path. A real batch
+through a real broker is covered in test_send_pull.py and test_query_message.py.
 """
 
 from __future__ import annotations
@@ -90,6 +91,32 @@ def test_fast_path_hands_the_store_what_the_general_path_does(
     fast = _batch_columns(data, header(), SUFFIX)
     assert fast is not None
     assert comparable(fast) == comparable(general(processor, data))
+
+
+# Property texts with separators anywhere: pairs without a name-value separator, values holding one.
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(max_size=8),
+            st.lists(_NAMES | st.sampled_from(["v", "\x01", "\x02"]), max_size=12).map("".join),
+        ),
+        min_size=1,
+    )
+)
+def test_properties_with_stray_separators_take_the_fast_path_only_where_both_paths_agree(
+    processor: SendProcessor, messages: list[tuple[bytes, str]]
+) -> None:
+    data = encode_batch_body([BatchEntry(0, body, text) for body, text in messages])
+    fast = _batch_columns(data, header(), SUFFIX)
+    if fast is not None:
+        # The general path accepts it (it refuses a value holding \x01) and hands over the same.
+        assert comparable(fast) == comparable(general(processor, data))
+
+
+def test_a_value_holding_a_name_value_separator_leaves_the_batch_to_the_general_path() -> None:
+    for text in ("TAGS\x01a\x01b", "k\x01\x01", "a\x01b\x01c\x02junk", "junk\x02TAGS\x01t"):
+        data = encode_batch_body([BatchEntry(0, b"a", "TAGS\x01t"), BatchEntry(0, b"b", text)])
+        assert _batch_columns(data, header(), SUFFIX) is None, text
 
 
 @pytest.mark.parametrize("name", ["WAIT", "DELAY", "TRAN_MSG", "MY_DELAY"])

@@ -190,7 +190,10 @@ def test_bad_expression_is_refused_with_subscription_parse_failed(tmp_path: Path
             response, _ = await pulled(client, addr, sql_pull("T", 0, "a = = 1"))
             assert response.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
             assert response.remark is not None
-            assert response.remark.startswith("parse the consumer's subscription failed")
+            group = sql_pull("T", 0, "").ext_fields["consumerGroup"]
+            assert response.remark.startswith(
+                f"parse the consumer's subscription failed: group {group}, topic T:"
+            )
             assert "at position 4" in response.remark and "expected" in response.remark
             assert response.ext_fields["nextBeginOffset"] == "0"  # pull answers keep their four fields
             response, _ = await pulled(client, addr, sql_pull("T", 0, ""))

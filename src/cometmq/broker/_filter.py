@@ -38,10 +38,9 @@ def sql92_disabled_remark(expression_type: str) -> str:
     return f"The broker does not support consumer to filter message by {expression_type}"
 
 
-def parse_failed_remark(error: Sql92Error, group: str | None = None, topic: str | None = None) -> str:
-    # RocketMQ's remark, plus what is wrong: RocketMQ says only the first half.
-    where = f"group {group}, topic {topic}: " if group is not None else ""
-    return f"parse the consumer's subscription failed: {where}{error}"
+def parse_failed_remark(error: Sql92Error, group: str, topic: str) -> str:
+    # RocketMQ's remark, plus where and what is wrong: RocketMQ says only the first half.
+    return f"parse the consumer's subscription failed: group {group}, topic {topic}: {error}"
 
 
 def check_heartbeat_subscriptions(group: str, subscriptions: Iterable[SubscriptionData]) -> None:

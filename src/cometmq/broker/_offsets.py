@@ -54,7 +54,9 @@ class ConsumerOffsetManager:
         # Stored as given, -1 included: the JS client commits -1 for queues it has not consumed.
         # A commit rides on nearly every pull: the key is built once, the table looked up once.
         key = f"{topic}@{group}"
-        queues = self.offsets.setdefault(key, {})
+        queues = self.offsets.get(key)
+        if queues is None:
+            queues = self.offsets[key] = {}
         previous = queues.get(queue_id, -1)
         queues[queue_id] = offset
         self._dirty = True
@@ -62,7 +64,9 @@ class ConsumerOffsetManager:
             # Counted per second, so a key keeps at most a minute's worth of entries however often
             # its consumers commit.
             second = int(time.monotonic())
-            samples = self._progress.setdefault(key, collections.deque())
+            samples = self._progress.get(key)
+            if samples is None:
+                samples = self._progress[key] = collections.deque()
             if samples and samples[-1][0] == second:
                 samples[-1][1] += offset - previous
             else:

@@ -121,7 +121,7 @@ class PullProcessor:
             try:
                 accept = record_filter(compiled_sql92(subscription.sub_string))
             except Sql92Error as exc:
-                return refuse(ResponseCode.SUBSCRIPTION_PARSE_FAILED, parse_failed_remark(exc))
+                return refuse(ResponseCode.SUBSCRIPTION_PARSE_FAILED, parse_failed_remark(exc, group, topic))
             if not broker.config.enable_property_filter:
                 return refuse(ResponseCode.SYSTEM_ERROR, sql92_disabled_remark(EXPRESSION_SQL92))
         elif subscription.expression_type != EXPRESSION_TAG:

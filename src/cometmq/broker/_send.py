@@ -22,6 +22,7 @@ from cometmq.common.naming import (
 )
 from cometmq.common.properties import (
     KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     decode_properties,
     encode_properties,
@@ -45,6 +46,16 @@ _INDEXED_NAMES = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "DELAY", "TRAN_MSG", "WA
 _SEPARATOR = PROPERTY_SEPARATOR.encode()
 _KEY_SEPARATOR = KEY_SEPARATOR.encode()
 _TAGS, _KEYS, _UNIQ_KEY = (property_marker(name) for name in ("TAGS", "KEYS", "UNIQ_KEY"))
+_NAME_VALUE = NAME_VALUE_SEPARATOR.encode()
+_NOT_SEPARATORS = bytes(b for b in range(256) if b not in _NAME_VALUE + _SEPARATOR)
+
+
+def _pairs_well_formed(properties: bytes) -> bool:
+    """Whether *properties* are pairs of name, one name-value separator and value, joined by the
+    property separator: with every other byte deleted, the separators alternate (one
+    ``bytes.translate`` per batch, not a scan per message)."""
+    separators = properties.translate(None, _NOT_SEPARATORS)
+    return separators == (_NAME_VALUE + _SEPARATOR) * (len(separators) // 2) + _NAME_VALUE
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,14 +188,19 @@ def _batch_columns(data: bytes, header: _SendHeader, suffix: bytes) -> MessageBa
             owners.append(i)
         keys = property_value(data, _KEYS, start, end)
         if keys:
-            for key in keys.split(_KEY_SEPARATOR) if _KEY_SEPARATOR in keys else (keys,):
+            for key in keys.split(_KEY_SEPARATOR):
                 if key:
                     index_keys.append(key)
                     owners.append(i)
-    # Checked on all messages at once: a separator between them keeps a cut UTF-8 sequence invalid.
+    # Checked on all messages at once (a separator between them keeps a cut UTF-8 sequence invalid).
+    # The store refuses properties that are not UTF-8 too; the general path says which entry.
     everything = _SEPARATOR.join(stored)
     if b"WAIT\x01" in everything or b"DELAY\x01" in everything or b"TRAN_MSG\x01" in everything:
         return None  # maybe only a name ending in one of these; the general path tells
+    if not _pairs_well_formed(everything):
+        # A pair without its one name-value separator, or with two: the general path skips or
+        # refuses it (Java drops such a pair), where the bytes above would be stored as they are.
+        return None
     try:
         everything.decode()
     except UnicodeDecodeError:

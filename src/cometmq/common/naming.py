@@ -56,23 +56,24 @@ PERM_INHERIT = 0x1
 
 def topic_name_error(topic: str) -> str | None:
     """Why ``topic`` is not a legal topic name (RocketMQ's wording), or None if it is."""
-    if not topic or not topic.strip():
-        return "The specified topic is blank."
-    if not _TOPIC_CHARS.fullmatch(topic):
-        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return "The specified topic is longer than topic max length."
-    return None
+    return _name_error(
+        topic, "topic", TOPIC_MAX_LENGTH, "The specified topic is longer than topic max length."
+    )
 
 
 def group_name_error(group: str) -> str | None:
     """Why ``group`` is not a legal consumer or producer group name, or None if it is."""
-    if not group or not group.strip():
-        return "The specified name is blank."
-    if not _TOPIC_CHARS.fullmatch(group):
-        return "The specified name contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    if len(group) > GROUP_MAX_LENGTH:
-        return f"The specified name is longer than {GROUP_MAX_LENGTH} characters."
+    too_long = f"The specified name is longer than {GROUP_MAX_LENGTH} characters."
+    return _name_error(group, "name", GROUP_MAX_LENGTH, too_long)
+
+
+def _name_error(name: str, noun: str, max_length: int, too_long: str) -> str | None:
+    if not name or not name.strip():
+        return f"The specified {noun} is blank."
+    if not _TOPIC_CHARS.fullmatch(name):
+        return f"The specified {noun} contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    if len(name) > max_length:
+        return too_long
     return None
 
 
