@@ -35,7 +35,7 @@ from cometmq.common.record import (
 )
 from cometmq.common.subscription import SubscriptionData
 from cometmq.spark import _offsets
-from cometmq.spark._columns import SYSTEM_PROPERTIES, DecodedBatch, _split, decode_batch
+from cometmq.spark._columns import _BODY_LENGTH_AT, SYSTEM_PROPERTIES, DecodedBatch, _split, decode_batch
 from cometmq.spark._options import DEFAULT_MAX_TRIGGER_DELAY_MS, OptionError, ReadOptions, WriteOptions
 from cometmq.spark._read import _lost_from
 from cometmq.spark._schema import ARROW_SCHEMA
@@ -820,7 +820,7 @@ def test_a_wrong_body_length_inside_a_whole_record_raises_record_error(body_leng
     queue = _Queue("t", "broker-a", 0, encode_host("10.0.0.1", 10911), 0)
     first, middle, last = _records([spec] * 3, [0, 1, 2], queue)
     spoilt = bytearray(middle)
-    struct.pack_into(">i", spoilt, 84, body_length)  # BODYLENGTH (record layout in common/record.py)
+    struct.pack_into(">i", spoilt, _BODY_LENGTH_AT, body_length)
     data = first + bytes(spoilt) + last
     with pytest.raises(RecordError):
         decode_pulled(data, queue.broker)  # the reference refuses it too
