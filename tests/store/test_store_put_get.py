@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import struct
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -433,3 +437,48 @@ def test_same_object_restarts(tmp_path: Path) -> None:
         assert bodies(store, "TopicTest", 0) == [b"one", b"two"]
     finally:
         store.shutdown()
+
+
+_WRITE_FAILS_PART_WAY = """
+import json, resource, signal, sys
+from pathlib import Path
+from store_testlib import bodies, make_msg, small_config
+from cometmq.store import MessageStore
+
+def batch(tag):
+    return [make_msg(body=f"{tag}{i}".encode() * 1000) for i in range(4)]  # 8.4 KiB a batch
+
+store = MessageStore(small_config(Path(sys.argv[1])))
+store.start()
+statuses = [store.put_batch(batch("a")).status.name]
+# Writes past 12 KiB now fail part way, as on a disk that fills up during the write.
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+_, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (12288, hard))
+statuses.append(store.put_batch(batch("b")).status.name)
+resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+statuses.append(store.put_batch(batch("c")).status.name)
+store.shutdown()
+store = MessageStore(small_config(Path(sys.argv[1])))
+store.start()
+print(json.dumps({"statuses": statuses, "bodies": [b.decode()[:2] for b in bodies(store, "TopicTest", 0)]}))
+store.shutdown()
+"""
+
+
+def test_a_batch_whose_write_fails_part_way_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    """A real short write, made with RLIMIT_FSIZE in a child process (the limit is per process):
+    the batch is refused, nothing of it is ever readable, and the next batch takes its place."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-c", _WRITE_FAILS_PART_WAY, str(tmp_path / "store")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["statuses"] == ["PUT_OK", "UNKNOWN_ERROR", "PUT_OK"]
+    assert result["bodies"] == ["a0", "a1", "a2", "a3", "c0", "c1", "c2", "c3"]
+    assert "cannot write to the commit log" in done.stderr and "short write" in done.stderr

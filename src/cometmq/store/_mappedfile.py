@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -15,7 +16,8 @@ log = logging.getLogger("cometmq.store")
 class MappedFile:
     """One segment file: ``size`` bytes covering offsets ``[start, start + size)`` of its stream.
 
-    The writer thread writes through ``mm``; readers slice ``view``. The flush thread only calls
+    The writer thread writes through ``write_at`` (batches) or ``mm`` (single records); readers
+    slice ``view``. The flush thread only calls
     ``sync``, which needs nothing but the descriptor.
     """
 
@@ -57,6 +59,18 @@ class MappedFile:
         except BaseException:
             os.close(fd)
             raise
+
+    def write_at(self, pos: int, data: bytes) -> None:
+        """Write *data* at *pos* through the descriptor rather than the mapping.
+
+        For appends this is the cheaper way into the page cache: a first store into a mapped page of
+        a sparse file faults, and the kernel zero-fills the page (and the read-ahead pages after it)
+        before the copy overwrites it; ``pwrite`` of whole pages skips both. Mapped readers see the
+        bytes at once (one page cache). A full disk is an ``OSError`` here, where a store into the
+        mapping would be a SIGBUS."""
+        written = os.pwrite(self.fd, data, pos)
+        if written != len(data):  # only when the filesystem ran out of room part way
+            raise OSError(errno.ENOSPC, f"short write to {self.path.name}: {written} of {len(data)} bytes")
 
     def sync(self) -> None:
         # fdatasync rather than mmap.flush: it writes back the mapping's dirty pages just the same on
