@@ -155,6 +155,28 @@ def test_a_large_frame_in_pieces_keeps_its_body_in_its_own_buffer() -> None:
     assert got == cmd and "nextBeginOffset" in repr(got)
 
 
+def test_a_large_frame_reuses_the_previous_ones_buffer_only_once_nothing_uses_it() -> None:
+    def receive(body: bytes) -> RemotingCommand:
+        cmd = RemotingCommand(code=0, flag=RESPONSE_FLAG, body=body)
+        (got,) = _receive(decoder, encode_bytes(cmd), lambda room: min(room, 65536))
+        return got
+
+    decoder = FrameDecoder()
+    first, second, third = (_body(size, size) for size in (200_000, 180_000, 160_000))
+    held = receive(first).body_buffer
+    assert isinstance(held, memoryview)
+    got = receive(second)
+    assert isinstance(got.body_buffer, memoryview)
+    second_buffer = got.body_buffer.obj
+    assert second_buffer is not held.obj  # the first body is still in use: a buffer of its own
+    assert held == first  # and nothing overwrote it
+    assert got.body == second  # copied: the view of the second buffer is gone
+    got = receive(third)
+    assert isinstance(got.body_buffer, memoryview)
+    assert got.body_buffer.obj is second_buffer
+    assert got.body == third
+
+
 def test_small_frames_and_large_frames_in_one_piece_get_bytes_bodies() -> None:
     # Long enough for a buffer of its own, but whole in the first read.
     cmds = [RemotingCommand(code=1, body=b"x" * (SCRATCH_SIZE - 300))]
