@@ -6,8 +6,8 @@ A broker (its store started, no sockets) takes SEND_BATCH_MESSAGE frames exactly
 producer encodes them (1 KiB bodies; UNIQ_KEY and TAGS per message) through `FrameDecoder`, its
 `SendProcessor` and the encoding of each reply; then a tenth as many single SEND_MESSAGE_V2 frames. Prints
 the CPU time per message of the thread doing that work, in user mode and in the kernel (first-touch
-page faults of the commit log), and of the whole process (the flush thread too); of --rounds, the
-round with the least user time.
+page faults of the commit log), and of the whole process (the flush thread too); each figure is its
+median over --rounds rounds.
 
 This is the broker's share of `cometmq bench produce`, without the client, sockets or scheduling
 around it: issue 4's batched-produce target (200 000 msg/s on one core) needs about 5 µs here.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -82,7 +83,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=2000, help="batch frames per round (2000)")
     parser.add_argument("--batch", type=int, default=100, help="messages per batch (100, as cometmq bench)")
     parser.add_argument("--size", type=int, default=1024, help="body bytes (1024)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds; the best is printed (3)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; each figure's median is printed (3)")
     parser.add_argument("--dir", default=None, help="where the store goes (a temp dir by default)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
@@ -101,10 +102,10 @@ def main() -> None:
                 (f"SEND_BATCH_MESSAGE of {args.batch}", batch_frame, args.batches, args.batch),
                 ("SEND_MESSAGE_V2", single_frame, args.batches * args.batch // 10, 1),
             ):
-                # Best by user time: the kernel's share (page faults) varies with what the VM did before.
-                best = min((_run(processor, frame, frames) for _ in range(args.rounds)), key=lambda r: r[0])
+                runs = [_run(processor, frame, frames) for _ in range(args.rounds)]
                 messages = frames * per_frame
-                rows.append((name, *(seconds / messages * 1e6 for seconds in best)))
+                medians = [statistics.median(column) for column in zip(*runs, strict=True)]
+                rows.append((name, *(seconds / messages * 1e6 for seconds in medians)))
         finally:
             broker.store.shutdown()
     print("CPU µs per message")
