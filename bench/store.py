@@ -15,7 +15,7 @@ In one run, on one filesystem (a temp dir under --dir, default: the system temp 
   a user switching flushDiskType sees.
 
 It prints messages/s (appends returned; and with everything flushed to disk), MB/s of records
-written, and the ratio to the raw disk, for the median of --rounds runs (3), each on a fresh store;
+written, and the ratio to the raw disk, each the median of --rounds runs (3), each on a fresh store;
 every run's flushed/s follows. A workload that stores fewer messages than it sent stops the bench.
 The machine is noisy: compare the ratios of one run, not absolute figures across runs.
 """
@@ -27,6 +27,7 @@ import asyncio
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -273,10 +274,12 @@ def main() -> None:
 def report(
     mode: str, name: str, rounds: list[tuple[float, float]], record_size: float, disk_mb_s: float
 ) -> float:
-    """One line for a workload's rounds, each (appends/s, flushed/s): the median round by flushed/s
-    (of an even count, the slower of the middle two), then every round's flushed/s. Returns the
-    median flushed/s."""
-    appends, flushed = sorted(rounds, key=lambda r: r[1])[(len(rounds) - 1) // 2]
+    """One line for a workload's rounds, each (appends/s, flushed/s): each figure's own median (of an
+    even count, the slower of the middle two), then every round's flushed/s. Returns the median
+    flushed/s. The two medians may come from different rounds: a round whose final flush met a slow
+    disk does not pull its appends/s down with it."""
+    appends = statistics.median_low(a for a, _ in rounds)
+    flushed = statistics.median_low(f for _, f in rounds)
     mb_s = flushed * record_size / 1e6
     print(
         f"  {mode:<11} {name:<22} {appends:>10,.0f} {flushed:>10,.0f} {mb_s:>6,.0f}"
