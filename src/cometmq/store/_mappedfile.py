@@ -17,8 +17,7 @@ class MappedFile:
     """One segment file: ``size`` bytes covering offsets ``[start, start + size)`` of its stream.
 
     The writer thread writes through ``write_at`` (batches) or ``mm`` (single records); readers
-    slice ``view``. The flush thread only calls
-    ``sync``, which needs nothing but the descriptor.
+    slice ``view``. The flush thread only calls ``sync``, which needs nothing but the descriptor.
     """
 
     __slots__ = ("end", "fd", "mm", "needs_dir_sync", "path", "size", "start", "view")
