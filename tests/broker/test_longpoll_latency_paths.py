@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from _support import broker_and_client, create_topic, held_pulls, pull, send, send_request, wait_until
 
+from cometmq.broker.broker import Broker
 from cometmq.common.batch import BatchEntry, encode_batch_body
 from cometmq.common.properties import encode_properties
 from cometmq.common.record import DecodedRecord
@@ -20,18 +21,29 @@ from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, Respo
 HOLD_MS = 20000  # far longer than any of these tests waits for an answer
 
 
+PullTask = asyncio.Task[tuple[RemotingCommand, list[DecodedRecord]]]
+
+
 def held_pull(
     client: RemotingClient, addr: str, topic: str, offset: int = 0, **kwargs: str | int
-) -> asyncio.Task[tuple[RemotingCommand, list[DecodedRecord]]]:
+) -> PullTask:
     return asyncio.ensure_future(pull(client, addr, topic, 0, offset, suspend_ms=HOLD_MS, **kwargs))
+
+
+async def parked(
+    broker: Broker, client: RemotingClient, addr: str, topic: str, offset: int = 0, **kwargs: str | int
+) -> PullTask:
+    """A pull of queue 0 of *topic* from *offset*, once the broker holds it (and nothing else)."""
+    waiting = held_pull(client, addr, topic, offset, **kwargs)
+    await wait_until(lambda: held_pulls(broker) == 1, message="the pull is held")
+    return waiting
 
 
 def test_a_held_pull_is_answered_by_the_message_that_lands_and_then_forgotten(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, "Arrive", 1)
-            waiting = held_pull(client, addr, "Arrive")
-            await wait_until(lambda: held_pulls(broker) == 1, message="the pull is held")
+            waiting = await parked(broker, client, addr, "Arrive")
             await send(client, addr, "Arrive", b"first")
             response, records = await waiting
             assert response.code == ResponseCode.SUCCESS
@@ -39,8 +51,7 @@ def test_a_held_pull_is_answered_by_the_message_that_lands_and_then_forgotten(tm
             assert response.ext_fields["nextBeginOffset"] == "1"
             await wait_until(lambda: held_pulls(broker) == 0, message="the answered pull is forgotten")
             # The next pull from the new offset is held and answered the same way.
-            again = held_pull(client, addr, "Arrive", 1)
-            await wait_until(lambda: held_pulls(broker) == 1, message="the second pull is held")
+            again = await parked(broker, client, addr, "Arrive", 1)
             await send(client, addr, "Arrive", b"second")
             response, records = await again
             assert [r.body for r in records] == [b"second"]
@@ -52,8 +63,7 @@ def test_a_held_pull_woken_by_a_batch_gets_the_whole_batch(tmp_path: Path) -> No
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, "Batch", 1)
-            waiting = held_pull(client, addr, "Batch")
-            await wait_until(lambda: held_pulls(broker) == 1, message="the pull is held")
+            waiting = await parked(broker, client, addr, "Batch")
             entries = [BatchEntry(0, b"m%d" % i, encode_properties({"TAGS": "T"})) for i in range(3)]
             batch = send_request("Batch", encode_batch_body(entries), 0, m="true")
             batch.code = RequestCode.SEND_BATCH_MESSAGE
@@ -69,8 +79,7 @@ def test_a_message_the_tag_filter_rejects_leaves_the_pull_held(tmp_path: Path) -
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, "Tags", 1)
-            waiting = held_pull(client, addr, "Tags", subscription="TagA")
-            await wait_until(lambda: held_pulls(broker) == 1, message="the pull is held")
+            waiting = await parked(broker, client, addr, "Tags", subscription="TagA")
             # Same connection: an answer to the pull would be read before this send's reply.
             await send(client, addr, "Tags", b"other", TAGS="TagB")
             assert not waiting.done() and held_pulls(broker) == 1
@@ -118,8 +127,7 @@ def test_a_held_pull_whose_connection_closes_is_forgotten(tmp_path: Path) -> Non
         async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, "Gone", 1)
             leaving = RemotingClient()
-            waiting = held_pull(leaving, addr, "Gone")
-            await wait_until(lambda: held_pulls(broker) == 1, message="the pull is held")
+            waiting = await parked(broker, leaving, addr, "Gone")
             await leaving.close()
             with pytest.raises(ConnectionClosedError):
                 await waiting
@@ -136,8 +144,7 @@ def test_a_held_pull_that_cannot_be_read_on_arrival_gets_an_error_answer(tmp_pat
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, "Broken", 1)
-            waiting = held_pull(client, addr, "Broken")
-            await wait_until(lambda: held_pulls(broker) == 1, message="the pull is held")
+            waiting = await parked(broker, client, addr, "Broken")
 
             def unreadable(*args: object, **kwargs: object) -> None:
                 raise OSError("the disk went away")
