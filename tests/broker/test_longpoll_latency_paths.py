@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from _support import broker_and_client, create_topic, held_pulls, pull, send, send_request, wait_until
 
+from cometmq.broker._longpoll import HeldPull, PullHoldService
 from cometmq.broker.broker import Broker
 from cometmq.common.batch import BatchEntry, encode_batch_body
 from cometmq.common.properties import encode_properties
@@ -155,5 +156,29 @@ def test_a_held_pull_that_cannot_be_read_on_arrival_gets_an_error_answer(tmp_pat
             assert response.code == ResponseCode.SYSTEM_ERROR
             assert "the disk went away" in (response.remark or "")
             await wait_until(lambda: held_pulls(broker) == 0, message="the failed pull is forgotten")
+
+    asyncio.run(scenario())
+
+
+def test_a_held_pull_nobody_awaits_is_forgotten_at_its_deadline() -> None:
+    """A connection that closes before its pull's task first runs cancels the task before it awaits
+    the held pull. Sockets cannot order that reliably, so this parks on the service directly and
+    never awaits, as that task would; the entry must still go."""
+
+    async def scenario() -> None:
+        holds = PullHoldService()
+        answered: list[int] = []
+
+        def answer(held: HeldPull) -> bool:
+            answered.append(held.offset)
+            return True
+
+        never_awaited = holds.park("Orphan", 0, 0, None, answer, 0.05)
+        cancelled = holds.park("Orphan", 0, 0, None, lambda held: True, HOLD_MS / 1000)
+        cancelled.wake.cancel()
+        await wait_until(lambda: not holds._held, message="both entries are forgotten")
+        assert never_awaited.wake.result() is False  # released by its deadline, not answered
+        holds.on_arrival("Orphan", 0, 1, 0)
+        assert answered == []
 
     asyncio.run(scenario())

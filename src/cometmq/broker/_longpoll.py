@@ -35,30 +35,33 @@ class PullHoldService:
         offset: int,
         codes: frozenset[int] | None,
         answer: Callable[[HeldPull], bool],
+        timeout: float,
     ) -> HeldPull:
         """Register a pull in the same loop step as the read that found nothing, so a message stored
-        right after it (even one from the same socket read) cannot slip past."""
-        held = HeldPull(offset, codes, answer, asyncio.get_running_loop().create_future())
-        self._held.setdefault((topic, queue_id), []).append(held)
+        right after it (even one from the same socket read) cannot slip past. Its ``wake`` resolves
+        True when an arrival answers it, False after ``timeout`` seconds or :meth:`wake_all` (the
+        caller answers it then); cancelling ``wake`` gives it up.
+
+        The entry leaves the service when ``wake`` is done, whoever awaits it: a pull whose
+        connection closed before its task's first step is still forgotten at its deadline."""
+        loop = asyncio.get_running_loop()
+        held = HeldPull(offset, codes, answer, loop.create_future())
+        key = (topic, queue_id)
+        self._held.setdefault(key, []).append(held)
+        # A bare timer resolves the future, rather than asyncio.wait_for in the waiter, which resumes
+        # one loop step later (its own waiter) and costs a handle per wait.
+        timer = loop.call_later(timeout, _release, held.wake)
+        held.wake.add_done_callback(lambda _: self._forget(key, held, timer))
         return held
 
-    async def wait(self, topic: str, queue_id: int, held: HeldPull, timeout: float) -> bool:
-        """True once the pull was answered on arrival; False after ``timeout`` seconds or
-        :meth:`wake_all` (the caller answers it then)."""
-        key = (topic, queue_id)
-        # The future itself is awaited and a bare timer resolves it, rather than asyncio.wait_for,
-        # which resumes one loop step later (its own waiter) and costs a handle per wait.
-        timer = asyncio.get_running_loop().call_later(timeout, _release, held.wake)
-        try:
-            return await held.wake
-        finally:
-            timer.cancel()
-            waiting = self._held.get(key)
-            if waiting is not None:
-                with contextlib.suppress(ValueError):
-                    waiting.remove(held)
-                if not waiting:
-                    del self._held[key]
+    def _forget(self, key: tuple[str, int], held: HeldPull, timer: asyncio.TimerHandle) -> None:
+        timer.cancel()
+        waiting = self._held.get(key)
+        if waiting is not None:
+            with contextlib.suppress(ValueError):
+                waiting.remove(held)
+            if not waiting:
+                del self._held[key]
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
         """The store's arrival listener: answer the held pulls this message can satisfy.

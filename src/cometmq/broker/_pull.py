@@ -160,7 +160,8 @@ class PullProcessor:
         broker = self._broker
         holds = broker.pull_holds
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(timeout_ms / 1000, MAX_HOLD_S)
+        hold_s = min(timeout_ms / 1000, MAX_HOLD_S)
+        deadline = loop.time() + hold_s
 
         def read(held: HeldPull) -> GetResult:
             return broker.store.get_messages(
@@ -168,6 +169,8 @@ class PullProcessor:
             )
 
         def answer(held: HeldPull) -> bool:
+            if not conn.is_open:
+                return True  # nobody to answer: forget it without reading
             result = read(held)
             if (
                 accept is not None
@@ -184,13 +187,13 @@ class PullProcessor:
             return True
 
         async def until_answered(held: HeldPull) -> RemotingCommand | None:
-            if await holds.wait(topic, queue_id, held, max(0.0, deadline - loop.time())):
+            if await held.wake:
                 return None  # answered on arrival
             # Timed out, or released at shutdown: answer with what is there now.
             result = read(held)
             return self._found(request, result, _status_code(result, held.offset))
 
-        return until_answered(holds.park(topic, queue_id, offset, codes, answer))
+        return until_answered(holds.park(topic, queue_id, offset, codes, answer, hold_s))
 
     def _found(self, request: RemotingCommand, result: GetResult, code: int) -> RemotingCommand:
         response = request.response(
