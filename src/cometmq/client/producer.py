@@ -438,8 +438,7 @@ class Producer:
         conn = None if addr is None else self._instance.remoting.open_connection(addr)
         if conn is None:
             return None
-        header["e"] = str(queue.queue_id)
-        request = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=header, body=body)
+        request = _send_request(RequestCode.SEND_MESSAGE_V2, queue, header, body)
         return queue, time.monotonic(), conn.start_invoke(request, self.send_timeout)
 
     async def _send_with_callback(
@@ -549,16 +548,12 @@ class Producer:
         uniq: str,
         deadline: float,
     ) -> SendResult:
-        """One attempt; ``body`` is the body, or the parts of a batch body (written without a join)."""
-        header["e"] = str(queue.queue_id)
+        """One attempt; ``body`` as for :func:`_send_request`."""
         started = time.monotonic()
         timeout = deadline - started
         if timeout <= 0:
             raise RemotingTimeoutError(f"no time left to send to {queue} within {self.send_timeout:g} s")
-        if isinstance(body, bytes):
-            request = RemotingCommand(code=code, ext_fields=header, body=body)
-        else:
-            request = RemotingCommand(code=code, ext_fields=header, body_parts=body)
+        request = _send_request(code, queue, header, body)
         try:
             addr = broker_addr_of(self._instance, queue)
         except QueueNotRoutedError:
@@ -604,3 +599,14 @@ def _properties_too_long(topic: str, length: int) -> str:
         f"message to {topic!r}: its properties (tags, keys and the rest) take {length} bytes, "
         f"over the {MAX_PROPERTIES_SIZE} a record can hold"
     )
+
+
+def _send_request(
+    code: int, queue: MessageQueue, header: dict[str, str], body: bytes | list[bytes]
+) -> RemotingCommand:
+    """The request of one attempt on *queue*: *header* (shared by the attempts) names its queue id,
+    and *body* is the body, or the parts of a batch body (written without a join)."""
+    header["e"] = str(queue.queue_id)
+    if isinstance(body, bytes):
+        return RemotingCommand(code=code, ext_fields=header, body=body)
+    return RemotingCommand(code=code, ext_fields=header, body_parts=body)
