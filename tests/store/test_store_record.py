@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cometmq.client.message import decode_pulled
+from cometmq.common.properties import decode_properties
 from cometmq.common.record import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -168,6 +170,53 @@ def test_decodes_ipv6_hosts_and_5x_magic(v2_magic: bool) -> None:
     assert (rec.born_timestamp, rec.store_timestamp, rec.reconsume_times) == (5, 6, 7)
     assert (rec.body, rec.topic, rec.properties) == (b"payload", "T6", "KEYS\x01k")
     assert len(rec.offset_msg_id) == 56
+
+
+@given(
+    st.lists(st.tuples(records(), st.booleans()), min_size=1, max_size=6),
+    st.none() | st.integers(0, 6),
+)
+def test_the_consumers_decoder_reads_every_field_as_the_general_decoder(
+    drawn: list[tuple[dict[str, object], bool]], ipv6_at: int | None
+) -> None:
+    """decode_pulled (the consumer's fast path, head fields unpacked only when read) against
+    decode_records, field by field; compressed bodies inflated; an IPv6 record sends it and every
+    later record to the general decoder."""
+    encoded = []
+    for fields, compressed in drawn:
+        body = fields["body"]
+        assert isinstance(body, bytes)
+        sys_flag = fields["sys_flag"]
+        assert isinstance(sys_flag, int)
+        if compressed:
+            fields = {**fields, "body": zlib.compress(body), "sys_flag": sys_flag | 1}
+        else:
+            fields = {**fields, "sys_flag": sys_flag & ~1}
+        encoded.append(encode(fields))
+    if ipv6_at is not None:
+        encoded.insert(min(ipv6_at, len(encoded)), _ipv6_record())
+    data = b"".join(encoded)
+    general = decode_records(data)
+    pulled = decode_pulled(data, "broker-a")
+    assert len(pulled) == len(general)
+    for m, rec in zip(pulled, general, strict=True):
+        body = zlib.decompress(rec.body) if rec.sys_flag & 1 else rec.body
+        assert (m.topic, m.body, m.broker_name) == (rec.topic, body, "broker-a")
+        assert (m.queue_id, m.queue_offset, m.sys_flag, m.reconsume_times) == (
+            rec.queue_id,
+            rec.queue_offset,
+            rec.sys_flag,
+            rec.reconsume_times,
+        )
+        assert (m.flag, m.commitlog_offset, m.born_timestamp, m.store_timestamp) == (
+            rec.flag,
+            rec.commitlog_offset,
+            rec.born_timestamp,
+            rec.store_timestamp,
+        )
+        assert (m.born_host_raw, m.store_host_raw) == (rec.born_host, rec.store_host)
+        assert m.offset_msg_id == rec.offset_msg_id
+        assert m.properties == decode_properties(rec.properties)
 
 
 def test_blank_records_are_skipped_and_zero_size_ends() -> None:

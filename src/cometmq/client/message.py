@@ -95,26 +95,27 @@ class SendResult:
     queue_offset: int
 
 
+# flag, commitlog offset, born timestamp, born host, store timestamp, store host (wire facts §6.2).
+_HeadFields = tuple[int, int, int, bytes, int, bytes]
+
+
 class ReceivedMessage:
     """A message as a consumer receives it.
 
-    Properties are decoded on first use: a consumer that only reads ``body`` pays nothing for them.
+    Properties are decoded on first use, and so are the head fields a consumer rarely reads (``flag``,
+    ``commitlog_offset``, the timestamps and hosts): a consumer that only reads ``body`` pays for
+    neither.
     """
 
     __slots__ = (
+        "_head",
         "_properties",
         "_properties_raw",
         "body",
-        "born_host_raw",
-        "born_timestamp",
         "broker_name",
-        "commitlog_offset",
-        "flag",
         "queue_id",
         "queue_offset",
         "reconsume_times",
-        "store_host_raw",
-        "store_timestamp",
         "sys_flag",
         "topic",
     )
@@ -123,15 +124,12 @@ class ReceivedMessage:
     body: bytes
     queue_id: int
     queue_offset: int
-    commitlog_offset: int
     sys_flag: int
-    flag: int
-    born_timestamp: int
-    store_timestamp: int
-    born_host_raw: bytes
-    store_host_raw: bytes
     reconsume_times: int
     broker_name: str
+    # The record's bytes from FLAG to STOREHOST, or (once read, or from the general decoder) the
+    # fields themselves, as _HeadFields orders them.
+    _head: bytes | _HeadFields
     _properties_raw: bytes | str
     _properties: dict[str, str] | None
 
@@ -143,17 +141,55 @@ class ReceivedMessage:
         self.body = body
         self.queue_id = record.queue_id
         self.queue_offset = record.queue_offset
-        self.commitlog_offset = record.commitlog_offset
         self.sys_flag = record.sys_flag
-        self.flag = record.flag
-        self.born_timestamp = record.born_timestamp
-        self.store_timestamp = record.store_timestamp
-        self.born_host_raw = record.born_host
-        self.store_host_raw = record.store_host
         self.reconsume_times = record.reconsume_times
         self.broker_name = broker_name
+        self._head = (
+            record.flag,
+            record.commitlog_offset,
+            record.born_timestamp,
+            record.born_host,
+            record.store_timestamp,
+            record.store_host,
+        )
         self._properties_raw = record.properties
         self._properties = None
+
+    def _fields(self) -> _HeadFields:
+        head = self._head
+        if isinstance(head, bytes):
+            head = self._head = _LAZY_HEAD.unpack(head)
+        return head
+
+    @property
+    def flag(self) -> int:
+        """The producer's flag (``Message.flag``)."""
+        return self._fields()[0]
+
+    @property
+    def commitlog_offset(self) -> int:
+        """Where the record starts in the broker's commit log."""
+        return self._fields()[1]
+
+    @property
+    def born_timestamp(self) -> int:
+        """When the producer sent the message, in ms since the epoch (the producer's clock)."""
+        return self._fields()[2]
+
+    @property
+    def born_host_raw(self) -> bytes:
+        """The producer's address as the record stores it (see ``born_host``)."""
+        return self._fields()[3]
+
+    @property
+    def store_timestamp(self) -> int:
+        """When the broker stored the message, in ms since the epoch (the broker's clock)."""
+        return self._fields()[4]
+
+    @property
+    def store_host_raw(self) -> bytes:
+        """The broker's address as the record stores it (see ``store_host``)."""
+        return self._fields()[5]
 
     @property
     def properties(self) -> dict[str, str]:
@@ -217,9 +253,14 @@ class ReceivedMessage:
         )
 
 
-# The record head up to BODYLENGTH with IPv4 hosts (wire facts §6.2), as common/record.py lays it out,
-# minus the two fields a consumer never reads (BODYCRC, PREPARED_TX_OFFSET: pad bytes, no int objects).
-_HEAD = struct.Struct(">iI4xiiqqiq8sq8si8xi")
+# The record head up to BODYLENGTH with IPv4 hosts (wire facts §6.2), as common/record.py lays it out:
+# the fields decode_pulled reads at once (TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, SYSFLAG,
+# RECONSUMETIMES, BODYLENGTH), the others skipped as pad bytes (no int or bytes objects for them).
+_HEAD = struct.Struct(">iI4xi4xq8xi32xi8xi")
+# FLAG to STOREHOST: the bytes a message keeps and unpacks only when one of these fields is read.
+_LAZY_HEAD = struct.Struct(">i8xq4xq8sq8s")
+_LAZY_START = 16
+_LAZY_END = _LAZY_START + _LAZY_HEAD.size
 _HOST_V6_FLAGS = 0x30
 
 
@@ -229,11 +270,10 @@ def decode_pulled(body: bytes | memoryview, broker_name: str) -> list[ReceivedMe
     Malformed bytes raise :class:`cometmq.common.record.RecordError`.
     """
     # Consumer hot path (consume-from-start benchmark, 1 KiB messages): one struct unpack per record
-    # straight into the message's slots, slices of ``bytes`` (one copy, no memoryview objects), the
-    # topic decoded once per body and properties decoded only when read. Measured 2.9 -> 1.0-1.3 us
-    # per message in cache (1.8 us out of cache) against ReceivedMessage(DecodedRecord) from
-    # iter_records. Anything unusual (IPv6 hosts, 5.x magic, blank fillers, inconsistent lengths)
-    # goes through the general decoder in record.py.
+    # of the fields every consumer reads, straight into the message's slots; one slice for the head
+    # fields few read; slices of ``bytes`` (one copy, no memoryview objects); the topic decoded once
+    # per body; properties decoded only when read. Anything unusual (IPv6 hosts, 5.x magic, blank
+    # fillers, inconsistent lengths) goes through the general decoder in record.py.
     data = body if isinstance(body, bytes) else bytes(body)
     unpack = _HEAD.unpack_from
     new = ReceivedMessage.__new__
@@ -247,21 +287,7 @@ def decode_pulled(body: bytes | memoryview, broker_name: str) -> list[ReceivedMe
     last_start = end - MIN_RECORD_SIZE  # a record starting later cannot be whole
     while pos <= last_start:
         m = new(ReceivedMessage)
-        (
-            total,
-            magic,
-            m.queue_id,
-            m.flag,
-            m.queue_offset,
-            m.commitlog_offset,
-            sys_flag,
-            m.born_timestamp,
-            m.born_host_raw,
-            m.store_timestamp,
-            m.store_host_raw,
-            m.reconsume_times,
-            n,
-        ) = unpack(data, pos)
+        total, magic, m.queue_id, m.queue_offset, sys_flag, m.reconsume_times, n = unpack(data, pos)
         limit = pos + total
         at = pos + 88 + n
         if magic != MESSAGE_MAGIC_CODE or sys_flag & _HOST_V6_FLAGS or n < 0 or at + 3 > limit or limit > end:
@@ -283,6 +309,7 @@ def decode_pulled(body: bytes | memoryview, broker_name: str) -> list[ReceivedMe
         m.body = (
             zlib.decompress(data[pos + 88 : at]) if sys_flag & SYSFLAG_COMPRESSED else data[pos + 88 : at]
         )
+        m._head = data[pos + _LAZY_START : pos + _LAZY_END]
         m._properties_raw = data[tp + 2 : limit]
         m._properties = None
         m.broker_name = broker_name
