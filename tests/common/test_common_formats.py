@@ -14,7 +14,7 @@ from cometmq.broker._json_config import load_json_config, save_json_config
 from cometmq.common import fastjson
 from cometmq.common.javaprops import parse_properties
 from cometmq.common.naming import group_name_error
-from cometmq.common.properties import decode_properties, encode_properties, property_marker, property_value
+from cometmq.common.properties import decode_properties, encode_properties, property_finder
 
 
 def test_fastjson_reads_unquoted_numeric_keys_but_not_inside_strings() -> None:
@@ -66,25 +66,28 @@ def test_a_corrupt_config_file_falls_back_to_its_backup(
 _PROPERTY_TEXT = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)))
 
 
-@given(st.dictionaries(_PROPERTY_TEXT.filter(bool), _PROPERTY_TEXT, max_size=6), _PROPERTY_TEXT.filter(bool))
-def test_property_value_reads_what_decoding_reads(props: dict[str, str], name: str) -> None:
-    text = encode_properties(props)
-    for candidate in [name, *props]:
-        expected = decode_properties(text).get(candidate, "")
-        assert property_value(text.encode(), property_marker(candidate)).decode() == expected
-        # The same inside a larger buffer, as the broker reads it from a batch body.
-        framed = b"\x02\x01TAGS\x01x\x02" + text.encode() + b"\x02KEYS\x01y"
-        at = len(framed) - len(text.encode()) - len(b"\x02KEYS\x01y")
-        assert (
-            property_value(framed, property_marker(candidate), at, at + len(text.encode())).decode()
-            == expected
-        )
+@given(
+    st.dictionaries(_PROPERTY_TEXT.filter(bool), _PROPERTY_TEXT, max_size=6),
+    st.lists(_PROPERTY_TEXT.filter(bool), min_size=1, max_size=3),
+    st.integers(0, 6),
+    st.booleans(),
+)
+def test_property_finder_reads_what_decoding_reads(
+    props: dict[str, str], extra_names: list[str], how_many_known: int, trailing_separator: bool
+) -> None:
+    """Names that are there and names that are not, names that end or start like others."""
+    names = [*list(props)[:how_many_known], *extra_names, *(name[1:] for name in props if len(name) > 1)]
+    text = encode_properties(props) + ("\x02" if trailing_separator and props else "")
+    found = {name.decode(): value.decode() for name, value in property_finder(*names)(text.encode())}
+    decoded = decode_properties(text)
+    assert found == {name: decoded[name] for name in names if name in decoded}
 
 
-def test_property_value_takes_the_last_of_a_repeated_name_as_decoding_does() -> None:
-    text = "TAGS\x01a\x02KEYS\x01k\x02TAGS\x01b"
+def test_property_finder_lists_a_repeated_name_twice_and_not_a_longer_one() -> None:
+    text = "XTAGS\x01no\x02TAGS\x01a\x02KEYS\x01k\x02TAGS\x01b\x02TAGSX\x01no"
     assert decode_properties(text)["TAGS"] == "b"
-    assert property_value(text.encode(), property_marker("TAGS")) == b"b"
+    found = property_finder("TAGS", "KEYS")(text.encode())
+    assert found == [(b"TAGS", b"a"), (b"KEYS", b"k"), (b"TAGS", b"b")]
 
 
 @pytest.mark.parametrize(
