@@ -430,7 +430,7 @@ class SendProcessor:
             code,
             remark,
             {
-                "msgId": ",".join(result.msg_ids),
+                "msgId": result.msg_id_text,
                 "queueId": str(queue_id),
                 "queueOffset": str(result.queue_offset),
                 "MSG_REGION": config.region_id,

@@ -204,8 +204,13 @@ class PutResult:
     queue_offset: int
     count: int
     store_timestamp: int
-    msg_ids: list[str]
+    msg_id_text: str  # the records' offset message ids, comma-separated, as a send's reply carries them
     wrote_bytes: int
+
+    @property
+    def msg_ids(self) -> list[str]:
+        """The offset message id of each stored record, in order."""
+        return self.msg_id_text.split(",") if self.msg_id_text else []
 
     @property
     def commitlog_end_offset(self) -> int:

