@@ -99,7 +99,7 @@ class RemotingCommand:
     def body_length(self) -> int:
         if self.body_parts is None:
             return len(self._body)
-        return sum(len(part) for part in self.body_parts)
+        return sum(map(len, self.body_parts))
 
     def _fields(self) -> tuple[Any, ...]:
         return tuple(getattr(self, name) for name in _FIELD_NAMES)
