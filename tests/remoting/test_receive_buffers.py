@@ -202,6 +202,20 @@ def test_large_frames_that_arrive_together_each_reuse_a_buffer_of_earlier_ones()
     assert len({id(view.obj) for view in second}) == 4
 
 
+def test_a_frame_below_the_reuse_range_never_takes_a_large_frames_buffer() -> None:
+    """Its body, kept as a view, would otherwise pin a spare of a pull response's size."""
+    decoder = FrameDecoder()
+    large = RemotingCommand(code=0, flag=RESPONSE_FLAG, body=_body(200_000, 1))
+    (got,) = _receive(decoder, encode_bytes(large), lambda room: min(room, 65536))
+    assert isinstance(got.body_buffer, memoryview)
+    spare = got.body_buffer.obj
+    del got  # decoded and dropped: the spare is free
+    small = RemotingCommand(code=0, flag=RESPONSE_FLAG, body=_body(3 * OWN_BUFFER_FROM, 2))
+    (got,) = _receive(decoder, encode_bytes(small), lambda room: min(room, 1024))
+    assert isinstance(got.body_buffer, memoryview) and got.body_buffer == _body(3 * OWN_BUFFER_FROM, 2)
+    assert got.body_buffer.obj is not spare
+
+
 def test_small_frames_and_large_frames_in_one_piece_get_bytes_bodies() -> None:
     # Long enough for a buffer of its own, but whole in the first read.
     cmds = [RemotingCommand(code=1, body=b"x" * (SCRATCH_SIZE - 300))]

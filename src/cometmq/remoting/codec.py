@@ -328,7 +328,10 @@ class FrameDecoder:
         """A buffer of at least *length* bytes for a frame of its own. Frames of _REUSE_FROM bytes and
         more reuse the buffer of an earlier one that no view is left of (its body was copied, or
         dropped): a fresh allocation of that size is fresh pages from the kernel, zero-filled on first
-        touch (measured on a consumer reading 256 KiB pull responses: a page fault every 4 messages)."""
+        touch (measured on a consumer reading 256 KiB pull responses: a page fault every 4 messages).
+        Other frames never take a spare: a small body kept as a view would pin a large buffer."""
+        if not _REUSE_FROM <= length <= _REUSE_UP_TO:
+            return bytearray(length)
         for spare in self._spares:
             if len(spare) >= length:
                 try:
@@ -337,8 +340,6 @@ class FrameDecoder:
                     continue
                 spare.pop()
                 return spare
-        if not _REUSE_FROM <= length <= _REUSE_UP_TO:
-            return bytearray(length)
         buffer = bytearray(-(-length // _REUSE_STEP) * _REUSE_STEP)
         if len(self._spares) < _SPARES:
             self._spares.append(buffer)
