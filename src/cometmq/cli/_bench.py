@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from cometmq.cli._admin import admin_options, print_json, whole_number
 from cometmq.cli._loop import run_async
@@ -33,6 +33,8 @@ BENCH_GROUP = "cometmq_bench"
 _BODY_POOL = 256
 # The end-to-end workload stamps each body: CLOCK_MONOTONIC ns at send time and a sequence number.
 _STAMP = struct.Struct(">qq")
+# How the bench starts its helper processes: this interpreter, this package.
+_SELF = (sys.executable, "-m", "cometmq")
 
 
 def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -117,7 +119,17 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     latency.add_argument("--duration", type=float, default=10.0, help="end-to-end seconds (10)")
     latency.add_argument("--no-e2e", action="store_true", help="only the synchronous sends")
+    latency.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="skip the round trip without a broker measured first (the machine's floor)",
+    )
     latency.set_defaults(func=_command(_latency))
+
+    # The floor's echo process (started by 'latency'; not for direct use).
+    echo = workloads.add_parser("echo-serve")
+    echo.add_argument("--reply-size", type=int, required=True)
+    echo.set_defaults(func=lambda args: run_async(_echo_serve(args.reply_size), fast_loop=True))
 
     # The end-to-end consumer process (started by 'latency'; not for direct use).
     receive = workloads.add_parser("e2e-receive", parents=[common])
@@ -260,7 +272,7 @@ async def _consume(args: argparse.Namespace) -> dict[str, Any]:
 async def _latency(args: argparse.Namespace) -> dict[str, Any]:
     await _ensure_topic(args)
     bodies = _bodies(args.size)
-    rows = []
+    rows = [] if args.no_floor else [await _round_trip_floor(args)]
     async with Producer(BENCH_GROUP, args.namesrv, send_timeout=args.timeout) as producer:
         progress = Progress("sync sends", args.warmup + args.count)
         samples: list[int] = []
@@ -280,13 +292,113 @@ async def _latency(args: argparse.Namespace) -> dict[str, Any]:
     return {"rows": rows}
 
 
+# About the sizes of a SEND_MESSAGE_V2 frame beyond its body, and of its SEND_OK response.
+_SEND_HEADER_BYTES = 300
+_SEND_REPLY_BYTES = 240
+_FRAME_LENGTH = struct.Struct(">i")
+
+
+async def _round_trip_floor(args: argparse.Namespace) -> dict[str, Any]:
+    """What one request and its reply cost on this machine without a broker: a second Python process
+    on the same event loop echoes each frame with a reply of a send response's size, read whole. A
+    synchronous send cannot be quicker than this; on a VM, waking the other process's CPU is most of
+    it."""
+    server = await asyncio.create_subprocess_exec(
+        *_SELF, "bench", "echo-serve", "--reply-size", str(_SEND_REPLY_BYTES), stdout=subprocess.PIPE
+    )
+    assert server.stdout is not None
+    try:
+        port = int(await server.stdout.readline())
+        loop = asyncio.get_running_loop()
+        counter = _ReplyCounter(_SEND_REPLY_BYTES)
+        transport, _ = await loop.create_connection(lambda: counter, "127.0.0.1", port)
+        request_size = args.size + _SEND_HEADER_BYTES
+        frame = _FRAME_LENGTH.pack(request_size) + os.urandom(request_size)
+        samples: list[int] = []
+        for i in range(args.warmup + args.count):
+            reply = counter.expect(loop)
+            started = time.perf_counter_ns()
+            transport.write(frame)
+            await reply
+            if i >= args.warmup:
+                samples.append(time.perf_counter_ns() - started)
+        transport.close()
+        echoed = int(await server.stdout.readline())  # the server says how many frames it answered
+        await server.wait()
+    finally:
+        if server.returncode is None:
+            server.kill()
+            await server.wait()
+    if echoed != args.warmup + args.count:
+        raise CometMQError(f"the echo process answered {echoed} of {args.warmup + args.count} frames")
+    return _row("round trip without a broker", args.count, args.size, 0.0, samples, "write to reply (floor)")
+
+
+class _ReplyCounter(asyncio.Protocol):
+    """Resolves the future of :meth:`expect` once a whole reply of *reply_size* bytes has come."""
+
+    def __init__(self, reply_size: int) -> None:
+        self._reply_size = reply_size
+        self._received = 0
+        self._waiting: asyncio.Future[None] | None = None
+
+    def expect(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        self._waiting = loop.create_future()
+        return self._waiting
+
+    def data_received(self, data: bytes) -> None:
+        self._received += len(data)
+        if self._received >= self._reply_size and self._waiting is not None:
+            self._received -= self._reply_size
+            self._waiting.set_result(None)
+            self._waiting = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._waiting is not None and not self._waiting.done():
+            self._waiting.set_exception(CometMQError("the echo process closed the connection"))
+
+
+async def _echo_serve(reply_size: int) -> int:
+    """Answer each length-prefixed frame of the one connection with *reply_size* bytes; print the port
+    first and, once the connection closes, how many frames were answered."""
+    loop = asyncio.get_running_loop()
+    closed: asyncio.Future[int] = loop.create_future()
+    reply = _FRAME_LENGTH.pack(reply_size - _FRAME_LENGTH.size) + bytes(reply_size - _FRAME_LENGTH.size)
+
+    class Echo(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.buffer = bytearray()
+            self.answered = 0
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = cast(asyncio.Transport, transport)
+
+        def data_received(self, data: bytes) -> None:
+            self.buffer += data
+            while len(self.buffer) >= 4:
+                (length,) = _FRAME_LENGTH.unpack_from(self.buffer)
+                if len(self.buffer) < 4 + length:
+                    break
+                del self.buffer[: 4 + length]
+                self.transport.write(reply)
+                self.answered += 1
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if not closed.done():
+                closed.set_result(self.answered)
+
+    server = await loop.create_server(Echo, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    async with server:
+        print(await closed, flush=True)
+    return 0
+
+
 async def _end_to_end(args: argparse.Namespace, producer: Producer, bodies: list[bytes]) -> dict[str, Any]:
     total = int(args.rate * args.duration)
     deadline = time.time() + args.duration + 30
     receiver = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "cometmq",
+        *_SELF,
         "bench",
         "e2e-receive",
         "--namesrv",
