@@ -4,8 +4,10 @@
 
 In one run, on one filesystem (a temp dir under --dir, default: the system temp dir):
 
-- the disk: sequential write of 256 MiB with `dd ... conv=fdatasync`, and 4 KiB append + fdatasync
-  in a loop (what one synchronous write costs);
+- the disk: sequential write of 256 MiB with `dd ... conv=fdatasync`; 4 KiB append + fdatasync in a
+  loop (what one synchronous write costs), the same into blocks written before (no allocation to
+  commit), and 16 records written into a new sparse file + fdatasync (one group commit of the 16
+  producers below, as the commit log writes);
 - the store, 1 KiB bodies with the properties a real client sends (UNIQ_KEY, KEYS, TAGS, ...):
   single `put`s and `put_batch`es of 32 in a loop, under ASYNC_FLUSH; and 16 concurrent producers
   (asyncio tasks, each appending one message and awaiting its reply condition before the next) under
@@ -18,6 +20,10 @@ It prints messages/s (appends returned; and with everything flushed to disk), MB
 written, and the ratio to the raw disk, each the median of --rounds runs (3), each on a fresh store;
 every run's flushed/s follows. A workload that stores fewer messages than it sent stops the bench.
 The machine is noisy: compare the ratios of one run, not absolute figures across runs.
+
+The last line gives the SYNC_FLUSH / ASYNC_FLUSH ratio of the 16 producers, and the most this disk
+allows it to be: each producer waits for the fdatasync after its put, so a cycle is at least 16 puts
+(at the ASYNC_FLUSH rate) plus one fdatasync of their 16 records.
 """
 
 from __future__ import annotations
@@ -119,6 +125,45 @@ def append_fsync_us(directory: Path, rounds: int = 500) -> float:
     return elapsed / rounds * 1e6
 
 
+def segment_write_fsync_us(directory: Path, size: int, rounds: int = 300) -> float:
+    """One write of *size* bytes + fdatasync, one after another into a new sparse file, as the commit
+    log writes into a new segment: each sync also commits the blocks it allocated."""
+    target = directory / "segment.bin"
+    fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+    block = os.urandom(size)
+    try:
+        os.ftruncate(fd, size * rounds)
+        start = time.perf_counter()
+        for i in range(rounds):
+            os.pwrite(fd, block, i * size)
+            os.fdatasync(fd)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        target.unlink()
+    return elapsed / rounds * 1e6
+
+
+def overwrite_fsync_us(directory: Path, rounds: int = 500) -> float:
+    """One 4 KiB write + fdatasync into blocks written before: no allocation for the sync to commit
+    (a commit-log segment is sparse when new, so its syncs commit allocations too)."""
+    target = directory / "fsync.bin"
+    fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+    block = os.urandom(4096)
+    try:
+        os.pwrite(fd, bytes(4096 * rounds), 0)
+        os.fsync(fd)
+        start = time.perf_counter()
+        for i in range(rounds):
+            os.pwrite(fd, block, i * 4096)
+            os.fdatasync(fd)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        target.unlink()
+    return elapsed / rounds * 1e6
+
+
 # -- the store ---------------------------------------------------------------------------------------
 
 
@@ -199,9 +244,12 @@ def main() -> None:
         directory = Path(tmp)
         disk_mb_s = dd_write_mb_s(directory)
         fsync_us = append_fsync_us(directory)
+        group_size = round(record_bytes(sync_msgs) / len(sync_msgs)) * PRODUCERS
+        group_fsync_us = segment_write_fsync_us(directory, group_size)
         print(
             f"disk: dd sequential write {disk_mb_s:,.0f} MB/s; 4 KiB append+fdatasync {fsync_us:,.0f} µs "
-            f"({1e6 / fsync_us:,.0f}/s)",
+            f"({1e6 / fsync_us:,.0f}/s), 4 KiB overwrite+fdatasync {overwrite_fsync_us(directory):,.0f} µs, "
+            f"{group_size / 1024:,.0f} KiB into a new segment+fdatasync {group_fsync_us:,.0f} µs",
             flush=True,
         )
 
@@ -263,9 +311,15 @@ def main() -> None:
             )
 
     producers = f"{PRODUCERS} producers"
+    # Each producer waits for the fdatasync after its put, so one sync covers at most PRODUCERS
+    # messages; when the sync takes longer than PRODUCERS puts, each cycle is the puts, one after
+    # another on the loop, then one sync of their records.
+    puts_us = PRODUCERS * 1e6 / rates["ASYNC_FLUSH", producers]
     print(
         f"\nSYNC_FLUSH / ASYNC_FLUSH, {PRODUCERS} producers: "
-        f"{rates['SYNC_FLUSH', producers] / rates['ASYNC_FLUSH', producers]:.2f} in the store, "
+        f"{rates['SYNC_FLUSH', producers] / rates['ASYNC_FLUSH', producers]:.2f} in the store "
+        f"(at most {puts_us / (puts_us + group_fsync_us):.2f} on this disk: {PRODUCERS} puts take "
+        f"{puts_us:,.0f} µs, then their {group_size / 1024:,.0f} KiB's fdatasync {group_fsync_us:,.0f} µs), "
         f"{rates['SYNC_FLUSH', 'broker'] / rates['ASYNC_FLUSH', 'broker']:.2f} through the broker"
     )
     print(f"python {sys.version.split()[0]}, {args.count:,} messages of {args.size} bytes")
