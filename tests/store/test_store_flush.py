@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,6 +95,41 @@ def test_sync_flush_timeout_does_not_block_the_loop(
 
     assert asyncio.run(main()) is False
     assert ticks >= 5  # the loop kept running while the fsync was stuck
+
+
+def test_each_sync_flush_waiter_times_out_at_its_own_deadline(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One timer serves every waiter of a loop: once it answers the oldest, it must wait on for the next.
+    count_commitlog_syncs(monkeypatch, delay=1.0)
+    store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=200)
+
+    async def main() -> None:
+        first = asyncio.create_task(store.wait_flushed(store.put(make_msg()).commitlog_end_offset))
+        await asyncio.sleep(0.1)
+        second = asyncio.create_task(store.wait_flushed(store.put(make_msg()).commitlog_end_offset))
+        assert await first is False
+        assert not second.done()  # its deadline is 100 ms after the first's
+        started = time.monotonic()
+        assert await second is False
+        assert 0.02 < time.monotonic() - started < 0.5
+
+    asyncio.run(main())
+
+
+def test_an_answered_sync_flush_wait_keeps_no_hold_on_its_event_loop(open_store: OpenStore) -> None:
+    store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def main() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        assert await store.wait_flushed(store.put(make_msg()).commitlog_end_offset)
+        await asyncio.sleep(0)  # the flush thread's answer arrives as a callback
+
+    for _ in range(3):
+        asyncio.run(main())
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]
 
 
 def test_async_flush_on_interval(open_store: OpenStore) -> None:
