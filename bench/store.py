@@ -109,53 +109,23 @@ def dd_write_mb_s(directory: Path, mib: int = 256) -> float:
     return int(m.group(1)) / float(m.group(2).replace(",", ".")) / 1e6
 
 
-def append_fsync_us(directory: Path, rounds: int = 500) -> float:
+def write_fsync_us(directory: Path, size: int, blocks: str, rounds: int = 300) -> float:
+    """One write of *size* bytes + fdatasync, *rounds* times one after another, into: "appended"
+    blocks (the file grows, so each sync also commits its size), "new" blocks of a sparse file (as the
+    commit log writes into a new segment: each sync commits the blocks it allocated), or "written"
+    blocks written and synced before (nothing to commit but the data)."""
     target = directory / "fsync.bin"
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    block = os.urandom(4096)
-    try:
-        start = time.perf_counter()
-        for _ in range(rounds):
-            os.write(fd, block)
-            os.fdatasync(fd)
-        elapsed = time.perf_counter() - start
-    finally:
-        os.close(fd)
-        target.unlink()
-    return elapsed / rounds * 1e6
-
-
-def segment_write_fsync_us(directory: Path, size: int, rounds: int = 300) -> float:
-    """One write of *size* bytes + fdatasync, one after another into a new sparse file, as the commit
-    log writes into a new segment: each sync also commits the blocks it allocated."""
-    target = directory / "segment.bin"
     fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
     block = os.urandom(size)
     try:
-        os.ftruncate(fd, size * rounds)
+        if blocks == "new":
+            os.ftruncate(fd, size * rounds)
+        elif blocks == "written":
+            os.pwrite(fd, bytes(size * rounds), 0)
+            os.fsync(fd)
         start = time.perf_counter()
         for i in range(rounds):
             os.pwrite(fd, block, i * size)
-            os.fdatasync(fd)
-        elapsed = time.perf_counter() - start
-    finally:
-        os.close(fd)
-        target.unlink()
-    return elapsed / rounds * 1e6
-
-
-def overwrite_fsync_us(directory: Path, rounds: int = 500) -> float:
-    """One 4 KiB write + fdatasync into blocks written before: no allocation for the sync to commit
-    (a commit-log segment is sparse when new, so its syncs commit allocations too)."""
-    target = directory / "fsync.bin"
-    fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
-    block = os.urandom(4096)
-    try:
-        os.pwrite(fd, bytes(4096 * rounds), 0)
-        os.fsync(fd)
-        start = time.perf_counter()
-        for i in range(rounds):
-            os.pwrite(fd, block, i * 4096)
             os.fdatasync(fd)
         elapsed = time.perf_counter() - start
     finally:
@@ -243,12 +213,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         directory = Path(tmp)
         disk_mb_s = dd_write_mb_s(directory)
-        fsync_us = append_fsync_us(directory)
+        fsync_us = write_fsync_us(directory, 4096, "appended")
+        overwrite_us = write_fsync_us(directory, 4096, "written")
         group_size = round(record_bytes(sync_msgs) / len(sync_msgs)) * PRODUCERS
-        group_fsync_us = segment_write_fsync_us(directory, group_size)
+        group_fsync_us = write_fsync_us(directory, group_size, "new")
         print(
             f"disk: dd sequential write {disk_mb_s:,.0f} MB/s; 4 KiB append+fdatasync {fsync_us:,.0f} µs "
-            f"({1e6 / fsync_us:,.0f}/s), 4 KiB overwrite+fdatasync {overwrite_fsync_us(directory):,.0f} µs, "
+            f"({1e6 / fsync_us:,.0f}/s), 4 KiB overwrite+fdatasync {overwrite_us:,.0f} µs, "
             f"{group_size / 1024:,.0f} KiB into a new segment+fdatasync {group_fsync_us:,.0f} µs",
             flush=True,
         )
