@@ -132,6 +132,26 @@ def test_an_answered_sync_flush_wait_keeps_no_hold_on_its_event_loop(open_store:
     assert [ref() for ref in loops] == [None, None, None]
 
 
+def test_a_shutdown_with_waiters_leaves_no_timer_to_fail_later(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    count_commitlog_syncs(monkeypatch, delay=0.05)
+    store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=150)
+    errors: list[dict[str, object]] = []
+
+    async def main() -> bool:
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: errors.append(context))
+        waiter = asyncio.create_task(store.wait_flushed(store.put(make_msg()).commitlog_end_offset))
+        await asyncio.sleep(0)  # registered, its loop's expiry timer armed
+        store.shutdown()  # the final flush answers it
+        answer = await waiter
+        await asyncio.sleep(0.3)  # past the deadline the timer was armed for
+        return answer
+
+    assert asyncio.run(main()) is True
+    assert errors == []
+
+
 def test_async_flush_on_interval(open_store: OpenStore) -> None:
     store = open_store(flush_interval_commitlog_ms=20)
     res = store.put(make_msg())

@@ -175,7 +175,7 @@ class FlushService:
     def _expire_waiters(self, loop: asyncio.AbstractEventLoop) -> None:
         """Answer False (FLUSH_DISK_TIMEOUT) to *loop*'s waiters past their deadline, and arm the
         timer again for the oldest one left."""
-        del self._expiry_timers[loop]
+        self._expiry_timers.pop(loop, None)  # gone already if ``stop`` ran meanwhile
         now = loop.time()
         with self._waiters_lock:
             mine = [w for w in self._waiters if w[1].get_loop() is loop]
