@@ -16,6 +16,8 @@ import socket
 import struct
 import time
 
+from cometmq.common.record import hex_ids
+
 _TAIL = struct.Struct(">IH")
 
 
@@ -71,7 +73,5 @@ class UniqueIdGenerator:
         counters: range | list[int] = range(first, first + count)
         if first + count > 0x10000:
             counters = [n & 0xFFFF for n in counters]
-        # One pack and one hex() for all counters, comma-separated, the head put before each by one
-        # replace, then one split: no Python step per id (7.6 against 12.6 µs for 100 ids cut by slices).
-        text = struct.pack(f">{count}H", *counters).hex(",", 2).upper()
-        return (head + text.replace(",", "," + head)).split(",")
+        # One pack for all counters and one split (7.6 against 12.6 µs for 100 ids cut by slices).
+        return hex_ids(head, struct.pack(f">{count}H", *counters), 2).split(",")

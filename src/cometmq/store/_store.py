@@ -20,6 +20,7 @@ from cometmq.common.record import (
     DecodedRecord,
     crc32,
     encode_record_into,
+    hex_ids,
     pack_properties_length,
     pack_record_head,
     topic_field,
@@ -489,9 +490,7 @@ class MessageStore:
         if flusher is not None and phys >= flusher.wake_at:
             flusher.poke()
         host_hex = self._host_hex.get(store_host) or self._remember_host(store_host)
-        # Offset message ids as the reply lists them: every offset in hex, comma-separated, in one call,
-        # and the host put before each by one replace (5.6 against 15 µs for 100 ids cut and joined).
-        ids = host_hex + struct.pack(f">{count}q", *offsets).hex(",", 8).upper().replace(",", "," + host_hex)
+        ids = hex_ids(host_hex, struct.pack(f">{count}q", *offsets), 8)  # as the reply lists them
         return PutResult(PutStatus.PUT_OK, first_phys, first_queue_offset, count, now, ids, total)
 
     async def wait_flushed(self, commitlog_end_offset: int) -> bool:
