@@ -40,6 +40,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from cometmq.common.properties import encode_properties
 from cometmq.common.record import encode_host
@@ -109,7 +110,9 @@ def dd_write_mb_s(directory: Path, mib: int = 256) -> float:
     return int(m.group(1)) / float(m.group(2).replace(",", ".")) / 1e6
 
 
-def write_fsync_us(directory: Path, size: int, blocks: str, rounds: int = 300) -> float:
+def write_fsync_us(
+    directory: Path, size: int, blocks: Literal["appended", "new", "written"], rounds: int = 300
+) -> float:
     """One write of *size* bytes + fdatasync, *rounds* times one after another, into: "appended"
     blocks (the file grows, so each sync also commits its size), "new" blocks of a sparse file (as the
     commit log writes into a new segment: each sync commits the blocks it allocated), or "written"

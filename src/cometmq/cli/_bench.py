@@ -375,11 +375,11 @@ async def _echo_serve(reply_size: int) -> int:
 
         def data_received(self, data: bytes) -> None:
             self.buffer += data
-            while len(self.buffer) >= 4:
-                (length,) = _FRAME_LENGTH.unpack_from(self.buffer)
-                if len(self.buffer) < 4 + length:
+            while len(self.buffer) >= _FRAME_LENGTH.size:
+                frame_size = _FRAME_LENGTH.size + _FRAME_LENGTH.unpack_from(self.buffer)[0]
+                if len(self.buffer) < frame_size:
                     break
-                del self.buffer[: 4 + length]
+                del self.buffer[:frame_size]
                 self.transport.write(reply)
                 self.answered += 1
 
