@@ -8,13 +8,16 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
-from client_support import send_to_queue
+from client_support import DROP, ScriptedBroker, scripted, send_to_queue
 
 from cometmq.client import blocking
-from cometmq.client.message import Message, ReceivedMessage
+from cometmq.client.message import Message, ReceivedMessage, SendResult, SendStatus
+from cometmq.errors import BrokerError
+from cometmq.remoting import ResponseCode as Code
 from processes import StandaloneServer
 
 
@@ -164,3 +167,129 @@ def test_blocking_producer_and_push_consumer_with_a_plain_listener_in_a_worker_t
     assert blocking.loop_thread() is None
     # The consumer's idle worker threads leave right after close() (it does not wait for them).
     wait_for(lambda: threading.active_count() == threads_before, "every client thread gone", 10)
+
+
+# ---------------------------------------------------------------------------------------------
+# blocking sends, made on the calling thread
+
+
+@contextmanager
+def scripted_in_thread(script: list[int]) -> Iterator[tuple[str, ScriptedBroker]]:
+    """The scripted stand-in broker and its name server on an event loop of their own thread, so the
+    test's thread is free to make blocking calls."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    context = scripted(script)
+    try:
+        yield asyncio.run_coroutine_threadsafe(context.__aenter__(), loop).result(30)
+        asyncio.run_coroutine_threadsafe(context.__aexit__(None, None, None), loop).result(30)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+
+
+def in_thread(call: Callable[[], object], timeout: float = 30.0) -> object:
+    """``call()`` in another thread: its result, or a failure if it has not returned in ``timeout``."""
+    outcome: list[object] = []
+    thread = threading.Thread(target=lambda: outcome.append(call()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert outcome, f"the call has not returned within {timeout} s"
+    return outcome[0]
+
+
+def test_a_blocking_send_is_made_and_answered_on_the_calling_thread(server: StandaloneServer) -> None:
+    with blocking.AdminClient(server.namesrv) as admin:
+        admin.create_topic("BlkDirect", 2)
+    with blocking.Producer("PID_blk_direct", server.namesrv) as producer:
+        producer.send(Message("BlkDirect", b"route"))  # the loop looks the route up
+        # Stall the loop thread: a send that needed it would wait for it.
+        stalled, release = threading.Event(), threading.Event()
+        producer._loop.call_soon_threadsafe(lambda: (stalled.set(), release.wait(60)))
+        assert stalled.wait(30)
+        try:
+            single = in_thread(lambda: producer.send(Message("BlkDirect", b"alone", keys="k1")))
+            batch = in_thread(
+                lambda: producer.send_batch([Message("BlkDirect", b"b%d" % i) for i in range(3)])
+            )
+            ordered = [
+                in_thread(lambda i=i: producer.send(Message("BlkDirect", b"o%d" % i), sharding_key="order-7"))
+                for i in range(4)
+            ]
+        finally:
+            release.set()
+    assert isinstance(single, SendResult) and single.status is SendStatus.SEND_OK
+    assert isinstance(batch, SendResult) and len(batch.msg_id.split(",")) == 3
+    queues = {r.queue for r in ordered if isinstance(r, SendResult)}
+    assert len(queues) == 1  # one key, one queue
+    offsets = [r.queue_offset for r in ordered if isinstance(r, SendResult)]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 4
+    with blocking.LitePullConsumer("GID_blk_direct", server.namesrv) as consumer:
+        (queue,) = queues
+        got = [m for batch_ in consumer.read(queue, offsets[0], offsets[-1] + 1) for m in batch_]
+    assert [m.body for m in got] == [b"o0", b"o1", b"o2", b"o3"]
+
+
+def test_a_failed_blocking_send_is_retried_through_the_loop_with_the_same_id() -> None:
+    with (
+        scripted_in_thread([Code.SERVICE_NOT_AVAILABLE]) as (namesrv, broker),
+        blocking.Producer("PID_blk_retry", namesrv) as producer,
+    ):
+        first = producer.send(Message("Scripted", b"x"))  # no route yet: through the loop, refused once
+        assert first.status is SendStatus.SEND_OK and len(broker.sends) == 2
+        broker.script = [DROP]  # the next send's attempt on the calling thread finds its socket closed
+        second = producer.send(Message("Scripted", b"y"))
+        assert second.status is SendStatus.SEND_OK and len(broker.sends) == 4
+        assert broker.sends[2].ext_fields["i"] == broker.sends[3].ext_fields["i"]  # the same message
+        broker.script = [Code.SERVICE_NOT_AVAILABLE]  # a refusal RocketMQ retries
+        assert producer.send(Message("Scripted", b"z")).status is SendStatus.SEND_OK
+        assert len(broker.sends) == 6
+        broker.script = [Code.MESSAGE_ILLEGAL]  # one it does not
+        with pytest.raises(BrokerError) as refused:
+            producer.send(Message("Scripted", b"w"))
+        assert refused.value.code == Code.MESSAGE_ILLEGAL and len(broker.sends) == 7
+
+
+def test_threads_sharing_a_blocking_producer_each_get_their_own_results(server: StandaloneServer) -> None:
+    with blocking.AdminClient(server.namesrv) as admin:
+        admin.create_topic("BlkShared", 4)
+    results: list[SendResult] = []
+    errors: list[BaseException] = []
+
+    def sender(name: str) -> None:
+        try:
+            for i in range(50):
+                result = producer.send(Message("BlkShared", f"{name}-{i}".encode()))
+                results.append(result)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with blocking.Producer("PID_blk_shared", server.namesrv) as producer:
+        producer.send(Message("BlkShared", b"route"))
+        threads = [threading.Thread(target=sender, args=(f"t{n}",)) for n in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert not errors
+    assert len(results) == 300
+    assert len({r.msg_id for r in results}) == 300
+    assert len({(r.queue, r.queue_offset) for r in results}) == 300  # each stored once, at its own offset
+
+
+def test_a_garbage_collected_blocking_producer_closes_its_sockets(server: StandaloneServer) -> None:
+    with blocking.AdminClient(server.namesrv) as admin:
+        admin.create_topic("BlkGcProducer", 1)
+    gc.collect()
+    sockets_before = open_sockets()
+    producer = blocking.Producer("PID_blk_gc", server.namesrv)
+    producer.start()
+    for i in range(3):
+        producer.send(Message("BlkGcProducer", b"m%d" % i))  # the last ones on the calling thread
+    assert open_sockets() >= sockets_before + 3  # name server, the loop's broker one, the direct one
+    del producer
+    gc.collect()
+    wait_for(lambda: open_sockets() == sockets_before, "the collected producer's sockets closing")
+    assert blocking.loop_thread() is None

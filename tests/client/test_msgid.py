@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import sys
+import threading
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -35,3 +37,36 @@ def test_a_batch_of_ids_is_what_as_many_single_ids_are_and_counting_goes_on_from
     assert [int(uniq_key[28:], 16) for uniq_key in batch] == [
         (counter_start + i) & 0xFFFF for i in range(count)
     ]
+
+
+def test_threads_making_single_ids_and_batches_of_ids_at_once_never_get_the_same_id() -> None:
+    # A blocking producer makes ids on its callers' threads while its loop makes batches of them.
+    generator = UniqueIdGenerator("10.0.0.1")
+    made: list[list[str]] = [[], [], []]
+
+    def singles(out: list[str]) -> None:
+        for _ in range(15_000):
+            out.append(generator.next_id())
+
+    def batches(out: list[str]) -> None:
+        for _ in range(10_000):
+            out += generator.next_ids(3)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [
+            threading.Thread(target=singles, args=(made[0],)),
+            threading.Thread(target=singles, args=(made[1],)),
+            threading.Thread(target=batches, args=(made[2],)),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    every = made[0] + made[1] + made[2]
+    assert len(every) == 60_000
+    # Fewer ids than the 65 536 counter values: any repeat is two threads taking the same counter.
+    assert len(set(every)) == len(every)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client_support import run, wait_until
+from client_support import DROP, run, scripted, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,17 +32,12 @@ from cometmq.common.batch import decode_batch_body
 from cometmq.common.naming import SCHEDULE_TOPIC
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import DecodedRecord, decode_records
-from cometmq.common.route import DataVersion, RegisterBrokerBody
 from cometmq.common.subscription import SubscriptionData
-from cometmq.common.topic_config import TopicConfig
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, ProtocolError
-from cometmq.namesrv import NameServer
 from cometmq.remoting import (
     MAX_FRAME_SIZE,
     Connection,
-    RemotingClient,
     RemotingCommand,
-    RemotingServer,
     RequestCode,
 )
 from cometmq.remoting import ResponseCode as Code
@@ -443,79 +438,6 @@ def test_a_bad_producer_group_is_refused() -> None:
         Producer("bad group", "127.0.0.1:9876")
     with pytest.raises(Exception, match="blank"):
         Producer("", "127.0.0.1:9876")
-
-
-# ---------------------------------------------------------------------------------------------
-# a scripted stand-in broker: response codes a healthy broker does not give on demand
-
-
-# A script entry that closes the connection instead of answering.
-DROP = -1
-
-
-class ScriptedBroker:
-    """Answers each send with the next code of ``script`` (then SUCCESS), or closes the connection
-    for DROP, and registers ``topic``."""
-
-    def __init__(self, name: str, script: list[int]) -> None:
-        self.name = name
-        self.script = list(script)
-        self.sends: list[RemotingCommand] = []
-        self.server = RemotingServer(self.handle, "127.0.0.1", 0)
-        self.namesrv_client = RemotingClient()
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.server.port}"
-
-    def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        if request.code not in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            return request.response()
-        self.sends.append(request)
-        code = self.script.pop(0) if self.script else Code.SUCCESS
-        if code == DROP:
-            conn.close()
-            return None
-        fields = {"msgId": "7F0000010000000A0000000000000000", "queueId": request.ext_fields["e"]}
-        fields["queueOffset"] = str(len(self.sends) - 1)
-        if code in (
-            Code.SUCCESS,
-            Code.FLUSH_DISK_TIMEOUT,
-            Code.FLUSH_SLAVE_TIMEOUT,
-            Code.SLAVE_NOT_AVAILABLE,
-        ):
-            return request.response(code, None, fields)
-        return request.response(code, f"scripted failure {code}")
-
-    async def start(self, namesrv: str, topic: str) -> None:
-        await self.server.start()
-        body = RegisterBrokerBody(
-            DataVersion(timestamp=1, counter=1), {topic: TopicConfig(topic, 2, 2)}
-        ).encode()
-        fields = {"brokerName": self.name, "brokerAddr": self.addr, "clusterName": "DefaultCluster"}
-        fields |= {"haServerAddr": "127.0.0.1:1", "brokerId": "0", "compressed": "false"}
-        # The name server forgets a broker whose registering connection closes: keep it open.
-        response = await self.namesrv_client.invoke(
-            namesrv, RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=fields, body=body)
-        )
-        assert response.code == Code.SUCCESS, response.remark
-
-    async def stop(self) -> None:
-        await self.namesrv_client.close()
-        await self.server.stop()
-
-
-@asynccontextmanager
-async def scripted(script: list[int]) -> AsyncIterator[tuple[str, ScriptedBroker]]:
-    namesrv = NameServer(host="127.0.0.1", port=0)
-    await namesrv.start()
-    broker = ScriptedBroker("broker-s", script)
-    try:
-        await broker.start(f"127.0.0.1:{namesrv.port}", "Scripted")
-        yield f"127.0.0.1:{namesrv.port}", broker
-    finally:
-        await broker.stop()
-        await namesrv.stop()
 
 
 def test_store_statuses_map_to_send_status() -> None:

@@ -14,6 +14,7 @@ import os
 import random
 import socket
 import struct
+import threading
 import time
 
 from cometmq.common.record import hex_ids
@@ -39,7 +40,8 @@ def _month_start_ms(now_ms: int) -> int:
 
 
 class UniqueIdGenerator:
-    """Makes UNIQ_KEY values. Not thread-safe; each client instance owns one (on its event loop)."""
+    """Makes UNIQ_KEY values; thread-safe (a blocking producer's sends make them on the callers'
+    threads while its loop makes others)."""
 
     def __init__(self, ip: str | None = None) -> None:
         try:
@@ -49,6 +51,8 @@ class UniqueIdGenerator:
         prefix = ip_bytes + struct.pack(">HI", os.getpid() & 0xFFFF, random.getrandbits(32))
         self._prefix_hex = prefix.hex().upper()
         self._counter = itertools.count(random.getrandbits(16))
+        # next_ids takes a run of counters by replacing the counter: no next_id may come between.
+        self._counter_lock = threading.Lock()
         self._month_start = 0
         self._next_month = 0
 
@@ -60,15 +64,18 @@ class UniqueIdGenerator:
         return (now - self._month_start) & 0xFFFFFFFF
 
     def next_id(self) -> str:
-        tail = _TAIL.pack(self._ms_into_month(), next(self._counter) & 0xFFFF)
+        with self._counter_lock:
+            counter = next(self._counter)
+        tail = _TAIL.pack(self._ms_into_month(), counter & 0xFFFF)
         return self._prefix_hex + tail.hex().upper()
 
     def next_ids(self, count: int) -> list[str]:
         """``count`` ids at once (a batch): one clock read, consecutive counters; the same ids
         ``count`` calls of :meth:`next_id` within one millisecond would give, at a fraction of the cost."""
         elapsed = self._ms_into_month()
-        first = next(self._counter) & 0xFFFF
-        self._counter = itertools.count(first + count)
+        with self._counter_lock:
+            first = next(self._counter) & 0xFFFF
+            self._counter = itertools.count(first + count)
         head = f"{self._prefix_hex}{elapsed:08X}"
         counters: range | list[int] = range(first, first + count)
         if first + count > 0x10000:

@@ -14,10 +14,12 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
+from typing import Any
 
 from cometmq.client._brokerapi import QueueNotRoutedError, broker_addr_of, send_header
+from cometmq.client._direct import DirectLane
 from cometmq.client._fault import FaultStrategy, PublishInfo
 from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance, check_group
 from cometmq.client._msgid import UniqueIdGenerator
@@ -60,8 +62,9 @@ RESERVED_PROPERTIES = frozenset(
     }
 )  # fmt: skip
 
-# A send's first attempt, written before its task starts: the queue, when (monotonic), the reply to come.
-_Written = tuple[MessageQueue, float, "asyncio.Future[RemotingCommand]"]
+# A send's first attempt, written before its task starts (or made on the caller's thread, by the
+# blocking facade): the queue, when (monotonic), the reply to come.
+_Written = tuple[MessageQueue, float, Awaitable[RemotingCommand]]
 
 # DefaultMQProducer.retryResponseCodes (4.9.8): broker answers worth another attempt on another broker.
 # 204/205 are NO_BUYER_ID / NOT_IN_CURRENT_UNIT (unit mode), which the broker never sends here.
@@ -151,6 +154,8 @@ class Producer:
         self._publish: dict[str, PublishInfo] = {}
         self._valid_topics: set[str] = set()
         self._callback_tasks: set[asyncio.Task[None]] = set()
+        # The blocking facade's sockets (no socket until its first send).
+        self._lane = DirectLane()
         self._template_refresh: asyncio.Task[None] | None = None
         self._running = False
         self._closed = False
@@ -187,6 +192,7 @@ class Producer:
             self._template_refresh.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._template_refresh
+        self._lane.close()
         await self._instance.close()
 
     async def __aenter__(self) -> Producer:
@@ -388,11 +394,9 @@ class Producer:
             self._check_running()
         body, sys_flag, text, uniq = self._prepare(msg)
         header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
-        code = RequestCode.SEND_MESSAGE_V2
-        if queue is None and sharding_key is None:
-            return await self._send_retrying(code, msg.topic, header, body, uniq)
-        target = await self._fixed_queue(msg.topic, queue, sharding_key)
-        return await self._send_once(code, target, header, body, uniq, time.monotonic() + self.send_timeout)
+        return await self._deliver(
+            RequestCode.SEND_MESSAGE_V2, msg.topic, header, body, uniq, queue, sharding_key
+        )
 
     async def send_batch(
         self, msgs: Sequence[Message], *, queue: MessageQueue | None = None, sharding_key: str | None = None
@@ -405,12 +409,29 @@ class Producer:
             self._check_running()
         topic, parts, _, ids = self._encode_batch(msgs)
         header = send_header(self.group, topic, "", batch=True)
-        uniq = ",".join(ids)
-        code = RequestCode.SEND_BATCH_MESSAGE
+        return await self._deliver(
+            RequestCode.SEND_BATCH_MESSAGE, topic, header, parts, ",".join(ids), queue, sharding_key
+        )
+
+    async def _deliver(
+        self,
+        code: int,
+        topic: str,
+        header: dict[str, str],
+        body: bytes | list[bytes],
+        uniq: str,
+        queue: MessageQueue | None,
+        sharding_key: str | None,
+        written: _Written | None = None,
+    ) -> SendResult:
+        """A send with retries on other brokers, or to the one queue *queue* or *sharding_key*
+        names, without; *written*: its first attempt, if that is made already."""
         if queue is None and sharding_key is None:
-            return await self._send_retrying(code, topic, header, parts, uniq)
+            return await self._send_retrying(code, topic, header, body, uniq, written)
+        if written is not None:
+            return await self._settle(*written, uniq)
         target = await self._fixed_queue(topic, queue, sharding_key)
-        return await self._send_once(code, target, header, parts, uniq, time.monotonic() + self.send_timeout)
+        return await self._send_once(code, target, header, body, uniq, time.monotonic() + self.send_timeout)
 
     def send_with_callback(self, msg: Message, callback: SendCallback) -> None:
         """Start sending ``msg`` and return at once; ``callback`` is called on the event loop with the
@@ -478,21 +499,83 @@ class Producer:
             broker_addr_of(self._instance, target), RequestCode.SEND_MESSAGE_V2, header, body
         )
 
+    # the blocking facade's sends ------------------------------------------------------------------
+
+    def _send_direct(
+        self, msg: Message, queue: MessageQueue | None, sharding_key: str | None
+    ) -> SendResult | Coroutine[Any, Any, SendResult]:
+        """:meth:`send` for the blocking facade, on the caller's thread (not the loop's): the result
+        when the first attempt is made and answered here, through :attr:`_lane`; else what is left of
+        the send (retries, a route to look up, a busy lane), as a coroutine to run on the loop."""
+        if not self._running:
+            self._check_running()
+        body, sys_flag, text, uniq = self._prepare(msg)
+        header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
+        return self._attempt_direct(
+            RequestCode.SEND_MESSAGE_V2, msg.topic, header, body, uniq, queue, sharding_key
+        )
+
+    def _send_batch_direct(
+        self, msgs: Sequence[Message], queue: MessageQueue | None, sharding_key: str | None
+    ) -> SendResult | Coroutine[Any, Any, SendResult]:
+        """:meth:`send_batch` for the blocking facade, as :meth:`_send_direct`."""
+        if not self._running:
+            self._check_running()
+        topic, parts, _, ids = self._encode_batch(msgs)
+        header = send_header(self.group, topic, "", batch=True)
+        return self._attempt_direct(
+            RequestCode.SEND_BATCH_MESSAGE, topic, header, parts, ",".join(ids), queue, sharding_key
+        )
+
+    def _attempt_direct(
+        self,
+        code: int,
+        topic: str,
+        header: dict[str, str],
+        body: bytes | list[bytes],
+        uniq: str,
+        queue: MessageQueue | None,
+        sharding_key: str | None,
+    ) -> SendResult | Coroutine[Any, Any, SendResult]:
+        # Only what the loop already knows (routes, addresses) is read here; the loop owns the rest.
+        if queue is not None:
+            _check_queue_topic(topic, queue)
+            target: MessageQueue | None = queue
+        else:
+            info = self._publish.get(topic)
+            if info is None:
+                target = None
+            elif sharding_key is None:
+                target = self._faults.select(info)
+            else:
+                target = _queue_by_key(info.queues, sharding_key)
+        addr = None if target is None else self._instance.broker_addr(target.broker_name)
+        if target is None or addr is None:
+            return self._deliver(code, topic, header, body, uniq, queue, sharding_key)
+        started = time.monotonic()
+        outcome: RemotingCommand | CometMQError | None
+        try:
+            outcome = self._lane.invoke(addr, _send_request(code, target, header, body), self.send_timeout)
+        except (ConnectionClosedError, RemotingTimeoutError) as exc:
+            outcome = exc
+        if outcome is None:  # another thread is using the lane's connection: the loop's pipelines
+            return self._deliver(code, topic, header, body, uniq, queue, sharding_key)
+        if isinstance(outcome, RemotingCommand) and outcome.code in _SEND_STATUS:
+            return self._settled(target, started, outcome, uniq)
+        # A failure or a refusal: the loop settles it as it settles its own attempts, and retries.
+        written = (target, started, _replay(outcome))
+        return self._deliver(code, topic, header, body, uniq, queue, sharding_key, written)
+
     async def _fixed_queue(
         self, topic: str, queue: MessageQueue | None, sharding_key: str | None
     ) -> MessageQueue:
         if queue is not None:
-            if queue.topic != topic:
-                raise InvalidMessageError(
-                    f"the message goes to topic {topic!r} but the queue is of {queue.topic!r}"
-                )
+            _check_queue_topic(topic, queue)
             if self._instance.broker_addr(queue.broker_name) is None:
                 await self._publish_info(topic)  # learn the brokers' addresses
             return queue
         assert sharding_key is not None
-        queues = (await self._publish_info(topic)).queues
-        # crc32, not hash(): the same key must map to the same queue in every process and run.
-        return queues[zlib.crc32(sharding_key.encode()) % len(queues)]
+        return _queue_by_key((await self._publish_info(topic)).queues, sharding_key)
 
     async def _send_retrying(
         self,
@@ -567,13 +650,19 @@ class Producer:
         self, queue: MessageQueue, started: float, reply: Awaitable[RemotingCommand], uniq: str
     ) -> SendResult:
         """The result of the attempt written at *started* (monotonic) whose response *reply* brings."""
-        broker = queue.broker_name
-        faults = self._faults
         try:
             response = await reply
         except (ConnectionClosedError, RemotingTimeoutError):
-            faults.update(broker, (time.monotonic() - started) * 1000.0, True)
+            self._faults.update(queue.broker_name, (time.monotonic() - started) * 1000.0, True)
             raise
+        return self._settled(queue, started, response, uniq)
+
+    def _settled(
+        self, queue: MessageQueue, started: float, response: RemotingCommand, uniq: str
+    ) -> SendResult:
+        """The result of the attempt written at *started* that *response* answers (or BrokerError)."""
+        broker = queue.broker_name
+        faults = self._faults
         status = _SEND_STATUS.get(response.code)
         if faults.enabled:
             faults.update(broker, (time.monotonic() - started) * 1000.0, status is None)
@@ -592,6 +681,23 @@ class Producer:
         except (KeyError, ValueError) as exc:
             raise BrokerError(response.code, f"a send response without a valid {exc}: {fields}") from None
         return result
+
+
+async def _replay(outcome: RemotingCommand | CometMQError) -> RemotingCommand:
+    """An attempt made already, as the awaitable reply :meth:`Producer._settle` takes."""
+    if isinstance(outcome, CometMQError):
+        raise outcome
+    return outcome
+
+
+def _check_queue_topic(topic: str, queue: MessageQueue) -> None:
+    if queue.topic != topic:
+        raise InvalidMessageError(f"the message goes to topic {topic!r} but the queue is of {queue.topic!r}")
+
+
+def _queue_by_key(queues: Sequence[MessageQueue], sharding_key: str) -> MessageQueue:
+    # crc32, not hash(): the same key must map to the same queue in every process and run.
+    return queues[zlib.crc32(sharding_key.encode()) % len(queues)]
 
 
 def _properties_too_long(topic: str, length: int) -> str:
