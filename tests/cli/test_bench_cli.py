@@ -46,7 +46,9 @@ def test_consume_refuses_a_topic_without_enough_messages(namesrv_addr: str) -> N
     assert "Traceback" not in result.stderr
 
 
-def test_latency_reports_the_floor_sync_sends_and_every_end_to_end_message(namesrv_addr: str) -> None:
+def test_latency_reports_the_floor_sync_and_blocking_sends_and_every_end_to_end_message(
+    namesrv_addr: str,
+) -> None:
     report = rows(
         bench(
             namesrv_addr,
@@ -64,17 +66,20 @@ def test_latency_reports_the_floor_sync_sends_and_every_end_to_end_message(names
             "--json",
         )
     )
-    floor, sync, e2e = report
+    floor, sync, blocking_sync, e2e = report
     # The echo process answered every frame (the bench fails otherwise), each measured once.
     assert floor["workload"] == "round trip without a broker"
     assert floor["messages"] == 200 and 0 < floor["p50_us"] <= floor["p99_us"] <= floor["max_us"]
     assert sync["messages"] == 200 and 0 < sync["p50_us"] <= sync["p99_us"] <= sync["max_us"]
+    assert blocking_sync["workload"] == "one blocking send at a time"
+    assert blocking_sync["messages"] == 200 and 0 < blocking_sync["p50_us"] <= blocking_sync["p99_us"]
     # Every message sent at 200/s for 2 s reached the consumer process.
     assert e2e["messages"] == 400 and 0 < e2e["p50_us"] <= e2e["p99_us"]
 
 
-def test_latency_without_floor_and_e2e_reports_only_the_sync_sends(namesrv_addr: str) -> None:
+def test_latency_without_floor_blocking_and_e2e_reports_only_the_sync_sends(namesrv_addr: str) -> None:
     args = ("latency", "--topic", "BenchF", "--count", "50", "--warmup", "5", "--no-floor", "--no-e2e")
+    args += ("--no-blocking",)
     (sync,) = rows(bench(namesrv_addr, *args, "--json"))
     assert sync["workload"] == "one synchronous send at a time" and sync["messages"] == 50
 

@@ -24,7 +24,7 @@ from cometmq.cli._admin import admin_options, print_json, whole_number
 from cometmq.cli._loop import run_async
 from cometmq.cli._progress import Progress
 from cometmq.cli._table import format_table
-from cometmq.client import AdminClient, LitePullConsumer, Message, MessageQueue, Producer
+from cometmq.client import AdminClient, LitePullConsumer, Message, MessageQueue, Producer, blocking
 from cometmq.client.litepull import MAX_PULL_BATCH
 from cometmq.errors import CometMQError
 
@@ -105,8 +105,9 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="synchronous send latency, then end-to-end latency at a fixed rate",
         description=(
             "First COUNT synchronous sends, one at a time (after WARMUP more): the latency of each "
-            "until its SEND_OK. Then, unless --no-e2e, RATE messages/s for DURATION seconds while a "
-            "consumer in a second process receives them: latency from send to receipt (both "
+            "until its SEND_OK, with the asyncio producer, then (unless --no-blocking) with the "
+            "blocking one from a plain thread. Then, unless --no-e2e, RATE messages/s for DURATION "
+            "seconds while a consumer in a second process receives them: latency from send to receipt (both "
             "processes read CLOCK_MONOTONIC; the first WARMUP messages are left out)."
         ),
     )
@@ -118,7 +119,12 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "--rate", type=whole_number(1), default=2_000, help="end-to-end messages per second (2000)"
     )
     latency.add_argument("--duration", type=float, default=10.0, help="end-to-end seconds (10)")
-    latency.add_argument("--no-e2e", action="store_true", help="only the synchronous sends")
+    latency.add_argument("--no-e2e", action="store_true", help="skip the end-to-end run")
+    latency.add_argument(
+        "--no-blocking",
+        action="store_true",
+        help="skip the sync sends through the blocking client (cometmq.client.blocking) from a thread",
+    )
     latency.add_argument(
         "--no-floor",
         action="store_true",
@@ -287,9 +293,27 @@ async def _latency(args: argparse.Namespace) -> dict[str, Any]:
         rows.append(
             _row("one synchronous send at a time", args.count, args.size, 0.0, samples, "send to SEND_OK")
         )
+        if not args.no_blocking:
+            rows.append(await asyncio.to_thread(_blocking_sends, args, bodies))
         if not args.no_e2e:
             rows.append(await _end_to_end(args, producer, bodies))
     return {"rows": rows}
+
+
+def _blocking_sends(args: argparse.Namespace, bodies: list[bytes]) -> dict[str, Any]:
+    """The sync sends again through the blocking facade, from this plain thread: what a script sees."""
+    progress = Progress("blocking sends", args.warmup + args.count)
+    samples: list[int] = []
+    with blocking.Producer(BENCH_GROUP + "_blocking", args.namesrv, send_timeout=args.timeout) as producer:
+        for i in range(args.warmup + args.count):
+            msg = Message(args.topic, bodies[i % _BODY_POOL])
+            started = time.perf_counter_ns()
+            producer.send(msg)
+            if i >= args.warmup:
+                samples.append(time.perf_counter_ns() - started)
+            progress.advance(1)
+    progress.close()
+    return _row("one blocking send at a time", args.count, args.size, 0.0, samples, "send() call to return")
 
 
 # About the sizes of a SEND_MESSAGE_V2 frame beyond its body, and of its SEND_OK response.
