@@ -21,6 +21,7 @@ import pytest
 from client_support import run, send_request, wait_until
 
 from cometmq.client import AdminClient, ConsumeResult, LitePullConsumer, PushConsumer
+from cometmq.client import consumer as consumer_module
 from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.errors import BrokerError, CometMQError
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
@@ -347,6 +348,58 @@ def test_orderly_retries_a_failed_message_locally_before_anything_behind_it(brok
         await c.close()
         await broker.close()
         assert seen == [(b"0", 0), (b"1", 0), (b"2", 0), (b"2", 1), (b"2", 2), (b"3", 0), (b"4", 0)]
+
+    run(scenario())
+
+
+def test_an_orderly_consumer_never_dead_letters_by_default_and_does_past_a_limit_it_is_given(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RocketMQ's orderly maxReconsumeTimes -1 is Integer.MAX_VALUE: the queue waits for the message.
+    (The 1 s pause between local retries is shortened so that 20 retries take a moment.)"""
+    monkeypatch.setattr(consumer_module, "ORDERLY_SUSPEND_S", 0.01)
+
+    async def scenario() -> None:
+        for topic in ("OrderlyForever", "OrderlyLimited"):
+            await broker.create_topic(topic, 1)
+            for seq in range(3):
+                await broker.send(topic, f"{seq}".encode(), queue_id=0)
+
+        def failing_until(retries: int, seen: list[tuple[bytes, int]]) -> Callable[..., Any]:
+            async def listener(messages: list[ReceivedMessage]) -> ConsumeResult:
+                [m] = messages
+                seen.append((m.body, m.reconsume_times))
+                if m.body == b"1" and m.reconsume_times < retries:
+                    return ConsumeResult.RECONSUME_LATER
+                return ConsumeResult.SUCCESS
+
+            return listener
+
+        forever: list[tuple[bytes, int]] = []
+        c = consumer(broker.namesrv, "GID_orderly_forever", "OrderlyForever", orderly=True)
+        c.listen(failing_until(20, forever))  # past the 16 a concurrent consumer would allow
+        await c.start()
+        await wait_until(lambda: len(forever) >= 23, message="every delivery")
+        await c.close()
+        assert forever == [(b"0", 0)] + [(b"1", n) for n in range(21)] + [(b"2", 0)]
+
+        limited: list[tuple[bytes, int]] = []
+        c = consumer(
+            broker.namesrv, "GID_orderly_limited", "OrderlyLimited", orderly=True, max_reconsume_times=2
+        )
+        c.listen(failing_until(1000, limited))
+        await c.start()
+        await wait_until(lambda: len(limited) >= 5, message="every delivery")
+        async with AdminClient(broker.namesrv) as admin:
+            dead = await wait_until(
+                lambda: admin.dead_letters("GID_orderly_limited"), message="the dead letter"
+            )
+        await c.close()
+        await broker.close()
+        assert limited == [(b"0", 0), (b"1", 0), (b"1", 1), (b"1", 2), (b"2", 0)]
+        assert [r.body for r in dead] == [b"1"]
+        async with AdminClient(broker.namesrv) as admin:
+            assert await admin.dead_letters("GID_orderly_forever") == []
 
     run(scenario())
 

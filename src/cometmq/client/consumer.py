@@ -19,11 +19,13 @@ How it works (RocketMQ's DefaultMQPushConsumer, in one event loop):
   (broadcasting).
 * **Retry**: a failed batch (``RECONSUME_LATER`` or an exception) is sent back to its broker with
   CONSUMER_SEND_MSG_BACK; the broker redelivers it through ``%RETRY%<group>`` after delay level
-  3 + reconsume times, and makes it a dead letter (``%DLQ%<group>``) after ``max_reconsume_times``.
-  If the send-back fails the message is sent as a new message to ``%RETRY%<group>``, and if that
-  fails too it is kept and consumed again locally after 5 s (all three as RocketMQ). Orderly
-  consumers retry a failed batch locally after 1 s, and send a message to the DLQ once it has
-  failed ``max_reconsume_times`` retries. Broadcasting consumers do not retry.
+  3 + reconsume times, and makes it a dead letter (``%DLQ%<group>``) after ``max_reconsume_times``
+  (16 when it is -1, the default). If the send-back fails the message is sent as a new message to
+  ``%RETRY%<group>``, and if that fails too it is kept and consumed again locally after 5 s (all
+  three as RocketMQ). Orderly consumers retry a failed batch locally after 1 s, for ever by default
+  as RocketMQ's do (a dead letter would let what is behind it pass out of order); given a
+  ``max_reconsume_times`` of 0 or more they send a message to the DLQ once it has failed that many
+  retries. Broadcasting consumers do not retry.
 
 Listeners: ``async def`` callbacks run on the event loop; plain functions run in a thread pool of
 ``concurrency`` threads so that a blocking listener never stalls pulls, heartbeats or other queues.
@@ -94,6 +96,8 @@ PULL_ERROR_BACKOFF_S = 3.0  # pullTimeDelayMillsWhenException
 LOCK_RENEW_INTERVAL_S = 20.0  # REBALANCE_LOCK_INTERVAL
 LOCK_RETRY_S = 1.0  # a queue assigned to us whose lock its previous owner still holds
 ORDERLY_SUSPEND_S = 1.0  # suspendCurrentQueueTimeMillis
+DEFAULT_MAX_RECONSUME_TIMES = 16  # what maxReconsumeTimes -1 means for a concurrent listener
+JAVA_INT_MAX = 2**31 - 1  # ... and for an orderly one (Integer.MAX_VALUE)
 LOCAL_RETRY_DELAY_S = 5.0  # submitConsumeRequestLater, when even the retry send failed
 SEND_BACK_TIMEOUT_S = 5.0
 FIRST_RETRY_DELAY_LEVEL = 3  # the broker's 3 + reconsume times
@@ -158,7 +162,7 @@ class PushConsumer:
         pull_batch_size: int = 32,
         consume_batch_size: int = 1,
         max_cached_messages_per_queue: int = 1000,
-        max_reconsume_times: int = 16,
+        max_reconsume_times: int = -1,
         concurrency: int = 20,
         instance_name: str | None = None,
         offsets_dir: str | Path | None = None,
@@ -171,6 +175,8 @@ class PushConsumer:
             raise ValueError(f"allocate must be one of {sorted(STRATEGIES)}, not {allocate!r}")
         if min(pull_batch_size, consume_batch_size, max_cached_messages_per_queue, concurrency) < 1:
             raise ValueError("batch sizes, cache size and concurrency must be at least 1")
+        if max_reconsume_times < -1:
+            raise ValueError("max_reconsume_times must be -1 (RocketMQ's default) or at least 0")
         self.group = group
         self.message_model = message_model
         self.consume_from = consume_from
@@ -182,6 +188,13 @@ class PushConsumer:
         self.consume_batch_size = consume_batch_size
         self.max_cached_messages_per_queue = max_cached_messages_per_queue
         self.max_reconsume_times = max_reconsume_times
+        # RocketMQ's reading of -1: 16 retries for a concurrent listener, no end for an orderly one
+        # (a dead letter would let the messages behind it pass, out of order).
+        self._retry_limit = (
+            max_reconsume_times
+            if max_reconsume_times >= 0
+            else (JAVA_INT_MAX if orderly else DEFAULT_MAX_RECONSUME_TIMES)
+        )
         self.concurrency = concurrency
         self._allocate = STRATEGIES[allocate]
         self._clustering = message_model == "clustering"
@@ -818,7 +831,7 @@ class PushConsumer:
                         done = []
                         for message in messages:
                             # Out of retries: a dead letter (delay level -1 skips the retry topic).
-                            if message.reconsume_times >= self.max_reconsume_times and await self._send_back(
+                            if message.reconsume_times >= self._retry_limit and await self._send_back(
                                 pq, message, delay_level=-1
                             ):
                                 done.append(message)
@@ -848,7 +861,7 @@ class PushConsumer:
             "originMsgId": message.msg_id,
             "originTopic": message.topic,
             "unitMode": "false",
-            "maxReconsumeTimes": str(self.max_reconsume_times),
+            "maxReconsumeTimes": str(self._retry_limit),
         }
         try:
             await self._instance.invoke_ok(
@@ -877,7 +890,7 @@ class PushConsumer:
         props[PROPERTY_RETRY_TOPIC] = message.topic
         props[PROPERTY_ORIGIN_MESSAGE_ID] = props.get(PROPERTY_ORIGIN_MESSAGE_ID) or message.msg_id
         props[PROPERTY_RECONSUME_TIME] = str(times + 1)
-        props[PROPERTY_MAX_RECONSUME_TIMES] = str(self.max_reconsume_times)
+        props[PROPERTY_MAX_RECONSUME_TIMES] = str(self._retry_limit)
         if not dead:
             props[PROPERTY_DELAY] = str(FIRST_RETRY_DELAY_LEVEL + times)
         header = send_header(
@@ -887,7 +900,7 @@ class PushConsumer:
             flag=message.flag,  # sysFlag 0: the body was inflated when it was pulled
             queue_id=0,
             reconsume_times=times + 1,
-            max_reconsume_times=self.max_reconsume_times,
+            max_reconsume_times=self._retry_limit,
         )
         await self._instance.invoke_ok(
             broker_addr_of(self._instance, pq.queue), RequestCode.SEND_MESSAGE_V2, header, message.body
