@@ -592,6 +592,78 @@ def test_a_queue_is_not_pulled_past_its_cache_limit_while_the_listener_is_behind
     run(scenario())
 
 
+def test_a_queue_is_not_pulled_past_its_cached_bytes_while_the_listener_is_behind(broker: Broker) -> None:
+    async def scenario() -> None:
+        await broker.create_topic("FlowBytes", 1)
+        body = b"b" * 32 * 1024
+        for _ in range(30):
+            await broker.send("FlowBytes", body)
+        release = asyncio.Event()
+        got: list[ReceivedMessage] = []
+
+        async def slow(messages: list[ReceivedMessage]) -> None:
+            got.extend(messages)
+            await release.wait()
+
+        c = consumer(
+            broker.namesrv,
+            "GID_flow_bytes",
+            "FlowBytes",
+            pull_batch_size=2,
+            max_cached_bytes_per_queue=100 * 1024,
+            concurrency=1,
+        )
+        c.listen(slow)
+        await c.start()
+        await wait_until(lambda: got, message="the first message")
+        await asyncio.sleep(1.0)  # time enough for the pulls the limit must hold back
+        (info,) = [v for k, v in c.running_info()["mqTable"].items() if k.startswith("FlowBytes@")]
+        # Pulls go on while under 100 KiB are cached (3 bodies at most) and bring 2 each.
+        assert 4 <= info["cachedMsgCount"] <= 5
+        release.set()
+        await wait_until(lambda: len(got) == 30, message="everything once the listener catches up")
+        await c.close()
+        await broker.close()
+        assert [m.queue_offset for m in got] == list(range(30))
+
+    run(scenario())
+
+
+def test_a_stuck_message_holds_pulls_back_once_the_cached_offsets_span_too_far(broker: Broker) -> None:
+    """RocketMQ's consumeConcurrentlyMaxSpan: the committed offset cannot pass a stuck message, so
+    pulling far ahead of it would only grow what a restart redelivers."""
+
+    async def scenario() -> None:
+        await broker.create_topic("FlowSpan", 1)
+        for i in range(60):
+            await broker.send("FlowSpan", f"s-{i}".encode())
+        release = asyncio.Event()
+        done: list[int] = []
+
+        async def stuck_on_the_first(messages: list[ReceivedMessage]) -> None:
+            [m] = messages
+            if m.queue_offset == 0:
+                await release.wait()
+            done.append(m.queue_offset)
+
+        c = consumer(
+            broker.namesrv, "GID_flow_span", "FlowSpan", pull_batch_size=4, max_offset_span=10, concurrency=2
+        )
+        c.listen(stuck_on_the_first)
+        await c.start()
+        await wait_until(lambda: len(done) >= 10, message="the messages after the stuck one")
+        await asyncio.sleep(1.0)  # time enough for the pulls the limit must hold back
+        # Pulls go on while the cached offsets span at most 10 (0 to 10) and bring 4 each.
+        assert 10 <= len(done) <= 14 and 0 not in done
+        release.set()
+        await wait_until(lambda: len(done) == 60, message="everything once the first is done")
+        await c.close()
+        await broker.close()
+        assert sorted(done) == list(range(60))
+
+    run(scenario())
+
+
 # life cycle ------------------------------------------------------------------------------------
 
 

@@ -23,22 +23,33 @@ class ProcessQueue:
         "_cache",
         "_idle",
         "_room",
+        "cached_bytes",
         "consuming",
         "dropped",
         "in_flight",
         "lock_event",
         "locked",
         "max_cached",
+        "max_cached_bytes",
         "max_offset_seen",
+        "max_span",
         "pulled_to",
         "queue",
         "removed",
     )
 
-    def __init__(self, queue: MessageQueue, max_cached: int) -> None:
+    def __init__(
+        self, queue: MessageQueue, max_cached: int, max_cached_bytes: int, max_span: int | None = None
+    ) -> None:
+        """Full (no more pulls) at ``max_cached`` messages, or ``max_cached_bytes`` of bodies, or when
+        the cached offsets span more than ``max_span`` (RocketMQ's pullThresholdForQueue,
+        pullThresholdSizeForQueue and consumeConcurrentlyMaxSpan; None: no span limit)."""
         self.queue = queue
         self.max_cached = max_cached
+        self.max_cached_bytes = max_cached_bytes
+        self.max_span = max_span
         self._cache: dict[int, ReceivedMessage] = {}
+        self.cached_bytes = 0
         self.max_offset_seen = -1
         self.pulled_to = 0  # next_begin_offset of the last pull: every offset below was read or skipped
         self.dropped = False  # no longer ours: stop pulling and consuming
@@ -56,14 +67,28 @@ class ProcessQueue:
     def __len__(self) -> int:
         return len(self._cache)
 
+    @property
+    def full(self) -> bool:
+        """Whether flow control holds the queue's pulls back (the listener is behind)."""
+        cache = self._cache
+        if len(cache) >= self.max_cached or self.cached_bytes >= self.max_cached_bytes:
+            return True
+        return self.max_span is not None and bool(cache) and self.span > self.max_span
+
+    @property
+    def span(self) -> int:
+        """The largest cached offset less the smallest (0 when nothing is cached)."""
+        return self.max_offset_seen - next(iter(self._cache)) if self._cache else 0
+
     def put(self, messages: list[ReceivedMessage], pulled_to: int) -> None:
         self.pulled_to = pulled_to
         cache = self._cache
         for message in messages:
             cache[message.queue_offset] = message
         if messages:
+            self.cached_bytes += sum(len(m.body) for m in messages)
             self.max_offset_seen = max(self.max_offset_seen, messages[-1].queue_offset)
-        if len(cache) >= self.max_cached:
+        if self.full:
             self._room.clear()
 
     def remove(self, messages: list[ReceivedMessage]) -> int:
@@ -72,8 +97,9 @@ class ProcessQueue:
         if not cache:
             return -1
         for message in messages:
-            cache.pop(message.queue_offset, None)
-        if len(cache) < self.max_cached:
+            if cache.pop(message.queue_offset, None) is not None:
+                self.cached_bytes -= len(message.body)
+        if not self.full:
             self._room.set()
         # Empty: past the last message, and past what the broker's filter skipped behind it.
         return next(iter(cache)) if cache else max(self.max_offset_seen + 1, self.pulled_to)
@@ -89,10 +115,11 @@ class ProcessQueue:
 
     def clear(self) -> None:
         self._cache.clear()
+        self.cached_bytes = 0
         self._room.set()
 
     async def wait_for_room(self) -> None:
-        """Flow control: return once fewer than ``max_cached`` messages are cached."""
+        """Flow control: return once the queue is no longer :attr:`full`."""
         await self._room.wait()
 
     def begin_consume(self) -> None:

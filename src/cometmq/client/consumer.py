@@ -9,7 +9,9 @@ How it works (RocketMQ's DefaultMQPushConsumer, in one event loop):
   calls that hold its messages, commits its offset (and, orderly, unlocks) before anybody else can
   have it. In clustering mode the group's retry topic ``%RETRY%<group>`` is subscribed too.
 * **Pull**: one task per assigned queue, long polling (the broker holds a pull up to 15 s). A queue
-  with ``max_cached_messages_per_queue`` unconsumed messages is not pulled until it drains.
+  with ``max_cached_messages_per_queue`` unconsumed messages, or ``max_cached_bytes_per_queue`` of
+  their bodies, or (concurrent listeners) cached offsets more than ``max_offset_span`` apart, is not
+  pulled until it drains.
 * **Consume**: ``concurrency`` worker tasks take batches of up to ``consume_batch_size`` messages.
   Concurrent consumers run batches of any queue in parallel; orderly consumers hold the broker lock of
   a queue and run its batches one at a time, in queue order.
@@ -162,6 +164,8 @@ class PushConsumer:
         pull_batch_size: int = 32,
         consume_batch_size: int = 1,
         max_cached_messages_per_queue: int = 1000,
+        max_cached_bytes_per_queue: int = 100 * 1024 * 1024,
+        max_offset_span: int = 2000,
         max_reconsume_times: int = -1,
         concurrency: int = 20,
         instance_name: str | None = None,
@@ -173,8 +177,18 @@ class PushConsumer:
         check_consume_from(consume_from)
         if allocate not in STRATEGIES:
             raise ValueError(f"allocate must be one of {sorted(STRATEGIES)}, not {allocate!r}")
-        if min(pull_batch_size, consume_batch_size, max_cached_messages_per_queue, concurrency) < 1:
-            raise ValueError("batch sizes, cache size and concurrency must be at least 1")
+        if (
+            min(
+                pull_batch_size,
+                consume_batch_size,
+                max_cached_messages_per_queue,
+                max_cached_bytes_per_queue,
+                max_offset_span,
+                concurrency,
+            )
+            < 1
+        ):
+            raise ValueError("batch sizes, cache limits, offset span and concurrency must be at least 1")
         if max_reconsume_times < -1:
             raise ValueError("max_reconsume_times must be -1 (RocketMQ's default) or at least 0")
         self.group = group
@@ -187,6 +201,8 @@ class PushConsumer:
         self.pull_batch_size = pull_batch_size
         self.consume_batch_size = consume_batch_size
         self.max_cached_messages_per_queue = max_cached_messages_per_queue
+        self.max_cached_bytes_per_queue = max_cached_bytes_per_queue
+        self.max_offset_span = max_offset_span
         self.max_reconsume_times = max_reconsume_times
         # RocketMQ's reading of -1: 16 retries for a concurrent listener, no end for an orderly one
         # (a dead letter would let the messages behind it pass, out of order).
@@ -466,7 +482,12 @@ class PushConsumer:
             },
             "subscriptionSet": [sub.to_json() for sub in self._subscriptions.values()],
             "mqTable": {
-                str(q): {"cachedMsgCount": len(pq), "locked": pq.locked} for q, pq in self._pqs.items()
+                str(q): {
+                    "cachedMsgCount": len(pq),
+                    "cachedMsgSizeInMiB": pq.cached_bytes // (1024 * 1024),
+                    "locked": pq.locked,
+                }
+                for q, pq in self._pqs.items()
             },
             "statusTable": {},
             "jstack": "",
@@ -545,7 +566,14 @@ class PushConsumer:
         return self._allocate(queues, members, self.client_id)
 
     def _add_queue(self, queue: MessageQueue) -> None:
-        pq = ProcessQueue(queue, self.max_cached_messages_per_queue)
+        pq = ProcessQueue(
+            queue,
+            self.max_cached_messages_per_queue,
+            self.max_cached_bytes_per_queue,
+            # Orderly queues are consumed in order: their span is their size (RocketMQ checks it
+            # for concurrent consumers only).
+            None if self.orderly else self.max_offset_span,
+        )
         pq.locked = not self._needs_lock
         self._pqs[queue] = pq
         self._pull_tasks[queue] = asyncio.create_task(self._pull_loop(pq))
@@ -675,7 +703,7 @@ class PushConsumer:
                 if not pq.locked:
                     await pq.lock_event.wait()
                     continue
-                if len(pq) >= self.max_cached_messages_per_queue:
+                if pq.full:
                     await pq.wait_for_room()  # flow control: the listener is behind
                     continue
                 offset = await self._pull_once(pq, offset)
