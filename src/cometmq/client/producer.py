@@ -65,6 +65,9 @@ RESERVED_PROPERTIES = frozenset(
 # A send's first attempt, written before its task starts (or made on the caller's thread, by the
 # blocking facade): the queue, when (monotonic), the reply to come.
 _Written = tuple[MessageQueue, float, Awaitable[RemotingCommand]]
+# A send's request before its queue is chosen: request code, topic, header, body (or batch body parts)
+# and UNIQ_KEY(s).
+_Request = tuple[int, str, dict[str, str], bytes | list[bytes], str]
 
 # DefaultMQProducer.retryResponseCodes (4.9.8): broker answers worth another attempt on another broker.
 # 204/205 are NO_BUYER_ID / NOT_IN_CURRENT_UNIT (unit mode), which the broker never sends here.
@@ -390,13 +393,7 @@ class Producer:
         sent, :class:`BrokerError` when the broker refuses it (after the retries RocketMQ makes),
         and :class:`RemotingTimeoutError` / :class:`ConnectionClosedError` when no broker answered.
         """
-        if not self._running:
-            self._check_running()
-        body, sys_flag, text, uniq = self._prepare(msg)
-        header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
-        return await self._deliver(
-            RequestCode.SEND_MESSAGE_V2, msg.topic, header, body, uniq, queue, sharding_key
-        )
+        return await self._deliver(*self._single_request(msg), queue, sharding_key)
 
     async def send_batch(
         self, msgs: Sequence[Message], *, queue: MessageQueue | None = None, sharding_key: str | None = None
@@ -405,13 +402,21 @@ class Producer:
         queue. Batches are never compressed and cannot be delayed. The result's ``msg_id`` and
         ``offset_msg_id`` are the ids joined by ``,``; ``queue_offset`` is the first message's.
         ``queue`` and ``sharding_key`` work as in :meth:`send`."""
+        return await self._deliver(*self._batch_request(msgs), queue, sharding_key)
+
+    def _single_request(self, msg: Message) -> _Request:
+        if not self._running:
+            self._check_running()
+        body, sys_flag, text, uniq = self._prepare(msg)
+        header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
+        return RequestCode.SEND_MESSAGE_V2, msg.topic, header, body, uniq
+
+    def _batch_request(self, msgs: Sequence[Message]) -> _Request:
         if not self._running:
             self._check_running()
         topic, parts, _, ids = self._encode_batch(msgs)
         header = send_header(self.group, topic, "", batch=True)
-        return await self._deliver(
-            RequestCode.SEND_BATCH_MESSAGE, topic, header, parts, ",".join(ids), queue, sharding_key
-        )
+        return RequestCode.SEND_BATCH_MESSAGE, topic, header, parts, ",".join(ids)
 
     async def _deliver(
         self,
@@ -507,25 +512,13 @@ class Producer:
         """:meth:`send` for the blocking facade, on the caller's thread (not the loop's): the result
         when the first attempt is made and answered here, through :attr:`_lane`; else what is left of
         the send (retries, a route to look up, a busy lane), as a coroutine to run on the loop."""
-        if not self._running:
-            self._check_running()
-        body, sys_flag, text, uniq = self._prepare(msg)
-        header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
-        return self._attempt_direct(
-            RequestCode.SEND_MESSAGE_V2, msg.topic, header, body, uniq, queue, sharding_key
-        )
+        return self._attempt_direct(*self._single_request(msg), queue, sharding_key)
 
     def _send_batch_direct(
         self, msgs: Sequence[Message], queue: MessageQueue | None, sharding_key: str | None
     ) -> SendResult | Coroutine[Any, Any, SendResult]:
         """:meth:`send_batch` for the blocking facade, as :meth:`_send_direct`."""
-        if not self._running:
-            self._check_running()
-        topic, parts, _, ids = self._encode_batch(msgs)
-        header = send_header(self.group, topic, "", batch=True)
-        return self._attempt_direct(
-            RequestCode.SEND_BATCH_MESSAGE, topic, header, parts, ",".join(ids), queue, sharding_key
-        )
+        return self._attempt_direct(*self._batch_request(msgs), queue, sharding_key)
 
     def _attempt_direct(
         self,
