@@ -132,11 +132,19 @@ def loop_thread() -> threading.Thread | None:
     return _SHARED.thread
 
 
+def _check_off_the_loop() -> None:
+    """A blocking call on the loop thread would wait for itself (or stall the loop): refuse it."""
+    if _SHARED.thread is threading.current_thread():
+        raise RuntimeError("a blocking CometMQ client was called from its own event loop thread")
+
+
 def _run(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on the shared loop and wait for its result (from any thread but the loop's)."""
-    if _SHARED.thread is threading.current_thread():
+    try:
+        _check_off_the_loop()
+    except RuntimeError:
         coro.close()
-        raise RuntimeError("a blocking CometMQ client was called from its own event loop thread")
+        raise
     future = asyncio.run_coroutine_threadsafe(coro, loop)
     try:
         return future.result()
@@ -341,8 +349,7 @@ class Producer(_BlockingClient):
 
     def _check_direct_call(self) -> None:
         self._check_open()
-        if _SHARED.thread is threading.current_thread():  # blocking I/O there would stall the loop
-            raise RuntimeError("a blocking CometMQ client was called from its own event loop thread")
+        _check_off_the_loop()
 
     def _finish(self, outcome: SendResult | Coroutine[Any, Any, SendResult]) -> SendResult:
         if isinstance(outcome, SendResult):

@@ -456,13 +456,10 @@ class Producer:
         task.add_done_callback(self._callback_tasks.discard)
 
     def _write_first_attempt(self, topic: str, header: dict[str, str], body: bytes) -> _Written | None:
-        info = self._publish.get(topic)
-        if info is None:
-            return None
-        queue = self._faults.select(info)
-        addr = self._instance.broker_addr(queue.broker_name)
+        queue = self._known_target(topic, None, None)
+        addr = None if queue is None else self._instance.broker_addr(queue.broker_name)
         conn = None if addr is None else self._instance.remoting.open_connection(addr)
-        if conn is None:
+        if queue is None or conn is None:
             return None
         request = _send_request(RequestCode.SEND_MESSAGE_V2, queue, header, body)
         return queue, time.monotonic(), conn.start_invoke(request, self.send_timeout)
@@ -531,17 +528,7 @@ class Producer:
         sharding_key: str | None,
     ) -> SendResult | Coroutine[Any, Any, SendResult]:
         # Only what the loop already knows (routes, addresses) is read here; the loop owns the rest.
-        if queue is not None:
-            _check_queue_topic(topic, queue)
-            target: MessageQueue | None = queue
-        else:
-            info = self._publish.get(topic)
-            if info is None:
-                target = None
-            elif sharding_key is None:
-                target = self._faults.select(info)
-            else:
-                target = _queue_by_key(info.queues, sharding_key)
+        target = self._known_target(topic, queue, sharding_key)
         addr = None if target is None else self._instance.broker_addr(target.broker_name)
         if target is None or addr is None:
             return self._deliver(code, topic, header, body, uniq, queue, sharding_key)
@@ -558,6 +545,19 @@ class Producer:
         # A failure or a refusal: the loop settles it as it settles its own attempts, and retries.
         written = (target, started, _replay(outcome))
         return self._deliver(code, topic, header, body, uniq, queue, sharding_key, written)
+
+    def _known_target(
+        self, topic: str, queue: MessageQueue | None, sharding_key: str | None
+    ) -> MessageQueue | None:
+        """The queue a send goes to, chosen without I/O: *queue*, the queue of *sharding_key*, or the
+        fault strategy's pick; None while the topic's route is not looked up yet."""
+        if queue is not None:
+            _check_queue_topic(topic, queue)
+            return queue
+        info = self._publish.get(topic)
+        if info is None:
+            return None
+        return self._faults.select(info) if sharding_key is None else _queue_by_key(info.queues, sharding_key)
 
     async def _fixed_queue(
         self, topic: str, queue: MessageQueue | None, sharding_key: str | None
