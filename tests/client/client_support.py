@@ -50,11 +50,13 @@ async def send_to_queue(server: StandaloneServer, topic: str, queue_id: int, bod
 
 # A script entry that closes the connection instead of answering.
 DROP = -1
+# A script entry that leaves the send unanswered (the connection stays open).
+SILENT = -2
 
 
 class ScriptedBroker:
     """Answers each send with the next code of ``script`` (then SUCCESS), or closes the connection
-    for DROP, and registers ``topic``."""
+    for DROP, or leaves it unanswered for SILENT, and registers ``topic``."""
 
     def __init__(self, name: str, script: list[int]) -> None:
         self.name = name
@@ -72,6 +74,8 @@ class ScriptedBroker:
             return request.response()
         self.sends.append(request)
         code = self.script.pop(0) if self.script else Code.SUCCESS
+        if code == SILENT:
+            return None
         if code == DROP:
             conn.close()
             return None

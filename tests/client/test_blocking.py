@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from client_support import DROP, ScriptedBroker, scripted, send_to_queue
+from client_support import DROP, SILENT, ScriptedBroker, scripted, send_to_queue
 
 from cometmq.client import blocking
 from cometmq.client.message import Message, ReceivedMessage, SendResult, SendStatus
-from cometmq.errors import BrokerError
+from cometmq.errors import BrokerError, RemotingTimeoutError
 from cometmq.remoting import ResponseCode as Code
 from processes import StandaloneServer
 
@@ -250,6 +250,45 @@ def test_a_failed_blocking_send_is_retried_through_the_loop_with_the_same_id() -
         with pytest.raises(BrokerError) as refused:
             producer.send(Message("Scripted", b"w"))
         assert refused.value.code == Code.MESSAGE_ILLEGAL and len(broker.sends) == 7
+
+
+def test_an_unanswered_blocking_send_times_out_and_the_next_one_is_answered() -> None:
+    with (
+        scripted_in_thread([]) as (namesrv, broker),
+        blocking.Producer("PID_blk_silent", namesrv, send_timeout=1.0) as producer,
+    ):
+        producer.send(Message("Scripted", b"route"))
+        broker.script = [SILENT]
+        with pytest.raises(RemotingTimeoutError):
+            producer.send(Message("Scripted", b"unanswered"))  # its whole send_timeout on this thread
+        result = producer.send(Message("Scripted", b"next"))
+        assert result.status is SendStatus.SEND_OK
+        assert [r.body for r in broker.sends] == [b"route", b"unanswered", b"next"]
+
+
+def test_a_blocking_batch_of_more_parts_than_one_sendmsg_takes_is_sent_whole_on_the_calling_thread(
+    server: StandaloneServer,
+) -> None:
+    with blocking.AdminClient(server.namesrv) as admin:
+        admin.create_topic("BlkWide", 1)
+    bodies = [b"w%d" % i for i in range(600)]  # 3 parts each: over the 512 one sendmsg is given
+    with blocking.Producer("PID_blk_wide", server.namesrv) as producer:
+        producer.send(Message("BlkWide", b"route"))
+        # With the loop stalled, a failed direct attempt could not fall back to it: the batch must
+        # go whole over the calling thread's socket.
+        stalled, release = threading.Event(), threading.Event()
+        producer._loop.call_soon_threadsafe(lambda: (stalled.set(), release.wait(60)))
+        assert stalled.wait(30)
+        try:
+            result = in_thread(lambda: producer.send_batch([Message("BlkWide", body) for body in bodies]))
+        finally:
+            release.set()
+        assert isinstance(result, SendResult)
+        (queue,) = producer.aio._publish["BlkWide"].queues
+    with blocking.LitePullConsumer("GID_blk_wide", server.namesrv) as consumer:
+        end = result.queue_offset + len(bodies)
+        got = [m.body for batch in consumer.read(queue, result.queue_offset, end) for m in batch]
+    assert got == bodies
 
 
 def test_threads_sharing_a_blocking_producer_each_get_their_own_results(server: StandaloneServer) -> None:
