@@ -8,14 +8,14 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import pytest
 from client_support import DROP, SILENT, ScriptedBroker, scripted, send_to_queue
 
 from cometmq.client import blocking
-from cometmq.client.message import Message, ReceivedMessage, SendResult, SendStatus
+from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from cometmq.errors import BrokerError, RemotingTimeoutError
 from cometmq.remoting import ResponseCode as Code
 from processes import StandaloneServer
@@ -203,7 +203,10 @@ def in_thread(call: Callable[[], object], timeout: float = 30.0) -> object:
 def test_a_blocking_send_is_made_and_answered_on_the_calling_thread(server: StandaloneServer) -> None:
     with blocking.AdminClient(server.namesrv) as admin:
         admin.create_topic("BlkDirect", 2)
-    with blocking.Producer("PID_blk_direct", server.namesrv) as producer:
+    def last_digit(queues: Sequence[MessageQueue], key: str) -> MessageQueue:
+        return queues[int(key[-1]) % len(queues)]  # "order-7": queue 1 (Java's hash would pick 0)
+
+    with blocking.Producer("PID_blk_direct", server.namesrv, queue_selector=last_digit) as producer:
         producer.send(Message("BlkDirect", b"route"))  # the loop looks the route up
         # Stall the loop thread: a send that needed it would wait for it.
         stalled, release = threading.Event(), threading.Event()
@@ -223,7 +226,7 @@ def test_a_blocking_send_is_made_and_answered_on_the_calling_thread(server: Stan
     assert isinstance(single, SendResult) and single.status is SendStatus.SEND_OK
     assert isinstance(batch, SendResult) and len(batch.msg_id.split(",")) == 3
     queues = {r.queue for r in ordered if isinstance(r, SendResult)}
-    assert len(queues) == 1  # one key, one queue
+    assert [q.queue_id for q in queues] == [1]  # one key, the selector's queue
     offsets = [r.queue_offset for r in ordered if isinstance(r, SendResult)]
     assert offsets == sorted(offsets) and len(set(offsets)) == 4
     with blocking.LitePullConsumer("GID_blk_direct", server.namesrv) as consumer:

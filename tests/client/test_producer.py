@@ -3,11 +3,12 @@ never gives, against a scripted stand-in broker on real sockets)."""
 
 from __future__ import annotations
 
+import asyncio
 import string
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from cometmq.client.producer import (
     MessageTooLargeError,
     Producer,
     ProducerStateError,
+    select_by_hash,
 )
 from cometmq.common.batch import decode_batch_body
 from cometmq.common.naming import SCHEDULE_TOPIC
@@ -244,10 +246,73 @@ def test_a_sharding_key_keeps_its_messages_on_one_queue_in_send_order(standalone
                 key, seq = message.body.decode().split(":")
                 per_key[key].append((message.queue, message.queue_offset, int(seq)))
             assert sorted(per_key) == keys
+            route_queues, _ = await rd.publish_queues("Ordered")
             for key, entries in per_key.items():
                 (queue,) = queue_of[key]
+                assert queue == select_by_hash(route_queues, key)  # Java's String.hashCode, by default
                 assert {e[0] for e in entries} == {queue}
                 assert [seq for _, _, seq in sorted(entries)] == list(range(8))
+
+    run(scenario())
+
+
+def test_every_send_kind_puts_a_sharding_key_on_the_queue_the_selector_picks(
+    standalone: StandaloneServer,
+) -> None:
+    def by_number(queues: Sequence[MessageQueue], key: str) -> MessageQueue:
+        return queues[int(key) % len(queues)]
+
+    async def scenario() -> None:
+        async with AdminClient(standalone.namesrv) as admin:
+            await admin.create_topic("Selected", queues=4)
+        producer = Producer("PID_selector", standalone.namesrv, queue_selector=by_number)
+        async with producer, reader(standalone.namesrv) as rd:
+            for seq in range(3):
+                for key in "0123":
+                    await producer.send(Message("Selected", f"{key}:send-{seq}".encode()), sharding_key=key)
+                    batch = [Message("Selected", f"{key}:batch-{seq}-{i}".encode()) for i in range(2)]
+                    await producer.send_batch(batch, sharding_key=key)
+                    await producer.send_oneway(
+                        Message("Selected", f"{key}:oneway-{seq}".encode()), sharding_key=key
+                    )
+                    done: asyncio.Future[SendResult | BaseException] = (
+                        asyncio.get_running_loop().create_future()
+                    )
+                    producer.send_with_callback(
+                        Message("Selected", f"{key}:callback-{seq}".encode()),
+                        done.set_result,
+                        sharding_key=key,
+                    )
+                    assert isinstance(await done, SendResult)
+            route_queues, _ = await rd.publish_queues("Selected")
+            for key in "0123":
+                expected = [
+                    f"{key}:{kind}-{seq}{part}"
+                    for seq in range(3)
+                    for kind, part in (
+                        ("send", ""),
+                        ("batch", "-0"),
+                        ("batch", "-1"),
+                        ("oneway", ""),
+                        ("callback", ""),
+                    )
+                ]
+
+                async def stored(
+                    queue: MessageQueue = route_queues[int(key)], count: int = len(expected)
+                ) -> list[str] | None:
+                    bodies = [m.body.decode() for m in await pull_queue(rd, queue)]
+                    return bodies if len(bodies) >= count else None
+
+                # The selector's queue holds the key's messages, in send order, and nothing else.
+                assert await wait_until(stored, message=f"the messages of key {key}") == expected
+
+            def elsewhere(queues: Sequence[MessageQueue], key: str) -> MessageQueue:
+                return MessageQueue("NotSelected", queues[0].broker_name, 0)
+
+            producer.queue_selector = elsewhere
+            with pytest.raises(InvalidMessageError, match="NotSelected"):
+                await producer.send(Message("Selected", b"x"), sharding_key="1")
 
     run(scenario())
 

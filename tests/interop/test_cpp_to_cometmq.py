@@ -6,14 +6,16 @@ over 4 KiB) and orderly sends must all arrive intact, orderly ones in queue orde
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from _cpp_scenarios import make_body
 from test_cpp_client import cpp
 
-from cometmq.client import ConsumeResult, PushConsumer
+from cometmq.client import ConsumeResult, Message, MessageQueue, Producer, PushConsumer
 from cometmq.client.message import ReceivedMessage
 from processes import StandaloneServer
 
@@ -89,3 +91,18 @@ def test_orderly_sends_arrive_in_queue_order(standalone: StandaloneServer) -> No
         assert m.queue_id == queue_of[m.msg_id]
         per_queue[m.queue_id].append(m.body)
     assert sorted(per_queue.values()) == [[f"k{key}-{i}".encode() for i in range(25)] for key in ("1", "2")]
+
+    # The C++ client's send_orderly picks queue arg % len(queues); a CometMQ producer with the selector
+    # docs/client.md gives for it puts the same key on the same queue.
+    async def send_like_cpp() -> dict[str, int]:
+        def like_cpp(queues: Sequence[MessageQueue], key: str) -> MessageQueue:
+            return queues[int(key) % len(queues)]
+
+        async with Producer("PID_like_cpp", standalone.namesrv, queue_selector=like_cpp) as producer:
+            return {
+                key: (await producer.send(Message("CppOrderTopic", b"x"), sharding_key=key)).queue.queue_id
+                for key in ("1", "2")
+            }
+
+    cpp_queue_of_key = {key: queue_of[sent[25 * n]["msg_id"]] for n, key in enumerate(("1", "2"))}
+    assert asyncio.run(send_like_cpp()) == cpp_queue_of_key

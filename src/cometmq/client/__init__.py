@@ -10,6 +10,8 @@ from cometmq.client.producer import (
     NoRouteError,
     Producer,
     ProducerStateError,
+    QueueSelector,
+    select_by_hash,
 )
 
 __all__ = [
@@ -25,7 +27,9 @@ __all__ = [
     "Producer",
     "ProducerStateError",
     "PushConsumer",
+    "QueueSelector",
     "ReceivedMessage",
     "SendResult",
     "SendStatus",
+    "select_by_hash",
 ]

@@ -33,6 +33,7 @@ from cometmq.common.naming import (
 )
 from cometmq.common.record import MAX_PROPERTIES_SIZE
 from cometmq.common.route import TopicRouteData
+from cometmq.common.taghash import java_string_hash
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, RemotingTimeoutError
 from cometmq.remoting import RemotingCommand, RequestCode, ResponseCode
 
@@ -42,7 +43,9 @@ __all__ = [
     "NoRouteError",
     "Producer",
     "ProducerStateError",
+    "QueueSelector",
     "SendCallback",
+    "select_by_hash",
 ]
 
 log = logging.getLogger("cometmq.client")
@@ -93,6 +96,9 @@ _SEND_STATUS: dict[int, SendStatus] = {
 _BATCH_FIXED = ENTRY_HEAD.size + PROPERTIES_LENGTH.size
 _UNIQ_PREFIX = "UNIQ_KEY\x01"
 
+# Picks a sharding key's queue from a topic's writable queues (in route order: by broker name, then
+# queue id), as RocketMQ's MessageQueueSelector does with its ``arg``.
+QueueSelector = Callable[[Sequence[MessageQueue], str], MessageQueue]
 SendCallback = Callable[[SendResult | BaseException], object]
 
 
@@ -127,6 +133,9 @@ class Producer:
     compressMsgBodyOverHowmuch, ``>=`` as in RocketMQ). ``max_message_size`` caps a body (uncompressed)
     and a whole batch. ``fault_avoidance`` keeps sends away from brokers that were slow or failed for a
     while (RocketMQ's sendLatencyFaultEnable, which is off by default there and on here).
+    ``queue_selector`` picks the queue of a ``sharding_key`` from the topic's writable queues;
+    :func:`select_by_hash`, the default, picks it as RocketMQ's Java SelectMessageQueueByHash does, so
+    Java and Python producers put a key on the same queue.
     """
 
     def __init__(
@@ -140,6 +149,7 @@ class Producer:
         compress_over: int = 4096,
         max_message_size: int = 4 * 1024 * 1024,
         fault_avoidance: bool = True,
+        queue_selector: QueueSelector | None = None,
     ) -> None:
         check_group("producer", group)
         if send_timeout <= 0:
@@ -151,6 +161,7 @@ class Producer:
         self.retry_times = retry_times
         self.compress_over = compress_over
         self.max_message_size = max_message_size
+        self.queue_selector: QueueSelector = queue_selector or select_by_hash
         self._instance = ClientInstance(namesrv, instance_name=instance_name, request_timeout=send_timeout)
         self._faults = FaultStrategy(enabled=fault_avoidance)
         self._ids = UniqueIdGenerator(self._instance.client_ip)
@@ -386,8 +397,8 @@ class Producer:
     ) -> SendResult:
         """Send one message and wait until the broker has stored it.
 
-        ``sharding_key`` sends every message with the same key to the same queue (chosen by a stable
-        hash of the key over the topic's queues), so they are stored and consumed in send order;
+        ``sharding_key`` sends every message with the same key to the same queue (the one the
+        producer's ``queue_selector`` picks), so they are stored and consumed in send order;
         ``queue`` sends to exactly that queue. Neither retries on another broker, which would break
         the order. Raises :class:`InvalidMessageError` before any I/O for a message that cannot be
         sent, :class:`BrokerError` when the broker refuses it (after the retries RocketMQ makes),
@@ -438,64 +449,57 @@ class Producer:
         target = await self._fixed_queue(topic, queue, sharding_key)
         return await self._send_once(code, target, header, body, uniq, time.monotonic() + self.send_timeout)
 
-    def send_with_callback(self, msg: Message, callback: SendCallback) -> None:
+    def send_with_callback(
+        self,
+        msg: Message,
+        callback: SendCallback,
+        *,
+        queue: MessageQueue | None = None,
+        sharding_key: str | None = None,
+    ) -> None:
         """Start sending ``msg`` and return at once; ``callback`` is called on the event loop with the
-        :class:`SendResult` or the exception the send ended with (retries as in :meth:`send`). An
-        invalid message raises here, before anything is sent. :meth:`close` waits for these sends."""
-        if not self._running:
-            self._check_running()
-        body, sys_flag, text, uniq = self._prepare(msg)
-        header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
+        :class:`SendResult` or the exception the send ended with (retries, ``queue`` and
+        ``sharding_key`` as in :meth:`send`). An invalid message raises here, before anything is sent.
+        :meth:`close` waits for these sends."""
+        code, topic, header, body, uniq = self._single_request(msg)
         # The first attempt is written now when the route and the connection are at hand: a task's
         # first step waits for the next loop step, which cost 57-66 µs of end-to-end latency at p50.
-        written = self._write_first_attempt(msg.topic, header, body)
-        task = asyncio.get_running_loop().create_task(
-            self._send_with_callback(msg.topic, header, body, uniq, callback, written)
-        )
+        written = self._write_first_attempt(topic, header, body, queue, sharding_key)
+        sending = self._deliver(code, topic, header, body, uniq, queue, sharding_key, written)
+        task = asyncio.get_running_loop().create_task(_call_back(sending, callback))
         self._callback_tasks.add(task)
         task.add_done_callback(self._callback_tasks.discard)
 
-    def _write_first_attempt(self, topic: str, header: dict[str, str], body: bytes) -> _Written | None:
-        queue = self._known_target(topic, None, None)
-        addr = None if queue is None else self._instance.broker_addr(queue.broker_name)
-        conn = None if addr is None else self._instance.remoting.open_connection(addr)
-        if queue is None or conn is None:
-            return None
-        request = _send_request(RequestCode.SEND_MESSAGE_V2, queue, header, body)
-        return queue, time.monotonic(), conn.start_invoke(request, self.send_timeout)
-
-    async def _send_with_callback(
+    def _write_first_attempt(
         self,
         topic: str,
         header: dict[str, str],
-        body: bytes,
-        uniq: str,
-        callback: SendCallback,
-        written: _Written | None,
-    ) -> None:
-        outcome: SendResult | BaseException
-        try:
-            outcome = await self._send_retrying(
-                RequestCode.SEND_MESSAGE_V2, topic, header, body, uniq, written
-            )
-        except Exception as exc:
-            outcome = exc
-        try:
-            callback(outcome)
-        except Exception:
-            log.exception("send callback %r failed", callback)
+        body: bytes | list[bytes],
+        queue: MessageQueue | None,
+        sharding_key: str | None,
+    ) -> _Written | None:
+        target = self._known_target(topic, queue, sharding_key)
+        addr = None if target is None else self._instance.broker_addr(target.broker_name)
+        conn = None if addr is None else self._instance.remoting.open_connection(addr)
+        if target is None or conn is None:
+            return None
+        request = _send_request(RequestCode.SEND_MESSAGE_V2, target, header, body)
+        return target, time.monotonic(), conn.start_invoke(request, self.send_timeout)
 
-    async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
+    async def send_oneway(
+        self, msg: Message, *, queue: MessageQueue | None = None, sharding_key: str | None = None
+    ) -> None:
         """Send ``msg`` without waiting for the broker's answer: fastest, but a lost message is not
-        noticed. Returns once the request is written to the connection; no retry."""
+        noticed. Returns once the request is written to the connection; no retry. ``queue`` and
+        ``sharding_key`` work as in :meth:`send`."""
         if not self._running:
             self._check_running()
         body, sys_flag, text, _ = self._prepare(msg)
         header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
-        if queue is None:
+        if queue is None and sharding_key is None:
             target = self._faults.select(await self._publish_info(msg.topic))
         else:
-            target = await self._fixed_queue(msg.topic, queue, None)
+            target = await self._fixed_queue(msg.topic, queue, sharding_key)
         header["e"] = str(target.queue_id)
         await self._instance.invoke_oneway(
             broker_addr_of(self._instance, target), RequestCode.SEND_MESSAGE_V2, header, body
@@ -557,7 +561,7 @@ class Producer:
         info = self._publish.get(topic)
         if info is None:
             return None
-        return self._faults.select(info) if sharding_key is None else _queue_by_key(info.queues, sharding_key)
+        return self._faults.select(info) if sharding_key is None else self._by_key(info, sharding_key)
 
     async def _fixed_queue(
         self, topic: str, queue: MessageQueue | None, sharding_key: str | None
@@ -568,7 +572,12 @@ class Producer:
                 await self._publish_info(topic)  # learn the brokers' addresses
             return queue
         assert sharding_key is not None
-        return _queue_by_key((await self._publish_info(topic)).queues, sharding_key)
+        return self._by_key(await self._publish_info(topic), sharding_key)
+
+    def _by_key(self, info: PublishInfo, sharding_key: str) -> MessageQueue:
+        queue = self.queue_selector(info.queues, sharding_key)
+        _check_queue_topic(info.topic, queue)
+        return queue
 
     async def _send_retrying(
         self,
@@ -676,6 +685,18 @@ class Producer:
         return result
 
 
+async def _call_back(sending: Awaitable[SendResult], callback: SendCallback) -> None:
+    outcome: SendResult | BaseException
+    try:
+        outcome = await sending
+    except Exception as exc:
+        outcome = exc
+    try:
+        callback(outcome)
+    except Exception:
+        log.exception("send callback %r failed", callback)
+
+
 async def _replay(outcome: RemotingCommand | CometMQError) -> RemotingCommand:
     """An attempt made already, as the awaitable reply :meth:`Producer._settle` takes."""
     if isinstance(outcome, CometMQError):
@@ -688,9 +709,11 @@ def _check_queue_topic(topic: str, queue: MessageQueue) -> None:
         raise InvalidMessageError(f"the message goes to topic {topic!r} but the queue is of {queue.topic!r}")
 
 
-def _queue_by_key(queues: Sequence[MessageQueue], sharding_key: str) -> MessageQueue:
-    # crc32, not hash(): the same key must map to the same queue in every process and run.
-    return queues[zlib.crc32(sharding_key.encode()) % len(queues)]
+def select_by_hash(queues: Sequence[MessageQueue], sharding_key: str) -> MessageQueue:
+    """RocketMQ's SelectMessageQueueByHash: the queue at ``abs(key.hashCode() % len(queues))``, with
+    Java's String.hashCode. Not Python's ``hash()``, which differs from run to run."""
+    # Uncached: keys are order ids and the like, which would only push tags out of the tag cache.
+    return queues[abs(java_string_hash.__wrapped__(sharding_key)) % len(queues)]
 
 
 def _properties_too_long(topic: str, length: int) -> str:
