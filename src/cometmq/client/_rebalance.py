@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from cometmq.client.message import MessageQueue
@@ -76,8 +77,13 @@ def allocate_consistent_hash(
     if me not in members or not queues or virtual_nodes <= 0:
         return []
     ring: dict[int, str] = {}
+    placed: Counter[str] = Counter()
     for member in members:
-        for replica in range(virtual_nodes):
+        # A member listed twice (a client with two connections to the broker) gets its next points,
+        # "-10" to "-19", and so twice the share, as Java's ConsistentHashRouter.addNode does.
+        first = placed[member]
+        placed[member] += virtual_nodes
+        for replica in range(first, first + virtual_nodes):
             # A later point with the same hash replaces an earlier one, as in Java's TreeMap.put.
             ring[_md5_hash(f"{member}-{replica}")] = member
     points = sorted(ring)
