@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -23,7 +24,14 @@ from cometmq.client.message import MessageQueue
 from cometmq.common.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, group_name_error
 from cometmq.common.route import TopicRouteData
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, RemotingTimeoutError
-from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting import (
+    Connection,
+    RemotingClient,
+    RemotingCommand,
+    RequestCode,
+    RequestHandler,
+    ResponseCode,
+)
 
 log = logging.getLogger("cometmq.client")
 
@@ -91,6 +99,14 @@ def parse_reset_offsets(body: bytes) -> dict[MessageQueue, int]:
     return offsets
 
 
+def _answer_for(instance: weakref.ref[ClientInstance]) -> RequestHandler:
+    def answer(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        target = instance()
+        return None if target is None else target._on_broker_request(conn, request)
+
+    return answer
+
+
 class ClientInstance:
     """Connections, routes and heartbeats for the producers and consumers of one client.
 
@@ -115,7 +131,9 @@ class ClientInstance:
         self.request_timeout = request_timeout
         self.heartbeat_interval = heartbeat_interval
         self.route_refresh_interval = route_refresh_interval
-        self.remoting = RemotingClient(self._on_broker_request, connect_timeout=connect_timeout)
+        # The connections (held by the event loop while open) reach this object only weakly, so a
+        # client dropped without close() can be collected, and __del__ then closes them.
+        self.remoting = RemotingClient(_answer_for(weakref.ref(self)), connect_timeout=connect_timeout)
         self._routes: dict[str, TopicRouteData] = {}
         self._broker_addrs: dict[str, dict[int, str]] = {}  # broker name → broker id → address
         self._producer_groups: set[str] = set()
@@ -134,6 +152,20 @@ class ClientInstance:
             asyncio.create_task(self._every(self.route_refresh_interval, self.refresh_routes)),
             asyncio.create_task(self._every(self.heartbeat_interval, self.send_heartbeat)),
         ]
+        for task in self._tasks:
+            task.add_done_callback(self._on_loop_done)
+
+    def _on_loop_done(self, task: asyncio.Task[None]) -> None:
+        # Cancelled while not closed: the event loop is shutting down (asyncio.run ends) under a
+        # client nobody closed. Its sockets are closed now, while the loop can still do it.
+        if not self._closed:
+            self.remoting.abort()
+
+    def __del__(self) -> None:
+        # A client dropped without close() lets go of its sockets here.
+        if not getattr(self, "_closed", True):
+            with contextlib.suppress(RuntimeError):  # the loop may be closed already
+                self.remoting.abort()
 
     async def close(self) -> None:
         """Unregister from every broker, stop the loops and close every connection."""

@@ -1,0 +1,98 @@
+"""asyncio clients that nobody closes still close their sockets: when ``asyncio.run`` ends under them,
+and when they are dropped while the loop goes on (against a real standalone server)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import warnings
+from collections.abc import Awaitable, Callable
+
+import pytest
+from client_support import wait_until
+
+from cometmq.client import AdminClient, LitePullConsumer, Message, Producer, PushConsumer
+from processes import StandaloneServer
+
+
+def open_sockets() -> set[str]:
+    sockets = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            sockets.add(target)
+    return sockets
+
+
+async def producer_left_open(namesrv: str) -> object:
+    producer = Producer("PID_unclosed", namesrv)
+    await producer.start()
+    await producer.send(Message("Unclosed", b"x"))
+    return producer
+
+
+async def lite_pull_consumer_left_open(namesrv: str) -> object:
+    consumer = LitePullConsumer("GID_unclosed_lite", namesrv, consume_from="first")
+    consumer.subscribe("Unclosed")
+    await consumer.start()
+    await consumer.poll(timeout=1)
+    return consumer
+
+
+async def push_consumer_left_open(namesrv: str) -> object:
+    consumer = PushConsumer("GID_unclosed_push", namesrv)
+    consumer.subscribe("Unclosed")
+    consumer.listen(lambda messages: None)
+    await consumer.start()
+    return consumer
+
+
+async def admin_client_left_open(namesrv: str) -> object:
+    admin = AdminClient(namesrv)
+    await admin.topic_route("Unclosed")
+    return admin
+
+
+LEFT_OPEN: list[Callable[[str], Awaitable[object]]] = [
+    producer_left_open,
+    lite_pull_consumer_left_open,
+    push_consumer_left_open,
+    admin_client_left_open,
+]
+
+
+@pytest.mark.parametrize("left_open", LEFT_OPEN, ids=lambda fn: fn.__name__)
+def test_a_client_never_closed_closes_its_sockets_when_asyncio_run_ends(
+    standalone: StandaloneServer, left_open: Callable[[str], Awaitable[object]]
+) -> None:
+    async def scenario() -> None:
+        async with Producer("PID_topic_maker", standalone.namesrv) as producer:
+            await producer.send(Message("Unclosed", b"made"))
+        await left_open(standalone.namesrv)  # and return without close()
+
+    before = open_sockets()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(scenario())
+        gc.collect()
+    leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert leaks == []
+    assert open_sockets() <= before
+
+
+def test_an_admin_client_dropped_while_the_loop_runs_closes_its_socket(standalone: StandaloneServer) -> None:
+    async def scenario() -> None:
+        before = open_sockets()
+        admin: AdminClient | None = AdminClient(standalone.namesrv)
+        assert admin is not None
+        await admin.cluster_info()
+        assert open_sockets() > before
+        admin = None  # dropped, not closed; the loop goes on
+        gc.collect()
+        await wait_until(lambda: open_sockets() <= before, message="the dropped client's socket closed")
+
+    asyncio.run(scenario())
