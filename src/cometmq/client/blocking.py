@@ -18,6 +18,10 @@ iterators, other methods run on the loop thread (they may touch the loop's objec
 result. Callbacks run where the asyncio class runs them: a ``PushConsumer`` listener that is a plain
 function runs in the consumer's worker threads, ``Producer.send_with_callback`` callbacks on the loop
 thread (keep them short). The clients are thread-safe: several threads may call one at once.
+
+For type checkers each class declares its asyncio counterpart's constructor, methods and properties
+with blocking return types, under ``TYPE_CHECKING`` so nothing changes at run time;
+``tests/client/test_blocking_types.py`` fails when the declarations fall out of step.
 """
 
 from __future__ import annotations
@@ -34,9 +38,23 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from cometmq.client.message import Message, MessageQueue, SendResult
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+    from typing import Literal
+
+    from cometmq.client._offsets import ConsumeFrom
+    from cometmq.client.admin import ConsumeProgress, ConsumerConnections, Resent, ResetResult
+    from cometmq.client.consumer import Listener
+    from cometmq.client.message import ReceivedMessage
+    from cometmq.client.producer import QueueSelector, SendCallback
+    from cometmq.common.record import DecodedRecord
+    from cometmq.common.route import BrokerData, ClusterInfo, TopicRouteData
+    from cometmq.common.subscription_group import SubscriptionGroupConfig
 
 __all__ = ["AdminClient", "LitePullConsumer", "Producer", "PushConsumer"]
 
@@ -333,6 +351,37 @@ class Producer(_BlockingClient):
 
     _target = "cometmq.client.producer:Producer"
 
+    if TYPE_CHECKING:
+        # For type checkers only: at run time __getattr__ forwards these to the asyncio client.
+        # tests/client/test_blocking_types.py keeps them in step with it.
+        def __init__(
+            self,
+            group: str,
+            namesrv: str,
+            *,
+            instance_name: str | None = ...,
+            send_timeout: float = ...,
+            retry_times: int = ...,
+            compress_over: int = ...,
+            max_message_size: int = ...,
+            fault_avoidance: bool = ...,
+            queue_selector: QueueSelector | None = ...,
+        ) -> None: ...
+        @property
+        def client_id(self) -> str: ...
+        def send_oneway(
+            self, msg: Message, *, queue: MessageQueue | None = ..., sharding_key: str | None = ...
+        ) -> None: ...
+        def send_with_callback(
+            self,
+            msg: Message,
+            callback: SendCallback,
+            *,
+            queue: MessageQueue | None = ...,
+            sharding_key: str | None = ...,
+        ) -> None: ...
+        def start(self) -> None: ...
+
     def send(
         self, msg: Message, *, queue: MessageQueue | None = None, sharding_key: str | None = None
     ) -> SendResult:
@@ -364,6 +413,40 @@ class PushConsumer(_BlockingClient):
 
     _target = "cometmq.client.consumer:PushConsumer"
 
+    if TYPE_CHECKING:
+        # For type checkers only, as in Producer.
+        def __init__(
+            self,
+            group: str,
+            namesrv: str,
+            *,
+            message_model: Literal["clustering", "broadcasting"] = ...,
+            consume_from: ConsumeFrom = ...,
+            consume_timestamp: int | None = ...,
+            allocate: Literal["averagely", "consistent_hash"] = ...,
+            orderly: bool = ...,
+            pull_batch_size: int = ...,
+            consume_batch_size: int = ...,
+            max_cached_messages_per_queue: int = ...,
+            max_cached_bytes_per_queue: int = ...,
+            max_offset_span: int = ...,
+            max_reconsume_times: int = ...,
+            concurrency: int = ...,
+            instance_name: str | None = ...,
+            offsets_dir: str | Path | None = ...,
+        ) -> None: ...
+        @property
+        def assigned_queues(self) -> frozenset[MessageQueue]: ...
+        @property
+        def client_id(self) -> str: ...
+        @property
+        def offsets_path(self) -> Path | None: ...
+        def listen(self, callback: Listener) -> None: ...
+        def retry_later(self, message: ReceivedMessage | None = ...) -> None: ...
+        def start(self) -> None: ...
+        def subscribe(self, topic: str, expression: str = ..., *, sql92: bool = ...) -> None: ...
+        def __iter__(self) -> Iterator[ReceivedMessage]: ...
+
 
 class LitePullConsumer(_BlockingClient):
     """Blocking :class:`cometmq.client.litepull.LitePullConsumer`: ``subscribe``/``assign``,
@@ -372,8 +455,107 @@ class LitePullConsumer(_BlockingClient):
 
     _target = "cometmq.client.litepull:LitePullConsumer"
 
+    if TYPE_CHECKING:
+        # For type checkers only, as in Producer.
+        def __init__(
+            self,
+            group: str,
+            namesrv: str,
+            *,
+            auto_commit: bool = ...,
+            auto_commit_interval: float = ...,
+            pull_batch_size: int = ...,
+            poll_timeout: float = ...,
+            consume_from: ConsumeFrom = ...,
+            consume_timestamp: int | None = ...,
+            instance_name: str | None = ...,
+            pull_threshold_per_queue: int = ...,
+            max_poll_messages: int = ...,
+            request_timeout: float = ...,
+        ) -> None: ...
+        def assign(self, queues: Iterable[MessageQueue]) -> None: ...
+        def assignment(self) -> set[MessageQueue]: ...
+        def begin_offset(self, queue: MessageQueue) -> int: ...
+        def commit(self, offsets: dict[MessageQueue, int] | None = ...) -> None: ...
+        def committed(self, queue: MessageQueue) -> int | None: ...
+        def end_offset(self, queue: MessageQueue) -> int: ...
+        def fetch_queues(self, topic: str) -> list[MessageQueue]: ...
+        def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int: ...
+        def pause(self, queues: Iterable[MessageQueue]) -> None: ...
+        def paused(self) -> set[MessageQueue]: ...
+        def poll(self, timeout: float | None = ...) -> list[ReceivedMessage]: ...
+        def position(self, queue: MessageQueue) -> int | None: ...
+        def read(
+            self, queue: MessageQueue, start: int, end: int, *, max_batch: int = ...
+        ) -> Iterator[list[ReceivedMessage]]: ...
+        def resume(self, queues: Iterable[MessageQueue]) -> None: ...
+        def seek(self, queue: MessageQueue, offset: int) -> None: ...
+        def seek_to_beginning(self, queue: MessageQueue) -> None: ...
+        def seek_to_end(self, queue: MessageQueue) -> None: ...
+        def start(self) -> None: ...
+        def subscribe(self, topic: str, expression: str = ...) -> None: ...
+        def unsubscribe(self, topic: str) -> None: ...
+
 
 class AdminClient(_BlockingClient):
     """Blocking :class:`cometmq.client.admin.AdminClient` (``create_topic``, ``topic_route``, …)."""
 
     _target = "cometmq.client.admin:AdminClient"
+
+    if TYPE_CHECKING:
+        # For type checkers only, as in Producer.
+        def __init__(self, namesrv_addr: str, timeout: float = ..., connect_timeout: float = ...) -> None: ...
+        def broker_runtime_info(self, addr: str) -> dict[str, str]: ...
+        def cluster_info(self) -> ClusterInfo: ...
+        def consume_progress(
+            self, group: str, topic: str | None = ..., cluster: str | None = ...
+        ) -> ConsumeProgress: ...
+        def consumer_connections(self, group: str, cluster: str | None = ...) -> ConsumerConnections: ...
+        def create_group(
+            self, config: SubscriptionGroupConfig, cluster: str | None = ...
+        ) -> list[BrokerData]: ...
+        def create_topic(
+            self,
+            topic: str,
+            queues: int = ...,
+            cluster: str | None = ...,
+            perm: int = ...,
+            order: bool = ...,
+            wait: bool = ...,
+        ) -> list[BrokerData]: ...
+        def dead_letters(self, group: str, max_num: int | None = ...) -> list[DecodedRecord]: ...
+        def delete_group(
+            self, group: str, cluster: str | None = ..., remove_offsets: bool = ...
+        ) -> list[BrokerData]: ...
+        def delete_topic(self, topic: str, cluster: str | None = ...) -> list[BrokerData]: ...
+        def get_group(self, group: str, cluster: str | None = ...) -> dict[str, SubscriptionGroupConfig]: ...
+        def list_groups(self, cluster: str | None = ...) -> dict[str, dict[str, SubscriptionGroupConfig]]: ...
+        def masters_of(self, cluster: str | None = ...) -> tuple[str, list[BrokerData]]: ...
+        def query_message(
+            self,
+            topic: str,
+            key: str,
+            max_num: int = ...,
+            begin_ms: int = ...,
+            end_ms: int | None = ...,
+            unique: bool = ...,
+        ) -> list[DecodedRecord]: ...
+        def resend_dead_letter(self, dead_letter: DecodedRecord) -> Resent: ...
+        def resent_copies(self, dead_letter: DecodedRecord) -> list[DecodedRecord]: ...
+        def reset_offsets(
+            self,
+            group: str,
+            topic: str,
+            *,
+            timestamp: int | None = ...,
+            to: Literal["earliest", "latest"] | None = ...,
+            offset: int | None = ...,
+            queue_id: int | None = ...,
+            broker_name: str | None = ...,
+        ) -> ResetResult: ...
+        def topic_list(self) -> list[str]: ...
+        def topic_route(self, topic: str) -> TopicRouteData: ...
+        def update_group(
+            self, group: str, cluster: str | None = ..., **changes: Any
+        ) -> tuple[list[BrokerData], SubscriptionGroupConfig]: ...
+        def view_message(self, msg_id: str, topic: str | None = ...) -> list[DecodedRecord]: ...
