@@ -1,0 +1,53 @@
+"""SYNC_FLUSH through a real broker and socket: a flush slower than syncFlushTimeout is answered
+FLUSH_DISK_TIMEOUT, never SEND_OK, and the broker goes on serving once the disk is fast again."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from _support import broker_and_client, create_topic, pull, run, send_request, wait_until
+
+from cometmq.remoting import ResponseCode
+from cometmq.store._mappedfile import MappedFile
+
+
+class InjectedSlowSync:
+    """An injected slow disk (a fake: a real one cannot be made here): the commit log's sync sleeps
+    ``delay`` seconds before the real fdatasync."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, delay: float) -> None:
+        self.delay = delay
+        real_sync = MappedFile.sync
+
+        def sync(mapped: MappedFile) -> None:
+            if mapped.path.parent.name == "commitlog":
+                time.sleep(self.delay)
+            real_sync(mapped)
+
+        monkeypatch.setattr(MappedFile, "sync", sync)
+
+
+def test_a_flush_slower_than_sync_flush_timeout_is_answered_flush_disk_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        sync_flush = {"flushDiskType": "SYNC_FLUSH", "syncFlushTimeout": 200}
+        async with broker_and_client(tmp_path, disk_usage_probe=None, **sync_flush) as (broker, addr, client):
+            await create_topic(client, addr, "Slow", 1)
+            slow_disk = InjectedSlowSync(monkeypatch, delay=1.0)
+            slow = await client.invoke(addr, send_request("Slow", b"stored, flush too slow", 0))
+            assert slow.code == 10  # RocketMQ's FLUSH_DISK_TIMEOUT, not SUCCESS (SEND_OK)
+            assert slow.remark is not None and "flush timed out" in slow.remark
+            assert "msgId" in slow.ext_fields  # stored all the same, as RocketMQ answers
+
+            slow_disk.delay = 0.0
+            end = broker.store.commitlog_max_offset
+            await wait_until(lambda: broker.store.commitlog_flushed_offset >= end, timeout=5)
+            fast = await client.invoke(addr, send_request("Slow", b"flushed in time", 0))
+            assert fast.code == ResponseCode.SUCCESS, fast.remark
+            _, records = await pull(client, addr, "Slow", 0, 0)
+            assert [r.body for r in records] == [b"stored, flush too slow", b"flushed in time"]
+
+    run(scenario())
