@@ -20,6 +20,7 @@ from _support import (
     query_offset_request,
     queue_table,
     run,
+    running_broker,
     send,
     send_request,
 )
@@ -368,3 +369,61 @@ def test_consume_tps_counts_committed_progress_over_a_minute_but_not_resets(tmp_
     assert offsets.consume_tps("CG", "T") == pytest.approx((5 + 1 + 1) / 60)
     assert offsets.consume_tps("CG", "Other") == 0.0
     assert offsets.query("CG", "T", 0) == 90
+
+
+def test_an_older_offsets_snapshot_written_late_never_replaces_a_newer_one(tmp_path: Path) -> None:
+    # The periodic write runs on an executor thread; at shutdown the broker writes the table again
+    # on its own. Whichever write runs last, the file ends with the newest offsets.
+    offsets = ConsumerOffsetManager(tmp_path)
+    offsets.commit("CG", "T", 0, 10)
+    periodic = offsets.persist_later()  # snapshot taken, its write not yet run
+    assert periodic is not None
+    offsets.commit("CG", "T", 0, 20)
+    offsets.persist(force=True)  # the shutdown's write
+    periodic()  # the periodic write's thread gets there last
+    reloaded = ConsumerOffsetManager(tmp_path)
+    reloaded.load()
+    assert reloaded.query("CG", "T", 0) == 20
+
+
+def test_an_offsets_write_that_fails_is_made_again_by_the_next_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offsets = ConsumerOffsetManager(tmp_path)
+    offsets.commit("CG", "T", 0, 7)
+
+    def injected_full_disk(path: Path, obj: object) -> None:  # a fake: the disk error
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_offsets, "save_json_config", injected_full_disk)
+    write = offsets.persist_later()
+    assert write is not None
+    with pytest.raises(OSError):
+        write()
+    monkeypatch.undo()
+    again = offsets.persist_later()  # not forced: the table is still dirty
+    assert again is not None
+    again()
+    reloaded = ConsumerOffsetManager(tmp_path)
+    reloaded.load()
+    assert reloaded.query("CG", "T", 0) == 7
+
+
+def test_a_broker_that_cannot_write_its_offsets_at_stop_still_writes_the_rest_and_shuts_down_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def injected_full_disk(path: Path, obj: object) -> None:  # a fake: the disk error
+        raise OSError(28, "No space left on device")
+
+    config = tmp_path / "data" / "config"
+
+    async def scenario() -> None:
+        async with running_broker(tmp_path / "data"):
+            monkeypatch.setattr(_offsets, "save_json_config", injected_full_disk)
+            for name in ("topics.json", "subscriptionGroup.json"):
+                (config / name).unlink(missing_ok=True)  # so that only the stop can write them again
+
+    run(scenario())
+    assert "cannot write the consumer offsets at shutdown" in caplog.text
+    assert (config / "topics.json").exists() and (config / "subscriptionGroup.json").exists()
+    assert not (tmp_path / "data" / "abort").exists()  # the store shut down cleanly

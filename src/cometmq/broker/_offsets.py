@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,12 @@ class ConsumerOffsetManager:
         # "topic@group" → [monotonic second, messages committed past the previous offsets in it],
         # for the last minute only.
         self._progress: dict[str, collections.deque[list[int]]] = {}
+        # Snapshots are numbered as they are taken. Writes of them may run on other threads and
+        # overlap (the periodic one and the last one at shutdown): one at a time, and never an older
+        # one over a newer one, or committed offsets would go back.
+        self._snapshots_taken = 0
+        self._snapshot_written = 0
+        self._write_lock = threading.Lock()
 
     def load(self) -> None:
         obj = load_json_config(self._path)
@@ -48,7 +55,19 @@ class ConsumerOffsetManager:
             return None
         table = {key: {str(qid): off for qid, off in queues.items()} for key, queues in self.offsets.items()}
         self._dirty = False
-        return functools.partial(save_json_config, self._path, {"offsetTable": table})
+        self._snapshots_taken += 1
+        return functools.partial(self._write, self._snapshots_taken, {"offsetTable": table})
+
+    def _write(self, snapshot: int, data: dict[str, object]) -> None:
+        with self._write_lock:
+            if snapshot < self._snapshot_written:
+                return  # a newer snapshot is on disk already
+            try:
+                save_json_config(self._path, data)
+            except BaseException:
+                self._dirty = True  # the next round writes the table again
+                raise
+            self._snapshot_written = snapshot
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         # Stored as given, -1 included: the JS client commits -1 for queues it has not consumed.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -174,9 +175,17 @@ class Broker:
                 await self._unregister_all()
         await self._namesrv_client.close()
         await self.schedule.stop()
-        self.offsets.persist(force=True)
-        self.topics.persist()
-        self.groups.persist()
+        # A metadata file that cannot be written (disk error) is logged; the others are still
+        # written and the store still shuts down cleanly (flushed, checkpointed, abort file removed).
+        for name, persist in (
+            ("consumer offsets", functools.partial(self.offsets.persist, force=True)),
+            ("topics", self.topics.persist),
+            ("subscription groups", self.groups.persist),
+        ):
+            try:
+                persist()
+            except OSError as exc:
+                log.error("cannot write the %s at shutdown: %s", name, exc)
         await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
         log.info("broker %s stopped", self.config.broker_name)
 
