@@ -342,6 +342,19 @@ def test_a_delayed_message_is_parked_then_delivered_to_its_topic(standalone: Sta
     run(scenario())
 
 
+def test_a_delay_level_above_the_brokers_highest_is_sent_and_the_broker_caps_it(
+    standalone: StandaloneServer,
+) -> None:
+    async def scenario() -> None:
+        async with Producer("PID_cap", standalone.namesrv) as producer, reader(standalone.namesrv) as rd:
+            result = await producer.send(Message("LaterStill", b"capped", delay_level=25))
+            # The default table has 18 levels: parked in the queue of level 18 (2 h).
+            parked = await pull_queue(rd, MessageQueue(SCHEDULE_TOPIC, result.queue.broker_name, 17))
+            assert [m.body for m in parked if m.properties.get("UNIQ_KEY") == result.msg_id] == [b"capped"]
+
+    run(scenario())
+
+
 def test_oneway_and_callback_sends_are_delivered(standalone: StandaloneServer) -> None:
     async def scenario() -> None:
         outcomes: list[SendResult | BaseException] = []
@@ -460,8 +473,7 @@ def test_invalid_messages_raise_before_any_network_io() -> None:
                 ),
                 (Message("T", b"x", properties={"DELAY": "1"}), InvalidMessageError, "reserved"),
                 (Message("T", b"x", properties={" ": "v"}), InvalidMessageError, "must not be blank"),
-                (Message("T", b"x", delay_level=19), InvalidMessageError, "delay level 19 is out of range"),
-                (Message("T", b"x", delay_level=-1), InvalidMessageError, "delay level -1 is out of range"),
+                (Message("T", b"x", delay_level=-1), InvalidMessageError, "delay level -1 is negative"),
                 (Message("T", b"x", tags="a\x01b"), InvalidMessageError, "must not contain"),
                 (Message("T", b"x", properties={"k": "a\x02b"}), InvalidMessageError, "must not contain"),
                 (Message("T", b"x", keys="k" * 40000), InvalidMessageError, "properties .* take"),

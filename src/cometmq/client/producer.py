@@ -50,7 +50,6 @@ __all__ = [
 
 log = logging.getLogger("cometmq.client")
 
-MAX_DELAY_LEVEL = 18  # RocketMQ's default messageDelayLevel has 18 levels (1s … 2h)
 ZLIB_LEVEL = 5  # Java and C++ compress at level 5 (stream header 78 5E)
 
 # Property names RocketMQ reserves (MessageConst.STRING_HASH_SET): set them through Message's fields,
@@ -305,10 +304,10 @@ class Producer:
             pairs += 1
         delay = msg.delay_level
         if delay:
-            if not 0 < delay <= MAX_DELAY_LEVEL:
-                raise InvalidMessageError(
-                    f"delay level {delay} is out of range: 0 (no delay) or 1..{MAX_DELAY_LEVEL}"
-                )
+            # No upper bound here: a broker may be configured with more than the default 18 levels,
+            # and it caps a higher level at its highest, as RocketMQ's does.
+            if delay < 0:
+                raise InvalidMessageError(f"delay level {delay} is negative: 0 is no delay, 1 the shortest")
             text += "\x02DELAY\x01" + str(delay)
             pairs += 1
         # One separator check for the whole text: a \x01 or \x02 inside tags, keys or a property
