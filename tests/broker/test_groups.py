@@ -25,7 +25,7 @@ from _support import (
     send_request,
 )
 
-from cometmq.broker import _offsets
+from cometmq.broker import _offsets, _schedule
 from cometmq.broker._offsets import ConsumerOffsetManager
 from cometmq.common import fastjson
 from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
@@ -420,10 +420,12 @@ def test_a_broker_that_cannot_write_its_offsets_at_stop_still_writes_the_rest_an
     async def scenario() -> None:
         async with running_broker(tmp_path / "data"):
             monkeypatch.setattr(_offsets, "save_json_config", injected_full_disk)
+            monkeypatch.setattr(_schedule, "save_json_config", injected_full_disk)
             for name in ("topics.json", "subscriptionGroup.json"):
                 (config / name).unlink(missing_ok=True)  # so that only the stop can write them again
 
     run(scenario())
     assert "cannot write the consumer offsets at shutdown" in caplog.text
+    assert "cannot write the delay offsets at shutdown" in caplog.text
     assert (config / "topics.json").exists() and (config / "subscriptionGroup.json").exists()
     assert not (tmp_path / "data" / "abort").exists()  # the store shut down cleanly

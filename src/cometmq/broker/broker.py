@@ -174,9 +174,12 @@ class Broker:
             with contextlib.suppress(CometMQError, OSError):
                 await self._unregister_all()
         await self._namesrv_client.close()
-        await self.schedule.stop()
         # A metadata file that cannot be written (disk error) is logged; the others are still
         # written and the store still shuts down cleanly (flushed, checkpointed, abort file removed).
+        try:
+            await self.schedule.stop()
+        except OSError as exc:
+            log.error("cannot write the delay offsets at shutdown: %s", exc)
         for name, persist in (
             ("consumer offsets", functools.partial(self.offsets.persist, force=True)),
             ("topics", self.topics.persist),

@@ -158,7 +158,7 @@ class ClientInstance:
     def _on_loop_done(self, task: asyncio.Task[None]) -> None:
         # Cancelled while not closed: the event loop is shutting down (asyncio.run ends) under a
         # client nobody closed. Its sockets are closed now, while the loop can still do it.
-        if not self._closed:
+        if task.cancelled() and not self._closed:
             self.remoting.abort()
 
     def __del__(self) -> None:
