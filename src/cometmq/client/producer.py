@@ -16,7 +16,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from cometmq.client._brokerapi import QueueNotRoutedError, broker_addr_of, send_header
 from cometmq.client._direct import DirectLane
@@ -67,9 +67,17 @@ RESERVED_PROPERTIES = frozenset(
 # A send's first attempt, written before its task starts (or made on the caller's thread, by the
 # blocking facade): the queue, when (monotonic), the reply to come.
 _Written = tuple[MessageQueue, float, Awaitable[RemotingCommand]]
-# A send's request before its queue is chosen: request code, topic, header, body (or batch body parts)
-# and UNIQ_KEY(s).
-_Request = tuple[int, str, dict[str, str], bytes | list[bytes], str]
+
+
+class _Request(NamedTuple):
+    """A send's request before its queue is chosen (shared by its attempts)."""
+
+    code: int  # SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE
+    topic: str
+    header: dict[str, str]
+    body: bytes | list[bytes]  # a batch body as its parts, written without a join
+    uniq: str  # UNIQ_KEY, or a batch's joined by ","
+
 
 # DefaultMQProducer.retryResponseCodes (4.9.8): broker answers worth another attempt on another broker.
 # 204/205 are NO_BUYER_ID / NOT_IN_CURRENT_UNIT (unit mode), which the broker never sends here.
@@ -403,7 +411,7 @@ class Producer:
         sent, :class:`BrokerError` when the broker refuses it (after the retries RocketMQ makes),
         and :class:`RemotingTimeoutError` / :class:`ConnectionClosedError` when no broker answered.
         """
-        return await self._deliver(*self._single_request(msg), queue, sharding_key)
+        return await self._deliver(self._single_request(msg), queue, sharding_key)
 
     async def send_batch(
         self, msgs: Sequence[Message], *, queue: MessageQueue | None = None, sharding_key: str | None = None
@@ -412,29 +420,25 @@ class Producer:
         queue. Batches are never compressed and cannot be delayed. The result's ``msg_id`` and
         ``offset_msg_id`` are the ids joined by ``,``; ``queue_offset`` is the first message's.
         ``queue`` and ``sharding_key`` work as in :meth:`send`."""
-        return await self._deliver(*self._batch_request(msgs), queue, sharding_key)
+        return await self._deliver(self._batch_request(msgs), queue, sharding_key)
 
     def _single_request(self, msg: Message) -> _Request:
         if not self._running:
             self._check_running()
         body, sys_flag, text, uniq = self._prepare(msg)
         header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
-        return RequestCode.SEND_MESSAGE_V2, msg.topic, header, body, uniq
+        return _Request(RequestCode.SEND_MESSAGE_V2, msg.topic, header, body, uniq)
 
     def _batch_request(self, msgs: Sequence[Message]) -> _Request:
         if not self._running:
             self._check_running()
         topic, parts, _, ids = self._encode_batch(msgs)
         header = send_header(self.group, topic, "", batch=True)
-        return RequestCode.SEND_BATCH_MESSAGE, topic, header, parts, ",".join(ids)
+        return _Request(RequestCode.SEND_BATCH_MESSAGE, topic, header, parts, ",".join(ids))
 
     async def _deliver(
         self,
-        code: int,
-        topic: str,
-        header: dict[str, str],
-        body: bytes | list[bytes],
-        uniq: str,
+        request: _Request,
         queue: MessageQueue | None,
         sharding_key: str | None,
         written: _Written | None = None,
@@ -442,11 +446,11 @@ class Producer:
         """A send with retries on other brokers, or to the one queue *queue* or *sharding_key*
         names, without; *written*: its first attempt, if that is made already."""
         if queue is None and sharding_key is None:
-            return await self._send_retrying(code, topic, header, body, uniq, written)
+            return await self._send_retrying(request, written)
         if written is not None:
-            return await self._settle(*written, uniq)
-        target = await self._fixed_queue(topic, queue, sharding_key)
-        return await self._send_once(code, target, header, body, uniq, time.monotonic() + self.send_timeout)
+            return await self._settle(*written, request.uniq)
+        target = await self._fixed_queue(request.topic, queue, sharding_key)
+        return await self._send_once(request, target, time.monotonic() + self.send_timeout)
 
     def send_with_callback(
         self,
@@ -460,30 +464,24 @@ class Producer:
         :class:`SendResult` or the exception the send ended with (retries, ``queue`` and
         ``sharding_key`` as in :meth:`send`). An invalid message raises here, before anything is sent.
         :meth:`close` waits for these sends."""
-        code, topic, header, body, uniq = self._single_request(msg)
+        request = self._single_request(msg)
         # The first attempt is written now when the route and the connection are at hand: a task's
         # first step waits for the next loop step, which cost 57-66 µs of end-to-end latency at p50.
-        written = self._write_first_attempt(topic, header, body, queue, sharding_key)
-        sending = self._deliver(code, topic, header, body, uniq, queue, sharding_key, written)
+        written = self._write_first_attempt(request, queue, sharding_key)
+        sending = self._deliver(request, queue, sharding_key, written)
         task = asyncio.get_running_loop().create_task(_call_back(sending, callback))
         self._callback_tasks.add(task)
         task.add_done_callback(self._callback_tasks.discard)
 
     def _write_first_attempt(
-        self,
-        topic: str,
-        header: dict[str, str],
-        body: bytes | list[bytes],
-        queue: MessageQueue | None,
-        sharding_key: str | None,
+        self, request: _Request, queue: MessageQueue | None, sharding_key: str | None
     ) -> _Written | None:
-        target = self._known_target(topic, queue, sharding_key)
+        target = self._known_target(request.topic, queue, sharding_key)
         addr = None if target is None else self._instance.broker_addr(target.broker_name)
         conn = None if addr is None else self._instance.remoting.open_connection(addr)
         if target is None or conn is None:
             return None
-        request = _send_request(RequestCode.SEND_MESSAGE_V2, target, header, body)
-        return target, time.monotonic(), conn.start_invoke(request, self.send_timeout)
+        return target, time.monotonic(), conn.start_invoke(_send_request(request, target), self.send_timeout)
 
     async def send_oneway(
         self, msg: Message, *, queue: MessageQueue | None = None, sharding_key: str | None = None
@@ -512,42 +510,34 @@ class Producer:
         """:meth:`send` for the blocking facade, on the caller's thread (not the loop's): the result
         when the first attempt is made and answered here, through :attr:`_lane`; else what is left of
         the send (retries, a route to look up, a busy lane), as a coroutine to run on the loop."""
-        return self._attempt_direct(*self._single_request(msg), queue, sharding_key)
+        return self._attempt_direct(self._single_request(msg), queue, sharding_key)
 
     def _send_batch_direct(
         self, msgs: Sequence[Message], queue: MessageQueue | None, sharding_key: str | None
     ) -> SendResult | Coroutine[Any, Any, SendResult]:
         """:meth:`send_batch` for the blocking facade, as :meth:`_send_direct`."""
-        return self._attempt_direct(*self._batch_request(msgs), queue, sharding_key)
+        return self._attempt_direct(self._batch_request(msgs), queue, sharding_key)
 
     def _attempt_direct(
-        self,
-        code: int,
-        topic: str,
-        header: dict[str, str],
-        body: bytes | list[bytes],
-        uniq: str,
-        queue: MessageQueue | None,
-        sharding_key: str | None,
+        self, request: _Request, queue: MessageQueue | None, sharding_key: str | None
     ) -> SendResult | Coroutine[Any, Any, SendResult]:
         # Only what the loop already knows (routes, addresses) is read here; the loop owns the rest.
-        target = self._known_target(topic, queue, sharding_key)
+        target = self._known_target(request.topic, queue, sharding_key)
         addr = None if target is None else self._instance.broker_addr(target.broker_name)
         if target is None or addr is None:
-            return self._deliver(code, topic, header, body, uniq, queue, sharding_key)
+            return self._deliver(request, queue, sharding_key)
         started = time.monotonic()
         outcome: RemotingCommand | CometMQError | None
         try:
-            outcome = self._lane.invoke(addr, _send_request(code, target, header, body), self.send_timeout)
+            outcome = self._lane.invoke(addr, _send_request(request, target), self.send_timeout)
         except (ConnectionClosedError, RemotingTimeoutError) as exc:
             outcome = exc
         if outcome is None:  # another thread is using the lane's connection: the loop's pipelines
-            return self._deliver(code, topic, header, body, uniq, queue, sharding_key)
+            return self._deliver(request, queue, sharding_key)
         if isinstance(outcome, RemotingCommand) and outcome.code in _SEND_STATUS:
-            return self._settled(target, started, outcome, uniq)
+            return self._settled(target, started, outcome, request.uniq)
         # A failure or a refusal: the loop settles it as it settles its own attempts, and retries.
-        written = (target, started, _replay(outcome))
-        return self._deliver(code, topic, header, body, uniq, queue, sharding_key, written)
+        return self._deliver(request, queue, sharding_key, (target, started, _replay(outcome)))
 
     def _known_target(
         self, topic: str, queue: MessageQueue | None, sharding_key: str | None
@@ -578,18 +568,11 @@ class Producer:
         _check_queue_topic(info.topic, queue)
         return queue
 
-    async def _send_retrying(
-        self,
-        code: int,
-        topic: str,
-        header: dict[str, str],
-        body: bytes | list[bytes],
-        uniq: str,
-        written: _Written | None = None,
-    ) -> SendResult:
+    async def _send_retrying(self, request: _Request, written: _Written | None = None) -> SendResult:
         """DefaultMQProducerImpl.sendDefaultImpl: up to 1 + retry_times attempts within the timeout,
         each on the queue the fault strategy picks, away from the broker that just failed. *written*:
         the first attempt, if it is already written."""
+        topic = request.topic
         deadline = (time.monotonic() if written is None else written[1]) + self.send_timeout
         last_broker: str | None = None
         attempts: list[str] = []
@@ -598,12 +581,12 @@ class Producer:
             if written is not None:
                 queue, started, reply = written
                 written = None
-                attempt = self._settle(queue, started, reply, uniq)
+                attempt = self._settle(queue, started, reply, request.uniq)
             else:
                 # Looked up per attempt (a dict hit): a route change meanwhile drops the cached entry.
                 info = self._publish.get(topic) or await self._publish_info(topic)
                 queue = self._faults.select(info, last_broker)
-                attempt = self._send_once(code, queue, header, body, uniq, deadline)
+                attempt = self._send_once(request, queue, deadline)
             try:
                 return await attempt
             except BrokerError as exc:
@@ -623,29 +606,19 @@ class Producer:
         )
         raise error
 
-    async def _send_once(
-        self,
-        code: int,
-        queue: MessageQueue,
-        header: dict[str, str],
-        body: bytes | list[bytes],
-        uniq: str,
-        deadline: float,
-    ) -> SendResult:
-        """One attempt; ``body`` as for :func:`_send_request`."""
+    async def _send_once(self, request: _Request, queue: MessageQueue, deadline: float) -> SendResult:
+        """One attempt of *request* on *queue*."""
         started = time.monotonic()
         timeout = deadline - started
         if timeout <= 0:
             raise RemotingTimeoutError(f"no time left to send to {queue} within {self.send_timeout:g} s")
-        request = _send_request(code, queue, header, body)
         try:
             addr = broker_addr_of(self._instance, queue)
         except QueueNotRoutedError:
             self._faults.update(queue.broker_name, 0.0, True)
             raise
-        return await self._settle(
-            queue, started, self._instance.remoting.invoke(addr, request, timeout), uniq
-        )
+        reply = self._instance.remoting.invoke(addr, _send_request(request, queue), timeout)
+        return await self._settle(queue, started, reply, request.uniq)
 
     async def _settle(
         self, queue: MessageQueue, started: float, reply: Awaitable[RemotingCommand], uniq: str
@@ -722,12 +695,12 @@ def _properties_too_long(topic: str, length: int) -> str:
     )
 
 
-def _send_request(
-    code: int, queue: MessageQueue, header: dict[str, str], body: bytes | list[bytes]
-) -> RemotingCommand:
-    """The request of one attempt on *queue*: *header* (shared by the attempts) names its queue id,
-    and *body* is the body, or the parts of a batch body (written without a join)."""
+def _send_request(request: _Request, queue: MessageQueue) -> RemotingCommand:
+    """The command of one attempt of *request* on *queue*: the header, shared by the attempts, names
+    its queue id."""
+    header = request.header
     header["e"] = str(queue.queue_id)
+    body = request.body
     if isinstance(body, bytes):
-        return RemotingCommand(code=code, ext_fields=header, body=body)
-    return RemotingCommand(code=code, ext_fields=header, body_parts=body)
+        return RemotingCommand(code=request.code, ext_fields=header, body=body)
+    return RemotingCommand(code=request.code, ext_fields=header, body_parts=body)
