@@ -218,11 +218,6 @@ class ClientInstance:
             raise BrokerError(response.code, response.remark)
         return response
 
-    async def invoke_oneway(
-        self, addr: str, code: int, ext_fields: dict[str, str], body: bytes = b""
-    ) -> None:
-        await self.remoting.invoke_oneway(addr, RemotingCommand(code=code, ext_fields=ext_fields, body=body))
-
     # routes ------------------------------------------------------------------------------------
 
     async def fetch_route(self, topic: str) -> TopicRouteData | None:

@@ -489,17 +489,13 @@ class Producer:
         """Send ``msg`` without waiting for the broker's answer: fastest, but a lost message is not
         noticed. Returns once the request is written to the connection; no retry. ``queue`` and
         ``sharding_key`` work as in :meth:`send`."""
-        if not self._running:
-            self._check_running()
-        body, sys_flag, text, _ = self._prepare(msg)
-        header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
+        request = self._single_request(msg)
         if queue is None and sharding_key is None:
-            target = self._faults.select(await self._publish_info(msg.topic))
+            target = self._faults.select(await self._publish_info(request.topic))
         else:
-            target = await self._fixed_queue(msg.topic, queue, sharding_key)
-        header["e"] = str(target.queue_id)
-        await self._instance.invoke_oneway(
-            broker_addr_of(self._instance, target), RequestCode.SEND_MESSAGE_V2, header, body
+            target = await self._fixed_queue(request.topic, queue, sharding_key)
+        await self._instance.remoting.invoke_oneway(
+            broker_addr_of(self._instance, target), _send_request(request, target)
         )
 
     # the blocking facade's sends ------------------------------------------------------------------
