@@ -680,8 +680,7 @@ def _check_queue_topic(topic: str, queue: MessageQueue) -> None:
 def select_by_hash(queues: Sequence[MessageQueue], sharding_key: str) -> MessageQueue:
     """RocketMQ's SelectMessageQueueByHash: the queue at ``abs(key.hashCode() % len(queues))``, with
     Java's String.hashCode. Not Python's ``hash()``, which differs from run to run."""
-    # Uncached: keys are order ids and the like, which would only push tags out of the tag cache.
-    return queues[abs(java_string_hash.__wrapped__(sharding_key)) % len(queues)]
+    return queues[abs(java_string_hash(sharding_key)) % len(queues)]
 
 
 def _properties_too_long(topic: str, length: int) -> str:
