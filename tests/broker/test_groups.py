@@ -386,14 +386,16 @@ def test_an_older_offsets_snapshot_written_late_never_replaces_a_newer_one(tmp_p
     assert reloaded.query("CG", "T", 0) == 20
 
 
+def injected_full_disk(path: Path, obj: object) -> None:
+    """A fake save_json_config: the disk error a full disk gives."""
+    raise OSError(28, "No space left on device")
+
+
 def test_an_offsets_write_that_fails_is_made_again_by_the_next_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     offsets = ConsumerOffsetManager(tmp_path)
     offsets.commit("CG", "T", 0, 7)
-
-    def injected_full_disk(path: Path, obj: object) -> None:  # a fake: the disk error
-        raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(_offsets, "save_json_config", injected_full_disk)
     write = offsets.persist_later()
@@ -412,9 +414,6 @@ def test_an_offsets_write_that_fails_is_made_again_by_the_next_round(
 def test_a_broker_that_cannot_write_its_offsets_at_stop_still_writes_the_rest_and_shuts_down_clean(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def injected_full_disk(path: Path, obj: object) -> None:  # a fake: the disk error
-        raise OSError(28, "No space left on device")
-
     config = tmp_path / "data" / "config"
 
     async def scenario() -> None:
