@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cometmq.cli._bench import median_rows
+from cometmq.cli._bench import idle_halt_note, median_rows
 from processes import cometmq
 
 
@@ -80,8 +81,44 @@ def test_latency_reports_the_floor_sync_and_blocking_sends_and_every_end_to_end_
 def test_latency_without_floor_blocking_and_e2e_reports_only_the_sync_sends(namesrv_addr: str) -> None:
     args = ("latency", "--topic", "BenchF", "--count", "50", "--warmup", "5", "--no-floor", "--no-e2e")
     args += ("--no-blocking",)
-    (sync,) = rows(bench(namesrv_addr, *args, "--json"))
+    result = bench(namesrv_addr, *args, "--json")
+    (sync,) = rows(result)
     assert sync["workload"] == "one synchronous send at a time" and sync["messages"] == 50
+    # The note on the VM's idle policy comes with the report exactly where this machine has that policy.
+    report = json.loads(result.stdout)
+    assert report.get("note") == idle_halt_note()
+    table = bench(namesrv_addr, *args).stdout.splitlines()
+    expected_note = idle_halt_note()
+    assert (table[-1] == f"note: {expected_note}") if expected_note else len(table) == 2
+
+
+def _fake_sys(root: Path, driver: str | None, poll_ns: str | None) -> Path:
+    if driver is not None:
+        (root / "sys/devices/system/cpu/cpuidle").mkdir(parents=True)
+        (root / "sys/devices/system/cpu/cpuidle/current_driver").write_text(driver + "\n")
+    if poll_ns is not None:
+        (root / "sys/module/haltpoll/parameters").mkdir(parents=True)
+        (root / "sys/module/haltpoll/parameters/guest_halt_poll_ns").write_text(poll_ns + "\n")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("driver", "poll_ns", "noted"),
+    [
+        ("haltpoll", "0", True),  # a KVM guest that halts an idle vCPU at once
+        ("haltpoll", "200000", False),  # polls 200 µs first: wake-ups within that cost no VM exit
+        ("intel_idle", None, False),  # bare metal
+        (None, None, False),  # no cpuidle at all (a container without /sys, say)
+        ("haltpoll", "garbage", False),
+    ],
+)
+def test_idle_halt_note_names_only_a_guest_that_halts_idle_vcpus_at_once(
+    tmp_path: Path, driver: str | None, poll_ns: str | None, noted: bool
+) -> None:
+    note = idle_halt_note(_fake_sys(tmp_path, driver, poll_ns))
+    assert (note is not None) == noted
+    if noted:
+        assert note is not None and "guest_halt_poll_ns 0" in note
 
 
 def test_table_output_names_the_workload(namesrv_addr: str) -> None:

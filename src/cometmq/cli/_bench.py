@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 from cometmq.cli._admin import admin_options, print_json, whole_number
@@ -108,7 +109,9 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
             "until its SEND_OK, with the asyncio producer, then (unless --no-blocking) with the "
             "blocking one from a plain thread. Then, unless --no-e2e, RATE messages/s for DURATION "
             "seconds while a consumer in a second process receives them: latency from send to receipt (both "
-            "processes read CLOCK_MONOTONIC; the first WARMUP messages are left out)."
+            "processes read CLOCK_MONOTONIC; the first WARMUP messages are left out). On a KVM guest "
+            "that halts an idle vCPU at once, which makes every wake-up costly, a note under the table "
+            "says so."
         ),
     )
     latency.add_argument(
@@ -152,8 +155,12 @@ BenchAction = Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]
 def _command(action: BenchAction) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         async def main() -> int:
-            rounds = [(await action(args))["rows"] for _ in range(args.rounds)]
-            _print_result(median_rows(rounds) if len(rounds) > 1 else {"rows": rounds[0]}, args.json)
+            results = [await action(args) for _ in range(args.rounds)]
+            rounds = [result["rows"] for result in results]
+            report = median_rows(rounds) if len(rounds) > 1 else {"rows": rounds[0]}
+            if "note" in results[-1]:
+                report["note"] = results[-1]["note"]
+            _print_result(report, args.json)
             return 0
 
         return run_async(main(), fast_loop=True)
@@ -297,7 +304,26 @@ async def _latency(args: argparse.Namespace) -> dict[str, Any]:
             rows.append(await asyncio.to_thread(_blocking_sends, args, bodies))
         if not args.no_e2e:
             rows.append(await _end_to_end(args, producer, bodies))
-    return {"rows": rows}
+    note = idle_halt_note()
+    return {"rows": rows} if note is None else {"rows": rows, "note": note}
+
+
+def idle_halt_note(root: Path = Path("/")) -> str | None:
+    """A line for the latency table when this machine is a KVM guest that halts an idle vCPU at once
+    (the haltpoll cpuidle driver with ``guest_halt_poll_ns`` 0): then waking a process that sleeps on
+    an idle vCPU costs a VM exit and an interrupt from the host, about 35-45 µs each way on the
+    development VM, and most of a round trip. None anywhere else (or when /sys cannot be read)."""
+    try:
+        driver = (root / "sys/devices/system/cpu/cpuidle/current_driver").read_text().strip()
+        poll_ns = int((root / "sys/module/haltpoll/parameters/guest_halt_poll_ns").read_text())
+    except (OSError, ValueError):
+        return None
+    if driver != "haltpoll" or poll_ns > 0:
+        return None
+    return (
+        "this VM halts an idle vCPU at once (cpuidle haltpoll, guest_halt_poll_ns 0): each wake-up of a "
+        "sleeping process costs a VM exit, which is most of the floor; see docs/performance.md"
+    )
 
 
 def _blocking_sends(args: argparse.Namespace, bodies: list[bytes]) -> dict[str, Any]:
@@ -536,3 +562,5 @@ def _print_result(result: dict[str, Any], as_json: bool) -> None:
     if several:
         print("medians over the rounds")
     print(format_table(headers, table))
+    if "note" in result:
+        print(f"note: {result['note']}")
