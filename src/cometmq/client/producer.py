@@ -476,10 +476,12 @@ class Producer:
     def _write_first_attempt(
         self, request: _Request, queue: MessageQueue | None, sharding_key: str | None
     ) -> _Written | None:
-        target = self._known_target(request.topic, queue, sharding_key)
-        addr = None if target is None else self._instance.broker_addr(target.broker_name)
-        conn = None if addr is None else self._instance.remoting.open_connection(addr)
-        if target is None or conn is None:
+        known = self._known_target(request.topic, queue, sharding_key)
+        if known is None:
+            return None
+        target, addr = known
+        conn = self._instance.remoting.open_connection(addr)
+        if conn is None:
             return None
         return target, time.monotonic(), conn.start_invoke(_send_request(request, target), self.send_timeout)
 
@@ -518,10 +520,10 @@ class Producer:
         self, request: _Request, queue: MessageQueue | None, sharding_key: str | None
     ) -> SendResult | Coroutine[Any, Any, SendResult]:
         # Only what the loop already knows (routes, addresses) is read here; the loop owns the rest.
-        target = self._known_target(request.topic, queue, sharding_key)
-        addr = None if target is None else self._instance.broker_addr(target.broker_name)
-        if target is None or addr is None:
+        known = self._known_target(request.topic, queue, sharding_key)
+        if known is None:
             return self._deliver(request, queue, sharding_key)
+        target, addr = known
         started = time.monotonic()
         outcome: RemotingCommand | CometMQError | None
         try:
@@ -537,16 +539,20 @@ class Producer:
 
     def _known_target(
         self, topic: str, queue: MessageQueue | None, sharding_key: str | None
-    ) -> MessageQueue | None:
-        """The queue a send goes to, chosen without I/O: *queue*, the queue of *sharding_key*, or the
-        fault strategy's pick; None while the topic's route is not looked up yet."""
+    ) -> tuple[MessageQueue, str] | None:
+        """The queue a send goes to and its broker's address, chosen without I/O: *queue*, the queue
+        of *sharding_key*, or the fault strategy's pick; None while the topic's route (or that
+        broker's address) is not looked up yet."""
         if queue is not None:
             _check_queue_topic(topic, queue)
-            return queue
-        info = self._publish.get(topic)
-        if info is None:
-            return None
-        return self._faults.select(info) if sharding_key is None else self._by_key(info, sharding_key)
+            target = queue
+        else:
+            info = self._publish.get(topic)
+            if info is None:
+                return None
+            target = self._faults.select(info) if sharding_key is None else self._by_key(info, sharding_key)
+        addr = self._instance.broker_addr(target.broker_name)
+        return None if addr is None else (target, addr)
 
     async def _fixed_queue(
         self, topic: str, queue: MessageQueue | None, sharding_key: str | None
