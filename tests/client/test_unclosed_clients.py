@@ -69,15 +69,20 @@ LEFT_OPEN: list[Callable[[str], Awaitable[object]]] = [
 def test_a_client_never_closed_closes_its_sockets_when_asyncio_run_ends(
     standalone: StandaloneServer, left_open: Callable[[str], Awaitable[object]]
 ) -> None:
+    # Referenced until asyncio.run has returned: only the loop's end can close its sockets, not the
+    # garbage collector while the loop still runs.
+    kept: list[object] = []
+
     async def scenario() -> None:
         async with Producer("PID_topic_maker", standalone.namesrv) as producer:
             await producer.send(Message("Unclosed", b"made"))
-        await left_open(standalone.namesrv)  # and return without close()
+        kept.append(await left_open(standalone.namesrv))  # and return without close()
 
     before = open_sockets()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         asyncio.run(scenario())
+        kept.clear()
         gc.collect()
     leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert leaks == []

@@ -132,7 +132,7 @@ class ClientInstance:
         self.heartbeat_interval = heartbeat_interval
         self.route_refresh_interval = route_refresh_interval
         # The connections (held by the event loop while open) reach this object only weakly, so a
-        # client dropped without close() can be collected, and __del__ then closes them.
+        # client dropped without close() can be collected, and its RemotingClient closes them then.
         self.remoting = RemotingClient(_answer_for(weakref.ref(self)), connect_timeout=connect_timeout)
         self._routes: dict[str, TopicRouteData] = {}
         self._broker_addrs: dict[str, dict[int, str]] = {}  # broker name → broker id → address
@@ -152,20 +152,6 @@ class ClientInstance:
             asyncio.create_task(self._every(self.route_refresh_interval, self.refresh_routes)),
             asyncio.create_task(self._every(self.heartbeat_interval, self.send_heartbeat)),
         ]
-        for task in self._tasks:
-            task.add_done_callback(self._on_loop_done)
-
-    def _on_loop_done(self, task: asyncio.Task[None]) -> None:
-        # Cancelled while not closed: the event loop is shutting down (asyncio.run ends) under a
-        # client nobody closed. Its sockets are closed now, while the loop can still do it.
-        if task.cancelled() and not self._closed:
-            self.remoting.abort()
-
-    def __del__(self) -> None:
-        # A client dropped without close() lets go of its sockets here.
-        if not getattr(self, "_closed", True):
-            with contextlib.suppress(RuntimeError):  # the loop may be closed already
-                self.remoting.abort()
 
     async def close(self) -> None:
         """Unregister from every broker, stop the loops and close every connection."""

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol, cast
 
@@ -305,6 +306,14 @@ class RemotingClient:
         self._connect_timeout = connect_timeout
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        # While connections are open: a task that closes them when its loop cancels it, which is
+        # what asyncio.run does at its end (see _abort_when_cancelled).
+        self._watch: asyncio.Task[None] | None = None
+
+    def __del__(self) -> None:
+        # Dropped without close(): the loop holds the connections' transports, so close them here.
+        with contextlib.suppress(AttributeError, RuntimeError):  # half built, or its loop closed
+            self.abort()
 
     async def connection(self, address: str) -> Connection:
         conn = self._connections.get(address)
@@ -342,6 +351,8 @@ class RemotingClient:
             raise ConnectionClosedError(f"cannot connect to {address}: {exc or 'timed out'}") from None
         conn.remote_address = address
         self._connections[address] = conn
+        if self._watch is None:
+            self._watch = loop.create_task(_abort_when_cancelled(weakref.ref(self)))
         return conn
 
     def open_connection(self, address: str) -> Connection | None:
@@ -366,6 +377,9 @@ class RemotingClient:
         """Start closing every connection, without waiting (for code that cannot await); returns them."""
         conns = list(self._connections.values())
         self._connections.clear()
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.cancel()
         for conn in conns:
             conn.close()
         return conns
@@ -375,3 +389,15 @@ class RemotingClient:
         for conn in conns:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(conn.closed), 1.0)
+
+
+async def _abort_when_cancelled(client: weakref.ref[RemotingClient]) -> None:
+    """Wait until cancelled, then close *client*'s connections: a loop that ends under a client
+    nobody closed (``asyncio.run`` cancels every task left) closes its sockets while it still can.
+    The client is held weakly, so that one dropped meanwhile can be collected (and close them then)."""
+    try:
+        await asyncio.get_running_loop().create_future()
+    finally:
+        target = client()
+        if target is not None:
+            target.abort()
