@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cometmq.cli._bench import idle_halt_note, median_rows
+from cometmq.cli._bench import _print_result, idle_halt_note, median_rows
 from processes import cometmq
 
 
@@ -91,6 +91,15 @@ def test_latency_without_floor_blocking_and_e2e_reports_only_the_sync_sends(name
     assert table[2:] == ([f"note: {note}"] if note else [])
 
 
+def test_a_note_is_printed_under_the_table_and_kept_in_json(capsys: pytest.CaptureFixture[str]) -> None:
+    # On every machine, whatever its idle policy (the test above sees the note only where it applies).
+    report = {"rows": [{"workload": "sync", "messages": 5, "p50_us": 90.0}], "note": "a word on the machine"}
+    _print_result(report, as_json=False)
+    assert capsys.readouterr().out.splitlines()[-1] == "note: a word on the machine"
+    _print_result(report, as_json=True)
+    assert json.loads(capsys.readouterr().out)["note"] == "a word on the machine"
+
+
 def _fake_sys(root: Path, driver: str | None, poll_ns: str | None) -> Path:
     if driver is not None:
         (root / "sys/devices/system/cpu/cpuidle").mkdir(parents=True)
@@ -107,6 +116,7 @@ def _fake_sys(root: Path, driver: str | None, poll_ns: str | None) -> Path:
         ("haltpoll", "0", True),  # a KVM guest that halts an idle vCPU at once
         ("haltpoll", "200000", False),  # polls 200 µs first: wake-ups within that cost no VM exit
         ("intel_idle", None, False),  # bare metal
+        ("acpi_idle", "0", False),  # the haltpoll module loaded, another driver in use
         (None, None, False),  # no cpuidle at all (a container without /sys, say)
         ("haltpoll", "garbage", False),
     ],
