@@ -6,6 +6,7 @@ Append-only: several test modules of tests/client use these.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
@@ -119,3 +120,16 @@ async def scripted(script: list[int]) -> AsyncIterator[tuple[str, ScriptedBroker
     finally:
         await broker.stop()
         await namesrv.stop()
+
+
+def open_sockets() -> set[str]:
+    """The sockets this process has open (``socket:[inode]``), from /proc."""
+    sockets = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            sockets.add(target)
+    return sockets

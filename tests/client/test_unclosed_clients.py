@@ -5,27 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import warnings
 from collections.abc import Awaitable, Callable
 
 import pytest
-from client_support import wait_until
+from client_support import open_sockets, wait_until
 
 from cometmq.client import AdminClient, LitePullConsumer, Message, Producer, PushConsumer
 from processes import StandaloneServer
-
-
-def open_sockets() -> set[str]:
-    sockets = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:"):
-            sockets.add(target)
-    return sockets
 
 
 async def producer_left_open(namesrv: str) -> object:
@@ -92,11 +79,10 @@ def test_a_client_never_closed_closes_its_sockets_when_asyncio_run_ends(
 def test_an_admin_client_dropped_while_the_loop_runs_closes_its_socket(standalone: StandaloneServer) -> None:
     async def scenario() -> None:
         before = open_sockets()
-        admin: AdminClient | None = AdminClient(standalone.namesrv)
-        assert admin is not None
+        admin = AdminClient(standalone.namesrv)
         await admin.cluster_info()
         assert open_sockets() > before
-        admin = None  # dropped, not closed; the loop goes on
+        del admin  # dropped, not closed; the loop goes on
         gc.collect()
         await wait_until(lambda: open_sockets() <= before, message="the dropped client's socket closed")
 
