@@ -3,30 +3,13 @@ FLUSH_DISK_TIMEOUT, never SEND_OK, and the broker goes on serving once the disk 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from _support import broker_and_client, create_topic, pull, run, send_request, wait_until
 
 from cometmq.remoting import ResponseCode
-from cometmq.store._mappedfile import MappedFile
-
-
-class InjectedSlowSync:
-    """An injected slow disk (a fake: a real one cannot be made here): the commit log's sync sleeps
-    ``delay`` seconds before the real fdatasync."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, delay: float) -> None:
-        self.delay = delay
-        real_sync = MappedFile.sync
-
-        def sync(mapped: MappedFile) -> None:
-            if mapped.path.parent.name == "commitlog":
-                time.sleep(self.delay)
-            real_sync(mapped)
-
-        monkeypatch.setattr(MappedFile, "sync", sync)
+from flush_fakes import InjectedCommitLogSync
 
 
 def test_a_flush_slower_than_sync_flush_timeout_is_answered_flush_disk_timeout(
@@ -36,7 +19,7 @@ def test_a_flush_slower_than_sync_flush_timeout_is_answered_flush_disk_timeout(
         sync_flush = {"flushDiskType": "SYNC_FLUSH", "syncFlushTimeout": 200}
         async with broker_and_client(tmp_path, disk_usage_probe=None, **sync_flush) as (broker, addr, client):
             await create_topic(client, addr, "Slow", 1)
-            slow_disk = InjectedSlowSync(monkeypatch, delay=1.0)
+            slow_disk = InjectedCommitLogSync(monkeypatch, delay=1.0)
             slow = await client.invoke(addr, send_request("Slow", b"stored, flush too slow", 0))
             assert slow.code == 10  # RocketMQ's FLUSH_DISK_TIMEOUT, not SUCCESS (SEND_OK)
             assert slow.remark is not None and "flush timed out" in slow.remark

@@ -16,22 +16,9 @@ from store_testlib import make_msg
 from cometmq.store import FlushDiskType, MessageStore, PutStatus
 from cometmq.store._mappedfile import MappedFile
 from cometmq.store.format import unpack_checkpoint
+from flush_fakes import InjectedCommitLogSync
 
 OpenStore = Callable[..., MessageStore]
-
-
-def count_commitlog_syncs(monkeypatch: pytest.MonkeyPatch, delay: float = 0.0) -> list[int]:
-    calls: list[int] = []
-    real_sync = MappedFile.sync
-
-    def sync(self: MappedFile) -> None:
-        if self.path.parent.name == "commitlog":
-            calls.append(self.start)
-            time.sleep(delay)
-        real_sync(self)
-
-    monkeypatch.setattr(MappedFile, "sync", sync)
-    return calls
 
 
 def test_sync_flush_waits_for_the_data_to_be_on_disk(open_store: OpenStore, tmp_path: Path) -> None:
@@ -56,7 +43,7 @@ def test_sync_flush_waits_for_the_data_to_be_on_disk(open_store: OpenStore, tmp_
 
 
 def test_group_commit_shares_fsyncs(open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    syncs = count_commitlog_syncs(monkeypatch, delay=0.02)
+    syncs = InjectedCommitLogSync(monkeypatch, delay=0.02).calls
     store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH)
 
     async def producer(i: int) -> bool:
@@ -74,7 +61,7 @@ def test_group_commit_shares_fsyncs(open_store: OpenStore, monkeypatch: pytest.M
 def test_sync_flush_timeout_does_not_block_the_loop(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    count_commitlog_syncs(monkeypatch, delay=0.4)
+    InjectedCommitLogSync(monkeypatch, delay=0.4)
     store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=100)
     ticks = 0
 
@@ -101,7 +88,7 @@ def test_each_sync_flush_waiter_times_out_at_its_own_deadline(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One timer serves every waiter of a loop: once it answers the oldest, it must wait on for the next.
-    count_commitlog_syncs(monkeypatch, delay=1.0)
+    InjectedCommitLogSync(monkeypatch, delay=1.0)
     store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=200)
 
     async def main() -> None:
@@ -135,7 +122,7 @@ def test_an_answered_sync_flush_wait_keeps_no_hold_on_its_event_loop(open_store:
 def test_a_shutdown_with_waiters_leaves_no_timer_to_fail_later(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    count_commitlog_syncs(monkeypatch, delay=0.05)
+    InjectedCommitLogSync(monkeypatch, delay=0.05)
     store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=150)
     errors: list[dict[str, object]] = []
 
@@ -164,7 +151,7 @@ def test_async_flush_on_interval(open_store: OpenStore) -> None:
 def test_async_flush_early_when_enough_is_dirty(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    syncs = count_commitlog_syncs(monkeypatch)
+    syncs = InjectedCommitLogSync(monkeypatch).calls
     store = open_store(flush_interval_commitlog_ms=60_000, flush_commitlog_least_pages=4)
     store.put(make_msg(body=b"x" * 1000))
     time.sleep(0.1)
