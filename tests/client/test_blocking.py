@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 import pytest
 from client_support import DROP, SILENT, ScriptedBroker, open_sockets, scripted, send_to_queue
@@ -18,6 +19,8 @@ from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendR
 from cometmq.errors import BrokerError, RemotingTimeoutError
 from cometmq.remoting import ResponseCode as Code
 from processes import StandaloneServer
+
+T = TypeVar("T")
 
 
 def send(server: StandaloneServer, topic: str, queue_id: int, bodies: list[bytes]) -> None:
@@ -171,17 +174,20 @@ def scripted_in_thread(script: list[int]) -> Iterator[tuple[str, ScriptedBroker]
     thread.start()
     context = scripted(script)
     try:
-        yield asyncio.run_coroutine_threadsafe(context.__aenter__(), loop).result(30)
-        asyncio.run_coroutine_threadsafe(context.__aexit__(None, None, None), loop).result(30)
+        started = asyncio.run_coroutine_threadsafe(context.__aenter__(), loop).result(30)
+        try:
+            yield started
+        finally:  # a failing test too: stop the stand-ins before their loop
+            asyncio.run_coroutine_threadsafe(context.__aexit__(None, None, None), loop).result(30)
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
         loop.close()
 
 
-def in_thread(call: Callable[[], object], timeout: float = 30.0) -> object:
+def in_thread(call: Callable[[], T], timeout: float = 30.0) -> T:
     """``call()`` in another thread: its result, or a failure if it has not returned in ``timeout``."""
-    outcome: list[object] = []
+    outcome: list[T] = []
     thread = threading.Thread(target=lambda: outcome.append(call()), daemon=True)
     thread.start()
     thread.join(timeout)
@@ -215,9 +221,9 @@ def test_a_blocking_send_is_made_and_answered_on_the_calling_thread(server: Stan
             release.set()
     assert isinstance(single, SendResult) and single.status is SendStatus.SEND_OK
     assert isinstance(batch, SendResult) and len(batch.msg_id.split(",")) == 3
-    queues = {r.queue for r in ordered if isinstance(r, SendResult)}
+    queues = {r.queue for r in ordered}
     assert [q.queue_id for q in queues] == [1]  # one key, the selector's queue
-    offsets = [r.queue_offset for r in ordered if isinstance(r, SendResult)]
+    offsets = [r.queue_offset for r in ordered]
     assert offsets == sorted(offsets) and len(set(offsets)) == 4
     with blocking.LitePullConsumer("GID_blk_direct", server.namesrv) as consumer:
         (queue,) = queues
