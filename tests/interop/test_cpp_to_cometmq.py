@@ -109,5 +109,5 @@ def test_orderly_sends_arrive_in_queue_order(standalone: StandaloneServer) -> No
                 for key in KEYS
             }
 
-    cpp_queue_of_key = {key: queue_of[sent[25 * n]["msg_id"]] for n, key in enumerate(KEYS)}
+    cpp_queue_of_key = {key: sent[25 * n]["queue_id"] for n, key in enumerate(KEYS)}
     assert asyncio.run(send_like_cpp()) == cpp_queue_of_key
