@@ -127,6 +127,29 @@ def test_a_closed_client_refuses_calls(server: StandaloneServer) -> None:
         admin.topic_list()
 
 
+class ThreadRecorder:
+    """A stand-in for an asyncio client (no broker involved): its property says which thread computed it."""
+
+    @property
+    def computed_on(self) -> str:
+        return threading.current_thread().name
+
+    async def close(self) -> None:
+        pass
+
+
+class BlockingThreadRecorder(blocking._BlockingClient):
+    _target = f"{__name__}:ThreadRecorder"
+
+
+def test_a_property_is_computed_on_the_loop_while_open_and_on_the_caller_once_closed() -> None:
+    # On the loop, a property cannot see state the loop is changing half-way (a consumer's queues).
+    recorder = BlockingThreadRecorder()
+    assert recorder.computed_on == blocking.LOOP_THREAD_NAME
+    recorder.close()  # the loop thread is gone now: the property is read where it is asked
+    assert recorder.computed_on == threading.current_thread().name
+
+
 def test_blocking_producer_and_push_consumer_with_a_plain_listener_in_a_worker_thread(
     server: StandaloneServer,
 ) -> None:

@@ -276,7 +276,16 @@ class _BlockingClient:
             return self._iterating(getattr(client, name))
         if callable(attr) and not isinstance(attr, type):
             return self._on_loop(getattr(client, name))
-        return getattr(client, name)  # data attributes and properties: read as they are
+        if (
+            isinstance(attr, property)
+            and self._finalizer.alive
+            and _SHARED.thread is not threading.current_thread()
+        ):
+            # Computed on the loop: a property may walk state the loop changes meanwhile (a consumer's
+            # queues during a rebalance), which from another thread can fail mid-way ("dictionary
+            # changed size during iteration"). Once closed, nothing changes it any more.
+            return _run(self._loop, _call(getattr, client, name))
+        return getattr(client, name)  # plain data attributes: one read, safe from any thread
 
     def _check_open(self) -> None:
         if not self._finalizer.alive:
