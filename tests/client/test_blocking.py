@@ -128,7 +128,8 @@ def test_a_closed_client_refuses_calls(server: StandaloneServer) -> None:
 
 
 class ThreadRecorder:
-    """A stand-in for an asyncio client (no broker involved): its property says which thread computed it."""
+    """A stand-in asyncio client (named so): where a real client's property runs cannot be seen from
+    outside, so this one's property says which thread computed it."""
 
     @property
     def computed_on(self) -> str:
@@ -175,6 +176,8 @@ def test_blocking_producer_and_push_consumer_with_a_plain_listener_in_a_worker_t
                 result = producer.send(Message("BlkPush", b"push-%d" % i))
                 assert result.queue.topic == "BlkPush"
         wait_for(lambda: len(received) >= 20, "every message reaching the listener")
+        # The only member of its group reads both queues (and its retry topic's).
+        assert {q.queue_id for q in consumer.assigned_queues if q.topic == "BlkPush"} == {0, 1}
     finally:
         consumer.close()
     assert sorted(received) == sorted(b"push-%d" % i for i in range(20))
