@@ -150,19 +150,21 @@ def loop_thread() -> threading.Thread | None:
     return _SHARED.thread
 
 
+def _on_the_loop_thread() -> bool:
+    return _SHARED.thread is threading.current_thread()
+
+
 def _check_off_the_loop() -> None:
     """A blocking call on the loop thread would wait for itself (or stall the loop): refuse it."""
-    if _SHARED.thread is threading.current_thread():
+    if _on_the_loop_thread():
         raise RuntimeError("a blocking CometMQ client was called from its own event loop thread")
 
 
 def _run(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on the shared loop and wait for its result (from any thread but the loop's)."""
-    try:
+    if _on_the_loop_thread():
+        coro.close()  # never awaited: closed, so it raises no "never awaited" warning
         _check_off_the_loop()
-    except RuntimeError:
-        coro.close()
-        raise
     future = asyncio.run_coroutine_threadsafe(coro, loop)
     try:
         return future.result()
@@ -276,11 +278,7 @@ class _BlockingClient:
             return self._iterating(getattr(client, name))
         if callable(attr) and not isinstance(attr, type):
             return self._on_loop(getattr(client, name))
-        if (
-            isinstance(attr, property)
-            and self._finalizer.alive
-            and _SHARED.thread is not threading.current_thread()
-        ):
+        if isinstance(attr, property) and self._finalizer.alive and not _on_the_loop_thread():
             # Computed on the loop: a property may walk state the loop changes meanwhile (a consumer's
             # queues during a rebalance), which from another thread can fail mid-way ("dictionary
             # changed size during iteration"). Once closed, nothing changes it any more.
