@@ -151,6 +151,31 @@ def test_a_property_is_computed_on_the_loop_while_open_and_on_the_caller_once_cl
     assert recorder.computed_on == threading.current_thread().name
 
 
+def test_a_blocking_call_from_the_loop_thread_raises_instead_of_waiting_for_itself(
+    server: StandaloneServer,
+) -> None:
+    with blocking.AdminClient(server.namesrv) as admin:
+        admin.create_topic("BlkOwnLoop", 1)
+    seen: list[object] = []
+    done = threading.Event()
+    with blocking.Producer("PID_blk_own_loop", server.namesrv) as producer:
+        client_id = producer.client_id
+
+        def on_sent(result: SendResult | BaseException) -> None:  # runs on the loop thread
+            for call in (lambda: producer.send(Message("BlkOwnLoop", b"inner")), producer.start):
+                try:
+                    call()
+                except RuntimeError as exc:
+                    seen.append(str(exc))
+            seen.append(producer.client_id)  # a property is read in place there, not waited for
+            done.set()
+
+        producer.send_with_callback(Message("BlkOwnLoop", b"outer"), on_sent)
+        assert done.wait(30), "the callback did not finish: a call waited for its own loop"
+    own_loop = "a blocking CometMQ client was called from its own event loop thread"
+    assert seen == [own_loop, own_loop, client_id]
+
+
 def test_blocking_producer_and_push_consumer_with_a_plain_listener_in_a_worker_thread(
     server: StandaloneServer,
 ) -> None:
