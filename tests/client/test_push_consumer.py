@@ -22,6 +22,7 @@ from client_support import run, send_request, wait_until
 
 from cometmq.client import AdminClient, ConsumeResult, LitePullConsumer, PushConsumer
 from cometmq.client import consumer as consumer_module
+from cometmq.client.consumer import Listener
 from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.errors import BrokerError, CometMQError
 from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
@@ -551,18 +552,24 @@ def test_tag_filter_delivers_exactly_the_matching_messages_and_moves_offsets_pas
 # flow control ----------------------------------------------------------------------------------
 
 
+def held_listener() -> tuple[asyncio.Event, list[ReceivedMessage], Listener]:
+    """A listener that records each batch, then waits until the event is set (a listener behind)."""
+    release = asyncio.Event()
+    got: list[ReceivedMessage] = []
+
+    async def slow(messages: list[ReceivedMessage]) -> None:
+        got.extend(messages)
+        await release.wait()
+
+    return release, got, slow
+
+
 def test_a_queue_is_not_pulled_past_its_cache_limit_while_the_listener_is_behind(broker: Broker) -> None:
     async def scenario() -> None:
         await broker.create_topic("FlowTopic", 1)
         for i in range(60):
             await broker.send("FlowTopic", f"f-{i}".encode())
-        release = asyncio.Event()
-        got: list[bytes] = []
-
-        async def slow(messages: list[ReceivedMessage]) -> None:
-            got.extend(m.body for m in messages)
-            await release.wait()
-
+        release, got, slow = held_listener()
         c = consumer(
             broker.namesrv,
             "GID_flow",
@@ -582,12 +589,12 @@ def test_a_queue_is_not_pulled_past_its_cache_limit_while_the_listener_is_behind
 
         # A pull is made while fewer than 8 are cached and brings at most 4.
         assert 8 <= cached() <= 8 + 4 - 1
-        assert got == [b"f-0"]
+        assert [m.body for m in got] == [b"f-0"]
         release.set()
         await wait_until(lambda: len(got) == 60, message="everything once the listener catches up")
         await c.close()
         await broker.close()
-        assert got == [f"f-{i}".encode() for i in range(60)]
+        assert [m.body for m in got] == [f"f-{i}".encode() for i in range(60)]
 
     run(scenario())
 
@@ -598,13 +605,7 @@ def test_a_queue_is_not_pulled_past_its_cached_bytes_while_the_listener_is_behin
         body = b"b" * 32 * 1024
         for _ in range(30):
             await broker.send("FlowBytes", body)
-        release = asyncio.Event()
-        got: list[ReceivedMessage] = []
-
-        async def slow(messages: list[ReceivedMessage]) -> None:
-            got.extend(messages)
-            await release.wait()
-
+        release, got, slow = held_listener()
         c = consumer(
             broker.namesrv,
             "GID_flow_bytes",
