@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import cometmq
 from cometmq.broker._groups import SubscriptionGroupConfig
@@ -43,26 +43,7 @@ def queue_key(topic: str, broker_name: str, queue_id: int) -> tuple[tuple[str, A
 
 
 class AdminProcessor:
-    codes = (
-        RequestCode.UPDATE_AND_CREATE_TOPIC,
-        RequestCode.DELETE_TOPIC_IN_BROKER,
-        RequestCode.GET_ALL_TOPIC_CONFIG,
-        RequestCode.GET_BROKER_RUNTIME_INFO,
-        RequestCode.GET_TOPIC_STATS_INFO,
-        RequestCode.GET_MAX_OFFSET,
-        RequestCode.GET_MIN_OFFSET,
-        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-        RequestCode.GET_EARLIEST_MSG_STORETIME,
-        RequestCode.VIEW_MESSAGE_BY_ID,
-        RequestCode.QUERY_MESSAGE,
-        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
-        RequestCode.DELETE_SUBSCRIPTIONGROUP,
-        RequestCode.GET_CONSUME_STATS,
-        RequestCode.GET_CONSUMER_CONNECTION_LIST,
-        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-        RequestCode.GET_ALL_DELAY_OFFSET,
-    )
+    codes: ClassVar[tuple[int, ...]]  # set below, from _HANDLERS
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
@@ -70,51 +51,40 @@ class AdminProcessor:
     def handle(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        code = request.code
-        store = self._broker.store
-        if code == RequestCode.GET_MAX_OFFSET:
-            offset = store.max_offset(str_field(request, "topic"), int_field(request, "queueId"))
-            return request.response(ext_fields={"offset": str(offset)})
-        if code == RequestCode.GET_MIN_OFFSET:
-            offset = store.min_offset(str_field(request, "topic"), int_field(request, "queueId"))
-            return request.response(ext_fields={"offset": str(offset)})
-        if code == RequestCode.SEARCH_OFFSET_BY_TIMESTAMP:
-            offset = store.offset_by_timestamp(
-                str_field(request, "topic"), int_field(request, "queueId"), int_field(request, "timestamp")
-            )
-            return request.response(ext_fields={"offset": str(offset)})
-        if code == RequestCode.GET_EARLIEST_MSG_STORETIME:
-            stamp = store.earliest_store_time(str_field(request, "topic"), int_field(request, "queueId"))
-            return request.response(ext_fields={"timestamp": str(stamp)})
-        if code == RequestCode.VIEW_MESSAGE_BY_ID:
-            return self._view_message(request)
-        if code == RequestCode.QUERY_MESSAGE:
-            return self._query_message(request)
-        if code == RequestCode.UPDATE_AND_CREATE_TOPIC:
-            return self._create_topic(request)
-        if code == RequestCode.DELETE_TOPIC_IN_BROKER:
-            return self._delete_topic(request)
-        if code == RequestCode.GET_ALL_TOPIC_CONFIG:
-            body = fastjson.dumps(self._broker.topics.serialize_wrapper())
-            return request.response(body=body)
-        if code == RequestCode.GET_TOPIC_STATS_INFO:
-            return self._topic_stats(request)
-        if code == RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
-            return self._put_group(request)
-        if code == RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG:
-            return request.response(body=fastjson.dumps(self._broker.groups.wrapper()))
-        if code == RequestCode.DELETE_SUBSCRIPTIONGROUP:
-            return self._delete_group(request)
-        if code == RequestCode.GET_CONSUME_STATS:
-            return self._consume_stats(request)
-        if code == RequestCode.GET_CONSUMER_CONNECTION_LIST:
-            return self._consumer_connections(request)
-        if code == RequestCode.INVOKE_BROKER_TO_RESET_OFFSET:
-            return self._reset_offset(request)
-        if code == RequestCode.GET_ALL_DELAY_OFFSET:
-            # delayOffset.json as it would be written now; fastjson writes the level keys unquoted.
-            table = {"offsetTable": dict(sorted(self._broker.schedule.offsets.items()))}
-            return request.response(body=fastjson.dumps(table, numeric_keys_unquoted=True))
+        return _HANDLERS[request.code](self, request)
+
+    def _max_offset(self, request: RemotingCommand) -> RemotingCommand:
+        offset = self._broker.store.max_offset(str_field(request, "topic"), int_field(request, "queueId"))
+        return request.response(ext_fields={"offset": str(offset)})
+
+    def _min_offset(self, request: RemotingCommand) -> RemotingCommand:
+        offset = self._broker.store.min_offset(str_field(request, "topic"), int_field(request, "queueId"))
+        return request.response(ext_fields={"offset": str(offset)})
+
+    def _offset_by_timestamp(self, request: RemotingCommand) -> RemotingCommand:
+        offset = self._broker.store.offset_by_timestamp(
+            str_field(request, "topic"), int_field(request, "queueId"), int_field(request, "timestamp")
+        )
+        return request.response(ext_fields={"offset": str(offset)})
+
+    def _earliest_store_time(self, request: RemotingCommand) -> RemotingCommand:
+        stamp = self._broker.store.earliest_store_time(
+            str_field(request, "topic"), int_field(request, "queueId")
+        )
+        return request.response(ext_fields={"timestamp": str(stamp)})
+
+    def _all_topic_config(self, request: RemotingCommand) -> RemotingCommand:
+        return request.response(body=fastjson.dumps(self._broker.topics.serialize_wrapper()))
+
+    def _all_group_config(self, request: RemotingCommand) -> RemotingCommand:
+        return request.response(body=fastjson.dumps(self._broker.groups.wrapper()))
+
+    def _all_delay_offset(self, request: RemotingCommand) -> RemotingCommand:
+        # delayOffset.json as it would be written now; fastjson writes the level keys unquoted.
+        table = {"offsetTable": dict(sorted(self._broker.schedule.offsets.items()))}
+        return request.response(body=fastjson.dumps(table, numeric_keys_unquoted=True))
+
+    def _runtime_info(self, request: RemotingCommand) -> RemotingCommand:
         return request.response(body=fastjson.dumps({"table": self._broker.runtime_info()}))
 
     def _view_message(self, request: RemotingCommand) -> RemotingCommand:
@@ -391,6 +361,32 @@ class AdminProcessor:
         if write is not None:
             await asyncio.get_running_loop().run_in_executor(None, write)
         return response
+
+
+# The requests AdminProcessor answers, each with its method.
+_HANDLERS: Final[
+    dict[int, Callable[[AdminProcessor, RemotingCommand], RemotingCommand | Awaitable[RemotingCommand]]]
+] = {
+    RequestCode.UPDATE_AND_CREATE_TOPIC: AdminProcessor._create_topic,
+    RequestCode.DELETE_TOPIC_IN_BROKER: AdminProcessor._delete_topic,
+    RequestCode.GET_ALL_TOPIC_CONFIG: AdminProcessor._all_topic_config,
+    RequestCode.GET_BROKER_RUNTIME_INFO: AdminProcessor._runtime_info,
+    RequestCode.GET_TOPIC_STATS_INFO: AdminProcessor._topic_stats,
+    RequestCode.GET_MAX_OFFSET: AdminProcessor._max_offset,
+    RequestCode.GET_MIN_OFFSET: AdminProcessor._min_offset,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: AdminProcessor._offset_by_timestamp,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: AdminProcessor._earliest_store_time,
+    RequestCode.VIEW_MESSAGE_BY_ID: AdminProcessor._view_message,
+    RequestCode.QUERY_MESSAGE: AdminProcessor._query_message,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: AdminProcessor._put_group,
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: AdminProcessor._all_group_config,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: AdminProcessor._delete_group,
+    RequestCode.GET_CONSUME_STATS: AdminProcessor._consume_stats,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: AdminProcessor._consumer_connections,
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: AdminProcessor._reset_offset,
+    RequestCode.GET_ALL_DELAY_OFFSET: AdminProcessor._all_delay_offset,
+}
+AdminProcessor.codes = tuple(_HANDLERS)
 
 
 def runtime_info(broker: Broker) -> dict[str, str]:
