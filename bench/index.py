@@ -94,9 +94,11 @@ def main() -> None:
             for _ in range(5)
         )
         offsets = list(range(0, BATCH * 1200, 1200))
-        bi = itertools.cycle([batch.index_keys for batch in batches])
+        key_lists = itertools.cycle([batch.index_keys for batch in batches])
         add_keys = min(
-            per_call_us(lambda: index.add_keys(TOPIC, next(bi), offsets, 1_700_000_000_000), len(batches))
+            per_call_us(
+                lambda: index.add_keys(TOPIC, next(key_lists), offsets, 1_700_000_000_000), len(batches)
+            )
             for _ in range(5)
         )
         print(f"IndexService.add (one UNIQ_KEY) {add:.2f} µs, add_keys({BATCH}) {add_keys:.1f} µs")
