@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import timeit
 
@@ -22,7 +23,11 @@ EXPRESSIONS = ("TAGS = 'TagA'", "TAGS = 'TagA' AND price > 100 AND region IN ('e
 
 
 def main() -> None:
-    runs = 1_000_000
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=1_000_000, help="matches per repeat (1000000)")
+    runs = parser.parse_args().runs
     for text in EXPRESSIONS:
         matches = functools.partial(compile_sql92(text).matches, PROPERTIES)
         seconds = min(timeit.repeat(matches, number=runs, repeat=5))

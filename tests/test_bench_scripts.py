@@ -1,0 +1,110 @@
+"""The scripts in bench/ run to the end and print every figure they are documented to print.
+
+Each runs as a user runs it (`.venv/bin/python bench/X.py`), on a workload small enough for the suite;
+the figures themselves are not judged (timings belong to the benchmarks, not to tests), only that
+each row is there with a number a reader can use. The scripts check themselves that their workloads
+stored every message they sent.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+NUMBER = r"([\d,]+(?:\.\d+)?)"
+
+
+def run_bench(script: str, *args: str, timeout: float = 240) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def figures(pattern: str, output: str) -> list[float]:
+    """The numbers *pattern*'s groups capture on the line it matches; each must be above zero."""
+    found = re.search(pattern, output, re.MULTILINE)
+    assert found is not None, f"no line matches {pattern!r} in:\n{output}"
+    numbers = [float(group.replace(",", "")) for group in found.groups()]
+    assert all(n > 0 for n in numbers), found.group(0)
+    return numbers
+
+
+def test_store_bench_prints_the_disk_every_workload_and_the_flush_mode_ratio(tmp_path: Path) -> None:
+    out = run_bench(
+        "store.py", "--count", "640", "--sync-count", "320", "--rounds", "1", "--dir", str(tmp_path)
+    )
+    figures(rf"^disk: dd sequential write {NUMBER} MB/s; 4 KiB append\+fdatasync {NUMBER} µs", out)
+    for mode, workload in (
+        ("ASYNC_FLUSH", "put, 1 at a time"),
+        ("ASYNC_FLUSH", "put_batch of 32"),
+        ("ASYNC_FLUSH", "16 producers"),
+        ("SYNC_FLUSH", "16 producers"),
+        ("SYNC_FLUSH", "put_batch of 32"),
+        ("ASYNC_FLUSH", "16 producers, broker"),
+        ("SYNC_FLUSH", "16 producers, broker"),
+    ):
+        # appends/s, flushed/s, (MB/s and the share of the disk, which round to 0 on a slow run or a
+        # fast disk), the round's flushed/s
+        figures(rf"^  {mode} +{re.escape(workload)} +{NUMBER} +{NUMBER} +[\d,]+ +[\d.]+ +{NUMBER}$", out)
+    _, at_most, _ = figures(
+        rf"^SYNC_FLUSH / ASYNC_FLUSH, 16 producers: {NUMBER} in the store \(at most {NUMBER} on this disk"
+        rf".*\), {NUMBER} through the broker$",
+        out,
+    )
+    assert at_most <= 1.0
+    assert list(tmp_path.iterdir()) == []  # the stores, segments and the dd file are gone
+
+
+def test_broker_send_bench_prints_the_cpu_of_a_batched_and_a_single_send() -> None:
+    out = run_bench("broker_send.py", "--batches", "20", "--batch", "10", "--rounds", "1")
+    for workload in ("SEND_BATCH_MESSAGE of 10", "SEND_MESSAGE_V2"):
+        # The thread's user and kernel µs come from getrusage, which may count this little work as 0;
+        # the process's µs from its CPU clock.
+        figures(rf"^{workload} +[\d.]+ +[\d.]+ +{NUMBER}$", out)
+
+
+def test_index_bench_prints_puts_with_and_without_the_index_lookups_and_a_rebuild() -> None:
+    out = run_bench("index.py", "--count", "320", "--rounds", "1")
+    for state in ("on ", "off"):
+        figures(
+            rf"^index {state}: put {NUMBER} µs, put_batch\(32\) {NUMBER} µs \({NUMBER} µs per message\)$", out
+        )
+    figures(rf"^IndexService.add \(one UNIQ_KEY\) {NUMBER} µs, add_keys\(32\) {NUMBER} µs$", out)
+    entries, _ = figures(rf"^unique-key lookup among {NUMBER} entries: {NUMBER} ms$", out)
+    assert entries >= 320
+    _, records, _ = figures(rf"^full rebuild: {NUMBER} s for {NUMBER} records \({NUMBER} µs each\)$", out)
+    assert records == 320 + 320  # single puts and batched puts of the one round
+
+
+def test_sql92_bench_prints_the_cost_of_each_expression() -> None:
+    out = run_bench("sql92.py", "--runs", "1000")
+    figures(rf"^{NUMBER} µs per match  TAGS = 'TagA'$", out)
+    figures(rf"^{NUMBER} µs per match  TAGS = 'TagA' AND price > 100", out)
+
+
+@pytest.mark.interop
+def test_cpp_client_bench_sends_and_consumes_every_message() -> None:
+    out = run_bench("cpp_client.py", "--count", "100", "--threads", "1")
+    figures(rf"^send_sync 1 KiB, 1 producer thread\(s\) +{NUMBER}$", out)
+    consumed, _ = figures(rf"^push consume 1 KiB, 1 consumer \({NUMBER} msgs\) +{NUMBER}$", out)
+    assert consumed >= 100
+
+
+def test_spark_bench_reads_through_the_connector_and_the_ceiling(tmp_path: Path) -> None:
+    out = run_bench(
+        "spark.py", "--messages", "2000", "--rounds", "1", "--no-stream", "--dir", str(tmp_path), timeout=280
+    )
+    for job in ("cometmq", "synthetic", "synthetic-prebuilt"):
+        figures(rf"^  round 1 {job} +{NUMBER} s +{NUMBER} msg/s", out)
+    figures(rf"^cometmq batch read / synthetic ceiling: {NUMBER} \(of the medians\)", out)
