@@ -6,7 +6,10 @@ MessageQueue, Message, AllocateMessageQueueConsistentHash with its AbstractAlloc
 SelectMessageQueueByHash) with javac 17 and running them on java 17.0.15, driven by a small program in
 /tmp that is not part of this repo (four one-line stubs stood in for the slf4j logger and the
 commons-lang/collections ``isEmpty`` helpers). As RebalanceImpl does, the driver sorted mqAll and cidAll
-before calling ``allocate``. Do not edit the file by hand: regenerate it from Java.
+before calling ``allocate``. Do not edit the file by hand: regenerate it from Java. The one edit made
+by hand removed a repeated line: the driver printed the allocation of a client id listed twice once per
+listing, the same both times, and a JSON object keeps only one of two equal keys (the loader below
+refuses a repeated key, so such a line cannot hide a difference).
 """
 
 from __future__ import annotations
@@ -21,7 +24,18 @@ from cometmq.client._rebalance import allocate_consistent_hash
 from cometmq.client.message import MessageQueue
 from cometmq.common.taghash import java_string_hash
 
-VECTORS: dict[str, Any] = json.loads(Path(__file__).with_name("java_vectors.json").read_text("utf-8"))
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    repeated = {key for key in keys if keys.count(key) > 1}
+    if repeated:
+        raise ValueError(f"java_vectors.json repeats the keys {sorted(repeated)}")
+    return dict(pairs)
+
+
+VECTORS: dict[str, Any] = json.loads(
+    Path(__file__).with_name("java_vectors.json").read_text("utf-8"), object_pairs_hook=_unique_keys
+)
 
 
 @pytest.mark.parametrize("case", VECTORS["consistent_hash"], ids=lambda case: case["name"])
