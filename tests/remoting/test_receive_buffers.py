@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import struct
 import tracemalloc
 import zlib
@@ -33,7 +34,7 @@ from cometmq.remoting import (
 )
 from cometmq.remoting.codec import _OWN_BUFFER_FROM as OWN_BUFFER_FROM
 from cometmq.remoting.codec import _SCRATCH_SIZE as SCRATCH_SIZE
-from cometmq.remoting.codec import MAX_FRAME_SIZE
+from cometmq.remoting.codec import MAX_FRAME_SIZE, ReadBuffer
 from cometmq.remoting.codes import RESPONSE_FLAG
 
 # Body sizes around the decoder's thresholds (the scratch buffer's size, and the size from which a frame
@@ -101,6 +102,63 @@ def test_random_reads_into_the_decoder_give_the_commands_sent(cmds: list[Remotin
     assert received == cmds
     assert decoder.buffered == 0
     assert FrameDecoder().feed(stream) == cmds
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(frames(), min_size=1, max_size=4), min_size=2, max_size=4), st.integers(0, 2**32))
+def test_decoders_sharing_a_read_buffer_each_give_the_commands_of_their_own_stream(
+    streams_cmds: list[list[RemotingCommand]], seed: int
+) -> None:
+    # As the connections of one loop read: one read at a time, each into whichever buffer its decoder
+    # offers (the shared one when nothing of a frame waits), the decoders taking turns at random.
+    rng = random.Random(seed)
+    shared = ReadBuffer()
+    decoders = [FrameDecoder(shared) for _ in streams_cmds]
+    streams = [b"".join(encode_bytes(cmd) for cmd in cmds) for cmds in streams_cmds]
+    positions = [0] * len(streams)
+    received: list[list[RemotingCommand]] = [[] for _ in streams]
+    while unfinished := [i for i, stream in enumerate(streams) if positions[i] < len(stream)]:
+        i = rng.choice(unfinished)
+        buffer = decoders[i].get_buffer()
+        room = len(buffer)
+        count = min(
+            rng.choice([room, rng.randint(1, room), rng.randint(1, 9)]), room, len(streams[i]) - positions[i]
+        )
+        buffer[:count] = streams[i][positions[i] : positions[i] + count]
+        received[i] += decoders[i].buffer_updated(count)
+        positions[i] += count
+    assert received == streams_cmds
+    assert [decoder.buffered for decoder in decoders] == [0] * len(decoders)
+
+
+def _bytes_held_per_decoder(shared: ReadBuffer | None, reads: list[bytes], count: int = 200) -> float:
+    """The memory each of *count* decoders holds after taking *reads*, one read each."""
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        decoders = [FrameDecoder(shared) for _ in range(count)]
+        for decoder in decoders:
+            for data in reads:
+                buffer = decoder.get_buffer()
+                buffer[: len(data)] = data
+                decoder.buffer_updated(len(data))
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(decoders) == count  # alive until measured
+    return (after - before) / count
+
+
+def test_decoders_sharing_a_read_buffer_hold_16_kib_only_while_part_of_a_frame_waits() -> None:
+    # What a broker's idle connections hold: a heartbeat read whole now and then.
+    frame = encode_bytes(RemotingCommand(code=34, ext_fields={"clientID": "127.0.0.1@1"}, body=b"x" * 300))
+    assert _bytes_held_per_decoder(ReadBuffer(), [frame, frame]) < 2048
+    # The start of a frame is kept in 16 KiB of the decoder's own until the rest comes...
+    assert _bytes_held_per_decoder(ReadBuffer(), [frame, frame[:100]]) >= SCRATCH_SIZE
+    # ... and given up once it has come.
+    assert _bytes_held_per_decoder(ReadBuffer(), [frame[:100], frame[100:]]) < 2048
+    # Without a shared buffer a decoder keeps its own all the time.
+    assert _bytes_held_per_decoder(None, [frame, frame]) >= SCRATCH_SIZE
 
 
 @settings(max_examples=300, deadline=None)
@@ -349,6 +407,45 @@ def test_a_malformed_frame_closes_only_its_connection(
         writer.close()
         assert (await client.invoke(addr, RemotingCommand(code=1, body=b"b"))).body == b"b"
         assert len(server.connections) == 1
+
+    with_server(handler, scenario, loop_factory)
+
+
+@pytest.mark.parametrize("loop_factory", list(_loops()), ids=["asyncio", "uvloop"])
+def test_a_servers_idle_connections_hold_no_receive_buffer_of_their_own(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    """200 clients each send a heartbeat-sized request and wait: what the server holds per connection
+    (its Connection, decoder and transport) was 19 KiB when each decoder had its own 16 KiB buffer."""
+
+    def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.response(body=b"ok")
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        loop = asyncio.get_running_loop()
+        frame = encode_bytes(
+            RemotingCommand(code=34, ext_fields={"clientID": "127.0.0.1@1"}, body=b"x" * 300)
+        )
+        clients: list[socket.socket] = []
+        tracemalloc.start()
+        try:
+            before, _ = tracemalloc.get_traced_memory()
+            for _ in range(200):
+                sock = socket.socket()
+                sock.setblocking(False)
+                clients.append(sock)
+                await loop.sock_connect(sock, ("127.0.0.1", server.port))
+                await loop.sock_sendall(sock, frame)
+            for sock in clients:
+                (reply,) = FrameDecoder().feed(await loop.sock_recv(sock, 65536))
+                assert reply.body == b"ok"
+            after, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+            for sock in clients:
+                sock.close()
+        assert len(server.connections) >= 200
+        assert (after - before) / 200 < 8 * 1024
 
     with_server(handler, scenario, loop_factory)
 

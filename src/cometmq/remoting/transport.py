@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol, cast
 
 from cometmq.errors import BrokerError, ConnectionClosedError, ProtocolError, RemotingTimeoutError
-from cometmq.remoting.codec import FrameDecoder, encode
+from cometmq.remoting.codec import FrameDecoder, ReadBuffer, encode
 from cometmq.remoting.codes import ONEWAY_FLAG, ResponseCode
 from cometmq.remoting.command import RemotingCommand
 
@@ -64,9 +64,9 @@ class Connection(asyncio.BufferedProtocol):
     (a 256 KiB pull response) is not copied through per-read ``bytes`` objects and a growing buffer.
     """
 
-    def __init__(self, handler: RequestHandler | None) -> None:
+    def __init__(self, handler: RequestHandler | None, read_buffer: ReadBuffer | None = None) -> None:
         self._handler = handler
-        self._decoder = FrameDecoder()
+        self._decoder = FrameDecoder(read_buffer)
         self._transport: asyncio.Transport | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -265,13 +265,16 @@ class RemotingServer:
         self._server: asyncio.Server | None = None
         self._close_listeners: list[Callable[[Connection], None]] = []
         self.connections: set[Connection] = set()
+        # Its connections read small frames into one buffer (they are all served by one loop), so an
+        # idle connection holds no 16 KiB receive buffer of its own.
+        self._read_buffer = ReadBuffer()
 
     def add_close_listener(self, listener: Callable[[Connection], None]) -> None:
         """Call ``listener`` whenever an accepted connection closes (clients gone: forget them)."""
         self._close_listeners.append(listener)
 
     def _accept(self) -> Connection:
-        conn = Connection(self._handler)
+        conn = Connection(self._handler, self._read_buffer)
         conn.add_close_listener(self._forget)
         for listener in self._close_listeners:
             conn.add_close_listener(listener)
