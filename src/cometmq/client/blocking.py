@@ -154,17 +154,18 @@ def _on_the_loop_thread() -> bool:
     return _SHARED.thread is threading.current_thread()
 
 
-def _check_off_the_loop() -> None:
-    """A blocking call on the loop thread would wait for itself (or stall the loop): refuse it."""
+def _check_off_the_loop(coro: Coroutine[Any, Any, Any] | None = None) -> None:
+    """A blocking call on the loop thread would wait for itself (or stall the loop): refuse it, and
+    close the call's *coro*, which then never runs (so it warns of no "never awaited")."""
     if _on_the_loop_thread():
+        if coro is not None:
+            coro.close()
         raise RuntimeError("a blocking CometMQ client was called from its own event loop thread")
 
 
 def _run(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on the shared loop and wait for its result (from any thread but the loop's)."""
-    if _on_the_loop_thread():
-        coro.close()  # never awaited: closed, so it raises no "never awaited" warning
-        _check_off_the_loop()
+    _check_off_the_loop(coro)
     future = asyncio.run_coroutine_threadsafe(coro, loop)
     try:
         return future.result()
