@@ -330,8 +330,8 @@ class FrameDecoder:
                 assert shared is not None
                 commands, pos = self._decode_small(shared, 0, nbytes)
                 if pos < nbytes:  # the start of a small frame: keep it until the rest comes
-                    if self._own is None:
-                        self._own = memoryview(bytearray(_SCRATCH_SIZE))
+                    # (No buffer of its own yet: with a shared one, it is dropped whenever it empties.)
+                    self._own = memoryview(bytearray(_SCRATCH_SIZE))
                     self._own[: nbytes - pos] = shared[pos:nbytes]
                     self._start, self._end = 0, nbytes - pos
                 return commands
