@@ -158,20 +158,24 @@ def test_a_blocking_call_from_the_loop_thread_raises_instead_of_waiting_for_itse
         admin.create_topic("BlkOwnLoop", 1)
     seen: list[object] = []
     done = threading.Event()
-    with blocking.Producer("PID_blk_own_loop", server.namesrv) as producer:
-        client_id = producer.client_id
+    # Not a ``with`` block: if a call did wait for its own loop, closing would wait for it too, and the
+    # test would hang instead of failing.
+    producer = blocking.Producer("PID_blk_own_loop", server.namesrv)
+    producer.start()
+    client_id = producer.client_id
 
-        def on_sent(result: SendResult | BaseException) -> None:  # runs on the loop thread
-            for call in (lambda: producer.send(Message("BlkOwnLoop", b"inner")), producer.start):
-                try:
-                    call()
-                except RuntimeError as exc:
-                    seen.append(str(exc))
-            seen.append(producer.client_id)  # a property is read in place there, not waited for
-            done.set()
+    def on_sent(result: SendResult | BaseException) -> None:  # runs on the loop thread
+        for call in (lambda: producer.send(Message("BlkOwnLoop", b"inner")), producer.start):
+            try:
+                call()
+            except RuntimeError as exc:
+                seen.append(str(exc))
+        seen.append(producer.client_id)  # a property is read in place there, not waited for
+        done.set()
 
-        producer.send_with_callback(Message("BlkOwnLoop", b"outer"), on_sent)
-        assert done.wait(30), "the callback did not finish: a call waited for its own loop"
+    producer.send_with_callback(Message("BlkOwnLoop", b"outer"), on_sent)
+    assert done.wait(30), "the callback did not finish: a call waited for its own loop"
+    producer.close()
     own_loop = "a blocking CometMQ client was called from its own event loop thread"
     assert seen == [own_loop, own_loop, client_id]
 
