@@ -3,6 +3,7 @@ and hands them to its store."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from cometmq.broker import Broker, BrokerConfig
 from cometmq.cli._main import build_parser
 from cometmq.cli._servers import _broker_config
+from cometmq.store import StoreConfig
 
 # BrokerConfig attribute (RocketMQ's key in snake case: flushDiskType, ...) → RocketMQ's default.
 DEFAULTS = {
@@ -43,10 +45,7 @@ def configured_with_nothing(how: str, tmp_path: Path) -> BrokerConfig:
 def test_a_broker_configured_with_nothing_gets_rocketmq_defaults(how: str, tmp_path: Path) -> None:
     config = configured_with_nothing(how, tmp_path)
     assert {name: getattr(config, name) for name in DEFAULTS} == DEFAULTS
+    # The store gets them all: its config is a default one (whose values tests/store/test_defaults.py
+    # holds to RocketMQ's).
     store = Broker(config).store._config
-    assert store.flush_disk_type.name == "ASYNC_FLUSH"
-    assert (store.flush_interval_commitlog_ms, store.flush_commitlog_least_pages) == (500, 4)
-    assert store.sync_flush_timeout_ms == 5000
-    assert (store.mapped_file_size_commitlog, store.mapped_file_size_consume_queue) == (1 << 30, 6_000_000)
-    assert (store.file_reserved_time, store.delete_when, store.disk_max_used_space_ratio) == (72, "04", 75)
-    assert (store.disk_space_clean_forcibly_ratio, store.disk_space_warning_level_ratio) == (85, 90)
+    assert store == dataclasses.replace(StoreConfig(store.root_dir), disk_usage_probe=store.disk_usage_probe)
