@@ -119,6 +119,7 @@ def _fake_sys(root: Path, driver: str | None, poll_ns: str | None) -> Path:
         ("acpi_idle", "0", False),  # the haltpoll module loaded, another driver in use
         (None, None, False),  # no cpuidle at all (a container without /sys, say)
         ("haltpoll", "garbage", False),
+        ("haltpoll", None, False),  # the driver without its parameter file: nothing to go by
     ],
 )
 def test_idle_halt_note_names_only_a_guest_that_halts_idle_vcpus_at_once(
