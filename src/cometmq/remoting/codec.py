@@ -247,7 +247,6 @@ class FrameDecoder:
         "_frame",
         "_offered",
         "_own",
-        "_reading_shared",
         "_shared",
         "_spares",
         "_start",
@@ -256,7 +255,8 @@ class FrameDecoder:
     def __init__(self, shared: ReadBuffer | None = None) -> None:
         self._shared = None if shared is None else shared.view
         # The decoder's own buffer for small frames: always there without ``shared``; with it, only
-        # while it holds the start of a frame. Never resized, so a view of it lives as long as it.
+        # while it holds the start of a frame (so None means reads go to the shared one). Never
+        # resized, so a view of it lives as long as it.
         self._own: memoryview | None = memoryview(bytearray(_SCRATCH_SIZE)) if shared is None else None
         # Unconsumed bytes are _own[_start:_end], unless a frame of its own is being filled.
         self._start = 0
@@ -265,10 +265,8 @@ class FrameDecoder:
         # it came.
         self._frame: memoryview | None = None
         self._filled = 0
-        # Bytes writable in the buffer get_buffer() last returned (a bound for buffer_updated), and
-        # whether that buffer was the shared one.
+        # Bytes writable in the buffer get_buffer() last returned (a bound for buffer_updated).
         self._offered = 0
-        self._reading_shared = False
         self._broken = False
         # Buffers of earlier large frames, for later ones once nothing uses them (_frame_buffer).
         self._spares: list[bytearray] = []
@@ -286,15 +284,13 @@ class FrameDecoder:
         decoder, for the buffer of a :class:`ReadBuffer`)."""
         if self._broken:
             raise ProtocolError("decoder already failed; the connection must be closed")
-        self._reading_shared = False
+        own = self._own
         if self._frame is not None:
             buffer = self._frame[self._filled :]
-        elif self._start == self._end and self._shared is not None:
-            self._reading_shared = True
+        elif own is None:
+            assert self._shared is not None
             buffer = self._shared
         else:
-            own = self._own
-            assert own is not None  # kept while it holds bytes, and always without a shared buffer
             if self._start == self._end:
                 self._start = self._end = 0
             elif _SCRATCH_SIZE - self._end < _OWN_BUFFER_FROM:
@@ -325,7 +321,8 @@ class FrameDecoder:
                 self._frame = None
                 # From here on the frame is only read (the command's body is a read-only view of it).
                 return [_decode(frame.toreadonly(), copy_body=False)]
-            if self._reading_shared:
+            own = self._own
+            if own is None:  # read into the shared buffer
                 shared = self._shared
                 assert shared is not None
                 commands, pos = self._decode_small(shared, 0, nbytes)
@@ -336,8 +333,7 @@ class FrameDecoder:
                     self._start, self._end = 0, nbytes - pos
                 return commands
             self._end += nbytes
-            assert self._own is not None
-            commands, self._start = self._decode_small(self._own, self._start, self._end)
+            commands, self._start = self._decode_small(own, self._start, self._end)
             if self._start == self._end and self._shared is not None:
                 self._own = None  # nothing waits in it: the next read goes to the shared buffer
             return commands
