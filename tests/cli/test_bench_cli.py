@@ -80,13 +80,13 @@ def test_latency_reports_the_floor_sync_and_blocking_sends_and_every_end_to_end_
 
 def test_end_to_end_sends_are_spread_over_the_interval_not_sent_in_bursts(namesrv_addr: str) -> None:
     # At 2 000/s a send is due every 500 µs, finer than an event loop's millisecond timers: paced by
-    # the loop, about half the sends went out right behind the one before and queued behind it (the
-    # shortest 10 % of the gaps were under 37 µs in this test). A quarter of the interval leaves room
-    # for a busy machine's late wake-ups.
+    # the loop, 56-61 % of the sends went out right behind the one before, and queued behind it. Paced
+    # evenly, only the catch-up after a late wake-up does: 0-0.2 % of them on an idle machine, up to
+    # 39 % with two other processes keeping both CPUs busy.
     args = ("latency", "--topic", "BenchP", "--count", "5", "--warmup", "20", "--no-floor", "--no-blocking")
     (_, e2e) = rows(bench(namesrv_addr, *args, "--rate", "2000", "--duration", "0.5", "--json"))
     assert e2e["messages"] == 1000
-    assert e2e["send_gap_p10_us"] >= 125
+    assert e2e["bunched_sends"] <= 0.45, e2e
 
 
 def test_latency_without_floor_blocking_and_e2e_reports_only_the_sync_sends(namesrv_addr: str) -> None:
