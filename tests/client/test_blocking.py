@@ -113,7 +113,7 @@ def test_a_garbage_collected_client_closes_its_sockets_and_the_loop_thread(serve
     assert open_sockets() > sockets_before  # name server and broker connections
     del consumer
     gc.collect()
-    wait_for(lambda: open_sockets() == sockets_before, "the collected client's sockets closing")
+    wait_for(lambda: open_sockets() <= sockets_before, "the collected client's sockets closing")
     assert blocking.loop_thread() is None
     # The consumer's idle worker threads leave right after close() (it does not wait for them).
     wait_for(lambda: threading.active_count() == threads_before, "every client thread gone", 10)
@@ -165,13 +165,15 @@ def test_a_blocking_call_from_the_loop_thread_raises_instead_of_waiting_for_itse
     client_id = producer.client_id
 
     def on_sent(result: SendResult | BaseException) -> None:  # runs on the loop thread
-        for call in (lambda: producer.send(Message("BlkOwnLoop", b"inner")), producer.start):
-            try:
-                call()
-            except RuntimeError as exc:
-                seen.append(str(exc))
-        seen.append(producer.client_id)  # a property is read in place there, not waited for
-        done.set()
+        try:
+            for call in (lambda: producer.send(Message("BlkOwnLoop", b"inner")), producer.start):
+                try:
+                    call()
+                except RuntimeError as exc:
+                    seen.append(str(exc))
+            seen.append(producer.client_id)  # a property is read in place there, not waited for
+        finally:  # a failure above shows in the assert below, not as a 30 s wait
+            done.set()
 
     producer.send_with_callback(Message("BlkOwnLoop", b"outer"), on_sent)
     assert done.wait(30), "the callback did not finish: a call waited for its own loop"
@@ -384,5 +386,5 @@ def test_a_garbage_collected_blocking_producer_closes_its_sockets(server: Standa
     assert len(open_sockets() - sockets_before) >= 3  # name server, the loop's broker one, the direct one
     del producer
     gc.collect()
-    wait_for(lambda: open_sockets() == sockets_before, "the collected producer's sockets closing")
+    wait_for(lambda: open_sockets() <= sockets_before, "the collected producer's sockets closing")
     assert blocking.loop_thread() is None
