@@ -81,9 +81,10 @@ def test_index_bench_prints_puts_with_and_without_the_index_lookups_and_a_rebuil
             rf"^index {state}: put {NUMBER} µs, put_batch\(32\) {NUMBER} µs \({NUMBER} µs per message\)$", out
         )
     figures(rf"^IndexService.add \(one UNIQ_KEY\) {NUMBER} µs, add_keys\(32\) {NUMBER} µs$", out)
-    entries, _ = figures(rf"^unique-key lookup among {NUMBER} entries: {NUMBER} ms$", out)
+    # The lookup's ms and the rebuild's s are printed to two decimals, which a fast machine may round to 0.
+    (entries,) = figures(rf"^unique-key lookup among {NUMBER} entries: [\d.]+ ms$", out)
     assert entries >= 320
-    _, records, _ = figures(rf"^full rebuild: {NUMBER} s for {NUMBER} records \({NUMBER} µs each\)$", out)
+    records, _ = figures(rf"^full rebuild: [\d.]+ s for {NUMBER} records \({NUMBER} µs each\)$", out)
     assert records == 320 + 320  # single puts and batched puts of the one round
 
 
