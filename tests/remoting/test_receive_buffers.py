@@ -37,6 +37,11 @@ from cometmq.remoting.codec import _SCRATCH_SIZE as SCRATCH_SIZE
 from cometmq.remoting.codec import MAX_FRAME_SIZE, ReadBuffer
 from cometmq.remoting.codes import RESPONSE_FLAG
 
+# A heartbeat-sized request: what a broker's idle connections send now and then.
+HEARTBEAT_FRAME = encode_bytes(
+    RemotingCommand(code=34, ext_fields={"clientID": "127.0.0.1@1"}, body=b"x" * 300)
+)
+
 # Body sizes around the decoder's thresholds (the scratch buffer's size, and the size from which a frame
 # gets a buffer of its own), and a pull response's.
 BODY_SIZES = st.sampled_from(
@@ -125,6 +130,7 @@ def test_decoders_sharing_a_read_buffer_each_give_the_commands_of_their_own_stre
         if rng.random() < 0.1:
             continue  # nothing to read this time
         room = len(buffer)
+        # room bounds the 1-9 choice too: a frame of its own may have fewer bytes left to fill.
         count = min(
             rng.choice([room, rng.randint(1, room), rng.randint(1, 9)]), room, len(streams[i]) - positions[i]
         )
@@ -155,7 +161,7 @@ def _bytes_held_per_decoder(shared: ReadBuffer | None, reads: list[bytes], count
 
 def test_decoders_sharing_a_read_buffer_hold_16_kib_only_while_part_of_a_frame_waits() -> None:
     # What a broker's idle connections hold: a heartbeat read whole now and then.
-    frame = encode_bytes(RemotingCommand(code=34, ext_fields={"clientID": "127.0.0.1@1"}, body=b"x" * 300))
+    frame = HEARTBEAT_FRAME
     assert _bytes_held_per_decoder(ReadBuffer(), [frame, frame]) < 2048
     # The start of a frame is kept in 16 KiB of the decoder's own until the rest comes...
     assert _bytes_held_per_decoder(ReadBuffer(), [frame, frame[:100]]) >= SCRATCH_SIZE
@@ -427,9 +433,6 @@ def test_a_servers_idle_connections_hold_no_receive_buffer_of_their_own(
 
     async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
         loop = asyncio.get_running_loop()
-        frame = encode_bytes(
-            RemotingCommand(code=34, ext_fields={"clientID": "127.0.0.1@1"}, body=b"x" * 300)
-        )
         clients: list[socket.socket] = []
         tracemalloc.start()
         try:
@@ -439,7 +442,7 @@ def test_a_servers_idle_connections_hold_no_receive_buffer_of_their_own(
                 sock.setblocking(False)
                 clients.append(sock)
                 await loop.sock_connect(sock, ("127.0.0.1", server.port))
-                await loop.sock_sendall(sock, frame)
+                await loop.sock_sendall(sock, HEARTBEAT_FRAME)
             for sock in clients:
                 (reply,) = FrameDecoder().feed(await loop.sock_recv(sock, 65536))
                 assert reply.body == b"ok"
