@@ -1,18 +1,20 @@
-"""The broker keeps itself registered with the NameServer, and a broker.conf configures it."""
+"""The broker keeps itself registered with the NameServer, serves the topic table it registers
+(GET_ALL_TOPIC_CONFIG), and a broker.conf configures it."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
-from _support import address, create_topic, running_broker
+from _support import address, broker_and_client, create_topic, run, running_broker
 
 from cometmq.broker import BrokerConfig
 from cometmq.client import AdminClient
 from cometmq.errors import BrokerError, ConfigError
 from cometmq.namesrv import NameServer
-from cometmq.remoting import RemotingClient
+from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
 
 
 async def _routed(namesrv: str, topic: str) -> bool:
@@ -85,3 +87,19 @@ def test_bad_broker_conf_values_are_one_clear_error(tmp_path: Path, text: str, m
     conf.write_text(text)
     with pytest.raises(ConfigError, match=message):
         BrokerConfig.from_file(conf)
+
+
+def test_all_topic_config_lists_every_topic_with_its_queues_and_the_table_version(tmp_path: Path) -> None:
+    # What RocketMQ's admin tools read (TopicConfigSerializeWrapper); the same table the broker registers.
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (_, addr, client):
+            listing = RemotingCommand(code=RequestCode.GET_ALL_TOPIC_CONFIG)
+            before = json.loads((await client.invoke(addr, listing)).body)
+            await create_topic(client, addr, "Listed", 3)
+            after = json.loads((await client.invoke(addr, listing)).body)
+            listed = after["topicConfigTable"]["Listed"]
+            assert (listed["readQueueNums"], listed["writeQueueNums"], listed["perm"]) == (3, 3, 6)
+            assert "Listed" not in before["topicConfigTable"]
+            assert after["dataVersion"]["counter"] > before["dataVersion"]["counter"]
+
+    run(scenario())
