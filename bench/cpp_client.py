@@ -10,7 +10,6 @@ The C++ client runs in child processes (tests/interop/_cpp_scenarios.py).
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -19,20 +18,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from processes import StandaloneServer  # noqa: E402
+from processes import StandaloneServer, read_cpp_result  # noqa: E402
 
 SCENARIOS = ROOT / "tests" / "interop" / "_cpp_scenarios.py"
 
 
 def scenario(server: StandaloneServer, *args: str) -> dict[str, object]:
-    out = subprocess.run(
+    proc = subprocess.run(
         [sys.executable, str(SCENARIOS), *args, "--namesrv", server.namesrv],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
-    ).stdout
-    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    )
+    result = read_cpp_result(proc.stdout, proc.returncode, proc.stderr)
     if not result.get("ok"):
         raise SystemExit(f"bench failed: {result.get('errors')}")
     return result

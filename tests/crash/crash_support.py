@@ -3,7 +3,6 @@ on the same data directory, self-checking messages, and reading queues back over
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import signal
@@ -17,7 +16,7 @@ from typing import Any
 from cometmq.common.properties import decode_properties
 from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
 from cometmq.remoting import RemotingClient, RemotingCommand, ResponseCode
-from processes import ServerProcess, broker_address, start_standalone
+from processes import ServerProcess, broker_address, read_cpp_result, start_standalone
 
 # The broker tests' raw protocol helpers are the one way the tests build sends and pulls.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
@@ -197,8 +196,6 @@ def run_cpp(scenario: str, namesrv: str, topic: str, *args: str, timeout: float 
         timeout=timeout,
         check=False,
     )
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"{scenario} printed nothing; stderr:\n{proc.stderr[-3000:]}"
-    result: dict[str, Any] = json.loads(lines[-1])
+    result = read_cpp_result(proc.stdout, proc.returncode, proc.stderr)
     assert result["ok"], f"{scenario} failed: {result['errors']}\nstderr:\n{proc.stderr[-3000:]}"
     return result

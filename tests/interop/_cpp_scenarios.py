@@ -11,8 +11,11 @@ Scenarios: ``produce``, ``push-consume``, ``pull-consume``, ``bench-produce``, `
 
 Contract:
 
-* exactly ONE JSON object is printed, on one line, on stdout (the process's C-level stdout is
-  redirected to stderr while the C++ library runs, so its chatter cannot corrupt it);
+* the result is a JSON object on one line of stdout (the process's C-level stdout is redirected to
+  stderr while the C++ library runs, so its chatter cannot corrupt it); the last line is the result.
+  A line with ``"shutdown": "pending"`` comes first, right before the client's ``shutdown()``, and the
+  final one after it: librocketmq has been seen to abort inside ``shutdown()``, and the run then still
+  says what it sent or received (``read_cpp_result`` in tests/processes.py reads such a run);
 * every result has ``"scenario"``, ``"ok"`` (no errors) and ``"errors"`` (list of strings),
   ``"elapsed"`` (seconds) and ``"shutdown"`` (``"ok"`` / ``"hung"`` / ``"error: ..."``);
 * the process ends with ``os._exit`` right after printing (the C++ destructors may hang):
@@ -57,20 +60,34 @@ _emit_lock = threading.Lock()
 _T0 = time.monotonic()
 
 
+def _write_result(result: dict[str, Any], code: int) -> None:
+    result.setdefault("errors", [])
+    result["ok"] = not result["errors"] and code == 0
+    result["elapsed"] = round(time.monotonic() - _T0, 3)
+    data = (json.dumps(result, default=str, separators=(",", ":")) + "\n").encode()
+    while data:
+        n = os.write(_OUT_FD, data)
+        data = data[n:]
+    with contextlib.suppress(OSError):
+        os.fsync(_OUT_FD)
+
+
 def emit(result: dict[str, Any], code: int = 0) -> None:
-    """Print the single JSON line and leave immediately (never returns)."""
+    """Print the final JSON line and leave immediately (never returns)."""
     with _emit_lock:
-        result.setdefault("errors", [])
-        result["ok"] = not result["errors"] and code == 0
-        result["elapsed"] = round(time.monotonic() - _T0, 3)
-        line = json.dumps(result, default=str, separators=(",", ":")) + "\n"
-        data = line.encode()
-        while data:
-            n = os.write(_OUT_FD, data)
-            data = data[n:]
-        with contextlib.suppress(OSError):
-            os.fsync(_OUT_FD)
+        _write_result(result, code)
         os._exit(code)
+
+
+def shut_down(
+    result: dict[str, Any], shutdown: Any, seconds: float, guard: threading.Lock | None = None
+) -> None:
+    """Report the result so far, then call the client's ``shutdown`` (see the module's contract);
+    its outcome goes into ``result["shutdown"]``. *guard* is the lock of callbacks that still add to
+    the result."""
+    with _emit_lock, guard or contextlib.nullcontext():
+        _write_result({**result, "shutdown": "pending"}, 0)
+    result["shutdown"] = call_with_timeout(shutdown, seconds)
 
 
 def start_watchdog(result: dict[str, Any], seconds: float) -> None:
@@ -290,7 +307,7 @@ def produce(a: argparse.Namespace) -> None:
                 result["errors"].append(f"{a.mode}#{i}: {e}")
     if a.linger:
         time.sleep(a.linger)
-    result["shutdown"] = call_with_timeout(p.shutdown, a.shutdown_timeout)
+    shut_down(result, p.shutdown, a.shutdown_timeout)
     emit(result)
 
 
@@ -305,6 +322,7 @@ def push_consume(a: argparse.Namespace, bench: bool = False) -> None:
     if not bench:
         result["messages"] = messages
         result["failed_deliveries"] = failed
+        result["count"] = 0
     start_watchdog(result, a.timeout + a.linger + a.shutdown_timeout + 10)
     rmq = load_rmq()
     from rocketmq.ffi import MSG_CALLBACK_FUNC, MessageModel, dll
@@ -336,6 +354,7 @@ def push_consume(a: argparse.Namespace, bench: bool = False) -> None:
                     failed.append(d)
                     return 1  # RECONSUME_LATER (orderly: SUSPEND_CURRENT_QUEUE_A_MOMENT)
                 messages.append(d)
+                result["count"] = len(messages)
                 if a.expect and len(messages) >= a.expect:
                     reached.set()
             return 0
@@ -388,10 +407,8 @@ def push_consume(a: argparse.Namespace, bench: bool = False) -> None:
         span = (last - first) if last and first and last > first else None
         result["msgs_per_sec"] = round((n - 1) / span, 1) if span else None
         result["msgs_per_sec_incl_startup"] = round(n / (last - t_start), 1) if last else None
-    result["shutdown"] = call_with_timeout(c.shutdown, a.shutdown_timeout)
+    shut_down(result, c.shutdown, a.shutdown_timeout, guard=lock)
     with lock:
-        if not bench:
-            result["count"] = len(messages)
         emit(result)
 
 
@@ -476,7 +493,7 @@ def pull_consume(a: argparse.Namespace) -> None:
     with contextlib.suppress(Exception):
         dll.ReleaseSubscriptionMessageQueue(mqs)
     result["count"] = len(result["messages"])
-    result["shutdown"] = call_with_timeout(c.shutdown, a.shutdown_timeout)
+    shut_down(result, c.shutdown, a.shutdown_timeout)
     emit(result)
 
 
@@ -563,7 +580,7 @@ def bench_produce(a: argparse.Namespace) -> None:
     result["errors"] = errs[:20]
     if ok[0] < a.count and not errs:
         result["errors"].append(f"timeout: sent {ok[0]} of {a.count}")
-    result["shutdown"] = call_with_timeout(lambda: [p.shutdown() for p in producers], a.shutdown_timeout)
+    shut_down(result, lambda: [p.shutdown() for p in producers], a.shutdown_timeout)
     emit(result)
 
 

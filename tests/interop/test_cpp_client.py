@@ -6,7 +6,6 @@ take the test run down; it prints one JSON line with what it sent or received.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from processes import read_cpp_result
 
 if TYPE_CHECKING:
     from processes import StandaloneServer
@@ -34,9 +35,7 @@ def cpp(
     proc = subprocess.run(
         _command(server, scenario, topic, *args), capture_output=True, text=True, timeout=timeout
     )
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"{scenario} printed nothing; stderr:\n{proc.stderr[-3000:]}"
-    result: dict[str, Any] = json.loads(lines[-1])
+    result = read_cpp_result(proc.stdout, proc.returncode, proc.stderr)
     assert result["ok"], f"{scenario} failed: {result['errors']}\nstderr:\n{proc.stderr[-3000:]}"
     return result
 
@@ -49,7 +48,7 @@ def spawn(server: StandaloneServer, scenario: str, topic: str, *args: str) -> su
 
 def collect(proc: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
     out, err = proc.communicate(timeout=timeout)
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result = read_cpp_result(out, proc.returncode, err)
     assert result["ok"], f"failed: {result['errors']}\nstderr:\n{err[-3000:]}"
     return result
 
