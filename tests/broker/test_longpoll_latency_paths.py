@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import cast
 
 import pytest
 from _support import broker_and_client, create_topic, held_pulls, pull, send, send_request, wait_until
 
+from cometmq.broker import _longpoll
 from cometmq.broker._longpoll import HeldPull, PullHoldService
 from cometmq.broker.broker import Broker
 from cometmq.common.batch import BatchEntry, encode_batch_body
 from cometmq.common.properties import encode_properties
 from cometmq.common.record import DecodedRecord
 from cometmq.errors import ConnectionClosedError
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 HOLD_MS = 20000  # far longer than any of these tests waits for an answer
 
@@ -132,7 +134,10 @@ def test_a_held_pull_whose_connection_closes_is_forgotten(tmp_path: Path) -> Non
             await leaving.close()
             with pytest.raises(ConnectionClosedError):
                 await waiting
-            await wait_until(lambda: held_pulls(broker) == 0, message="the dropped pull is forgotten")
+            # At once, not at its deadline (HOLD_MS away).
+            await wait_until(
+                lambda: held_pulls(broker) == 0, timeout=5, message="the dropped pull is forgotten"
+            )
             # The queue still works for everyone else.
             await send(client, addr, "Gone", b"after")
             _, records = await pull(client, addr, "Gone", 0, 0, suspend_ms=HOLD_MS)
@@ -160,25 +165,48 @@ def test_a_held_pull_that_cannot_be_read_on_arrival_gets_an_error_answer(tmp_pat
     asyncio.run(scenario())
 
 
-def test_a_held_pull_nobody_awaits_is_forgotten_at_its_deadline() -> None:
-    """A connection that closes before its pull's task first runs cancels the task before it awaits
-    the held pull. Sockets cannot order that reliably, so this parks on the service directly and
-    never awaits, as that task would; the entry must still go."""
+def test_the_service_answers_a_held_pull_once_and_a_dropped_one_never() -> None:
+    """On the service alone: a held pull past its deadline is expired once and forgotten, and one whose
+    connection closed is forgotten unanswered; an arrival after that answers neither. The connections
+    are stand-in objects here (the service only files pulls under them)."""
 
     async def scenario() -> None:
         holds = PullHoldService()
-        answered: list[int] = []
+        expiring, closing = cast(Connection, object()), cast(Connection, object())
+        calls: list[tuple[str, int]] = []
 
         def answer(held: HeldPull) -> bool:
-            answered.append(held.offset)
+            calls.append(("answer", held.offset))
             return True
 
-        never_awaited = holds.park("Orphan", 0, 0, None, answer, 0.05)
-        cancelled = holds.park("Orphan", 0, 0, None, lambda held: True, HOLD_MS / 1000)
-        cancelled.wake.cancel()
-        await wait_until(lambda: not holds._held, message="both entries are forgotten")
-        assert never_awaited.wake.result() is False  # released by its deadline, not answered
-        holds.on_arrival("Orphan", 0, 1, 0)
-        assert answered == []
+        def expire(held: HeldPull) -> None:
+            calls.append(("expire", held.offset))
+
+        holds.park(expiring, "Orphan", 0, 5, None, answer, expire, 0.05)
+        holds.park(closing, "Orphan", 0, 7, None, answer, expire, HOLD_MS / 1000)
+        holds.drop_connection(closing)
+        await wait_until(lambda: not holds._held and not holds._by_conn, message="both are forgotten")
+        holds.on_arrival("Orphan", 0, 10, 0)
+        await asyncio.sleep(0.1)
+        assert calls == [("expire", 5)]
+
+    asyncio.run(scenario())
+
+
+def test_pulls_held_for_one_connection_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_longpoll, "MAX_PENDING_REQUESTS_PER_CONNECTION", 2)
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Bounded", 1)
+            held = [held_pull(client, addr, "Bounded") for _ in range(2)]
+            await wait_until(lambda: held_pulls(broker) == 2, message="two pulls are held")
+            response, _ = await pull(client, addr, "Bounded", 0, 0, suspend_ms=HOLD_MS)
+            assert response.code == ResponseCode.SYSTEM_BUSY
+            assert "too many pulls held" in (response.remark or "")
+            await send(client, addr, "Bounded", b"for both")
+            for waiting in held:
+                _, records = await waiting
+                assert [r.body for r in records] == [b"for both"]
 
     asyncio.run(scenario())

@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cometmq.errors import BrokerError
+from cometmq.remoting import Connection, ResponseCode
+from cometmq.remoting.transport import MAX_PENDING_REQUESTS_PER_CONNECTION
 
-@dataclass(slots=True)
+log = logging.getLogger("cometmq.broker")
+
+
+@dataclass(eq=False, slots=True)
 class HeldPull:
+    conn: Connection
+    key: tuple[str, int]  # (topic, queue id)
     offset: int
     codes: frozenset[int] | None  # tag codes that wake it; None: any message
     # Called on a matching arrival: answers the pull and returns True, or returns False to keep it
     # held (it may move ``offset`` on, past messages a filter rejected).
     answer: Callable[[HeldPull], bool]
-    wake: asyncio.Future[bool]  # True: answered on arrival; False: timed out or released
+    # Called at the deadline, or at release (shutdown): answers the pull with what is there.
+    expire: Callable[[HeldPull], None]
+    timer: asyncio.TimerHandle | None = None
 
 
 class PullHoldService:
@@ -23,45 +34,65 @@ class PullHoldService:
 
     RocketMQ re-checks held pulls every 5 s; here the store's arrival callback answers the exact pulls
     a message matches, in the same loop step, so a consumer sees a new message as soon as it is stored.
+
+    A held pull is an entry and a timer, answered by callbacks: no task, future or coroutine per pull
+    (a consumer keeps one held per queue it reads, and each message it gets is followed by a new one).
     """
 
     def __init__(self) -> None:
         self._held: dict[tuple[str, int], list[HeldPull]] = {}
+        # Per connection, as a dict for an ordered set: forgotten at once when it closes, and bounded.
+        self._by_conn: dict[Connection, dict[HeldPull, None]] = {}
 
     def park(
         self,
+        conn: Connection,
         topic: str,
         queue_id: int,
         offset: int,
         codes: frozenset[int] | None,
         answer: Callable[[HeldPull], bool],
+        expire: Callable[[HeldPull], None],
         timeout: float,
     ) -> HeldPull:
         """Register a pull in the same loop step as the read that found nothing, so a message stored
-        right after it (even one from the same socket read) cannot slip past. Its ``wake`` resolves
-        True when an arrival answers it, False after ``timeout`` seconds or :meth:`wake_all` (the
-        caller answers it then); cancelling ``wake`` gives it up.
-
-        The entry leaves the service when ``wake`` is done, whoever awaits it: a pull whose
-        connection closed before its task's first step is still forgotten at its deadline."""
-        loop = asyncio.get_running_loop()
-        held = HeldPull(offset, codes, answer, loop.create_future())
-        key = (topic, queue_id)
-        self._held.setdefault(key, []).append(held)
-        # A bare timer resolves the future, rather than asyncio.wait_for in the waiter, which resumes
-        # one loop step later (its own waiter) and costs a handle per wait.
-        timer = loop.call_later(timeout, _release, held.wake)
-        held.wake.add_done_callback(lambda _: self._forget(key, held, timer))
+        right after it (even one from the same socket read) cannot slip past. A matching arrival calls
+        ``answer``; ``timeout`` seconds later, or at :meth:`wake_all`, ``expire`` is called instead.
+        Either way the entry is gone before the call; it also goes, unanswered, when its connection
+        closes (:meth:`drop_connection`)."""
+        of_conn = self._by_conn.get(conn)
+        if of_conn is None:
+            of_conn = self._by_conn[conn] = {}
+        elif len(of_conn) >= MAX_PENDING_REQUESTS_PER_CONNECTION:
+            raise BrokerError(ResponseCode.SYSTEM_BUSY, "[OVERLOAD] too many pulls held for this connection")
+        held = HeldPull(conn, (topic, queue_id), offset, codes, answer, expire)
+        held.timer = asyncio.get_running_loop().call_later(timeout, self._expire, held)
+        of_conn[held] = None
+        waiting = self._held.get(held.key)
+        if waiting is None:
+            self._held[held.key] = [held]
+        else:
+            waiting.append(held)
         return held
 
-    def _forget(self, key: tuple[str, int], held: HeldPull, timer: asyncio.TimerHandle) -> None:
-        timer.cancel()
-        waiting = self._held.get(key)
+    def _forget(self, held: HeldPull) -> None:
+        assert held.timer is not None
+        held.timer.cancel()
+        waiting = self._held.get(held.key)
         if waiting is not None:
             with contextlib.suppress(ValueError):
                 waiting.remove(held)
             if not waiting:
-                del self._held[key]
+                del self._held[held.key]
+        of_conn = self._by_conn.get(held.conn)
+        if of_conn is not None:
+            of_conn.pop(held, None)
+            if not of_conn:
+                del self._by_conn[held.conn]
+
+    def _expire(self, held: HeldPull) -> None:
+        self._forget(held)
+        held.expire(held)
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
         """The store's arrival listener: answer the held pulls this message can satisfy.
@@ -73,25 +104,25 @@ class PullHoldService:
         waiting = self._held.get((topic, queue_id))
         if not waiting:
             return
+        answered = []
         for held in waiting:
-            if held.wake.done() or max_offset <= held.offset:
-                continue
-            if held.codes is None or tags_code in held.codes:
+            if max_offset > held.offset and (held.codes is None or tags_code in held.codes):
                 try:
-                    answered = held.answer(held)
-                except Exception as exc:  # the pull's task turns it into an error response
-                    held.wake.set_exception(exc)
-                    continue
-                if answered:
-                    held.wake.set_result(True)
+                    if held.answer(held):
+                        answered.append(held)
+                except Exception:  # a bug: the pull's own answer replies to its failures
+                    log.exception("answering a held pull of %s:%d failed", topic, queue_id)
+                    answered.append(held)
+        for held in answered:
+            self._forget(held)
+
+    def drop_connection(self, conn: Connection) -> None:
+        """Forget the pulls held for a connection that closed (nobody to answer)."""
+        for held in list(self._by_conn.get(conn, ())):
+            self._forget(held)
 
     def wake_all(self) -> None:
-        """Release every held pull (shutdown)."""
-        for waiting in self._held.values():
-            for held in waiting:
-                _release(held.wake)
-
-
-def _release(wake: asyncio.Future[bool]) -> None:
-    if not wake.done():
-        wake.set_result(False)
+        """Answer every held pull with what is there now (shutdown)."""
+        for waiting in list(self._held.values()):
+            for held in list(waiting):
+                self._expire(held)

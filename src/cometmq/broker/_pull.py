@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from cometmq.broker._filter import (
@@ -49,9 +48,7 @@ class PullProcessor:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def handle(
-        self, conn: Connection, request: RemotingCommand
-    ) -> RemotingCommand | Awaitable[RemotingCommand | None]:
+    def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         broker = self._broker
         group = str_field(request, "consumerGroup")
         topic = str_field(request, "topic")
@@ -140,7 +137,8 @@ class PullProcessor:
             timeout_ms = int_field(request, "suspendTimeoutMillis", default=15000)
             if not broker.config.long_polling_enable:
                 timeout_ms = broker.config.short_polling_time_mills
-            return self._hold(conn, request, topic, queue_id, offset, max_nums, codes, accept, timeout_ms)
+            self._hold(conn, request, topic, queue_id, offset, max_nums, codes, accept, timeout_ms)
+            return None  # answered later, by the hold
         return self._found(request, result, code)
 
     def _hold(
@@ -154,24 +152,33 @@ class PullProcessor:
         codes: frozenset[int] | None,
         accept: RecordFilter | None,
         timeout_ms: int,
-    ) -> Awaitable[RemotingCommand | None]:
-        """Park a pull that found nothing, in the same loop step as that read. A matching arrival
-        answers it (``answer``); the returned coroutine answers it only at its deadline or shutdown."""
+    ) -> None:
+        """Park a pull that found nothing, in the same loop step as that read: a matching arrival
+        answers it (``answer``), else its deadline or shutdown does (``expire``), each through
+        ``conn.reply``. Nothing is returned, so the dispatcher sends nothing now."""
         broker = self._broker
-        holds = broker.pull_holds
+        store = broker.store
         loop = asyncio.get_running_loop()
         hold_s = min(timeout_ms / 1000, MAX_HOLD_S)
         deadline = loop.time() + hold_s
 
-        def read(held: HeldPull) -> GetResult:
-            return broker.store.get_messages(
-                topic, queue_id, held.offset, max_nums, codes, record_filter=accept
-            )
+        def read(held: HeldPull) -> GetResult | None:
+            """What is there for the pull now; None if reading failed (then answered with why)."""
+            try:
+                return store.get_messages(topic, queue_id, held.offset, max_nums, codes, record_filter=accept)
+            except Exception as exc:
+                conn.reply_error(request, exc)
+                return None
+
+        def reply(held: HeldPull, result: GetResult) -> None:
+            conn.reply(request, self._found(request, result, _status_code(result, held.offset)))
 
         def answer(held: HeldPull) -> bool:
             if not conn.is_open:
                 return True  # nobody to answer: forget it without reading
             result = read(held)
+            if result is None:
+                return True
             if (
                 accept is not None
                 and result.status is GetStatus.NO_MATCHED_MESSAGE
@@ -183,17 +190,15 @@ class PullProcessor:
                 # waking a held pull, to the same effect).
                 held.offset = result.next_begin_offset  # (a SQL92 subscription has no tag codes)
                 return False
-            conn.reply(request, self._found(request, result, _status_code(result, held.offset)))
+            reply(held, result)
             return True
 
-        async def until_answered(held: HeldPull) -> RemotingCommand | None:
-            if await held.wake:
-                return None  # answered on arrival
-            # Timed out, or released at shutdown: answer with what is there now.
+        def expire(held: HeldPull) -> None:
             result = read(held)
-            return self._found(request, result, _status_code(result, held.offset))
+            if result is not None:
+                reply(held, result)
 
-        return until_answered(holds.park(topic, queue_id, offset, codes, answer, hold_s))
+        broker.pull_holds.park(conn, topic, queue_id, offset, codes, answer, expire, hold_s)
 
     def _found(self, request: RemotingCommand, result: GetResult, code: int) -> RemotingCommand:
         response = request.response(

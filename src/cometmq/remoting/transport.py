@@ -138,7 +138,7 @@ class Connection(asyncio.BufferedProtocol):
         try:
             result = self._handler(self, request)
         except Exception as exc:
-            self.reply(request, _error_response(request, exc))
+            self.reply_error(request, exc)
             return
         if result is None or isinstance(result, RemotingCommand):
             self.reply(request, result)
@@ -167,6 +167,11 @@ class Connection(asyncio.BufferedProtocol):
         except ProtocolError as exc:  # e.g. a response over the frame limit: say so instead
             log.error("cannot encode the response to request code %d: %s", request.code, exc)
             self.send(request.response(ResponseCode.SYSTEM_ERROR, f"the response cannot be sent: {exc}"))
+
+    def reply_error(self, request: RemotingCommand, exc: Exception) -> None:
+        """Answer *request* with the error *exc*, as the dispatcher answers a handler that raised: a
+        ``BrokerError``'s code and remark, else SYSTEM_ERROR (and the traceback logged)."""
+        self.reply(request, _error_response(request, exc))
 
     # sending ----------------------------------------------------------------------------------
 
