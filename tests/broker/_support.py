@@ -42,8 +42,11 @@ async def wait_until(
 
 
 def held_pulls(broker: Broker) -> int:
-    """Pulls the broker holds right now (long polling), over all queues."""
-    return sum(len(waiting) for waiting in broker.pull_holds._held.values())
+    """Pulls the broker holds right now (long polling), over all queues; filed per connection too."""
+    holds = broker.pull_holds
+    count = sum(len(waiting) for waiting in holds._held.values())
+    assert count == sum(len(of_conn) for of_conn in holds._by_conn.values()), "held pulls filed apart"
+    return count
 
 
 @contextlib.asynccontextmanager

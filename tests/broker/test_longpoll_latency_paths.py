@@ -165,14 +165,14 @@ def test_a_held_pull_that_cannot_be_read_on_arrival_gets_an_error_answer(tmp_pat
     asyncio.run(scenario())
 
 
-def test_the_service_answers_a_held_pull_once_and_a_dropped_one_never() -> None:
-    """On the service alone: a held pull past its deadline is expired once and forgotten, and one whose
-    connection closed is forgotten unanswered; an arrival after that answers neither. The connections
-    are stand-in objects here (the service only files pulls under them)."""
+def test_the_service_answers_each_held_pull_once_and_a_dropped_one_never() -> None:
+    """On the service alone, every timer short: a pull answered on arrival is not expired later, one
+    past its deadline is expired once, one whose connection closed is neither; an arrival after that
+    answers nothing. The connections are stand-in objects (the service only files pulls under them)."""
 
     async def scenario() -> None:
         holds = PullHoldService()
-        expiring, closing = cast(Connection, object()), cast(Connection, object())
+        first, second, closing = (cast(Connection, object()) for _ in range(3))
         calls: list[tuple[str, int]] = []
 
         def answer(held: HeldPull) -> bool:
@@ -182,13 +182,56 @@ def test_the_service_answers_a_held_pull_once_and_a_dropped_one_never() -> None:
         def expire(held: HeldPull) -> None:
             calls.append(("expire", held.offset))
 
-        holds.park(expiring, "Orphan", 0, 5, None, answer, expire, 0.05)
-        holds.park(closing, "Orphan", 0, 7, None, answer, expire, HOLD_MS / 1000)
+        holds.park(first, "Orphan", 0, 3, None, answer, expire, 0.05)
+        holds.park(second, "Orphan", 1, 5, None, answer, expire, 0.05)
+        holds.park(closing, "Orphan", 0, 7, None, answer, expire, 0.05)
         holds.drop_connection(closing)
-        await wait_until(lambda: not holds._held and not holds._by_conn, message="both are forgotten")
+        holds.on_arrival("Orphan", 0, 4, 0)
+        await asyncio.sleep(0.2)
+        assert not holds._held and not holds._by_conn
         holds.on_arrival("Orphan", 0, 10, 0)
-        await asyncio.sleep(0.1)
-        assert calls == [("expire", 5)]
+        holds.on_arrival("Orphan", 1, 10, 0)
+        assert calls == [("answer", 3), ("expire", 5)]
+
+    asyncio.run(scenario())
+
+
+def test_wake_all_answers_every_held_pull_even_when_one_cannot_be_read(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Unreadable", 2)
+            first = held_pull(client, addr, "Unreadable")
+            second = asyncio.ensure_future(pull(client, addr, "Unreadable", 1, 0, suspend_ms=HOLD_MS))
+            await wait_until(lambda: held_pulls(broker) == 2, message="both pulls are held")
+
+            def unreadable(*args: object, **kwargs: object) -> None:
+                raise OSError("the disk went away")
+
+            broker.store.get_messages = unreadable  # type: ignore[method-assign]
+            broker.pull_holds.wake_all()
+            for waiting in (first, second):
+                response, _ = await waiting
+                assert response.code == ResponseCode.SYSTEM_ERROR
+                assert "the disk went away" in (response.remark or "")
+            assert held_pulls(broker) == 0
+
+    asyncio.run(scenario())
+
+
+def test_an_expire_that_raises_does_not_stop_wake_all() -> None:
+    async def scenario() -> None:
+        holds = PullHoldService()
+        expired: list[int] = []
+
+        def expire(held: HeldPull) -> None:
+            expired.append(held.offset)
+            if held.offset == 0:
+                raise RuntimeError("a bug in one pull's answer")
+
+        for offset in range(3):
+            holds.park(cast(Connection, object()), "T", offset, offset, None, lambda held: True, expire, 20)
+        holds.wake_all()
+        assert expired == [0, 1, 2] and not holds._held and not holds._by_conn
 
     asyncio.run(scenario())
 
@@ -204,9 +247,15 @@ def test_pulls_held_for_one_connection_are_bounded(tmp_path: Path, monkeypatch: 
             response, _ = await pull(client, addr, "Bounded", 0, 0, suspend_ms=HOLD_MS)
             assert response.code == ResponseCode.SYSTEM_BUSY
             assert "too many pulls held" in (response.remark or "")
+            assert held_pulls(broker) == 2
             await send(client, addr, "Bounded", b"for both")
             for waiting in held:
                 _, records = await waiting
                 assert [r.body for r in records] == [b"for both"]
+            # Answered pulls no longer count: two more are held.
+            again = [held_pull(client, addr, "Bounded", 1) for _ in range(2)]
+            await wait_until(lambda: held_pulls(broker) == 2, message="two more pulls are held")
+            await send(client, addr, "Bounded", b"next")
+            assert [r.body for r in (await again[0])[1]] == [b"next"]
 
     asyncio.run(scenario())

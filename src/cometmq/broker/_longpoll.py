@@ -92,7 +92,10 @@ class PullHoldService:
 
     def _expire(self, held: HeldPull) -> None:
         self._forget(held)
-        held.expire(held)
+        try:
+            held.expire(held)
+        except Exception:  # a bug (the pull's own expire replies to its failures): wake_all goes on
+            log.exception("answering a held pull of %s:%d at its deadline failed", *held.key)
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
         """The store's arrival listener: answer the held pulls this message can satisfy.

@@ -162,41 +162,40 @@ class PullProcessor:
         hold_s = min(timeout_ms / 1000, MAX_HOLD_S)
         deadline = loop.time() + hold_s
 
-        def read(held: HeldPull) -> GetResult | None:
-            """What is there for the pull now; None if reading failed (then answered with why)."""
-            try:
-                return store.get_messages(topic, queue_id, held.offset, max_nums, codes, record_filter=accept)
-            except Exception as exc:
-                conn.reply_error(request, exc)
-                return None
+        def read(held: HeldPull) -> GetResult:
+            return store.get_messages(topic, queue_id, held.offset, max_nums, codes, record_filter=accept)
 
-        def reply(held: HeldPull, result: GetResult) -> None:
-            conn.reply(request, self._found(request, result, _status_code(result, held.offset)))
+        def found(held: HeldPull, result: GetResult) -> RemotingCommand:
+            return self._found(request, result, _status_code(result, held.offset))
 
+        # Both answer the pull exactly once, with an error response if anything fails on the way (a
+        # store read, an encoding), as the dispatcher does for a handler that raises.
         def answer(held: HeldPull) -> bool:
             if not conn.is_open:
                 return True  # nobody to answer: forget it without reading
-            result = read(held)
-            if result is None:
-                return True
-            if (
-                accept is not None
-                and result.status is GetStatus.NO_MATCHED_MESSAGE
-                and result.next_begin_offset >= result.max_offset
-                and loop.time() < deadline
-            ):
-                # Everything that arrived failed the SQL92 filter: hold on past it instead of making
-                # the consumer spin on PULL_RETRY_IMMEDIATELY (RocketMQ evaluates the filter before
-                # waking a held pull, to the same effect).
-                held.offset = result.next_begin_offset  # (a SQL92 subscription has no tag codes)
-                return False
-            reply(held, result)
+            try:
+                result = read(held)
+                if (
+                    accept is not None
+                    and result.status is GetStatus.NO_MATCHED_MESSAGE
+                    and result.next_begin_offset >= result.max_offset
+                    and loop.time() < deadline
+                ):
+                    # Everything that arrived failed the SQL92 filter: hold on past it instead of
+                    # making the consumer spin on PULL_RETRY_IMMEDIATELY (RocketMQ evaluates the filter
+                    # before waking a held pull, to the same effect).
+                    held.offset = result.next_begin_offset  # (a SQL92 subscription has no tag codes)
+                    return False
+                conn.reply(request, found(held, result))
+            except Exception as exc:
+                conn.reply_error(request, exc)
             return True
 
         def expire(held: HeldPull) -> None:
-            result = read(held)
-            if result is not None:
-                reply(held, result)
+            try:
+                conn.reply(request, found(held, read(held)))
+            except Exception as exc:
+                conn.reply_error(request, exc)
 
         broker.pull_holds.park(conn, topic, queue_id, offset, codes, answer, expire, hold_s)
 

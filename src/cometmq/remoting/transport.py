@@ -1,8 +1,9 @@
 """Asyncio transports around the pure codec: one protocol class serves both ends of a connection.
 
 Every request on a connection is handled independently: a handler that returns a coroutine runs as
-its own task, so a held (long-polling) pull never delays a heartbeat on the same connection. C++
-clients drop a connection whose heartbeat is not answered within 3 s.
+its own task, and one that returns None answers later by itself (``Connection.reply``, as a held
+long-polling pull does), so neither delays a heartbeat on the same connection. C++ clients drop a
+connection whose heartbeat is not answered within 3 s.
 """
 
 from __future__ import annotations
