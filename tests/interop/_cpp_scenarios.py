@@ -195,6 +195,7 @@ def load_rmq() -> Any:
 
 def produce(a: argparse.Namespace) -> None:
     result: dict[str, Any] = {"scenario": "produce", "mode": a.mode, "sent": [], "errors": []}
+    callbacks = threading.Lock()  # async sends' callbacks add to the result from the client's threads
     start_watchdog(result, a.timeout + 15)
     rmq = load_rmq()
     import ctypes
@@ -248,11 +249,13 @@ def produce(a: argparse.Namespace) -> None:
         for i in range(a.count):
 
             def ok(r: Any, i: int = i) -> None:
-                result["sent"].append(rec(r, index=i))
+                with callbacks:
+                    result["sent"].append(rec(r, index=i))
                 done.release()
 
             def fail(e: Any, i: int = i) -> None:
-                result["errors"].append(f"async#{i}: {e}")
+                with callbacks:
+                    result["errors"].append(f"async#{i}: {e}")
                 done.release()
 
             try:
@@ -266,7 +269,8 @@ def produce(a: argparse.Namespace) -> None:
             if not done.acquire(timeout=max(0.0, deadline - time.monotonic())):
                 result["errors"].append("timeout waiting for async callbacks")
                 break
-        result["sent"].sort(key=lambda d: d["index"])
+        with callbacks:
+            result["sent"].sort(key=lambda d: d["index"])
     else:
         arg = sharding_arg(a.sharding_key)
         chosen: list[int] = []
@@ -307,7 +311,7 @@ def produce(a: argparse.Namespace) -> None:
                 result["errors"].append(f"{a.mode}#{i}: {e}")
     if a.linger:
         time.sleep(a.linger)
-    shut_down(result, p.shutdown, a.shutdown_timeout)
+    shut_down(result, p.shutdown, a.shutdown_timeout, guard=callbacks)
     emit(result)
 
 
