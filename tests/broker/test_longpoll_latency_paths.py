@@ -109,17 +109,28 @@ def test_a_held_pull_that_times_out_is_answered_not_found_and_forgotten(tmp_path
     asyncio.run(scenario())
 
 
-def test_wake_all_answers_every_held_pull_with_what_is_there(tmp_path: Path) -> None:
+@pytest.mark.parametrize("readable", [True, False], ids=["readable", "store-read-fails"])
+def test_wake_all_answers_every_held_pull_with_what_is_there(tmp_path: Path, readable: bool) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, "Stop", 2)
             first = held_pull(client, addr, "Stop")
             second = asyncio.ensure_future(pull(client, addr, "Stop", 1, 0, suspend_ms=HOLD_MS))
             await wait_until(lambda: held_pulls(broker) == 2, message="both pulls are held")
+
+            def unreadable(*args: object, **kwargs: object) -> None:
+                raise OSError("the disk went away")
+
+            if not readable:  # each pull still gets an answer: why it cannot be read
+                broker.store.get_messages = unreadable  # type: ignore[method-assign]
             broker.pull_holds.wake_all()
             for waiting in (first, second):
                 response, _ = await waiting
-                assert response.code == ResponseCode.PULL_NOT_FOUND
+                if readable:
+                    assert response.code == ResponseCode.PULL_NOT_FOUND
+                else:
+                    assert response.code == ResponseCode.SYSTEM_ERROR
+                    assert "the disk went away" in (response.remark or "")
             assert held_pulls(broker) == 0
 
     asyncio.run(scenario())
@@ -192,28 +203,6 @@ def test_the_service_answers_each_held_pull_once_and_a_dropped_one_never() -> No
         holds.on_arrival("Orphan", 0, 10, 0)
         holds.on_arrival("Orphan", 1, 10, 0)
         assert calls == [("answer", 3), ("expire", 5)]
-
-    asyncio.run(scenario())
-
-
-def test_wake_all_answers_every_held_pull_even_when_one_cannot_be_read(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with broker_and_client(tmp_path) as (broker, addr, client):
-            await create_topic(client, addr, "Unreadable", 2)
-            first = held_pull(client, addr, "Unreadable")
-            second = asyncio.ensure_future(pull(client, addr, "Unreadable", 1, 0, suspend_ms=HOLD_MS))
-            await wait_until(lambda: held_pulls(broker) == 2, message="both pulls are held")
-
-            def unreadable(*args: object, **kwargs: object) -> None:
-                raise OSError("the disk went away")
-
-            broker.store.get_messages = unreadable  # type: ignore[method-assign]
-            broker.pull_holds.wake_all()
-            for waiting in (first, second):
-                response, _ = await waiting
-                assert response.code == ResponseCode.SYSTEM_ERROR
-                assert "the disk went away" in (response.remark or "")
-            assert held_pulls(broker) == 0
 
     asyncio.run(scenario())
 
