@@ -70,7 +70,7 @@ class FlushService:
 
     ASYNC_FLUSH: the thread wakes every ``interval_s``, or earlier when the writer sees
     ``least_bytes`` unflushed (``wake_at``), and syncs whatever is dirty.
-    SYNC_FLUSH: ``wait_flushed`` registers a waiter and wakes the thread; one fdatasync then covers
+    SYNC_FLUSH: ``when_flushed`` registers a waiter and wakes the thread; one fdatasync then covers
     every record written so far, releasing all waiters it covers at once (group commit).
     """
 
@@ -153,13 +153,15 @@ class FlushService:
 
     # -- group commit --------------------------------------------------------------------------
 
-    async def wait_flushed(self, end: int) -> bool:
-        if self._commitlog.flushed_offset >= end:
-            return True
-        if self._thread is None or self.failure is not None:
-            return False
+    def when_flushed(self, end: int) -> asyncio.Future[bool]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
+        if self._commitlog.flushed_offset >= end:
+            fut.set_result(True)
+            return fut
+        if self._thread is None or self.failure is not None:
+            fut.set_result(False)
+            return fut
         deadline = loop.time() + self._timeout_s
         with self._waiters_lock:
             self._waiters.append((end, fut, deadline))
@@ -170,7 +172,7 @@ class FlushService:
         # (bench/store.py; asyncio.timeout() before that cost ~15 % more).
         if loop not in self._expiry_timers:
             self._expiry_timers[loop] = loop.call_at(deadline, self._expire_waiters, loop)
-        return await fut
+        return fut
 
     def _expire_waiters(self, loop: asyncio.AbstractEventLoop) -> None:
         """Answer False (FLUSH_DISK_TIMEOUT) to *loop*'s waiters past their deadline, and arm the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import struct
@@ -497,12 +498,17 @@ class MessageStore:
         """True once the commit log is on disk up to *commitlog_end_offset* (normally
         ``PutResult.commitlog_end_offset``); False after ``sync_flush_timeout_ms``. Concurrent
         waiters share fsyncs (group commit); the fsync runs on the flush thread."""
-        if self._commitlog.flushed_offset >= commitlog_end_offset:
-            return True
+        return await self.when_flushed(commitlog_end_offset)
+
+    def when_flushed(self, commitlog_end_offset: int) -> asyncio.Future[bool]:
+        """``wait_flushed`` as a future of the running loop, done already when the log is on disk
+        that far (or cannot get there): for a caller that answers in a callback rather than a task."""
         flusher = self._flusher
-        if flusher is None:
-            return False
-        return await flusher.wait_flushed(commitlog_end_offset)
+        if flusher is None:  # not started, or shut down
+            done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            done.set_result(self._commitlog.flushed_offset >= commitlog_end_offset)
+            return done
+        return flusher.when_flushed(commitlog_end_offset)
 
     def add_arrival_listener(self, cb: ArrivalListener) -> None:
         """``cb(topic, queue_id, new_max_offset, tags_code)`` runs on the writer's thread after each
