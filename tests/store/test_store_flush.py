@@ -36,8 +36,14 @@ def test_sync_flush_waits_for_the_data_to_be_on_disk(open_store: OpenStore, tmp_
             assert os.pread(fd, res.wrote_bytes, res.commitlog_offset) == bytes(view)
         finally:
             os.close(fd)
-        # Already covered: answered at once.
+        # Already covered: answered at once, by a future that is done when handed out.
         assert await store.wait_flushed(res.commitlog_end_offset)
+        covered = store.when_flushed(res.commitlog_end_offset)
+        assert covered.done() and covered.result() is True
+        # Not yet covered (unless the timed flush ran in between): the group commit resolves it.
+        later = store.put(make_msg(body=b"later"))
+        assert await store.when_flushed(later.commitlog_end_offset) is True
+        assert store.commitlog_flushed_offset >= later.commitlog_end_offset
 
     asyncio.run(main())
 
