@@ -95,6 +95,33 @@ def test_a_message_the_tag_filter_rejects_leaves_the_pull_held(tmp_path: Path) -
     asyncio.run(scenario())
 
 
+def test_one_message_answers_every_pull_held_on_its_queue_that_it_matches(tmp_path: Path) -> None:
+    """Pulls of several consumers held on one queue (as with broadcasting): one message answers the
+    ones whose filter it matches, at once, and leaves the others held."""
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Many", 1)
+            consumers = [RemotingClient() for _ in range(4)]
+            try:
+                matching = [held_pull(c, addr, "Many") for c in consumers[:3]]
+                other = held_pull(consumers[3], addr, "Many", subscription="TagA")
+                await wait_until(lambda: held_pulls(broker) == 4, message="four pulls are held")
+                await send(client, addr, "Many", b"to all", TAGS="TagB")
+                for waiting in matching:
+                    _, records = await waiting
+                    assert [r.body for r in records] == [b"to all"]
+                assert held_pulls(broker) == 1 and not other.done()
+                await send(client, addr, "Many", b"tagged", TAGS="TagA")
+                assert [r.body for r in (await other)[1]] == [b"tagged"]
+                assert held_pulls(broker) == 0
+            finally:
+                for c in consumers:
+                    await c.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_held_pull_that_times_out_is_answered_not_found_and_forgotten(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):

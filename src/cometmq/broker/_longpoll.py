@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,19 +75,20 @@ class PullHoldService:
         return held
 
     def _forget(self, held: HeldPull) -> None:
+        waiting = self._held[held.key]
+        waiting.remove(held)
+        if not waiting:
+            del self._held[held.key]
+        self._unfile(held)
+
+    def _unfile(self, held: HeldPull) -> None:
+        """Everything of *held* but its place in its queue's list: its timer and its connection's entry."""
         assert held.timer is not None
         held.timer.cancel()
-        waiting = self._held.get(held.key)
-        if waiting is not None:
-            with contextlib.suppress(ValueError):
-                waiting.remove(held)
-            if not waiting:
-                del self._held[held.key]
-        of_conn = self._by_conn.get(held.conn)
-        if of_conn is not None:
-            of_conn.pop(held, None)
-            if not of_conn:
-                del self._by_conn[held.conn]
+        of_conn = self._by_conn[held.conn]
+        del of_conn[held]
+        if not of_conn:
+            del self._by_conn[held.conn]
 
     def _expire(self, held: HeldPull) -> None:
         self._forget(held)
@@ -100,24 +100,31 @@ class PullHoldService:
     def on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
         """The store's arrival listener: answer the held pulls this message can satisfy.
 
-        Answered here, in the sender's loop step, rather than by waking the held pull's task, which
-        runs a step later and after the send's own reply: ``cometmq bench latency`` end to end p50
-        ~725 → ~565 µs on a 2-core VM.
+        Answered here, in the sender's loop step and before the send's own reply, rather than a loop
+        step later: ``cometmq bench latency`` end to end p50 ~725 → ~565 µs on a 2-core VM (measured
+        when held pulls were tasks). The queue's list is rebuilt once, not searched per answered pull
+        (a broadcast topic can have a pull of every consumer held on one queue).
         """
-        waiting = self._held.get((topic, queue_id))
+        key = (topic, queue_id)
+        waiting = self._held.get(key)
         if not waiting:
             return
-        answered = []
+        kept = []
         for held in waiting:
             if max_offset > held.offset and (held.codes is None or tags_code in held.codes):
                 try:
-                    if held.answer(held):
-                        answered.append(held)
+                    answered = held.answer(held)
                 except Exception:  # a bug: the pull's own answer replies to its failures
                     log.exception("answering a held pull of %s:%d failed", topic, queue_id)
-                    answered.append(held)
-        for held in answered:
-            self._forget(held)
+                    answered = True
+                if answered:
+                    self._unfile(held)
+                    continue
+            kept.append(held)
+        if kept:
+            self._held[key] = kept
+        else:
+            del self._held[key]
 
     def drop_connection(self, conn: Connection) -> None:
         """Forget the pulls held for a connection that closed (nobody to answer)."""
