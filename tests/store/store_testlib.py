@@ -55,8 +55,8 @@ def crash(store: MessageStore) -> None:
     assert flusher is not None
     flusher._stopping = True
     flusher._wake.set()
-    assert flusher._thread is not None
-    flusher._thread.join()
+    assert flusher._flush_thread is not None
+    flusher._flush_thread.join()
     store._flusher = None
     store._running = False
     store._close_files()

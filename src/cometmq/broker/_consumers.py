@@ -3,7 +3,7 @@ QUERY/UPDATE_CONSUMER_OFFSET."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from cometmq.broker._clients import ClientChannel
 from cometmq.broker._filter import check_heartbeat_subscriptions
@@ -38,7 +38,7 @@ def _enum_name(value: Any, names: tuple[str, ...]) -> str:
 
 
 class ConsumerManageProcessor:
-    codes = (
+    codes: ClassVar[tuple[int, ...]] = (
         RequestCode.HEART_BEAT,
         RequestCode.UNREGISTER_CLIENT,
         RequestCode.GET_CONSUMER_LIST_BY_GROUP,

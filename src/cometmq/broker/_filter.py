@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
 from cometmq.common import fastjson
 from cometmq.common.properties import decode_properties
@@ -93,7 +93,7 @@ class CheckClientConfigProcessor:
     """CHECK_CLIENT_CONFIG (46): the Java client asks whether its subscription would work here, and
     refuses to start when not. Codes and remarks as RocketMQ's ClientManageProcessor."""
 
-    codes = (RequestCode.CHECK_CLIENT_CONFIG,)
+    codes: ClassVar[tuple[int, ...]] = (RequestCode.CHECK_CLIENT_CONFIG,)
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker

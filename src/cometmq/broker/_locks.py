@@ -7,7 +7,7 @@ A lock on (group, queue) belongs to one client id and lapses 60 s after its last
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from cometmq.common import fastjson
 from cometmq.errors import BrokerError
@@ -19,7 +19,7 @@ _QueueKey = tuple[str, str, int]  # topic, broker name, queue id
 
 
 class QueueLockProcessor:
-    codes = (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ)
+    codes: ClassVar[tuple[int, ...]] = (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ)
 
     def __init__(self) -> None:
         # group → queue → (client id, last renewal)

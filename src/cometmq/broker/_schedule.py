@@ -208,7 +208,7 @@ class ScheduleMessageService:
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
         # A schedule unit's tags code is its delivery time: wake the task only if it is sooner.
         if topic == SCHEDULE_TOPIC and tags_code < self._planned_wake_ms:
-            self._planned_wake_ms = tags_code
+            self._planned_wake_ms = float(tags_code)
             self._wake.set()
 
     # -- delivery ------------------------------------------------------------------------------
@@ -221,7 +221,7 @@ class ScheduleMessageService:
                 next_due, busy = self.deliver_due()
             except Exception:  # a bug must not end delivery for good; look again shortly
                 log.exception("delivering delayed messages failed")
-                next_due, busy = _now_ms() + int(_RETRY_S * 1000), False
+                next_due, busy = float(_now_ms() + int(_RETRY_S * 1000)), False
             if busy:
                 await asyncio.sleep(0)
                 continue
@@ -263,7 +263,7 @@ class ScheduleMessageService:
                     # RocketMQ's correctDeliverTimestamp: a due time beyond now + delay means the
                     # clock went back since the message was parked; deliver it now rather than wait.
                     if now < due <= longest:
-                        next_due = due
+                        next_due = float(due)
                         break
                     if self._deliver_one(level, offset, commitlog_offset) is _Outcome.RETRY:
                         next_due = now + _RETRY_S * 1000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
 from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import copy_of_record, is_delayable
@@ -29,7 +29,7 @@ DELAY: Final = "DELAY"
 
 
 class SendBackProcessor:
-    codes = (RequestCode.CONSUMER_SEND_MSG_BACK,)
+    codes: ClassVar[tuple[int, ...]] = (RequestCode.CONSUMER_SEND_MSG_BACK,)
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker

@@ -98,7 +98,7 @@ class FlushService:
         self._timeout_s = timeout_s
         self._wake = threading.Event()
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._flush_thread: threading.Thread | None = None
         # Serialises flush cycles (the thread's and the final one at shutdown).
         self._cycle_lock = threading.Lock()
         self._waiters_lock = threading.Lock()
@@ -119,16 +119,16 @@ class FlushService:
 
     def start(self) -> None:
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="cometmq-store-flush", daemon=True)
-        self._thread.start()
+        self._flush_thread = threading.Thread(target=self._run, name="cometmq-store-flush", daemon=True)
+        self._flush_thread.start()
 
     def stop(self) -> None:
         """Stop the thread, flush everything and write a clean checkpoint (unless a sync failed)."""
-        if self._thread is not None:
+        if self._flush_thread is not None:
             self._stopping = True
             self._wake.set()
-            self._thread.join()
-            self._thread = None
+            self._flush_thread.join()
+            self._flush_thread = None
         self.checkpoint_cycle(clean=True)
         self._release_waiters()
         self._expiry_timers.clear()  # timers of loops that may be closed by now; they find no waiter
@@ -145,7 +145,7 @@ class FlushService:
         crash recovery no longer re-dispatches them (which would bring the topic back).
         """
         self._retired.extend(queues)
-        if self._thread is None:
+        if self._flush_thread is None:
             self._close_retired()
         else:
             self._checkpoint_due = True
@@ -159,7 +159,7 @@ class FlushService:
         if self._commitlog.flushed_offset >= end:
             fut.set_result(True)
             return fut
-        if self._thread is None or self.failure is not None:
+        if self._flush_thread is None or self.failure is not None:
             fut.set_result(False)
             return fut
         deadline = loop.time() + self._timeout_s
