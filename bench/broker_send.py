@@ -16,12 +16,12 @@ around it: issue 4's batched-produce target (200 000 msg/s on one core) needs ab
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import resource
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
 
 from cometmq.broker._send import SendProcessor
 from cometmq.broker.broker import Broker
@@ -30,15 +30,18 @@ from cometmq.client import Message, Producer
 from cometmq.client._brokerapi import send_header
 from cometmq.remoting import FrameDecoder, RemotingCommand, RequestCode, encode_bytes
 from cometmq.remoting.codec import encode
+from cometmq.remoting.transport import Connection
 
 TOPIC = "BenchSend"
 
 
-@dataclass
-class _Peer:
-    """What SendProcessor reads of a connection: its address (the born host)."""
-
-    remote_address: str = "127.0.0.1:50000"
+async def _peer() -> Connection:
+    """A connection without a socket: SendProcessor reads only its address (the born host). A real
+    Connection, not a stand-in, so that a build whose modules mypyc compiled (bench/mypyc_build.py),
+    which checks argument types, runs this too."""
+    conn = Connection(None)
+    conn.remote_address = "127.0.0.1:50000"
+    return conn
 
 
 def _frames(producer: Producer, batch: int, size: int) -> tuple[bytes, bytes]:
@@ -62,13 +65,12 @@ def _cpu() -> tuple[float, float, float]:
     return thread.ru_utime, thread.ru_stime, time.process_time()
 
 
-def _run(processor: SendProcessor, frame: bytes, frames: int) -> tuple[float, float, float]:
+def _run(processor: SendProcessor, peer: Connection, frame: bytes, frames: int) -> tuple[float, float, float]:
     decoder = FrameDecoder()
-    peer = _Peer()
     before = _cpu()
     for _ in range(frames):
         for request in decoder.feed(frame):
-            response = processor.handle(peer, request)  # type: ignore[arg-type]
+            response = processor.handle(peer, request)
             assert isinstance(response, RemotingCommand) and response.code == 0, response
             encode(response)
     after = _cpu()
@@ -86,6 +88,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds; each figure's median is printed (3)")
     parser.add_argument("--dir", default=None, help="where the store goes (a temp dir by default)")
     args = parser.parse_args()
+    loop = asyncio.new_event_loop()
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
         broker = Broker(BrokerConfig(store_path_root_dir=root))
         broker.topics.load()
@@ -94,20 +97,22 @@ def main() -> None:
         try:
             broker.topics.create_in_send(TOPIC, "TBW102", 4)
             processor = SendProcessor(broker)
+            peer = loop.run_until_complete(_peer())
             producer = Producer("bench", "127.0.0.1:9876")
             batch_frame, single_frame = _frames(producer, args.batch, args.size)
-            _run(processor, batch_frame, 10)  # warm-up
+            _run(processor, peer, batch_frame, 10)  # warm-up
             rows = []
             for name, frame, frames, per_frame in (
                 (f"SEND_BATCH_MESSAGE of {args.batch}", batch_frame, args.batches, args.batch),
                 ("SEND_MESSAGE_V2", single_frame, args.batches * args.batch // 10, 1),
             ):
-                runs = [_run(processor, frame, frames) for _ in range(args.rounds)]
+                runs = [_run(processor, peer, frame, frames) for _ in range(args.rounds)]
                 messages = frames * per_frame
                 medians = [statistics.median(column) for column in zip(*runs, strict=True)]
                 rows.append((name, *(seconds / messages * 1e6 for seconds in medians)))
         finally:
             broker.store.shutdown()
+            loop.close()
     print("CPU µs per message")
     print(f"{'workload':<28} {'thread, user':>13} {'thread, kernel':>15} {'process':>8}")
     for name, user_us, system_us, process_us in rows:

@@ -1,0 +1,102 @@
+"""Build a copy of CometMQ with its modules compiled to C by mypyc, to benchmark beside the pure one.
+
+    .venv/bin/python bench/mypyc_build.py [--out build/mypyc] [--only cometmq/remoting/codec.py ...]
+
+Copies src/ to OUT/src and compiles there every module of the broker, the store, the remoting layer,
+the client and the name server that mypyc can compile today (see NOT_COMPILED), in place: each
+``.so`` sits beside its ``.py``. The checkout itself is not touched. On stdout it prints only the
+directory to put first on PYTHONPATH, so that a broker and a bench run the compiled copy:
+
+    COMPILED=$(.venv/bin/python bench/mypyc_build.py)
+    PYTHONPATH=$COMPILED .venv/bin/python -m cometmq standalone --data-dir /tmp/compiled &
+    PYTHONPATH=$COMPILED .venv/bin/python -m cometmq bench latency
+
+Building everything takes about 3 minutes on one core (one large C file). docs/performance.md has the
+figures measured with it and what stands between this and a compiled CometMQ users get by default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The packages whose code runs per message, on the broker and on the clients.
+PACKAGES = ("remoting", "common", "store", "broker", "client", "namesrv")
+
+# What mypyc cannot compile yet (mypy 2.4), and why; these stay Python, as do the packages'
+# __init__ files (re-exports only).
+NOT_COMPILED = {
+    "cometmq/common/sql92.py": "_Long subclasses int; its NamedTuple fails at import (KeyError)",
+    "cometmq/client/blocking.py": "statements in class bodies",
+    "cometmq/client/litepull.py": "an async generator (LitePullConsumer.read)",
+    "cometmq/client/message.py": "decode_pulled makes ReceivedMessage with __new__, not __init__",
+    "cometmq/client/_instance.py": "weak references to ClientInstance (native classes have none)",
+    "cometmq/remoting/transport.py": "weak references to RemotingClient (native classes have none)",
+}
+
+
+def compiled_modules() -> list[str]:
+    """The module files compiled by default, relative to src/."""
+    src = ROOT / "src"
+    files = [src / "cometmq" / "errors.py"]
+    for package in PACKAGES:
+        files += sorted((src / "cometmq" / package).glob("*.py"))
+    relative = [str(path.relative_to(src)) for path in files]
+    return [name for name in relative if name not in NOT_COMPILED and not name.endswith("__init__.py")]
+
+
+def build(out: Path, modules: list[str]) -> Path:
+    """Copy src/ to *out*/src and compile *modules* there; returns that src directory."""
+    src = out / "src"
+    if src.exists():
+        shutil.rmtree(src)
+    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info"))
+    with tempfile.TemporaryDirectory() as work:
+        # mypyc writes its C files and setuptools its objects under the working directory's build/;
+        # the extensions land beside their sources (--inplace, relative to src).
+        setup = Path(work) / "setup.py"
+        setup.write_text(
+            "import sys\n"
+            "from setuptools import setup\n"
+            "from mypyc.build import mypycify\n"
+            f"setup(name='cometmq-compiled', ext_modules=mypycify({modules!r}, group_name='cometmq'),\n"
+            f"      script_args=['build_ext', '--inplace', '--build-temp', {str(Path(work) / 'tmp')!r}])\n"
+        )
+        log = Path(work) / "build.log"
+        with log.open("w") as output:
+            done = subprocess.run(
+                [sys.executable, str(setup)], cwd=src, stdout=output, stderr=subprocess.STDOUT, check=False
+            )
+        if done.returncode != 0:
+            sys.stderr.write(log.read_text()[-4000:])
+            raise SystemExit(f"mypyc_build: the build failed (exit {done.returncode}), log above")
+    shutil.rmtree(src / "build", ignore_errors=True)
+    return src
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "mypyc", help="where (build/mypyc)")
+    parser.add_argument(
+        "--only", nargs="+", metavar="FILE", help="compile just these module files (relative to src/)"
+    )
+    args = parser.parse_args()
+    modules = args.only or compiled_modules()
+    print(f"mypyc_build: compiling {len(modules)} modules into {args.out / 'src'} ...", file=sys.stderr)
+    src = build(args.out.resolve(), modules)
+    compiled = sum(1 for _ in src.rglob("*.so"))
+    print(f"mypyc_build: done, {compiled} extension files", file=sys.stderr)
+    print(os.fspath(src))
+
+
+if __name__ == "__main__":
+    main()
