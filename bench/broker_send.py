@@ -37,8 +37,8 @@ TOPIC = "BenchSend"
 
 async def _peer() -> Connection:
     """A connection without a socket: SendProcessor reads only its address (the born host). A real
-    Connection, not a stand-in, so that a build whose modules mypyc compiled (bench/mypyc_build.py),
-    which checks argument types, runs this too."""
+    Connection rather than a stand-in: on a build where mypyc compiled the transport too
+    (bench/mypyc_build.py), the compiled send handler accepts nothing else."""
     conn = Connection(None)
     conn.remote_address = "127.0.0.1:50000"
     return conn
@@ -88,7 +88,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds; each figure's median is printed (3)")
     parser.add_argument("--dir", default=None, help="where the store goes (a temp dir by default)")
     args = parser.parse_args()
-    loop = asyncio.new_event_loop()
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
         broker = Broker(BrokerConfig(store_path_root_dir=root))
         broker.topics.load()
@@ -97,7 +96,7 @@ def main() -> None:
         try:
             broker.topics.create_in_send(TOPIC, "TBW102", 4)
             processor = SendProcessor(broker)
-            peer = loop.run_until_complete(_peer())
+            peer = asyncio.run(_peer())
             producer = Producer("bench", "127.0.0.1:9876")
             batch_frame, single_frame = _frames(producer, args.batch, args.size)
             _run(processor, peer, batch_frame, 10)  # warm-up
@@ -112,7 +111,6 @@ def main() -> None:
                 rows.append((name, *(seconds / messages * 1e6 for seconds in medians)))
         finally:
             broker.store.shutdown()
-            loop.close()
     print("CPU µs per message")
     print(f"{'workload':<28} {'thread, user':>13} {'thread, kernel':>15} {'process':>8}")
     for name, user_us, system_us, process_us in rows:

@@ -77,16 +77,22 @@ def test_broker_send_bench_prints_the_cpu_of_a_batched_and_a_single_send() -> No
         figures(rf"^{workload} +[\d.]+ +[\d.]+ +{NUMBER}$", out)
 
 
-def test_mypyc_build_compiles_a_copy_that_the_benches_run(tmp_path: Path) -> None:
+def test_mypyc_build_compiles_a_copy_that_broker_send_runs_on(tmp_path: Path) -> None:
     only = ["cometmq/remoting/codec.py", "cometmq/broker/_send.py"]
-    src = run_bench("mypyc_build.py", "--out", str(tmp_path), "--only", *only).strip()
-    assert src == str(tmp_path / "src")
+    out = tmp_path / "build"
+    src = run_bench("mypyc_build.py", "--out", str(out), "--only", *only).strip()
+    assert src == str(out / "src")
     probe = (
         "import cometmq.broker._send, cometmq.remoting.codec, cometmq.store._store\n"
         "print(cometmq.broker._send.__file__, cometmq.remoting.codec.__file__, cometmq.store._store.__file__)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": src},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     send, codec, store = done.stdout.split()
@@ -94,10 +100,23 @@ def test_mypyc_build_compiles_a_copy_that_the_benches_run(tmp_path: Path) -> Non
     assert send.startswith(src) and send.endswith(".so")
     assert codec.startswith(src) and codec.endswith(".so")
     assert store == os.path.join(src, "cometmq", "store", "_store.py")
-    # broker_send drives the compiled send handler, whose argument types are checked as it runs.
+    # broker_send runs on the copy, through its compiled send handler.
     out = run_bench("broker_send.py", "--batches", "20", "--batch", "10", "--rounds", "1", pythonpath=src)
     figures(rf"^SEND_MESSAGE_V2 +[\d.]+ +[\d.]+ +{NUMBER}$", out)
     assert not list((BENCH.parent / "src").rglob("*.so"))  # the checkout itself is left as it was
+    # A later build replaces only what a build made, and never anything inside the checkout.
+    (tmp_path / "other" / "src").mkdir(parents=True)
+    for elsewhere in (tmp_path / "other", BENCH.parent / "build" / "mypyc"):
+        refused = subprocess.run(
+            [sys.executable, str(BENCH / "mypyc_build.py"), "--out", str(elsewhere), "--only", only[0]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert refused.returncode != 0 and refused.stdout == "", refused.stderr
+        assert "mypyc_build: " in refused.stderr
+    assert (tmp_path / "other" / "src").is_dir()
 
 
 def test_index_bench_prints_puts_with_and_without_the_index_lookups_and_a_rebuild() -> None:
