@@ -101,8 +101,8 @@ def test_mypyc_build_compiles_a_copy_that_broker_send_runs_on(tmp_path: Path) ->
     assert codec.startswith(src) and codec.endswith(".so")
     assert store == os.path.join(src, "cometmq", "store", "_store.py")
     # broker_send runs on the copy, through its compiled send handler.
-    out = run_bench("broker_send.py", "--batches", "20", "--batch", "10", "--rounds", "1", pythonpath=src)
-    figures(rf"^SEND_MESSAGE_V2 +[\d.]+ +[\d.]+ +{NUMBER}$", out)
+    printed = run_bench("broker_send.py", "--batches", "20", "--batch", "10", "--rounds", "1", pythonpath=src)
+    figures(rf"^SEND_MESSAGE_V2 +[\d.]+ +[\d.]+ +{NUMBER}$", printed)
     assert not list((BENCH.parent / "src").rglob("*.so"))  # the checkout itself is left as it was
     # A later build replaces only what a build made, and never anything inside the checkout.
     (tmp_path / "other" / "src").mkdir(parents=True)
