@@ -53,7 +53,7 @@ class PullHoldService:
         answer: Callable[[HeldPull], bool],
         expire: Callable[[HeldPull], None],
         timeout: float,
-    ) -> HeldPull:
+    ) -> None:
         """Register a pull in the same loop step as the read that found nothing, so a message stored
         right after it (even one from the same socket read) cannot slip past. A matching arrival calls
         ``answer``; ``timeout`` seconds later, or at :meth:`wake_all`, ``expire`` is called instead.
@@ -72,7 +72,6 @@ class PullHoldService:
             self._held[held.key] = [held]
         else:
             waiting.append(held)
-        return held
 
     def _forget(self, held: HeldPull) -> None:
         waiting = self._held[held.key]
@@ -92,6 +91,9 @@ class PullHoldService:
 
     def _expire(self, held: HeldPull) -> None:
         self._forget(held)
+        self._call_expire(held)
+
+    def _call_expire(self, held: HeldPull) -> None:
         try:
             held.expire(held)
         except Exception:  # a bug (the pull's own expire replies to its failures): wake_all goes on
@@ -132,7 +134,10 @@ class PullHoldService:
             self._forget(held)
 
     def wake_all(self) -> None:
-        """Answer every held pull with what is there now (shutdown)."""
-        for waiting in list(self._held.values()):
-            for held in list(waiting):
-                self._expire(held)
+        """Answer every held pull with what is there now (shutdown). The queues' lists are taken
+        whole, not searched per pull, as in :meth:`on_arrival`."""
+        held_per_queue, self._held = self._held, {}
+        for waiting in held_per_queue.values():
+            for held in waiting:
+                self._unfile(held)
+                self._call_expire(held)
