@@ -156,11 +156,9 @@ class FlushService:
     def when_flushed(self, end: int) -> asyncio.Future[bool]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
-        if self._commitlog.flushed_offset >= end:
-            fut.set_result(True)
-            return fut
-        if self._flush_thread is None or self.failure is not None:
-            fut.set_result(False)
+        on_disk = self._commitlog.flushed_offset >= end
+        if on_disk or self._flush_thread is None or self.failure is not None:
+            fut.set_result(on_disk)  # covered already, or never will be
             return fut
         deadline = loop.time() + self._timeout_s
         with self._waiters_lock:
