@@ -308,18 +308,27 @@ def test_a_failed_blocking_send_is_retried_through_the_loop_with_the_same_id() -
         assert refused.value.code == Code.MESSAGE_ILLEGAL and len(broker.sends) == 7
 
 
-def test_an_unanswered_blocking_send_times_out_and_the_next_one_is_answered() -> None:
+@pytest.mark.parametrize("busy_poll_us", [0, 300_000])
+def test_an_unanswered_blocking_send_times_out_and_the_next_one_is_answered(busy_poll_us: int) -> None:
     with (
         scripted_in_thread([]) as (namesrv, broker),
-        blocking.Producer("PID_blk_silent", namesrv, send_timeout=1.0) as producer,
+        blocking.Producer("PID_blk_silent", namesrv, send_timeout=1.0, busy_poll_us=busy_poll_us) as producer,
     ):
         producer.send(Message("Scripted", b"route"))
         broker.script = [SILENT]
+        cpu_before = time.thread_time()
         with pytest.raises(RemotingTimeoutError):
             producer.send(Message("Scripted", b"unanswered"))  # its whole send_timeout on this thread
+        waiting_cpu = time.thread_time() - cpu_before
         result = producer.send(Message("Scripted", b"next"))
         assert result.status is SendStatus.SEND_OK
         assert [r.body for r in broker.sends] == [b"route", b"unanswered", b"next"]
+    # With a window, the calling thread polled the socket for its first 0.3 s, then slept in recv
+    # until the timeout as without one.
+    if busy_poll_us:
+        assert 0.1 < waiting_cpu < 0.8, waiting_cpu
+    else:
+        assert waiting_cpu < 0.1, waiting_cpu
 
 
 def test_a_blocking_batch_of_more_parts_than_one_sendmsg_takes_is_sent_whole_on_the_calling_thread(

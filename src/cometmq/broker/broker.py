@@ -130,7 +130,12 @@ class Broker:
         self.schedule.load()
         await asyncio.get_running_loop().run_in_executor(None, self.store.start)
         self.store.add_arrival_listener(self.pull_holds.on_arrival)
-        server = RemotingServer(self._dispatcher(), self.config.listen_host, self.config.listen_port)
+        server = RemotingServer(
+            self._dispatcher(),
+            self.config.listen_host,
+            self.config.listen_port,
+            busy_poll_us=self.config.busy_poll_micros,
+        )
         server.add_close_listener(self._connection_closed)
         await server.start()
         self._server = server

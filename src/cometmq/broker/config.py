@@ -64,6 +64,9 @@ class BrokerConfig:
     # SQL92 property filters (docs/filters.md); off by default as in RocketMQ, on in `cometmq standalone`.
     enable_property_filter: bool = False
     short_polling_time_mills: int = 1000
+    # Not a RocketMQ key: µs the event loop keeps polling after each read or write instead of sleeping
+    # (cometmq/remoting/busypoll.py); 0, the default, never. Lower latency for a busy CPU meanwhile.
+    busy_poll_micros: int = 0
     region_id: str = "DefaultRegion"
     trace_on: bool = True
 

@@ -30,6 +30,7 @@ from cometmq.cli._table import format_table
 from cometmq.client import AdminClient, LitePullConsumer, Message, MessageQueue, Producer, blocking
 from cometmq.client.litepull import MAX_PULL_BATCH
 from cometmq.errors import CometMQError
+from cometmq.remoting import BusyPoller
 
 DEFAULT_TOPIC = "CometBench"
 BENCH_GROUP = "cometmq_bench"
@@ -135,12 +136,36 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         action="store_true",
         help="skip the round trip without a broker measured first (the machine's floor)",
     )
+    latency.add_argument(
+        "--busy-poll-us",
+        type=whole_number(0),
+        default=0,
+        metavar="US",
+        help=(
+            "the producers' (and the floor's) busy-poll window: keep polling for US µs after each "
+            "request or reply instead of sleeping (0, never); the broker has its own "
+            "('cometmq standalone --busy-poll-us')"
+        ),
+    )
+    latency.add_argument(
+        "--consumer-busy-poll-us",
+        type=whole_number(0),
+        default=0,
+        metavar="US",
+        help=(
+            "the end-to-end consumer's busy-poll window (0, never: with the broker and the producer "
+            "both polling, a third process that polls leaves a 2-CPU machine no CPU to wake on)"
+        ),
+    )
     latency.set_defaults(func=_command(_latency))
 
     # The floor's echo process (started by 'latency'; not for direct use).
     echo = workloads.add_parser("echo-serve")
     echo.add_argument("--reply-size", type=int, required=True)
-    echo.set_defaults(func=lambda args: run_async(_echo_serve(args.reply_size), fast_loop=True))
+    echo.add_argument("--busy-poll-us", type=int, default=0)
+    echo.set_defaults(
+        func=lambda args: run_async(_echo_serve(args.reply_size, args.busy_poll_us), fast_loop=True)
+    )
 
     # The end-to-end consumer process (started by 'latency'; not for direct use).
     receive = workloads.add_parser("e2e-receive", parents=[common])
@@ -148,6 +173,7 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     receive.add_argument("--warmup", type=int, default=200)
     receive.add_argument("--deadline", type=float, required=True)
     receive.add_argument("--rate", type=int, required=True)
+    receive.add_argument("--busy-poll-us", type=int, default=0)
     receive.set_defaults(func=lambda args: run_async(_e2e_receive(args), fast_loop=True))
 
 
@@ -288,7 +314,9 @@ async def _latency(args: argparse.Namespace) -> dict[str, Any]:
     await _ensure_topic(args)
     bodies = _bodies(args.size)
     rows = [] if args.no_floor else [await _round_trip_floor(args)]
-    async with Producer(BENCH_GROUP, args.namesrv, send_timeout=args.timeout) as producer:
+    async with Producer(
+        BENCH_GROUP, args.namesrv, send_timeout=args.timeout, busy_poll_us=args.busy_poll_us
+    ) as producer:
         progress = Progress("sync sends", args.warmup + args.count)
         samples: list[int] = []
         for i in range(args.warmup + args.count):
@@ -332,7 +360,9 @@ def _blocking_sends(args: argparse.Namespace, bodies: list[bytes]) -> dict[str, 
     """The sync sends again through the blocking facade, from this plain thread: what a script sees."""
     progress = Progress("blocking sends", args.warmup + args.count)
     samples: list[int] = []
-    with blocking.Producer(BENCH_GROUP + "_blocking", args.namesrv, send_timeout=args.timeout) as producer:
+    with blocking.Producer(
+        BENCH_GROUP + "_blocking", args.namesrv, send_timeout=args.timeout, busy_poll_us=args.busy_poll_us
+    ) as producer:
         for i in range(args.warmup + args.count):
             msg = Message(args.topic, bodies[i % _BODY_POOL])
             started = time.perf_counter_ns()
@@ -356,13 +386,21 @@ async def _round_trip_floor(args: argparse.Namespace) -> dict[str, Any]:
     synchronous send cannot be quicker than this; on a VM, waking the other process's CPU is most of
     it."""
     server = await asyncio.create_subprocess_exec(
-        *_SELF, "bench", "echo-serve", "--reply-size", str(_SEND_REPLY_BYTES), stdout=subprocess.PIPE
+        *_SELF,
+        "bench",
+        "echo-serve",
+        "--reply-size",
+        str(_SEND_REPLY_BYTES),
+        "--busy-poll-us",
+        str(args.busy_poll_us),
+        stdout=subprocess.PIPE,
     )
     assert server.stdout is not None
     try:
         port = int(await server.stdout.readline())
         loop = asyncio.get_running_loop()
-        counter = _ReplyCounter(_SEND_REPLY_BYTES)
+        poller = BusyPoller(args.busy_poll_us)
+        counter = _ReplyCounter(_SEND_REPLY_BYTES, poller)
         transport, _ = await loop.create_connection(lambda: counter, "127.0.0.1", port)
         request_size = args.size + _SEND_HEADER_BYTES
         frame = _FRAME_LENGTH.pack(request_size) + os.urandom(request_size)
@@ -371,6 +409,7 @@ async def _round_trip_floor(args: argparse.Namespace) -> dict[str, Any]:
             reply = counter.expect(loop)
             started = time.perf_counter_ns()
             transport.write(frame)
+            poller.kick()
             await reply
             if i >= args.warmup:
                 samples.append(time.perf_counter_ns() - started)
@@ -389,8 +428,9 @@ async def _round_trip_floor(args: argparse.Namespace) -> dict[str, Any]:
 class _ReplyCounter(asyncio.Protocol):
     """Resolves the future of :meth:`expect` once a whole reply of *reply_size* bytes has come."""
 
-    def __init__(self, reply_size: int) -> None:
+    def __init__(self, reply_size: int, poller: BusyPoller) -> None:
         self._reply_size = reply_size
+        self._poller = poller
         self._received = 0
         self._waiting: asyncio.Future[None] | None = None
 
@@ -399,6 +439,7 @@ class _ReplyCounter(asyncio.Protocol):
         return self._waiting
 
     def data_received(self, data: bytes) -> None:
+        self._poller.kick()
         self._received += len(data)
         if self._received >= self._reply_size and self._waiting is not None:
             self._received -= self._reply_size
@@ -410,10 +451,11 @@ class _ReplyCounter(asyncio.Protocol):
             self._waiting.set_exception(CometMQError("the echo process closed the connection"))
 
 
-async def _echo_serve(reply_size: int) -> int:
+async def _echo_serve(reply_size: int, busy_poll_us: int) -> int:
     """Answer each length-prefixed frame of the one connection with *reply_size* bytes; print the port
     first and, once the connection closes, how many frames were answered."""
     loop = asyncio.get_running_loop()
+    poller = BusyPoller(busy_poll_us)
     closed: asyncio.Future[int] = loop.create_future()
     reply = _FRAME_LENGTH.pack(reply_size - _FRAME_LENGTH.size) + bytes(reply_size - _FRAME_LENGTH.size)
 
@@ -426,6 +468,7 @@ async def _echo_serve(reply_size: int) -> int:
             self.transport = cast(asyncio.Transport, transport)
 
         def data_received(self, data: bytes) -> None:
+            poller.kick()
             self.buffer += data
             while len(self.buffer) >= _FRAME_LENGTH.size:
                 frame_size = _FRAME_LENGTH.size + _FRAME_LENGTH.unpack_from(self.buffer)[0]
@@ -466,6 +509,8 @@ async def _end_to_end(args: argparse.Namespace, producer: Producer, bodies: list
         str(deadline),
         "--rate",
         str(args.rate),
+        "--busy-poll-us",
+        str(args.consumer_busy_poll_us),
         "--json",
         stdout=subprocess.PIPE,
     )
@@ -528,7 +573,13 @@ async def _end_to_end(args: argparse.Namespace, producer: Producer, bodies: list
 
 
 async def _e2e_receive(args: argparse.Namespace) -> int:
-    consumer = LitePullConsumer(BENCH_GROUP + "_e2e", args.namesrv, auto_commit=False, pull_batch_size=64)
+    consumer = LitePullConsumer(
+        BENCH_GROUP + "_e2e",
+        args.namesrv,
+        auto_commit=False,
+        pull_batch_size=64,
+        busy_poll_us=args.busy_poll_us,
+    )
     async with consumer:
         queues: list[MessageQueue] = await consumer.fetch_queues(args.topic)
         consumer.assign(queues)

@@ -10,6 +10,10 @@ One connection per broker address, used by one thread at a time: a thread that f
 ``None`` and sends through the loop instead (whose connection pipelines requests), so concurrent
 senders never wait on each other here. The broker never sends requests to these connections (no
 heartbeat names them), so every frame read is a response.
+
+With ``busy_poll_us`` > 0 the reading thread polls the socket without blocking for that long before
+it sleeps in ``recv`` (as the event loop does, :mod:`cometmq.remoting.busypoll`): a reply that comes
+within the window wakes nobody.
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ _MAX_PARTS = 512  # under IOV_MAX (1024 on Linux), the most buffers one sendmsg 
 
 
 class _DirectConnection:
-    __slots__ = ("address", "busy", "decoder", "opaque", "sock")
+    __slots__ = ("address", "busy", "busy_poll_ns", "decoder", "opaque", "sock")
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, busy_poll_us: int = 0) -> None:
         self.address = address
+        self.busy_poll_ns = busy_poll_us * 1000
         self.busy = threading.Lock()
         self.sock: socket.socket | None = None
         self.decoder = FrameDecoder()
@@ -66,12 +71,16 @@ class _DirectConnection:
         self, sock: socket.socket, request: RemotingCommand, deadline: float
     ) -> RemotingCommand:
         decoder = self.decoder
+        poll_until = time.perf_counter_ns() + self.busy_poll_ns if self.busy_poll_ns else 0
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            sock.settimeout(remaining)
-            n = sock.recv_into(decoder.get_buffer())
+            n = _poll_into(sock, decoder.get_buffer(), poll_until) if poll_until else None
+            if n is None:
+                poll_until = 0
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                sock.settimeout(remaining)
+                n = sock.recv_into(decoder.get_buffer())
             if n == 0:
                 raise ConnectionResetError("closed by the broker")
             for cmd in decoder.buffer_updated(n):
@@ -82,6 +91,18 @@ class _DirectConnection:
         sock, self.sock = self.sock, None
         if sock is not None:
             sock.close()
+
+
+def _poll_into(sock: socket.socket, buffer: memoryview, until_ns: int) -> int | None:
+    """``recv_into`` without blocking, over and over until something comes (its size; 0 when the
+    broker closed) or ``time.perf_counter_ns()`` passes *until_ns* (None)."""
+    sock.settimeout(0.0)
+    while time.perf_counter_ns() < until_ns:
+        try:
+            return sock.recv_into(buffer)
+        except BlockingIOError:
+            pass
+    return None
 
 
 def _send_all(sock: socket.socket, parts: list[Buffer]) -> None:
@@ -104,8 +125,9 @@ def _connect(address: str, timeout: float) -> socket.socket:
 class DirectLane:
     """Per broker address, a socket the calling thread drives itself (thread-safe)."""
 
-    def __init__(self, connect_timeout: float = 3.0) -> None:
+    def __init__(self, connect_timeout: float = 3.0, busy_poll_us: int = 0) -> None:
         self._connect_timeout = connect_timeout
+        self._busy_poll_us = busy_poll_us
         self._connections: dict[str, _DirectConnection] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -119,7 +141,7 @@ class DirectLane:
             with self._lock:
                 if self._closed:
                     return None
-                conn = self._connections.setdefault(address, _DirectConnection(address))
+                conn = self._connections.setdefault(address, _DirectConnection(address, self._busy_poll_us))
         if not conn.busy.acquire(blocking=False):
             return None
         try:

@@ -122,6 +122,7 @@ class ClientInstance:
         connect_timeout: float = 3.0,
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         route_refresh_interval: float = POLL_NAMESRV_INTERVAL_S,
+        busy_poll_us: int = 0,
     ) -> None:
         self.namesrv_addrs = [addr.strip() for addr in namesrv_addr.split(";") if addr.strip()]
         if not self.namesrv_addrs:
@@ -133,7 +134,9 @@ class ClientInstance:
         self.route_refresh_interval = route_refresh_interval
         # The connections (held by the event loop while open) reach this object only weakly, so a
         # client dropped without close() can be collected, and its RemotingClient closes them then.
-        self.remoting = RemotingClient(_answer_for(weakref.ref(self)), connect_timeout=connect_timeout)
+        self.remoting = RemotingClient(
+            _answer_for(weakref.ref(self)), connect_timeout=connect_timeout, busy_poll_us=busy_poll_us
+        )
         self._routes: dict[str, TopicRouteData] = {}
         self._broker_addrs: dict[str, dict[int, str]] = {}  # broker name → broker id → address
         self._producer_groups: set[str] = set()

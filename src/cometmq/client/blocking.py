@@ -374,6 +374,7 @@ class Producer(_BlockingClient):
             max_message_size: int = ...,
             fault_avoidance: bool = ...,
             queue_selector: QueueSelector | None = ...,
+            busy_poll_us: int = ...,
         ) -> None: ...
         @property
         def client_id(self) -> str: ...
@@ -442,6 +443,7 @@ class PushConsumer(_BlockingClient):
             concurrency: int = ...,
             instance_name: str | None = ...,
             offsets_dir: str | Path | None = ...,
+            busy_poll_us: int = ...,
         ) -> None: ...
         @property
         def assigned_queues(self) -> frozenset[MessageQueue]: ...
@@ -480,6 +482,7 @@ class LitePullConsumer(_BlockingClient):
             pull_threshold_per_queue: int = ...,
             max_poll_messages: int = ...,
             request_timeout: float = ...,
+            busy_poll_us: int = ...,
         ) -> None: ...
         def assign(self, queues: Iterable[MessageQueue]) -> None: ...
         def assignment(self) -> set[MessageQueue]: ...

@@ -1,5 +1,6 @@
 """The RocketMQ 4.x remoting protocol: a pure frame codec and the asyncio transports around it."""
 
+from cometmq.remoting.busypoll import BusyPoller
 from cometmq.remoting.codec import MAX_FRAME_SIZE, FrameDecoder, decode_frame, encode, encode_bytes
 from cometmq.remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from cometmq.remoting.command import RemotingCommand
@@ -14,6 +15,7 @@ from cometmq.remoting.transport import (
 
 __all__ = [
     "MAX_FRAME_SIZE",
+    "BusyPoller",
     "Connection",
     "Dispatcher",
     "FrameDecoder",

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol, cast
 
 from cometmq.errors import BrokerError, ConnectionClosedError, ProtocolError, RemotingTimeoutError
+from cometmq.remoting.busypoll import BusyPoller
 from cometmq.remoting.codec import FrameDecoder, ReadBuffer, encode
 from cometmq.remoting.codes import ONEWAY_FLAG, ResponseCode
 from cometmq.remoting.command import RemotingCommand
@@ -65,9 +66,15 @@ class Connection(asyncio.BufferedProtocol):
     (a 256 KiB pull response) is not copied through per-read ``bytes`` objects and a growing buffer.
     """
 
-    def __init__(self, handler: RequestHandler | None, read_buffer: ReadBuffer | None = None) -> None:
+    def __init__(
+        self,
+        handler: RequestHandler | None,
+        read_buffer: ReadBuffer | None = None,
+        poller: BusyPoller | None = None,
+    ) -> None:
         self._handler = handler
         self._decoder = FrameDecoder(read_buffer)
+        self._poller = poller  # None: the loop sleeps between reads as usual (busypoll.py)
         self._transport: asyncio.Transport | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -95,6 +102,8 @@ class Connection(asyncio.BufferedProtocol):
             return memoryview(bytearray(4096))
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self._poller is not None:
+            self._poller.kick()
         try:
             commands = self._decoder.buffer_updated(nbytes)
         except ProtocolError as exc:
@@ -186,6 +195,8 @@ class Connection(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             return
         transport.writelines(encode(cmd))
+        if self._poller is not None:  # a request's reply, or the next request, is due soon
+            self._poller.kick()
 
     def next_opaque(self) -> int:
         return next(self._opaque)
@@ -262,10 +273,12 @@ def _error_response(request: RemotingCommand, exc: Exception) -> RemotingCommand
 
 
 class RemotingServer:
-    """Accepts connections and hands every request to ``handler``."""
+    """Accepts connections and hands every request to ``handler``; ``busy_poll_us`` > 0 keeps the loop
+    polling for that long after each read or write (:mod:`cometmq.remoting.busypoll`)."""
 
-    def __init__(self, handler: RequestHandler, host: str, port: int) -> None:
+    def __init__(self, handler: RequestHandler, host: str, port: int, busy_poll_us: int = 0) -> None:
         self._handler = handler
+        self._poller = BusyPoller(busy_poll_us) if busy_poll_us else None
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
@@ -280,7 +293,7 @@ class RemotingServer:
         self._close_listeners.append(listener)
 
     def _accept(self) -> Connection:
-        conn = Connection(self._handler, self._read_buffer)
+        conn = Connection(self._handler, self._read_buffer, self._poller)
         conn.add_close_listener(self._forget)
         for listener in self._close_listeners:
             conn.add_close_listener(listener)
@@ -308,10 +321,14 @@ class RemotingServer:
 
 
 class RemotingClient:
-    """Connections to many servers, one per address, with request/response matching by opaque."""
+    """Connections to many servers, one per address, with request/response matching by opaque;
+    ``busy_poll_us`` as for :class:`RemotingServer`."""
 
-    def __init__(self, handler: RequestHandler | None = None, connect_timeout: float = 3.0) -> None:
+    def __init__(
+        self, handler: RequestHandler | None = None, connect_timeout: float = 3.0, busy_poll_us: int = 0
+    ) -> None:
         self._handler = handler
+        self._poller = BusyPoller(busy_poll_us) if busy_poll_us else None
         self._connect_timeout = connect_timeout
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
@@ -353,7 +370,9 @@ class RemotingClient:
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: Connection(self._handler), host or "127.0.0.1", port),
+                loop.create_connection(
+                    lambda: Connection(self._handler, poller=self._poller), host or "127.0.0.1", port
+                ),
                 self._connect_timeout,
             )
         except (OSError, TimeoutError) as exc:

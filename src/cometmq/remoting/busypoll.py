@@ -1,0 +1,72 @@
+"""Busy polling: an event loop that keeps polling its sockets for a while after I/O instead of sleeping.
+
+Waking a process that sleeps costs a context switch on bare metal, and far more on a VM whose idle
+vCPUs halt at once (a KVM guest with ``guest_halt_poll_ns`` 0): the host must run the vCPU again,
+about 35-45 µs each way on the development VM, most of a synchronous send's ~180 µs there
+(docs/performance.md, "nineteenth session"). A loop that is still polling when the next request or
+reply comes needs no wake-up. This is Linux's ``busy_poll`` (and a KVM guest's default haltpoll
+window), done by the process itself: for ``window_us`` µs after each read or write, the loop's
+selector is polled without a timeout, then it sleeps as usual. The price is a CPU kept busy while
+traffic keeps coming, so it is off by default and meant for latency-bound deployments.
+
+While a loop spins, another thread of the process that wants the GIL would wait for Python's switch
+interval (5 ms) before it is handed over: the spinning thread takes the GIL back right after each
+poll, before the waiter wakes. So the first poller of a process with a window lowers the switch
+interval to :data:`SWITCH_INTERVAL_S`, which bounds that wait (the broker's flush thread, the pacing
+thread of ``cometmq bench``, a blocking client's caller threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+__all__ = ["SWITCH_INTERVAL_S", "BusyPoller"]
+
+# Python's default is 5 ms. 100 µs keeps another thread's wait for the GIL under a window's length.
+SWITCH_INTERVAL_S = 0.0001
+
+
+class BusyPoller:
+    """Keeps the running loop polling for ``window_us`` µs after each :meth:`kick` (0: never)."""
+
+    __slots__ = ("_deadline_ns", "_loop", "_spinning", "_window_ns")
+
+    def __init__(self, window_us: int) -> None:
+        if window_us < 0:
+            raise ValueError("the busy-poll window must be 0 µs or more")
+        self._window_ns = window_us * 1000
+        self._deadline_ns = 0
+        self._spinning = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if window_us and sys.getswitchinterval() > SWITCH_INTERVAL_S:
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+    @property
+    def window_us(self) -> int:
+        return self._window_ns // 1000
+
+    @property
+    def spinning(self) -> bool:
+        """Whether the loop is being kept polling now."""
+        return self._spinning
+
+    def kick(self) -> None:
+        """Some I/O happened (on the running loop): poll for a window from now."""
+        if not self._window_ns:
+            return
+        self._deadline_ns = time.perf_counter_ns() + self._window_ns
+        loop = asyncio.get_running_loop()
+        if not self._spinning or loop is not self._loop:  # (a loop that ended while spinning: start anew)
+            self._spinning = True
+            self._loop = loop
+            loop.call_soon(self._spin)
+
+    def _spin(self) -> None:
+        # A callback that is ready makes the loop poll its selector with a zero timeout before it runs
+        # again; rescheduling it until the deadline keeps the loop from sleeping, and nothing else.
+        if time.perf_counter_ns() < self._deadline_ns and self._loop is not None:
+            self._loop.call_soon(self._spin)
+        else:
+            self._spinning = False
