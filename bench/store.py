@@ -208,6 +208,16 @@ def main() -> None:
         "--rounds", type=int, default=3, help="fresh stores per workload (3); the median is shown"
     )
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: temp dir)")
+    parser.add_argument(
+        "--busy-poll-us",
+        type=int,
+        default=0,
+        metavar="US",
+        help="the broker's busyPollMicros in the through-broker rows (0, as by default)",
+    )
+    parser.add_argument(
+        "--only-broker", action="store_true", help="only the through-broker rows (and the disk's figures)"
+    )
     args = parser.parse_args()
 
     msgs = make_messages(args.count, args.size)
@@ -255,7 +265,7 @@ def main() -> None:
             f"  flushed/s of the {args.rounds} rounds"
         )
         rates: dict[tuple[str, str], float] = {}
-        for i, (name, mode, batch_msgs, run) in enumerate(workloads):
+        for i, (name, mode, batch_msgs, run) in enumerate([] if args.only_broker else workloads):
             rounds = []
             for r in range(args.rounds):
                 store = open_store(directory, f"store{i}-{r}", mode)
@@ -276,7 +286,9 @@ def main() -> None:
                 disk_mb_s,
             )
         for mode in FlushDiskType:
-            per_s = [through_broker(directory, mode, sync_msgs, r) for r in range(args.rounds)]
+            per_s = [
+                through_broker(directory, mode, sync_msgs, r, args.busy_poll_us) for r in range(args.rounds)
+            ]
             rates[mode.value, "broker"] = report(
                 mode.value,
                 f"{PRODUCERS} producers, broker",
@@ -285,6 +297,10 @@ def main() -> None:
                 disk_mb_s,
             )
 
+    broker_ratio = rates["SYNC_FLUSH", "broker"] / rates["ASYNC_FLUSH", "broker"]
+    if args.only_broker:
+        print(f"\nSYNC_FLUSH / ASYNC_FLUSH, {PRODUCERS} producers: {broker_ratio:.2f} through the broker")
+        return
     producers = f"{PRODUCERS} producers"
     # Each producer waits for the fdatasync after its put, so one sync covers at most PRODUCERS
     # messages; when the sync takes longer than PRODUCERS puts, each cycle is the puts, one after
@@ -295,7 +311,7 @@ def main() -> None:
         f"{rates['SYNC_FLUSH', producers] / rates['ASYNC_FLUSH', producers]:.2f} in the store "
         f"(at most {puts_us / (puts_us + group_fsync_us):.2f} on this disk: {PRODUCERS} puts take "
         f"{puts_us:,.0f} µs, then their {group_size / 1024:,.0f} KiB's fdatasync {group_fsync_us:,.0f} µs), "
-        f"{rates['SYNC_FLUSH', 'broker'] / rates['ASYNC_FLUSH', 'broker']:.2f} through the broker"
+        f"{broker_ratio:.2f} through the broker"
     )
     print(f"python {sys.version.split()[0]}, {args.count:,} messages of {args.size} bytes")
 
@@ -318,10 +334,12 @@ def report(
     return flushed
 
 
-def through_broker(directory: Path, mode: FlushDiskType, msgs: list[MessageToStore], round_: int) -> float:
+def through_broker(
+    directory: Path, mode: FlushDiskType, msgs: list[MessageToStore], round_: int, busy_poll_us: int
+) -> float:
     """Messages/s of PRODUCERS connections to a broker process, each sending and waiting in turn."""
     conf = directory / f"broker-{mode.value}.conf"
-    conf.write_text(f"flushDiskType={mode.value}\n")
+    conf.write_text(f"flushDiskType={mode.value}\nbusyPollMicros={busy_poll_us}\n")
     server, _ = start_standalone(directory / f"broker-{mode.value}-{round_}", conf)
     addr = broker_address(server)
     share = len(msgs) // PRODUCERS
