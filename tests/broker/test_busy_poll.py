@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from cometmq.cli._main import build_parser
 from cometmq.cli._servers import _broker_config
-from cometmq.client import AdminClient, LitePullConsumer, Message, Producer
+from cometmq.client import AdminClient, LitePullConsumer, Message, Producer, PushConsumer
 from cometmq.errors import ConfigError
 from processes import StandaloneServer, cometmq
 
@@ -121,3 +122,9 @@ def test_clients_given_a_window_poll_after_their_requests(server: StandaloneServ
         assert after_send > 0.04 and after_pull > 0.04, (after_send, after_pull)
     else:
         assert after_send < 0.02 and after_pull < 0.02, (after_send, after_pull)
+
+
+@pytest.mark.parametrize("client", [Producer, PushConsumer, LitePullConsumer])
+def test_a_client_refuses_a_negative_window_when_made(client: Callable[..., object]) -> None:
+    with pytest.raises(ValueError, match="busy-poll window must be 0 µs or more"):
+        client("GID_busy_bad", "127.0.0.1:9876", busy_poll_us=-1)

@@ -143,6 +143,8 @@ class LitePullConsumer:
         if not 1 <= pull_batch_size <= MAX_PULL_BATCH:
             raise ValueError(f"pull_batch_size must be within 1..{MAX_PULL_BATCH}, not {pull_batch_size}")
         check_consume_from(consume_from)
+        if busy_poll_us < 0:  # the other clients' pollers say so at once; this one's starts later
+            raise ValueError("the busy-poll window must be 0 µs or more")
         self.group = group
         self.namesrv = namesrv
         self.auto_commit = auto_commit
