@@ -1,6 +1,6 @@
 """Throughput of the official C++ client (rocketmq==0.4.4) against a fresh `cometmq standalone`.
 
-    .venv/bin/python bench/cpp_client.py [--count 20000] [--threads 1 4]
+    .venv/bin/python bench/cpp_client.py [--count 20000] [--threads 1 4] [--busy-poll-us 0]
 
 Starts a standalone server on free ports in a temp dir, sends COUNT messages of 1 KiB with synchronous
 sends (one producer per thread), then consumes them all with one push consumer, and prints messages/s.
@@ -43,10 +43,17 @@ def main() -> None:
     )
     parser.add_argument("--count", type=int, default=20000)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 4])
+    parser.add_argument(
+        "--busy-poll-us",
+        type=int,
+        default=0,
+        metavar="US",
+        help="the broker's busyPollMicros (0, as by default)",
+    )
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        server = StandaloneServer(Path(tmp) / "data")
+        server = StandaloneServer(Path(tmp) / "data", "--busy-poll-us", str(args.busy_poll_us))
         server.start()
         try:
             total = 0
