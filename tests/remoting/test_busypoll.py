@@ -5,22 +5,13 @@ and sleeps as before once the window has passed. What it buys (no wake-ups) is m
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import uvloop
 
 from cometmq.remoting import BusyPoller, Connection, RemotingClient, RemotingCommand, RemotingServer
-from cometmq.remoting.busypoll import SWITCH_INTERVAL_S
-
-
-@pytest.fixture(autouse=True)
-def _restore_switch_interval() -> Iterator[None]:
-    before = sys.getswitchinterval()
-    yield
-    sys.setswitchinterval(before)
 
 
 async def _cpu_seconds_while_waiting(seconds: float) -> float:
@@ -65,9 +56,7 @@ def test_every_kick_moves_the_end_of_the_window() -> None:
     assert asyncio.run(main()) == [True, True, True, True, False]
 
 
-def test_a_window_of_zero_never_polls_and_leaves_the_switch_interval_alone() -> None:
-    sys.setswitchinterval(0.005)
-
+def test_a_window_of_zero_never_polls() -> None:
     async def main() -> tuple[bool, float]:
         poller = BusyPoller(0)
         poller.kick()
@@ -75,16 +64,6 @@ def test_a_window_of_zero_never_polls_and_leaves_the_switch_interval_alone() -> 
 
     spinning, cpu = asyncio.run(main())
     assert not spinning and cpu < 0.02
-    assert sys.getswitchinterval() == 0.005
-
-
-def test_a_poller_lowers_the_switch_interval_so_other_threads_get_the_gil_within_a_window() -> None:
-    sys.setswitchinterval(0.005)
-    BusyPoller(50)
-    assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
-    sys.setswitchinterval(0.00005)  # lower already: kept
-    BusyPoller(50)
-    assert sys.getswitchinterval() == pytest.approx(0.00005)
 
 
 def test_a_negative_window_is_refused() -> None:

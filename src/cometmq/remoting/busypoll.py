@@ -2,30 +2,24 @@
 
 Waking a process that sleeps costs a context switch on bare metal, and far more on a VM whose idle
 vCPUs halt at once (a KVM guest with ``guest_halt_poll_ns`` 0): the host must run the vCPU again,
-about 35-45 µs each way on the development VM, most of a synchronous send's ~180 µs there
+about 35-45 µs each way on the development VM, where a synchronous send has two of them
 (docs/performance.md, "nineteenth session"). A loop that is still polling when the next request or
 reply comes needs no wake-up. This is Linux's ``busy_poll`` (and a KVM guest's default haltpoll
 window), done by the process itself: for ``window_us`` µs after each read or write, the loop's
 selector is polled without a timeout, then it sleeps as usual. The price is a CPU kept busy while
 traffic keeps coming, so it is off by default and meant for latency-bound deployments.
 
-While a loop spins, another thread of the process that wants the GIL would wait for Python's switch
-interval (5 ms) before it is handed over: the spinning thread takes the GIL back right after each
-poll, before the waiter wakes. So the first poller of a process with a window lowers the switch
-interval to :data:`SWITCH_INTERVAL_S`, which bounds that wait (the broker's flush thread, the pacing
-thread of ``cometmq bench``, a blocking client's caller threads).
+The process's other threads (the broker's flush thread, a blocking client's callers) still get the GIL
+while the loop polls: the loop releases it around each poll of its selector. Lowering Python's switch
+interval as well changed nothing measurable (docs/performance.md), so it is left alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 
-__all__ = ["SWITCH_INTERVAL_S", "BusyPoller"]
-
-# Python's default is 5 ms. 100 µs keeps another thread's wait for the GIL under a window's length.
-SWITCH_INTERVAL_S = 0.0001
+__all__ = ["BusyPoller"]
 
 
 class BusyPoller:
@@ -40,8 +34,6 @@ class BusyPoller:
         self._deadline_ns = 0
         self._spinning = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        if window_us and sys.getswitchinterval() > SWITCH_INTERVAL_S:
-            sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     @property
     def window_us(self) -> int:
