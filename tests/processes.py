@@ -187,3 +187,19 @@ def read_cpp_result(stdout: str, returncode: int, stderr: str) -> dict[str, Any]
             result["ok"] = False
             result["errors"].append(f"{died}; stderr:\n{stderr[-3000:]}")
     return result
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process *pid* so far (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def loop_cpu_while_waiting(seconds: float) -> float:
+    """CPU time the running loop's thread spends while it waits *seconds* with nothing to do: about
+    none when it sleeps, most of *seconds* when it is kept polling (cometmq.remoting.busypoll)."""
+    import asyncio
+
+    started = time.thread_time()
+    await asyncio.sleep(seconds)
+    return time.thread_time() - started

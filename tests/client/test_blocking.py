@@ -312,7 +312,7 @@ def test_a_failed_blocking_send_is_retried_through_the_loop_with_the_same_id() -
 def test_an_unanswered_blocking_send_times_out_and_the_next_one_is_answered(busy_poll_us: int) -> None:
     with (
         scripted_in_thread([]) as (namesrv, broker),
-        blocking.Producer("PID_blk_silent", namesrv, send_timeout=1.0, busy_poll_us=busy_poll_us) as producer,
+        blocking.Producer("PID_blk_silent", namesrv, send_timeout=2.0, busy_poll_us=busy_poll_us) as producer,
     ):
         producer.send(Message("Scripted", b"route"))
         broker.script = [SILENT]
@@ -324,9 +324,9 @@ def test_an_unanswered_blocking_send_times_out_and_the_next_one_is_answered(busy
         assert result.status is SendStatus.SEND_OK
         assert [r.body for r in broker.sends] == [b"route", b"unanswered", b"next"]
     # With a window, the calling thread polled the socket for its first 0.3 s, then slept in recv
-    # until the timeout as without one.
+    # until the timeout (2 s) as without one.
     if busy_poll_us:
-        assert 0.1 < waiting_cpu < 0.8, waiting_cpu
+        assert 0.08 < waiting_cpu < 0.9, waiting_cpu
     else:
         assert waiting_cpu < 0.1, waiting_cpu
 

@@ -33,11 +33,11 @@ _MAX_PARTS = 512  # under IOV_MAX (1024 on Linux), the most buffers one sendmsg 
 
 
 class _DirectConnection:
-    __slots__ = ("address", "busy", "busy_poll_ns", "decoder", "opaque", "sock")
+    __slots__ = ("address", "busy", "busy_poll_s", "decoder", "opaque", "sock")
 
     def __init__(self, address: str, busy_poll_us: int = 0) -> None:
         self.address = address
-        self.busy_poll_ns = busy_poll_us * 1000
+        self.busy_poll_s = busy_poll_us / 1e6
         self.busy = threading.Lock()
         self.sock: socket.socket | None = None
         self.decoder = FrameDecoder()
@@ -71,11 +71,12 @@ class _DirectConnection:
         self, sock: socket.socket, request: RemotingCommand, deadline: float
     ) -> RemotingCommand:
         decoder = self.decoder
-        poll_until = time.perf_counter_ns() + self.busy_poll_ns if self.busy_poll_ns else 0
+        # Polled until the window ends (never past the request's deadline), then read blocking.
+        poll_until = min(time.monotonic() + self.busy_poll_s, deadline) if self.busy_poll_s else 0.0
         while True:
             n = _poll_into(sock, decoder.get_buffer(), poll_until) if poll_until else None
             if n is None:
-                poll_until = 0
+                poll_until = 0.0
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError
@@ -93,11 +94,11 @@ class _DirectConnection:
             sock.close()
 
 
-def _poll_into(sock: socket.socket, buffer: memoryview, until_ns: int) -> int | None:
+def _poll_into(sock: socket.socket, buffer: memoryview, until: float) -> int | None:
     """``recv_into`` without blocking, over and over until something comes (its size; 0 when the
-    broker closed) or ``time.perf_counter_ns()`` passes *until_ns* (None)."""
+    broker closed) or ``time.monotonic()`` passes *until* (None)."""
     sock.settimeout(0.0)
-    while time.perf_counter_ns() < until_ns:
+    while time.monotonic() < until:
         try:
             return sock.recv_into(buffer)
         except BlockingIOError:

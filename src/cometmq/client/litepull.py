@@ -50,6 +50,7 @@ from cometmq.client._rebalance import REBALANCE_INTERVAL_S, allocate_averagely
 from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.common.subscription import SUB_ALL, SubscriptionData
 from cometmq.errors import CometMQError
+from cometmq.remoting.busypoll import checked_window
 
 __all__ = ["ConsumeFrom", "DataLossError", "LitePullConsumer"]
 
@@ -143,8 +144,6 @@ class LitePullConsumer:
         if not 1 <= pull_batch_size <= MAX_PULL_BATCH:
             raise ValueError(f"pull_batch_size must be within 1..{MAX_PULL_BATCH}, not {pull_batch_size}")
         check_consume_from(consume_from)
-        if busy_poll_us < 0:  # the other clients' pollers say so at once; this one's starts later
-            raise ValueError("the busy-poll window must be 0 µs or more")
         self.group = group
         self.namesrv = namesrv
         self.auto_commit = auto_commit
@@ -159,7 +158,7 @@ class LitePullConsumer:
         self.max_poll_messages = max(1, max_poll_messages)
         self._instance_name = instance_name
         self._request_timeout = request_timeout
-        self._busy_poll_us = busy_poll_us
+        self._busy_poll_us = checked_window(busy_poll_us)  # checked now: the client is made at start
         self._instance: ClientInstance | None = None
         self._subscriptions: dict[str, SubscriptionData] = {}
         self._subscriptions_all: dict[str, SubscriptionData] = {}  # "*" for assigned queues

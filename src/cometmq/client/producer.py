@@ -144,8 +144,8 @@ class Producer:
     :func:`select_by_hash`, the default, picks it as RocketMQ's Java SelectMessageQueueByHash does, so
     Java and Python producers put a key on the same queue. ``busy_poll_us`` > 0 keeps the event loop
     (and a blocking send's socket) polling for that many µs after each request or response instead of
-    sleeping (:mod:`cometmq.remoting.busypoll`): quicker replies, for a CPU kept
-    busy while they keep coming.
+    sleeping (:mod:`cometmq.remoting.busypoll`): quicker replies, for a CPU kept busy while they keep
+    coming.
     """
 
     def __init__(

@@ -19,30 +19,34 @@ from __future__ import annotations
 import asyncio
 import time
 
-__all__ = ["BusyPoller"]
+__all__ = ["BusyPoller", "checked_window"]
+
+
+def checked_window(window_us: int) -> int:
+    """*window_us* if it is a window a poller takes (0 or more µs); ValueError otherwise."""
+    if window_us < 0:
+        raise ValueError("the busy-poll window must be 0 µs or more")
+    return window_us
 
 
 class BusyPoller:
-    """Keeps the running loop polling for ``window_us`` µs after each :meth:`kick` (0: never)."""
+    """Keeps the running loop polling for ``window_us`` µs after each :meth:`kick` (0: never).
 
-    __slots__ = ("_deadline_ns", "_loop", "_spinning", "_window_ns")
+    One poller may be kicked from several loops in turn; the loop that kicked it last polls, and a loop
+    whose polling it took over goes back to sleeping as usual.
+    """
+
+    __slots__ = ("_deadline_ns", "_loop", "_window_ns")
 
     def __init__(self, window_us: int) -> None:
-        if window_us < 0:
-            raise ValueError("the busy-poll window must be 0 µs or more")
-        self._window_ns = window_us * 1000
+        self._window_ns = checked_window(window_us) * 1000
         self._deadline_ns = 0
-        self._spinning = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    @property
-    def window_us(self) -> int:
-        return self._window_ns // 1000
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop kept polling, if any
 
     @property
     def spinning(self) -> bool:
-        """Whether the loop is being kept polling now."""
-        return self._spinning
+        """Whether a loop is being kept polling now."""
+        return self._loop is not None
 
     def kick(self) -> None:
         """Some I/O happened (on the running loop): poll for a window from now."""
@@ -50,15 +54,16 @@ class BusyPoller:
             return
         self._deadline_ns = time.perf_counter_ns() + self._window_ns
         loop = asyncio.get_running_loop()
-        if not self._spinning or loop is not self._loop:  # (a loop that ended while spinning: start anew)
-            self._spinning = True
+        if loop is not self._loop:  # not polling, or on a loop that has ended or been left
             self._loop = loop
-            loop.call_soon(self._spin)
+            loop.call_soon(self._spin, loop)
 
-    def _spin(self) -> None:
+    def _spin(self, loop: asyncio.AbstractEventLoop) -> None:
         # A callback that is ready makes the loop poll its selector with a zero timeout before it runs
         # again; rescheduling it until the deadline keeps the loop from sleeping, and nothing else.
-        if time.perf_counter_ns() < self._deadline_ns and self._loop is not None:
-            self._loop.call_soon(self._spin)
+        if loop is not self._loop:
+            return  # another loop kicked the poller since: this one sleeps again
+        if time.perf_counter_ns() < self._deadline_ns:
+            loop.call_soon(self._spin, loop)
         else:
-            self._spinning = False
+            self._loop = None
