@@ -58,7 +58,7 @@ from cometmq.spark._cluster import Cluster  # noqa: E402
 from cometmq.spark._read import QueueRange, read_range  # noqa: E402
 from cometmq.spark._schema import PROPERTIES_TYPE  # noqa: E402
 from cometmq.spark.pipeline import local_session  # noqa: E402
-from processes import ServerProcess, start_standalone  # noqa: E402
+from processes import ServerProcess, cpu_seconds, start_standalone  # noqa: E402
 
 TARGET = 0.70
 CORES = os.cpu_count() or 1
@@ -215,11 +215,7 @@ def machine_busy_s() -> float:
 
 def process_cpu_s(pid: int | None) -> float:
     """CPU seconds of process ``pid`` (all its threads); 0 without one."""
-    if pid is None:
-        return 0.0
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return 0.0 if pid is None else cpu_seconds(pid)
 
 
 def tree_cpu_s(root: int) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -198,8 +199,6 @@ def cpu_seconds(pid: int) -> float:
 async def loop_cpu_while_waiting(seconds: float) -> float:
     """CPU time the running loop's thread spends while it waits *seconds* with nothing to do: about
     none when it sleeps, most of *seconds* when it is kept polling (cometmq.remoting.busypoll)."""
-    import asyncio
-
     started = time.thread_time()
     await asyncio.sleep(seconds)
     return time.thread_time() - started
