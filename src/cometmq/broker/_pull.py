@@ -169,7 +169,7 @@ class PullProcessor:
             return self._found(request, result, _status_code(result, held.offset))
 
         # Both answer the pull exactly once, with an error response if anything fails on the way (a
-        # store read, an encoding), as the dispatcher does for a handler that raises.
+        # store read, an encoding), as the dispatcher does for a handler that raises (reply_with).
         def answer(held: HeldPull) -> bool:
             if not conn.is_open:
                 return True  # nobody to answer: forget it without reading
@@ -192,10 +192,7 @@ class PullProcessor:
             return True
 
         def expire(held: HeldPull) -> None:
-            try:
-                conn.reply(request, found(held, read(held)))
-            except Exception as exc:
-                conn.reply_error(request, exc)
+            conn.reply_with(request, lambda: found(held, read(held)))
 
         broker.pull_holds.park(conn, topic, queue_id, offset, codes, answer, expire, hold_s)
 

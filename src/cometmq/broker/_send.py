@@ -413,10 +413,7 @@ class SendProcessor:
             return self._flushed_reply(request, result, flushed, queue_id)
 
         def answer(flushed: asyncio.Future[bool]) -> None:
-            try:
-                conn.reply(request, self._flushed_reply(request, result, flushed, queue_id))
-            except Exception as exc:
-                conn.reply_error(request, exc)
+            conn.reply_with(request, lambda: self._flushed_reply(request, result, flushed, queue_id))
 
         flushed.add_done_callback(answer)
         return None

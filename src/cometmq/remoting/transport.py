@@ -183,6 +183,17 @@ class Connection(asyncio.BufferedProtocol):
         ``BrokerError``'s code and remark, else SYSTEM_ERROR (and the traceback logged)."""
         self.reply(request, _error_response(request, exc))
 
+    def reply_with(self, request: RemotingCommand, build: Callable[[], RemotingCommand | None]) -> None:
+        """Answer *request* with what *build* returns, or with its error if it raises: for an answer
+        made later (at a held pull's deadline, after a group commit), as the dispatcher answers a
+        handler."""
+        try:
+            response = build()
+        except Exception as exc:
+            self.reply_error(request, exc)
+        else:
+            self.reply(request, response)
+
     # sending ----------------------------------------------------------------------------------
 
     @property
