@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from store_testlib import crash, make_msg, small_config
 
 from cometmq.common.record import decode_records
-from cometmq.store import GetStatus, MessageStore, PutStatus
+from cometmq.store import FlushDiskType, GetStatus, MessageStore, PutStatus
 
 CQ_UNITS_PER_FILE = 5
 topics = st.sampled_from(["A", "B"])
@@ -22,6 +22,8 @@ tag_codes = st.sampled_from([0, 1, 2])
 
 
 class StoreMachine(RuleBasedStateMachine):
+    flush_disk_type = FlushDiskType.ASYNC_FLUSH
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="cometmq-store-"))
@@ -33,6 +35,7 @@ class StoreMachine(RuleBasedStateMachine):
             self.dir,
             mapped_file_size_commitlog=8192,
             mapped_file_size_consume_queue=20 * CQ_UNITS_PER_FILE,
+            flush_disk_type=self.flush_disk_type,
         )
         store = MessageStore(cfg)
         store.start()
@@ -115,5 +118,14 @@ class StoreMachine(RuleBasedStateMachine):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class SyncFlushStoreMachine(StoreMachine):
+    """The same under SYNC_FLUSH, where a single put writes its record with pwrite, and the commit
+    log writes zeros ahead of the writer."""
+
+    flush_disk_type = FlushDiskType.SYNC_FLUSH
+
+
 StoreMachine.TestCase.settings = settings(max_examples=50, stateful_step_count=40, deadline=None)
+SyncFlushStoreMachine.TestCase.settings = StoreMachine.TestCase.settings
 test_store_model = StoreMachine.TestCase
+test_store_model_sync_flush = SyncFlushStoreMachine.TestCase

@@ -22,6 +22,18 @@ _Q: Final = struct.Struct(">q")
 _I: Final = struct.Struct(">i")
 _PHYSICAL_OFFSET_AT: Final = 28
 _SYSFLAG_AT: Final = 36
+_PAGE: Final = 4096
+_NEVER: Final = 1 << 62
+
+# Under SYNC_FLUSH the writer keeps the next WARM_AHEAD bytes of its segment written with zeros, a
+# WARM_CHUNK at a time (RocketMQ's warmMapedFileEnable warms a whole file instead). A segment is sparse
+# when created, so every group commit into it also commits the blocks it allocates; into blocks
+# written before, a write + fdatasync of one group (16 records) took ~105 µs against ~150 on this
+# project's machine (bench/store.py prints both), and SYNC_FLUSH appends/s rose 1.4-1.7x. The zeros
+# reach the disk with the next group commit, long before the writer gets there.
+WARM_AHEAD: Final = 4 << 20
+WARM_CHUNK: Final = 256 << 10
+_ZEROS: Final = bytes(WARM_CHUNK)
 
 
 class CommitLog:
@@ -36,6 +48,8 @@ class CommitLog:
     """
 
     __slots__ = (
+        "_warm_seg",
+        "_warmed_to",
         "cur",
         "damaged",
         "dir",
@@ -44,10 +58,11 @@ class CommitLog:
         "segment_size",
         "segments",
         "starts",
+        "warm_at",
         "wrote_pos",
     )
 
-    def __init__(self, directory: Path, segment_size: int) -> None:
+    def __init__(self, directory: Path, segment_size: int, *, warm: bool = False) -> None:
         self.dir = directory
         self.segment_size = segment_size
         self.segments: list[MappedFile] = []
@@ -57,6 +72,10 @@ class CommitLog:
         self.max_offset = 0
         self.flushed_offset = 0
         self.damaged = False  # load found files that force a full recovery
+        # The writer calls ``warm_ahead`` once a record ends past this offset; never without ``warm``.
+        self.warm_at = 0 if warm else _NEVER
+        self._warm_seg: MappedFile | None = None  # the segment ``_warmed_to`` is in
+        self._warmed_to = 0  # within it, zeros are written up to here
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -126,6 +145,7 @@ class CommitLog:
         self.wrote_pos = rel
         self.max_offset = end
         self.flushed_offset = end
+        self._warm_seg = None  # zero_from made the tail sparse again
 
     def ensure_segment(self) -> None:
         """A fresh log gets its first segment at offset 0 (so ``cur`` is never None while running)."""
@@ -145,6 +165,31 @@ class CommitLog:
         if remaining >= BLANK_MIN_SIZE:
             _SIZE_MAGIC.pack_into(cur.mm, pos, remaining, BLANK_MAGIC_CODE)
         return nxt
+
+    def warm_ahead(self) -> None:
+        """Write zeros over the current segment from the writer's page on, up to WARM_AHEAD past the
+        writer; the writer calls this after publishing its position, once a record ends past
+        ``warm_at``. Only this thread writes the log, so the zeros never land on a record. A failed
+        write (disk full) only stops the warming of this segment: the puts report the disk."""
+        seg = self.cur
+        assert seg is not None
+        if seg is not self._warm_seg or self._warmed_to < self.wrote_pos:
+            self._warm_seg = seg
+            self._warmed_to = -(-self.wrote_pos // _PAGE) * _PAGE
+        limit = min(self.wrote_pos + WARM_AHEAD, seg.size)
+        try:
+            while self._warmed_to < limit:
+                n = min(WARM_CHUNK, seg.size - self._warmed_to)
+                seg.write_at(self._warmed_to, _ZEROS[:n] if n < WARM_CHUNK else _ZEROS)
+                self._warmed_to += n
+        except OSError as exc:
+            log.warning("stopped writing ahead in %s: %s", seg.path.name, exc)
+            self._warmed_to = seg.size
+        # Again once the writer is a chunk further; with the whole segment warm, in the next one.
+        if self._warmed_to >= seg.size:
+            self.warm_at = seg.end
+        else:
+            self.warm_at = seg.start + self._warmed_to - WARM_AHEAD + WARM_CHUNK
 
     def _new_segment(self, start: int) -> MappedFile:
         path = self.dir / file_name(start)

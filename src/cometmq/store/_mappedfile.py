@@ -16,8 +16,9 @@ log = logging.getLogger("cometmq.store")
 class MappedFile:
     """One segment file: ``size`` bytes covering offsets ``[start, start + size)`` of its stream.
 
-    The writer thread writes through ``write_at`` (batches) or ``mm`` (single records); readers
-    slice ``view``. The flush thread only calls ``sync``, which needs nothing but the descriptor.
+    The writer thread writes through ``write_at`` (batches, and single records under SYNC_FLUSH)
+    or ``mm`` (single records under ASYNC_FLUSH); readers slice ``view``. The flush thread only
+    calls ``sync``, which needs nothing but the descriptor.
     """
 
     __slots__ = ("end", "fd", "mm", "needs_dir_sync", "path", "size", "start", "view")
@@ -59,7 +60,7 @@ class MappedFile:
             os.close(fd)
             raise
 
-    def write_at(self, pos: int, data: bytes) -> None:
+    def write_at(self, pos: int, data: bytes | memoryview) -> None:
         """Write *data* at *pos* through the descriptor rather than the mapping.
 
         For appends this is the cheaper way into the page cache: a first store into a mapped page of
