@@ -6,8 +6,9 @@ In one run, on one filesystem (a temp dir under --dir, default: the system temp 
 
 - the disk: sequential write of 256 MiB with `dd ... conv=fdatasync`; 4 KiB append + fdatasync in a
   loop (what one synchronous write costs), the same into blocks written before (no allocation to
-  commit), and 16 records written into a new sparse file + fdatasync (one group commit of the 16
-  producers below, as the commit log writes);
+  commit), and 16 records written + fdatasync (one group commit of the 16 producers below) into
+  blocks written before, as the commit log writes them under SYNC_FLUSH (it writes zeros ahead of
+  itself), and into a new sparse file, as it would without that;
 - the store, 1 KiB bodies with the properties a real client sends (UNIQ_KEY, KEYS, TAGS, ...):
   single `put`s and `put_batch`es of 32 in a loop, under ASYNC_FLUSH; and 16 concurrent producers
   (asyncio tasks, each appending one message and awaiting its reply condition before the next) under
@@ -115,7 +116,7 @@ def write_fsync_us(
 ) -> float:
     """One write of *size* bytes + fdatasync, *rounds* times one after another, into: "appended"
     blocks (the file grows, so each sync also commits its size), "new" blocks of a sparse file (as the
-    commit log writes into a new segment: each sync commits the blocks it allocated), or "written"
+    commit log would write into a new segment: each sync commits the blocks it allocated), or "written"
     blocks written and synced before (nothing to commit but the data)."""
     target = directory / "fsync.bin"
     fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
@@ -230,11 +231,13 @@ def main() -> None:
         fsync_us = write_fsync_us(directory, 4096, "appended")
         overwrite_us = write_fsync_us(directory, 4096, "written")
         group_size = round(record_bytes(sync_msgs) / len(sync_msgs)) * PRODUCERS
-        group_fsync_us = write_fsync_us(directory, group_size, "new")
+        group_fsync_us = write_fsync_us(directory, group_size, "written")
+        sparse_group_fsync_us = write_fsync_us(directory, group_size, "new")
         print(
             f"disk: dd sequential write {disk_mb_s:,.0f} MB/s; 4 KiB append+fdatasync {fsync_us:,.0f} µs "
             f"({1e6 / fsync_us:,.0f}/s), 4 KiB overwrite+fdatasync {overwrite_us:,.0f} µs, "
-            f"{group_size / 1024:,.0f} KiB into a new segment+fdatasync {group_fsync_us:,.0f} µs",
+            f"{group_size / 1024:,.0f} KiB+fdatasync into blocks written before {group_fsync_us:,.0f} µs "
+            f"(into a new sparse file {sparse_group_fsync_us:,.0f} µs)",
             flush=True,
         )
 
@@ -310,7 +313,8 @@ def main() -> None:
         f"\nSYNC_FLUSH / ASYNC_FLUSH, {PRODUCERS} producers: "
         f"{rates['SYNC_FLUSH', producers] / rates['ASYNC_FLUSH', producers]:.2f} in the store "
         f"(at most {puts_us / (puts_us + group_fsync_us):.2f} on this disk: {PRODUCERS} puts take "
-        f"{puts_us:,.0f} µs, then their {group_size / 1024:,.0f} KiB's fdatasync {group_fsync_us:,.0f} µs), "
+        f"{puts_us:,.0f} µs, then their {group_size / 1024:,.0f} KiB's write+fdatasync "
+        f"{group_fsync_us:,.0f} µs), "
         f"{broker_ratio:.2f} through the broker"
     )
     print(f"python {sys.version.split()[0]}, {args.count:,} messages of {args.size} bytes")

@@ -48,6 +48,10 @@ def test_store_bench_prints_the_disk_every_workload_and_the_flush_mode_ratio(tmp
         "store.py", "--count", "640", "--sync-count", "320", "--rounds", "1", "--dir", str(tmp_path)
     )
     figures(rf"^disk: dd sequential write {NUMBER} MB/s; 4 KiB append\+fdatasync {NUMBER} µs", out)
+    # the group commit's cost, as the store pays it (blocks written ahead) and as it would without
+    figures(
+        rf"KiB\+fdatasync into blocks written before {NUMBER} µs \(into a new sparse file {NUMBER} µs\)$", out
+    )
     for mode, workload in (
         ("ASYNC_FLUSH", "put, 1 at a time"),
         ("ASYNC_FLUSH", "put_batch of 32"),
