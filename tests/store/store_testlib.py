@@ -4,6 +4,9 @@ Small segment sizes make roll-overs happen within a few messages."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from cometmq.common.record import decode_records, encode_host
@@ -72,3 +75,12 @@ def bodies(store: MessageStore, topic: str, queue_id: int, start: int = 0) -> li
             return out
         out += [r.body for r in decode_records(b"".join(res.buffers), check_crc=True)]
         offset = res.next_begin_offset
+
+
+def run_child(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run *script* (``python -c``) in a child process that can import this module: for what applies
+    to a whole process, such as RLIMIT_FSIZE."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    return subprocess.run(
+        [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=60
+    )

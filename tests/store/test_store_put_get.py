@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import struct
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +17,7 @@ from store_testlib import (
     bodies,
     crash,
     make_msg,
+    run_child,
     small_config,
 )
 
@@ -469,14 +467,7 @@ store.shutdown()
 def test_a_batch_whose_write_fails_part_way_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
     """A real short write, made with RLIMIT_FSIZE in a child process (the limit is per process):
     the batch is refused, nothing of it is ever readable, and the next batch takes its place."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
-    done = subprocess.run(
-        [sys.executable, "-c", _WRITE_FAILS_PART_WAY, str(tmp_path / "store")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_child(_WRITE_FAILS_PART_WAY, str(tmp_path / "store"))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["statuses"] == ["PUT_OK", "UNKNOWN_ERROR", "PUT_OK"]

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from store_testlib import bodies, crash, make_msg, small_config
+from store_testlib import bodies, crash, make_msg, run_child, small_config
 
 from cometmq.store import FlushDiskType, MessageStore, PutStatus
 from cometmq.store._commitlog import WARM_AHEAD, WARM_CHUNK
@@ -154,14 +152,7 @@ def test_a_sync_flush_put_whose_write_fails_is_refused_and_leaves_nothing(tmp_pa
     """A real short write (RLIMIT_FSIZE, in a child process): the zeros ahead stop with a warning,
     each put that cannot be written is refused, none of it is ever readable, and once writes work
     again the next put takes its place."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
-    done = subprocess.run(
-        [sys.executable, "-c", _SYNC_WRITE_FAILS, str(tmp_path / "store")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_child(_SYNC_WRITE_FAILS, str(tmp_path / "store"))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     # 2 KiB bodies: five records fit below 12 KiB, the sixth and seventh cross it.
