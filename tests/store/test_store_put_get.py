@@ -440,7 +440,7 @@ def test_same_object_restarts(tmp_path: Path) -> None:
 _WRITE_FAILS_PART_WAY = """
 import json, resource, signal, sys
 from pathlib import Path
-from store_testlib import bodies, make_msg, small_config
+from store_testlib import bodies, crash, make_msg, small_config
 from cometmq.store import MessageStore
 
 def batch(tag):
@@ -455,21 +455,28 @@ _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
 resource.setrlimit(resource.RLIMIT_FSIZE, (12288, hard))
 statuses.append(store.put_batch(batch("b")).status.name)
 resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+crash(store)  # as kill -9: b's first record, written whole before the cut, must not come back
+store = MessageStore(small_config(Path(sys.argv[1])))
+store.start()
+after_crash = [b.decode()[:2] for b in bodies(store, "TopicTest", 0)]
 statuses.append(store.put_batch(batch("c")).status.name)
 store.shutdown()
 store = MessageStore(small_config(Path(sys.argv[1])))
 store.start()
-print(json.dumps({"statuses": statuses, "bodies": [b.decode()[:2] for b in bodies(store, "TopicTest", 0)]}))
+print(json.dumps({"statuses": statuses, "after_crash": after_crash,
+                  "bodies": [b.decode()[:2] for b in bodies(store, "TopicTest", 0)]}))
 store.shutdown()
 """
 
 
 def test_a_batch_whose_write_fails_part_way_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
     """A real short write, made with RLIMIT_FSIZE in a child process (the limit is per process):
-    the batch is refused, nothing of it is ever readable, and the next batch takes its place."""
+    the batch is refused, nothing of it is ever readable, not even after a crash (its first record was
+    written whole), and the next batch takes its place."""
     done = run_child(_WRITE_FAILS_PART_WAY, str(tmp_path / "store"))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["statuses"] == ["PUT_OK", "UNKNOWN_ERROR", "PUT_OK"]
+    assert result["after_crash"] == ["a0", "a1", "a2", "a3"]
     assert result["bodies"] == ["a0", "a1", "a2", "a3", "c0", "c1", "c2", "c3"]
     assert "cannot write to the commit log" in done.stderr and "short write" in done.stderr

@@ -124,7 +124,7 @@ def test_each_new_segment_is_written_ahead_from_its_first_record(tmp_path: Path)
 _SYNC_WRITE_FAILS = """
 import json, resource, signal, sys
 from pathlib import Path
-from store_testlib import bodies, make_msg, small_config
+from store_testlib import bodies, crash, make_msg, small_config
 from cometmq.store import FlushDiskType, MessageStore
 
 def config():
@@ -139,24 +139,31 @@ _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
 resource.setrlimit(resource.RLIMIT_FSIZE, (12288, hard))
 statuses = [store.put(make_msg(body=f"a{i}".encode() * 1000)).status.name for i in range(7)]
 resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
-statuses.append(store.put(make_msg(body=b"c0" * 1000)).status.name)
+crash(store)  # as kill -9: what the refused puts left in the file must not come back
+store = MessageStore(config())
+store.start()
+after_crash = [b.decode()[:2] for b in bodies(store, "TopicTest", 0)]
+statuses.append(store.put(make_msg(body=b"c0" * 100)).status.name)
 store.shutdown()
 store = MessageStore(config())
 store.start()
-print(json.dumps({"statuses": statuses, "bodies": [b.decode()[:2] for b in bodies(store, "TopicTest", 0)]}))
+print(json.dumps({"statuses": statuses, "after_crash": after_crash,
+                  "bodies": [b.decode()[:2] for b in bodies(store, "TopicTest", 0)]}))
 store.shutdown()
 """
 
 
 def test_a_sync_flush_put_whose_write_fails_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
     """A real short write (RLIMIT_FSIZE, in a child process): the zeros ahead stop with a warning,
-    each put that cannot be written is refused, none of it is ever readable, and once writes work
-    again the next put takes its place."""
+    each put that cannot be written is refused, none of it is readable, not even after a crash, and
+    once writes work again the next put (a shorter one, so it does not cover what they left) takes
+    their place."""
     done = run_child(_SYNC_WRITE_FAILS, str(tmp_path / "store"))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     # 2 KiB bodies: five records fit below 12 KiB, the sixth and seventh cross it.
     assert result["statuses"] == ["PUT_OK"] * 5 + ["UNKNOWN_ERROR"] * 2 + ["PUT_OK"]
+    assert result["after_crash"] == ["a0", "a1", "a2", "a3", "a4"]
     assert result["bodies"] == ["a0", "a1", "a2", "a3", "a4", "c0"]
     assert "stopped writing ahead" in done.stderr
     assert "cannot write to the commit log" in done.stderr and "short write" in done.stderr

@@ -29,7 +29,7 @@ _NEVER: Final = 1 << 62
 # WARM_CHUNK at a time (RocketMQ's warmMapedFileEnable warms a whole file instead). A segment is sparse
 # when created, so every group commit into it also commits the blocks it allocates; into blocks
 # written before, a write + fdatasync of one group (16 records) took ~105 µs against ~150 on this
-# project's machine (bench/store.py prints both), and SYNC_FLUSH appends/s rose 1.4-1.7x. The zeros
+# project's machine (bench/store.py prints both), and SYNC_FLUSH appends/s rose 1.3-1.6x. The zeros
 # reach the disk with the next group commit, long before the writer gets there.
 WARM_AHEAD: Final = 4 << 20
 WARM_CHUNK: Final = 256 << 10
@@ -167,9 +167,10 @@ class CommitLog:
         return nxt
 
     def warm_ahead(self) -> None:
-        """Write zeros over the current segment from the writer's page on, up to WARM_AHEAD past the
-        writer; the writer calls this after publishing its position, once a record ends past
-        ``warm_at``. Only this thread writes the log, so the zeros never land on a record. A failed
+        """Write zeros over the current segment from the writer's next page on, up to WARM_AHEAD past
+        the writer; the writer calls this once a record ends past
+        ``warm_at``. Only this thread writes the log, and the zeros start after ``wrote_pos``, which
+        the writer has already advanced past its record, so they never land on a record. A failed
         write (disk full) only stops the warming of this segment: the puts report the disk."""
         seg = self.cur
         assert seg is not None
@@ -180,7 +181,7 @@ class CommitLog:
         try:
             while self._warmed_to < limit:
                 n = min(WARM_CHUNK, seg.size - self._warmed_to)
-                seg.write_at(self._warmed_to, _ZEROS[:n] if n < WARM_CHUNK else _ZEROS)
+                seg.write_at(self._warmed_to, memoryview(_ZEROS)[:n])
                 self._warmed_to += n
         except OSError as exc:
             log.warning("stopped writing ahead in %s: %s", seg.path.name, exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import struct
@@ -299,7 +300,7 @@ class MessageStore:
             try:
                 seg.write_at(pos, memoryview(scratch)[:size])
             except OSError as exc:  # nothing is published: the next put writes over these bytes
-                return self._write_failed(phys, exc)
+                return self._write_failed(seg, pos, exc)
         cl.wrote_pos = pos + size
         end = phys + size
         if end > cl.warm_at:
@@ -326,8 +327,13 @@ class MessageStore:
             flusher.poke()
         return PutResult(PutStatus.PUT_OK, phys, queue_offset, 1, now, f"{host_hex}{phys:016X}", size)
 
-    def _write_failed(self, offset: int, exc: OSError) -> PutResult:
-        log.error("cannot write to the commit log at %d: %s", offset, exc)
+    def _write_failed(self, seg: MappedFile, pos: int, exc: OSError) -> PutResult:
+        """A put whose records could not all be written: refused, nothing published. The first
+        header is zeroed too (best effort), so that recovery after a crash cannot take what did get
+        written for records (a cut inside the properties leaves a valid body CRC)."""
+        log.error("cannot write to the commit log at %d: %s", seg.start + pos, exc)
+        with contextlib.suppress(OSError):
+            seg.write_at(pos, bytes(8))
         self._check_disk()
         return _failure(PutStatus.UNKNOWN_ERROR)
 
@@ -501,7 +507,7 @@ class MessageStore:
         try:
             seg.write_at(pos, b"".join(parts))
         except OSError as exc:  # nothing is published: the next put writes over these bytes
-            return self._write_failed(first_phys, exc)
+            return self._write_failed(seg, pos, exc)
         cl.wrote_pos = pos + total
         if phys > cl.warm_at:
             cl.warm_ahead()
