@@ -168,10 +168,10 @@ class CommitLog:
 
     def warm_ahead(self) -> None:
         """Write zeros over the current segment from the writer's next page on, up to WARM_AHEAD past
-        the writer; the writer calls this once a record ends past
-        ``warm_at``. Only this thread writes the log, and the zeros start after ``wrote_pos``, which
-        the writer has already advanced past its record, so they never land on a record. A failed
-        write (disk full) only stops the warming of this segment: the puts report the disk."""
+        the writer; the writer calls this once a record ends past ``warm_at``. Only this thread
+        writes the log, and the zeros start after ``wrote_pos``, which the writer has already moved
+        past its record, so they never land on a record. A failed write (disk full) only stops the
+        warming of this segment: the puts report the disk."""
         seg = self.cur
         assert seg is not None
         if seg is not self._warm_seg or self._warmed_to < self.wrote_pos:

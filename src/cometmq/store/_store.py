@@ -115,6 +115,7 @@ class MessageStore:
         if config.mapped_file_size_commitlog < _PAGE:
             raise ValueError("mapped_file_size_commitlog must be at least 4096")
         self._config = config
+        self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._root = Path(config.root_dir)
         self._delays = parse_delay_levels(config.message_delay_level)
         self._new_files()
@@ -135,8 +136,7 @@ class MessageStore:
         # that way into blocks written before took 110-370 µs against ~105 with pwrite
         # (docs/performance.md, twentieth session). ASYNC_FLUSH syncs rarely, so it stores through
         # the mapping: a syscall per put cost it a third of its appends/s with 16 producers.
-        sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
-        self._record_buffer: bytearray | None = bytearray(64 * 1024) if sync else None
+        self._record_buffer: bytearray | None = bytearray(64 * 1024) if self._sync_flush else None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -175,7 +175,7 @@ class MessageStore:
             cl,
             self._queues,
             self._checkpoint,
-            sync_mode=cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH,
+            sync_mode=self._sync_flush,
             interval_s=cfg.flush_interval_commitlog_ms / 1000,
             least_bytes=cfg.flush_commitlog_least_pages * _PAGE,
             timeout_s=cfg.sync_flush_timeout_ms / 1000,
@@ -214,9 +214,7 @@ class MessageStore:
         """Unloaded objects for the store's files (``start`` loads them)."""
         cfg = self._config
         self._commitlog = CommitLog(
-            self._root / "commitlog",
-            cfg.mapped_file_size_commitlog,
-            warm=cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH,
+            self._root / "commitlog", cfg.mapped_file_size_commitlog, warm=self._sync_flush
         )
         self._queues = QueueTable(self._root / "consumequeue", cfg.mapped_file_size_consume_queue)
         self._topics = self._queues.topics  # the put path's first lookup, one attribute away
