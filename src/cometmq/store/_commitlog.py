@@ -59,6 +59,8 @@ class CommitLog:
         "segments",
         "starts",
         "warm_at",
+        "warm_chunk",
+        "warm_window",
         "wrote_pos",
     )
 
@@ -74,6 +76,10 @@ class CommitLog:
         self.damaged = False  # load found files that force a full recovery
         # The writer calls ``warm_ahead`` once a record ends past this offset; never without ``warm``.
         self.warm_at = 0 if warm else _NEVER
+        # How far ahead of the writer, and in chunks of what size (at most WARM_CHUNK); settable for
+        # tests that need the window to slide within small segments.
+        self.warm_window = WARM_AHEAD
+        self.warm_chunk = WARM_CHUNK
         self._warm_seg: MappedFile | None = None  # the segment ``_warmed_to`` is in
         self._warmed_to = 0  # within it, zeros are written up to here
 
@@ -167,8 +173,8 @@ class CommitLog:
         return nxt
 
     def warm_ahead(self) -> None:
-        """Write zeros over the current segment from the writer's next page on, up to WARM_AHEAD past
-        the writer; the writer calls this once a record ends past ``warm_at``. Only this thread
+        """Write zeros over the current segment from the writer's next page on, up to ``warm_window``
+        past the writer; the writer calls this once a record ends past ``warm_at``. Only this thread
         writes the log, and the zeros start after ``wrote_pos``, which the writer has already moved
         past its record, so they never land on a record. A failed write (disk full) only stops the
         warming of this segment: the puts report the disk."""
@@ -177,10 +183,11 @@ class CommitLog:
         if seg is not self._warm_seg or self._warmed_to < self.wrote_pos:
             self._warm_seg = seg
             self._warmed_to = -(-self.wrote_pos // _PAGE) * _PAGE
-        limit = min(self.wrote_pos + WARM_AHEAD, seg.size)
+        chunk = self.warm_chunk
+        limit = min(self.wrote_pos + self.warm_window, seg.size)
         try:
             while self._warmed_to < limit:
-                n = min(WARM_CHUNK, seg.size - self._warmed_to)
+                n = min(chunk, seg.size - self._warmed_to)
                 seg.write_at(self._warmed_to, memoryview(_ZEROS)[:n])
                 self._warmed_to += n
         except OSError as exc:
@@ -190,7 +197,7 @@ class CommitLog:
         if self._warmed_to >= seg.size:
             self.warm_at = seg.end
         else:
-            self.warm_at = seg.start + self._warmed_to - WARM_AHEAD + WARM_CHUNK
+            self.warm_at = seg.start + self._warmed_to - self.warm_window + chunk
 
     def _new_segment(self, start: int) -> MappedFile:
         path = self.dir / file_name(start)
