@@ -55,6 +55,16 @@ def test_sync_flush_keeps_the_blocks_ahead_of_the_writer_written(tmp_path: Path)
         store.shutdown()
 
 
+def test_a_chunk_larger_than_the_zeros_kept_is_taken_as_their_size(tmp_path: Path) -> None:
+    store = open_store(tmp_path, FlushDiskType.SYNC_FLUSH)
+    try:
+        store._commitlog.warm_chunk = 4 * WARM_CHUNK
+        assert store.put(make_msg(body=b"x" * 1000)).status is PutStatus.PUT_OK
+        assert first_hole(segment_path(tmp_path)) >= store.commitlog_max_offset + WARM_AHEAD - WARM_CHUNK
+    finally:
+        store.shutdown()
+
+
 def test_async_flush_leaves_the_segment_sparse(tmp_path: Path) -> None:
     store = open_store(tmp_path, FlushDiskType.ASYNC_FLUSH)
     try:

@@ -76,8 +76,9 @@ class CommitLog:
         self.damaged = False  # load found files that force a full recovery
         # The writer calls ``warm_ahead`` once a record ends past this offset; never without ``warm``.
         self.warm_at = 0 if warm else _NEVER
-        # How far ahead of the writer, and in chunks of what size (at most WARM_CHUNK); settable for
-        # tests that need the window to slide within small segments.
+        # How far ahead of the writer, and in chunks of what size (no more than WARM_CHUNK, the zeros
+        # kept: larger is taken as WARM_CHUNK); settable for tests that need the window to slide
+        # within small segments.
         self.warm_window = WARM_AHEAD
         self.warm_chunk = WARM_CHUNK
         self._warm_seg: MappedFile | None = None  # the segment ``_warmed_to`` is in
@@ -183,7 +184,7 @@ class CommitLog:
         if seg is not self._warm_seg or self._warmed_to < self.wrote_pos:
             self._warm_seg = seg
             self._warmed_to = -(-self.wrote_pos // _PAGE) * _PAGE
-        chunk = self.warm_chunk
+        chunk = min(self.warm_chunk, WARM_CHUNK)
         limit = min(self.wrote_pos + self.warm_window, seg.size)
         try:
             while self._warmed_to < limit:

@@ -20,6 +20,7 @@ from cometmq.common.record import (
     MIN_RECORD_SIZE,
     STOREHOST_V6_FLAG,
     DecodedRecord,
+    WritableBuffer,
     crc32,
     encode_record_into,
     hex_ids,
@@ -270,13 +271,19 @@ class MessageStore:
             self._last_store_ts = now
         phys = seg.start + pos
         queue_offset = cq.max_offset if cq is not None else 0
+        # The record goes into the mapping, or into the buffer that pwrite then writes (SYNC_FLUSH).
         scratch = self._record_buffer
-        if scratch is not None and len(scratch) < size:
-            scratch = self._record_buffer = bytearray(size)
+        into: WritableBuffer
+        if scratch is None:
+            into, at = seg.mm, pos
+        else:
+            if len(scratch) < size:
+                scratch = self._record_buffer = bytearray(size)
+            into, at = scratch, 0
         try:
             encode_record_into(
-                seg.mm if scratch is None else scratch,
-                pos if scratch is None else 0,
+                into,
+                at,
                 queue_id,
                 msg.flag,
                 queue_offset,
