@@ -136,27 +136,20 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         action="store_true",
         help="skip the round trip without a broker measured first (the machine's floor)",
     )
-    latency.add_argument(
-        "--busy-poll-us",
-        type=whole_number(0),
-        default=0,
-        metavar="US",
-        help=(
+    for flag, whose in (
+        (
+            "--busy-poll-us",
             "the producers' (and the floor's) busy-poll window: keep polling for US µs after each "
             "request or reply instead of sleeping (0, never); the broker has its own "
-            "('cometmq standalone --busy-poll-us')"
+            "('cometmq standalone --busy-poll-us')",
         ),
-    )
-    latency.add_argument(
-        "--consumer-busy-poll-us",
-        type=whole_number(0),
-        default=0,
-        metavar="US",
-        help=(
+        (
+            "--consumer-busy-poll-us",
             "the end-to-end consumer's busy-poll window (0, never: with the broker and the producer "
-            "both polling, a third process that polls leaves a 2-CPU machine no CPU to wake on)"
+            "both polling, a third process that polls leaves a 2-CPU machine no CPU to wake on)",
         ),
-    )
+    ):
+        latency.add_argument(flag, type=whole_number(0), default=0, metavar="US", help=whose)
     latency.set_defaults(func=_command(_latency))
 
     # The floor's echo process (started by 'latency'; not for direct use).
