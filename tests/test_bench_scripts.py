@@ -72,6 +72,14 @@ def test_store_bench_prints_the_disk_every_workload_and_the_flush_mode_ratio(tmp
     assert at_most <= 1.0
     assert list(tmp_path.iterdir()) == []  # the stores, segments and the dd file are gone
 
+    only = run_bench(
+        "store.py", "--sync-count", "320", "--rounds", "1", "--dir", str(tmp_path), "--only-broker"
+    )
+    assert "put_batch" not in only and "in the store" not in only  # no in-store workload ran
+    for mode in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        figures(rf"^  {mode} +16 producers, broker +{NUMBER} +{NUMBER} ", only)
+    figures(rf"^SYNC_FLUSH / ASYNC_FLUSH, 16 producers: {NUMBER} through the broker$", only)
+
 
 def test_broker_send_bench_prints_the_cpu_of_a_batched_and_a_single_send() -> None:
     out = run_bench("broker_send.py", "--batches", "20", "--batch", "10", "--rounds", "1")
