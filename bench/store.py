@@ -1,6 +1,7 @@
 """Append throughput of the store (`cometmq.store.MessageStore`) beside the disk's own limits.
 
     .venv/bin/python bench/store.py [--count 200000] [--size 1024] [--rounds 3] [--dir PATH]
+                                    [--busy-poll-us 0] [--only-broker]
 
 In one run, on one filesystem (a temp dir under --dir, default: the system temp dir):
 
