@@ -70,6 +70,8 @@ class Broker:
                 flush_commitlog_least_pages=config.flush_commit_log_least_pages,
                 sync_flush_timeout_ms=config.sync_flush_timeout,
                 max_message_size=config.max_message_size,
+                enabled_append_prop_crc=config.enabled_append_prop_crc,
+                force_verify_prop_crc=config.force_verify_prop_crc,
                 message_delay_level=config.message_delay_level,
                 message_index_enable=config.message_index_enable,
                 max_index_num=config.max_index_num,

@@ -45,6 +45,9 @@ class BrokerConfig:
     # ms between writes of consumerOffset.json; commits of the last interval are lost by a crash
     flush_consumer_offset_interval: int = 5000
     max_message_size: int = 4 * 1024 * 1024
+    # RocketMQ 5's record CRC, off by default (docs/store.md, "Record CRC").
+    enabled_append_prop_crc: bool = False
+    force_verify_prop_crc: bool = False
     # Delay of each level of delayed messages (DELAY=1 is the first); see broker/_schedule.py.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     # The message index behind QUERY_MESSAGE (docs/store.md, "Index").

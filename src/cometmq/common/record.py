@@ -25,6 +25,11 @@ big-endian; ``i``/``q`` below are signed 32/64-bit.
 
     TOTALSIZE = 91 + n + t + p, plus 12 per IPv6 host.
 
+A record may end with RocketMQ 5's record CRC (its ``enabledAppendPropCRC``): the last 20 bytes are
+the property ``__CRC32#`` \x01 + ten ASCII digits + \x02, the digits the CRC32 (masked as BODYCRC) of
+every byte of the record before those 20, least significant digit first, padded with "0". BODYCRC
+covers the body only; this covers the head, topic and properties too.
+
 We only *write* IPv4 hosts (C++ 1.2.3 and the JS client ignore the v6 bits), but the decoder honours
 them, and also reads RocketMQ 5.x records (magic 0xDAA320AB, 2-byte topic length).
 """
@@ -58,6 +63,7 @@ __all__ = [
     "DecodedRecord",
     "RecordError",
     "body_crc",
+    "carries_record_crc",
     "crc32",
     "decode_host",
     "decode_offset_msg_id",
@@ -71,7 +77,10 @@ __all__ = [
     "pack_properties_length",
     "pack_record_head",
     "record_size",
+    "seal_record_crc",
     "topic_field",
+    "with_record_crc_property",
+    "without_record_crc_property",
 ]
 
 MESSAGE_MAGIC_CODE: Final = 0xDAA320A7  # Java int -626843481
@@ -97,6 +106,11 @@ _I64: Final = struct.Struct(">q")
 
 _CRC_MASK: Final = 0x7FFFFFFF
 
+RECORD_CRC_PROPERTY: Final = "__CRC32#"  # RocketMQ's MessageConst.PROPERTY_CRC32
+RECORD_CRC_SIZE: Final = 20  # name, separator, ten digits, separator (RocketMQ's CRC32_RESERVED_LEN)
+_RECORD_CRC_NAME: Final = b"__CRC32#\x01"
+_RECORD_CRC_NAME_TEXT: Final = "__CRC32#\x01"
+
 
 WritableBuffer = bytearray | memoryview | mmap.mmap
 
@@ -113,6 +127,50 @@ def record_size(body_len: int, topic_len: int, props_len: int) -> int:
 def body_crc(body: bytes | memoryview) -> int:
     """BODYCRC as RocketMQ computes it: CRC32 masked to a non-negative Java int."""
     return crc32(body) & _CRC_MASK
+
+
+def with_record_crc_property(properties: bytes) -> bytes:
+    """*properties* (encoded, without a record CRC property) followed by one whose digits are still to
+    be filled in by ``seal_record_crc``; like RocketMQ, a separator first unless they end with one."""
+    if properties and not properties.endswith(b"\x02"):
+        properties += b"\x02"
+    return properties + _RECORD_CRC_NAME + b"0000000000\x02"
+
+
+def without_record_crc_property(properties: bytes) -> bytes:
+    """*properties* (encoded) with any record CRC property taken out: a client cannot set it, or it
+    could make recovery take a record for damaged (and drop it)."""
+    if _RECORD_CRC_NAME not in properties:
+        return properties
+    pairs = properties.split(b"\x02")
+    kept = b"\x02".join(pair for pair in pairs if pair and not pair.startswith(_RECORD_CRC_NAME))
+    return kept + b"\x02" if kept and properties.endswith(b"\x02") else kept
+
+
+def seal_record_crc(buf: WritableBuffer, pos: int, total: int) -> None:
+    """Fill in the record CRC of the complete record at ``buf[pos:pos + total]``, whose properties end
+    with ``with_record_crc_property``'s placeholder."""
+    digits_at = pos + total - 11
+    with memoryview(buf) as mv:
+        crc = crc32(mv[pos : pos + total - RECORD_CRC_SIZE]) & _CRC_MASK
+    buf[digits_at : digits_at + 10] = str(crc)[::-1].ljust(10, "0").encode()
+
+
+def carries_record_crc(properties: str) -> bool:
+    """Whether decoded properties end with a record CRC property (``decode_record_at`` with
+    *check_crc* has checked its value then)."""
+    return properties[-RECORD_CRC_SIZE:-11] == _RECORD_CRC_NAME_TEXT and properties[-1:] == "\x02"
+
+
+def _record_crc_mismatch(mv: memoryview, pos: int, limit: int) -> bool:
+    """Whether the record at ``mv[pos:limit]``, whose properties are at least 20 bytes, carries a
+    record CRC property that does not match it."""
+    if mv[limit - RECORD_CRC_SIZE : limit - 11].tobytes() != _RECORD_CRC_NAME or mv[limit - 1] != 2:
+        return False
+    digits = bytes(mv[limit - 11 : limit - 1])
+    return not (
+        digits.isdigit() and int(digits[::-1]) == crc32(mv[pos : limit - RECORD_CRC_SIZE]) & _CRC_MASK
+    )
 
 
 def encode_record_into(
@@ -225,7 +283,7 @@ def iter_records(data: bytes | bytearray | memoryview, check_crc: bool = False) 
 
     Blank filler records are skipped; a zero TOTALSIZE ends the data (the unwritten tail of a
     segment). Anything else malformed raises ``RecordError``; with *check_crc* a body whose CRC
-    does not match does too.
+    does not match does too, and so does a record CRC property that does not match its record.
     """
     mv = memoryview(data)
     if mv.format != "B" or mv.ndim != 1:
@@ -279,8 +337,11 @@ def decode_record_at(mv: memoryview, pos: int, end: int, check_crc: bool = False
                 raise RecordError(f"record at {pos}: lengths do not add up to TOTALSIZE {total}")
             body = bytes(mv[pos + 88 : at])
             crc = fields[2]
-            if check_crc and crc32(body) & _CRC_MASK != crc:
-                raise RecordError(f"record at {pos}: body CRC mismatch")
+            if check_crc:
+                if crc32(body) & _CRC_MASK != crc:
+                    raise RecordError(f"record at {pos}: body CRC mismatch")
+                if p >= RECORD_CRC_SIZE and _record_crc_mismatch(mv, pos, limit):
+                    raise RecordError(f"record at {pos}: record CRC mismatch")
             try:
                 topic = str(mv[at + 1 : tp], "utf-8")
                 properties = str(mv[tp + 2 : limit], "utf-8")
@@ -359,11 +420,15 @@ def _decode_general(mv: memoryview, pos: int, total: int, magic: int, check_crc:
     body = r.raw(r.int_(_I32))
     # 5.x widened TOPICLENGTH to two bytes under its own magic code.
     topic = r.raw(r.int_(_I16 if magic == MESSAGE_MAGIC_CODE_V2 else _I8)).decode()
-    properties = r.raw(r.int_(_I16)).decode()
+    raw_properties = r.raw(r.int_(_I16))
+    properties = raw_properties.decode()
     if r.at != r.limit:
         raise RecordError(f"record at {pos}: lengths do not add up to TOTALSIZE {total}")
-    if check_crc and crc32(body) & _CRC_MASK != crc:
-        raise RecordError(f"record at {pos}: body CRC mismatch")
+    if check_crc:
+        if crc32(body) & _CRC_MASK != crc:
+            raise RecordError(f"record at {pos}: body CRC mismatch")
+        if len(raw_properties) >= RECORD_CRC_SIZE and _record_crc_mismatch(mv, pos, r.limit):
+            raise RecordError(f"record at {pos}: record CRC mismatch")
     return DecodedRecord(
         total,
         magic,

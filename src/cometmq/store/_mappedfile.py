@@ -60,7 +60,7 @@ class MappedFile:
             os.close(fd)
             raise
 
-    def write_at(self, pos: int, data: bytes | memoryview) -> None:
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         """Write *data* at *pos* through the descriptor rather than the mapping.
 
         For appends this is the cheaper way into the page cache: a first store into a mapped page of

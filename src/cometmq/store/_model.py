@@ -43,6 +43,10 @@ class StoreConfig:
     flush_commitlog_least_pages: int = 4
     sync_flush_timeout_ms: int = 5000
     max_message_size: int = 4 * 1024 * 1024
+    # RocketMQ 5's record CRC (docs/store.md, "Record CRC"): append it to every record written, and
+    # make recovery drop a record that lacks one. Both off, as in RocketMQ.
+    enabled_append_prop_crc: bool = False
+    force_verify_prop_crc: bool = False
     # RocketMQ's messageDelayLevel: the store needs it because a SCHEDULE_TOPIC_XXXX unit's tags code
     # is the delivery time, computed from the store timestamp (on put and again on recovery).
     message_delay_level: str = DEFAULT_DELAY_LEVELS

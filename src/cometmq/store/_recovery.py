@@ -16,6 +16,7 @@ from cometmq.common.record import (
     MESSAGE_MAGIC_CODE,
     DecodedRecord,
     RecordError,
+    carries_record_crc,
     decode_record_at,
 )
 
@@ -45,8 +46,12 @@ def recover(
     checkpoint: Checkpoint | None,
     crashed: bool,
     tags_code_of: TagsCodeOf,
+    require_record_crc: bool = False,
 ) -> None:
-    """Set the commit log's end and repair the consume queues. ``cl`` and ``queues`` are loaded."""
+    """Set the commit log's end and repair the consume queues. ``cl`` and ``queues`` are loaded.
+
+    With *require_record_crc* (``forceVerifyPropCRC``) a record without a record CRC property ends
+    the log like a damaged one; one that carries it is checked either way."""
     damaged = cl.damaged or any(cq.damaged for cq in queues.all_queues())
     if (
         not crashed
@@ -56,7 +61,7 @@ def recover(
         and _clean_end_plausible(cl, checkpoint)
     ):
         end = checkpoint.commitlog_flushed
-        valid_end = _verify_last_segment(cl, queues, end, tags_code_of)
+        valid_end = _verify_last_segment(cl, queues, end, tags_code_of, require_record_crc)
         if valid_end == end:
             cl.set_end(end)
             _trim_queues(queues, end, cl.min_offset)
@@ -99,7 +104,7 @@ def recover(
         dispatch_from = checkpoint.dispatch_safe
         start = cl.starts[bisect.bisect_right(cl.starts, dispatch_from) - 1]
     stats = _ScanStats()
-    end = _scan(cl, queues, start, dispatch_from, None, None, tags_code_of, stats)
+    end = _scan(cl, queues, start, dispatch_from, None, None, tags_code_of, stats, require_record_crc)
     if stats.gaps:
         # Those queues lack units for records before ``dispatch_from`` (their files were lost):
         # rebuild them from the first record in the log.
@@ -151,6 +156,7 @@ def _scan(
     only: set[QueueKey] | None,
     tags_code_of: TagsCodeOf,
     stats: _ScanStats,
+    require_record_crc: bool = False,
 ) -> int:
     """Verify records from *start* on, dispatching those from *dispatch_from* on to their queues;
     return the end of the valid log. With *only* set, dispatch just those queues (a rebuild) and
@@ -195,6 +201,13 @@ def _scan(
                 rec = decode_record_at(view, rel, size, check_crc=True)
             except RecordError as exc:
                 log.warning("recovery: commit log ends at %d (%s): %s", offset, seg.path.name, exc)
+                return offset
+            if require_record_crc and not carries_record_crc(rec.properties):
+                log.warning(
+                    "recovery: commit log ends at %d (%s): record without a record CRC (forceVerifyPropCRC)",
+                    offset,
+                    seg.path.name,
+                )
                 return offset
             if rec.commitlog_offset != offset:
                 log.warning(
@@ -280,7 +293,9 @@ def _trim_queue(cq: ConsumeQueue, end: int) -> int:
     return dropped
 
 
-def _verify_last_segment(cl: CommitLog, queues: QueueTable, end: int, tags_code_of: TagsCodeOf) -> int:
+def _verify_last_segment(
+    cl: CommitLog, queues: QueueTable, end: int, tags_code_of: TagsCodeOf, require_record_crc: bool
+) -> int:
     """Where the valid records of the segment holding the log's last byte end (*end* if all are).
 
     A clean checkpoint says where the log ends, not that the bytes before it are still intact (a
@@ -289,7 +304,7 @@ def _verify_last_segment(cl: CommitLog, queues: QueueTable, end: int, tags_code_
     if end <= cl.min_offset:
         return end
     start = cl.starts[bisect.bisect_right(cl.starts, end - 1) - 1]
-    return _scan(cl, queues, start, end, end, None, tags_code_of, _ScanStats())
+    return _scan(cl, queues, start, end, end, None, tags_code_of, _ScanStats(), require_record_crc)
 
 
 def _clean_end_plausible(cl: CommitLog, cp: Checkpoint) -> bool:

@@ -26,7 +26,10 @@ from cometmq.common.record import (
     hex_ids,
     pack_properties_length,
     pack_record_head,
+    seal_record_crc,
     topic_field,
+    with_record_crc_property,
+    without_record_crc_property,
 )
 from cometmq.common.taghash import java_string_hash
 
@@ -121,6 +124,7 @@ class MessageStore:
         self._delays = parse_delay_levels(config.message_delay_level)
         self._new_files()
         self._max_body = config.max_message_size
+        self._append_record_crc = config.enabled_append_prop_crc
         self._flusher: FlushService | None = None
         self._index: IndexService | None = None  # None: messageIndexEnable is off
         self._running = False
@@ -155,7 +159,9 @@ class MessageStore:
             checkpoint = self._checkpoint.read()
             cl.load()
             self._queues.load()
-            recover(cl, self._queues, checkpoint, crashed, self._recovered_tags_code)
+            recover(
+                cl, self._queues, checkpoint, crashed, self._recovered_tags_code, cfg.force_verify_prop_crc
+            )
             if cfg.message_index_enable:
                 self._index = IndexService(self._root / "index", cfg.max_index_num, self._retire_files)
                 self._index.load(cl)
@@ -301,6 +307,8 @@ class MessageStore:
             )
         except struct.error:  # a field out of range; nothing is published, the bytes get reused
             return _failure(PutStatus.MESSAGE_ILLEGAL)
+        if self._append_record_crc:
+            seal_record_crc(into, at, size)
         if scratch is not None:
             try:
                 seg.write_at(pos, memoryview(scratch)[:size])
@@ -347,9 +355,11 @@ class MessageStore:
         if len(msg.body) > self._max_body or not _storable_hosts(msg.sys_flag, msg.born_host, msg.store_host):
             return PutStatus.MESSAGE_ILLEGAL
         try:
-            props = msg.properties.encode()
+            props = without_record_crc_property(msg.properties.encode())
         except UnicodeEncodeError:  # lone surrogates: not representable in the record
             return PutStatus.MESSAGE_ILLEGAL
+        if self._append_record_crc:
+            props = with_record_crc_property(props)
         if len(props) > MAX_PROPERTIES_SIZE:
             return PutStatus.PROPERTIES_SIZE_EXCEEDED
         return props
@@ -439,13 +449,18 @@ class MessageStore:
             or max(map(len, bodies)) > self._max_body
         ):
             return _failure(PutStatus.MESSAGE_ILLEGAL)
-        if max(map(len, properties)) > MAX_PROPERTIES_SIZE:
-            return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
+        # All at once: a separator between them keeps a cut UTF-8 sequence invalid.
+        joined = b"\x02".join(properties)
         try:
-            # All at once: a separator between them keeps a cut UTF-8 sequence invalid.
-            b"\x02".join(properties).decode()
+            joined.decode()
         except UnicodeDecodeError:
             return _failure(PutStatus.MESSAGE_ILLEGAL)
+        if b"__CRC32#" in joined:
+            properties = [without_record_crc_property(props) for props in properties]
+        if self._append_record_crc:
+            properties = [with_record_crc_property(props) for props in properties]
+        if max(map(len, properties)) > MAX_PROPERTIES_SIZE:
+            return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
         fixed = MIN_RECORD_SIZE + len(topic.encoded)
         total = fixed * count + sum(map(len, bodies)) + sum(map(len, properties))
         cq = self._queues.queue(topic, queue_id)
@@ -509,8 +524,13 @@ class MessageStore:
                 queue_offset += 1
         except struct.error:  # a field out of range; nothing was written
             return _failure(PutStatus.MESSAGE_ILLEGAL)
+        records: bytes | bytearray = b"".join(parts)
+        if self._append_record_crc:
+            records = bytearray(records)
+            for start, end in zip(offsets, [*offsets[1:], phys], strict=True):
+                seal_record_crc(records, start - first_phys, end - start)
         try:
-            seg.write_at(pos, b"".join(parts))
+            seg.write_at(pos, records)
         except OSError as exc:  # nothing is published: the next put writes over these bytes
             return self._write_failed(seg, pos, exc)
         cl.wrote_pos = pos + total
