@@ -39,7 +39,7 @@ from __future__ import annotations
 import ipaddress
 import mmap
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -78,6 +78,7 @@ __all__ = [
     "pack_record_head",
     "record_size",
     "seal_record_crc",
+    "seal_records_crc",
     "topic_field",
     "with_record_crc_property",
     "without_record_crc_property",
@@ -150,10 +151,15 @@ def without_record_crc_property(properties: bytes) -> bytes:
 def seal_record_crc(buf: WritableBuffer, pos: int, total: int) -> None:
     """Fill in the record CRC of the complete record at ``buf[pos:pos + total]``, whose properties end
     with ``with_record_crc_property``'s placeholder."""
-    digits_at = pos + total - 11
     with memoryview(buf) as mv:
-        crc = crc32(mv[pos : pos + total - RECORD_CRC_SIZE]) & _CRC_MASK
-    buf[digits_at : digits_at + 10] = str(crc)[::-1].ljust(10, "0").encode()
+        seal_records_crc(mv, ((pos, pos + total),))
+
+
+def seal_records_crc(mv: memoryview, spans: Iterable[tuple[int, int]]) -> None:
+    """``seal_record_crc`` for each record ``mv[start:end]`` of *spans* (one call for a batch)."""
+    for start, end in spans:
+        crc = crc32(mv[start : end - RECORD_CRC_SIZE]) & _CRC_MASK
+        mv[end - 11 : end - 1] = (b"%d" % crc)[::-1].ljust(10, b"0")
 
 
 def carries_record_crc(properties: str) -> bool:

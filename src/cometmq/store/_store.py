@@ -27,6 +27,7 @@ from cometmq.common.record import (
     pack_properties_length,
     pack_record_head,
     seal_record_crc,
+    seal_records_crc,
     topic_field,
     with_record_crc_property,
     without_record_crc_property,
@@ -527,8 +528,9 @@ class MessageStore:
         records: bytes | bytearray = b"".join(parts)
         if self._append_record_crc:
             records = bytearray(records)
-            for start, end in zip(offsets, [*offsets[1:], phys], strict=True):
-                seal_record_crc(records, start - first_phys, end - start)
+            starts = [offset - first_phys for offset in offsets]
+            with memoryview(records) as mv:
+                seal_records_crc(mv, zip(starts, [*starts[1:], total], strict=True))
         try:
             seg.write_at(pos, records)
         except OSError as exc:  # nothing is published: the next put writes over these bytes
