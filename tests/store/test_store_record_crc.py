@@ -1,5 +1,5 @@
 """The record CRC (RocketMQ 5's ``enabledAppendPropCRC`` / ``forceVerifyPropCRC``): written by the
-store on every put and batch, checked by the decoder and by recovery, unforgeable by clients."""
+store on every put and batch, checked by recovery when either key is set, unforgeable by clients."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 from store_testlib import SMALL_COMMITLOG, bodies, crash, make_msg
 from test_store_record import encode, records
 
+from cometmq.broker import Broker
 from cometmq.broker.config import BrokerConfig
 from cometmq.common.properties import decode_properties, encode_properties
 from cometmq.common.record import (
     RecordError,
     carries_record_crc,
     decode_records,
+    record_crc_matches,
     seal_record_crc,
     with_record_crc_property,
     without_record_crc_property,
@@ -56,6 +58,7 @@ def test_a_sealed_record_ends_with_the_crc_property_rocketmq_writes(fields: dict
     assert data[-20:] == rocketmq_crc_property(data)
     (rec,) = decode_records(data, check_crc=True)
     assert carries_record_crc(rec.properties)
+    assert record_crc_matches(memoryview(data), 0, len(data))
     # A property like any other to whoever reads the properties, after the message's own.
     props = decode_properties(rec.properties)
     assert props.pop("__CRC32#") == data[-11:-1].decode()
@@ -72,11 +75,13 @@ def test_any_changed_byte_of_a_sealed_record_is_caught_or_leaves_no_crc_to_trust
     try:
         (rec,) = decode_records(bytes(record), check_crc=True)
     except RecordError:
-        return
-    # Only a change to the property's own name or last separator gets past the decoder; then the
-    # record no longer carries a CRC, which forceVerifyPropCRC refuses (tests below).
-    assert at >= len(record) - 20
-    assert not carries_record_crc(rec.properties)
+        return  # caught by the body CRC or the lengths already
+    if carries_record_crc(rec.properties):
+        assert not record_crc_matches(memoryview(record), 0, len(record))
+    else:
+        # A change to the property's own name or separators: the record no longer carries a CRC,
+        # which forceVerifyPropCRC refuses (tests below).
+        assert at >= len(record) - 21
 
 
 @given(
@@ -125,11 +130,12 @@ def test_records_are_not_sealed_by_default_but_a_clients_crc_property_is_still_t
     assert rec.properties == "TAGS\x01a\x02"
 
 
-def test_broker_keys_reach_the_store(tmp_path: Path) -> None:
-    config = BrokerConfig()
-    assert (config.enabled_append_prop_crc, config.force_verify_prop_crc) == (False, False)  # RocketMQ's
-    config.update({"enabledAppendPropCRC": "true", "forceVerifyPropCRC": "true"})
-    assert (config.enabled_append_prop_crc, config.force_verify_prop_crc) == (True, True)
+def test_broker_conf_keys_reach_the_store(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enabledAppendPropCRC=true\nforceVerifyPropCRC=true\n")
+    config = BrokerConfig.from_file(conf, {"storePathRootDir": str(tmp_path / "data")})
+    store_config = Broker(config).store._config
+    assert (store_config.enabled_append_prop_crc, store_config.force_verify_prop_crc) == (True, True)
 
 
 # -- recovery --------------------------------------------------------------------------------------
@@ -147,23 +153,42 @@ def damage(root: Path, res: PutResult, at_from_end: int, value: bytes) -> None:
         f.write(value)
 
 
-@pytest.mark.parametrize("sealing", [True, False])
-def test_a_changed_property_ends_the_log_only_where_records_are_sealed(
-    open_store: OpenStore, tmp_path: Path, sealing: bool
+@pytest.mark.parametrize(
+    "props",
+    [
+        "TAGS\x01a\x02Y__CRC32#\x010123456789\x02",  # a name ending like it
+        "TAGS\x01a\x02K\x01__CRC32#\x010123456789\x02",  # a value like it
+    ],
+)
+def test_a_look_alike_is_not_taken_for_a_record_crc(open_store: OpenStore, props: str) -> None:
+    assert not carries_record_crc(props)
+    store = open_store()
+    results = fill(store, 10)
+    results.append(store.put(make_msg("T", 0, b"look-alike", props)))
+    results += fill(store, 10)
+    crash(store)
+    store = open_store(enabled_append_prop_crc=True, force_verify_prop_crc=False)
+    assert store.commitlog_max_offset == results[-1].commitlog_offset + results[-1].wrote_bytes
+    assert len(bodies(store, "T", 0)) == 21
+
+
+@pytest.mark.parametrize("checking", [True, False])
+def test_a_changed_property_ends_the_log_only_when_the_record_crc_is_checked(
+    open_store: OpenStore, tmp_path: Path, checking: bool
 ) -> None:
-    store = open_store(enabled_append_prop_crc=sealing)
+    store = open_store(enabled_append_prop_crc=True)
     results = fill(store, 300)
     crash(store)
     bad = results[250]
     # "TAGS\x01t1" becomes "TAGS\x01t9": valid UTF-8, lengths intact, the body CRC still matches.
-    # The tag's last byte: the record's last, or before the separator and record CRC added after it.
-    damage(tmp_path / "store", bad, 1 + 21 if sealing else 1, b"9")
+    # The tag's last byte comes before the separator and the record CRC added after it.
+    damage(tmp_path / "store", bad, 1 + 21, b"9")
     (tmp_path / "store" / "checkpoint").unlink()  # scan from the first record
-    store = open_store(enabled_append_prop_crc=sealing)
-    if sealing:
+    store = open_store(enabled_append_prop_crc=checking)
+    if checking:
         assert store.commitlog_max_offset == bad.commitlog_offset
         assert len(bodies(store, "T", 0)) == 250
-    else:  # what the body CRC alone lets through: the damaged record is served as it is
+    else:  # neither key set: the body CRC alone lets the damaged record through, as in RocketMQ
         assert store.commitlog_max_offset == results[-1].commitlog_offset + results[-1].wrote_bytes
         view = store.message_at(bad.commitlog_offset)
         assert view is not None

@@ -82,7 +82,8 @@ _V2_NAMES = _HeaderNames("b", "c", "d", "e", "f", "g", "h", "i", "j", "m", "l")
 
 _FAILURE_REMARKS = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: (
-        f"the message properties length is over the max value {MAX_PROPERTIES_SIZE} bytes"
+        f"the message properties length is over the max value {MAX_PROPERTIES_SIZE} bytes (with the "
+        "record CRC, if the broker adds one: enabledAppendPropCRC)"
     ),
     PutStatus.SERVICE_NOT_AVAILABLE: "the store is not available (shutting down)",
 }

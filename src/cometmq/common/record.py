@@ -76,6 +76,7 @@ __all__ = [
     "offset_msg_id",
     "pack_properties_length",
     "pack_record_head",
+    "record_crc_matches",
     "record_size",
     "seal_record_crc",
     "seal_records_crc",
@@ -143,9 +144,7 @@ def without_record_crc_property(properties: bytes) -> bytes:
     could make recovery take a record for damaged (and drop it)."""
     if _RECORD_CRC_NAME not in properties:
         return properties
-    pairs = properties.split(b"\x02")
-    kept = b"\x02".join(pair for pair in pairs if pair and not pair.startswith(_RECORD_CRC_NAME))
-    return kept + b"\x02" if kept and properties.endswith(b"\x02") else kept
+    return b"\x02".join(pair for pair in properties.split(b"\x02") if not pair.startswith(_RECORD_CRC_NAME))
 
 
 def seal_record_crc(buf: WritableBuffer, pos: int, total: int) -> None:
@@ -163,20 +162,20 @@ def seal_records_crc(mv: memoryview, spans: Iterable[tuple[int, int]]) -> None:
 
 
 def carries_record_crc(properties: str) -> bool:
-    """Whether decoded properties end with a record CRC property (``decode_record_at`` with
-    *check_crc* has checked its value then)."""
-    return properties[-RECORD_CRC_SIZE:-11] == _RECORD_CRC_NAME_TEXT and properties[-1:] == "\x02"
-
-
-def _record_crc_mismatch(mv: memoryview, pos: int, limit: int) -> bool:
-    """Whether the record at ``mv[pos:limit]``, whose properties are at least 20 bytes, carries a
-    record CRC property that does not match it."""
-    if mv[limit - RECORD_CRC_SIZE : limit - 11].tobytes() != _RECORD_CRC_NAME or mv[limit - 1] != 2:
-        return False
-    digits = bytes(mv[limit - 11 : limit - 1])
-    return not (
-        digits.isdigit() and int(digits[::-1]) == crc32(mv[pos : limit - RECORD_CRC_SIZE]) & _CRC_MASK
+    """Whether decoded properties end with a record CRC property: a property of its own (the whole
+    properties, or after a separator), so that a look-alike name or value is not taken for one."""
+    return (
+        properties[-RECORD_CRC_SIZE:-11] == _RECORD_CRC_NAME_TEXT
+        and properties[-1:] == "\x02"
+        and (len(properties) == RECORD_CRC_SIZE or properties[-RECORD_CRC_SIZE - 1] == "\x02")
     )
+
+
+def record_crc_matches(mv: memoryview, pos: int, total: int) -> bool:
+    """Whether the record at ``mv[pos:pos + total]``, which ``carries_record_crc``, matches it."""
+    end = pos + total
+    digits = mv[end - 11 : end - 1].tobytes()
+    return digits.isdigit() and int(digits[::-1]) == crc32(mv[pos : end - RECORD_CRC_SIZE]) & _CRC_MASK
 
 
 def encode_record_into(
@@ -289,7 +288,7 @@ def iter_records(data: bytes | bytearray | memoryview, check_crc: bool = False) 
 
     Blank filler records are skipped; a zero TOTALSIZE ends the data (the unwritten tail of a
     segment). Anything else malformed raises ``RecordError``; with *check_crc* a body whose CRC
-    does not match does too, and so does a record CRC property that does not match its record.
+    does not match does too.
     """
     mv = memoryview(data)
     if mv.format != "B" or mv.ndim != 1:
@@ -343,11 +342,8 @@ def decode_record_at(mv: memoryview, pos: int, end: int, check_crc: bool = False
                 raise RecordError(f"record at {pos}: lengths do not add up to TOTALSIZE {total}")
             body = bytes(mv[pos + 88 : at])
             crc = fields[2]
-            if check_crc:
-                if crc32(body) & _CRC_MASK != crc:
-                    raise RecordError(f"record at {pos}: body CRC mismatch")
-                if p >= RECORD_CRC_SIZE and _record_crc_mismatch(mv, pos, limit):
-                    raise RecordError(f"record at {pos}: record CRC mismatch")
+            if check_crc and crc32(body) & _CRC_MASK != crc:
+                raise RecordError(f"record at {pos}: body CRC mismatch")
             try:
                 topic = str(mv[at + 1 : tp], "utf-8")
                 properties = str(mv[tp + 2 : limit], "utf-8")
@@ -426,15 +422,11 @@ def _decode_general(mv: memoryview, pos: int, total: int, magic: int, check_crc:
     body = r.raw(r.int_(_I32))
     # 5.x widened TOPICLENGTH to two bytes under its own magic code.
     topic = r.raw(r.int_(_I16 if magic == MESSAGE_MAGIC_CODE_V2 else _I8)).decode()
-    raw_properties = r.raw(r.int_(_I16))
-    properties = raw_properties.decode()
+    properties = r.raw(r.int_(_I16)).decode()
     if r.at != r.limit:
         raise RecordError(f"record at {pos}: lengths do not add up to TOTALSIZE {total}")
-    if check_crc:
-        if crc32(body) & _CRC_MASK != crc:
-            raise RecordError(f"record at {pos}: body CRC mismatch")
-        if len(raw_properties) >= RECORD_CRC_SIZE and _record_crc_mismatch(mv, pos, r.limit):
-            raise RecordError(f"record at {pos}: record CRC mismatch")
+    if check_crc and crc32(body) & _CRC_MASK != crc:
+        raise RecordError(f"record at {pos}: body CRC mismatch")
     return DecodedRecord(
         total,
         magic,

@@ -6,6 +6,7 @@ The algorithm is described in ``store.format`` (section *Recovery*) and in docs/
 from __future__ import annotations
 
 import bisect
+import enum
 import logging
 import struct
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from cometmq.common.record import (
     RecordError,
     carries_record_crc,
     decode_record_at,
+    record_crc_matches,
 )
 
 from ._commitlog import CommitLog
@@ -34,6 +36,24 @@ TagsCodeOf = Callable[[DecodedRecord], int]
 QueueKey = tuple[str, int]
 
 
+class RecordCrcCheck(enum.Enum):
+    """What recovery makes of the record CRC (docs/store.md, "Record CRC")."""
+
+    OFF = "off"  # neither key set: a __CRC32# property is a property like any other (as in RocketMQ)
+    WHEN_PRESENT = "when present"  # enabledAppendPropCRC: a record that carries one must match it
+    REQUIRED = "required"  # forceVerifyPropCRC: and a record without one is damaged
+
+    @classmethod
+    def of(cls, append: bool, force: bool) -> RecordCrcCheck:
+        return cls.REQUIRED if force else cls.WHEN_PRESENT if append else cls.OFF
+
+    def problem(self, view: memoryview, pos: int, rec: DecodedRecord) -> str | None:
+        """Why the record at ``view[pos:]`` fails this check, or None."""
+        if carries_record_crc(rec.properties):
+            return None if record_crc_matches(view, pos, rec.total_size) else "record CRC mismatch"
+        return "record without a record CRC (forceVerifyPropCRC)" if self is RecordCrcCheck.REQUIRED else None
+
+
 def is_dispatched(sys_flag: int) -> bool:
     """PREPARED (0x4) and ROLLBACK (0xC) transaction records get no consume-queue unit."""
     tx = sys_flag & 0xC
@@ -46,12 +66,9 @@ def recover(
     checkpoint: Checkpoint | None,
     crashed: bool,
     tags_code_of: TagsCodeOf,
-    require_record_crc: bool = False,
+    record_crc: RecordCrcCheck = RecordCrcCheck.OFF,
 ) -> None:
-    """Set the commit log's end and repair the consume queues. ``cl`` and ``queues`` are loaded.
-
-    With *require_record_crc* (``forceVerifyPropCRC``) a record without a record CRC property ends
-    the log like a damaged one; one that carries it is checked either way."""
+    """Set the commit log's end and repair the consume queues. ``cl`` and ``queues`` are loaded."""
     damaged = cl.damaged or any(cq.damaged for cq in queues.all_queues())
     if (
         not crashed
@@ -61,7 +78,7 @@ def recover(
         and _clean_end_plausible(cl, checkpoint)
     ):
         end = checkpoint.commitlog_flushed
-        valid_end = _verify_last_segment(cl, queues, end, tags_code_of, require_record_crc)
+        valid_end = _verify_last_segment(cl, queues, end, tags_code_of, record_crc)
         if valid_end == end:
             cl.set_end(end)
             _trim_queues(queues, end, cl.min_offset)
@@ -104,7 +121,7 @@ def recover(
         dispatch_from = checkpoint.dispatch_safe
         start = cl.starts[bisect.bisect_right(cl.starts, dispatch_from) - 1]
     stats = _ScanStats()
-    end = _scan(cl, queues, start, dispatch_from, None, None, tags_code_of, stats, require_record_crc)
+    end = _scan(cl, queues, start, dispatch_from, None, None, tags_code_of, stats, record_crc)
     if stats.gaps:
         # Those queues lack units for records before ``dispatch_from`` (their files were lost):
         # rebuild them from the first record in the log.
@@ -156,7 +173,7 @@ def _scan(
     only: set[QueueKey] | None,
     tags_code_of: TagsCodeOf,
     stats: _ScanStats,
-    require_record_crc: bool = False,
+    record_crc: RecordCrcCheck = RecordCrcCheck.OFF,
 ) -> int:
     """Verify records from *start* on, dispatching those from *dispatch_from* on to their queues;
     return the end of the valid log. With *only* set, dispatch just those queues (a rebuild) and
@@ -202,12 +219,9 @@ def _scan(
             except RecordError as exc:
                 log.warning("recovery: commit log ends at %d (%s): %s", offset, seg.path.name, exc)
                 return offset
-            if require_record_crc and not carries_record_crc(rec.properties):
-                log.warning(
-                    "recovery: commit log ends at %d (%s): record without a record CRC (forceVerifyPropCRC)",
-                    offset,
-                    seg.path.name,
-                )
+            crc_problem = record_crc.problem(view, rel, rec) if record_crc is not RecordCrcCheck.OFF else None
+            if crc_problem is not None:
+                log.warning("recovery: commit log ends at %d (%s): %s", offset, seg.path.name, crc_problem)
                 return offset
             if rec.commitlog_offset != offset:
                 log.warning(
@@ -294,7 +308,7 @@ def _trim_queue(cq: ConsumeQueue, end: int) -> int:
 
 
 def _verify_last_segment(
-    cl: CommitLog, queues: QueueTable, end: int, tags_code_of: TagsCodeOf, require_record_crc: bool
+    cl: CommitLog, queues: QueueTable, end: int, tags_code_of: TagsCodeOf, record_crc: RecordCrcCheck
 ) -> int:
     """Where the valid records of the segment holding the log's last byte end (*end* if all are).
 
@@ -304,7 +318,7 @@ def _verify_last_segment(
     if end <= cl.min_offset:
         return end
     start = cl.starts[bisect.bisect_right(cl.starts, end - 1) - 1]
-    return _scan(cl, queues, start, end, end, None, tags_code_of, _ScanStats(), require_record_crc)
+    return _scan(cl, queues, start, end, end, None, tags_code_of, _ScanStats(), record_crc)
 
 
 def _clean_end_plausible(cl: CommitLog, cp: Checkpoint) -> bool:

@@ -51,7 +51,7 @@ from ._model import (
     QueryResult,
     StoreConfig,
 )
-from ._recovery import is_dispatched, recover
+from ._recovery import RecordCrcCheck, is_dispatched, recover
 from .format import CQ_UNIT, CQ_UNIT_SIZE, Checkpoint
 
 __all__ = ["ArrivalListener", "MessageStore", "parse_delay_levels"]
@@ -161,7 +161,12 @@ class MessageStore:
             cl.load()
             self._queues.load()
             recover(
-                cl, self._queues, checkpoint, crashed, self._recovered_tags_code, cfg.force_verify_prop_crc
+                cl,
+                self._queues,
+                checkpoint,
+                crashed,
+                self._recovered_tags_code,
+                RecordCrcCheck.of(cfg.enabled_append_prop_crc, cfg.force_verify_prop_crc),
             )
             if cfg.message_index_enable:
                 self._index = IndexService(self._root / "index", cfg.max_index_num, self._retire_files)
@@ -525,12 +530,14 @@ class MessageStore:
                 queue_offset += 1
         except struct.error:  # a field out of range; nothing was written
             return _failure(PutStatus.MESSAGE_ILLEGAL)
-        records: bytes | bytearray = b"".join(parts)
+        records: bytes | bytearray
         if self._append_record_crc:
-            records = bytearray(records)
+            records = bytearray().join(parts)
             starts = [offset - first_phys for offset in offsets]
             with memoryview(records) as mv:
                 seal_records_crc(mv, zip(starts, [*starts[1:], total], strict=True))
+        else:
+            records = b"".join(parts)
         try:
             seg.write_at(pos, records)
         except OSError as exc:  # nothing is published: the next put writes over these bytes
