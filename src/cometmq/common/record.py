@@ -59,6 +59,7 @@ __all__ = [
     "MESSAGE_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE_V2",
     "MIN_RECORD_SIZE",
+    "RECORD_CRC_NAME",
     "STOREHOST_V6_FLAG",
     "DecodedRecord",
     "RecordError",
@@ -108,9 +109,8 @@ _I64: Final = struct.Struct(">q")
 
 _CRC_MASK: Final = 0x7FFFFFFF
 
-RECORD_CRC_PROPERTY: Final = "__CRC32#"  # RocketMQ's MessageConst.PROPERTY_CRC32
 RECORD_CRC_SIZE: Final = 20  # name, separator, ten digits, separator (RocketMQ's CRC32_RESERVED_LEN)
-_RECORD_CRC_NAME: Final = b"__CRC32#\x01"
+RECORD_CRC_NAME: Final = b"__CRC32#\x01"  # RocketMQ's MessageConst.PROPERTY_CRC32, and its separator
 _RECORD_CRC_NAME_TEXT: Final = "__CRC32#\x01"
 
 
@@ -136,15 +136,15 @@ def with_record_crc_property(properties: bytes) -> bytes:
     be filled in by ``seal_record_crc``; like RocketMQ, a separator first unless they end with one."""
     if properties and not properties.endswith(b"\x02"):
         properties += b"\x02"
-    return properties + _RECORD_CRC_NAME + b"0000000000\x02"
+    return properties + RECORD_CRC_NAME + b"0000000000\x02"
 
 
 def without_record_crc_property(properties: bytes) -> bytes:
     """*properties* (encoded) with any record CRC property taken out: a client cannot set it, or it
     could make recovery take a record for damaged (and drop it)."""
-    if _RECORD_CRC_NAME not in properties:
+    if RECORD_CRC_NAME not in properties:
         return properties
-    return b"\x02".join(pair for pair in properties.split(b"\x02") if not pair.startswith(_RECORD_CRC_NAME))
+    return b"\x02".join(pair for pair in properties.split(b"\x02") if not pair.startswith(RECORD_CRC_NAME))
 
 
 def seal_record_crc(buf: WritableBuffer, pos: int, total: int) -> None:

@@ -18,6 +18,7 @@ from cometmq.common.record import (
     MAX_PROPERTIES_SIZE,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_SIZE,
+    RECORD_CRC_NAME,
     STOREHOST_V6_FLAG,
     DecodedRecord,
     WritableBuffer,
@@ -461,7 +462,7 @@ class MessageStore:
             joined.decode()
         except UnicodeDecodeError:
             return _failure(PutStatus.MESSAGE_ILLEGAL)
-        if b"__CRC32#" in joined:
+        if RECORD_CRC_NAME in joined:
             properties = [without_record_crc_property(props) for props in properties]
         if self._append_record_crc:
             properties = [with_record_crc_property(props) for props in properties]
