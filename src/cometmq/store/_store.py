@@ -362,9 +362,11 @@ class MessageStore:
         if len(msg.body) > self._max_body or not _storable_hosts(msg.sys_flag, msg.born_host, msg.store_host):
             return PutStatus.MESSAGE_ILLEGAL
         try:
-            props = without_record_crc_property(msg.properties.encode())
+            props = msg.properties.encode()
         except UnicodeEncodeError:  # lone surrogates: not representable in the record
             return PutStatus.MESSAGE_ILLEGAL
+        if RECORD_CRC_NAME in props:
+            props = without_record_crc_property(props)
         if self._append_record_crc:
             props = with_record_crc_property(props)
         if len(props) > MAX_PROPERTIES_SIZE:
