@@ -49,6 +49,8 @@ class RecordCrcCheck(enum.Enum):
 
     def problem(self, view: memoryview, pos: int, rec: DecodedRecord) -> str | None:
         """Why the record at ``view[pos:]`` fails this check, or None."""
+        if self is RecordCrcCheck.OFF:
+            return None
         if carries_record_crc(rec.properties):
             return None if record_crc_matches(view, pos, rec.total_size) else "record CRC mismatch"
         return "record without a record CRC (forceVerifyPropCRC)" if self is RecordCrcCheck.REQUIRED else None
@@ -219,7 +221,7 @@ def _scan(
             except RecordError as exc:
                 log.warning("recovery: commit log ends at %d (%s): %s", offset, seg.path.name, exc)
                 return offset
-            crc_problem = record_crc.problem(view, rel, rec) if record_crc is not RecordCrcCheck.OFF else None
+            crc_problem = record_crc.problem(view, rel, rec)
             if crc_problem is not None:
                 log.warning("recovery: commit log ends at %d (%s): %s", offset, seg.path.name, crc_problem)
                 return offset
