@@ -221,3 +221,17 @@ def test_forcing_the_check_after_a_clean_shutdown_keeps_sealed_records(
     store = open_store(enabled_append_prop_crc=True, force_verify_prop_crc=True)
     assert store.commitlog_max_offset == results[-1].commitlog_offset + results[-1].wrote_bytes
     assert len(bodies(store, "T", 0)) == 100
+
+
+def test_a_changed_property_in_the_last_segment_ends_the_log_after_a_clean_shutdown(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    """The clean start's check of the last segment checks record CRCs too, not only the crash scan."""
+    store = open_store(enabled_append_prop_crc=True)
+    results = fill(store, 300)
+    store.shutdown()
+    bad = results[-5]
+    damage(tmp_path / "store", bad, 1 + 21, b"9")  # as above: the tag's last byte
+    store = open_store(enabled_append_prop_crc=True)
+    assert store.commitlog_max_offset == bad.commitlog_offset
+    assert len(bodies(store, "T", 0)) == 295
