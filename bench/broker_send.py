@@ -28,8 +28,8 @@ from cometmq.broker.broker import Broker
 from cometmq.broker.config import BrokerConfig
 from cometmq.client import Message, Producer
 from cometmq.client._brokerapi import send_header
-from cometmq.remoting import FrameDecoder, RemotingCommand, RequestCode, encode_bytes
-from cometmq.remoting.codec import encode
+from cometmq.protocol import FrameDecoder, RemotingCommand, RequestCode, encode_bytes
+from cometmq.protocol.codec import encode
 from cometmq.remoting.transport import Connection
 
 TOPIC = "BenchSend"

@@ -21,8 +21,8 @@ import timeit
 import uuid
 from pathlib import Path
 
-from cometmq.common.properties import encode_properties
-from cometmq.common.record import encode_host
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.record import encode_host
 from cometmq.store import MessageBatch, MessageStore, MessageToStore, StoreConfig
 
 BATCH = 32

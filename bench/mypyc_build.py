@@ -1,9 +1,9 @@
 """Build a copy of CometMQ with its modules compiled to C by mypyc, to benchmark beside the pure one.
 
-    .venv/bin/python bench/mypyc_build.py [--out DIR] [--only cometmq/remoting/codec.py ...]
+    .venv/bin/python bench/mypyc_build.py [--out DIR] [--only cometmq/protocol/codec.py ...]
 
 Copies src/ to OUT/src (OUT is $TMPDIR/cometmq-mypyc by default) and compiles there, in place, every
-module of the remoting layer, the common helpers, the store, the broker, the clients, the name server
+module of the protocol and remoting layers, the store, the broker, the clients, the name server
 and the errors that mypyc can compile today (see NOT_COMPILED): each ``.so`` sits beside its ``.py``.
 The checkout itself is not touched, and no mypy configuration applies (OUT is outside the checkout).
 On stdout it prints only the directory to put first on PYTHONPATH, so that a broker and a bench run
@@ -32,12 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 MARKER = ".cometmq-mypyc-build"
 
 # The packages whose code runs per message, on the broker and on the clients.
-PACKAGES = ("remoting", "common", "store", "broker", "client", "namesrv")
+PACKAGES = ("protocol", "remoting", "store", "broker", "client", "namesrv")
 
 # What mypyc cannot compile yet (mypy 2.4), and why; these stay Python, as do the packages'
 # __init__ files (re-exports only).
 NOT_COMPILED = {
-    "cometmq/common/sql92.py": "_Long subclasses int; its NamedTuple fails at import (KeyError)",
+    "cometmq/broker/sql92.py": "_Long subclasses int; its NamedTuple fails at import (KeyError)",
     "cometmq/client/blocking.py": "statements in class bodies",
     "cometmq/client/litepull.py": "an async generator (LitePullConsumer.read)",
     "cometmq/client/message.py": "decode_pulled makes ReceivedMessage with __new__, not __init__",

@@ -1,4 +1,4 @@
-"""The cost of one SQL92 filter match (the figures quoted in ``cometmq.common.sql92``'s docstring).
+"""The cost of one SQL92 filter match (the figures quoted in ``cometmq.broker.sql92``'s docstring).
 
 .venv/bin/python bench/sql92.py
 """
@@ -9,7 +9,7 @@ import argparse
 import functools
 import timeit
 
-from cometmq.common.sql92 import compile_sql92
+from cometmq.broker.sql92 import compile_sql92
 
 PROPERTIES = {
     "TAGS": "TagA",

@@ -44,9 +44,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from cometmq.common.properties import encode_properties
-from cometmq.common.record import encode_host
-from cometmq.remoting import RemotingClient, ResponseCode
+from cometmq.protocol import ResponseCode
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.record import encode_host
+from cometmq.remoting import RemotingClient
 from cometmq.store import FlushDiskType, MessageBatch, MessageStore, MessageToStore, StoreConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -95,8 +95,8 @@ def test_mypyc_build_compiles_a_copy_that_broker_send_runs_on(tmp_path: Path) ->
     src = run_bench("mypyc_build.py", "--out", str(out), "--only", *only).strip()
     assert src == str(out / "src")
     probe = (
-        "import cometmq.broker._send, cometmq.remoting.codec, cometmq.store._store\n"
-        "print(cometmq.broker._send.__file__, cometmq.remoting.codec.__file__, cometmq.store._store.__file__)"
+        "import cometmq.broker._send, cometmq.protocol.codec, cometmq.store._store\n"
+        "print(cometmq.broker._send.__file__, cometmq.protocol.codec.__file__, cometmq.store._store.__file__)"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe],

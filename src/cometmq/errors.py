@@ -1,11 +1,31 @@
 """The one exception hierarchy of CometMQ.
 
-Every failure a caller can act on is a :class:`CometMQError`. Protocol violations on the wire are
-:class:`ProtocolError`; an answer from a server that carries a non-success response code is a
-:class:`BrokerError` with the RocketMQ code and the server's remark.
+Every failure a caller can act on is a :class:`CometMQError`::
+
+    CometMQError
+    ├── ProtocolError            bytes that are not valid RocketMQ wire data
+    │   └── RecordError          a stored message record that cannot be decoded
+    ├── RequestRefused           a server refuses a request: answered with its code and remark
+    │   └── HeaderError          a request header field missing, of the wrong type or out of range
+    ├── BrokerError              a client got an answer with a response code other than success
+    ├── RemotingTimeoutError     no answer within the timeout
+    ├── ConnectionClosedError    the connection closed (or never opened) before the answer
+    ├── ConfigError              a configuration file or option that cannot be used
+    ├── Sql92Error               an SQL92 filter expression RocketMQ would refuse
+    └── client-side errors       QueueNotRoutedError, NoRouteError, InvalidMessageError
+                                 (MessageTooLargeError), ClientStateError, DataLossError, OptionError
+
+:class:`RequestRefused` lives on the serving side (a processor raises it, the transport answers it);
+:class:`BrokerError` on the calling side (the answer arrived and said no). They carry the same two
+fields, a RocketMQ response code and a remark, but one is ours to send and the other theirs.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cometmq.client.message import MessageQueue
 
 
 class CometMQError(Exception):
@@ -13,15 +33,25 @@ class CometMQError(Exception):
 
 
 class ProtocolError(CometMQError):
-    """Bytes on a connection that do not form a valid RocketMQ remoting frame."""
+    """Bytes on a connection that do not form a valid RocketMQ remoting frame or body."""
 
 
-class RemotingTimeoutError(CometMQError):
-    """A request got no response within its timeout."""
+class RecordError(ProtocolError):
+    """A stored message record (from a pull body or a commit-log segment) that cannot be decoded."""
 
 
-class ConnectionClosedError(CometMQError):
-    """The connection closed before the response arrived, or could not be opened."""
+class RequestRefused(CometMQError):
+    """Raised by a server's request handler: the transport answers the request with *code* and *remark*
+    (and logs no traceback: the request, not the server, was at fault)."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        self.code = code
+        self.remark = remark
+        super().__init__(f"code {code}: {remark}")
+
+
+class HeaderError(RequestRefused):
+    """A request header field that is missing, not of its declared type, or out of its range."""
 
 
 class BrokerError(CometMQError):
@@ -33,5 +63,66 @@ class BrokerError(CometMQError):
         super().__init__(f"code {code}: {self.remark}" if self.remark else f"code {code}")
 
 
+class RemotingTimeoutError(CometMQError):
+    """A request got no response within its timeout."""
+
+
+class ConnectionClosedError(CometMQError):
+    """The connection closed before the response arrived, or could not be opened."""
+
+
 class ConfigError(CometMQError):
     """A configuration file or option that cannot be used."""
+
+
+class Sql92Error(CometMQError):
+    """An expression RocketMQ's SQL92 filter would refuse.
+
+    ``position`` is the 0-based character offset of the offending token (or of the end of the text),
+    ``expected`` says what would have been valid there, ``problem`` what was found instead.
+    """
+
+    def __init__(self, problem: str, position: int, expected: str) -> None:
+        self.problem = problem
+        self.position = position
+        self.expected = expected
+        super().__init__(f"{problem} at position {position}: expected {expected}")
+
+
+class QueueNotRoutedError(CometMQError):
+    """The broker of a queue is not in any known route (it left the cluster, or the topic moved)."""
+
+
+class NoRouteError(CometMQError):
+    """No broker holds the topic and none offers TBW102 to create it (auto-create is off)."""
+
+
+class InvalidMessageError(CometMQError):
+    """A message the producer refuses before sending it: bad topic name, empty body, reserved
+    property name, delay level out of range, a batch that mixes topics. Nothing was sent."""
+
+
+class MessageTooLargeError(InvalidMessageError):
+    """A body (or a whole batch) over the producer's ``max_message_size``. Nothing was sent."""
+
+
+class ClientStateError(CometMQError):
+    """A client (producer, consumer, admin) used before ``start()`` or after ``close()``."""
+
+
+class DataLossError(CometMQError):
+    """Part of a requested offset range is not in the queue: before its first offset (deleted by
+    retention) or past its end."""
+
+    def __init__(self, queue: MessageQueue, wanted_start: int, available_min: int) -> None:
+        self.queue = queue
+        self.wanted_start = wanted_start
+        self.available_min = available_min
+        super().__init__(
+            f"{queue}: messages from offset {wanted_start} on were wanted, but the queue only holds "
+            f"offsets from {available_min} on (deleted by retention?)"
+        )
+
+
+class OptionError(CometMQError, ValueError):
+    """An option that is missing, unknown in combination, or not parseable."""

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cometmq.broker import Broker, BrokerConfig
-from cometmq.common.properties import encode_properties
-from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id, decode_records
+from cometmq.remoting import RemotingClient
 
 T = TypeVar("T")
 

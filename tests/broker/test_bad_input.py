@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from _support import address, broker_and_client, create_topic, pull, run, running_broker, send_request
 
-from cometmq.common.batch import BatchEntry, encode_batch_body
-from cometmq.common.properties import encode_properties
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.batch import BatchEntry, encode_batch_body
+from cometmq.protocol.properties import encode_properties
+from cometmq.remoting import RemotingClient
 
 
 @pytest.mark.parametrize(

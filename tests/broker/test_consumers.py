@@ -23,8 +23,8 @@ from _support import (
 )
 
 from cometmq.broker._clients import CHANNEL_EXPIRED_TIMEOUT_S
-from cometmq.common import fastjson
-from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.remoting import Connection, RemotingClient
 
 
 def consumer_list(group: str) -> RemotingCommand:

@@ -16,10 +16,11 @@ import pytest
 from _support import address, broker_and_client, create_topic, pull, run, running_broker, send_request
 
 from cometmq.broker._schedule import from_schedule, to_schedule
-from cometmq.common.batch import BatchEntry, encode_batch_body
-from cometmq.common.properties import decode_properties, encode_properties
-from cometmq.common.record import DecodedRecord, decode_offset_msg_id
-from cometmq.remoting import RemotingClient, ResponseCode
+from cometmq.protocol import ResponseCode
+from cometmq.protocol.batch import BatchEntry, encode_batch_body
+from cometmq.protocol.properties import decode_properties, encode_properties
+from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id
+from cometmq.remoting import RemotingClient
 from cometmq.store import MessageToStore
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"

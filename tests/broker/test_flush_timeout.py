@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from _support import broker_and_client, create_topic, pull, run, send_request, wait_until
 
-from cometmq.remoting import ResponseCode
+from cometmq.protocol import ResponseCode
 from flush_fakes import InjectedCommitLogSync
 
 

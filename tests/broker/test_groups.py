@@ -27,8 +27,8 @@ from _support import (
 
 from cometmq.broker import _offsets, _schedule
 from cometmq.broker._offsets import ConsumerOffsetManager
-from cometmq.common import fastjson
-from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.remoting import Connection, RemotingClient
 
 
 def put_group(group: str, **settings: Any) -> RemotingCommand:

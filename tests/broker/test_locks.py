@@ -9,7 +9,7 @@ from pathlib import Path
 from _support import broker_and_client
 
 from cometmq.broker._locks import LOCK_MAX_LIVE_S, QueueLockProcessor
-from cometmq.remoting import RemotingCommand, RequestCode
+from cometmq.protocol import RemotingCommand, RequestCode
 
 
 def lock_request(code: int, client_id: str, queue_ids: list[int]) -> RemotingCommand:

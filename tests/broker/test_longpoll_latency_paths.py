@@ -15,11 +15,12 @@ from _support import broker_and_client, create_topic, held_pulls, pull, send, se
 from cometmq.broker import _longpoll
 from cometmq.broker._longpoll import HeldPull, PullHoldService
 from cometmq.broker.broker import Broker
-from cometmq.common.batch import BatchEntry, encode_batch_body
-from cometmq.common.properties import encode_properties
-from cometmq.common.record import DecodedRecord
 from cometmq.errors import ConnectionClosedError
-from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.batch import BatchEntry, encode_batch_body
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.record import DecodedRecord
+from cometmq.remoting import Connection, RemotingClient
 
 HOLD_MS = 20000  # far longer than any of these tests waits for an answer
 

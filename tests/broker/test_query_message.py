@@ -8,10 +8,10 @@ from pathlib import Path
 
 from _support import broker_and_client, create_topic, send, send_request
 
-from cometmq.common.batch import BatchEntry, encode_batch_body
-from cometmq.common.properties import decode_properties, encode_properties
-from cometmq.common.record import DecodedRecord, decode_records
-from cometmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.batch import BatchEntry, encode_batch_body
+from cometmq.protocol.properties import decode_properties, encode_properties
+from cometmq.protocol.record import DecodedRecord, decode_records
 
 FOREVER = 2**62
 

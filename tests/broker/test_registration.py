@@ -14,7 +14,8 @@ from cometmq.broker import BrokerConfig
 from cometmq.client import AdminClient
 from cometmq.errors import BrokerError, ConfigError
 from cometmq.namesrv import NameServer
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
+from cometmq.protocol import RemotingCommand, RequestCode
+from cometmq.remoting import RemotingClient
 
 
 async def _routed(namesrv: str, topic: str) -> bool:

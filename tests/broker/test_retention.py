@@ -17,9 +17,9 @@ import pytest
 from _support import broker_and_client, create_topic, pull, run, send_request
 
 from cometmq.broker import Broker, BrokerConfig
-from cometmq.common import fastjson
 from cometmq.errors import ConfigError
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.remoting import RemotingClient
 from retention_fakes import HOUR_MS, InjectedDiskUsage, at_hour
 
 SMALL = {"mappedFileSizeCommitLog": 64 * 1024, "mappedFileSizeConsumeQueue": 20 * 100}

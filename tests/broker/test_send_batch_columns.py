@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from cometmq.broker._send import SendProcessor, _batch_columns, _SendHeader
 from cometmq.broker.broker import Broker
 from cometmq.broker.config import BrokerConfig
-from cometmq.common.batch import BatchEntry, decode_batch_body, encode_batch_body
-from cometmq.common.properties import decode_properties, encode_properties
 from cometmq.errors import ProtocolError
+from cometmq.protocol.batch import BatchEntry, decode_batch_body, encode_batch_body
+from cometmq.protocol.properties import decode_properties, encode_properties
 from cometmq.store import MessageBatch
 
 REQUEST_PROPERTIES = {"CLUSTER": "DefaultCluster"}

@@ -17,18 +17,18 @@ from _support import (
     send_request,
 )
 
-from cometmq.common.batch import BatchEntry, encode_batch_body
-from cometmq.common.properties import decode_properties, encode_properties
-from cometmq.common.record import decode_offset_msg_id, decode_records
-from cometmq.remoting import (
+from cometmq.protocol import (
     FrameDecoder,
-    RemotingClient,
     RemotingCommand,
     RequestCode,
     ResponseCode,
     SerializeType,
     encode_bytes,
 )
+from cometmq.protocol.batch import BatchEntry, encode_batch_body
+from cometmq.protocol.properties import decode_properties, encode_properties
+from cometmq.protocol.record import decode_offset_msg_id, decode_records
+from cometmq.remoting import RemotingClient
 from cometmq.store._mappedfile import MappedFile
 
 

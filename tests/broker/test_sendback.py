@@ -11,11 +11,12 @@ from _support import address, broker_and_client, create_topic, pull, running_bro
 
 from cometmq.broker._groups import SubscriptionGroupConfig
 from cometmq.client import AdminClient
-from cometmq.common.properties import decode_properties
-from cometmq.common.record import DecodedRecord, decode_records
 from cometmq.errors import BrokerError
 from cometmq.namesrv import NameServer
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import DecodedRecord, decode_records
+from cometmq.remoting import RemotingClient
 
 
 def send_back(offset: int, group: str = "CG", delay_level: int = 0, **fields: str) -> RemotingCommand:

@@ -22,10 +22,11 @@ from _support import (
 
 from cometmq.broker import BrokerConfig
 from cometmq.broker._filter import compiled_sql92, record_properties
-from cometmq.common.properties import encode_properties
-from cometmq.common.record import DecodedRecord, decode_records, encode_record_into, record_size
-from cometmq.common.sql92 import Sql92Error
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.errors import Sql92Error
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.record import DecodedRecord, decode_records, encode_record_into, record_size
+from cometmq.remoting import RemotingClient
 from processes import broker_address, start_standalone
 
 DISABLED_REMARK = "The broker does not support consumer to filter message by SQL92"

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cometmq.remoting import RemotingClient, RemotingCommand
+from cometmq.protocol import RemotingCommand
+from cometmq.remoting import RemotingClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
 from _support import send_request

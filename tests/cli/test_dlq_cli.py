@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from cometmq.common.properties import decode_properties
-from cometmq.common.record import DecodedRecord, decode_offset_msg_id
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
+from cometmq.protocol import RemotingCommand, RequestCode
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id
+from cometmq.remoting import RemotingClient
 from processes import ServerProcess, broker_address, cometmq
 
 from .cli_support import error_line, invoke, send

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode
+from cometmq.protocol import RemotingCommand, RequestCode
+from cometmq.remoting import Connection, RemotingClient
 from processes import COMMAND, ServerProcess, broker_address, cometmq, subprocess_env
 
 from .cli_support import error_line, invoke, send

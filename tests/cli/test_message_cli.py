@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cometmq.common.record import decode_offset_msg_id
+from cometmq.protocol.record import decode_offset_msg_id
 from processes import ServerProcess, broker_address, cometmq
 
 from .cli_support import assert_one_line_error, send

@@ -13,11 +13,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cometmq.common.route import DataVersion, RegisterBrokerBody
-from cometmq.common.topic_config import TopicConfig
 from cometmq.namesrv import NameServer
-from cometmq.remoting import Connection, RemotingClient, RemotingCommand, RemotingServer, RequestCode
-from cometmq.remoting import ResponseCode as Code
+from cometmq.protocol import RemotingCommand, RequestCode
+from cometmq.protocol import ResponseCode as Code
+from cometmq.protocol.route import DataVersion, RegisterBrokerBody
+from cometmq.protocol.topic_config import TopicConfig
+from cometmq.remoting import Connection, RemotingClient, RemotingServer
 from processes import StandaloneServer, broker_address
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))

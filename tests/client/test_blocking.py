@@ -17,7 +17,7 @@ from client_support import DROP, SILENT, ScriptedBroker, open_sockets, scripted,
 from cometmq.client import blocking
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from cometmq.errors import BrokerError, RemotingTimeoutError
-from cometmq.remoting import ResponseCode as Code
+from cometmq.protocol import ResponseCode as Code
 from processes import StandaloneServer
 
 T = TypeVar("T")

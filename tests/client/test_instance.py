@@ -6,7 +6,7 @@ import pytest
 from client_support import run
 
 from cometmq.client._instance import ClientInstance
-from cometmq.common.route import TopicRouteData
+from cometmq.protocol.route import TopicRouteData
 
 
 def test_a_route_that_disappears_on_refresh_is_reported_to_the_listeners(

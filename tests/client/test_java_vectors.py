@@ -22,7 +22,7 @@ import pytest
 
 from cometmq.client._rebalance import allocate_consistent_hash
 from cometmq.client.message import MessageQueue
-from cometmq.common.taghash import java_string_hash
+from cometmq.protocol.taghash import java_string_hash
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

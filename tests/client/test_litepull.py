@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from client_support import run, send_to_queue, wait_until
 
-from cometmq.client import AdminClient, DataLossError, LitePullConsumer
+from cometmq.client import AdminClient, LitePullConsumer
 from cometmq.client._offsets import start_offset
 from cometmq.client.message import MessageQueue, ReceivedMessage
+from cometmq.errors import DataLossError
 from processes import StandaloneServer
 
 

@@ -22,27 +22,24 @@ from cometmq.client import _brokerapi
 from cometmq.client._instance import ClientInstance
 from cometmq.client.admin import AdminClient
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
-from cometmq.client.producer import (
-    RESERVED_PROPERTIES,
+from cometmq.client.producer import RESERVED_PROPERTIES, Producer, select_by_hash
+from cometmq.errors import (
+    BrokerError,
+    ClientStateError,
+    CometMQError,
+    ConnectionClosedError,
     InvalidMessageError,
     MessageTooLargeError,
-    Producer,
-    ProducerStateError,
-    select_by_hash,
+    ProtocolError,
 )
-from cometmq.common.batch import decode_batch_body
-from cometmq.common.naming import SCHEDULE_TOPIC
-from cometmq.common.properties import decode_properties
-from cometmq.common.record import DecodedRecord, decode_records
-from cometmq.common.subscription import SubscriptionData
-from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, ProtocolError
-from cometmq.remoting import (
-    MAX_FRAME_SIZE,
-    Connection,
-    RemotingCommand,
-    RequestCode,
-)
-from cometmq.remoting import ResponseCode as Code
+from cometmq.protocol import MAX_FRAME_SIZE, RemotingCommand, RequestCode
+from cometmq.protocol import ResponseCode as Code
+from cometmq.protocol.batch import decode_batch_body
+from cometmq.protocol.naming import SCHEDULE_TOPIC
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import DecodedRecord, decode_records
+from cometmq.protocol.subscription import SubscriptionData
+from cometmq.remoting import Connection
 from processes import TEST_BROKER_CONF, ServerProcess, StandaloneServer, free_port
 
 # ---------------------------------------------------------------------------------------------
@@ -395,7 +392,7 @@ def test_close_waits_for_callback_sends(standalone: StandaloneServer) -> None:
             producer.send_with_callback(Message("CloseWait", f"m{i}".encode()), outcomes.append)
         await producer.close()
         assert len(outcomes) == 5 and all(isinstance(o, SendResult) for o in outcomes)
-        with pytest.raises(ProducerStateError, match="closed"):
+        with pytest.raises(ClientStateError, match="closed"):
             await producer.send(Message("CloseWait", b"late"))
 
     run(scenario())
@@ -457,7 +454,7 @@ def test_invalid_messages_raise_before_any_network_io() -> None:
     async def scenario() -> None:
         # Nothing listens there: any message that got as far as the network would fail to connect.
         producer = Producer("PID_invalid", f"127.0.0.1:{free_port()}", max_message_size=1024)
-        with pytest.raises(ProducerStateError, match="not started"):
+        with pytest.raises(ClientStateError, match="not started"):
             await producer.send(Message("T", b"x"))
         async with producer:
             cases: list[tuple[Message, type[Exception], str]] = [
@@ -695,7 +692,7 @@ def test_a_callback_send_that_cannot_be_written_reaches_the_callback() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# the batch body encoder against common/batch.py's decoder
+# the batch body encoder against protocol/batch.py's decoder
 
 _names = st.text(string.ascii_letters + string.digits + "_-.", min_size=1, max_size=12).filter(
     lambda n: n not in RESERVED_PROPERTIES and n != "UNIQ_KEY"

@@ -25,7 +25,8 @@ from cometmq.client import consumer as consumer_module
 from cometmq.client.consumer import Listener
 from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.errors import BrokerError, CometMQError
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting import RemotingClient
 from processes import StandaloneServer, broker_address
 
 

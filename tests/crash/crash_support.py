@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cometmq.common.properties import decode_properties
-from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
-from cometmq.remoting import RemotingClient, RemotingCommand, ResponseCode
+from cometmq.protocol import RemotingCommand, ResponseCode
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id, decode_records
+from cometmq.remoting import RemotingClient
 from processes import ServerProcess, broker_address, read_cpp_result, start_standalone
 
 # The broker tests' raw protocol helpers are the one way the tests build sends and pulls.

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from crash_support import CrashableServer, broker_conf, create_topic, make_message, read_queue, send
 
-from cometmq.common.record import DecodedRecord
-from cometmq.remoting import RemotingClient, ResponseCode
+from cometmq.protocol import ResponseCode
+from cometmq.protocol.record import DecodedRecord
+from cometmq.remoting import RemotingClient
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -33,9 +33,10 @@ from crash_support import (
     send,
 )
 
-from cometmq.common.record import DecodedRecord
 from cometmq.errors import CometMQError
-from cometmq.remoting import RemotingClient, ResponseCode
+from cometmq.protocol import ResponseCode
+from cometmq.protocol.record import DecodedRecord
+from cometmq.remoting import RemotingClient
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -6,10 +6,11 @@ import asyncio
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from cometmq.common.route import DataVersion, RegisterBrokerBody
-from cometmq.common.topic_config import TopicConfig
 from cometmq.namesrv import NameServer
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode
+from cometmq.protocol import RemotingCommand, RequestCode
+from cometmq.protocol.route import DataVersion, RegisterBrokerBody
+from cometmq.protocol.topic_config import TopicConfig
+from cometmq.remoting import RemotingClient
 
 
 def addr_of(server: NameServer) -> str:

@@ -9,19 +9,12 @@ from typing import Any
 import pytest
 
 from cometmq.client import AdminClient
-from cometmq.common.route import kv_table_body
-from cometmq.common.topic_config import TopicConfig
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.namesrv import NameServer
-from cometmq.remoting import (
-    Connection,
-    Dispatcher,
-    RemotingClient,
-    RemotingCommand,
-    RemotingServer,
-    RequestCode,
-    ResponseCode,
-)
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.route import kv_table_body
+from cometmq.protocol.topic_config import TopicConfig
+from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer
 
 from .broker_sim import addr_of
 from .broker_sim import register as register_broker

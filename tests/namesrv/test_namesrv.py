@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from cometmq.common import fastjson
-from cometmq.common.record import body_crc
-from cometmq.common.route import (
+from cometmq.errors import ConnectionClosedError
+from cometmq.namesrv import NameServer
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.protocol.record import body_crc
+from cometmq.protocol.route import (
     ClusterInfo,
     DataVersion,
     RegisterBrokerBody,
@@ -19,10 +21,8 @@ from cometmq.common.route import (
     TopicRouteData,
     parse_kv_table,
 )
-from cometmq.common.topic_config import TopicConfig
-from cometmq.errors import ConnectionClosedError
-from cometmq.namesrv import NameServer
-from cometmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.topic_config import TopicConfig
+from cometmq.remoting import RemotingClient
 
 from .broker_sim import addr_of, ask, register, wait_until
 

@@ -1,4 +1,4 @@
-"""Route bodies (cometmq.common.route) and the route table's bookkeeping without sockets."""
+"""Route bodies (cometmq.protocol.route) and the route table's bookkeeping without sockets."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cometmq.common import fastjson
-from cometmq.common.route import (
+from cometmq.namesrv.route_info import RouteInfoManager
+from cometmq.protocol import fastjson
+from cometmq.protocol.route import (
     BrokerData,
     ClusterInfo,
     DataVersion,
@@ -19,8 +20,7 @@ from cometmq.common.route import (
     TopicRouteData,
     wants_standard_route_json,
 )
-from cometmq.common.topic_config import TopicConfig
-from cometmq.namesrv.route_info import RouteInfoManager
+from cometmq.protocol.topic_config import TopicConfig
 
 names = st.from_regex(r"[A-Za-z0-9_-]{1,20}", fullmatch=True)
 addrs = st.builds(lambda a, p: f"10.0.0.{a}:{p}", st.integers(0, 255), st.integers(1, 65535))

@@ -12,7 +12,8 @@ from collections.abc import Callable
 import pytest
 import uvloop
 
-from cometmq.remoting import BusyPoller, Connection, RemotingClient, RemotingCommand, RemotingServer
+from cometmq.protocol import RemotingCommand
+from cometmq.remoting import BusyPoller, Connection, RemotingClient, RemotingServer
 from processes import loop_cpu_while_waiting
 
 

@@ -22,20 +22,12 @@ from hypothesis import strategies as st
 from remoting_support import with_server
 
 from cometmq.errors import ProtocolError
-from cometmq.remoting import (
-    Connection,
-    FrameDecoder,
-    RemotingClient,
-    RemotingCommand,
-    RemotingServer,
-    SerializeType,
-    decode_frame,
-    encode_bytes,
-)
-from cometmq.remoting.codec import _OWN_BUFFER_FROM as OWN_BUFFER_FROM
-from cometmq.remoting.codec import _SCRATCH_SIZE as SCRATCH_SIZE
-from cometmq.remoting.codec import MAX_FRAME_SIZE, ReadBuffer
-from cometmq.remoting.codes import RESPONSE_FLAG
+from cometmq.protocol import FrameDecoder, RemotingCommand, SerializeType, decode_frame, encode_bytes
+from cometmq.protocol.codec import _OWN_BUFFER_FROM as OWN_BUFFER_FROM
+from cometmq.protocol.codec import _SCRATCH_SIZE as SCRATCH_SIZE
+from cometmq.protocol.codec import MAX_FRAME_SIZE, ReadBuffer
+from cometmq.protocol.codes import RESPONSE_FLAG
+from cometmq.remoting import Connection, RemotingClient, RemotingServer
 
 # A heartbeat-sized request: what a broker's idle connections send now and then.
 HEARTBEAT_FRAME = encode_bytes(

@@ -7,18 +7,10 @@ import asyncio
 import pytest
 from remoting_support import with_server
 
-from cometmq.errors import BrokerError, ConnectionClosedError, ProtocolError, RemotingTimeoutError
-from cometmq.remoting import (
-    MAX_FRAME_SIZE,
-    Connection,
-    FrameDecoder,
-    RemotingClient,
-    RemotingCommand,
-    RemotingServer,
-    ResponseCode,
-    encode_bytes,
-)
-from cometmq.remoting.codes import ONEWAY_FLAG
+from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError, RequestRefused
+from cometmq.protocol import MAX_FRAME_SIZE, FrameDecoder, RemotingCommand, ResponseCode, encode_bytes
+from cometmq.protocol.codes import ONEWAY_FLAG
+from cometmq.remoting import Connection, RemotingClient, RemotingServer
 
 
 def test_a_request_without_a_response_times_out() -> None:
@@ -69,9 +61,9 @@ def test_start_invoke_writes_at_once_and_settles_like_invoke() -> None:
     with_server(handler, scenario)
 
 
-def test_a_broker_error_is_answered_with_its_code_and_remark() -> None:
+def test_a_refused_request_is_answered_with_its_code_and_remark() -> None:
     def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        raise BrokerError(ResponseCode.TOPIC_NOT_EXIST, "no such topic")
+        raise RequestRefused(ResponseCode.TOPIC_NOT_EXIST, "no such topic")
 
     async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
         reply = await client.invoke(addr, RemotingCommand(code=105))

@@ -21,22 +21,22 @@ from hypothesis import strategies as st
 
 from cometmq.client._brokerapi import PullResult, PullStatus
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, decode_pulled
-from cometmq.common.properties import encode_properties
-from cometmq.common.record import (
+from cometmq.errors import OptionError, RecordError
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.record import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     STOREHOST_V6_FLAG,
-    RecordError,
     encode_host,
     encode_record_into,
     record_size,
 )
-from cometmq.common.subscription import SubscriptionData
+from cometmq.protocol.subscription import SubscriptionData
 from cometmq.spark import _offsets
 from cometmq.spark._columns import _BODY_LENGTH_AT, SYSTEM_PROPERTIES, DecodedBatch, _split, decode_batch
-from cometmq.spark._options import DEFAULT_MAX_TRIGGER_DELAY_MS, OptionError, ReadOptions, WriteOptions
+from cometmq.spark._options import DEFAULT_MAX_TRIGGER_DELAY_MS, ReadOptions, WriteOptions
 from cometmq.spark._read import _lost_from
 from cometmq.spark._schema import ARROW_SCHEMA
 from cometmq.spark._source import _share
@@ -520,7 +520,7 @@ def _general_record(
     spec: _Spec, offset: int, queue: _Queue, commitlog_offset: int, *, ipv6: bool, magic: int
 ) -> bytes:
     """A record only the general decoder reads: IPv6 hosts and/or RocketMQ 5.x's magic code (built
-    field by field from the layout in common/record.py, as encode_record_into writes IPv4 v1 only)."""
+    field by field from the layout in protocol/record.py, as encode_record_into writes IPv4 v1 only)."""
     body, sys_flag = _stored(spec)
     born_host = encode_host("2001:db8::7", 40001) if ipv6 else encode_host("192.168.0.7", 40001)
     store_host = encode_host("2001:db8::1", 10911) if ipv6 else queue.store_host

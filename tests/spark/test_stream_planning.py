@@ -11,7 +11,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from spark_support import BROKER, create_topic, send
 
 from cometmq.client import MessageQueue
-from cometmq.common.naming import is_system_topic
+from cometmq.protocol.naming import is_system_topic
 from cometmq.spark import CometMQDataSource
 from cometmq.spark._read import QueueRange
 from cometmq.spark._source import CometMQStreamReader

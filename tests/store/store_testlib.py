@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cometmq.common.record import decode_records, encode_host
+from cometmq.protocol.record import decode_records, encode_host
 from cometmq.store import GetStatus, MessageStore, MessageToStore, StoreConfig
 
 BORN_HOST = encode_host("192.168.1.7", 53012)

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from store_testlib import SMALL_COMMITLOG, crash, make_msg, small_config
 
 import cometmq.store._store as store_module
-from cometmq.common.properties import encode_properties
-from cometmq.common.record import decode_records
-from cometmq.common.taghash import java_string_hash
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.record import decode_records
+from cometmq.protocol.taghash import java_string_hash
 from cometmq.store import MessageBatch, MessageStore, MessageToStore, PutResult, PutStatus
 from cometmq.store._index import IndexFile, IndexService, index_key_hash
 from cometmq.store.format import INDEX_HEADER_SIZE, unpack_index_header

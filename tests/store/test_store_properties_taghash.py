@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cometmq.common.properties import decode_properties, encode_properties
-from cometmq.common.taghash import java_string_hash
+from cometmq.protocol.properties import decode_properties, encode_properties
+from cometmq.protocol.taghash import java_string_hash
 
 
 @pytest.mark.parametrize(

@@ -22,15 +22,15 @@ from store_testlib import (
 )
 
 import cometmq.store._store as store_module
-from cometmq.common.properties import encode_properties
-from cometmq.common.record import (
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.record import (
     BLANK_MAGIC_CODE,
     decode_offset_msg_id,
     decode_records,
     encode_host,
     offset_msg_id,
 )
-from cometmq.common.taghash import java_string_hash
+from cometmq.protocol.taghash import java_string_hash
 from cometmq.store import GetStatus, MessageBatch, MessageStore, PutStatus
 
 OpenStore = Callable[..., MessageStore]

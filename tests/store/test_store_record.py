@@ -1,4 +1,4 @@
-"""The message record codec (cometmq.common.record), wire facts §6.2 / §6.3."""
+"""The message record codec (cometmq.protocol.record), wire facts §6.2 / §6.3."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cometmq.client.message import decode_pulled
-from cometmq.common.properties import decode_properties
-from cometmq.common.record import (
+from cometmq.errors import RecordError
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    RecordError,
     decode_host,
     decode_offset_msg_id,
     decode_records,

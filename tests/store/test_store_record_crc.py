@@ -15,9 +15,9 @@ from test_store_record import encode, records
 
 from cometmq.broker import Broker
 from cometmq.broker.config import BrokerConfig
-from cometmq.common.properties import decode_properties, encode_properties
-from cometmq.common.record import (
-    RecordError,
+from cometmq.errors import RecordError
+from cometmq.protocol.properties import decode_properties, encode_properties
+from cometmq.protocol.record import (
     carries_record_crc,
     decode_records,
     record_crc_matches,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from store_testlib import SMALL_COMMITLOG, bodies, crash, make_msg
 
-from cometmq.common.taghash import java_string_hash
+from cometmq.protocol.taghash import java_string_hash
 from cometmq.store import MessageStore, PutResult
 from cometmq.store.format import unpack_checkpoint
 

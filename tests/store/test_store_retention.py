@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from store_testlib import bodies, crash, make_msg, small_config
 
-from cometmq.common.properties import encode_properties
-from cometmq.common.record import decode_records
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.record import decode_records
 from cometmq.store import GetStatus, MessageStore, PutResult, PutStatus, StoreConfig, parse_delete_when
 from cometmq.store._mappedfile import MappedFile
 from retention_fakes import HOUR_MS, InjectedDiskUsage, at_hour

@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from store_testlib import bodies as stored_bodies
 from store_testlib import crash, make_msg, small_config
 
-from cometmq.common.record import decode_records
+from cometmq.protocol.record import decode_records
 from cometmq.store import FlushDiskType, GetStatus, MessageStore, PutStatus
 
 CQ_UNITS_PER_FILE = 5

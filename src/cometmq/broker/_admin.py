@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import cometmq
 from cometmq.broker._groups import SubscriptionGroupConfig
-from cometmq.common import fastjson
-from cometmq.common.naming import PERM_READ, PERM_WRITE, group_name_error, is_system_topic, topic_name_error
-from cometmq.common.topic_config import TopicConfig
-from cometmq.errors import BrokerError
-from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
-from cometmq.remoting.codes import UNIQUE_KEY_QUERY_FLAG
-from cometmq.remoting.header import bool_field, int_field, str_field
+from cometmq.errors import RequestRefused
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
+from cometmq.protocol.header import bool_field, int_field, str_field
+from cometmq.protocol.naming import PERM_READ, PERM_WRITE, group_name_error, is_system_topic, topic_name_error
+from cometmq.protocol.topic_config import TopicConfig
+from cometmq.remoting import Connection
 
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
@@ -128,12 +128,12 @@ class AdminProcessor:
         topic = str_field(request, "topic")
         problem = topic_name_error(topic)
         if problem is not None:
-            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"topic[{topic}]: {problem}")
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"topic[{topic}]: {problem}")
         self._refuse_system_topic(topic)
         read = int_field(request, "readQueueNums", default=broker.config.default_topic_queue_nums)
         write = int_field(request, "writeQueueNums", default=read)
         if not (0 < read <= 1024 and 0 < write <= 1024):
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR, f"queue numbers must be 1..1024, not read {read} / write {write}"
             )
         config = TopicConfig(
@@ -151,7 +151,9 @@ class AdminProcessor:
     def _refuse_system_topic(self, topic: str) -> None:
         """Admins may not create, change or delete a system topic (RocketMQ's wording)."""
         if is_system_topic(topic, self._broker.topics.system_topics):
-            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."
+            )
 
     def _delete_topic(self, request: RemotingCommand) -> RemotingCommand:
         broker = self._broker
@@ -167,7 +169,7 @@ class AdminProcessor:
         topic = str_field(request, "topic")
         config = broker.topics.get(topic)
         if config is None:
-            raise BrokerError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+            raise RequestRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         store = broker.store
         table: dict[Any, dict[str, int]] = {}
         for qid in range(config.write_queue_nums):
@@ -189,11 +191,11 @@ class AdminProcessor:
                 raise TypeError("not a JSON object")
             config = SubscriptionGroupConfig.from_json(obj)
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR, f"the body is not a SubscriptionGroupConfig: {exc!r}"
             ) from None
         if (reason := group_name_error(config.group_name)) is not None:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR, f"the group name {config.group_name!r} is illegal: {reason}"
             )
         self._broker.groups.put(config)
@@ -243,7 +245,7 @@ class AdminProcessor:
         group = str_field(request, "consumerGroup")
         info = self._broker.consumers.groups.get(group)
         if info is None or not info.channels:
-            raise BrokerError(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+            raise RequestRefused(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         body = {
             "connectionSet": [
                 {
@@ -282,7 +284,7 @@ class AdminProcessor:
         explicit = request.ext_fields.get("offset")
         config = broker.topics.get(topic)
         if config is None:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
                 f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}",
             )
@@ -292,10 +294,10 @@ class AdminProcessor:
             and members is None
             and topic not in broker.offsets.topics_of(group)
         ):
-            raise BrokerError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} does not exist")
+            raise RequestRefused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} does not exist")
         read_queues = config.read_queue_nums
         if only_queue >= read_queues:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{only_queue}] is illegal: topic {topic} has read queues 0..{read_queues - 1}",
             )
@@ -309,7 +311,7 @@ class AdminProcessor:
             if given is not None:
                 target = given
                 if not low <= target <= high:
-                    raise BrokerError(
+                    raise RequestRefused(
                         ResponseCode.SYSTEM_ERROR,
                         f"Target offset {target} not in consume queue range [{low}-{high}]",
                     )

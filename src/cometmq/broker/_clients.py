@@ -7,8 +7,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from cometmq.common.subscription import SubscriptionData
-from cometmq.remoting import Connection, RemotingCommand, RequestCode
+from cometmq.protocol import RemotingCommand, RequestCode
+from cometmq.protocol.subscription import SubscriptionData
+from cometmq.remoting import Connection
 
 log = logging.getLogger("cometmq.broker")
 

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from cometmq.broker._clients import ClientChannel
 from cometmq.broker._filter import check_heartbeat_subscriptions
-from cometmq.common import fastjson
-from cometmq.common.naming import retry_topic
-from cometmq.common.subscription import SubscriptionData
-from cometmq.errors import BrokerError
-from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
-from cometmq.remoting.header import int_field, str_field
+from cometmq.errors import RequestRefused
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.protocol.header import int_field, str_field
+from cometmq.protocol.naming import retry_topic
+from cometmq.protocol.subscription import SubscriptionData
+from cometmq.remoting import Connection
 
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
@@ -99,7 +99,7 @@ class ConsumerManageProcessor:
             ]
             producer_groups = [str(producer["groupName"]) for producer in data.get("producerDataSet") or ()]
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR, f"the heartbeat body is not valid: {exc!r}"
             ) from None
         for group, _, _, _, subscriptions in consumers:  # refuse a bad SQL92 filter before registering

@@ -14,13 +14,13 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar, Final
 
-from cometmq.common import fastjson
-from cometmq.common.properties import decode_properties
-from cometmq.common.record import BORNHOST_V6_FLAG, FIXED_HEAD_SIZE, STOREHOST_V6_FLAG
-from cometmq.common.sql92 import Sql92Error, Sql92Filter, compile_sql92
-from cometmq.common.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
-from cometmq.errors import BrokerError
-from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from cometmq.broker.sql92 import Sql92Filter, compile_sql92
+from cometmq.errors import RequestRefused, Sql92Error
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import BORNHOST_V6_FLAG, FIXED_HEAD_SIZE, STOREHOST_V6_FLAG
+from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
+from cometmq.remoting import Connection
 
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
@@ -54,7 +54,7 @@ def check_heartbeat_subscriptions(group: str, subscriptions: Iterable[Subscripti
         try:
             compiled_sql92(sub.sub_string)
         except Sql92Error as exc:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.SUBSCRIPTION_PARSE_FAILED, parse_failed_remark(exc, group, sub.topic)
             ) from None
 
@@ -69,9 +69,9 @@ def compiled_sql92(expression: str) -> Sql92Filter:
 
 
 def record_properties(record: memoryview) -> dict[str, str]:
-    """The properties of one stored message record (layout in ``common/record.py``), without copying
+    """The properties of one stored message record (layout in ``protocol/record.py``), without copying
     its body. Measured ~1.7 µs for six properties, most of it in ``decode_properties``; evaluating a
-    filter costs less (``common/sql92.py``)."""
+    filter costs less (``broker/sql92.py``)."""
     sys_flag = _I32.unpack_from(record, 36)[0]
     at = FIXED_HEAD_SIZE  # BODYLENGTH, with IPv4 hosts; each IPv6 host is 12 bytes longer
     if sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):
@@ -109,7 +109,7 @@ class CheckClientConfigProcessor:
             topic = str(subscription.get("topic") or "")
             group = str(body.get("group") or "")
         except (ValueError, UnicodeDecodeError) as exc:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR, f"the CHECK_CLIENT_CONFIG body is not valid: {exc!r}"
             ) from None
         if expression_type == EXPRESSION_TAG:

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from cometmq.broker._json_config import load_json_config, save_json_config
-from cometmq.common.route import DataVersion
-from cometmq.common.subscription_group import SubscriptionGroupConfig
+from cometmq.protocol.route import DataVersion
+from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 
 __all__ = ["SubscriptionGroupConfig", "SubscriptionGroupManager", "max_reconsume_times"]
 

@@ -7,8 +7,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cometmq.common import fastjson
-from cometmq.common.atomic_file import read_with_backup, write_atomic
+from cometmq.atomic_file import read_with_backup, write_atomic
+from cometmq.protocol import fastjson
 
 log = logging.getLogger("cometmq.broker")
 

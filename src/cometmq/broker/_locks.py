@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
-from cometmq.common import fastjson
-from cometmq.errors import BrokerError
-from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from cometmq.errors import RequestRefused
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.remoting import Connection
 
 LOCK_MAX_LIVE_S = 60.0
 
@@ -32,7 +32,7 @@ class QueueLockProcessor:
             client_id = str(body["clientId"])
             queues = [(str(q["topic"]), str(q["brokerName"]), int(q["queueId"])) for q in body["mqSet"]]
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR, f"the lock request body is not valid: {exc}"
             ) from None
         if request.code == RequestCode.UNLOCK_BATCH_MQ:

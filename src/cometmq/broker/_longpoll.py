@@ -7,8 +7,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cometmq.errors import BrokerError
-from cometmq.remoting import Connection, ResponseCode
+from cometmq.errors import RequestRefused
+from cometmq.protocol import ResponseCode
+from cometmq.remoting import Connection
 from cometmq.remoting.transport import MAX_PENDING_REQUESTS_PER_CONNECTION
 
 log = logging.getLogger("cometmq.broker")
@@ -63,7 +64,9 @@ class PullHoldService:
         if of_conn is None:
             of_conn = self._by_conn[conn] = {}
         elif len(of_conn) >= MAX_PENDING_REQUESTS_PER_CONNECTION:
-            raise BrokerError(ResponseCode.SYSTEM_BUSY, "[OVERLOAD] too many pulls held for this connection")
+            raise RequestRefused(
+                ResponseCode.SYSTEM_BUSY, "[OVERLOAD] too many pulls held for this connection"
+            )
         held = HeldPull(conn, (topic, queue_id), offset, codes, answer, expire)
         held.timer = asyncio.get_running_loop().call_later(timeout, self._expire, held)
         of_conn[held] = None

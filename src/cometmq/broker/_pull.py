@@ -13,11 +13,12 @@ from cometmq.broker._filter import (
     sql92_disabled_remark,
 )
 from cometmq.broker._longpoll import HeldPull
-from cometmq.common.naming import PERM_READ
-from cometmq.common.sql92 import Sql92Error
-from cometmq.common.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
-from cometmq.remoting import Connection, RemotingCommand, ResponseCode
-from cometmq.remoting.header import int_field, str_field
+from cometmq.errors import Sql92Error
+from cometmq.protocol import RemotingCommand, ResponseCode
+from cometmq.protocol.header import int_field, str_field
+from cometmq.protocol.naming import PERM_READ
+from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
+from cometmq.remoting import Connection
 from cometmq.store import GetResult, GetStatus
 
 if TYPE_CHECKING:

@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cometmq.broker._json_config import load_json_config, save_json_config
-from cometmq.common.naming import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
-from cometmq.common.properties import decode_properties, encode_properties
-from cometmq.common.record import DecodedRecord, RecordError, decode_record_at
-from cometmq.common.taghash import java_string_hash
+from cometmq.errors import RecordError
+from cometmq.protocol.naming import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from cometmq.protocol.properties import decode_properties, encode_properties
+from cometmq.protocol.record import DecodedRecord, decode_record_at
+from cometmq.protocol.taghash import java_string_hash
 from cometmq.store import MessageToStore, PutStatus, parse_delay_levels
 
 if TYPE_CHECKING:

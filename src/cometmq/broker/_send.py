@@ -12,15 +12,18 @@ from typing import TYPE_CHECKING
 
 from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import is_delayable
-from cometmq.common.batch import BatchEntry, batch_spans, decode_batch_body
-from cometmq.common.naming import (
+from cometmq.errors import ProtocolError, RequestRefused
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.batch import BatchEntry, batch_spans, decode_batch_body
+from cometmq.protocol.header import bool_field, int_field, str_field
+from cometmq.protocol.naming import (
     DEFAULT_TOPIC,
     PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
     SEND_FORBIDDEN_TOPICS,
     topic_name_error,
 )
-from cometmq.common.properties import (
+from cometmq.protocol.properties import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
@@ -28,12 +31,10 @@ from cometmq.common.properties import (
     encode_properties,
     property_finder,
 )
-from cometmq.common.record import MAX_PROPERTIES_SIZE  # the store enforces it
-from cometmq.common.taghash import java_string_hash
-from cometmq.common.topic_config import TopicConfig
-from cometmq.errors import BrokerError, ProtocolError
-from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
-from cometmq.remoting.header import bool_field, int_field, str_field
+from cometmq.protocol.record import MAX_PROPERTIES_SIZE  # the store enforces it
+from cometmq.protocol.taghash import java_string_hash
+from cometmq.protocol.topic_config import TopicConfig
+from cometmq.remoting import Connection
 from cometmq.store import MessageBatch, MessageToStore, PutResult, PutStatus
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def _delay_level(properties: dict[str, str]) -> int:
     try:
         return int(text) if text else 0
     except ValueError:
-        raise BrokerError(
+        raise RequestRefused(
             ResponseCode.MESSAGE_ILLEGAL, f"the DELAY property {text!r} is not a delay level"
         ) from None
 
@@ -300,7 +301,7 @@ class SendProcessor:
         group = retry_topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
         group_config = self._broker.groups.find_or_create(group)
         if group_config is None:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
             )
         given = request.ext_fields.get(names.max_reconsume_times)
@@ -319,7 +320,7 @@ class SendProcessor:
             queue_nums = int_field(request, names.default_topic_queue_nums, default=4)
             topic_config = topics.create_in_send(topic, default_topic, queue_nums)
         if topic_config is None:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"topic[{topic}] not exist, apply first please! (auto-create is "
                 f"{'on' if self._broker.config.auto_create_topic_enable else 'off'} on this broker)",
@@ -333,12 +334,12 @@ class SendProcessor:
         try:
             text = encode_properties(properties)
         except ValueError as exc:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.MESSAGE_ILLEGAL, f"the message properties are malformed: {exc}"
             ) from None
         limit = self._broker.config.max_message_size
         if len(body) > limit:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message body size {len(body)} is over the max value {limit} bytes",
             )
@@ -374,13 +375,15 @@ class SendProcessor:
                 ]
                 batch = MessageBatch.of(messages)
         except ProtocolError as exc:
-            raise BrokerError(ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}") from None
+            raise RequestRefused(
+                ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}"
+            ) from None
         if batch is None or not batch.bodies:
-            raise BrokerError(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
         limit = self._broker.config.max_message_size
         largest = max(map(len, batch.bodies))
         if largest > limit:
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message body size {largest} is over the max value {limit} bytes",
             )
@@ -393,11 +396,11 @@ class SendProcessor:
         merged = decode_properties(entry.properties)
         refusal = _unsupported_feature(merged)
         if refusal is not None:
-            raise BrokerError(ResponseCode.MESSAGE_ILLEGAL, f"a message of the batch: {refusal}")
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, f"a message of the batch: {refusal}")
         merged.pop("WAIT", None)
         merged.update(properties)
         if _delay_level(merged) > 0:  # RocketMQ refuses delayed batches (MESSAGE_ILLEGAL)
-            raise BrokerError(
+            raise RequestRefused(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"a message of the batch has delay level {merged['DELAY']}: batches cannot be delayed",
             )

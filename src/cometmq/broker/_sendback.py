@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import copy_of_record, is_delayable
-from cometmq.common.naming import PERM_WRITE, retry_topic
-from cometmq.common.properties import decode_properties
-from cometmq.common.record import DecodedRecord, RecordError, decode_record_at
-from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
-from cometmq.remoting.header import int_field, str_field
+from cometmq.errors import RecordError
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.header import int_field, str_field
+from cometmq.protocol.naming import PERM_WRITE, retry_topic
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import DecodedRecord, decode_record_at
+from cometmq.remoting import Connection
 from cometmq.store import PutStatus
 
 if TYPE_CHECKING:

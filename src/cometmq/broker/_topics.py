@@ -10,7 +10,7 @@ from typing import Any
 
 from cometmq.broker._json_config import load_json_config, save_json_config
 from cometmq.broker.config import BrokerConfig
-from cometmq.common.naming import (
+from cometmq.protocol.naming import (
     BENCHMARK_TOPIC,
     DEFAULT_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
@@ -23,8 +23,8 @@ from cometmq.common.naming import (
     SELF_TEST_TOPIC,
     dlq_topic,
 )
-from cometmq.common.route import DataVersion, RegisterBrokerBody
-from cometmq.common.topic_config import TopicConfig
+from cometmq.protocol.route import DataVersion, RegisterBrokerBody
+from cometmq.protocol.topic_config import TopicConfig
 
 log = logging.getLogger("cometmq.broker")
 

@@ -26,15 +26,8 @@ from cometmq.broker._sendback import SendBackProcessor
 from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.errors import CometMQError
-from cometmq.remoting import (
-    Connection,
-    Dispatcher,
-    RemotingClient,
-    RemotingCommand,
-    RemotingServer,
-    RequestCode,
-    ResponseCode,
-)
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer
 from cometmq.store import FlushDiskType, MessageStore, StoreConfig
 
 log = logging.getLogger("cometmq.broker")

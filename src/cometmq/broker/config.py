@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cometmq.common.javaprops import read_properties
+from cometmq.broker._javaprops import read_properties
 from cometmq.errors import ConfigError
 from cometmq.store import parse_delay_levels, parse_delete_when
 

@@ -13,9 +13,9 @@ from typing import Any
 from cometmq.cli._loop import run_async
 from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
-from cometmq.common.naming import perm_text
-from cometmq.common.route import BrokerData
 from cometmq.errors import CometMQError
+from cometmq.protocol.naming import perm_text
+from cometmq.protocol.route import BrokerData
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 

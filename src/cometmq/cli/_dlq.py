@@ -10,9 +10,9 @@ from cometmq.cli._message import format_time, message_json
 from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
 from cometmq.client.message import SYSFLAG_COMPRESSED
-from cometmq.common.properties import decode_properties
-from cometmq.common.record import DecodedRecord
 from cometmq.errors import CometMQError
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import DecodedRecord
 
 PREVIEW_CHARS: Final = 40
 

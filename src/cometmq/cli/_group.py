@@ -11,9 +11,9 @@ from cometmq.cli._message import format_time, parse_time
 from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
 from cometmq.client.admin import ResetResult
-from cometmq.common.route import BrokerData
-from cometmq.common.subscription_group import SubscriptionGroupConfig
 from cometmq.errors import CometMQError
+from cometmq.protocol.route import BrokerData
+from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 
 # CLI option (dest) → SubscriptionGroupConfig field, for create and update.
 _SETTINGS: Final = {

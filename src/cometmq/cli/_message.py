@@ -13,9 +13,9 @@ from cometmq.cli._admin import add_admin_command, print_json, whole_number
 from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
 from cometmq.client.message import SYSFLAG_COMPRESSED
-from cometmq.common.properties import decode_properties
-from cometmq.common.record import DecodedRecord, decode_host
 from cometmq.errors import CometMQError
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import DecodedRecord, decode_host
 
 PREVIEW_BYTES: Final = 256
 _TIME_HELP: Final = "epoch ms or ISO-8601 such as 2024-05-01T12:00:00 (local time unless it names a zone)"

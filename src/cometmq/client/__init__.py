@@ -2,20 +2,20 @@
 
 from cometmq.client.admin import AdminClient
 from cometmq.client.consumer import ConsumeResult, PushConsumer
-from cometmq.client.litepull import DataLossError, LitePullConsumer
+from cometmq.client.litepull import LitePullConsumer
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
-from cometmq.client.producer import (
+from cometmq.client.producer import Producer, QueueSelector, select_by_hash
+from cometmq.errors import (
+    ClientStateError,
+    DataLossError,
     InvalidMessageError,
     MessageTooLargeError,
     NoRouteError,
-    Producer,
-    ProducerStateError,
-    QueueSelector,
-    select_by_hash,
 )
 
 __all__ = [
     "AdminClient",
+    "ClientStateError",
     "ConsumeResult",
     "DataLossError",
     "InvalidMessageError",
@@ -25,7 +25,6 @@ __all__ = [
     "MessageTooLargeError",
     "NoRouteError",
     "Producer",
-    "ProducerStateError",
     "PushConsumer",
     "QueueSelector",
     "ReceivedMessage",

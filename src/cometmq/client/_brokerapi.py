@@ -16,11 +16,10 @@ from dataclasses import dataclass
 
 from cometmq.client._instance import ClientInstance
 from cometmq.client.message import MessageQueue, ReceivedMessage, decode_pulled
-from cometmq.common.naming import DEFAULT_TOPIC
-from cometmq.common.record import RecordError
-from cometmq.common.subscription import EXPRESSION_TAG, SubscriptionData
-from cometmq.errors import BrokerError, CometMQError, ProtocolError
-from cometmq.remoting import RequestCode, ResponseCode
+from cometmq.errors import BrokerError, ProtocolError, QueueNotRoutedError, RecordError
+from cometmq.protocol import RequestCode, ResponseCode
+from cometmq.protocol.naming import DEFAULT_TOPIC
+from cometmq.protocol.subscription import EXPRESSION_TAG, SubscriptionData
 
 # PullSysFlag (wire facts §6.6).
 PULL_COMMIT_OFFSET = 0x1
@@ -60,10 +59,6 @@ _STATUS_BY_CODE: dict[int, PullStatus] = {
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
-
-
-class QueueNotRoutedError(CometMQError):
-    """The broker of a queue is not in any known route (it left the cluster, or the topic moved)."""
 
 
 def send_header(

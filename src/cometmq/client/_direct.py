@@ -24,8 +24,8 @@ import threading
 import time
 
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError
-from cometmq.remoting import FrameDecoder, RemotingCommand, encode
-from cometmq.remoting.command import Buffer
+from cometmq.protocol import FrameDecoder, RemotingCommand, encode
+from cometmq.protocol.command import Buffer
 
 __all__ = ["DirectLane"]
 

@@ -21,17 +21,11 @@ from typing import Any, Protocol
 
 from cometmq.client._msgid import local_ip
 from cometmq.client.message import MessageQueue
-from cometmq.common.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, group_name_error
-from cometmq.common.route import TopicRouteData
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, RemotingTimeoutError
-from cometmq.remoting import (
-    Connection,
-    RemotingClient,
-    RemotingCommand,
-    RequestCode,
-    RequestHandler,
-    ResponseCode,
-)
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, group_name_error
+from cometmq.protocol.route import TopicRouteData
+from cometmq.remoting import Connection, RemotingClient, RequestHandler
 
 log = logging.getLogger("cometmq.client")
 

@@ -17,7 +17,7 @@ import struct
 import threading
 import time
 
-from cometmq.common.record import hex_ids
+from cometmq.protocol.record import hex_ids
 
 _TAIL = struct.Struct(">IH")
 

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 from typing import Literal, Protocol
 
+from cometmq.atomic_file import read_with_backup, write_atomic
 from cometmq.client import _brokerapi
 from cometmq.client._instance import ClientInstance
 from cometmq.client.message import MessageQueue
-from cometmq.common.atomic_file import read_with_backup, write_atomic
-from cometmq.common.naming import RETRY_GROUP_TOPIC_PREFIX
 from cometmq.errors import CometMQError
+from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX
 
 log = logging.getLogger("cometmq.client")
 

@@ -15,8 +15,10 @@ from cometmq.client import _brokerapi
 from cometmq.client._brokerapi import CLIENT_INNER_PRODUCER_GROUP, PullStatus, send_header
 from cometmq.client._instance import ClientInstance
 from cometmq.client.message import MessageQueue
-from cometmq.common import fastjson
-from cometmq.common.naming import (
+from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
+from cometmq.protocol.naming import (
     DEFAULT_TOPIC,
     PERM_READ,
     PERM_WRITE,
@@ -24,14 +26,11 @@ from cometmq.common.naming import (
     group_name_error,
     topic_name_error,
 )
-from cometmq.common.properties import KEY_SEPARATOR, decode_properties, encode_properties
-from cometmq.common.record import DecodedRecord, decode_offset_msg_id, decode_records
-from cometmq.common.route import BrokerData, ClusterInfo, TopicList, TopicRouteData, parse_kv_table
-from cometmq.common.subscription import SubscriptionData
-from cometmq.common.subscription_group import SubscriptionGroupConfig
-from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
-from cometmq.remoting import RemotingCommand, RequestCode, ResponseCode
-from cometmq.remoting.codes import UNIQUE_KEY_QUERY_FLAG
+from cometmq.protocol.properties import KEY_SEPARATOR, decode_properties, encode_properties
+from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id, decode_records
+from cometmq.protocol.route import BrokerData, ClusterInfo, TopicList, TopicRouteData, parse_kv_table
+from cometmq.protocol.subscription import SubscriptionData
+from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 
 log = logging.getLogger("cometmq.client")
 

@@ -52,9 +52,9 @@ if TYPE_CHECKING:
     from cometmq.client.consumer import Listener
     from cometmq.client.message import ReceivedMessage
     from cometmq.client.producer import QueueSelector, SendCallback
-    from cometmq.common.record import DecodedRecord
-    from cometmq.common.route import BrokerData, ClusterInfo, TopicRouteData
-    from cometmq.common.subscription_group import SubscriptionGroupConfig
+    from cometmq.protocol.record import DecodedRecord
+    from cometmq.protocol.route import BrokerData, ClusterInfo, TopicRouteData
+    from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 
 __all__ = ["AdminClient", "LitePullConsumer", "Producer", "PushConsumer"]
 

@@ -82,11 +82,11 @@ from cometmq.client.message import (
     MessageQueue,
     ReceivedMessage,
 )
-from cometmq.common.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
-from cometmq.common.properties import encode_properties
-from cometmq.common.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 from cometmq.errors import CometMQError
-from cometmq.remoting import RequestCode
+from cometmq.protocol import RequestCode
+from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 
 __all__ = ["ConsumeResult", "PushConsumer"]
 

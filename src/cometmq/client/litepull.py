@@ -48,8 +48,8 @@ from cometmq.client._offsets import (
 )
 from cometmq.client._rebalance import REBALANCE_INTERVAL_S, allocate_averagely
 from cometmq.client.message import MessageQueue, ReceivedMessage
-from cometmq.common.subscription import SUB_ALL, SubscriptionData
-from cometmq.errors import CometMQError
+from cometmq.errors import CometMQError, DataLossError
+from cometmq.protocol.subscription import SUB_ALL, SubscriptionData
 from cometmq.remoting.busypoll import checked_window
 
 __all__ = ["ConsumeFrom", "DataLossError", "LitePullConsumer"]
@@ -60,19 +60,6 @@ log = logging.getLogger("cometmq.client")
 PULL_RETRY_DELAY_S = 1.0
 # The broker answers at most 256 KiB per pull, whatever maxMsgNums says; 1024 is plenty above that.
 MAX_PULL_BATCH = 1024
-
-
-class DataLossError(CometMQError):
-    """Part of a requested offset range is gone from the queue (retention deleted it)."""
-
-    def __init__(self, queue: MessageQueue, wanted_start: int, available_min: int) -> None:
-        self.queue = queue
-        self.wanted_start = wanted_start
-        self.available_min = available_min
-        super().__init__(
-            f"{queue}: messages from offset {wanted_start} on were wanted, but the queue only holds "
-            f"offsets from {available_min} on (deleted by retention?)"
-        )
 
 
 class _QueueState:

@@ -7,13 +7,13 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
-from cometmq.common.properties import KEY_SEPARATOR, decode_properties
-from cometmq.common.record import (
+from cometmq.errors import RecordError
+from cometmq.protocol.properties import KEY_SEPARATOR, decode_properties
+from cometmq.protocol.record import (
     MAX_TOPIC_SIZE,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_SIZE,
     DecodedRecord,
-    RecordError,
     decode_host,
     iter_records,
     offset_msg_id,
@@ -253,7 +253,7 @@ class ReceivedMessage:
         )
 
 
-# The record head up to BODYLENGTH with IPv4 hosts (wire facts §6.2), as common/record.py lays it out:
+# The record head up to BODYLENGTH with IPv4 hosts (wire facts §6.2), as protocol/record.py lays it out:
 # the fields decode_pulled reads at once (TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, SYSFLAG,
 # RECONSUMETIMES, BODYLENGTH), the others skipped as pad bytes (no int or bytes objects for them).
 _HEAD = struct.Struct(">iI4xi4xq8xi32xi8xi")
@@ -267,7 +267,7 @@ _HOST_V6_FLAGS = 0x30
 def decode_pulled(body: bytes | memoryview, broker_name: str) -> list[ReceivedMessage]:
     """The messages in a pull response body (stored records laid end to end).
 
-    Malformed bytes raise :class:`cometmq.common.record.RecordError`.
+    Malformed bytes raise :class:`cometmq.protocol.record.RecordError`.
     """
     # Consumer hot path (consume-from-start benchmark, 1 KiB messages): one struct unpack per record
     # of the fields every consumer reads, straight into the message's slots; one slice for the head

@@ -18,31 +18,41 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, NamedTuple
 
-from cometmq.client._brokerapi import QueueNotRoutedError, broker_addr_of, send_header
+from cometmq.client._brokerapi import broker_addr_of, send_header
 from cometmq.client._direct import DirectLane
 from cometmq.client._fault import FaultStrategy, PublishInfo
 from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance, check_group
 from cometmq.client._msgid import UniqueIdGenerator
 from cometmq.client.message import SYSFLAG_COMPRESSED, Message, MessageQueue, SendResult, SendStatus
-from cometmq.common.batch import ENTRY_HEAD, PROPERTIES_LENGTH
-from cometmq.common.naming import (
+from cometmq.errors import (
+    BrokerError,
+    ClientStateError,
+    CometMQError,
+    ConnectionClosedError,
+    InvalidMessageError,
+    MessageTooLargeError,
+    NoRouteError,
+    QueueNotRoutedError,
+    RemotingTimeoutError,
+)
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.batch import ENTRY_HEAD, PROPERTIES_LENGTH
+from cometmq.protocol.naming import (
     DEFAULT_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
     SEND_FORBIDDEN_TOPICS,
     topic_name_error,
 )
-from cometmq.common.record import MAX_PROPERTIES_SIZE
-from cometmq.common.route import TopicRouteData
-from cometmq.common.taghash import java_string_hash
-from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, RemotingTimeoutError
-from cometmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.record import MAX_PROPERTIES_SIZE
+from cometmq.protocol.route import TopicRouteData
+from cometmq.protocol.taghash import java_string_hash
 
 __all__ = [
+    "ClientStateError",
     "InvalidMessageError",
     "MessageTooLargeError",
     "NoRouteError",
     "Producer",
-    "ProducerStateError",
     "QueueSelector",
     "SendCallback",
     "select_by_hash",
@@ -107,23 +117,6 @@ _UNIQ_PREFIX = "UNIQ_KEY\x01"
 # queue id), as RocketMQ's MessageQueueSelector does with its ``arg``.
 QueueSelector = Callable[[Sequence[MessageQueue], str], MessageQueue]
 SendCallback = Callable[[SendResult | BaseException], object]
-
-
-class InvalidMessageError(CometMQError):
-    """A message the producer refuses before sending it: bad topic name, empty body, reserved
-    property name, delay level out of range, a batch that mixes topics. Nothing was sent."""
-
-
-class MessageTooLargeError(InvalidMessageError):
-    """A body (or a whole batch) over the producer's ``max_message_size``. Nothing was sent."""
-
-
-class NoRouteError(CometMQError):
-    """No broker holds the topic and none offers TBW102 to create it (auto-create is off)."""
-
-
-class ProducerStateError(CometMQError):
-    """The producer is not started, or already closed."""
 
 
 class Producer:
@@ -197,7 +190,7 @@ class Producer:
     async def start(self) -> None:
         """Register the group and start the route refresh and heartbeat loops."""
         if self._closed:
-            raise ProducerStateError("the producer is closed; make a new one")
+            raise ClientStateError("the producer is closed; make a new one")
         if self._running:
             return
         self._instance.register_producer(self.group)
@@ -233,7 +226,7 @@ class Producer:
 
     def _check_running(self) -> None:
         if not self._running:
-            raise ProducerStateError(
+            raise ClientStateError(
                 "the producer is closed" if self._closed else "the producer is not started: await start()"
             )
 

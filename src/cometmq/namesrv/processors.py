@@ -5,18 +5,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from cometmq.common import fastjson
-from cometmq.common.record import body_crc
-from cometmq.common.route import (
+from cometmq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
+from cometmq.namesrv.route_info import RouteInfoManager
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.protocol.header import bool_field, int_field, str_field
+from cometmq.protocol.record import body_crc
+from cometmq.protocol.route import (
     DataVersion,
     RegisterBrokerBody,
     kv_table_body,
     wants_standard_route_json,
 )
-from cometmq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
-from cometmq.namesrv.route_info import RouteInfoManager
-from cometmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
-from cometmq.remoting.header import bool_field, int_field, str_field
+from cometmq.remoting import Connection
 
 log = logging.getLogger("cometmq.namesrv")
 

@@ -10,8 +10,8 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
-from cometmq.common.naming import PERM_WRITE
-from cometmq.common.route import (
+from cometmq.protocol.naming import PERM_WRITE
+from cometmq.protocol.route import (
     MASTER_ID,
     BrokerData,
     ClusterInfo,

@@ -16,11 +16,11 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol, cast
 
-from cometmq.errors import BrokerError, ConnectionClosedError, ProtocolError, RemotingTimeoutError
+from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError, RequestRefused
+from cometmq.protocol.codec import FrameDecoder, ReadBuffer, encode
+from cometmq.protocol.codes import ONEWAY_FLAG, ResponseCode
+from cometmq.protocol.command import RemotingCommand
 from cometmq.remoting.busypoll import BusyPoller
-from cometmq.remoting.codec import FrameDecoder, ReadBuffer, encode
-from cometmq.remoting.codes import ONEWAY_FLAG, ResponseCode
-from cometmq.remoting.command import RemotingCommand
 
 log = logging.getLogger("cometmq.remoting")
 
@@ -180,7 +180,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def reply_error(self, request: RemotingCommand, exc: Exception) -> None:
         """Answer *request* with the error *exc*, as the dispatcher answers a handler that raised: a
-        ``BrokerError``'s code and remark, else SYSTEM_ERROR (and the traceback logged)."""
+        ``RequestRefused``'s code and remark, else SYSTEM_ERROR (and the traceback logged)."""
         self.reply(request, _error_response(request, exc))
 
     def reply_with(self, request: RemotingCommand, build: Callable[[], RemotingCommand | None]) -> None:
@@ -276,7 +276,7 @@ def _expire_request(future: asyncio.Future[RemotingCommand], code: int, address:
 
 
 def _error_response(request: RemotingCommand, exc: Exception) -> RemotingCommand:
-    if isinstance(exc, BrokerError):
+    if isinstance(exc, RequestRefused):
         # A refusal the handler chose (bad header, illegal topic, …): its code and remark, no traceback.
         return request.response(exc.code, exc.remark)
     log.exception("request code %d failed", request.code, exc_info=exc)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cometmq.errors import OptionError
 from cometmq.spark._columns import SYSTEM_PROPERTIES
-from cometmq.spark._options import OptionError
 from cometmq.spark._schema import ARROW_SCHEMA, SCHEMA_DDL
 from cometmq.spark._source import CometMQDataSource
 from cometmq.spark._write import message_id

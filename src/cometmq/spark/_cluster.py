@@ -16,7 +16,7 @@ from cometmq.client import _brokerapi
 from cometmq.client.admin import AdminClient
 from cometmq.client.blocking import new_event_loop
 from cometmq.client.message import MessageQueue
-from cometmq.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
+from cometmq.protocol.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 
 __all__ = ["Cluster"]
 

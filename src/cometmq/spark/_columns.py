@@ -20,19 +20,14 @@ import pyarrow.compute as pc
 
 from cometmq.client.message import SYSFLAG_COMPRESSED
 from cometmq.client.producer import RESERVED_PROPERTIES
-from cometmq.common.properties import decode_properties
-from cometmq.common.record import (
-    MESSAGE_MAGIC_CODE,
-    MIN_RECORD_SIZE,
-    RecordError,
-    iter_records,
-    offset_msg_id,
-)
+from cometmq.errors import RecordError
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE, iter_records, offset_msg_id
 from cometmq.spark._schema import ARROW_SCHEMA, KEYS_TYPE, PROPERTIES_TYPE, TIMESTAMP
 
 __all__ = ["DecodedBatch", "decode_batch"]
 
-# Record layout with IPv4 hosts (common/record.py): where the fields a row needs start.
+# Record layout with IPv4 hosts (protocol/record.py): where the fields a row needs start.
 _MAGIC_AT = 4
 _QUEUE_OFFSET_AT = 20
 _PHYSICAL_OFFSET_AT = 28
@@ -274,7 +269,7 @@ def _every(k: int, n: int) -> pa.Array:
 
 
 def _decode_generally(data: bytes) -> _Fields | None:
-    """The fields of every record, one record at a time through common/record.py."""
+    """The fields of every record, one record at a time through protocol/record.py."""
     records = list(iter_records(data))
     if not records:
         return None

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from cometmq.client.message import MessageQueue
-from cometmq.spark._options import OptionError
+from cometmq.errors import OptionError
 
 __all__ = ["EARLIEST", "LATEST", "QueueOffsets", "from_json", "to_json"]
 

@@ -11,16 +11,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cometmq.errors import CometMQError
+from cometmq.errors import OptionError
 
 __all__ = ["OptionError", "ReadOptions", "WriteOptions", "parse_duration_ms", "parse_timestamp_ms"]
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's maxTriggerDelay default, 15m
-
-
-class OptionError(CometMQError, ValueError):
-    """An option that is missing, unknown in combination, or not parseable."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,9 @@ import pyarrow as pa
 
 from cometmq.client import _brokerapi
 from cometmq.client._brokerapi import PULL_SUBSCRIPTION, PullStatus
-from cometmq.client.litepull import DataLossError
 from cometmq.client.message import MessageQueue
-from cometmq.common.record import RecordError
-from cometmq.common.subscription import SubscriptionData
-from cometmq.errors import CometMQError, ProtocolError
+from cometmq.errors import CometMQError, DataLossError, ProtocolError, RecordError
+from cometmq.protocol.subscription import SubscriptionData
 from cometmq.spark._cluster import READER_GROUP, Cluster
 from cometmq.spark._columns import decode_batch
 from cometmq.spark._schema import ARROW_SCHEMA

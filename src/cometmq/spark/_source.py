@@ -33,12 +33,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from cometmq.client.litepull import DataLossError
 from cometmq.client.message import MessageQueue
+from cometmq.errors import DataLossError, OptionError
 from cometmq.spark import _offsets
 from cometmq.spark._cluster import Cluster
 from cometmq.spark._offsets import EARLIEST, LATEST, QueueOffsets
-from cometmq.spark._options import OptionError, ReadOptions, WriteOptions
+from cometmq.spark._options import ReadOptions, WriteOptions
 from cometmq.spark._read import QueueRange, read_range
 from cometmq.spark._schema import SCHEMA_DDL
 from cometmq.spark._write import WriteTarget, check_columns, write_batches

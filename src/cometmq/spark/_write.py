@@ -19,7 +19,8 @@ import pyarrow as pa
 from cometmq.client.blocking import new_event_loop
 from cometmq.client.message import Message
 from cometmq.client.producer import Producer
-from cometmq.spark._options import OptionError, WriteOptions
+from cometmq.errors import OptionError
+from cometmq.spark._options import WriteOptions
 
 __all__ = ["WriteTarget", "message_id", "write_batches"]
 

@@ -8,7 +8,7 @@ import struct
 from pathlib import Path
 from typing import Final
 
-from cometmq.common.record import BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE
+from cometmq.protocol.record import BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE
 
 from ._mappedfile import MappedFile
 from .format import BLANK_MIN_SIZE, file_name, parse_file_name

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Final
 
-from cometmq.common.record import MAX_TOPIC_SIZE
+from cometmq.protocol.record import MAX_TOPIC_SIZE
 
 from ._mappedfile import MappedFile
 from .format import CQ_UNIT, CQ_UNIT_SIZE, file_name, parse_file_name

@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
-from cometmq.common.properties import KEY_SEPARATOR, decode_properties
-from cometmq.common.record import BLANK_MAGIC_CODE, RecordError, decode_record_at, iter_records
+from cometmq.errors import RecordError
+from cometmq.protocol.properties import KEY_SEPARATOR, decode_properties
+from cometmq.protocol.record import BLANK_MAGIC_CODE, decode_record_at, iter_records
 
 from ._commitlog import CommitLog
 from ._mappedfile import MappedFile, fsync_dir, unlink_oldest_first

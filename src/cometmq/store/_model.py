@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cometmq.common.properties import KEY_SEPARATOR
+from cometmq.protocol.properties import KEY_SEPARATOR
 
 __all__ = [
     "FlushDiskType",
@@ -69,7 +69,7 @@ class StoreConfig:
 @dataclass(slots=True)
 class MessageToStore:
     """What the broker hands the store. Hosts are 8 bytes: IPv4 address + int32 port
-    (``cometmq.common.record.encode_host``); *properties* is the encoded properties string.
+    (``cometmq.protocol.record.encode_host``); *properties* is the encoded properties string.
 
     *tags_code* must be ``java_string_hash(TAGS)`` (0 without a tag): crash recovery recomputes it
     that way from the stored properties. In SCHEDULE_TOPIC_XXXX the store ignores it and uses the

@@ -12,11 +12,11 @@ import struct
 from collections.abc import Callable
 from typing import Final
 
-from cometmq.common.record import (
+from cometmq.errors import RecordError
+from cometmq.protocol.record import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     DecodedRecord,
-    RecordError,
     carries_record_crc,
     decode_record_at,
     record_crc_matches,

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from cometmq.common.properties import decode_properties
-from cometmq.common.record import (
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import (
     BORNHOST_V6_FLAG,
     MAX_PROPERTIES_SIZE,
     MESSAGE_MAGIC_CODE,
@@ -33,7 +33,7 @@ from cometmq.common.record import (
     with_record_crc_property,
     without_record_crc_property,
 )
-from cometmq.common.taghash import java_string_hash
+from cometmq.protocol.taghash import java_string_hash
 
 from ._clean import CleanReport, CleanService
 from ._commitlog import CommitLog

@@ -10,7 +10,7 @@ from typing import assert_type
 from cometmq.client.blocking import AdminClient, LitePullConsumer, Producer, PushConsumer
 from cometmq.client.consumer import ConsumeResult
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult
-from cometmq.common.route import BrokerData, TopicRouteData
+from cometmq.protocol.route import BrokerData, TopicRouteData
 
 
 def on_sent(result: SendResult | BaseException) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cometmq.remoting.codes import (
+from cometmq.protocol.codes import (
     CURRENT_VERSION,
     ONEWAY_FLAG,
     RESPONSE_FLAG,

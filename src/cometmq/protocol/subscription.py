@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cometmq.common.taghash import java_string_hash
+from cometmq.protocol.taghash import java_string_hash
 
 SUB_ALL = "*"
 EXPRESSION_TAG = "TAG"

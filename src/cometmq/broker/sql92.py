@@ -50,21 +50,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-__all__ = ["Sql92Error", "Sql92Filter", "compile_sql92"]
+from cometmq.errors import Sql92Error
 
-
-class Sql92Error(ValueError):
-    """An expression RocketMQ's SQL92 filter would refuse.
-
-    ``position`` is the 0-based character offset of the offending token (or of the end of the text),
-    ``expected`` says what would have been valid there, ``problem`` what was found instead.
-    """
-
-    def __init__(self, problem: str, position: int, expected: str) -> None:
-        self.problem = problem
-        self.position = position
-        self.expected = expected
-        super().__init__(f"{problem} at position {position}: expected {expected}")
+__all__ = ["Sql92Filter", "compile_sql92"]
 
 
 # Tokens --------------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from typing import Any, Final
 import orjson
 
 from cometmq.errors import ProtocolError
-from cometmq.remoting.codes import LanguageCode, SerializeType
-from cometmq.remoting.command import Buffer, RemotingCommand, language_name
+from cometmq.protocol.codes import LanguageCode, SerializeType
+from cometmq.protocol.command import Buffer, RemotingCommand, language_name
 
 # RocketMQ's decoder limit, compared against the whole frame including the length field.
 MAX_FRAME_SIZE = 16 * 1024 * 1024

@@ -14,8 +14,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from cometmq.common import fastjson
-from cometmq.common.topic_config import TopicConfig
+from cometmq.protocol import fastjson
+from cometmq.protocol.topic_config import TopicConfig
 
 MASTER_ID = 0  # brokerId of a broker group's master; slaves have ids >= 1
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cometmq.broker._javaprops import parse_properties
 from cometmq.broker._json_config import load_json_config, save_json_config
-from cometmq.common import fastjson
-from cometmq.common.javaprops import parse_properties
-from cometmq.common.naming import group_name_error
-from cometmq.common.properties import decode_properties, encode_properties, property_finder
+from cometmq.protocol import fastjson
+from cometmq.protocol.naming import group_name_error
+from cometmq.protocol.properties import decode_properties, encode_properties, property_finder
 
 
 def test_fastjson_reads_unquoted_numeric_keys_but_not_inside_strings() -> None:

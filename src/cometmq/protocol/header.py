@@ -1,20 +1,20 @@
 """Typed fields of a request's extFields.
 
-A missing or unparsable field raises BrokerError(SYSTEM_ERROR) with a readable remark, which the
+A missing or unparsable field raises RequestRefused(SYSTEM_ERROR) with a readable remark, which the
 transport turns into the response: what a Java server ends up answering for such a request.
 """
 
 from __future__ import annotations
 
-from cometmq.errors import BrokerError
-from cometmq.remoting.codes import ResponseCode
-from cometmq.remoting.command import RemotingCommand
+from cometmq.errors import RequestRefused
+from cometmq.protocol.codes import ResponseCode
+from cometmq.protocol.command import RemotingCommand
 
 
 def str_field(request: RemotingCommand, name: str) -> str:
     value = request.ext_fields.get(name)
     if value is None:
-        raise BrokerError(ResponseCode.SYSTEM_ERROR, f"the request header field {name} is missing")
+        raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the request header field {name} is missing")
     return value
 
 
@@ -26,7 +26,7 @@ def int_field(request: RemotingCommand, name: str, default: int | None = None) -
     try:
         return int(text)
     except ValueError:
-        raise BrokerError(
+        raise RequestRefused(
             ResponseCode.SYSTEM_ERROR, f"the request header field {name}={text!r} is not a number"
         ) from None
 

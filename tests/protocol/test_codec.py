@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cometmq.errors import ProtocolError
-from cometmq.remoting import FrameDecoder, RemotingCommand, SerializeType, decode_frame, encode, encode_bytes
-from cometmq.remoting.codec import encode_header
+from cometmq.protocol import FrameDecoder, RemotingCommand, SerializeType, decode_frame, encode, encode_bytes
+from cometmq.protocol.codec import encode_header
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "frames"
 

@@ -1,4 +1,4 @@
-"""The SQL92 filter (cometmq.common.sql92): grammar, RocketMQ's semantics, and its one error class.
+"""The SQL92 filter (cometmq.broker.sql92): grammar, RocketMQ's semantics, and its one error class.
 
 The property tests pit the compiled closures against ``reference_eval`` below: a deliberately plain
 tree walk over Java-typed values that follows RocketMQ 4.9.x's expression classes step by step.
@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cometmq.common.sql92 import MAX_DEPTH, Sql92Error, Sql92Filter, compile_sql92
+from cometmq.broker.sql92 import MAX_DEPTH, Sql92Filter, compile_sql92
+from cometmq.errors import CometMQError, Sql92Error
 
 # --- operators, one by one -------------------------------------------------------------------------
 
@@ -220,7 +221,7 @@ def test_bad_expressions_raise_sql92error_with_position_and_expectation(
     with pytest.raises(Sql92Error) as caught:
         compile_sql92(expression)
     error = caught.value
-    assert isinstance(error, ValueError)
+    assert isinstance(error, CometMQError)
     assert error.position == position, str(error)
     assert expected in error.expected, str(error)
     assert f"at position {position}" in str(error)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cometmq.common.naming import PERM_READ, PERM_WRITE
+from cometmq.protocol.naming import PERM_READ, PERM_WRITE
 
 DEFAULT_QUEUE_NUMS = 16  # RocketMQ's TopicConfig default when a request does not say
 
