@@ -33,14 +33,15 @@ class StandInBroker:
         self.requests: list[RemotingCommand] = []
         self.counter = 0
         self.tasks: set[asyncio.Task[None]] = set()
-        dispatcher = Dispatcher()
-        dispatcher.register(
-            [
-                RequestCode.UPDATE_AND_CREATE_TOPIC,
-                RequestCode.DELETE_TOPIC_IN_BROKER,
-                RequestCode.GET_BROKER_RUNTIME_INFO,
-            ],
-            self,
+        dispatcher = Dispatcher(
+            dict.fromkeys(
+                (
+                    RequestCode.UPDATE_AND_CREATE_TOPIC,
+                    RequestCode.DELETE_TOPIC_IN_BROKER,
+                    RequestCode.GET_BROKER_RUNTIME_INFO,
+                ),
+                self.handle,
+            )
         )
         self.server = RemotingServer(dispatcher, "127.0.0.1", 0)
         self.client = RemotingClient()

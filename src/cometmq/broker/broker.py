@@ -27,7 +27,7 @@ from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.errors import CometMQError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer
+from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer, RequestHandler
 from cometmq.store import FlushDiskType, MessageStore, StoreConfig
 
 log = logging.getLogger("cometmq.broker")
@@ -104,18 +104,21 @@ class Broker:
         return runtime_info(self)
 
     def _dispatcher(self) -> Dispatcher:
-        dispatcher = Dispatcher()
-        dispatcher.register(
-            (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE),
-            SendProcessor(self),
-        )
-        dispatcher.register((RequestCode.PULL_MESSAGE,), PullProcessor(self))
-        dispatcher.register(ConsumerManageProcessor.codes, ConsumerManageProcessor(self))
-        dispatcher.register(CheckClientConfigProcessor.codes, CheckClientConfigProcessor(self))
-        dispatcher.register(AdminProcessor.codes, AdminProcessor(self))
-        dispatcher.register(QueueLockProcessor.codes, QueueLockProcessor())
-        dispatcher.register(SendBackProcessor.codes, SendBackProcessor(self))
-        return dispatcher
+        send = SendProcessor(self).handle
+        consumers = ConsumerManageProcessor(self)
+        client_config = CheckClientConfigProcessor(self)
+        admin = AdminProcessor(self)
+        locks = QueueLockProcessor()
+        send_back = SendBackProcessor(self)
+        table: dict[int, RequestHandler] = {
+            RequestCode.SEND_MESSAGE: send,
+            RequestCode.SEND_MESSAGE_V2: send,
+            RequestCode.SEND_BATCH_MESSAGE: send,
+            RequestCode.PULL_MESSAGE: PullProcessor(self).handle,
+        }
+        for processor in (consumers, client_config, admin, locks, send_back):
+            table.update(dict.fromkeys(processor.codes, processor.handle))
+        return Dispatcher(table)
 
     async def start(self) -> None:
         self.root_dir.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from cometmq.namesrv.processors import (
     TopicAdminProcessor,
 )
 from cometmq.namesrv.route_info import RouteInfoManager
-from cometmq.remoting import Connection, Dispatcher, RemotingServer
+from cometmq.remoting import Connection, Dispatcher, RemotingServer, RequestHandler
 
 log = logging.getLogger("cometmq.namesrv")
 
@@ -43,15 +43,15 @@ class NameServer:
         self._clock = clock
         self.routes = RouteInfoManager()
         self.kv_config = KVConfigManager()
-        dispatcher = Dispatcher()
+        table: dict[int, RequestHandler] = {}
         for processor in (
             BrokerRegistrationProcessor(self.routes, self.kv_config, clock),
             RouteQueryProcessor(self.routes, self.kv_config, order_message_enable),
             TopicAdminProcessor(self.routes),
             KVConfigProcessor(self.kv_config),
         ):
-            dispatcher.register(processor.codes, processor)
-        self._server = RemotingServer(dispatcher, host, port)
+            table.update(dict.fromkeys(processor.codes, processor.handle))
+        self._server = RemotingServer(Dispatcher(table), host, port)
         # A broker whose connection closes is dropped at once, not after the expiry time.
         self._server.add_close_listener(self.routes.connection_closed)
         self._scan_task: asyncio.Task[None] | None = None

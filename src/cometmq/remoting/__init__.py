@@ -4,7 +4,6 @@ from cometmq.remoting.busypoll import BusyPoller
 from cometmq.remoting.transport import (
     Connection,
     Dispatcher,
-    Processor,
     RemotingClient,
     RemotingServer,
     RequestHandler,
@@ -14,7 +13,6 @@ __all__ = [
     "BusyPoller",
     "Connection",
     "Dispatcher",
-    "Processor",
     "RemotingClient",
     "RemotingServer",
     "RequestHandler",

@@ -13,8 +13,8 @@ import contextlib
 import itertools
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Protocol, cast
+from collections.abc import Awaitable, Callable, Mapping
+from typing import cast
 
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError, RequestRefused
 from cometmq.protocol.codec import FrameDecoder, ReadBuffer, encode
@@ -34,29 +34,20 @@ RequestHandler = Callable[["Connection", RemotingCommand], HandlerResult]
 MAX_PENDING_REQUESTS_PER_CONNECTION = 65536
 
 
-class Processor(Protocol):
-    """Handles the request codes it is registered for."""
-
-    def handle(self, conn: Connection, request: RemotingCommand) -> HandlerResult: ...
-
-
 class Dispatcher:
-    """The dispatch table: request code → processor. Unknown codes get REQUEST_CODE_NOT_SUPPORTED."""
+    """The dispatch table: request code → handler, one entry per code. Unknown codes get
+    REQUEST_CODE_NOT_SUPPORTED."""
 
-    def __init__(self) -> None:
-        self._table: dict[int, Processor] = {}
-
-    def register(self, codes: Iterable[int], processor: Processor) -> None:
-        for code in codes:
-            self._table[int(code)] = processor
+    def __init__(self, table: Mapping[int, RequestHandler]) -> None:
+        self._table = {int(code): handler for code, handler in table.items()}
 
     def __call__(self, conn: Connection, request: RemotingCommand) -> HandlerResult:
-        processor = self._table.get(request.code)
-        if processor is None:
+        handler = self._table.get(request.code)
+        if handler is None:
             return request.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
             )
-        return processor.handle(conn, request)
+        return handler(conn, request)
 
 
 class Connection(asyncio.BufferedProtocol):
