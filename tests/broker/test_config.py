@@ -60,8 +60,8 @@ def test_a_mistyped_key_is_named_with_the_closest_key_and_the_broker_runs_with_t
                 return (await admin.broker_runtime_info(broker_address(server)))["flushDiskType"]
 
         assert asyncio.run(flush_disk_type()) == "ASYNC_FLUSH"
-        warnings = [line for line in server.log().splitlines() if "WARNING" in line]
-        assert len(warnings) == 1, server.log()
+        warnings = [line for line in server.log().splitlines() if "unknown key" in line]
+        assert len(warnings) == 1 and " WARNING " in warnings[0], server.log()
         assert warnings[0].endswith(
             f"unknown key flushDiskTyp in {conf}, ignored (did you mean flushDiskType?)"
         )
