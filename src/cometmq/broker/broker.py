@@ -50,10 +50,10 @@ class Broker:
         """*disk_usage_probe* replaces measuring the store's filesystem (``StoreConfig``); tests
         simulate a full disk with it."""
         self.config = config
-        root = Path(config.store_path_root_dir).expanduser()
-        self.root_dir = root
-        config_dir = root / "config"
-        self.store = MessageStore(config.store_config(disk_usage_probe))
+        store_config = config.store_config(disk_usage_probe)
+        self.root_dir = store_config.root_dir
+        config_dir = self.root_dir / "config"
+        self.store = MessageStore(store_config)
         self.sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self.store_host = host_bytes(config.broker_addr)
         # Every topic change is registered with the NameServer soon, not only on the 30 s period.

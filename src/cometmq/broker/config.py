@@ -217,9 +217,7 @@ _STORE_NAMES = {
 _STORE_FIELDS = {f.name for f in dataclasses.fields(StoreConfig)}
 # Broker attribute → the store setting it gives its value to.
 _STORE_SETTING_OF_ATTRIBUTE = {
-    name: _STORE_NAMES.get(name, name)
-    for name in _KEY_OF_ATTRIBUTE
-    if _STORE_NAMES.get(name, name) in _STORE_FIELDS
+    name: setting for name in _KEY_OF_ATTRIBUTE if (setting := _STORE_NAMES.get(name, name)) in _STORE_FIELDS
 }
 
 
