@@ -10,11 +10,11 @@ import pytest
 from cometmq.broker import Broker, BrokerConfig
 from cometmq.cli._main import build_parser
 from cometmq.cli._servers import _broker_config
-from cometmq.store import StoreConfig
+from cometmq.store import FlushDiskType, StoreConfig
 
 # BrokerConfig attribute (RocketMQ's key in snake case: flushDiskType, ...) → RocketMQ's default.
 DEFAULTS = {
-    "flush_disk_type": "ASYNC_FLUSH",
+    "flush_disk_type": FlushDiskType.ASYNC_FLUSH,
     "flush_interval_commit_log": 500,
     "flush_commit_log_least_pages": 4,
     "sync_flush_timeout": 5000,

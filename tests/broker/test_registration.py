@@ -16,6 +16,7 @@ from cometmq.errors import BrokerError, ConfigError
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.remoting import RemotingClient
+from cometmq.store import FlushDiskType
 
 
 async def _routed(namesrv: str, topic: str) -> bool:
@@ -70,7 +71,7 @@ def test_broker_conf_is_read_with_rocketmq_keys_and_flags_override_it(tmp_path: 
     assert config.store_path_root_dir == "/var/rocketmq/store"
     assert config.auto_create_topic_enable is False
     assert config.mapped_file_size_commit_log == 104857600
-    assert config.flush_disk_type == "SYNC_FLUSH"
+    assert config.flush_disk_type is FlushDiskType.SYNC_FLUSH
     config.update({"listen_port": 20000, "store_path_root_dir": str(tmp_path)})  # what CLI flags do
     assert config.listen_port == 20000 and config.store_path_root_dir == str(tmp_path)
     assert config.broker_name == "broker-b"

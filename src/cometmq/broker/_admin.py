@@ -406,6 +406,6 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "commitLogMaxOffset": str(store.commitlog_max_offset),
         "msgPutTotalTodayNow": str(broker.stats.put_messages),
         "msgGetTotalTodayNow": str(broker.stats.got_messages),
-        "flushDiskType": broker.config.flush_disk_type,
-        "brokerRole": broker.config.broker_role,
+        "flushDiskType": broker.config.flush_disk_type.value,
+        "brokerRole": broker.config.broker_role.value,
     }

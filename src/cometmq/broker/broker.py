@@ -28,7 +28,7 @@ from cometmq.broker.config import BrokerConfig
 from cometmq.errors import CometMQError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer, RequestHandler
-from cometmq.store import FlushDiskType, MessageStore, StoreConfig
+from cometmq.store import FlushDiskType, MessageStore
 
 log = logging.getLogger("cometmq.broker")
 
@@ -50,35 +50,11 @@ class Broker:
         """*disk_usage_probe* replaces measuring the store's filesystem (``StoreConfig``); tests
         simulate a full disk with it."""
         self.config = config
-        root = Path(config.store_path_root_dir).expanduser()
-        self.root_dir = root
-        config_dir = root / "config"
-        self.store = MessageStore(
-            StoreConfig(
-                root_dir=root,
-                mapped_file_size_commitlog=config.mapped_file_size_commit_log,
-                mapped_file_size_consume_queue=config.mapped_file_size_consume_queue,
-                flush_disk_type=FlushDiskType[config.flush_disk_type],
-                flush_interval_commitlog_ms=config.flush_interval_commit_log,
-                flush_commitlog_least_pages=config.flush_commit_log_least_pages,
-                sync_flush_timeout_ms=config.sync_flush_timeout,
-                max_message_size=config.max_message_size,
-                enabled_append_prop_crc=config.enabled_append_prop_crc,
-                force_verify_prop_crc=config.force_verify_prop_crc,
-                message_delay_level=config.message_delay_level,
-                message_index_enable=config.message_index_enable,
-                max_index_num=config.max_index_num,
-                file_reserved_time=config.file_reserved_time,
-                delete_when=config.delete_when,
-                disk_max_used_space_ratio=config.disk_max_used_space_ratio,
-                disk_space_clean_forcibly_ratio=config.disk_space_clean_forcibly_ratio,
-                disk_space_warning_level_ratio=config.disk_space_warning_level_ratio,
-                clean_file_forcibly_enable=config.clean_file_forcibly_enable,
-                delete_file_batch_max=config.delete_file_batch_max,
-                disk_usage_probe=disk_usage_probe,
-            )
-        )
-        self.sync_flush = config.flush_disk_type == "SYNC_FLUSH"
+        store_config = config.store_config(disk_usage_probe)
+        self.root_dir = store_config.root_dir
+        config_dir = self.root_dir / "config"
+        self.store = MessageStore(store_config)
+        self.sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self.store_host = host_bytes(config.broker_addr)
         # Every topic change is registered with the NameServer soon, not only on the 30 s period.
         self.topics = TopicConfigManager(config, config_dir, on_change=lambda: self.request_register())

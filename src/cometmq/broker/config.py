@@ -1,22 +1,37 @@
-"""Broker configuration under RocketMQ's own key names, so a RocketMQ ``broker.conf`` works as is."""
+"""Broker configuration under RocketMQ's own key names, so a RocketMQ ``broker.conf`` works as is.
+
+Attribute ``listen_port`` is RocketMQ key ``listenPort``. Settings come in as text (a file, flags)
+and are converted once, here, to the attribute's type: ``flushDiskType`` becomes the store's
+:class:`FlushDiskType`, ``brokerRole`` a :class:`BrokerRole`; nothing else parses them again.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import re
+import difflib
+import enum
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cometmq.broker._javaprops import read_properties
 from cometmq.errors import ConfigError
-from cometmq.store import parse_delay_levels, parse_delete_when
+from cometmq.store import FlushDiskType, StoreConfig, parse_delay_levels, parse_delete_when
+
+log = logging.getLogger("cometmq.broker")
 
 DEFAULT_DATA_DIR = Path.home() / ".cometmq" / "data"
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+class BrokerRole(enum.Enum):
+    """RocketMQ's brokerRole. CometMQ does not replicate: every broker serves as a master, whatever
+    its role, and reports the role to admin tools (GET_BROKER_RUNTIME_INFO)."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
 
 
 @dataclass(slots=True)
@@ -31,8 +46,8 @@ class BrokerConfig:
     listen_host: str = "0.0.0.0"  # not a RocketMQ key: the interface to bind (RocketMQ binds all)
     namesrv_addr: str = ""
     store_path_root_dir: str = field(default_factory=lambda: str(DEFAULT_DATA_DIR))
-    flush_disk_type: str = "ASYNC_FLUSH"
-    broker_role: str = "ASYNC_MASTER"
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     broker_permission: int = 6
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
@@ -77,34 +92,34 @@ class BrokerConfig:
     def broker_addr(self) -> str:
         return f"{self.broker_ip1}:{self.listen_port}"
 
-    def update(self, values: dict[str, Any]) -> None:
+    def update(self, values: Mapping[str, Any], source: str = "the broker settings") -> None:
         """Apply settings given by RocketMQ key (``listenPort``) or attribute name (``listen_port``).
 
-        Unknown keys are ignored, as RocketMQ ignores keys it does not know; a value of the wrong
-        type raises ConfigError naming the key.
+        A key CometMQ does not know is ignored, as RocketMQ ignores keys it does not know, with a
+        warning naming the closest known key; a RocketMQ key CometMQ does not use is ignored with one
+        info line. A value that cannot be converted raises ConfigError naming the key. *source*
+        names where the values come from, in those messages.
         """
-        fields = {f.name: f for f in dataclasses.fields(self)}
+        not_used: list[str] = []
         for key, value in values.items():
-            name = key if key in fields else _snake(key)
-            if name not in fields or value is None:
-                continue
-            current = getattr(self, name)
-            try:
-                if isinstance(current, bool):
-                    converted: Any = (
-                        value if isinstance(value, bool) else str(value).strip().lower() == "true"
-                    )
-                elif isinstance(current, int):
-                    converted = int(value)
+            name = _ATTRIBUTE_OF_KEY.get(key, key)
+            if name not in _KEY_OF_ATTRIBUTE:
+                if key in ROCKETMQ_KEYS_NOT_USED:
+                    not_used.append(key)
                 else:
-                    converted = str(value)
-            except ValueError:
-                raise ConfigError(f"{key}={value!r} is not a valid {type(current).__name__}") from None
-            setattr(self, name, converted)
-        if self.flush_disk_type not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
-            raise ConfigError(
-                f"flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH, not {self.flush_disk_type!r}"
-            )
+                    log.warning(_unknown_key_message(key, source))
+                continue
+            if value is not None:
+                setattr(self, name, _converted(_KEY_OF_ATTRIBUTE[name], value, getattr(self, name)))
+        if not_used:
+            log.info("RocketMQ keys not used by CometMQ in %s, ignored: %s", source, ", ".join(not_used))
+        self._check()
+
+    def _check(self) -> None:
+        if not 0 <= self.listen_port <= 65535:
+            raise ConfigError(f"listenPort {self.listen_port} is not a port number")
+        if self.busy_poll_micros < 0:
+            raise ConfigError(f"busyPollMicros {self.busy_poll_micros} is negative")
         try:
             parse_delete_when(self.delete_when)
             if not parse_delay_levels(self.message_delay_level):
@@ -113,7 +128,7 @@ class BrokerConfig:
             raise ConfigError(str(exc)) from None
 
     @classmethod
-    def from_file(cls, path: str | Path, defaults: dict[str, Any] | None = None) -> BrokerConfig:
+    def from_file(cls, path: str | Path, defaults: Mapping[str, Any] | None = None) -> BrokerConfig:
         """A config from a RocketMQ ``broker.conf`` (Java properties), on top of *defaults*."""
         try:
             values = read_properties(path)
@@ -121,5 +136,111 @@ class BrokerConfig:
             raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
         config = cls()
         config.update(defaults or {})
-        config.update(values)
+        config.update(values, source=str(path))
         return config
+
+    def store_config(self, disk_usage_probe: Callable[[Path], float] | None = None) -> StoreConfig:
+        """The store's settings: every setting the store has, taken from the one of this config that
+        bears its name. *disk_usage_probe* replaces measuring the store's filesystem (tests)."""
+        values = {setting: getattr(self, name) for name, setting in _STORE_SETTING_OF_ATTRIBUTE.items()}
+        values["root_dir"] = Path(self.store_path_root_dir).expanduser()
+        return StoreConfig(**values, disk_usage_probe=disk_usage_probe)
+
+
+# RocketMQ keys a real broker.conf may carry that CometMQ has no use for. They are ignored with one
+# info line rather than a warning each, so that the configurations RocketMQ ships (conf/broker.conf,
+# conf/2m-2s-*/, conf/dledger/) and the usual tuning start without noise.
+ROCKETMQ_KEYS_NOT_USED = frozenset(
+    {
+        # Where RocketMQ puts its files apart: CometMQ keeps all of them under storePathRootDir.
+        "rocketmqHome",
+        "storePathCommitLog",
+        "storePathDLedgerCommitLog",
+        # Replication and DLedger: a CometMQ broker is a master on its own.
+        "brokerIP2",
+        "haListenPort",
+        "haMasterAddress",
+        "slaveReadEnable",
+        "enableDLegerCommitLog",
+        "dLegerGroup",
+        "dLegerPeers",
+        "dLegerSelfId",
+        # The Java broker's thread pools and their queues: one event loop serves every request.
+        "sendMessageThreadPoolNums",
+        "pullMessageThreadPoolNums",
+        "queryMessageThreadPoolNums",
+        "adminBrokerThreadPoolNums",
+        "clientManageThreadPoolNums",
+        "consumerManageThreadPoolNums",
+        "heartbeatThreadPoolNums",
+        "endTransactionThreadPoolNums",
+        "serverWorkerThreads",
+        "serverSelectorThreads",
+        "waitTimeMillsInSendQueue",
+        "waitTimeMillsInPullQueue",
+        "brokerFastFailureEnable",
+        "osPageCacheBusyTimeOutMills",
+        "useReentrantLockWhenPutMessage",
+        "transientStorePoolEnable",
+        # Features CometMQ does not have.
+        "aclEnable",
+        "traceTopicEnable",
+        "msgTraceTopicName",
+        "clusterTopicEnable",
+        "brokerTopicEnable",
+        "fetchNamesrvAddrByAddressServer",
+    }
+)
+
+# Words RocketMQ's key names spell in capitals (brokerIP1, enabledAppendPropCRC).
+_CAPITALISED = {"ip1", "crc"}
+
+
+def _key(attribute: str) -> str:
+    """The RocketMQ key of an attribute: ``listen_port`` → ``listenPort``."""
+    first, *rest = attribute.split("_")
+    return first + "".join(word.upper() if word in _CAPITALISED else word.capitalize() for word in rest)
+
+
+_KEY_OF_ATTRIBUTE = {f.name: _key(f.name) for f in dataclasses.fields(BrokerConfig)}
+_ATTRIBUTE_OF_KEY = {key: name for name, key in _KEY_OF_ATTRIBUTE.items()}
+_SUGGESTIONS = sorted({*_ATTRIBUTE_OF_KEY, *ROCKETMQ_KEYS_NOT_USED})
+
+# The store's name of a setting, where it is not the broker's: the store spells "commitlog" as one
+# word and puts the unit in the name.
+_STORE_NAMES = {
+    "mapped_file_size_commit_log": "mapped_file_size_commitlog",
+    "flush_interval_commit_log": "flush_interval_commitlog_ms",
+    "flush_commit_log_least_pages": "flush_commitlog_least_pages",
+    "sync_flush_timeout": "sync_flush_timeout_ms",
+}
+_STORE_FIELDS = {f.name for f in dataclasses.fields(StoreConfig)}
+# Broker attribute → the store setting it gives its value to.
+_STORE_SETTING_OF_ATTRIBUTE = {
+    name: setting for name in _KEY_OF_ATTRIBUTE if (setting := _STORE_NAMES.get(name, name)) in _STORE_FIELDS
+}
+
+
+def _unknown_key_message(key: str, source: str) -> str:
+    message = f"unknown key {key} in {source}, ignored"
+    closest = difflib.get_close_matches(key, _SUGGESTIONS, n=1)
+    return f"{message} (did you mean {closest[0]}?)" if closest else message
+
+
+def _converted(key: str, value: Any, current: Any) -> Any:
+    """*value* (text from a file or flag, or already of the type) as the type of *current*."""
+    kind = type(current)
+    if type(value) is kind:
+        return value
+    text = str(value).strip()
+    if isinstance(current, enum.Enum):
+        # Java's Enum.valueOf: the exact name.
+        if text not in kind.__members__:
+            raise ConfigError(f"{key}={text!r} is not one of {', '.join(kind.__members__)}")
+        return kind[text]
+    if isinstance(current, bool):
+        return text.lower() == "true"  # Java's Boolean.parseBoolean: anything else is false
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"{key}={value!r} is not a valid {kind.__name__}") from None

@@ -150,12 +150,8 @@ def _broker_config(args: argparse.Namespace, defaults: dict[str, object] | None 
         value = getattr(args, flag, None)
         if value is not None:
             overrides[attribute] = value
-    config.update(overrides)
+    config.update(overrides, source="the command line")
     config.store_path_root_dir = os.path.abspath(os.path.expanduser(config.store_path_root_dir))
-    if not 0 <= config.listen_port <= 65535:
-        raise ConfigError(f"listenPort {config.listen_port} is not a port number")
-    if config.busy_poll_micros < 0:
-        raise ConfigError(f"busyPollMicros {config.busy_poll_micros} is negative")
     return config
 
 
