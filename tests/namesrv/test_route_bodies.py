@@ -18,7 +18,6 @@ from cometmq.protocol.route import (
     RegisterBrokerBody,
     TopicList,
     TopicRouteData,
-    wants_standard_route_json,
 )
 from cometmq.protocol.topic_config import TopicConfig
 
@@ -60,20 +59,6 @@ def test_old_queue_data_flag_spelling() -> None:
         {"brokerName": "b", "perm": 6, "readQueueNums": 1, "writeQueueNums": 1, "topicSynFlag": 2}
     )
     assert queue.topic_sys_flag == 2
-
-
-@pytest.mark.parametrize(
-    ("version", "fields", "standard"),
-    [
-        (63, {}, False),
-        (400, {}, False),
-        (401, {}, True),
-        (409, {}, True),
-        (63, {"acceptStandardJsonOnly": "true"}, True),
-    ],
-)
-def test_which_route_json(version: int, fields: dict[str, str], standard: bool) -> None:
-    assert wants_standard_route_json(version, fields) is standard
 
 
 def test_cluster_info_and_topic_list_round_trip() -> None:

@@ -19,9 +19,6 @@ from cometmq.protocol.topic_config import TopicConfig
 
 MASTER_ID = 0  # brokerId of a broker group's master; slaves have ids >= 1
 
-# MQVersion ordinal (V4_9_4) from which the Java namesrv answers routes in standard JSON.
-STANDARD_JSON_ROUTE_VERSION = 401
-
 _INT32 = struct.Struct(">i")
 
 
@@ -145,14 +142,6 @@ class TopicRouteData:
     @classmethod
     def decode(cls, body: bytes) -> TopicRouteData:
         return cls.from_json(fastjson.loads(body))
-
-
-def wants_standard_route_json(version: int, ext_fields: dict[str, str]) -> bool:
-    """Whether a GET_ROUTEINFO_BY_TOPIC request gets standard JSON (4.9.4+ rule)."""
-    return (
-        version >= STANDARD_JSON_ROUTE_VERSION
-        or ext_fields.get("acceptStandardJsonOnly", "").lower() == "true"
-    )
 
 
 @dataclass(slots=True)
