@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from cometmq.errors import RequestRefused
+from cometmq.errors import ProtocolError, RequestRefused
 from cometmq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
 from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.protocol import RemotingCommand, ResponseCode, fastjson
@@ -58,10 +58,8 @@ class BrokerRegistrationProcessor:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         try:
             body = RegisterBrokerBody.decode(request.body, compressed=header.compressed)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR, f"register broker body is not valid: {exc}"
-            ) from None
+        except ProtocolError as exc:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         result = self._routes.register_broker(
             cluster=header.cluster_name,
             broker_addr=header.broker_addr,
@@ -93,11 +91,9 @@ class BrokerRegistrationProcessor:
     def query_data_version(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = BrokerRequestHeader.decode(request.ext_fields)
         try:
-            data_version = DataVersion.from_json(fastjson.loads(request.body) if request.body else {})
-        except (ValueError, TypeError) as exc:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR, f"data version body is not valid: {exc}"
-            ) from None
+            data_version = DataVersion.decode(request.body)
+        except ProtocolError as exc:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         changed = self._routes.data_version_changed(header.broker_addr, data_version, self._clock())
         known = self._routes.data_version_of(header.broker_addr)
         return request.response(
