@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.protocol import ResponseCode as Code
+from cometmq.protocol.namesrv_headers import RegisterBrokerRequestHeader
 from cometmq.protocol.route import DataVersion, RegisterBrokerBody
 from cometmq.protocol.topic_config import TopicConfig
 from cometmq.remoting import Connection, RemotingClient, RemotingServer
@@ -97,11 +98,16 @@ class ScriptedBroker:
         body = RegisterBrokerBody(
             DataVersion(timestamp=1, counter=1), {topic: TopicConfig(topic, 2, 2)}
         ).encode()
-        fields = {"brokerName": self.name, "brokerAddr": self.addr, "clusterName": "DefaultCluster"}
-        fields |= {"haServerAddr": "127.0.0.1:1", "brokerId": "0", "compressed": "false"}
+        header = RegisterBrokerRequestHeader(
+            broker_name=self.name,
+            broker_addr=self.addr,
+            cluster_name="DefaultCluster",
+            ha_server_addr="127.0.0.1:1",
+            broker_id=0,
+        )
         # The name server forgets a broker whose registering connection closes: keep it open.
         response = await self.namesrv_client.invoke(
-            namesrv, RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=fields, body=body)
+            namesrv, RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=header.encode(), body=body)
         )
         assert response.code == Code.SUCCESS, response.remark
 

@@ -1,4 +1,4 @@
-"""ClientInstance without a cluster: route listeners."""
+"""ClientInstance without a cluster: route listeners, and route answers from a stand-in name server."""
 
 from __future__ import annotations
 
@@ -6,7 +6,11 @@ import pytest
 from client_support import run
 
 from cometmq.client._instance import ClientInstance
+from cometmq.errors import ProtocolError
+from cometmq.protocol import RemotingCommand, RequestCode
+from cometmq.protocol.namesrv_headers import GetRouteInfoRequestHeader
 from cometmq.protocol.route import TopicRouteData
+from cometmq.remoting import Connection, Dispatcher, RemotingServer
 
 
 def test_a_route_that_disappears_on_refresh_is_reported_to_the_listeners(
@@ -27,3 +31,25 @@ def test_a_route_that_disappears_on_refresh_is_reported_to_the_listeners(
     assert seen == [("Orders", route), ("Orders", None)]
     run(instance.refresh_routes())  # forgotten: nothing more to report
     assert seen == [("Orders", route), ("Orders", None)]
+
+
+def test_a_malformed_route_answer_is_a_protocol_error_naming_the_field() -> None:
+    asked: list[GetRouteInfoRequestHeader] = []
+
+    def answer(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        asked.append(GetRouteInfoRequestHeader.decode(request.ext_fields))
+        return request.response(body=b'{"brokerDatas":[{"cluster":"C"}],"queueDatas":[]}')
+
+    async def scenario() -> None:
+        namesrv = RemotingServer(Dispatcher({RequestCode.GET_ROUTEINFO_BY_TOPIC: answer}), "127.0.0.1", 0)
+        await namesrv.start()
+        instance = ClientInstance(f"127.0.0.1:{namesrv.port}")
+        try:
+            with pytest.raises(ProtocolError, match="has no field brokerName"):
+                await instance.fetch_route("Orders")
+        finally:
+            await instance.close()
+            await namesrv.stop()
+
+    run(scenario())
+    assert asked == [GetRouteInfoRequestHeader(topic="Orders", accept_standard_json_only=True)]

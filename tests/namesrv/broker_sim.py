@@ -8,6 +8,8 @@ from typing import Any
 
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode
+from cometmq.protocol.headers import Header
+from cometmq.protocol.namesrv_headers import GetRouteInfoRequestHeader, RegisterBrokerRequestHeader
 from cometmq.protocol.route import DataVersion, RegisterBrokerBody
 from cometmq.protocol.topic_config import TopicConfig
 from cometmq.remoting import RemotingClient
@@ -28,7 +30,7 @@ async def register(
     topics: Mapping[str, int | TopicConfig] | None = None,
     counter: int = 1,
     compressed: bool = False,
-    body_crc32: int | None = None,
+    body_crc32: int = 0,
 ) -> RemotingCommand:
     """REGISTER_BROKER as a broker sends it; ``topics`` maps topic name → queue count (or its whole
     TopicConfig)."""
@@ -39,25 +41,34 @@ async def register(
     body = RegisterBrokerBody(DataVersion(timestamp=1_700_000_000_000, counter=counter), configs).encode(
         compressed=compressed
     )
-    ext_fields = {
-        "brokerName": broker_name,
-        "brokerAddr": broker_addr,
-        "clusterName": cluster,
-        "haServerAddr": broker_addr.rsplit(":", 1)[0] + ":10912",
-        "brokerId": str(broker_id),
-        "compressed": "true" if compressed else "false",
-    }
-    if body_crc32 is not None:
-        ext_fields["bodyCrc32"] = str(body_crc32)
-    request = RemotingCommand(code=RequestCode.REGISTER_BROKER, ext_fields=ext_fields, body=body)
+    header = RegisterBrokerRequestHeader(
+        broker_name=broker_name,
+        broker_addr=broker_addr,
+        cluster_name=cluster,
+        ha_server_addr=broker_addr.rsplit(":", 1)[0] + ":10912",
+        broker_id=broker_id,
+        compressed=compressed,
+        body_crc32=body_crc32,
+    )
+    request = RemotingCommand(code=RequestCode.REGISTER_BROKER, ext_fields=header.encode(), body=body)
     return await client.invoke(namesrv_addr, request)
 
 
 async def ask(
-    client: RemotingClient, namesrv_addr: str, code: int, version: int = 409, **fields: str
+    client: RemotingClient, namesrv_addr: str, code: int, header: Header | None = None, version: int = 409
 ) -> RemotingCommand:
-    request = RemotingCommand(code=code, ext_fields=dict(fields), version=version)
+    """A request as a client or tool of RocketMQ *version* sends it (409: 4.9.8)."""
+    ext_fields = header.encode() if header is not None else {}
+    request = RemotingCommand(code=code, ext_fields=ext_fields, version=version)
     return await client.invoke(namesrv_addr, request)
+
+
+async def ask_route(
+    client: RemotingClient, namesrv_addr: str, topic: str, version: int = 409
+) -> RemotingCommand:
+    """GET_ROUTEINFO_BY_TOPIC for *topic*."""
+    header = GetRouteInfoRequestHeader(topic=topic)
+    return await ask(client, namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, header, version)
 
 
 async def wait_until(predicate: Callable[[], Coroutine[Any, Any, bool]], timeout: float = 5.0) -> None:

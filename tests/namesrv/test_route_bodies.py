@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from cometmq.errors import ProtocolError
 from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.protocol import fastjson
 from cometmq.protocol.route import (
@@ -18,7 +20,6 @@ from cometmq.protocol.route import (
     RegisterBrokerBody,
     TopicList,
     TopicRouteData,
-    wants_standard_route_json,
 )
 from cometmq.protocol.topic_config import TopicConfig
 
@@ -62,20 +63,6 @@ def test_old_queue_data_flag_spelling() -> None:
     assert queue.topic_sys_flag == 2
 
 
-@pytest.mark.parametrize(
-    ("version", "fields", "standard"),
-    [
-        (63, {}, False),
-        (400, {}, False),
-        (401, {}, True),
-        (409, {}, True),
-        (63, {"acceptStandardJsonOnly": "true"}, True),
-    ],
-)
-def test_which_route_json(version: int, fields: dict[str, str], standard: bool) -> None:
-    assert wants_standard_route_json(version, fields) is standard
-
-
 def test_cluster_info_and_topic_list_round_trip() -> None:
     info = ClusterInfo({"b": BrokerData("C", "b", {0: "h:1"})}, {"C": ["b"]})
     assert ClusterInfo.decode(info.encode()) == info
@@ -99,11 +86,43 @@ def test_register_body_round_trips(
     assert RegisterBrokerBody.decode(body.encode(compressed=compressed), compressed=compressed) == body
 
 
-def test_register_body_garbage_is_value_error() -> None:
-    with pytest.raises(ValueError):
+def test_register_body_garbage_is_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match=r"RegisterBrokerBody is not valid: .*does not inflate"):
         RegisterBrokerBody.decode(b"not zlib", compressed=True)
-    with pytest.raises(ValueError):
+    with pytest.raises(ProtocolError, match=r"RegisterBrokerBody is not valid: .*not a JSON object"):
         RegisterBrokerBody.decode(b"[1,2]")
+
+
+def test_a_missing_field_of_an_answer_is_named() -> None:
+    with pytest.raises(ProtocolError, match="the TopicRouteData has no field brokerName"):
+        TopicRouteData.decode(b'{"queueDatas":[{"perm":6}]}')
+    with pytest.raises(ProtocolError, match=r"the ClusterInfo is not valid: .*brokerAddrTable"):
+        ClusterInfo.decode(b'{"brokerAddrTable":[1]}')
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+answer_keys = st.sampled_from(
+    [
+        *("queueDatas", "brokerDatas", "brokerName", "brokerAddrs", "brokerAddrTable", "clusterAddrTable"),
+        *("topicList", "brokerAddr", "filterServerTable", "perm", "readQueueNums", "timestamp", "counter"),
+    ]
+)
+answer_bodies = st.binary(max_size=40) | st.dictionaries(answer_keys, json_values, max_size=4).map(
+    lambda obj: json.dumps(obj).encode()
+)
+
+
+@given(answer_bodies)
+@example(b'{"queueDatas":[{"brokerName":"b","perm":1e999}]}')
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # a loaded machine is slow to start
+def test_any_answer_body_decodes_or_raises_one_protocol_error(body: bytes) -> None:
+    for decode in (TopicRouteData.decode, ClusterInfo.decode, TopicList.decode, DataVersion.decode):
+        with contextlib.suppress(ProtocolError):
+            decode(body)
 
 
 def _body(*topics: str, counter: int = 1) -> RegisterBrokerBody:

@@ -27,6 +27,7 @@ from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.errors import CometMQError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.namesrv_headers import BrokerRequestHeader, RegisterBrokerRequestHeader
 from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer, RequestHandler
 from cometmq.store import FlushDiskType, MessageStore
 
@@ -181,28 +182,18 @@ class Broker:
     def _namesrv_addresses(self) -> list[str]:
         return [addr.strip() for addr in self.config.namesrv_addr.split(";") if addr.strip()]
 
-    def _broker_header(self) -> dict[str, str]:
-        cfg = self.config
-        return {
-            "brokerName": cfg.broker_name,
-            "brokerAddr": cfg.broker_addr,
-            "clusterName": cfg.broker_cluster_name,
-            "brokerId": str(cfg.broker_id),
-        }
-
     async def register_all(self) -> None:
         cfg = self.config
-        body = self.topics.register_body().encode()
-        header = self._broker_header()
-        header.update(
-            {
-                "haServerAddr": f"{cfg.broker_ip1}:{cfg.listen_port + 1}",
-                "compressed": "false",
-                "bodyCrc32": "0",
-            }
+        header = RegisterBrokerRequestHeader(
+            broker_name=cfg.broker_name,
+            broker_addr=cfg.broker_addr,
+            cluster_name=cfg.broker_cluster_name,
+            ha_server_addr=f"{cfg.broker_ip1}:{cfg.listen_port + 1}",
+            broker_id=cfg.broker_id,
         )
+        body = self.topics.register_body().encode()
         for addr in self._namesrv_addresses():
-            request = RemotingCommand(code=RequestCode.REGISTER_BROKER, ext_fields=dict(header), body=body)
+            request = RemotingCommand(code=RequestCode.REGISTER_BROKER, ext_fields=header.encode(), body=body)
             try:
                 response = await self._namesrv_client.invoke(addr, request, timeout=6.0)
             except (CometMQError, OSError) as exc:
@@ -212,8 +203,15 @@ class Broker:
                 log.warning("the NameServer %s refused the registration: %s", addr, response.remark)
 
     async def _unregister_all(self) -> None:
+        cfg = self.config
+        header = BrokerRequestHeader(
+            broker_name=cfg.broker_name,
+            broker_addr=cfg.broker_addr,
+            cluster_name=cfg.broker_cluster_name,
+            broker_id=cfg.broker_id,
+        )
         for addr in self._namesrv_addresses():
-            request = RemotingCommand(code=RequestCode.UNREGISTER_BROKER, ext_fields=self._broker_header())
+            request = RemotingCommand(code=RequestCode.UNREGISTER_BROKER, ext_fields=header.encode())
             await self._namesrv_client.invoke(addr, request, timeout=3.0)
 
     async def _register_loop(self) -> None:

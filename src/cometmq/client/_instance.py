@@ -23,6 +23,7 @@ from cometmq.client._msgid import local_ip
 from cometmq.client.message import MessageQueue
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, RemotingTimeoutError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.namesrv_headers import GetRouteInfoRequestHeader
 from cometmq.protocol.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, group_name_error
 from cometmq.protocol.route import TopicRouteData
 from cometmq.remoting import Connection, RemotingClient, RequestHandler
@@ -205,14 +206,12 @@ class ClientInstance:
 
     async def fetch_route(self, topic: str) -> TopicRouteData | None:
         """Ask the name servers for a topic's route; None when no broker holds the topic."""
+        # Standard JSON asked for explicitly, so an older name server does not send the legacy form.
+        query = GetRouteInfoRequestHeader(topic=topic, accept_standard_json_only=True)
         last_error: CometMQError | None = None
         for addr in self.namesrv_addrs:
             try:
-                response = await self.invoke(
-                    addr,
-                    RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                    {"topic": topic, "acceptStandardJsonOnly": "true"},
-                )
+                response = await self.invoke(addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, query.encode())
             except (ConnectionClosedError, RemotingTimeoutError) as exc:
                 last_error = exc
                 continue

@@ -18,6 +18,7 @@ from cometmq.client.message import MessageQueue
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
+from cometmq.protocol.namesrv_headers import DeleteTopicFromNamesrvRequestHeader, GetRouteInfoRequestHeader
 from cometmq.protocol.naming import (
     DEFAULT_TOPIC,
     PERM_READ,
@@ -213,9 +214,8 @@ class AdminClient:
     async def topic_route(self, topic: str) -> TopicRouteData:
         """Which brokers hold the topic's queues; BrokerError when none does."""
         # Ask for standard JSON explicitly, so an older name server does not send the legacy form.
-        response = await self._invoke_namesrv(
-            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"}
-        )
+        query = GetRouteInfoRequestHeader(topic=topic, accept_standard_json_only=True)
+        response = await self._invoke_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, query.encode())
         return TopicRouteData.decode(response.body)
 
     # topics ------------------------------------------------------------------------------------
@@ -309,10 +309,9 @@ class AdminClient:
                 broker.master_addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}
             )
         # Every name server keeps its own table, so each one must forget the topic.
+        forget = DeleteTopicFromNamesrvRequestHeader(topic=topic, cluster_name=cluster)
         for addr in self.namesrv_addrs:
-            await self._instance.invoke_ok(
-                addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster}
-            )
+            await self._instance.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, forget.encode())
         return masters
 
     # brokers -----------------------------------------------------------------------------------

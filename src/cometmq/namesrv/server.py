@@ -1,4 +1,5 @@
-"""The NameServer: a RemotingServer with the route, admin and KV processors, plus the expiry scan."""
+"""The NameServer: a RemotingServer with one table of request code → processor method (route, admin and
+KV requests), plus the expiry scan."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from cometmq.namesrv.processors import (
     TopicAdminProcessor,
 )
 from cometmq.namesrv.route_info import RouteInfoManager
+from cometmq.protocol import RequestCode
 from cometmq.remoting import Connection, Dispatcher, RemotingServer, RequestHandler
 
 log = logging.getLogger("cometmq.namesrv")
@@ -43,14 +45,27 @@ class NameServer:
         self._clock = clock
         self.routes = RouteInfoManager()
         self.kv_config = KVConfigManager()
-        table: dict[int, RequestHandler] = {}
-        for processor in (
-            BrokerRegistrationProcessor(self.routes, self.kv_config, clock),
-            RouteQueryProcessor(self.routes, self.kv_config, order_message_enable),
-            TopicAdminProcessor(self.routes),
-            KVConfigProcessor(self.kv_config),
-        ):
-            table.update(dict.fromkeys(processor.codes, processor.handle))
+        registration = BrokerRegistrationProcessor(self.routes, self.kv_config, clock)
+        queries = RouteQueryProcessor(self.routes, self.kv_config, order_message_enable)
+        topic_admin = TopicAdminProcessor(self.routes)
+        kv = KVConfigProcessor(self.kv_config)
+        table: dict[int, RequestHandler] = {
+            RequestCode.REGISTER_BROKER: registration.register_broker,
+            RequestCode.UNREGISTER_BROKER: registration.unregister_broker,
+            RequestCode.QUERY_DATA_VERSION: registration.query_data_version,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: queries.route_of_topic,
+            RequestCode.GET_BROKER_CLUSTER_INFO: queries.cluster_info,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: queries.all_topics,
+            RequestCode.GET_TOPICS_BY_CLUSTER: queries.topics_of_cluster,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: queries.system_topics,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: topic_admin.delete_topic,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: topic_admin.wipe_write_perm,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: topic_admin.add_write_perm,
+            RequestCode.PUT_KV_CONFIG: kv.put,
+            RequestCode.GET_KV_CONFIG: kv.get,
+            RequestCode.DELETE_KV_CONFIG: kv.delete,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: kv.list_namespace,
+        }
         self._server = RemotingServer(Dispatcher(table), host, port)
         # A broker whose connection closes is dropped at once, not after the expiry time.
         self._server.add_close_listener(self.routes.connection_closed)

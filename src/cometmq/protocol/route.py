@@ -7,20 +7,20 @@ only the legacy route form keeps (see :meth:`TopicRouteData.encode`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from cometmq.errors import ProtocolError
 from cometmq.protocol import fastjson
 from cometmq.protocol.topic_config import TopicConfig
 
 MASTER_ID = 0  # brokerId of a broker group's master; slaves have ids >= 1
-
-# MQVersion ordinal (V4_9_4) from which the Java namesrv answers routes in standard JSON.
-STANDARD_JSON_ROUTE_VERSION = 401
 
 _INT32 = struct.Struct(">i")
 
@@ -29,6 +29,18 @@ def _obj(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"{what} is not a JSON object")
     return value
+
+
+@contextlib.contextmanager
+def _decoding(what: str) -> Iterator[None]:
+    """Turn what a malformed body makes the parsers raise into one ProtocolError naming *what* (and the
+    field, for one that is missing)."""
+    try:
+        yield
+    except KeyError as exc:
+        raise ProtocolError(f"the {what} has no field {exc.args[0]}") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # OverflowError: int() of 1e999
+        raise ProtocolError(f"the {what} is not valid: {exc}") from None
 
 
 @dataclass(slots=True)
@@ -144,15 +156,9 @@ class TopicRouteData:
 
     @classmethod
     def decode(cls, body: bytes) -> TopicRouteData:
-        return cls.from_json(fastjson.loads(body))
-
-
-def wants_standard_route_json(version: int, ext_fields: dict[str, str]) -> bool:
-    """Whether a GET_ROUTEINFO_BY_TOPIC request gets standard JSON (4.9.4+ rule)."""
-    return (
-        version >= STANDARD_JSON_ROUTE_VERSION
-        or ext_fields.get("acceptStandardJsonOnly", "").lower() == "true"
-    )
+        """The route in an answer's *body*; ProtocolError when it is not one."""
+        with _decoding("TopicRouteData"):
+            return cls.from_json(fastjson.loads(body))
 
 
 @dataclass(slots=True)
@@ -188,7 +194,9 @@ class ClusterInfo:
 
     @classmethod
     def decode(cls, body: bytes) -> ClusterInfo:
-        return cls.from_json(fastjson.loads(body))
+        """The cluster info in an answer's *body*; ProtocolError when it is not one."""
+        with _decoding("ClusterInfo"):
+            return cls.from_json(fastjson.loads(body))
 
     def brokers_of(self, cluster: str) -> list[BrokerData]:
         """The broker groups of ``cluster`` that are known, by name."""
@@ -218,9 +226,11 @@ class TopicList:
 
     @classmethod
     def decode(cls, body: bytes) -> TopicList:
-        obj = _obj(fastjson.loads(body), "TopicList")
-        addr = obj.get("brokerAddr")
-        return cls([str(topic) for topic in obj.get("topicList") or []], str(addr) if addr else None)
+        """The topic list in an answer's *body*; ProtocolError when it is not one."""
+        with _decoding("TopicList"):
+            obj = _obj(fastjson.loads(body), "TopicList")
+            addr = obj.get("brokerAddr")
+            return cls([str(topic) for topic in obj.get("topicList") or []], str(addr) if addr else None)
 
 
 @dataclass(slots=True)
@@ -245,6 +255,13 @@ class DataVersion:
         if isinstance(counter, dict):  # fastjson writes AtomicLong as a number, but be lenient
             counter = counter.get("value", 0)
         return cls(timestamp=int(obj.get("timestamp", 0)), counter=int(counter))
+
+    @classmethod
+    def decode(cls, body: bytes) -> DataVersion:
+        """The data version in QUERY_DATA_VERSION's *body* (none: the zero version); ProtocolError when
+        it is not one."""
+        with _decoding("DataVersion"):
+            return cls.from_json(fastjson.loads(body) if body else {})
 
 
 @dataclass(slots=True)
@@ -281,9 +298,14 @@ class RegisterBrokerBody:
 
     @classmethod
     def decode(cls, body: bytes, *, compressed: bool = False) -> RegisterBrokerBody:
-        """Parse either form; raises ``ValueError`` for a body that is neither."""
-        if compressed:
-            return cls._decode_compressed(body)
+        """Parse either form; ProtocolError for a body that is not the one *compressed* says."""
+        with _decoding("RegisterBrokerBody"):
+            if compressed:
+                return cls._decode_compressed(body)
+            return cls._decode_json(body)
+
+    @classmethod
+    def _decode_json(cls, body: bytes) -> RegisterBrokerBody:
         if not body:
             return cls()
         obj = _obj(fastjson.loads(body), "RegisterBrokerBody")
