@@ -1,5 +1,6 @@
 """Clients of a CometMQ (or RocketMQ) cluster."""
 
+from cometmq.client._lifecycle import ClientState
 from cometmq.client.admin import AdminClient
 from cometmq.client.consumer import ConsumeResult, PushConsumer
 from cometmq.client.litepull import LitePullConsumer
@@ -15,6 +16,7 @@ from cometmq.errors import (
 
 __all__ = [
     "AdminClient",
+    "ClientState",
     "ClientStateError",
     "ConsumeResult",
     "DataLossError",

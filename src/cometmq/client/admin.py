@@ -8,12 +8,13 @@ import ipaddress
 import logging
 import random
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal
 
 from cometmq.client import _brokerapi
 from cometmq.client._brokerapi import CLIENT_INNER_PRODUCER_GROUP, PullStatus, send_header
 from cometmq.client._instance import ClientInstance
+from cometmq.client._lifecycle import Client
+from cometmq.client._options import check_positive
 from cometmq.client.message import MessageQueue
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
@@ -149,20 +150,25 @@ def _queue_of(key: Any) -> tuple[str, str, int]:
     return str(props["topic"]), str(props["brokerName"]), int(props["queueId"])
 
 
-class AdminClient:
+class AdminClient(Client):
     """Talks to the NameServer(s) at ``namesrv_addr`` (``host:port``, or several joined by ``;`` as
-    RocketMQ's ``namesrvAddr`` allows) and to the brokers they list.
+    RocketMQ's ``namesrvAddr`` allows) and to the brokers they list, once started.
 
     Every non-success answer raises :class:`BrokerError` with the server's code and remark.
     """
 
+    kind = "admin client"
+
     def __init__(self, namesrv_addr: str, timeout: float = 5.0, connect_timeout: float = 3.0) -> None:
+        check_positive("timeout", timeout)
+        check_positive("connect_timeout", connect_timeout)
+        super().__init__()
         # The producers' and consumers' plumbing (connections, requests), never started: an admin
         # client joins no group, so it sends no heartbeat and refreshes no route.
-        self._instance = ClientInstance(
+        self._connections = ClientInstance(
             namesrv_addr, request_timeout=timeout, connect_timeout=connect_timeout
         )
-        self.namesrv_addrs = self._instance.namesrv_addrs
+        self.namesrv_addrs = self._connections.namesrv_addrs
         self.timeout = timeout
 
     @property
@@ -170,20 +176,15 @@ class AdminClient:
         """The connections and routes this client uses (for requests it has no method for)."""
         return self._instance
 
-    async def __aenter__(self) -> AdminClient:
-        return self
+    @property
+    def _instance(self) -> ClientInstance:
+        # Every request goes through here, so a client that is not running refuses it.
+        self._check_running()
+        return self._connections
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Close every connection."""
-        await self._instance.close()
+    async def _close(self, timeout: float) -> None:
+        """Close every connection (nothing is in progress that ``timeout`` would wait for)."""
+        await self._connections.close()
 
     # plumbing ----------------------------------------------------------------------------------
 

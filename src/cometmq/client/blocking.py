@@ -40,6 +40,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequen
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+from cometmq.client._lifecycle import ClientState
 from cometmq.client.message import Message, MessageQueue, SendResult
 
 if TYPE_CHECKING:
@@ -188,20 +189,22 @@ async def _construct(cls: type[T], args: tuple[Any, ...], kwargs: dict[str, Any]
     return cls(*args, **kwargs)
 
 
-def _close_client(loop: asyncio.AbstractEventLoop, client: Any) -> None:
-    """Close ``client`` on the loop (from any thread), then let go of the loop."""
+def _close_client(loop: asyncio.AbstractEventLoop, client: Any, timeout: float | None = None) -> None:
+    """Close ``client`` on the loop (from any thread), with its ``close(timeout)`` (its default
+    timeout when None), then let go of the loop."""
     try:
         close = getattr(client, "close", None)
         if close is None:
             return
+        args = () if timeout is None else (timeout,)
         if _SHARED.thread is threading.current_thread():
-            result = close()
+            result = close(*args)
             if inspect.isawaitable(result):
                 loop.create_task(_await_quietly(result))
             return
-        future = asyncio.run_coroutine_threadsafe(_call(close), loop)
+        future = asyncio.run_coroutine_threadsafe(_call(close, *args), loop)
         try:
-            future.result(_FINALIZE_TIMEOUT_S)
+            future.result(_FINALIZE_TIMEOUT_S + (timeout or 0.0))
         except Exception as exc:
             log.warning("closing %s failed: %s", type(client).__name__, exc)
     finally:
@@ -245,9 +248,17 @@ class _BlockingClient:
         """Whether the client was closed (by ``close``, a ``with`` block's end or garbage collection)."""
         return not self._finalizer.alive
 
-    def close(self) -> None:
-        """Close the client (its sockets and tasks); the loop thread stops with the last client."""
-        self._finalizer()
+    @property
+    def state(self) -> ClientState:
+        """Where the asyncio client is in its life cycle."""
+        state: ClientState = self._client.state
+        return state
+
+    def close(self, timeout: float | None = None) -> None:
+        """Close the client (its sockets and tasks), waiting up to ``timeout`` seconds for work in
+        progress (the asyncio client's default when None); the loop thread stops with the last client."""
+        if self._finalizer.detach() is not None:  # None once closed: closing again does nothing
+            _close_client(self._loop, self._client, timeout)
 
     def __enter__(self) -> Self:
         if callable(getattr(type(self._client), "start", None)):
@@ -553,6 +564,7 @@ class AdminClient(_BlockingClient):
         ) -> list[DecodedRecord]: ...
         def resend_dead_letter(self, dead_letter: DecodedRecord) -> Resent: ...
         def resent_copies(self, dead_letter: DecodedRecord) -> list[DecodedRecord]: ...
+        def start(self) -> None: ...
         def reset_offsets(
             self,
             group: str,

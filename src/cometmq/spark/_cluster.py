@@ -35,6 +35,7 @@ class Cluster:
     def __init__(self, namesrv: str) -> None:
         self._loop = new_event_loop()
         self.admin = AdminClient(namesrv, timeout=REQUEST_TIMEOUT_S)
+        self.run(self.admin.start())
         self.instance = self.admin.instance
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
