@@ -49,7 +49,7 @@ from cometmq.client._options import check_choice, check_group, check_positive, c
 from cometmq.client._rebalance import REBALANCE_INTERVAL_S, allocate_averagely
 from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.errors import ClientStateError, CometMQError, DataLossError
-from cometmq.protocol.subscription import SUB_ALL, SubscriptionData
+from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, SubscriptionData
 
 __all__ = ["ConsumeFrom", "DataLossError", "LitePullConsumer"]
 
@@ -218,13 +218,15 @@ class LitePullConsumer(Client):
 
     # choosing queues ---------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = SUB_ALL) -> None:
-        """Consume ``topic`` (messages whose tag matches ``expression``: ``*`` or ``TagA || TagB``)
-        as a member of the group; the group's members share its queues."""
+    def subscribe(self, topic: str, expression: str = SUB_ALL, *, sql92: bool = False) -> None:
+        """Consume ``topic``'s messages matching ``expression`` as a member of the group (the
+        group's members share its queues): ``*``, tags joined by ``||`` (``"TagA || TagB"``), or
+        with ``sql92=True`` an SQL92 condition on message properties, which the broker evaluates (it
+        must run with ``enablePropertyFilter=true``)."""
         if self._assigned_by_user:
             raise CometMQError("subscribe() and assign() cannot be mixed on one consumer")
         self._subscriptions[topic] = SubscriptionData.from_expression(
-            topic, expression, sub_version=int(time.time() * 1000)
+            topic, expression, EXPRESSION_SQL92 if sql92 else EXPRESSION_TAG, int(time.time() * 1000)
         )
         if self._state is ClientState.RUNNING:
             self._tasks.append(asyncio.create_task(self._join_group()))
