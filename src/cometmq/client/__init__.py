@@ -1,5 +1,6 @@
 """Clients of a CometMQ (or RocketMQ) cluster."""
 
+from cometmq.client._brokerapi import PullResult, PullStatus
 from cometmq.client._lifecycle import ClientState
 from cometmq.client.admin import AdminClient
 from cometmq.client.consumer import ConsumeResult, PushConsumer
@@ -27,6 +28,8 @@ __all__ = [
     "MessageTooLargeError",
     "NoRouteError",
     "Producer",
+    "PullResult",
+    "PullStatus",
     "PushConsumer",
     "QueueSelector",
     "ReceivedMessage",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cometmq.client import _brokerapi
-from cometmq.client._brokerapi import CLIENT_INNER_PRODUCER_GROUP, PullStatus, send_header
+from cometmq.client._brokerapi import CLIENT_INNER_PRODUCER_GROUP, PullResult, PullStatus, send_header
 from cometmq.client._instance import ClientInstance
 from cometmq.client._lifecycle import Client
 from cometmq.client._options import check_positive
@@ -759,6 +759,44 @@ class AdminClient(Client):
         )
         response = await self._instance.invoke_ok(addr, RequestCode.SEND_MESSAGE_V2, header, dead_letter.body)
         return Resent(topic, response.ext_fields.get("msgId", ""))
+
+    # reading queues, for batch readers (the Spark connector) -----------------------------------
+
+    async def readable_queues(self, topic: str) -> list[MessageQueue]:
+        """The readable queues of ``topic`` from a fresh route; [] when no name server routes it."""
+        instance = self._instance
+        if await instance.fetch_route(topic) is None:
+            return []
+        return await instance.subscribe_queues(topic)
+
+    async def offset_bounds(self, queue: MessageQueue) -> tuple[int, int]:
+        """(min offset, max offset) of ``queue``: its oldest message held, and the next to be written."""
+        return await _brokerapi.offset_bounds(await self._routed(queue), queue)
+
+    async def first_offset_at(
+        self, queue: MessageQueue, timestamp_ms: int, *, group: str, bounds: tuple[int, int] | None = None
+    ) -> int:
+        """The offset of the first message of ``queue`` stored at or after ``timestamp_ms``, the
+        queue's end if there is none; found with a pull as ``group`` that commits nothing.
+        ``bounds``: the queue's :meth:`offset_bounds` when the caller has them already."""
+        instance = await self._routed(queue)
+        return await _brokerapi.first_offset_at(instance, queue, timestamp_ms, group, bounds)
+
+    async def pull_records(
+        self, queue: MessageQueue, offset: int, max_nums: int, *, group: str, subscription: SubscriptionData
+    ) -> PullResult:
+        """One pull of up to ``max_nums`` messages of ``queue`` from ``offset``, as ``group``, that
+        commits nothing and is answered at once; the stored records come undecoded in the result's
+        ``body`` (and a tag filter is the broker's, by tag hash only)."""
+        instance = await self._routed(queue)
+        return await _brokerapi.pull(instance, queue, group, subscription, offset, max_nums, decode=False)
+
+    async def _routed(self, queue: MessageQueue) -> ClientInstance:
+        """The connections, knowing the address of ``queue``'s broker."""
+        instance = self._instance
+        if instance.broker_addr(queue.broker_name) is None:
+            await instance.fetch_route(queue.topic)
+        return instance
 
 
 def _has_key(rec: DecodedRecord, topic: str, key: str, unique: bool) -> bool:

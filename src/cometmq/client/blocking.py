@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Literal
 
+    from cometmq.client._brokerapi import PullResult
     from cometmq.client._offsets import ConsumeFrom
     from cometmq.client.admin import ConsumeProgress, ConsumerConnections, Resent, ResetResult
     from cometmq.client.consumer import Listener
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from cometmq.client.producer import QueueSelector, SendCallback
     from cometmq.protocol.record import DecodedRecord
     from cometmq.protocol.route import BrokerData, ClusterInfo, TopicRouteData
+    from cometmq.protocol.subscription import SubscriptionData
     from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 
 __all__ = ["AdminClient", "LitePullConsumer", "Producer", "PushConsumer"]
@@ -564,6 +566,20 @@ class AdminClient(_BlockingClient):
         ) -> list[DecodedRecord]: ...
         def resend_dead_letter(self, dead_letter: DecodedRecord) -> Resent: ...
         def resent_copies(self, dead_letter: DecodedRecord) -> list[DecodedRecord]: ...
+        def readable_queues(self, topic: str) -> list[MessageQueue]: ...
+        def offset_bounds(self, queue: MessageQueue) -> tuple[int, int]: ...
+        def first_offset_at(
+            self, queue: MessageQueue, timestamp_ms: int, *, group: str, bounds: tuple[int, int] | None = ...
+        ) -> int: ...
+        def pull_records(
+            self,
+            queue: MessageQueue,
+            offset: int,
+            max_nums: int,
+            *,
+            group: str,
+            subscription: SubscriptionData,
+        ) -> PullResult: ...
         def start(self) -> None: ...
         def reset_offsets(
             self,
