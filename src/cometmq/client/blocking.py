@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from cometmq.client._lifecycle import ClientState
 from cometmq.client.message import Message, MessageQueue, SendResult
+from cometmq.errors import ClientStateError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -301,7 +302,7 @@ class _BlockingClient:
 
     def _check_open(self) -> None:
         if not self._finalizer.alive:
-            raise RuntimeError(f"this {type(self).__name__} is closed")
+            raise ClientStateError(f"this blocking {type(self).__name__} is closed: make a new one")
 
     def _blocking(self, method: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
         @functools.wraps(method)
