@@ -38,7 +38,7 @@ from cometmq.client._brokerapi import (
     PullStatus,
 )
 from cometmq.client._instance import ClientInstance
-from cometmq.client._lifecycle import Client, ClientState
+from cometmq.client._lifecycle import RUNNING, Client, ClientState
 from cometmq.client._offsets import (
     CONSUME_FROM_WHERE,
     ConsumeFrom,
@@ -349,7 +349,8 @@ class LitePullConsumer(Client):
     async def poll(self, timeout: float | None = None) -> list[ReceivedMessage]:
         """The next messages of the assigned queues, in offset order within each queue; waits up to
         ``timeout`` seconds (default ``poll_timeout``) for some to arrive, else returns ``[]``."""
-        self._check_running()
+        if self._state is not RUNNING:
+            self._check_running()
         messages = self._drain()
         if messages:
             return messages

@@ -21,7 +21,7 @@ from cometmq.client._brokerapi import broker_addr_of, send_header
 from cometmq.client._direct import DirectLane
 from cometmq.client._fault import FaultStrategy, PublishInfo
 from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance
-from cometmq.client._lifecycle import Client, ClientState
+from cometmq.client._lifecycle import RUNNING, Client
 from cometmq.client._msgid import UniqueIdGenerator
 from cometmq.client._options import check_group, check_positive, check_range
 from cometmq.client.message import SYSFLAG_COMPRESSED, Message, MessageQueue, SendResult, SendStatus
@@ -405,14 +405,14 @@ class Producer(Client):
         return await self._deliver(self._batch_request(msgs), queue, sharding_key)
 
     def _single_request(self, msg: Message) -> _Request:
-        if self._state is not ClientState.RUNNING:
+        if self._state is not RUNNING:
             self._check_running()
         body, sys_flag, text, uniq = self._prepare(msg)
         header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
         return _Request(RequestCode.SEND_MESSAGE_V2, msg.topic, header, body, uniq)
 
     def _batch_request(self, msgs: Sequence[Message]) -> _Request:
-        if self._state is not ClientState.RUNNING:
+        if self._state is not RUNNING:
             self._check_running()
         topic, parts, _, ids = self._encode_batch(msgs)
         header = send_header(self.group, topic, "", batch=True)
