@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,7 +292,7 @@ def test_the_blocking_facade_passes_close_timeout_through_and_closes_once() -> N
 
 
 @pytest.fixture
-def sql_server(tmp_path: Path) -> Any:
+def sql_server(tmp_path: Path) -> Iterator[StandaloneServer]:
     conf = tmp_path / "broker.conf"
     conf.write_text("enablePropertyFilter=true\n")
     server = StandaloneServer(tmp_path / "data", "-c", str(conf))
