@@ -51,8 +51,8 @@ from pyspark.sql.types import StructType
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from cometmq.cli._table import format_table  # noqa: E402
 from cometmq.client import AdminClient, Message, MessageQueue, Producer  # noqa: E402
+from cometmq.console import format_table  # noqa: E402
 from cometmq.spark import ARROW_SCHEMA, SCHEMA_DDL  # noqa: E402
 from cometmq.spark._cluster import Cluster  # noqa: E402
 from cometmq.spark._read import QueueRange, read_range  # noqa: E402

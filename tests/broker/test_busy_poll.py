@@ -125,5 +125,5 @@ def test_clients_given_a_window_poll_after_their_requests(server: StandaloneServ
 
 @pytest.mark.parametrize("client", [Producer, PushConsumer, LitePullConsumer])
 def test_a_client_refuses_a_negative_window_when_made(client: Callable[..., object]) -> None:
-    with pytest.raises(ValueError, match="busy-poll window must be 0 µs or more"):
+    with pytest.raises(ValueError, match="busy_poll_us must be at least 0, not -1"):
         client("GID_busy_bad", "127.0.0.1:9876", busy_poll_us=-1)

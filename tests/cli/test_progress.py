@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from cometmq.cli._progress import Progress
+from cometmq.console import Progress
 
 
 class Terminal(io.StringIO):

@@ -16,7 +16,7 @@ from client_support import DROP, SILENT, ScriptedBroker, open_sockets, scripted,
 
 from cometmq.client import blocking
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
-from cometmq.errors import BrokerError, RemotingTimeoutError
+from cometmq.errors import BrokerError, ClientStateError, RemotingTimeoutError
 from cometmq.protocol import ResponseCode as Code
 from processes import StandaloneServer
 
@@ -123,7 +123,7 @@ def test_a_closed_client_refuses_calls(server: StandaloneServer) -> None:
     admin = blocking.AdminClient(server.namesrv)
     admin.close()
     assert admin.closed
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(ClientStateError, match=r"^this blocking AdminClient is closed: make a new one"):
         admin.topic_list()
 
 

@@ -12,7 +12,6 @@ from cometmq.client import _brokerapi
 from cometmq.client._instance import ClientInstance
 from cometmq.client._offsets import (
     DEFAULT_TIMESTAMP_LOOKBACK_MS,
-    check_consume_from,
     default_consume_timestamp,
     start_offset,
 )
@@ -70,8 +69,6 @@ def test_a_retry_topic_always_starts_at_0(asked: list[tuple[str, object]], consu
     assert asked == []  # retried messages are never skipped: nothing to look up
 
 
-def test_consume_from_is_checked_and_the_default_timestamp_is_half_an_hour_back() -> None:
-    with pytest.raises(ValueError, match="consume_from must be"):
-        check_consume_from("earliest")
+def test_the_default_timestamp_is_half_an_hour_back() -> None:
     lookback = time.time() * 1000 - default_consume_timestamp()
     assert DEFAULT_TIMESTAMP_LOOKBACK_MS <= lookback < DEFAULT_TIMESTAMP_LOOKBACK_MS + 60_000

@@ -40,6 +40,7 @@ async def push_consumer_left_open(namesrv: str) -> object:
 
 async def admin_client_left_open(namesrv: str) -> object:
     admin = AdminClient(namesrv)
+    await admin.start()
     await admin.topic_route("Unclosed")
     return admin
 
@@ -83,6 +84,7 @@ def test_an_admin_client_dropped_while_the_loop_runs_closes_its_socket(
     async def scenario() -> None:
         before = open_sockets()
         admin = AdminClient(standalone.namesrv)
+        await admin.start()
         await admin.cluster_info()
         assert open_sockets() > before
         del admin  # dropped, not closed; the loop goes on

@@ -167,6 +167,7 @@ def test_illegal_topic_name_is_refused_before_sending(
 
 def test_cluster_choice(run: Run, namesrv: NameServer, start_broker: Callable[..., StandInBroker]) -> None:
     admin = AdminClient(addr_of(namesrv))
+    run(admin.start())
     try:
         with pytest.raises(CometMQError, match="no broker is registered"):
             run(admin.create_topic("T"))

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cometmq.client._brokerapi import PullResult, PullStatus
+from cometmq.client import PullResult, PullStatus
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, decode_pulled
 from cometmq.errors import OptionError, RecordError
 from cometmq.protocol.properties import encode_properties

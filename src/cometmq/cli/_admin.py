@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cometmq.cli._loop import run_async
-from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
+from cometmq.console import format_table
 from cometmq.errors import CometMQError
 from cometmq.protocol.naming import perm_text
 from cometmq.protocol.route import BrokerData

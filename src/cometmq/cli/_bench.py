@@ -25,10 +25,9 @@ from typing import Any, cast
 
 from cometmq.cli._admin import admin_options, print_json, whole_number
 from cometmq.cli._loop import run_async
-from cometmq.cli._progress import Progress
-from cometmq.cli._table import format_table
 from cometmq.client import AdminClient, LitePullConsumer, Message, MessageQueue, Producer, blocking
 from cometmq.client.litepull import MAX_PULL_BATCH
+from cometmq.console import Progress, format_table
 from cometmq.errors import CometMQError
 from cometmq.remoting import BusyPoller
 

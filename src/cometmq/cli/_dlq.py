@@ -7,9 +7,9 @@ from typing import Any, Final
 
 from cometmq.cli._admin import add_admin_command, print_json, whole_number
 from cometmq.cli._message import format_time, message_json
-from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
 from cometmq.client.message import SYSFLAG_COMPRESSED
+from cometmq.console import format_table
 from cometmq.errors import CometMQError
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import DecodedRecord

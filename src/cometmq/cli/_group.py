@@ -8,9 +8,9 @@ from typing import Any, Final
 
 from cometmq.cli._admin import add_admin_command, print_json, whole_number
 from cometmq.cli._message import format_time, parse_time
-from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
 from cometmq.client.admin import ResetResult
+from cometmq.console import format_table
 from cometmq.errors import CometMQError
 from cometmq.protocol.route import BrokerData
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig

@@ -10,9 +10,9 @@ import zlib
 from typing import Any, Final
 
 from cometmq.cli._admin import add_admin_command, print_json, whole_number
-from cometmq.cli._table import format_table
 from cometmq.client import AdminClient
 from cometmq.client.message import SYSFLAG_COMPRESSED
+from cometmq.console import format_table
 from cometmq.errors import CometMQError
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import DecodedRecord, decode_host

@@ -1,5 +1,7 @@
 """Clients of a CometMQ (or RocketMQ) cluster."""
 
+from cometmq.client._brokerapi import PullResult, PullStatus
+from cometmq.client._lifecycle import ClientState
 from cometmq.client.admin import AdminClient
 from cometmq.client.consumer import ConsumeResult, PushConsumer
 from cometmq.client.litepull import LitePullConsumer
@@ -15,6 +17,7 @@ from cometmq.errors import (
 
 __all__ = [
     "AdminClient",
+    "ClientState",
     "ClientStateError",
     "ConsumeResult",
     "DataLossError",
@@ -25,6 +28,8 @@ __all__ = [
     "MessageTooLargeError",
     "NoRouteError",
     "Producer",
+    "PullResult",
+    "PullStatus",
     "PushConsumer",
     "QueueSelector",
     "ReceivedMessage",

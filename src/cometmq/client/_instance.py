@@ -24,7 +24,7 @@ from cometmq.client.message import MessageQueue
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, RemotingTimeoutError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.namesrv_headers import GetRouteInfoRequestHeader
-from cometmq.protocol.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, group_name_error
+from cometmq.protocol.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE
 from cometmq.protocol.route import TopicRouteData
 from cometmq.remoting import Connection, RemotingClient, RequestHandler
 
@@ -58,14 +58,6 @@ class ConsumerMember(Protocol):
     def running_info(self) -> dict[str, Any]:
         """The ConsumerRunningInfo JSON object (answer to GET_CONSUMER_RUNNING_INFO)."""
         ...
-
-
-def check_group(role: str, group: str) -> None:
-    """Refuse an illegal group name when a client is made, before any network I/O (the broker would
-    refuse it later, less clearly). *role* is "producer" or "consumer"."""
-    problem = group_name_error(group)
-    if problem is not None:
-        raise CometMQError(f"{role} group {group!r}: {problem}")
 
 
 def default_instance_name() -> str:

@@ -38,11 +38,6 @@ CONSUME_FROM_WHERE: dict[str, str] = {
 DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000
 
 
-def check_consume_from(consume_from: str) -> None:
-    if consume_from not in CONSUME_FROM_WHERE:
-        raise ValueError(f"consume_from must be 'last', 'first' or 'timestamp', not {consume_from!r}")
-
-
 def default_consume_timestamp() -> int:
     return int(time.time() * 1000) - DEFAULT_TIMESTAMP_LOOKBACK_MS
 

@@ -8,12 +8,13 @@ import ipaddress
 import logging
 import random
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal
 
 from cometmq.client import _brokerapi
-from cometmq.client._brokerapi import CLIENT_INNER_PRODUCER_GROUP, PullStatus, send_header
+from cometmq.client._brokerapi import CLIENT_INNER_PRODUCER_GROUP, PullResult, PullStatus, send_header
 from cometmq.client._instance import ClientInstance
+from cometmq.client._lifecycle import Client
+from cometmq.client._options import check_positive
 from cometmq.client.message import MessageQueue
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
@@ -150,20 +151,25 @@ def _queue_of(key: Any) -> tuple[str, str, int]:
     return str(props["topic"]), str(props["brokerName"]), int(props["queueId"])
 
 
-class AdminClient:
+class AdminClient(Client):
     """Talks to the NameServer(s) at ``namesrv_addr`` (``host:port``, or several joined by ``;`` as
-    RocketMQ's ``namesrvAddr`` allows) and to the brokers they list.
+    RocketMQ's ``namesrvAddr`` allows) and to the brokers they list, once started.
 
     Every non-success answer raises :class:`BrokerError` with the server's code and remark.
     """
 
+    kind = "admin client"
+
     def __init__(self, namesrv_addr: str, timeout: float = 5.0, connect_timeout: float = 3.0) -> None:
+        check_positive("timeout", timeout)
+        check_positive("connect_timeout", connect_timeout)
+        super().__init__()
         # The producers' and consumers' plumbing (connections, requests), never started: an admin
         # client joins no group, so it sends no heartbeat and refreshes no route.
-        self._instance = ClientInstance(
+        self._connections = ClientInstance(
             namesrv_addr, request_timeout=timeout, connect_timeout=connect_timeout
         )
-        self.namesrv_addrs = self._instance.namesrv_addrs
+        self.namesrv_addrs = self._connections.namesrv_addrs
         self.timeout = timeout
 
     @property
@@ -171,20 +177,15 @@ class AdminClient:
         """The connections and routes this client uses (for requests it has no method for)."""
         return self._instance
 
-    async def __aenter__(self) -> AdminClient:
-        return self
+    @property
+    def _instance(self) -> ClientInstance:
+        # Every request goes through here, so a client that is not running refuses it.
+        self._check_running()
+        return self._connections
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Close every connection."""
-        await self._instance.close()
+    async def _close(self, timeout: float) -> None:
+        """Close every connection (nothing is in progress that ``timeout`` would wait for)."""
+        await self._connections.close()
 
     # plumbing ----------------------------------------------------------------------------------
 
@@ -757,6 +758,44 @@ class AdminClient:
         )
         response = await self._instance.invoke_ok(addr, RequestCode.SEND_MESSAGE_V2, header, dead_letter.body)
         return Resent(topic, response.ext_fields.get("msgId", ""))
+
+    # reading queues, for batch readers (the Spark connector) -----------------------------------
+
+    async def readable_queues(self, topic: str) -> list[MessageQueue]:
+        """The readable queues of ``topic`` from a fresh route; [] when no name server routes it."""
+        instance = self._instance
+        if await instance.fetch_route(topic) is None:
+            return []
+        return await instance.subscribe_queues(topic)
+
+    async def offset_bounds(self, queue: MessageQueue) -> tuple[int, int]:
+        """(min offset, max offset) of ``queue``: its oldest message held, and the next to be written."""
+        return await _brokerapi.offset_bounds(await self._routed(queue), queue)
+
+    async def first_offset_at(
+        self, queue: MessageQueue, timestamp_ms: int, *, group: str, bounds: tuple[int, int] | None = None
+    ) -> int:
+        """The offset of the first message of ``queue`` stored at or after ``timestamp_ms``, the
+        queue's end if there is none; found with a pull as ``group`` that commits nothing.
+        ``bounds``: the queue's :meth:`offset_bounds` when the caller has them already."""
+        instance = await self._routed(queue)
+        return await _brokerapi.first_offset_at(instance, queue, timestamp_ms, group, bounds)
+
+    async def pull_records(
+        self, queue: MessageQueue, offset: int, max_nums: int, *, group: str, subscription: SubscriptionData
+    ) -> PullResult:
+        """One pull of up to ``max_nums`` messages of ``queue`` from ``offset``, as ``group``, that
+        commits nothing and is answered at once; the stored records come undecoded in the result's
+        ``body`` (and a tag filter is the broker's, by tag hash only)."""
+        instance = await self._routed(queue)
+        return await _brokerapi.pull(instance, queue, group, subscription, offset, max_nums, decode=False)
+
+    async def _routed(self, queue: MessageQueue) -> ClientInstance:
+        """The connections, knowing the address of ``queue``'s broker."""
+        instance = self._instance
+        if instance.broker_addr(queue.broker_name) is None:
+            await instance.fetch_route(queue.topic)
+        return instance
 
 
 def _has_key(rec: DecodedRecord, topic: str, key: str, unique: bool) -> bool:

@@ -40,13 +40,16 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequen
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+from cometmq.client._lifecycle import ClientState
 from cometmq.client.message import Message, MessageQueue, SendResult
+from cometmq.errors import ClientStateError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from pathlib import Path
     from typing import Literal
 
+    from cometmq.client._brokerapi import PullResult
     from cometmq.client._offsets import ConsumeFrom
     from cometmq.client.admin import ConsumeProgress, ConsumerConnections, Resent, ResetResult
     from cometmq.client.consumer import Listener
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
     from cometmq.client.producer import QueueSelector, SendCallback
     from cometmq.protocol.record import DecodedRecord
     from cometmq.protocol.route import BrokerData, ClusterInfo, TopicRouteData
+    from cometmq.protocol.subscription import SubscriptionData
     from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 
 __all__ = ["AdminClient", "LitePullConsumer", "Producer", "PushConsumer"]
@@ -188,20 +192,22 @@ async def _construct(cls: type[T], args: tuple[Any, ...], kwargs: dict[str, Any]
     return cls(*args, **kwargs)
 
 
-def _close_client(loop: asyncio.AbstractEventLoop, client: Any) -> None:
-    """Close ``client`` on the loop (from any thread), then let go of the loop."""
+def _close_client(loop: asyncio.AbstractEventLoop, client: Any, timeout: float | None = None) -> None:
+    """Close ``client`` on the loop (from any thread), with its ``close(timeout)`` (its default
+    timeout when None), then let go of the loop."""
     try:
         close = getattr(client, "close", None)
         if close is None:
             return
+        args = () if timeout is None else (timeout,)
         if _SHARED.thread is threading.current_thread():
-            result = close()
+            result = close(*args)
             if inspect.isawaitable(result):
                 loop.create_task(_await_quietly(result))
             return
-        future = asyncio.run_coroutine_threadsafe(_call(close), loop)
+        future = asyncio.run_coroutine_threadsafe(_call(close, *args), loop)
         try:
-            future.result(_FINALIZE_TIMEOUT_S)
+            future.result(_FINALIZE_TIMEOUT_S + (timeout or 0.0))
         except Exception as exc:
             log.warning("closing %s failed: %s", type(client).__name__, exc)
     finally:
@@ -245,9 +251,17 @@ class _BlockingClient:
         """Whether the client was closed (by ``close``, a ``with`` block's end or garbage collection)."""
         return not self._finalizer.alive
 
-    def close(self) -> None:
-        """Close the client (its sockets and tasks); the loop thread stops with the last client."""
-        self._finalizer()
+    @property
+    def state(self) -> ClientState:
+        """Where the asyncio client is in its life cycle."""
+        state: ClientState = self._client.state
+        return state
+
+    def close(self, timeout: float | None = None) -> None:
+        """Close the client (its sockets and tasks), waiting up to ``timeout`` seconds for work in
+        progress (the asyncio client's default when None); the loop thread stops with the last client."""
+        if self._finalizer.detach() is not None:  # None once closed: closing again does nothing
+            _close_client(self._loop, self._client, timeout)
 
     def __enter__(self) -> Self:
         if callable(getattr(type(self._client), "start", None)):
@@ -288,7 +302,7 @@ class _BlockingClient:
 
     def _check_open(self) -> None:
         if not self._finalizer.alive:
-            raise RuntimeError(f"this {type(self).__name__} is closed")
+            raise ClientStateError(f"this blocking {type(self).__name__} is closed: make a new one")
 
     def _blocking(self, method: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
         @functools.wraps(method)
@@ -504,7 +518,7 @@ class LitePullConsumer(_BlockingClient):
         def seek_to_beginning(self, queue: MessageQueue) -> None: ...
         def seek_to_end(self, queue: MessageQueue) -> None: ...
         def start(self) -> None: ...
-        def subscribe(self, topic: str, expression: str = ...) -> None: ...
+        def subscribe(self, topic: str, expression: str = ..., *, sql92: bool = ...) -> None: ...
         def unsubscribe(self, topic: str) -> None: ...
 
 
@@ -553,6 +567,21 @@ class AdminClient(_BlockingClient):
         ) -> list[DecodedRecord]: ...
         def resend_dead_letter(self, dead_letter: DecodedRecord) -> Resent: ...
         def resent_copies(self, dead_letter: DecodedRecord) -> list[DecodedRecord]: ...
+        def readable_queues(self, topic: str) -> list[MessageQueue]: ...
+        def offset_bounds(self, queue: MessageQueue) -> tuple[int, int]: ...
+        def first_offset_at(
+            self, queue: MessageQueue, timestamp_ms: int, *, group: str, bounds: tuple[int, int] | None = ...
+        ) -> int: ...
+        def pull_records(
+            self,
+            queue: MessageQueue,
+            offset: int,
+            max_nums: int,
+            *,
+            group: str,
+            subscription: SubscriptionData,
+        ) -> PullResult: ...
+        def start(self) -> None: ...
         def reset_offsets(
             self,
             group: str,

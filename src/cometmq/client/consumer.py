@@ -60,18 +60,19 @@ from cometmq.client._brokerapi import (
     broker_addr_of,
     send_header,
 )
-from cometmq.client._instance import ClientInstance, check_group
+from cometmq.client._instance import ClientInstance
+from cometmq.client._lifecycle import Client, ClientState
 from cometmq.client._offsets import (
     CONSUME_FROM_WHERE,
     PERSIST_INTERVAL_S,
     ConsumeFrom,
     LocalOffsetStore,
     RemoteOffsetStore,
-    check_consume_from,
     default_consume_timestamp,
     local_offsets_path,
     start_offset,
 )
+from cometmq.client._options import check_choice, check_group, check_range
 from cometmq.client._process_queue import ProcessQueue
 from cometmq.client._rebalance import REBALANCE_INTERVAL_S, STRATEGIES
 from cometmq.client.message import (
@@ -82,7 +83,7 @@ from cometmq.client.message import (
     MessageQueue,
     ReceivedMessage,
 )
-from cometmq.errors import CometMQError
+from cometmq.errors import ClientStateError, CometMQError
 from cometmq.protocol import RequestCode
 from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from cometmq.protocol.properties import encode_properties
@@ -127,7 +128,7 @@ class _ConsumeRequest:
     messages: list[ReceivedMessage]  # orderly: empty, the worker takes batches from the queue's head
 
 
-class PushConsumer:
+class PushConsumer(Client):
     """A consumer group member that pulls its share of the subscribed topics' queues and passes the
     messages to a listener, or to an ``async for`` loop.
 
@@ -155,6 +156,8 @@ class PushConsumer:
     busy while they keep coming.
     """
 
+    kind = "push consumer"
+
     def __init__(
         self,
         group: str,
@@ -177,25 +180,19 @@ class PushConsumer:
         busy_poll_us: int = 0,
     ) -> None:
         check_group("consumer", group)
-        if message_model not in ("clustering", "broadcasting"):
-            raise ValueError(f"message_model must be 'clustering' or 'broadcasting', not {message_model!r}")
-        check_consume_from(consume_from)
-        if allocate not in STRATEGIES:
-            raise ValueError(f"allocate must be one of {sorted(STRATEGIES)}, not {allocate!r}")
-        if (
-            min(
-                pull_batch_size,
-                consume_batch_size,
-                max_cached_messages_per_queue,
-                max_cached_bytes_per_queue,
-                max_offset_span,
-                concurrency,
-            )
-            < 1
-        ):
-            raise ValueError("batch sizes, cache limits, offset span and concurrency must be at least 1")
-        if max_reconsume_times < -1:
-            raise ValueError("max_reconsume_times must be -1 (RocketMQ's default) or at least 0")
+        check_choice("message_model", message_model, ("clustering", "broadcasting"))
+        check_choice("consume_from", consume_from, CONSUME_FROM_WHERE)
+        check_choice("allocate", allocate, STRATEGIES)
+        # RocketMQ's ranges (DefaultMQPushConsumerImpl.checkConfig; its size limit is in MiB).
+        check_range("pull_batch_size", pull_batch_size, 1, 1024)
+        check_range("consume_batch_size", consume_batch_size, 1, 1024)
+        check_range("max_cached_messages_per_queue", max_cached_messages_per_queue, 1, 65535)
+        check_range("max_cached_bytes_per_queue", max_cached_bytes_per_queue, 1, 1024 * 1024 * 1024)
+        check_range("max_offset_span", max_offset_span, 1, 65535)
+        check_range("max_reconsume_times", max_reconsume_times, -1)  # -1: RocketMQ's default
+        check_range("concurrency", concurrency, 1, 1000)
+        check_range("busy_poll_us", busy_poll_us, 0)
+        super().__init__()
         self.group = group
         self.message_model = message_model
         self.consume_from = consume_from
@@ -245,7 +242,6 @@ class PushConsumer:
         self._rebalance_wakeup = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
         self._rebalance_complete = False
-        self._state: Literal["created", "running", "closing", "closed"] = "created"
         # The ``async for`` form: workers hand messages over here and wait for the loop's verdict.
         self._handoff: asyncio.Queue[tuple[ReceivedMessage, asyncio.Future[ConsumeResult]] | None] | None = (
             None
@@ -280,7 +276,7 @@ class PushConsumer:
         self._subscriptions[topic] = SubscriptionData.from_expression(
             topic, expression, EXPRESSION_SQL92 if sql92 else EXPRESSION_TAG, int(time.time() * 1000)
         )
-        if self._state == "running":
+        if self._state is ClientState.RUNNING:
             self._spawn(self._instance.send_heartbeat())
             self._rebalance_wakeup.set()
 
@@ -290,19 +286,21 @@ class PushConsumer:
         ``ConsumeResult.RECONSUME_LATER`` (deliver again later); an exception counts as
         RECONSUME_LATER. A coroutine function runs on the event loop; a plain function runs in a
         thread pool."""
-        if self._state != "created":
-            raise CometMQError("set the listener before start()")
+        if self._state is not ClientState.CREATED:
+            raise ClientStateError(
+                f"this push consumer is {self._state.value}: set the listener before start()"
+            )
         self._listener = callback
 
     # life cycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Join the group: learn routes, heartbeat, take a share of the queues and start consuming."""
-        if self._state != "created":
-            raise CometMQError(f"the consumer is {self._state}; start() may run once")
-        if not self._subscriptions:
-            raise CometMQError("subscribe to at least one topic before start()")
-        self._state = "running"
+        if self._state is ClientState.CREATED and not self._subscriptions:
+            raise ClientStateError("subscribe to at least one topic before start()")
+        await super().start()
+
+    async def _start(self) -> None:
         if self._clustering:
             # RocketMQ consumers read their group's retry topic themselves (wire facts §7.6).
             self._subscriptions[self._retry_topic] = SubscriptionData.from_expression(
@@ -335,13 +333,9 @@ class PushConsumer:
         if self._needs_lock:
             self._loops.append(asyncio.create_task(self._lock_loop()))
 
-    async def close(self, timeout: float = 10.0) -> None:
+    async def _close(self, timeout: float) -> None:
         """Leave the group: stop pulling, wait up to ``timeout`` seconds for listener calls in
         progress, commit offsets, unlock (orderly), unregister and close the connections."""
-        if self._state != "running":
-            self._state = "closed"
-            return
-        self._state = "closing"
         for task in self._loops:
             task.cancel()
         await _finish(self._loops)
@@ -374,21 +368,13 @@ class PushConsumer:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self._pqs.clear()
         self._pull_tasks.clear()
-        self._state = "closed"
-
-    async def __aenter__(self) -> PushConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     def _abort(self) -> None:
         """Let go of tasks, sockets and threads without talking to anybody: the event loop is
         shutting down (or the object is being collected) while the consumer was never closed."""
-        if self._state == "closed":
+        if self._state is ClientState.CLOSED:
             return
-        self._state = "closed"
+        self._state = ClientState.CLOSED
         tasks = [*self._loops, *self._workers, *self._pull_tasks.values(), *self._side_tasks]
         for task in tasks:
             if not task.done():
@@ -400,7 +386,7 @@ class PushConsumer:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     def __del__(self) -> None:
-        if getattr(self, "_state", "closed") in ("running", "closing"):
+        if getattr(self, "_state", ClientState.CLOSED) in (ClientState.RUNNING, ClientState.CLOSING):
             self._abort()
 
     # the ``async for`` form --------------------------------------------------------------------
@@ -411,7 +397,8 @@ class PushConsumer:
     async def __anext__(self) -> ReceivedMessage:
         handoff = self._handoff
         if handoff is None:
-            raise CometMQError("iterate a started consumer that has no listener")
+            self._check_running()
+            raise ClientStateError("this push consumer has a listener: it cannot be iterated too")
         self._settle_current()
         while True:
             item = await handoff.get()
@@ -468,7 +455,7 @@ class PushConsumer:
 
     def on_reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
         """Hook for the client instance: an administrator reset the group's offsets; continue there."""
-        if self._state == "running":
+        if self._state is ClientState.RUNNING:
             self._spawn(self._apply_reset(offsets))
 
     def running_info(self) -> dict[str, Any]:
@@ -526,13 +513,13 @@ class PushConsumer:
                 except Exception:
                     log.exception("rebalance of %s failed", self.group)
         finally:
-            if self._state == "running":
+            if self._state is ClientState.RUNNING:
                 # Cancelled without close(): the event loop is shutting down under us.
                 self._abort()
 
     async def _rebalance(self) -> None:
         async with self._rebalance_lock:
-            if self._state != "running":
+            if self._state is not ClientState.RUNNING:
                 return
             complete = True
             wanted: set[MessageQueue] = set()

@@ -26,7 +26,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
-from types import TracebackType
 from typing import Any
 
 from cometmq.client import _brokerapi
@@ -38,19 +37,19 @@ from cometmq.client._brokerapi import (
     PULL_SUSPEND,
     PullStatus,
 )
-from cometmq.client._instance import ClientInstance, check_group
+from cometmq.client._instance import ClientInstance
+from cometmq.client._lifecycle import RUNNING, Client, ClientState
 from cometmq.client._offsets import (
     CONSUME_FROM_WHERE,
     ConsumeFrom,
-    check_consume_from,
     default_consume_timestamp,
     start_offset,
 )
+from cometmq.client._options import check_choice, check_group, check_positive, check_range
 from cometmq.client._rebalance import REBALANCE_INTERVAL_S, allocate_averagely
 from cometmq.client.message import MessageQueue, ReceivedMessage
-from cometmq.errors import CometMQError, DataLossError
-from cometmq.protocol.subscription import SUB_ALL, SubscriptionData
-from cometmq.remoting.busypoll import checked_window
+from cometmq.errors import ClientStateError, CometMQError, DataLossError
+from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, SubscriptionData
 
 __all__ = ["ConsumeFrom", "DataLossError", "LitePullConsumer"]
 
@@ -93,7 +92,7 @@ class _QueueState:
         self.task: asyncio.Task[None] | None = None
 
 
-class LitePullConsumer:
+class LitePullConsumer(Client):
     """A pull consumer of group ``group`` (clustering model) against the NameServer(s) ``namesrv``.
 
     ``consume_from`` says where a queue the group never committed an offset for starts: at its end
@@ -109,6 +108,8 @@ class LitePullConsumer:
     or response instead of sleeping (:mod:`cometmq.remoting.busypoll`): quicker replies, for a CPU kept
     busy while they keep coming.
     """
+
+    kind = "lite pull consumer"
 
     def __init__(
         self,
@@ -128,9 +129,15 @@ class LitePullConsumer:
         busy_poll_us: int = 0,
     ) -> None:
         check_group("consumer", group)
-        if not 1 <= pull_batch_size <= MAX_PULL_BATCH:
-            raise ValueError(f"pull_batch_size must be within 1..{MAX_PULL_BATCH}, not {pull_batch_size}")
-        check_consume_from(consume_from)
+        check_positive("auto_commit_interval", auto_commit_interval)
+        check_range("pull_batch_size", pull_batch_size, 1, MAX_PULL_BATCH)
+        check_range("poll_timeout", poll_timeout, 0)
+        check_choice("consume_from", consume_from, CONSUME_FROM_WHERE)
+        check_range("pull_threshold_per_queue", pull_threshold_per_queue, 1)
+        check_range("max_poll_messages", max_poll_messages, 1)
+        check_positive("request_timeout", request_timeout)
+        check_range("busy_poll_us", busy_poll_us, 0)
+        super().__init__()
         self.group = group
         self.namesrv = namesrv
         self.auto_commit = auto_commit
@@ -141,11 +148,11 @@ class LitePullConsumer:
         self.consume_timestamp = (
             consume_timestamp if consume_timestamp is not None else default_consume_timestamp()
         )
-        self.pull_threshold_per_queue = max(1, pull_threshold_per_queue)
-        self.max_poll_messages = max(1, max_poll_messages)
+        self.pull_threshold_per_queue = pull_threshold_per_queue
+        self.max_poll_messages = max_poll_messages
         self._instance_name = instance_name
         self._request_timeout = request_timeout
-        self._busy_poll_us = checked_window(busy_poll_us)  # checked now: the client is made at start
+        self._busy_poll_us = busy_poll_us
         self._instance: ClientInstance | None = None
         self._subscriptions: dict[str, SubscriptionData] = {}
         self._subscriptions_all: dict[str, SubscriptionData] = {}  # "*" for assigned queues
@@ -157,18 +164,11 @@ class LitePullConsumer:
         self._committed: dict[MessageQueue, int] = {}
         self._rebalance_wanted: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._started = False
-        self._closing = False
-        self._closed = False
 
     # life cycle --------------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         """Connect, join the group if subscribed, and start pulling the assigned queues."""
-        if self._closed:
-            raise CometMQError("this consumer is closed")
-        if self._started:
-            return
         self._instance = ClientInstance(
             self.namesrv,
             instance_name=self._instance_name,
@@ -177,7 +177,6 @@ class LitePullConsumer:
         )
         self._instance.start()
         self._rebalance_wanted = asyncio.Event()
-        self._started = True
         for state in self._states.values():
             self._start_pulling(state)
         if self._subscriptions:
@@ -186,14 +185,9 @@ class LitePullConsumer:
         if self.auto_commit:
             self._tasks.append(asyncio.create_task(self._auto_commit_loop()))
 
-    async def close(self) -> None:
-        """Stop pulling, commit the positions (with ``auto_commit``), leave the group, disconnect."""
-        if self._closed or self._closing:
-            return
-        self._closing = True  # no new pulls from here on; commits still work
-        if not self._started:
-            self._closed = True
-            return
+    async def _close(self, timeout: float) -> None:
+        """Stop pulling, commit the positions (with ``auto_commit``; waiting up to ``timeout`` s for
+        the brokers to confirm), leave the group, disconnect."""
         tasks = [*self._tasks, *(s.task for s in self._states.values() if s.task is not None)]
         for task in tasks:
             task.cancel()
@@ -201,55 +195,40 @@ class LitePullConsumer:
         for outcome in await asyncio.gather(*tasks, return_exceptions=True):
             if isinstance(outcome, Exception):
                 log.warning("%s: a background task had failed: %r", self.group, outcome)
-        assert self._instance is not None
+        if self._instance is None:  # its start failed before it connected
+            return
         try:
             if self.auto_commit:
                 try:
-                    await self._commit_positions(only_changed=True)
-                except CometMQError as exc:
-                    log.warning("%s: cannot commit offsets on close: %s", self.group, exc)
+                    await asyncio.wait_for(self._commit_positions(only_changed=True), timeout)
+                except (CometMQError, TimeoutError) as exc:
+                    log.warning("%s: cannot commit offsets on close: %r", self.group, exc)
         finally:
-            self._closed = True
             # Closing the instance first sends UNREGISTER_CLIENT for the group it still knows.
             await self._instance.close()
             self._instance.unregister_consumer(self.group)
 
-    async def __aenter__(self) -> LitePullConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
     @property
     def instance(self) -> ClientInstance:
-        """The client instance (connections, routes); raises unless started and not closed."""
-        self._check_open()
-        assert self._instance is not None
+        """The client instance (connections, routes) of a started consumer (still there while it
+        closes: the last commit uses it)."""
+        if self._instance is None or self._state is ClientState.CLOSED:
+            raise ClientStateError(self._not_running())
         return self._instance
-
-    def _check_open(self) -> None:
-        if self._instance is None or not self._started:
-            raise CometMQError("the consumer is not started")
-        if self._closed:
-            raise CometMQError("the consumer is closed")
 
     # choosing queues ---------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = SUB_ALL) -> None:
-        """Consume ``topic`` (messages whose tag matches ``expression``: ``*`` or ``TagA || TagB``)
-        as a member of the group; the group's members share its queues."""
+    def subscribe(self, topic: str, expression: str = SUB_ALL, *, sql92: bool = False) -> None:
+        """Consume ``topic``'s messages matching ``expression`` as a member of the group (the
+        group's members share its queues): ``*``, tags joined by ``||`` (``"TagA || TagB"``), or
+        with ``sql92=True`` an SQL92 condition on message properties, which the broker evaluates (it
+        must run with ``enablePropertyFilter=true``)."""
         if self._assigned_by_user:
             raise CometMQError("subscribe() and assign() cannot be mixed on one consumer")
         self._subscriptions[topic] = SubscriptionData.from_expression(
-            topic, expression, sub_version=int(time.time() * 1000)
+            topic, expression, EXPRESSION_SQL92 if sql92 else EXPRESSION_TAG, int(time.time() * 1000)
         )
-        if self._started:
+        if self._state is ClientState.RUNNING:
             self._tasks.append(asyncio.create_task(self._join_group()))
 
     def unsubscribe(self, topic: str) -> None:
@@ -286,25 +265,25 @@ class LitePullConsumer:
     def seek(self, queue: MessageQueue, offset: int) -> None:
         """Continue ``queue`` at ``offset``: the next ``poll`` returns its messages from there on.
         Messages pulled ahead from the old position are dropped."""
-        state = self._state(queue)
+        state = self._queue_state(queue)
         state.epoch += 1
         state.fetch_offset = offset
         state.position = offset
         state.batches.clear()
         state.cached = 0
-        if self._started and not self._closing:
+        if self._state is ClientState.RUNNING:
             if state.task is not None:
                 state.task.cancel()
             self._start_pulling(state)
 
     async def seek_to_beginning(self, queue: MessageQueue) -> None:
         """Continue ``queue`` at its oldest message."""
-        self._state(queue)
+        self._queue_state(queue)
         self.seek(queue, await self.begin_offset(queue))
 
     async def seek_to_end(self, queue: MessageQueue) -> None:
         """Continue ``queue`` after its newest message (only what arrives from now on)."""
-        self._state(queue)
+        self._queue_state(queue)
         self.seek(queue, await self.end_offset(queue))
 
     async def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int:
@@ -316,7 +295,7 @@ class LitePullConsumer:
     def position(self, queue: MessageQueue) -> int | None:
         """The offset of the next message ``poll`` returns from ``queue``; None until the queue's
         start is known (committed offset or ``consume_from`` looked up)."""
-        return self._state(queue).position
+        return self._queue_state(queue).position
 
     async def committed(self, queue: MessageQueue) -> int | None:
         """The group's committed offset of ``queue`` on its broker; None if none was committed."""
@@ -345,14 +324,14 @@ class LitePullConsumer:
         """Stop returning (and pulling) messages of ``queues`` until :meth:`resume`; what was pulled
         ahead is kept."""
         for queue in queues:
-            state = self._state(queue)
+            state = self._queue_state(queue)
             state.paused = True
             state.room.clear()
 
     def resume(self, queues: Iterable[MessageQueue]) -> None:
         """Undo :meth:`pause`."""
         for queue in queues:
-            state = self._state(queue)
+            state = self._queue_state(queue)
             if not state.paused:
                 continue
             state.paused = False
@@ -370,7 +349,8 @@ class LitePullConsumer:
     async def poll(self, timeout: float | None = None) -> list[ReceivedMessage]:
         """The next messages of the assigned queues, in offset order within each queue; waits up to
         ``timeout`` seconds (default ``poll_timeout``) for some to arrive, else returns ``[]``."""
-        self._check_open()
+        if self._state is not RUNNING:
+            self._check_running()
         messages = self._drain()
         if messages:
             return messages
@@ -490,7 +470,7 @@ class LitePullConsumer:
 
     # internals: assignment and pulling ---------------------------------------------------------
 
-    def _state(self, queue: MessageQueue) -> _QueueState:
+    def _queue_state(self, queue: MessageQueue) -> _QueueState:
         state = self._states.get(queue)
         if state is None:
             raise CometMQError(f"queue {queue} is not assigned to this consumer")
@@ -513,7 +493,7 @@ class LitePullConsumer:
             if queue not in self._states:
                 state = self._states[queue] = _QueueState(queue)
                 state.room.set()
-                if self._started and not self._closing:
+                if self._state is ClientState.RUNNING:
                     self._start_pulling(state)
 
     def _start_pulling(self, state: _QueueState) -> None:

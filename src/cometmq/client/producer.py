@@ -15,14 +15,15 @@ import logging
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from types import TracebackType
 from typing import Any, NamedTuple
 
 from cometmq.client._brokerapi import broker_addr_of, send_header
 from cometmq.client._direct import DirectLane
 from cometmq.client._fault import FaultStrategy, PublishInfo
-from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance, check_group
+from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance
+from cometmq.client._lifecycle import RUNNING, Client
 from cometmq.client._msgid import UniqueIdGenerator
+from cometmq.client._options import check_group, check_positive, check_range
 from cometmq.client.message import SYSFLAG_COMPRESSED, Message, MessageQueue, SendResult, SendStatus
 from cometmq.errors import (
     BrokerError,
@@ -119,7 +120,7 @@ QueueSelector = Callable[[Sequence[MessageQueue], str], MessageQueue]
 SendCallback = Callable[[SendResult | BaseException], object]
 
 
-class Producer:
+class Producer(Client):
     """Sends messages; one per producer group and process is the usual shape.
 
     ::
@@ -141,6 +142,8 @@ class Producer:
     coming.
     """
 
+    kind = "producer"
+
     def __init__(
         self,
         group: str,
@@ -156,10 +159,12 @@ class Producer:
         busy_poll_us: int = 0,
     ) -> None:
         check_group("producer", group)
-        if send_timeout <= 0:
-            raise CometMQError("send_timeout must be positive")
-        if retry_times < 0:
-            raise CometMQError("retry_times must be 0 or more")
+        check_positive("send_timeout", send_timeout)
+        check_range("retry_times", retry_times, 0)
+        check_range("compress_over", compress_over, 0)
+        check_range("max_message_size", max_message_size, 1)
+        check_range("busy_poll_us", busy_poll_us, 0)
+        super().__init__()
         self.group = group
         self.send_timeout = send_timeout
         self.retry_times = retry_times
@@ -177,8 +182,6 @@ class Producer:
         # The blocking facade's sockets (no socket until its first send).
         self._lane = DirectLane(busy_poll_us=busy_poll_us)
         self._template_refresh: asyncio.Task[None] | None = None
-        self._running = False
-        self._closed = False
 
     @property
     def client_id(self) -> str:
@@ -187,48 +190,28 @@ class Producer:
 
     # life cycle --------------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         """Register the group and start the route refresh and heartbeat loops."""
-        if self._closed:
-            raise ClientStateError("the producer is closed; make a new one")
-        if self._running:
-            return
         self._instance.register_producer(self.group)
         self._instance.add_route_listener(self._on_route_changed)
         self._instance.start()
         self._template_refresh = asyncio.create_task(self._refresh_template_topics())
-        self._running = True
 
-    async def close(self) -> None:
-        """Wait for the sends started by :meth:`send_with_callback`, unregister from the brokers and
+    async def _close(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for the sends started by :meth:`send_with_callback` (the callbacks
+        of those still going then get a :class:`ClientStateError`), unregister from the brokers and
         close every connection."""
-        if self._closed:
-            return
-        self._running = False
-        self._closed = True
         if self._callback_tasks:
-            await asyncio.gather(*self._callback_tasks, return_exceptions=True)
+            _, unfinished = await asyncio.wait(self._callback_tasks, timeout=timeout)
+            for task in unfinished:
+                task.cancel()
+            await asyncio.gather(*unfinished, return_exceptions=True)
         if self._template_refresh is not None:
             self._template_refresh.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._template_refresh
         self._lane.close()
         await self._instance.close()
-
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    def _check_running(self) -> None:
-        if not self._running:
-            raise ClientStateError(
-                "the producer is closed" if self._closed else "the producer is not started: await start()"
-            )
 
     # routes ------------------------------------------------------------------------------------
 
@@ -422,14 +405,14 @@ class Producer:
         return await self._deliver(self._batch_request(msgs), queue, sharding_key)
 
     def _single_request(self, msg: Message) -> _Request:
-        if not self._running:
+        if self._state is not RUNNING:
             self._check_running()
         body, sys_flag, text, uniq = self._prepare(msg)
         header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
         return _Request(RequestCode.SEND_MESSAGE_V2, msg.topic, header, body, uniq)
 
     def _batch_request(self, msgs: Sequence[Message]) -> _Request:
-        if not self._running:
+        if self._state is not RUNNING:
             self._check_running()
         topic, parts, _, ids = self._encode_batch(msgs)
         header = send_header(self.group, topic, "", batch=True)
@@ -462,7 +445,7 @@ class Producer:
         """Start sending ``msg`` and return at once; ``callback`` is called on the event loop with the
         :class:`SendResult` or the exception the send ended with (retries, ``queue`` and
         ``sharding_key`` as in :meth:`send`). An invalid message raises here, before anything is sent.
-        :meth:`close` waits for these sends."""
+        :meth:`close` waits for these sends (up to its timeout)."""
         request = self._single_request(msg)
         # The first attempt is written now when the route and the connection are at hand: a task's
         # first step waits for the next loop step, which cost 57-66 µs of end-to-end latency at p50.
@@ -664,6 +647,8 @@ async def _call_back(sending: Awaitable[SendResult], callback: SendCallback) -> 
         outcome = await sending
     except Exception as exc:
         outcome = exc
+    except asyncio.CancelledError:  # by close(), whose timeout ran out first
+        outcome = ClientStateError("the producer was closed before this send had its answer")
     try:
         callback(outcome)
     except Exception:

@@ -12,10 +12,8 @@ import re
 from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
-from cometmq.client import _brokerapi
-from cometmq.client.admin import AdminClient
+from cometmq.client import AdminClient, MessageQueue
 from cometmq.client.blocking import new_event_loop
-from cometmq.client.message import MessageQueue
 from cometmq.protocol.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 
 __all__ = ["Cluster"]
@@ -35,7 +33,7 @@ class Cluster:
     def __init__(self, namesrv: str) -> None:
         self._loop = new_event_loop()
         self.admin = AdminClient(namesrv, timeout=REQUEST_TIMEOUT_S)
-        self.instance = self.admin.instance
+        self.run(self.admin.start())
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run_until_complete(coro)
@@ -64,17 +62,13 @@ class Cluster:
                 and not is_system_topic(t)
                 and not t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
             )
-        routes = await asyncio.gather(*(self.instance.fetch_route(t) for t in sorted(names)))
-        queues: list[MessageQueue] = []
-        for name, route in zip(sorted(names), routes, strict=True):
-            if route is not None:
-                queues += await self.instance.subscribe_queues(name)
-        return sorted(queues)
+        found = await asyncio.gather(*(self.admin.readable_queues(t) for t in sorted(names)))
+        return sorted(queue for queues in found for queue in queues)
 
     async def bounds(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
         """(min offset, max offset) of each queue: the oldest message held, and the next to be written."""
         queues = list(queues)
-        found = await asyncio.gather(*(_brokerapi.offset_bounds(self.instance, q) for q in queues))
+        found = await asyncio.gather(*(self.admin.offset_bounds(q) for q in queues))
         return dict(zip(queues, found, strict=True))
 
     async def offsets_at(
@@ -85,7 +79,7 @@ class Cluster:
         queues = list(bounds)
         found = await asyncio.gather(
             *(
-                _brokerapi.first_offset_at(self.instance, q, timestamp_ms, READER_GROUP, bounds[q])
+                self.admin.first_offset_at(q, timestamp_ms, group=READER_GROUP, bounds=bounds[q])
                 for q in queues
             )
         )

@@ -12,9 +12,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from cometmq.client import _brokerapi
-from cometmq.client._brokerapi import PULL_SUBSCRIPTION, PullStatus
-from cometmq.client.message import MessageQueue
+from cometmq.client import MessageQueue, PullResult, PullStatus
 from cometmq.errors import CometMQError, DataLossError, ProtocolError, RecordError
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.spark._cluster import READER_GROUP, Cluster
@@ -63,25 +61,17 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
 
 
 async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordBatch, None]:
-    instance, queue, end = cluster.instance, part.queue, part.end
-    if await instance.fetch_route(queue.topic) is None:
+    admin, queue, end = cluster.admin, part.queue, part.end
+    if not await admin.readable_queues(queue.topic):
         raise CometMQError(f"{queue}: the topic has no route any more (deleted?)")
     subscription = SubscriptionData.from_expression(queue.topic, part.sub_expression)
     tags = subscription.tags
     filtered = bool(tags)
 
-    def pull_at(offset: int, count: int) -> asyncio.Task[_brokerapi.PullResult]:
+    def pull_at(offset: int, count: int) -> asyncio.Task[PullResult]:
+        # Answered at once (no long polling): the range was planned from offsets that exist.
         return asyncio.ensure_future(
-            _brokerapi.pull(
-                instance,
-                queue,
-                READER_GROUP,
-                subscription,
-                offset,
-                count,
-                sys_flag=PULL_SUBSCRIPTION,  # no suspend: the range was planned from offsets that exist
-                decode=False,
-            )
+            admin.pull_records(queue, offset, count, group=READER_GROUP, subscription=subscription)
         )
 
     # Pulls in flight, in offset order, each as (first offset, planned end, task). Without a tag
@@ -89,7 +79,7 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
     # answer is in: each asks for as many messages as the last full answer held (what the broker's
     # 256 KiB cap lets through), and an answer that stops short is completed by a pull of the rest
     # before the pulls after it are used. With a filter, one pull at a time.
-    pending: deque[tuple[int, int, asyncio.Task[_brokerapi.PullResult]]] = deque()
+    pending: deque[tuple[int, int, asyncio.Task[PullResult]]] = deque()
     per_answer = 0
 
     def pull_ahead(offset: int) -> None:
@@ -145,7 +135,7 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
         await _cancel([task for _, _, task in pending])
 
 
-async def _cancel(tasks: list[asyncio.Task[_brokerapi.PullResult]]) -> None:
+async def _cancel(tasks: list[asyncio.Task[PullResult]]) -> None:
     for task in tasks:
         task.cancel()
     for task in tasks:
@@ -163,7 +153,7 @@ def _lost(part: QueueRange, first: int, resume: int) -> None:
     )  # fmt: skip
 
 
-def _lost_from(result: _brokerapi.PullResult, offset: int, end: int, filtered: bool) -> int | None:
+def _lost_from(result: PullResult, offset: int, end: int, filtered: bool) -> int | None:
     """Where reading must continue if messages from ``offset`` on are gone; None if none are."""
     if offset < result.min_offset:
         return min(result.min_offset, end)

@@ -499,9 +499,8 @@ def run_demo(
     ``max_offsets_per_trigger`` splits the orders over more micro-batches (the test uses it so
     that the watermark moves between batches).
     """
-    from cometmq.cli._progress import Progress
-    from cometmq.cli._table import format_table
     from cometmq.client import Message, blocking
+    from cometmq.console import Progress, format_table
     from cometmq.spark import _offsets
 
     started = time.perf_counter()

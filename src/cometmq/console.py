@@ -1,9 +1,11 @@
-"""A one-line progress bar for long commands: redrawn in place on a terminal, silent elsewhere."""
+"""Text output shared by the command line and the Spark pipeline demo: a one-line progress bar and
+aligned tables. Depends on nothing else in CometMQ, so any layer may use it."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from typing import TextIO
 
 _BAR_WIDTH = 30
@@ -49,3 +51,14 @@ class Progress:
         if self._live:
             self._stream.write("\r\x1b[K")
             self._stream.flush()
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned columns two spaces apart, headers first; no trailing blanks."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
+    return "\n".join(lines)
