@@ -14,6 +14,7 @@ from typing import TypeVar
 import pytest
 from client_support import DROP, SILENT, ScriptedBroker, open_sockets, scripted, send_to_queue
 
+from busy_polling import record_direct_reads
 from cometmq.client import blocking
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from cometmq.errors import BrokerError, RemotingTimeoutError
@@ -309,26 +310,33 @@ def test_a_failed_blocking_send_is_retried_through_the_loop_with_the_same_id() -
 
 
 @pytest.mark.parametrize("busy_poll_us", [0, 300_000])
-def test_an_unanswered_blocking_send_times_out_and_the_next_one_is_answered(busy_poll_us: int) -> None:
+def test_an_unanswered_blocking_send_times_out_and_the_next_one_is_answered(
+    monkeypatch: pytest.MonkeyPatch, busy_poll_us: int
+) -> None:
+    reads = record_direct_reads(monkeypatch)
     with (
         scripted_in_thread([]) as (namesrv, broker),
         blocking.Producer("PID_blk_silent", namesrv, send_timeout=2.0, busy_poll_us=busy_poll_us) as producer,
     ):
         producer.send(Message("Scripted", b"route"))
         broker.script = [SILENT]
-        cpu_before = time.thread_time()
+        asked = time.monotonic()
         with pytest.raises(RemotingTimeoutError):
             producer.send(Message("Scripted", b"unanswered"))  # its whole send_timeout on this thread
-        waiting_cpu = time.thread_time() - cpu_before
+        unanswered = [read for read in reads if read.started >= asked]
         result = producer.send(Message("Scripted", b"next"))
         assert result.status is SendStatus.SEND_OK
         assert [r.body for r in broker.sends] == [b"route", b"unanswered", b"next"]
-    # With a window, the calling thread polled the socket for its first 0.3 s, then slept in recv
-    # until the timeout (2 s) as without one.
+    # With a window, the calling thread polled the socket (reads without a timeout) until the window
+    # ended, then slept in recv until the send timed out, as without one.
+    polls = [read for read in unanswered if read.timeout == 0.0]
+    (blocking_read,) = [read for read in unanswered if read.timeout != 0.0]
+    assert blocking_read.timeout is not None and blocking_read.timeout > 0
     if busy_poll_us:
-        assert 0.08 < waiting_cpu < 0.9, waiting_cpu
+        assert polls and max(read.started for read in polls) < blocking_read.started
+        assert blocking_read.started >= asked + busy_poll_us / 1e6, "slept before the window ended"
     else:
-        assert waiting_cpu < 0.1, waiting_cpu
+        assert polls == []
 
 
 def test_a_blocking_batch_of_more_parts_than_one_sendmsg_takes_is_sent_whole_on_the_calling_thread(
