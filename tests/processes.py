@@ -193,4 +193,3 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process *pid* so far (/proc/PID/stat, fields 14 and 15)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from _support import broker_and_client, create_topic, held_pulls, pull, send, send_request, wait_until
+from _support import broker_and_client, create_topic, held_pulls, pull, send, send_request
 
 from cometmq.broker import _longpoll
 from cometmq.broker._longpoll import HeldPull, PullHoldService
@@ -21,6 +21,7 @@ from cometmq.protocol.batch import BatchEntry, encode_batch_body
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.record import DecodedRecord
 from cometmq.remoting import Connection, RemotingClient
+from waiting import wait_until
 
 HOLD_MS = 20000  # far longer than any of these tests waits for an answer
 

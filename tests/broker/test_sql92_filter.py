@@ -17,7 +17,6 @@ from _support import (
     run,
     running_broker,
     send,
-    wait_until,
 )
 
 from cometmq.broker import BrokerConfig
@@ -28,6 +27,7 @@ from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.record import DecodedRecord, decode_records, encode_record_into, record_size
 from cometmq.remoting import RemotingClient
 from processes import broker_address, start_standalone
+from waiting import wait_until
 
 DISABLED_REMARK = "The broker does not support consumer to filter message by SQL92"
 ENABLED = {"enablePropertyFilter": "true"}

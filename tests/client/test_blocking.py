@@ -20,19 +20,13 @@ from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendR
 from cometmq.errors import BrokerError, RemotingTimeoutError
 from cometmq.protocol import ResponseCode as Code
 from processes import StandaloneServer
+from waiting import wait_until_blocking
 
 T = TypeVar("T")
 
 
 def send(server: StandaloneServer, topic: str, queue_id: int, bodies: list[bytes]) -> None:
     asyncio.run(send_to_queue(server, topic, queue_id, bodies))
-
-
-def wait_for(condition: Callable[[], bool], message: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{message} not reached within {timeout} s"
-        time.sleep(0.05)
 
 
 def test_clients_work_from_a_plain_thread_on_one_loop_thread_that_stops_with_the_last(
@@ -50,10 +44,12 @@ def test_clients_work_from_a_plain_thread_on_one_loop_thread_that_stops_with_the
             queues = consumer.fetch_queues("BlkPlain")
             consumer.assign(queues)
             got: list[ReceivedMessage] = []
-            deadline = time.monotonic() + 30
-            while len(got) < 30:
-                assert time.monotonic() < deadline
-                got += consumer.poll(1.0)
+
+            def polled() -> bool:
+                got.extend(consumer.poll(1.0))
+                return len(got) >= 30
+
+            wait_until_blocking(polled, message="30 messages polled")
             assert [m.body for m in got] == [b"b%d" % i for i in range(30)]
             assert consumer.position(queues[0]) == 30
             batches = list(consumer.read(queues[0], 5, 25, max_batch=4))
@@ -98,7 +94,9 @@ def test_two_threads_use_blocking_clients_at_once(server: StandaloneServer) -> N
         assert results[qid] == expected
     assert blocking.loop_thread() is None
     # The consumer's idle worker threads leave right after close() (it does not wait for them).
-    wait_for(lambda: threading.active_count() == threads_before, "every client thread gone", 10)
+    wait_until_blocking(
+        lambda: threading.active_count() == threads_before, message="every client thread gone"
+    )
 
 
 def test_a_garbage_collected_client_closes_its_sockets_and_the_loop_thread(server: StandaloneServer) -> None:
@@ -114,10 +112,14 @@ def test_a_garbage_collected_client_closes_its_sockets_and_the_loop_thread(serve
     assert open_sockets() > sockets_before  # name server and broker connections
     del consumer
     gc.collect()
-    wait_for(lambda: open_sockets() <= sockets_before, "the collected client's sockets closing")
+    wait_until_blocking(
+        lambda: open_sockets() <= sockets_before, message="the collected client's sockets closing"
+    )
     assert blocking.loop_thread() is None
     # The consumer's idle worker threads leave right after close() (it does not wait for them).
-    wait_for(lambda: threading.active_count() == threads_before, "every client thread gone", 10)
+    wait_until_blocking(
+        lambda: threading.active_count() == threads_before, message="every client thread gone"
+    )
 
 
 def test_a_closed_client_refuses_calls(server: StandaloneServer) -> None:
@@ -207,7 +209,7 @@ def test_blocking_producer_and_push_consumer_with_a_plain_listener_in_a_worker_t
             for i in range(20):
                 result = producer.send(Message("BlkPush", b"push-%d" % i))
                 assert result.queue.topic == "BlkPush"
-        wait_for(lambda: len(received) >= 20, "every message reaching the listener")
+        wait_until_blocking(lambda: len(received) >= 20, message="every message reaching the listener")
         # The only member of its group reads both queues (and its retry topic's).
         assert {q.queue_id for q in consumer.assigned_queues if q.topic == "BlkPush"} == {0, 1}
     finally:
@@ -216,7 +218,9 @@ def test_blocking_producer_and_push_consumer_with_a_plain_listener_in_a_worker_t
     assert "cometmq-client-loop" not in listener_threads
     assert blocking.loop_thread() is None
     # The consumer's idle worker threads leave right after close() (it does not wait for them).
-    wait_for(lambda: threading.active_count() == threads_before, "every client thread gone", 10)
+    wait_until_blocking(
+        lambda: threading.active_count() == threads_before, message="every client thread gone"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,5 +407,7 @@ def test_a_garbage_collected_blocking_producer_closes_its_sockets(server: Standa
     assert len(open_sockets() - sockets_before) >= 3  # name server, the loop's broker one, the direct one
     del producer
     gc.collect()
-    wait_for(lambda: open_sockets() <= sockets_before, "the collected producer's sockets closing")
+    wait_until_blocking(
+        lambda: open_sockets() <= sockets_before, message="the collected producer's sockets closing"
+    )
     assert blocking.loop_thread() is None

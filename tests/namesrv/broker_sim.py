@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode
@@ -58,11 +56,3 @@ async def ask(
 ) -> RemotingCommand:
     request = RemotingCommand(code=code, ext_fields=dict(fields), version=version)
     return await client.invoke(namesrv_addr, request)
-
-
-async def wait_until(predicate: Callable[[], Coroutine[Any, Any, bool]], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)

@@ -17,6 +17,7 @@ from cometmq.store import FlushDiskType, MessageStore, PutStatus
 from cometmq.store._mappedfile import MappedFile
 from cometmq.store.format import unpack_checkpoint
 from flush_fakes import InjectedCommitLogSync
+from waiting import wait_until_blocking
 
 OpenStore = Callable[..., MessageStore]
 
@@ -148,10 +149,9 @@ def test_a_shutdown_with_waiters_leaves_no_timer_to_fail_later(
 def test_async_flush_on_interval(open_store: OpenStore) -> None:
     store = open_store(flush_interval_commitlog_ms=20)
     res = store.put(make_msg())
-    deadline = time.monotonic() + 5
-    while store.commitlog_flushed_offset < res.commitlog_end_offset:
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    wait_until_blocking(
+        lambda: store.commitlog_flushed_offset >= res.commitlog_end_offset, message="the interval's flush"
+    )
 
 
 def test_async_flush_early_when_enough_is_dirty(
@@ -164,10 +164,7 @@ def test_async_flush_early_when_enough_is_dirty(
     assert syncs == []  # below 16 KiB: waits for the (long) interval
     for _ in range(17):
         store.put(make_msg(body=b"x" * 1000))
-    deadline = time.monotonic() + 5
-    while not syncs:
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    wait_until_blocking(lambda: syncs, message="an early flush")
 
 
 def test_checkpoint_after_clean_shutdown(open_store: OpenStore, tmp_path: Path) -> None:
