@@ -436,8 +436,10 @@ def test_refused_writes_resume_by_themselves_once_the_injected_probe_shows_space
     assert store.write_refusal is not None and "95.0%" in store.write_refusal
     assert store.put(make_msg()).status is PutStatus.SERVICE_NOT_AVAILABLE
     disk.ratio = 0.40
-    time.sleep(1.1)  # a refused put looks at the disk again at most once a second; no clean pass
-    assert store.put(make_msg(body=b"back")).status is PutStatus.PUT_OK
+    # A refused put looks at the disk again (at most once a second); no clean pass runs here.
+    wait_until_blocking(
+        lambda: store.put(make_msg(body=b"back")).status is PutStatus.PUT_OK, message="a put accepted again"
+    )
     assert store.write_refusal is None
 
 
