@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -194,11 +193,3 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process *pid* so far (/proc/PID/stat, fields 14 and 15)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def loop_cpu_while_waiting(seconds: float) -> float:
-    """CPU time the running loop's thread spends while it waits *seconds* with nothing to do: about
-    none when it sleeps, most of *seconds* when it is kept polling (cometmq.remoting.busypoll)."""
-    started = time.thread_time()
-    await asyncio.sleep(seconds)
-    return time.thread_time() - started

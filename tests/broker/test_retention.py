@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from cometmq.errors import ConfigError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from cometmq.remoting import RemotingClient
 from retention_fakes import HOUR_MS, InjectedDiskUsage, at_hour
+from waiting import wait_until
 
 SMALL = {"mappedFileSizeCommitLog": 64 * 1024, "mappedFileSizeConsumeQueue": 20 * 100}
 BODY = b"y" * 1000
@@ -38,13 +38,6 @@ async def send_many(client: RemotingClient, addr: str, topic: str, count: int) -
     for i in range(count):
         response = await client.invoke(addr, send_request(topic, BODY[:-4] + b"%04d" % i))
         assert response.code == ResponseCode.SUCCESS, response.remark
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 def test_a_consumer_behind_a_retention_pass_is_moved_to_the_new_min_offset(tmp_path: Path) -> None:
@@ -94,7 +87,7 @@ def test_above_90_percent_by_injected_probe_sends_are_refused_with_the_usage_and
 
             probe.ratio = 0.934
             # The broker's housekeeping runs the clean pass every cleanResourceInterval.
-            await wait_for(lambda: broker.store.write_refusal is not None)
+            await wait_until(lambda: broker.store.write_refusal is not None, message="writes refused")
             refused = await client.invoke(addr, send_request("Full", b"one more"))
             assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE  # 14
             assert refused.remark is not None
@@ -107,7 +100,7 @@ def test_above_90_percent_by_injected_probe_sends_are_refused_with_the_usage_and
             assert fastjson.loads(info.body)["table"]["commitLogDiskRatio"] == "0.934"
 
             probe.ratio = 0.60  # space is back: writes resume without a restart
-            await wait_for(lambda: broker.store.write_refusal is None)
+            await wait_until(lambda: broker.store.write_refusal is None, message="writes accepted again")
             accepted = await client.invoke(addr, send_request("Full", b"one more"))
             assert accepted.code == ResponseCode.SUCCESS, accepted.remark
             assert accepted.ext_fields["queueOffset"] == "3"
@@ -130,7 +123,10 @@ def test_housekeeping_deletes_expired_segments_every_clean_resource_interval(tmp
             await asyncio.sleep(0.2)
             assert broker.store.commitlog_min_offset == 0  # written just now: not expired
             segs = age_segments(tmp_path, 2, int(time.time() * 1000))
-            await wait_for(lambda: broker.store.commitlog_min_offset == int(segs[-1].name))
+            await wait_until(
+                lambda: broker.store.commitlog_min_offset == int(segs[-1].name),
+                message="aged segments gone",
+            )
             assert sorted((tmp_path / "commitlog").iterdir()) == segs[-1:]
             moved, _ = await pull(client, addr, "Hourly", 0, 0)
             assert moved.code == ResponseCode.PULL_OFFSET_MOVED

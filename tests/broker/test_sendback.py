@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 from _support import address, broker_and_client, create_topic, pull, running_broker, send
@@ -17,6 +16,7 @@ from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import DecodedRecord, decode_records
 from cometmq.remoting import RemotingClient
+from waiting import wait_until
 
 
 def send_back(offset: int, group: str = "CG", delay_level: int = 0, **fields: str) -> RemotingCommand:
@@ -60,9 +60,8 @@ def test_retries_keep_the_message_and_count_up_then_go_to_the_dlq(tmp_path: Path
                 )
                 assert parked.reconsume_times == attempt
                 # ... and delivered to %RETRY%CG when due.
-                started = time.monotonic()
-                retry = await only_record(client, addr, "%RETRY%CG", attempt - 1, suspend_ms=5000)
-                assert 0.5 < time.monotonic() - started < 4
+                retry = await only_record(client, addr, "%RETRY%CG", attempt - 1, suspend_ms=30_000)
+                assert retry.store_timestamp - parked.store_timestamp >= 1000, "delivered before it was due"
                 props = decode_properties(retry.properties)
                 assert retry.reconsume_times == attempt
                 assert retry.body == b"pay me"
@@ -101,15 +100,15 @@ def test_retries_keep_the_message_and_count_up_then_go_to_the_dlq(tmp_path: Path
 
 
 def test_the_new_topics_are_registered_with_the_name_server_at_once(tmp_path: Path) -> None:
-    async def routed(admin: AdminClient, topic: str) -> bool:
-        for _ in range(60):
+    async def routed(admin: AdminClient, topic: str) -> None:
+        async def route() -> list[tuple[int, int]]:
             try:
-                route = await admin.topic_route(topic)
+                found = await admin.topic_route(topic)
             except BrokerError:
-                await asyncio.sleep(0.05)
-                continue
-            return [(q.read_queue_nums, q.perm) for q in route.queue_datas] == [(1, 6)]
-        return False
+                return []
+            return [(q.read_queue_nums, q.perm) for q in found.queue_datas]
+
+        assert await wait_until(route, message=f"a route of {topic}") == [(1, 6)]
 
     async def scenario() -> None:
         namesrv = NameServer("127.0.0.1", 0)
@@ -121,8 +120,8 @@ def test_the_new_topics_are_registered_with_the_name_server_at_once(tmp_path: Pa
             offset, _ = await send(client, addr, "TopicA", b"x")
             assert (await client.invoke(addr, send_back(offset, delay_level=-1))).code == 0
             async with AdminClient(ns_addr) as admin:
-                assert await routed(admin, "%RETRY%CG")
-                assert await routed(admin, "%DLQ%CG")
+                await routed(admin, "%RETRY%CG")
+                await routed(admin, "%DLQ%CG")
         await namesrv.stop()
 
     asyncio.run(scenario())

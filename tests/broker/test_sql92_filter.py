@@ -17,7 +17,6 @@ from _support import (
     run,
     running_broker,
     send,
-    wait_until,
 )
 
 from cometmq.broker import BrokerConfig
@@ -28,6 +27,7 @@ from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.record import DecodedRecord, decode_records, encode_record_into, record_size
 from cometmq.remoting import RemotingClient
 from processes import broker_address, start_standalone
+from waiting import wait_until
 
 DISABLED_REMARK = "The broker does not support consumer to filter message by SQL92"
 ENABLED = {"enablePropertyFilter": "true"}
@@ -165,7 +165,7 @@ def test_held_sql92_pull_waits_for_a_matching_message(tmp_path: Path) -> None:
         async with broker_and_client(tmp_path, **ENABLED) as (broker, addr, client):
             assert (await create_topic(client, addr, "T", queues=1)).code == 0
             held = asyncio.ensure_future(
-                pulled(client, addr, sql_pull("T", 0, "kind = 'a'", suspend_ms=20000))
+                pulled(client, addr, sql_pull("T", 0, "kind = 'a'", suspend_ms=3_600_000))
             )
             await wait_until(lambda: held_pulls(broker) == 1, message="the pull is held")
             # Same connection: an answer to the pull would be read before these sends' replies.
@@ -174,7 +174,7 @@ def test_held_sql92_pull_waits_for_a_matching_message(tmp_path: Path) -> None:
             assert not held.done(), "a message that fails the filter must not answer a held pull"
             assert held_pulls(broker) == 1  # held on past the rejected messages
             await send(client, addr, "T", b"take", kind="a")
-            response, records = await asyncio.wait_for(held, 5)
+            response, records = await asyncio.wait_for(held, 30)  # only the arrival answers within this
             assert response.code == ResponseCode.SUCCESS
             assert [record.body for record in records] == [b"take"]
             assert response.ext_fields["nextBeginOffset"] == "3"

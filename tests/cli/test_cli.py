@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from processes import ServerProcess, cometmq, free_port, start_standalone
+from waiting import wait_until_blocking
 
 from .cli_support import assert_one_line_error
 
@@ -254,14 +254,12 @@ def test_namesrv_with_two_brokers(tmp_path: Path, broker_conf: Path) -> None:
 
         # A broker that stops unregisters; its queues leave the route.
         assert servers.pop().terminate() == 0
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def routed_brokers() -> list[str]:
             route = json.loads(cometmq("topic", "route", "Spread", "-n", namesrv, "--json").stdout)
-            if [q["brokerName"] for q in route["queueDatas"]] == ["broker-a"]:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"broker-b still routed: {route}")
+            return [q["brokerName"] for q in route["queueDatas"]]
+
+        wait_until_blocking(lambda: routed_brokers() == ["broker-a"], message="broker-b gone from the route")
     finally:
         for server in reversed(servers):
             server.terminate()

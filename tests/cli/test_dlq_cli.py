@@ -7,7 +7,6 @@ import base64
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id
 from cometmq.remoting import RemotingClient
 from processes import ServerProcess, broker_address, cometmq
+from waiting import wait_until_blocking
 
 from .cli_support import error_line, invoke, send
 
@@ -60,9 +60,9 @@ def dead(standalone: tuple[ServerProcess, str]) -> dict[str, str]:
     send_back_to_dlq(addr, send(addr, "Pay", b"charge 10 EUR", KEYS="inv-1", TAGS="card", UNIQ_KEY="UNIQ_A"))
     send_back_to_dlq(addr, send(addr, "Pay", b"\x00\x01binary", KEYS="inv-2", UNIQ_KEY="UNIQ_B", note="x"))
     # The broker registers the new %DLQ% topic with the NameServer just after creating it.
-    deadline = time.monotonic() + 10
-    while dlq(namesrv, "list", GROUP).stdout.startswith("group ") and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until_blocking(
+        lambda: not dlq(namesrv, "list", GROUP).stdout.startswith("group "), message="the %DLQ% topic routed"
+    )
     return {"namesrv": namesrv, "addr": addr}
 
 

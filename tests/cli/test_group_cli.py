@@ -7,13 +7,13 @@ import asyncio
 import datetime
 import json
 import subprocess
-import time
 
 import pytest
 
 from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.remoting import Connection, RemotingClient
 from processes import COMMAND, ServerProcess, broker_address, cometmq, subprocess_env
+from waiting import next_millisecond, wait_until
 
 from .cli_support import error_line, invoke, send
 
@@ -72,7 +72,8 @@ def while_a_consumer_is_online(
             env=subprocess_env(),
         )
         out, err = await proc.communicate()
-        await asyncio.sleep(0.2)
+        if b"told 1 online consumer" in out:  # a reset: the broker's notice is on its way
+            await wait_until(lambda: told, message="the consumer told of the reset")
         await consumer.close()
         assert proc.returncode is not None
         return subprocess.CompletedProcess(args, proc.returncode, out.decode(), err.decode()), told
@@ -171,9 +172,7 @@ def test_reset_moves_offsets_and_tells_online_consumers(cluster: dict[str, str])
     assert cometmq("topic", "create", "Rst", "--queues", "1", "-n", namesrv).returncode == 0
     send(addr, "Rst", b"r0")
     send(addr, "Rst", b"r1")
-    time.sleep(0.05)
-    cut = int(time.time() * 1000)
-    time.sleep(0.05)
+    cut = next_millisecond()
     send(addr, "Rst", b"r2")
     commit(addr, "GID_rst", "Rst", 0, 3)
     iso_cut = datetime.datetime.fromtimestamp(cut / 1000).isoformat(timespec="milliseconds")

@@ -23,7 +23,7 @@ from cometmq.remoting import Connection, RemotingClient, RemotingServer
 from processes import StandaloneServer, broker_address
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
-from _support import send_request, wait_until  # noqa: F401 - wait_until: tests/client take it from here
+from _support import send_request
 
 T = TypeVar("T")
 

@@ -14,24 +14,19 @@ from typing import TypeVar
 import pytest
 from client_support import DROP, SILENT, ScriptedBroker, open_sockets, scripted, send_to_queue
 
+from busy_polling import record_direct_reads
 from cometmq.client import blocking
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from cometmq.errors import BrokerError, ClientStateError, RemotingTimeoutError
 from cometmq.protocol import ResponseCode as Code
 from processes import StandaloneServer
+from waiting import wait_until_blocking
 
 T = TypeVar("T")
 
 
 def send(server: StandaloneServer, topic: str, queue_id: int, bodies: list[bytes]) -> None:
     asyncio.run(send_to_queue(server, topic, queue_id, bodies))
-
-
-def wait_for(condition: Callable[[], bool], message: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{message} not reached within {timeout} s"
-        time.sleep(0.05)
 
 
 def test_clients_work_from_a_plain_thread_on_one_loop_thread_that_stops_with_the_last(
@@ -49,10 +44,12 @@ def test_clients_work_from_a_plain_thread_on_one_loop_thread_that_stops_with_the
             queues = consumer.fetch_queues("BlkPlain")
             consumer.assign(queues)
             got: list[ReceivedMessage] = []
-            deadline = time.monotonic() + 30
-            while len(got) < 30:
-                assert time.monotonic() < deadline
-                got += consumer.poll(1.0)
+
+            def polled() -> bool:
+                got.extend(consumer.poll(1.0))
+                return len(got) >= 30
+
+            wait_until_blocking(polled, message="30 messages polled")
             assert [m.body for m in got] == [b"b%d" % i for i in range(30)]
             assert consumer.position(queues[0]) == 30
             batches = list(consumer.read(queues[0], 5, 25, max_batch=4))
@@ -97,7 +94,9 @@ def test_two_threads_use_blocking_clients_at_once(server: StandaloneServer) -> N
         assert results[qid] == expected
     assert blocking.loop_thread() is None
     # The consumer's idle worker threads leave right after close() (it does not wait for them).
-    wait_for(lambda: threading.active_count() == threads_before, "every client thread gone", 10)
+    wait_until_blocking(
+        lambda: threading.active_count() == threads_before, message="every client thread gone"
+    )
 
 
 def test_a_garbage_collected_client_closes_its_sockets_and_the_loop_thread(server: StandaloneServer) -> None:
@@ -113,10 +112,14 @@ def test_a_garbage_collected_client_closes_its_sockets_and_the_loop_thread(serve
     assert open_sockets() > sockets_before  # name server and broker connections
     del consumer
     gc.collect()
-    wait_for(lambda: open_sockets() <= sockets_before, "the collected client's sockets closing")
+    wait_until_blocking(
+        lambda: open_sockets() <= sockets_before, message="the collected client's sockets closing"
+    )
     assert blocking.loop_thread() is None
     # The consumer's idle worker threads leave right after close() (it does not wait for them).
-    wait_for(lambda: threading.active_count() == threads_before, "every client thread gone", 10)
+    wait_until_blocking(
+        lambda: threading.active_count() == threads_before, message="every client thread gone"
+    )
 
 
 def test_a_closed_client_refuses_calls(server: StandaloneServer) -> None:
@@ -206,7 +209,7 @@ def test_blocking_producer_and_push_consumer_with_a_plain_listener_in_a_worker_t
             for i in range(20):
                 result = producer.send(Message("BlkPush", b"push-%d" % i))
                 assert result.queue.topic == "BlkPush"
-        wait_for(lambda: len(received) >= 20, "every message reaching the listener")
+        wait_until_blocking(lambda: len(received) >= 20, message="every message reaching the listener")
         # The only member of its group reads both queues (and its retry topic's).
         assert {q.queue_id for q in consumer.assigned_queues if q.topic == "BlkPush"} == {0, 1}
     finally:
@@ -215,7 +218,9 @@ def test_blocking_producer_and_push_consumer_with_a_plain_listener_in_a_worker_t
     assert "cometmq-client-loop" not in listener_threads
     assert blocking.loop_thread() is None
     # The consumer's idle worker threads leave right after close() (it does not wait for them).
-    wait_for(lambda: threading.active_count() == threads_before, "every client thread gone", 10)
+    wait_until_blocking(
+        lambda: threading.active_count() == threads_before, message="every client thread gone"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,26 +314,33 @@ def test_a_failed_blocking_send_is_retried_through_the_loop_with_the_same_id() -
 
 
 @pytest.mark.parametrize("busy_poll_us", [0, 300_000])
-def test_an_unanswered_blocking_send_times_out_and_the_next_one_is_answered(busy_poll_us: int) -> None:
+def test_an_unanswered_blocking_send_times_out_and_the_next_one_is_answered(
+    monkeypatch: pytest.MonkeyPatch, busy_poll_us: int
+) -> None:
+    reads = record_direct_reads(monkeypatch)
     with (
         scripted_in_thread([]) as (namesrv, broker),
         blocking.Producer("PID_blk_silent", namesrv, send_timeout=2.0, busy_poll_us=busy_poll_us) as producer,
     ):
         producer.send(Message("Scripted", b"route"))
         broker.script = [SILENT]
-        cpu_before = time.thread_time()
+        asked = time.monotonic()
         with pytest.raises(RemotingTimeoutError):
             producer.send(Message("Scripted", b"unanswered"))  # its whole send_timeout on this thread
-        waiting_cpu = time.thread_time() - cpu_before
+        unanswered = [read for read in reads if read.started >= asked]
         result = producer.send(Message("Scripted", b"next"))
         assert result.status is SendStatus.SEND_OK
         assert [r.body for r in broker.sends] == [b"route", b"unanswered", b"next"]
-    # With a window, the calling thread polled the socket for its first 0.3 s, then slept in recv
-    # until the timeout (2 s) as without one.
+    # With a window, the calling thread polled the socket (reads without a timeout) until the window
+    # ended, then slept in recv until the send timed out, as without one.
+    polls = [read for read in unanswered if read.timeout == 0.0]
+    (blocking_read,) = [read for read in unanswered if read.timeout != 0.0]
+    assert blocking_read.timeout is not None and blocking_read.timeout > 0
     if busy_poll_us:
-        assert 0.08 < waiting_cpu < 0.9, waiting_cpu
+        assert polls and max(read.started for read in polls) < blocking_read.started
+        assert blocking_read.started >= asked + busy_poll_us / 1e6, "slept before the window ended"
     else:
-        assert waiting_cpu < 0.1, waiting_cpu
+        assert polls == []
 
 
 def test_a_blocking_batch_of_more_parts_than_one_sendmsg_takes_is_sent_whole_on_the_calling_thread(
@@ -395,5 +407,7 @@ def test_a_garbage_collected_blocking_producer_closes_its_sockets(server: Standa
     assert len(open_sockets() - sockets_before) >= 3  # name server, the loop's broker one, the direct one
     del producer
     gc.collect()
-    wait_for(lambda: open_sockets() <= sockets_before, "the collected producer's sockets closing")
+    wait_until_blocking(
+        lambda: open_sockets() <= sockets_before, message="the collected producer's sockets closing"
+    )
     assert blocking.loop_thread() is None

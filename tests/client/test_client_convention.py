@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client_support import SILENT, ScriptedBroker, run, scripted, wait_until
+from client_support import SILENT, ScriptedBroker, run, scripted
 
 from cometmq.client import (
     AdminClient,
@@ -34,6 +34,7 @@ from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.remoting import Connection
 from processes import StandaloneServer
+from waiting import wait_until
 
 Client = Producer | PushConsumer | LitePullConsumer | AdminClient
 

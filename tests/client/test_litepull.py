@@ -14,13 +14,14 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from client_support import run, send_to_queue, wait_until
+from client_support import run, send_to_queue
 
 from cometmq.client import AdminClient, LitePullConsumer
 from cometmq.client._offsets import start_offset
 from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.errors import DataLossError
 from processes import StandaloneServer
+from waiting import wait_until
 
 
 async def create_topic(server: StandaloneServer, topic: str, queues: int) -> None:
@@ -28,13 +29,15 @@ async def create_topic(server: StandaloneServer, topic: str, queues: int) -> Non
         await admin.create_topic(topic, queues)
 
 
-async def poll_until(consumer: LitePullConsumer, count: int, timeout: float = 30.0) -> list[ReceivedMessage]:
-    """Poll until ``count`` messages arrived (failing after ``timeout`` seconds)."""
+async def poll_until(consumer: LitePullConsumer, count: int) -> list[ReceivedMessage]:
+    """Poll until ``count`` messages arrived."""
     got: list[ReceivedMessage] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count:
-        assert time.monotonic() < deadline, f"only {len(got)} of {count} messages arrived"
-        got += await consumer.poll(timeout=1.0)
+
+    async def polled() -> bool:
+        got.extend(await consumer.poll(timeout=1.0))
+        return len(got) >= count
+
+    await wait_until(polled, message=f"{count} messages polled")
     return got
 
 
@@ -89,12 +92,14 @@ def test_two_subscribed_consumers_split_the_queues_and_together_get_everything_o
                 await send_to_queue(server, "LpGroup", qid, [b"%d-%d" % (qid, i) for i in range(20)])
             got_first: list[ReceivedMessage] = []
             got_second: list[ReceivedMessage] = []
-            deadline = time.monotonic() + 30
-            while len(got_first) + len(got_second) < 80:
-                assert time.monotonic() < deadline, "not every message arrived"
+
+            async def everything_polled() -> bool:
                 a, b = await asyncio.gather(first.poll(timeout=0.5), second.poll(timeout=0.5))
-                got_first += a
-                got_second += b
+                got_first.extend(a)
+                got_second.extend(b)
+                return len(got_first) + len(got_second) >= 80
+
+            await wait_until(everything_polled, message="all 80 messages polled")
             assert {m.queue_id for m in got_first} == {q.queue_id for q in first.assignment()}
             assert {m.queue_id for m in got_second} == {q.queue_id for q in second.assignment()}
             counts = Counter(m.body for m in got_first + got_second)

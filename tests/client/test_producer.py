@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client_support import DROP, run, scripted, wait_until
+from client_support import DROP, run, scripted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,6 +41,7 @@ from cometmq.protocol.record import DecodedRecord, decode_records
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.remoting import Connection
 from processes import TEST_BROKER_CONF, ServerProcess, StandaloneServer, free_port
+from waiting import wait_until
 
 # ---------------------------------------------------------------------------------------------
 # reading back what was sent

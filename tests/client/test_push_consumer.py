@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client_support import run, send_request, wait_until
+from client_support import run, send_request
 
 from cometmq.client import AdminClient, ConsumeResult, LitePullConsumer, PushConsumer
 from cometmq.client import consumer as consumer_module
@@ -28,6 +28,7 @@ from cometmq.errors import BrokerError, CometMQError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.remoting import RemotingClient
 from processes import StandaloneServer, broker_address
+from waiting import wait_until
 
 
 class Broker:

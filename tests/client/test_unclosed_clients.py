@@ -9,10 +9,11 @@ import warnings
 from collections.abc import Awaitable, Callable
 
 import pytest
-from client_support import open_sockets, wait_until
+from client_support import open_sockets
 
 from cometmq.client import AdminClient, LitePullConsumer, Message, Producer, PushConsumer
 from processes import StandaloneServer
+from waiting import wait_until
 
 
 async def producer_left_open(namesrv: str) -> object:

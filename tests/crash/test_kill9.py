@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from cometmq.errors import CometMQError
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.record import DecodedRecord
 from cometmq.remoting import RemotingClient
+from waiting import wait_until_blocking
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -262,14 +262,6 @@ def _offsets_on_disk(data: Path) -> dict[int, int]:
     return {int(q): off for q, off in table.get(f"{TOPIC}@{GROUP}", {}).items()}
 
 
-def _wait_persisted(data: Path, wanted: dict[int, int]) -> None:
-    """Until the broker's own housekeeping has written *wanted* (no clean stop involved)."""
-    deadline = time.monotonic() + 30
-    while _offsets_on_disk(data) != wanted:
-        assert time.monotonic() < deadline, f"offsets never persisted: {_offsets_on_disk(data)}"
-        time.sleep(0.05)
-
-
 async def _fill_and_commit(server: CrashableServer, offsets: dict[int, int], create: bool) -> None:
     client = RemotingClient()
     try:
@@ -314,7 +306,10 @@ def test_persisted_consumer_offsets_survive_kill9(tmp_path: Path) -> None:
     try:
         first = {0: 3, 1: 7, 2: 10, 3: 4}
         asyncio.run(_fill_and_commit(server, first, create=True))
-        _wait_persisted(server.data_dir, first)
+        # Written by the broker's own housekeeping, no clean stop involved.
+        wait_until_blocking(
+            lambda: _offsets_on_disk(server.data_dir) == first, message=f"offsets {first} on disk"
+        )
         server.kill9()
         server.start()
         assert _query_all(server) == first

@@ -6,16 +6,17 @@ take the test run down; it prints one JSON line with what it sent or received.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from processes import read_cpp_result
+from processes import cometmq, read_cpp_result
+from waiting import wait_until_blocking
 
 if TYPE_CHECKING:
     from processes import StandaloneServer
@@ -55,6 +56,20 @@ def collect(proc: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]
 
 def bodies(messages: list[dict[str, Any]]) -> list[bytes]:
     return [bytes.fromhex(m["body_hex"]) for m in messages]
+
+
+def wait_for_consumers(server: StandaloneServer, group: str, *consumers: subprocess.Popen[str]) -> None:
+    """Until the broker lists one online client of *group* per running C++ consumer in *consumers*: each
+    has sent its heartbeat, and the broker has told the group's members of each other (they rebalance
+    on that notice)."""
+
+    def online() -> bool:
+        for proc in consumers:
+            assert proc.poll() is None, f"a C++ consumer ended early: {collect(proc)}"
+        listed = cometmq("group", "consumers", group, "--json", "-n", server.namesrv)
+        return listed.returncode == 0 and len(json.loads(listed.stdout)["connections"]) == len(consumers)
+
+    wait_until_blocking(online, message=f"{len(consumers)} consumers of {group} online")
 
 
 def test_send_sync_then_a_new_group_receives_everything_intact(standalone: StandaloneServer) -> None:
@@ -191,7 +206,7 @@ def test_two_consumers_of_one_group_split_the_queues(standalone: StandaloneServe
     args = ("--group", "GID_split", "--allow-fewer", "--timeout", "14", "--instance-name")
     first = spawn(standalone, "push-consume", "SplitTopic", *args, "one")
     second = spawn(standalone, "push-consume", "SplitTopic", *args, "two")
-    time.sleep(6)  # both have joined and rebalanced (the broker notifies them of each other)
+    wait_for_consumers(standalone, "GID_split", first, second)
     cpp(standalone, "produce", "SplitTopic", "--count", "40", "--body-prefix", "split-")
     got_first = [b for b in bodies(collect(first)["messages"]) if b.startswith(b"split-")]
     got_second = [b for b in bodies(collect(second)["messages"]) if b.startswith(b"split-")]

@@ -3,12 +3,11 @@ consumption while a second instance joins the group."""
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from typing import Any
 
 import pytest
-from test_cpp_client import bodies, collect, cpp, spawn
+from test_cpp_client import bodies, collect, cpp, spawn, wait_for_consumers
 
 from processes import StandaloneServer, cometmq
 
@@ -23,7 +22,7 @@ def test_broadcasting_instances_each_receive_every_message(standalone: Standalon
     first = spawn(standalone, "push-consume", "BroadcastTopic", *args, "one")
     second = spawn(standalone, "push-consume", "BroadcastTopic", *args, "two")
     try:
-        time.sleep(5)  # both started and sit at the queues' ends
+        wait_for_consumers(standalone, "GID_cpp_broadcast", first, second)
         cpp(standalone, "produce", "BroadcastTopic", "--count", "40", "--body-prefix", "all-")
         expected = sorted(f"all-{i}".encode() for i in range(40))
         assert sorted(bodies(collect(first)["messages"])) == expected
@@ -51,13 +50,13 @@ def test_orderly_consumers_keep_queue_order_while_a_second_instance_joins(
     first = spawn(standalone, "push-consume", "OrderlyJoin", *args, "one")
     second = None
     try:
-        time.sleep(4)
+        wait_for_consumers(standalone, "GID_cpp_orderly_join", first)
         # Four sharding keys, one per queue; each key's messages in send order.
         for key in range(4):
             cpp(standalone, "produce", "OrderlyJoin", "--count", "15", "--mode", "orderly",
                 "--sharding-key", str(key), "--body-prefix", f"k{key}-a-")  # fmt: skip
         second = spawn(standalone, "push-consume", "OrderlyJoin", *args, "two")
-        time.sleep(8)  # the second instance joins, the queues are split and locked anew
+        wait_for_consumers(standalone, "GID_cpp_orderly_join", first, second)  # the queues split anew
         for key in range(4):
             cpp(standalone, "produce", "OrderlyJoin", "--count", "15", "--mode", "orderly",
                 "--sharding-key", str(key), "--body-prefix", f"k{key}-b-")  # fmt: skip

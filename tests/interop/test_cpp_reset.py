@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import time
 
 import pytest
 from test_cpp_client import bodies, collect, cpp, spawn
 
 from processes import StandaloneServer, cometmq
+from waiting import next_millisecond, wait_until_blocking
 
 pytestmark = pytest.mark.interop
 
@@ -31,9 +31,7 @@ def test_reset_by_timestamp_replays_from_the_right_message(standalone: Standalon
     created = cometmq("topic", "create", TOPIC, "--queues", "1", "-n", standalone.namesrv)
     assert created.returncode == 0, created.stderr
     cpp(standalone, "produce", TOPIC, "--count", "5", "--body-prefix", "early-")
-    time.sleep(0.3)
-    cut = int(time.time() * 1000)
-    time.sleep(0.3)
+    cut = next_millisecond()
     cpp(standalone, "produce", TOPIC, "--count", "5", "--body-prefix", "late-")
 
     # 10 first deliveries, then the 5 replayed ones; --linger catches any delivery beyond those.
@@ -41,11 +39,11 @@ def test_reset_by_timestamp_replays_from_the_right_message(standalone: Standalon
                      "--timeout", "90", "--linger", "3", "--threads", "1")  # fmt: skip
     try:
         # Everything consumed and committed (the C++ client commits every 5 s).
-        deadline = time.monotonic() + 45
-        while consumer_offset(standalone) != 10:
-            assert time.monotonic() < deadline, "the C++ consumer did not commit offset 10 in time"
+        def committed() -> bool:
             assert consumer.poll() is None, "the C++ consumer ended early"
-            time.sleep(0.5)
+            return consumer_offset(standalone) == 10
+
+        wait_until_blocking(committed, message="the C++ consumer's commit of offset 10", timeout=60)
         iso_cut = datetime.datetime.fromtimestamp(cut / 1000).isoformat(timespec="milliseconds")
         reset = cometmq(
             "group", "reset", GROUP, "--topic", TOPIC, "--timestamp", iso_cut, "-n", standalone.namesrv

@@ -18,6 +18,7 @@ from test_cpp_client import cpp
 from cometmq.client import ConsumeResult, Message, MessageQueue, Producer, PushConsumer
 from cometmq.client.message import ReceivedMessage
 from processes import StandaloneServer
+from waiting import wait_until
 
 pytestmark = pytest.mark.interop
 
@@ -25,8 +26,6 @@ pytestmark = pytest.mark.interop
 def consume(
     server: StandaloneServer, group: str, topic: str, expect: int, **options: Any
 ) -> list[ReceivedMessage]:
-    from client_support import run, wait_until  # tests/client is not on the path of this directory
-
     got: list[ReceivedMessage] = []
 
     async def listener(messages: list[ReceivedMessage]) -> ConsumeResult:
@@ -43,7 +42,7 @@ def consume(
         finally:
             await consumer.close()
 
-    run(scenario())
+    asyncio.run(scenario())
     return got
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode
@@ -69,11 +67,3 @@ async def ask_route(
     """GET_ROUTEINFO_BY_TOPIC for *topic*."""
     header = GetRouteInfoRequestHeader(topic=topic)
     return await ask(client, namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, header, version)
-
-
-async def wait_until(predicate: Callable[[], Coroutine[Any, Any, bool]], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)

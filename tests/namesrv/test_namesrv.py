@@ -39,8 +39,9 @@ from cometmq.protocol.route import (
 )
 from cometmq.protocol.topic_config import TopicConfig
 from cometmq.remoting import RemotingClient
+from waiting import wait_until
 
-from .broker_sim import addr_of, ask, ask_route, register, wait_until
+from .broker_sim import addr_of, ask, ask_route, register
 
 Run = Callable[..., Any]
 # broker-a as broker_sim.register registers it, for the requests that name a broker.
@@ -175,7 +176,7 @@ def test_silent_broker_expires(
                 return False
             return reply.code == ResponseCode.TOPIC_NOT_EXIST
 
-        await wait_until(gone, timeout=3.0)
+        await wait_until(gone, message="the expired broker gone from the routes")
         info = ClusterInfo.decode(
             (await ask(client, addr_of(namesrv), RequestCode.GET_BROKER_CLUSTER_INFO)).body
         )
@@ -188,11 +189,11 @@ def test_silent_broker_expires(
 def test_registering_again_keeps_broker_alive(
     run: Run, start_namesrv: Callable[..., NameServer], make_client: Callable[[], RemotingClient]
 ) -> None:
-    namesrv = start_namesrv(broker_expiry_s=0.4, scan_interval_s=0.05)
+    namesrv = start_namesrv(broker_expiry_s=1.0, scan_interval_s=0.05)
     broker, tool = make_client(), make_client()
 
     async def scenario() -> None:
-        for _ in range(8):
+        for _ in range(15):  # 1.5 s, past the expiry of a broker that registered once
             await register(broker, addr_of(namesrv))
             await asyncio.sleep(0.1)
         reply = await ask_route(tool, addr_of(namesrv), "TopicTest")
@@ -214,7 +215,7 @@ def test_closed_connection_drops_broker_at_once(
             reply = await ask_route(tool, addr_of(namesrv), "TopicTest")
             return reply.code == ResponseCode.TOPIC_NOT_EXIST
 
-        await wait_until(gone, timeout=2.0)
+        await wait_until(gone, message="the closed broker gone from the routes")
 
     run(scenario())
 
@@ -246,7 +247,7 @@ def test_two_brokers_both_in_route_and_cluster_info(
             route = TopicRouteData.decode(reply.body)
             return [q.broker_name for q in route.queue_datas] == ["broker-b"]
 
-        await wait_until(only_b)
+        await wait_until(only_b, message="only broker-b in the route")
 
     run(scenario())
 

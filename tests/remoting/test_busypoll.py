@@ -1,65 +1,77 @@
-"""BusyPoller: the loop keeps polling (spends CPU instead of sleeping) for a window after each kick,
-and sleeps as before once the window has passed. What it buys (no wake-ups) is measured by
+"""BusyPoller: the loop keeps polling (its selector is called without a timeout) for a window after each
+kick, and sleeps as before once the window has passed. What it buys (no wake-ups) is measured by
 ``cometmq bench latency --busy-poll-us``, never here; here is what it does to the loop, seen in the
-CPU time of the loop's thread, with wide margins for a CPU shared with other processes."""
+calls the loop makes to its selector (tests/busy_polling.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
 import uvloop
 
+from busy_polling import RecordingPoller, RecordingSelector, record_pollers
 from cometmq.protocol import RemotingCommand
 from cometmq.remoting import BusyPoller, Connection, RemotingClient, RemotingServer
-from processes import loop_cpu_while_waiting
+from waiting import wait_until
 
 
 def test_a_kicked_loop_spends_its_window_polling_then_sleeps_again() -> None:
-    async def main() -> tuple[float, bool, float, bool, float]:
-        idle = await loop_cpu_while_waiting(0.15)
-        poller = BusyPoller(200_000)  # 200 ms
-        poller.kick()
-        spinning_at_once = poller.spinning
-        kicked = await loop_cpu_while_waiting(0.4)
-        spinning_after = poller.spinning
-        after_window = await loop_cpu_while_waiting(0.15)
-        return idle, spinning_at_once, kicked, spinning_after, after_window
+    selector = RecordingSelector()
+    poller = RecordingPoller(200_000)  # 200 ms
 
-    idle, spinning_at_once, kicked, spinning_after, after_window = asyncio.run(main())
-    assert idle < 0.02, "a loop that waits for a timer sleeps"
-    assert spinning_at_once
-    # 200 ms of polling; a CPU shared with other processes may give it less, never a sleeping share.
-    assert kicked > 0.06, f"the loop slept through its window ({kicked:.3f} s of CPU)"
-    assert not spinning_after
-    assert after_window < 0.02, "the loop sleeps again once the window has passed"
+    async def main() -> None:
+        start = time.perf_counter_ns()
+        await asyncio.sleep(0.01)
+        assert selector.slept_since(start), "a loop that waits for a timer sleeps"
+        poller.kick()
+        assert poller.spinning
+        await asyncio.sleep(0.01)
+        await wait_until(poller.spun_to_the_end, message="the end of the window")
+        await wait_until(lambda: selector.slept_since(poller.last_window_end_ns), message="a sleep after it")
+
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
+        runner.run(main())
+    assert not next(selector.calls_since(poller.kicks[0])).sleeps, "the first call after the kick polls"
+    assert selector.sleeps_inside(poller) == [], "the loop never slept inside the window"
 
 
 def test_every_kick_moves_the_end_of_the_window() -> None:
-    async def main() -> list[bool]:
-        poller = BusyPoller(250_000)  # 250 ms
-        seen = []
-        for _ in range(4):  # a kick every 50 ms: the window never ends
-            poller.kick()
-            await asyncio.sleep(0.05)
-            seen.append(poller.spinning)
-        await asyncio.sleep(0.5)
-        seen.append(poller.spinning)
-        return seen
+    selector = RecordingSelector()
+    poller = RecordingPoller(1_000_000)  # 1 s
 
-    assert asyncio.run(main()) == [True, True, True, True, False]
+    async def main() -> None:
+        for _ in range(4):  # each kick a tenth of the window after the one before
+            poller.kick()
+            assert poller.spinning
+            next_kick = poller.kicks[-1] + poller.window_ns // 10
+            await wait_until(lambda at=next_kick: time.perf_counter_ns() >= at, message="the next kick")
+        await wait_until(poller.spun_to_the_end, message="the end of the last window")
+        await wait_until(lambda: selector.slept_since(poller.last_window_end_ns), message="a sleep after it")
+
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
+        runner.run(main())
+    # Polled from the first kick until a whole window after the last, past the first kick's window.
+    first_kick, end = poller.kicks[0], poller.last_window_end_ns
+    assert not [call for call in selector.calls if first_kick <= call.started_ns < end and call.sleeps]
 
 
 def test_a_window_of_zero_never_polls() -> None:
-    async def main() -> tuple[bool, float]:
-        poller = BusyPoller(0)
-        poller.kick()
-        return poller.spinning, await loop_cpu_while_waiting(0.1)
+    selector = RecordingSelector()
 
-    spinning, cpu = asyncio.run(main())
-    assert not spinning and cpu < 0.02
+    async def main() -> None:
+        poller = BusyPoller(0)
+        kicked = time.perf_counter_ns()
+        poller.kick()
+        assert not poller.spinning
+        await asyncio.sleep(0.01)
+        assert next(selector.calls_since(kicked)).sleeps, "the next call after the kick sleeps"
+
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
+        runner.run(main())
 
 
 def test_a_negative_window_is_refused() -> None:
@@ -67,79 +79,109 @@ def test_a_negative_window_is_refused() -> None:
         BusyPoller(-1)
 
 
-def test_a_poller_polls_on_whichever_loop_kicked_it_last() -> None:
-    poller = BusyPoller(100_000)
+def test_a_poller_kicked_on_a_loop_that_has_ended_polls_on_the_next_one() -> None:
+    poller = RecordingPoller(100_000)
 
     async def kick() -> None:
         poller.kick()
 
-    asyncio.run(kick())  # this loop closes with its poll still scheduled
+    asyncio.run(kick())  # this loop closes with its spinner still scheduled
+    selector = RecordingSelector()
 
-    async def kick_again() -> tuple[float, bool]:
+    async def kick_again() -> None:
         poller.kick()
-        return await loop_cpu_while_waiting(0.25), poller.spinning
+        await asyncio.sleep(0.01)
+        await wait_until(poller.spun_to_the_end, message="the end of the window")
 
-    cpu, spinning_after = asyncio.run(kick_again())
-    assert cpu > 0.03 and not spinning_after
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
+        runner.run(kick_again())
+    assert not next(selector.calls_since(poller.kicks[-1])).sleeps
+    assert selector.sleeps_inside(poller) == []
 
-    # Two loops in two threads kick it in turn. Neither may schedule anything on the other (asyncio's
-    # debug mode raises if a callback is scheduled from another thread than its loop's), and the
-    # first stops polling once the second has taken the poller over.
+
+def test_a_loop_whose_poller_another_loop_kicked_sleeps_again() -> None:
+    # Two loops in two threads kick one poller in turn. Neither may schedule anything on the other
+    # (asyncio's debug mode raises if a callback is scheduled from another thread than its loop's),
+    # and the first goes back to sleeping once the second has taken the poller over. A window of an
+    # hour: nothing but the takeover can end the first loop's polling within the test.
     errors: list[BaseException] = []
-    poller = BusyPoller(300_000)
+    poller = RecordingPoller(3_600_000_000)
+    first_done = threading.Event()
 
     def other_thread() -> None:
         async def main() -> None:
             asyncio.get_running_loop().set_debug(True)
-            poller.kick()
-            await asyncio.sleep(0.5)
+            while not first_done.is_set():
+                poller.kick()
+                await asyncio.sleep(0.01)
 
         try:
             asyncio.run(main())
         except BaseException as exc:
             errors.append(exc)
 
-    async def first() -> float:
+    selector = RecordingSelector()
+
+    async def first() -> None:
         loop = asyncio.get_running_loop()
         loop.set_debug(True)
         loop.set_exception_handler(lambda _, context: errors.append(context.get("exception") or Exception()))
         poller.kick()
         other = threading.Thread(target=other_thread)
         other.start()
-        await asyncio.sleep(0.05)
-        cpu = await loop_cpu_while_waiting(0.3)  # the other loop polls now, not this one
-        await asyncio.to_thread(other.join)
-        return cpu
+        try:
+            await wait_until(lambda: len(poller.kicks) > 1, message="the other loop's kick")
+            taken_over = poller.kicks[1]
+            await wait_until(lambda: selector.slept_since(taken_over), message="this loop sleeping again")
+        finally:
+            first_done.set()
+            await asyncio.to_thread(other.join)
 
-    assert asyncio.run(first()) < 0.05
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
+        runner.run(first())
     assert errors == []
 
 
-@pytest.mark.parametrize(
-    "loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"]
-)
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
 @pytest.mark.parametrize(("server_us", "client_us"), [(200_000, 0), (0, 200_000), (0, 0)])
 def test_a_server_or_client_given_a_window_keeps_the_loop_polling_after_a_request(
-    loop_factory: Callable[[], asyncio.AbstractEventLoop], server_us: int, client_us: int
+    monkeypatch: pytest.MonkeyPatch, loop_name: str, server_us: int, client_us: int
 ) -> None:
+    pollers = record_pollers(monkeypatch)
+    selector = RecordingSelector()
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] = (
+        selector.new_loop if loop_name == "asyncio" else uvloop.new_event_loop
+    )
+
     def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return request.response(remark="pong")
 
-    async def main() -> float:
+    async def main() -> int:
         server = RemotingServer(handler, "127.0.0.1", 0, busy_poll_us=server_us)
         await server.start()
         client = RemotingClient(busy_poll_us=client_us)
         try:
+            asked = time.perf_counter_ns()
             reply = await client.invoke(f"127.0.0.1:{server.port}", RemotingCommand(code=9), timeout=5)
             assert reply.remark == "pong"
-            return await loop_cpu_while_waiting(0.25)
+            for poller in pollers:
+                assert poller.spinning, "the reply left the window open"
+                await wait_until(poller.spun_to_the_end, message="the end of the window")
+            await asyncio.sleep(0.01)
+            return asked
         finally:
             await client.close()
             await server.stop()
 
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        cpu = runner.run(main())
-    if server_us or client_us:
-        assert cpu > 0.06, f"the loop slept through the window ({cpu:.3f} s of CPU)"
-    else:
-        assert cpu < 0.02, f"the loop kept polling without a window ({cpu:.3f} s of CPU)"
+        asked = runner.run(main())
+    if not (server_us or client_us):
+        assert pollers == [], "no window, no poller"
+        assert loop_name == "uvloop" or selector.slept_since(asked)
+        return
+    (poller,) = pollers
+    assert poller.window_ns == max(server_us, client_us) * 1000
+    assert len(poller.kicks) >= 2, "kicked by the request and by its reply"
+    if loop_name == "asyncio":  # uvloop polls inside libuv, out of sight
+        assert selector.sleeps_inside(poller) == [], "the loop slept inside the window"
+        assert selector.slept_since(poller.last_window_end_ns), "the loop sleeps again after it"

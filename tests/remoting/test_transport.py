@@ -11,6 +11,7 @@ from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeout
 from cometmq.protocol import MAX_FRAME_SIZE, FrameDecoder, RemotingCommand, ResponseCode, encode_bytes
 from cometmq.protocol.codes import ONEWAY_FLAG
 from cometmq.remoting import Connection, RemotingClient, RemotingServer
+from waiting import wait_until
 
 
 def test_a_request_without_a_response_times_out() -> None:
@@ -127,13 +128,12 @@ def test_closing_a_connection_fails_its_pending_requests_and_tells_the_server() 
     async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
         server.add_close_listener(closed.append)
         pending = asyncio.ensure_future(client.invoke(addr, RemotingCommand(code=11), timeout=5))
-        while never is None:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: never is not None, message="the request in its handler")
         [server_side] = server.connections
         client.close_connection(addr)
         with pytest.raises(ConnectionClosedError):
             await pending
-        await asyncio.wait_for(asyncio.shield(server_side.closed), 2)
+        await asyncio.wait_for(asyncio.shield(server_side.closed), 30)
         assert closed == [server_side]
         assert server.connections == set()
         assert never.cancelled()  # the handler's task ends with its connection

@@ -10,6 +10,7 @@ import pytest
 from spark_support import BROKER, create_topic, offsets_json, send
 
 from processes import StandaloneServer
+from waiting import next_millisecond
 
 
 def read(spark: Any, server: StandaloneServer, topic: str, **options: str) -> list[Any]:
@@ -74,9 +75,7 @@ def test_starting_timestamp_starts_at_the_first_message_stored_at_or_after_it(
 ) -> None:
     create_topic(server.namesrv, "SparkTime", 2)
     send(server.namesrv, "SparkTime", {0: [b"old0", b"old1"], 1: [b"old2"]})
-    time.sleep(0.05)
-    cut = int(time.time() * 1000)
-    time.sleep(0.05)
+    cut = next_millisecond()
     send(server.namesrv, "SparkTime", {0: [b"new0"], 1: [b"new1", b"new2"]})
     rows = read(spark, server, "SparkTime", startingTimestamp=str(cut))
     assert sorted(r.body for r in rows) == [b"new0", b"new1", b"new2"]

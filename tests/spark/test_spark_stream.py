@@ -25,6 +25,7 @@ from spark_support import (
 
 from cometmq.client import LitePullConsumer, MessageQueue
 from processes import StandaloneServer, subprocess_env
+from waiting import wait_until_blocking
 
 HERE = Path(__file__).parent
 QUEUES = 4
@@ -49,16 +50,6 @@ def assert_exactly_once(rows: list[tuple[int, int, bytes]], expected: dict[tuple
     assert all(expected[(q, o)] == body for q, o, body in rows)
 
 
-def wait_for(condition: Any, timeout: float = 120.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_query_stopped_mid_batch_and_restarted_writes_every_message_once(
     spark: Any, server: StandaloneServer, workdir: Path
 ) -> None:
@@ -73,7 +64,8 @@ def test_query_stopped_mid_batch_and_restarted_writes_every_message_once(
             batch = batch_in_flight(checkpoint)
             return batch if batch is not None and batch > done_before else None
 
-        batch = wait_for(running_batch, what="a batch in flight")
+        # Looked at often: the stop must land while the batch runs.
+        batch = wait_until_blocking(running_batch, message="a batch in flight", timeout=120, interval=0.005)
         query.stop()
         if batch_in_flight(checkpoint) == batch:  # stopped before the batch committed
             interrupted.append(batch)
@@ -101,8 +93,11 @@ def test_driver_killed_mid_batch_then_restarted_writes_every_message_once(
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        batch = wait_for(
-            lambda: (b := batch_in_flight(checkpoint)) is not None and b >= 2 and b, what="batch 2"
+        batch = wait_until_blocking(
+            lambda: (b := batch_in_flight(checkpoint)) is not None and b >= 2 and b,
+            message="batch 2 in flight",
+            timeout=120,
+            interval=0.005,
         )
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
@@ -125,7 +120,12 @@ def test_a_queue_added_mid_stream_is_read_completely(
         assert len(parquet_rows(spark, out)) == 3
         create_topic(server.namesrv, "SparkGrow", 4)  # the topic grows to four queues
         send(server.namesrv, "SparkGrow", {2: [b"c0", b"c1"], 3: [b"d0"], 0: [b"a2"]})
-        wait_for(lambda: (query.processAllAvailable(), len(parquet_rows(spark, out)) == 7)[1], 60, "7 rows")
+
+        def all_written() -> bool:
+            query.processAllAvailable()
+            return len(parquet_rows(spark, out)) == 7
+
+        wait_until_blocking(all_written, message="7 rows written", timeout=60)
     finally:
         query.stop()
     assert sorted(parquet_rows(spark, out)) == [
@@ -165,7 +165,9 @@ def expire_old_segments(server: StandaloneServer) -> int:
 
         return asyncio.run(ask())
 
-    low: int = wait_for(lambda: (m := min_offset()) > 0 and m, 60, "retention to move the min offset")
+    low: int = wait_until_blocking(
+        lambda: (m := min_offset()) > 0 and m, message="retention to move the min offset", timeout=60
+    )
     return low
 
 

@@ -4,7 +4,6 @@ SparkSession, a real server. Admission limits, availableNow, new queues, partiti
 from __future__ import annotations
 
 import pkgutil
-import time
 from typing import Any
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -16,6 +15,7 @@ from cometmq.spark import CometMQDataSource
 from cometmq.spark._read import QueueRange
 from cometmq.spark._source import CometMQStreamReader
 from processes import StandaloneServer
+from waiting import wait_until_blocking
 
 
 def stream_reader(server: StandaloneServer, topic: str, **options: str) -> CometMQStreamReader:
@@ -63,11 +63,14 @@ def test_min_offsets_per_trigger_waits_for_enough_messages_or_the_max_trigger_de
     send(server.namesrv, "PlanMin", {0: [b"x"] * 5})
     assert queue_offsets(patient.latestOffset(start, ReadAllAvailable()), "PlanMin") == {0: 10}
 
-    hasty = stream_reader(server, "PlanMin", minOffsetsPerTrigger="100", maxTriggerDelay="50ms")
+    hasty = stream_reader(server, "PlanMin", minOffsetsPerTrigger="100", maxTriggerDelay="1s")
     start = hasty.initialOffset()
     assert hasty.latestOffset(start, ReadAllAvailable()) == start
-    time.sleep(0.1)  # the delay has passed: a batch runs with fewer messages than the minimum
-    assert queue_offsets(hasty.latestOffset(start, ReadAllAvailable()), "PlanMin") == {0: 10}
+    # Once the delay has passed, a batch runs with fewer messages than the minimum.
+    wait_until_blocking(
+        lambda: queue_offsets(hasty.latestOffset(start, ReadAllAvailable()), "PlanMin") == {0: 10},
+        message="a batch after maxTriggerDelay",
+    )
 
 
 def test_available_now_stops_at_what_was_there_when_the_query_started(server: StandaloneServer) -> None:

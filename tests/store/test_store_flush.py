@@ -14,9 +14,11 @@ import pytest
 from store_testlib import make_msg
 
 from cometmq.store import FlushDiskType, MessageStore, PutStatus
+from cometmq.store._flush import FlushService
 from cometmq.store._mappedfile import MappedFile
 from cometmq.store.format import unpack_checkpoint
 from flush_fakes import InjectedCommitLogSync
+from waiting import wait_until_blocking
 
 OpenStore = Callable[..., MessageStore]
 
@@ -53,7 +55,6 @@ def test_group_commit_shares_fsyncs(open_store: OpenStore, monkeypatch: pytest.M
     store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH)
 
     async def producer(i: int) -> bool:
-        await asyncio.sleep(i * 0.001)
         res = store.put(make_msg(body=bytes([i])))
         return await store.wait_flushed(res.commitlog_end_offset)
 
@@ -67,47 +68,47 @@ def test_group_commit_shares_fsyncs(open_store: OpenStore, monkeypatch: pytest.M
 def test_sync_flush_timeout_does_not_block_the_loop(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    InjectedCommitLogSync(monkeypatch, delay=0.4)
+    disk = InjectedCommitLogSync(monkeypatch)
     store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=100)
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.005)
-            ticks += 1
 
     async def main() -> bool:
-        task = asyncio.create_task(ticker())
         res = store.put(make_msg())
-        started = time.monotonic()
-        ok = await store.wait_flushed(res.commitlog_end_offset)
-        assert time.monotonic() - started < 0.3
-        task.cancel()
-        return ok
+        return await store.wait_flushed(res.commitlog_end_offset)
 
-    assert asyncio.run(main()) is False
-    assert ticks >= 5  # the loop kept running while the fsync was stuck
+    disk.hang()
+    try:
+        # Answered while the fsync hangs: the loop kept running (it ran the timeout) meanwhile.
+        assert asyncio.run(main()) is False
+        assert disk.calls, "the fsync started"
+    finally:
+        disk.release()
 
 
 def test_each_sync_flush_waiter_times_out_at_its_own_deadline(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One timer serves every waiter of a loop: once it answers the oldest, it must wait on for the next.
-    InjectedCommitLogSync(monkeypatch, delay=1.0)
+    disk = InjectedCommitLogSync(monkeypatch)
     store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=200)
 
     async def main() -> None:
-        first = asyncio.create_task(store.wait_flushed(store.put(make_msg()).commitlog_end_offset))
-        await asyncio.sleep(0.1)
-        second = asyncio.create_task(store.wait_flushed(store.put(make_msg()).commitlog_end_offset))
-        assert await first is False
-        assert not second.done()  # its deadline is 100 ms after the first's
-        started = time.monotonic()
-        assert await second is False
-        assert 0.02 < time.monotonic() - started < 0.5
+        loop = asyncio.get_running_loop()
+        waiters = []
+        for _ in range(2):  # the second's deadline 100 ms or more after the first's
+            asked = loop.time()
+            waiters.append(
+                (asked, asyncio.create_task(store.wait_flushed(store.put(make_msg()).commitlog_end_offset)))
+            )
+            await asyncio.sleep(0.1)
+        for asked, waiter in waiters:
+            assert await waiter is False
+            assert loop.time() >= asked + 0.2, "answered before its own deadline"
 
-    asyncio.run(main())
+    disk.hang()  # no fsync answers either of them
+    try:
+        asyncio.run(main())
+    finally:
+        disk.release()
 
 
 def test_an_answered_sync_flush_wait_keeps_no_hold_on_its_event_loop(open_store: OpenStore) -> None:
@@ -148,10 +149,9 @@ def test_a_shutdown_with_waiters_leaves_no_timer_to_fail_later(
 def test_async_flush_on_interval(open_store: OpenStore) -> None:
     store = open_store(flush_interval_commitlog_ms=20)
     res = store.put(make_msg())
-    deadline = time.monotonic() + 5
-    while store.commitlog_flushed_offset < res.commitlog_end_offset:
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    wait_until_blocking(
+        lambda: store.commitlog_flushed_offset >= res.commitlog_end_offset, message="the interval's flush"
+    )
 
 
 def test_async_flush_early_when_enough_is_dirty(
@@ -164,10 +164,7 @@ def test_async_flush_early_when_enough_is_dirty(
     assert syncs == []  # below 16 KiB: waits for the (long) interval
     for _ in range(17):
         store.put(make_msg(body=b"x" * 1000))
-    deadline = time.monotonic() + 5
-    while not syncs:
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    wait_until_blocking(lambda: syncs, message="an early flush")
 
 
 def test_checkpoint_after_clean_shutdown(open_store: OpenStore, tmp_path: Path) -> None:
@@ -209,7 +206,16 @@ def test_a_failed_fsync_answers_waiters_at_once_and_stops_writes(
     assert store.put(make_msg(body=b"later")).status is PutStatus.SERVICE_NOT_AVAILABLE
     assert asyncio.run(store.wait_flushed(store.commitlog_max_offset + 1)) is False
     checkpoint_before = (tmp_path / "store" / "checkpoint").read_bytes()
-    time.sleep(1.2)  # a checkpoint cycle passes: it must not vouch for what the failed sync covered
+    cycles: list[bool] = []
+    cycle = FlushService.checkpoint_cycle
+
+    def counted_cycle(self: FlushService, clean: bool = False) -> None:
+        cycle(self, clean)
+        cycles.append(clean)
+
+    monkeypatch.setattr(FlushService, "checkpoint_cycle", counted_cycle)
+    # A checkpoint cycle passes: it must not vouch for what the failed sync covered.
+    wait_until_blocking(lambda: cycles, message="a checkpoint cycle")
     store.shutdown()
     # Neither a clean checkpoint nor a missing abort file: the next start recovers and checks.
     assert (tmp_path / "store" / "abort").exists()

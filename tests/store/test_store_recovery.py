@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from store_testlib import SMALL_COMMITLOG, bodies, crash, make_msg
 from cometmq.protocol.taghash import java_string_hash
 from cometmq.store import MessageStore, PutResult
 from cometmq.store.format import unpack_checkpoint
+from waiting import wait_until_blocking
 
 OpenStore = Callable[..., MessageStore]
 Snapshot = dict[tuple[str, int], tuple[int, int, list[bytes]]]
@@ -270,10 +270,12 @@ def test_deleted_topic_stays_deleted_after_a_crash(open_store: OpenStore, tmp_pa
     store.delete_topic("Doomed")
     # delete_topic asks the flush thread for a checkpoint; wait for it to cover the topic's records.
     end = store.commitlog_max_offset
-    deadline = time.monotonic() + 5
-    while (cp := unpack_checkpoint((root / "checkpoint").read_bytes())) is None or cp.dispatch_safe < end:
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+
+    def covered() -> bool:
+        checkpoint = unpack_checkpoint((root / "checkpoint").read_bytes())
+        return checkpoint is not None and checkpoint.dispatch_safe >= end
+
+    wait_until_blocking(covered, message="a checkpoint covering the deleted topic")
     store.put(make_msg("Kept", 0, b"after"))
     crash(store)
     store = open_store()

@@ -23,6 +23,7 @@ from cometmq.protocol.record import decode_records
 from cometmq.store import GetStatus, MessageStore, PutResult, PutStatus, StoreConfig, parse_delete_when
 from cometmq.store._mappedfile import MappedFile
 from retention_fakes import HOUR_MS, InjectedDiskUsage, at_hour
+from waiting import wait_until_blocking
 
 OpenStore = Callable[..., MessageStore]
 
@@ -435,8 +436,10 @@ def test_refused_writes_resume_by_themselves_once_the_injected_probe_shows_space
     assert store.write_refusal is not None and "95.0%" in store.write_refusal
     assert store.put(make_msg()).status is PutStatus.SERVICE_NOT_AVAILABLE
     disk.ratio = 0.40
-    time.sleep(1.1)  # a refused put looks at the disk again at most once a second; no clean pass
-    assert store.put(make_msg(body=b"back")).status is PutStatus.PUT_OK
+    # A refused put looks at the disk again (at most once a second); no clean pass runs here.
+    wait_until_blocking(
+        lambda: store.put(make_msg(body=b"back")).status is PutStatus.PUT_OK, message="a put accepted again"
+    )
     assert store.write_refusal is None
 
 
@@ -471,10 +474,8 @@ def test_deleted_segments_are_closed_by_the_flush_thread_never_during_a_sync(
         assert report.commitlog_deleted == [seg.path for seg in old]
         assert not any(seg.path.exists() for seg in old)  # unlinked at once ...
         assert all(seg.fd >= 0 for seg in old)  # ... but still open for a sync in progress
-    deadline = time.monotonic() + 5
-    while any(seg.fd >= 0 for seg in old) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert all(seg.fd == -1 for seg in old)  # closed by the flush thread's next cycle
+    # Closed by the flush thread's next cycle.
+    wait_until_blocking(lambda: all(seg.fd == -1 for seg in old), message="the old segments closed")
 
 
 def test_forced_deletion_under_constant_flushing_loses_nothing_kept(

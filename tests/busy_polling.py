@@ -1,0 +1,130 @@
+"""Seeing busy polling (cometmq.remoting.busypoll) happen, without timing anything.
+
+A loop that sleeps calls its selector with a timeout; a loop kept polling calls it with none (0).
+:class:`RecordingSelector` notes every call an asyncio loop makes, and :class:`RecordingPoller` notes
+every kick of a poller and every turn of its spinner, so a test can check that the loop did not sleep
+inside any window a kick opened, and that it sleeps again once the last window has passed. A blocking
+producer's own thread polls its socket the same way (cometmq.client._direct): :func:`record_direct_reads`
+notes each of its reads and the timeout it was made with (0: a poll).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from cometmq.client import _direct
+from cometmq.remoting import BusyPoller, transport
+
+__all__ = ["RecordingPoller", "RecordingSelector", "SocketRead", "record_direct_reads", "record_pollers"]
+
+
+@dataclass(frozen=True, slots=True)
+class SelectCall:
+    started_ns: int  # time.perf_counter_ns(), the clock BusyPoller's windows are measured on
+    timeout: float | None
+
+    @property
+    def sleeps(self) -> bool:
+        return self.timeout is None or self.timeout > 0
+
+
+class RecordingSelector(selectors.DefaultSelector):
+    """The default selector, noting each ``select`` call; for ``asyncio.SelectorEventLoop(selector)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[SelectCall] = []
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        self.calls.append(SelectCall(time.perf_counter_ns(), timeout))
+        return super().select(timeout)
+
+    def new_loop(self) -> asyncio.AbstractEventLoop:
+        return asyncio.SelectorEventLoop(self)
+
+    def calls_since(self, since_ns: int) -> Iterator[SelectCall]:
+        return (call for call in self.calls if call.started_ns >= since_ns)
+
+    def slept_since(self, since_ns: int) -> bool:
+        return any(call.sleeps for call in self.calls_since(since_ns))
+
+    def sleeps_inside(self, poller: RecordingPoller) -> list[SelectCall]:
+        """The calls with a timeout made while a window of *poller*'s was open: none if it works."""
+        return [call for call in self.calls if call.sleeps and poller.window_open_at(call.started_ns)]
+
+
+class RecordingPoller(BusyPoller):
+    """A BusyPoller that notes when it was kicked and when its spinner ran."""
+
+    def __init__(self, window_us: int) -> None:
+        super().__init__(window_us)
+        self.window_ns = window_us * 1000
+        self.kicks: list[int] = []
+        self.spins: list[int] = []
+
+    def kick(self) -> None:
+        # Noted before the kick: the window it opens ends no earlier than this + window_ns.
+        self.kicks.append(time.perf_counter_ns())
+        super().kick()
+
+    def _spin(self, loop: asyncio.AbstractEventLoop) -> None:
+        super()._spin(loop)
+        # Noted after the turn: the turn that ends the window is noted at or after its end.
+        self.spins.append(time.perf_counter_ns())
+
+    def window_open_at(self, at_ns: int) -> bool:
+        return any(kick <= at_ns < kick + self.window_ns for kick in self.kicks)
+
+    @property
+    def last_window_end_ns(self) -> int:
+        return self.kicks[-1] + self.window_ns
+
+    def spun_to_the_end(self) -> bool:
+        """Stopped, its spinner having run until the last window's end (the turn that ends it)."""
+        return not self.spinning and bool(self.spins) and self.spins[-1] >= self.last_window_end_ns
+
+
+def record_pollers(monkeypatch: pytest.MonkeyPatch) -> list[RecordingPoller]:
+    """Every poller the remoting transport makes from now on (servers, clients) is a RecordingPoller,
+    listed in the returned list in the order made."""
+    made: list[RecordingPoller] = []
+
+    class Recorded(RecordingPoller):
+        def __init__(self, window_us: int) -> None:
+            super().__init__(window_us)
+            made.append(self)
+
+    monkeypatch.setattr(transport, "BusyPoller", Recorded)
+    return made
+
+
+@dataclass(frozen=True, slots=True)
+class SocketRead:
+    started: float  # time.monotonic(), the clock of the direct lane's window
+    timeout: float | None
+
+
+def record_direct_reads(monkeypatch: pytest.MonkeyPatch) -> list[SocketRead]:
+    """Every read a blocking producer's thread makes from its sockets to brokers from now on."""
+    reads: list[SocketRead] = []
+
+    class RecordingSocket(socket.socket):
+        def recv_into(self, buffer: memoryview, nbytes: int = 0, flags: int = 0) -> int:  # type: ignore[override]
+            reads.append(SocketRead(time.monotonic(), self.gettimeout()))
+            return super().recv_into(buffer, nbytes, flags)
+
+    connect = _direct._connect
+
+    def recording_connect(address: str, timeout: float) -> socket.socket:
+        sock = connect(address, timeout)
+        return RecordingSocket(fileno=sock.detach())
+
+    monkeypatch.setattr(_direct, "_connect", recording_connect)
+    return reads
