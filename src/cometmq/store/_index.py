@@ -438,10 +438,16 @@ class IndexService:
             prefix = self._topic_prefix(topic)
         f = self._cur
         if keys:
-            names = index_names(uniq_key, keys)
-            if not names:
-                return
-            hashes = _key_hashes(prefix, names)
+            if uniq_key and KEY_SEPARATOR not in keys:  # one KEYS entry: index_names, inlined
+                hashes = [
+                    _crc32(uniq_key.encode("utf-8", "surrogatepass"), prefix),
+                    _crc32(keys.encode("utf-8", "surrogatepass"), prefix),
+                ]
+            else:
+                names = index_names(uniq_key, keys)
+                if not names:
+                    return
+                hashes = _key_hashes(prefix, names)
             n = len(hashes)
             if f is None or f.count + n > f.capacity:
                 self._append(hashes, [offset] * n, store_ts)
