@@ -61,11 +61,12 @@ _HOST_V6_FLAGS: Final = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
 _PAGE: Final = 4096
 # RocketMQ's pull scans at most max(16000 bytes of units, maxMsgNums units) of one consume-queue file.
 _MAX_SCAN_UNITS: Final = 16000 // CQ_UNIT_SIZE
-_iter_units: Final = CQ_UNIT.iter_unpack
 _pack_unit: Final = CQ_UNIT.pack
-# CQ_UNIT (commit-log offset, size, tags code) with the tags code skipped, for reads without a tag
-# filter: one int object less to make per unit.
-_iter_places: Final = struct.Struct(">qi8x").iter_unpack
+_iter_units: Final = CQ_UNIT.iter_unpack
+# CQ_UNIT with only the last byte of the tags code, for reads without a tag filter, which never look
+# at it: a cached small int where the tags code would be a new int object per unit.
+_iter_units_untagged: Final = struct.Struct(">qi7xB").iter_unpack
+_ANY_BYTE: Final = frozenset(range(256))  # what such a read wants of that byte: anything
 _time_ns: Final = time.time_ns
 # A refused put measures the disk again at most this often, so writes resume soon after space is back.
 _REFUSED_RECHECK_S: Final = 1.0
@@ -659,11 +660,9 @@ class MessageStore:
         seg = cl.cur
         if seg is None:
             return GetResult(GetStatus.MESSAGE_WAS_REMOVING, offset, min_off, max_off)
-        if tags_codes is None and record_filter is None:
-            result = _take_all(cl, seg, units, max_count, max_bytes)
-        else:
-            result = _take_matching(cl, seg, units, max_count, max_bytes, tags_codes, record_filter)
-        status, scanned, buffers, count, total = result
+        status, scanned, buffers, count, total = _take(
+            cl, seg, units, max_count, max_bytes, tags_codes, record_filter
+        )
         return GetResult(status, offset + scanned, min_off, max_off, buffers, count, total)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
@@ -828,73 +827,11 @@ class MessageStore:
         return self._commitlog.flushed_offset
 
 
-# What the two loops of get_messages return: status, units scanned, buffers, records, bytes.
+# What get_messages's take loop returns: status, units scanned, buffers, records, bytes.
 _Taken = tuple[GetStatus, int, list[memoryview], int, int]
 
 
-# Both loops below hand out one slice per run of records that lie back to back in one commit-log
-# segment rather than one per record: batched sends store a queue's messages contiguously, so a
-# backlog pull of ~215 1 KiB records is a few slices, and the answer's encoding and writev handle a
-# few buffers instead of ~215 (measured on a standalone broker serving a 200 000-message backlog
-# stored in batches of 100, pulls of 1024 / 256 KiB: broker CPU per message served 0.95 -> 0.62 µs).
-# The limits are RocketMQ's, checked before the filters: once a record is taken, stop at the first
-# unit that would exceed *max_count* or *max_bytes*, whatever it is. A queue's units have positive
-# sizes and increasing commit-log offsets, as the store appends them.
-
-
-def _take_all(cl: CommitLog, seg: MappedFile, units: bytes, max_count: int, max_bytes: int) -> _Taken:
-    """Every unit's record, up to the limits (no tag or SQL92 filter): the backlog fast path."""
-    seg_start = seg.start
-    seg_end = seg.end
-    view = seg.view
-    buffers: list[memoryview] = []
-    count = 0
-    missing = 0  # units whose segment is gone
-    done = 0  # bytes of the runs already in *buffers*
-    run_start = run_end = -1  # the current run: [run_start, run_end), empty if equal
-    # A run may grow up to here: the segment's end, or where max_bytes would be exceeded.
-    stretch_end = -1
-    status = GetStatus.NO_MATCHED_MESSAGE
-    for coff, size in _iter_places(units):
-        end = coff + size
-        # The next record of the run, within the limits, in as few bytecodes as possible: with
-        # _iter_places, get_messages over that backlog takes 0.12 µs per message instead of 0.18.
-        if coff == run_end and end <= stretch_end and count < max_count:
-            run_end = end
-            count += 1
-            continue
-        total = done + run_end - run_start
-        if count and (count >= max_count or total + size > max_bytes):
-            break
-        if not seg_start <= coff < seg_end:
-            found = cl.segment_for(coff)
-            if found is None:
-                if not count:
-                    status = GetStatus.MESSAGE_WAS_REMOVING
-                missing += 1
-                continue
-            if run_end != run_start:
-                buffers.append(view[run_start - seg_start : run_end - seg_start])
-            run_start = run_end = -1  # the new run starts below, which also counts the old one in done
-            seg_start = found.start
-            seg_end = found.end
-            view = found.view
-        if coff != run_end:
-            if run_end != run_start:
-                buffers.append(view[run_start - seg_start : run_end - seg_start])
-            done = total
-            run_start = coff
-        run_end = end
-        stretch_end = min(seg_end, run_start + max_bytes - done)
-        count += 1
-    if run_end != run_start:
-        buffers.append(view[run_start - seg_start : run_end - seg_start])
-    if count:
-        status = GetStatus.FOUND
-    return status, count + missing, buffers, count, done + run_end - run_start
-
-
-def _take_matching(
+def _take(
     cl: CommitLog,
     seg: MappedFile,
     units: bytes,
@@ -903,50 +840,73 @@ def _take_matching(
     tags_codes: frozenset[int] | None,
     record_filter: Callable[[memoryview], bool] | None,
 ) -> _Taken:
-    """The records whose tags code is in *tags_codes* (None: any) and that *record_filter* accepts
-    (None: all), up to the limits."""
+    """get_messages's one take loop: the records of the consume-queue *units* whose tags code is in
+    *tags_codes* (None: any) and that *record_filter* accepts (None: all), up to the limits; *seg* is
+    the commit-log segment to look in first.
+
+    One slice is handed out per run of records that lie back to back in one segment rather than one
+    per record: batched sends store a queue's messages contiguously, so a backlog pull of ~215 1 KiB
+    records is a few slices, and the answer's encoding and writev handle a few buffers instead of
+    ~215 (docs/performance.md, "The broker sends runs, not records"). The limits are RocketMQ's,
+    checked before the filters: once a record is taken, stop at the first unit that would exceed
+    *max_count* or *max_bytes*, whatever it is. A queue's units have positive sizes and increasing
+    commit-log offsets, as the store appends them.
+    """
     seg_start = seg.start
     seg_end = seg.end
     view = seg.view
     buffers: list[memoryview] = []
-    total = 0
     count = 0
-    scanned = 0
+    skipped = 0  # units passed over: filtered out, or in a segment that is gone
+    done = 0  # bytes of the runs already in *buffers*
     run_start = run_end = -1  # the current run: [run_start, run_end), empty if equal
+    # Without a filter a run may grow up to here with no other look at the unit: the segment's end, or
+    # where max_bytes would be exceeded. A filter must look at every unit: its runs never stretch.
+    stretch_end = -1
+    stretches = tags_codes is None and record_filter is None
+    wanted = _ANY_BYTE if tags_codes is None else tags_codes
     status = GetStatus.NO_MATCHED_MESSAGE
-    for coff, size, tags_code in _iter_units(units):
-        if (count >= max_count or total + size > max_bytes) and count:
+    for coff, size, tags_code in (_iter_units_untagged if tags_codes is None else _iter_units)(units):
+        end = coff + size
+        # The next record of the run, within the limits, in as few bytecodes as possible: the backlog's
+        # fast path.
+        if end <= stretch_end and coff == run_end and count < max_count:
+            run_end = end
+            count += 1
+            continue
+        if count and (count >= max_count or done + run_end - run_start + size > max_bytes):
             break
-        scanned += 1
-        if tags_codes is not None and tags_code not in tags_codes:
+        if tags_code not in wanted:
+            skipped += 1
             continue
         if not seg_start <= coff < seg_end:
             found = cl.segment_for(coff)
             if found is None:
                 if not count:
                     status = GetStatus.MESSAGE_WAS_REMOVING
+                skipped += 1
                 continue
             if run_end != run_start:
                 buffers.append(view[run_start - seg_start : run_end - seg_start])
+                done += run_end - run_start
             run_start = run_end = -1
             seg_start = found.start
             seg_end = found.end
             view = found.view
-        if record_filter is not None:
-            rel = coff - seg_start
-            if not record_filter(view[rel : rel + size]):
-                continue
-        if coff == run_end:
-            run_end += size
-        else:
+        if record_filter is not None and not record_filter(view[coff - seg_start : end - seg_start]):
+            skipped += 1
+            continue
+        if coff != run_end:
             if run_end != run_start:
                 buffers.append(view[run_start - seg_start : run_end - seg_start])
+                done += run_end - run_start
             run_start = coff
-            run_end = coff + size
-        total += size
+        run_end = end
+        if stretches:
+            stretch_end = min(seg_end, run_start + max_bytes - done)
         count += 1
     if run_end != run_start:
         buffers.append(view[run_start - seg_start : run_end - seg_start])
     if count:
         status = GetStatus.FOUND
-    return status, scanned, buffers, count, total
+    return status, count + skipped, buffers, count, done + run_end - run_start
