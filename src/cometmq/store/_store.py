@@ -370,8 +370,8 @@ class MessageStore:
         (prepared and rolled-back transactions). The callers have checked the lengths and sizes.
 
         Hot path (bench/store.py, its "put" and "put_batch" rows): a record is its packed head and
-        four ready parts, joined once per call into the one copy to the log (measured ~2x cheaper per
-        message than five slice assignments per record).
+        four ready parts, joined once per call into the one copy to the log, which costs a batch less
+        per message than packing each record into a buffer field by field.
         """
         count = len(bodies)
         cl = self._commitlog
@@ -387,7 +387,8 @@ class MessageStore:
             if isinstance(room, PutStatus):
                 return _failure(room)
             seg, pos = room
-        now = _time_ns() // 1_000_000  # _store_timestamp, inlined
+        # Now in ms, never earlier than the last store time: offset_by_timestamp bisects on it.
+        now = _time_ns() // 1_000_000
         if now < self._last_store_ts:
             now = self._last_store_ts
         else:
@@ -548,14 +549,6 @@ class MessageStore:
             return False
         self._check_disk()
         return self._accepting
-
-    def _store_timestamp(self) -> int:
-        """Now in ms, never earlier than the last store time (offset_by_timestamp bisects on it)."""
-        now = _time_ns() // 1_000_000
-        if now < self._last_store_ts:
-            return self._last_store_ts
-        self._last_store_ts = now
-        return now
 
     async def wait_flushed(self, commitlog_end_offset: int) -> bool:
         """True once the commit log is on disk up to *commitlog_end_offset* (normally
@@ -857,7 +850,8 @@ def _take(
     view = seg.view
     buffers: list[memoryview] = []
     count = 0
-    skipped = 0  # units passed over: filtered out, or in a segment that is gone
+    filtered = 0  # units passed over by a filter
+    gone = 0  # units passed over because their segment is gone
     done = 0  # bytes of the runs already in *buffers*
     run_start = run_end = -1  # the current run: [run_start, run_end), empty if equal
     # Without a filter a run may grow up to here with no other look at the unit: the segment's end, or
@@ -865,7 +859,6 @@ def _take(
     stretch_end = -1
     stretches = tags_codes is None and record_filter is None
     wanted = _ANY_BYTE if tags_codes is None else tags_codes
-    status = GetStatus.NO_MATCHED_MESSAGE
     for coff, size, tags_code in (_iter_units_untagged if tags_codes is None else _iter_units)(units):
         end = coff + size
         # The next record of the run, within the limits, in as few bytecodes as possible: the backlog's
@@ -877,14 +870,12 @@ def _take(
         if count and (count >= max_count or done + run_end - run_start + size > max_bytes):
             break
         if tags_code not in wanted:
-            skipped += 1
+            filtered += 1
             continue
         if not seg_start <= coff < seg_end:
             found = cl.segment_for(coff)
             if found is None:
-                if not count:
-                    status = GetStatus.MESSAGE_WAS_REMOVING
-                skipped += 1
+                gone += 1
                 continue
             if run_end != run_start:
                 buffers.append(view[run_start - seg_start : run_end - seg_start])
@@ -894,7 +885,7 @@ def _take(
             seg_end = found.end
             view = found.view
         if record_filter is not None and not record_filter(view[coff - seg_start : end - seg_start]):
-            skipped += 1
+            filtered += 1
             continue
         if coff != run_end:
             if run_end != run_start:
@@ -902,11 +893,12 @@ def _take(
                 done += run_end - run_start
             run_start = coff
         run_end = end
-        if stretches:
-            stretch_end = min(seg_end, run_start + max_bytes - done)
+        stretch_end = min(seg_end, run_start + max_bytes - done) if stretches else -1
         count += 1
     if run_end != run_start:
         buffers.append(view[run_start - seg_start : run_end - seg_start])
-    if count:
-        status = GetStatus.FOUND
-    return status, count + skipped, buffers, count, done + run_end - run_start
+    # FOUND once a record is taken, whatever was gone before it.
+    status = (
+        GetStatus.FOUND if count else GetStatus.MESSAGE_WAS_REMOVING if gone else GetStatus.NO_MATCHED_MESSAGE
+    )
+    return status, count + filtered + gone, buffers, count, done + run_end - run_start
