@@ -25,6 +25,7 @@ from cometmq.protocol.record import (
     hex_ids,
     pack_properties_length,
     pack_record_head,
+    seal_record_crc,
     seal_records_crc,
     with_record_crc_property,
     without_record_crc_property,
@@ -90,10 +91,12 @@ def _sealed(parts: list[bytes | memoryview], offsets: list[int], total: int) -> 
     """The records of *parts*, starting at commit-log *offsets* and *total* bytes long, joined with
     their record CRCs filled in (enabledAppendPropCRC)."""
     records = bytearray().join(parts)
-    first = offsets[0]
-    ends = [*offsets[1:], first + total]
+    if len(offsets) == 1:  # a single put: no spans to make
+        seal_record_crc(records, 0, total)
+        return records
+    starts = [offset - offsets[0] for offset in offsets]
     with memoryview(records) as mv:
-        seal_records_crc(mv, [(start - first, end - first) for start, end in zip(offsets, ends, strict=True)])
+        seal_records_crc(mv, zip(starts, [*starts[1:], total], strict=True))
     return records
 
 
