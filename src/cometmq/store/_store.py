@@ -863,10 +863,9 @@ def _take(
     stretches = tags_codes is None and record_filter is None
     wanted = _ANY_BYTE if tags_codes is None else tags_codes
     for coff, size, tags_code in (_iter_units_untagged if tags_codes is None else _iter_units)(units):
-        end = coff + size
         # The next record of the run, within the limits, in as few bytecodes as possible: the backlog's
-        # fast path.
-        if end <= stretch_end and coff == run_end and count < max_count:
+        # fast path. A unit a filter will pass over fails it at the first comparison, mostly.
+        if coff == run_end and (end := coff + size) <= stretch_end and count < max_count:
             run_end = end
             count += 1
             continue
@@ -875,6 +874,7 @@ def _take(
         if tags_code not in wanted:
             filtered += 1
             continue
+        end = coff + size
         if not seg_start <= coff < seg_end:
             found = cl.segment_for(coff)
             if found is None:
