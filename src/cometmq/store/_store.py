@@ -69,6 +69,10 @@ _iter_units: Final = CQ_UNIT.iter_unpack
 _iter_units_untagged: Final = struct.Struct(">qi7xB").iter_unpack
 _ANY_BYTE: Final = frozenset(range(256))  # what such a read wants of that byte: anything
 _time_ns: Final = time.time_ns
+# Every put's and get's answer reads these: an enum member read through its class goes through the
+# metaclass, many times the cost of reading a global (bench/store.py).
+_PUT_OK: Final = PutStatus.PUT_OK
+_FOUND: Final = GetStatus.FOUND
 # A refused put measures the disk again at most this often, so writes resume soon after space is back.
 _REFUSED_RECHECK_S: Final = 1.0
 
@@ -465,7 +469,7 @@ class MessageStore:
             ids = f"{host_hex}{first:016X}"
         else:  # as the reply lists them
             ids = hex_ids(host_hex, struct.pack(f">{count}q", *offsets), 8)
-        return PutResult(PutStatus.PUT_OK, first, first_queue_offset, count, now, ids, total)
+        return PutResult(_PUT_OK, first, first_queue_offset, count, now, ids, total)
 
     def _publish(
         self,
@@ -901,7 +905,5 @@ def _take(
     if run_end != run_start:
         buffers.append(view[run_start - seg_start : run_end - seg_start])
     # FOUND once a record is taken, whatever was gone before it.
-    status = (
-        GetStatus.FOUND if count else GetStatus.MESSAGE_WAS_REMOVING if gone else GetStatus.NO_MATCHED_MESSAGE
-    )
+    status = _FOUND if count else GetStatus.MESSAGE_WAS_REMOVING if gone else GetStatus.NO_MATCHED_MESSAGE
     return status, count + filtered + gone, buffers, count, done + run_end - run_start
