@@ -859,21 +859,26 @@ def _take(
     count = 0
     filtered = 0  # units passed over by a filter
     gone = 0  # units passed over because their segment is gone
-    done = 0  # bytes of the runs already in *buffers*
-    run_start = run_end = -1  # the current run: [run_start, run_end), empty if equal
-    # Without a filter a run may grow up to here with no other look at the unit: the segment's end, or
-    # where max_bytes would be exceeded. A filter must look at every unit: its runs never stretch.
+    total = 0  # bytes taken, up to *counted_to* in the current run
+    run_start = run_end = counted_to = -1  # the current run: [run_start, run_end), empty if equal
+    # Without a filter a run may grow up to here with no other look at the unit (not even at *total*,
+    # brought up to date once the stretch ends): the segment's end, or where max_bytes would be
+    # exceeded. A filter must look at every unit: its runs never stretch.
     stretch_end = -1
     stretches = tags_codes is None and record_filter is None
+    stretch_count = max_count if stretches else 0  # so that a filter's units fail the first test
     wanted = _ANY_BYTE if tags_codes is None else tags_codes
     for coff, size, tags_code in (_iter_units_untagged if tags_codes is None else _iter_units)(units):
         # The next record of the run, within the limits, in as few bytecodes as possible: the backlog's
-        # fast path. A unit a filter will pass over fails it at the first comparison, mostly.
-        if coff == run_end and (end := coff + size) <= stretch_end and count < max_count:
+        # fast path.
+        if count < stretch_count and coff == run_end and (end := coff + size) <= stretch_end:
             run_end = end
             count += 1
             continue
-        if count and (count >= max_count or done + run_end - run_start + size > max_bytes):
+        if stretches:
+            total += run_end - counted_to
+            counted_to = run_end
+        if count and (count >= max_count or total + size > max_bytes):
             break
         if tags_code not in wanted:
             filtered += 1
@@ -886,8 +891,7 @@ def _take(
                 continue
             if run_end != run_start:
                 buffers.append(view[run_start - seg_start : run_end - seg_start])
-                done += run_end - run_start
-            run_start = run_end = -1
+            run_start = run_end = counted_to = -1
             seg_start = found.start
             seg_end = found.end
             view = found.view
@@ -897,13 +901,14 @@ def _take(
         if coff != run_end:
             if run_end != run_start:
                 buffers.append(view[run_start - seg_start : run_end - seg_start])
-                done += run_end - run_start
             run_start = coff
-        run_end = end
-        stretch_end = min(seg_end, run_start + max_bytes - done) if stretches else -1
+        run_end = counted_to = end
+        total += size
+        stretch_end = min(seg_end, end + max_bytes - total) if stretches else -1
         count += 1
+    total += run_end - counted_to
     if run_end != run_start:
         buffers.append(view[run_start - seg_start : run_end - seg_start])
     # FOUND once a record is taken, whatever was gone before it.
     status = _FOUND if count else GetStatus.MESSAGE_WAS_REMOVING if gone else GetStatus.NO_MATCHED_MESSAGE
-    return status, count + filtered + gone, buffers, count, done + run_end - run_start
+    return status, count + filtered + gone, buffers, count, total
