@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Final
 
-from cometmq.protocol.record import MAX_TOPIC_SIZE
+from cometmq.protocol.record import MAX_TOPIC_SIZE, topic_field
 
 from ._mappedfile import MappedFile
 from .format import CQ_UNIT, CQ_UNIT_SIZE, file_name, parse_file_name
@@ -185,8 +185,15 @@ class ConsumeQueue:
         CQ_UNIT.pack_into(self._mm.mm, (i - self._first) * CQ_UNIT_SIZE, commitlog_offset, size, tags_code)
         self.max_offset = i + 1
 
-    def append_units(self, units: bytes) -> None:
-        """Append packed units (a batch): one slice assignment per file they land in."""
+    def append_units(self, units: bytes | bytearray) -> None:
+        """Append packed units: one slice assignment per file they land in."""
+        i = self.max_offset
+        end = i + len(units) // CQ_UNIT_SIZE
+        if end <= self._limit and self._mm is not None:  # all in the current file: a put's usual case
+            at = (i - self._first) * CQ_UNIT_SIZE
+            self._mm.mm[at : at + len(units)] = units
+            self.max_offset = end
+            return
         done = 0
         while done < len(units):
             i = self.max_offset
@@ -330,13 +337,15 @@ class ConsumeQueue:
 
 
 class TopicQueues:
-    """Per-topic state kept hot for the put path: the encoded name and the queues."""
+    """Per-topic state kept hot for the put path: the encoded name, as a record stores it, and the
+    queues."""
 
-    __slots__ = ("dir", "encoded", "is_schedule", "name", "queues")
+    __slots__ = ("dir", "encoded", "is_schedule", "name", "queues", "record_field")
 
     def __init__(self, name: str, encoded: bytes, directory: Path) -> None:
         self.name = name
         self.encoded = encoded
+        self.record_field = topic_field(encoded)  # TOPICLENGTH + TOPIC
         self.dir = directory
         self.is_schedule = name == SCHEDULE_TOPIC
         self.queues: dict[int, ConsumeQueue] = {}

@@ -427,21 +427,27 @@ class IndexService:
     def add(self, topic: str, uniq_key: str, keys: str, offset: int, store_ts: int) -> None:
         """Index one record under its UNIQ_KEY and each KEYS entry.
 
-        Hot path, called from ``MessageStore.put``: entries are packed in place while they fit the
-        current file, and a UNIQ_KEY alone (what clients send) is hashed inline: through
-        ``_key_hashes`` (a call and a comprehension) it would cost 0.25 µs more. About 0.55 µs for a
-        UNIQ_KEY alone, 1.4 µs with one KEYS entry too (bench/index.py); the general ``_append``
-        (struct.pack of a list) costs 2 µs.
+        Hot path, called from ``MessageStore.put`` (bench/index.py, bench/store.py): entries are
+        packed in place while they fit the current file, and a UNIQ_KEY alone (what clients send), or
+        with one KEYS entry, is hashed inline rather than through ``index_names`` and ``_key_hashes``
+        (two calls and a comprehension); the general ``_append`` (struct.pack of a list) costs more
+        than all of this.
         """
         prefix = self._prefix_crc.get(topic)
         if prefix is None:
             prefix = self._topic_prefix(topic)
         f = self._cur
         if keys:
-            names = index_names(uniq_key, keys)
-            if not names:
-                return
-            hashes = _key_hashes(prefix, names)
+            if uniq_key and KEY_SEPARATOR not in keys:  # one KEYS entry: index_names, inlined
+                hashes = [
+                    _crc32(uniq_key.encode("utf-8", "surrogatepass"), prefix),
+                    _crc32(keys.encode("utf-8", "surrogatepass"), prefix),
+                ]
+            else:
+                names = index_names(uniq_key, keys)
+                if not names:
+                    return
+                hashes = _key_hashes(prefix, names)
             n = len(hashes)
             if f is None or f.count + n > f.capacity:
                 self._append(hashes, [offset] * n, store_ts)

@@ -21,15 +21,12 @@ from cometmq.protocol.record import (
     RECORD_CRC_NAME,
     STOREHOST_V6_FLAG,
     DecodedRecord,
-    WritableBuffer,
     crc32,
-    encode_record_into,
     hex_ids,
     pack_properties_length,
     pack_record_head,
     seal_record_crc,
     seal_records_crc,
-    topic_field,
     with_record_crc_property,
     without_record_crc_property,
 )
@@ -37,7 +34,7 @@ from cometmq.protocol.taghash import java_string_hash
 
 from ._clean import CleanReport, CleanService
 from ._commitlog import CommitLog
-from ._consumequeue import SCHEDULE_TOPIC, ConsumeQueue, QueueTable
+from ._consumequeue import SCHEDULE_TOPIC, ConsumeQueue, QueueTable, TopicQueues
 from ._flush import CheckpointFile, FlushService
 from ._index import IndexService
 from ._mappedfile import MappedFile, fsync_dir
@@ -65,11 +62,17 @@ _HOST_V6_FLAGS: Final = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
 _PAGE: Final = 4096
 # RocketMQ's pull scans at most max(16000 bytes of units, maxMsgNums units) of one consume-queue file.
 _MAX_SCAN_UNITS: Final = 16000 // CQ_UNIT_SIZE
+_pack_unit: Final = CQ_UNIT.pack
 _iter_units: Final = CQ_UNIT.iter_unpack
-# CQ_UNIT (commit-log offset, size, tags code) with the tags code skipped, for reads without a tag
-# filter: one int object less to make per unit.
-_iter_places: Final = struct.Struct(">qi8x").iter_unpack
+# CQ_UNIT with only the last byte of the tags code, for reads without a tag filter, which never look
+# at it: a cached small int where the tags code would be a new int object per unit.
+_iter_units_untagged: Final = struct.Struct(">qi7xB").iter_unpack
+_ANY_BYTE: Final = frozenset(range(256))  # what such a read wants of that byte: anything
 _time_ns: Final = time.time_ns
+# Every put's and get's answer reads these: an enum member read through its class goes through the
+# metaclass, many times the cost of reading a global (bench/store.py).
+_PUT_OK: Final = PutStatus.PUT_OK
+_FOUND: Final = GetStatus.FOUND
 # A refused put measures the disk again at most this often, so writes resume soon after space is back.
 _REFUSED_RECHECK_S: Final = 1.0
 
@@ -86,6 +89,19 @@ def _owners_in_order(owners: list[int], keys: int, count: int) -> bool:
     return len(owners) == keys and (
         not owners or (owners[0] >= 0 and owners[-1] < count and owners == sorted(owners))
     )
+
+
+def _sealed(parts: list[bytes | memoryview], offsets: list[int], total: int) -> bytearray:
+    """The records of *parts*, starting at commit-log *offsets* and *total* bytes long, joined with
+    their record CRCs filled in (enabledAppendPropCRC)."""
+    records = bytearray().join(parts)
+    if len(offsets) == 1:  # a single put: no spans to make
+        seal_record_crc(records, 0, total)
+        return records
+    starts = [offset - offsets[0] for offset in offsets]
+    with memoryview(records) as mv:
+        seal_records_crc(mv, zip(starts, [*starts[1:], total], strict=True))
+    return records
 
 
 def _failure(status: PutStatus) -> PutResult:
@@ -137,13 +153,12 @@ class MessageStore:
         self._listeners: list[ArrivalListener] = []
         self._last_store_ts = 0
         self._host_hex: dict[bytes, str] = {}
-        # Under SYNC_FLUSH a single put encodes its record here and writes it with pwrite, into blocks
-        # the commit log wrote ahead (``CommitLog.warm_ahead``): a record stored through the mapping
-        # faults on every page each group commit wrote back, and a group commit of records stored
-        # that way into blocks written before took 110-370 µs against ~105 with pwrite
-        # (docs/performance.md, twentieth session). ASYNC_FLUSH syncs rarely, so it stores through
-        # the mapping: a syscall per put cost it a third of its appends/s with 16 producers.
-        self._record_buffer: bytearray | None = bytearray(64 * 1024) if self._sync_flush else None
+        # How a single record reaches the commit log. Under ASYNC_FLUSH through the mapping: a pwrite
+        # per put cost a third of the appends/s of 16 producers. Under SYNC_FLUSH with pwrite, into
+        # the blocks the commit log wrote ahead (``CommitLog.warm_ahead``): a record stored through the
+        # mapping faults on every page each group commit wrote back, which made the group commits
+        # slower (bench/store.py, its "16 producers" rows). A batch always goes with one pwrite.
+        self._single_through_map = not self._sync_flush
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -245,107 +260,250 @@ class MessageStore:
     # -- writing -------------------------------------------------------------------------------
 
     def put(self, msg: MessageToStore) -> PutResult:
-        """Append one message and index it. Hot path: every line here is paid per message."""
+        """Append one message and index it: a batch of one through ``_append``.
+
+        Hot path (bench/store.py "put, 1 at a time"): every line here is paid per message."""
         if not self._accepting and not self._writes_resumed():
             return _failure(PutStatus.SERVICE_NOT_AVAILABLE)
+        topic = self._topics.get(msg.topic) or self._queues.topic(msg.topic)
         body = msg.body
-        topic = self._topics.get(msg.topic)
-        if topic is None:
-            topic = self._queues.topic(msg.topic)
-            if topic is None:
-                return _failure(PutStatus.MESSAGE_ILLEGAL)
-        props = self._encoded_properties(msg)
-        if isinstance(props, PutStatus):
-            return _failure(props)
         sys_flag = msg.sys_flag
         queue_id = msg.queue_id
-        if queue_id < 0:
+        if (
+            topic is None
+            or queue_id < 0
+            or len(body) > self._max_body
+            or not _storable_hosts(sys_flag, msg.born_host, msg.store_host)
+        ):
             return _failure(PutStatus.MESSAGE_ILLEGAL)
-        size = MIN_RECORD_SIZE + len(body) + len(topic.encoded) + len(props)
+        try:
+            props = msg.properties.encode()
+        except UnicodeEncodeError:  # lone surrogates: not representable in the record
+            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        if RECORD_CRC_NAME in props:
+            props = without_record_crc_property(props)
+        if self._append_record_crc:
+            props = with_record_crc_property(props)
+        if len(props) > MAX_PROPERTIES_SIZE:
+            return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
         cq: ConsumeQueue | None = None
         if is_dispatched(sys_flag):  # prepared/rollback transaction records get no unit (RocketMQ)
-            cq = topic.queues.get(queue_id)
-            if cq is None:
-                cq = self._queues.queue(topic, queue_id)
+            cq = topic.queues.get(queue_id) or self._queues.queue(topic, queue_id)
+        size = MIN_RECORD_SIZE + len(body) + len(topic.encoded) + len(props)
+        return self._append(
+            topic,
+            cq,
+            msg,
+            (msg.flag,),
+            (body,),
+            (props,),
+            (msg.tags_code,),
+            msg.prepared_transaction_offset,
+            size,
+        )
+
+    def put_batch(self, batch: MessageBatch | Sequence[MessageToStore]) -> PutResult:
+        """Append messages of one topic and queue as consecutive records and queue offsets, in one
+        segment; all or nothing. Transaction prepared/rollback messages cannot be batched. A list of
+        ``MessageToStore`` is turned into a ``MessageBatch`` first; it is refused (MESSAGE_ILLEGAL)
+        unless its messages share everything but flag, body and properties, as a batch on the wire
+        does (topic, queue, sys flag, born time and host, store host, reconsume times). Properties
+        must be UTF-8: recovery decodes them.
+
+        Hot path (bench/broker_send.py, bench/store.py "put_batch of 32").
+        """
+        if not self._accepting and not self._writes_resumed():
+            return _failure(PutStatus.SERVICE_NOT_AVAILABLE)
+        if not isinstance(batch, MessageBatch):
+            converted = MessageBatch.of(batch)
+            if converted is None:
+                return _failure(PutStatus.MESSAGE_ILLEGAL)
+            batch = converted
+        topic = self._queues.topic(batch.topic)
+        properties = self._batch_properties(batch)
+        if topic is None or batch.queue_id < 0 or properties is None:
+            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        if max(map(len, properties)) > MAX_PROPERTIES_SIZE:
+            return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
+        cq = self._queues.queue(topic, batch.queue_id)
+        bodies = batch.bodies
+        total = (
+            (MIN_RECORD_SIZE + len(topic.encoded)) * len(bodies)
+            + sum(map(len, bodies))
+            + sum(map(len, properties))
+        )
+        return self._append(topic, cq, batch, batch.flags, bodies, properties, batch.tags_codes, 0, total)
+
+    def _batch_properties(self, batch: MessageBatch) -> list[bytes] | None:
+        """The batch's properties as stored; None if the batch cannot be stored (MESSAGE_ILLEGAL)."""
+        properties = batch.properties
+        count = len(batch.bodies)
+        if (
+            not count
+            or not len(batch.flags) == len(properties) == len(batch.tags_codes) == count
+            or not _owners_in_order(batch.index_owners, len(batch.index_keys), count)
+            or not is_dispatched(batch.sys_flag)
+            or not _storable_hosts(batch.sys_flag, batch.born_host, batch.store_host)
+            or max(map(len, batch.bodies)) > self._max_body
+        ):
+            return None
+        # All at once: a separator between them keeps a cut UTF-8 sequence invalid.
+        joined = b"\x02".join(properties)
+        try:
+            joined.decode()
+        except UnicodeDecodeError:
+            return None
+        if RECORD_CRC_NAME in joined:
+            properties = [without_record_crc_property(props) for props in properties]
+        if self._append_record_crc:
+            properties = [with_record_crc_property(props) for props in properties]
+        return properties
+
+    def _append(
+        self,
+        topic: TopicQueues,
+        cq: ConsumeQueue | None,
+        source: MessageToStore | MessageBatch,
+        flags: Sequence[int],
+        bodies: Sequence[bytes | memoryview],
+        properties: Sequence[bytes],
+        tags_codes: Sequence[int],
+        prepared_transaction_offset: int,
+        total: int,
+    ) -> PutResult:
+        """The one write path of put and put_batch: the records of *bodies* (*total* bytes; each with
+        its flag, properties as stored and tags code, everything else from *source*) encoded, written
+        in one piece, then published. *cq* is None for records that get no consume-queue unit
+        (prepared and rolled-back transactions). The callers have checked the lengths and sizes.
+
+        Hot path (bench/store.py, its "put" and "put_batch" rows): a record is its packed head and
+        four ready parts, joined once per call into the one copy to the log, which costs a batch less
+        per message than packing each record into a buffer field by field.
+        """
+        count = len(bodies)
         cl = self._commitlog
         seg = cl.cur
         pos = cl.wrote_pos
-        # Only a put that must roll a segment or grow a queue file pays for the call (measured:
-        # calling _reserve on every put cost ~0.5 µs of a ~4.5 µs put).
-        if seg is None or pos + size + 8 > seg.size or (cq is not None and cq.max_offset >= cq.capacity):
-            room = self._reserve(size, cq, 1)
+        # Only an append that must roll a segment or grow a queue file pays for the call.
+        if (
+            seg is None
+            or pos + total + 8 > seg.size
+            or (cq is not None and cq.max_offset + count > cq.capacity)
+        ):
+            room = self._reserve(total, cq, count)
             if isinstance(room, PutStatus):
                 return _failure(room)
             seg, pos = room
-        now = _time_ns() // 1_000_000  # _store_timestamp, inlined on the single-put path
+        # Now in ms, never earlier than the last store time: offset_by_timestamp bisects on it.
+        now = _time_ns() // 1_000_000
         if now < self._last_store_ts:
             now = self._last_store_ts
         else:
             self._last_store_ts = now
-        phys = seg.start + pos
-        queue_offset = cq.max_offset if cq is not None else 0
-        # The record goes into the mapping, or into the buffer that pwrite then writes (SYNC_FLUSH).
-        scratch = self._record_buffer
-        into: WritableBuffer
-        if scratch is None:
-            into, at = seg.mm, pos
-        else:
-            if len(scratch) < size:
-                scratch = self._record_buffer = bytearray(size)
-            into, at = scratch, 0
+        first = phys = seg.start + pos
+        first_queue_offset = queue_offset = cq.max_offset if cq is not None else 0
+        if topic.is_schedule:
+            tags_codes = self._delivery_times(properties, now, tags_codes)
+        queue_id = source.queue_id
+        sys_flag = source.sys_flag
+        born_timestamp = source.born_timestamp
+        born_host = source.born_host
+        store_host = source.store_host
+        reconsume_times = source.reconsume_times
+        topic_part = topic.record_field
+        fixed = MIN_RECORD_SIZE - 1 + len(topic_part)
+        parts: list[bytes | memoryview] = []
+        units = bytearray()
+        offsets: list[int] = []
         try:
-            encode_record_into(
-                into,
-                at,
-                queue_id,
-                msg.flag,
-                queue_offset,
-                phys,
-                sys_flag,
-                msg.born_timestamp,
-                msg.born_host,
-                now,
-                msg.store_host,
-                msg.reconsume_times,
-                msg.prepared_transaction_offset,
-                body,
-                topic.encoded,
-                props,
-            )
-        except struct.error:  # a field out of range; nothing is published, the bytes get reused
+            # Indexing rather than zip: half the loop's cost for a single put, the same for a batch.
+            for i in range(count):
+                body = bodies[i]
+                props = properties[i]
+                n = len(body)
+                size = fixed + n + len(props)
+                parts += (
+                    pack_record_head(
+                        size,
+                        MESSAGE_MAGIC_CODE,
+                        crc32(body) & 0x7FFFFFFF,
+                        queue_id,
+                        flags[i],
+                        queue_offset,
+                        phys,
+                        sys_flag,
+                        born_timestamp,
+                        born_host,
+                        now,
+                        store_host,
+                        reconsume_times,
+                        prepared_transaction_offset,
+                        n,
+                    ),
+                    body,
+                    topic_part,
+                    pack_properties_length(len(props)),
+                    props,
+                )
+                units += _pack_unit(phys, size, tags_codes[i])
+                offsets.append(phys)
+                phys += size
+                queue_offset += 1
+        except struct.error:  # a field out of range; nothing was written
             return _failure(PutStatus.MESSAGE_ILLEGAL)
-        if self._append_record_crc:
-            seal_record_crc(into, at, size)
-        if scratch is not None:
+        records = _sealed(parts, offsets, total) if self._append_record_crc else b"".join(parts)
+        if count == 1 and self._single_through_map:
+            seg.mm[pos : pos + total] = records
+        else:
             try:
-                seg.write_at(pos, memoryview(scratch)[:size])
+                seg.write_at(pos, records)
             except OSError as exc:  # nothing is published: the next put writes over these bytes
                 return self._write_failed(seg, pos, exc)
-        cl.wrote_pos = pos + size
-        end = phys + size
+        cl.wrote_pos = pos + total
+        end = first + total
         if end > cl.warm_at:
             cl.warm_ahead()
-        host = msg.store_host
-        host_hex = self._host_hex.get(host) or self._remember_host(host)
-        if cq is None:
-            cl.max_offset = end
-        else:
-            tags_code = msg.tags_code
-            if topic.is_schedule:
-                tags_code = self._delivery_time(msg.properties, now, tags_code)
-            cq.append(phys, size, tags_code)
-            if msg.uniq_key or msg.keys:  # dispatch = consume-queue unit + index entries
-                index = self._index
-                if index is not None:
-                    index.add(topic.name, msg.uniq_key, msg.keys, phys, now)
-            # Published last: the flush thread and readers rely on everything below being complete.
-            cl.max_offset = end
-            if self._listeners:
-                self._notify(topic.name, queue_id, queue_offset + 1, tags_code)
+        self._publish(topic, cq, source, units, offsets, end, now, tags_codes)
+        host_hex = self._host_hex.get(store_host) or self._remember_host(store_host)
+        if count == 1:
+            ids = f"{host_hex}{first:016X}"
+        else:  # as the reply lists them
+            ids = hex_ids(host_hex, struct.pack(f">{count}q", *offsets), 8)
+        return PutResult(_PUT_OK, first, first_queue_offset, count, now, ids, total)
+
+    def _publish(
+        self,
+        topic: TopicQueues,
+        cq: ConsumeQueue | None,
+        source: MessageToStore | MessageBatch,
+        units: bytearray,
+        offsets: list[int],
+        end: int,
+        now: int,
+        tags_codes: Sequence[int],
+    ) -> None:
+        """The publish step of ``_append``, for records written at commit-log *offsets* up to *end*:
+        their consume-queue *units* and index entries, then the commit log's end (last: the flush
+        thread and readers rely on everything below it being complete), then the arrival listeners
+        and the flush thread."""
+        cl = self._commitlog
+        if cq is not None:
+            cq.append_units(units)
+            index = self._index
+            if index is not None:
+                if isinstance(source, MessageToStore):
+                    # A message's names as it carries them: IndexService.add hashes them inline.
+                    if source.uniq_key or source.keys:
+                        index.add(topic.name, source.uniq_key, source.keys, offsets[0], now)
+                elif source.index_owners:  # checked by _owners_in_order: no IndexError
+                    owners = source.index_owners
+                    index.add_keys(topic.name, source.index_keys, [offsets[i] for i in owners], now)
+        cl.max_offset = end
+        if cq is not None and self._listeners:
+            self._notify(topic.name, cq.queue_id, cq.max_offset, tags_codes)
         flusher = self._flusher
         if flusher is not None and end >= flusher.wake_at:
             flusher.poke()
-        return PutResult(PutStatus.PUT_OK, phys, queue_offset, 1, now, f"{host_hex}{phys:016X}", size)
 
     def _write_failed(self, seg: MappedFile, pos: int, exc: OSError) -> PutResult:
         """A put whose records could not all be written: refused, nothing published. The first
@@ -356,22 +514,6 @@ class MessageStore:
             seg.write_at(pos, bytes(8))
         self._check_disk()
         return _failure(PutStatus.UNKNOWN_ERROR)
-
-    def _encoded_properties(self, msg: MessageToStore) -> bytes | PutStatus:
-        """The message's properties as stored, or why the message cannot be stored."""
-        if len(msg.body) > self._max_body or not _storable_hosts(msg.sys_flag, msg.born_host, msg.store_host):
-            return PutStatus.MESSAGE_ILLEGAL
-        try:
-            props = msg.properties.encode()
-        except UnicodeEncodeError:  # lone surrogates: not representable in the record
-            return PutStatus.MESSAGE_ILLEGAL
-        if RECORD_CRC_NAME in props:
-            props = without_record_crc_property(props)
-        if self._append_record_crc:
-            props = with_record_crc_property(props)
-        if len(props) > MAX_PROPERTIES_SIZE:
-            return PutStatus.PROPERTIES_SIZE_EXCEEDED
-        return props
 
     def _reserve(self, size: int, cq: ConsumeQueue | None, units: int) -> tuple[MappedFile, int] | PutStatus:
         """The segment and position where ``size`` bytes of records go, rolling to a new segment
@@ -415,155 +557,6 @@ class MessageStore:
         self._check_disk()
         return self._accepting
 
-    def _store_timestamp(self) -> int:
-        """Now in ms, never earlier than the last store time (offset_by_timestamp bisects on it)."""
-        now = _time_ns() // 1_000_000
-        if now < self._last_store_ts:
-            return self._last_store_ts
-        self._last_store_ts = now
-        return now
-
-    def put_batch(self, batch: MessageBatch | Sequence[MessageToStore]) -> PutResult:
-        """Append messages of one topic and queue as consecutive records and queue offsets, in one
-        segment; all or nothing. Transaction prepared/rollback messages cannot be batched. A list of
-        ``MessageToStore`` is turned into a ``MessageBatch`` first; it is refused (MESSAGE_ILLEGAL)
-        unless its messages share everything but flag, body and properties, as a batch on the wire
-        does (topic, queue, sys flag, born time and host, store host, reconsume times). Properties
-        must be UTF-8: recovery decodes them.
-
-        Hot path (bench/broker_send.py, bench/store.py "put_batch of 32"): the records are packed
-        into one buffer written to the segment with one ``pwrite`` (see ``MappedFile.write_at``),
-        and the units copied likewise; per message only a CRC and three struct packs remain.
-        """
-        if not self._accepting and not self._writes_resumed():
-            return _failure(PutStatus.SERVICE_NOT_AVAILABLE)
-        if not isinstance(batch, MessageBatch):
-            converted = MessageBatch.of(batch)
-            if converted is None:
-                return _failure(PutStatus.MESSAGE_ILLEGAL)
-            batch = converted
-        topic = self._queues.topic(batch.topic)
-        queue_id = batch.queue_id
-        bodies = batch.bodies
-        properties = batch.properties
-        count = len(bodies)
-        if (
-            topic is None
-            or queue_id < 0
-            or not count
-            or not len(batch.flags) == len(properties) == len(batch.tags_codes) == count
-            or not _owners_in_order(batch.index_owners, len(batch.index_keys), count)
-            or not is_dispatched(batch.sys_flag)
-            or not _storable_hosts(batch.sys_flag, batch.born_host, batch.store_host)
-            or max(map(len, bodies)) > self._max_body
-        ):
-            return _failure(PutStatus.MESSAGE_ILLEGAL)
-        # All at once: a separator between them keeps a cut UTF-8 sequence invalid.
-        joined = b"\x02".join(properties)
-        try:
-            joined.decode()
-        except UnicodeDecodeError:
-            return _failure(PutStatus.MESSAGE_ILLEGAL)
-        if RECORD_CRC_NAME in joined:
-            properties = [without_record_crc_property(props) for props in properties]
-        if self._append_record_crc:
-            properties = [with_record_crc_property(props) for props in properties]
-        if max(map(len, properties)) > MAX_PROPERTIES_SIZE:
-            return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
-        fixed = MIN_RECORD_SIZE + len(topic.encoded)
-        total = fixed * count + sum(map(len, bodies)) + sum(map(len, properties))
-        cq = self._queues.queue(topic, queue_id)
-        room = self._reserve(total, cq, count)
-        if isinstance(room, PutStatus):
-            return _failure(room)
-        seg, pos = room
-        cl = self._commitlog
-        now = self._store_timestamp()
-        first_phys = phys = seg.start + pos
-        first_queue_offset = queue_offset = cq.max_offset
-        topic_part = topic_field(topic.encoded)
-        tags_codes = batch.tags_codes
-        if topic.is_schedule:
-            tags_codes = [
-                self._delivery_time(text.decode(), now, code)
-                for text, code in zip(properties, tags_codes, strict=True)
-            ]
-        pack_head = pack_record_head
-        pack_length = pack_properties_length
-        crc = crc32
-        pack_unit = CQ_UNIT.pack
-        sys_flag = batch.sys_flag
-        born_timestamp = batch.born_timestamp
-        born_host = batch.born_host
-        store_host = batch.store_host
-        reconsume_times = batch.reconsume_times
-        parts: list[bytes | memoryview] = []
-        units: list[bytes] = []
-        offsets: list[int] = []
-        try:
-            for flag, body, props, tags_code in zip(batch.flags, bodies, properties, tags_codes, strict=True):
-                n = len(body)
-                size = fixed + n + len(props)
-                parts += (
-                    pack_head(
-                        size,
-                        MESSAGE_MAGIC_CODE,
-                        crc(body) & 0x7FFFFFFF,
-                        queue_id,
-                        flag,
-                        queue_offset,
-                        phys,
-                        sys_flag,
-                        born_timestamp,
-                        born_host,
-                        now,
-                        store_host,
-                        reconsume_times,
-                        0,  # prepared transaction offset: never in a batch
-                        n,
-                    ),
-                    body,
-                    topic_part,
-                    pack_length(len(props)),
-                    props,
-                )
-                units.append(pack_unit(phys, size, tags_code))
-                offsets.append(phys)
-                phys += size
-                queue_offset += 1
-        except struct.error:  # a field out of range; nothing was written
-            return _failure(PutStatus.MESSAGE_ILLEGAL)
-        records: bytes | bytearray
-        if self._append_record_crc:
-            records = bytearray().join(parts)
-            starts = [offset - first_phys for offset in offsets]
-            with memoryview(records) as mv:
-                seal_records_crc(mv, zip(starts, [*starts[1:], total], strict=True))
-        else:
-            records = b"".join(parts)
-        try:
-            seg.write_at(pos, records)
-        except OSError as exc:  # nothing is published: the next put writes over these bytes
-            return self._write_failed(seg, pos, exc)
-        cl.wrote_pos = pos + total
-        if phys > cl.warm_at:
-            cl.warm_ahead()
-        cq.append_units(b"".join(units))
-        if self._index is not None and batch.index_owners:  # owners checked above: no IndexError
-            self._index.add_keys(topic.name, batch.index_keys, [offsets[i] for i in batch.index_owners], now)
-        # Published last: the flush thread and readers rely on everything below being complete.
-        cl.max_offset = phys
-        if self._listeners:
-            # One call per distinct tags code is enough to wake every pull this batch can satisfy.
-            for tags_code in dict.fromkeys(tags_codes):
-                self._notify(topic.name, queue_id, queue_offset, tags_code)
-        flusher = self._flusher
-        if flusher is not None and phys >= flusher.wake_at:
-            flusher.poke()
-        host_hex = self._host_hex.get(store_host) or self._remember_host(store_host)
-        ids = hex_ids(host_hex, struct.pack(f">{count}q", *offsets), 8)  # as the reply lists them
-        return PutResult(PutStatus.PUT_OK, first_phys, first_queue_offset, count, now, ids, total)
-
     async def wait_flushed(self, commitlog_end_offset: int) -> bool:
         """True once the commit log is on disk up to *commitlog_end_offset* (normally
         ``PutResult.commitlog_end_offset``); False after ``sync_flush_timeout_ms``. Concurrent
@@ -585,18 +578,29 @@ class MessageStore:
         put (for a batch: once per distinct tags code). Exceptions are logged, not raised."""
         self._listeners.append(cb)
 
-    def _notify(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
-        for cb in self._listeners:
-            try:
-                cb(topic, queue_id, max_offset, tags_code)
-            except Exception:
-                log.exception("arrival listener %r failed", cb)
+    def _notify(self, topic: str, queue_id: int, max_offset: int, tags_codes: Sequence[int]) -> None:
+        # One call per distinct tags code is enough to wake every pull the records can satisfy.
+        for tags_code in dict.fromkeys(tags_codes):
+            for cb in self._listeners:
+                try:
+                    cb(topic, queue_id, max_offset, tags_code)
+                except Exception:
+                    log.exception("arrival listener %r failed", cb)
 
     def _remember_host(self, host: bytes) -> str:
         if len(self._host_hex) > 64:  # a broker has one or two store hosts; stay bounded anyway
             self._host_hex.clear()
         hex_ = self._host_hex[host] = host.hex().upper()
         return hex_
+
+    def _delivery_times(
+        self, properties: Sequence[bytes], store_timestamp: int, fallbacks: Sequence[int]
+    ) -> list[int]:
+        """``_delivery_time`` of each of the records a put appends to SCHEDULE_TOPIC_XXXX."""
+        return [
+            self._delivery_time(props.decode(), store_timestamp, fallback)
+            for props, fallback in zip(properties, fallbacks, strict=True)
+        ]
 
     def _delivery_time(self, properties: str, store_timestamp: int, fallback: int) -> int:
         """Tags code of a SCHEDULE_TOPIC_XXXX unit: when the delay of its DELAY level ends."""
@@ -656,11 +660,9 @@ class MessageStore:
         seg = cl.cur
         if seg is None:
             return GetResult(GetStatus.MESSAGE_WAS_REMOVING, offset, min_off, max_off)
-        if tags_codes is None and record_filter is None:
-            result = _take_all(cl, seg, units, max_count, max_bytes)
-        else:
-            result = _take_matching(cl, seg, units, max_count, max_bytes, tags_codes, record_filter)
-        status, scanned, buffers, count, total = result
+        status, scanned, buffers, count, total = _take(
+            cl, seg, units, max_count, max_bytes, tags_codes, record_filter
+        )
         return GetResult(status, offset + scanned, min_off, max_off, buffers, count, total)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
@@ -825,73 +827,11 @@ class MessageStore:
         return self._commitlog.flushed_offset
 
 
-# What the two loops of get_messages return: status, units scanned, buffers, records, bytes.
+# What get_messages's take loop returns: status, units scanned, buffers, records, bytes.
 _Taken = tuple[GetStatus, int, list[memoryview], int, int]
 
 
-# Both loops below hand out one slice per run of records that lie back to back in one commit-log
-# segment rather than one per record: batched sends store a queue's messages contiguously, so a
-# backlog pull of ~215 1 KiB records is a few slices, and the answer's encoding and writev handle a
-# few buffers instead of ~215 (measured on a standalone broker serving a 200 000-message backlog
-# stored in batches of 100, pulls of 1024 / 256 KiB: broker CPU per message served 0.95 -> 0.62 µs).
-# The limits are RocketMQ's, checked before the filters: once a record is taken, stop at the first
-# unit that would exceed *max_count* or *max_bytes*, whatever it is. A queue's units have positive
-# sizes and increasing commit-log offsets, as the store appends them.
-
-
-def _take_all(cl: CommitLog, seg: MappedFile, units: bytes, max_count: int, max_bytes: int) -> _Taken:
-    """Every unit's record, up to the limits (no tag or SQL92 filter): the backlog fast path."""
-    seg_start = seg.start
-    seg_end = seg.end
-    view = seg.view
-    buffers: list[memoryview] = []
-    count = 0
-    missing = 0  # units whose segment is gone
-    done = 0  # bytes of the runs already in *buffers*
-    run_start = run_end = -1  # the current run: [run_start, run_end), empty if equal
-    # A run may grow up to here: the segment's end, or where max_bytes would be exceeded.
-    stretch_end = -1
-    status = GetStatus.NO_MATCHED_MESSAGE
-    for coff, size in _iter_places(units):
-        end = coff + size
-        # The next record of the run, within the limits, in as few bytecodes as possible: with
-        # _iter_places, get_messages over that backlog takes 0.12 µs per message instead of 0.18.
-        if coff == run_end and end <= stretch_end and count < max_count:
-            run_end = end
-            count += 1
-            continue
-        total = done + run_end - run_start
-        if count and (count >= max_count or total + size > max_bytes):
-            break
-        if not seg_start <= coff < seg_end:
-            found = cl.segment_for(coff)
-            if found is None:
-                if not count:
-                    status = GetStatus.MESSAGE_WAS_REMOVING
-                missing += 1
-                continue
-            if run_end != run_start:
-                buffers.append(view[run_start - seg_start : run_end - seg_start])
-            run_start = run_end = -1  # the new run starts below, which also counts the old one in done
-            seg_start = found.start
-            seg_end = found.end
-            view = found.view
-        if coff != run_end:
-            if run_end != run_start:
-                buffers.append(view[run_start - seg_start : run_end - seg_start])
-            done = total
-            run_start = coff
-        run_end = end
-        stretch_end = min(seg_end, run_start + max_bytes - done)
-        count += 1
-    if run_end != run_start:
-        buffers.append(view[run_start - seg_start : run_end - seg_start])
-    if count:
-        status = GetStatus.FOUND
-    return status, count + missing, buffers, count, done + run_end - run_start
-
-
-def _take_matching(
+def _take(
     cl: CommitLog,
     seg: MappedFile,
     units: bytes,
@@ -900,50 +840,75 @@ def _take_matching(
     tags_codes: frozenset[int] | None,
     record_filter: Callable[[memoryview], bool] | None,
 ) -> _Taken:
-    """The records whose tags code is in *tags_codes* (None: any) and that *record_filter* accepts
-    (None: all), up to the limits."""
+    """get_messages's one take loop: the records of the consume-queue *units* whose tags code is in
+    *tags_codes* (None: any) and that *record_filter* accepts (None: all), up to the limits; *seg* is
+    the commit-log segment to look in first.
+
+    One slice is handed out per run of records that lie back to back in one segment rather than one
+    per record: batched sends store a queue's messages contiguously, so a backlog pull of ~215 1 KiB
+    records is a few slices, and the answer's encoding and writev handle a few buffers instead of
+    ~215 (docs/performance.md, "The broker sends runs, not records"). The limits are RocketMQ's,
+    checked before the filters: once a record is taken, stop at the first unit that would exceed
+    *max_count* or *max_bytes*, whatever it is. A queue's units have positive sizes and increasing
+    commit-log offsets, as the store appends them.
+    """
     seg_start = seg.start
     seg_end = seg.end
     view = seg.view
     buffers: list[memoryview] = []
-    total = 0
     count = 0
-    scanned = 0
-    run_start = run_end = -1  # the current run: [run_start, run_end), empty if equal
-    status = GetStatus.NO_MATCHED_MESSAGE
-    for coff, size, tags_code in _iter_units(units):
-        if (count >= max_count or total + size > max_bytes) and count:
-            break
-        scanned += 1
-        if tags_codes is not None and tags_code not in tags_codes:
+    filtered = 0  # units passed over by a filter
+    gone = 0  # units passed over because their segment is gone
+    total = 0  # bytes taken, up to *counted_to* in the current run
+    run_start = run_end = counted_to = -1  # the current run: [run_start, run_end), empty if equal
+    # Without a filter a run may grow up to here with no other look at the unit (not even at *total*,
+    # brought up to date once the stretch ends): the segment's end, or where max_bytes would be
+    # exceeded. A filter must look at every unit: its runs never stretch.
+    stretch_end = -1
+    stretches = tags_codes is None and record_filter is None
+    stretch_count = max_count if stretches else 0  # so that a filter's units fail the first test
+    wanted = _ANY_BYTE if tags_codes is None else tags_codes
+    for coff, size, tags_code in (_iter_units_untagged if tags_codes is None else _iter_units)(units):
+        # The next record of the run, within the limits, in as few bytecodes as possible: the backlog's
+        # fast path.
+        if count < stretch_count and coff == run_end and (end := coff + size) <= stretch_end:
+            run_end = end
+            count += 1
             continue
+        if stretches:
+            total += run_end - counted_to
+            counted_to = run_end
+        if count and (count >= max_count or total + size > max_bytes):
+            break
+        if tags_code not in wanted:
+            filtered += 1
+            continue
+        end = coff + size
         if not seg_start <= coff < seg_end:
             found = cl.segment_for(coff)
             if found is None:
-                if not count:
-                    status = GetStatus.MESSAGE_WAS_REMOVING
+                gone += 1
                 continue
             if run_end != run_start:
                 buffers.append(view[run_start - seg_start : run_end - seg_start])
-            run_start = run_end = -1
+            run_start = run_end = counted_to = -1
             seg_start = found.start
             seg_end = found.end
             view = found.view
-        if record_filter is not None:
-            rel = coff - seg_start
-            if not record_filter(view[rel : rel + size]):
-                continue
-        if coff == run_end:
-            run_end += size
-        else:
+        if record_filter is not None and not record_filter(view[coff - seg_start : end - seg_start]):
+            filtered += 1
+            continue
+        if coff != run_end:
             if run_end != run_start:
                 buffers.append(view[run_start - seg_start : run_end - seg_start])
             run_start = coff
-            run_end = coff + size
+        run_end = counted_to = end
         total += size
+        stretch_end = min(seg_end, end + max_bytes - total) if stretches else -1
         count += 1
+    total += run_end - counted_to
     if run_end != run_start:
         buffers.append(view[run_start - seg_start : run_end - seg_start])
-    if count:
-        status = GetStatus.FOUND
-    return status, scanned, buffers, count, total
+    # FOUND once a record is taken, whatever was gone before it.
+    status = _FOUND if count else GetStatus.MESSAGE_WAS_REMOVING if gone else GetStatus.NO_MATCHED_MESSAGE
+    return status, count + filtered + gone, buffers, count, total
