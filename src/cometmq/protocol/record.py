@@ -237,8 +237,8 @@ def encode_record_into(
     return total
 
 
-# For writers that join many records before one copy into the log (the store's put_batch: one
-# write per batch instead of five slice assignments per record; measured ~2x cheaper per message):
+# For writers that join many records before one copy into the log (the store's writer: one write
+# per put or batch instead of five slice assignments per record; bench/store.py measures it):
 # pack_record_head(TOTALSIZE, MESSAGE_MAGIC_CODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET,
 # SYSFLAG, BORNTIMESTAMP, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES, PREPARED_TX_OFFSET,
 # BODYLENGTH) gives the 88 bytes before BODY (IPv4 hosts); a record is then
