@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from cometmq.client._brokerapi import broker_addr_of, send_header
 from cometmq.client._direct import DirectLane
 from cometmq.client._fault import FaultStrategy, PublishInfo
-from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance, check_group
+from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance, check_group, decode_answer
 from cometmq.client._msgid import UniqueIdGenerator
 from cometmq.client.message import SYSFLAG_COMPRESSED, Message, MessageQueue, SendResult, SendStatus
 from cometmq.errors import (
@@ -37,6 +37,7 @@ from cometmq.errors import (
 )
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.batch import ENTRY_HEAD, PROPERTIES_LENGTH
+from cometmq.protocol.broker_headers import SendMessageRequestHeader, SendMessageResponseHeader
 from cometmq.protocol.naming import (
     DEFAULT_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -84,7 +85,7 @@ class _Request(NamedTuple):
 
     code: int  # SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE
     topic: str
-    header: dict[str, str]
+    header: SendMessageRequestHeader
     body: bytes | list[bytes]  # a batch body as its parts, written without a join
     uniq: str  # UNIQ_KEY, or a batch's joined by ","
 
@@ -643,19 +644,15 @@ class Producer:
             faults.update(broker, (time.monotonic() - started) * 1000.0, status is None)
         if status is None:
             raise BrokerError(response.code, response.remark)
-        fields = response.ext_fields
-        try:
-            queue_id = int(fields["queueId"])
-            result = SendResult(
-                status,
-                uniq,
-                fields["msgId"],
-                queue if queue_id == queue.queue_id else MessageQueue(queue.topic, broker, queue_id),
-                int(fields["queueOffset"]),
-            )
-        except (KeyError, ValueError) as exc:
-            raise BrokerError(response.code, f"a send response without a valid {exc}: {fields}") from None
-        return result
+        answer = decode_answer(SendMessageResponseHeader, response)
+        queue_id = answer.queue_id
+        return SendResult(
+            status,
+            uniq,
+            answer.msg_id,
+            queue if queue_id == queue.queue_id else MessageQueue(queue.topic, broker, queue_id),
+            answer.queue_offset,
+        )
 
 
 async def _call_back(sending: Awaitable[SendResult], callback: SendCallback) -> None:
@@ -699,8 +696,9 @@ def _send_request(request: _Request, queue: MessageQueue) -> RemotingCommand:
     """The command of one attempt of *request* on *queue*: the header, shared by the attempts, names
     its queue id."""
     header = request.header
-    header["e"] = str(queue.queue_id)
+    header.queue_id = queue.queue_id
+    fields = header.encode(compact=True)
     body = request.body
     if isinstance(body, bytes):
-        return RemotingCommand(code=request.code, ext_fields=header, body=body)
-    return RemotingCommand(code=request.code, ext_fields=header, body_parts=body)
+        return RemotingCommand(code=request.code, ext_fields=fields, body=body)
+    return RemotingCommand(code=request.code, ext_fields=fields, body_parts=body)
