@@ -207,8 +207,8 @@ def _fields(code: int, **fields: str) -> RemotingCommand:
             "the request header field timestamp is missing",
         ),
         (
-            _fields(RequestCode.CONSUMER_SEND_MSG_BACK, group="CG", offset="-5"),
-            "the request header field offset=-5 is below 0",
+            _fields(RequestCode.CONSUMER_SEND_MSG_BACK, group="CG", offset="-5", delayLevel="x"),
+            "the request header field delayLevel='x' is not a Java int",
         ),
         (
             _fields(RequestCode.UPDATE_AND_CREATE_TOPIC, topic="Other", readQueueNums="0"),

@@ -276,7 +276,8 @@ class AdminProcessor:
         broker = self._broker
         store = broker.store
         reset = ResetOffsetRequestHeader.decode(request.ext_fields)
-        topic, group, timestamp, only_queue = reset.topic, reset.group, reset.timestamp, reset.queue_id
+        topic, group, timestamp = reset.topic, reset.group, reset.timestamp
+        only_queue = -1 if reset.queue_id is None else reset.queue_id
         config = broker.topics.get(topic)
         if config is None:
             raise RequestRefused(

@@ -609,7 +609,7 @@ class AdminClient:
             group=group,
             timestamp=since,
             is_force=True,
-            queue_id=-1 if queue_id is None else queue_id,
+            queue_id=queue_id,
             offset=offset,  # RocketMQ 5's header field, honoured with queueId
         ).encode()
         result = ResetResult([], 0)

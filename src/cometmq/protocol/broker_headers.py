@@ -66,7 +66,7 @@ class ConsumerSendMsgBackRequestHeader(Header):
     """CONSUMER_SEND_MSG_BACK: the message at commit-log ``offset`` failed in ``group``. A negative
     ``delay_level`` sends it to the dead-letter queue at once; 0 lets the broker choose."""
 
-    offset: JavaLong = wire("offset", minimum=0)
+    offset: JavaLong = wire("offset")  # not found: RocketMQ's "look message by offset failed"
     group: JavaString = wire("group")
     delay_level: JavaInt = wire("delayLevel", default=0)
     origin_msg_id: JavaString | None = wire("originMsgId", default=None)
@@ -215,7 +215,7 @@ class ViewMessageRequestHeader(Header):
     """VIEW_MESSAGE_BY_ID: the record at a commit-log offset (the offset half of an offset message
     id)."""
 
-    offset: JavaLong = wire("offset", minimum=0)
+    offset: JavaLong = wire("offset")  # not found: RocketMQ's "can not find message by the offset"
 
 
 @header
@@ -264,7 +264,7 @@ class ResetOffsetRequestHeader(Header):
     group: JavaString = wire("group")
     timestamp: JavaLong = wire("timestamp")
     is_force: JavaBool = wire("isForce", default=True)
-    queue_id: JavaInt = wire("queueId", default=-1)
+    queue_id: JavaInt | None = wire("queueId", default=None)  # None (or -1): every queue
     offset: JavaLong | None = wire("offset", default=None)
 
 
