@@ -15,6 +15,7 @@ from typing import Final
 
 from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
 from cometmq.protocol.headers import Header, JavaBool, JavaInt, JavaLong, JavaString, header, wire
+from cometmq.protocol.naming import PERM_READ, PERM_WRITE
 
 # RocketMQ's clients refuse a pullBatchSize outside 1..1024; the broker holds a pull to the same.
 MAX_PULL_MESSAGES: Final = 1024
@@ -204,7 +205,7 @@ class CreateTopicRequestHeader(Header):
     default_topic: JavaString = wire("defaultTopic", default="TBW102")
     read_queue_nums: JavaInt | None = wire("readQueueNums", default=None, minimum=1, maximum=MAX_QUEUE_NUMS)
     write_queue_nums: JavaInt | None = wire("writeQueueNums", default=None, minimum=1, maximum=MAX_QUEUE_NUMS)
-    perm: JavaInt = wire("perm", default=6)  # PERM_READ | PERM_WRITE
+    perm: JavaInt = wire("perm", default=PERM_READ | PERM_WRITE)
     topic_filter_type: JavaString = wire("topicFilterType", default="SINGLE_TAG")
     topic_sys_flag: JavaInt = wire("topicSysFlag", default=0)
     order: JavaBool = wire("order", default=False)
