@@ -17,9 +17,9 @@ from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
 from cometmq.protocol.headers import Header, JavaBool, JavaInt, JavaLong, JavaString, header, wire
 from cometmq.protocol.naming import PERM_READ, PERM_WRITE
 
-# RocketMQ's clients refuse a pullBatchSize outside 1..1024; the broker holds a pull to the same.
+# RocketMQ's clients refuse a pullBatchSize outside 1..1024; the broker refuses a pull asking for more.
 MAX_PULL_MESSAGES: Final = 1024
-# RocketMQ's limit on a topic's read and write queue numbers (TopicValidator, the admin tools).
+# The most read or write queues a topic created by UPDATE_AND_CREATE_TOPIC may have.
 MAX_QUEUE_NUMS: Final = 1024
 # ResetOffsetRequestHeader.timestamp meaning "the end of each queue" (RocketMQ's tools send it for "now").
 RESET_TO_LATEST: Final = -1
