@@ -82,7 +82,7 @@ def test_any_other_failure_is_a_system_error_that_hides_the_exception_and_logs_i
     async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
         reply = await client.invoke(addr, RemotingCommand(code=105))
         assert reply.code == ResponseCode.SYSTEM_ERROR
-        assert reply.remark == "internal error handling request code 105 (see the broker log)"
+        assert reply.remark == "internal error handling request code 105 (see the server log)"
 
     with caplog.at_level(logging.ERROR, logger="cometmq.remoting"):
         with_server(handler, scenario)

@@ -273,7 +273,7 @@ def _error_response(request: RemotingCommand, exc: Exception) -> RemotingCommand
     # A fault of ours: the traceback goes to the log, the client learns only where to look.
     log.error("request code %d failed", request.code, exc_info=exc)
     return request.response(
-        ResponseCode.SYSTEM_ERROR, f"internal error handling request code {request.code} (see the broker log)"
+        ResponseCode.SYSTEM_ERROR, f"internal error handling request code {request.code} (see the server log)"
     )
 
 
