@@ -48,13 +48,15 @@ def _frames(producer: Producer, batch: int, size: int) -> tuple[bytes, bytes]:
     bodies = [os.urandom(size) for _ in range(16)]
     messages = [Message(TOPIC, bodies[i % 16], tags="TagA") for i in range(batch)]
     _, parts, _, _ = producer._encode_batch(messages)
-    header = send_header("bench", TOPIC, "", batch=True, queue_id=0)
+    header = send_header("bench", TOPIC, "", batch=True, queue_id=0).encode(compact=True)
     batch_frame = encode_bytes(
         RemotingCommand(code=RequestCode.SEND_BATCH_MESSAGE, ext_fields=header, body=b"".join(parts))
     )
     body, _, text, _ = producer._prepare(Message(TOPIC, bodies[0], tags="TagA"))
     single = RemotingCommand(
-        code=RequestCode.SEND_MESSAGE_V2, ext_fields=send_header("bench", TOPIC, text, queue_id=0), body=body
+        code=RequestCode.SEND_MESSAGE_V2,
+        ext_fields=send_header("bench", TOPIC, text, queue_id=0).encode(compact=True),
+        body=body,
     )
     return batch_frame, encode_bytes(single)
 
@@ -70,7 +72,7 @@ def _run(processor: SendProcessor, peer: Connection, frame: bytes, frames: int) 
     before = _cpu()
     for _ in range(frames):
         for request in decoder.feed(frame):
-            response = processor.handle(peer, request)
+            response = processor.send_message_v2(peer, request)
             assert isinstance(response, RemotingCommand) and response.code == 0, response
             encode(response)
     after = _cpu()

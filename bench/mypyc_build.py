@@ -43,6 +43,9 @@ NOT_COMPILED = {
     "cometmq/client/message.py": "decode_pulled makes ReceivedMessage with __new__, not __init__",
     "cometmq/client/_instance.py": "weak references to ClientInstance (native classes have none)",
     "cometmq/remoting/transport.py": "weak references to RemotingClient (native classes have none)",
+    # Header classes get decode/encode generated at import (exec) and set on the class.
+    "cometmq/protocol/headers.py": "Header's subclasses are made by a decorator (dataclass_transform)",
+    "cometmq/protocol/broker_headers.py": "non-extension classes may not inherit from extension classes",
 }
 
 

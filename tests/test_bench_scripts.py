@@ -90,7 +90,7 @@ def test_broker_send_bench_prints_the_cpu_of_a_batched_and_a_single_send() -> No
 
 
 def test_mypyc_build_compiles_a_copy_that_broker_send_runs_on(tmp_path: Path) -> None:
-    only = ["cometmq/remoting/codec.py", "cometmq/broker/_send.py"]
+    only = ["cometmq/protocol/codec.py", "cometmq/broker/_send.py"]
     out = tmp_path / "build"
     src = run_bench("mypyc_build.py", "--out", str(out), "--only", *only).strip()
     assert src == str(out / "src")

@@ -7,7 +7,16 @@ import socket
 from pathlib import Path
 
 import pytest
-from _support import address, broker_and_client, create_topic, pull, run, running_broker, send_request
+from _support import (
+    address,
+    broker_and_client,
+    create_topic,
+    pull,
+    pull_request,
+    run,
+    running_broker,
+    send_request,
+)
 
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
@@ -63,7 +72,7 @@ def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path)
                 (send_request("Missing", b"x"), ResponseCode.TOPIC_NOT_EXIST, "not exist"),
                 (RemotingCommand(code=9999), ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "not supported"),
                 (
-                    RemotingCommand(code=10, ext_fields={"topic": "Good"}),
+                    RemotingCommand(code=10, ext_fields={"producerGroup": "P", "topic": "Good"}),
                     ResponseCode.SYSTEM_ERROR,
                     "field queueId is missing",
                 ),
@@ -156,5 +165,87 @@ def test_admins_cannot_create_or_delete_system_topics(tmp_path: Path) -> None:
             assert deleted.code == ResponseCode.SYSTEM_ERROR
             assert broker.topics.get("TBW102") is not None
             assert broker.topics.get("SCHEDULE_TOPIC_XXXX").write_queue_nums == 18  # type: ignore[union-attr]
+
+    run(scenario())
+
+
+def _fields(code: int, **fields: str) -> RemotingCommand:
+    return RemotingCommand(code=code, ext_fields=fields)
+
+
+@pytest.mark.parametrize(
+    ("request_", "remark"),
+    [
+        (
+            pull_request("Good", -1, 0),
+            "the request header field queueId=-1 is below 0",
+        ),
+        (
+            pull_request("Good", 0, 0, max_nums=5000),
+            "the request header field maxMsgNums=5000 is above 1024",
+        ),
+        (
+            _fields(RequestCode.PULL_MESSAGE, consumerGroup="CG", topic="Good", queueId="0"),
+            "the request header field queueOffset is missing",
+        ),
+        (
+            _fields(RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup="CG", topic="Good", queueId="one"),
+            "the request header field queueId='one' is not a Java int",
+        ),
+        (
+            _fields(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                consumerGroup="CG",
+                topic="Good",
+                queueId="0",
+                commitOffset=str(2**63),
+            ),
+            f"the request header field commitOffset={2**63} is above the Java range",
+        ),
+        (
+            _fields(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic="Good", queueId="0"),
+            "the request header field timestamp is missing",
+        ),
+        (
+            _fields(RequestCode.CONSUMER_SEND_MSG_BACK, group="CG", offset="-5", delayLevel="x"),
+            "the request header field delayLevel='x' is not a Java int",
+        ),
+        (
+            _fields(RequestCode.UPDATE_AND_CREATE_TOPIC, topic="Other", readQueueNums="0"),
+            "the request header field readQueueNums=0 is below 1",
+        ),
+        (
+            _fields(
+                RequestCode.QUERY_MESSAGE,
+                topic="Good",
+                key="k",
+                maxNum="0",
+                beginTimestamp="0",
+                endTimestamp="1",
+            ),
+            "the request header field maxNum=0 is below 1",
+        ),
+        (
+            _fields(RequestCode.GET_MAX_OFFSET, topic="Good"),
+            "the request header field queueId is missing",
+        ),
+        (
+            send_request("Good", b"x", e=str(2**31)),
+            f"the request header field queueId={2**31} is above the Java range",
+        ),
+    ],
+    ids=lambda value: str(value.code) if isinstance(value, RemotingCommand) else "",
+)
+def test_a_malformed_header_field_is_refused_by_name_and_the_broker_keeps_serving(
+    tmp_path: Path, request_: RemotingCommand, remark: str
+) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (_, addr, client):
+            await create_topic(client, addr, "Good", 1)
+            response = await client.invoke(addr, request_)
+            assert (response.code, response.remark) == (ResponseCode.SYSTEM_ERROR, remark)
+            assert (await client.invoke(addr, send_request("Good", b"after"))).code == ResponseCode.SUCCESS
+            _, records = await pull(client, addr, "Good", 0, 0)
+            assert [r.body for r in records] == [b"after"]
 
     run(scenario())

@@ -131,7 +131,7 @@ def test_bad_headers_get_a_readable_error(tmp_path: Path) -> None:
             request.ext_fields["beginTimestamp"] = "yesterday"
             bad = await client.invoke(addr, request)
             assert bad.code == ResponseCode.SYSTEM_ERROR
-            assert bad.remark is not None and "beginTimestamp='yesterday' is not a number" in bad.remark
+            assert bad.remark is not None and "beginTimestamp='yesterday' is not a Java long" in bad.remark
 
     asyncio.run(scenario())
 

@@ -55,11 +55,14 @@ async def send_to_queue(server: StandaloneServer, topic: str, queue_id: int, bod
 DROP = -1
 # A script entry that leaves the send unanswered (the connection stays open).
 SILENT = -2
+# A script entry that answers SUCCESS with a queueOffset that is not a number.
+MALFORMED = -3
 
 
 class ScriptedBroker:
     """Answers each send with the next code of ``script`` (then SUCCESS), or closes the connection
-    for DROP, or leaves it unanswered for SILENT, and registers ``topic``."""
+    for DROP, or leaves it unanswered for SILENT, or answers a malformed header for MALFORMED, and
+    registers ``topic``."""
 
     def __init__(self, name: str, script: list[int]) -> None:
         self.name = name
@@ -83,7 +86,9 @@ class ScriptedBroker:
             conn.close()
             return None
         fields = {"msgId": "7F0000010000000A0000000000000000", "queueId": request.ext_fields["e"]}
-        fields["queueOffset"] = str(len(self.sends) - 1)
+        fields["queueOffset"] = str(len(self.sends) - 1) if code != MALFORMED else "later"
+        if code == MALFORMED:
+            return request.response(Code.SUCCESS, None, fields)
         if code in (
             Code.SUCCESS,
             Code.FLUSH_DISK_TIMEOUT,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client_support import DROP, run, scripted
+from client_support import DROP, MALFORMED, run, scripted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -528,6 +528,17 @@ def test_store_statuses_map_to_send_status() -> None:
                 SendStatus.SEND_OK,
             ]
             assert len(broker.sends) == 4  # a stored-but-not-safe message is not sent again
+
+    run(scenario())
+
+
+def test_a_malformed_send_answer_is_a_protocol_error_naming_the_field() -> None:
+    async def scenario() -> None:
+        async with scripted([MALFORMED]) as (namesrv, broker), Producer("PID_m", namesrv) as producer:
+            with pytest.raises(ProtocolError, match="queueOffset='later' is not a Java long"):
+                await producer.send(Message("Scripted", b"x"))
+            assert len(broker.sends) == 1  # stored or not, it is not the producer's to send again
+            assert (await producer.send(Message("Scripted", b"y"))).status is SendStatus.SEND_OK
 
     run(scenario())
 

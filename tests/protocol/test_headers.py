@@ -73,7 +73,10 @@ def test_the_send_header_reads_and_writes_its_compact_names() -> None:
 
 def test_booleans_read_as_java_and_the_cpp_client_write_them() -> None:
     for text, value in (("true", True), ("TRUE", True), ("1", True), ("false", False), ("yes", False)):
-        assert SendMessageRequestHeader.decode({"a": "p", "b": "t", "m": text}, compact=True).batch is value
+        assert (
+            SendMessageRequestHeader.decode({"a": "p", "b": "t", "e": "0", "m": text}, compact=True).batch
+            is value
+        )
 
 
 def test_a_field_declared_without_a_java_type_is_refused_at_declaration() -> None:
@@ -103,7 +106,7 @@ def test_any_fields_decode_or_raise_one_header_error(fields: dict[str, str]) -> 
         PullMessageRequestHeader,
         consumer_group=st.text(),
         topic=st.text(),
-        queue_id=st.integers(-(2**31), 2**31 - 1),
+        queue_id=st.integers(0, 2**31 - 1),
         queue_offset=st.integers(-(2**63), 2**63 - 1),
         sub_version=st.integers(-(2**63), 2**63 - 1),
         subscription=st.none() | st.text(),

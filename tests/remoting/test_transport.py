@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from remoting_support import with_server
@@ -73,15 +74,21 @@ def test_a_refused_request_is_answered_with_its_code_and_remark() -> None:
     with_server(handler, scenario)
 
 
-def test_any_other_failure_is_a_system_error_naming_the_exception() -> None:
+def test_any_other_failure_is_a_system_error_that_hides_the_exception_and_logs_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        raise KeyError("boom")
+        raise KeyError("secret-detail")
 
     async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
         reply = await client.invoke(addr, RemotingCommand(code=105))
-        assert (reply.code, reply.remark) == (ResponseCode.SYSTEM_ERROR, "KeyError: 'boom'")
+        assert reply.code == ResponseCode.SYSTEM_ERROR
+        assert reply.remark == "internal error handling request code 105 (see the server log)"
 
-    with_server(handler, scenario)
+    with caplog.at_level(logging.ERROR, logger="cometmq.remoting"):
+        with_server(handler, scenario)
+    [logged] = [record for record in caplog.records if record.exc_info]
+    assert "secret-detail" in str(logged.exc_info[1]) and "request code 105" in logged.getMessage()
 
 
 def test_a_response_over_the_frame_limit_becomes_a_system_error() -> None:

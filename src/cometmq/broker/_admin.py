@@ -6,16 +6,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, Final
 
 import cometmq
 from cometmq.broker._groups import SubscriptionGroupConfig
 from cometmq.errors import RequestRefused
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
-from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
-from cometmq.protocol.header import bool_field, int_field, str_field
-from cometmq.protocol.naming import PERM_READ, PERM_WRITE, group_name_error, is_system_topic, topic_name_error
+from cometmq.protocol.broker_headers import (
+    RESET_TO_LATEST,
+    ConsumerGroupRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader,
+    OffsetResponseHeader,
+    QueryMessageRequestHeader,
+    QueryMessageResponseHeader,
+    QueueRequestHeader,
+    ResetOffsetRequestHeader,
+    ResetOffsetResponseHeader,
+    SearchOffsetRequestHeader,
+    TopicRequestHeader,
+    ViewMessageRequestHeader,
+)
+from cometmq.protocol.naming import group_name_error, is_system_topic, topic_name_error
 from cometmq.protocol.topic_config import TopicConfig
 from cometmq.remoting import Connection
 
@@ -28,10 +43,6 @@ log = logging.getLogger("cometmq.broker")
 # maxMsgsNumBatch (the most any query gets).
 DEFAULT_QUERY_MAX_NUM: Final = 32
 MAX_MSGS_NUM_BATCH: Final = 64
-# ResetOffsetRequestHeader.timestamp meaning "the end of each queue" (RocketMQ's tools send it for "now").
-RESET_TO_LATEST: Final = -1
-# The response header field saying how many consumer connections were sent the new offsets (ours).
-CONSUMERS_NOTIFIED: Final = "consumersNotified"
 # Extra key of our ResetOffsetBody reply: the offsets before the reset (Java tools ignore it).
 PREVIOUS_OFFSET_TABLE: Final = "previousOffsetTable"
 
@@ -43,52 +54,49 @@ def queue_key(topic: str, broker_name: str, queue_id: int) -> tuple[tuple[str, A
 
 
 class AdminProcessor:
-    codes: ClassVar[tuple[int, ...]]  # set below, from _HANDLERS
+    """What administrators and their tools ask a broker: topics, groups, offsets, messages, stats."""
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def handle(
-        self, conn: Connection, request: RemotingCommand
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        return _HANDLERS[request.code](self, request)
+    def get_max_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        queue = QueueRequestHeader.decode(request.ext_fields)
+        offset = self._broker.store.max_offset(queue.topic, queue.queue_id)
+        return request.response(ext_fields=OffsetResponseHeader(offset=offset).encode())
 
-    def _max_offset(self, request: RemotingCommand) -> RemotingCommand:
-        offset = self._broker.store.max_offset(str_field(request, "topic"), int_field(request, "queueId"))
-        return request.response(ext_fields={"offset": str(offset)})
+    def get_min_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        queue = QueueRequestHeader.decode(request.ext_fields)
+        offset = self._broker.store.min_offset(queue.topic, queue.queue_id)
+        return request.response(ext_fields=OffsetResponseHeader(offset=offset).encode())
 
-    def _min_offset(self, request: RemotingCommand) -> RemotingCommand:
-        offset = self._broker.store.min_offset(str_field(request, "topic"), int_field(request, "queueId"))
-        return request.response(ext_fields={"offset": str(offset)})
+    def search_offset_by_timestamp(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        search = SearchOffsetRequestHeader.decode(request.ext_fields)
+        offset = self._broker.store.offset_by_timestamp(search.topic, search.queue_id, search.timestamp)
+        return request.response(ext_fields=OffsetResponseHeader(offset=offset).encode())
 
-    def _offset_by_timestamp(self, request: RemotingCommand) -> RemotingCommand:
-        offset = self._broker.store.offset_by_timestamp(
-            str_field(request, "topic"), int_field(request, "queueId"), int_field(request, "timestamp")
-        )
-        return request.response(ext_fields={"offset": str(offset)})
+    def get_earliest_msg_storetime(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        queue = QueueRequestHeader.decode(request.ext_fields)
+        stamp = self._broker.store.earliest_store_time(queue.topic, queue.queue_id)
+        return request.response(ext_fields=GetEarliestMsgStoretimeResponseHeader(timestamp=stamp).encode())
 
-    def _earliest_store_time(self, request: RemotingCommand) -> RemotingCommand:
-        stamp = self._broker.store.earliest_store_time(
-            str_field(request, "topic"), int_field(request, "queueId")
-        )
-        return request.response(ext_fields={"timestamp": str(stamp)})
-
-    def _all_topic_config(self, request: RemotingCommand) -> RemotingCommand:
+    def get_all_topic_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return request.response(body=fastjson.dumps(self._broker.topics.serialize_wrapper()))
 
-    def _all_group_config(self, request: RemotingCommand) -> RemotingCommand:
+    def get_all_subscription_group_config(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
         return request.response(body=fastjson.dumps(self._broker.groups.wrapper()))
 
-    def _all_delay_offset(self, request: RemotingCommand) -> RemotingCommand:
+    def get_all_delay_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         # delayOffset.json as it would be written now; fastjson writes the level keys unquoted.
         table = {"offsetTable": dict(sorted(self._broker.schedule.offsets.items()))}
         return request.response(body=fastjson.dumps(table, numeric_keys_unquoted=True))
 
-    def _runtime_info(self, request: RemotingCommand) -> RemotingCommand:
+    def get_broker_runtime_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return request.response(body=fastjson.dumps({"table": self._broker.runtime_info()}))
 
-    def _view_message(self, request: RemotingCommand) -> RemotingCommand:
-        offset = int_field(request, "offset")
+    def view_message_by_id(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        offset = ViewMessageRequestHeader.decode(request.ext_fields).offset
         record = self._broker.store.message_at(offset)
         if record is None:
             return request.response(
@@ -96,22 +104,17 @@ class AdminProcessor:
             )
         return request.response(body_parts=[record])
 
-    def _query_message(self, request: RemotingCommand) -> RemotingCommand:
-        topic = str_field(request, "topic")
-        key = str_field(request, "key")
-        max_num = int_field(request, "maxNum")
-        begin = int_field(request, "beginTimestamp")
-        end = int_field(request, "endTimestamp")
-        unique = request.ext_fields.get(UNIQUE_KEY_QUERY_FLAG) == "true"
-        if unique:
-            max_num = DEFAULT_QUERY_MAX_NUM  # as RocketMQ's QueryMessageProcessor does
-        result = self._broker.store.query_messages(
-            topic, key, min(max_num, MAX_MSGS_NUM_BATCH), begin, end, unique
-        )
-        header = {
-            "indexLastUpdateTimestamp": str(result.index_last_update_timestamp),
-            "indexLastUpdatePhyoffset": str(result.index_last_update_phyoffset),
-        }
+    def query_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        query = QueryMessageRequestHeader.decode(request.ext_fields)
+        topic, key, begin, end = query.topic, query.key, query.begin_timestamp, query.end_timestamp
+        unique = query.unique_key_query
+        # As RocketMQ's QueryMessageProcessor: a unique-key query gets DEFAULT_QUERY_MAX_NUM.
+        max_num = DEFAULT_QUERY_MAX_NUM if unique else min(query.max_num, MAX_MSGS_NUM_BATCH)
+        result = self._broker.store.query_messages(topic, key, max_num, begin, end, unique)
+        header = QueryMessageResponseHeader(
+            index_last_update_timestamp=result.index_last_update_timestamp,
+            index_last_update_phyoffset=result.index_last_update_phyoffset,
+        ).encode()
         if not result.buffers:
             what = "unique key" if unique else "key"
             remark = (
@@ -123,27 +126,18 @@ class AdminProcessor:
             return request.response(ResponseCode.QUERY_NOT_FOUND, remark, header)
         return request.response(ext_fields=header, body_parts=result.buffers)
 
-    def _create_topic(self, request: RemotingCommand) -> RemotingCommand:
+    def update_and_create_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         broker = self._broker
-        topic = str_field(request, "topic")
+        create = CreateTopicRequestHeader.decode(request.ext_fields)
+        topic = create.topic
         problem = topic_name_error(topic)
         if problem is not None:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"topic[{topic}]: {problem}")
         self._refuse_system_topic(topic)
-        read = int_field(request, "readQueueNums", default=broker.config.default_topic_queue_nums)
-        write = int_field(request, "writeQueueNums", default=read)
-        if not (0 < read <= 1024 and 0 < write <= 1024):
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR, f"queue numbers must be 1..1024, not read {read} / write {write}"
-            )
+        read = create.read_queue_nums or broker.config.default_topic_queue_nums
+        write = create.write_queue_nums or read
         config = TopicConfig(
-            topic,
-            read,
-            write,
-            int_field(request, "perm", default=PERM_READ | PERM_WRITE),
-            request.ext_fields.get("topicFilterType", "SINGLE_TAG"),
-            int_field(request, "topicSysFlag", default=0),
-            bool_field(request, "order"),
+            topic, read, write, create.perm, create.topic_filter_type, create.topic_sys_flag, create.order
         )
         broker.topics.put(config)
         return request.response()
@@ -155,18 +149,18 @@ class AdminProcessor:
                 ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."
             )
 
-    def _delete_topic(self, request: RemotingCommand) -> RemotingCommand:
+    def delete_topic_in_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         broker = self._broker
-        topic = str_field(request, "topic")
+        topic = TopicRequestHeader.decode(request.ext_fields).topic
         self._refuse_system_topic(topic)
         broker.topics.delete(topic)
         broker.offsets.delete_topic(topic)
         broker.store.delete_topic(topic)
         return request.response()
 
-    def _topic_stats(self, request: RemotingCommand) -> RemotingCommand:
+    def get_topic_stats_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         broker = self._broker
-        topic = str_field(request, "topic")
+        topic = TopicRequestHeader.decode(request.ext_fields).topic
         config = broker.topics.get(topic)
         if config is None:
             raise RequestRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
@@ -184,7 +178,9 @@ class AdminProcessor:
 
     # subscription groups ------------------------------------------------------------------------
 
-    def _put_group(self, request: RemotingCommand) -> RemotingCommand:
+    def update_and_create_subscription_group(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
         try:
             obj = fastjson.loads(request.body)
             if not isinstance(obj, dict):
@@ -201,22 +197,23 @@ class AdminProcessor:
         self._broker.groups.put(config)
         return request.response()
 
-    def _delete_group(self, request: RemotingCommand) -> RemotingCommand:
+    def delete_subscription_group(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         broker = self._broker
-        group = str_field(request, "groupName")
+        delete = DeleteSubscriptionGroupRequestHeader.decode(request.ext_fields)
+        group = delete.group_name
         broker.groups.delete(group)  # RocketMQ answers SUCCESS for an unknown group too
-        if bool_field(request, "removeOffset"):
+        if delete.remove_offset:
             broker.offsets.delete_group(group)
         return request.response()
 
     # consumption progress -----------------------------------------------------------------------
 
-    def _consume_stats(self, request: RemotingCommand) -> RemotingCommand:
+    def get_consume_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """ConsumeStats of a group (wire facts §5.13), for one topic or every topic it has offsets for."""
         broker = self._broker
         store = broker.store
-        group = str_field(request, "consumerGroup")
-        topic_asked = request.ext_fields.get("topic")
+        stats = GetConsumeStatsRequestHeader.decode(request.ext_fields)
+        group, topic_asked = stats.consumer_group, stats.topic
         topics = [topic_asked] if topic_asked else broker.offsets.topics_of(group)
         members = broker.consumers.groups.get(group)
         table: dict[Any, dict[str, int]] = {}
@@ -241,8 +238,8 @@ class AdminProcessor:
         body = {"consumeTps": round(tps, 3), "offsetTable": table}
         return request.response(body=fastjson.dumps(body, bean_keys=True))
 
-    def _consumer_connections(self, request: RemotingCommand) -> RemotingCommand:
-        group = str_field(request, "consumerGroup")
+    def get_consumer_connection_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        group = ConsumerGroupRequestHeader.decode(request.ext_fields).consumer_group
         info = self._broker.consumers.groups.get(group)
         if info is None or not info.channels:
             raise RequestRefused(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
@@ -265,7 +262,9 @@ class AdminProcessor:
 
     # offset reset -------------------------------------------------------------------------------
 
-    def _reset_offset(self, request: RemotingCommand) -> Awaitable[RemotingCommand]:
+    def invoke_broker_to_reset_offset(
+        self, conn: Connection, request: RemotingCommand
+    ) -> Awaitable[RemotingCommand]:
         """INVOKE_BROKER_TO_RESET_OFFSET: compute the queues' new offsets, store them, and tell every
         online consumer of the group (RESET_CONSUMER_CLIENT_OFFSET).
 
@@ -276,12 +275,9 @@ class AdminProcessor:
         """
         broker = self._broker
         store = broker.store
-        topic = str_field(request, "topic")
-        group = str_field(request, "group")
-        timestamp = int_field(request, "timestamp")
-        force = request.ext_fields.get("isForce") is None or bool_field(request, "isForce")
-        only_queue = int_field(request, "queueId", default=-1)
-        explicit = request.ext_fields.get("offset")
+        reset = ResetOffsetRequestHeader.decode(request.ext_fields)
+        topic, group, timestamp = reset.topic, reset.group, reset.timestamp
+        only_queue = -1 if reset.queue_id is None else reset.queue_id
         config = broker.topics.get(topic)
         if config is None:
             raise RequestRefused(
@@ -305,7 +301,7 @@ class AdminProcessor:
         name = broker.config.broker_name
         new_table: dict[Any, int] = {}
         old_table: dict[Any, int] = {}
-        given = int_field(request, "offset") if only_queue >= 0 and explicit not in (None, "", "-1") else None
+        given = reset.offset if only_queue >= 0 and reset.offset != -1 else None
         for qid in queue_ids:
             low, high = store.min_offset(topic, qid), store.max_offset(topic, qid)
             if given is not None:
@@ -321,7 +317,7 @@ class AdminProcessor:
                 # Exactly from there: SEARCH_OFFSET_BY_TIMESTAMP may answer the older neighbour (§7.9).
                 target = store.first_offset_at(topic, qid, timestamp)
             current = broker.offsets.query(group, topic, qid)
-            if not force and 0 <= current <= target:
+            if not reset.is_force and 0 <= current <= target:
                 target = current  # RocketMQ: without isForce, a reset only ever moves back
             old_table[queue_key(topic, name, qid)] = current
             new_table[queue_key(topic, name, qid)] = target
@@ -332,14 +328,18 @@ class AdminProcessor:
             group, topic, timestamp, {dict(k)["queueId"]: v for k, v in new_table.items()}, notified,
         )  # fmt: skip
         body = fastjson.dumps({"offsetTable": new_table, PREVIOUS_OFFSET_TABLE: old_table}, bean_keys=True)
-        response = request.response(ext_fields={CONSUMERS_NOTIFIED: str(notified)}, body=body)
+        response = request.response(
+            ext_fields=ResetOffsetResponseHeader(consumers_notified=notified).encode(), body=body
+        )
         return self._persist_then(response)
 
     def _tell_consumers(self, group: str, topic: str, timestamp: int, table: dict[Any, int]) -> int:
         info = self._broker.consumers.groups.get(group)
         if info is None:
             return 0
-        header = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "false"}
+        header = ResetOffsetRequestHeader(
+            topic=topic, group=group, timestamp=timestamp, is_force=False
+        ).encode()
         # Both ResetOffsetBody forms (wire facts §5.11): C++ reads only the array, Java only the map.
         c_style = fastjson.dumps(
             {"offsetTable": [{**dict(key), "offset": offset} for key, offset in table.items()]}
@@ -349,7 +349,7 @@ class AdminProcessor:
         for channel in list(info.channels.values()):
             request = RemotingCommand(
                 code=RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-                ext_fields=dict(header),
+                ext_fields=header.copy(),
                 body=c_style if channel.language == "CPP" else java_style,
                 language="JAVA",
             )
@@ -363,32 +363,6 @@ class AdminProcessor:
         if write is not None:
             await asyncio.get_running_loop().run_in_executor(None, write)
         return response
-
-
-# The requests AdminProcessor answers, each with its method.
-_HANDLERS: Final[
-    dict[int, Callable[[AdminProcessor, RemotingCommand], RemotingCommand | Awaitable[RemotingCommand]]]
-] = {
-    RequestCode.UPDATE_AND_CREATE_TOPIC: AdminProcessor._create_topic,
-    RequestCode.DELETE_TOPIC_IN_BROKER: AdminProcessor._delete_topic,
-    RequestCode.GET_ALL_TOPIC_CONFIG: AdminProcessor._all_topic_config,
-    RequestCode.GET_BROKER_RUNTIME_INFO: AdminProcessor._runtime_info,
-    RequestCode.GET_TOPIC_STATS_INFO: AdminProcessor._topic_stats,
-    RequestCode.GET_MAX_OFFSET: AdminProcessor._max_offset,
-    RequestCode.GET_MIN_OFFSET: AdminProcessor._min_offset,
-    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: AdminProcessor._offset_by_timestamp,
-    RequestCode.GET_EARLIEST_MSG_STORETIME: AdminProcessor._earliest_store_time,
-    RequestCode.VIEW_MESSAGE_BY_ID: AdminProcessor._view_message,
-    RequestCode.QUERY_MESSAGE: AdminProcessor._query_message,
-    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: AdminProcessor._put_group,
-    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: AdminProcessor._all_group_config,
-    RequestCode.DELETE_SUBSCRIPTIONGROUP: AdminProcessor._delete_group,
-    RequestCode.GET_CONSUME_STATS: AdminProcessor._consume_stats,
-    RequestCode.GET_CONSUMER_CONNECTION_LIST: AdminProcessor._consumer_connections,
-    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: AdminProcessor._reset_offset,
-    RequestCode.GET_ALL_DELAY_OFFSET: AdminProcessor._all_delay_offset,
-}
-AdminProcessor.codes = tuple(_HANDLERS)
 
 
 def runtime_info(broker: Broker) -> dict[str, str]:

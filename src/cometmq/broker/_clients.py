@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from cometmq.protocol import RemotingCommand, RequestCode
+from cometmq.protocol.broker_headers import ConsumerGroupRequestHeader
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.remoting import Connection
 
@@ -136,12 +137,11 @@ class ConsumerManager:
         info = self.groups.get(group)
         if info is None:
             return
+        header = ConsumerGroupRequestHeader(consumer_group=group).encode()
         for conn in list(info.channels):
             conn.invoke_oneway(
                 RemotingCommand(
-                    code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                    ext_fields={"consumerGroup": group},
-                    language="JAVA",
+                    code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields=header.copy(), language="JAVA"
                 )
             )
 

@@ -3,13 +3,19 @@ QUERY/UPDATE_CONSUMER_OFFSET."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from cometmq.broker._clients import ClientChannel
 from cometmq.broker._filter import check_heartbeat_subscriptions
 from cometmq.errors import RequestRefused
-from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
-from cometmq.protocol.header import int_field, str_field
+from cometmq.protocol import RemotingCommand, ResponseCode, fastjson
+from cometmq.protocol.broker_headers import (
+    ConsumerGroupRequestHeader,
+    OffsetResponseHeader,
+    QueryConsumerOffsetRequestHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
 from cometmq.protocol.naming import retry_topic
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.remoting import Connection
@@ -38,51 +44,32 @@ def _enum_name(value: Any, names: tuple[str, ...]) -> str:
 
 
 class ConsumerManageProcessor:
-    codes: ClassVar[tuple[int, ...]] = (
-        RequestCode.HEART_BEAT,
-        RequestCode.UNREGISTER_CLIENT,
-        RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-        RequestCode.QUERY_CONSUMER_OFFSET,
-        RequestCode.UPDATE_CONSUMER_OFFSET,
-    )
+    """The clients' bookkeeping: who is in which group, and the groups' committed offsets."""
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        code = request.code
-        if code == RequestCode.UPDATE_CONSUMER_OFFSET:
-            self._broker.offsets.commit(
-                str_field(request, "consumerGroup"),
-                str_field(request, "topic"),
-                int_field(request, "queueId"),
-                int_field(request, "commitOffset"),
-            )
-            return request.response()
-        if code == RequestCode.QUERY_CONSUMER_OFFSET:
-            return self._query_offset(request)
-        if code == RequestCode.HEART_BEAT:
-            return self._heartbeat(conn, request)
-        if code == RequestCode.UNREGISTER_CLIENT:
-            return self._unregister(request)
-        return self._consumer_list(request)
+    def update_consumer_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        update = UpdateConsumerOffsetRequestHeader.decode(request.ext_fields)
+        self._broker.offsets.commit(
+            update.consumer_group, update.topic, update.queue_id, update.commit_offset
+        )
+        return request.response()
 
-    def _query_offset(self, request: RemotingCommand) -> RemotingCommand:
-        group = str_field(request, "consumerGroup")
-        topic = str_field(request, "topic")
-        queue_id = int_field(request, "queueId")
-        offset = self._broker.offsets.query(group, topic, queue_id)
+    def query_consumer_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        query = QueryConsumerOffsetRequestHeader.decode(request.ext_fields)
+        offset = self._broker.offsets.query(query.consumer_group, query.topic, query.queue_id)
+        if offset < 0 and self._broker.store.min_offset(query.topic, query.queue_id) <= 0:
+            # RocketMQ serves a young queue (its first message still readily readable) from offset 0,
+            # so a group that boots after the first sends still receives them.
+            offset = 0
         if offset >= 0:
-            return request.response(ext_fields={"offset": str(offset)})
-        # RocketMQ serves a young queue (its first message still readily readable) from offset 0,
-        # so a group that boots after the first sends still receives them.
-        if self._broker.store.min_offset(topic, queue_id) <= 0:
-            return request.response(ext_fields={"offset": "0"})
+            return request.response(ext_fields=OffsetResponseHeader(offset=offset).encode())
         return request.response(
             ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
         )
 
-    def _heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def heart_beat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         broker = self._broker
         try:
             data = fastjson.loads(request.body)
@@ -118,19 +105,18 @@ class ConsumerManageProcessor:
             broker.producers.register(group, channel)
         return request.response()
 
-    def _unregister(self, request: RemotingCommand) -> RemotingCommand:
+    def unregister_client(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         broker = self._broker
-        client_id = str_field(request, "clientID")
-        producer_group = request.ext_fields.get("producerGroup")
-        if producer_group:
-            broker.producers.unregister(producer_group, client_id)
-        consumer_group = request.ext_fields.get("consumerGroup")
-        if consumer_group and broker.consumers.unregister(consumer_group, client_id):
-            broker.consumers.notify_ids_changed(consumer_group)
+        unregister = UnregisterClientRequestHeader.decode(request.ext_fields)
+        if unregister.producer_group:
+            broker.producers.unregister(unregister.producer_group, unregister.client_id)
+        group = unregister.consumer_group
+        if group and broker.consumers.unregister(group, unregister.client_id):
+            broker.consumers.notify_ids_changed(group)
         return request.response()
 
-    def _consumer_list(self, request: RemotingCommand) -> RemotingCommand:
-        group = str_field(request, "consumerGroup")
+    def get_consumer_list_by_group(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        group = ConsumerGroupRequestHeader.decode(request.ext_fields).consumer_group
         info = self._broker.consumers.groups.get(group)
         if info is None or not info.channels:
             return request.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, ClassVar, Final
+from typing import TYPE_CHECKING, Final
 
 from cometmq.broker.sql92 import Sql92Filter, compile_sql92
 from cometmq.errors import RequestRefused, Sql92Error
-from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.protocol import RemotingCommand, ResponseCode, fastjson
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import BORNHOST_V6_FLAG, FIXED_HEAD_SIZE, STOREHOST_V6_FLAG
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
@@ -93,12 +93,10 @@ class CheckClientConfigProcessor:
     """CHECK_CLIENT_CONFIG (46): the Java client asks whether its subscription would work here, and
     refuses to start when not. Codes and remarks as RocketMQ's ClientManageProcessor."""
 
-    codes: ClassVar[tuple[int, ...]] = (RequestCode.CHECK_CLIENT_CONFIG,)
-
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def check_client_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         try:
             body = fastjson.loads(request.body) if request.body else {}
             subscription = body.get("subscriptionData") if isinstance(body, dict) else None

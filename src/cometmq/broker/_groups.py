@@ -87,12 +87,9 @@ class SubscriptionGroupManager:
 MAX_RECONSUME_TIMES_VERSION = 121
 
 
-def max_reconsume_times(config: SubscriptionGroupConfig, version: int, header_value: str | None) -> int:
+def max_reconsume_times(config: SubscriptionGroupConfig, version: int, asked: int | None) -> int:
     """How often a message of the group may be redelivered before it is dead: the group's
-    retryMaxTimes, or what a client of version ≥ 121 asks for in its request header."""
-    if version >= MAX_RECONSUME_TIMES_VERSION and header_value:
-        try:
-            return int(header_value)
-        except ValueError:
-            pass
+    retryMaxTimes, or what a client of version ≥ 121 *asked* for in its request header."""
+    if version >= MAX_RECONSUME_TIMES_VERSION and asked is not None:
+        return asked
     return config.retry_max_times

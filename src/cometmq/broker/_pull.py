@@ -15,7 +15,7 @@ from cometmq.broker._filter import (
 from cometmq.broker._longpoll import HeldPull
 from cometmq.errors import Sql92Error
 from cometmq.protocol import RemotingCommand, ResponseCode
-from cometmq.protocol.header import int_field, str_field
+from cometmq.protocol.broker_headers import PullMessageRequestHeader, PullMessageResponseHeader
 from cometmq.protocol.naming import PERM_READ
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 from cometmq.remoting import Connection
@@ -49,14 +49,15 @@ class PullProcessor:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+    def pull_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         broker = self._broker
-        group = str_field(request, "consumerGroup")
-        topic = str_field(request, "topic")
-        queue_id = int_field(request, "queueId")
-        offset = int_field(request, "queueOffset")
-        max_nums = int_field(request, "maxMsgNums", default=32)
-        sys_flag = int_field(request, "sysFlag", default=0)
+        pull = PullMessageRequestHeader.decode(request.ext_fields)
+        group = pull.consumer_group
+        topic = pull.topic
+        queue_id = pull.queue_id
+        offset = pull.queue_offset
+        max_nums = pull.max_msg_nums
+        sys_flag = pull.sys_flag
 
         def refuse(code: int, remark: str) -> RemotingCommand:
             return self._refusal(request, code, remark, offset, topic, queue_id)
@@ -89,15 +90,13 @@ class PullProcessor:
         if not topic_config.perm & PERM_READ:
             return refuse(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
         read_queues = topic_config.read_queue_nums
-        if queue_id < 0 or queue_id >= read_queues:
+        if queue_id >= read_queues:
             return refuse(
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{queue_id}] is illegal: topic {topic} has read queues 0..{read_queues - 1}",
             )
         if sys_flag & FLAG_SUBSCRIPTION:
-            subscription = SubscriptionData.from_expression(
-                topic, request.ext_fields.get("subscription"), request.ext_fields.get("expressionType")
-            )
+            subscription = SubscriptionData.from_expression(topic, pull.subscription, pull.expression_type)
         else:
             registered = broker.consumers.subscription(group, topic)
             if registered is None:
@@ -105,7 +104,7 @@ class PullProcessor:
                     ResponseCode.SUBSCRIPTION_NOT_EXIST,
                     f"the consumer's subscription of {topic} in group {group} does not exist",
                 )
-            if registered.sub_version < int_field(request, "subVersion", default=0):
+            if registered.sub_version < pull.sub_version:
                 return refuse(
                     ResponseCode.SUBSCRIPTION_NOT_LATEST,
                     f"the consumer's subscription of {topic} in group {group} is not the latest",
@@ -127,15 +126,13 @@ class PullProcessor:
                 ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                 f"unknown expression type {subscription.expression_type}",
             )
-        if sys_flag & FLAG_COMMIT_OFFSET:
-            commit_offset = int_field(request, "commitOffset", default=-1)
-            if commit_offset >= 0:
-                broker.offsets.commit(group, topic, queue_id, commit_offset)
+        if sys_flag & FLAG_COMMIT_OFFSET and pull.commit_offset >= 0:
+            broker.offsets.commit(group, topic, queue_id, pull.commit_offset)
         codes = subscription.codes
         result = broker.store.get_messages(topic, queue_id, offset, max_nums, codes, record_filter=accept)
         code = _status_code(result, offset)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND:
-            timeout_ms = int_field(request, "suspendTimeoutMillis", default=15000)
+            timeout_ms = pull.suspend_timeout_millis
             if not broker.config.long_polling_enable:
                 timeout_ms = broker.config.short_polling_time_mills
             self._hold(conn, request, topic, queue_id, offset, max_nums, codes, accept, timeout_ms)
@@ -198,16 +195,12 @@ class PullProcessor:
         broker.pull_holds.park(conn, topic, queue_id, offset, codes, answer, expire, hold_s)
 
     def _found(self, request: RemotingCommand, result: GetResult, code: int) -> RemotingCommand:
-        response = request.response(
-            code,
-            result.status.name,
-            {
-                "suggestWhichBrokerId": "0",
-                "nextBeginOffset": str(result.next_begin_offset),
-                "minOffset": str(result.min_offset),
-                "maxOffset": str(result.max_offset),
-            },
+        answer = PullMessageResponseHeader(
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
         )
+        response = request.response(code, result.status.name, answer.encode())
         if code == ResponseCode.SUCCESS:
             response.body_parts = result.buffers
             self._broker.stats.got_messages += result.message_count
@@ -218,13 +211,9 @@ class PullProcessor:
     ) -> RemotingCommand:
         store = self._broker.store
         # Every pull answer carries all four fields: Java clients unbox them without null checks.
-        return request.response(
-            code,
-            remark,
-            {
-                "suggestWhichBrokerId": "0",
-                "nextBeginOffset": str(offset),
-                "minOffset": str(store.min_offset(topic, queue_id)),
-                "maxOffset": str(store.max_offset(topic, queue_id)),
-            },
+        answer = PullMessageResponseHeader(
+            next_begin_offset=offset,
+            min_offset=store.min_offset(topic, queue_id),
+            max_offset=store.max_offset(topic, queue_id),
         )
+        return request.response(code, remark, answer.encode())

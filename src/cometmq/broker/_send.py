@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import is_delayable
 from cometmq.errors import ProtocolError, RequestRefused
-from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol import RemotingCommand, ResponseCode
 from cometmq.protocol.batch import BatchEntry, batch_spans, decode_batch_body
-from cometmq.protocol.header import bool_field, int_field, str_field
+from cometmq.protocol.broker_headers import SendMessageRequestHeader, SendMessageResponseHeader
 from cometmq.protocol.naming import (
     DEFAULT_TOPIC,
     PERM_WRITE,
@@ -57,29 +57,6 @@ def _pairs_well_formed(properties: bytes) -> bool:
     separators = properties.translate(None, _NOT_SEPARATORS)
     return separators == (_NAME_VALUE + _SEPARATOR) * (len(separators) // 2) + _NAME_VALUE
 
-
-@dataclass(frozen=True, slots=True)
-class _HeaderNames:
-    """Where each send header field is: SEND_MESSAGE uses long names, V2 and batch one letter each."""
-
-    topic: str
-    default_topic: str
-    default_topic_queue_nums: str
-    queue_id: str
-    sys_flag: str
-    born_timestamp: str
-    flag: str
-    properties: str
-    reconsume_times: str
-    batch: str
-    max_reconsume_times: str
-
-
-_V1_NAMES = _HeaderNames(
-    "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp", "flag",
-    "properties", "reconsumeTimes", "batch", "maxReconsumeTimes",
-)  # fmt: skip
-_V2_NAMES = _HeaderNames("b", "c", "d", "e", "f", "g", "h", "i", "j", "m", "l")
 
 _FAILURE_REMARKS = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: (
@@ -221,18 +198,28 @@ def _tags_code(tags: bytes) -> int:
 
 
 class SendProcessor:
+    """SEND_MESSAGE with the send header's long names; SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE with its
+    compact ones (the ``batch`` field tells a batch)."""
+
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
-        names = _V1_NAMES if request.code == RequestCode.SEND_MESSAGE else _V2_NAMES
+    def send_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return self._send(conn, request, SendMessageRequestHeader.decode(request.ext_fields))
+
+    def send_message_v2(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return self._send(conn, request, SendMessageRequestHeader.decode(request.ext_fields, compact=True))
+
+    def _send(
+        self, conn: Connection, request: RemotingCommand, sent: SendMessageRequestHeader
+    ) -> RemotingCommand | None:
         broker = self._broker
         config = broker.config
         if not config.broker_permission & PERM_WRITE:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the broker[{config.broker_ip1}] sending message is forbidden"
             )
-        topic = str_field(request, names.topic)
+        topic = sent.topic
         problem = topic_name_error(topic)
         if problem is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"topic[{topic}]: {problem}")
@@ -240,8 +227,8 @@ class SendProcessor:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             )
-        queue_id = int_field(request, names.queue_id)
-        properties = decode_properties(request.ext_fields.get(names.properties, ""))
+        queue_id = sent.queue_id
+        properties = decode_properties(sent.properties or "")
         refusal = _unsupported_feature(properties)
         if refusal is not None:
             return request.response(ResponseCode.NO_PERMISSION, refusal)
@@ -249,7 +236,7 @@ class SendProcessor:
         wait_store = properties.pop("WAIT", "true").lower() != "false"
         properties["CLUSTER"] = config.broker_cluster_name
         # Everything above is checked before an unknown topic is auto-created.
-        topic_config = self._topic_config(request, names, topic)
+        topic_config = self._topic_config(sent)
         if not topic_config.perm & PERM_WRITE:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
@@ -262,28 +249,26 @@ class SendProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal: topic {topic} has queues 0..{queue_nums - 1}",
             )
-        born_timestamp = request.ext_fields.get(names.born_timestamp)
         header = _SendHeader(
             topic=topic,
             queue_id=queue_id,
-            sys_flag=int_field(request, names.sys_flag, default=0),
-            born_timestamp=int(born_timestamp) if born_timestamp else int(time.time() * 1000),
+            sys_flag=sent.sys_flag,
+            born_timestamp=sent.born_timestamp or int(time.time() * 1000),
             born_host=host_bytes(conn.remote_address),
             store_host=broker.store_host,
-            reconsume_times=int_field(request, names.reconsume_times, default=0),
+            reconsume_times=sent.reconsume_times or 0,
         )
-        if bool_field(request, names.batch):
+        if sent.batch:
             result = broker.store.put_batch(self._batch(request, header, properties))
         else:
-            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and self._is_dead(request, names, topic, header):
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and self._is_dead(request, sent, header):
                 # RocketMQ's handleRetryAndDLQ: a retry past the group's max goes to %DLQ%<group>.
                 group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
                 header.topic = broker.topics.dead_letter_topic(group).topic_name
                 queue_id = header.queue_id = 0
                 delay_level = 0
                 properties.pop("DELAY", None)
-            flag = int_field(request, names.flag, default=0)
-            message = self._message(header, request.body, flag, properties)
+            message = self._message(header, request.body, sent.flag, properties)
             if delay_level > 0 and is_delayable(header.sys_flag):
                 # Parked in SCHEDULE_TOPIC_XXXX; the reply still names the real queue (RocketMQ).
                 message = broker.schedule.to_schedule(message, delay_level)
@@ -294,31 +279,29 @@ class SendProcessor:
                 return self._reply_after_flush(conn, request, result, queue_id)
         return self._reply(request, result, result.status, queue_id)
 
-    def _is_dead(
-        self, request: RemotingCommand, names: _HeaderNames, retry_topic: str, header: _SendHeader
-    ) -> bool:
+    def _is_dead(self, request: RemotingCommand, sent: SendMessageRequestHeader, header: _SendHeader) -> bool:
         """Whether a send to ``%RETRY%<group>`` has used up the group's retries."""
-        group = retry_topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        group = sent.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
         group_config = self._broker.groups.find_or_create(group)
         if group_config is None:
             raise RequestRefused(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
             )
-        given = request.ext_fields.get(names.max_reconsume_times)
-        limit = max_reconsume_times(group_config, request.version, given)
+        limit = max_reconsume_times(group_config, request.version, sent.max_reconsume_times)
         return header.reconsume_times >= limit
 
-    def _topic_config(self, request: RemotingCommand, names: _HeaderNames, topic: str) -> TopicConfig:
+    def _topic_config(self, sent: SendMessageRequestHeader) -> TopicConfig:
         topics = self._broker.topics
+        topic = sent.topic
         topic_config = topics.get(topic)
         if topic_config is not None:
             return topic_config
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             topic_config = topics.create_retry_topic(topic)
         else:
-            default_topic = request.ext_fields.get(names.default_topic) or DEFAULT_TOPIC
-            queue_nums = int_field(request, names.default_topic_queue_nums, default=4)
-            topic_config = topics.create_in_send(topic, default_topic, queue_nums)
+            topic_config = topics.create_in_send(
+                topic, sent.default_topic or DEFAULT_TOPIC, sent.default_topic_queue_nums
+            )
         if topic_config is None:
             raise RequestRefused(
                 ResponseCode.TOPIC_NOT_EXIST,
@@ -444,14 +427,11 @@ class SendProcessor:
         if code == ResponseCode.FLUSH_DISK_TIMEOUT:
             # A failed flush says why (the disk), not just that time ran out.
             remark = self._broker.store.flush_failure or "the message is stored but its disk flush timed out"
-        return request.response(
-            code,
-            remark,
-            {
-                "msgId": result.msg_id_text,
-                "queueId": str(queue_id),
-                "queueOffset": str(result.queue_offset),
-                "MSG_REGION": config.region_id,
-                "TRACE_ON": "true" if config.trace_on else "false",
-            },
+        answer = SendMessageResponseHeader(
+            msg_id=result.msg_id_text,
+            queue_id=queue_id,
+            queue_offset=result.queue_offset,
+            msg_region=config.region_id,
+            trace_on=config.trace_on,
         )
+        return request.response(code, remark, answer.encode())

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, ClassVar, Final
+from typing import TYPE_CHECKING, Final
 
 from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import copy_of_record, is_delayable
 from cometmq.errors import RecordError
-from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from cometmq.protocol.header import int_field, str_field
+from cometmq.protocol import RemotingCommand, ResponseCode
+from cometmq.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
 from cometmq.protocol.naming import PERM_WRITE, retry_topic
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import DecodedRecord, decode_record_at
@@ -31,19 +31,18 @@ DELAY: Final = "DELAY"
 
 
 class SendBackProcessor:
-    codes: ClassVar[tuple[int, ...]] = (RequestCode.CONSUMER_SEND_MSG_BACK,)
-
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def handle(
+    def consumer_send_msg_back(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
         broker = self._broker
         config = broker.config
-        group = str_field(request, "group")
-        offset = int_field(request, "offset")
-        delay_level = int_field(request, "delayLevel", default=0)
+        send_back = ConsumerSendMsgBackRequestHeader.decode(request.ext_fields)
+        group = send_back.group
+        offset = send_back.offset
+        delay_level = send_back.delay_level
         group_config = broker.groups.find_or_create(group)
         if group_config is None:
             return request.response(
@@ -68,9 +67,7 @@ class SendBackProcessor:
         if original is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
 
-        max_times = max_reconsume_times(
-            group_config, request.version, request.ext_fields.get("maxReconsumeTimes")
-        )
+        max_times = max_reconsume_times(group_config, request.version, send_back.max_reconsume_times)
         properties = decode_properties(original.properties)
         properties.setdefault(RETRY_TOPIC, original.topic)
         # Every copy points at the first delivery, whose id the consumer saw first.

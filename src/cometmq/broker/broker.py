@@ -28,7 +28,7 @@ from cometmq.broker.config import BrokerConfig
 from cometmq.errors import CometMQError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.namesrv_headers import BrokerRequestHeader, RegisterBrokerRequestHeader
-from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer, RequestHandler
+from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer
 from cometmq.store import FlushDiskType, MessageStore
 
 log = logging.getLogger("cometmq.broker")
@@ -81,21 +81,49 @@ class Broker:
         return runtime_info(self)
 
     def _dispatcher(self) -> Dispatcher:
-        send = SendProcessor(self).handle
+        """The broker's one processor table: each request code and the processor method serving it."""
+        send = SendProcessor(self)
+        pull = PullProcessor(self)
         consumers = ConsumerManageProcessor(self)
+        send_back = SendBackProcessor(self)
+        locks = QueueLockProcessor()
         client_config = CheckClientConfigProcessor(self)
         admin = AdminProcessor(self)
-        locks = QueueLockProcessor()
-        send_back = SendBackProcessor(self)
-        table: dict[int, RequestHandler] = {
-            RequestCode.SEND_MESSAGE: send,
-            RequestCode.SEND_MESSAGE_V2: send,
-            RequestCode.SEND_BATCH_MESSAGE: send,
-            RequestCode.PULL_MESSAGE: PullProcessor(self).handle,
-        }
-        for processor in (consumers, client_config, admin, locks, send_back):
-            table.update(dict.fromkeys(processor.codes, processor.handle))
-        return Dispatcher(table)
+        return Dispatcher(
+            {
+                RequestCode.SEND_MESSAGE: send.send_message,
+                RequestCode.SEND_MESSAGE_V2: send.send_message_v2,
+                RequestCode.SEND_BATCH_MESSAGE: send.send_message_v2,
+                RequestCode.PULL_MESSAGE: pull.pull_message,
+                RequestCode.CONSUMER_SEND_MSG_BACK: send_back.consumer_send_msg_back,
+                RequestCode.HEART_BEAT: consumers.heart_beat,
+                RequestCode.UNREGISTER_CLIENT: consumers.unregister_client,
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumers.get_consumer_list_by_group,
+                RequestCode.QUERY_CONSUMER_OFFSET: consumers.query_consumer_offset,
+                RequestCode.UPDATE_CONSUMER_OFFSET: consumers.update_consumer_offset,
+                RequestCode.LOCK_BATCH_MQ: locks.lock_batch_mq,
+                RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch_mq,
+                RequestCode.CHECK_CLIENT_CONFIG: client_config.check_client_config,
+                RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
+                RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
+                RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+                RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
+                RequestCode.GET_MAX_OFFSET: admin.get_max_offset,
+                RequestCode.GET_MIN_OFFSET: admin.get_min_offset,
+                RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
+                RequestCode.GET_EARLIEST_MSG_STORETIME: admin.get_earliest_msg_storetime,
+                RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message_by_id,
+                RequestCode.QUERY_MESSAGE: admin.query_message,
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
+                RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
+                RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
+                RequestCode.GET_CONSUME_STATS: admin.get_consume_stats,
+                RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
+                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.invoke_broker_to_reset_offset,
+                RequestCode.GET_ALL_DELAY_OFFSET: admin.get_all_delay_offset,
+                RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+            }
+        )
 
     async def start(self) -> None:
         self.root_dir.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,8 @@
 
 Shared by the push consumer, the lite pull consumer and the admin client. Each function takes the
 :class:`ClientInstance` (connections and routes) and a :class:`MessageQueue`. :func:`send_header` is
-the one SEND_MESSAGE_V2 header of every send: the producer's, a consumer's retry, a resent dead letter.
+the one send header of every send: the producer's, a consumer's retry, a resent dead letter; it goes
+out under its compact names (SEND_MESSAGE_V2, SEND_BATCH_MESSAGE).
 """
 
 from __future__ import annotations
@@ -14,10 +15,21 @@ import time
 import zlib
 from dataclasses import dataclass
 
-from cometmq.client._instance import ClientInstance
+from cometmq.client._instance import ClientInstance, decode_answer
 from cometmq.client.message import MessageQueue, ReceivedMessage, decode_pulled
 from cometmq.errors import BrokerError, ProtocolError, QueueNotRoutedError, RecordError
 from cometmq.protocol import RequestCode, ResponseCode
+from cometmq.protocol.broker_headers import (
+    ConsumerGroupRequestHeader,
+    OffsetResponseHeader,
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueueRequestHeader,
+    SearchOffsetRequestHeader,
+    SendMessageRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
 from cometmq.protocol.naming import DEFAULT_TOPIC
 from cometmq.protocol.subscription import EXPRESSION_TAG, SubscriptionData
 
@@ -71,26 +83,22 @@ def send_header(
     queue_id: int = -1,
     reconsume_times: int = 0,
     max_reconsume_times: int | None = None,
-) -> dict[str, str]:
-    """SendMessageRequestHeaderV2 for SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE, one-letter names (wire
-    facts §5.2); ``properties`` encoded. A producer sets "e" (the queue id) per attempt."""
-    header = {
-        "a": group,
-        "b": topic,
-        "c": DEFAULT_TOPIC,
-        "d": "4",  # defaultTopicQueueNums: queues a topic auto-created by this send gets
-        "e": str(queue_id),
-        "f": str(sys_flag),
-        "g": str(int(time.time() * 1000)),
-        "h": str(flag),
-        "i": properties,
-        "j": str(reconsume_times),
-        "k": "false",
-        "m": "true" if batch else "false",
-    }
-    if max_reconsume_times is not None:
-        header["l"] = str(max_reconsume_times)
-    return header
+) -> SendMessageRequestHeader:
+    """The send header, ``properties`` encoded, born now. A producer sets ``queue_id`` per attempt."""
+    return SendMessageRequestHeader(
+        producer_group=group,
+        topic=topic,
+        default_topic=DEFAULT_TOPIC,
+        default_topic_queue_nums=4,  # queues a topic auto-created by this send gets
+        queue_id=queue_id,
+        sys_flag=sys_flag,
+        born_timestamp=int(time.time() * 1000),
+        flag=flag,
+        properties=properties,
+        reconsume_times=reconsume_times,
+        max_reconsume_times=max_reconsume_times,
+        batch=batch,
+    )
 
 
 def broker_addr_of(instance: ClientInstance, queue: MessageQueue) -> str:
@@ -117,26 +125,26 @@ async def pull(
     """One PULL_MESSAGE. With ``PULL_SUSPEND`` and ``suspend_ms`` the broker holds the request until
     messages arrive or the time is up (long polling); ``timeout`` must then exceed the hold. With
     ``decode=False`` the result keeps the records undecoded in ``body`` (and applies no tag check)."""
-    fields = {
-        "consumerGroup": group,
-        "topic": queue.topic,
-        "queueId": str(queue.queue_id),
-        "queueOffset": str(offset),
-        "maxMsgNums": str(max_nums),
-        "sysFlag": str(sys_flag),
-        "commitOffset": str(commit_offset),
-        "suspendTimeoutMillis": str(suspend_ms),
-        "subscription": subscription.sub_string,
-        "subVersion": str(subscription.sub_version),
-        "expressionType": subscription.expression_type,
-    }
+    fields = PullMessageRequestHeader(
+        consumer_group=group,
+        topic=queue.topic,
+        queue_id=queue.queue_id,
+        queue_offset=offset,
+        max_msg_nums=max_nums,
+        sys_flag=sys_flag,
+        commit_offset=commit_offset,
+        suspend_timeout_millis=suspend_ms,
+        subscription=subscription.sub_string,
+        sub_version=subscription.sub_version,
+        expression_type=subscription.expression_type,
+    ).encode()
     response = await instance.invoke(
         broker_addr_of(instance, queue), RequestCode.PULL_MESSAGE, fields, timeout=timeout
     )
     status = _STATUS_BY_CODE.get(response.code)
     if status is None:
         raise BrokerError(response.code, response.remark)
-    header = response.ext_fields
+    header = decode_answer(PullMessageResponseHeader, response)
     messages: list[ReceivedMessage] = []
     body: bytes | memoryview = b""
     if status is PullStatus.FOUND and not decode:
@@ -150,19 +158,14 @@ async def pull(
             # The broker filters by tag hash only; two tags can share a hash (wire facts §6.7).
             tags = subscription.tags
             messages = [m for m in messages if m.tags in tags]
-    return PullResult(
-        status,
-        int(header.get("nextBeginOffset", offset)),
-        int(header.get("minOffset", 0)),
-        int(header.get("maxOffset", 0)),
-        messages,
-        body,
-    )
+    return PullResult(status, header.next_begin_offset, header.min_offset, header.max_offset, messages, body)
 
 
 async def query_offset(instance: ClientInstance, queue: MessageQueue, group: str) -> int | None:
     """The group's committed offset of a queue; None when the group never committed one there."""
-    fields = {"consumerGroup": group, "topic": queue.topic, "queueId": str(queue.queue_id)}
+    fields = QueryConsumerOffsetRequestHeader(
+        consumer_group=group, topic=queue.topic, queue_id=queue.queue_id
+    ).encode()
     response = await instance.invoke(
         broker_addr_of(instance, queue), RequestCode.QUERY_CONSUMER_OFFSET, fields
     )
@@ -170,42 +173,41 @@ async def query_offset(instance: ClientInstance, queue: MessageQueue, group: str
         return None
     if response.code != ResponseCode.SUCCESS:
         raise BrokerError(response.code, response.remark)
-    return int(response.ext_fields["offset"])
+    return decode_answer(OffsetResponseHeader, response).offset
 
 
 async def commit_offset(instance: ClientInstance, queue: MessageQueue, group: str, offset: int) -> None:
     """Store the group's offset of a queue on its broker (and wait for the broker to say so)."""
-    fields = {
-        "consumerGroup": group,
-        "topic": queue.topic,
-        "queueId": str(queue.queue_id),
-        "commitOffset": str(offset),
-    }
+    fields = UpdateConsumerOffsetRequestHeader(
+        consumer_group=group, topic=queue.topic, queue_id=queue.queue_id, commit_offset=offset
+    ).encode()
     await instance.invoke_ok(broker_addr_of(instance, queue), RequestCode.UPDATE_CONSUMER_OFFSET, fields)
 
 
-async def _offset_request(instance: ClientInstance, queue: MessageQueue, code: int, **extra: str) -> int:
-    fields = {"topic": queue.topic, "queueId": str(queue.queue_id), **extra}
+async def _offset_request(
+    instance: ClientInstance, queue: MessageQueue, code: int, fields: dict[str, str]
+) -> int:
     response = await instance.invoke_ok(broker_addr_of(instance, queue), code, fields)
-    return int(response.ext_fields["offset"])
+    return decode_answer(OffsetResponseHeader, response).offset
 
 
 async def max_offset(instance: ClientInstance, queue: MessageQueue) -> int:
     """The offset the next message written to the queue will get."""
-    return await _offset_request(instance, queue, RequestCode.GET_MAX_OFFSET)
+    fields = QueueRequestHeader(topic=queue.topic, queue_id=queue.queue_id).encode()
+    return await _offset_request(instance, queue, RequestCode.GET_MAX_OFFSET, fields)
 
 
 async def min_offset(instance: ClientInstance, queue: MessageQueue) -> int:
     """The offset of the oldest message the queue still holds."""
-    return await _offset_request(instance, queue, RequestCode.GET_MIN_OFFSET)
+    fields = QueueRequestHeader(topic=queue.topic, queue_id=queue.queue_id).encode()
+    return await _offset_request(instance, queue, RequestCode.GET_MIN_OFFSET, fields)
 
 
 async def offset_for_timestamp(instance: ClientInstance, queue: MessageQueue, timestamp_ms: int) -> int:
     """RocketMQ's search by time: the offset of the message stored *nearest* ``timestamp_ms`` (which
     may be earlier); past the last message, the last message's offset."""
-    return await _offset_request(
-        instance, queue, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, timestamp=str(timestamp_ms)
-    )
+    fields = SearchOffsetRequestHeader(topic=queue.topic, queue_id=queue.queue_id, timestamp=timestamp_ms)
+    return await _offset_request(instance, queue, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, fields.encode())
 
 
 async def offset_bounds(instance: ClientInstance, queue: MessageQueue) -> tuple[int, int]:
@@ -238,7 +240,9 @@ async def first_offset_at(
 async def consumer_ids(instance: ClientInstance, queue: MessageQueue, group: str) -> list[str]:
     """The client ids of the group's live members, as the queue's broker knows them."""
     response = await instance.invoke(
-        broker_addr_of(instance, queue), RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}
+        broker_addr_of(instance, queue),
+        RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+        ConsumerGroupRequestHeader(consumer_group=group).encode(),
     )
     if response.code != ResponseCode.SUCCESS:
         return []

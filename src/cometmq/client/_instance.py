@@ -17,12 +17,26 @@ import re
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from cometmq.client._msgid import local_ip
 from cometmq.client.message import MessageQueue
-from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, RemotingTimeoutError
+from cometmq.errors import (
+    BrokerError,
+    CometMQError,
+    ConnectionClosedError,
+    HeaderError,
+    ProtocolError,
+    RemotingTimeoutError,
+)
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.broker_headers import (
+    ConsumerGroupRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
+    ResetOffsetRequestHeader,
+    UnregisterClientRequestHeader,
+)
+from cometmq.protocol.headers import Header
 from cometmq.protocol.namesrv_headers import GetRouteInfoRequestHeader
 from cometmq.protocol.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE
 from cometmq.protocol.route import TopicRouteData
@@ -36,6 +50,17 @@ HEARTBEAT_INTERVAL_S = 30.0
 
 # A queue written as a fastjson map key in RESET_CONSUMER_CLIENT_OFFSET bodies: {"brokerName":…}:offset
 _OBJECT_KEY_ENTRY = re.compile(r"(\{[^{}]*\})\s*:\s*(-?\d+)")
+
+_H = TypeVar("_H", bound=Header)
+
+
+def decode_answer(header: type[_H], response: RemotingCommand) -> _H:
+    """The *header* of a server's *response*; a field missing or malformed is a :class:`ProtocolError`
+    (the server, not this client, is at fault)."""
+    try:
+        return header.decode(response.ext_fields)
+    except HeaderError as exc:
+        raise ProtocolError(f"a malformed answer ({header.__name__}): {exc.remark}") from None
 
 
 class ConsumerMember(Protocol):
@@ -332,39 +357,44 @@ class ClientInstance:
                 log.info("heartbeat to %s failed: %s", addr, result)
 
     async def _unregister_everywhere(self) -> None:
-        groups = [("producerGroup", g) for g in self._producer_groups] + [
-            ("consumerGroup", g) for g in self._consumers
+        headers = [
+            UnregisterClientRequestHeader(client_id=self.client_id, producer_group=group)
+            for group in self._producer_groups
+        ] + [
+            UnregisterClientRequestHeader(client_id=self.client_id, consumer_group=group)
+            for group in self._consumers
         ]
-        if not groups:
+        if not headers:
             return
         requests = [
-            self.invoke(
-                addr, RequestCode.UNREGISTER_CLIENT, {"clientID": self.client_id, field: group}, timeout=1.0
-            )
+            self.invoke(addr, RequestCode.UNREGISTER_CLIENT, header.encode(), timeout=1.0)
             for addr in self._master_addrs()
-            for field, group in groups
+            for header in headers
         ]
         await asyncio.gather(*requests, return_exceptions=True)
 
     # requests from brokers ---------------------------------------------------------------------
 
     def _on_broker_request(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
-        fields = request.ext_fields
+        # A malformed header raises HeaderError, which the transport answers (SYSTEM_ERROR + remark).
         if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
-            consumer = self._consumers.get(fields.get("consumerGroup", ""))
+            notified = ConsumerGroupRequestHeader.decode(request.ext_fields)
+            consumer = self._consumers.get(notified.consumer_group)
             if consumer is not None:
                 consumer.on_ids_changed()
             return None
         if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
-            consumer = self._consumers.get(fields.get("group", ""))
+            reset = ResetOffsetRequestHeader.decode(request.ext_fields)
+            consumer = self._consumers.get(reset.group)
             if consumer is not None:
                 try:  # a oneway request: a failure would otherwise leave no trace
-                    consumer.on_reset_offsets(fields.get("topic", ""), parse_reset_offsets(request.body))
+                    consumer.on_reset_offsets(reset.topic, parse_reset_offsets(request.body))
                 except Exception:
                     log.exception("cannot apply the offset reset of group %s", consumer.group)
             return None
         if request.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
-            consumer = self._consumers.get(fields.get("consumerGroup", ""))
+            asked = GetConsumerRunningInfoRequestHeader.decode(request.ext_fields)
+            consumer = self._consumers.get(asked.consumer_group)
             if consumer is None:
                 return request.response(ResponseCode.SYSTEM_ERROR, "the consumer group is not in this client")
             body = json.dumps(consumer.running_info(), separators=(",", ":")).encode()

@@ -12,13 +12,25 @@ from typing import Any, Literal
 
 from cometmq.client import _brokerapi
 from cometmq.client._brokerapi import CLIENT_INNER_PRODUCER_GROUP, PullResult, PullStatus, send_header
-from cometmq.client._instance import ClientInstance
+from cometmq.client._instance import ClientInstance, decode_answer
 from cometmq.client._lifecycle import Client
 from cometmq.client._options import check_positive
 from cometmq.client.message import MessageQueue
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
-from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
+from cometmq.protocol.broker_headers import (
+    RESET_TO_LATEST,
+    ConsumerGroupRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    GetConsumeStatsRequestHeader,
+    QueryMessageRequestHeader,
+    ResetOffsetRequestHeader,
+    ResetOffsetResponseHeader,
+    SendMessageResponseHeader,
+    TopicRequestHeader,
+    ViewMessageRequestHeader,
+)
 from cometmq.protocol.namesrv_headers import DeleteTopicFromNamesrvRequestHeader, GetRouteInfoRequestHeader
 from cometmq.protocol.naming import (
     DEFAULT_TOPIC,
@@ -260,16 +272,14 @@ class AdminClient(Client):
         if queues < 1:
             raise CometMQError(f"a topic needs at least one queue, not {queues}")
         _, masters = await self.masters_of(cluster)
-        header = {
-            "topic": topic,
-            "defaultTopic": DEFAULT_TOPIC,
-            "readQueueNums": str(queues),
-            "writeQueueNums": str(queues),
-            "perm": str(perm),
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": "0",
-            "order": "true" if order else "false",
-        }
+        header = CreateTopicRequestHeader(
+            topic=topic,
+            default_topic=DEFAULT_TOPIC,
+            read_queue_nums=queues,
+            write_queue_nums=queues,
+            perm=perm,
+            order=order,
+        ).encode()
         for broker in masters:
             assert broker.master_addr is not None
             await self._instance.invoke_ok(broker.master_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
@@ -307,7 +317,9 @@ class AdminClient(Client):
         for broker in masters:
             assert broker.master_addr is not None
             await self._instance.invoke_ok(
-                broker.master_addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}
+                broker.master_addr,
+                RequestCode.DELETE_TOPIC_IN_BROKER,
+                TopicRequestHeader(topic=topic).encode(),
             )
         # Every name server keeps its own table, so each one must forget the topic.
         forget = DeleteTopicFromNamesrvRequestHeader(topic=topic, cluster_name=cluster)
@@ -344,15 +356,14 @@ class AdminClient(Client):
             end_ms = _NO_END  # not "now": the broker's clock may run ahead of ours
         route = await self.topic_route(topic)
         addrs = sorted({b.master_addr for b in route.broker_datas if b.master_addr is not None})
-        header = {
-            "topic": topic,
-            "key": key,
-            "maxNum": str(max_num),
-            "beginTimestamp": str(begin_ms),
-            "endTimestamp": str(end_ms),
-        }
-        if unique:
-            header[UNIQUE_KEY_QUERY_FLAG] = "true"
+        header = QueryMessageRequestHeader(
+            topic=topic,
+            key=key,
+            max_num=max_num,
+            begin_timestamp=begin_ms,
+            end_timestamp=end_ms,
+            unique_key_query=unique,
+        ).encode()
 
         async def ask(addr: str) -> list[DecodedRecord]:
             try:
@@ -421,7 +432,7 @@ class AdminClient(Client):
         addr = f"{host}:{port}" if host.version == 4 else f"[{host}]:{port}"
         try:
             response = await self._instance.invoke_ok(
-                addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)}
+                addr, RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset=offset).encode()
             )
             records = decode_records(response.body)
         except (CometMQError, ValueError) as exc:
@@ -514,7 +525,7 @@ class AdminClient(Client):
         existing = await self.get_group(group, cluster)
         if not existing:
             raise CometMQError(f"group {group} does not exist")
-        header = {"groupName": group, "removeOffset": "true" if remove_offsets else "false"}
+        header = DeleteSubscriptionGroupRequestHeader(group_name=group, remove_offset=remove_offsets).encode()
         for broker in masters:
             assert broker.master_addr is not None
             await self._instance.invoke_ok(broker.master_addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, header)
@@ -526,9 +537,7 @@ class AdminClient(Client):
         """Per queue, how far ``group`` is (GET_CONSUME_STATS on every master of the cluster): for
         ``topic``, or every topic the group has offsets for (its retry topic included)."""
         _, masters = await self.masters_of(cluster)
-        header = {"consumerGroup": group}
-        if topic is not None:
-            header["topic"] = topic
+        header = GetConsumeStatsRequestHeader(consumer_group=group, topic=topic).encode()
         queues: list[QueueProgress] = []
         tps = 0.0
         for broker in masters:
@@ -589,23 +598,26 @@ class AdminClient(Client):
             raise CometMQError(
                 f"topic {topic} is on several brokers ({', '.join(names)}); say which one holds the queue"
             )
-        header = {"topic": topic, "group": group, "isForce": "true"}
         if to == "earliest":
-            header["timestamp"] = "0"  # RocketMQ's tools: the first message stored at or after 0
+            since = 0  # RocketMQ's tools: the first message stored at or after 0
         elif to == "latest":
-            header["timestamp"] = "-1"  # RocketMQ's "now": each queue's end
+            since = RESET_TO_LATEST  # RocketMQ's "now": each queue's end
         else:
-            header["timestamp"] = str(timestamp if timestamp is not None else -1)
-        if queue_id is not None:
-            header["queueId"] = str(queue_id)
-        if offset is not None:
-            header["offset"] = str(offset)  # RocketMQ 5's header field, honoured with queueId
+            since = timestamp if timestamp is not None else RESET_TO_LATEST
+        header = ResetOffsetRequestHeader(
+            topic=topic,
+            group=group,
+            timestamp=since,
+            is_force=True,
+            queue_id=queue_id,
+            offset=offset,  # RocketMQ 5's header field, honoured with queueId
+        ).encode()
         result = ResetResult([], 0)
         for name in names:
             addr = masters[name]
             assert addr is not None
             response = await self._instance.invoke_ok(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header)
-            result.consumers_notified += int(response.ext_fields.get("consumersNotified") or 0)
+            result.consumers_notified += decode_answer(ResetOffsetResponseHeader, response).consumers_notified
             body = fastjson.loads(response.body) if response.body else {}
             before = {_queue_of(k): int(v) for k, v in (body.get("previousOffsetTable") or {}).items()}
             for key, new_offset in (body.get("offsetTable") or {}).items():
@@ -625,7 +637,9 @@ class AdminClient(Client):
             assert broker.master_addr is not None
             try:
                 response = await self._instance.invoke_ok(
-                    broker.master_addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}
+                    broker.master_addr,
+                    RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                    ConsumerGroupRequestHeader(consumer_group=group).encode(),
                 )
             except BrokerError as exc:
                 if exc.code != ResponseCode.CONSUMER_NOT_ONLINE:
@@ -756,8 +770,10 @@ class AdminClient(Client):
             dead_letter.flag,
             queue_id=random.randrange(queues),
         )
-        response = await self._instance.invoke_ok(addr, RequestCode.SEND_MESSAGE_V2, header, dead_letter.body)
-        return Resent(topic, response.ext_fields.get("msgId", ""))
+        response = await self._instance.invoke_ok(
+            addr, RequestCode.SEND_MESSAGE_V2, header.encode(compact=True), dead_letter.body
+        )
+        return Resent(topic, decode_answer(SendMessageResponseHeader, response).msg_id)
 
     # reading queues, for batch readers (the Spark connector) -----------------------------------
 

@@ -85,6 +85,7 @@ from cometmq.client.message import (
 )
 from cometmq.errors import ClientStateError, CometMQError
 from cometmq.protocol import RequestCode
+from cometmq.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
 from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
@@ -874,15 +875,14 @@ class PushConsumer(Client):
     async def _send_back(self, pq: ProcessQueue, message: ReceivedMessage, delay_level: int = 0) -> bool:
         """Hand a failed message back to the broker for a later retry (or, ``delay_level`` -1, the
         DLQ); False when neither the send-back nor the fallback send worked."""
-        fields = {
-            "offset": str(message.commitlog_offset),
-            "group": self.group,
-            "delayLevel": str(delay_level),
-            "originMsgId": message.msg_id,
-            "originTopic": message.topic,
-            "unitMode": "false",
-            "maxReconsumeTimes": str(self._retry_limit),
-        }
+        fields = ConsumerSendMsgBackRequestHeader(
+            offset=message.commitlog_offset,
+            group=self.group,
+            delay_level=delay_level,
+            origin_msg_id=message.msg_id,
+            origin_topic=message.topic,
+            max_reconsume_times=self._retry_limit,
+        ).encode()
         try:
             await self._instance.invoke_ok(
                 broker_addr_of(self._instance, pq.queue),
@@ -923,7 +923,10 @@ class PushConsumer(Client):
             max_reconsume_times=self._retry_limit,
         )
         await self._instance.invoke_ok(
-            broker_addr_of(self._instance, pq.queue), RequestCode.SEND_MESSAGE_V2, header, message.body
+            broker_addr_of(self._instance, pq.queue),
+            RequestCode.SEND_MESSAGE_V2,
+            header.encode(compact=True),
+            message.body,
         )
 
     # offsets -----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from cometmq.client._brokerapi import broker_addr_of, send_header
 from cometmq.client._direct import DirectLane
 from cometmq.client._fault import FaultStrategy, PublishInfo
-from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance
+from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance, decode_answer
 from cometmq.client._lifecycle import RUNNING, Client
 from cometmq.client._msgid import UniqueIdGenerator
 from cometmq.client._options import check_group, check_positive, check_range
@@ -38,6 +38,7 @@ from cometmq.errors import (
 )
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.batch import ENTRY_HEAD, PROPERTIES_LENGTH
+from cometmq.protocol.broker_headers import SendMessageRequestHeader, SendMessageResponseHeader
 from cometmq.protocol.naming import (
     DEFAULT_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -85,7 +86,7 @@ class _Request(NamedTuple):
 
     code: int  # SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE
     topic: str
-    header: dict[str, str]
+    header: SendMessageRequestHeader
     body: bytes | list[bytes]  # a batch body as its parts, written without a join
     uniq: str  # UNIQ_KEY, or a batch's joined by ","
 
@@ -626,19 +627,15 @@ class Producer(Client):
             faults.update(broker, (time.monotonic() - started) * 1000.0, status is None)
         if status is None:
             raise BrokerError(response.code, response.remark)
-        fields = response.ext_fields
-        try:
-            queue_id = int(fields["queueId"])
-            result = SendResult(
-                status,
-                uniq,
-                fields["msgId"],
-                queue if queue_id == queue.queue_id else MessageQueue(queue.topic, broker, queue_id),
-                int(fields["queueOffset"]),
-            )
-        except (KeyError, ValueError) as exc:
-            raise BrokerError(response.code, f"a send response without a valid {exc}: {fields}") from None
-        return result
+        answer = decode_answer(SendMessageResponseHeader, response)
+        queue_id = answer.queue_id
+        return SendResult(
+            status,
+            uniq,
+            answer.msg_id,
+            queue if queue_id == queue.queue_id else MessageQueue(queue.topic, broker, queue_id),
+            answer.queue_offset,
+        )
 
 
 async def _call_back(sending: Awaitable[SendResult], callback: SendCallback) -> None:
@@ -684,8 +681,9 @@ def _send_request(request: _Request, queue: MessageQueue) -> RemotingCommand:
     """The command of one attempt of *request* on *queue*: the header, shared by the attempts, names
     its queue id."""
     header = request.header
-    header["e"] = str(queue.queue_id)
+    header.queue_id = queue.queue_id
+    fields = header.encode(compact=True)
     body = request.body
     if isinstance(body, bytes):
-        return RemotingCommand(code=request.code, ext_fields=header, body=body)
-    return RemotingCommand(code=request.code, ext_fields=header, body_parts=body)
+        return RemotingCommand(code=request.code, ext_fields=fields, body=body)
+    return RemotingCommand(code=request.code, ext_fields=fields, body_parts=body)

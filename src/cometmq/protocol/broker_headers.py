@@ -1,37 +1,44 @@
-"""The headers of the requests a broker serves and of its answers, declared once for both ends
-(:mod:`cometmq.protocol.headers`). Field names, Java types and defaults are RocketMQ's
-(``remoting/protocol/header``); docs/protocol.md describes each request."""
+"""The headers of the requests a broker serves and of its answers, and of the requests a broker sends
+to its clients, declared once for both ends (:mod:`cometmq.protocol.headers`). Field names, Java
+types and defaults are RocketMQ's (``remoting/protocol/header``); where several requests carry the
+same fields they share one class, whose docstring names RocketMQ's classes. docs/protocol.md
+describes each request.
+
+Requests without a header (HEART_BEAT, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ, CHECK_CLIENT_CONFIG,
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, the GET_ALL_* and GET_BROKER_RUNTIME_INFO) carry everything in
+their body.
+"""
 
 from __future__ import annotations
 
+from typing import Final
+
+from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
 from cometmq.protocol.headers import Header, JavaBool, JavaInt, JavaLong, JavaString, header, wire
+from cometmq.protocol.naming import PERM_READ, PERM_WRITE
 
+# RocketMQ's clients refuse a pullBatchSize outside 1..1024; the broker refuses a pull asking for more.
+MAX_PULL_MESSAGES: Final = 1024
+# The most read or write queues a topic created by UPDATE_AND_CREATE_TOPIC may have.
+MAX_QUEUE_NUMS: Final = 1024
+# ResetOffsetRequestHeader.timestamp meaning "the end of each queue" (RocketMQ's tools send it for "now").
+RESET_TO_LATEST: Final = -1
 
-@header
-class PullMessageRequestHeader(Header):
-    consumer_group: JavaString = wire("consumerGroup")
-    topic: JavaString = wire("topic")
-    queue_id: JavaInt = wire("queueId")
-    queue_offset: JavaLong = wire("queueOffset")
-    max_msg_nums: JavaInt = wire("maxMsgNums", default=32)
-    sys_flag: JavaInt = wire("sysFlag", default=0)
-    commit_offset: JavaLong = wire("commitOffset", default=0)
-    suspend_timeout_millis: JavaLong = wire("suspendTimeoutMillis", default=0)
-    subscription: JavaString | None = wire("subscription", default=None)
-    sub_version: JavaLong = wire("subVersion", default=0)
-    expression_type: JavaString | None = wire("expressionType", default=None)
+# sending ------------------------------------------------------------------------------------------
 
 
 @header
 class SendMessageRequestHeader(Header):
     """SEND_MESSAGE's header; SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE send the same fields under their
-    one-letter *compact* names (RocketMQ's SendMessageRequestHeaderV2)."""
+    one-letter *compact* names (RocketMQ's SendMessageRequestHeaderV2). A negative ``queue_id`` lets
+    the broker pick a writable queue, as RocketMQ's does."""
 
     producer_group: JavaString = wire("producerGroup", compact="a")
     topic: JavaString = wire("topic", compact="b")
     default_topic: JavaString = wire("defaultTopic", compact="c", default="TBW102")
+    # The queues a topic auto-created by this send gets (capped by the broker, as RocketMQ's).
     default_topic_queue_nums: JavaInt = wire("defaultTopicQueueNums", compact="d", default=4)
-    queue_id: JavaInt = wire("queueId", compact="e", default=-1)
+    queue_id: JavaInt = wire("queueId", compact="e")
     sys_flag: JavaInt = wire("sysFlag", compact="f", default=0)
     born_timestamp: JavaLong = wire("bornTimestamp", compact="g", default=0)
     flag: JavaInt = wire("flag", compact="h", default=0)
@@ -40,3 +47,231 @@ class SendMessageRequestHeader(Header):
     unit_mode: JavaBool = wire("unitMode", compact="k", default=False)
     max_reconsume_times: JavaInt | None = wire("maxReconsumeTimes", compact="l", default=None)
     batch: JavaBool = wire("batch", compact="m", default=False)
+
+
+@header
+class SendMessageResponseHeader(Header):
+    """The answer to a send. ``MSG_REGION`` and ``TRACE_ON`` are not fields of RocketMQ's class but
+    extFields its broker adds to every send answer; its clients read them from there."""
+
+    msg_id: JavaString = wire("msgId")
+    queue_id: JavaInt = wire("queueId")
+    queue_offset: JavaLong = wire("queueOffset")
+    transaction_id: JavaString | None = wire("transactionId", default=None)
+    msg_region: JavaString | None = wire("MSG_REGION", default=None)
+    trace_on: JavaBool | None = wire("TRACE_ON", default=None)
+
+
+@header
+class ConsumerSendMsgBackRequestHeader(Header):
+    """CONSUMER_SEND_MSG_BACK: the message at commit-log ``offset`` failed in ``group``. A negative
+    ``delay_level`` sends it to the dead-letter queue at once; 0 lets the broker choose."""
+
+    offset: JavaLong = wire("offset")  # not found: RocketMQ's "look message by offset failed"
+    group: JavaString = wire("group")
+    delay_level: JavaInt = wire("delayLevel", default=0)
+    origin_msg_id: JavaString | None = wire("originMsgId", default=None)
+    origin_topic: JavaString | None = wire("originTopic", default=None)
+    unit_mode: JavaBool = wire("unitMode", default=False)
+    max_reconsume_times: JavaInt | None = wire("maxReconsumeTimes", default=None)
+
+
+# pulling and offsets ------------------------------------------------------------------------------
+
+
+@header
+class PullMessageRequestHeader(Header):
+    """PULL_MESSAGE: up to ``max_msg_nums`` messages of one queue from ``queue_offset`` on;
+    ``sys_flag`` says whether to commit ``commit_offset``, hold the pull, and use ``subscription``."""
+
+    consumer_group: JavaString = wire("consumerGroup")
+    topic: JavaString = wire("topic")
+    queue_id: JavaInt = wire("queueId", minimum=0)
+    queue_offset: JavaLong = wire("queueOffset")
+    max_msg_nums: JavaInt = wire("maxMsgNums", default=32, minimum=1, maximum=MAX_PULL_MESSAGES)
+    sys_flag: JavaInt = wire("sysFlag", default=0)
+    commit_offset: JavaLong = wire("commitOffset", default=-1)  # below 0: nothing to commit
+    # RocketMQ's clients send 15 s (BROKER_SUSPEND_MAX_TIME_MILLIS); the broker holds at most 25 s.
+    suspend_timeout_millis: JavaLong = wire("suspendTimeoutMillis", default=15000)
+    subscription: JavaString | None = wire("subscription", default=None)
+    sub_version: JavaLong = wire("subVersion", default=0)
+    expression_type: JavaString | None = wire("expressionType", default=None)
+
+
+@header
+class PullMessageResponseHeader(Header):
+    """Every pull answer carries all four fields, a refusal too: Java clients unbox them without null
+    checks."""
+
+    suggest_which_broker_id: JavaLong = wire("suggestWhichBrokerId", default=0)
+    next_begin_offset: JavaLong = wire("nextBeginOffset")
+    min_offset: JavaLong = wire("minOffset")
+    max_offset: JavaLong = wire("maxOffset")
+
+
+@header
+class QueryConsumerOffsetRequestHeader(Header):
+    consumer_group: JavaString = wire("consumerGroup")
+    topic: JavaString = wire("topic")
+    queue_id: JavaInt = wire("queueId", minimum=0)
+
+
+@header
+class UpdateConsumerOffsetRequestHeader(Header):
+    consumer_group: JavaString = wire("consumerGroup")
+    topic: JavaString = wire("topic")
+    queue_id: JavaInt = wire("queueId", minimum=0)
+    commit_offset: JavaLong = wire("commitOffset")
+
+
+@header
+class QueueRequestHeader(Header):
+    """One queue of a topic: RocketMQ's GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader and
+    GetEarliestMsgStoretimeRequestHeader (GET_MAX_OFFSET, GET_MIN_OFFSET,
+    GET_EARLIEST_MSG_STORETIME)."""
+
+    topic: JavaString = wire("topic")
+    queue_id: JavaInt = wire("queueId", minimum=0)
+
+
+@header
+class SearchOffsetRequestHeader(Header):
+    """SEARCH_OFFSET_BY_TIMESTAMP: the offset of the message of one queue stored nearest a time."""
+
+    topic: JavaString = wire("topic")
+    queue_id: JavaInt = wire("queueId", minimum=0)
+    timestamp: JavaLong = wire("timestamp")
+
+
+@header
+class OffsetResponseHeader(Header):
+    """A queue offset: RocketMQ's GetMaxOffsetResponseHeader, GetMinOffsetResponseHeader,
+    SearchOffsetResponseHeader and QueryConsumerOffsetResponseHeader."""
+
+    offset: JavaLong = wire("offset")
+
+
+@header
+class GetEarliestMsgStoretimeResponseHeader(Header):
+    timestamp: JavaLong = wire("timestamp")
+
+
+# clients ------------------------------------------------------------------------------------------
+
+
+@header
+class UnregisterClientRequestHeader(Header):
+    client_id: JavaString = wire("clientID")
+    producer_group: JavaString | None = wire("producerGroup", default=None)
+    consumer_group: JavaString | None = wire("consumerGroup", default=None)
+
+
+@header
+class ConsumerGroupRequestHeader(Header):
+    """One consumer group: RocketMQ's GetConsumerListByGroupRequestHeader,
+    GetConsumerConnectionListRequestHeader and NotifyConsumerIdsChangedRequestHeader
+    (GET_CONSUMER_LIST_BY_GROUP, GET_CONSUMER_CONNECTION_LIST, and NOTIFY_CONSUMER_IDS_CHANGED from
+    a broker to its clients)."""
+
+    consumer_group: JavaString = wire("consumerGroup")
+
+
+@header
+class GetConsumerRunningInfoRequestHeader(Header):
+    """GET_CONSUMER_RUNNING_INFO, from a broker (or an admin tool through it) to a client."""
+
+    consumer_group: JavaString = wire("consumerGroup")
+    client_id: JavaString | None = wire("clientId", default=None)
+    jstack_enable: JavaBool = wire("jstackEnable", default=False)
+
+
+# administration ---------------------------------------------------------------------------------
+
+
+@header
+class TopicRequestHeader(Header):
+    """One topic: RocketMQ's DeleteTopicRequestHeader and GetTopicStatsInfoRequestHeader
+    (DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO)."""
+
+    topic: JavaString = wire("topic")
+
+
+@header
+class CreateTopicRequestHeader(Header):
+    """UPDATE_AND_CREATE_TOPIC. RocketMQ requires every field; a queue number left out here is the
+    broker's defaultTopicQueueNums (read) and the read number (write)."""
+
+    topic: JavaString = wire("topic")
+    default_topic: JavaString = wire("defaultTopic", default="TBW102")
+    read_queue_nums: JavaInt | None = wire("readQueueNums", default=None, minimum=1, maximum=MAX_QUEUE_NUMS)
+    write_queue_nums: JavaInt | None = wire("writeQueueNums", default=None, minimum=1, maximum=MAX_QUEUE_NUMS)
+    perm: JavaInt = wire("perm", default=PERM_READ | PERM_WRITE)
+    topic_filter_type: JavaString = wire("topicFilterType", default="SINGLE_TAG")
+    topic_sys_flag: JavaInt = wire("topicSysFlag", default=0)
+    order: JavaBool = wire("order", default=False)
+
+
+@header
+class ViewMessageRequestHeader(Header):
+    """VIEW_MESSAGE_BY_ID: the record at a commit-log offset (the offset half of an offset message
+    id)."""
+
+    offset: JavaLong = wire("offset")  # not found: RocketMQ's "can not find message by the offset"
+
+
+@header
+class QueryMessageRequestHeader(Header):
+    """QUERY_MESSAGE: messages of a topic by key (or unique key) stored in a time range. ``maxNum``
+    is capped by the broker (RocketMQ's maxMsgsNumBatch). The unique-key flag is an extField
+    RocketMQ's clients add beside the header's fields."""
+
+    topic: JavaString = wire("topic")
+    key: JavaString = wire("key")
+    max_num: JavaInt = wire("maxNum", minimum=1)
+    begin_timestamp: JavaLong = wire("beginTimestamp")
+    end_timestamp: JavaLong = wire("endTimestamp")
+    unique_key_query: JavaBool = wire(UNIQUE_KEY_QUERY_FLAG, default=False)
+
+
+@header
+class QueryMessageResponseHeader(Header):
+    index_last_update_timestamp: JavaLong = wire("indexLastUpdateTimestamp")
+    index_last_update_phyoffset: JavaLong = wire("indexLastUpdatePhyoffset")
+
+
+@header
+class DeleteSubscriptionGroupRequestHeader(Header):
+    group_name: JavaString = wire("groupName")
+    remove_offset: JavaBool = wire("removeOffset", default=False)
+
+
+@header
+class GetConsumeStatsRequestHeader(Header):
+    """GET_CONSUME_STATS: a group's progress on one topic, or (no topic) on every topic it has
+    offsets for."""
+
+    consumer_group: JavaString = wire("consumerGroup")
+    topic: JavaString | None = wire("topic", default=None)
+
+
+@header
+class ResetOffsetRequestHeader(Header):
+    """INVOKE_BROKER_TO_RESET_OFFSET (admin → broker) and RESET_CONSUMER_CLIENT_OFFSET (broker →
+    client). ``queue_id`` and ``offset`` are RocketMQ 5's fields for one queue set to an explicit
+    offset; a ``timestamp`` of -1 means each queue's end. Without ``isForce`` a reset may move an
+    offset forward too."""
+
+    topic: JavaString = wire("topic")
+    group: JavaString = wire("group")
+    timestamp: JavaLong = wire("timestamp")
+    is_force: JavaBool = wire("isForce", default=True)
+    queue_id: JavaInt | None = wire("queueId", default=None)  # None (or -1): every queue
+    offset: JavaLong | None = wire("offset", default=None)
+
+
+@header
+class ResetOffsetResponseHeader(Header):
+    """How many consumer connections were sent the new offsets (CometMQ's own field; Java tools
+    ignore it)."""
+
+    consumers_notified: JavaInt = wire("consumersNotified", default=0)

@@ -28,10 +28,11 @@ declared ``JavaInt | None`` with ``default=None``: absent on the wire, ``None`` 
 from __future__ import annotations
 
 import dataclasses
+import linecache
 import types
 import typing
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any, ClassVar, Final, Self, TypeVar, dataclass_transform
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, Self, TypeVar, dataclass_transform
 
 from cometmq.errors import HeaderError
 from cometmq.protocol.codes import ResponseCode
@@ -103,7 +104,6 @@ class _Field:
     name: str
     compact: str
     java: _JavaType
-    parse: Callable[[_Field, str], Any]
     required: bool
     default: Any
     low: int | None
@@ -111,39 +111,34 @@ class _Field:
     max_length: int | None
 
 
-def _parse_string(spec: _Field, text: str) -> str:
-    if spec.max_length is not None and len(text) > spec.max_length:
-        raise HeaderError(
-            ResponseCode.SYSTEM_ERROR,
-            f"the request header field {spec.name} is longer than {spec.max_length} characters",
-        )
-    return text
+def _missing(spec: _Field) -> HeaderError:
+    return HeaderError(ResponseCode.SYSTEM_ERROR, f"the request header field {spec.name} is missing")
 
 
-def _parse_number(spec: _Field, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise HeaderError(
-            ResponseCode.SYSTEM_ERROR,
-            f"the request header field {spec.name}={text[:64]!r} is not a Java {spec.java.name}",
-        ) from None
+def _too_long(spec: _Field) -> HeaderError:
+    return HeaderError(
+        ResponseCode.SYSTEM_ERROR,
+        f"the request header field {spec.name} is longer than {spec.max_length} characters",
+    )
+
+
+def _not_a_number(spec: _Field, text: str) -> HeaderError:
+    return HeaderError(
+        ResponseCode.SYSTEM_ERROR,
+        f"the request header field {spec.name}={text[:64]!r} is not a Java {spec.java.name}",
+    )
+
+
+def _out_of_range(spec: _Field, value: int) -> HeaderError:
     if spec.low is not None and value < spec.low:
         limit = "the Java range" if spec.low == spec.java.low else str(spec.low)
-        raise HeaderError(
+        return HeaderError(
             ResponseCode.SYSTEM_ERROR, f"the request header field {spec.name}={value} is below {limit}"
         )
-    if spec.high is not None and value > spec.high:
-        limit = "the Java range" if spec.high == spec.java.high else str(spec.high)
-        raise HeaderError(
-            ResponseCode.SYSTEM_ERROR, f"the request header field {spec.name}={value} is above {limit}"
-        )
-    return value
-
-
-def _parse_bool(spec: _Field, text: str) -> bool:
-    # Java's Boolean.parseBoolean: anything but "true" (any case) is false; the C++ client writes 1/0.
-    return text.strip().lower() in ("true", "1")
+    limit = "the Java range" if spec.high == spec.java.high else str(spec.high)
+    return HeaderError(
+        ResponseCode.SYSTEM_ERROR, f"the request header field {spec.name}={value} is above {limit}"
+    )
 
 
 def _java_type(hint: Any) -> tuple[_JavaType, bool]:
@@ -169,13 +164,6 @@ def _field_specs(cls: type) -> tuple[_Field, ...]:
         if not isinstance(wire_name, _WireName):
             raise TypeError(f"{cls.__name__}.{field.name} is not declared with wire()")
         java, nullable = _java_type(hints[field.name])
-        parse: Callable[[_Field, str], Any]
-        if java is _STRING:
-            parse = _parse_string
-        elif java is _BOOLEAN:
-            parse = _parse_bool
-        else:
-            parse = _parse_number
         required = field.default is dataclasses.MISSING
         if field.default is None and not nullable:
             raise TypeError(f"{cls.__name__}.{field.name} defaults to None but its type is not optional")
@@ -190,7 +178,6 @@ def _field_specs(cls: type) -> tuple[_Field, ...]:
                 wire_name.name,
                 wire_name.compact or wire_name.name,
                 java,
-                parse,
                 required,
                 None if required else field.default,
                 low,
@@ -201,40 +188,125 @@ def _field_specs(cls: type) -> tuple[_Field, ...]:
     return tuple(specs)
 
 
-class Header:
-    """Base of every declared header; see the module docstring."""
+# Every header is decoded and encoded by methods generated for its class: straight-line code with no
+# loop over the fields and no call per field, one copy per naming (long, compact), the object made
+# without calling __init__. The send and pull headers are decoded once per request: bench/broker_send.py
+# (SEND_MESSAGE_V2) measures that path.
 
-    _specs: ClassVar[tuple[_Field, ...]] = ()
+
+# Most numbers in headers are small (queue ids, flags, counts): a dict lookup reads them faster than
+# int() does (bench/broker_send.py, SEND_MESSAGE_V2).
+_SMALL_NUMBERS: Final = {str(number): number for number in range(-1, 1025)}
+
+
+def _decoder_lines(specs: tuple[_Field, ...], compact: bool) -> list[str]:
+    lines = []
+    for i, spec in enumerate(specs):
+        key = spec.compact if compact else spec.name
+        if spec.required:
+            lines += [
+                "try:",
+                f"    text = fields[{key!r}]",
+                "except KeyError:",
+                f"    raise _missing(specs[{i}]) from None",
+            ]
+            at = ""
+        else:
+            lines += [f"text = get({key!r})", "if text is None:", f"    v{i} = {spec.default!r}", "else:"]
+            at = "    "
+        if spec.java is _STRING:
+            lines.append(f"{at}v{i} = text")
+            if spec.max_length is not None:
+                lines += [f"{at}if len(text) > {spec.max_length}:", f"{at}    raise _too_long(specs[{i}])"]
+        elif spec.java is _BOOLEAN:
+            # Java's Boolean.parseBoolean: anything but "true" (any case) is false; C++ writes 1/0.
+            lines.append(f'{at}v{i} = text == "true" or (text != "false" and text.strip().lower() in _TRUE)')
+        else:
+            lines += [
+                f"{at}v{i} = small(text)",
+                f"{at}if v{i} is None:",
+                f"{at}    try:",
+                f"{at}        v{i} = int(text)",
+                f"{at}    except ValueError:",
+                f"{at}        raise _not_a_number(specs[{i}], text) from None",
+                f"{at}if not {spec.low} <= v{i} <= {spec.high}:",
+                f"{at}    raise _out_of_range(specs[{i}], v{i})",
+            ]
+    lines.append("header = new(cls)")
+    lines += [f"header.{spec.attr} = v{i}" for i, spec in enumerate(specs)]
+    lines.append("return header")
+    return lines
+
+
+def _encoder_lines(specs: tuple[_Field, ...], compact: bool) -> list[str]:
+    lines = ["fields = {}"]
+    for spec in specs:
+        key = spec.compact if compact else spec.name
+        if spec.java is _STRING:
+            text = "value"
+        elif spec.java is _BOOLEAN:
+            text = '"true" if value else "false"'
+        else:
+            text = "str(value)"
+        lines.append(f"value = self.{spec.attr}")
+        if spec.required:
+            lines.append(f"fields[{key!r}] = {text}")
+        else:  # a field that is None is left out
+            lines += ["if value is not None:", f"    fields[{key!r}] = {text}"]
+    lines.append("return fields")
+    return lines
+
+
+def _method_source(signature: str, long: list[str], compact: list[str]) -> str:
+    body = long if long == compact else ["if compact:", *_indented(compact), "else:", *_indented(long)]
+    return "\n".join([signature, *_indented(body)])
+
+
+def _indented(lines: list[str]) -> list[str]:
+    return ["    " + line for line in lines]
+
+
+def _install_codec(cls: type, specs: tuple[_Field, ...]) -> None:
+    namespace: dict[str, Any] = {
+        "new": object.__new__,
+        "small": _SMALL_NUMBERS.get,
+        "specs": specs,
+        "_TRUE": ("true", "1"),
+        "_missing": _missing,
+        "_too_long": _too_long,
+        "_not_a_number": _not_a_number,
+        "_out_of_range": _out_of_range,
+    }
+    decode = _method_source(
+        "def decode(cls, fields, *, compact=False):",
+        ["get = fields.get", *_decoder_lines(specs, False)],
+        ["get = fields.get", *_decoder_lines(specs, True)],
+    )
+    encode = _method_source(
+        "def encode(self, *, compact=False):", _encoder_lines(specs, False), _encoder_lines(specs, True)
+    )
+    source = f"{decode}\n\n{encode}\n"
+    filename = f"<{cls.__qualname__} codec {len(linecache.cache)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)  # tracebacks
+    exec(compile(source, filename, "exec"), namespace)
+    # The generated methods take the place of Header's.
+    for name, method in (("decode", classmethod(namespace["decode"])), ("encode", namespace["encode"])):
+        setattr(cls, name, method)
+
+
+class Header:
+    """Base of every declared header; see the module docstring. :func:`header` gives each declared
+    class its own ``decode`` and ``encode``."""
 
     @classmethod
     def decode(cls, fields: Mapping[str, str], *, compact: bool = False) -> Self:
         """The header in *fields* (a command's extFields); :class:`HeaderError` names the first field
         that is missing, not of its type, or out of range."""
-        values: dict[str, Any] = {}
-        for spec in cls._specs:
-            text = fields.get(spec.compact if compact else spec.name)
-            if text is None:
-                if spec.required:
-                    raise HeaderError(
-                        ResponseCode.SYSTEM_ERROR, f"the request header field {spec.name} is missing"
-                    )
-                values[spec.attr] = spec.default
-            else:
-                values[spec.attr] = spec.parse(spec, text)
-        return cls(**values)
+        raise TypeError(f"{cls.__name__} is not declared with @header")
 
     def encode(self, *, compact: bool = False) -> dict[str, str]:
         """The wire fields of this header (a field that is None is left out)."""
-        fields: dict[str, str] = {}
-        for spec in self._specs:
-            value = getattr(self, spec.attr)
-            if value is None:
-                continue
-            # bool before int: True is an int too, and Java writes it as "true"
-            fields[spec.compact if compact else spec.name] = (
-                ("true" if value else "false") if isinstance(value, bool) else str(value)
-            )
-        return fields
+        raise TypeError(f"{type(self).__name__} is not declared with @header")
 
 
 _H = TypeVar("_H", bound=Header)
@@ -245,5 +317,5 @@ def header(cls: type[_H]) -> type[_H]:
     """Make *cls* a header: a keyword-only dataclass with slots whose fields are declared with
     :func:`wire`."""
     made = dataclasses.dataclass(slots=True, kw_only=True)(cls)
-    made._specs = _field_specs(made)
+    _install_codec(made, _field_specs(made))
     return made

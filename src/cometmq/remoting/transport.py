@@ -270,8 +270,11 @@ def _error_response(request: RemotingCommand, exc: Exception) -> RemotingCommand
     if isinstance(exc, RequestRefused):
         # A refusal the handler chose (bad header, illegal topic, …): its code and remark, no traceback.
         return request.response(exc.code, exc.remark)
-    log.exception("request code %d failed", request.code, exc_info=exc)
-    return request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+    # A fault of ours: the traceback goes to the log, the client learns only where to look.
+    log.error("request code %d failed", request.code, exc_info=exc)
+    return request.response(
+        ResponseCode.SYSTEM_ERROR, f"internal error handling request code {request.code} (see the server log)"
+    )
 
 
 class RemotingServer:
