@@ -48,7 +48,7 @@ def expected_get(
     accept: RecordFilter | None = None,
 ) -> Expected:
     """A pull of offsets the queue holds (min <= offset < max), one record at a time: one
-    consume-queue file per call, limits checked before the filters (wire facts §7.7)."""
+    consume-queue file per call, limits checked before the filters (docs/protocol.md#pull-results)."""
     end = min(store.max_offset(topic, queue_id), (offset // units_per_file + 1) * units_per_file)
     records: list[bytes] = []
     runs = 0

@@ -1,4 +1,4 @@
-"""Properties codec (wire facts §6.4) and the Java tag hash (§6.7)."""
+"""Properties codec (docs/protocol.md#properties) and the Java tag hash (docs/protocol.md#tag-hash)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The message record codec (cometmq.protocol.record), wire facts §6.2 / §6.3."""
+"""The message record codec (cometmq.protocol.record; docs/protocol.md#record, #message-ids)."""
 
 from __future__ import annotations
 
@@ -101,8 +101,9 @@ def test_round_trip_every_field(fields: dict[str, object]) -> None:
     assert rec.offset_msg_id == offset_msg_id(fields["store_host"], fields["commitlog_offset"])  # type: ignore[arg-type]
 
 
-def test_layout_matches_wire_facts() -> None:
-    # §6.2's check: body 22, topic 9, properties 95 -> 217 bytes; offsets of every fixed field.
+def test_layout_matches_the_documented_record() -> None:
+    # A record with a 22-byte body, a 9-byte topic and 95 bytes of properties is 217 bytes
+    # (docs/protocol.md#record); then the offset of every fixed field.
     assert record_size(22, 9, 95) == 217
     data = encode(
         {

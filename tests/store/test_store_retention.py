@@ -247,7 +247,7 @@ def test_units_left_pointing_into_deleted_segments_read_as_message_was_removing(
     open_store: OpenStore,
 ) -> None:
     # ``clean`` moves min offsets in the same pass, so readers never see this; the commit log and
-    # get_messages must still cope (wire facts §7.7: MESSAGE_WAS_REMOVING).
+    # get_messages must still cope (docs/protocol.md#pull-results: MESSAGE_WAS_REMOVING).
     store = open_store(disk_usage_probe=InjectedDiskUsage(0.10))
     results = fill(store, 150)
     cl = store._commitlog

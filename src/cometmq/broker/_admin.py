@@ -209,7 +209,8 @@ class AdminProcessor:
     # consumption progress -----------------------------------------------------------------------
 
     def get_consume_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """ConsumeStats of a group (wire facts §5.13), for one topic or every topic it has offsets for."""
+        """ConsumeStats of a group (docs/protocol.md#admin-bodies), for one topic or every topic it has
+        offsets for."""
         broker = self._broker
         store = broker.store
         stats = GetConsumeStatsRequestHeader.decode(request.ext_fields)
@@ -314,7 +315,8 @@ class AdminProcessor:
             elif timestamp <= RESET_TO_LATEST:
                 target = high
             else:
-                # Exactly from there: SEARCH_OFFSET_BY_TIMESTAMP may answer the older neighbour (§7.9).
+                # Exactly from there: SEARCH_OFFSET_BY_TIMESTAMP may answer the older neighbour
+                # (docs/protocol.md#search-by-timestamp).
                 target = store.first_offset_at(topic, qid, timestamp)
             current = broker.offsets.query(group, topic, qid)
             if not reset.is_force and 0 <= current <= target:
@@ -340,7 +342,8 @@ class AdminProcessor:
         header = ResetOffsetRequestHeader(
             topic=topic, group=group, timestamp=timestamp, is_force=False
         ).encode()
-        # Both ResetOffsetBody forms (wire facts §5.11): C++ reads only the array, Java only the map.
+        # Both ResetOffsetBody forms (docs/protocol.md#broker-to-client): C++ reads only the array, Java
+        # only the map.
         c_style = fastjson.dumps(
             {"offsetTable": [{**dict(key), "offset": offset} for key, offset in table.items()]}
         )

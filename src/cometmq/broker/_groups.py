@@ -1,5 +1,5 @@
 """Subscription group configs (subscriptionGroup.json): auto-created on first use by default,
-created, changed, listed and deleted by administrators (wire facts §7.4)."""
+created, changed, listed and deleted by administrators (docs/protocol.md#subscription-groups)."""
 
 from __future__ import annotations
 

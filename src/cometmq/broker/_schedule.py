@@ -1,7 +1,7 @@
 """Delayed messages: parked in SCHEDULE_TOPIC_XXXX, delivered to their real topic when due.
 
-RocketMQ's ScheduleMessageService (wire facts §7.5). A message with ``DELAY=L`` (L > 0, capped at
-the number of levels of ``messageDelayLevel``) is stored in ``SCHEDULE_TOPIC_XXXX`` queue L - 1 with
+RocketMQ's ScheduleMessageService (docs/protocol.md#delay-levels). A message with ``DELAY=L`` (L > 0,
+capped at the number of levels of ``messageDelayLevel``) is stored in ``SCHEDULE_TOPIC_XXXX`` queue L - 1 with
 its real topic and queue in ``REAL_TOPIC`` / ``REAL_QID``; the store makes that unit's tags code its
 delivery time (store time + the level's delay). Each queue is in delivery-time order (one delay per
 queue, store times never decrease), so delivery reads every queue from its delivery offset and stops
@@ -85,8 +85,8 @@ def from_schedule(rec: DecodedRecord, store_host: bytes) -> MessageToStore:
     if not topic or queue_id < 0:
         raise ValueError(f"no real topic/queue (REAL_TOPIC={topic!r}, REAL_QID={queue_id})")
     # RocketMQ 4.x builds the stored properties string before it clears DELAY, so its delivered copy
-    # still says DELAY=L; we drop it as intended (wire facts §7.5), so a consumer that re-sends the
-    # message does not delay it again by accident.
+    # still says DELAY=L; we drop it as intended (docs/protocol.md#delay-levels), so a consumer that
+    # re-sends the message does not delay it again by accident.
     properties.pop("DELAY", None)
     properties.pop("WAIT", None)
     return copy_of_record(rec, properties, topic, queue_id, store_host, rec.reconsume_times)

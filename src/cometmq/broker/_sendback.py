@@ -1,5 +1,5 @@
 """CONSUMER_SEND_MSG_BACK (36): a message a consumer failed goes to ``%RETRY%<group>`` to be delivered
-again after a delay, or, after its last attempt, to ``%DLQ%<group>`` (wire facts §5.8, §7.6)."""
+again after a delay, or, after its last attempt, to ``%DLQ%<group>`` (docs/protocol.md#retry-and-dlq)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ from cometmq.protocol.broker_headers import (
 from cometmq.protocol.naming import DEFAULT_TOPIC
 from cometmq.protocol.subscription import EXPRESSION_TAG, SubscriptionData
 
-# PullSysFlag (wire facts §6.6).
+# PullSysFlag (docs/protocol.md#pull-sysflag).
 PULL_COMMIT_OFFSET = 0x1
 PULL_SUSPEND = 0x2
 PULL_SUBSCRIPTION = 0x4
@@ -155,7 +155,7 @@ async def pull(
         except (RecordError, zlib.error) as exc:
             raise ProtocolError(f"undecodable pull body from {queue}: {exc}") from exc
         if subscription.expression_type == EXPRESSION_TAG and subscription.tags:
-            # The broker filters by tag hash only; two tags can share a hash (wire facts §6.7).
+            # The broker filters by tag hash only; two tags can share a hash (docs/protocol.md#tag-hash).
             tags = subscription.tags
             messages = [m for m in messages if m.tags in tags]
     return PullResult(status, header.next_begin_offset, header.min_offset, header.max_offset, messages, body)

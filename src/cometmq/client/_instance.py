@@ -69,7 +69,7 @@ class ConsumerMember(Protocol):
     group: str
 
     def consumer_data(self) -> dict[str, Any]:
-        """The ConsumerData JSON object of the heartbeat (wire facts §6.1.4)."""
+        """The ConsumerData JSON object of the heartbeat (docs/protocol.md#heartbeat)."""
         ...
 
     def on_ids_changed(self) -> None:
@@ -93,7 +93,8 @@ def default_instance_name() -> str:
 
 def parse_reset_offsets(body: bytes) -> dict[MessageQueue, int]:
     """A ResetOffsetBody in either form brokers send: fastjson's object-keyed ``offsetTable`` or the
-    array of ``{brokerName, queueId, topic, offset}`` sent to C-style clients (wire facts §5.11)."""
+    array of ``{brokerName, queueId, topic, offset}`` sent to C-style clients
+    (docs/protocol.md#broker-to-client)."""
     text = body.decode("utf-8", "replace")
     try:
         table = json.loads(text).get("offsetTable")

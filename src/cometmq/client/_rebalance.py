@@ -2,7 +2,7 @@
 
 Pure functions. Every member computes its own share from the same inputs (all queues and all client
 ids of the group), so the strategies must be deterministic and agree between members, including
-members written in Java, C++ or Go: the results here are RocketMQ's (wire facts §7.11).
+members written in Java, C++ or Go: the results here are RocketMQ's (docs/protocol.md#rebalance).
 """
 
 from __future__ import annotations

@@ -394,7 +394,7 @@ class AdminClient(Client):
     async def view_message(self, msg_id: str, topic: str | None = None) -> list[DecodedRecord]:
         """The message(s) with id ``msg_id``, newest first; empty if there is none.
 
-        An offset message id (store host + commit-log offset, wire facts §6.3) is asked of that
+        An offset message id (store host + commit-log offset, docs/protocol.md#message-ids) is asked of that
         broker (VIEW_MESSAGE_BY_ID). Anything else, or an offset id that finds nothing there, is
         taken as a unique key (UNIQ_KEY, what clients show as the message id) and looked up with
         QUERY_MESSAGE in ``topic``, or without it in every topic of the cluster.

@@ -303,7 +303,7 @@ class PushConsumer(Client):
 
     async def _start(self) -> None:
         if self._clustering:
-            # RocketMQ consumers read their group's retry topic themselves (wire facts §7.6).
+            # RocketMQ consumers read their group's retry topic themselves (docs/protocol.md#retry-and-dlq).
             self._subscriptions[self._retry_topic] = SubscriptionData.from_expression(
                 self._retry_topic, "*", EXPRESSION_TAG, int(time.time() * 1000)
             )

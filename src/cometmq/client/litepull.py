@@ -3,15 +3,15 @@
 Modelled on RocketMQ's DefaultLitePullConsumer and on aiokafka's consumer. Two ways to get queues:
 
 * ``subscribe(topic, expression)``: the consumer joins its group (heartbeats) and the group's members
-  split the topic's queues with RocketMQ's "averagely" allocation (wire facts §7.11), rebalancing
+  split the topic's queues with RocketMQ's "averagely" allocation (docs/protocol.md#rebalance), rebalancing
   every 20 s and whenever a broker says the membership changed;
 * ``assign(queues)``: exactly these queues, no group membership.
 
 Either way a background task per assigned queue keeps pulling ahead (long polling on the broker) into
 a bounded per-queue cache, so :meth:`LitePullConsumer.poll` only hands over what is already decoded.
 A queue's *position* is the offset of the next message ``poll`` will return; ``commit`` stores the
-positions as the group's consumer offsets on the brokers (wire facts §5.4), as auto-commit does every
-``auto_commit_interval`` seconds and on close.
+positions as the group's consumer offsets on the brokers (docs/protocol.md#consumer-offsets), as
+auto-commit does every ``auto_commit_interval`` seconds and on close.
 
 :meth:`LitePullConsumer.read` is the bounded, low-level read for batch jobs (the Spark connector):
 exactly the offsets ``[start, end)`` of one queue, no membership, no commits.
@@ -98,8 +98,8 @@ class LitePullConsumer(Client):
     ``consume_from`` says where a queue the group never committed an offset for starts: at its end
     (``"last"``), at its oldest message (``"first"``) or at ``consume_timestamp`` (ms since the epoch,
     default half an hour before the consumer was made; ``"timestamp"``). As with every RocketMQ
-    client, the broker reports offset 0 for a young queue (wire facts §7.8), so a brand-new group
-    reads such a queue from the start whatever this says.
+    client, the broker reports offset 0 for a young queue (docs/protocol.md#consumer-offsets), so a
+    brand-new group reads such a queue from the start whatever this says.
 
     ``pull_batch_size`` is the most messages asked for per pull (1…1024; the broker also stops at
     256 KiB); ``pull_threshold_per_queue`` bounds the messages pulled ahead per queue;
@@ -287,8 +287,9 @@ class LitePullConsumer(Client):
         self.seek(queue, await self.end_offset(queue))
 
     async def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int:
-        """The offset of the message stored nearest ``timestamp_ms`` (RocketMQ's search, wire facts
-        §7.9: past the newest message, the newest message's offset; an empty queue, 0)."""
+        """The offset of the message stored nearest ``timestamp_ms`` (RocketMQ's search,
+        docs/protocol.md#search-by-timestamp): past the newest message, the newest message's offset;
+        an empty queue, 0."""
         await self._route_of(queue)
         return await _brokerapi.offset_for_timestamp(self.instance, queue, timestamp_ms)
 

@@ -28,7 +28,7 @@ __all__ = [
     "decode_pulled",
 ]
 
-# Property names (wire facts §6.4).
+# Property names (docs/protocol.md#properties).
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_DELAY = "DELAY"
@@ -37,7 +37,8 @@ PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 
-SYSFLAG_COMPRESSED = 0x1  # only the bit C++ and JS consumers test; zlib is implied (wire facts §6.5)
+# The only bit C++ and JS consumers test; zlib is implied (docs/protocol.md#message-sysflag).
+SYSFLAG_COMPRESSED = 0x1
 
 
 @dataclass(slots=True)
@@ -95,7 +96,7 @@ class SendResult:
     queue_offset: int
 
 
-# flag, commitlog offset, born timestamp, born host, store timestamp, store host (wire facts §6.2).
+# flag, commitlog offset, born timestamp, born host, store timestamp, store host (docs/protocol.md#record).
 _HeadFields = tuple[int, int, int, bytes, int, bytes]
 
 
@@ -253,8 +254,8 @@ class ReceivedMessage:
         )
 
 
-# The record head up to BODYLENGTH with IPv4 hosts (wire facts §6.2), as protocol/record.py lays it out:
-# the fields decode_pulled reads at once (TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, SYSFLAG,
+# The record head up to BODYLENGTH with IPv4 hosts (docs/protocol.md#record), as protocol/record.py lays it
+# out: the fields decode_pulled reads at once (TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, SYSFLAG,
 # RECONSUMETIMES, BODYLENGTH), the others skipped as pad bytes (no int or bytes objects for them).
 _HEAD = struct.Struct(">iI4xi4xq8xi32xi8xi")
 # FLAG to STOREHOST: the bytes a message keeps and unpacks only when one of these fields is read.

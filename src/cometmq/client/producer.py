@@ -329,8 +329,8 @@ class Producer(Client):
         return body, 0, text, uniq
 
     def _encode_batch(self, msgs: Sequence[Message]) -> tuple[str, list[bytes], int, list[str]]:
-        """Validate a batch: its topic, body (wire facts §6.8) as parts to write one after the other,
-        body size, and the UNIQ_KEY of each message."""
+        """Validate a batch: its topic, body (docs/protocol.md#batch-body) as parts to write one after the
+        other, body size, and the UNIQ_KEY of each message."""
         if not msgs:
             raise InvalidMessageError("a batch needs at least one message")
         topic = msgs[0].topic

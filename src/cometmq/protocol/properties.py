@@ -1,4 +1,4 @@
-"""Message properties codec (wire facts §6.4).
+"""Message properties codec (docs/protocol.md#properties).
 
 Properties travel and are stored as one string: ``name\\x01value\\x02name\\x01value``. Java writes no
 trailing ``\\x02``; the C++ and JS clients write one after every pair, so decoding accepts both.

@@ -1,4 +1,4 @@
-"""The RocketMQ 4.x message record (wire facts §6.2) and offset message ids (§6.3).
+"""The RocketMQ 4.x message record and offset message ids (docs/protocol.md#record, #message-ids).
 
 One layout serves three purposes: it is how a message sits in the commit log, how the broker sends it
 in pull/query/view bodies (stored bytes as they are), and what clients decode. All integers are
@@ -21,7 +21,7 @@ big-endian; ``i``/``q`` below are signed 32/64-bit.
     76   8      PREPARED_TX_OFFSET
     84   4      BODYLENGTH n, then n body bytes
     88+n 1      TOPICLENGTH t (signed byte, so t <= 127), then t UTF-8 bytes
-    89+n+t 2    PROPERTIESLENGTH p (int16), then p UTF-8 bytes (wire facts §6.4)
+    89+n+t 2    PROPERTIESLENGTH p (int16), then p UTF-8 bytes (docs/protocol.md#properties)
 
     TOTALSIZE = 91 + n + t + p, plus 12 per IPv6 host.
 

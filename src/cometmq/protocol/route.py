@@ -179,7 +179,7 @@ class ClusterInfo:
         }
 
     def encode(self) -> bytes:
-        # Standard JSON: the wire facts advise it wherever no client is known to need the legacy form.
+        # Standard JSON wherever no client is known to need the legacy form (docs/protocol.md#fastjson).
         return fastjson.dumps(self.to_json())
 
     @classmethod

@@ -1,5 +1,6 @@
-"""A consumer group's settings, RocketMQ's SubscriptionGroupConfig (wire facts §7.4): what the broker
-keeps in subscriptionGroup.json and administrators send with UPDATE_AND_CREATE_SUBSCRIPTIONGROUP."""
+"""A consumer group's settings, RocketMQ's SubscriptionGroupConfig (docs/protocol.md#subscription-groups):
+what the broker keeps in subscriptionGroup.json and administrators send with
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Java-compatible tag hash (wire facts §6.7).
+"""Java-compatible tag hash (docs/protocol.md#tag-hash).
 
 RocketMQ stores ``String.hashCode()`` of a message's tag as the consume-queue *tags code*, and
 subscriptions carry the same ints in their ``codeSet``; we must produce bit-identical values.

@@ -78,7 +78,7 @@ _REFUSED_RECHECK_S: Final = 1.0
 
 
 def _storable_hosts(sys_flag: int, born_host: bytes, store_host: bytes) -> bool:
-    """Whether the hosts fit the record: we only write IPv4 hosts (wire facts §6.2)."""
+    """Whether the hosts fit the record: we only write IPv4 hosts (docs/protocol.md#record)."""
     return not sys_flag & _HOST_V6_FLAGS and len(born_host) == 8 and len(store_host) == 8
 
 
@@ -637,7 +637,7 @@ class MessageStore:
         record_filter: Callable[[memoryview], bool] | None = None,
     ) -> GetResult:
         """Stored records from queue offset *offset* on; statuses and ``next_begin_offset`` follow
-        wire facts §7.7. Units filtered out by *tags_codes*, and records *record_filter* returns
+        docs/protocol.md#pull-results. Units filtered out by *tags_codes*, and records *record_filter* returns
         False for (the broker's SQL92 filter, as RocketMQ's isMatchedByCommitLog), still advance
         ``next_begin_offset``."""
         cq = self._queue(topic, queue_id)
@@ -688,7 +688,7 @@ class MessageStore:
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """Queue offset of the first message stored at *timestamp_ms*, else of the nearer neighbour
         (the earlier one on a tie); the last message's offset if all are older; 0 without data
-        (wire facts §7.9)."""
+        (docs/protocol.md#search-by-timestamp)."""
         cq = self._queue(topic, queue_id)
         if cq is None or cq.max_offset <= cq.min_offset:
             return 0

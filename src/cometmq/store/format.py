@@ -23,7 +23,7 @@ segments of ``mapped_file_size_commitlog`` bytes (1 GiB by default). Segment *k*
 ``[start_k, start_k + size_k)`` and ``start_{k+1} = start_k + size_k``. A segment is created with
 ``ftruncate`` to its full size (sparse), then memory-mapped; unwritten bytes read as zero.
 
-Each message is one record in the layout of ``cometmq.protocol.record`` (wire facts §6.2), always with
+Each message is one record in the layout of ``cometmq.protocol.record`` (docs/protocol.md#record), always with
 IPv4 hosts: TOTALSIZE, MAGICCODE 0xDAA320A7, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET,
 SYSFLAG, BORNTIMESTAMP, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES, PREPARED_TX_OFFSET,
 BODYLENGTH+BODY, TOPICLENGTH(1)+TOPIC, PROPERTIESLENGTH(2)+PROPERTIES. PHYSICALOFFSET equals the
