@@ -21,7 +21,7 @@ that read everything into Spark's `noop` sink:
   all (Spark's own cost of taking Arrow batches from a Python worker, and the noop sink).
 
 A warm-up runs each job once (and checks schemas and row counts), then ROUNDS rounds run the jobs
-in turn; medians are reported, with the connector's ratio to the ceiling (the issue's target:
+in turn; medians are reported, with the connector's ratio to the ceiling (the goal:
 >= 0.70). Besides wall time, each run's CPU time is read from /proc: that of this script's process
 tree (Spark's JVM, its Python workers, and the standalone server) per message, the server's share,
 and the load other processes put on the machine meanwhile. The ratio of CPU per message is the

@@ -122,11 +122,10 @@ def _batch_columns(data: bytes, header: _SendHeader, suffix: bytes) -> MessageBa
     """The batch of a SEND_BATCH_MESSAGE body without decoding each message's properties: the
     request's properties (*suffix*, the broker's CLUSTER at least) are appended to each message's,
     which keeps Java's merge (a later name wins) without a dict per message, and TAGS, KEYS and
-    UNIQ_KEY are found in the bytes (one regex scan of a message's properties: 1.46-1.60 µs a message
-    for this function against 1.89 with three ``rfind`` searches). None when the general path must
-    decide: properties that are not UTF-8, or a message that may name WAIT, DELAY or TRAN_MSG. With
-    the store's side of it, bench/broker_send.py gave 3.6-4.3 µs of user CPU per message of a batch
-    of 100 on a quiet day, against 6.05 when each message became a MessageToStore."""
+    UNIQ_KEY are found in the bytes (one regex scan of a message's properties, cheaper than three
+    ``rfind`` searches). None when the general path must decide: properties that are not UTF-8, or a
+    message that may name WAIT, DELAY or TRAN_MSG. bench/broker_send.py measures this path against
+    one MessageToStore per message."""
     batch = MessageBatch(
         header.topic,
         header.queue_id,

@@ -525,10 +525,10 @@ async def _end_to_end(args: argparse.Namespace, producer: Producer, bodies: list
 
     def pace() -> None:
         # Each send is due 1/RATE s after the one before. The loop cannot wait that precisely: its
-        # timers wait in whole milliseconds (epoll and libuv), so at 2 000/s it sent pairs back to back
-        # every millisecond, and the second of each pair queued behind the first (e2e p50 ~520 µs
-        # against ~250 paced). This thread sleeps to each due time and hands the send to the loop,
-        # which stamps it, so the hand-over is not part of the latency measured.
+        # timers wait in whole milliseconds (epoll and libuv), so at 2 000/s it would send pairs back to
+        # back every millisecond, and the second of each pair would queue behind the first. This
+        # thread sleeps to each due time and hands the send to the loop, which stamps it, so the
+        # hand-over is not part of the latency measured.
         due = time.monotonic_ns()
         for seq in range(total):
             now = time.monotonic_ns()

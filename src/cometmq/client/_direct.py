@@ -1,9 +1,9 @@
 """Blocking sockets to brokers, for the blocking facade's sends.
 
-A blocking ``Producer.send`` that went through the shared event loop crossed threads twice: the
-caller hands the send to the loop thread, and the loop thread hands the result back. On the 2-core
-VM each crossing wakes a sleeping thread and moves the GIL, and the pair cost ~150 µs of a ~380 µs
-send. Here the caller's own thread writes the request and reads the response, as redis-py does,
+A blocking ``Producer.send`` through the shared event loop would cross threads twice: the caller
+hands the send to the loop thread, and the loop thread hands the result back. Each crossing wakes a
+sleeping thread and moves the GIL, a large share of a synchronous send (`cometmq bench latency`).
+Here the caller's own thread writes the request and reads the response, as redis-py does,
 while the loop keeps the routes, heartbeats and everything else.
 
 One connection per broker address, used by one thread at a time: a thread that finds it busy gets

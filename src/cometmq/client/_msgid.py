@@ -80,5 +80,6 @@ class UniqueIdGenerator:
         counters: range | list[int] = range(first, first + count)
         if first + count > 0x10000:
             counters = [n & 0xFFFF for n in counters]
-        # One pack for all counters and one split (7.6 against 12.6 µs for 100 ids cut by slices).
+        # One pack for all counters and one split, cheaper than cutting ids by slices
+        # (`cometmq bench produce`).
         return hex_ids(head, struct.pack(f">{count}H", *counters), 2).split(",")

@@ -344,7 +344,7 @@ class Producer(Client):
         append = parts.append
         ids = self._ids.next_ids(len(msgs))
         size = 0
-        # Hot path (batched produce; issue 4 targets ≥ 200 000 msg/s of 1 KiB): ids made for the whole
+        # Hot path (batched produce, `cometmq bench produce`): ids made for the whole
         # batch at once, the usual message (tags at most) takes a fast path for its properties, two
         # struct packs per entry, and bodies are never copied here: the parts go to the socket as they
         # are. The general path (keys, properties) costs about twice as much per message.
@@ -449,7 +449,8 @@ class Producer(Client):
         :meth:`close` waits for these sends (up to its timeout)."""
         request = self._single_request(msg)
         # The first attempt is written now when the route and the connection are at hand: a task's
-        # first step waits for the next loop step, which cost 57-66 µs of end-to-end latency at p50.
+        # first step waits for the next loop step, a visible share of the end-to-end latency
+        # (`cometmq bench latency`).
         written = self._write_first_attempt(request, queue, sharding_key)
         sending = self._deliver(request, queue, sharding_key, written)
         task = asyncio.get_running_loop().create_task(_call_back(sending, callback))

@@ -2,8 +2,8 @@
 
 Waking a process that sleeps costs a context switch on bare metal, and far more on a VM whose idle
 vCPUs halt at once (a KVM guest with ``guest_halt_poll_ns`` 0): the host must run the vCPU again,
-about 35-45 µs each way on the development VM, where a synchronous send has two of them
-(docs/performance.md, "nineteenth session"). A loop that is still polling when the next request or
+tens of µs each way on the development VM, where a synchronous send has two of them
+(docs/performance.md#busy-polling). A loop that is still polling when the next request or
 reply comes needs no wake-up. This is Linux's ``busy_poll`` (and a KVM guest's default haltpoll
 window), done by the process itself: for ``window_us`` µs after each read or write, the loop's
 selector is polled without a timeout, then it sleeps as usual. The price is a CPU kept busy while

@@ -166,8 +166,8 @@ class FlushService:
         if not self._wake.is_set():  # many waiters per fsync: skip the Condition when already set
             self._wake.set()
         # One timer per loop, armed for its oldest waiter, rather than a timer per waiter: this runs
-        # once per message, and a timer each cost ~13 % of SYNC_FLUSH appends/s with 16 producers
-        # (bench/store.py; asyncio.timeout() before that cost ~15 % more).
+        # once per message, and a timer per waiter costs a visible share of SYNC_FLUSH appends/s with
+        # 16 producers (bench/store.py).
         if loop not in self._expiry_timers:
             self._expiry_timers[loop] = loop.call_at(deadline, self._expire_waiters, loop)
         return fut

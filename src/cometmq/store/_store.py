@@ -845,9 +845,9 @@ def _take(
     the commit-log segment to look in first.
 
     One slice is handed out per run of records that lie back to back in one segment rather than one
-    per record: batched sends store a queue's messages contiguously, so a backlog pull of ~215 1 KiB
+    per record: batched sends store a queue's messages contiguously, so a backlog pull of 256 KiB of
     records is a few slices, and the answer's encoding and writev handle a few buffers instead of
-    ~215 (docs/performance.md, "The broker sends runs, not records"). The limits are RocketMQ's,
+    one per record (docs/performance.md#consume). The limits are RocketMQ's,
     checked before the filters: once a record is taken, stop at the first unit that would exceed
     *max_count* or *max_bytes*, whatever it is. A queue's units have positive sizes and increasing
     commit-log offsets, as the store appends them.
