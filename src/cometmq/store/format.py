@@ -157,7 +157,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "BLANK_MIN_SIZE",
@@ -187,6 +187,18 @@ CHECKPOINT_SIZE: Final = _CHECKPOINT_HEAD.size + _CRC.size  # 36
 _CHECKPOINT_MAGIC: Final = b"CMQK"
 _CHECKPOINT_VERSION: Final = 1
 _CLEAN: Final = 0x1
+
+
+def _crc_checked_fields(data: bytes, head: struct.Struct, size: int) -> tuple[Any, ...] | None:
+    """The fields *head* packs at the start of *data*; None when *data* is shorter than *size* or the
+    CRC32 that follows the fields does not match them (a short or torn header)."""
+    if len(data) < size:
+        return None
+    packed = data[: head.size]
+    (crc,) = _CRC.unpack_from(data, head.size)
+    if zlib.crc32(packed) != crc:
+        return None
+    return head.unpack(packed)
 
 
 def file_name(start_offset: int) -> str:
@@ -223,13 +235,10 @@ def pack_checkpoint(cp: Checkpoint) -> bytes:
 
 def unpack_checkpoint(data: bytes) -> Checkpoint | None:
     """The checkpoint in *data*, or None if it is short, torn or not ours."""
-    if len(data) < CHECKPOINT_SIZE:
+    fields = _crc_checked_fields(data, _CHECKPOINT_HEAD, CHECKPOINT_SIZE)
+    if fields is None:
         return None
-    head = data[: _CHECKPOINT_HEAD.size]
-    (crc,) = _CRC.unpack_from(data, _CHECKPOINT_HEAD.size)
-    if zlib.crc32(head) != crc:
-        return None
-    magic, version, flags, flushed, safe, ts = _CHECKPOINT_HEAD.unpack(head)
+    magic, version, flags, flushed, safe, ts = fields
     if magic != _CHECKPOINT_MAGIC or version != _CHECKPOINT_VERSION or flushed < 0 or safe < 0:
         return None
     return Checkpoint(flushed, safe, bool(flags & _CLEAN), ts)
@@ -275,13 +284,9 @@ def pack_index_header(h: IndexHeader) -> bytes:
 
 def unpack_index_header(data: bytes) -> IndexHeader | None:
     """The index header in *data*, or None if it is short, torn or not ours."""
-    if len(data) < INDEX_HEADER_SIZE:
+    fields = _crc_checked_fields(data, _INDEX_HEAD, INDEX_HEADER_SIZE)
+    if fields is None:
         return None
-    head = data[: _INDEX_HEAD.size]
-    (crc,) = _CRC.unpack_from(data, _INDEX_HEAD.size)
-    if zlib.crc32(head) != crc:
-        return None
-    fields = _INDEX_HEAD.unpack(head)
     magic, version, _flags, capacity, count, begin_ts, end_ts, begin_off, end_off, indexed_to = fields
     if (
         magic != _INDEX_MAGIC
