@@ -321,9 +321,6 @@ class ClientInstance:
     def register_producer(self, group: str) -> None:
         self._producer_groups.add(group)
 
-    def unregister_producer(self, group: str) -> None:
-        self._producer_groups.discard(group)
-
     def register_consumer(self, consumer: ConsumerMember) -> None:
         if consumer.group in self._consumers:
             raise CometMQError(f"consumer group {consumer.group!r} is already registered in this client")

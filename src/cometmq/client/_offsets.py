@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
 from cometmq.atomic_file import read_with_backup, write_atomic
 from cometmq.client import _brokerapi
@@ -58,23 +58,11 @@ async def start_offset(
     return await _brokerapi.first_offset_at(instance, queue, timestamp_ms, group)
 
 
-class OffsetStore(Protocol):
-    async def read(self, queue: MessageQueue) -> int | None:
-        """The stored offset of a queue (memory first, then the broker or file); None if none."""
-        ...
-
-    def update(self, queue: MessageQueue, offset: int, increase_only: bool = False) -> None: ...
-
-    def forget(self, queue: MessageQueue) -> None:
-        """Stop tracking a queue (it went to another member of the group)."""
-        ...
-
-    async def persist(self, queues: list[MessageQueue] | None = None) -> None:
-        """Write the in-memory offsets of ``queues`` (default: all) where they are kept."""
-        ...
-
-
 class _MemoryTable:
+    """The in-memory offsets both stores share. Each store adds ``read(queue)``, the stored offset of a
+    queue (memory first, then the broker or file; None if none), and ``persist(queues=None)``, which
+    writes the in-memory offsets of ``queues`` (default: all) where they are kept."""
+
     def __init__(self) -> None:
         self.offsets: dict[MessageQueue, int] = {}
         self._persisted: dict[MessageQueue, int] = {}
@@ -85,6 +73,7 @@ class _MemoryTable:
         self.offsets[queue] = offset
 
     def forget(self, queue: MessageQueue) -> None:
+        """Stop tracking a queue (it went to another member of the group)."""
         self.offsets.pop(queue, None)
         self._persisted.pop(queue, None)
 
