@@ -125,7 +125,8 @@ class MessageStore:
 
     Single writer: ``put``/``put_batch``/``get_messages`` and the rest are called from one thread
     (the broker's event loop) and take no locks. The flush thread syncs files, writes the index
-    headers and the checkpoint, and closes retired files (``_flush``); nothing else runs elsewhere.
+    headers and the checkpoint, and closes retired files (``_flush``). ``start`` and ``shutdown`` may
+    run on another thread, while nothing else uses the store.
     """
 
     def __init__(self, config: StoreConfig) -> None:
