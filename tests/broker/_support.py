@@ -218,6 +218,7 @@ async def create_topic(client: RemotingClient, addr: str, topic: str, queues: in
                 "writeQueueNums": str(queues),
                 "perm": "6",
                 "topicFilterType": "SINGLE_TAG",
+                "order": "false",
             },
         ),
     )

@@ -72,7 +72,15 @@ def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path)
                 (send_request("Missing", b"x"), ResponseCode.TOPIC_NOT_EXIST, "not exist"),
                 (RemotingCommand(code=9999), ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "not supported"),
                 (
-                    RemotingCommand(code=10, ext_fields={"producerGroup": "P", "topic": "Good"}),
+                    RemotingCommand(
+                        code=10,
+                        ext_fields={
+                            "producerGroup": "P",
+                            "topic": "Good",
+                            "defaultTopic": "TBW102",
+                            "defaultTopicQueueNums": "4",
+                        },
+                    ),
                     ResponseCode.SYSTEM_ERROR,
                     "field queueId is missing",
                 ),
@@ -211,7 +219,9 @@ def _fields(code: int, **fields: str) -> RemotingCommand:
             "the request header field delayLevel='x' is not a Java int",
         ),
         (
-            _fields(RequestCode.UPDATE_AND_CREATE_TOPIC, topic="Other", readQueueNums="0"),
+            _fields(
+                RequestCode.UPDATE_AND_CREATE_TOPIC, topic="Other", defaultTopic="TBW102", readQueueNums="0"
+            ),
             "the request header field readQueueNums=0 is below 1",
         ),
         (

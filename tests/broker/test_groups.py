@@ -265,6 +265,7 @@ def test_reset_by_timestamp_stores_offsets_and_tells_each_consumer_in_its_langua
                     "group": "CG",
                     "timestamp": str(cut),
                     "isForce": "false",
+                    "queueId": "-1",
                 }
             # C++ reads only the array form; Java only the object-keyed map.
             c_style = json.loads(to_cpp.body)["offsetTable"]

@@ -11,7 +11,18 @@ from cometmq.protocol import ResponseCode
 from cometmq.protocol.broker_headers import PullMessageRequestHeader, SendMessageRequestHeader
 from cometmq.protocol.headers import Header, JavaInt, JavaString, header, wire
 
-PULL_FIELDS = {"consumerGroup": "g", "topic": "t", "queueId": "3", "queueOffset": "17"}
+PULL_FIELDS = {
+    "consumerGroup": "g",
+    "topic": "t",
+    "queueId": "3",
+    "queueOffset": "17",
+    "maxMsgNums": "32",
+    "sysFlag": "0",
+    "commitOffset": "0",
+    "suspendTimeoutMillis": "15000",
+    "subVersion": "0",
+}
+SEND_FIELDS = {"a": "p", "b": "t", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": "0"}
 
 
 def test_a_header_decodes_its_fields_with_their_types_and_defaults() -> None:
@@ -62,7 +73,16 @@ def test_declared_limits_are_checked(fields: dict[str, str], words: str) -> None
 
 def test_the_send_header_reads_and_writes_its_compact_names() -> None:
     sent = SendMessageRequestHeader(
-        producer_group="p", topic="t", queue_id=2, batch=True, properties="a\x01b\x02"
+        producer_group="p",
+        topic="t",
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=2,
+        sys_flag=0,
+        born_timestamp=1,
+        flag=0,
+        batch=True,
+        properties="a\x01b\x02",
     )
     compact = sent.encode(compact=True)
     assert compact["a"] == "p" and compact["b"] == "t" and compact["e"] == "2" and compact["m"] == "true"
@@ -73,10 +93,7 @@ def test_the_send_header_reads_and_writes_its_compact_names() -> None:
 
 def test_booleans_read_as_java_and_the_cpp_client_write_them() -> None:
     for text, value in (("true", True), ("TRUE", True), ("1", True), ("false", False), ("yes", False)):
-        assert (
-            SendMessageRequestHeader.decode({"a": "p", "b": "t", "e": "0", "m": text}, compact=True).batch
-            is value
-        )
+        assert SendMessageRequestHeader.decode({**SEND_FIELDS, "m": text}, compact=True).batch is value
 
 
 def test_a_field_declared_without_a_java_type_is_refused_at_declaration() -> None:
@@ -89,7 +106,7 @@ def test_a_field_declared_without_a_java_type_is_refused_at_declaration() -> Non
 
 @given(
     st.dictionaries(
-        st.sampled_from(["consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "x"]),
+        st.sampled_from([*PULL_FIELDS, "x"]),
         st.text(max_size=30),
     )
 )
@@ -108,6 +125,10 @@ def test_any_fields_decode_or_raise_one_header_error(fields: dict[str, str]) -> 
         topic=st.text(),
         queue_id=st.integers(0, 2**31 - 1),
         queue_offset=st.integers(-(2**63), 2**63 - 1),
+        max_msg_nums=st.integers(1, 1024),
+        sys_flag=st.integers(0, 15),
+        commit_offset=st.integers(-(2**63), 2**63 - 1),
+        suspend_timeout_millis=st.integers(0, 2**63 - 1),
         sub_version=st.integers(-(2**63), 2**63 - 1),
         subscription=st.none() | st.text(),
     )

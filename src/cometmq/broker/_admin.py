@@ -134,10 +134,14 @@ class AdminProcessor:
         if problem is not None:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"topic[{topic}]: {problem}")
         self._refuse_system_topic(topic)
-        read = create.read_queue_nums or broker.config.default_topic_queue_nums
-        write = create.write_queue_nums or read
         config = TopicConfig(
-            topic, read, write, create.perm, create.topic_filter_type, create.topic_sys_flag, create.order
+            topic,
+            create.read_queue_nums,
+            create.write_queue_nums,
+            create.perm,
+            create.topic_filter_type,
+            create.topic_sys_flag,
+            create.order,
         )
         broker.topics.put(config)
         return request.response()
@@ -278,7 +282,6 @@ class AdminProcessor:
         store = broker.store
         reset = ResetOffsetRequestHeader.decode(request.ext_fields)
         topic, group, timestamp = reset.topic, reset.group, reset.timestamp
-        only_queue = -1 if reset.queue_id is None else reset.queue_id
         config = broker.topics.get(topic)
         if config is None:
             raise RequestRefused(
@@ -293,16 +296,16 @@ class AdminProcessor:
         ):
             raise RequestRefused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} does not exist")
         read_queues = config.read_queue_nums
-        if only_queue >= read_queues:
+        if reset.queue_id >= read_queues:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
-                f"queueId[{only_queue}] is illegal: topic {topic} has read queues 0..{read_queues - 1}",
+                f"queueId[{reset.queue_id}] is illegal: topic {topic} has read queues 0..{read_queues - 1}",
             )
-        queue_ids = [only_queue] if only_queue >= 0 else list(range(read_queues))
+        queue_ids = [reset.queue_id] if reset.queue_id >= 0 else list(range(read_queues))
         name = broker.config.broker_name
         new_table: dict[Any, int] = {}
         old_table: dict[Any, int] = {}
-        given = reset.offset if only_queue >= 0 and reset.offset != -1 else None
+        given = reset.offset if reset.queue_id >= 0 and reset.offset != -1 else None
         for qid in queue_ids:
             low, high = store.min_offset(topic, qid), store.max_offset(topic, qid)
             if given is not None:

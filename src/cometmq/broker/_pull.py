@@ -17,6 +17,7 @@ from cometmq.errors import Sql92Error
 from cometmq.protocol import RemotingCommand, ResponseCode
 from cometmq.protocol.broker_headers import PullMessageRequestHeader, PullMessageResponseHeader
 from cometmq.protocol.naming import PERM_READ
+from cometmq.protocol.route import MASTER_ID
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 from cometmq.remoting import Connection
 from cometmq.store import GetResult, GetStatus
@@ -196,6 +197,7 @@ class PullProcessor:
 
     def _found(self, request: RemotingCommand, result: GetResult, code: int) -> RemotingCommand:
         answer = PullMessageResponseHeader(
+            suggest_which_broker_id=MASTER_ID,
             next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset,
             max_offset=result.max_offset,
@@ -212,6 +214,7 @@ class PullProcessor:
         store = self._broker.store
         # Every pull answer carries all four fields: Java clients unbox them without null checks.
         answer = PullMessageResponseHeader(
+            suggest_which_broker_id=MASTER_ID,
             next_begin_offset=offset,
             min_offset=store.min_offset(topic, queue_id),
             max_offset=store.max_offset(topic, queue_id),

@@ -278,6 +278,7 @@ class AdminClient(Client):
             read_queue_nums=queues,
             write_queue_nums=queues,
             perm=perm,
+            topic_filter_type="SINGLE_TAG",  # RocketMQ's TopicFilterType: tags are single strings
             order=order,
         ).encode()
         for broker in masters:
@@ -609,7 +610,7 @@ class AdminClient(Client):
             group=group,
             timestamp=since,
             is_force=True,
-            queue_id=queue_id,
+            queue_id=-1 if queue_id is None else queue_id,
             offset=offset,  # RocketMQ 5's header field, honoured with queueId
         ).encode()
         result = ResetResult([], 0)

@@ -15,7 +15,6 @@ from typing import Final
 
 from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
 from cometmq.protocol.headers import Header, JavaBool, JavaInt, JavaLong, JavaString, header, wire
-from cometmq.protocol.naming import PERM_READ, PERM_WRITE
 
 # RocketMQ's clients refuse a pullBatchSize outside 1..1024; the broker refuses a pull asking for more.
 MAX_PULL_MESSAGES: Final = 1024
@@ -31,17 +30,18 @@ RESET_TO_LATEST: Final = -1
 class SendMessageRequestHeader(Header):
     """SEND_MESSAGE's header; SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE send the same fields under their
     one-letter *compact* names (RocketMQ's SendMessageRequestHeaderV2). A negative ``queue_id`` lets
-    the broker pick a writable queue, as RocketMQ's does."""
+    the broker pick a writable queue, as RocketMQ's does. RocketMQ 4.9.5 on adds ``n`` (the broker's
+    name), which nothing here needs."""
 
     producer_group: JavaString = wire("producerGroup", compact="a")
     topic: JavaString = wire("topic", compact="b")
-    default_topic: JavaString = wire("defaultTopic", compact="c", default="TBW102")
+    default_topic: JavaString = wire("defaultTopic", compact="c")
     # The queues a topic auto-created by this send gets (capped by the broker, as RocketMQ's).
-    default_topic_queue_nums: JavaInt = wire("defaultTopicQueueNums", compact="d", default=4)
+    default_topic_queue_nums: JavaInt = wire("defaultTopicQueueNums", compact="d")
     queue_id: JavaInt = wire("queueId", compact="e")
-    sys_flag: JavaInt = wire("sysFlag", compact="f", default=0)
-    born_timestamp: JavaLong = wire("bornTimestamp", compact="g", default=0)
-    flag: JavaInt = wire("flag", compact="h", default=0)
+    sys_flag: JavaInt = wire("sysFlag", compact="f")
+    born_timestamp: JavaLong = wire("bornTimestamp", compact="g")
+    flag: JavaInt = wire("flag", compact="h")
     properties: JavaString | None = wire("properties", compact="i", default=None)
     reconsume_times: JavaInt | None = wire("reconsumeTimes", compact="j", default=None)
     unit_mode: JavaBool = wire("unitMode", compact="k", default=False)
@@ -69,7 +69,7 @@ class ConsumerSendMsgBackRequestHeader(Header):
 
     offset: JavaLong = wire("offset")  # not found: RocketMQ's "look message by offset failed"
     group: JavaString = wire("group")
-    delay_level: JavaInt = wire("delayLevel", default=0)
+    delay_level: JavaInt = wire("delayLevel")
     origin_msg_id: JavaString | None = wire("originMsgId", default=None)
     origin_topic: JavaString | None = wire("originTopic", default=None)
     unit_mode: JavaBool = wire("unitMode", default=False)
@@ -88,13 +88,13 @@ class PullMessageRequestHeader(Header):
     topic: JavaString = wire("topic")
     queue_id: JavaInt = wire("queueId", minimum=0)
     queue_offset: JavaLong = wire("queueOffset")
-    max_msg_nums: JavaInt = wire("maxMsgNums", default=32, minimum=1, maximum=MAX_PULL_MESSAGES)
-    sys_flag: JavaInt = wire("sysFlag", default=0)
-    commit_offset: JavaLong = wire("commitOffset", default=-1)  # below 0: nothing to commit
+    max_msg_nums: JavaInt = wire("maxMsgNums", minimum=1, maximum=MAX_PULL_MESSAGES)
+    sys_flag: JavaInt = wire("sysFlag")
+    commit_offset: JavaLong = wire("commitOffset")  # stored only when sys_flag says so
     # RocketMQ's clients send 15 s (BROKER_SUSPEND_MAX_TIME_MILLIS); the broker holds at most 25 s.
-    suspend_timeout_millis: JavaLong = wire("suspendTimeoutMillis", default=15000)
+    suspend_timeout_millis: JavaLong = wire("suspendTimeoutMillis")
     subscription: JavaString | None = wire("subscription", default=None)
-    sub_version: JavaLong = wire("subVersion", default=0)
+    sub_version: JavaLong = wire("subVersion")
     expression_type: JavaString | None = wire("expressionType", default=None)
 
 
@@ -103,7 +103,7 @@ class PullMessageResponseHeader(Header):
     """Every pull answer carries all four fields, a refusal too: Java clients unbox them without null
     checks."""
 
-    suggest_which_broker_id: JavaLong = wire("suggestWhichBrokerId", default=0)
+    suggest_which_broker_id: JavaLong = wire("suggestWhichBrokerId")
     next_begin_offset: JavaLong = wire("nextBeginOffset")
     min_offset: JavaLong = wire("minOffset")
     max_offset: JavaLong = wire("maxOffset")
@@ -181,7 +181,7 @@ class GetConsumerRunningInfoRequestHeader(Header):
     """GET_CONSUMER_RUNNING_INFO, from a broker (or an admin tool through it) to a client."""
 
     consumer_group: JavaString = wire("consumerGroup")
-    client_id: JavaString | None = wire("clientId", default=None)
+    client_id: JavaString = wire("clientId")
     jstack_enable: JavaBool = wire("jstackEnable", default=False)
 
 
@@ -198,17 +198,17 @@ class TopicRequestHeader(Header):
 
 @header
 class CreateTopicRequestHeader(Header):
-    """UPDATE_AND_CREATE_TOPIC. RocketMQ requires every field; a queue number left out here is the
-    broker's defaultTopicQueueNums (read) and the read number (write)."""
+    """UPDATE_AND_CREATE_TOPIC. Every field but ``topicSysFlag`` is required, as RocketMQ's; a Java
+    broker reads a missing ``topicSysFlag`` as 0."""
 
     topic: JavaString = wire("topic")
-    default_topic: JavaString = wire("defaultTopic", default="TBW102")
-    read_queue_nums: JavaInt | None = wire("readQueueNums", default=None, minimum=1, maximum=MAX_QUEUE_NUMS)
-    write_queue_nums: JavaInt | None = wire("writeQueueNums", default=None, minimum=1, maximum=MAX_QUEUE_NUMS)
-    perm: JavaInt = wire("perm", default=PERM_READ | PERM_WRITE)
-    topic_filter_type: JavaString = wire("topicFilterType", default="SINGLE_TAG")
+    default_topic: JavaString = wire("defaultTopic")
+    read_queue_nums: JavaInt = wire("readQueueNums", minimum=1, maximum=MAX_QUEUE_NUMS)
+    write_queue_nums: JavaInt = wire("writeQueueNums", minimum=1, maximum=MAX_QUEUE_NUMS)
+    perm: JavaInt = wire("perm")
+    topic_filter_type: JavaString = wire("topicFilterType")
     topic_sys_flag: JavaInt = wire("topicSysFlag", default=0)
-    order: JavaBool = wire("order", default=False)
+    order: JavaBool = wire("order")
 
 
 @header
@@ -258,14 +258,14 @@ class GetConsumeStatsRequestHeader(Header):
 class ResetOffsetRequestHeader(Header):
     """INVOKE_BROKER_TO_RESET_OFFSET (admin → broker) and RESET_CONSUMER_CLIENT_OFFSET (broker →
     client). ``queue_id`` and ``offset`` are RocketMQ 5's fields for one queue set to an explicit
-    offset; a ``timestamp`` of -1 means each queue's end. Without ``isForce`` a reset may move an
-    offset forward too."""
+    offset; a ``timestamp`` of -1 means each queue's end. Unless ``is_force``, a reset only moves an
+    offset back."""
 
     topic: JavaString = wire("topic")
     group: JavaString = wire("group")
     timestamp: JavaLong = wire("timestamp")
-    is_force: JavaBool = wire("isForce", default=True)
-    queue_id: JavaInt | None = wire("queueId", default=None)  # None (or -1): every queue
+    is_force: JavaBool = wire("isForce")
+    queue_id: JavaInt = wire("queueId", default=-1)  # below 0: every queue
     offset: JavaLong | None = wire("offset", default=None)
 
 

@@ -7,7 +7,7 @@ limits::
     class PullMessageRequestHeader(Header):
         consumer_group: JavaString = wire("consumerGroup")
         queue_id: JavaInt = wire("queueId", minimum=0)
-        max_msg_nums: JavaInt = wire("maxMsgNums", default=32)
+        subscription: JavaString | None = wire("subscription", default=None)
 
 ``PullMessageRequestHeader.decode(request.ext_fields)`` checks every field once — present unless it has a
 default, of its Java type, within the Java ``int``/``long`` range and the declared limits — and raises
