@@ -1,0 +1,156 @@
+"""Who may change a broker's route: only requests naming its address, until it expires; a closed
+connection takes away only what it registered."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cometmq.namesrv import NameServer
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.namesrv_headers import BrokerRequestHeader
+from cometmq.protocol.route import TopicRouteData
+from cometmq.remoting import RemotingClient
+from waiting import wait_until
+
+from .broker_sim import addr_of, ask, ask_route, register
+
+Run = Callable[..., Any]
+REAL_ADDR = "127.0.0.1:10911"  # where broker_sim.register puts broker-a
+IMPOSTOR_ADDR = "10.6.6.6:10911"
+
+
+async def masters_of(client: RemotingClient, namesrv: NameServer, topic: str) -> dict[str, str] | None:
+    """broker name → master address in the route of *topic*, None when it has no route."""
+    reply = await ask_route(client, addr_of(namesrv), topic)
+    if reply.code != ResponseCode.SUCCESS:
+        return None
+    route = TopicRouteData.decode(reply.body)
+    return {data.broker_name: data.broker_addrs[0] for data in route.broker_datas}
+
+
+def assert_refused(reply: RemotingCommand, holder: str, expiry: str = "120 s") -> None:
+    assert reply.code == ResponseCode.NO_PERMISSION
+    remark = reply.remark or ""
+    assert "broker-a id 0" in remark and f"registered at {holder}" in remark
+    assert f"silent for {expiry}" in remark
+
+
+def test_a_registration_naming_another_address_is_refused_and_the_route_stays(
+    run: Run, namesrv: NameServer, make_client: Callable[[], RemotingClient]
+) -> None:
+    real, impostor, tool = make_client(), make_client(), make_client()
+
+    async def scenario() -> None:
+        assert (await register(real, addr_of(namesrv))).code == ResponseCode.SUCCESS
+        reply = await register(impostor, addr_of(namesrv), broker_addr=IMPOSTOR_ADDR, topics={"Taken": 8})
+        assert_refused(reply, REAL_ADDR)
+        assert await masters_of(tool, namesrv, "TopicTest") == {"broker-a": REAL_ADDR}
+        assert await masters_of(tool, namesrv, "Taken") is None
+        # The real broker goes on registering as before.
+        assert (await register(real, addr_of(namesrv), counter=2)).code == ResponseCode.SUCCESS
+
+    run(scenario())
+
+
+def test_closing_the_impostors_connection_does_not_remove_the_real_broker(
+    run: Run, namesrv: NameServer, make_client: Callable[[], RemotingClient]
+) -> None:
+    real, impostor, tool = make_client(), make_client(), make_client()
+
+    async def scenario() -> None:
+        await register(real, addr_of(namesrv))
+        assert_refused(await register(impostor, addr_of(namesrv), broker_addr=IMPOSTOR_ADDR), REAL_ADDR)
+        # Accepted on the impostor's connection: a broker of its own at its own address, and another
+        # name at the real broker's address (the address alone proves nothing more).
+        await register(
+            impostor, addr_of(namesrv), broker_name="marker", broker_addr=IMPOSTOR_ADDR, topics={"M": 1}
+        )
+        await register(impostor, addr_of(namesrv), broker_name="broker-z", topics={"Z": 1})
+        assert await masters_of(tool, namesrv, "Z") == {"broker-z": REAL_ADDR}
+
+        impostor.close_connection(addr_of(namesrv))
+
+        async def impostor_gone() -> bool:
+            return (
+                await masters_of(tool, namesrv, "M") is None and await masters_of(tool, namesrv, "Z") is None
+            )
+
+        await wait_until(impostor_gone, message="the entries the impostor registered gone")
+        assert await masters_of(tool, namesrv, "TopicTest") == {"broker-a": REAL_ADDR}
+
+    run(scenario())
+
+
+def test_a_broker_that_registered_again_on_a_new_connection_outlives_its_old_one(
+    run: Run, namesrv: NameServer, make_client: Callable[[], RemotingClient]
+) -> None:
+    old_connection, new_connection, tool = make_client(), make_client(), make_client()
+
+    async def scenario() -> None:
+        await register(old_connection, addr_of(namesrv))
+        await register(old_connection, addr_of(namesrv), broker_name="marker", broker_addr=IMPOSTOR_ADDR)
+        await register(new_connection, addr_of(namesrv))
+        old_connection.close_connection(addr_of(namesrv))
+
+        async def marker_gone() -> bool:
+            masters = await masters_of(tool, namesrv, "TopicTest")
+            return masters is not None and "marker" not in masters
+
+        await wait_until(marker_gone, message="the old connection's other entry gone")
+        assert await masters_of(tool, namesrv, "TopicTest") == {"broker-a": REAL_ADDR}
+
+    run(scenario())
+
+
+def test_an_unregister_naming_another_address_is_refused(
+    run: Run, namesrv: NameServer, make_client: Callable[[], RemotingClient]
+) -> None:
+    real, impostor, tool = make_client(), make_client(), make_client()
+    header = BrokerRequestHeader(
+        broker_name="broker-a", broker_addr=IMPOSTOR_ADDR, cluster_name="DefaultCluster", broker_id=0
+    )
+
+    async def scenario() -> None:
+        await register(real, addr_of(namesrv))
+        reply = await ask(impostor, addr_of(namesrv), RequestCode.UNREGISTER_BROKER, header)
+        assert_refused(reply, REAL_ADDR)
+        assert await masters_of(tool, namesrv, "TopicTest") == {"broker-a": REAL_ADDR}
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("scan_interval_s", [0.05, 3600.0], ids=["expiry-scan", "expired-at-registration"])
+def test_after_the_real_broker_expires_a_new_address_may_register(
+    run: Run,
+    start_namesrv: Callable[..., NameServer],
+    make_client: Callable[[], RemotingClient],
+    scan_interval_s: float,
+) -> None:
+    # The name server's clock is the test's: the broker expires when the test says 120 s have passed,
+    # whether the expiry scan drops it first or the new registration finds it expired.
+    now = [1000.0]
+    namesrv = start_namesrv(scan_interval_s=scan_interval_s, clock=lambda: now[0])
+    real, successor, tool = make_client(), make_client(), make_client()
+
+    async def scenario() -> None:
+        await register(real, addr_of(namesrv))
+        assert_refused(await register(successor, addr_of(namesrv), broker_addr=IMPOSTOR_ADDR), REAL_ADDR)
+        now[0] += 120.0
+        assert_refused(await register(successor, addr_of(namesrv), broker_addr=IMPOSTOR_ADDR), REAL_ADDR)
+
+        now[0] += 1.0
+
+        async def successor_registered() -> bool:
+            reply = await register(successor, addr_of(namesrv), broker_addr=IMPOSTOR_ADDR)
+            return reply.code == ResponseCode.SUCCESS
+
+        await wait_until(successor_registered, message="the successor's registration accepted")
+        assert await masters_of(tool, namesrv, "TopicTest") == {"broker-a": IMPOSTOR_ADDR}
+        # Now the successor holds the entry: the old address coming back is the one refused.
+        reply = await register(make_client(), addr_of(namesrv))
+        assert_refused(reply, IMPOSTOR_ADDR)
+
+    run(scenario())
