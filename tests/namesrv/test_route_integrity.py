@@ -7,11 +7,16 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from cometmq.errors import RequestRefused
 from cometmq.namesrv import NameServer
+from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.namesrv_headers import BrokerRequestHeader
-from cometmq.protocol.route import TopicRouteData
+from cometmq.protocol.route import DataVersion, RegisterBrokerBody, TopicRouteData
+from cometmq.protocol.topic_config import TopicConfig
 from cometmq.remoting import RemotingClient
 from waiting import wait_until
 
@@ -154,3 +159,125 @@ def test_after_the_real_broker_expires_a_new_address_may_register(
         assert_refused(reply, IMPOSTOR_ADDR)
 
     run(scenario())
+
+
+# The same rules on the bookkeeping alone, against a model, for any sequence of requests.
+
+EXPIRY_S = 120.0
+Entry = tuple[str, int]  # broker name, broker id
+
+_register = st.tuples(
+    st.just("register"),
+    st.sampled_from(["a", "b"]),
+    st.sampled_from([0, 1]),
+    st.sampled_from(["x:1", "y:1", "z:1"]),
+    st.sampled_from([0, 1, 2]),
+)
+_unregister = st.tuples(
+    st.just("unregister"),
+    st.sampled_from(["a", "b"]),
+    st.sampled_from([0, 1]),
+    st.sampled_from(["x:1", "y:1"]),
+)
+_close = st.tuples(st.just("close"), st.sampled_from([0, 1, 2]))
+_wait = st.tuples(st.just("wait"), st.sampled_from([1.0, 60.0, EXPIRY_S + 1]))
+_scan = st.tuples(st.just("scan"))
+
+
+class OwnershipModel:
+    """What the routes should hold: each entry's address and connection, each address's last sign of
+    life. Its register and unregister return the live address that refuses the request, if any."""
+
+    def __init__(self) -> None:
+        self.entries: dict[Entry, tuple[str, object]] = {}
+        self.last_update: dict[str, float] = {}
+
+    def register(self, entry: Entry, broker_addr: str, connection: object, now: float) -> str | None:
+        held = self.entries.get(entry)
+        if held is not None and held[0] != broker_addr:
+            if now - self.last_update[held[0]] <= EXPIRY_S:
+                return held[0]
+            self._drop(lambda key, addr, conn: addr == held[0])  # expired: its address goes entirely
+        self._drop(lambda key, addr, conn: key[0] == entry[0] and addr == broker_addr)  # slave turned master
+        self.entries[entry] = (broker_addr, connection)
+        self.last_update[broker_addr] = now
+        return None
+
+    def unregister(self, entry: Entry, broker_addr: str, now: float) -> str | None:
+        held = self.entries.get(entry)
+        if held is None:
+            return None
+        if held[0] != broker_addr:
+            return held[0] if now - self.last_update[held[0]] <= EXPIRY_S else None
+        self._drop(lambda key, addr, conn: key == entry)
+        return None
+
+    def close(self, connection: object) -> None:
+        self._drop(lambda key, addr, conn: conn is connection)
+
+    def scan(self, now: float) -> None:
+        self._drop(lambda key, addr, conn: now - self.last_update[addr] > EXPIRY_S)
+
+    def _drop(self, doomed: Callable[[Entry, str, object], bool]) -> None:
+        self.entries = {key: held for key, held in self.entries.items() if not doomed(key, *held)}
+        in_use = {addr for addr, _ in self.entries.values()}
+        self.last_update = {addr: t for addr, t in self.last_update.items() if addr in in_use}
+
+
+@given(st.lists(st.one_of(_register, _unregister, _close, _wait, _scan), max_size=40))
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # a loaded machine is slow to start
+def test_only_the_holders_address_or_connection_or_expiry_changes_an_entry(
+    operations: list[tuple[Any, ...]],
+) -> None:
+    routes = RouteInfoManager(broker_expiry_s=EXPIRY_S)
+    model = OwnershipModel()
+    connections = [object(), object(), object()]
+    body = RegisterBrokerBody(DataVersion(1, 1), {"T": TopicConfig("T", 4, 4)})
+    now = 0.0
+    for kind, *args in operations:
+        refusing: str | None = None
+        try:
+            if kind == "register":
+                name, broker_id, addr, connection = args[0], args[1], args[2], connections[args[3]]
+                refusing = model.register((name, broker_id), addr, connection, now)
+                routes.register_broker(
+                    cluster="C",
+                    broker_addr=addr,
+                    broker_name=name,
+                    broker_id=broker_id,
+                    ha_server_addr="",
+                    body=body,
+                    connection=connection,
+                    now=now,
+                )
+            elif kind == "unregister":
+                name, broker_id, addr = args
+                refusing = model.unregister((name, broker_id), addr, now)
+                routes.unregister_broker(broker_addr=addr, broker_name=name, broker_id=broker_id, now=now)
+            elif kind == "close":
+                model.close(connections[args[0]])
+                routes.connection_closed(connections[args[0]])
+            elif kind == "wait":
+                now += args[0]
+            else:
+                model.scan(now)
+                routes.scan_not_active(now)
+        except RequestRefused as refusal:
+            assert refusal.code == ResponseCode.NO_PERMISSION
+            assert refusing is not None and f"registered at {refusing}" in refusal.remark
+        else:
+            assert refusing is None
+
+        held_addrs = {
+            (name, broker_id): addr
+            for name, data in routes.broker_addr_table.items()
+            for broker_id, addr in data.broker_addrs.items()
+        }
+        assert held_addrs == {key: addr for key, (addr, _) in model.entries.items()}
+        assert routes.registering_connection == {key: conn for key, (_, conn) in model.entries.items()}
+        assert {
+            addr: live.last_update for addr, live in routes.broker_live_table.items()
+        } == model.last_update
+        assert routes.cluster_addr_table == (
+            {"C": {name for name, _ in model.entries}} if model.entries else {}
+        )

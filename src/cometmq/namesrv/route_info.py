@@ -52,7 +52,7 @@ class RouteInfoManager:
     naming another address can neither replace nor unregister it while that address is alive (it
     registered or confirmed its data version within ``broker_expiry_s``). Every entry also remembers the
     connection its latest registration came on; closing that connection removes it, closing any other
-    does not. An address is alive as long as one entry names it.
+    does not. An address's liveness record (``broker_live_table``) lasts while some entry names it.
     """
 
     broker_expiry_s: float = 120.0

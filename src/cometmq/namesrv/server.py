@@ -43,7 +43,7 @@ class NameServer:
     ) -> None:
         self.scan_interval_s = scan_interval_s
         self._clock = clock
-        self.routes = RouteInfoManager(broker_expiry_s)
+        self.routes = RouteInfoManager(broker_expiry_s=broker_expiry_s)
         self.kv_config = KVConfigManager()
         registration = BrokerRegistrationProcessor(self.routes, self.kv_config, clock)
         queries = RouteQueryProcessor(self.routes, self.kv_config, order_message_enable)
