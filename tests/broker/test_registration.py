@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,28 @@ def test_all_topic_config_lists_every_topic_with_its_queues_and_the_table_versio
             assert after["dataVersion"]["counter"] > before["dataVersion"]["counter"]
 
     run(scenario())
+
+
+def test_a_second_broker_with_a_taken_name_and_id_is_refused_and_the_first_stays_routed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        namesrv = NameServer("127.0.0.1", 0)
+        await namesrv.start()
+        addr = f"127.0.0.1:{namesrv.port}"
+        try:
+            async with running_broker(tmp_path / "first", namesrvAddr=addr, brokerName="broker-x") as first:
+                with caplog.at_level(logging.WARNING, logger="cometmq.broker"):
+                    async with running_broker(tmp_path / "second", namesrvAddr=addr, brokerName="broker-x"):
+                        pass  # it registered when it started, and unregisters as it stops
+                [refusal] = [
+                    r.getMessage() for r in caplog.records if "refused the registration" in r.getMessage()
+                ]
+                assert f"registered at {first.config.broker_addr}" in refusal
+                async with AdminClient(addr) as admin:
+                    info = await admin.cluster_info()
+                assert info.broker_addr_table["broker-x"].broker_addrs == {0: first.config.broker_addr}
+        finally:
+            await namesrv.stop()
+
+    asyncio.run(scenario())

@@ -130,7 +130,7 @@ def _body(*topics: str, counter: int = 1) -> RegisterBrokerBody:
 
 
 def test_expiry_and_connection_loss_without_sockets() -> None:
-    routes = RouteInfoManager()
+    routes = RouteInfoManager(broker_expiry_s=10.0)
     conn_a, conn_b = object(), object()
     common = {"cluster": "C", "broker_id": 0, "ha_server_addr": ""}
     routes.register_broker(
@@ -139,9 +139,8 @@ def test_expiry_and_connection_loss_without_sockets() -> None:
     routes.register_broker(
         broker_addr="b:1", broker_name="b", body=_body("T"), connection=conn_b, now=5.0, **common
     )
-    assert routes.scan_not_active(now=9.0, expiry=10.0) == []
-    [expired] = routes.scan_not_active(now=12.0, expiry=10.0)
-    assert expired.connection is conn_a
+    assert routes.scan_not_active(now=9.0) == []
+    assert routes.scan_not_active(now=12.0) == [conn_a]
     route = routes.pickup_topic_route("T")
     assert route is not None and [b.broker_name for b in route.broker_datas] == ["b"]
     routes.connection_closed(conn_b)

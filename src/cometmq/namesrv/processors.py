@@ -81,10 +81,10 @@ class BrokerRegistrationProcessor:
     def unregister_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = BrokerRequestHeader.decode(request.ext_fields)
         self._routes.unregister_broker(
-            cluster=header.cluster_name,
             broker_addr=header.broker_addr,
             broker_name=header.broker_name,
             broker_id=header.broker_id,
+            now=self._clock(),
         )
         return request.response()
 

@@ -10,6 +10,8 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
+from cometmq.errors import RequestRefused
+from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import PERM_WRITE
 from cometmq.protocol.route import (
     MASTER_ID,
@@ -27,11 +29,10 @@ log = logging.getLogger("cometmq.namesrv")
 
 @dataclass(slots=True)
 class BrokerLiveInfo:
-    """What keeps one broker address alive: its last registration and the connection it came on."""
+    """When one broker address last registered (or confirmed its data version), and with what."""
 
     last_update: float
     data_version: DataVersion
-    connection: object | None
     ha_server_addr: str
 
 
@@ -45,11 +46,23 @@ class RegisterResult:
 
 @dataclass(slots=True)
 class RouteInfoManager:
+    """The routes, and who may change them.
+
+    A broker entry (broker name + id → address) belongs to the address that registered it: a request
+    naming another address can neither replace nor unregister it while that address is alive (it
+    registered or confirmed its data version within ``broker_expiry_s``). Every entry also remembers the
+    connection its latest registration came on; closing that connection removes it, closing any other
+    does not. An address's liveness record (``broker_live_table``) lasts while some entry names it.
+    """
+
+    broker_expiry_s: float = 120.0
     topic_queue_table: dict[str, dict[str, QueueData]] = field(default_factory=dict)
     broker_addr_table: dict[str, BrokerData] = field(default_factory=dict)
     cluster_addr_table: dict[str, set[str]] = field(default_factory=dict)
     broker_live_table: dict[str, BrokerLiveInfo] = field(default_factory=dict)
     filter_server_table: dict[str, list[str]] = field(default_factory=dict)
+    # (broker name, broker id) of every entry in broker_addr_table → the connection it registered on.
+    registering_connection: dict[tuple[str, int], object | None] = field(default_factory=dict)
 
     # registration ------------------------------------------------------------------------------
 
@@ -65,6 +78,13 @@ class RouteInfoManager:
         connection: object | None,
         now: float,
     ) -> RegisterResult:
+        """Record a registration; raises RequestRefused (NO_PERMISSION) when another live address
+        holds ``broker_name`` / ``broker_id``."""
+        holder = self._holder(broker_name, broker_id)
+        if holder is not None and holder != broker_addr:
+            if self._is_live(holder, now):
+                raise self._refusal("registration", broker_name, broker_id, broker_addr, holder)
+            self._remove_addr(holder, f"silent for {self.broker_expiry_s:g} s, replaced by {broker_addr}")
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
 
         broker_data = self.broker_addr_table.get(broker_name)
@@ -76,8 +96,10 @@ class RouteInfoManager:
         for other_id, addr in list(broker_data.broker_addrs.items()):
             if addr == broker_addr and other_id != broker_id:
                 del broker_data.broker_addrs[other_id]
-        first_of_addr = broker_data.broker_addrs.get(broker_id) != broker_addr
+                del self.registering_connection[(broker_name, other_id)]
+        first_of_addr = holder != broker_addr
         broker_data.broker_addrs[broker_id] = broker_addr
+        self.registering_connection[(broker_name, broker_id)] = connection
 
         previous = self.broker_live_table.get(broker_addr)
         if broker_id == MASTER_ID and (
@@ -94,9 +116,7 @@ class RouteInfoManager:
                     config.topic_sys_flag,
                 )
 
-        self.broker_live_table[broker_addr] = BrokerLiveInfo(
-            now, body.data_version, connection, ha_server_addr
-        )
+        self.broker_live_table[broker_addr] = BrokerLiveInfo(now, body.data_version, ha_server_addr)
         if previous is None:
             log.info(
                 "broker registered: %s id %d at %s (cluster %s, %d topics)",
@@ -135,26 +155,57 @@ class RouteInfoManager:
         live = self.broker_live_table.get(broker_addr)
         return live.data_version if live is not None else None
 
-    def unregister_broker(self, *, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> None:
-        if self.broker_live_table.pop(broker_addr, None) is not None:
-            log.info("broker unregistered: %s id %d at %s", broker_name, broker_id, broker_addr)
-        self.filter_server_table.pop(broker_addr, None)
-        broker_data = self.broker_addr_table.get(broker_name)
-        if broker_data is not None and broker_data.broker_addrs.get(broker_id) == broker_addr:
-            del broker_data.broker_addrs[broker_id]
-        self._drop_empty_group(broker_name, cluster)
+    def unregister_broker(self, *, broker_addr: str, broker_name: str, broker_id: int, now: float) -> None:
+        """Remove ``broker_name`` / ``broker_id`` if ``broker_addr`` holds it; raises RequestRefused
+        (NO_PERMISSION) when another live address does."""
+        holder = self._holder(broker_name, broker_id)
+        if holder != broker_addr:
+            if holder is not None and self._is_live(holder, now):
+                raise self._refusal("unregistration", broker_name, broker_id, broker_addr, holder)
+            return  # nothing of broker_addr's to remove; an expired holder goes at the next scan
+        self._forget_entry(self.broker_addr_table[broker_name], broker_id, "unregistered")
 
-    def _remove_addr(self, broker_addr: str, reason: str) -> None:
-        """Forget a broker address found dead (expired or its connection closed)."""
-        if self.broker_live_table.pop(broker_addr, None) is None:
-            return
-        self.filter_server_table.pop(broker_addr, None)
-        for broker_name, broker_data in list(self.broker_addr_table.items()):
+    def _holder(self, broker_name: str, broker_id: int) -> str | None:
+        broker_data = self.broker_addr_table.get(broker_name)
+        return broker_data.broker_addrs.get(broker_id) if broker_data is not None else None
+
+    def _is_live(self, broker_addr: str, now: float) -> bool:
+        live = self.broker_live_table.get(broker_addr)
+        return live is not None and now - live.last_update <= self.broker_expiry_s
+
+    def _refusal(
+        self, action: str, broker_name: str, broker_id: int, broker_addr: str, holder: str
+    ) -> RequestRefused:
+        remark = (
+            f"{action} of broker {broker_name} id {broker_id} at {broker_addr} refused: it is registered "
+            f"at {holder}, which keeps it until it has been silent for {self.broker_expiry_s:g} s"
+        )
+        log.warning("%s", remark)
+        return RequestRefused(ResponseCode.NO_PERMISSION, remark)
+
+    def _forget_entry(self, broker_data: BrokerData, broker_id: int, reason: str) -> object | None:
+        """Remove one broker entry (its address too when no other entry names it); returns the
+        connection it registered on."""
+        broker_name = broker_data.broker_name
+        addr = broker_data.broker_addrs.pop(broker_id)
+        connection = self.registering_connection.pop((broker_name, broker_id))
+        log.info("broker removed (%s): %s id %d at %s", reason, broker_name, broker_id, addr)
+        if not any(addr in data.broker_addrs.values() for data in self.broker_addr_table.values()):
+            self.broker_live_table.pop(addr, None)
+            self.filter_server_table.pop(addr, None)
+        self._drop_empty_group(broker_name, broker_data.cluster)
+        return connection
+
+    def _remove_addr(self, broker_addr: str, reason: str) -> list[object]:
+        """Forget every entry of a broker address; returns the connections they registered on."""
+        connections: list[object] = []
+        for broker_data in list(self.broker_addr_table.values()):
             for broker_id, addr in list(broker_data.broker_addrs.items()):
                 if addr == broker_addr:
-                    del broker_data.broker_addrs[broker_id]
-                    log.info("broker removed (%s): %s id %d at %s", reason, broker_name, broker_id, addr)
-            self._drop_empty_group(broker_name, broker_data.cluster)
+                    connection = self._forget_entry(broker_data, broker_id, reason)
+                    if connection is not None:
+                        connections.append(connection)
+        return connections
 
     def _drop_empty_group(self, broker_name: str, cluster: str) -> None:
         broker_data = self.broker_addr_table.get(broker_name)
@@ -174,20 +225,18 @@ class RouteInfoManager:
 
     # liveness ----------------------------------------------------------------------------------
 
-    def scan_not_active(self, now: float, expiry: float) -> list[BrokerLiveInfo]:
-        """Drop brokers silent for more than ``expiry`` seconds; returns them so their
-        connections can be closed."""
-        expired = [
-            (addr, live) for addr, live in self.broker_live_table.items() if now - live.last_update > expiry
-        ]
-        for addr, _ in expired:
-            self._remove_addr(addr, f"no registration for {expiry:g} s")
-        return [live for _, live in expired]
+    def scan_not_active(self, now: float) -> list[object]:
+        """Drop the broker addresses silent for more than ``broker_expiry_s``; returns the connections
+        their entries registered on, to be closed."""
+        expired = [addr for addr in self.broker_live_table if not self._is_live(addr, now)]
+        reason = f"no registration for {self.broker_expiry_s:g} s"
+        return [connection for addr in expired for connection in self._remove_addr(addr, reason)]
 
     def connection_closed(self, connection: object) -> None:
-        for addr, live in list(self.broker_live_table.items()):
-            if live.connection is connection:
-                self._remove_addr(addr, "connection closed")
+        """Drop the entries whose latest registration came on ``connection``."""
+        for (broker_name, broker_id), registered_on in list(self.registering_connection.items()):
+            if registered_on is connection:
+                self._forget_entry(self.broker_addr_table[broker_name], broker_id, "connection closed")
 
     # queries -----------------------------------------------------------------------------------
 

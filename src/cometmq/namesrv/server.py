@@ -27,7 +27,8 @@ class NameServer:
     """Serves routes on ``host:port`` (port 0 picks a free one; :attr:`port` is the bound one).
 
     Brokers register every 30 s; one silent for ``broker_expiry_s`` is dropped by a scan that runs
-    every ``scan_interval_s`` (RocketMQ: 120 s and 10 s; tests shrink both).
+    every ``scan_interval_s`` (RocketMQ: 120 s and 10 s; tests shrink both). Until then, its broker
+    name and id can be neither taken nor unregistered by a request naming another address.
     """
 
     def __init__(
@@ -40,10 +41,9 @@ class NameServer:
         order_message_enable: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.broker_expiry_s = broker_expiry_s
         self.scan_interval_s = scan_interval_s
         self._clock = clock
-        self.routes = RouteInfoManager()
+        self.routes = RouteInfoManager(broker_expiry_s=broker_expiry_s)
         self.kv_config = KVConfigManager()
         registration = BrokerRegistrationProcessor(self.routes, self.kv_config, clock)
         queries = RouteQueryProcessor(self.routes, self.kv_config, order_message_enable)
@@ -94,10 +94,10 @@ class NameServer:
         log.info("name server stopped")
 
     def scan_not_active_brokers(self) -> None:
-        for live in self.routes.scan_not_active(self._clock(), self.broker_expiry_s):
+        for connection in self.routes.scan_not_active(self._clock()):
             # Like RocketMQ, close the dead broker's connection; it re-registers when it is back.
-            if isinstance(live.connection, Connection):
-                live.connection.close()
+            if isinstance(connection, Connection):
+                connection.close()
 
     async def _scan_forever(self) -> None:
         while True:
