@@ -133,6 +133,21 @@ def test_port_in_use_names_the_port_and_the_flag(namesrv_addr: str, tmp_path: Pa
         assert_one_line_error(result, f"127.0.0.1:{broker_port} is already in use", "--broker-port")
         namesrv = cometmq("namesrv", "--host", "127.0.0.1", "--port", broker_port, timeout=30)
         assert_one_line_error(namesrv, f"127.0.0.1:{broker_port} is already in use", "--port")
+        broker = cometmq(
+            "broker",
+            "-n",
+            namesrv_addr,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            broker_port,
+            "--data-dir",
+            str(tmp_path / "b"),
+            "--log-level",
+            "WARNING",
+            timeout=30,
+        )
+        assert_one_line_error(broker, f"127.0.0.1:{broker_port} is already in use", "--port")
 
 
 def test_bad_config_file(tmp_path: Path) -> None:
