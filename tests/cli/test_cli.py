@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -111,10 +112,42 @@ def test_no_server_reachable(args: list[str]) -> None:
     assert_one_line_error(result, f"cannot connect to 127.0.0.1:{port}")
 
 
-def test_port_in_use(namesrv_addr: str, tmp_path: Path) -> None:
+def test_port_in_use_names_the_port_and_the_flag(namesrv_addr: str, tmp_path: Path) -> None:
     port = namesrv_addr.rsplit(":", 1)[1]
     result = cometmq("standalone", "--data-dir", str(tmp_path / "d"), "--namesrv-port", port, timeout=30)
-    assert_one_line_error(result)
+    assert_one_line_error(result, f"127.0.0.1:{port} is already in use", "--namesrv-port")
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        broker_port = str(taken.getsockname()[1])
+        result = cometmq(
+            "standalone",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--namesrv-port",
+            str(free_port()),
+            "--broker-port",
+            broker_port,
+            "--log-level",
+            "WARNING",  # the NameServer has started by then and says so at INFO
+            timeout=30,
+        )
+        assert_one_line_error(result, f"127.0.0.1:{broker_port} is already in use", "--broker-port")
+        namesrv = cometmq("namesrv", "--host", "127.0.0.1", "--port", broker_port, timeout=30)
+        assert_one_line_error(namesrv, f"127.0.0.1:{broker_port} is already in use", "--port")
+        broker = cometmq(
+            "broker",
+            "-n",
+            namesrv_addr,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            broker_port,
+            "--data-dir",
+            str(tmp_path / "b"),
+            "--log-level",
+            "WARNING",
+            timeout=30,
+        )
+        assert_one_line_error(broker, f"127.0.0.1:{broker_port} is already in use", "--port")
 
 
 def test_bad_config_file(tmp_path: Path) -> None:

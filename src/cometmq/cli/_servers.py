@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import errno
 import logging
 import os
 import signal
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cometmq.cli._loop import run_async
@@ -188,6 +191,21 @@ class _ShutdownSignal:
             self._loop.remove_signal_handler(sig)
 
 
+@contextlib.contextmanager
+def _port_flag(host: str, port: int, flag: str) -> Iterator[None]:
+    """A port already taken (most often by a server started earlier) ends the command with one line
+    naming the port and the ``flag`` that chooses another."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise ConfigError(
+            f"{host}:{port} is already in use (is another CometMQ running?): stop it, or choose another "
+            f"port with {flag}"
+        ) from None
+
+
 def _ready(line: str) -> None:
     # Scripts and tests wait for this exact line on stdout; flush so a pipe sees it at once.
     print(line, flush=True)
@@ -200,11 +218,13 @@ async def _standalone(args: argparse.Namespace) -> int:
     config.listen_host = host
     with _ShutdownSignal() as shutdown:
         namesrv = NameServer(host=host, port=args.namesrv_port)
-        await namesrv.start()
+        with _port_flag(host, args.namesrv_port, "--namesrv-port"):
+            await namesrv.start()
         try:
             config.namesrv_addr = f"{host}:{namesrv.port}"
             broker = _new_broker(config)
-            await broker.start()
+            with _port_flag(host, config.listen_port, "--broker-port"):
+                await broker.start()
             try:
                 _ready(
                     f"CometMQ standalone ready: namesrv {host}:{namesrv.port}, broker {config.broker_name} "
@@ -221,7 +241,8 @@ async def _standalone(args: argparse.Namespace) -> int:
 async def _namesrv(args: argparse.Namespace) -> int:
     with _ShutdownSignal() as shutdown:
         namesrv = NameServer(host=args.host, port=args.port, broker_expiry_s=args.broker_expiry)
-        await namesrv.start()
+        with _port_flag(args.host, args.port, "--port"):
+            await namesrv.start()
         try:
             _ready(f"CometMQ namesrv ready: listening on {args.host}:{namesrv.port}")
             await shutdown.wait()
@@ -240,7 +261,8 @@ async def _broker(args: argparse.Namespace) -> int:
         )
     with _ShutdownSignal() as shutdown:
         broker = _new_broker(config)
-        await broker.start()
+        with _port_flag(config.listen_host, config.listen_port, "--port"):
+            await broker.start()
         try:
             _ready(
                 f"CometMQ broker ready: {config.broker_name} at {config.broker_ip1}:{broker.port} "
