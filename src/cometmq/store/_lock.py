@@ -1,6 +1,6 @@
 """The exclusive lock that keeps a store directory to one running ``MessageStore``.
 
-RocketMQ's store locks ``<storePathRootDir>/lock`` the same way: a second broker on the same
+RocketMQ's store locks ``<storePathRootDir>/lock`` for the same reason: a second broker on the same
 directory would run recovery on files the first is still appending to, and truncate messages the
 first has already acknowledged.
 """
@@ -36,19 +36,14 @@ class StoreDirectoryLock:
         # No O_TRUNC: until the lock is ours, the file holds the holder's pid.
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read_pid(fd)
-            os.close(fd)
-            raise StoreInUseError(self.path.parent, holder) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreInUseError(self.path.parent, _read_pid(fd)) from None
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except BaseException:
-            os.close(fd)  # releases the lock
+            os.close(fd)  # and with it the lock, if it was taken
             raise
         self._fd = fd
 

@@ -167,8 +167,8 @@ class MessageStore:
 
     def start(self) -> None:
         """Lock the directory, load and recover the files, mark the store as running (``abort``),
-        start flushing. Raises ``StoreInUseError`` (having touched nothing) while another store, in
-        this process or another, runs on the same directory."""
+        start flushing. Raises ``StoreInUseError``, before opening any store file, while another
+        store, in this process or another, runs on the same directory."""
         if self._running:
             return
         cfg = self._config
