@@ -11,6 +11,7 @@ Every failure a caller can act on is a :class:`CometMQError`::
     ├── RemotingTimeoutError     no answer within the timeout
     ├── ConnectionClosedError    the connection closed (or never opened) before the answer
     ├── ConfigError              a configuration file or option that cannot be used
+    ├── StoreInUseError          a store directory another running store holds
     ├── Sql92Error               an SQL92 filter expression RocketMQ would refuse
     └── client-side errors       QueueNotRoutedError, NoRouteError, InvalidMessageError
                                  (MessageTooLargeError), ClientStateError, DataLossError, OptionError
@@ -25,6 +26,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from cometmq.client.message import MessageQueue
 
 
@@ -73,6 +76,17 @@ class ConnectionClosedError(CometMQError):
 
 class ConfigError(CometMQError):
     """A configuration file or option that cannot be used."""
+
+
+class StoreInUseError(CometMQError):
+    """A store directory whose lock another running store holds (in this process or another):
+    one process per data directory. ``holder_pid`` is None while the holder has not written it."""
+
+    def __init__(self, directory: Path, holder_pid: int | None) -> None:
+        self.directory = directory
+        self.holder_pid = holder_pid
+        holder = f"process {holder_pid}" if holder_pid is not None else "another process"
+        super().__init__(f"the data directory {directory} is in use by {holder} (it holds {directory}/lock)")
 
 
 class Sql92Error(CometMQError):

@@ -140,7 +140,13 @@ class Broker:
             busy_poll_us=self.config.busy_poll_micros,
         )
         server.add_close_listener(self._connection_closed)
-        await server.start()
+        try:
+            await server.start()
+        except BaseException:
+            # A broker that cannot listen serves nothing: it gives its data directory (and the lock on
+            # it) up, so that a retry in this process, on another port, can have it.
+            await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
+            raise
         self._server = server
         if self.config.listen_port == 0:  # advertise the port the OS picked, not 0
             self.config.listen_port = server.port

@@ -37,6 +37,7 @@ from ._commitlog import CommitLog
 from ._consumequeue import SCHEDULE_TOPIC, ConsumeQueue, QueueTable, TopicQueues
 from ._flush import CheckpointFile, FlushService
 from ._index import IndexService
+from ._lock import StoreDirectoryLock
 from ._mappedfile import MappedFile, fsync_dir
 from ._model import (
     FlushDiskType,
@@ -140,6 +141,7 @@ class MessageStore:
         self._config = config
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._root = Path(config.root_dir)
+        self._lock = StoreDirectoryLock(self._root)
         self._delays = parse_delay_levels(config.message_delay_level)
         self._new_files()
         self._max_body = config.max_message_size
@@ -164,11 +166,14 @@ class MessageStore:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load and recover the files, mark the store as running (``abort``), start flushing."""
+        """Lock the directory, load and recover the files, mark the store as running (``abort``),
+        start flushing. Raises ``StoreInUseError``, before opening any store file, while another
+        store, in this process or another, runs on the same directory."""
         if self._running:
             return
         cfg = self._config
         self._root.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()  # before recovery, which would truncate what a running store appends
         self._new_files()  # fresh objects, so a store can be started again after shutdown
         cl = self._commitlog
         abort = self._root / "abort"
@@ -218,7 +223,8 @@ class MessageStore:
         self._check_disk()
 
     def shutdown(self) -> None:
-        """Flush everything, write a clean checkpoint, remove ``abort``, close files. Idempotent."""
+        """Flush everything, write a clean checkpoint, remove ``abort``, close files, unlock the
+        directory. Idempotent."""
         if not self._running:
             return
         self._running = False
@@ -257,6 +263,7 @@ class MessageStore:
         self._queues.close()
         self._commitlog.close()
         self._checkpoint.close()
+        self._lock.release()
 
     # -- writing -------------------------------------------------------------------------------
 

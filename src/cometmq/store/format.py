@@ -12,6 +12,7 @@ Directory layout
     <root>/checkpoint                                           recovery bookkeeping (below)
     <root>/index/<yyyyMMddHHmmssSSS>                            index files (below)
     <root>/abort                                                exists while the store runs
+    <root>/lock                                                 locked (flock) while a store runs; its pid
 
 File names are the decimal start offset zero-padded to 20 digits (``00000000001073741824``).
 
