@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+
+from cometmq.errors import RequestRefused
+from cometmq.protocol.codes import ResponseCode
 
 TOPIC_MAX_LENGTH = 127
 # Groups use the topic characters; RocketMQ caps group names at 255 characters.
@@ -74,6 +78,51 @@ def _name_error(name: str, noun: str, max_length: int, too_long: str) -> str | N
     if len(name) > max_length:
         return too_long
     return None
+
+
+def stored_topic_name_error(topic: str) -> str | None:
+    """Why ``topic`` cannot name a topic a broker keeps, or None if it can: a topic a client may create
+    (:func:`topic_name_error`), or a group's retry or dead-letter topic, whose length follows from the
+    group name's limit rather than the topic's."""
+    for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+        if topic.startswith(prefix) and len(topic) > len(prefix):
+            return group_name_error(topic[len(prefix) :])
+    return topic_name_error(topic)
+
+
+def text_error(text: str) -> str | None:
+    """Why ``text`` cannot be kept as a name (client id, broker or cluster name, KV namespace or key), or
+    None if it can. JSON may carry a lone UTF-16 surrogate (an escaped ``\\ud800``): Python reads it,
+    but no file or frame written as UTF-8 can hold it."""
+    if text.isascii():
+        return None
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return "The specified name is not valid text: it holds a lone UTF-16 surrogate."
+    return None
+
+
+def printable(name: str) -> str:
+    """``name`` as a remark or a log line can show it: what UTF-8 cannot hold written as escapes."""
+    return name.encode("utf-8", "backslashreplace").decode()
+
+
+# Why a name is refused, or None: topic_name_error, stored_topic_name_error, group_name_error, text_error.
+NameRule = Callable[[str], str | None]
+
+
+def name_remark(what: str, name: str, problem: str) -> str:
+    """The remark refusing a name, worded as RocketMQ's broker refuses a topic: ``topic[a b]: reason``."""
+    return f"{what}[{printable(name)[:300]}]: {problem}"
+
+
+def check_name(what: str, name: str, rule: NameRule) -> None:
+    """Refuse a request carrying ``name`` (a body's field *what*) if *rule* refuses it: SYSTEM_ERROR, as
+    RocketMQ answers a bad topic."""
+    problem = rule(name)
+    if problem is not None:
+        raise RequestRefused(ResponseCode.SYSTEM_ERROR, name_remark(what, name, problem))
 
 
 def is_system_topic(topic: str, extra: frozenset[str] | set[str] = frozenset()) -> bool:
