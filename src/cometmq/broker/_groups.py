@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._json_config import load_json_table, save_json_config
-from cometmq.protocol.naming import group_name_error, name_remark
+from cometmq.broker._json_config import check_stored_name, load_json_table, save_json_config
+from cometmq.protocol.naming import group_name_error
 from cometmq.protocol.route import DataVersion
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 
@@ -21,8 +21,7 @@ log = logging.getLogger("cometmq.broker")
 def _read_group(name: str, raw: Any) -> SubscriptionGroupConfig:
     config = SubscriptionGroupConfig.from_json(raw)
     for group in {name, config.group_name}:
-        if (problem := group_name_error(group)) is not None:
-            raise ValueError(name_remark("group", group, problem))
+        check_stored_name("group", group, group_name_error)
     return config
 
 

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from cometmq.atomic_file import read_with_backup, write_atomic
 from cometmq.protocol import fastjson
-from cometmq.protocol.naming import printable
+from cometmq.protocol.naming import NameRule, name_remark, printable
 
 log = logging.getLogger("cometmq.broker")
 
@@ -62,6 +62,13 @@ def load_json_table(
         if entry is not None:
             entries[key] = entry
     return obj, entries
+
+
+def check_stored_name(what: str, name: str, rule: NameRule) -> None:
+    """For a *read* of :func:`load_json_table`: ValueError, so the entry is skipped, if *rule* refuses
+    *name*."""
+    if (problem := rule(name)) is not None:
+        raise ValueError(name_remark(what, name, problem))
 
 
 def _keep(data: bytes, kept: Path) -> None:

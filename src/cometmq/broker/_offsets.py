@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._json_config import load_json_table, save_json_config
-from cometmq.protocol.naming import group_name_error, name_remark, stored_topic_name_error
+from cometmq.broker._json_config import check_stored_name, load_json_table, save_json_config
+from cometmq.protocol.naming import group_name_error, stored_topic_name_error
 
 log = logging.getLogger("cometmq.broker")
 
@@ -25,10 +25,8 @@ def _read_offsets(key: str, queues: Any) -> dict[int, int]:
     topic, at, group = key.partition("@")
     if not at:
         raise ValueError("the key is not topic@group")
-    if (problem := stored_topic_name_error(topic)) is not None:
-        raise ValueError(name_remark("topic", topic, problem))
-    if (problem := group_name_error(group)) is not None:
-        raise ValueError(name_remark("group", group, problem))
+    check_stored_name("topic", topic, stored_topic_name_error)
+    check_stored_name("group", group, group_name_error)
     return {int(qid): int(offset) for qid, offset in queues.items()}
 
 

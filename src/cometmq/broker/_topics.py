@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._json_config import load_json_table, save_json_config
+from cometmq.broker._json_config import check_stored_name, load_json_table, save_json_config
 from cometmq.broker.config import BrokerConfig
 from cometmq.protocol.naming import (
     BENCHMARK_TOPIC,
@@ -22,7 +22,6 @@ from cometmq.protocol.naming import (
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
     dlq_topic,
-    name_remark,
     stored_topic_name_error,
 )
 from cometmq.protocol.route import DataVersion, RegisterBrokerBody
@@ -82,8 +81,7 @@ class TopicConfigManager:
             return None
         config = TopicConfig.from_json(raw)
         for topic in {name, config.topic_name}:
-            if (problem := stored_topic_name_error(topic)) is not None:
-                raise ValueError(name_remark("topic", topic, problem))
+            check_stored_name("topic", topic, stored_topic_name_error)
         return config
 
     def persist(self) -> None:
