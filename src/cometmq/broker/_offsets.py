@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -13,8 +12,6 @@ from typing import Any
 
 from cometmq.broker._json_config import check_stored_name, load_json_table, save_json_config
 from cometmq.protocol.naming import group_name_error, stored_topic_name_error
-
-log = logging.getLogger("cometmq.broker")
 
 # consumeTps in GET_CONSUME_STATS: committed progress over this window (RocketMQ: pulls per minute).
 TPS_WINDOW_S = 60.0
