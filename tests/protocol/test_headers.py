@@ -121,8 +121,8 @@ def test_any_fields_decode_or_raise_one_header_error(fields: dict[str, str]) -> 
 @given(
     st.builds(
         PullMessageRequestHeader,
-        consumer_group=st.text(),
-        topic=st.text(),
+        consumer_group=st.from_regex(r"[%|a-zA-Z0-9_-]{1,255}", fullmatch=True),
+        topic=st.from_regex(r"[%|a-zA-Z0-9_-]{1,127}", fullmatch=True),
         queue_id=st.integers(0, 2**31 - 1),
         queue_offset=st.integers(-(2**63), 2**63 - 1),
         max_msg_nums=st.integers(1, 1024),

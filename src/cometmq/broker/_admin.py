@@ -30,7 +30,7 @@ from cometmq.protocol.broker_headers import (
     TopicRequestHeader,
     ViewMessageRequestHeader,
 )
-from cometmq.protocol.naming import group_name_error, is_system_topic, topic_name_error
+from cometmq.protocol.naming import check_name, group_name_error, is_system_topic
 from cometmq.protocol.topic_config import TopicConfig
 from cometmq.remoting import Connection
 
@@ -130,9 +130,6 @@ class AdminProcessor:
         broker = self._broker
         create = CreateTopicRequestHeader.decode(request.ext_fields)
         topic = create.topic
-        problem = topic_name_error(topic)
-        if problem is not None:
-            raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"topic[{topic}]: {problem}")
         self._refuse_system_topic(topic)
         config = TopicConfig(
             topic,
@@ -194,10 +191,7 @@ class AdminProcessor:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR, f"the body is not a SubscriptionGroupConfig: {exc!r}"
             ) from None
-        if (reason := group_name_error(config.group_name)) is not None:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR, f"the group name {config.group_name!r} is illegal: {reason}"
-            )
+        check_name("groupName", config.group_name, group_name_error)
         self._broker.groups.put(config)
         return request.response()
 

@@ -16,7 +16,13 @@ from cometmq.protocol.broker_headers import (
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from cometmq.protocol.naming import retry_topic
+from cometmq.protocol.naming import (
+    check_name,
+    group_name_error,
+    retry_topic,
+    stored_topic_name_error,
+    text_error,
+)
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.remoting import Connection
 
@@ -89,8 +95,17 @@ class ConsumerManageProcessor:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR, f"the heartbeat body is not valid: {exc!r}"
             ) from None
-        for group, _, _, _, subscriptions in consumers:  # refuse a bad SQL92 filter before registering
+        # Every name is checked before anything is registered: a group is kept (subscriptionGroup.json, its
+        # retry topic in topics.json, the registration with the name server) under the name it came with.
+        check_name("clientID", client_id, text_error)
+        for group, _, _, _, subscriptions in consumers:
+            check_name("consumerGroup", group, group_name_error)
+            for subscription in subscriptions:
+                check_name("subscription topic", subscription.topic, stored_topic_name_error)
+                check_name("subscription expression", subscription.sub_string, text_error)
             check_heartbeat_subscriptions(group, subscriptions)
+        for group in producer_groups:
+            check_name("producerGroup", group, group_name_error)
         channel = ClientChannel(client_id, conn, request.language, request.version)
         for group, consume_type, message_model, consume_from, subscriptions in consumers:
             group_config = broker.groups.find_or_create(group)

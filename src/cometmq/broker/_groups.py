@@ -8,13 +8,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._json_config import load_json_config, save_json_config
+from cometmq.broker._json_config import check_stored_name, load_json_table, save_json_config
+from cometmq.protocol.naming import group_name_error
 from cometmq.protocol.route import DataVersion
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 
 __all__ = ["SubscriptionGroupConfig", "SubscriptionGroupManager", "max_reconsume_times"]
 
 log = logging.getLogger("cometmq.broker")
+
+
+def _read_group(name: str, raw: Any) -> SubscriptionGroupConfig:
+    config = SubscriptionGroupConfig.from_json(raw)
+    for group in {name, config.group_name}:
+        check_stored_name("group", group, group_name_error)
+    return config
 
 
 class SubscriptionGroupManager:
@@ -26,14 +34,11 @@ class SubscriptionGroupManager:
         self.data_version = DataVersion(timestamp=int(time.time() * 1000))
 
     def load(self) -> None:
-        obj = load_json_config(self._path)
-        if obj is None:
+        loaded = load_json_table(self._path, "subscriptionGroupTable", "group", _read_group)
+        if loaded is None:
             return
-        for name, raw in (obj.get("subscriptionGroupTable") or {}).items():
-            try:
-                self.groups[name] = SubscriptionGroupConfig.from_json(raw)
-            except (KeyError, TypeError, ValueError) as exc:
-                log.error("skipping unreadable group %r in %s: %s", name, self._path, exc)
+        obj, groups = loaded
+        self.groups.update(groups)
         if "dataVersion" in obj:  # files written before it was kept have none
             try:
                 self.data_version = DataVersion.from_json(obj["dataVersion"])

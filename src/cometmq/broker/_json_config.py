@@ -4,17 +4,81 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cometmq.atomic_file import read_with_backup, write_atomic
 from cometmq.protocol import fastjson
+from cometmq.protocol.naming import NameRule, name_remark, printable
 
 log = logging.getLogger("cometmq.broker")
+
+_Entry = TypeVar("_Entry")
+
+# What reading one malformed entry of a table raises.
+_UNREADABLE = (KeyError, TypeError, ValueError, AttributeError, OverflowError)
 
 
 def load_json_config(path: Path) -> dict[str, Any] | None:
     """The parsed file, or its ``.bak`` when the file is corrupt; None when neither exists."""
+    loaded = _load(path)
+    return None if loaded is None else loaded[2]
+
+
+def load_json_table(
+    path: Path, table_key: str, what: str, read: Callable[[str, Any], _Entry | None]
+) -> tuple[dict[str, Any], dict[str, _Entry]] | None:
+    """The parsed file (as :func:`load_json_config`) and the entries of its table *table_key* as *read*
+    makes them from their key and value; None when there is no file.
+
+    One bad entry never keeps the broker from starting: an entry *read* refuses (it raises KeyError,
+    TypeError, ValueError, AttributeError or OverflowError) is skipped with one warning line naming it
+    (*what* says what it is), and the file it came from is copied to ``<name>.skipped.bak``, which saving
+    the table again never replaces. *read* returns None for an entry to leave out silently.
+    """
+    loaded = _load(path)
+    if loaded is None:
+        return None
+    source, data, obj = loaded
+    table = obj.get(table_key) or {}
+    kept = path.with_name(path.name + ".skipped.bak")
+
+    def skip(label: str, reason: object) -> None:
+        if not kept.exists() or kept.read_bytes() != data:
+            _keep(data, kept)
+        log.warning("skipping %s of %s (%s); the file is kept as %s", label, source, reason, kept.name)
+
+    entries: dict[str, _Entry] = {}
+    if not isinstance(table, dict):
+        skip(f"the whole {table_key}", "not a JSON object")
+        return obj, entries
+    for key, raw in table.items():
+        try:
+            entry = read(key, raw)
+        except _UNREADABLE as exc:
+            skip(f"{what} {key!r}", printable(str(exc)))
+            continue
+        if entry is not None:
+            entries[key] = entry
+    return obj, entries
+
+
+def check_stored_name(what: str, name: str, rule: NameRule) -> None:
+    """For a *read* of :func:`load_json_table`: ValueError, so the entry is skipped, if *rule* refuses
+    *name*."""
+    if (problem := rule(name)) is not None:
+        raise ValueError(name_remark(what, name, problem))
+
+
+def _keep(data: bytes, kept: Path) -> None:
+    try:
+        kept.write_bytes(data)
+    except OSError as exc:
+        log.error("cannot keep a copy as %s: %s", kept, exc)
+
+
+def _load(path: Path) -> tuple[Path, bytes, dict[str, Any]] | None:
     for candidate, data in read_with_backup(path):
         try:
             obj = fastjson.loads(data)
@@ -24,7 +88,7 @@ def load_json_config(path: Path) -> dict[str, Any] | None:
         if isinstance(obj, dict):
             if candidate != path:
                 log.warning("loaded %s from its backup %s", path.name, candidate)
-            return obj
+            return candidate, data, obj
         log.error("%s does not hold a JSON object; trying its backup", candidate)
     return None
 

@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import collections
 import functools
-import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from cometmq.broker._json_config import load_json_config, save_json_config
-
-log = logging.getLogger("cometmq.broker")
+from cometmq.broker._json_config import check_stored_name, load_json_table, save_json_config
+from cometmq.protocol.naming import group_name_error, stored_topic_name_error
 
 # consumeTps in GET_CONSUME_STATS: committed progress over this window (RocketMQ: pulls per minute).
 TPS_WINDOW_S = 60.0
+
+
+def _read_offsets(key: str, queues: Any) -> dict[int, int]:
+    """The queue offsets of a ``topic@group`` key; ValueError for a key that names no topic and group."""
+    topic, at, group = key.partition("@")
+    if not at:
+        raise ValueError("the key is not topic@group")
+    check_stored_name("topic", topic, stored_topic_name_error)
+    check_stored_name("group", group, group_name_error)
+    return {int(qid): int(offset) for qid, offset in queues.items()}
 
 
 class ConsumerOffsetManager:
@@ -35,14 +44,9 @@ class ConsumerOffsetManager:
         self._write_lock = threading.Lock()
 
     def load(self) -> None:
-        obj = load_json_config(self._path)
-        if obj is None:
-            return
-        for key, table in (obj.get("offsetTable") or {}).items():
-            try:
-                self.offsets[key] = {int(qid): int(offset) for qid, offset in table.items()}
-            except (AttributeError, TypeError, ValueError) as exc:
-                log.error("skipping unreadable offsets %r in %s: %s", key, self._path, exc)
+        loaded = load_json_table(self._path, "offsetTable", "offsets", _read_offsets)
+        if loaded is not None:
+            self.offsets.update(loaded[1])
 
     def persist(self, force: bool = False) -> None:
         write = self.persist_later(force)

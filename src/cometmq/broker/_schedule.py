@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cometmq.broker._json_config import load_json_config, save_json_config
+from cometmq.broker._json_config import load_json_table, save_json_config
 from cometmq.errors import RecordError
 from cometmq.protocol.naming import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from cometmq.protocol.properties import decode_properties, encode_properties
@@ -165,14 +165,11 @@ class ScheduleMessageService:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def load(self) -> None:
-        obj = load_json_config(self._path)
-        if obj is None:
-            return
-        for level, offset in (obj.get("offsetTable") or {}).items():
-            try:
-                self.offsets[int(level)] = int(offset)
-            except (TypeError, ValueError) as exc:
-                log.error("skipping unreadable delay offset %r in %s: %s", level, self._path, exc)
+        loaded = load_json_table(
+            self._path, "offsetTable", "delay offset", lambda level, offset: (int(level), int(offset))
+        )
+        if loaded is not None:
+            self.offsets.update(loaded[1].values())
 
     def start(self) -> None:
         """Start delivering (the store must be started). Also registers for arrivals."""

@@ -21,7 +21,6 @@ from cometmq.protocol.naming import (
     PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
     SEND_FORBIDDEN_TOPICS,
-    topic_name_error,
 )
 from cometmq.protocol.properties import (
     KEY_SEPARATOR,
@@ -219,9 +218,6 @@ class SendProcessor:
                 ResponseCode.NO_PERMISSION, f"the broker[{config.broker_ip1}] sending message is forbidden"
             )
         topic = sent.topic
-        problem = topic_name_error(topic)
-        if problem is not None:
-            return request.response(ResponseCode.SYSTEM_ERROR, f"topic[{topic}]: {problem}")
         if topic in SEND_FORBIDDEN_TOPICS:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._json_config import load_json_config, save_json_config
+from cometmq.broker._json_config import check_stored_name, load_json_table, save_json_config
 from cometmq.broker.config import BrokerConfig
 from cometmq.protocol.naming import (
     BENCHMARK_TOPIC,
@@ -22,6 +22,7 @@ from cometmq.protocol.naming import (
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
     dlq_topic,
+    stored_topic_name_error,
 )
 from cometmq.protocol.route import DataVersion, RegisterBrokerBody
 from cometmq.protocol.topic_config import TopicConfig
@@ -65,20 +66,23 @@ class TopicConfigManager:
         self._add_builtin(TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS))
 
     def load(self) -> None:
-        obj = load_json_config(self._path)
-        if obj is None:
+        loaded = load_json_table(self._path, "topicConfigTable", "topic", self._read_topic)
+        if loaded is None:
             return
-        for name, raw in (obj.get("topicConfigTable") or {}).items():
-            # Built-ins come from the current settings, never from the file: with autoCreateTopicEnable
-            # turned off, a TBW102 saved while it was on must not make auto-create work again.
-            if name in self.system_topics or name == DEFAULT_TOPIC:
-                continue
-            try:
-                self.topics[name] = TopicConfig.from_json(raw)
-            except (KeyError, TypeError, ValueError) as exc:
-                log.error("skipping unreadable topic %r in %s: %s", name, self._path, exc)
+        obj, topics = loaded
+        self.topics.update(topics)
         version = obj.get("dataVersion") or {}
         self.data_version.counter = int(version.get("counter", 0))
+
+    def _read_topic(self, name: str, raw: Any) -> TopicConfig | None:
+        # Built-ins come from the current settings, never from the file: with autoCreateTopicEnable
+        # turned off, a TBW102 saved while it was on must not make auto-create work again.
+        if name in self.system_topics or name == DEFAULT_TOPIC:
+            return None
+        config = TopicConfig.from_json(raw)
+        for topic in {name, config.topic_name}:
+            check_stored_name("topic", topic, stored_topic_name_error)
+        return config
 
     def persist(self) -> None:
         save_json_config(self._path, self.serialize_wrapper())

@@ -15,6 +15,7 @@ from typing import Final
 
 from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
 from cometmq.protocol.headers import Header, JavaBool, JavaInt, JavaLong, JavaString, header, wire
+from cometmq.protocol.naming import group_name_error, stored_topic_name_error, text_error, topic_name_error
 
 # RocketMQ's clients refuse a pullBatchSize outside 1..1024; the broker refuses a pull asking for more.
 MAX_PULL_MESSAGES: Final = 1024
@@ -34,7 +35,7 @@ class SendMessageRequestHeader(Header):
     name), which nothing here needs."""
 
     producer_group: JavaString = wire("producerGroup", compact="a")
-    topic: JavaString = wire("topic", compact="b")
+    topic: JavaString = wire("topic", compact="b", name_rule=topic_name_error)
     default_topic: JavaString = wire("defaultTopic", compact="c")
     # The queues a topic auto-created by this send gets (capped by the broker, as RocketMQ's).
     default_topic_queue_nums: JavaInt = wire("defaultTopicQueueNums", compact="d")
@@ -68,10 +69,10 @@ class ConsumerSendMsgBackRequestHeader(Header):
     ``delay_level`` sends it to the dead-letter queue at once; 0 lets the broker choose."""
 
     offset: JavaLong = wire("offset")  # not found: RocketMQ's "look message by offset failed"
-    group: JavaString = wire("group")
+    group: JavaString = wire("group", name_rule=group_name_error)
     delay_level: JavaInt = wire("delayLevel")
     origin_msg_id: JavaString | None = wire("originMsgId", default=None)
-    origin_topic: JavaString | None = wire("originTopic", default=None)
+    origin_topic: JavaString | None = wire("originTopic", default=None, name_rule=stored_topic_name_error)
     unit_mode: JavaBool = wire("unitMode", default=False)
     max_reconsume_times: JavaInt | None = wire("maxReconsumeTimes", default=None)
 
@@ -84,8 +85,8 @@ class PullMessageRequestHeader(Header):
     """PULL_MESSAGE: up to ``max_msg_nums`` messages of one queue from ``queue_offset`` on;
     ``sys_flag`` says whether to commit ``commit_offset``, hold the pull, and use ``subscription``."""
 
-    consumer_group: JavaString = wire("consumerGroup")
-    topic: JavaString = wire("topic")
+    consumer_group: JavaString = wire("consumerGroup", name_rule=group_name_error)
+    topic: JavaString = wire("topic", name_rule=stored_topic_name_error)
     queue_id: JavaInt = wire("queueId", minimum=0)
     queue_offset: JavaLong = wire("queueOffset")
     max_msg_nums: JavaInt = wire("maxMsgNums", minimum=1, maximum=MAX_PULL_MESSAGES)
@@ -111,15 +112,15 @@ class PullMessageResponseHeader(Header):
 
 @header
 class QueryConsumerOffsetRequestHeader(Header):
-    consumer_group: JavaString = wire("consumerGroup")
-    topic: JavaString = wire("topic")
+    consumer_group: JavaString = wire("consumerGroup", name_rule=group_name_error)
+    topic: JavaString = wire("topic", name_rule=stored_topic_name_error)
     queue_id: JavaInt = wire("queueId", minimum=0)
 
 
 @header
 class UpdateConsumerOffsetRequestHeader(Header):
-    consumer_group: JavaString = wire("consumerGroup")
-    topic: JavaString = wire("topic")
+    consumer_group: JavaString = wire("consumerGroup", name_rule=group_name_error)
+    topic: JavaString = wire("topic", name_rule=stored_topic_name_error)
     queue_id: JavaInt = wire("queueId", minimum=0)
     commit_offset: JavaLong = wire("commitOffset")
 
@@ -130,7 +131,7 @@ class QueueRequestHeader(Header):
     GetEarliestMsgStoretimeRequestHeader (GET_MAX_OFFSET, GET_MIN_OFFSET,
     GET_EARLIEST_MSG_STORETIME)."""
 
-    topic: JavaString = wire("topic")
+    topic: JavaString = wire("topic", name_rule=stored_topic_name_error)
     queue_id: JavaInt = wire("queueId", minimum=0)
 
 
@@ -138,7 +139,7 @@ class QueueRequestHeader(Header):
 class SearchOffsetRequestHeader(Header):
     """SEARCH_OFFSET_BY_TIMESTAMP: the offset of the message of one queue stored nearest a time."""
 
-    topic: JavaString = wire("topic")
+    topic: JavaString = wire("topic", name_rule=stored_topic_name_error)
     queue_id: JavaInt = wire("queueId", minimum=0)
     timestamp: JavaLong = wire("timestamp")
 
@@ -161,9 +162,9 @@ class GetEarliestMsgStoretimeResponseHeader(Header):
 
 @header
 class UnregisterClientRequestHeader(Header):
-    client_id: JavaString = wire("clientID")
-    producer_group: JavaString | None = wire("producerGroup", default=None)
-    consumer_group: JavaString | None = wire("consumerGroup", default=None)
+    client_id: JavaString = wire("clientID", name_rule=text_error)
+    producer_group: JavaString | None = wire("producerGroup", default=None, name_rule=text_error)
+    consumer_group: JavaString | None = wire("consumerGroup", default=None, name_rule=text_error)
 
 
 @header
@@ -173,15 +174,15 @@ class ConsumerGroupRequestHeader(Header):
     (GET_CONSUMER_LIST_BY_GROUP, GET_CONSUMER_CONNECTION_LIST, and NOTIFY_CONSUMER_IDS_CHANGED from
     a broker to its clients)."""
 
-    consumer_group: JavaString = wire("consumerGroup")
+    consumer_group: JavaString = wire("consumerGroup", name_rule=group_name_error)
 
 
 @header
 class GetConsumerRunningInfoRequestHeader(Header):
     """GET_CONSUMER_RUNNING_INFO, from a broker (or an admin tool through it) to a client."""
 
-    consumer_group: JavaString = wire("consumerGroup")
-    client_id: JavaString = wire("clientId")
+    consumer_group: JavaString = wire("consumerGroup", name_rule=group_name_error)
+    client_id: JavaString = wire("clientId", name_rule=text_error)
     jstack_enable: JavaBool = wire("jstackEnable", default=False)
 
 
@@ -193,7 +194,7 @@ class TopicRequestHeader(Header):
     """One topic: RocketMQ's DeleteTopicRequestHeader and GetTopicStatsInfoRequestHeader
     (DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO)."""
 
-    topic: JavaString = wire("topic")
+    topic: JavaString = wire("topic", name_rule=stored_topic_name_error)
 
 
 @header
@@ -201,7 +202,7 @@ class CreateTopicRequestHeader(Header):
     """UPDATE_AND_CREATE_TOPIC. Every field but ``topicSysFlag`` is required, as RocketMQ's; a Java
     broker reads a missing ``topicSysFlag`` as 0."""
 
-    topic: JavaString = wire("topic")
+    topic: JavaString = wire("topic", name_rule=topic_name_error)
     default_topic: JavaString = wire("defaultTopic")
     read_queue_nums: JavaInt = wire("readQueueNums", minimum=1, maximum=MAX_QUEUE_NUMS)
     write_queue_nums: JavaInt = wire("writeQueueNums", minimum=1, maximum=MAX_QUEUE_NUMS)
@@ -225,7 +226,7 @@ class QueryMessageRequestHeader(Header):
     is capped by the broker (RocketMQ's maxMsgsNumBatch). The unique-key flag is an extField
     RocketMQ's clients add beside the header's fields."""
 
-    topic: JavaString = wire("topic")
+    topic: JavaString = wire("topic", name_rule=stored_topic_name_error)
     key: JavaString = wire("key")
     max_num: JavaInt = wire("maxNum", minimum=1)
     begin_timestamp: JavaLong = wire("beginTimestamp")
@@ -241,7 +242,7 @@ class QueryMessageResponseHeader(Header):
 
 @header
 class DeleteSubscriptionGroupRequestHeader(Header):
-    group_name: JavaString = wire("groupName")
+    group_name: JavaString = wire("groupName", name_rule=group_name_error)
     remove_offset: JavaBool = wire("removeOffset", default=False)
 
 
@@ -250,8 +251,8 @@ class GetConsumeStatsRequestHeader(Header):
     """GET_CONSUME_STATS: a group's progress on one topic, or (no topic) on every topic it has
     offsets for."""
 
-    consumer_group: JavaString = wire("consumerGroup")
-    topic: JavaString | None = wire("topic", default=None)
+    consumer_group: JavaString = wire("consumerGroup", name_rule=group_name_error)
+    topic: JavaString | None = wire("topic", default=None, name_rule=stored_topic_name_error)
 
 
 @header
@@ -261,8 +262,8 @@ class ResetOffsetRequestHeader(Header):
     offset; a ``timestamp`` of -1 means each queue's end. Unless ``is_force``, a reset only moves an
     offset back."""
 
-    topic: JavaString = wire("topic")
-    group: JavaString = wire("group")
+    topic: JavaString = wire("topic", name_rule=stored_topic_name_error)
+    group: JavaString = wire("group", name_rule=group_name_error)
     timestamp: JavaLong = wire("timestamp")
     is_force: JavaBool = wire("isForce")
     queue_id: JavaInt = wire("queueId", default=-1)  # below 0: every queue

@@ -23,6 +23,12 @@ Java types map to Python ones: ``JavaString`` is ``str``, ``JavaInt`` and ``Java
 (checked against 32 and 64 bits), ``JavaBool`` is ``bool`` (Java's ``Boolean.parseBoolean``, and the
 C++ client's ``"1"``). A field whose Java type is a boxed ``Integer``/``Long`` that may be null is
 declared ``JavaInt | None`` with ``default=None``: absent on the wire, ``None`` here.
+
+A string field that names something (a topic, a group, a client) declares the rule its names follow,
+``wire("consumerGroup", name_rule=group_name_error)``: a function giving why a name is refused, or None
+(:mod:`cometmq.protocol.naming`). A name it refuses fails the decode with a HeaderError whose remark
+names the field, shows the name and gives the rule's reason, as RocketMQ's broker words a bad topic:
+``topic[a b]: The specified topic contains illegal characters, ...``.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Annotated, Any, Final, Self, TypeVar, dataclass_transform
 
 from cometmq.errors import HeaderError
 from cometmq.protocol.codes import ResponseCode
+from cometmq.protocol.naming import NameRule, name_remark
 
 __all__ = [
     "Header",
@@ -78,6 +85,7 @@ class _WireName:
     minimum: int | None
     maximum: int | None
     max_length: int | None
+    name_rule: NameRule | None
 
 
 def wire(
@@ -88,11 +96,13 @@ def wire(
     minimum: int | None = None,
     maximum: int | None = None,
     max_length: int | None = None,
+    name_rule: NameRule | None = None,
 ) -> Any:
     """Declare a header field: its wire *name* (and *compact* one-letter name, for the V2 send header),
     its *default* when absent (no default: the field is required), and its limits: *minimum* and
-    *maximum* for numbers, *max_length* (in characters) for strings."""
-    metadata = {_SPEC_KEY: _WireName(name, compact, minimum, maximum, max_length)}
+    *maximum* for numbers, *max_length* (in characters) for strings, *name_rule* for a string that
+    names something: why a name is refused, or None."""
+    metadata = {_SPEC_KEY: _WireName(name, compact, minimum, maximum, max_length, name_rule)}
     if default is _NO_DEFAULT:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -109,6 +119,7 @@ class _Field:
     low: int | None
     high: int | None
     max_length: int | None
+    name_rule: NameRule | None
 
 
 def _missing(spec: _Field) -> HeaderError:
@@ -120,6 +131,10 @@ def _too_long(spec: _Field) -> HeaderError:
         ResponseCode.SYSTEM_ERROR,
         f"the request header field {spec.name} is longer than {spec.max_length} characters",
     )
+
+
+def _bad_name(spec: _Field, text: str, problem: str) -> HeaderError:
+    return HeaderError(ResponseCode.SYSTEM_ERROR, name_remark(spec.name, text, problem))
 
 
 def _not_a_number(spec: _Field, text: str) -> HeaderError:
@@ -164,6 +179,8 @@ def _field_specs(cls: type) -> tuple[_Field, ...]:
         if not isinstance(wire_name, _WireName):
             raise TypeError(f"{cls.__name__}.{field.name} is not declared with wire()")
         java, nullable = _java_type(hints[field.name])
+        if wire_name.name_rule is not None and java is not _STRING:
+            raise TypeError(f"{cls.__name__}.{field.name} has a name rule but is not a JavaString")
         required = field.default is dataclasses.MISSING
         if field.default is None and not nullable:
             raise TypeError(f"{cls.__name__}.{field.name} defaults to None but its type is not optional")
@@ -183,6 +200,7 @@ def _field_specs(cls: type) -> tuple[_Field, ...]:
                 low,
                 high,
                 wire_name.max_length,
+                wire_name.name_rule,
             )
         )
     return tuple(specs)
@@ -218,6 +236,12 @@ def _decoder_lines(specs: tuple[_Field, ...], compact: bool) -> list[str]:
             lines.append(f"{at}v{i} = text")
             if spec.max_length is not None:
                 lines += [f"{at}if len(text) > {spec.max_length}:", f"{at}    raise _too_long(specs[{i}])"]
+            if spec.name_rule is not None:
+                lines += [
+                    f"{at}problem = rule{i}(text)",
+                    f"{at}if problem is not None:",
+                    f"{at}    raise _bad_name(specs[{i}], text, problem)",
+                ]
         elif spec.java is _BOOLEAN:
             # Java's Boolean.parseBoolean: anything but "true" (any case) is false; C++ writes 1/0.
             lines.append(f'{at}v{i} = text == "true" or (text != "false" and text.strip().lower() in _TRUE)')
@@ -276,7 +300,9 @@ def _install_codec(cls: type, specs: tuple[_Field, ...]) -> None:
         "_too_long": _too_long,
         "_not_a_number": _not_a_number,
         "_out_of_range": _out_of_range,
+        "_bad_name": _bad_name,
     }
+    namespace.update({f"rule{i}": spec.name_rule for i, spec in enumerate(specs) if spec.name_rule})
     decode = _method_source(
         "def decode(cls, fields, *, compact=False):",
         ["get = fields.get", *_decoder_lines(specs, False)],

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Final
 
 from cometmq.protocol.headers import Header, JavaBool, JavaInt, JavaLong, JavaString, header, wire
+from cometmq.protocol.naming import text_error
 
 # MQVersion ordinal (V4_9_4) from which the Java name server answers routes in standard JSON.
 STANDARD_JSON_ROUTE_VERSION: Final = 401
@@ -25,10 +26,10 @@ STANDARD_JSON_ROUTE_VERSION: Final = 401
 class RegisterBrokerRequestHeader(Header):
     """REGISTER_BROKER; the body is a RegisterBrokerBody (:mod:`cometmq.protocol.route`)."""
 
-    broker_name: JavaString = wire("brokerName")
-    broker_addr: JavaString = wire("brokerAddr")
-    cluster_name: JavaString = wire("clusterName")
-    ha_server_addr: JavaString = wire("haServerAddr")
+    broker_name: JavaString = wire("brokerName", name_rule=text_error)
+    broker_addr: JavaString = wire("brokerAddr", name_rule=text_error)
+    cluster_name: JavaString = wire("clusterName", name_rule=text_error)
+    ha_server_addr: JavaString = wire("haServerAddr", name_rule=text_error)
     # 0 is the master, slaves count up from 1: a negative id names no broker of the group.
     broker_id: JavaLong = wire("brokerId", minimum=0)
     compressed: JavaBool = wire("compressed", default=False)
@@ -49,9 +50,9 @@ class BrokerRequestHeader(Header):
     """UNREGISTER_BROKER and QUERY_DATA_VERSION: which broker asks (RocketMQ's
     UnRegisterBrokerRequestHeader and QueryDataVersionRequestHeader)."""
 
-    broker_name: JavaString = wire("brokerName")
-    broker_addr: JavaString = wire("brokerAddr")
-    cluster_name: JavaString = wire("clusterName")
+    broker_name: JavaString = wire("brokerName", name_rule=text_error)
+    broker_addr: JavaString = wire("brokerAddr", name_rule=text_error)
+    cluster_name: JavaString = wire("clusterName", name_rule=text_error)
     broker_id: JavaLong = wire("brokerId", minimum=0)
 
 
@@ -70,7 +71,7 @@ class QueryDataVersionResponseHeader(Header):
 class GetRouteInfoRequestHeader(Header):
     """GET_ROUTEINFO_BY_TOPIC."""
 
-    topic: JavaString = wire("topic")
+    topic: JavaString = wire("topic", name_rule=text_error)
     accept_standard_json_only: JavaBool | None = wire("acceptStandardJsonOnly", default=None)
 
     def wants_standard_json(self, version: int) -> bool:
@@ -83,15 +84,15 @@ class GetRouteInfoRequestHeader(Header):
 class GetTopicsByClusterRequestHeader(Header):
     """GET_TOPICS_BY_CLUSTER."""
 
-    cluster: JavaString = wire("cluster")
+    cluster: JavaString = wire("cluster", name_rule=text_error)
 
 
 @header
 class DeleteTopicFromNamesrvRequestHeader(Header):
     """DELETE_TOPIC_IN_NAMESRV; without a cluster name, the topic goes from every cluster."""
 
-    topic: JavaString = wire("topic")
-    cluster_name: JavaString | None = wire("clusterName", default=None)
+    topic: JavaString = wire("topic", name_rule=text_error)
+    cluster_name: JavaString | None = wire("clusterName", default=None, name_rule=text_error)
 
 
 @header
@@ -99,7 +100,7 @@ class BrokerNameRequestHeader(Header):
     """WIPE_WRITE_PERM_OF_BROKER and ADD_WRITE_PERM_OF_BROKER (RocketMQ's
     WipeWritePermOfBrokerRequestHeader and AddWritePermOfBrokerRequestHeader)."""
 
-    broker_name: JavaString = wire("brokerName")
+    broker_name: JavaString = wire("brokerName", name_rule=text_error)
 
 
 @header
@@ -123,9 +124,9 @@ class AddWritePermOfBrokerResponseHeader(Header):
 class PutKVConfigRequestHeader(Header):
     """PUT_KV_CONFIG."""
 
-    namespace: JavaString = wire("namespace")
-    key: JavaString = wire("key")
-    value: JavaString = wire("value")
+    namespace: JavaString = wire("namespace", name_rule=text_error)
+    key: JavaString = wire("key", name_rule=text_error)
+    value: JavaString = wire("value", name_rule=text_error)
 
 
 @header
@@ -133,8 +134,8 @@ class KVConfigKeyRequestHeader(Header):
     """GET_KV_CONFIG and DELETE_KV_CONFIG (RocketMQ's GetKVConfigRequestHeader and
     DeleteKVConfigRequestHeader)."""
 
-    namespace: JavaString = wire("namespace")
-    key: JavaString = wire("key")
+    namespace: JavaString = wire("namespace", name_rule=text_error)
+    key: JavaString = wire("key", name_rule=text_error)
 
 
 @header
@@ -148,4 +149,4 @@ class GetKVConfigResponseHeader(Header):
 class GetKVListByNamespaceRequestHeader(Header):
     """GET_KVLIST_BY_NAMESPACE."""
 
-    namespace: JavaString = wire("namespace")
+    namespace: JavaString = wire("namespace", name_rule=text_error)

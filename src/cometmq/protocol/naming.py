@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+
+from cometmq.errors import RequestRefused
+from cometmq.protocol.codes import ResponseCode
 
 TOPIC_MAX_LENGTH = 127
 # Groups use the topic characters; RocketMQ caps group names at 255 characters.
 GROUP_MAX_LENGTH = 255
 _TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
+_legal_chars = _TOPIC_CHARS.fullmatch
 
 DEFAULT_TOPIC = "TBW102"  # the template topic clients fall back to for auto-create (RocketMQ's name)
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -55,6 +60,9 @@ PERM_INHERIT = 0x1
 
 def topic_name_error(topic: str) -> str | None:
     """Why ``topic`` is not a legal topic name (RocketMQ's wording), or None if it is."""
+    # Checked on every send and pull: a legal name costs one match and a length (bench/broker_send.py).
+    if _legal_chars(topic) is not None and len(topic) <= TOPIC_MAX_LENGTH:
+        return None
     return _name_error(
         topic, "topic", TOPIC_MAX_LENGTH, "The specified topic is longer than topic max length."
     )
@@ -62,6 +70,8 @@ def topic_name_error(topic: str) -> str | None:
 
 def group_name_error(group: str) -> str | None:
     """Why ``group`` is not a legal consumer or producer group name, or None if it is."""
+    if _legal_chars(group) is not None and len(group) <= GROUP_MAX_LENGTH:
+        return None
     too_long = f"The specified name is longer than {GROUP_MAX_LENGTH} characters."
     return _name_error(group, "name", GROUP_MAX_LENGTH, too_long)
 
@@ -69,11 +79,58 @@ def group_name_error(group: str) -> str | None:
 def _name_error(name: str, noun: str, max_length: int, too_long: str) -> str | None:
     if not name or not name.strip():
         return f"The specified {noun} is blank."
-    if not _TOPIC_CHARS.fullmatch(name):
+    if _legal_chars(name) is None:
         return f"The specified {noun} contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     if len(name) > max_length:
         return too_long
     return None
+
+
+def stored_topic_name_error(topic: str) -> str | None:
+    """Why ``topic`` cannot name a topic a broker keeps, or None if it can: a topic a client may create
+    (:func:`topic_name_error`), or a group's retry or dead-letter topic, whose length follows from the
+    group name's limit rather than the topic's."""
+    if _legal_chars(topic) is not None and len(topic) <= TOPIC_MAX_LENGTH:
+        return None
+    for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+        if topic.startswith(prefix) and len(topic) > len(prefix):
+            return group_name_error(topic[len(prefix) :])
+    return topic_name_error(topic)
+
+
+def text_error(text: str) -> str | None:
+    """Why ``text`` cannot be kept as a name (client id, broker or cluster name, KV namespace or key), or
+    None if it can. JSON may carry a lone UTF-16 surrogate (an escaped ``\\ud800``): Python reads it,
+    but no file or frame written as UTF-8 can hold it."""
+    if text.isascii():
+        return None
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return "The specified name is not valid text: it holds a lone UTF-16 surrogate."
+    return None
+
+
+def printable(name: str) -> str:
+    """``name`` as a remark or a log line can show it: what UTF-8 cannot hold written as escapes."""
+    return name.encode("utf-8", "backslashreplace").decode()
+
+
+# Why a name is refused, or None: topic_name_error, stored_topic_name_error, group_name_error, text_error.
+NameRule = Callable[[str], str | None]
+
+
+def name_remark(what: str, name: str, problem: str) -> str:
+    """The remark refusing a name, worded as RocketMQ's broker refuses a topic: ``topic[a b]: reason``."""
+    return f"{what}[{printable(name)[:300]}]: {problem}"
+
+
+def check_name(what: str, name: str, rule: NameRule) -> None:
+    """Refuse a request carrying ``name`` (a body's field *what*) if *rule* refuses it: SYSTEM_ERROR, as
+    RocketMQ answers a bad topic."""
+    problem = rule(name)
+    if problem is not None:
+        raise RequestRefused(ResponseCode.SYSTEM_ERROR, name_remark(what, name, problem))
 
 
 def is_system_topic(topic: str, extra: frozenset[str] | set[str] = frozenset()) -> bool:

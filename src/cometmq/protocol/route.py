@@ -18,6 +18,7 @@ from typing import Any
 
 from cometmq.errors import ProtocolError
 from cometmq.protocol import fastjson
+from cometmq.protocol.naming import name_remark, text_error
 from cometmq.protocol.topic_config import TopicConfig
 
 MASTER_ID = 0  # brokerId of a broker group's master; slaves have ids >= 1
@@ -314,6 +315,10 @@ class RegisterBrokerBody:
         configs: dict[str, TopicConfig] = {}
         for name, tc_obj in table.items():
             tc_obj = _obj(tc_obj, "TopicConfig")
+            # Only text is checked: a broker's own name and its cluster's are topics of its table, and
+            # RocketMQ does not hold those to the topic characters.
+            if (problem := text_error(str(name))) is not None:
+                raise ValueError(name_remark("topic", str(name), problem))
             configs[str(name)] = TopicConfig.from_json({"topicName": name, **tc_obj})
         return cls(
             data_version=DataVersion.from_json(wrapper.get("dataVersion") or {}),
