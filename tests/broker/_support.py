@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from cometmq.broker import Broker, BrokerConfig
+from cometmq.client import AdminClient
+from cometmq.errors import BrokerError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id, decode_records
@@ -222,3 +224,13 @@ async def create_topic(client: RemotingClient, addr: str, topic: str, queues: in
             },
         ),
     )
+
+
+async def is_routed(namesrv: str, topic: str) -> bool:
+    """Whether the name server at *namesrv* has a route for *topic*."""
+    async with AdminClient(namesrv) as admin:
+        try:
+            await admin.topic_route(topic)
+        except BrokerError:
+            return False
+        return True

@@ -10,10 +10,17 @@ import logging
 from pathlib import Path
 
 import pytest
-from _support import address, commit_request, create_topic, heartbeat, pull_request, run, running_broker
+from _support import (
+    address,
+    commit_request,
+    create_topic,
+    heartbeat,
+    is_routed,
+    pull_request,
+    run,
+    running_broker,
+)
 
-from cometmq.client import AdminClient
-from cometmq.errors import BrokerError
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.remoting import RemotingClient
@@ -21,15 +28,6 @@ from processes import start_standalone
 from waiting import wait_until
 
 LONE_SURROGATE = "\ud800"
-
-
-async def _routed(namesrv: str, topic: str) -> bool:
-    async with AdminClient(namesrv) as admin:
-        try:
-            await admin.topic_route(topic)
-        except BrokerError:
-            return False
-        return True
 
 
 def _heartbeat(client_id: str = "client-1", group: str = "G", producer_group: str = "P") -> RemotingCommand:
@@ -79,7 +77,9 @@ def test_a_heartbeat_with_a_name_that_is_not_text_is_refused_and_the_broker_keep
                 assert "%RETRY%G" in json.loads(table.body)["topicConfigTable"]
                 # Creating a topic registers the whole table at once: it reaches the name server.
                 assert (await create_topic(client, addr, "AfterTheBadName")).code == ResponseCode.SUCCESS
-                await wait_until(lambda: _routed(namesrv_addr, "AfterTheBadName"), message="the topic routed")
+                await wait_until(
+                    lambda: is_routed(namesrv_addr, "AfterTheBadName"), message="the topic routed"
+                )
                 await client.close()
         finally:
             await namesrv.stop()
@@ -192,7 +192,7 @@ def test_standalone_starts_with_a_bad_name_in_its_topics_file(tmp_path: Path) ->
     _poisoned_config(data_dir / "config")
     server, namesrv = start_standalone(data_dir)
     try:
-        assert asyncio.run(_routed(namesrv, "Good"))
+        assert asyncio.run(is_routed(namesrv, "Good"))
         assert "skipping topic '%RETRY%\\ud800'" in server.log()
     finally:
         assert server.terminate() == 0

@@ -9,11 +9,11 @@ import logging
 from pathlib import Path
 
 import pytest
-from _support import address, broker_and_client, create_topic, run, running_broker
+from _support import address, broker_and_client, create_topic, is_routed, run, running_broker
 
 from cometmq.broker import BrokerConfig
 from cometmq.client import AdminClient
-from cometmq.errors import BrokerError, ConfigError
+from cometmq.errors import ConfigError
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.remoting import RemotingClient
@@ -21,17 +21,8 @@ from cometmq.store import FlushDiskType
 from waiting import wait_until
 
 
-async def _routed(namesrv: str, topic: str) -> bool:
-    async with AdminClient(namesrv) as admin:
-        try:
-            await admin.topic_route(topic)
-        except BrokerError:
-            return False
-        return True
-
-
 async def not_routed(namesrv: str, topic: str) -> bool:
-    return not await _routed(namesrv, topic)
+    return not await is_routed(namesrv, topic)
 
 
 @pytest.mark.parametrize(("period_ms", "still_routed"), [(200, True), (60_000, False)])
@@ -47,10 +38,10 @@ def test_periodic_registration_keeps_the_broker_alive(
             await create_topic(client, address(broker), "Kept", 2)
             await client.close()
             # Registered at once after the topic was created, not at the next period.
-            await wait_until(lambda: _routed(addr, "Kept"), message="the topic routed")
+            await wait_until(lambda: is_routed(addr, "Kept"), message="the topic routed")
             if still_routed:
                 await asyncio.sleep(2.0)  # longer than the NameServer's expiry
-                assert await _routed(addr, "Kept")
+                assert await is_routed(addr, "Kept")
             else:
                 await wait_until(lambda: not_routed(addr, "Kept"), message="the broker expired")
         await namesrv.stop()
