@@ -46,6 +46,9 @@ def test_membership_and_notifications(tmp_path: Path) -> None:
             assert empty.code == ResponseCode.SYSTEM_ERROR and "no consumer" in (empty.remark or "")
             assert (await first.invoke(addr, heartbeat("111-127.0.0.1@DEFAULT", "G", "T"))).code == 0
             assert broker.topics.get("%RETRY%G") is not None
+            # The first member is told of its own joining too: what follows must be about the second.
+            await wait_until(lambda: "G" in notified, message="the first consumer told of its joining")
+            notified.clear()
             await second.invoke(addr, heartbeat("222-127.0.0.1@DEFAULT", "G", "T"))
             ids = json.loads((await first.invoke(addr, consumer_list("G"))).body)["consumerIdList"]
             assert sorted(ids) == ["111-127.0.0.1@DEFAULT", "222-127.0.0.1@DEFAULT"]

@@ -44,7 +44,7 @@ def props(record: DecodedRecord) -> dict[str, str]:
     return decode_properties(record.properties)
 
 
-def test_levels_1_to_3_are_delivered_on_time_with_everything_intact(tmp_path: Path) -> None:
+def test_levels_1_to_3_are_delivered_not_before_their_delay_with_everything_intact(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
             assert (await create_topic(client, addr, "Later")).code == 0

@@ -327,9 +327,7 @@ def test_a_lite_pull_consumer_subscribed_with_sql92_receives_only_the_matching_m
                     consumer.position(q) == end for q, end in zip(queues, ends, strict=True)
                 )
 
-            deadline = asyncio.get_running_loop().time() + 60
-            while not await read_to_the_end():
-                assert asyncio.get_running_loop().time() < deadline, "the consumer did not reach the end"
+            await wait_until(read_to_the_end, message="the consumer at the end of both queues", timeout=60)
         assert sorted(m.body for m in received) == sorted(b"s-%d" % i for i in range(10, 20, 2))
 
     run(scenario())

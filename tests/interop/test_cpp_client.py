@@ -60,8 +60,8 @@ def bodies(messages: list[dict[str, Any]]) -> list[bytes]:
 
 def wait_for_consumers(server: StandaloneServer, group: str, *consumers: subprocess.Popen[str]) -> None:
     """Until the broker lists one online client of *group* per running C++ consumer in *consumers*: each
-    has sent its heartbeat, and the broker has told the group's members of each other (they rebalance
-    on that notice)."""
+    has sent its heartbeat, so the broker has told the group's members of each other. The C++ client's
+    rebalance that follows is not visible from outside; the scenarios tolerate redelivery around it."""
 
     def online() -> bool:
         for proc in consumers:
