@@ -84,7 +84,6 @@ class _WireName:
     compact: str | None
     minimum: int | None
     maximum: int | None
-    max_length: int | None
     name_rule: NameRule | None
 
 
@@ -95,14 +94,13 @@ def wire(
     default: Any = _NO_DEFAULT,
     minimum: int | None = None,
     maximum: int | None = None,
-    max_length: int | None = None,
     name_rule: NameRule | None = None,
 ) -> Any:
     """Declare a header field: its wire *name* (and *compact* one-letter name, for the V2 send header),
     its *default* when absent (no default: the field is required), and its limits: *minimum* and
-    *maximum* for numbers, *max_length* (in characters) for strings, *name_rule* for a string that
-    names something: why a name is refused, or None."""
-    metadata = {_SPEC_KEY: _WireName(name, compact, minimum, maximum, max_length, name_rule)}
+    *maximum* for numbers, and *name_rule* for a string that names something: why a name is
+    refused, or None."""
+    metadata = {_SPEC_KEY: _WireName(name, compact, minimum, maximum, name_rule)}
     if default is _NO_DEFAULT:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -118,19 +116,11 @@ class _Field:
     default: Any
     low: int | None
     high: int | None
-    max_length: int | None
     name_rule: NameRule | None
 
 
 def _missing(spec: _Field) -> HeaderError:
     return HeaderError(ResponseCode.SYSTEM_ERROR, f"the request header field {spec.name} is missing")
-
-
-def _too_long(spec: _Field) -> HeaderError:
-    return HeaderError(
-        ResponseCode.SYSTEM_ERROR,
-        f"the request header field {spec.name} is longer than {spec.max_length} characters",
-    )
 
 
 def _bad_name(spec: _Field, text: str, problem: str) -> HeaderError:
@@ -199,7 +189,6 @@ def _field_specs(cls: type) -> tuple[_Field, ...]:
                 None if required else field.default,
                 low,
                 high,
-                wire_name.max_length,
                 wire_name.name_rule,
             )
         )
@@ -234,8 +223,6 @@ def _decoder_lines(specs: tuple[_Field, ...], compact: bool) -> list[str]:
             at = "    "
         if spec.java is _STRING:
             lines.append(f"{at}v{i} = text")
-            if spec.max_length is not None:
-                lines += [f"{at}if len(text) > {spec.max_length}:", f"{at}    raise _too_long(specs[{i}])"]
             if spec.name_rule is not None:
                 lines += [
                     f"{at}problem = rule{i}(text)",
@@ -297,7 +284,6 @@ def _install_codec(cls: type, specs: tuple[_Field, ...]) -> None:
         "specs": specs,
         "_TRUE": ("true", "1"),
         "_missing": _missing,
-        "_too_long": _too_long,
         "_not_a_number": _not_a_number,
         "_out_of_range": _out_of_range,
         "_bad_name": _bad_name,
