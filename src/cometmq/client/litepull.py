@@ -51,7 +51,7 @@ from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.errors import ClientStateError, CometMQError, DataLossError
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, SubscriptionData
 
-__all__ = ["ConsumeFrom", "DataLossError", "LitePullConsumer"]
+__all__ = ["ConsumeFrom", "LitePullConsumer"]
 
 log = logging.getLogger("cometmq.client")
 

@@ -50,10 +50,6 @@ from cometmq.protocol.route import TopicRouteData
 from cometmq.protocol.taghash import java_string_hash
 
 __all__ = [
-    "ClientStateError",
-    "InvalidMessageError",
-    "MessageTooLargeError",
-    "NoRouteError",
     "Producer",
     "QueueSelector",
     "SendCallback",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from cometmq.errors import OptionError
 
-__all__ = ["OptionError", "ReadOptions", "WriteOptions", "parse_duration_ms", "parse_timestamp_ms"]
+__all__ = ["ReadOptions", "WriteOptions", "parse_duration_ms", "parse_timestamp_ms"]
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's maxTriggerDelay default, 15m

@@ -156,12 +156,6 @@ class MessageStore:
         self._listeners: list[ArrivalListener] = []
         self._last_store_ts = 0
         self._host_hex: dict[bytes, str] = {}
-        # How a single record reaches the commit log. Under ASYNC_FLUSH through the mapping: a pwrite
-        # per put cost a third of the appends/s of 16 producers. Under SYNC_FLUSH with pwrite, into
-        # the blocks the commit log wrote ahead (``CommitLog.warm_ahead``): a record stored through the
-        # mapping faults on every page each group commit wrote back, which made the group commits
-        # slower (bench/store.py, its "16 producers" rows). A batch always goes with one pwrite.
-        self._single_through_map = not self._sync_flush
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -460,7 +454,13 @@ class MessageStore:
         except struct.error:  # a field out of range; nothing was written
             return _failure(PutStatus.MESSAGE_ILLEGAL)
         records = _sealed(parts, offsets, total) if self._append_record_crc else b"".join(parts)
-        if count == 1 and self._single_through_map:
+        # How the records reach the commit log. A single record under ASYNC_FLUSH goes through the
+        # mapping: a pwrite per put costs a large share of the appends/s of 16 producers. Under
+        # SYNC_FLUSH with pwrite, into the blocks the commit log wrote ahead (``CommitLog.warm_ahead``):
+        # a record stored through the mapping faults on every page each group commit wrote back, which
+        # slows the group commits (bench/store.py, its "16 producers" rows). A batch always goes with
+        # one pwrite.
+        if count == 1 and not self._sync_flush:
             seg.mm[pos : pos + total] = records
         else:
             try:
