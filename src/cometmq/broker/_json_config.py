@@ -43,10 +43,13 @@ def load_json_table(
     source, data, obj = loaded
     table = obj.get(table_key) or {}
     kept = path.with_name(path.name + ".skipped.bak")
+    copied = False
 
     def skip(label: str, reason: object) -> None:
-        if not kept.exists() or kept.read_bytes() != data:
+        nonlocal copied
+        if not copied:  # once per load, however many entries are skipped
             _keep(data, kept)
+            copied = True
         log.warning("skipping %s of %s (%s); the file is kept as %s", label, source, reason, kept.name)
 
     entries: dict[str, _Entry] = {}
