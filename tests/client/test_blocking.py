@@ -223,6 +223,28 @@ def test_blocking_producer_and_push_consumer_with_a_plain_listener_in_a_worker_t
     )
 
 
+def test_breaking_out_of_a_blocking_for_loop_commits_the_message_in_hand(server: StandaloneServer) -> None:
+    with blocking.AdminClient(server.namesrv) as admin:
+        admin.create_topic("BlkBreak", 1)
+    send(server, "BlkBreak", 0, [b"brk-%d" % i for i in range(10)])
+
+    def consume_until(last: bytes | None) -> list[bytes]:
+        """The bodies a member of the group gets up to ``last`` (or just one), breaking out there."""
+        consumer = blocking.PushConsumer("GID_blk_break", server.namesrv, consume_from="first")
+        consumer.subscribe("BlkBreak")
+        got: list[bytes] = []
+        with consumer:
+            for message in consumer:
+                got.append(message.body)
+                if last is None or message.body == last:
+                    break
+        return got
+
+    assert consume_until(b"brk-4") == [b"brk-%d" % i for i in range(5)]
+    # The group resumes right after the message the loop broke at.
+    assert consume_until(None) == [b"brk-5"]
+
+
 # ---------------------------------------------------------------------------------------------
 # blocking sends, made on the calling thread
 

@@ -761,3 +761,27 @@ def test_an_illegal_consumer_group_is_refused_when_the_consumer_is_made(
 ) -> None:
     with pytest.raises(CometMQError, match=r"consumer group .*: The specified name"):
         make(group, "127.0.0.1:9876")
+
+
+def test_breaking_out_of_async_for_commits_the_message_in_hand_and_the_group_resumes_after_it(
+    broker: Broker,
+) -> None:
+    group, topic = "GID_iter_break", "IterBreakTopic"
+
+    async def scenario() -> None:
+        await broker.create_topic(topic, 1)
+        for i in range(10):
+            await broker.send(topic, f"brk-{i}".encode())
+        async with consumer(broker.namesrv, group, topic) as first:
+            async for message in first:
+                if message.body == b"brk-4":
+                    break
+        assert await broker.committed(group, topic, 0) == 5
+        async with consumer(broker.namesrv, group, topic) as second:
+            async for message in second:
+                assert message.body == b"brk-5"
+                break
+        assert await broker.committed(group, topic, 0) == 6
+        await broker.close()
+
+    run(scenario())

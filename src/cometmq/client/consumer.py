@@ -345,13 +345,10 @@ class PushConsumer(Client):
             pq.drop()
         await _finish(list(self._pull_tasks.values()), cancel=True)
         if self._handoff is not None:
-            # A message in the loop's hands when the consumer closes counts as consumed.
-            self._settle_current()
-            self._handoff.put_nowait(None)
-        else:
-            deadline = time.monotonic() + timeout
-            for pq in pqs:
-                await pq.wait_idle(max(0.0, deadline - time.monotonic()))
+            self._end_handoff()
+        deadline = time.monotonic() + timeout
+        for pq in pqs:
+            await pq.wait_idle(max(0.0, deadline - time.monotonic()))
         await _finish(self._workers, cancel=True)
         await _finish(list(self._side_tasks), cancel=True)
         for pq in pqs:
@@ -426,6 +423,18 @@ class PushConsumer(Client):
             current[1].set_result(
                 ConsumeResult.RECONSUME_LATER if self._current_retry else ConsumeResult.SUCCESS
             )
+
+    def _end_handoff(self) -> None:
+        """Closing: the message in the loop's hands counts as consumed, and its worker records that
+        before the workers stop (so a ``break`` followed by close commits it); the messages queued
+        behind it were never handed out: their workers give them up, for the queue's next reader."""
+        assert self._handoff is not None
+        self._settle_current()
+        while not self._handoff.empty():
+            item = self._handoff.get_nowait()
+            if item is not None:
+                item[1].cancel()
+        self._handoff.put_nowait(None)  # every further __anext__ stops
 
     async def _iterator_listener(self, messages: list[ReceivedMessage]) -> ConsumeResult:
         assert self._handoff is not None
