@@ -6,10 +6,13 @@ import base64
 import datetime
 import json
 import re
+import socket
 import time
 
 import pytest
 
+from cometmq.client import blocking
+from cometmq.client.message import Message
 from cometmq.protocol.record import decode_offset_msg_id
 from processes import ServerProcess, broker_address, cometmq
 
@@ -146,6 +149,38 @@ def test_an_id_that_looks_like_an_offset_id_falls_back_to_the_unique_key(shop: d
     assert result.returncode == 0, result.stderr
     [message] = json.loads(result.stdout)
     assert message["msgId"] == lookalike and base64.b64decode(message["body"]) == b"lookalike"
+
+
+def test_get_by_the_id_the_python_producer_printed(shop: dict[str, str]) -> None:
+    with blocking.Producer("PID_msg_get", shop["namesrv"]) as producer:
+        sent = producer.send(Message("Shop", b"from python", keys="python"))
+    result = cometmq("message", "get", sent.msg_id, "-n", shop["namesrv"], "--json")
+    assert result.returncode == 0, result.stderr
+    [message] = json.loads(result.stdout)
+    assert (message["msgId"], message["offsetMsgId"]) == (sent.msg_id, sent.offset_msg_id)
+    assert base64.b64decode(message["body"]) == b"from python"
+
+
+def test_a_unique_key_that_decodes_to_an_address_of_no_broker_is_never_connected_to(
+    shop: dict[str, str],
+) -> None:
+    with socket.socket() as listener:  # an address a unique key could name, but no broker's
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        key = f"7F000001{port:08X}0000000000000000"  # 127.0.0.1:port, commit-log offset 0
+        send(shop["addr"], "Shop", b"keyed like an offset id", 0, UNIQ_KEY=key)
+        result = cometmq("message", "get", key, "-n", shop["namesrv"], "--json")
+        assert result.returncode == 0, result.stderr
+        [message] = json.loads(result.stdout)
+        assert message["msgId"] == key and base64.b64decode(message["body"]) == b"keyed like an offset id"
+        assert result.stderr == (
+            f"{key} is not an offset message id of this cluster (127.0.0.1:{port} is none of its"
+            " brokers): looking it up as a unique key\n"
+        )
+        with pytest.raises(BlockingIOError):  # nobody knocked
+            listener.accept()
 
 
 def test_body_preview_of_long_and_binary_bodies(shop: dict[str, str]) -> None:

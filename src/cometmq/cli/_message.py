@@ -6,11 +6,13 @@ import argparse
 import base64
 import codecs
 import datetime
+import sys
 import zlib
 from typing import Any, Final
 
 from cometmq.cli._admin import add_admin_command, print_json, whole_number
 from cometmq.client import AdminClient
+from cometmq.client.admin import offset_msg_id_address
 from cometmq.client.message import SYSFLAG_COMPRESSED
 from cometmq.console import format_table
 from cometmq.errors import CometMQError
@@ -71,7 +73,8 @@ def add_message_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         description=(
             "Show the message with id MSG_ID: topic, ids, queue and offsets, tags, keys, hosts and "
             "times, every property, and the first 256 bytes of the body. MSG_ID is an offset message "
-            "id (what the broker answers a send with), asked of the broker it names, or a unique key "
+            "id (what the broker answers a send with), asked of the broker it names when that is a "
+            "broker of the cluster, or a unique key "
             "(UNIQ_KEY, what clients show as the message id), looked up in --topic, or without "
             "--topic in every topic of the cluster. With --json: a list of messages (a unique key "
             "sent twice finds both), bodies in base64. Exits with status 1 when there is none."
@@ -125,6 +128,14 @@ async def _query(admin: AdminClient, args: argparse.Namespace) -> None:
 
 
 async def _get(admin: AdminClient, args: argparse.Namespace) -> None:
+    named = offset_msg_id_address(args.msg_id)
+    if named is not None and named not in await admin.broker_addresses():
+        # A unique key made by a client (the C++ client's, say) decodes as an address too.
+        print(
+            f"{args.msg_id} is not an offset message id of this cluster ({named} is none of its brokers):"
+            " looking it up as a unique key",
+            file=sys.stderr,
+        )
     records = await admin.view_message(args.msg_id, args.topic)
     if not records:
         where = f"topic {args.topic}" if args.topic else "any topic"

@@ -395,10 +395,12 @@ class AdminClient(Client):
     async def view_message(self, msg_id: str, topic: str | None = None) -> list[DecodedRecord]:
         """The message(s) with id ``msg_id``, newest first; empty if there is none.
 
-        An offset message id (store host + commit-log offset, docs/protocol.md#message-ids) is asked of that
-        broker (VIEW_MESSAGE_BY_ID). Anything else, or an offset id that finds nothing there, is
-        taken as a unique key (UNIQ_KEY, what clients show as the message id) and looked up with
-        QUERY_MESSAGE in ``topic``, or without it in every topic of the cluster.
+        An offset message id (store host + commit-log offset, docs/protocol.md#message-ids) that names
+        a broker of the cluster is asked of that broker (VIEW_MESSAGE_BY_ID). Anything else (a client's
+        unique key has the same length, but its "address" is the client's), or an offset id that finds
+        nothing there, is taken as a unique key (UNIQ_KEY, what clients show as the message id) and
+        looked up with QUERY_MESSAGE in ``topic``, or without it in every topic of the cluster. No
+        connection is ever made to an address the name server does not list as a broker.
         """
         found = await self._view_by_offset_id(msg_id, topic)
         if found is not None:
@@ -420,17 +422,19 @@ class AdminClient(Client):
         found_all.sort(key=lambda rec: rec.store_timestamp, reverse=True)
         return found_all
 
+    async def broker_addresses(self) -> set[str]:
+        """The address of every broker (masters and slaves) the name server lists."""
+        info = await self.cluster_info()
+        return {addr for broker in info.broker_addr_table.values() for addr in broker.broker_addrs.values()}
+
     async def _view_by_offset_id(self, msg_id: str, topic: str | None) -> DecodedRecord | None:
-        try:
-            address, port, offset = decode_offset_msg_id(msg_id)
-        except ValueError:
+        addr = offset_msg_id_address(msg_id)
+        if addr is None:
             return None
-        # Java's UNIQ_KEY is 32 hex characters too, but its "port" bytes hold the pid: rarely a port
-        # (and if one, the lookup by unique key below still follows).
-        if not 0 < port < 65536 or offset < 0:
+        offset = decode_offset_msg_id(msg_id)[2]
+        if addr not in await self.broker_addresses():
+            log.info("%s names %s, no broker of the cluster: taking it as a unique key", msg_id, addr)
             return None
-        host = ipaddress.ip_address(address)
-        addr = f"{host}:{port}" if host.version == 4 else f"[{host}]:{port}"
         try:
             response = await self._instance.invoke_ok(
                 addr, RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset=offset).encode()
@@ -813,6 +817,20 @@ class AdminClient(Client):
         if instance.broker_addr(queue.broker_name) is None:
             await instance.fetch_route(queue.topic)
         return instance
+
+
+def offset_msg_id_address(msg_id: str) -> str | None:
+    """The broker address (``ip:port``) an offset message id names, or None when ``msg_id`` cannot
+    be one (not 32 or 56 hex characters, a port out of range, a negative offset). A client's unique
+    key of 32 hex characters may still decode: whether the address is a broker tells them apart."""
+    try:
+        address, port, offset = decode_offset_msg_id(msg_id)
+    except ValueError:
+        return None
+    if not 0 < port < 65536 or offset < 0:
+        return None
+    host = ipaddress.ip_address(address)
+    return f"{host}:{port}" if host.version == 4 else f"[{host}]:{port}"
 
 
 def _has_key(rec: DecodedRecord, topic: str, key: str, unique: bool) -> bool:
