@@ -50,6 +50,21 @@ def test_topic_round_trip(namesrv_addr: str) -> None:
     assert_one_line_error(gone, "No topic route info in name server for the topic: RoundTrip", "code 17")
 
 
+def test_deleting_a_topic_that_does_not_exist_says_so_and_fails(namesrv_addr: str) -> None:
+    assert_one_line_error(
+        cometmq("topic", "delete", "NeverCreated", "-n", namesrv_addr),
+        "topic NeverCreated does not exist in cluster DefaultCluster: nothing was deleted",
+    )
+    created = cometmq("topic", "create", "DeletedTwice", "-n", namesrv_addr)
+    assert created.returncode == 0, created.stderr
+    first = cometmq("topic", "delete", "DeletedTwice", "-n", namesrv_addr)
+    assert first.returncode == 0 and "deleted topic DeletedTwice" in first.stdout, first.stderr
+    assert_one_line_error(
+        cometmq("topic", "delete", "DeletedTwice", "-n", namesrv_addr),
+        "topic DeletedTwice does not exist in cluster DefaultCluster",
+    )
+
+
 def test_topic_list_json(namesrv_addr: str) -> None:
     result = cometmq("topic", "list", "-n", namesrv_addr, "--json")
     assert "TBW102" in json.loads(result.stdout)

@@ -313,8 +313,11 @@ class AdminClient(Client):
             await asyncio.sleep(0.05)
 
     async def delete_topic(self, topic: str, cluster: str | None = None) -> list[BrokerData]:
-        """Delete ``topic`` on every master of the cluster, then from the name servers."""
+        """Delete ``topic`` on every master of the cluster, then from the name servers;
+        :class:`CometMQError` if neither the name server nor a master of the cluster has it."""
         cluster, masters = await self.masters_of(cluster)
+        if not await self._topic_exists(topic, cluster, masters):
+            raise CometMQError(f"topic {topic} does not exist in cluster {cluster}: nothing was deleted")
         for broker in masters:
             assert broker.master_addr is not None
             await self._instance.invoke_ok(
@@ -327,6 +330,30 @@ class AdminClient(Client):
         for addr in self.namesrv_addrs:
             await self._instance.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, forget.encode())
         return masters
+
+    async def _topic_exists(self, topic: str, cluster: str, masters: list[BrokerData]) -> bool:
+        """Whether the name server routes ``topic`` to a broker of ``cluster`` or one of its
+        ``masters`` has it (a broker registers its topics only every 30 s). A master that cannot say
+        counts as having it: deleting what is not there does no harm."""
+        try:
+            route = await self.topic_route(topic)
+        except BrokerError as exc:
+            if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+        else:
+            if any(broker.cluster == cluster for broker in route.broker_datas):
+                return True
+        header = TopicRequestHeader(topic=topic).encode()
+        for broker in masters:
+            assert broker.master_addr is not None
+            try:
+                await self._instance.invoke_ok(broker.master_addr, RequestCode.GET_TOPIC_STATS_INFO, header)
+            except BrokerError as exc:
+                if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                    return True
+            else:
+                return True
+        return False
 
     # brokers -----------------------------------------------------------------------------------
 
