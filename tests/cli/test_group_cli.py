@@ -219,11 +219,18 @@ def test_reset_and_consumers_errors_are_one_line(cluster: dict[str, str]) -> Non
     assert bad_target.returncode == 2 and "is not earliest, latest or an offset" in bad_target.stderr
     bad_time = group(namesrv, "reset", "GID_rst", "--topic", "Rst", "--timestamp", "yesterday")
     assert bad_time.returncode == 2 and "neither epoch milliseconds nor an ISO-8601 time" in bad_time.stderr
-    assert error_line(group(namesrv, "consumers", "GID_rst")) == (
-        "the consumer group[GID_rst] not online (response code 206)"
-    )
     helped = cometmq("group", "reset", "--help")
     assert helped.returncode == 0 and "first message stored at or after TS" in helped.stdout
+
+
+def test_consumers_of_a_group_with_nobody_online_is_an_answer_not_an_error(cluster: dict[str, str]) -> None:
+    namesrv = cluster["namesrv"]
+    table = group(namesrv, "consumers", "GID_nobody")
+    assert (table.returncode, table.stderr) == (0, "")
+    assert table.stdout == "the consumer group GID_nobody has no consumer online\n"
+    as_json = group(namesrv, "consumers", "GID_nobody", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["connections"] == []
 
 
 def test_consumers_lists_the_online_consumers_and_their_subscriptions(cluster: dict[str, str]) -> None:

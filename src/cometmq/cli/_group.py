@@ -9,9 +9,10 @@ from typing import Any, Final
 from cometmq.cli._admin import add_admin_command, print_json, whole_number
 from cometmq.cli._message import format_time, parse_time
 from cometmq.client import AdminClient
-from cometmq.client.admin import ResetResult
+from cometmq.client.admin import ConsumerConnections, ResetResult
 from cometmq.console import format_table
-from cometmq.errors import CometMQError
+from cometmq.errors import BrokerError, CometMQError
+from cometmq.protocol import ResponseCode
 from cometmq.protocol.route import BrokerData
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 
@@ -181,8 +182,8 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="the group's online consumers",
         description=(
             "The clients consuming for GROUP now (from their heartbeats): client id, address, "
-            "language and version, and the group's message model and subscriptions. Exits with "
-            "status 1 when none is online."
+            "language and version, and the group's message model and subscriptions; or that none is "
+            "online (an answer: exit status 0; with --json an empty connections list)."
         ),
     )
     consumers.add_argument("group", metavar="GROUP", help="the consumer group")
@@ -371,7 +372,16 @@ async def _reset(admin: AdminClient, args: argparse.Namespace) -> None:
 
 
 async def _consumers(admin: AdminClient, args: argparse.Namespace) -> None:
-    info = await admin.consumer_connections(args.group, cluster=args.cluster)
+    try:
+        info = await admin.consumer_connections(args.group, cluster=args.cluster)
+    except BrokerError as exc:
+        if exc.code != ResponseCode.CONSUMER_NOT_ONLINE:
+            raise
+        # An answer, not a failure (RocketMQ's tools, too, tell "not online" apart from errors).
+        info = ConsumerConnections(args.group, "", "", "", {}, [])
+    if not info.connections and not args.json:
+        print(f"the consumer group {args.group} has no consumer online")
+        return
     if args.json:
         print_json(
             {
