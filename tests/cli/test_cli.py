@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from processes import ServerProcess, cometmq, free_port, start_standalone
+from processes import ServerProcess, broker_address, cometmq, free_port, start_standalone
 from waiting import wait_until_blocking
 
 from .cli_support import assert_one_line_error
@@ -106,25 +106,37 @@ def test_unknown_cluster(namesrv_addr: str) -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["topic", "list"],
-        ["cluster", "list"],
-        ["topic", "create", "T"],
-        ["topic", "route", "T"],
-        ["group", "list"],
-        ["group", "progress", "G"],
-        ["message", "get", "ID"],
-        ["dlq", "list", "G"],
-        ["bench", "produce", "--count", "10"],
-        ["bench", "consume", "--count", "10"],
-    ],
-)
+# Commands that start by asking the name server.
+NAMESRV_COMMANDS = [
+    ["topic", "list"],
+    ["cluster", "list"],
+    ["topic", "create", "T"],
+    ["topic", "route", "T"],
+    ["group", "list"],
+    ["group", "progress", "G"],
+    ["message", "get", "ID"],
+    ["dlq", "list", "G"],
+    ["bench", "produce", "--count", "10"],
+    ["bench", "consume", "--count", "10"],
+]
+
+
+@pytest.mark.parametrize("args", NAMESRV_COMMANDS)
 def test_no_server_reachable(args: list[str]) -> None:
     port = free_port()
     result = cometmq(*args, "--namesrv", f"127.0.0.1:{port}")
     assert_one_line_error(result, f"cannot connect to 127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize("args", NAMESRV_COMMANDS)
+def test_a_broker_address_given_as_the_name_server_is_named_as_a_broker(
+    standalone: tuple[ServerProcess, str], args: list[str]
+) -> None:
+    broker = broker_address(standalone[0])
+    result = cometmq(*args, "--namesrv", broker)
+    assert_one_line_error(
+        result, f"{broker} is a broker, not a name server: it does not serve name-server request"
+    )
 
 
 def test_port_in_use_names_the_port_and_the_flag(namesrv_addr: str, tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ import pytest
 from client_support import run
 
 from cometmq.client._instance import ClientInstance
-from cometmq.errors import ProtocolError
-from cometmq.protocol import RemotingCommand, RequestCode
+from cometmq.errors import ConfigError, ProtocolError
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.namesrv_headers import GetRouteInfoRequestHeader
 from cometmq.protocol.route import TopicRouteData
 from cometmq.remoting import Connection, Dispatcher, RemotingServer
@@ -53,3 +53,23 @@ def test_a_malformed_route_answer_is_a_protocol_error_naming_the_field() -> None
 
     run(scenario())
     assert asked == [GetRouteInfoRequestHeader(topic="Orders", accept_standard_json_only=True)]
+
+
+def test_a_server_that_does_not_know_name_server_requests_is_named_as_no_name_server() -> None:
+    async def scenario() -> None:
+        nothing = RemotingServer(Dispatcher({}), "127.0.0.1", 0)  # refuses every request code
+        await nothing.start()
+        addr = f"127.0.0.1:{nothing.port}"
+        instance = ClientInstance(addr)
+        try:
+            with pytest.raises(ConfigError) as raised:
+                await instance.fetch_route("Orders")
+        finally:
+            await instance.close()
+            await nothing.stop()
+        assert str(raised.value) == (
+            f"{addr} is not a name server: it does not serve name-server request"
+            f" {RequestCode.GET_ROUTEINFO_BY_TOPIC} (response code {ResponseCode.REQUEST_CODE_NOT_SUPPORTED})"
+        )
+
+    run(scenario())

@@ -24,6 +24,7 @@ from cometmq.client.message import MessageQueue
 from cometmq.errors import (
     BrokerError,
     CometMQError,
+    ConfigError,
     ConnectionClosedError,
     HeaderError,
     ProtocolError,
@@ -220,6 +221,25 @@ class ClientInstance:
             raise BrokerError(response.code, response.remark)
         return response
 
+    async def invoke_namesrv(
+        self, addr: str, code: int, ext_fields: dict[str, str] | None = None
+    ) -> RemotingCommand:
+        """A request to the name server at ``addr``; the response, whatever its code, unless the
+        server there does not know the request (REQUEST_CODE_NOT_SUPPORTED): then it is no name
+        server (a broker's port given for the name server's is an easy slip), and
+        :class:`ConfigError` says what it looks like instead."""
+        response = await self.invoke(addr, code, ext_fields)
+        if response.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            return response
+        refusal = f"it does not serve name-server request {code} (response code {response.code})"
+        try:
+            looks_like = await self.invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        except CometMQError:
+            looks_like = None
+        if looks_like is not None and looks_like.code == ResponseCode.SUCCESS:
+            raise ConfigError(f"{addr} is a broker, not a name server: {refusal}")
+        raise ConfigError(f"{addr} is not a name server: {refusal}")
+
     # routes ------------------------------------------------------------------------------------
 
     async def fetch_route(self, topic: str) -> TopicRouteData | None:
@@ -229,7 +249,7 @@ class ClientInstance:
         last_error: CometMQError | None = None
         for addr in self.namesrv_addrs:
             try:
-                response = await self.invoke(addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, query.encode())
+                response = await self.invoke_namesrv(addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, query.encode())
             except (ConnectionClosedError, RemotingTimeoutError) as exc:
                 last_error = exc
                 continue

@@ -206,11 +206,18 @@ class AdminClient(Client):
         last_error: ConnectionClosedError | None = None
         for addr in self.namesrv_addrs:
             try:
-                return await self._instance.invoke_ok(addr, code, ext_fields)
+                return await self._namesrv_ok(addr, code, ext_fields)
             except ConnectionClosedError as exc:
                 last_error = exc
         assert last_error is not None
         raise last_error
+
+    async def _namesrv_ok(self, addr: str, code: int, ext_fields: dict[str, str] | None) -> RemotingCommand:
+        """One request to the name server at ``addr``; a non-success answer raises BrokerError."""
+        response = await self._instance.invoke_namesrv(addr, code, ext_fields)
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark)
+        return response
 
     # name server queries -----------------------------------------------------------------------
 
@@ -328,7 +335,7 @@ class AdminClient(Client):
         # Every name server keeps its own table, so each one must forget the topic.
         forget = DeleteTopicFromNamesrvRequestHeader(topic=topic, cluster_name=cluster)
         for addr in self.namesrv_addrs:
-            await self._instance.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, forget.encode())
+            await self._namesrv_ok(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, forget.encode())
         return masters
 
     async def _topic_exists(self, topic: str, cluster: str, masters: list[BrokerData]) -> bool:
