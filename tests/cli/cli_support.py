@@ -11,7 +11,9 @@ from cometmq.protocol import RemotingCommand
 from cometmq.remoting import RemotingClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
-from _support import send_request
+from _support import pull_request, send_request
+
+__all__ = ["assert_one_line_error", "error_line", "invoke", "pull_request", "send"]
 
 
 def invoke(addr: str, request: RemotingCommand) -> RemotingCommand:

@@ -12,7 +12,7 @@ import pytest
 from processes import ServerProcess, broker_address, cometmq, free_port, start_standalone
 from waiting import wait_until_blocking
 
-from .cli_support import assert_one_line_error
+from .cli_support import assert_one_line_error, invoke, pull_request, send
 
 
 def test_ready_line(standalone: tuple[ServerProcess, str]) -> None:
@@ -83,6 +83,28 @@ def test_cluster_list_shows_the_broker(namesrv_addr: str) -> None:
     assert (entry["cluster"], entry["brokerName"], entry["brokerId"]) == ("DefaultCluster", "broker-a", 0)
     version = entry["runtime"]["brokerVersionDesc"]  # from the broker itself (GET_BROKER_RUNTIME_INFO)
     assert version in row
+
+
+def test_cluster_list_shows_the_message_rates_while_messages_come_and_go(
+    standalone: tuple[ServerProcess, str],
+) -> None:
+    server, namesrv = standalone
+    addr = broker_address(server)
+    created = cometmq("topic", "create", "Traffic", "--queues", "1", "-n", namesrv)
+    assert created.returncode == 0, created.stderr
+
+    def rates_shown() -> dict[str, str] | None:
+        send(addr, "Traffic", b"tick")  # traffic in the 10 s window the table shows, however slow
+        invoke(addr, pull_request("Traffic", 0, 0, group="GID_traffic"))
+        header, row = cometmq("cluster", "list", "-n", namesrv).stdout.rstrip("\n").splitlines()
+        starts = {name: header.index(name) for name in ("IN_TPS", "OUT_TPS", "IN_TODAY")}
+        shown = {
+            "in": row[starts["IN_TPS"] : starts["OUT_TPS"]].strip(),
+            "out": row[starts["OUT_TPS"] : starts["IN_TODAY"]].strip(),
+        }
+        return shown if all(value != "-" and float(value) > 0 for value in shown.values()) else None
+
+    wait_until_blocking(rates_shown, message="IN_TPS and OUT_TPS above 0")
 
 
 def test_namesrv_from_environment(namesrv_addr: str) -> None:

@@ -380,6 +380,8 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "commitLogMaxOffset": str(store.commitlog_max_offset),
         "msgPutTotalTodayNow": str(broker.stats.put_messages),
         "msgGetTotalTodayNow": str(broker.stats.got_messages),
+        "putTps": broker.stats.put_tps(),
+        "getTransferedTps": broker.stats.get_transferred_tps(),  # RocketMQ 4's spelling
         "flushDiskType": broker.config.flush_disk_type.value,
         "brokerRole": broker.config.broker_role.value,
     }

@@ -8,7 +8,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from cometmq.broker._admin import AdminProcessor, runtime_info
@@ -23,6 +22,7 @@ from cometmq.broker._pull import PullProcessor
 from cometmq.broker._schedule import ScheduleMessageService
 from cometmq.broker._send import SendProcessor, host_bytes
 from cometmq.broker._sendback import SendBackProcessor
+from cometmq.broker._stats import BrokerStats, sample_every_second
 from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.errors import CometMQError
@@ -34,12 +34,6 @@ from cometmq.store import FlushDiskType, MessageStore
 log = logging.getLogger("cometmq.broker")
 
 CLIENT_SCAN_INTERVAL_S = 10.0
-
-
-@dataclass(slots=True)
-class BrokerStats:
-    put_messages: int = 0
-    got_messages: int = 0
 
 
 class Broker:
@@ -165,6 +159,7 @@ class Broker:
         self._tasks = [
             asyncio.ensure_future(self._register_loop()),
             asyncio.ensure_future(self._housekeeping_loop()),
+            asyncio.ensure_future(sample_every_second(self.stats)),
         ]
         if self.config.namesrv_addr:
             await self.register_all()

@@ -212,10 +212,11 @@ async def _topic_delete(admin: AdminClient, args: argparse.Namespace) -> None:
 
 
 def _first_number(text: str | None) -> str:
-    """putTps-style stats are 'now 1min 10min' rates; show the first."""
-    if not text:
+    """putTps-style stats are rates over the last 10 s, 1 min and 10 min; show the first (a broker
+    that has not measured one yet leaves it empty)."""
+    first = (text or "").split(" ")[0]
+    if not first:
         return "-"
-    first = text.split()[0]
     try:
         return f"{float(first):.1f}"
     except ValueError:

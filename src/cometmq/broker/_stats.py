@@ -1,0 +1,63 @@
+"""The broker's message counters and their rates, for runtime info (RocketMQ's StoreStatsService).
+
+The send and pull paths add each request's message count to a total (a batch adds its count once).
+Once a second a snapshot of the totals is kept, the last 600 of them; a rate is the difference between
+the totals now and a snapshot some seconds back. Nothing is computed per message, and nothing per
+request beyond the one addition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+SAMPLE_INTERVAL_S = 1.0  # RocketMQ's FREQUENCY_OF_SAMPLING
+# RocketMQ's putTps / getTransferedTps windows, in seconds: "<10 s> <60 s> <600 s>".
+RATE_WINDOWS_S = (10, 60, 600)
+
+
+class BrokerStats:
+    """Messages stored and messages handed to consumers since the broker started, and their rates."""
+
+    __slots__ = ("_snapshots", "got_messages", "put_messages")
+
+    def __init__(self) -> None:
+        self.put_messages = 0
+        self.got_messages = 0
+        # (time.monotonic(), put_messages, got_messages), one a second, oldest first.
+        self._snapshots: deque[tuple[float, int, int]] = deque(maxlen=max(RATE_WINDOWS_S))
+
+    def sample(self) -> None:
+        """Keep a snapshot of the totals (once a second, by :func:`sample_every_second`)."""
+        self._snapshots.append((time.monotonic(), self.put_messages, self.got_messages))
+
+    def put_tps(self) -> str:
+        """Messages stored per second over the last 10 s, 60 s and 600 s, RocketMQ's putTps."""
+        return self._rates(1)
+
+    def get_transferred_tps(self) -> str:
+        """Messages handed to consumers per second, likewise: RocketMQ's getTransferedTps."""
+        return self._rates(2)
+
+    def _rates(self, column: int) -> str:
+        # A window longer than the broker has been sampling covers what there is (RocketMQ leaves it
+        # empty until it fills), so a young broker shows its rate at once; no snapshot yet: all empty.
+        snapshots = self._snapshots
+        if not snapshots:
+            return " ".join("" for _ in RATE_WINDOWS_S)
+        now = time.monotonic()
+        total = self.put_messages if column == 1 else self.got_messages
+        rates = []
+        for window in RATE_WINDOWS_S:
+            begin = snapshots[max(0, len(snapshots) - window)]
+            elapsed = now - begin[0]
+            rates.append(str(round((total - begin[column]) / elapsed, 2)) if elapsed > 0 else "0.0")
+        return " ".join(rates)
+
+
+async def sample_every_second(stats: BrokerStats) -> None:
+    """Snapshot ``stats`` every second, for ever (a broker task)."""
+    while True:
+        stats.sample()
+        await asyncio.sleep(SAMPLE_INTERVAL_S)

@@ -1,0 +1,68 @@
+"""The broker's runtime info (GET_BROKER_RUNTIME_INFO): message totals and their rates, as RocketMQ's
+tools read them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _support import broker_and_client, pull, run, send_request
+
+from cometmq.broker import BrokerStats
+from cometmq.broker import _stats as stats_module
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.protocol.batch import BatchEntry, encode_batch_body
+from cometmq.remoting import RemotingClient
+
+
+async def runtime_info(client: RemotingClient, addr: str) -> dict[str, str]:
+    response = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO))
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    table: dict[str, str] = fastjson.loads(response.body)["table"]
+    return table
+
+
+def rates(text: str) -> list[float]:
+    """RocketMQ's "<10 s> <60 s> <600 s>" rates."""
+    parts = text.split(" ")
+    assert len(parts) == 3, text
+    return [float(part) for part in parts]
+
+
+def test_put_and_transferred_rates_count_every_message_stored_and_pulled(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (_, addr, client):
+            for i in range(10):
+                sent = await client.invoke(addr, send_request("Rates", b"single-%d" % i))
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+            entries = [BatchEntry(0, b"batch-%d" % i, "") for i in range(5)]
+            batch = send_request("Rates", encode_batch_body(entries), 0, v2=False, batch="1")
+            sent = await client.invoke(addr, batch)
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            _, records = await pull(client, addr, "Rates", 0, 0)
+            assert len(records) == 15
+
+            info = await runtime_info(client, addr)
+            assert (info["msgPutTotalTodayNow"], info["msgGetTotalTodayNow"]) == ("15", "15")
+            # The longest window surely covers the sends, however slow the machine (the windows
+            # themselves: the next test).
+            assert rates(info["putTps"])[2] > 0 and rates(info["getTransferedTps"])[2] > 0
+
+    run(scenario())
+
+
+def test_each_rate_is_the_growth_since_the_snapshot_its_window_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(stats_module.time, "monotonic", lambda: clock[0])
+    stats = BrokerStats()
+    assert stats.put_tps() == "  "  # nothing measured yet: empty, as RocketMQ's young windows
+    for second in range(61):  # 10 messages a second for a minute, one snapshot a second
+        clock[0] = 1000.0 + second
+        stats.put_messages = 10 * second
+        stats.sample()
+    stats.put_messages += 30  # 30 more in the next half second
+    clock[0] += 0.5
+    # The tenth snapshot back is second 51 (510 stored), the sixtieth second 1 (10 stored); the 600 s
+    # window reaches the oldest there is, second 0.
+    assert stats.put_tps() == f"{round(120 / 9.5, 2)} {round(620 / 59.5, 2)} {round(630 / 60.5, 2)}"
+    assert stats.get_transferred_tps() == "0.0 0.0 0.0"
