@@ -47,6 +47,7 @@ def test_put_and_transferred_rates_count_every_message_stored_and_pulled(tmp_pat
             # The longest window surely covers the sends, however slow the machine (the windows
             # themselves: the next test).
             assert rates(info["putTps"])[2] > 0 and rates(info["getTransferedTps"])[2] > 0
+            assert info["getTransferredTps"] == info["getTransferedTps"]  # RocketMQ 5's spelling
 
     run(scenario())
 

@@ -369,6 +369,7 @@ def runtime_info(broker: Broker) -> dict[str, str]:
     store = broker.store
     # One root directory, so one filesystem for both (RocketMQ reports them apart); -1.0 = unknown.
     disk_ratio = str(round(store.disk_usage_ratio(), 4))
+    transferred = broker.stats.get_transferred_tps()
     return {
         "commitLogDiskRatio": disk_ratio,
         "consumeQueueDiskRatio": disk_ratio,
@@ -381,7 +382,9 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "msgPutTotalTodayNow": str(broker.stats.put_messages),
         "msgGetTotalTodayNow": str(broker.stats.got_messages),
         "putTps": broker.stats.put_tps(),
-        "getTransferedTps": broker.stats.get_transferred_tps(),  # RocketMQ 4's spelling
+        # RocketMQ 4's tools read the first spelling, RocketMQ 5's the second.
+        "getTransferedTps": transferred,
+        "getTransferredTps": transferred,
         "flushDiskType": broker.config.flush_disk_type.value,
         "brokerRole": broker.config.broker_role.value,
     }

@@ -259,7 +259,7 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
             addr,
             rt.get("brokerVersionDesc", "-"),
             _first_number(rt.get("putTps")),
-            _first_number(rt.get("getTransferedTps")),
+            _first_number(rt.get("getTransferedTps", rt.get("getTransferredTps"))),
             rt.get("msgPutTotalTodayNow", "-"),
             rt.get("msgGetTotalTodayNow", "-"),
         ]
