@@ -102,6 +102,12 @@ def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path)
                     "a message of the batch: transaction messages are not supported",
                 ),
                 (batch(good, DELAY="2"), ResponseCode.MESSAGE_ILLEGAL, "batches cannot be delayed"),
+                # RocketMQ's limit is on the whole batch: many small messages count together.
+                (
+                    batch(*[BatchEntry(0, b"x" * 1000, "")] * 4200),
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "the batch body size 4292400 is over the max value 4194304 bytes",
+                ),
                 (
                     send_request("Good", b"x", properties={"DELAY": "soon"}),
                     ResponseCode.MESSAGE_ILLEGAL,

@@ -50,9 +50,9 @@ def _assert_refused(response: RemotingCommand, field: str, reason: str) -> None:
 @pytest.mark.parametrize(
     ("fields", "field", "reason"),
     [
-        ({"group": LONE_SURROGATE}, "consumerGroup", "illegal characters"),
-        ({"client_id": LONE_SURROGATE}, "clientID", "not valid text"),
-        ({"producer_group": LONE_SURROGATE}, "producerGroup", "illegal characters"),
+        ({"group": LONE_SURROGATE}, "ConsumerData.groupName", "illegal characters"),
+        ({"client_id": LONE_SURROGATE}, "HeartbeatData.clientID", "not valid text"),
+        ({"producer_group": LONE_SURROGATE}, "ProducerData.groupName", "illegal characters"),
     ],
 )
 def test_a_heartbeat_with_a_name_that_is_not_text_is_refused_and_the_broker_keeps_registering(

@@ -343,6 +343,12 @@ class SendProcessor:
         self, request: RemotingCommand, header: _SendHeader, properties: dict[str, str]
     ) -> MessageBatch:
         data = request.body
+        limit = self._broker.config.max_message_size
+        if len(data) > limit:  # RocketMQ's limit is on the whole batch, which bounds its count too
+            raise RequestRefused(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the batch body size {len(data)} is over the max value {limit} bytes",
+            )
         try:
             batch = None
             if _INDEXED_NAMES.isdisjoint(properties):
@@ -358,13 +364,6 @@ class SendProcessor:
             ) from None
         if batch is None or not batch.bodies:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
-        limit = self._broker.config.max_message_size
-        largest = max(map(len, batch.bodies))
-        if largest > limit:
-            raise RequestRefused(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message body size {largest} is over the max value {limit} bytes",
-            )
         return batch
 
     def _batch_message(
