@@ -20,9 +20,8 @@ from cometmq.protocol.codes import ResponseCode
 from cometmq.protocol.naming import NameRule, name_remark
 
 __all__ = [
-    "JAVA_INT_MAX",
-    "JAVA_LONG_MAX",
     "BodyError",
+    "as_object",
     "java_bool",
     "java_int",
     "java_list",
@@ -63,6 +62,7 @@ def json_object(body: bytes, what: str) -> dict[str, Any]:
 
 
 def as_object(value: Any, what: str) -> dict[str, Any]:
+    """*value*, a JSON object in a body (*what* names it in the error)."""
     if not isinstance(value, dict):
         raise BodyError(f"the {what} is not a JSON object")
     return value
@@ -138,7 +138,7 @@ def java_string(
     an object or array is refused, and so is a name *name_rule* refuses."""
     value = _present(obj, key, what, default)
     if value is None:
-        return str(default)  # a str: only a required field has no default, and it is never None here
+        return str(default)  # the caller's default text
     if isinstance(value, bool):
         value = "true" if value else "false"
     elif isinstance(value, int):

@@ -27,12 +27,6 @@ MASTER_ID = 0  # brokerId of a broker group's master; slaves have ids >= 1
 _INT32 = struct.Struct(">i")
 
 
-def _obj(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise BodyError(f"{what} is not a JSON object")
-    return value
-
-
 @contextlib.contextmanager
 def _decoding(what: str) -> Iterator[None]:
     """Turn what a malformed body makes the parsers raise into one ProtocolError naming *what* (and the
@@ -68,7 +62,7 @@ class QueueData:
 
     @classmethod
     def from_json(cls, obj: Any) -> QueueData:
-        obj = _obj(obj, "QueueData")
+        obj = as_object(obj, "QueueData")
         return cls(
             broker_name=str(obj["brokerName"]),
             read_queue_nums=int(obj.get("readQueueNums", 0)),
@@ -106,8 +100,8 @@ class BrokerData:
 
     @classmethod
     def from_json(cls, obj: Any) -> BrokerData:
-        obj = _obj(obj, "BrokerData")
-        addrs = _obj(obj.get("brokerAddrs") or {}, "brokerAddrs")
+        obj = as_object(obj, "BrokerData")
+        addrs = as_object(obj.get("brokerAddrs") or {}, "brokerAddrs")
         return cls(
             cluster=str(obj.get("cluster", "")),
             broker_name=str(obj["brokerName"]),
@@ -146,14 +140,14 @@ class TopicRouteData:
 
     @classmethod
     def from_json(cls, obj: Any) -> TopicRouteData:
-        obj = _obj(obj, "TopicRouteData")
+        obj = as_object(obj, "TopicRouteData")
         order_conf = obj.get("orderTopicConf")
+        filter_servers = as_object(obj.get("filterServerTable") or {}, "filterServerTable")
         return cls(
             queue_datas=[QueueData.from_json(item) for item in obj.get("queueDatas") or []],
             broker_datas=[BrokerData.from_json(item) for item in obj.get("brokerDatas") or []],
             filter_server_table={
-                str(addr): [str(server) for server in servers]
-                for addr, servers in _obj(obj.get("filterServerTable") or {}, "filterServerTable").items()
+                str(addr): [str(server) for server in servers] for addr, servers in filter_servers.items()
             },
             order_topic_conf=str(order_conf) if order_conf is not None else None,
         )
@@ -188,9 +182,9 @@ class ClusterInfo:
 
     @classmethod
     def from_json(cls, obj: Any) -> ClusterInfo:
-        obj = _obj(obj, "ClusterInfo")
-        brokers = _obj(obj.get("brokerAddrTable") or {}, "brokerAddrTable")
-        clusters = _obj(obj.get("clusterAddrTable") or {}, "clusterAddrTable")
+        obj = as_object(obj, "ClusterInfo")
+        brokers = as_object(obj.get("brokerAddrTable") or {}, "brokerAddrTable")
+        clusters = as_object(obj.get("clusterAddrTable") or {}, "clusterAddrTable")
         return cls(
             broker_addr_table={str(name): BrokerData.from_json(data) for name, data in brokers.items()},
             cluster_addr_table={str(name): sorted(str(n) for n in names) for name, names in clusters.items()},
@@ -232,7 +226,7 @@ class TopicList:
     def decode(cls, body: bytes) -> TopicList:
         """The topic list in an answer's *body*; ProtocolError when it is not one."""
         with _decoding("TopicList"):
-            obj = _obj(fastjson.loads(body), "TopicList")
+            obj = as_object(fastjson.loads(body), "TopicList")
             addr = obj.get("brokerAddr")
             return cls([str(topic) for topic in obj.get("topicList") or []], str(addr) if addr else None)
 
@@ -317,11 +311,11 @@ class RegisterBrokerBody:
         if not body:
             return cls()
         obj = json_object(body, "RegisterBrokerBody")
-        wrapper = _obj(obj.get("topicConfigSerializeWrapper", {}), "topicConfigSerializeWrapper")
-        table = _obj(wrapper.get("topicConfigTable", {}), "topicConfigTable")
+        wrapper = as_object(obj.get("topicConfigSerializeWrapper", {}), "topicConfigSerializeWrapper")
+        table = as_object(wrapper.get("topicConfigTable", {}), "topicConfigTable")
         configs: dict[str, TopicConfig] = {}
         for name, tc_obj in table.items():
-            tc_obj = _obj(tc_obj, "TopicConfig")
+            tc_obj = as_object(tc_obj, "TopicConfig")
             # Only text is checked: a broker's own name and its cluster's are topics of its table, and
             # RocketMQ does not hold those to the topic characters.
             if (problem := text_error(str(name))) is not None:
@@ -401,6 +395,6 @@ def kv_table_body(table: dict[str, str]) -> bytes:
 
 
 def parse_kv_table(body: bytes) -> dict[str, str]:
-    obj = _obj(fastjson.loads(body), "KVTable") if body else {}
-    table = _obj(obj.get("table") or {}, "table")
+    obj = as_object(fastjson.loads(body), "KVTable") if body else {}
+    table = as_object(obj.get("table") or {}, "table")
     return {str(key): value if isinstance(value, str) else json.dumps(value) for key, value in table.items()}
