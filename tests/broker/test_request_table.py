@@ -115,8 +115,13 @@ _LOCK_BODIES = (
 )
 
 BROKER_ROWS: dict[int, Row] = {
-    RequestCode.SEND_MESSAGE: Row(bh.SendMessageRequestHeader, bad_fields=({"queueId": "1"},)),
-    RequestCode.SEND_MESSAGE_V2: Row(bh.SendMessageRequestHeader, compact=True, bad_fields=({"e": "1"},)),
+    # sysFlag 4 and 12: a prepared or rolled-back transaction message, which would never be delivered.
+    RequestCode.SEND_MESSAGE: Row(
+        bh.SendMessageRequestHeader, bad_fields=({"queueId": "1"}, {"sysFlag": "4"}, {"sysFlag": "12"})
+    ),
+    RequestCode.SEND_MESSAGE_V2: Row(
+        bh.SendMessageRequestHeader, compact=True, bad_fields=({"e": "1"}, {"f": "4"}, {"f": "12"})
+    ),
     RequestCode.SEND_BATCH_MESSAGE: Row(
         bh.SendMessageRequestHeader, compact=True, bad_fields=({"e": "1", "m": "true"}, {"m": "true"})
     ),
