@@ -358,6 +358,35 @@ def test_every_served_code_has_a_row(tmp_path: Path) -> None:
     run(scenario())
 
 
+async def _header_refusals(client: RemotingClient, addr: str, rows: dict[int, Row]) -> list[str]:
+    problems = []
+    for code, row in rows.items():
+        if row.header is not None:
+            base = RemotingCommand(code=code, ext_fields=_valid_fields(row), body=row.good_body)
+            remark = (await client.invoke(addr, base, timeout=10)).remark or ""
+            if "request header field" in remark:
+                problems.append(f"{code}: {remark!r}")
+    return problems
+
+
+def test_the_header_each_bad_request_changes_one_field_of_decodes(tmp_path: Path) -> None:
+    """So that what a bad request gets refused for is the one field it changes."""
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (_, addr, client):
+            assert not await _header_refusals(client, addr, BROKER_ROWS)
+        namesrv = NameServer("127.0.0.1", 0)
+        await namesrv.start()
+        client = RemotingClient()
+        try:
+            assert not await _header_refusals(client, f"127.0.0.1:{namesrv.port}", NAMESRV_ROWS)
+        finally:
+            await client.close()
+            await namesrv.stop()
+
+    run(scenario())
+
+
 def test_every_malformed_broker_request_is_refused_readably_and_the_broker_keeps_serving(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
