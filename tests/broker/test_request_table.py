@@ -313,6 +313,30 @@ def bad_requests(code: int, row: Row) -> Iterator[tuple[str, RemotingCommand]]:
         yield f"body {body[:80]!r}", RemotingCommand(code=code, ext_fields=fields, body=body)
 
 
+# Numbers that decode but may mean nothing to a handler: each is accepted or refused readably.
+EDGE_NUMBERS = ("-1", "-5", str(2**31 - 1), str(-(2**31)))
+EDGE_LONGS = (*EDGE_NUMBERS, str(2**63 - 1), str(-(2**63)))
+
+
+def edge_requests(code: int, row: Row) -> Iterator[tuple[str, RemotingCommand]]:
+    """Requests of *code* whose header is valid but for one number at an edge of its Java range."""
+    if row.header is None:
+        return
+    valid = _valid_fields(row)
+    for field in wire_fields(row.header):
+        key = field.compact if row.compact else field.name
+        for text in {"int": EDGE_NUMBERS, "long": EDGE_LONGS}.get(field.java, ()):
+            number = int(text)
+            if (field.minimum is None or number >= field.minimum) and (
+                field.maximum is None or number <= field.maximum
+            ):
+                fields = {**valid, key: text}
+                yield (
+                    f"{field.name}={text}",
+                    RemotingCommand(code=code, ext_fields=fields, body=row.good_body),
+                )
+
+
 async def _check_every_row(
     client: RemotingClient, addr: str, rows: dict[int, Row], *, compressed: frozenset[int] = frozenset()
 ) -> list[str]:
@@ -385,6 +409,45 @@ def test_the_header_each_bad_request_changes_one_field_of_decodes(tmp_path: Path
             await namesrv.stop()
 
     run(scenario())
+
+
+async def _unreadable_answers(client: RemotingClient, addr: str, rows: dict[int, Row]) -> list[str]:
+    problems = []
+    for code, row in rows.items():
+        for what, request in edge_requests(code, row):
+            response = await client.invoke(addr, request, timeout=10)
+            remark = response.remark or ""
+            if response.code != ResponseCode.SUCCESS and any(word in remark for word in PYTHON_WORDS):
+                problems.append(f"{code} {what}: remark {remark!r}")
+    return problems
+
+
+def test_numbers_at_the_edges_of_their_java_range_never_fail_a_handler(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (_, addr, client):
+            await create_topic(client, addr, "Good", 1)
+            problems = await _unreadable_answers(client, addr, BROKER_ROWS)
+            info = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO))
+            assert info.code == ResponseCode.SUCCESS
+        namesrv = NameServer("127.0.0.1", 0)
+        await namesrv.start()
+        client = RemotingClient()
+        try:
+            problems += await _unreadable_answers(client, f"127.0.0.1:{namesrv.port}", NAMESRV_ROWS)
+            info = await client.invoke(
+                f"127.0.0.1:{namesrv.port}", RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO)
+            )
+            assert info.code == ResponseCode.SUCCESS
+        finally:
+            await client.close()
+            await namesrv.stop()
+        assert not problems, "\n".join(problems)
+
+    with caplog.at_level(logging.INFO):
+        run(scenario())
+    _assert_no_traceback(caplog)
 
 
 def test_every_malformed_broker_request_is_refused_readably_and_the_broker_keeps_serving(
