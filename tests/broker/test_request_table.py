@@ -232,7 +232,7 @@ _REGISTER_BODIES = (
     _topic_table(perm=-1),
     _topic_table(perm=2**63),
     _topic_table(readQueueNums="x"),
-    _topic_table(readQueueNums=1_000_000),
+    _topic_table(readQueueNums=2**31),
     _topic_table(writeQueueNums=-4),
     _topic_table(topicName=None, order="maybe"),
     _topic_table(topicSysFlag=2**40),

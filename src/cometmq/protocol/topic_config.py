@@ -9,9 +9,10 @@ from cometmq.protocol.jsonbody import java_bool, java_int, java_string
 from cometmq.protocol.naming import PERM_READ, PERM_WRITE
 
 DEFAULT_QUEUE_NUMS = 16  # RocketMQ's TopicConfig default when a request does not say
-# The most read or write queues a topic may have: a topic created by UPDATE_AND_CREATE_TOPIC, a group's
-# retry topic (retryQueueNums), and every topic a broker loads or registers. Each queue costs a
-# consume-queue directory and a line per queue in every stats and route answer.
+# The most read or write queues a topic of a CometMQ broker may have: one created by
+# UPDATE_AND_CREATE_TOPIC, a group's retry topic (retryQueueNums), one loaded from topics.json. Each
+# queue costs a consume-queue directory and a line in every stats answer. (A name server keeps what
+# brokers register, whose topics may have more.)
 MAX_QUEUE_NUMS: Final = 1024
 # A topic's perm holds RocketMQ's three bits, read, write and inherit (PermName.isValid: below 8).
 MAX_PERM: Final = 0x7
@@ -46,7 +47,7 @@ class TopicConfig:
         what = "TopicConfig"
 
         def queue_nums(key: str) -> int:
-            return java_int(obj, key, what, default=DEFAULT_QUEUE_NUMS, minimum=0, maximum=MAX_QUEUE_NUMS)
+            return java_int(obj, key, what, default=DEFAULT_QUEUE_NUMS, minimum=0)
 
         # RocketMQ up to 4.8 spelled topicSysFlag topicSynFlag.
         sys_flag = java_int(obj, "topicSynFlag", what, default=0)
