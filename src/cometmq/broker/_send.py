@@ -252,8 +252,8 @@ class SendProcessor:
         queue_nums = topic_config.queue_nums
         if queue_id < 0:
             queue_id = random.randrange(topic_config.write_queue_nums or 1)
-        elif queue_id >= queue_nums:
-            return request.response(
+        elif queue_id >= queue_nums:  # raised: the transport logs it as malformed input
+            raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal: topic {topic} has queues 0..{queue_nums - 1}",
             )
