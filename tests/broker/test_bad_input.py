@@ -102,6 +102,12 @@ def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path)
                     "a message of the batch: transaction messages are not supported",
                 ),
                 (batch(good, DELAY="2"), ResponseCode.MESSAGE_ILLEGAL, "batches cannot be delayed"),
+                # RocketMQ's limit is on the whole batch: many small messages count together.
+                (
+                    batch(*[BatchEntry(0, b"x" * 1000, "")] * 4200),
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "the batch body size 4292400 is over the max value 4194304 bytes",
+                ),
                 (
                     send_request("Good", b"x", properties={"DELAY": "soon"}),
                     ResponseCode.MESSAGE_ILLEGAL,
@@ -257,5 +263,18 @@ def test_a_malformed_header_field_is_refused_by_name_and_the_broker_keeps_servin
             assert (await client.invoke(addr, send_request("Good", b"after"))).code == ResponseCode.SUCCESS
             _, records = await pull(client, addr, "Good", 0, 0)
             assert [r.body for r in records] == [b"after"]
+
+    run(scenario())
+
+
+def test_host_flags_a_client_sets_do_not_change_how_its_message_is_stored(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (_, addr, client):
+            await create_topic(client, addr, "Good", 1)
+            # BORNHOST_V6_FLAG | STOREHOST_V6_FLAG: the broker writes IPv4 hosts whatever a client says.
+            sent = await client.invoke(addr, send_request("Good", b"v4 after all", sysFlag="48", v2=False))
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            _, records = await pull(client, addr, "Good", 0, 0)
+            assert [(r.body, r.sys_flag & 0x30) for r in records] == [(b"v4 after all", 0)]
 
     run(scenario())

@@ -50,9 +50,9 @@ def _assert_refused(response: RemotingCommand, field: str, reason: str) -> None:
 @pytest.mark.parametrize(
     ("fields", "field", "reason"),
     [
-        ({"group": LONE_SURROGATE}, "consumerGroup", "illegal characters"),
-        ({"client_id": LONE_SURROGATE}, "clientID", "not valid text"),
-        ({"producer_group": LONE_SURROGATE}, "producerGroup", "illegal characters"),
+        ({"group": LONE_SURROGATE}, "ConsumerData.groupName", "illegal characters"),
+        ({"client_id": LONE_SURROGATE}, "HeartbeatData.clientID", "not valid text"),
+        ({"producer_group": LONE_SURROGATE}, "ProducerData.groupName", "illegal characters"),
     ],
 )
 def test_a_heartbeat_with_a_name_that_is_not_text_is_refused_and_the_broker_keeps_registering(
@@ -138,13 +138,21 @@ def _poisoned_config(config_dir: Path) -> dict[str, bytes]:
                     bad_retry: _topic(bad_retry),
                     "bad topic": _topic("bad topic"),
                     "NoQueues": {"topicName": "NoQueues", "readQueueNums": "many"},
+                    "TooManyQueues": {**_topic("TooManyQueues"), "readQueueNums": 5000},
+                    "BadPerm": {**_topic("BadPerm"), "perm": 99},
                 },
                 "dataVersion": {"counter": 3, "timestamp": 1},
             },
         ),
         "subscriptionGroup.json": _write_json(
             config_dir / "subscriptionGroup.json",
-            {"subscriptionGroupTable": {"GoodGroup": _group("GoodGroup"), bad_group: _group(bad_group)}},
+            {
+                "subscriptionGroupTable": {
+                    "GoodGroup": _group("GoodGroup"),
+                    bad_group: _group(bad_group),
+                    "HugeRetry": {**_group("HugeRetry"), "retryQueueNums": 1_000_000},
+                }
+            },
         ),
         "consumerOffset.json": _write_json(
             config_dir / "consumerOffset.json",
@@ -165,10 +173,11 @@ def test_metadata_with_bad_entries_loads_the_good_ones_and_keeps_the_file(
         async with running_broker(tmp_path) as broker:
             assert broker.topics.get("Good") is not None
             assert broker.topics.get("%RETRY%GoodGroup") is not None
-            for skipped in ("%RETRY%" + LONE_SURROGATE, "bad topic", "NoQueues"):
+            for skipped in ("%RETRY%" + LONE_SURROGATE, "bad topic", "NoQueues", "TooManyQueues", "BadPerm"):
                 assert broker.topics.get(skipped) is None
             assert broker.groups.get("GoodGroup") is not None
             assert broker.groups.get(LONE_SURROGATE) is None
+            assert broker.groups.get("HugeRetry") is None
             assert broker.offsets.offsets == {"Good@GoodGroup": {0: 7}}
             assert broker.schedule.offsets == {1: 4}
             client = RemotingClient()
@@ -181,7 +190,9 @@ def test_metadata_with_bad_entries_loads_the_good_ones_and_keeps_the_file(
     with caplog.at_level(logging.WARNING, logger="cometmq.broker"):
         run(scenario())
     skipped = [record.getMessage() for record in caplog.records if record.getMessage().startswith("skipping")]
-    assert len(skipped) == 8, skipped  # one line per bad entry
+    assert len(skipped) == 11, skipped  # one line per bad entry
+    assert any("TooManyQueues" in line and "5000 queues, above 1024" in line for line in skipped), skipped
+    assert any("retryQueueNums=1000000 is above 1024" in line for line in skipped), skipped
     assert any("'%RETRY%\\ud800'" in line and "topics.json" in line for line in skipped), skipped
     for name, original in originals.items():
         assert (tmp_path / "config" / f"{name}.skipped.bak").read_bytes() == original

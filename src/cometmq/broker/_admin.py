@@ -30,7 +30,8 @@ from cometmq.protocol.broker_headers import (
     TopicRequestHeader,
     ViewMessageRequestHeader,
 )
-from cometmq.protocol.naming import check_name, group_name_error, is_system_topic
+from cometmq.protocol.jsonbody import json_object
+from cometmq.protocol.naming import is_system_topic
 from cometmq.protocol.topic_config import TopicConfig
 from cometmq.remoting import Connection
 
@@ -182,16 +183,8 @@ class AdminProcessor:
     def update_and_create_subscription_group(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
-        try:
-            obj = fastjson.loads(request.body)
-            if not isinstance(obj, dict):
-                raise TypeError("not a JSON object")
-            config = SubscriptionGroupConfig.from_json(obj)
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR, f"the body is not a SubscriptionGroupConfig: {exc!r}"
-            ) from None
-        check_name("groupName", config.group_name, group_name_error)
+        # The group name, and every count and setting, checked by the decoding (docs/operations.md).
+        config = SubscriptionGroupConfig.from_json(json_object(request.body, "SubscriptionGroupConfig"))
         self._broker.groups.put(config)
         return request.response()
 

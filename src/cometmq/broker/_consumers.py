@@ -3,7 +3,7 @@ QUERY/UPDATE_CONSUMER_OFFSET."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from cometmq.broker._clients import ClientChannel
 from cometmq.broker._filter import check_heartbeat_subscriptions
@@ -16,13 +16,8 @@ from cometmq.protocol.broker_headers import (
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from cometmq.protocol.naming import (
-    check_name,
-    group_name_error,
-    retry_topic,
-    stored_topic_name_error,
-    text_error,
-)
+from cometmq.protocol.jsonbody import as_object, java_list, java_string, json_object
+from cometmq.protocol.naming import group_name_error, retry_topic, text_error
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.remoting import Connection
 
@@ -42,11 +37,49 @@ _CONSUME_FROM = (
 )
 
 
+# The most consumer groups, producer groups, and subscriptions of one consumer group, one heartbeat may
+# carry (RocketMQ sets none; a client is in a handful of groups).
+MAX_HEARTBEAT_GROUPS: Final = 256
+MAX_HEARTBEAT_SUBSCRIPTIONS: Final = 1024
+
+_Consumer = tuple[str, str, str, str, list[SubscriptionData]]
+
+
+def _heartbeat(body: bytes) -> tuple[list[_Consumer], list[str], str]:
+    """The consumers, producer groups and client id of a HeartbeatData body; BodyError for what a Java
+    broker could not bind, a name it would not keep, or more groups or subscriptions than allowed."""
+    what = "HeartbeatData"
+    data = json_object(body, what)
+    client_id = java_string(data, "clientID", what, name_rule=text_error)
+    consumers = []
+    for raw in java_list(data, "consumerDataSet", what, max_items=MAX_HEARTBEAT_GROUPS):
+        consumer = as_object(raw, "ConsumerData")
+        subscriptions = java_list(
+            consumer, "subscriptionDataSet", "ConsumerData", max_items=MAX_HEARTBEAT_SUBSCRIPTIONS
+        )
+        consumers.append(
+            (
+                java_string(consumer, "groupName", "ConsumerData", name_rule=group_name_error),
+                _enum_name(consumer.get("consumeType"), _CONSUME_TYPES),
+                _enum_name(consumer.get("messageModel", 1), _MESSAGE_MODELS),
+                _enum_name(consumer.get("consumeFromWhere"), _CONSUME_FROM),
+                [SubscriptionData.from_json(sub) for sub in subscriptions],
+            )
+        )
+    producer_groups = [
+        java_string(as_object(raw, "ProducerData"), "groupName", "ProducerData", name_rule=group_name_error)
+        for raw in java_list(data, "producerDataSet", what, max_items=MAX_HEARTBEAT_GROUPS)
+    ]
+    return consumers, producer_groups, client_id
+
+
 def _enum_name(value: Any, names: tuple[str, ...]) -> str:
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
-        index = int(value)
-        return names[index] if 0 <= index < len(names) else names[0]
-    return str(value) if value in names else names[0]
+    """An enum by name or ordinal; anything else (a value of a newer client) is the first name."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return names[value] if 0 <= value < len(names) else names[0]
+    return value if isinstance(value, str) and value in names else names[0]
 
 
 class ConsumerManageProcessor:
@@ -57,6 +90,16 @@ class ConsumerManageProcessor:
 
     def update_consumer_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         update = UpdateConsumerOffsetRequestHeader.decode(request.ext_fields)
+        # An offset is kept only for a queue that exists: it is served back to clients and tools.
+        topic_config = self._broker.topics.get(update.topic)
+        if topic_config is None:  # RocketMQ's code and remark
+            raise RequestRefused(ResponseCode.TOPIC_NOT_EXIST, f"Topic {update.topic} not exist!")
+        if update.queue_id >= topic_config.queue_nums:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{update.queue_id}] is illegal: topic {update.topic} has queues "
+                f"0..{topic_config.queue_nums - 1}",
+            )
         self._broker.offsets.commit(
             update.consumer_group, update.topic, update.queue_id, update.commit_offset
         )
@@ -77,35 +120,12 @@ class ConsumerManageProcessor:
 
     def heart_beat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         broker = self._broker
-        try:
-            data = fastjson.loads(request.body)
-            client_id = str(data["clientID"])
-            consumers = [
-                (
-                    str(consumer["groupName"]),
-                    _enum_name(consumer.get("consumeType"), _CONSUME_TYPES),
-                    _enum_name(consumer.get("messageModel", 1), _MESSAGE_MODELS),
-                    _enum_name(consumer.get("consumeFromWhere"), _CONSUME_FROM),
-                    [SubscriptionData.from_json(sub) for sub in consumer.get("subscriptionDataSet") or ()],
-                )
-                for consumer in data.get("consumerDataSet") or ()
-            ]
-            producer_groups = [str(producer["groupName"]) for producer in data.get("producerDataSet") or ()]
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR, f"the heartbeat body is not valid: {exc!r}"
-            ) from None
-        # Every name is checked before anything is registered: a group is kept (subscriptionGroup.json, its
-        # retry topic in topics.json, the registration with the name server) under the name it came with.
-        check_name("clientID", client_id, text_error)
+        consumers, producer_groups, client_id = _heartbeat(request.body)
+        # Every name is checked (by the decoding) before anything is registered: a group is kept
+        # (subscriptionGroup.json, its retry topic in topics.json, the registration with the name
+        # server) under the name it came with.
         for group, _, _, _, subscriptions in consumers:
-            check_name("consumerGroup", group, group_name_error)
-            for subscription in subscriptions:
-                check_name("subscription topic", subscription.topic, stored_topic_name_error)
-                check_name("subscription expression", subscription.sub_string, text_error)
             check_heartbeat_subscriptions(group, subscriptions)
-        for group in producer_groups:
-            check_name("producerGroup", group, group_name_error)
         channel = ClientChannel(client_id, conn, request.language, request.version)
         for group, consume_type, message_model, consume_from, subscriptions in consumers:
             group_config = broker.groups.find_or_create(group)

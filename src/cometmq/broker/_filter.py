@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Final
 
 from cometmq.broker.sql92 import Sql92Filter, compile_sql92
 from cometmq.errors import RequestRefused, Sql92Error
-from cometmq.protocol import RemotingCommand, ResponseCode, fastjson
+from cometmq.protocol import RemotingCommand, ResponseCode
+from cometmq.protocol.jsonbody import as_object, java_string, json_object
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import BORNHOST_V6_FLAG, FIXED_HEAD_SIZE, STOREHOST_V6_FLAG
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
@@ -97,19 +98,17 @@ class CheckClientConfigProcessor:
         self._broker = broker
 
     def check_client_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        try:
-            body = fastjson.loads(request.body) if request.body else {}
-            subscription = body.get("subscriptionData") if isinstance(body, dict) else None
-            if not isinstance(subscription, dict):
-                return request.response()  # nothing to check
-            expression_type = str(subscription.get("expressionType") or EXPRESSION_TAG)
-            expression = str(subscription.get("subString") or "")
-            topic = str(subscription.get("topic") or "")
-            group = str(body.get("group") or "")
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR, f"the CHECK_CLIENT_CONFIG body is not valid: {exc!r}"
-            ) from None
+        what = "CheckClientRequestBody"
+        body = json_object(request.body, what) if request.body else {}
+        subscription = body.get("subscriptionData")
+        if subscription is None:
+            return request.response()  # nothing to check
+        subscription = as_object(subscription, "SubscriptionData")
+        expression_type = java_string(subscription, "expressionType", "SubscriptionData", default="")
+        expression_type = expression_type or EXPRESSION_TAG
+        expression = java_string(subscription, "subString", "SubscriptionData", default="")
+        topic = java_string(subscription, "topic", "SubscriptionData", default="")
+        group = java_string(body, "group", what, default="")
         if expression_type == EXPRESSION_TAG:
             return request.response()
         if not self._broker.config.enable_property_filter:

@@ -94,7 +94,9 @@ MAX_RECONSUME_TIMES_VERSION = 121
 
 def max_reconsume_times(config: SubscriptionGroupConfig, version: int, asked: int | None) -> int:
     """How often a message of the group may be redelivered before it is dead: the group's
-    retryMaxTimes, or what a client of version ≥ 121 *asked* for in its request header."""
-    if version >= MAX_RECONSUME_TIMES_VERSION and asked is not None:
+    retryMaxTimes, or what a client of version ≥ 121 *asked* for in its request header. Java clients
+    send their setting's meaning, never -1 ("the default"): a negative ask is taken as no ask rather
+    than as "dead at once"."""
+    if version >= MAX_RECONSUME_TIMES_VERSION and asked is not None and asked >= 0:
         return asked
     return config.retry_max_times

@@ -7,13 +7,17 @@ A lock on (group, queue) belongs to one client id and lapses 60 s after its last
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Final
 
-from cometmq.errors import RequestRefused
-from cometmq.protocol import RemotingCommand, ResponseCode, fastjson
+from cometmq.protocol import RemotingCommand, fastjson
+from cometmq.protocol.jsonbody import as_object, java_int, java_list, java_string, json_object
+from cometmq.protocol.naming import group_name_error, stored_topic_name_error, text_error
 from cometmq.remoting import Connection
 
 LOCK_MAX_LIVE_S = 60.0
+# The most queues one LOCK_BATCH_MQ or UNLOCK_BATCH_MQ may name (RocketMQ sets none; an orderly
+# consumer names the queues of one broker it is assigned).
+MAX_LOCK_BATCH: Final = 8192
 
 _QueueKey = tuple[str, str, int]  # topic, broker name, queue id
 
@@ -56,13 +60,18 @@ class QueueLockProcessor:
 
 def _lock_body(request: RemotingCommand) -> tuple[str, str, list[_QueueKey]]:
     """The group, client id and queues of a LockBatchRequestBody (UnlockBatchRequestBody alike)."""
-    try:
-        body = fastjson.loads(request.body)
-        group = str(body["consumerGroup"])
-        client_id = str(body["clientId"])
-        queues = [(str(q["topic"]), str(q["brokerName"]), int(q["queueId"])) for q in body["mqSet"]]
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise RequestRefused(
-            ResponseCode.SYSTEM_ERROR, f"the lock request body is not valid: {exc}"
-        ) from None
+    what = "LockBatchRequestBody"
+    body = json_object(request.body, what)
+    group = java_string(body, "consumerGroup", what, name_rule=group_name_error)
+    client_id = java_string(body, "clientId", what, name_rule=text_error)
+    queues = []
+    for raw in java_list(body, "mqSet", what, max_items=MAX_LOCK_BATCH):
+        queue = as_object(raw, "MessageQueue")
+        queues.append(
+            (
+                java_string(queue, "topic", "MessageQueue", name_rule=stored_topic_name_error),
+                java_string(queue, "brokerName", "MessageQueue", name_rule=text_error),
+                java_int(queue, "queueId", "MessageQueue", minimum=0),
+            )
+        )
     return group, client_id, queues

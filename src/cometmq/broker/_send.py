@@ -8,7 +8,7 @@ import socket
 import time
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import is_delayable
@@ -30,7 +30,11 @@ from cometmq.protocol.properties import (
     encode_properties,
     property_finder,
 )
-from cometmq.protocol.record import MAX_PROPERTIES_SIZE  # the store enforces it
+from cometmq.protocol.record import (  # the store enforces MAX_PROPERTIES_SIZE
+    BORNHOST_V6_FLAG,
+    MAX_PROPERTIES_SIZE,
+    STOREHOST_V6_FLAG,
+)
 from cometmq.protocol.taghash import java_string_hash
 from cometmq.protocol.topic_config import TopicConfig
 from cometmq.remoting import Connection
@@ -86,10 +90,17 @@ def host_bytes(address: str) -> bytes:
     return packed + int(port or 0).to_bytes(4, "big")
 
 
+_TRANSACTIONS_UNSUPPORTED: Final = "transaction messages are not supported by this broker yet"
+# A sysFlag transaction type of PREPARED (0x4) or ROLLBACK (0xC): such a record gets no consume-queue
+# unit, so a message sent with it would be stored and never delivered.
+_UNDELIVERED_TRANSACTION_BIT: Final = 0x4
+_HOST_V6_FLAGS: Final = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
+
+
 def _unsupported_feature(properties: dict[str, str]) -> str | None:
     """Why a message asks for something this broker does not do yet (rather than mishandle it)."""
     if properties.get("TRAN_MSG", "").lower() == "true":
-        return "transaction messages are not supported by this broker yet"
+        return _TRANSACTIONS_UNSUPPORTED
     return None
 
 
@@ -225,6 +236,8 @@ class SendProcessor:
         queue_id = sent.queue_id
         properties = decode_properties(sent.properties or "")
         refusal = _unsupported_feature(properties)
+        if refusal is None and sent.sys_flag & _UNDELIVERED_TRANSACTION_BIT:
+            refusal = _TRANSACTIONS_UNSUPPORTED
         if refusal is not None:
             return request.response(ResponseCode.NO_PERMISSION, refusal)
         delay_level = _delay_level(properties)
@@ -239,15 +252,16 @@ class SendProcessor:
         queue_nums = topic_config.queue_nums
         if queue_id < 0:
             queue_id = random.randrange(topic_config.write_queue_nums or 1)
-        elif queue_id >= queue_nums:
-            return request.response(
+        elif queue_id >= queue_nums:  # raised: the transport logs it as malformed input
+            raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal: topic {topic} has queues 0..{queue_nums - 1}",
             )
         header = _SendHeader(
             topic=topic,
             queue_id=queue_id,
-            sys_flag=sent.sys_flag,
+            # The host flags describe the record's layout, which the broker decides (IPv4 hosts).
+            sys_flag=sent.sys_flag & ~_HOST_V6_FLAGS,
             born_timestamp=sent.born_timestamp or int(time.time() * 1000),
             born_host=host_bytes(conn.remote_address),
             store_host=broker.store_host,
@@ -343,6 +357,12 @@ class SendProcessor:
         self, request: RemotingCommand, header: _SendHeader, properties: dict[str, str]
     ) -> MessageBatch:
         data = request.body
+        limit = self._broker.config.max_message_size
+        if len(data) > limit:  # RocketMQ's limit is on the whole batch, which bounds its count too
+            raise RequestRefused(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the batch body size {len(data)} is over the max value {limit} bytes",
+            )
         try:
             batch = None
             if _INDEXED_NAMES.isdisjoint(properties):
@@ -358,13 +378,6 @@ class SendProcessor:
             ) from None
         if batch is None or not batch.bodies:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
-        limit = self._broker.config.max_message_size
-        largest = max(map(len, batch.bodies))
-        if largest > limit:
-            raise RequestRefused(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message body size {largest} is over the max value {limit} bytes",
-            )
         return batch
 
     def _batch_message(

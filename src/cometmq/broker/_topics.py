@@ -25,7 +25,7 @@ from cometmq.protocol.naming import (
     stored_topic_name_error,
 )
 from cometmq.protocol.route import DataVersion, RegisterBrokerBody
-from cometmq.protocol.topic_config import TopicConfig
+from cometmq.protocol.topic_config import MAX_QUEUE_NUMS, TopicConfig
 
 log = logging.getLogger("cometmq.broker")
 
@@ -82,6 +82,8 @@ class TopicConfigManager:
         config = TopicConfig.from_json(raw)
         for topic in {name, config.topic_name}:
             check_stored_name("topic", topic, stored_topic_name_error)
+        if config.queue_nums > MAX_QUEUE_NUMS:
+            raise ValueError(f"the topic has {config.queue_nums} queues, above {MAX_QUEUE_NUMS}")
         return config
 
     def persist(self) -> None:

@@ -9,7 +9,6 @@ name server does).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from cometmq.errors import ProtocolError, RequestRefused
@@ -36,8 +35,6 @@ from cometmq.protocol.record import body_crc
 from cometmq.protocol.route import DataVersion, RegisterBrokerBody, kv_table_body
 from cometmq.remoting import Connection
 
-log = logging.getLogger("cometmq.namesrv")
-
 
 class BrokerRegistrationProcessor:
     """REGISTER_BROKER, UNREGISTER_BROKER and QUERY_DATA_VERSION, which brokers send."""
@@ -50,11 +47,7 @@ class BrokerRegistrationProcessor:
     def register_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = RegisterBrokerRequestHeader.decode(request.ext_fields)
         if header.body_crc32 != 0 and body_crc(request.body) != header.body_crc32:
-            log.warning(
-                "register of %s at %s rejected: body crc32 does not match",
-                header.broker_name,
-                header.broker_addr,
-            )
+            # RocketMQ's remark; the transport logs the refusal (rate-limited, with the peer's address).
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         try:
             body = RegisterBrokerBody.decode(request.body, compressed=header.compressed)

@@ -16,11 +16,10 @@ from typing import Final
 from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
 from cometmq.protocol.headers import Header, JavaBool, JavaInt, JavaLong, JavaString, header, wire
 from cometmq.protocol.naming import group_name_error, stored_topic_name_error, text_error, topic_name_error
+from cometmq.protocol.topic_config import MAX_PERM, MAX_QUEUE_NUMS
 
 # RocketMQ's clients refuse a pullBatchSize outside 1..1024; the broker refuses a pull asking for more.
 MAX_PULL_MESSAGES: Final = 1024
-# The most read or write queues a topic created by UPDATE_AND_CREATE_TOPIC may have.
-MAX_QUEUE_NUMS: Final = 1024
 # ResetOffsetRequestHeader.timestamp meaning "the end of each queue" (RocketMQ's tools send it for "now").
 RESET_TO_LATEST: Final = -1
 
@@ -44,7 +43,7 @@ class SendMessageRequestHeader(Header):
     born_timestamp: JavaLong = wire("bornTimestamp", compact="g")
     flag: JavaInt = wire("flag", compact="h")
     properties: JavaString | None = wire("properties", compact="i", default=None)
-    reconsume_times: JavaInt | None = wire("reconsumeTimes", compact="j", default=None)
+    reconsume_times: JavaInt | None = wire("reconsumeTimes", compact="j", default=None, minimum=0)
     unit_mode: JavaBool = wire("unitMode", compact="k", default=False)
     max_reconsume_times: JavaInt | None = wire("maxReconsumeTimes", compact="l", default=None)
     batch: JavaBool = wire("batch", compact="m", default=False)
@@ -122,7 +121,8 @@ class UpdateConsumerOffsetRequestHeader(Header):
     consumer_group: JavaString = wire("consumerGroup", name_rule=group_name_error)
     topic: JavaString = wire("topic", name_rule=stored_topic_name_error)
     queue_id: JavaInt = wire("queueId", minimum=0)
-    commit_offset: JavaLong = wire("commitOffset")
+    # The JS client commits -1 for a queue it has not consumed yet ("no offset").
+    commit_offset: JavaLong = wire("commitOffset", minimum=-1)
 
 
 @header
@@ -206,7 +206,7 @@ class CreateTopicRequestHeader(Header):
     default_topic: JavaString = wire("defaultTopic")
     read_queue_nums: JavaInt = wire("readQueueNums", minimum=1, maximum=MAX_QUEUE_NUMS)
     write_queue_nums: JavaInt = wire("writeQueueNums", minimum=1, maximum=MAX_QUEUE_NUMS)
-    perm: JavaInt = wire("perm")
+    perm: JavaInt = wire("perm", minimum=0, maximum=MAX_PERM)
     topic_filter_type: JavaString = wire("topicFilterType")
     topic_sys_flag: JavaInt = wire("topicSysFlag", default=0)
     order: JavaBool = wire("order")

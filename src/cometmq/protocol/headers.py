@@ -50,8 +50,10 @@ __all__ = [
     "JavaInt",
     "JavaLong",
     "JavaString",
+    "WireField",
     "header",
     "wire",
+    "wire_fields",
 ]
 
 
@@ -304,6 +306,31 @@ def _install_codec(cls: type, specs: tuple[_Field, ...]) -> None:
     # The generated methods take the place of Header's.
     for name, method in (("decode", classmethod(namespace["decode"])), ("encode", namespace["encode"])):
         setattr(cls, name, method)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WireField:
+    """One declared field of a header as the wire sees it: its names, Java type (``int``, ``long``,
+    ``String``, ``boolean``), whether it is required, its range (numbers) and whether a name rule
+    checks it (strings)."""
+
+    name: str
+    compact: str
+    java: str
+    required: bool
+    minimum: int | None
+    maximum: int | None
+    named: bool
+
+
+def wire_fields(cls: type[Header]) -> tuple[WireField, ...]:
+    """The declared fields of the header class *cls*, in declaration order."""
+    return tuple(
+        WireField(
+            spec.name, spec.compact, spec.java.name, spec.required, spec.low, spec.high, bool(spec.name_rule)
+        )
+        for spec in _field_specs(cls)
+    )
 
 
 class Header:

@@ -18,6 +18,7 @@ from typing import Any
 
 from cometmq.errors import ProtocolError
 from cometmq.protocol import fastjson
+from cometmq.protocol.jsonbody import BodyError, as_object, java_long, json_object
 from cometmq.protocol.naming import name_remark, text_error
 from cometmq.protocol.topic_config import TopicConfig
 
@@ -26,22 +27,18 @@ MASTER_ID = 0  # brokerId of a broker group's master; slaves have ids >= 1
 _INT32 = struct.Struct(">i")
 
 
-def _obj(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f"{what} is not a JSON object")
-    return value
-
-
 @contextlib.contextmanager
 def _decoding(what: str) -> Iterator[None]:
     """Turn what a malformed body makes the parsers raise into one ProtocolError naming *what* (and the
     field, for one that is missing)."""
     try:
         yield
+    except BodyError as exc:
+        raise ProtocolError(f"the {what} is not valid: {exc.remark}") from None
     except KeyError as exc:
         raise ProtocolError(f"the {what} has no field {exc.args[0]}") from None
-    except (ValueError, TypeError, OverflowError) as exc:  # OverflowError: int() of 1e999
-        raise ProtocolError(f"the {what} is not valid: {exc}") from None
+    except (ValueError, TypeError, OverflowError):  # OverflowError: int() of 1e999
+        raise ProtocolError(f"the {what} is not valid: a field is not of its Java type") from None
 
 
 @dataclass(slots=True)
@@ -65,7 +62,7 @@ class QueueData:
 
     @classmethod
     def from_json(cls, obj: Any) -> QueueData:
-        obj = _obj(obj, "QueueData")
+        obj = as_object(obj, "QueueData")
         return cls(
             broker_name=str(obj["brokerName"]),
             read_queue_nums=int(obj.get("readQueueNums", 0)),
@@ -103,8 +100,8 @@ class BrokerData:
 
     @classmethod
     def from_json(cls, obj: Any) -> BrokerData:
-        obj = _obj(obj, "BrokerData")
-        addrs = _obj(obj.get("brokerAddrs") or {}, "brokerAddrs")
+        obj = as_object(obj, "BrokerData")
+        addrs = as_object(obj.get("brokerAddrs") or {}, "brokerAddrs")
         return cls(
             cluster=str(obj.get("cluster", "")),
             broker_name=str(obj["brokerName"]),
@@ -143,14 +140,14 @@ class TopicRouteData:
 
     @classmethod
     def from_json(cls, obj: Any) -> TopicRouteData:
-        obj = _obj(obj, "TopicRouteData")
+        obj = as_object(obj, "TopicRouteData")
         order_conf = obj.get("orderTopicConf")
+        filter_servers = as_object(obj.get("filterServerTable") or {}, "filterServerTable")
         return cls(
             queue_datas=[QueueData.from_json(item) for item in obj.get("queueDatas") or []],
             broker_datas=[BrokerData.from_json(item) for item in obj.get("brokerDatas") or []],
             filter_server_table={
-                str(addr): [str(server) for server in servers]
-                for addr, servers in _obj(obj.get("filterServerTable") or {}, "filterServerTable").items()
+                str(addr): [str(server) for server in servers] for addr, servers in filter_servers.items()
             },
             order_topic_conf=str(order_conf) if order_conf is not None else None,
         )
@@ -185,9 +182,9 @@ class ClusterInfo:
 
     @classmethod
     def from_json(cls, obj: Any) -> ClusterInfo:
-        obj = _obj(obj, "ClusterInfo")
-        brokers = _obj(obj.get("brokerAddrTable") or {}, "brokerAddrTable")
-        clusters = _obj(obj.get("clusterAddrTable") or {}, "clusterAddrTable")
+        obj = as_object(obj, "ClusterInfo")
+        brokers = as_object(obj.get("brokerAddrTable") or {}, "brokerAddrTable")
+        clusters = as_object(obj.get("clusterAddrTable") or {}, "clusterAddrTable")
         return cls(
             broker_addr_table={str(name): BrokerData.from_json(data) for name, data in brokers.items()},
             cluster_addr_table={str(name): sorted(str(n) for n in names) for name, names in clusters.items()},
@@ -229,7 +226,7 @@ class TopicList:
     def decode(cls, body: bytes) -> TopicList:
         """The topic list in an answer's *body*; ProtocolError when it is not one."""
         with _decoding("TopicList"):
-            obj = _obj(fastjson.loads(body), "TopicList")
+            obj = as_object(fastjson.loads(body), "TopicList")
             addr = obj.get("brokerAddr")
             return cls([str(topic) for topic in obj.get("topicList") or []], str(addr) if addr else None)
 
@@ -251,18 +248,22 @@ class DataVersion:
 
     @classmethod
     def from_json(cls, obj: Any) -> DataVersion:
-        obj = _obj(obj, "DataVersion")
-        counter = obj.get("counter", 0)
+        what = "DataVersion"
+        obj = as_object(obj, what)
+        counter = obj.get("counter")
         if isinstance(counter, dict):  # fastjson writes AtomicLong as a number, but be lenient
-            counter = counter.get("value", 0)
-        return cls(timestamp=int(obj.get("timestamp", 0)), counter=int(counter))
+            obj = {**obj, "counter": counter.get("value")}
+        return cls(
+            timestamp=java_long(obj, "timestamp", what, default=0, minimum=0),
+            counter=java_long(obj, "counter", what, default=0, minimum=0),
+        )
 
     @classmethod
     def decode(cls, body: bytes) -> DataVersion:
         """The data version in QUERY_DATA_VERSION's *body* (none: the zero version); ProtocolError when
         it is not one."""
         with _decoding("DataVersion"):
-            return cls.from_json(fastjson.loads(body) if body else {})
+            return cls.from_json(json_object(body, "DataVersion") if body else {})
 
 
 @dataclass(slots=True)
@@ -309,19 +310,19 @@ class RegisterBrokerBody:
     def _decode_json(cls, body: bytes) -> RegisterBrokerBody:
         if not body:
             return cls()
-        obj = _obj(fastjson.loads(body), "RegisterBrokerBody")
-        wrapper = _obj(obj.get("topicConfigSerializeWrapper") or {}, "topicConfigSerializeWrapper")
-        table = _obj(wrapper.get("topicConfigTable") or {}, "topicConfigTable")
+        obj = json_object(body, "RegisterBrokerBody")
+        wrapper = as_object(obj.get("topicConfigSerializeWrapper", {}), "topicConfigSerializeWrapper")
+        table = as_object(wrapper.get("topicConfigTable", {}), "topicConfigTable")
         configs: dict[str, TopicConfig] = {}
         for name, tc_obj in table.items():
-            tc_obj = _obj(tc_obj, "TopicConfig")
+            tc_obj = as_object(tc_obj, "TopicConfig")
             # Only text is checked: a broker's own name and its cluster's are topics of its table, and
             # RocketMQ does not hold those to the topic characters.
             if (problem := text_error(str(name))) is not None:
-                raise ValueError(name_remark("topic", str(name), problem))
+                raise BodyError(name_remark("topic", str(name), problem))
             configs[str(name)] = TopicConfig.from_json({"topicName": name, **tc_obj})
         return cls(
-            data_version=DataVersion.from_json(wrapper.get("dataVersion") or {}),
+            data_version=DataVersion.from_json(wrapper.get("dataVersion", {})),
             topic_configs=configs,
             filter_server_list=[str(addr) for addr in obj.get("filterServerList") or []],
         )
@@ -330,20 +331,30 @@ class RegisterBrokerBody:
     def _decode_compressed(cls, body: bytes) -> RegisterBrokerBody:
         try:
             data = zlib.decompress(body)
-        except zlib.error as exc:
-            raise ValueError(f"compressed register body does not inflate: {exc}") from None
+        except zlib.error:
+            raise BodyError("the compressed body does not inflate (not zlib data)") from None
         reader = _Reader(data)
         data_version = DataVersion.from_json(fastjson.loads(reader.chunk()))
         configs: dict[str, TopicConfig] = {}
         for _ in range(reader.int32()):
             tokens = reader.chunk().decode().split(" ")
             if len(tokens) < 5:
-                raise ValueError(f"compact topic config {' '.join(tokens)!r} has fewer than 5 fields")
+                raise BodyError(f"compact topic config {' '.join(tokens)!r} has fewer than 5 fields")
             name, read, write, perm, filter_type = tokens[:5]
-            configs[name] = TopicConfig(name, int(read), int(write), int(perm), filter_type)
+            if (problem := text_error(name)) is not None:
+                raise BodyError(name_remark("topic", name, problem))
+            configs[name] = TopicConfig.from_json(
+                {
+                    "topicName": name,
+                    "readQueueNums": read,
+                    "writeQueueNums": write,
+                    "perm": perm,
+                    "topicFilterType": filter_type,
+                }
+            )
         filters = fastjson.loads(reader.chunk()) if reader.remaining else []
         if not isinstance(filters, list):
-            raise ValueError("filter server list is not a JSON array")
+            raise BodyError("filter server list is not a JSON array")
         return cls(data_version, configs, [str(addr) for addr in filters])
 
 
@@ -364,7 +375,7 @@ class _Reader:
 
     def int32(self) -> int:
         if self.remaining < 4:
-            raise ValueError("compressed register body is truncated")
+            raise BodyError("compressed register body is truncated")
         (value,) = _INT32.unpack_from(self._data, self._pos)
         self._pos += 4
         return int(value)
@@ -372,7 +383,7 @@ class _Reader:
     def chunk(self) -> bytes:
         size = self.int32()
         if size < 0 or size > self.remaining:
-            raise ValueError("compressed register body is truncated")
+            raise BodyError("compressed register body is truncated")
         data = self._data[self._pos : self._pos + size]
         self._pos += size
         return data
@@ -384,6 +395,6 @@ def kv_table_body(table: dict[str, str]) -> bytes:
 
 
 def parse_kv_table(body: bytes) -> dict[str, str]:
-    obj = _obj(fastjson.loads(body), "KVTable") if body else {}
-    table = _obj(obj.get("table") or {}, "table")
+    obj = as_object(fastjson.loads(body), "KVTable") if body else {}
+    table = as_object(obj.get("table") or {}, "table")
     return {str(key): value if isinstance(value, str) else json.dumps(value) for key, value in table.items()}

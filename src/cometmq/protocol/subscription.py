@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cometmq.protocol.jsonbody import as_object, java_long, java_string
+from cometmq.protocol.naming import stored_topic_name_error, text_error
 from cometmq.protocol.taghash import java_string_hash
 
 SUB_ALL = "*"
@@ -46,12 +48,16 @@ class SubscriptionData:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> SubscriptionData:
-        """From a heartbeat's SubscriptionData (C++ sends subVersion as a string)."""
+        """From a heartbeat's SubscriptionData (C++ sends subVersion as a string); :class:`BodyError`
+        for a field that is not of its Java type, a topic no broker could keep, or an expression that
+        is not text."""
+        what = "SubscriptionData"
+        obj = as_object(obj, what)
         return cls.from_expression(
-            str(obj["topic"]),
-            obj.get("subString"),
-            obj.get("expressionType"),
-            int(obj.get("subVersion") or 0),
+            java_string(obj, "topic", what, name_rule=stored_topic_name_error),
+            java_string(obj, "subString", what, default="", name_rule=text_error),
+            java_string(obj, "expressionType", what, default=""),
+            java_long(obj, "subVersion", what, default=0),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -7,6 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cometmq.protocol.jsonbody import java_bool, java_int, java_long, java_string
+from cometmq.protocol.naming import group_name_error
+from cometmq.protocol.topic_config import MAX_QUEUE_NUMS
+
 
 @dataclass(slots=True)
 class SubscriptionGroupConfig:
@@ -35,20 +39,26 @@ class SubscriptionGroupConfig:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> SubscriptionGroupConfig:
-        """Lenient as fastjson: numbers and booleans may come as strings; unknown keys are ignored."""
+        """Lenient as fastjson (numbers and booleans may come as strings; unknown keys are ignored),
+        strict on meaning: :class:`BodyError` for a field not of its Java type or out of its range."""
+        what = "SubscriptionGroupConfig"
 
-        def flag(key: str, default: bool) -> bool:
-            value = obj.get(key, default)
-            return value if isinstance(value, bool) else str(value).lower() == "true"
+        def flag(key: str) -> bool:
+            return java_bool(obj, key, what, default=True)
 
         return cls(
-            group_name=str(obj["groupName"]),
-            consume_enable=flag("consumeEnable", True),
-            consume_from_min_enable=flag("consumeFromMinEnable", True),
-            consume_broadcast_enable=flag("consumeBroadcastEnable", True),
-            retry_queue_nums=int(obj.get("retryQueueNums", 1)),
-            retry_max_times=int(obj.get("retryMaxTimes", 16)),
-            broker_id=int(obj.get("brokerId", 0)),
-            which_broker_when_consume_slowly=int(obj.get("whichBrokerWhenConsumeSlowly", 1)),
-            notify_consumer_ids_changed_enable=flag("notifyConsumerIdsChangedEnable", True),
+            group_name=java_string(obj, "groupName", what, name_rule=group_name_error),
+            consume_enable=flag("consumeEnable"),
+            consume_from_min_enable=flag("consumeFromMinEnable"),
+            consume_broadcast_enable=flag("consumeBroadcastEnable"),
+            # 0: the group's failed messages are dropped, not retried (as RocketMQ).
+            retry_queue_nums=java_int(
+                obj, "retryQueueNums", what, default=1, minimum=0, maximum=MAX_QUEUE_NUMS
+            ),
+            retry_max_times=java_int(obj, "retryMaxTimes", what, default=16, minimum=0),
+            broker_id=java_long(obj, "brokerId", what, default=0, minimum=0),
+            which_broker_when_consume_slowly=java_long(
+                obj, "whichBrokerWhenConsumeSlowly", what, default=1, minimum=0
+            ),
+            notify_consumer_ids_changed_enable=flag("notifyConsumerIdsChangedEnable"),
         )

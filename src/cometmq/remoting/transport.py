@@ -12,9 +12,10 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import cast
+from typing import Final, cast
 
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError, RequestRefused
 from cometmq.protocol.codec import FrameDecoder, ReadBuffer, encode
@@ -154,7 +155,7 @@ class Connection(asyncio.BufferedProtocol):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            response = _error_response(request, exc)
+            response = _error_response(request, exc, self.remote_address)
         self.reply(request, response)
 
     def reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
@@ -172,7 +173,7 @@ class Connection(asyncio.BufferedProtocol):
     def reply_error(self, request: RemotingCommand, exc: Exception) -> None:
         """Answer *request* with the error *exc*, as the dispatcher answers a handler that raised: a
         ``RequestRefused``'s code and remark, else SYSTEM_ERROR (and the traceback logged)."""
-        self.reply(request, _error_response(request, exc))
+        self.reply(request, _error_response(request, exc, self.remote_address))
 
     def reply_with(self, request: RemotingCommand, build: Callable[[], RemotingCommand | None]) -> None:
         """Answer *request* with what *build* returns, or with its error if it raises: for an answer
@@ -266,9 +267,53 @@ def _expire_request(future: asyncio.Future[RemotingCommand], code: int, address:
         )
 
 
-def _error_response(request: RemotingCommand, exc: Exception) -> RemotingCommand:
+class _RefusalLog:
+    """At most one warning line per peer host per *interval* for requests refused as malformed, which
+    counts the refusals not logged since: a client that sends bad requests in a loop cannot flood the
+    log."""
+
+    MAX_HOSTS: Final = 4096
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval = interval
+        self._clock = clock
+        self._hosts: dict[str, tuple[float, int]] = {}  # host → (when last logged, refusals since)
+
+    def note(self, peer: str, code: int, refusal: RequestRefused) -> None:
+        host = peer.rpartition(":")[0] or peer
+        now = self._clock()
+        logged = self._hosts.get(host)
+        if logged is not None and now - logged[0] < self._interval:
+            self._hosts[host] = (logged[0], logged[1] + 1)
+            return
+        if logged is None and len(self._hosts) >= self.MAX_HOSTS:
+            self._hosts = {h: e for h, e in self._hosts.items() if now - e[0] < self._interval}
+        self._hosts[host] = (now, 0)
+        not_logged = logged[1] if logged is not None else 0
+        log.warning(
+            "refused request code %d from %s: %r%s",
+            code,
+            peer or "?",
+            refusal.remark[:500],
+            f" ({not_logged} more refused from {host} not logged)" if not_logged else "",
+        )
+
+
+# How often a peer sending malformed requests gets a warning line.
+REFUSAL_LOG_INTERVAL_S: Final = 60.0
+# The codes a server refuses malformed input with (a header or body it cannot bind, a bad name or
+# number, a message it will not store); other refusals (no such topic, not found) are answers.
+_MALFORMED_CODES: Final = frozenset(
+    {ResponseCode.SYSTEM_ERROR, ResponseCode.MESSAGE_ILLEGAL, ResponseCode.SUBSCRIPTION_PARSE_FAILED}
+)
+_refusals = _RefusalLog(REFUSAL_LOG_INTERVAL_S)
+
+
+def _error_response(request: RemotingCommand, exc: Exception, peer: str) -> RemotingCommand:
     if isinstance(exc, RequestRefused):
         # A refusal the handler chose (bad header, illegal topic, …): its code and remark, no traceback.
+        if exc.code in _MALFORMED_CODES:
+            _refusals.note(peer, request.code, exc)
         return request.response(exc.code, exc.remark)
     # A fault of ours: the traceback goes to the log, the client learns only where to look.
     log.error("request code %d failed", request.code, exc_info=exc)
