@@ -33,6 +33,39 @@ def test_fastjson_legacy_form_round_trips(table: dict[int, str]) -> None:
     assert fastjson.loads(legacy) == {"brokerAddrs": {str(k): v for k, v in table.items()}}
 
 
+bracket_text = st.text(alphabet='[]{}"\\a,:')
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | bracket_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(bracket_text, inner, max_size=3),
+    max_leaves=200,
+)
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+@given(json_values, st.integers(0, 80))
+def test_fastjson_refuses_json_nested_deeper_than_its_limit(value: object, wrap: int) -> None:
+    text = "[" * wrap + json.dumps(value) + "]" * wrap  # brackets inside strings are text, not depth
+    depth = wrap + _depth(value)
+    if depth <= fastjson.MAX_DEPTH:
+        assert fastjson.loads(text) == json.loads(text)
+    else:
+        with pytest.raises(ValueError, match="nested deeper than 64 levels"):
+            fastjson.loads(text)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a":' * 100_000, "{1:" * 100_000, "{{" * 100_000])
+def test_fastjson_refuses_deep_nesting_in_every_flavour_without_recursing(text: str) -> None:
+    with pytest.raises(ValueError, match="nested deeper"):
+        fastjson.loads(text)
+
+
 def test_java_properties_separators_comments_escapes_and_continuations() -> None:
     text = (
         "# comment\n! also a comment\n"

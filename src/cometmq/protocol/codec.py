@@ -30,6 +30,7 @@ from typing import Any, Final
 import orjson
 
 from cometmq.errors import ProtocolError
+from cometmq.protocol import fastjson
 from cometmq.protocol.codes import LanguageCode, SerializeType
 from cometmq.protocol.command import Buffer, RemotingCommand, language_name
 
@@ -76,13 +77,15 @@ def _loads(header: bytes) -> Any:
     try:
         return orjson.loads(header)
     except orjson.JSONDecodeError:
-        return json.loads(header)
+        text = header.decode()
+        fastjson.check_depth(text)  # the standard library's parser recurses per level
+        return json.loads(text)
 
 
 def _decode_json_header(header: bytes, body: bytes | memoryview) -> RemotingCommand:
     try:
         obj = _loads(header)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+    except ValueError as exc:  # UnicodeDecodeError is one
         raise ProtocolError(f"header is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("JSON header is not an object")
@@ -100,6 +103,11 @@ def _decode_json_header(header: bytes, body: bytes | memoryview) -> RemotingComm
     if _STR_ONLY.issuperset(map(type, raw_fields.values())):
         ext_fields = raw_fields  # what clients send: strings only, nothing to convert
     else:
+        try:
+            # orjson reads 1024 levels without recursing; writing a value back out recurses per level.
+            fastjson.check_depth(header.decode())
+        except ValueError as exc:
+            raise ProtocolError(f"header extFields: {exc}") from None
         ext_fields = {}
         for key, value in raw_fields.items():
             text = _java_string(value)

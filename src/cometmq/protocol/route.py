@@ -18,6 +18,7 @@ from typing import Any
 
 from cometmq.errors import ProtocolError
 from cometmq.protocol import fastjson
+from cometmq.protocol.codec import MAX_FRAME_SIZE
 from cometmq.protocol.naming import name_remark, text_error
 from cometmq.protocol.topic_config import TopicConfig
 
@@ -328,10 +329,14 @@ class RegisterBrokerBody:
 
     @classmethod
     def _decode_compressed(cls, body: bytes) -> RegisterBrokerBody:
+        # Inflated no larger than the frame limit: what the same body could be sent as uncompressed.
+        inflater = zlib.decompressobj()
         try:
-            data = zlib.decompress(body)
+            data = inflater.decompress(body, MAX_FRAME_SIZE)
         except zlib.error as exc:
             raise ValueError(f"compressed register body does not inflate: {exc}") from None
+        if inflater.unconsumed_tail:
+            raise ValueError(f"compressed register body inflates to more than {MAX_FRAME_SIZE} bytes")
         reader = _Reader(data)
         data_version = DataVersion.from_json(fastjson.loads(reader.chunk()))
         configs: dict[str, TopicConfig] = {}
