@@ -482,3 +482,31 @@ def test_bytes_read_after_a_protocol_error_are_discarded(caplog: pytest.LogCaptu
     assert [r.getMessage() for r in caplog.records].count(
         f"closing connection from ?: frame length 2 outside 4..{MAX_FRAME_SIZE - 4} bytes"
     ) == 1
+
+
+@given(
+    st.integers(OWN_BUFFER_FROM, MAX_FRAME_SIZE - 4),
+    st.lists(st.integers(1, 300_000), min_size=1, max_size=12),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_frames_buffer_grows_with_what_arrived_not_with_its_declared_length(
+    length: int, pieces: list[int]
+) -> None:
+    decoder = FrameDecoder(ReadBuffer())
+    frame = struct.pack(">ii", length, 10) + b'{"code":1}' + bytes(length - 14)
+    stream = memoryview(frame)[: sum(pieces)]
+    pos = 0
+    for piece in pieces:
+        end = min(len(stream), pos + piece)
+        while pos < end:
+            buffer = decoder.get_buffer()
+            count = min(len(buffer), end - pos)
+            buffer[:count] = stream[pos : pos + count]
+            decoder.buffer_updated(count)
+            pos += count
+        if pos == len(frame):
+            assert decoder.held == decoder.buffered == 0  # whole: nothing held
+            return
+        # 64 KiB to start with, then four times what came each time the buffer fills.
+        assert decoder.buffered == pos
+        assert pos - 4 <= decoder.held <= max(64 * 1024, 4 * pos)
