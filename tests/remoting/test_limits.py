@@ -56,8 +56,8 @@ def test_a_frame_declaring_16_mib_holds_only_about_what_arrived() -> None:
             writer.write(bytes(chunk))
             sent += chunk
             await _arrived(conn, sent)
-            # The buffer grows fourfold as it fills, from 64 KiB: at most four times what came.
-            assert server.partial_frame_bytes <= max(64 * 1024, 4 * sent)
+            # The buffer starts at 128 KiB and grows to four times what came each time it fills.
+            assert server.partial_frame_bytes <= max(128 * 1024, 4 * sent)
         assert server.partial_frame_bytes < MAX_FRAME_SIZE // 8
         assert await _served(client, addr)
         writer.close()
@@ -67,9 +67,9 @@ def test_a_frame_declaring_16_mib_holds_only_about_what_arrived() -> None:
 
 
 def test_past_the_global_bound_the_oldest_partial_frame_is_dropped_and_others_served() -> None:
-    # 256 KiB for each of the two partial frames, then 640 KiB for the client's large request: its
-    # arrival goes past 1 MiB, and the connection holding the oldest partial frame is closed.
-    limits = ServerLimits(max_partial_frame_bytes=1024 * 1024)
+    # 128 KiB for each of the two partial frames, then 608 KiB for the client's large request: its
+    # arrival goes past 800 KiB, and the connection holding the oldest partial frame is closed.
+    limits = ServerLimits(max_partial_frame_bytes=800 * 1024)
 
     async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
         oldest_reader, oldest_writer, oldest = await _connect(server)
@@ -77,12 +77,12 @@ def test_past_the_global_bound_the_oldest_partial_frame_is_dropped_and_others_se
         for writer, conn in ((oldest_writer, oldest), (younger_writer, younger)):
             writer.write(HUGE_FRAME_START + bytes(100_000))
             await _arrived(conn, len(HUGE_FRAME_START) + 100_000)
-        assert server.partial_frame_bytes == 2 * 256 * 1024
+        assert server.partial_frame_bytes == 2 * 128 * 1024
 
         assert await _served(client, addr, bytes(600_000))
         assert await _closed_by_server(oldest_reader)
         assert younger.is_open
-        assert server.partial_frame_bytes == 256 * 1024  # the younger one's, still waiting
+        assert server.partial_frame_bytes == 128 * 1024  # the younger one's, still waiting
         assert await _served(client, addr)
         younger_writer.close()
         oldest_writer.close()

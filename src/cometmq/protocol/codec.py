@@ -17,10 +17,11 @@ own, filled straight by the reads, and its body is handed out as a read-only vie
 for the part that came in the same read as the bytes before it (16 KiB at most).
 
 That buffer grows with what arrives, not with the length the frame declares: a peer that declares
-16 MiB and sends a few bytes makes its decoder hold 64 KiB, not 16 MiB (:attr:`FrameDecoder.held`
-says how much it holds). It starts at 64 KiB (or the frame's size, if smaller) and grows fourfold
-each time it fills, so a frame over 64 KiB pays a copy of at most a third of its size once, and none
-when it reuses the buffer of an earlier frame.
+16 MiB and sends a few bytes makes its decoder hold 128 KiB, not 16 MiB (:attr:`FrameDecoder.held`
+says how much it holds). It starts at 128 KiB (or the frame's size, if smaller) and grows to four
+times what came each time it fills. Frames up to 128 KiB (a batch of 100 1 KiB messages) so get their
+buffer at once, those up to 1 MiB reuse the buffers of earlier ones, and only larger ones, or the first
+of a size, pay the copies of growing (less than 4/3 of their size).
 
 The 16 KiB buffer may be shared by the decoders of one thread (:class:`ReadBuffer`, what a server gives
 its connections): each decoder then holds 16 KiB of its own only while part of a small frame waits for
@@ -220,9 +221,10 @@ _SCRATCH_SIZE = 16 * 1024
 # buffer of its own (exactly its size, filled by the reads, its body handed out without a copy).
 # Shorter frames are copied out of the scratch buffer, as cheap as allocating one for them.
 _OWN_BUFFER_FROM = 4 * 1024
-# A frame's own buffer starts this large (or at its size, if smaller), and grows by _GROWTH each time it
-# fills: memory follows what a peer sent, not what it declared.
-_FIRST_PART = 64 * 1024
+# A frame's own buffer starts this large (or at its size, if smaller), and grows to _GROWTH times what
+# came each time it fills: memory follows what a peer sent, not what it declared. Starting smaller made
+# a 110 KB batch send cost half as much again in `bench/receive.py` (a second buffer and a copy).
+_FIRST_PART = 128 * 1024
 _GROWTH = 4
 # Frames of these sizes reuse a buffer kept by their decoder (see _start_frame): from glibc's default
 # mmap threshold, below which malloc reuses freed memory by itself, up to a bound on what an idle
