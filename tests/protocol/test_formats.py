@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import zlib
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,11 @@ from hypothesis import strategies as st
 
 from cometmq.broker._javaprops import parse_properties
 from cometmq.broker._json_config import load_json_config, save_json_config
+from cometmq.errors import RecordError
 from cometmq.protocol import fastjson
 from cometmq.protocol.naming import group_name_error
 from cometmq.protocol.properties import decode_properties, encode_properties, property_finder
+from cometmq.protocol.record import MAX_INFLATED_BODY_SIZE, inflate_body
 
 
 def test_fastjson_reads_unquoted_numeric_keys_but_not_inside_strings() -> None:
@@ -170,3 +173,14 @@ def test_fastjson_refuses_a_cut_bean_keyed_map_with_value_error(value: object, d
     cut = data.draw(st.integers(0, len(text) - 1), label="cut at")
     with pytest.raises(ValueError):
         fastjson.loads(text[:cut])
+
+
+def test_a_compressed_message_body_inflates_up_to_its_bound_and_no_further() -> None:
+    body = b"a message body " * 1000
+    assert inflate_body(zlib.compress(body)) == body
+    assert inflate_body(memoryview(zlib.compress(body))) == body
+    bomb = zlib.compress(bytes(MAX_INFLATED_BODY_SIZE + 1), 9)  # 64 MiB and a byte, in 64 KiB
+    with pytest.raises(RecordError, match="inflates to more than 67108864 bytes"):
+        inflate_body(bomb)
+    with pytest.raises(RecordError, match="does not inflate"):
+        inflate_body(b"not zlib")

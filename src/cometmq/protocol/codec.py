@@ -313,7 +313,7 @@ class FrameDecoder:
         own = self._own
         if self._frame is not None:
             if self._filled == len(self._frame):
-                self._grow_frame(self._filled)
+                self._grow_frame()
             buffer = self._frame[self._filled :]
         elif own is None:
             assert self._shared is not None
@@ -414,25 +414,27 @@ class FrameDecoder:
                     self._frame = memoryview(spare)[:length]
                     self.held = len(spare)
                     return
-        self._filled = 0
-        self._frame = memoryview(b"")
-        self._grow_frame(received)
-        self._filled = received
+        self._frame = self._new_frame_buffer(received)
 
-    def _grow_frame(self, arrived: int) -> None:
-        """Move the frame being received to a buffer _GROWTH times the *arrived* bytes of it (or of its
-        full size)."""
+    def _grow_frame(self) -> None:
+        """Move the frame being received, its buffer full, to a larger one."""
+        assert self._frame is not None
+        frame = self._new_frame_buffer(self._filled)
+        frame[: self._filled] = self._frame
+        self._frame = frame
+
+    def _new_frame_buffer(self, arrived: int) -> memoryview:
+        """A view of a new buffer for the frame being received, _GROWTH times the *arrived* bytes of it
+        (at least _FIRST_PART, at most the frame's size)."""
         length = self._length
         reused = _REUSE_FROM <= length <= _REUSE_UP_TO
         # A buffer to be reused is rounded up, so that frames a few bytes apart fit each other's.
         full = -(-length // _REUSE_STEP) * _REUSE_STEP if reused else length
         buffer = bytearray(min(full, max(_FIRST_PART, _GROWTH * arrived)))
-        assert self._frame is not None
-        buffer[: self._filled] = self._frame[: self._filled]
-        self._frame = memoryview(buffer)[:length]
         self.held = len(buffer)
         if reused and len(buffer) == full and len(self._spares) < _SPARES:
             self._spares.append(buffer)
+        return memoryview(buffer)[:length]
 
     def feed(self, data: Buffer) -> list[RemotingCommand]:
         """The commands completed by ``data`` (copied in through :meth:`get_buffer`)."""

@@ -440,8 +440,9 @@ class RemotingServer:
             self._idle_sweep = loop.create_task(self._close_idle_forever(), name="remoting-idle-sweep")
 
     async def _close_idle_forever(self) -> None:
-        # A connection is found idle between channel_max_idle_s and a quarter more after its last read
-        # or write: each sweep clears the flags reads and writes set, and notes when it found one set.
+        # A connection is closed between channel_max_idle_s and one sweep interval more after its last
+        # read or write: each sweep clears the flag reads and writes set, and notes when it found it set.
+        # (A flag costs a read or write one store; a timestamp would cost a clock call.)
         idle = self.limits.channel_max_idle_s
         interval = min(idle / 4, 10.0)
         loop = asyncio.get_running_loop()
