@@ -45,6 +45,10 @@ BODY_SIZES = st.sampled_from(
 )
 
 
+# extFields nested deeper than the 64 levels a JSON header may have (within the 1024 orjson reads).
+DEEP_HEADER = b'{"code":1,"extFields":{"k":' + b"[" * 900 + b"]" * 900 + b"}}"
+
+
 def _body(size: int, seed: int) -> bytes:
     return random.Random(seed).randbytes(size)
 
@@ -389,8 +393,9 @@ def test_large_requests_and_responses_cross_a_real_connection(
         struct.pack(">ii", 6, 10) + b"{}",  # header length past the frame
         struct.pack(">ii", 40_000, 2) + b"{]" + bytes(39_994),  # bad JSON in a frame of its own buffer
         struct.pack(">ii", 6, (7 << 24) | 2) + b"{}",  # unknown serialization type
+        struct.pack(">ii", 4 + len(DEEP_HEADER), len(DEEP_HEADER)) + DEEP_HEADER,
     ],
-    ids=["too-long", "header-past-frame", "bad-json-large", "unknown-type"],
+    ids=["too-long", "header-past-frame", "bad-json-large", "unknown-type", "deep-extfields"],
 )
 def test_a_malformed_frame_closes_only_its_connection(
     loop_factory: Callable[[], asyncio.AbstractEventLoop], garbage: bytes
