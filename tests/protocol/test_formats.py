@@ -184,3 +184,8 @@ def test_a_compressed_message_body_inflates_up_to_its_bound_and_no_further() -> 
         inflate_body(bomb)
     with pytest.raises(RecordError, match="does not inflate"):
         inflate_body(b"not zlib")
+    with pytest.raises(RecordError, match="truncated"):
+        inflate_body(zlib.compress(body)[:-4])
+    assert inflate_body(zlib.compress(bytes(1000)), limit=1000) == bytes(1000)  # exactly the bound
+    with pytest.raises(RecordError, match="more than 1000 bytes"):
+        inflate_body(zlib.compress(bytes(1001)), limit=1000)

@@ -135,16 +135,18 @@ def body_crc(body: bytes | memoryview) -> int:
 MAX_INFLATED_BODY_SIZE = 64 * 1024 * 1024
 
 
-def inflate_body(body: bytes | memoryview) -> bytes:
-    """The body of a message whose sysflag marks it compressed; RecordError when it does not inflate
-    or inflates past MAX_INFLATED_BODY_SIZE."""
+def inflate_body(body: bytes | memoryview, limit: int = MAX_INFLATED_BODY_SIZE) -> bytes:
+    """*body* inflated (zlib), as a message body whose sysflag marks it compressed is; RecordError
+    when it does not inflate, or inflates past *limit* bytes (it is never inflated further)."""
     inflater = zlib.decompressobj()
     try:
-        data = inflater.decompress(body, MAX_INFLATED_BODY_SIZE)
+        data = inflater.decompress(body, limit + 1)
     except zlib.error as exc:
         raise RecordError(f"compressed body does not inflate: {exc}") from None
-    if inflater.unconsumed_tail:
-        raise RecordError(f"compressed body inflates to more than {MAX_INFLATED_BODY_SIZE} bytes")
+    if len(data) > limit:
+        raise RecordError(f"compressed body inflates to more than {limit} bytes")
+    if not inflater.eof:
+        raise RecordError("compressed body does not inflate: the stream is truncated")
     return data
 
 

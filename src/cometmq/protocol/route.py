@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from cometmq.errors import ProtocolError
+from cometmq.errors import ProtocolError, RecordError
 from cometmq.protocol import fastjson
 from cometmq.protocol.codec import MAX_FRAME_SIZE
 from cometmq.protocol.naming import name_remark, text_error
+from cometmq.protocol.record import inflate_body
 from cometmq.protocol.topic_config import TopicConfig
 
 MASTER_ID = 0  # brokerId of a broker group's master; slaves have ids >= 1
@@ -330,13 +331,10 @@ class RegisterBrokerBody:
     @classmethod
     def _decode_compressed(cls, body: bytes) -> RegisterBrokerBody:
         # Inflated no larger than the frame limit: what the same body could be sent as uncompressed.
-        inflater = zlib.decompressobj()
         try:
-            data = inflater.decompress(body, MAX_FRAME_SIZE)
-        except zlib.error as exc:
-            raise ValueError(f"compressed register body does not inflate: {exc}") from None
-        if inflater.unconsumed_tail:
-            raise ValueError(f"compressed register body inflates to more than {MAX_FRAME_SIZE} bytes")
+            data = inflate_body(body, MAX_FRAME_SIZE)
+        except RecordError as exc:
+            raise ValueError(str(exc)) from None
         reader = _Reader(data)
         data_version = DataVersion.from_json(fastjson.loads(reader.chunk()))
         configs: dict[str, TopicConfig] = {}
