@@ -8,12 +8,20 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from cometmq.remoting import transport
 from processes import StandaloneServer
 
 # Hypothesis fails an example that runs longer than 200 ms by default: a check of speed, which a loaded
 # machine fails at random. The suite's property tests check what is computed, never how fast.
 settings.register_profile("cometmq", deadline=None)
 settings.load_profile("cometmq")
+
+
+@pytest.fixture(autouse=True)
+def fresh_bad_input_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts with no peer's bad input logged yet: the server's rate-limited warning (one line
+    per host a minute) must not hide a line one test expects because an earlier test drew one."""
+    monkeypatch.setattr(transport, "_refusals", transport._RefusalLog(transport.REFUSAL_LOG_INTERVAL_S))
 
 
 @pytest.fixture

@@ -12,7 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cometmq.errors import ProtocolError
-from cometmq.protocol import FrameDecoder, RemotingCommand, SerializeType, decode_frame, encode, encode_bytes
+from cometmq.protocol import (
+    FrameDecoder,
+    RemotingCommand,
+    SerializeType,
+    decode_frame,
+    encode,
+    encode_bytes,
+    fastjson,
+)
 from cometmq.protocol.codec import encode_header
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "frames"
@@ -163,6 +171,9 @@ def test_golden_frames_were_captured() -> None:
         b'{"code":1e999}',  # overflows int()
         b"[" * 100_000,  # nests deeper than the JSON parser recurses
         b'{"code":1,"extFields":' + b"[" * 100_000 + b"}",
+        # Within what orjson reads, deeper than writing the value back as a Java string may recurse.
+        b'{"code":1,"extFields":{"k":' + b"[" * 1000 + b"]" * 1000 + b"}}",
+        b'{"code":1,"remark":"\\udc00","extFields":{"k":' + b"[" * 1000 + b"]" * 1000 + b"}}",
     ],
 )
 def test_hostile_json_headers_are_protocol_errors(header: bytes) -> None:
@@ -212,3 +223,19 @@ def test_json_headers_orjson_refuses_are_read_as_the_standard_library_reads_them
         return
     (cmd,) = FrameDecoder().feed(frame)
     assert (cmd.code, cmd.opaque, cmd.remark) == (1, opaque, remark)
+
+
+@given(st.integers(1, 200), st.sampled_from(["[", '{"k":']), st.integers(0, 3))
+def test_extfields_values_nested_past_the_depth_limit_are_protocol_errors(
+    depth: int, opener: str, spaces: int
+) -> None:
+    closer = "]" if opener == "[" else "}"
+    value = (opener + " " * spaces) * depth + "1" + closer * depth
+    header = f'{{"code":1,"extFields":{{"k":{value}}}}}'.encode()
+    frame = struct.pack(">ii", 4 + len(header), len(header)) + header
+    if depth + 2 <= fastjson.MAX_DEPTH:  # the header object holds extFields, which holds the value
+        (cmd,) = FrameDecoder().feed(frame)
+        assert json.loads(cmd.ext_fields["k"]) == json.loads(value)
+    else:
+        with pytest.raises(ProtocolError, match="nested deeper"):
+            FrameDecoder().feed(frame)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import zlib
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,11 @@ from hypothesis import strategies as st
 
 from cometmq.broker._javaprops import parse_properties
 from cometmq.broker._json_config import load_json_config, save_json_config
+from cometmq.errors import RecordError
 from cometmq.protocol import fastjson
 from cometmq.protocol.naming import group_name_error
 from cometmq.protocol.properties import decode_properties, encode_properties, property_finder
+from cometmq.protocol.record import MAX_INFLATED_BODY_SIZE, inflate_body
 
 
 def test_fastjson_reads_unquoted_numeric_keys_but_not_inside_strings() -> None:
@@ -31,6 +34,39 @@ def test_fastjson_reads_unquoted_numeric_keys_but_not_inside_strings() -> None:
 def test_fastjson_legacy_form_round_trips(table: dict[int, str]) -> None:
     legacy = fastjson.dumps({"brokerAddrs": table}, numeric_keys_unquoted=True)
     assert fastjson.loads(legacy) == {"brokerAddrs": {str(k): v for k, v in table.items()}}
+
+
+bracket_text = st.text(alphabet='[]{}"\\a,:')
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | bracket_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(bracket_text, inner, max_size=3),
+    max_leaves=200,
+)
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+@given(json_values, st.integers(0, 80))
+def test_fastjson_refuses_json_nested_deeper_than_its_limit(value: object, wrap: int) -> None:
+    text = "[" * wrap + json.dumps(value) + "]" * wrap  # brackets inside strings are text, not depth
+    depth = wrap + _depth(value)
+    if depth <= fastjson.MAX_DEPTH:
+        assert fastjson.loads(text) == json.loads(text)
+    else:
+        with pytest.raises(ValueError, match="nested deeper than 64 levels"):
+            fastjson.loads(text)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a":' * 100_000, "{1:" * 100_000, "{{" * 100_000])
+def test_fastjson_refuses_deep_nesting_in_every_flavour_without_recursing(text: str) -> None:
+    with pytest.raises(ValueError, match="nested deeper"):
+        fastjson.loads(text)
 
 
 def test_java_properties_separators_comments_escapes_and_continuations() -> None:
@@ -137,3 +173,19 @@ def test_fastjson_refuses_a_cut_bean_keyed_map_with_value_error(value: object, d
     cut = data.draw(st.integers(0, len(text) - 1), label="cut at")
     with pytest.raises(ValueError):
         fastjson.loads(text[:cut])
+
+
+def test_a_compressed_message_body_inflates_up_to_its_bound_and_no_further() -> None:
+    body = b"a message body " * 1000
+    assert inflate_body(zlib.compress(body)) == body
+    assert inflate_body(memoryview(zlib.compress(body))) == body
+    bomb = zlib.compress(bytes(MAX_INFLATED_BODY_SIZE + 1), 9)  # 64 MiB and a byte, in 64 KiB
+    with pytest.raises(RecordError, match="inflates to more than 67108864 bytes"):
+        inflate_body(bomb)
+    with pytest.raises(RecordError, match="does not inflate"):
+        inflate_body(b"not zlib")
+    with pytest.raises(RecordError, match="truncated"):
+        inflate_body(zlib.compress(body)[:-4])
+    assert inflate_body(zlib.compress(bytes(1000)), limit=1000) == bytes(1000)  # exactly the bound
+    with pytest.raises(RecordError, match="more than 1000 bytes"):
+        inflate_body(zlib.compress(bytes(1001)), limit=1000)

@@ -45,6 +45,10 @@ BODY_SIZES = st.sampled_from(
 )
 
 
+# extFields nested deeper than the 64 levels a JSON header may have (within the 1024 orjson reads).
+DEEP_HEADER = b'{"code":1,"extFields":{"k":' + b"[" * 900 + b"]" * 900 + b"}}"
+
+
 def _body(size: int, seed: int) -> bytes:
     return random.Random(seed).randbytes(size)
 
@@ -389,8 +393,9 @@ def test_large_requests_and_responses_cross_a_real_connection(
         struct.pack(">ii", 6, 10) + b"{}",  # header length past the frame
         struct.pack(">ii", 40_000, 2) + b"{]" + bytes(39_994),  # bad JSON in a frame of its own buffer
         struct.pack(">ii", 6, (7 << 24) | 2) + b"{}",  # unknown serialization type
+        struct.pack(">ii", 4 + len(DEEP_HEADER), len(DEEP_HEADER)) + DEEP_HEADER,
     ],
-    ids=["too-long", "header-past-frame", "bad-json-large", "unknown-type"],
+    ids=["too-long", "header-past-frame", "bad-json-large", "unknown-type", "deep-extfields"],
 )
 def test_a_malformed_frame_closes_only_its_connection(
     loop_factory: Callable[[], asyncio.AbstractEventLoop], garbage: bytes
@@ -482,3 +487,31 @@ def test_bytes_read_after_a_protocol_error_are_discarded(caplog: pytest.LogCaptu
     assert [r.getMessage() for r in caplog.records].count(
         f"closing connection from ?: frame length 2 outside 4..{MAX_FRAME_SIZE - 4} bytes"
     ) == 1
+
+
+@given(
+    st.integers(OWN_BUFFER_FROM, MAX_FRAME_SIZE - 4),
+    st.lists(st.integers(1, 300_000), min_size=1, max_size=12),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_frames_buffer_grows_with_what_arrived_not_with_its_declared_length(
+    length: int, pieces: list[int]
+) -> None:
+    decoder = FrameDecoder(ReadBuffer())
+    frame = struct.pack(">ii", length, 10) + b'{"code":1}' + bytes(length - 14)
+    stream = memoryview(frame)[: sum(pieces)]
+    pos = 0
+    for piece in pieces:
+        end = min(len(stream), pos + piece)
+        while pos < end:
+            buffer = decoder.get_buffer()
+            count = min(len(buffer), end - pos)
+            buffer[:count] = stream[pos : pos + count]
+            decoder.buffer_updated(count)
+            pos += count
+        if pos == len(frame):
+            assert decoder.held == decoder.buffered == 0  # whole: nothing held
+            return
+        # 128 KiB to start with, then four times what came each time the buffer fills.
+        assert decoder.buffered == pos
+        assert pos - 4 <= decoder.held <= max(128 * 1024, 4 * pos)

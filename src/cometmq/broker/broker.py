@@ -132,6 +132,7 @@ class Broker:
             self.config.listen_host,
             self.config.listen_port,
             busy_poll_us=self.config.busy_poll_micros,
+            limits=self.config.server_limits(),
         )
         server.add_close_listener(self._connection_closed)
         try:

@@ -18,6 +18,8 @@ from typing import Any
 
 from cometmq.broker._javaprops import read_properties
 from cometmq.errors import ConfigError
+from cometmq.protocol import MAX_FRAME_SIZE
+from cometmq.remoting import DEFAULT_MAX_PARTIAL_FRAME_BYTES, ServerLimits, default_max_connections
 from cometmq.store import FlushDiskType, StoreConfig, parse_delay_levels, parse_delete_when
 
 log = logging.getLogger("cometmq.broker")
@@ -85,6 +87,12 @@ class BrokerConfig:
     # Not a RocketMQ key: µs the event loop keeps polling after each read or write instead of sleeping
     # (cometmq/remoting/busypoll.py); 0, the default, never. Lower latency for a busy CPU meanwhile.
     busy_poll_micros: int = 0
+    # What clients may make the broker hold (docs/operations.md, "Connection limits"). The first two
+    # are RocketMQ's (NettyServerConfig); the other two are not RocketMQ keys.
+    server_channel_max_idle_time_seconds: int = 120
+    server_socket_backlog: int = 1024
+    server_max_connections: int = field(default_factory=default_max_connections)
+    server_max_partial_frame_bytes: int = DEFAULT_MAX_PARTIAL_FRAME_BYTES
     region_id: str = "DefaultRegion"
     trace_on: bool = True
 
@@ -120,6 +128,21 @@ class BrokerConfig:
             raise ConfigError(f"listenPort {self.listen_port} is not a port number")
         if self.busy_poll_micros < 0:
             raise ConfigError(f"busyPollMicros {self.busy_poll_micros} is negative")
+        if self.server_channel_max_idle_time_seconds < 0:
+            raise ConfigError(
+                f"serverChannelMaxIdleTimeSeconds {self.server_channel_max_idle_time_seconds} is negative"
+            )
+        for key, value in (
+            ("serverSocketBacklog", self.server_socket_backlog),
+            ("serverMaxConnections", self.server_max_connections),
+        ):
+            if value < 1:
+                raise ConfigError(f"{key} {value} is not a positive number")
+        if self.server_max_partial_frame_bytes < MAX_FRAME_SIZE:
+            raise ConfigError(
+                f"serverMaxPartialFrameBytes {self.server_max_partial_frame_bytes} is less than one frame "
+                f"of the largest size ({MAX_FRAME_SIZE} bytes)"
+            )
         try:
             parse_delete_when(self.delete_when)
             if not parse_delay_levels(self.message_delay_level):
@@ -138,6 +161,15 @@ class BrokerConfig:
         config.update(defaults or {})
         config.update(values, source=str(path))
         return config
+
+    def server_limits(self) -> ServerLimits:
+        """What the broker's clients may make it hold, from the server* settings."""
+        return ServerLimits(
+            channel_max_idle_s=self.server_channel_max_idle_time_seconds,
+            max_connections=self.server_max_connections,
+            max_partial_frame_bytes=self.server_max_partial_frame_bytes,
+            socket_backlog=self.server_socket_backlog,
+        )
 
     def store_config(self, disk_usage_probe: Callable[[Path], float] | None = None) -> StoreConfig:
         """The store's settings: every setting the store has, taken from the one of this config that

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from cometmq.cli._loop import run_async
 from cometmq.errors import ConfigError
 from cometmq.namesrv import NameServer
+from cometmq.remoting import ServerLimits, default_max_connections
 
 # The broker (and its store) is imported only by the commands that run one, so the admin commands
 # start fast and work wherever the client does.
@@ -65,6 +66,22 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         default=120.0,
         metavar="SECONDS",
         help="drop a broker that has not registered for this long (default: 120)",
+    )
+    namesrv.add_argument(
+        "--channel-max-idle",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="close a connection that has read and written nothing for this long; 0: never "
+        "(RocketMQ's serverChannelMaxIdleTimeSeconds; default: 120)",
+    )
+    namesrv.add_argument(
+        "--max-connections",
+        type=int,
+        default=default_max_connections(),
+        metavar="N",
+        help="close connections past this many at once (default: 10000, or fewer under a lower limit "
+        "of open files: %(default)s here)",
     )
     _add_log_level(namesrv)
     namesrv.set_defaults(func=run_namesrv)
@@ -240,7 +257,12 @@ async def _standalone(args: argparse.Namespace) -> int:
 
 async def _namesrv(args: argparse.Namespace) -> int:
     with _ShutdownSignal() as shutdown:
-        namesrv = NameServer(host=args.host, port=args.port, broker_expiry_s=args.broker_expiry)
+        if args.channel_max_idle < 0 or args.max_connections < 1:
+            raise ConfigError("--channel-max-idle must be 0 or more, --max-connections 1 or more")
+        limits = ServerLimits(channel_max_idle_s=args.channel_max_idle, max_connections=args.max_connections)
+        namesrv = NameServer(
+            host=args.host, port=args.port, broker_expiry_s=args.broker_expiry, limits=limits
+        )
         with _port_flag(args.host, args.port, "--port"):
             await namesrv.start()
         try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import time
 import zlib
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from cometmq.client._instance import ClientInstance, decode_answer
 from cometmq.client.message import MessageQueue, ReceivedMessage, decode_pulled
 from cometmq.errors import BrokerError, ProtocolError, QueueNotRoutedError, RecordError
-from cometmq.protocol import RequestCode, ResponseCode
+from cometmq.protocol import RequestCode, ResponseCode, fastjson
 from cometmq.protocol.broker_headers import (
     ConsumerGroupRequestHeader,
     OffsetResponseHeader,
@@ -247,6 +246,6 @@ async def consumer_ids(instance: ClientInstance, queue: MessageQueue, group: str
     if response.code != ResponseCode.SUCCESS:
         return []
     try:
-        return [str(cid) for cid in json.loads(response.body).get("consumerIdList", [])]
+        return [str(cid) for cid in fastjson.loads(response.body).get("consumerIdList", [])]
     except (ValueError, AttributeError) as exc:
         raise ProtocolError(f"unreadable consumer list from {queue.broker_name}: {exc}") from exc

@@ -84,7 +84,7 @@ from cometmq.client.message import (
     ReceivedMessage,
 )
 from cometmq.errors import ClientStateError, CometMQError
-from cometmq.protocol import RequestCode
+from cometmq.protocol import RequestCode, fastjson
 from cometmq.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
 from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from cometmq.protocol.properties import encode_properties
@@ -641,7 +641,7 @@ class PushConsumer(Client):
                     RequestCode.LOCK_BATCH_MQ,
                     body=self._lock_body(batch),
                 )
-                for item in json.loads(response.body or b"{}").get("lockOKMQSet", []):
+                for item in fastjson.loads(response.body or b"{}").get("lockOKMQSet", []):
                     held.add(MessageQueue(str(item["topic"]), str(item["brokerName"]), int(item["queueId"])))
             except (CometMQError, ValueError, KeyError) as exc:
                 log.info("cannot lock queues of %s on %s: %s", self.group, broker_name, exc)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import struct
-import zlib
 from dataclasses import dataclass, field
 
 from cometmq.errors import RecordError
@@ -15,6 +14,7 @@ from cometmq.protocol.record import (
     MIN_RECORD_SIZE,
     DecodedRecord,
     decode_host,
+    inflate_body,
     iter_records,
     offset_msg_id,
 )
@@ -138,7 +138,7 @@ class ReceivedMessage:
         self.topic = record.topic
         body = record.body
         if record.sys_flag & SYSFLAG_COMPRESSED:
-            body = zlib.decompress(body)
+            body = inflate_body(body)
         self.body = body
         self.queue_id = record.queue_id
         self.queue_offset = record.queue_offset
@@ -307,9 +307,7 @@ def decode_pulled(body: bytes | memoryview, broker_name: str) -> list[ReceivedMe
                 raise RecordError(f"record at {pos}: {exc}") from None
         m.topic = topic
         m.sys_flag = sys_flag
-        m.body = (
-            zlib.decompress(data[pos + 88 : at]) if sys_flag & SYSFLAG_COMPRESSED else data[pos + 88 : at]
-        )
+        m.body = inflate_body(data[pos + 88 : at]) if sys_flag & SYSFLAG_COMPRESSED else data[pos + 88 : at]
         m._head = data[pos + _LAZY_START : pos + _LAZY_END]
         m._properties_raw = data[tp + 2 : limit]
         m._properties = None

@@ -18,7 +18,7 @@ from cometmq.namesrv.processors import (
 )
 from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.protocol import RequestCode
-from cometmq.remoting import Connection, Dispatcher, RemotingServer, RequestHandler
+from cometmq.remoting import Connection, Dispatcher, RemotingServer, RequestHandler, ServerLimits
 
 log = logging.getLogger("cometmq.namesrv")
 
@@ -29,6 +29,8 @@ class NameServer:
     Brokers register every 30 s; one silent for ``broker_expiry_s`` is dropped by a scan that runs
     every ``scan_interval_s`` (RocketMQ: 120 s and 10 s; tests shrink both). Until then, its broker
     name and id can be neither taken nor unregistered by a request naming another address.
+
+    ``limits`` bound what clients may make it hold (idle time, connections, partial frames).
     """
 
     def __init__(
@@ -40,6 +42,7 @@ class NameServer:
         *,
         order_message_enable: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        limits: ServerLimits | None = None,
     ) -> None:
         self.scan_interval_s = scan_interval_s
         self._clock = clock
@@ -66,7 +69,7 @@ class NameServer:
             RequestCode.DELETE_KV_CONFIG: kv.delete,
             RequestCode.GET_KVLIST_BY_NAMESPACE: kv.list_namespace,
         }
-        self._server = RemotingServer(Dispatcher(table), host, port)
+        self._server = RemotingServer(Dispatcher(table), host, port, limits=limits)
         # A broker whose connection closes is dropped at once, not after the expiry time.
         self._server.add_close_listener(self.routes.connection_closed)
         self._scan_task: asyncio.Task[None] | None = None

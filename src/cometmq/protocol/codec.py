@@ -11,10 +11,17 @@ of a receive without an intermediate copy (what ``asyncio.BufferedProtocol`` wan
 is where the next bytes are to be written, ``buffer_updated(n)`` says ``n`` of them were.
 
 Receive buffers: small frames collect in a reused 16 KiB buffer and are copied out when whole (many
-may arrive in one read); a frame of at least 4 KiB that is not whole yet gets a ``bytearray`` of
-exactly its size, filled straight by the reads, and its body is handed out as a read-only view of that
-buffer (``RemotingCommand.body_buffer``), so a 256 KiB pull response costs no copy beyond the kernel's
-but for the part that came in the same read as the bytes before it (16 KiB at most).
+may arrive in one read); a frame of at least 4 KiB that is not whole yet gets a ``bytearray`` of its
+own, filled straight by the reads, and its body is handed out as a read-only view of that buffer
+(``RemotingCommand.body_buffer``), so a 256 KiB pull response costs no copy beyond the kernel's but
+for the part that came in the same read as the bytes before it (16 KiB at most).
+
+That buffer grows with what arrives, not with the length the frame declares: a peer that declares
+16 MiB and sends a few bytes makes its decoder hold 128 KiB, not 16 MiB (:attr:`FrameDecoder.held`
+says how much it holds). It starts at 128 KiB (or the frame's size, if smaller) and grows to four
+times what came each time it fills. Frames up to 128 KiB (a batch of 100 1 KiB messages) so get their
+buffer at once, those up to 1 MiB reuse the buffers of earlier ones, and only larger ones, or the first
+of a size, pay the copies of growing (less than 4/3 of their size).
 
 The 16 KiB buffer may be shared by the decoders of one thread (:class:`ReadBuffer`, what a server gives
 its connections): each decoder then holds 16 KiB of its own only while part of a small frame waits for
@@ -30,6 +37,7 @@ from typing import Any, Final
 import orjson
 
 from cometmq.errors import ProtocolError
+from cometmq.protocol import fastjson
 from cometmq.protocol.codes import LanguageCode, SerializeType
 from cometmq.protocol.command import Buffer, RemotingCommand, language_name
 
@@ -76,13 +84,15 @@ def _loads(header: bytes) -> Any:
     try:
         return orjson.loads(header)
     except orjson.JSONDecodeError:
-        return json.loads(header)
+        text = header.decode()
+        fastjson.check_depth(text)  # the standard library's parser recurses per level
+        return json.loads(text)
 
 
 def _decode_json_header(header: bytes, body: bytes | memoryview) -> RemotingCommand:
     try:
         obj = _loads(header)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+    except ValueError as exc:  # UnicodeDecodeError is one
         raise ProtocolError(f"header is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("JSON header is not an object")
@@ -100,6 +110,11 @@ def _decode_json_header(header: bytes, body: bytes | memoryview) -> RemotingComm
     if _STR_ONLY.issuperset(map(type, raw_fields.values())):
         ext_fields = raw_fields  # what clients send: strings only, nothing to convert
     else:
+        try:
+            # orjson reads 1024 levels without recursing; writing a value back out recurses per level.
+            fastjson.check_depth(header.decode())
+        except ValueError as exc:
+            raise ProtocolError(f"header extFields: {exc}") from None
         ext_fields = {}
         for key, value in raw_fields.items():
             text = _java_string(value)
@@ -206,7 +221,12 @@ _SCRATCH_SIZE = 16 * 1024
 # buffer of its own (exactly its size, filled by the reads, its body handed out without a copy).
 # Shorter frames are copied out of the scratch buffer, as cheap as allocating one for them.
 _OWN_BUFFER_FROM = 4 * 1024
-# Frames of these sizes reuse a buffer kept by their decoder (see _frame_buffer): from glibc's default
+# A frame's own buffer starts this large (or at its size, if smaller), and grows to _GROWTH times what
+# came each time it fills: memory follows what a peer sent, not what it declared. Starting smaller made
+# a 110 KB batch send cost half as much again in `bench/receive.py` (a second buffer and a copy).
+_FIRST_PART = 128 * 1024
+_GROWTH = 4
+# Frames of these sizes reuse a buffer kept by their decoder (see _start_frame): from glibc's default
 # mmap threshold, below which malloc reuses freed memory by itself, up to a bound on what an idle
 # connection keeps (pull responses are 256 KiB, batch sends at most a few MiB).
 _REUSE_FROM = 128 * 1024
@@ -245,11 +265,13 @@ class FrameDecoder:
         "_end",
         "_filled",
         "_frame",
+        "_length",
         "_offered",
         "_own",
         "_shared",
         "_spares",
         "_start",
+        "held",
     )
 
     def __init__(self, shared: ReadBuffer | None = None) -> None:
@@ -261,10 +283,14 @@ class FrameDecoder:
         # Unconsumed bytes are _own[_start:_end], unless a frame of its own is being filled.
         self._start = 0
         self._end = 0
-        # A view of the frame (without its length prefix) that has a buffer of its own, and how much of
-        # it came.
+        # A view of the buffer of the frame (without its length prefix) that has one of its own, how much
+        # of the frame came, and its length (the view is shorter while the buffer grows).
         self._frame: memoryview | None = None
         self._filled = 0
+        self._length = 0
+        # Bytes this decoder holds for a frame not yet whole: its own buffer, or the 16 KiB one for the
+        # start of a small frame with a shared buffer (what a server counts against its bounds).
+        self.held = 0
         # Bytes writable in the buffer get_buffer() last returned (a bound for buffer_updated).
         self._offered = 0
         self._broken = False
@@ -286,6 +312,8 @@ class FrameDecoder:
             raise ProtocolError("decoder already failed; the connection must be closed")
         own = self._own
         if self._frame is not None:
+            if self._filled == len(self._frame):
+                self._grow_frame()
             buffer = self._frame[self._filled :]
         elif own is None:
             assert self._shared is not None
@@ -315,10 +343,11 @@ class FrameDecoder:
         try:
             if self._frame is not None:
                 self._filled += nbytes
-                if self._filled < len(self._frame):
+                if self._filled < self._length:
                     return []
                 frame = self._frame
                 self._frame = None
+                self.held = 0
                 # From here on the frame is only read (the command's body is a read-only view of it).
                 return [_decode(frame.toreadonly(), copy_body=False)]
             own = self._own
@@ -331,11 +360,14 @@ class FrameDecoder:
                     self._own = memoryview(bytearray(_SCRATCH_SIZE))
                     self._own[: nbytes - pos] = shared[pos:nbytes]
                     self._start, self._end = 0, nbytes - pos
+                    self.held = _SCRATCH_SIZE
                 return commands
             self._end += nbytes
             commands, self._start = self._decode_small(own, self._start, self._end)
             if self._start == self._end and self._shared is not None:
                 self._own = None  # nothing waits in it: the next read goes to the shared buffer
+                if self._frame is None:
+                    self.held = 0
             return commands
         except ProtocolError:
             self._broken = True
@@ -354,36 +386,55 @@ class FrameDecoder:
                 pos += 4 + length
                 continue
             if length + 4 >= _OWN_BUFFER_FROM:
-                # Allocated only now that the length has passed the limit check.
-                frame = memoryview(self._frame_buffer(length))[:length]
                 received = end - pos - 4
-                frame[:received] = view[pos + 4 : end]
-                self._frame = frame
-                self._filled = received
+                self._start_frame(length, received)
+                assert self._frame is not None
+                self._frame[:received] = view[pos + 4 : end]
                 pos = end
             break
         return commands, pos
 
-    def _frame_buffer(self, length: int) -> bytearray:
-        """A buffer of at least *length* bytes for a frame of its own. Frames of _REUSE_FROM bytes and
-        more reuse the buffer of an earlier one that no view is left of (its body was copied, or
-        dropped): a fresh allocation of that size is fresh pages from the kernel, zero-filled on first
-        touch (measured on a consumer reading 256 KiB pull responses: a page fault every 4 messages).
-        Other frames never take a spare: a small body kept as a view would pin a large buffer."""
-        if not _REUSE_FROM <= length <= _REUSE_UP_TO:
-            return bytearray(length)
-        for spare in self._spares:
-            if len(spare) >= length:
-                try:
-                    spare.append(0)  # a bytearray cannot change size while a view of it exists
-                except BufferError:
-                    continue
-                spare.pop()
-                return spare
-        buffer = bytearray(-(-length // _REUSE_STEP) * _REUSE_STEP)
-        if len(self._spares) < _SPARES:
+    def _start_frame(self, length: int, received: int) -> None:
+        """Give the frame of *length* bytes, *received* of which came, a buffer of its own. Frames of
+        _REUSE_FROM bytes and more reuse the buffer of an earlier one that no view is left of (its body
+        was copied, or dropped): a fresh allocation of that size is fresh pages from the kernel,
+        zero-filled on first touch (measured on a consumer reading 256 KiB pull responses: a page fault
+        every 4 messages). Other frames never take a spare: a small body kept as a view would pin a
+        large buffer."""
+        self._length = length
+        self._filled = received
+        if _REUSE_FROM <= length <= _REUSE_UP_TO:
+            for spare in self._spares:
+                if len(spare) >= length:
+                    try:
+                        spare.append(0)  # a bytearray cannot change size while a view of it exists
+                    except BufferError:
+                        continue
+                    spare.pop()
+                    self._frame = memoryview(spare)[:length]
+                    self.held = len(spare)
+                    return
+        self._frame = self._new_frame_buffer(received)
+
+    def _grow_frame(self) -> None:
+        """Move the frame being received, its buffer full, to a larger one."""
+        assert self._frame is not None
+        frame = self._new_frame_buffer(self._filled)
+        frame[: self._filled] = self._frame
+        self._frame = frame
+
+    def _new_frame_buffer(self, arrived: int) -> memoryview:
+        """A view of a new buffer for the frame being received, _GROWTH times the *arrived* bytes of it
+        (at least _FIRST_PART, at most the frame's size)."""
+        length = self._length
+        reused = _REUSE_FROM <= length <= _REUSE_UP_TO
+        # A buffer to be reused is rounded up, so that frames a few bytes apart fit each other's.
+        full = -(-length // _REUSE_STEP) * _REUSE_STEP if reused else length
+        buffer = bytearray(min(full, max(_FIRST_PART, _GROWTH * arrived)))
+        self.held = len(buffer)
+        if reused and len(buffer) == full and len(self._spares) < _SPARES:
             self._spares.append(buffer)
-        return buffer
+        return memoryview(buffer)[:length]
 
     def feed(self, data: Buffer) -> list[RemotingCommand]:
         """The commands completed by ``data`` (copied in through :meth:`get_buffer`)."""

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import accumulate
 from typing import Any
+
+# The deepest nesting of objects and arrays accepted in wire JSON. RocketMQ's bodies nest a few levels;
+# the standard library's parser recurses per level and fails with RecursionError near 1000, so deeper
+# text is refused before it is parsed.
+MAX_DEPTH = 64
 
 # A JSON string (skipped untouched) or an unquoted numeric object key (quoted).
 _UNQUOTED_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(\s*:)')
@@ -27,9 +33,10 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
     by beans (``{{"brokerName":"b","queueId":0,"topic":"t"}:42}``), whose keys become tuples of
     (property, value) pairs in their written order.
 
-    Raises ``ValueError`` for text that is none of these.
+    Raises ``ValueError`` for text that is none of these, or nested deeper than :data:`MAX_DEPTH`.
     """
     text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    check_depth(text)
     try:
         return json.loads(text)
     except ValueError:
@@ -38,6 +45,26 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
         return json.loads(_UNQUOTED_KEY.sub(_quote_key, text))
     except ValueError:
         return _parse_bean_keys(text)  # the rare body with Map<MessageQueue, …> (admin requests)
+
+
+# What is not a bracket of the JSON structure: a string (its brackets are text) or a run of other
+# characters. Left after removing it: brackets, and the quote of a string never closed.
+_NOT_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^\[\]{}"]+')
+_DEPTH_STEP = {"{": 1, "[": 1, "}": -1, "]": -1, '"': 0}
+
+
+class NestingTooDeep(ValueError):
+    """JSON text nested deeper than :data:`MAX_DEPTH`."""
+
+
+def check_depth(text: str) -> None:
+    """Raise ``NestingTooDeep`` when *text* nests objects and arrays deeper than :data:`MAX_DEPTH`."""
+    # Two counts in C settle what bodies hold: a few dozen brackets at most.
+    if text.count("{") + text.count("[") <= MAX_DEPTH:
+        return
+    brackets = _NOT_STRUCTURE.sub("", text)
+    if max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0) > MAX_DEPTH:
+        raise NestingTooDeep(f"JSON nested deeper than {MAX_DEPTH} levels")
 
 
 def dumps(obj: Any, *, numeric_keys_unquoted: bool = False, bean_keys: bool = False) -> bytes:

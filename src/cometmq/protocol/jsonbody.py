@@ -56,6 +56,8 @@ def json_object(body: bytes, what: str) -> dict[str, Any]:
     """The JSON object of a request *body* (*what* names it in the error)."""
     try:
         obj = fastjson.loads(body)
+    except fastjson.NestingTooDeep as exc:
+        raise BodyError(f"the {what} body is {exc}") from None
     except (ValueError, UnicodeDecodeError):
         raise BodyError(f"the {what} body is not JSON") from None
     return as_object(obj, what)

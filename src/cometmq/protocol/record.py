@@ -39,6 +39,7 @@ from __future__ import annotations
 import ipaddress
 import mmap
 import struct
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -74,6 +75,7 @@ __all__ = [
     "encode_host",
     "encode_record_into",
     "hex_ids",
+    "inflate_body",
     "iter_records",
     "offset_msg_id",
     "pack_properties_length",
@@ -125,6 +127,27 @@ def record_size(body_len: int, topic_len: int, props_len: int) -> int:
 def body_crc(body: bytes | memoryview) -> int:
     """BODYCRC as RocketMQ computes it: CRC32 masked to a non-negative Java int."""
     return crc32(body) & _CRC_MASK
+
+
+# The largest body a compressed one may inflate to. Producers compress bodies already held under
+# their maxMessageSize (4 MiB by default); this leaves room for raised limits while a small body
+# built to inflate without end (a "zlib bomb") costs a reader at most this much memory.
+MAX_INFLATED_BODY_SIZE = 64 * 1024 * 1024
+
+
+def inflate_body(body: bytes | memoryview, limit: int = MAX_INFLATED_BODY_SIZE) -> bytes:
+    """*body* inflated (zlib), as a message body whose sysflag marks it compressed is; RecordError
+    when it does not inflate, or inflates past *limit* bytes (it is never inflated further)."""
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error:
+        raise RecordError("compressed body does not inflate: it is not zlib data") from None
+    if len(data) > limit:
+        raise RecordError(f"compressed body inflates to more than {limit} bytes")
+    if not inflater.eof:
+        raise RecordError("compressed body does not inflate: the stream is truncated")
+    return data
 
 
 def with_record_crc_property(properties: bytes) -> bytes:

@@ -16,10 +16,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from cometmq.errors import ProtocolError
+from cometmq.errors import ProtocolError, RecordError
 from cometmq.protocol import fastjson
+from cometmq.protocol.codec import MAX_FRAME_SIZE
 from cometmq.protocol.jsonbody import BodyError, as_object, java_long, json_object
 from cometmq.protocol.naming import name_remark, text_error
+from cometmq.protocol.record import inflate_body
 from cometmq.protocol.topic_config import TopicConfig
 
 MASTER_ID = 0  # brokerId of a broker group's master; slaves have ids >= 1
@@ -329,10 +331,11 @@ class RegisterBrokerBody:
 
     @classmethod
     def _decode_compressed(cls, body: bytes) -> RegisterBrokerBody:
+        # Inflated no larger than the frame limit: what the same body could be sent as uncompressed.
         try:
-            data = zlib.decompress(body)
-        except zlib.error:
-            raise BodyError("the compressed body does not inflate (not zlib data)") from None
+            data = inflate_body(body, MAX_FRAME_SIZE)
+        except RecordError as exc:
+            raise BodyError(str(exc)) from None
         reader = _Reader(data)
         data_version = DataVersion.from_json(fastjson.loads(reader.chunk()))
         configs: dict[str, TopicConfig] = {}

@@ -2,18 +2,24 @@
 
 from cometmq.remoting.busypoll import BusyPoller
 from cometmq.remoting.transport import (
+    DEFAULT_MAX_PARTIAL_FRAME_BYTES,
     Connection,
     Dispatcher,
     RemotingClient,
     RemotingServer,
     RequestHandler,
+    ServerLimits,
+    default_max_connections,
 )
 
 __all__ = [
+    "DEFAULT_MAX_PARTIAL_FRAME_BYTES",
     "BusyPoller",
     "Connection",
     "Dispatcher",
     "RemotingClient",
     "RemotingServer",
     "RequestHandler",
+    "ServerLimits",
+    "default_max_connections",
 ]

@@ -12,9 +12,12 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
+import resource
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Final, cast
 
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError, RequestRefused
@@ -33,6 +36,42 @@ RequestHandler = Callable[["Connection", RemotingCommand], HandlerResult]
 
 # Requests in flight on one connection before the server answers SYSTEM_BUSY instead of queueing more.
 MAX_PENDING_REQUESTS_PER_CONNECTION = 65536
+
+# At most one warning in this many seconds about refused or shed connections: a flood of them is one
+# line a minute, not one per connection.
+_WARN_EVERY_S = 60.0
+
+
+# What all of a server's connections together may hold for frames not yet whole, unless told otherwise:
+# room for 64 4 MiB messages arriving at once.
+DEFAULT_MAX_PARTIAL_FRAME_BYTES = 256 * 1024 * 1024
+
+
+def default_max_connections() -> int:
+    """10 000 connections, or fewer when the process may not open that many files: its soft limit,
+    less 256 for the store's files and the listening socket."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 10_000
+    return max(64, min(10_000, soft - 256))
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """What the clients of a :class:`RemotingServer` may make it hold (docs/operations.md, "Connection
+    limits").
+
+    ``channel_max_idle_s``: a connection that neither read nor wrote for this long is closed (RocketMQ's
+    serverChannelMaxIdleTimeSeconds, 120 s; 0 never). ``max_connections``: connections accepted past
+    this many are closed at once. ``max_partial_frame_bytes``: what all connections together may hold
+    for frames not yet whole (one connection holds one such frame, at most the 16 MiB frame limit).
+    ``socket_backlog``: the listen queue (RocketMQ's serverSocketBacklog).
+    """
+
+    channel_max_idle_s: float = 120.0
+    max_connections: int = field(default_factory=default_max_connections)
+    max_partial_frame_bytes: int = DEFAULT_MAX_PARTIAL_FRAME_BYTES
+    socket_backlog: int = 1024
 
 
 class Dispatcher:
@@ -68,6 +107,12 @@ class Connection(asyncio.BufferedProtocol):
         self._decoder = FrameDecoder(read_buffer)
         self._poller = poller  # None: the loop sleeps between reads as usual (busypoll.py)
         self._transport: asyncio.Transport | None = None
+        # Set by every read and write, cleared by the server's idle sweep (RemotingServer).
+        self.active = True
+        self.quiet_since = 0.0
+        # What the decoder held for a frame not yet whole when last told to the server (_held_changed).
+        self._held = 0
+        self._held_changed: Callable[[Connection, int], None] | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._opaque = itertools.count(1)
@@ -87,22 +132,30 @@ class Connection(asyncio.BufferedProtocol):
             self.remote_address = f"{peer[0]}:{peer[1]}"
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        decoder = self._decoder
         try:
-            return self._decoder.get_buffer()
+            buffer = decoder.get_buffer()
         except ProtocolError:
             # Bytes still read after a protocol error, before the close takes effect, go nowhere.
             return memoryview(bytearray(4096))
+        if decoder.held != self._held:  # a frame's buffer grew
+            self._tell_held()
+        return buffer
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.active = True
         if self._poller is not None:
             self._poller.kick()
+        decoder = self._decoder
         try:
-            commands = self._decoder.buffer_updated(nbytes)
+            commands = decoder.buffer_updated(nbytes)
         except ProtocolError as exc:
             if self.is_open:
-                log.warning("closing connection from %s: %s", self.remote_address or "?", exc)
+                _refusals.note(self.remote_address, "closing connection", str(exc))
                 self.close()
             return
+        if decoder.held != self._held:  # a frame's buffer was taken or given back
+            self._tell_held()
         for cmd in commands:
             if cmd.is_response:
                 future = self._pending.pop(cmd.opaque, None)
@@ -110,6 +163,11 @@ class Connection(asyncio.BufferedProtocol):
                     future.set_result(cmd)
             else:
                 self._dispatch(cmd)
+
+    def _tell_held(self) -> None:
+        self._held = self._decoder.held
+        if self._held_changed is not None:
+            self._held_changed(self, self._held)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -186,6 +244,11 @@ class Connection(asyncio.BufferedProtocol):
         else:
             self.reply(request, response)
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received that do not form a whole frame yet."""
+        return self._decoder.buffered
+
     # sending ----------------------------------------------------------------------------------
 
     @property
@@ -198,6 +261,7 @@ class Connection(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             return
         transport.writelines(encode(cmd))
+        self.active = True
         if self._poller is not None:  # a request's reply, or the next request, is due soon
             self._poller.kick()
 
@@ -268,9 +332,9 @@ def _expire_request(future: asyncio.Future[RemotingCommand], code: int, address:
 
 
 class _RefusalLog:
-    """At most one warning line per peer host per *interval* for requests refused as malformed, which
-    counts the refusals not logged since: a client that sends bad requests in a loop cannot flood the
-    log."""
+    """At most one warning line per peer host per *interval* about its malformed input (a request
+    refused as malformed, a frame that closed its connection), which counts the ones not logged since:
+    a client that sends bad input in a loop cannot flood the log."""
 
     MAX_HOSTS: Final = 4096
 
@@ -279,7 +343,8 @@ class _RefusalLog:
         self._clock = clock
         self._hosts: dict[str, tuple[float, int]] = {}  # host → (when last logged, refusals since)
 
-    def note(self, peer: str, code: int, refusal: RequestRefused) -> None:
+    def note(self, peer: str, action: str, detail: str) -> None:
+        """Log "*action* from *peer*: *detail*" unless this host was logged less than *interval* ago."""
         host = peer.rpartition(":")[0] or peer
         now = self._clock()
         logged = self._hosts.get(host)
@@ -291,10 +356,10 @@ class _RefusalLog:
         self._hosts[host] = (now, 0)
         not_logged = logged[1] if logged is not None else 0
         log.warning(
-            "refused request code %d from %s: %r%s",
-            code,
+            "%s from %s: %s%s",
+            action,
             peer or "?",
-            refusal.remark[:500],
+            detail,
             f" ({not_logged} more refused from {host} not logged)" if not_logged else "",
         )
 
@@ -313,7 +378,7 @@ def _error_response(request: RemotingCommand, exc: Exception, peer: str) -> Remo
     if isinstance(exc, RequestRefused):
         # A refusal the handler chose (bad header, illegal topic, …): its code and remark, no traceback.
         if exc.code in _MALFORMED_CODES:
-            _refusals.note(peer, request.code, exc)
+            _refusals.note(peer, f"refused request code {request.code}", repr(exc.remark[:500]))
         return request.response(exc.code, exc.remark)
     # A fault of ours: the traceback goes to the log, the client learns only where to look.
     log.error("request code %d failed", request.code, exc_info=exc)
@@ -324,50 +389,143 @@ def _error_response(request: RemotingCommand, exc: Exception, peer: str) -> Remo
 
 class RemotingServer:
     """Accepts connections and hands every request to ``handler``; ``busy_poll_us`` > 0 keeps the loop
-    polling for that long after each read or write (:mod:`cometmq.remoting.busypoll`)."""
+    polling for that long after each read or write (:mod:`cometmq.remoting.busypoll`). ``limits``
+    bound what clients may make it hold (:class:`ServerLimits`)."""
 
-    def __init__(self, handler: RequestHandler, host: str, port: int, busy_poll_us: int = 0) -> None:
+    def __init__(
+        self,
+        handler: RequestHandler,
+        host: str,
+        port: int,
+        busy_poll_us: int = 0,
+        limits: ServerLimits | None = None,
+    ) -> None:
         self._handler = handler
         self._poller = BusyPoller(busy_poll_us) if busy_poll_us else None
+        self.limits = limits if limits is not None else ServerLimits()
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
+        self._idle_sweep: asyncio.Task[None] | None = None
         self._close_listeners: list[Callable[[Connection], None]] = []
         self.connections: set[Connection] = set()
         # Its connections read small frames into one buffer (they are all served by one loop), so an
         # idle connection holds no 16 KiB receive buffer of its own.
         self._read_buffer = ReadBuffer()
+        # Connections holding part of a frame → the bytes they hold for it, oldest partial frame first
+        # (an update keeps a connection's place; a whole frame takes it out).
+        self._partial: dict[Connection, int] = {}
+        self.partial_frame_bytes = 0
+        self._refused = 0
+        self._shed = 0
+        self._last_warning = -math.inf
 
     def add_close_listener(self, listener: Callable[[Connection], None]) -> None:
         """Call ``listener`` whenever an accepted connection closes (clients gone: forget them)."""
         self._close_listeners.append(listener)
 
-    def _accept(self) -> Connection:
+    def _accept(self) -> asyncio.BaseProtocol:
+        if len(self.connections) >= self.limits.max_connections:
+            self._refused += 1
+            self._warn()
+            return _Refused()
         conn = Connection(self._handler, self._read_buffer, self._poller)
+        conn._held_changed = self._held_changed
         conn.add_close_listener(self._forget)
         for listener in self._close_listeners:
             conn.add_close_listener(listener)
         self.connections.add(conn)
         return conn
 
+    def _held_changed(self, conn: Connection, held: int) -> None:
+        previous = self._partial.pop(conn, 0) if held == 0 else self._partial.get(conn, 0)
+        if held:
+            self._partial[conn] = held
+        self.partial_frame_bytes += held - previous
+        # Over the bound, the connections whose partial frames are oldest are closed. An honest client
+        # sends a frame's bytes back to back, so its partial frame is young; one that trickles bytes to
+        # hold memory keeps an old one. Pausing reads instead would free nothing, and would stall the
+        # honest clients as much as the others.
+        while self.partial_frame_bytes > self.limits.max_partial_frame_bytes and self._partial:
+            oldest = next(iter(self._partial))
+            self.partial_frame_bytes -= self._partial.pop(oldest)
+            oldest.close()
+            self._shed += 1
+            self._warn()
+
+    def _warn(self) -> None:
+        now = time.monotonic()
+        if now - self._last_warning < _WARN_EVERY_S:
+            return
+        self._last_warning = now
+        if self._refused:
+            log.warning(
+                "%d connections open, the most allowed (serverMaxConnections): %d new ones refused",
+                len(self.connections),
+                self._refused,
+            )
+        if self._shed:
+            log.warning(
+                "frames not yet whole held more than %d bytes (serverMaxPartialFrameBytes): %d connections "
+                "holding the oldest closed",
+                self.limits.max_partial_frame_bytes,
+                self._shed,
+            )
+        self._refused = self._shed = 0
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._accept, self.host, self.port, reuse_address=True)
+        self._server = await loop.create_server(
+            self._accept, self.host, self.port, reuse_address=True, backlog=self.limits.socket_backlog
+        )
         sockets = self._server.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
+        if self.limits.channel_max_idle_s > 0:
+            self._idle_sweep = loop.create_task(self._close_idle_forever(), name="remoting-idle-sweep")
+
+    async def _close_idle_forever(self) -> None:
+        # A connection is closed between channel_max_idle_s and one sweep interval more after its last
+        # read or write: each sweep clears the flag reads and writes set, and notes when it found it set.
+        # (A flag costs a read or write one store; a timestamp would cost a clock call.)
+        idle = self.limits.channel_max_idle_s
+        interval = min(idle / 4, 10.0)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            for conn in list(self.connections):
+                if conn.active:
+                    conn.active = False
+                    conn.quiet_since = now
+                elif now - conn.quiet_since >= idle and conn.is_open:
+                    log.info("closing connection from %s: idle for %g s", conn.remote_address, idle)
+                    conn.close()
 
     def _forget(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        self.partial_frame_bytes -= self._partial.pop(conn, 0)
 
     async def stop(self) -> None:
         if self._server is None:
             return
+        if self._idle_sweep is not None:
+            self._idle_sweep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._idle_sweep
+            self._idle_sweep = None
         self._server.close()
         for conn in list(self.connections):
             conn.close()
         await self._server.wait_closed()
         self._server = None
+
+
+class _Refused(asyncio.Protocol):
+    """A connection over the server's maximum: closed as soon as it is made."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
 
 
 class RemotingClient:

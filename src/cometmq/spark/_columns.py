@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-import zlib
 from collections.abc import Collection
 
 import pyarrow as pa
@@ -22,7 +21,13 @@ from cometmq.client.message import SYSFLAG_COMPRESSED
 from cometmq.client.producer import RESERVED_PROPERTIES
 from cometmq.errors import RecordError
 from cometmq.protocol.properties import decode_properties
-from cometmq.protocol.record import MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE, iter_records, offset_msg_id
+from cometmq.protocol.record import (
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    inflate_body,
+    iter_records,
+    offset_msg_id,
+)
 from cometmq.spark._schema import ARROW_SCHEMA, KEYS_TYPE, PROPERTIES_TYPE, TIMESTAMP
 
 __all__ = ["DecodedBatch", "decode_batch"]
@@ -140,7 +145,7 @@ def decode_batch(
     if pc.any(pc.not_equal(pc.bit_wise_and(flags, _COMPRESSED), _ZERO)).as_py():
         bodies = pa.array(
             [
-                zlib.decompress(b) if f & SYSFLAG_COMPRESSED else b
+                inflate_body(b) if f & SYSFLAG_COMPRESSED else b
                 for b, f in zip(bodies.to_pylist(), flags.to_pylist(), strict=True)
             ],
             pa.binary(),
