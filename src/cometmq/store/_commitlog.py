@@ -169,7 +169,14 @@ class CommitLog:
         nxt = self._new_segment(cur.end)
         remaining = cur.size - pos
         if remaining >= BLANK_MIN_SIZE:
-            _SIZE_MAGIC.pack_into(cur.mm, pos, remaining, BLANK_MAGIC_CODE)
+            if cur.reserved:
+                _SIZE_MAGIC.pack_into(cur.mm, pos, remaining, BLANK_MAGIC_CODE)
+            else:
+                try:
+                    cur.write_at(pos, _SIZE_MAGIC.pack(remaining, BLANK_MAGIC_CODE))
+                except OSError:
+                    self._forget_last_segment(cur, pos)
+                    raise
         return nxt
 
     def warm_ahead(self) -> None:
@@ -207,6 +214,17 @@ class CommitLog:
         self.cur = seg
         self.wrote_pos = 0
         return seg
+
+    def _forget_last_segment(self, cur: MappedFile, pos: int) -> None:
+        """Undo ``_new_segment``: the writer goes on at *pos* in *cur*. New lists, as ``drop_head``
+        makes; the flush thread never syncs the segment (nothing below ``max_offset`` is in it)."""
+        seg = self.segments[-1]
+        self.segments = self.segments[:-1]
+        self.starts = self.starts[:-1]
+        seg.close()
+        seg.unlink()
+        self.cur = cur
+        self.wrote_pos = pos
 
     def drop_head(self, count: int) -> list[MappedFile]:
         """Forget the first *count* segments (never the one being written) and return them; the
