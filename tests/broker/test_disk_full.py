@@ -6,10 +6,7 @@ writes again by itself once space is back, having lost nothing it acknowledged."
 from __future__ import annotations
 
 import asyncio
-import errno
-import os
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +16,7 @@ from _support import create_topic, pull, send_request
 from cometmq.protocol import RemotingCommand, ResponseCode
 from cometmq.remoting import RemotingClient
 from processes import ServerProcess, broker_address
+from small_disk import fill, mounted_tmpfs
 from waiting import wait_until
 
 SEGMENT = 16 << 20  # a commit-log segment: a quarter of the disk
@@ -28,42 +26,8 @@ DISK_FULL = re.compile(r"^disk full: \d+\.\d% of \S+ used")
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 MiB tmpfs mounted for the test, unmounted after it."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", 64) as mount_point:
         yield mount_point
-    finally:
-        if subprocess.run(["umount", str(mount_point)], capture_output=True, check=False).returncode:
-            subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, check=False)
-
-
-def fill(path: Path, leave: int = 0) -> None:
-    """Write *path* until the filesystem has *leave* bytes free; with *leave* 0, until a write fails
-    with ENOSPC."""
-    with path.open("ab", buffering=0) as f:
-        if leave:
-            st = os.statvfs(path)
-            remaining = st.f_bavail * st.f_frsize - leave
-            while remaining > 0:
-                remaining -= f.write(bytes(min(remaining, 1 << 20)))
-            return
-        for chunk in (bytes(1 << 20), bytes(4096)):
-            try:
-                while True:
-                    f.write(chunk)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
 
 
 def groups_on_disk(data_dir: Path) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Final
@@ -122,7 +123,9 @@ class ConsumeQueue:
         self.min_offset = self.starts[0]
         self.max_offset = self.starts[0]
         for mf in reversed(self.files):
-            used = len(mf.mm[:].rstrip(b"\0"))
+            # Read, not through the mapping: on tmpfs even reading a hole of a shared mapping needs
+            # a page, a SIGBUS on a full disk (a file left sparse by an earlier version).
+            used = len(os.pread(mf.fd, mf.size, 0).rstrip(b"\0"))
             if used:
                 self.max_offset = mf.start // CQ_UNIT_SIZE + (used - 1) // CQ_UNIT_SIZE + 1
                 break

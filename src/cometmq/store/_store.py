@@ -550,10 +550,10 @@ class MessageStore:
                 seg = cl.roll()
                 pos = 0
         except OSError as exc:
-            return self._refuse_for(exc, "cannot create a store file")
+            return self._refuse_for(exc, "no room for a new store file")
         if self._out_of_space_logged:
             self._out_of_space_logged = False
-            log.warning("store files can be created again; accepting writes")
+            log.warning("there is room for store files again; accepting writes")
         return seg, pos
 
     def _refuse_for(self, exc: OSError, what: str) -> PutStatus:
