@@ -1,7 +1,8 @@
 """A broker whose disk fills up, on a real small filesystem (a 64 MiB tmpfs): it never dies, refuses
 sends with SERVICE_NOT_AVAILABLE (14) and a remark saying how full the disk is, keeps serving pulls of
-what it stored, keeps a consumer group created while its metadata cannot be written, and takes
-writes again by itself once space is back, having lost nothing it acknowledged."""
+what it stored, serves a consumer group and a topic created while its metadata cannot be written
+(and writes them down later), and takes writes again by itself once space is back, having lost
+nothing it acknowledged."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount_point
 
 
-def groups_on_disk(data_dir: Path) -> str:
-    path = data_dir / "config" / "subscriptionGroup.json"
+def on_disk(data_dir: Path, name: str) -> str:
+    """The content of the broker's metadata file *name*; empty if it is not there."""
+    path = data_dir / "config" / name
     return path.read_text() if path.exists() else ""
 
 
@@ -101,7 +103,8 @@ def test_a_full_disk_refuses_sends_with_code_14_keeps_serving_and_resumes_losing
     # A line when writes start being refused (for each reason), not one per refused send; the same
     # for the metadata file the broker could not write, however often it tried.
     assert log.count("refusing writes") <= 4, log
-    assert log.count(f"cannot write {data_dir / 'config' / 'subscriptionGroup.json'}") == 1, log
+    for name in ("subscriptionGroup.json", "topics.json"):
+        assert log.count(f"cannot write {data_dir / 'config' / name}") == 1, log
 
     # The refused sends left nothing that keeps the store from starting again with all it acked.
     server = start_broker(data_dir, conf, tmp_path / "broker-again.log")
@@ -163,7 +166,11 @@ async def _scenario(addr: str, disk: Path, data_dir: Path) -> dict[int, bytes]:
         assert sorted(producer.acked) == list(range(end))
         # Reads go on, also for a consumer group the broker creates now and cannot write down.
         assert await read_all(client, addr, "FULL", "CG-NEW", end) == producer.acked
-        assert "CG-NEW" not in groups_on_disk(data_dir)
+        assert "CG-NEW" not in on_disk(data_dir, "subscriptionGroup.json")
+        # So does an administrator's topic creation: the topic exists at once.
+        created = await create_topic(client, addr, "CREATED-FULL", queues=1)
+        assert created.code == ResponseCode.SUCCESS, created.remark
+        assert "CREATED-FULL" not in on_disk(data_dir, "topics.json")
 
         # Space comes back: sends are accepted again without anyone's help.
         (disk / "filler").unlink()
@@ -181,7 +188,11 @@ async def _scenario(addr: str, disk: Path, data_dir: Path) -> dict[int, bytes]:
         assert await read_all(client, addr, "FULL", "CG-AFTER", end) == producer.acked
         # The group created while the disk was full is written down once it can be.
         await wait_until(
-            lambda: "CG-NEW" in groups_on_disk(data_dir), message="subscriptionGroup.json written again"
+            lambda: "CG-NEW" in on_disk(data_dir, "subscriptionGroup.json"),
+            message="subscriptionGroup.json written again",
+        )
+        await wait_until(
+            lambda: "CREATED-FULL" in on_disk(data_dir, "topics.json"), message="topics.json written again"
         )
         return producer.acked
     finally:
