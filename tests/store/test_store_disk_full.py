@@ -4,13 +4,16 @@ find no room are refused as SERVICE_NOT_AVAILABLE, and they succeed again once t
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_testlib import run_child
+from store_testlib import bodies, make_msg, run_child, small_config
 
+from cometmq.store import MessageStore, PutStatus, _mappedfile
 from small_disk import mounted_tmpfs
 
 
@@ -84,3 +87,26 @@ def test_files_left_sparse_are_never_written_through_their_mapping_on_a_full_dis
     assert refused_for in result["refusal"]
     assert result["stored"] == [f"before {i}" for i in range(10)] + ["after"]
     assert "cannot reserve the blocks" in done.stderr
+
+
+def test_a_filesystem_that_cannot_reserve_blocks_still_stores_and_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """posix_fallocate without a fallback (musl's) on a filesystem without fallocate: the files
+    are only sized, sparse, and everything works as on such a filesystem; said once in the log."""
+
+    def unsupported(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    monkeypatch.setattr(_mappedfile, "_cannot_reserve_logged", False)
+    store = MessageStore(small_config(tmp_path / "store"))
+    store.start()
+    try:
+        expected = [b"%05d" % i * 100 for i in range(200)]  # several segments and queue files
+        for body in expected:
+            assert store.put(make_msg(body=body)).status is PutStatus.PUT_OK
+        assert bodies(store, "TopicTest", 0) == expected
+    finally:
+        store.shutdown()
+    assert caplog.text.count("cannot reserve blocks for store files") == 1

@@ -8,6 +8,7 @@ import logging
 import mmap
 import os
 from pathlib import Path
+from typing import Final
 
 __all__ = ["MappedFile", "fsync_dir", "unlink_oldest_first"]
 
@@ -47,7 +48,7 @@ class MappedFile:
         full disk this raises ``OSError`` and leaves no file behind."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.posix_fallocate(fd, 0, size)
+            _allocate(fd, size)
             mf = cls(path, start, size, fd)
         except BaseException:
             os.close(fd)
@@ -76,7 +77,7 @@ class MappedFile:
         """Reserve the blocks of a file opened from disk (holes are filled, data stays);
         ``OSError`` when the disk has no room."""
         if not self.reserved:
-            os.posix_fallocate(self.fd, 0, self.size)
+            _allocate(self.fd, self.size)
             self.reserved = True
 
     def try_reserve(self) -> bool:
@@ -133,6 +134,33 @@ class MappedFile:
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, start={self.start}, size={self.size})"
+
+
+# What posix_fallocate answers where the filesystem cannot reserve blocks at all (musl's, which does
+# not fall back to writing a byte per block as glibc's does).
+_CANNOT_RESERVE: Final = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
+_cannot_reserve_logged = False
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Give the file *size* bytes with every block allocated; ``OSError`` when the disk has no room.
+    Where the filesystem cannot reserve blocks the file is only sized (sparse, as RocketMQ's files
+    are), logged once: the mapping is then used as on any such filesystem."""
+    global _cannot_reserve_logged
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in _CANNOT_RESERVE:
+            raise
+        if os.fstat(fd).st_size < size:
+            os.ftruncate(fd, size)
+        if not _cannot_reserve_logged:
+            _cannot_reserve_logged = True
+            log.warning(
+                "the filesystem cannot reserve blocks for store files (%s): a disk that fills up "
+                "may stop the broker",
+                exc.strerror or exc,
+            )
 
 
 def fsync_dir(path: Path) -> None:
