@@ -197,9 +197,9 @@ class ScheduleMessageService:
             log.error("delivered delayed messages are not flushed; writing %s anyway", self._path.name)
         self.persist()
 
-    def persist(self) -> bool:
-        """Write the offsets file; a failure is logged once (``MetadataFile``). Whether it worked."""
-        return self._file.save(self._snapshot())
+    def persist(self) -> None:
+        """Write the offsets file; a failure is logged once (``MetadataFile``): ``write_pending``."""
+        self._file.save(self._snapshot())
 
     @property
     def write_pending(self) -> bool:
