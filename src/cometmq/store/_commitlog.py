@@ -26,10 +26,11 @@ _PAGE: Final = 4096
 _NEVER: Final = 1 << 62
 
 # Under SYNC_FLUSH the writer keeps the next WARM_AHEAD bytes of its segment written with zeros, a
-# WARM_CHUNK at a time (RocketMQ's warmMapedFileEnable warms a whole file instead). A segment is sparse
-# when created, so every group commit into it also commits the blocks it allocates; a group commit
-# into blocks written before costs less (bench/store.py prints both, and SYNC_FLUSH appends/s). The zeros
-# reach the disk with the next group commit, long before the writer gets there.
+# WARM_CHUNK at a time (RocketMQ's warmMapedFileEnable warms a whole file instead). A new segment's
+# blocks are reserved but unwritten, so every group commit into them also commits their change to
+# written; a group commit into blocks written before costs less (bench/store.py prints both, and
+# SYNC_FLUSH appends/s). The zeros reach the disk with the next group commit, long before the writer
+# gets there.
 WARM_AHEAD: Final = 4 << 20
 WARM_CHUNK: Final = 256 << 10
 _ZEROS: Final = bytes(WARM_CHUNK)
