@@ -17,10 +17,15 @@ def write_atomic(path: Path, data: bytes) -> None:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        # A full disk: what was written of it would only take room the next attempt needs.
+        tmp.unlink(missing_ok=True)
+        raise
     if path.exists():
         # A hard link keeps the old content as .bak while ``path`` itself never goes missing.
         backup = path.with_name(path.name + ".bak")

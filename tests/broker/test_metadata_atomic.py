@@ -3,6 +3,7 @@ delayOffset.json) are replaced atomically: temp file written and fsynced, then r
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from _support import run, running_broker
 
 from cometmq.broker._json_config import load_json_config, save_json_config
+from small_disk import fill, mounted_tmpfs
 
 METADATA_FILES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json", "delayOffset.json")
 # ("fsync", path of the fd, its size then; 0 for a directory) or ("replace", source, target)
@@ -85,3 +87,16 @@ def test_a_failed_rename_leaves_the_previous_file_whole(
     # A later write succeeds over the temp file the failed one left.
     save_json_config(path, {"offsetTable": {"T@G": {"0": 4}}})
     assert load_json_config(path) == {"offsetTable": {"T@G": {"0": 4}}}
+
+
+def test_a_write_on_a_full_disk_leaves_the_previous_file_whole_and_no_temp_file(tmp_path: Path) -> None:
+    with mounted_tmpfs(tmp_path / "disk", 1) as disk:
+        path = disk / "config" / "topics.json"
+        save_json_config(path, {"topicConfigTable": {"T": {}}})
+        before = path.read_bytes()
+        fill(disk / "filler")
+        with pytest.raises(OSError) as failed:
+            save_json_config(path, {"topicConfigTable": {"T": {}, "U": {"x" * 8192: 1}}})
+        assert failed.value.errno == errno.ENOSPC
+        assert path.read_bytes() == before
+        assert [p.name for p in path.parent.iterdir()] == ["topics.json"]  # no temp file left

@@ -471,12 +471,12 @@ store.shutdown()
 
 def test_a_batch_whose_write_fails_part_way_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
     """A real short write, made with RLIMIT_FSIZE in a child process (the limit is per process):
-    the batch is refused, nothing of it is ever readable, not even after a crash (its first record was
-    written whole), and the next batch takes its place."""
+    the batch is refused as on a full disk, nothing of it is ever readable, not even after a crash
+    (its first record was written whole), and the next batch takes its place."""
     done = run_child(_WRITE_FAILS_PART_WAY, str(tmp_path / "store"))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["statuses"] == ["PUT_OK", "UNKNOWN_ERROR", "PUT_OK"]
+    assert result["statuses"] == ["PUT_OK", "SERVICE_NOT_AVAILABLE", "PUT_OK"]
     assert result["after_crash"] == ["a0", "a1", "a2", "a3"]
     assert result["bodies"] == ["a0", "a1", "a2", "a3", "c0", "c1", "c2", "c3"]
     assert "cannot write to the commit log" in done.stderr and "short write" in done.stderr

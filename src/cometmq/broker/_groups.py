@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._json_config import check_stored_name, load_json_table, save_json_config
+from cometmq.broker._json_config import MetadataFile, check_stored_name, load_json_table
 from cometmq.protocol.naming import group_name_error
 from cometmq.protocol.route import DataVersion
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
@@ -28,6 +28,7 @@ def _read_group(name: str, raw: Any) -> SubscriptionGroupConfig:
 class SubscriptionGroupManager:
     def __init__(self, config_dir: Path, auto_create: bool) -> None:
         self._path = config_dir / "subscriptionGroup.json"
+        self._file = MetadataFile(self._path)
         self._auto_create = auto_create
         self.groups: dict[str, SubscriptionGroupConfig] = {}
         # Bumped on every change, as RocketMQ's SubscriptionGroupManager (slaves compare it).
@@ -54,7 +55,19 @@ class SubscriptionGroupManager:
         }
 
     def persist(self) -> None:
-        save_json_config(self._path, self.wrapper())
+        """Write subscriptionGroup.json; a failure is logged and left to ``retry_persist``
+        (``MetadataFile``): an auto-created group works at once, written or not."""
+        self._file.save(self.wrapper())
+
+    @property
+    def write_pending(self) -> bool:
+        """Whether the file is older than the table (its last write failed)."""
+        return self._file.pending
+
+    def retry_persist(self) -> None:
+        """Write the table again if the last write failed (the broker's housekeeping)."""
+        if self._file.pending:
+            self.persist()
 
     def _changed(self) -> None:
         self.data_version.next_version()

@@ -98,3 +98,35 @@ def _load(path: Path) -> tuple[Path, bytes, dict[str, Any]] | None:
 
 def save_json_config(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=True).encode())
+
+
+class MetadataFile:
+    """One JSON metadata file of the broker, written whole (``save_json_config``) after a change.
+
+    A write that fails (a full disk, an I/O error) never fails the request that made the change:
+    the table in memory stays the truth, the failure is logged once (not at every attempt), and the
+    owner writes the table again later (``pending``; the broker's housekeeping retries) until it
+    succeeds. Writes may run on executor threads; the owner orders them.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pending = False  # the last write failed: the file is older than the table
+
+    def save(self, obj: Any) -> bool:
+        """Write *obj*; whether it worked."""
+        try:
+            save_json_config(self.path, obj)
+        except OSError as exc:
+            if not self.pending:
+                log.error(
+                    "cannot write %s (%s); the broker keeps the change in memory and writes it again later",
+                    self.path,
+                    exc.strerror or exc,
+                )
+            self.pending = True
+            return False
+        if self.pending:
+            self.pending = False
+            log.warning("wrote %s again after a failed write", self.path)
+        return True

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._json_config import check_stored_name, load_json_table, save_json_config
+from cometmq.broker._json_config import MetadataFile, check_stored_name, load_json_table
 from cometmq.protocol.naming import group_name_error, stored_topic_name_error
 
 # consumeTps in GET_CONSUME_STATS: committed progress over this window (RocketMQ: pulls per minute).
@@ -30,6 +30,7 @@ def _read_offsets(key: str, queues: Any) -> dict[int, int]:
 class ConsumerOffsetManager:
     def __init__(self, config_dir: Path) -> None:
         self._path = config_dir / "consumerOffset.json"
+        self._file = MetadataFile(self._path)
         # RocketMQ's key "topic@group" → queue id → offset.
         self.offsets: dict[str, dict[int, int]] = {}
         self._dirty = False
@@ -53,6 +54,11 @@ class ConsumerOffsetManager:
         if write is not None:
             write()
 
+    @property
+    def write_pending(self) -> bool:
+        """Whether the file is older than the table (its last write failed)."""
+        return self._file.pending
+
     def persist_later(self, force: bool = False) -> Callable[[], None] | None:
         """A snapshot of the table now, and the (blocking) write of it to run anywhere; None if clean."""
         if not (self._dirty or force):
@@ -66,11 +72,9 @@ class ConsumerOffsetManager:
         with self._write_lock:
             if snapshot < self._snapshot_written:
                 return  # a newer snapshot is on disk already
-            try:
-                save_json_config(self._path, data)
-            except BaseException:
+            if not self._file.save(data):  # logged once by MetadataFile
                 self._dirty = True  # the next round writes the table again
-                raise
+                return
             self._snapshot_written = snapshot
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:

@@ -19,14 +19,13 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
-import functools
 import logging
 import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cometmq.broker._json_config import load_json_table, save_json_config
+from cometmq.broker._json_config import MetadataFile, load_json_table
 from cometmq.errors import RecordError
 from cometmq.protocol.naming import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from cometmq.protocol.properties import decode_properties, encode_properties
@@ -142,6 +141,7 @@ class ScheduleMessageService:
     def __init__(self, broker: Broker, delay_level_spec: str, config_dir: Path) -> None:
         self._broker = broker
         self._path = config_dir / "delayOffset.json"
+        self._file = MetadataFile(self._path)
         self.delays_ms = parse_delay_levels(delay_level_spec)  # index level - 1
         # Delay level → next SCHEDULE_TOPIC_XXXX queue offset to deliver (RocketMQ's offsetTable).
         self.offsets: dict[int, int] = {}
@@ -149,7 +149,7 @@ class ScheduleMessageService:
         self._planned_wake_ms = math.inf  # when the delivery task means to look next
         self._persist_wanted = asyncio.Event()
         self._delivered_end = 0  # commit-log end of the last delivered copy
-        self._writing: asyncio.Future[None] | None = None
+        self._writing: asyncio.Future[bool] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self._retry_logged: set[int] = set()
@@ -198,7 +198,13 @@ class ScheduleMessageService:
         self.persist()
 
     def persist(self) -> None:
-        save_json_config(self._path, self._snapshot())
+        """Write the offsets file; a failure is logged once (``MetadataFile``): ``write_pending``."""
+        self._file.save(self._snapshot())
+
+    @property
+    def write_pending(self) -> bool:
+        """Whether the file is older than the table (its last write failed)."""
+        return self._file.pending
 
     def _snapshot(self) -> dict[str, dict[str, int]]:
         return {"offsetTable": {str(level): offset for level, offset in sorted(self.offsets.items())}}
@@ -343,14 +349,14 @@ class ScheduleMessageService:
                 await asyncio.sleep(_RETRY_S)
                 continue
             # Shielded: a stop cancels this task, not the write, and waits for the write instead.
-            self._writing = loop.run_in_executor(
-                None, functools.partial(save_json_config, self._path, snapshot)
-            )
+            self._writing = loop.run_in_executor(None, self._file.save, snapshot)
             try:
-                await asyncio.shield(self._writing)
-            except Exception:
+                written = await asyncio.shield(self._writing)
+            except Exception:  # a bug, not the disk: keep the loop alive and try again
                 log.exception("writing %s failed", self._path)
+                written = False
+            self._writing = None
+            if not written:  # logged once by MetadataFile; the offsets stay right in memory
                 self._persist_wanted.set()
                 await asyncio.sleep(_RETRY_S)
-            self._writing = None
             await asyncio.sleep(_PERSIST_MIN_INTERVAL_S)

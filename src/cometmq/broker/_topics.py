@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._json_config import check_stored_name, load_json_table, save_json_config
+from cometmq.broker._json_config import MetadataFile, check_stored_name, load_json_table
 from cometmq.broker.config import BrokerConfig
 from cometmq.protocol.naming import (
     BENCHMARK_TOPIC,
@@ -41,6 +41,7 @@ class TopicConfigManager:
         # Called after every change of the table (the broker registers with the NameServer then).
         self._on_change = on_change
         self._path = config_dir / "topics.json"
+        self._file = MetadataFile(self._path)
         # Lets the NameServer tell whether a registration changed anything.
         self.data_version = DataVersion(timestamp=int(time.time() * 1000))
         self.topics: dict[str, TopicConfig] = {}
@@ -87,7 +88,18 @@ class TopicConfigManager:
         return config
 
     def persist(self) -> None:
-        save_json_config(self._path, self.serialize_wrapper())
+        """Write topics.json; a failure is logged and left to ``retry_persist`` (``MetadataFile``)."""
+        self._file.save(self.serialize_wrapper())
+
+    @property
+    def write_pending(self) -> bool:
+        """Whether the file is older than the table (its last write failed)."""
+        return self._file.pending
+
+    def retry_persist(self) -> None:
+        """Write the table again if the last write failed (the broker's housekeeping)."""
+        if self._file.pending:
+            self.persist()
 
     def serialize_wrapper(self) -> dict[str, Any]:
         """TopicConfigSerializeWrapper: what the NameServer registration and GET_ALL_TOPIC_CONFIG carry."""

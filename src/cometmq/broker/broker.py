@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -187,19 +186,18 @@ class Broker:
         await self._namesrv_client.close()
         # A metadata file that cannot be written (disk error) is logged; the others are still
         # written and the store still shuts down cleanly (flushed, checkpointed, abort file removed).
-        try:
-            await self.schedule.stop()
-        except OSError as exc:
-            log.error("cannot write the delay offsets at shutdown: %s", exc)
-        for name, persist in (
-            ("consumer offsets", functools.partial(self.offsets.persist, force=True)),
-            ("topics", self.topics.persist),
-            ("subscription groups", self.groups.persist),
+        await self.schedule.stop()
+        self.offsets.persist(force=True)
+        self.topics.persist()
+        self.groups.persist()
+        for name, manager in (
+            ("delay offsets", self.schedule),
+            ("consumer offsets", self.offsets),
+            ("topics", self.topics),
+            ("subscription groups", self.groups),
         ):
-            try:
-                persist()
-            except OSError as exc:
-                log.error("cannot write the %s at shutdown: %s", name, exc)
+            if manager.write_pending:
+                log.error("cannot write the %s at shutdown; the file keeps an older table", name)
         await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
         log.info("broker %s stopped", self.config.broker_name)
 
@@ -273,6 +271,9 @@ class Broker:
                     write = self.offsets.persist_later()
                     if write is not None:
                         await loop.run_in_executor(None, write)
+                    # Metadata writes that failed (disk full) are made again until they succeed.
+                    self.topics.retry_persist()
+                    self.groups.retry_persist()
                 if now - last_scan >= CLIENT_SCAN_INTERVAL_S:
                     last_scan = now
                     self.producers.expire(now)

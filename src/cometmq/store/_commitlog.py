@@ -26,10 +26,11 @@ _PAGE: Final = 4096
 _NEVER: Final = 1 << 62
 
 # Under SYNC_FLUSH the writer keeps the next WARM_AHEAD bytes of its segment written with zeros, a
-# WARM_CHUNK at a time (RocketMQ's warmMapedFileEnable warms a whole file instead). A segment is sparse
-# when created, so every group commit into it also commits the blocks it allocates; a group commit
-# into blocks written before costs less (bench/store.py prints both, and SYNC_FLUSH appends/s). The zeros
-# reach the disk with the next group commit, long before the writer gets there.
+# WARM_CHUNK at a time (RocketMQ's warmMapedFileEnable warms a whole file instead). A new segment's
+# blocks are reserved but unwritten, so every group commit into them also commits their change to
+# written; a group commit into blocks written before costs less (bench/store.py prints both, and
+# SYNC_FLUSH appends/s). The zeros reach the disk with the next group commit, long before the writer
+# gets there.
 WARM_AHEAD: Final = 4 << 20
 WARM_CHUNK: Final = 256 << 10
 _ZEROS: Final = bytes(WARM_CHUNK)
@@ -169,7 +170,14 @@ class CommitLog:
         nxt = self._new_segment(cur.end)
         remaining = cur.size - pos
         if remaining >= BLANK_MIN_SIZE:
-            _SIZE_MAGIC.pack_into(cur.mm, pos, remaining, BLANK_MAGIC_CODE)
+            if cur.reserved:
+                _SIZE_MAGIC.pack_into(cur.mm, pos, remaining, BLANK_MAGIC_CODE)
+            else:
+                try:
+                    cur.write_at(pos, _SIZE_MAGIC.pack(remaining, BLANK_MAGIC_CODE))
+                except OSError:
+                    self._forget_last_segment(cur, pos)
+                    raise
         return nxt
 
     def warm_ahead(self) -> None:
@@ -207,6 +215,17 @@ class CommitLog:
         self.cur = seg
         self.wrote_pos = 0
         return seg
+
+    def _forget_last_segment(self, cur: MappedFile, pos: int) -> None:
+        """Undo ``_new_segment``: the writer goes on at *pos* in *cur*. New lists, as ``drop_head``
+        makes; the flush thread never syncs the segment (nothing below ``max_offset`` is in it)."""
+        seg = self.segments[-1]
+        self.segments = self.segments[:-1]
+        self.starts = self.starts[:-1]
+        seg.close()
+        seg.unlink()
+        self.cur = cur
+        self.wrote_pos = pos
 
     def drop_head(self, count: int) -> list[MappedFile]:
         """Forget the first *count* segments (never the one being written) and return them; the

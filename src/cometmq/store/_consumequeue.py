@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Final
@@ -69,7 +70,9 @@ class ConsumeQueue:
         self.min_offset = 0
         self.max_offset = 0
         self.synced_offset = 0  # units below this are on disk (flush thread)
-        self.capacity = 0  # unit index just past the last file: units below it have a file
+        # Units below this have a file with reserved blocks (``_set_capacity``): appending them
+        # cannot fail.
+        self.capacity = 0
         self.damaged = False  # load lost files: recovery must rebuild
         # Append cursor: the file units ``[_first, _limit)`` of which the next unit goes to.
         self._cur_idx = -1
@@ -120,7 +123,9 @@ class ConsumeQueue:
         self.min_offset = self.starts[0]
         self.max_offset = self.starts[0]
         for mf in reversed(self.files):
-            used = len(mf.mm[:].rstrip(b"\0"))
+            # Read, not through the mapping: on tmpfs even reading a hole of a shared mapping needs
+            # a page, a SIGBUS on a full disk (a file left sparse by an earlier version).
+            used = len(os.pread(mf.fd, mf.size, 0).rstrip(b"\0"))
             if used:
                 self.max_offset = mf.start // CQ_UNIT_SIZE + (used - 1) // CQ_UNIT_SIZE + 1
                 break
@@ -128,7 +133,8 @@ class ConsumeQueue:
         while len(self.files) > 1 and self.starts[-1] > self.max_offset:
             self._drop_last_file()
         self._set_cursor(len(self.files) - 1)
-        self.capacity = self.files[-1].end // CQ_UNIT_SIZE
+        self.files[-1].try_reserve()
+        self._set_capacity()
         self.synced_offset = self.max_offset
 
     def adjust_min(self, commitlog_min: int) -> None:
@@ -207,10 +213,26 @@ class ConsumeQueue:
             self.max_offset = i + take // CQ_UNIT_SIZE
 
     def prepare(self, count: int) -> None:
-        """Create the files the next *count* units need, so that ``append`` cannot fail on I/O after
-        the commit-log record is written."""
+        """Create (or reserve the blocks of) the files the next *count* units need, so that
+        ``append`` cannot fail on I/O after the commit-log record is written. ``OSError`` when the
+        disk has no room."""
         while self.capacity < self.max_offset + count:
-            self._create_file()
+            last = self.files[-1] if self.files else None
+            if last is not None and not last.reserved:
+                last.reserve()
+                self._set_capacity()
+            else:
+                self._create_file()
+
+    def _set_capacity(self) -> None:
+        """Up to the last file's end, or its start while its blocks are not reserved (a file from an
+        earlier run on a disk that had no room for them): a unit stored into a hole of the mapping
+        could die of SIGBUS."""
+        last = self.files[-1] if self.files else None
+        if last is None:
+            self.capacity = 0
+        else:
+            self.capacity = (last.end if last.reserved else last.start) // CQ_UNIT_SIZE
 
     def _create_file(self) -> None:
         if self.files:
@@ -222,7 +244,7 @@ class ConsumeQueue:
         mf = MappedFile.create(self.dir / file_name(start), start, self.file_size)
         self.files.append(mf)
         self.starts.append(start_unit)
-        self.capacity = mf.end // CQ_UNIT_SIZE
+        self._set_capacity()
 
     def _advance(self) -> None:
         if self._cur_idx + 1 >= len(self.files):
@@ -273,7 +295,7 @@ class ConsumeQueue:
         self.starts.pop()
         mf.close()
         mf.unlink()
-        self.capacity = self.files[-1].end // CQ_UNIT_SIZE if self.files else 0
+        self._set_capacity()
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -46,6 +46,8 @@ log = logging.getLogger("cometmq.store")
 _HASH: Final = struct.Struct(">I")
 _OFFSET: Final = struct.Struct(">q")
 _SIZE_MAGIC: Final = struct.Struct(">iI")
+# A failed index-file creation (disk full) is tried again after this long, not on every put.
+_ROLL_RETRY_S: Final = 10.0
 _pack_hash: Final = _HASH.pack_into
 _pack_offset: Final = _OFFSET.pack_into
 _crc32: Final = zlib.crc32
@@ -270,7 +272,7 @@ class IndexService:
         self._cur: IndexFile | None = None  # where the next entry goes; None: create one first
         self._retire = retire
         self._prefix_crc: dict[str, int] = {}
-        self._failed = False
+        self._roll_retry_at = 0.0  # monotonic time before which no new file is tried; 0: none failed
         # Commit-log offset of the first record whose entries could not all be written (a new file
         # could not be created); no header vouches for it or beyond, so the next start indexes it
         # again. Written by the writer before it publishes the record's end, read by ``sync``.
@@ -302,8 +304,10 @@ class IndexService:
         if not self.files:
             # Even without keys to index, a file's header remembers how far the log was indexed.
             self._roll()
-        else:
+        elif self.files[-1].mf.try_reserve():
             self._cur = self.files[-1]
+        # Else entries go to a new file: one stored into a hole of this one's mapping could die of
+        # SIGBUS on a full disk.
         resume = max(resume, cl.min_offset)
         if resume < end:
             self._reindex(cl, resume, end)
@@ -519,17 +523,27 @@ class IndexService:
             done += take
 
     def _roll(self) -> IndexFile | None:
-        """A new current file; None (indexing stops) if it cannot be created. The headers then
-        vouch for nothing from the first record left unindexed on (``_first_unindexed``), so the
-        next start indexes it and everything after it again."""
-        if self._failed:
+        """A new current file; None if it cannot be created (disk full), and then no new attempt for
+        ``_ROLL_RETRY_S``: records meanwhile are not indexed. The headers then vouch for nothing
+        from the first record left unindexed on (``_first_unindexed``), so the next start indexes
+        it and everything after it again."""
+        now = time.monotonic()
+        if now < self._roll_retry_at:
             return None
         try:
             f = IndexFile.create(self._new_path(), self.capacity)
-        except OSError:
-            log.exception("cannot create an index file; indexing stops until the store is restarted")
-            self._failed = True
+        except OSError as exc:
+            if not self._roll_retry_at:
+                log.error(
+                    "cannot create an index file (%s); records are not indexed until one can be",
+                    exc.strerror or exc,
+                )
+            self._roll_retry_at = now + _ROLL_RETRY_S
             return None
+        if self._roll_retry_at:
+            log.warning("index file created; indexing goes on (keys of the records before are "
+                        "indexed at the next start)")  # fmt: skip
+            self._roll_retry_at = 0.0
         self.files.append(f)
         self._cur = f
         return f

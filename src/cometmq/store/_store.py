@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import struct
@@ -76,6 +77,7 @@ _PUT_OK: Final = PutStatus.PUT_OK
 _FOUND: Final = GetStatus.FOUND
 # A refused put measures the disk again at most this often, so writes resume soon after space is back.
 _REFUSED_RECHECK_S: Final = 1.0
+_OUT_OF_SPACE: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def _storable_hosts(sys_flag: int, born_host: bytes, store_host: bytes) -> bool:
@@ -153,6 +155,10 @@ class MessageStore:
         self._accepting = False
         self._cleaner = CleanService(self._root, config)
         self._last_disk_check = 0.0
+        # Why writes are refused after a store file could not be created or written for lack of
+        # space; until the next look at the disk (``_check_disk``).
+        self._out_of_space: str | None = None
+        self._out_of_space_logged = False
         self._listeners: list[ArrivalListener] = []
         self._last_store_ts = 0
         self._host_hex: dict[bytes, str] = {}
@@ -459,8 +465,9 @@ class MessageStore:
         # SYNC_FLUSH with pwrite, into the blocks the commit log wrote ahead (``CommitLog.warm_ahead``):
         # a record stored through the mapping faults on every page each group commit wrote back, which
         # slows the group commits (bench/store.py, its "16 producers" rows). A batch always goes with
-        # one pwrite.
-        if count == 1 and not self._sync_flush:
+        # one pwrite, and so does anything into a segment whose blocks are not reserved (a store into
+        # the mapping there could die of SIGBUS on a full disk; see MappedFile).
+        if count == 1 and seg.reserved and not self._sync_flush:
             seg.mm[pos : pos + total] = records
         else:
             try:
@@ -517,43 +524,60 @@ class MessageStore:
         """A put whose records could not all be written: refused, nothing published. The first
         header is zeroed too (best effort), so that recovery after a crash cannot take what did get
         written for records (a cut inside the properties leaves a valid body CRC)."""
-        log.error("cannot write to the commit log at %d: %s", seg.start + pos, exc)
         with contextlib.suppress(OSError):
             seg.write_at(pos, bytes(8))
-        self._check_disk()
-        return _failure(PutStatus.UNKNOWN_ERROR)
+        return _failure(self._refuse_for(exc, f"cannot write to the commit log at {seg.start + pos}"))
 
     def _reserve(self, size: int, cq: ConsumeQueue | None, units: int) -> tuple[MappedFile, int] | PutStatus:
         """The segment and position where ``size`` bytes of records go, rolling to a new segment
-        when they do not fit. All file creation happens before the first byte is written, so a
-        failure (disk full) leaves nothing half done."""
+        when they do not fit, and the consume-queue room for *units*. All file creation happens
+        before the first byte is written, so a failure (disk full) leaves nothing half done."""
         cl = self._commitlog
         if size + 8 > cl.segment_size:  # a segment always keeps room for the 8-byte blank filler
             return PutStatus.MESSAGE_ILLEGAL
         seg = cl.cur
         assert seg is not None
         pos = cl.wrote_pos
+        # A new file is when to look at the disk between clean passes (cheap: once per file), so a
+        # fast producer is refused near the warning level rather than at a full disk.
+        self._check_disk()
+        if not self._accepting:
+            return PutStatus.SERVICE_NOT_AVAILABLE
         try:
             if cq is not None and cq.max_offset + units > cq.capacity:
                 cq.prepare(units)
             if pos + size + 8 > seg.size:
-                # A new segment is when to look at the disk between clean passes (cheap: once per
-                # segment). Segments are sparse, so this makes a SIGBUS on a full disk (a write into
-                # a mapped page the filesystem has no room for) unlikely, not impossible.
-                self._check_disk()
-                if not self._accepting:
-                    return PutStatus.SERVICE_NOT_AVAILABLE
                 seg = cl.roll()
                 pos = 0
-        except OSError:
-            log.exception("cannot extend the store")
-            return PutStatus.UNKNOWN_ERROR
+        except OSError as exc:
+            return self._refuse_for(exc, "no room for a new store file")
+        if self._out_of_space_logged:
+            self._out_of_space_logged = False
+            log.warning("there is room for store files again; accepting writes")
         return seg, pos
 
+    def _refuse_for(self, exc: OSError, what: str) -> PutStatus:
+        """The answer to a put that failed with *exc*. Out of space (ENOSPC, EDQUOT): writes are
+        refused (SERVICE_NOT_AVAILABLE, what RocketMQ answers on a full disk) until the next look at
+        the disk, which a refused put takes after ``_REFUSED_RECHECK_S``; logged once, not for every
+        put. Any other error: UNKNOWN_ERROR."""
+        if exc.errno not in _OUT_OF_SPACE:
+            log.error("%s: %s", what, exc)
+            return PutStatus.UNKNOWN_ERROR
+        ratio = self._check_disk()
+        self._out_of_space = f"disk full: {ratio:.1%} of {self._root} used; {what} ({exc.strerror})"
+        self._accepting = False
+        if not self._out_of_space_logged:
+            self._out_of_space_logged = True
+            log.warning("%s; refusing writes", self._out_of_space)
+        return PutStatus.SERVICE_NOT_AVAILABLE
+
     def _check_disk(self) -> float:
-        """Measure the disk; refuse or accept writes accordingly (the disk guard)."""
+        """Measure the disk; refuse or accept writes accordingly (the disk guard). An earlier
+        refusal for lack of space is dropped: the next put that needs a file tries again."""
         self._last_disk_check = time.monotonic()
         ratio = self._cleaner.guard.check()
+        self._out_of_space = None
         self._update_accepting()
         return ratio
 
@@ -780,6 +804,7 @@ class MessageStore:
             ratio = self._cleaner.guard.measure()
             return CleanReport(ratio, False, False, False, True, self._commitlog.min_offset)
         self._last_disk_check = time.monotonic()
+        self._out_of_space = None  # as _check_disk: the next put that needs a file tries again
         report = self._cleaner.run(now, self._commitlog, self._queues, self._retire_files, self._index)
         self._update_accepting()
         return report
@@ -815,7 +840,7 @@ class MessageStore:
         writes are accepted."""
         if not self._running:
             return "the store is not running (shutting down)"
-        return self.flush_failure or self._cleaner.guard.refusal
+        return self.flush_failure or self._cleaner.guard.refusal or self._out_of_space
 
     def disk_usage_ratio(self) -> float:
         """Used fraction of the filesystem holding the store, measured now (-1 if unknown)."""

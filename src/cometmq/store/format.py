@@ -118,9 +118,10 @@ only by the flush thread, in file order, after the entries they count were fdata
 fdatasynced themselves), so whatever header is found on disk - after kill -9 or a power loss -
 describes entries that are on disk. The newest file's *indexed to* is the commit log's end as the
 flush thread saw it before counting the entries (index entries are written before the log's end
-moves past their record); an older file's is its own end offset. If a new file cannot be created,
-indexing stops until the next start, and *indexed to* stays at the first record left (partly)
-unindexed. A store always has at least one index file, so *indexed to* advances even while no
+moves past their record); an older file's is its own end offset. If a new file cannot be created
+(disk full), records go unindexed until one can be (tried again every few seconds), and *indexed to*
+stays at the first record left (partly) unindexed, so the next start indexes it and all after it. A
+store always has at least one index file, so *indexed to* advances even while no
 message carries a key. The headers are synced before the commit log, so after a power loss they
 may count entries for records the recovered log no longer has.
 
