@@ -33,7 +33,9 @@ def run(coro: Coroutine[Any, Any, T], timeout: float = 120.0) -> T:
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-async def send_to_queue(server: StandaloneServer, topic: str, queue_id: int, bodies: list[bytes]) -> None:
+async def send_to_queue(
+    server: StandaloneServer, topic: str, queue_id: int, bodies: list[bytes], sys_flag: int = 0
+) -> None:
     """Send ``bodies`` to one queue of the server's broker with raw SEND_MESSAGE requests (so a test
     depends on the consumer alone), one after the other: their queue offsets follow this order."""
     assert server.process is not None
@@ -41,7 +43,8 @@ async def send_to_queue(server: StandaloneServer, topic: str, queue_id: int, bod
     client = RemotingClient()
     try:
         for body in bodies:
-            response = await client.invoke(addr, send_request(topic, body, queue_id), timeout=10)
+            request = send_request(topic, body, queue_id, sysFlag=str(sys_flag))
+            response = await client.invoke(addr, request, timeout=10)
             assert response.code == 0, response.remark
     finally:
         await client.close()

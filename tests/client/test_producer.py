@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client_support import DROP, MALFORMED, run, scripted
+from client_support import DROP, MALFORMED, run, scripted, send_to_queue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -190,6 +190,24 @@ def test_large_bodies_are_stored_zlib_compressed_and_read_back_equal(standalone:
             assert [m.body for m in received] == [big, threshold_body, below]
 
     run(scenario())
+
+
+def test_a_compressed_body_that_does_not_inflate_is_handed_over_as_stored_and_the_queue_goes_on(
+    standalone: StandaloneServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    bomb = zlib.compress(bytes(65 * 1024 * 1024), 9)  # inflates past the 64 MiB bound
+
+    async def scenario() -> None:
+        await send_to_queue(standalone, "BadZip", 0, [b"not zlib data", bomb], sys_flag=0x1)
+        await send_to_queue(standalone, "BadZip", 0, [b"after"])
+        async with reader(standalone.namesrv) as rd:
+            received = await pull_queue(rd, MessageQueue("BadZip", "broker-a", 0), 0)
+            assert [m.body for m in received] == [b"not zlib data", bomb, b"after"]
+
+    run(scenario())
+    warnings = [r.getMessage() for r in caplog.records if "handed over as stored" in r.getMessage()]
+    assert len(warnings) == 2
+    assert "message 0 of BadZip queue 0: compressed body does not inflate" in warnings[0]
 
 
 def test_batch_is_stored_at_contiguous_offsets_with_each_message_intact(standalone: StandaloneServer) -> None:

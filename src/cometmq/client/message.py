@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import logging
 import struct
 from dataclasses import dataclass, field
 
@@ -18,6 +19,8 @@ from cometmq.protocol.record import (
     iter_records,
     offset_msg_id,
 )
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Message",
@@ -138,7 +141,7 @@ class ReceivedMessage:
         self.topic = record.topic
         body = record.body
         if record.sys_flag & SYSFLAG_COMPRESSED:
-            body = inflate_body(body)
+            body = _inflated(body, record.topic, record.queue_id, record.queue_offset)
         self.body = body
         self.queue_id = record.queue_id
         self.queue_offset = record.queue_offset
@@ -265,6 +268,19 @@ _LAZY_END = _LAZY_START + _LAZY_HEAD.size
 _HOST_V6_FLAGS = 0x30
 
 
+def _inflated(stored: bytes | memoryview, topic: str, queue_id: int, queue_offset: int) -> bytes:
+    """The body of a message stored compressed. One that does not inflate (a producer's bug, or a body
+    inflating past the bound) is handed over as stored, with a warning: refusing it would stop every
+    consumer of its queue at that message for ever (RocketMQ's clients skip such a record)."""
+    try:
+        return inflate_body(stored)
+    except RecordError as exc:
+        log.warning(
+            "message %d of %s queue %d: %s; handed over as stored", queue_offset, topic, queue_id, exc
+        )
+        return bytes(stored)
+
+
 def decode_pulled(body: bytes | memoryview, broker_name: str) -> list[ReceivedMessage]:
     """The messages in a pull response body (stored records laid end to end).
 
@@ -307,7 +323,9 @@ def decode_pulled(body: bytes | memoryview, broker_name: str) -> list[ReceivedMe
                 raise RecordError(f"record at {pos}: {exc}") from None
         m.topic = topic
         m.sys_flag = sys_flag
-        m.body = inflate_body(data[pos + 88 : at]) if sys_flag & SYSFLAG_COMPRESSED else data[pos + 88 : at]
+        m.body = data[pos + 88 : at]
+        if sys_flag & SYSFLAG_COMPRESSED:
+            m.body = _inflated(m.body, topic, m.queue_id, m.queue_offset)
         m._head = data[pos + _LAZY_START : pos + _LAZY_END]
         m._properties_raw = data[tp + 2 : limit]
         m._properties = None
