@@ -64,7 +64,7 @@ def main() -> None:
                 progress=progress,
             )
             reports.append((name, report))
-    print(f"seed {args.seed}, inputs {args.start}..")
+    print(f"seed {args.seed}, each server's inputs from index {args.start} on")
     columns = (
         ("inputs", 10),
         ("closed", 8),

@@ -10,7 +10,9 @@ replayed on its own (``bench/fuzz_servers.py --seed S --start I --count 1``).
 
 An input whose frames are whole is followed by a probe (a request of an unknown code, which every
 server answers at once) on the same connection: its answer says the server read the input and is still
-serving it; the answers before it are checked for Python exception text in their remarks. An input that
+serving it. A request that keeps its seed's code and carries no flag must get its own answer too
+(a pull excepted: a held pull is answered when its time is up). Every answer's remark is checked for
+Python exception text. An input that
 ends inside a frame is sent, the connection half-closed, and the server must close it. After each
 input the server's log must not have gained a traceback; after each batch, a new connection must still
 get a send and a pull (the broker) or the cluster's table (the name server) answered, and the server's
@@ -303,9 +305,11 @@ class Input:
 
     index: int
     mutation: str
-    seed_code: int
     data: bytes
     whole: bool
+    # The opaque of the request's answer, when the server must answer it: a request with the code of
+    # its seed and no flag, other than a pull (a held pull is answered only when its time is up).
+    answer_opaque: int | None
 
 
 _INT32 = struct.Struct(">i")
@@ -325,7 +329,8 @@ _HUGE_NUMBERS = [
     1025,
     65536,
 ]
-# Digits Python's int() reads and Java's parseInt does not: fullwidth nine, Arabic-Indic three, Roman eight.
+# Text where a number belongs; the last three are a fullwidth nine, an Arabic-Indic three and a Roman
+# numeral eight, digits no RocketMQ client writes.
 _ODD_TEXT = [
     "",
     " ",
@@ -381,8 +386,8 @@ def _odd_value(rng: random.Random) -> Any:
 
 
 class _RawJson:
-    """A header JSON text written by hand: for values JSON libraries refuse to write (NaN, escapes of
-    lone surrogates, nesting deeper than they allow)."""
+    """JSON text put into a header as it is: for what JSON libraries refuse to write (escapes of lone
+    surrogates, nesting deeper than they allow)."""
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -407,17 +412,31 @@ def _header_json(header: dict[str, Any]) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def _frame(header: bytes, body: bytes, serialize_type: int = 0) -> bytes:
-    return (
-        _INT32.pack(4 + len(header) + len(body))
-        + _INT32.pack((serialize_type << 24) | len(header))
-        + header
-        + body
+def _frame(header: bytes, body: bytes) -> bytes:
+    """A frame with a JSON header."""
+    return _INT32.pack(4 + len(header) + len(body)) + _INT32.pack(len(header)) + header + body
+
+
+# The mutations that keep the seed's request code and send it with no flag and the input's own opaque.
+_ANSWERED = frozenset(
+    (
+        "field-type",
+        "field-drop",
+        "huge-count",
+        "deep-nesting",
+        "bad-utf8",
+        "lone-surrogate",
+        "body",
+        "zlib-bomb",
     )
+)
+# Inputs get the opaques 1 … _OPAQUES, below the probe's.
+_OPAQUES = 1 << 30
 
 
 class Mutator:
-    """Makes input *index* of *seed* from one of *seeds*; the same three numbers, the same input."""
+    """Makes input *index* of the run *seed* from one of *seeds*: the same seeds, seed and index, the
+    same input."""
 
     def __init__(self, seed: int, seeds: list[Seed]) -> None:
         self.seed = seed
@@ -442,13 +461,16 @@ class Mutator:
             ("pipelined", 3, self._pipelined),
         ]
         self._weights = [weight for _, weight, _ in self.kinds]
+        self._opaque = 1
 
     def make(self, index: int) -> Input:
         rng = random.Random(f"{self.seed}:{index}")
         seed = rng.choice(self.seeds)
         name, _, mutate = rng.choices(self.kinds, self._weights)[0]
+        self._opaque = index % _OPAQUES + 1
         data, whole = mutate(rng, seed)
-        return Input(index, f"{name}({seed.origin})", seed.code, data, whole)
+        answered = name in _ANSWERED and seed.code != RequestCode.PULL_MESSAGE
+        return Input(index, f"{name}({seed.origin})", data, whole, self._opaque if answered else None)
 
     # structured: the request rebuilt from its parts, something in them changed
 
@@ -458,7 +480,7 @@ class Mutator:
             "extFields": ext_fields,
             "flag": 0,
             "language": "JAVA",
-            "opaque": 1,
+            "opaque": self._opaque,
             "serializeTypeCurrentRPC": "JSON",
             "version": 409,
         }
@@ -766,8 +788,6 @@ class Connection:
             data = self.sock.recv(1 << 20)
         except ConnectionResetError as exc:
             raise ServerClosed from exc
-        except TimeoutError:
-            raise
         if not data:
             raise ServerClosed
         return self.decoder.feed(data)
@@ -783,21 +803,22 @@ class Connection:
 
     def call_raw(self, header: bytes, body: bytes = b"") -> RemotingCommand:
         """The answer to a request given as its JSON header's text (with whatever JSON libraries
-        refuse to write) and body."""
+        refuse to write) and body: the first answer read, the probe's if the request got none."""
         self.send(_frame(header, body) + _PROBE)
         return self.until(_is_probe_answer)[0]
 
     def call(self, request: RemotingCommand) -> RemotingCommand:
         request.opaque = PROBE_OPAQUE - 1
         self.send(encode_bytes(request))
-        return self.until(lambda c: c.is_response and c.opaque == request.opaque)[-1]
+        return self.until(_answer_to(request.opaque))[-1]
+
+
+def _answer_to(opaque: int) -> Callable[[RemotingCommand], bool]:
+    return lambda command: command.is_response and command.opaque == opaque
 
 
 _PROBE = encode_bytes(RemotingCommand(code=PROBE_CODE, opaque=PROBE_OPAQUE))
-
-
-def _is_probe_answer(command: RemotingCommand) -> bool:
-    return command.is_response and command.opaque == PROBE_OPAQUE
+_is_probe_answer = _answer_to(PROBE_OPAQUE)
 
 
 class LogWatch:
@@ -821,8 +842,9 @@ class LogWatch:
 def broker_alive(address: tuple[str, int], serial: int) -> str | None:
     """None when a new connection gets a send answered and that message back by a pull; else what went
     wrong."""
-    conn = Connection(address)
+    conn: Connection | None = None
     try:
+        conn = Connection(address)
         topic = {**_CREATE_TOPIC, "topic": LIVE_TOPIC}
         created = conn.call(RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=topic))
         if created.code != ResponseCode.SUCCESS:
@@ -844,13 +866,15 @@ def broker_alive(address: tuple[str, int], serial: int) -> str | None:
     except (ServerClosed, OSError, ProtocolError) as exc:
         return f"{type(exc).__name__} {exc}"
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()
 
 
 def namesrv_alive(address: tuple[str, int], serial: int) -> str | None:
     """None when a new connection gets the cluster table and a KV value it put answered."""
-    conn = Connection(address)
+    conn: Connection | None = None
     try:
+        conn = Connection(address)
         info = conn.call(RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO))
         if info.code != ResponseCode.SUCCESS:
             return f"cluster info answered {info.code} {info.remark!r}"
@@ -865,7 +889,8 @@ def namesrv_alive(address: tuple[str, int], serial: int) -> str | None:
     except (ServerClosed, OSError, ProtocolError) as exc:
         return f"{type(exc).__name__} {exc}"
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()
 
 
 @dataclass
@@ -923,7 +948,13 @@ def fuzz(
             try:
                 if item.whole:
                     conn.send(item.data + _PROBE)
-                    check_remarks(conn.until(_is_probe_answer), item)
+                    answers = conn.until(_is_probe_answer)
+                    if item.answer_opaque is not None:
+                        answered = _answer_to(item.answer_opaque)
+                        if not any(map(answered, answers)):
+                            # Answered later (after a flush or a file write), or never: "no answer".
+                            answers += conn.until(answered)
+                    check_remarks(answers, item)
                 else:
                     conn.send(item.data)
                     conn.sock.shutdown(socket.SHUT_WR)
