@@ -10,13 +10,13 @@ replayed on its own (``bench/fuzz_servers.py --seed S --start I --count 1``).
 
 An input whose frames are whole is followed by a probe (a request of an unknown code, which every
 server answers at once) on the same connection: its answer says the server read the input and is still
-serving it. A request that keeps its seed's code and carries no flag must get its own answer too
-(a pull excepted: a held pull is answered when its time is up). Every answer's remark is checked for
-Python exception text. An input that
-ends inside a frame is sent, the connection half-closed, and the server must close it. After each
-input the server's log must not have gained a traceback; after each batch, a new connection must still
-get a send and a pull (the broker) or the cluster's table (the name server) answered, and the server's
-resident memory must stay under a bound.
+serving it. A request that keeps its seed's code and carries no flag must get its own answer too (a
+pull excepted: a held pull is answered when its time is up). Every answer's remark is checked for
+Python exception text. An input that ends inside a frame is sent, the connection half-closed, and the
+server must close it. After each input the server's log must not have gained a traceback; after each
+batch, a new connection must still get a send and a pull (the broker) or its cluster table and a KV
+round trip (the name server) answered, and the server's resident memory (VmRSS, which counts the
+store's mapped files too) must stay under a bound.
 """
 
 from __future__ import annotations
@@ -430,7 +430,7 @@ _ANSWERED = frozenset(
         "zlib-bomb",
     )
 )
-# Inputs get the opaques 1 … _OPAQUES, below the probe's.
+# Inputs carry opaques from 1 to _OPAQUES, below those of the probe and the liveness checks.
 _OPAQUES = 1 << 30
 
 
@@ -499,7 +499,7 @@ class Mutator:
             code=seed.code,
             ext_fields=dict(seed.ext_fields),
             body=seed.body,
-            opaque=rng.randrange(2**31),
+            opaque=rng.randrange(1, _OPAQUES),
             serialize_type=SerializeType.ROCKETMQ,
         )
         frame = encode_bytes(command)
@@ -675,7 +675,9 @@ class Mutator:
     def _code(self, rng: random.Random, seed: Seed) -> tuple[bytes, bool]:
         code = rng.choice([rng.randrange(-32768, 32768), *map(int, RequestCode)])
         flag = rng.choice([0, 0, RESPONSE_FLAG, 2, 3, -1, 2**31 - 1])
-        header = self._header(seed, dict(seed.ext_fields), code=code, flag=flag, opaque=rng.randrange(2**31))
+        header = self._header(
+            seed, dict(seed.ext_fields), code=code, flag=flag, opaque=rng.randrange(1, _OPAQUES)
+        )
         return _frame(_header_json(header), seed.body), True
 
     def _pipelined(self, rng: random.Random, seed: Seed) -> tuple[bytes, bool]:
