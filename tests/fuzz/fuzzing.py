@@ -49,9 +49,10 @@ CPP_FRAMES = Path(__file__).resolve().parent / "cpp_frames.jsonl"
 
 TOPIC = "FuzzTopic"
 GROUP = "FuzzGroup"
-# The topic the liveness check sends to and pulls from; created again before each check, since a
-# fuzzed request may have deleted it or taken its write permission.
+# The topic the liveness check sends to and pulls from (as its own group); created again before each
+# check, since a fuzzed request may have deleted it or taken its write permission.
 LIVE_TOPIC = "FuzzLive"
+LIVE_GROUP = "FuzzLiveGroup"
 # A code in neither dispatch table: every server answers it at once with REQUEST_CODE_NOT_SUPPORTED.
 PROBE_CODE = 9999
 PROBE_OPAQUE = 0x7FFF_FFF0
@@ -859,7 +860,11 @@ def broker_alive(address: tuple[str, int], serial: int) -> str | None:
             return f"send answered {sent.code} {sent.remark!r}"
         pull = _pull_fields(0)
         pull.update(
-            topic=LIVE_TOPIC, queueOffset=sent.ext_fields["queueOffset"], subscription="*", maxMsgNums="1"
+            consumerGroup=LIVE_GROUP,
+            topic=LIVE_TOPIC,
+            queueOffset=sent.ext_fields["queueOffset"],
+            subscription="*",
+            maxMsgNums="1",
         )
         pulled = conn.call(RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=pull))
         if pulled.code != ResponseCode.SUCCESS or body not in bytes(pulled.body):
