@@ -1,20 +1,23 @@
 """A protocol fuzz run against a name server and a broker, each its own `cometmq` process.
 
     .venv/bin/python bench/fuzz_servers.py [--count 1000000] [--seed 1] [--start 0] [--only broker]
+                                           [--dir DIR]
 
-Starts `cometmq namesrv` and `cometmq broker` on free ports in a temp dir and sends each of them its
-share of COUNT fuzz inputs (tests/fuzz/fuzzing.py: every request code's seed and the recorded C++
-client frames, mutated), two thirds to the broker. After each input the server must still answer on
-the connection (or close it) and log no traceback; after every 500, a new connection must be served
-and the resident memory stay under --rss-bound-mib. Prints progress, then per server: inputs,
-connections closed by the server, crashes, failures, max RSS (the peak, VmHWM) and inputs/s, and
-every failure with its seed and input index. Input I of seed S alone is replayed by
-`--seed S --start I --count 1 --only SERVER`. Exits 1 when a failure was found.
+Starts `cometmq namesrv` and `cometmq broker` on free ports in a temp dir (or DIR, where their data
+and logs then stay) and sends each of them its share of COUNT fuzz inputs (tests/fuzz/fuzzing.py:
+every request code's seed and the recorded C++ client frames, mutated), two thirds to the broker.
+After each input the server must still answer on the connection (or close it) and log no traceback;
+after every 500, a new connection must be served and the resident memory stay under --rss-bound-mib.
+Prints progress, then per server: inputs, connections closed by the server, crashes, failures, max RSS
+(the peak, VmHWM) and inputs/s, then each kind of failure with its count and first seeds and input
+indexes. Input I of seed S alone is replayed by `--seed S --start I --count 1 --only SERVER`. Exits 1
+when a failure was found.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -35,12 +38,18 @@ def main() -> None:
     parser.add_argument("--only", choices=["broker", "namesrv"], help="fuzz one server only")
     parser.add_argument("--rss-bound-mib", type=int, default=512, help="resident memory bound (512)")
     parser.add_argument("--progress-every", type=int, default=10_000, metavar="N", help="inputs (10000)")
+    parser.add_argument(
+        "--dir", type=Path, help="where the servers' data and logs go and stay (a temp dir by default)"
+    )
     args = parser.parse_args()
     shares = {"broker": args.count - args.count // 3, "namesrv": args.count // 3}
     if args.only:
         shares = {args.only: args.count}
     reports: list[tuple[str, Report]] = []
-    with tempfile.TemporaryDirectory() as tmp, servers(Path(tmp)) as (namesrv, broker):
+    with contextlib.ExitStack() as stack:
+        root = args.dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        root.mkdir(parents=True, exist_ok=True)
+        namesrv, broker = stack.enter_context(servers(root))
         targets: dict[str, Target] = {"broker": broker, "namesrv": namesrv}
         for name, count in shares.items():
             if count == 0:
