@@ -44,6 +44,7 @@ from cometmq.protocol.codes import RESPONSE_FLAG
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.route import DataVersion, RegisterBrokerBody
 from cometmq.protocol.topic_config import TopicConfig
+from processes import TEST_BROKER_CONF, ServerProcess
 
 CPP_FRAMES = Path(__file__).resolve().parent / "cpp_frames.jsonl"
 
@@ -946,11 +947,18 @@ def fuzz(
 
     try:
         for index in range(start, start + count):
+            item = mutator.make(index)
             if conn is None or index % 200 == 0:  # a fresh connection now and then drops held pulls
                 if conn is not None:
                     conn.close()
-                conn = Connection(target.address)
-            item = mutator.make(index)
+                try:
+                    conn = Connection(target.address)
+                except OSError as exc:
+                    conn = None
+                    report.crashed = not target.is_running()
+                    what = "server died" if report.crashed else "a new connection is refused"
+                    fail(item.index, item.mutation, what, str(exc))
+                    break
             report.inputs += 1
             try:
                 if item.whole:
@@ -969,7 +977,8 @@ def fuzz(
                         while True:
                             check_remarks(conn.read(), item)
             except ServerClosed:
-                report.closed_by_server += item.whole
+                if item.whole:  # (the server closes every connection that ends inside a frame)
+                    report.closed_by_server += 1
                 conn.close()
                 conn = None
             except TimeoutError:
@@ -1016,8 +1025,6 @@ def fuzz(
 def servers(root: Path) -> Iterator[tuple[Target, Target]]:
     """A name server and a broker (registered with it), each its own ``cometmq`` process on free
     ports, their logs in *root*; the broker's topic and group for the seeds created, with messages."""
-    from processes import TEST_BROKER_CONF, ServerProcess
-
     namesrv = ServerProcess(["namesrv", "--host", "127.0.0.1", "--port", "0"], root / "namesrv.log")
     processes = [namesrv]
     try:
