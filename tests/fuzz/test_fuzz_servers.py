@@ -7,7 +7,8 @@ bombs. Each input is checked (the server answers on the connection or closes it,
 text in a remark, no traceback in its log), and every 500 inputs a new connection must be served and
 the resident memory stay under a bound. A failure names its seed and input index;
 ``bench/fuzz_servers.py --seed S --start I --count 1 --only SERVER`` sends that input alone.
-COMETMQ_FUZZ_SEED runs the suite on another seed.
+COMETMQ_FUZZ_SEED runs the suite on another seed. What the fuzzing found is kept here too, each as a
+test of its own.
 """
 
 from __future__ import annotations
@@ -111,3 +112,26 @@ def test_a_broker_topic_holding_a_lone_surrogate_is_still_listed_and_registered(
             finally:
                 routes.close()
         assert "Traceback" not in broker.log_path.read_text()
+
+
+def test_a_name_a_client_sends_cannot_write_a_line_of_its_own_into_the_log(
+    fuzzed_servers: tuple[Target, Target],
+) -> None:
+    namesrv = fuzzed_servers[0]
+    forged = "2026-01-01 00:00:00,000 ERROR   cometmq.namesrv: forged"
+    conn = Connection(namesrv.address)
+    try:
+        wipe = RemotingCommand(
+            code=RequestCode.WIPE_WRITE_PERM_OF_BROKER, ext_fields={"brokerName": f"evil\n{forged}\r"}
+        )
+        assert conn.call(wipe).code == ResponseCode.SUCCESS
+    finally:
+        conn.close()
+
+    def logged() -> str | None:
+        text = namesrv.log_path.read_text()
+        return text if "of broker evil" in text else None
+
+    log = wait_until_blocking(logged, message="the wipe's log line")
+    assert forged not in log.splitlines()
+    assert f"of broker evil\\x0a{forged}\\x0d on 0 topics" in log
