@@ -20,12 +20,32 @@ import argparse
 import contextlib
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "fuzz")]
 
 from fuzzing import Report, Target, fuzz, servers  # noqa: E402
+
+
+def progress_printer(name: str, count: int, every: int) -> Callable[[Report], None]:
+    """What prints a progress line once *every* more inputs have passed (it is called after each
+    batch of 500), and after the last."""
+    shown = 0
+
+    def progress(report: Report) -> None:
+        nonlocal shown
+        if report.inputs - shown >= every or report.inputs == count:
+            shown = report.inputs
+            print(
+                f"{name}: {report.inputs:,}/{count:,} inputs, {report.failure_count} failures, "
+                f"max RSS {report.max_rss_kib / 1024:.0f} MiB, "
+                f"{report.inputs / report.elapsed_s:,.0f} inputs/s",
+                flush=True,
+            )
+
+    return progress
 
 
 def main() -> None:
@@ -37,7 +57,9 @@ def main() -> None:
     parser.add_argument("--start", type=int, default=0, help="index of the first input (0)")
     parser.add_argument("--only", choices=["broker", "namesrv"], help="fuzz one server only")
     parser.add_argument("--rss-bound-mib", type=int, default=512, help="resident memory bound (512)")
-    parser.add_argument("--progress-every", type=int, default=10_000, metavar="N", help="inputs (10000)")
+    parser.add_argument(
+        "--progress-every", type=int, default=10_000, metavar="N", help="a progress line per N inputs (10000)"
+    )
     parser.add_argument(
         "--dir", type=Path, help="where the servers' data and logs go and stay (a temp dir by default)"
     )
@@ -54,23 +76,13 @@ def main() -> None:
         for name, count in shares.items():
             if count == 0:
                 continue
-
-            def progress(report: Report, name: str = name, count: int = count) -> None:
-                if report.inputs % args.progress_every == 0 or report.inputs == count:
-                    print(
-                        f"{name}: {report.inputs:,}/{count:,} inputs, {report.failure_count} failures, "
-                        f"max RSS {report.max_rss_kib / 1024:.0f} MiB, "
-                        f"{report.inputs / report.elapsed_s:,.0f} inputs/s",
-                        flush=True,
-                    )
-
             report = fuzz(
                 targets[name],
                 args.seed,
                 count,
                 start=args.start,
                 rss_bound_kib=args.rss_bound_mib * 1024,
-                progress=progress,
+                progress=progress_printer(name, count, args.progress_every),
             )
             reports.append((name, report))
     print(f"seed {args.seed}, each server's inputs from index {args.start} on")

@@ -18,14 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fuzzing import (
-    PROBE_CODE,
-    Connection,
-    Report,
-    Target,
-    fuzz,
-    servers,
-)
+from fuzzing import PROBE_CODE, Connection, Report, Target, fuzz, servers
 
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from waiting import wait_until_blocking
