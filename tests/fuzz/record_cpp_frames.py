@@ -100,41 +100,19 @@ async def record(per_kind: int) -> list[tuple[int, bytes]]:
             ]
             ns = f"127.0.0.1:{proxy_port}"
             runs = [
-                (
-                    "produce",
-                    "--count",
-                    "6",
-                    "--mode",
-                    "sync",
-                    "--tags",
-                    "TagA",
-                    "--keys-prefix",
-                    "k",
-                    "--prop",
-                    "color=red",
-                ),
-                ("produce", "--count", "4", "--mode", "oneway"),
-                ("produce", "--count", "6", "--mode", "batch", "--batch-size", "3"),
-                ("produce", "--count", "4", "--mode", "orderly", "--sharding-key", "7"),
-                ("produce", "--count", "2", "--mode", "sync", "--delay-level", "2"),
-                ("push-consume", "--expect", "20", "--timeout", "30", "--allow-fewer"),
-                (
-                    "push-consume",
-                    "--expect",
-                    "6",
-                    "--timeout",
-                    "30",
-                    "--orderly",
-                    "--allow-fewer",
-                    "--group",
-                    "GID_fuzz_orderly",
-                    "--expression",
-                    "TagA || TagB",
-                ),
-                ("pull-consume", "--timeout", "20"),
+                "produce --count 6 --mode sync --tags TagA --keys-prefix k --prop color=red",
+                "produce --count 4 --mode oneway",
+                "produce --count 6 --mode batch --batch-size 3",
+                "produce --count 4 --mode orderly --sharding-key 7",
+                "produce --count 2 --mode sync --delay-level 2",
+                "push-consume --expect 20 --timeout 30 --allow-fewer",
+                "push-consume --expect 6 --timeout 30 --orderly --allow-fewer --group GID_fuzz_orderly "
+                "--expression TagA||TagB",
+                "pull-consume --timeout 20",
             ]
             for run in runs:
-                await asyncio.to_thread(cpp, run[0], "--namesrv", ns, "--topic", TOPIC, *run[1:])
+                scenario, *options = run.split()
+                await asyncio.to_thread(cpp, scenario, "--namesrv", ns, "--topic", TOPIC, *options)
             for server in servers:
                 server.close()
         finally:
