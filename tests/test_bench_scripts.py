@@ -151,6 +151,26 @@ def test_sql92_bench_prints_the_cost_of_each_expression() -> None:
     figures(rf"^{NUMBER} µs per match  TAGS = 'TagA' AND price > 100", out)
 
 
+def test_fuzz_servers_bench_prints_each_servers_inputs_closes_crashes_memory_and_rate() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "fuzz_servers.py"), "--count", "900", "--seed", "3"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    out = done.stdout
+    # It exits 1 exactly when it lists failures, each kind with its count and examples.
+    assert done.returncode == (1 if re.search(r"^\w+: \d+ x ", out, re.MULTILINE) else 0), out + done.stderr
+    for server, inputs in (("broker", 600), ("namesrv", 300)):
+        assert re.search(
+            rf"^{server}: {inputs:,}/{inputs:,} inputs, \d+ failures, max RSS", out, re.MULTILINE
+        ), out
+        # inputs, connections the server closed, crashes (none), failures, max RSS MiB, inputs/s
+        counted, _, _ = figures(rf"^{server} +{NUMBER} +[\d,]+ +0 +\d+ +{NUMBER} +{NUMBER}$", out)
+        assert counted == inputs
+
+
 @pytest.mark.interop
 def test_cpp_client_bench_sends_and_consumes_every_message() -> None:
     out = run_bench("cpp_client.py", "--count", "100", "--threads", "1")

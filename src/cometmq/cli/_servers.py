@@ -140,7 +140,26 @@ def _add_log_level(parser: argparse.ArgumentParser) -> None:
 
 
 def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_OneLineFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+# Characters that would break a log line or forge another: C0 and C1 controls (a newline, a carriage
+# return, escape sequences), DEL, and Unicode's line and paragraph separators.
+_LINE_BREAKING = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)
+}
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Writes each record's message on one line: names and remarks come from clients, and one holding a
+    newline would otherwise write a line of the client's choosing into the log. A traceback after the
+    message keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return super().formatMessage(record).translate(_LINE_BREAKING)
 
 
 def _broker_config(args: argparse.Namespace, defaults: dict[str, object] | None = None) -> BrokerConfig:

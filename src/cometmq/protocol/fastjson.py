@@ -75,8 +75,15 @@ def dumps(obj: Any, *, numeric_keys_unquoted: bool = False, bean_keys: bool = Fa
     out unquoted too. Standard JSON parsers cannot read the result; :func:`loads` can.
     """
     if not (numeric_keys_unquoted or bean_keys):
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-    return _dumps_legacy(obj).encode()
+        return _utf8(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+    return _utf8(_dumps_legacy(obj))
+
+
+def _utf8(text: str) -> bytes:
+    """JSON text as UTF-8. A string read from a ``\\ud800`` escape holds a lone UTF-16 surrogate, which
+    UTF-8 cannot hold: it is written back as that escape (it can only stand inside a JSON string), which
+    Java reads as the same string, rather than failing every answer and registration that includes it."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 def _dumps_legacy(obj: Any) -> str:

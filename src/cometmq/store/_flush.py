@@ -250,7 +250,14 @@ class FlushService:
             # moves, so every record below ``safe`` has its unit in a queue we are about to sync.
             safe = self._commitlog.max_offset
             for cq in self._queues.all_queues():
-                cq.sync()
+                try:
+                    cq.sync()
+                except FileNotFoundError:
+                    # Its topic was deleted since the list was taken: the directory went with it (the
+                    # topic leaves the table first), and nothing of it needs to be durable. Missing
+                    # files of a queue still in the table are a real failure.
+                    if any(cq is live for live in self._queues.all_queues()):
+                        raise
             if self._index is not None:
                 self._index.sync()  # its own headers record what is on disk; not the checkpoint
             self.flush_commitlog()
