@@ -16,9 +16,11 @@ from cometmq.protocol.namesrv_headers import PutKVConfigRequestHeader
 from cometmq.protocol.naming import (
     GROUP_MAX_LENGTH,
     TOPIC_MAX_LENGTH,
+    broker_address_error,
     group_name_error,
     stored_topic_name_error,
     text_error,
+    topic_filter_type_error,
     topic_name_error,
 )
 
@@ -103,3 +105,20 @@ def test_the_send_header_refuses_a_bad_topic_under_its_compact_name_as_rocketmq_
     assert refused.value.remark == (
         "topic[bad topic]: The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     )
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:10911", "broker-a.example:1", "[::1]:65535"])
+def test_a_broker_address_is_host_colon_port(address: str) -> None:
+    assert broker_address_error(address) is None
+
+
+@pytest.mark.parametrize(
+    "address", ["1.5", "65536", "host:", ":10911", "h:0", "h:65536", "h:1x", "a b:1", "h\ud800:1"]
+)
+def test_a_broker_address_clients_could_not_connect_to_is_refused(address: str) -> None:
+    assert broker_address_error(address) is not None
+
+
+def test_a_topic_filter_type_is_one_of_rocketmqs_two() -> None:
+    assert topic_filter_type_error("SINGLE_TAG") is None and topic_filter_type_error("MULTI_TAG") is None
+    assert topic_filter_type_error("single_tag") == "The topic filter type must be SINGLE_TAG or MULTI_TAG."

@@ -15,7 +15,13 @@ from typing import Final
 
 from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
 from cometmq.protocol.headers import Header, JavaBool, JavaInt, JavaLong, JavaString, header, wire
-from cometmq.protocol.naming import group_name_error, stored_topic_name_error, text_error, topic_name_error
+from cometmq.protocol.naming import (
+    group_name_error,
+    stored_topic_name_error,
+    text_error,
+    topic_filter_type_error,
+    topic_name_error,
+)
 from cometmq.protocol.topic_config import MAX_PERM, MAX_QUEUE_NUMS
 
 # RocketMQ's clients refuse a pullBatchSize outside 1..1024; the broker refuses a pull asking for more.
@@ -207,7 +213,7 @@ class CreateTopicRequestHeader(Header):
     read_queue_nums: JavaInt = wire("readQueueNums", minimum=1, maximum=MAX_QUEUE_NUMS)
     write_queue_nums: JavaInt = wire("writeQueueNums", minimum=1, maximum=MAX_QUEUE_NUMS)
     perm: JavaInt = wire("perm", minimum=0, maximum=MAX_PERM)
-    topic_filter_type: JavaString = wire("topicFilterType")
+    topic_filter_type: JavaString = wire("topicFilterType", name_rule=topic_filter_type_error)
     topic_sys_flag: JavaInt = wire("topicSysFlag", default=0)
     order: JavaBool = wire("order")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Final
 
 from cometmq.protocol.headers import Header, JavaBool, JavaInt, JavaLong, JavaString, header, wire
-from cometmq.protocol.naming import text_error
+from cometmq.protocol.naming import broker_address_error, text_error
 
 # MQVersion ordinal (V4_9_4) from which the Java name server answers routes in standard JSON.
 STANDARD_JSON_ROUTE_VERSION: Final = 401
@@ -27,7 +27,7 @@ class RegisterBrokerRequestHeader(Header):
     """REGISTER_BROKER; the body is a RegisterBrokerBody (:mod:`cometmq.protocol.route`)."""
 
     broker_name: JavaString = wire("brokerName", name_rule=text_error)
-    broker_addr: JavaString = wire("brokerAddr", name_rule=text_error)
+    broker_addr: JavaString = wire("brokerAddr", name_rule=broker_address_error)
     cluster_name: JavaString = wire("clusterName", name_rule=text_error)
     ha_server_addr: JavaString = wire("haServerAddr", name_rule=text_error)
     # 0 is the master, slaves count up from 1: a negative id names no broker of the group.
@@ -51,7 +51,7 @@ class BrokerRequestHeader(Header):
     UnRegisterBrokerRequestHeader and QueryDataVersionRequestHeader)."""
 
     broker_name: JavaString = wire("brokerName", name_rule=text_error)
-    broker_addr: JavaString = wire("brokerAddr", name_rule=text_error)
+    broker_addr: JavaString = wire("brokerAddr", name_rule=broker_address_error)
     cluster_name: JavaString = wire("clusterName", name_rule=text_error)
     broker_id: JavaLong = wire("brokerId", minimum=0)
 

@@ -111,6 +111,28 @@ def text_error(text: str) -> str | None:
     return None
 
 
+# RocketMQ's TopicFilterType: the only values a topic's filter type may take.
+TOPIC_FILTER_TYPES = frozenset({"SINGLE_TAG", "MULTI_TAG"})
+
+
+def topic_filter_type_error(text: str) -> str | None:
+    """Why ``text`` is not a topic filter type, or None if it is one."""
+    if text in TOPIC_FILTER_TYPES:
+        return None
+    return "The topic filter type must be SINGLE_TAG or MULTI_TAG."
+
+
+def broker_address_error(text: str) -> str | None:
+    """Why ``text`` cannot be a broker's address, ``host:port`` (the name server hands it to clients,
+    who connect to it), or None if it can."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        return "The broker address must be host:port, with a port from 1 to 65535."
+    if any(c.isspace() for c in host):
+        return "The broker address must not hold spaces."
+    return text_error(host)
+
+
 def printable(name: str) -> str:
     """``name`` as a remark or a log line can show it: what UTF-8 cannot hold written as escapes."""
     return name.encode("utf-8", "backslashreplace").decode()

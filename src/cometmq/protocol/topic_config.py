@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from cometmq.protocol.jsonbody import java_bool, java_int, java_string
-from cometmq.protocol.naming import PERM_READ, PERM_WRITE
+from cometmq.protocol.naming import PERM_READ, PERM_WRITE, topic_filter_type_error
 
 DEFAULT_QUEUE_NUMS = 16  # RocketMQ's TopicConfig default when a request does not say
 # The most read or write queues a topic of a CometMQ broker may have: one created by
@@ -56,7 +56,9 @@ class TopicConfig:
             read_queue_nums=queue_nums("readQueueNums"),
             write_queue_nums=queue_nums("writeQueueNums"),
             perm=java_int(obj, "perm", what, default=PERM_READ | PERM_WRITE, minimum=0, maximum=MAX_PERM),
-            topic_filter_type=java_string(obj, "topicFilterType", what, default="SINGLE_TAG"),
+            topic_filter_type=java_string(
+                obj, "topicFilterType", what, default="SINGLE_TAG", name_rule=topic_filter_type_error
+            ),
             topic_sys_flag=java_int(obj, "topicSysFlag", what, default=sys_flag),
             order=java_bool(obj, "order", what, default=False),
         )
