@@ -13,9 +13,11 @@ import re
 from itertools import accumulate
 from typing import Any
 
+import orjson
+
 # The deepest nesting of objects and arrays accepted in wire JSON. RocketMQ's bodies nest a few levels;
-# the standard library's parser recurses per level and fails with RecursionError near 1000, so deeper
-# text is refused before it is parsed.
+# Python code handling a value recurses per level (the standard library's parser, repr, a writer) and
+# fails with RecursionError near 1000, so deeper values are refused as they are read.
 MAX_DEPTH = 64
 
 # A JSON string (skipped untouched) or an unquoted numeric object key (quoted).
@@ -35,7 +37,19 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
 
     Raises ``ValueError`` for text that is none of these, or nested deeper than :data:`MAX_DEPTH`.
     """
-    text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    raw = data if isinstance(data, bytes | str) else bytes(data)
+    # Standard JSON, nearly every body: orjson parses without recursing (and refuses 1024 levels), and
+    # the depth is checked on what it built only when the text has more brackets than MAX_DEPTH.
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if _bracket_count(raw) > MAX_DEPTH and _nested_too_deep(obj):
+            raise NestingTooDeep(f"JSON nested deeper than {MAX_DEPTH} levels")
+        return obj
+    # What orjson refuses: fastjson's own forms, lone surrogates, integers past 64 bits, bad text.
+    text = raw if isinstance(raw, str) else raw.decode("utf-8")
     check_depth(text)
     try:
         return json.loads(text)
@@ -57,10 +71,30 @@ class NestingTooDeep(ValueError):
     """JSON text nested deeper than :data:`MAX_DEPTH`."""
 
 
+def _bracket_count(raw: bytes | str) -> int:
+    if isinstance(raw, str):
+        return raw.count("{") + raw.count("[")
+    return raw.count(b"{") + raw.count(b"[")
+
+
+def _nested_too_deep(obj: Any) -> bool:
+    """Whether the parsed value *obj* nests objects and arrays deeper than :data:`MAX_DEPTH` (walked
+    without recursion: Python's own limit is near 1000 levels)."""
+    stack = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth >= MAX_DEPTH:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
 def check_depth(text: str) -> None:
     """Raise ``NestingTooDeep`` when *text* nests objects and arrays deeper than :data:`MAX_DEPTH`."""
-    # Two counts in C settle what bodies hold: a few dozen brackets at most.
-    if text.count("{") + text.count("[") <= MAX_DEPTH:
+    if _bracket_count(text) <= MAX_DEPTH:
         return
     brackets = _NOT_STRUCTURE.sub("", text)
     if max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0) > MAX_DEPTH:
