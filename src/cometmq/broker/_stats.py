@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 
 SAMPLE_INTERVAL_S = 1.0  # RocketMQ's FREQUENCY_OF_SAMPLING
 # RocketMQ's putTps / getTransferedTps windows, in seconds: "<10 s> <60 s> <600 s>".
@@ -20,17 +21,18 @@ RATE_WINDOWS_S = (10, 60, 600)
 class BrokerStats:
     """Messages stored and messages handed to consumers since the broker started, and their rates."""
 
-    __slots__ = ("_snapshots", "got_messages", "put_messages")
+    __slots__ = ("_clock", "_snapshots", "got_messages", "put_messages")
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self.put_messages = 0
         self.got_messages = 0
-        # (time.monotonic(), put_messages, got_messages), one a second, oldest first.
+        # (clock(), put_messages, got_messages), one a second, oldest first.
         self._snapshots: deque[tuple[float, int, int]] = deque(maxlen=max(RATE_WINDOWS_S))
 
     def sample(self) -> None:
         """Keep a snapshot of the totals (once a second, by :func:`sample_every_second`)."""
-        self._snapshots.append((time.monotonic(), self.put_messages, self.got_messages))
+        self._snapshots.append((self._clock(), self.put_messages, self.got_messages))
 
     def put_tps(self) -> str:
         """Messages stored per second over the last 10 s, 60 s and 600 s, RocketMQ's putTps."""
@@ -46,7 +48,7 @@ class BrokerStats:
         snapshots = self._snapshots
         if not snapshots:
             return " ".join("" for _ in RATE_WINDOWS_S)
-        now = time.monotonic()
+        now = self._clock()
         total = self.put_messages if column == 1 else self.got_messages
         rates = []
         for window in RATE_WINDOWS_S:

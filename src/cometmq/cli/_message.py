@@ -7,7 +7,6 @@ import base64
 import codecs
 import datetime
 import sys
-import zlib
 from typing import Any, Final
 
 from cometmq.cli._admin import add_admin_command, print_json, whole_number
@@ -15,9 +14,9 @@ from cometmq.client import AdminClient
 from cometmq.client.admin import offset_msg_id_address
 from cometmq.client.message import SYSFLAG_COMPRESSED
 from cometmq.console import format_table
-from cometmq.errors import CometMQError
+from cometmq.errors import CometMQError, RecordError
 from cometmq.protocol.properties import decode_properties
-from cometmq.protocol.record import DecodedRecord, decode_host
+from cometmq.protocol.record import DecodedRecord, decode_host, inflate_body
 
 PREVIEW_BYTES: Final = 256
 _TIME_HELP: Final = "epoch ms or ISO-8601 such as 2024-05-01T12:00:00 (local time unless it names a zone)"
@@ -224,10 +223,10 @@ def describe(rec: DecodedRecord) -> str:
     note = ""
     if rec.sys_flag & SYSFLAG_COMPRESSED:
         try:
-            body = zlib.decompress(rec.body)
+            body = inflate_body(rec.body)
             note = f"zlib-compressed, {len(rec.body)} bytes stored; "
-        except zlib.error:
-            note = "marked compressed but not zlib, shown as stored; "
+        except RecordError:  # not zlib, or inflating past the bound
+            note = "marked compressed but does not inflate, shown as stored; "
     title, preview = body_preview(body)
     lines.append(f"Body ({note}{title}):")
     lines.append(preview)

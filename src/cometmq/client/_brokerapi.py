@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-import zlib
 from dataclasses import dataclass
 
 from cometmq.client._instance import ClientInstance, decode_answer
@@ -151,7 +150,7 @@ async def pull(
     elif status is PullStatus.FOUND:
         try:
             messages = decode_pulled(response.body, queue.broker_name)
-        except (RecordError, zlib.error) as exc:
+        except RecordError as exc:
             raise ProtocolError(f"undecodable pull body from {queue}: {exc}") from exc
         if subscription.expression_type == EXPRESSION_TAG and subscription.tags:
             # The broker filters by tag hash only; two tags can share a hash (docs/protocol.md#tag-hash).

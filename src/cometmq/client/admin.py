@@ -16,7 +16,13 @@ from cometmq.client._instance import ClientInstance, decode_answer
 from cometmq.client._lifecycle import Client
 from cometmq.client._options import check_positive
 from cometmq.client.message import MessageQueue
-from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
+from cometmq.errors import (
+    BrokerError,
+    CometMQError,
+    ConnectionClosedError,
+    ProtocolError,
+    RemotingTimeoutError,
+)
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from cometmq.protocol.broker_headers import (
     RESET_TO_LATEST,
@@ -31,6 +37,7 @@ from cometmq.protocol.broker_headers import (
     TopicRequestHeader,
     ViewMessageRequestHeader,
 )
+from cometmq.protocol.jsonbody import BodyError, as_object, json_object
 from cometmq.protocol.namesrv_headers import DeleteTopicFromNamesrvRequestHeader, GetRouteInfoRequestHeader
 from cometmq.protocol.naming import (
     DEFAULT_TOPIC,
@@ -358,6 +365,8 @@ class AdminClient(Client):
             except BrokerError as exc:
                 if exc.code != ResponseCode.TOPIC_NOT_EXIST:
                     return True
+            except (ConnectionClosedError, RemotingTimeoutError, OSError):
+                return True
             else:
                 return True
         return False
@@ -487,8 +496,15 @@ class AdminClient(Client):
 
     async def _group_configs(self, addr: str) -> dict[str, SubscriptionGroupConfig]:
         response = await self._instance.invoke_ok(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-        table = fastjson.loads(response.body).get("subscriptionGroupTable") or {}
-        return {str(name): SubscriptionGroupConfig.from_json(raw) for name, raw in table.items()}
+        what = "SubscriptionGroupWrapper"
+        try:
+            table = as_object(json_object(response.body, what).get("subscriptionGroupTable") or {}, what)
+            return {
+                str(name): SubscriptionGroupConfig.from_json(as_object(raw, what))
+                for name, raw in table.items()
+            }
+        except BodyError as exc:
+            raise ProtocolError(f"unreadable subscription groups from {addr}: {exc.remark}") from None
 
     async def list_groups(self, cluster: str | None = None) -> dict[str, dict[str, SubscriptionGroupConfig]]:
         """Every subscription group of the cluster's masters: group → broker name → its settings there."""

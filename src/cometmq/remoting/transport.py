@@ -353,7 +353,10 @@ class _RefusalLog:
             return
         if logged is None and len(self._hosts) >= self.MAX_HOSTS:
             self._hosts = {h: e for h, e in self._hosts.items() if now - e[0] < self._interval}
-        self._hosts[host] = (now, 0)
+        # With MAX_HOSTS hosts logged in the last interval, a new one is logged but not remembered: the
+        # table (and the cost of pruning it) stays bounded whatever the number of peers.
+        if logged is not None or len(self._hosts) < self.MAX_HOSTS:
+            self._hosts[host] = (now, 0)
         not_logged = logged[1] if logged is not None else 0
         log.warning(
             "%s from %s: %s%s",
