@@ -266,6 +266,19 @@ def test_large_frames_that_arrive_together_each_reuse_a_buffer_of_earlier_ones()
     assert len({id(view.obj) for view in second}) == 4
 
 
+def test_a_servers_decoder_keeps_no_buffer_of_a_large_frame_once_it_is_dropped() -> None:
+    """A server's connections (sharing a ReadBuffer) keep nothing between frames, unlike a client's
+    (the test above): 10 000 clients each sending one large frame must not pin a buffer each."""
+    decoder = FrameDecoder(ReadBuffer())
+    frame = encode_bytes(RemotingCommand(code=0, flag=RESPONSE_FLAG, body=_body(262_000, 1)))
+    (got,) = _receive(decoder, frame, lambda room: min(room, 65536))
+    assert isinstance(got.body_buffer, memoryview)
+    first = got.body_buffer.obj  # the buffer itself, which a spare list could reuse; not a view
+    del got  # decoded and dropped
+    (got,) = _receive(decoder, frame, lambda room: min(room, 65536))
+    assert isinstance(got.body_buffer, memoryview) and got.body_buffer.obj is not first
+
+
 def test_a_frame_below_the_reuse_range_never_takes_a_large_frames_buffer() -> None:
     """Its body, kept as a view, would otherwise pin a spare of a pull response's size."""
     decoder = FrameDecoder()

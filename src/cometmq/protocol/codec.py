@@ -266,6 +266,7 @@ class FrameDecoder:
         "_filled",
         "_frame",
         "_length",
+        "_max_spares",
         "_offered",
         "_own",
         "_shared",
@@ -294,8 +295,12 @@ class FrameDecoder:
         # Bytes writable in the buffer get_buffer() last returned (a bound for buffer_updated).
         self._offered = 0
         self._broken = False
-        # Buffers of earlier large frames, for later ones once nothing uses them (_frame_buffer).
+        # Buffers of earlier large frames, for later ones once nothing uses them (_frame_buffer). A
+        # server's decoders (``shared``) keep none: a spare per connection would let 10 000 clients
+        # pin gigabytes outside the bound on partial frames, and the frames that would reuse one there
+        # (batch sends) are rarer than a consumer's pull responses.
         self._spares: list[bytearray] = []
+        self._max_spares = _SPARES if shared is None else 0
 
     @property
     def buffered(self) -> int:
@@ -432,7 +437,7 @@ class FrameDecoder:
         full = -(-length // _REUSE_STEP) * _REUSE_STEP if reused else length
         buffer = bytearray(min(full, max(_FIRST_PART, _GROWTH * arrived)))
         self.held = len(buffer)
-        if reused and len(buffer) == full and len(self._spares) < _SPARES:
+        if reused and len(buffer) == full and len(self._spares) < self._max_spares:
             self._spares.append(buffer)
         return memoryview(buffer)[:length]
 
