@@ -56,8 +56,7 @@ class MappedFile:
         self.view = memoryview(self.mm)
         self.needs_dir_sync = False
         self.reserve_step = reserve_step
-        # A multiple of the page size, or ``size``: a store reserves whole pages (see the class docstring).
-        self.reserved_to = 0
+        self.reserved_to = 0  # a multiple of the page size, or ``size`` (see ``_PAGE``)
 
     @classmethod
     def create(cls, path: Path, start: int, size: int, reserve_step: int) -> MappedFile:
@@ -71,7 +70,7 @@ class MappedFile:
             mf.reserve(0)
         except BaseException:
             os.close(fd)
-            # A file of the wrong size would confuse the next load.
+            # Leave no file: the next start would load it as part of the store.
             with contextlib.suppress(OSError):
                 path.unlink()
             raise
