@@ -140,15 +140,14 @@ async def _scenario(addr: str, disk: Path, data_dir: Path) -> dict[int, bytes]:
         assert created.code == ResponseCode.SUCCESS, created.remark
         producer = Producer(client, addr, "FULL")
 
-        # Less room than a new segment needs, though the disk is below the guard's 90 %: the send
-        # that needs the next segment is the first refused.
+        # Less room than the rest of the segment needs, though the disk is below the guard's 90 %:
+        # sends are refused once their blocks cannot be reserved.
         fill(disk / "filler", leave=SEGMENT // 2)
         await producer.until_refused(20)
-        assert len(producer.acked) >= 100  # the current segment's reserved blocks took them
+        assert len(producer.acked) >= 100  # the blocks reserved while there was room took them
         for refusal in producer.refusals:
             assert refusal.code == ResponseCode.SERVICE_NOT_AVAILABLE
             assert DISK_FULL.match(refusal.remark or ""), refusal.remark
-        # The segment that did not fit left no file behind.
         assert [path.name for path in (data_dir / "commitlog").iterdir()] == [f"{0:020d}"]
 
         # Now the disk is full to the last block: metadata writes fail too, and the disk guard

@@ -14,7 +14,7 @@ import pytest
 from store_testlib import bodies, crash, make_msg, run_child, small_config
 
 from cometmq.store import FlushDiskType, MessageStore, PutStatus
-from cometmq.store._commitlog import WARM_AHEAD, WARM_CHUNK
+from cometmq.store._commitlog import RESERVE_STEP, WARM_AHEAD, WARM_CHUNK
 
 SEGMENT = 16 << 20
 
@@ -67,17 +67,30 @@ def test_a_chunk_larger_than_the_zeros_kept_is_taken_as_their_size(tmp_path: Pat
 
 
 @pytest.mark.parametrize("mode", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
-def test_every_segment_has_all_its_blocks_reserved_from_its_creation(
+def test_a_segment_takes_disk_as_it_fills_with_its_blocks_reserved_ahead_of_the_writer(
     tmp_path: Path, mode: FlushDiskType
 ) -> None:
-    """A store into a mapped page the filesystem has no block for is a SIGBUS on a full disk: a
-    segment's blocks are allocated when it is created, before the first record."""
-    store = open_store(tmp_path, mode, 64 << 10)
+    """A store into a mapped page the filesystem has no block for is a SIGBUS on a full disk: every
+    byte the writer stores is in blocks reserved before, a step at a time, so a new segment takes a
+    step of disk rather than its full size."""
+    segment = 256 << 20
+    store = open_store(tmp_path, mode, segment)
     try:
-        while store.commitlog_max_offset < 64 << 10:  # into the second segment
+        path = segment_path(tmp_path)
+        cl = store._commitlog
+        assert cl.cur is not None
+
+        def on_disk() -> int:
+            return os.stat(path).st_blocks * 512
+
+        at_creation = on_disk()
+        assert at_creation <= RESERVE_STEP
+        while store.commitlog_max_offset < 3 * RESERVE_STEP:
             assert store.put(make_msg(body=b"x" * 1000)).status is PutStatus.PUT_OK
-        for start in (0, 64 << 10):
-            assert os.stat(segment_path(tmp_path, start)).st_blocks * 512 >= 64 << 10
+            assert cl.wrote_pos + 8 <= cl.cur.reserved_to  # the record and a blank filler after it
+        assert on_disk() >= cl.cur.reserved_to > at_creation
+        # Under SYNC_FLUSH also the zeros written ahead; far below the segment either way.
+        assert on_disk() <= store.commitlog_max_offset + RESERVE_STEP + WARM_AHEAD + (1 << 20) < segment // 8
     finally:
         store.shutdown()
 

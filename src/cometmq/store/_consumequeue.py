@@ -19,6 +19,10 @@ __all__ = ["ConsumeQueue", "QueueTable", "TopicQueues", "encode_topic"]
 log = logging.getLogger("cometmq.store")
 
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+# A queue file's blocks are reserved this much at a time, ahead of the writer (``MappedFile.reserve``):
+# a queue takes 64 KiB of disk when it gets its first unit rather than its whole file (6 MB by
+# default, for every queue of every topic), and appends pay for one posix_fallocate per 3276 units.
+RESERVE_STEP: Final = 64 << 10
 
 
 def encode_topic(name: str) -> bytes | None:
@@ -70,8 +74,7 @@ class ConsumeQueue:
         self.min_offset = 0
         self.max_offset = 0
         self.synced_offset = 0  # units below this are on disk (flush thread)
-        # Units below this have a file with reserved blocks (``_set_capacity``): appending them
-        # cannot fail.
+        # Units below this land in reserved blocks (``_set_capacity``): appending them cannot fail.
         self.capacity = 0
         self.damaged = False  # load lost files: recovery must rebuild
         # Append cursor: the file units ``[_first, _limit)`` of which the next unit goes to.
@@ -112,7 +115,7 @@ class ConsumeQueue:
                     lost.unlink()
                 self.damaged = True
                 break
-            self.files.append(MappedFile.open(path, start))
+            self.files.append(MappedFile.open(path, start, RESERVE_STEP))
         self.starts = [f.start // CQ_UNIT_SIZE for f in self.files]
         if not self.files:
             return
@@ -133,7 +136,6 @@ class ConsumeQueue:
         while len(self.files) > 1 and self.starts[-1] > self.max_offset:
             self._drop_last_file()
         self._set_cursor(len(self.files) - 1)
-        self.files[-1].try_reserve()
         self._set_capacity()
         self.synced_offset = self.max_offset
 
@@ -213,26 +215,25 @@ class ConsumeQueue:
             self.max_offset = i + take // CQ_UNIT_SIZE
 
     def prepare(self, count: int) -> None:
-        """Create (or reserve the blocks of) the files the next *count* units need, so that
+        """Reserve the blocks the next *count* units need, creating files as they fill, so that
         ``append`` cannot fail on I/O after the commit-log record is written. ``OSError`` when the
         disk has no room."""
-        while self.capacity < self.max_offset + count:
+        needed = self.max_offset + count
+        while self.capacity < needed:
             last = self.files[-1] if self.files else None
-            if last is not None and not last.reserved:
-                last.reserve()
+            if last is not None and last.reserved_to < last.size:
+                last.reserve(needed * CQ_UNIT_SIZE - last.start)
                 self._set_capacity()
             else:
                 self._create_file()
 
     def _set_capacity(self) -> None:
-        """Up to the last file's end, or its start while its blocks are not reserved (a file from an
-        earlier run on a disk that had no room for them): a unit stored into a hole of the mapping
-        could die of SIGBUS."""
+        """Up to the end of the last file's reserved blocks (a file from an earlier run has none
+        until ``prepare`` reserves them): a unit stored into a hole of the mapping could die of
+        SIGBUS. A new file is created only once the last one is reserved to its end, so the units
+        of the files before it all land in reserved (or written) blocks."""
         last = self.files[-1] if self.files else None
-        if last is None:
-            self.capacity = 0
-        else:
-            self.capacity = (last.end if last.reserved else last.start) // CQ_UNIT_SIZE
+        self.capacity = 0 if last is None else (last.start + last.reserved_to) // CQ_UNIT_SIZE
 
     def _create_file(self) -> None:
         if self.files:
@@ -241,7 +242,7 @@ class ConsumeQueue:
             start_unit = self.max_offset - self.max_offset % self.units_per_file
         self.dir.mkdir(parents=True, exist_ok=True)
         start = start_unit * CQ_UNIT_SIZE
-        mf = MappedFile.create(self.dir / file_name(start), start, self.file_size)
+        mf = MappedFile.create(self.dir / file_name(start), start, self.file_size, RESERVE_STEP)
         self.files.append(mf)
         self.starts.append(start_unit)
         self._set_capacity()
@@ -277,7 +278,7 @@ class ConsumeQueue:
         end_unit = min(self.max_offset, mf.end // CQ_UNIT_SIZE)
         a = (new_max - first) * CQ_UNIT_SIZE
         b = (end_unit - first) * CQ_UNIT_SIZE
-        mf.mm[a:b] = bytes(b - a)
+        mf.write_at(a, bytes(b - a))  # not through the mapping: these units' blocks may be holes
         self.max_offset = new_max
         self.min_offset = min(self.min_offset, new_max)
         self.synced_offset = min(self.synced_offset, new_max)

@@ -46,8 +46,13 @@ log = logging.getLogger("cometmq.store")
 _HASH: Final = struct.Struct(">I")
 _OFFSET: Final = struct.Struct(">q")
 _SIZE_MAGIC: Final = struct.Struct(">iI")
-# A failed index-file creation (disk full) is tried again after this long, not on every put.
-_ROLL_RETRY_S: Final = 10.0
+# A failed index-file creation or reservation (disk full) is tried again after this long, not on
+# every put.
+_ROOM_RETRY_S: Final = 10.0
+# An index file's blocks are reserved for this many entries at a time, in both arrays (768 KiB),
+# ahead of the writer (``IndexFile.reserve``): a file takes that much disk rather than its whole size
+# (240 MB by default), and puts pay for two posix_fallocate calls per 65 536 keys.
+_RESERVE_ENTRIES: Final = 1 << 16
 _pack_hash: Final = _HASH.pack_into
 _pack_offset: Final = _OFFSET.pack_into
 _crc32: Final = zlib.crc32
@@ -119,6 +124,7 @@ class IndexFile:
         "mf",
         "mm",
         "off_at",
+        "reserved_count",
         "synced_count",
     )
 
@@ -136,10 +142,15 @@ class IndexFile:
         self.end_ts = end_ts if count else 0
         self.hash_at = INDEX_HEADER_SIZE
         self.off_at = INDEX_HEADER_SIZE + 4 * capacity
+        # Entries below this have their blocks reserved (``reserve``); a file from an earlier run
+        # (which may have holes) starts with none.
+        self.reserved_count = 0
 
     @classmethod
     def create(cls, path: Path, capacity: int) -> IndexFile:
-        mf = MappedFile.create(path, 0, index_file_size(capacity))
+        """A new empty file, sparse but for the header's page (the first ``reserve`` step of its
+        ``MappedFile``); the entries' blocks are reserved as they come."""
+        mf = MappedFile.create(path, 0, index_file_size(capacity), INDEX_HEADER_SIZE)
         mf.mm[:INDEX_HEADER_SIZE] = pack_index_header(IndexHeader(capacity, 0, 0, 0, 0, 0, 0))
         return cls(mf, capacity, 0, 0, 0, 0)
 
@@ -148,7 +159,7 @@ class IndexFile:
         """The file at *path*, or None (nothing left open) if its header is damaged or does not
         match its size or its entries."""
         try:
-            mf = MappedFile.open(path, 0)
+            mf = MappedFile.open(path, 0, INDEX_HEADER_SIZE)
         except (OSError, ValueError):  # ValueError: mmap of an empty file
             return None
         header = (
@@ -209,6 +220,23 @@ class IndexFile:
             if not rel % 4:
                 yield rel // 4
             end = pos + 3  # every match starting before pos fits in [start, pos + 3)
+
+    def reserve(self, count: int) -> None:
+        """Reserve the blocks of entries ``[0, count)`` and of the next ``_RESERVE_ENTRIES``, so that
+        the writer stores them through the mapping without coming back. Entries are appended, so
+        each array's reserved blocks grow from its start like a segment's; hashes and offsets are two
+        arrays, hence two ranges. ``OSError`` when the disk has no room."""
+        have = self.reserved_count
+        if count <= have:
+            return
+        target = min(self.capacity, count + _RESERVE_ENTRIES)
+        mf = self.mf
+        if mf.allocate(self.hash_at + 4 * have, self.hash_at + 4 * target) and mf.allocate(
+            self.off_at + 8 * have, self.off_at + 8 * target
+        ):
+            self.reserved_count = target
+        else:  # the filesystem cannot reserve blocks: the file is used as it is
+            self.reserved_count = self.capacity
 
     def truncate(self, count: int) -> None:
         """Forget the entries from *count* on (start-up only); the header is rewritten by the next
@@ -272,9 +300,9 @@ class IndexService:
         self._cur: IndexFile | None = None  # where the next entry goes; None: create one first
         self._retire = retire
         self._prefix_crc: dict[str, int] = {}
-        self._roll_retry_at = 0.0  # monotonic time before which no new file is tried; 0: none failed
-        # Commit-log offset of the first record whose entries could not all be written (a new file
-        # could not be created); no header vouches for it or beyond, so the next start indexes it
+        self._room_retry_at = 0.0  # monotonic time before which ``_room`` tries nothing; 0: none failed
+        # Commit-log offset of the first record whose entries could not all be written (no index file
+        # could be created or grown); no header vouches for it or beyond, so the next start indexes it
         # again. Written by the writer before it publishes the record's end, read by ``sync``.
         self._first_unindexed = _EVERYTHING
         self._last_name_ms = 0
@@ -301,13 +329,11 @@ class IndexService:
             if f.indexed_to > resume:
                 f.indexed_to = 0  # rewritten below, before new entries go over the dropped ones
         self._flush_all(resume)
-        if not self.files:
-            # Even without keys to index, a file's header remembers how far the log was indexed.
-            self._roll()
-        elif self.files[-1].mf.try_reserve():
+        if self.files:
             self._cur = self.files[-1]
-        # Else entries go to a new file: one stored into a hole of this one's mapping could die of
-        # SIGBUS on a full disk.
+        else:
+            # Even without keys to index, a file's header remembers how far the log was indexed.
+            self._room(0)
         resume = max(resume, cl.min_offset)
         if resume < end:
             self._reindex(cl, resume, end)
@@ -390,7 +416,7 @@ class IndexService:
             for path in self.dir.iterdir():
                 if _name_ms(path.name) >= 0:
                     path.unlink()
-            self._roll()
+            self._room(0)
             start = cl.min_offset
         log.info("index: indexing commit log [%d, %d)", start, end)
         entries_before = sum(f.count for f in self.files)
@@ -432,10 +458,10 @@ class IndexService:
         """Index one record under its UNIQ_KEY and each KEYS entry.
 
         Hot path, called from ``MessageStore.put`` (bench/index.py, bench/store.py): entries are
-        packed in place while they fit the current file, and a UNIQ_KEY alone (what clients send), or
-        with one KEYS entry, is hashed inline rather than through ``index_names`` and ``_key_hashes``
-        (two calls and a comprehension); the general ``_append`` (struct.pack of a list) costs more
-        than all of this.
+        packed in place while they fit the current file's reserved blocks, and a UNIQ_KEY alone
+        (what clients send), or with one KEYS entry, is hashed inline rather than through
+        ``index_names`` and ``_key_hashes`` (two calls and a comprehension); the general ``_append``
+        (struct.pack of a list) costs more than all of this.
         """
         prefix = self._prefix_crc.get(topic)
         if prefix is None:
@@ -453,7 +479,7 @@ class IndexService:
                     return
                 hashes = _key_hashes(prefix, names)
             n = len(hashes)
-            if f is None or f.count + n > f.capacity:
+            if f is None or f.count + n > f.reserved_count:
                 self._append(hashes, [offset] * n, store_ts)
                 return
             mm = f.mm
@@ -469,7 +495,7 @@ class IndexService:
             if not uniq_key:
                 return
             h = _crc32(uniq_key.encode("utf-8", "surrogatepass"), prefix)  # _key_hashes, inlined
-            if f is None or f.count >= f.capacity:
+            if f is None or f.count >= f.reserved_count:
                 self._append([h], [offset], store_ts)
                 return
             i = f.count
@@ -502,14 +528,14 @@ class IndexService:
         done = 0
         while done < n:
             f = self._cur
-            if f is None or f.count >= f.capacity:
-                f = self._roll()
+            if f is None or f.count >= f.reserved_count:
+                f = self._room(n - done)
                 if f is None:
                     # Before the writer publishes the record's end, so ``sync`` sees it in time.
                     self._first_unindexed = min(self._first_unindexed, offsets[done])
                     return
             i = f.count
-            take = min(n - done, f.capacity - i)
+            take = min(n - done, f.reserved_count - i)
             mm = f.mm
             at = f.hash_at + 4 * i
             mm[at : at + 4 * take] = struct.pack(f">{take}I", *hashes[done : done + take])
@@ -522,30 +548,34 @@ class IndexService:
             f.count = i + take
             done += take
 
-    def _roll(self) -> IndexFile | None:
-        """A new current file; None if it cannot be created (disk full), and then no new attempt for
-        ``_ROLL_RETRY_S``: records meanwhile are not indexed. The headers then vouch for nothing
-        from the first record left unindexed on (``_first_unindexed``), so the next start indexes
-        it and everything after it again."""
+    def _room(self, n: int) -> IndexFile | None:
+        """The file the next *n* entries go to (the current one, or a new one when it is full) with
+        blocks reserved for as many of them as it holds. None if that fails (disk full), and then
+        nothing is tried for ``_ROOM_RETRY_S``: records meanwhile are not indexed. The headers then
+        vouch for nothing from the first record left unindexed on (``_first_unindexed``), so the
+        next start indexes it and everything after it again."""
         now = time.monotonic()
-        if now < self._roll_retry_at:
+        if now < self._room_retry_at:
             return None
+        f = self._cur
         try:
-            f = IndexFile.create(self._new_path(), self.capacity)
+            if f is None or f.count >= f.capacity:
+                f = IndexFile.create(self._new_path(), self.capacity)
+                self.files.append(f)
+                self._cur = f
+            f.reserve(min(f.count + n, f.capacity))
         except OSError as exc:
-            if not self._roll_retry_at:
+            if not self._room_retry_at:
                 log.error(
-                    "cannot create an index file (%s); records are not indexed until one can be",
+                    "cannot create or grow an index file (%s); records are not indexed until it can be",
                     exc.strerror or exc,
                 )
-            self._roll_retry_at = now + _ROLL_RETRY_S
+            self._room_retry_at = now + _ROOM_RETRY_S
             return None
-        if self._roll_retry_at:
-            log.warning("index file created; indexing goes on (keys of the records before are "
+        if self._room_retry_at:
+            log.warning("index file created or grown; indexing goes on (keys of the records before are "
                         "indexed at the next start)")  # fmt: skip
-            self._roll_retry_at = 0.0
-        self.files.append(f)
-        self._cur = f
+            self._room_retry_at = 0.0
         return f
 
     def _new_path(self) -> Path:

@@ -19,18 +19,34 @@ class MappedFile:
     """One segment file: ``size`` bytes covering offsets ``[start, start + size)`` of its stream.
 
     The writer thread writes through ``write_at`` (batches, and single records under SYNC_FLUSH)
-    or ``mm`` (single records under ASYNC_FLUSH); readers slice ``view``. The flush thread only
-    calls ``sync``, which needs nothing but the descriptor.
+    or ``mm`` (single records under ASYNC_FLUSH, consume-queue units, index entries); readers slice
+    ``view``. The flush thread only calls ``sync``, which needs nothing but the descriptor.
 
-    A store into the mapping is safe only where the file's blocks are ``reserved``: a page of a
-    sparse file that the filesystem has no room for faults with SIGBUS, which kills the process.
-    ``create`` reserves every block (a full disk is then an ``OSError`` there); a file opened from
-    an earlier run is reserved on demand (``reserve``), and until then is written with ``write_at``.
+    A store into the mapping is safe only where the file's blocks are reserved: a page of a sparse
+    file that the filesystem has no room for faults with SIGBUS, which kills the process. The file
+    is sparse, and bytes ``[0, reserved_to)`` have their blocks reserved (``posix_fallocate``:
+    quick on extent filesystems, nothing is written). The writer calls ``reserve`` before it
+    stores past ``reserved_to``, which reserves a step of ``reserve_step`` bytes beyond the store,
+    so the reservation grows with the data, ahead of the writer, and a full disk is an ``OSError``
+    there. ``create`` reserves the first step; a file opened from an earlier run starts with nothing
+    reserved (it may have holes) and is reserved from its start on the first ``reserve``. Writes
+    through ``write_at`` need no reservation: a full disk fails them cleanly.
     """
 
-    __slots__ = ("end", "fd", "mm", "needs_dir_sync", "path", "reserved", "size", "start", "view")
+    __slots__ = (
+        "end",
+        "fd",
+        "mm",
+        "needs_dir_sync",
+        "path",
+        "reserve_step",
+        "reserved_to",
+        "size",
+        "start",
+        "view",
+    )
 
-    def __init__(self, path: Path, start: int, size: int, fd: int) -> None:
+    def __init__(self, path: Path, start: int, size: int, fd: int, reserve_step: int) -> None:
         self.path = path
         self.start = start
         self.size = size
@@ -39,54 +55,72 @@ class MappedFile:
         self.mm = mmap.mmap(fd, size)
         self.view = memoryview(self.mm)
         self.needs_dir_sync = False
-        self.reserved = False  # every block of the file is allocated: see the class docstring
+        self.reserve_step = reserve_step
+        self.reserved_to = 0  # a multiple of the page size, or ``size`` (see ``_PAGE``)
 
     @classmethod
-    def create(cls, path: Path, start: int, size: int) -> MappedFile:
-        """Create the file (emptying any leftover: new files only ever go beyond the end) with all its
-        blocks reserved (``posix_fallocate``: quick on extent filesystems, no data is written). On a
-        full disk this raises ``OSError`` and leaves no file behind."""
+    def create(cls, path: Path, start: int, size: int, reserve_step: int) -> MappedFile:
+        """Create the file (emptying any leftover: new files only ever go beyond the end), sparse,
+        with the blocks of its first ``reserve_step`` bytes reserved. On a full disk this raises
+        ``OSError`` and leaves no file behind."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _allocate(fd, size)
-            mf = cls(path, start, size, fd)
+            os.ftruncate(fd, size)
+            mf = cls(path, start, size, fd, reserve_step)
+            mf.reserve(0)
         except BaseException:
             os.close(fd)
-            # A file of the wrong size (or a sparse one) would confuse the next load.
+            # Leave no file: the next start would load it as part of the store.
             with contextlib.suppress(OSError):
                 path.unlink()
             raise
-        mf.reserved = True
         # The new directory entry must be durable before data in the file is reported durable;
         # ``sync`` (on the flush thread) does that, so the writer never blocks on a directory fsync.
         mf.needs_dir_sync = True
         return mf
 
     @classmethod
-    def open(cls, path: Path, start: int) -> MappedFile:
+    def open(cls, path: Path, start: int, reserve_step: int) -> MappedFile:
         """Map an existing file at its current size (a changed config only applies to new files)."""
         fd = os.open(path, os.O_RDWR)
         try:
             size = os.fstat(fd).st_size
-            return cls(path, start, size, fd)
+            return cls(path, start, size, fd, reserve_step)
         except BaseException:
             os.close(fd)
             raise
 
-    def reserve(self) -> None:
-        """Reserve the blocks of a file opened from disk (holes are filled, data stays);
-        ``OSError`` when the disk has no room."""
-        if not self.reserved:
-            _allocate(self.fd, self.size)
-            self.reserved = True
+    def reserve(self, end: int) -> None:
+        """Reserve the blocks of bytes ``[0, end)`` and of the next ``reserve_step`` bytes (whole
+        pages, within the file), so that the writer stores up to ``end`` and a step further without
+        coming back; ``OSError`` when the disk has no room (``reserved_to`` stays)."""
+        target = min(self.size, _page_ceil(end + self.reserve_step))
+        if target > self.reserved_to:
+            self.reserved_to = target if self.allocate(self.reserved_to, target) else self.size
 
-    def try_reserve(self) -> bool:
-        """``reserve``, a failure logged rather than raised; whether the blocks are reserved."""
+    def allocate(self, begin: int, end: int) -> bool:
+        """Allocate the blocks of the pages holding bytes ``[begin, end)``: their data stays, holes
+        are filled. ``OSError`` when the disk has no room. False where the filesystem cannot reserve
+        blocks at all (logged once): the file is then used as it is, as on any such filesystem."""
+        global _cannot_reserve_logged
+        begin -= begin % _PAGE
+        end = min(self.size, _page_ceil(end))
+        if end <= begin:
+            return True  # posix_fallocate refuses an empty range (EINVAL)
         try:
-            self.reserve()
+            os.posix_fallocate(self.fd, begin, end - begin)
         except OSError as exc:
-            log.warning("cannot reserve the blocks of %s: %s", self.path, exc.strerror or exc)
-        return self.reserved
+            if exc.errno not in _CANNOT_RESERVE:
+                raise
+            if not _cannot_reserve_logged:
+                _cannot_reserve_logged = True
+                log.warning(
+                    "the filesystem cannot reserve blocks for store files (%s): a disk that fills up "
+                    "may stop the broker",
+                    exc.strerror or exc,
+                )
+            return False
+        return True
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         """Write *data* at *pos* through the descriptor rather than the mapping.
@@ -111,11 +145,10 @@ class MappedFile:
     def zero_from(self, pos: int) -> None:
         """Make bytes ``[pos, size)`` zero without touching every page: shrink the file, then grow it
         back (the kernel drops the pages; the mapping stays valid and reads zeros there). That frees
-        their blocks: they are reserved again if the disk has room."""
+        their blocks, so the reservation ends at ``pos``'s page at most."""
         os.ftruncate(self.fd, pos)
         os.ftruncate(self.fd, self.size)
-        self.reserved = False
-        self.try_reserve()
+        self.reserved_to = min(self.reserved_to, pos - pos % _PAGE)
 
     def close(self) -> None:
         """Unmap and close. If readers still hold slices of ``view`` the mapping cannot be closed now;
@@ -140,27 +173,12 @@ class MappedFile:
 # not fall back to writing a byte per block as glibc's does).
 _CANNOT_RESERVE: Final = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
 _cannot_reserve_logged = False
+# Reservations cover whole pages: a store into a page faults for the blocks of the whole page.
+_PAGE: Final = mmap.PAGESIZE
 
 
-def _allocate(fd: int, size: int) -> None:
-    """Give the file *size* bytes with every block allocated; ``OSError`` when the disk has no room.
-    Where the filesystem cannot reserve blocks the file is only sized (sparse, as RocketMQ's files
-    are), logged once: the mapping is then used as on any such filesystem."""
-    global _cannot_reserve_logged
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as exc:
-        if exc.errno not in _CANNOT_RESERVE:
-            raise
-        if os.fstat(fd).st_size < size:
-            os.ftruncate(fd, size)
-        if not _cannot_reserve_logged:
-            _cannot_reserve_logged = True
-            log.warning(
-                "the filesystem cannot reserve blocks for store files (%s): a disk that fills up "
-                "may stop the broker",
-                exc.strerror or exc,
-            )
+def _page_ceil(n: int) -> int:
+    return -(-n // _PAGE) * _PAGE
 
 
 def fsync_dir(path: Path) -> None:

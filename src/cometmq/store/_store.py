@@ -155,7 +155,7 @@ class MessageStore:
         self._accepting = False
         self._cleaner = CleanService(self._root, config)
         self._last_disk_check = 0.0
-        # Why writes are refused after a store file could not be created or written for lack of
+        # Why writes are refused after a store file could not be created, grown or written for lack of
         # space; until the next look at the disk (``_check_disk``).
         self._out_of_space: str | None = None
         self._out_of_space_logged = False
@@ -392,10 +392,11 @@ class MessageStore:
         cl = self._commitlog
         seg = cl.cur
         pos = cl.wrote_pos
-        # Only an append that must roll a segment or grow a queue file pays for the call.
+        # Only an append that must roll a segment, or reserve the next blocks of the segment or of the
+        # queue's file, pays for the call (``reserved_to`` is at most the segment's size).
         if (
             seg is None
-            or pos + total + 8 > seg.size
+            or pos + total + 8 > seg.reserved_to
             or (cq is not None and cq.max_offset + count > cq.capacity)
         ):
             room = self._reserve(total, cq, count)
@@ -465,9 +466,9 @@ class MessageStore:
         # SYNC_FLUSH with pwrite, into the blocks the commit log wrote ahead (``CommitLog.warm_ahead``):
         # a record stored through the mapping faults on every page each group commit wrote back, which
         # slows the group commits (bench/store.py, its "16 producers" rows). A batch always goes with
-        # one pwrite, and so does anything into a segment whose blocks are not reserved (a store into
-        # the mapping there could die of SIGBUS on a full disk; see MappedFile).
-        if count == 1 and seg.reserved and not self._sync_flush:
+        # one pwrite. The record's blocks are reserved (``_reserve``): a store into the mapping
+        # cannot die of SIGBUS on a full disk (see MappedFile).
+        if count == 1 and not self._sync_flush:
             seg.mm[pos : pos + total] = records
         else:
             try:
@@ -530,16 +531,18 @@ class MessageStore:
 
     def _reserve(self, size: int, cq: ConsumeQueue | None, units: int) -> tuple[MappedFile, int] | PutStatus:
         """The segment and position where ``size`` bytes of records go, rolling to a new segment
-        when they do not fit, and the consume-queue room for *units*. All file creation happens
-        before the first byte is written, so a failure (disk full) leaves nothing half done."""
+        when they do not fit, with their blocks reserved, and the consume-queue room for *units*.
+        All file creation and reservation happens before the first byte is written, so a failure
+        (disk full) leaves nothing half done."""
         cl = self._commitlog
         if size + 8 > cl.segment_size:  # a segment always keeps room for the 8-byte blank filler
             return PutStatus.MESSAGE_ILLEGAL
         seg = cl.cur
         assert seg is not None
         pos = cl.wrote_pos
-        # A new file is when to look at the disk between clean passes (cheap: once per file), so a
-        # fast producer is refused near the warning level rather than at a full disk.
+        # A new file or reservation step is when to look at the disk between clean passes (cheap:
+        # once per step), so a fast producer is refused near the warning level rather than at a full
+        # disk.
         self._check_disk()
         if not self._accepting:
             return PutStatus.SERVICE_NOT_AVAILABLE
@@ -549,8 +552,10 @@ class MessageStore:
             if pos + size + 8 > seg.size:
                 seg = cl.roll()
                 pos = 0
+            if pos + size + 8 > seg.reserved_to:  # the blank filler's 8 bytes too, for ``roll``
+                seg.reserve(pos + size + 8)
         except OSError as exc:
-            return self._refuse_for(exc, "no room for a new store file")
+            return self._refuse_for(exc, "no room for the store files to grow")
         if self._out_of_space_logged:
             self._out_of_space_logged = False
             log.warning("there is room for store files again; accepting writes")
@@ -574,7 +579,7 @@ class MessageStore:
 
     def _check_disk(self) -> float:
         """Measure the disk; refuse or accept writes accordingly (the disk guard). An earlier
-        refusal for lack of space is dropped: the next put that needs a file tries again."""
+        refusal for lack of space is dropped: the next put that needs room tries again."""
         self._last_disk_check = time.monotonic()
         ratio = self._cleaner.guard.check()
         self._out_of_space = None
@@ -804,7 +809,7 @@ class MessageStore:
             ratio = self._cleaner.guard.measure()
             return CleanReport(ratio, False, False, False, True, self._commitlog.min_offset)
         self._last_disk_check = time.monotonic()
-        self._out_of_space = None  # as _check_disk: the next put that needs a file tries again
+        self._out_of_space = None  # as _check_disk: the next put that needs room tries again
         report = self._cleaner.run(now, self._commitlog, self._queues, self._retire_files, self._index)
         self._update_accepting()
         return report
