@@ -570,11 +570,14 @@ class MessageStore:
             log.error("%s: %s", what, exc)
             return PutStatus.UNKNOWN_ERROR
         ratio = self._check_disk()
-        self._out_of_space = f"disk full: {ratio:.1%} of {self._root} used; {what} ({exc.strerror})"
+        # Said the same way for every out-of-space error (ENOSPC, EDQUOT, a write cut short), with how
+        # full the disk is when it can be measured.
+        used = f"{ratio:.1%} of {self._root} used" if ratio >= 0 else f"{self._root} has no space left"
+        self._out_of_space = f"disk full: {used}; {what}"
         self._accepting = False
         if not self._out_of_space_logged:
             self._out_of_space_logged = True
-            log.warning("%s; refusing writes", self._out_of_space)
+            log.warning("%s (%s); refusing writes", self._out_of_space, exc.strerror or exc)
         return PutStatus.SERVICE_NOT_AVAILABLE
 
     def _check_disk(self) -> float:
