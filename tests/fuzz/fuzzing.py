@@ -776,6 +776,8 @@ class Connection:
     def __init__(self, address: tuple[str, int]) -> None:
         self.sock = socket.create_connection(address, timeout=ANSWER_TIMEOUT_S)
         self.decoder = FrameDecoder()
+        # Commands read after the one an ``until`` waited for (one read may hold several), for the next.
+        self._unread: list[RemotingCommand] = []
 
     def close(self) -> None:
         self.sock.close()
@@ -787,7 +789,11 @@ class Connection:
             raise ServerClosed from exc
 
     def read(self) -> list[RemotingCommand]:
-        """The commands completed by the next bytes; ServerClosed at the end of the stream."""
+        """The commands left unread by the last ``until``, else those completed by the next bytes;
+        ServerClosed at the end of the stream."""
+        if self._unread:
+            commands, self._unread = self._unread, []
+            return commands
         try:
             data = self.sock.recv(1 << 20)
         except ConnectionResetError as exc:
@@ -800,9 +806,11 @@ class Connection:
         """Read until a command *done* accepts; every command read up to it, that one last."""
         commands: list[RemotingCommand] = []
         while True:
-            for command in self.read():
+            batch = self.read()
+            for at, command in enumerate(batch):
                 commands.append(command)
                 if done(command):
+                    self._unread = batch[at + 1 :]
                     return commands
 
     def call_raw(self, header: bytes, body: bytes = b"") -> RemotingCommand:

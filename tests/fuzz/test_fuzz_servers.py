@@ -14,13 +14,16 @@ test of its own.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fuzzing import PROBE_CODE, Connection, Report, Target, fuzz, servers
+from fuzzing import PROBE_CODE, PROBE_OPAQUE, Connection, Report, Target, fuzz, servers
 
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.codec import encode_bytes
+from cometmq.protocol.codes import RESPONSE_FLAG
 from waiting import wait_until_blocking
 
 SEED = int(os.environ.get("COMETMQ_FUZZ_SEED", "20261128"))
@@ -128,3 +131,18 @@ def test_a_name_a_client_sends_cannot_write_a_line_of_its_own_into_the_log(
     log = wait_until_blocking(logged, message="the wipe's log line")
     assert forged not in log.splitlines()
     assert f"of broker evil\\x0a{forged}\\x0d on 0 topics" in log
+
+
+def test_the_fuzzers_connection_keeps_answers_that_arrive_in_one_read_with_the_one_awaited() -> None:
+    """A request answered after the probe sent behind it (a reset waits for a file write) may arrive in
+    the same read as the probe's answer: waiting for the probe must not lose it."""
+    late = RemotingCommand(code=ResponseCode.SUCCESS, opaque=7, flag=RESPONSE_FLAG)
+    probe = RemotingCommand(code=ResponseCode.SUCCESS, opaque=PROBE_OPAQUE, flag=RESPONSE_FLAG)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        conn = Connection(listener.getsockname())
+        peer, _ = listener.accept()
+        with peer:
+            peer.sendall(encode_bytes(probe) + encode_bytes(late))  # one write: most likely one read
+            assert [c.opaque for c in conn.until(lambda c: c.opaque == PROBE_OPAQUE)][-1] == PROBE_OPAQUE
+            assert [c.opaque for c in conn.until(lambda c: c.opaque == 7)] == [7]
+        conn.close()
