@@ -126,8 +126,8 @@ class ConsumeQueue:
         self.min_offset = self.starts[0]
         self.max_offset = self.starts[0]
         for mf in reversed(self.files):
-            # Read, not through the mapping: on tmpfs even reading a hole of a shared mapping needs
-            # a page, a SIGBUS on a full disk (a file left sparse by an earlier version).
+            # Read, not through the mapping: the file is sparse past what was reserved, and on tmpfs
+            # even reading a hole of a shared mapping needs a page, a SIGBUS on a full disk.
             used = len(os.pread(mf.fd, mf.size, 0).rstrip(b"\0"))
             if used:
                 self.max_offset = mf.start // CQ_UNIT_SIZE + (used - 1) // CQ_UNIT_SIZE + 1
