@@ -10,6 +10,7 @@ import json
 import re
 import string
 import struct
+import sys
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -625,6 +626,20 @@ def test_decoded_columns_match_the_reference_decoder_with_system_properties_abse
 ) -> None:
     offsets = list(range(start, start + len(messages)))
     _decode_like_the_reference(_encode(messages, offsets, queue), queue, include_properties)
+
+
+def test_a_compressed_body_that_does_not_inflate_is_read_as_stored_as_the_consumer_hands_it_over(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "_stored", lambda spec: (spec.body, 0x1))
+    spec = _Spec(b"not zlib data", {"colour": "red"}, None, None, None, 1, 2, 0, 0, (0, 1, 2, 3))
+    queue = _Queue("t", "broker-a", 3, encode_host("10.0.0.1", 10911), 4096)
+    decoded, _ = _decode_like_the_reference(_encode([spec, spec], [7, 8], queue), queue, False)
+    assert [row["body"] for row in decoded.batch.to_pylist()] == [b"not zlib data"] * 2
+    assert (
+        sum("t@broker-a:3" in r.getMessage() and "read as stored" in r.getMessage() for r in caplog.records)
+        == 2
+    )
 
 
 def test_absent_tags_keys_and_uniq_key_read_as_null_and_the_offset_msg_id() -> None:

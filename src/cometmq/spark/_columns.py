@@ -11,6 +11,7 @@ send the whole body through the general record decoder instead.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import struct
 from collections.abc import Collection
 
@@ -31,6 +32,8 @@ from cometmq.protocol.record import (
 from cometmq.spark._schema import ARROW_SCHEMA, KEYS_TYPE, PROPERTIES_TYPE, TIMESTAMP
 
 __all__ = ["DecodedBatch", "decode_batch"]
+
+log = logging.getLogger(__name__)
 
 # Record layout with IPv4 hosts (protocol/record.py): where the fields a row needs start.
 _MAGIC_AT = 4
@@ -116,6 +119,17 @@ class _Fields:
         return _Fields(*(getattr(self, field.name).slice(0, n) for field in dataclasses.fields(self)))
 
 
+def _inflated(stored: bytes, topic: str, broker: str, queue_id: int) -> bytes:
+    """A compressed body inflated; one that does not inflate (a producer's bug, or past the bound) is
+    read as stored, with a warning, as the consumers hand it over: failing the task would stop every
+    query and stream over its queue at that message for ever."""
+    try:
+        return inflate_body(stored)
+    except RecordError as exc:
+        log.warning("a message of %s@%s:%d: %s; read as stored", topic, broker, queue_id, exc)
+        return stored
+
+
 def decode_batch(
     data: bytes,
     topic: str,
@@ -145,7 +159,7 @@ def decode_batch(
     if pc.any(pc.not_equal(pc.bit_wise_and(flags, _COMPRESSED), _ZERO)).as_py():
         bodies = pa.array(
             [
-                inflate_body(b) if f & SYSFLAG_COMPRESSED else b
+                _inflated(b, topic, broker, queue_id) if f & SYSFLAG_COMPRESSED else b
                 for b, f in zip(bodies.to_pylist(), flags.to_pylist(), strict=True)
             ],
             pa.binary(),
