@@ -55,19 +55,15 @@ class SubscriptionGroupManager:
         }
 
     def persist(self) -> None:
-        """Write subscriptionGroup.json; a failure is logged and left to ``retry_persist``
-        (``MetadataFile``): an auto-created group works at once, written or not."""
+        """Write subscriptionGroup.json; a failure is logged, and the broker's housekeeping writes the
+        table again while ``write_pending`` (``MetadataFile``): an auto-created group works at once,
+        written or not."""
         self._file.save(self.wrapper())
 
     @property
     def write_pending(self) -> bool:
         """Whether the file is older than the table (its last write failed)."""
         return self._file.pending
-
-    def retry_persist(self) -> None:
-        """Write the table again if the last write failed (the broker's housekeeping)."""
-        if self._file.pending:
-            self.persist()
 
     def _changed(self) -> None:
         self.data_version.next_version()

@@ -88,18 +88,14 @@ class TopicConfigManager:
         return config
 
     def persist(self) -> None:
-        """Write topics.json; a failure is logged and left to ``retry_persist`` (``MetadataFile``)."""
+        """Write topics.json; a failure is logged, and the broker's housekeeping writes the table again
+        while ``write_pending`` (``MetadataFile``)."""
         self._file.save(self.serialize_wrapper())
 
     @property
     def write_pending(self) -> bool:
         """Whether the file is older than the table (its last write failed)."""
         return self._file.pending
-
-    def retry_persist(self) -> None:
-        """Write the table again if the last write failed (the broker's housekeeping)."""
-        if self._file.pending:
-            self.persist()
 
     def serialize_wrapper(self) -> dict[str, Any]:
         """TopicConfigSerializeWrapper: what the NameServer registration and GET_ALL_TOPIC_CONFIG carry."""

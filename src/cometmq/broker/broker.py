@@ -272,8 +272,9 @@ class Broker:
                     if write is not None:
                         await loop.run_in_executor(None, write)
                     # Metadata writes that failed (disk full) are made again until they succeed.
-                    self.topics.retry_persist()
-                    self.groups.retry_persist()
+                    for table in (self.topics, self.groups):
+                        if table.write_pending:
+                            table.persist()
                 if now - last_scan >= CLIENT_SCAN_INTERVAL_S:
                     last_scan = now
                     self.producers.expire(now)
