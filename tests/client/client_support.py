@@ -9,7 +9,7 @@ import asyncio
 import os
 import sys
 from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -124,11 +124,18 @@ class ScriptedBroker:
         await self.server.stop()
 
 
+B = TypeVar("B", bound=ScriptedBroker)
+
+
+def scripted(script: list[int]) -> AbstractAsyncContextManager[tuple[str, ScriptedBroker]]:
+    return serving(ScriptedBroker("broker-s", script))
+
+
 @asynccontextmanager
-async def scripted(script: list[int]) -> AsyncIterator[tuple[str, ScriptedBroker]]:
+async def serving(broker: B) -> AsyncIterator[tuple[str, B]]:
+    """A name server, and *broker* (a :class:`ScriptedBroker`) serving topic "Scripted" through it."""
     namesrv = NameServer(host="127.0.0.1", port=0)
     await namesrv.start()
-    broker = ScriptedBroker("broker-s", script)
     try:
         await broker.start(f"127.0.0.1:{namesrv.port}", "Scripted")
         yield f"127.0.0.1:{namesrv.port}", broker

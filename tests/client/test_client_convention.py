@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from client_support import SILENT, ScriptedBroker, run, scripted
+from client_support import SILENT, ScriptedBroker, run, scripted, serving
 
 from cometmq.client import (
     AdminClient,
@@ -30,7 +29,6 @@ from cometmq.client import (
     blocking,
 )
 from cometmq.errors import OptionError
-from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.remoting import Connection
 from processes import StandaloneServer
@@ -214,25 +212,11 @@ class SilentBroker(ScriptedBroker):
         return super().handle(conn, request)
 
 
-@asynccontextmanager
-async def silent_broker() -> AsyncIterator[tuple[str, SilentBroker]]:
-    """A name server and a :class:`SilentBroker` serving topic "Scripted"."""
-    namesrv = NameServer(host="127.0.0.1", port=0)
-    await namesrv.start()
-    broker = SilentBroker([])
-    try:
-        await broker.start(f"127.0.0.1:{namesrv.port}", "Scripted")
-        yield f"127.0.0.1:{namesrv.port}", broker
-    finally:
-        await broker.stop()
-        await namesrv.stop()
-
-
 def test_lite_pull_close_gives_up_an_unanswered_last_commit_after_its_timeout(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def scenario() -> None:
-        async with silent_broker() as (namesrv, broker):
+        async with serving(SilentBroker([])) as (namesrv, broker):
             # Without close's timeout the commit would wait for the request timeout, past run()'s.
             consumer = LitePullConsumer("GID_conv_close", namesrv, request_timeout=600.0)
             queue = MessageQueue("Scripted", "broker-s", 0)
