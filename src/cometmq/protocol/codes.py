@@ -61,6 +61,7 @@ class RequestCode(enum.IntEnum):
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    GET_BROKER_HA_STATUS = 907  # RocketMQ 5's; a 4.x broker does not answer it
 
 
 class ResponseCode(enum.IntEnum):
