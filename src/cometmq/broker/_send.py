@@ -8,7 +8,7 @@ import socket
 import time
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import is_delayable
@@ -76,7 +76,18 @@ _STATUS_CODES = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
     PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
+# Answers for a message that is stored: the reply carries its msgId and queue offset (RocketMQ).
+_STORED_CODES = frozenset(
+    {
+        ResponseCode.SUCCESS,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+    }
+)
 
 
 @lru_cache(maxsize=4096)
@@ -284,8 +295,8 @@ class SendProcessor:
             result = broker.store.put(message)
         if result.status is PutStatus.PUT_OK:
             broker.stats.put_messages += result.count
-            if wait_store and broker.sync_flush:
-                return self._reply_after_flush(conn, request, result, queue_id)
+            if wait_store and (broker.sync_flush or broker.sync_master):
+                return self._reply_when_stored(conn, request, result, queue_id)
         return self._reply(request, result, result.status, queue_id)
 
     def _is_dead(self, request: RemotingCommand, sent: SendMessageRequestHeader, header: _SendHeader) -> bool:
@@ -397,34 +408,52 @@ class SendProcessor:
             )
         return self._message(header, entry.body, entry.flag, merged)
 
-    def _reply_after_flush(
+    def _reply_when_stored(
         self, conn: Connection, request: RemotingCommand, result: PutResult, queue_id: int
     ) -> RemotingCommand | None:
-        """SYNC_FLUSH: the reply, once the flush that covers the message is done. Returned if it is
-        done already, else sent by a callback of the flush's future (no task per send: 16 producers
+        """SYNC_FLUSH and SYNC_MASTER: the reply, once the flush that covers the message and a
+        slave's acknowledgement of it are in, both waited for at once (RocketMQ). Returned if both are
+        in already, else sent by a callback of the one still pending (no task per send: 16 producers
         waiting for one group commit are 16 callbacks of one loop step)."""
-        flushed = self._broker.store.when_flushed(result.commitlog_end_offset)
-        if flushed.done():
-            return self._flushed_reply(request, result, flushed, queue_id)
+        broker = self._broker
+        end = result.commitlog_end_offset
+        flushed = broker.store.when_flushed(end) if broker.sync_flush else None
+        ha_server = broker.ha_server
+        replicated = ha_server.when_replicated(end) if broker.sync_master and ha_server is not None else None
 
-        def answer(flushed: asyncio.Future[bool]) -> None:
-            conn.reply_with(request, lambda: self._flushed_reply(request, result, flushed, queue_id))
+        def pending() -> asyncio.Future[Any] | None:
+            if replicated is not None and not replicated.done():
+                return replicated
+            if flushed is not None and not flushed.done():
+                return flushed
+            return None
 
-        flushed.add_done_callback(answer)
+        def stored_reply() -> RemotingCommand:
+            status = PutStatus.PUT_OK
+            if flushed is not None and (flushed.cancelled() or not flushed.result()):
+                status = PutStatus.FLUSH_DISK_TIMEOUT
+            if replicated is not None and replicated.result() is not PutStatus.PUT_OK:
+                status = replicated.result()  # the replica's status wins over the flush's (RocketMQ)
+            return self._reply(request, result, status, queue_id)
+
+        def answer(_: asyncio.Future[Any]) -> None:
+            waiting = pending()
+            if waiting is not None:
+                waiting.add_done_callback(answer)
+            else:
+                conn.reply_with(request, stored_reply)
+
+        waiting = pending()
+        if waiting is None:
+            return stored_reply()
+        waiting.add_done_callback(answer)
         return None
-
-    def _flushed_reply(
-        self, request: RemotingCommand, result: PutResult, flushed: asyncio.Future[bool], queue_id: int
-    ) -> RemotingCommand:
-        on_disk = not flushed.cancelled() and flushed.result()
-        status = PutStatus.PUT_OK if on_disk else PutStatus.FLUSH_DISK_TIMEOUT
-        return self._reply(request, result, status, queue_id)
 
     def _reply(
         self, request: RemotingCommand, result: PutResult, status: PutStatus, queue_id: int
     ) -> RemotingCommand:
         code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
-        if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+        if code not in _STORED_CODES:
             # The store says why it refuses writes (disk full and how full, or shutting down).
             refusal = self._broker.store.write_refusal if status is PutStatus.SERVICE_NOT_AVAILABLE else None
             return request.response(

@@ -23,11 +23,13 @@ from cometmq.broker._send import SendProcessor, host_bytes
 from cometmq.broker._sendback import SendBackProcessor
 from cometmq.broker._stats import BrokerStats, sample_every_second
 from cometmq.broker._topics import TopicConfigManager
-from cometmq.broker.config import BrokerConfig
+from cometmq.broker.config import BrokerConfig, BrokerRole
 from cometmq.errors import CometMQError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.ha_status import HARuntimeInfo
 from cometmq.protocol.namesrv_headers import BrokerRequestHeader, RegisterBrokerRequestHeader
 from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer
+from cometmq.replication import HAClient, HAServer
 from cometmq.store import FlushDiskType, MessageStore
 
 log = logging.getLogger("cometmq.broker")
@@ -49,6 +51,10 @@ class Broker:
         config_dir = self.root_dir / "config"
         self.store = MessageStore(store_config)
         self.sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        # Replication: a master's HA server (a SYNC_MASTER's sends wait on it), a slave's HA client.
+        self.ha_server: HAServer | None = None
+        self.ha_client: HAClient | None = None
+        self.sync_master = False  # a running SYNC_MASTER: sends wait for a slave
         self.store_host = host_bytes(config.broker_addr)
         # Every topic change is registered with the NameServer soon, not only on the 30 s period.
         self.topics = TopicConfigManager(config, config_dir, on_change=lambda: self.request_register())
@@ -70,8 +76,22 @@ class Broker:
     def port(self) -> int:
         return self._server.port if self._server is not None else self.config.listen_port
 
+    @property
+    def ha_port(self) -> int:
+        """The HA port advertised to the NameServer: the master's HA server's."""
+        return self.ha_server.port if self.ha_server is not None else self.config.ha_port
+
     def runtime_info(self) -> dict[str, str]:
         return runtime_info(self)
+
+    def ha_status(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_HA_STATUS: the replication state (a master's links, or a slave's link)."""
+        replication = self.ha_server or self.ha_client
+        if replication is not None:
+            info = replication.runtime_info()
+        else:
+            info = HARuntimeInfo(master=True, master_commit_log_max_offset=self.store.replica_end())
+        return request.response(body=info.encode())
 
     def _dispatcher(self) -> Dispatcher:
         """The broker's one processor table: each request code and the processor method serving it."""
@@ -115,6 +135,7 @@ class Broker:
                 RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.invoke_broker_to_reset_offset,
                 RequestCode.GET_ALL_DELAY_OFFSET: admin.get_all_delay_offset,
                 RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+                RequestCode.GET_BROKER_HA_STATUS: self.ha_status,
             }
         )
 
@@ -134,9 +155,13 @@ class Broker:
             limits=self.config.server_limits(),
         )
         server.add_close_listener(self._connection_closed)
+        ha_port = self.config.ha_port  # before listen_port takes the port the OS picks
         try:
             await server.start()
+            await self._start_replication(ha_port)
         except BaseException:
+            await server.stop()
+            await self._stop_replication()
             # A broker that cannot listen serves nothing: it gives its data directory (and the lock on
             # it) up, so that a retry in this process, on another port, can have it.
             await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
@@ -164,6 +189,25 @@ class Broker:
         if self.config.namesrv_addr:
             await self.register_all()
 
+    async def _start_replication(self, ha_port: int) -> None:
+        cfg = self.config
+        replication = cfg.replication_config()
+        if cfg.broker_role is BrokerRole.SLAVE:
+            # haMasterAddress, else the master's HA address the registration learns (RocketMQ).
+            self.ha_client = HAClient(self.store, replication, lambda: getattr(self, "master_ha_addr", None))
+            self.ha_client.start()
+        else:
+            self.ha_server = HAServer(self.store, replication)
+            await self.ha_server.start(cfg.listen_host, ha_port)
+        self.sync_master = self.ha_server is not None and cfg.broker_role is BrokerRole.SYNC_MASTER
+
+    async def _stop_replication(self) -> None:
+        self.sync_master = False
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+        if self.ha_server is not None:
+            await self.ha_server.stop()
+
     def _connection_closed(self, conn: Connection) -> None:
         self.pull_holds.drop_connection(conn)
         self.producers.remove_connection(conn)
@@ -180,6 +224,7 @@ class Broker:
         if self._server is not None:
             await self._server.stop()
             self._server = None
+        await self._stop_replication()
         if self.config.namesrv_addr:
             with contextlib.suppress(CometMQError, OSError):
                 await self._unregister_all()
@@ -216,7 +261,7 @@ class Broker:
             broker_name=cfg.broker_name,
             broker_addr=cfg.broker_addr,
             cluster_name=cfg.broker_cluster_name,
-            ha_server_addr=f"{cfg.broker_ip1}:{cfg.listen_port + 1}",
+            ha_server_addr=f"{cfg.broker_ip1}:{self.ha_port}",
             broker_id=cfg.broker_id,
         )
         body = self.topics.register_body().encode()

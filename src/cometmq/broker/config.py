@@ -20,6 +20,7 @@ from cometmq.broker._javaprops import read_properties
 from cometmq.errors import ConfigError
 from cometmq.protocol import MAX_FRAME_SIZE
 from cometmq.remoting import DEFAULT_MAX_PARTIAL_FRAME_BYTES, ServerLimits, default_max_connections
+from cometmq.replication import ReplicationConfig
 from cometmq.store import FlushDiskType, StoreConfig, parse_delay_levels, parse_delete_when
 
 log = logging.getLogger("cometmq.broker")
@@ -28,8 +29,8 @@ DEFAULT_DATA_DIR = Path.home() / ".cometmq" / "data"
 
 
 class BrokerRole(enum.Enum):
-    """RocketMQ's brokerRole. CometMQ does not replicate: every broker serves as a master, whatever
-    its role, and reports the role to admin tools (GET_BROKER_RUNTIME_INFO)."""
+    """RocketMQ's brokerRole: a master (ASYNC_MASTER answers a send once stored, SYNC_MASTER once a
+    slave has it too) or a SLAVE copying its master's commit log (cometmq.replication)."""
 
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
@@ -95,10 +96,37 @@ class BrokerConfig:
     server_max_partial_frame_bytes: int = DEFAULT_MAX_PARTIAL_FRAME_BYTES
     region_id: str = "DefaultRegion"
     trace_on: bool = True
+    # Replication (docs/operations.md, "Replication"): RocketMQ's HA keys and their 4.9.8 defaults.
+    # haListenPort: -1 is listenPort + 1 (a port the OS picks when listenPort is 0). A value given is
+    # used, where RocketMQ 4.9 overwrites it with listenPort + 1.
+    ha_listen_port: int = -1
+    ha_master_address: str = ""  # a slave's master HA address; empty: learned from the NameServer
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20_000
+    ha_transfer_batch_size: int = 32768
+    ha_max_gap_not_in_sync: int = 268_435_456  # 4.9's name, haSlaveFallbehindMax, is read too
+    slave_timeout: int = 3000  # ms a SYNC_MASTER send waits for a slave (RocketMQ 4.9.3+)
 
     @property
     def broker_addr(self) -> str:
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def ha_port(self) -> int:
+        """The port of the HA server (a master's), before it listens."""
+        if self.ha_listen_port >= 0:
+            return self.ha_listen_port
+        return self.listen_port + 1 if self.listen_port else 0
+
+    def replication_config(self) -> ReplicationConfig:
+        return ReplicationConfig(
+            master_address=self.ha_master_address.strip(),
+            heartbeat_interval_ms=self.ha_send_heartbeat_interval,
+            housekeeping_interval_ms=self.ha_housekeeping_interval,
+            transfer_batch_size=self.ha_transfer_batch_size,
+            max_gap_not_in_sync=self.ha_max_gap_not_in_sync,
+            slave_timeout_ms=self.slave_timeout,
+        )
 
     def update(self, values: Mapping[str, Any], source: str = "the broker settings") -> None:
         """Apply settings given by RocketMQ key (``listenPort``) or attribute name (``listen_port``).
@@ -126,6 +154,17 @@ class BrokerConfig:
     def _check(self) -> None:
         if not 0 <= self.listen_port <= 65535:
             raise ConfigError(f"listenPort {self.listen_port} is not a port number")
+        if not -1 <= self.ha_listen_port <= 65535:
+            raise ConfigError(f"haListenPort {self.ha_listen_port} is not a port number")
+        for key, value in (
+            ("haSendHeartbeatInterval", self.ha_send_heartbeat_interval),
+            ("haHousekeepingInterval", self.ha_housekeeping_interval),
+            ("haTransferBatchSize", self.ha_transfer_batch_size),
+            ("haMaxGapNotInSync", self.ha_max_gap_not_in_sync),
+            ("slaveTimeout", self.slave_timeout),
+        ):
+            if value < 1:
+                raise ConfigError(f"{key} {value} is not a positive number")
         if self.busy_poll_micros < 0:
             raise ConfigError(f"busyPollMicros {self.busy_poll_micros} is negative")
         if self.server_channel_max_idle_time_seconds < 0:
@@ -190,8 +229,6 @@ ROCKETMQ_KEYS_NOT_USED = frozenset(
         "storePathDLedgerCommitLog",
         # Replication and DLedger: a CometMQ broker is a master on its own.
         "brokerIP2",
-        "haListenPort",
-        "haMasterAddress",
         "slaveReadEnable",
         "enableDLegerCommitLog",
         "dLegerGroup",
@@ -236,6 +273,7 @@ def _key(attribute: str) -> str:
 
 _KEY_OF_ATTRIBUTE = {f.name: _key(f.name) for f in dataclasses.fields(BrokerConfig)}
 _ATTRIBUTE_OF_KEY = {key: name for name, key in _KEY_OF_ATTRIBUTE.items()}
+_ATTRIBUTE_OF_KEY["haSlaveFallbehindMax"] = "ha_max_gap_not_in_sync"  # RocketMQ 4.9's name
 _SUGGESTIONS = sorted({*_ATTRIBUTE_OF_KEY, *ROCKETMQ_KEYS_NOT_USED})
 
 # The store's name of a setting, where it is not the broker's: the store spells "commitlog" as one

@@ -197,6 +197,9 @@ class PutStatus(enum.Enum):
     PROPERTIES_SIZE_EXCEEDED = 3
     SERVICE_NOT_AVAILABLE = 4
     UNKNOWN_ERROR = 5
+    # SYNC_MASTER's group transfer (cometmq.replication): stored on the master, not confirmed by a slave.
+    FLUSH_SLAVE_TIMEOUT = 6
+    SLAVE_NOT_AVAILABLE = 7
 
 
 @dataclass(slots=True)

@@ -1,0 +1,212 @@
+"""The slave's side of the HA link: ``HAClient`` copies the master's commit log into the slave's store."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable
+
+from cometmq.errors import CometMQError, ProtocolError
+from cometmq.protocol.ha import ChunkDecoder, encode_report
+from cometmq.protocol.ha_status import HAClientRuntimeInfo, HARuntimeInfo
+from cometmq.replication._config import ReplicationConfig
+from cometmq.replication._rate import ByteRate
+from cometmq.store import MessageStore, ReplicaOffsetError
+
+log = logging.getLogger("cometmq.replication")
+
+_READ_SIZE = 256 * 1024
+# RocketMQ's HAClient: the wait before connecting again, and the connect timeout.
+RECONNECT_INTERVAL_S = 5.0
+CONNECT_TIMEOUT_S = 5.0
+
+
+class _Outcome(enum.Enum):
+    RECONNECT = enum.auto()
+    STOP = enum.auto()  # the logs do not line up: replicating further would corrupt the slave's
+
+
+def _millis() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class HAClient:
+    """Connects to the master's HA port, reports the slave's commit-log end, appends what comes.
+
+    *master_ha_addr* gives the master's HA address as the slave's registration learned it (None while
+    unknown); ``haMasterAddress``, when set, is used instead.
+    """
+
+    def __init__(
+        self, store: MessageStore, config: ReplicationConfig, master_ha_addr: Callable[[], str | None]
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._master_ha_addr = master_ha_addr
+        self._task: asyncio.Task[None] | None = None
+        self._addr = ""
+        self._connected = False
+        self._stopped_on_error = False
+        self._master_offset = 0  # the end of the last chunk received
+        self._last_read_ms = 0
+        self._last_write_ms = 0
+        self._rate = ByteRate()
+
+    @property
+    def replicating(self) -> bool:
+        """False once the client stopped because the logs do not line up (or was never started)."""
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def runtime_info(self) -> HARuntimeInfo:
+        return HARuntimeInfo(
+            master=False,
+            master_commit_log_max_offset=self._master_offset,
+            ha_client_runtime_info=HAClientRuntimeInfo(
+                master_addr=self._addr,
+                transferred_byte_in_second=self._rate.per_second(),
+                max_offset=self._store.replica_end(),
+                last_read_timestamp=self._last_read_ms,
+                last_write_timestamp=self._last_write_ms,
+                master_flush_offset=self._master_offset,
+                is_activated=self._connected,
+            ),
+        )
+
+    async def _run(self) -> None:
+        while True:
+            addr = self._config.master_address or self._master_ha_addr()
+            if addr:
+                self._addr = addr
+                try:
+                    outcome = await self._replicate(addr)
+                except (OSError, TimeoutError, ProtocolError, CometMQError) as exc:
+                    log.info(
+                        "HA link to the master %s: %s; connecting again in %g s",
+                        addr,
+                        exc,
+                        RECONNECT_INTERVAL_S,
+                    )
+                    outcome = _Outcome.RECONNECT
+                if outcome is _Outcome.STOP:
+                    return
+            await asyncio.sleep(RECONNECT_INTERVAL_S)
+
+    async def _replicate(self, addr: str) -> _Outcome:
+        host, _, port = addr.rpartition(":")
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host, int(port))
+        store = self._store
+        self._connected = True
+        reported = store.replica_end()
+        log.info("connected to the master %s (HA), replicating from commit-log offset %d", addr, reported)
+        try:
+            writer.write(encode_report(reported))  # at once, not after a heartbeat interval (RocketMQ 4.9)
+            self._last_write_ms = _millis()
+            return await self._receive(addr, reader, writer, reported)
+        finally:
+            self._connected = False
+            writer.close()
+            log.info(
+                "disconnected from the master %s (HA) at commit-log offset %d", addr, store.replica_end()
+            )
+
+    async def _receive(
+        self, addr: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reported: int
+    ) -> _Outcome:
+        store = self._store
+        config = self._config
+        decoder = ChunkDecoder()
+        loop = asyncio.get_running_loop()
+        heartbeat_s = config.heartbeat_interval_ms / 1000
+        quiet_s = config.housekeeping_interval_ms / 1000
+        last_read = last_write = loop.time()
+        caught_up = False
+        while True:
+            wait = min(last_write + heartbeat_s, last_read + quiet_s) - loop.time()
+            try:
+                async with asyncio.timeout(max(wait, 0.0)):
+                    data = await reader.read(_READ_SIZE)
+            except TimeoutError:
+                now = loop.time()
+                if now - last_read >= quiet_s:
+                    log.info(
+                        "the master %s sent nothing for %d ms (haHousekeepingInterval): reconnecting",
+                        addr,
+                        config.housekeeping_interval_ms,
+                    )
+                    return _Outcome.RECONNECT
+                if now - last_write >= heartbeat_s:
+                    reported = store.replica_end()
+                    writer.write(encode_report(reported))
+                    last_write = now
+                    self._last_write_ms = _millis()
+                continue
+            if not data:
+                log.info("the master %s closed the HA link", addr)
+                return _Outcome.RECONNECT
+            last_read = loop.time()
+            self._last_read_ms = _millis()
+            self._rate.total += len(data)
+            short_chunk = False
+            for offset, body in decoder.feed(data):
+                end = store.replica_end()
+                if end and offset != end:
+                    return self._mismatch(addr, offset, end)
+                if body:
+                    try:
+                        store.append_replica(offset, body)
+                    except ReplicaOffsetError as exc:
+                        log.error(
+                            "this slave's commit log does not line up with the master %s's at offset %d "
+                            "(slave end %d): %s; replication stops, this broker keeps serving reads",
+                            addr,
+                            offset,
+                            end,
+                            exc,
+                        )
+                        return _Outcome.STOP
+                self._master_offset = offset + len(body)
+                short_chunk = len(body) < config.transfer_batch_size
+            end = store.replica_end()
+            if end > reported:  # the acknowledgement, once per read (not per chunk)
+                reported = end
+                writer.write(encode_report(end))
+                last_write = loop.time()
+                self._last_write_ms = _millis()
+            # A chunk shorter than the batch size, with nothing more on the way: the master had
+            # nothing more to send at that moment.
+            if short_chunk and not decoder.buffered and not caught_up:
+                caught_up = True
+                log.info("caught up with the master %s at commit-log offset %d", addr, end)
+
+    def _mismatch(self, addr: str, offset: int, end: int) -> _Outcome:
+        if offset < end:
+            log.error(
+                "this slave's commit log ends at offset %d, beyond the master %s's end at %d: it is "
+                "longer than the master's (was this broker the slave of another master, or did the "
+                "master lose data?); replication stops, this broker keeps serving reads. Move its data "
+                "directory away to start it as an empty slave.",
+                end,
+                addr,
+                offset,
+            )
+            return _Outcome.STOP
+        log.warning(
+            "the master %s sent commit-log offset %d where this slave's log ends at %d; reconnecting",
+            addr,
+            offset,
+            end,
+        )
+        return _Outcome.RECONNECT

@@ -1,0 +1,120 @@
+"""SYNC_MASTER's group transfer: a send waits until a slave has acknowledged the commit-log bytes up to
+its record's end.
+
+Sends that land between two acknowledgements share one future, and one acknowledgement answers every
+send at or below it in one pass (as the flush's group commit does): a busy SYNC_MASTER handles one
+future per slave read, not one per message. One timer, for the oldest deadline, answers the sends a
+slave did not confirm within ``slaveTimeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from cometmq.store import PutStatus
+
+# A waiting group takes more sends for at most this share of slaveTimeout, so a send joining it late
+# is still given nearly all of its wait.
+_JOIN_WINDOW_SHARE = 0.1
+
+
+class _Group:
+    __slots__ = ("deadline", "future", "joinable_until", "target")
+
+    def __init__(self, target: int, future: asyncio.Future[PutStatus], deadline: float, join: float) -> None:
+        self.target = target
+        self.future = future
+        self.deadline = deadline
+        self.joinable_until = join
+
+
+class GroupTransfer:
+    """The acknowledged offset (the largest any slave confirmed; it never goes down, as RocketMQ's
+    ``push2SlaveMaxOffset``) and the sends waiting for it."""
+
+    def __init__(self, slave_timeout_ms: int, max_gap: int) -> None:
+        self.acked = 0
+        self._timeout = slave_timeout_ms / 1000
+        self._join_window = self._timeout * _JOIN_WINDOW_SHARE
+        self._max_gap = max_gap
+        self._groups: deque[_Group] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._done: dict[PutStatus, asyncio.Future[PutStatus]] = {}
+
+    def when_replicated(self, end: int, slaves: int) -> asyncio.Future[PutStatus]:
+        """A future answering PUT_OK once a slave acknowledged *end*, FLUSH_SLAVE_TIMEOUT after
+        slaveTimeout; done at once with SLAVE_NOT_AVAILABLE when *slaves* is 0 or the gap reaches
+        haMaxGapNotInSync (RocketMQ's ``isSlaveOK``)."""
+        if end <= self.acked:
+            return self._done_with(PutStatus.PUT_OK)
+        if not slaves or end - self.acked >= self._max_gap:
+            return self._done_with(PutStatus.SLAVE_NOT_AVAILABLE)
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        groups = self._groups
+        if groups:
+            last = groups[-1]
+            if now < last.joinable_until:
+                if end > last.target:
+                    last.target = end
+                return last.future
+        group = _Group(end, loop.create_future(), now + self._timeout, now + self._join_window)
+        groups.append(group)
+        if self._timer is None:
+            self._arm(group.deadline)
+        return group.future
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def acknowledge(self, offset: int) -> None:
+        """A slave confirmed the bytes below *offset*: answer every send it covers, and start a new
+        group for the sends that follow."""
+        if offset <= self.acked:
+            return
+        self.acked = offset
+        groups = self._groups
+        while groups and groups[0].target <= offset:
+            future = groups.popleft().future
+            if not future.done():
+                future.set_result(PutStatus.PUT_OK)
+        if groups:
+            groups[-1].joinable_until = 0.0  # sends after this ack wait in a group of their own
+
+    def close(self) -> None:
+        """Stopping: answer every waiting send FLUSH_SLAVE_TIMEOUT (its message is stored)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while self._groups:
+            future = self._groups.popleft().future
+            if not future.done():
+                future.set_result(PutStatus.FLUSH_SLAVE_TIMEOUT)
+
+    def _arm(self, when: float) -> None:
+        assert self._loop is not None
+        self._timer = self._loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        assert self._loop is not None
+        now = self._loop.time()
+        groups = self._groups
+        while groups and groups[0].deadline <= now:
+            future = groups.popleft().future
+            if not future.done():
+                future.set_result(PutStatus.FLUSH_SLAVE_TIMEOUT)
+        if groups:
+            self._arm(groups[0].deadline)
+
+    def _done_with(self, status: PutStatus) -> asyncio.Future[PutStatus]:
+        # One done future per answer, shared: a caller only reads it (done() and result()).
+        future = self._done.get(status)
+        if future is None:
+            assert self._loop is not None
+            future = self._done[status] = self._loop.create_future()
+            future.set_result(status)
+        return future
