@@ -34,6 +34,7 @@ class HAServer:
         self._config = config
         self._server: asyncio.Server | None = None
         self._links: set[SlaveLink] = set()
+        self._serving: set[asyncio.Task[object]] = set()  # one per link, awaited by stop()
         # Links waiting for new commit-log bytes; the store's arrival hook wakes them (and only them).
         self.idle: set[SlaveLink] = set()
         self._transfer = GroupTransfer(config.slave_timeout_ms, config.max_gap_not_in_sync)
@@ -59,9 +60,10 @@ class HAServer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
-        links = list(self._links)
-        for link in links:
-            link.close()
+        serving = list(self._serving)
+        for task in serving:
+            task.cancel()
+        await asyncio.gather(*serving, return_exceptions=True)
         if server is not None:
             await server.wait_closed()
         self._transfer.close()
@@ -102,12 +104,16 @@ class HAServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         link = SlaveLink(self, self._store, self._config, reader, writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._serving.add(task)
         # A slave counts from its connection on, before its first report (RocketMQ's connectionCount).
         self._links.add(link)
         log.info("slave %s connected", link.addr)
         try:
             await link.run()
         finally:
+            self._serving.discard(task)
             self._links.discard(link)
             self.idle.discard(link)
             link.close()

@@ -1,0 +1,56 @@
+"""The HA keys of broker.conf: defaults, RocketMQ 4.9's name of the gap limit, the HA port."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from cometmq.broker import BrokerConfig
+from cometmq.errors import ConfigError
+from cometmq.replication import ReplicationConfig
+
+
+def test_defaults_are_rocketmqs() -> None:
+    config = BrokerConfig()
+    assert config.replication_config() == ReplicationConfig(
+        master_address="",
+        heartbeat_interval_ms=5000,
+        housekeeping_interval_ms=20_000,
+        transfer_batch_size=32768,
+        max_gap_not_in_sync=268_435_456,
+        slave_timeout_ms=3000,
+    )
+
+
+def test_both_names_of_the_gap_limit_are_read() -> None:
+    config = BrokerConfig()
+    config.update({"haSlaveFallbehindMax": "1000"})
+    assert config.replication_config().max_gap_not_in_sync == 1000
+    config.update({"haMaxGapNotInSync": "2000"})
+    assert config.replication_config().max_gap_not_in_sync == 2000
+
+
+def test_the_ha_port_is_the_next_port_unless_given() -> None:
+    config = BrokerConfig()
+    config.update({"listenPort": "10911"})
+    assert config.ha_port == 10912
+    config.update({"haListenPort": "20000"})
+    assert config.ha_port == 20000
+    config.update({"haListenPort": "-1", "listenPort": "0"})
+    assert config.ha_port == 0  # the OS picks both
+
+
+@pytest.mark.parametrize("key", ["slaveTimeout", "haTransferBatchSize", "haSendHeartbeatInterval"])
+def test_a_setting_that_is_not_positive_is_refused(key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        BrokerConfig().update({key: "0"})
+
+
+def test_ha_keys_are_read_not_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="cometmq.broker")
+    BrokerConfig().update({"brokerIP2": "x"})
+    assert "not used" in caplog.text  # a key that is ignored says so
+    caplog.clear()
+    BrokerConfig().update({"haMasterAddress": "10.0.0.1:10912", "haListenPort": "10912"})
+    assert "not used" not in caplog.text
