@@ -12,6 +12,8 @@ Every failure a caller can act on is a :class:`CometMQError`::
     ├── ConnectionClosedError    the connection closed (or never opened) before the answer
     ├── ConfigError              a configuration file or option that cannot be used
     ├── StoreInUseError          a store directory another running store holds
+    ├── StoreError               the store refuses a write it was asked for (disk full, not running)
+    │   └── ReplicaOffsetError   replicated commit-log bytes that do not line up with this store's
     ├── Sql92Error               an SQL92 filter expression RocketMQ would refuse
     └── client-side errors       QueueNotRoutedError, NoRouteError, InvalidMessageError
                                  (MessageTooLargeError), ClientStateError, DataLossError, OptionError
@@ -87,6 +89,18 @@ class StoreInUseError(CometMQError):
         self.holder_pid = holder_pid
         holder = f"process {holder_pid}" if holder_pid is not None else "another process"
         super().__init__(f"the data directory {directory} is in use by {holder} (it holds {directory}/lock)")
+
+
+class StoreError(CometMQError):
+    """The store refuses a write it was asked for: the disk is full, a sync failed, or it is not
+    running. The message says why, in the words a refused put's remark uses."""
+
+
+class ReplicaOffsetError(StoreError):
+    """Replicated commit-log bytes that cannot go into this store as they are: an offset that is not
+    where this store's log ends (or, asked of a master, outside its log), a chunk crossing a segment
+    end (the two stores' ``mappedFileSizeCommitLog`` differ), or bytes that are not valid records.
+    Replicating further from that offset cannot succeed; the message names the offsets."""
 
 
 class Sql92Error(CometMQError):

@@ -5,6 +5,8 @@ It knows nothing of the network: the broker hands it a ``MessageToStore`` per me
 format is documented in ``cometmq.store.format``.
 """
 
+from cometmq.errors import ReplicaOffsetError, StoreError
+
 from ._clean import CleanReport, parse_delete_when
 from ._model import (
     FlushDiskType,
@@ -31,7 +33,9 @@ __all__ = [
     "PutResult",
     "PutStatus",
     "QueryResult",
+    "ReplicaOffsetError",
     "StoreConfig",
+    "StoreError",
     "parse_delay_levels",
     "parse_delete_when",
 ]

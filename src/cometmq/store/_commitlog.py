@@ -167,6 +167,35 @@ class CommitLog:
 
     # -- writing (event-loop thread) -----------------------------------------------------------
 
+    def begin_at(self, start: int) -> list[MappedFile]:
+        """Make an empty log begin at *start* rather than 0 (a slave's first segment is its master's
+        last): the first segment is created there, and the log's empty segments are dropped from the
+        lists and returned, for the caller to unlink and retire. ``OSError`` (disk full) changes
+        nothing. Created before the old ones go: a crash in between leaves a hole, which the next
+        start moves aside (``load``), and the log is empty again."""
+        first = MappedFile.create(self.dir / file_name(start), start, self.segment_size, RESERVE_STEP)
+        dropped = self.segments
+        # New lists, as ``drop_head`` makes them: the flush thread may be iterating the old one.
+        self.segments = [first]
+        self.starts = [start]
+        self.cur = first
+        self.wrote_pos = 0
+        self.flushed_offset = start
+        self.max_offset = start
+        return dropped
+
+    def cut_to(self, end: int) -> None:
+        """Forget the bytes written after *end* in the current segment (zeroed, as recovery would):
+        a replicated chunk that was refused, or a partial record at shutdown. *end* is at or after
+        the segment's start and at or after ``max_offset``."""
+        cur = self.cur
+        assert cur is not None and cur.start <= end <= cur.start + self.wrote_pos
+        rel = end - cur.start
+        if rel < self.wrote_pos:
+            self.wrote_pos = rel
+            self._warm_seg = None
+            cur.zero_from(rel)  # zero_from made the tail sparse again
+
     def roll(self) -> MappedFile:
         """Fill the rest of the current segment with a blank record and start the next one."""
         cur = self.cur

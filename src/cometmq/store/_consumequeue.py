@@ -6,6 +6,7 @@ import bisect
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -135,9 +136,21 @@ class ConsumeQueue:
         # Files that start beyond the end hold nothing.
         while len(self.files) > 1 and self.starts[-1] > self.max_offset:
             self._drop_last_file()
+        self.min_offset = self._first_written_unit()
         self._set_cursor(len(self.files) - 1)
         self._set_capacity()
         self.synced_offset = self.max_offset
+
+    def _first_written_unit(self) -> int:
+        """The first unit of the first file that is written. A queue that began mid-file (``reset``:
+        a slave's queue starts at its first record's offset) has zero units before it, which are
+        not holes."""
+        mf = self.files[0]
+        first = self.starts[0]
+        if any(os.pread(mf.fd, CQ_UNIT_SIZE, 0)):
+            return first  # the usual case: one unit read
+        data = os.pread(mf.fd, min(mf.size, (self.max_offset - first) * CQ_UNIT_SIZE), 0)
+        return first + (len(data) - len(data.lstrip(b"\0"))) // CQ_UNIT_SIZE
 
     def adjust_min(self, commitlog_min: int) -> None:
         """Move ``min_offset`` to the first unit that is written and still backed by the commit log.
@@ -263,16 +276,18 @@ class ConsumeQueue:
         self._first = mf.start // CQ_UNIT_SIZE
         self._limit = mf.end // CQ_UNIT_SIZE
 
-    def truncate(self, new_max: int) -> None:
-        """Drop units ``[new_max, max_offset)`` (recovery only: the flush thread is not running)."""
+    def truncate(self, new_max: int, retire: Callable[[list[MappedFile]], None] | None = None) -> None:
+        """Drop units ``[new_max, max_offset)``. Files dropped go to *retire*, which has them closed
+        where no sync can be using them; without it (recovery: no flush thread yet) they are closed
+        at once."""
         if new_max >= self.max_offset:
             return
         idx = bisect.bisect_right(self.starts, new_max) - 1
         if idx < 0:
-            self.reset(new_max)
+            self.reset(new_max, retire)
             return
         while len(self.files) > idx + 1:
-            self._drop_last_file()
+            self._drop_last_file(retire)
         mf = self.files[idx]
         first = mf.start // CQ_UNIT_SIZE
         end_unit = min(self.max_offset, mf.end // CQ_UNIT_SIZE)
@@ -284,18 +299,23 @@ class ConsumeQueue:
         self.synced_offset = min(self.synced_offset, new_max)
         self._set_cursor(idx)
 
-    def reset(self, start: int) -> None:
-        """Delete every file; the queue continues empty at unit *start* (recovery only)."""
+    def reset(self, start: int, retire: Callable[[list[MappedFile]], None] | None = None) -> None:
+        """Delete every file; the queue continues empty at unit *start* (*retire* as for ``truncate``)."""
         while self.files:
-            self._drop_last_file()
+            self._drop_last_file(retire)
         self.min_offset = self.max_offset = self.synced_offset = start
         self._set_cursor(-1)
 
-    def _drop_last_file(self) -> None:
-        mf = self.files.pop()
-        self.starts.pop()
-        mf.close()
+    def _drop_last_file(self, retire: Callable[[list[MappedFile]], None] | None = None) -> None:
+        # New lists, not ``pop``: the flush thread may be iterating the old one (``sync``).
+        mf = self.files[-1]
+        self.files = self.files[:-1]
+        self.starts = self.starts[:-1]
         mf.unlink()
+        if retire is None:
+            mf.close()
+        else:
+            retire([mf])
         self._set_capacity()
 
     # -- reading -------------------------------------------------------------------------------

@@ -28,9 +28,9 @@ from cometmq.protocol.properties import KEY_SEPARATOR, decode_properties
 from cometmq.protocol.record import BLANK_MAGIC_CODE, decode_record_at, iter_records
 
 from ._commitlog import CommitLog
+from ._dispatch import is_dispatched
 from ._mappedfile import MappedFile, fsync_dir, unlink_oldest_first
 from ._model import QueryResult, index_names
-from ._recovery import is_dispatched
 from .format import (
     INDEX_HEADER_SIZE,
     IndexHeader,

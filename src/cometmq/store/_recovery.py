@@ -6,60 +6,28 @@ The algorithm is described in ``store.format`` (section *Recovery*) and in docs/
 from __future__ import annotations
 
 import bisect
-import enum
 import logging
-import struct
-from collections.abc import Callable
-from typing import Final
 
-from cometmq.errors import RecordError
-from cometmq.protocol.record import (
-    BLANK_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE,
-    DecodedRecord,
-    carries_record_crc,
-    decode_record_at,
-    record_crc_matches,
-)
+from cometmq.protocol.record import DecodedRecord
 
 from ._commitlog import CommitLog
 from ._consumequeue import ConsumeQueue, QueueTable
-from .format import BLANK_MIN_SIZE, Checkpoint
+from ._dispatch import (
+    Dispatched,
+    RecordCrcCheck,
+    Stop,
+    TagsCodeOf,
+    dispatch_unit,
+    is_dispatched,
+    walk_records,
+)
+from .format import Checkpoint
 
 __all__ = ["recover"]
 
 log = logging.getLogger("cometmq.store")
 
-_SIZE_MAGIC: Final = struct.Struct(">iI")
-
-TagsCodeOf = Callable[[DecodedRecord], int]
 QueueKey = tuple[str, int]
-
-
-class RecordCrcCheck(enum.Enum):
-    """What recovery makes of the record CRC (docs/store.md, "Record CRC")."""
-
-    OFF = "off"  # neither key set: a __CRC32# property is a property like any other (as in RocketMQ)
-    WHEN_PRESENT = "when present"  # enabledAppendPropCRC: a record that carries one must match it
-    REQUIRED = "required"  # forceVerifyPropCRC: and a record without one is damaged
-
-    @classmethod
-    def of(cls, append: bool, force: bool) -> RecordCrcCheck:
-        return cls.REQUIRED if force else cls.WHEN_PRESENT if append else cls.OFF
-
-    def problem(self, view: memoryview, pos: int, rec: DecodedRecord) -> str | None:
-        """Why the record at ``view[pos:]`` fails this check, or None."""
-        if self is RecordCrcCheck.OFF:
-            return None
-        if carries_record_crc(rec.properties):
-            return None if record_crc_matches(view, pos, rec.total_size) else "record CRC mismatch"
-        return "record without a record CRC (forceVerifyPropCRC)" if self is RecordCrcCheck.REQUIRED else None
-
-
-def is_dispatched(sys_flag: int) -> bool:
-    """PREPARED (0x4) and ROLLBACK (0xC) transaction records get no consume-queue unit."""
-    tx = sys_flag & 0xC
-    return tx != 0x4 and tx != 0xC
 
 
 def recover(
@@ -180,100 +148,30 @@ def _scan(
     """Verify records from *start* on, dispatching those from *dispatch_from* on to their queues;
     return the end of the valid log. With *only* set, dispatch just those queues (a rebuild) and
     stop at *stop*."""
-    offset = start
-    idx = bisect.bisect_right(cl.starts, start) - 1
-    while 0 <= idx < len(cl.segments):
-        seg = cl.segments[idx]
-        if seg.start != offset and offset != start:
-            return offset  # not contiguous (cannot happen after CommitLog.load)
-        rel = offset - seg.start
-        view = seg.view
-        size = seg.size
-        while True:
-            if stop is not None and offset >= stop:
-                return offset
-            if size - rel < BLANK_MIN_SIZE:
-                break  # no record fits here: the segment is complete
-            total, magic = _SIZE_MAGIC.unpack_from(view, rel)
-            if magic == BLANK_MAGIC_CODE:
-                if total != size - rel:
-                    log.warning(
-                        "recovery: commit log ends at %d (%s): blank record of %d bytes does not reach "
-                        "the segment's end",
-                        offset,
-                        seg.path.name,
-                        total,
-                    )
-                    return offset
-                break
-            if magic != MESSAGE_MAGIC_CODE:
-                if total or magic:  # zeros are the log's normal end; anything else is damage
-                    log.warning(
-                        "recovery: commit log ends at %d (%s): no record there (size %d, magic code 0x%08X)",
-                        offset,
-                        seg.path.name,
-                        total,
-                        magic,
-                    )
-                return offset
-            try:
-                rec = decode_record_at(view, rel, size, check_crc=True)
-            except RecordError as exc:
-                log.warning("recovery: commit log ends at %d (%s): %s", offset, seg.path.name, exc)
-                return offset
-            crc_problem = record_crc.problem(view, rel, rec)
-            if crc_problem is not None:
-                log.warning("recovery: commit log ends at %d (%s): %s", offset, seg.path.name, crc_problem)
-                return offset
-            if rec.commitlog_offset != offset:
-                log.warning(
-                    "recovery: commit log ends at %d: record there claims offset %d",
-                    offset,
-                    rec.commitlog_offset,
-                )
-                return offset
-            if only is None:
-                stats.records += 1
-            if (
-                offset >= dispatch_from
-                and is_dispatched(rec.sys_flag)
-                and (only is None or (rec.topic, rec.queue_id) in only)
-            ):
-                _dispatch(queues, rec, only is not None, tags_code_of, stats)
-            offset += total
-            rel += total
-        offset = seg.end
-        idx += 1
+
+    def on_record(rec: DecodedRecord) -> None:
+        if only is None:
+            stats.records += 1
+        if (
+            rec.commitlog_offset >= dispatch_from
+            and is_dispatched(rec.sys_flag)
+            and (only is None or (rec.topic, rec.queue_id) in only)
+        ):
+            done, _ = dispatch_unit(queues, rec, only is not None, tags_code_of)
+            if done is Dispatched.WRITTEN:
+                stats.redispatched += 1
+            elif done is Dispatched.GAP:
+                stats.gaps.add((rec.topic, rec.queue_id))
+
+    if not cl.segments:
+        return start
+    end = cl.segments[-1].end if stop is None else stop
+    offset, why, problem = walk_records(cl, start, end, on_record, record_crc)
+    if why is Stop.DAMAGED:
+        seg = cl.segment_for(offset)
+        where = f" ({seg.path.name})" if seg is not None else ""
+        log.warning("recovery: commit log ends at %d%s: %s", offset, where, problem)
     return offset
-
-
-def _dispatch(
-    queues: QueueTable, rec: DecodedRecord, rebuilding: bool, tags_code_of: TagsCodeOf, stats: _ScanStats
-) -> None:
-    topic = queues.topic(rec.topic)
-    if topic is None or rec.queue_id < 0:
-        log.warning("recovery: record at %d has an unusable topic/queue; not indexed", rec.commitlog_offset)
-        return
-    cq = queues.queue(topic, rec.queue_id)
-    q = rec.queue_offset
-    if q < cq.max_offset:
-        unit = cq.unit(q)
-        if unit is not None and unit[0] == rec.commitlog_offset and unit[1] == rec.total_size:
-            return
-        # Missing (a hole) or different: everything from here is rebuilt from the log.
-        if q < cq.min_offset:
-            cq.reset(q)
-        else:
-            cq.truncate(q)
-    elif q > cq.max_offset:
-        if not rebuilding:
-            stats.gaps.add((rec.topic, rec.queue_id))
-            return
-        # The log no longer holds this queue's earlier records: the queue starts here.
-        cq.reset(q)
-    cq.prepare(1)
-    cq.append(rec.commitlog_offset, rec.total_size, tags_code_of(rec))
-    stats.redispatched += 1
 
 
 def _trim_queues(queues: QueueTable, end: int, commitlog_min: int) -> int:

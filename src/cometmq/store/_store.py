@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
+from cometmq.errors import ReplicaOffsetError, StoreError
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import (
     BORNHOST_V6_FLAG,
@@ -36,6 +37,7 @@ from cometmq.protocol.taghash import java_string_hash
 from ._clean import CleanReport, CleanService
 from ._commitlog import CommitLog
 from ._consumequeue import SCHEDULE_TOPIC, ConsumeQueue, QueueTable, TopicQueues
+from ._dispatch import Dispatched, RecordCrcCheck, Stop, dispatch_unit, is_dispatched, walk_records
 from ._flush import CheckpointFile, FlushService
 from ._index import IndexService
 from ._lock import StoreDirectoryLock
@@ -51,7 +53,7 @@ from ._model import (
     QueryResult,
     StoreConfig,
 )
-from ._recovery import RecordCrcCheck, is_dispatched, recover
+from ._recovery import recover
 from .format import CQ_UNIT, CQ_UNIT_SIZE, Checkpoint
 
 __all__ = ["ArrivalListener", "MessageStore", "parse_delay_levels"]
@@ -162,6 +164,10 @@ class MessageStore:
         self._listeners: list[ArrivalListener] = []
         self._last_store_ts = 0
         self._host_hex: dict[bytes, str] = {}
+        self._record_crc = RecordCrcCheck.of(config.enabled_append_prop_crc, config.force_verify_prop_crc)
+        # A slave's commit log ends inside a record its master is still sending: puts must not write
+        # after it (``write_refusal``).
+        self._replica_tail = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -188,7 +194,7 @@ class MessageStore:
                 checkpoint,
                 crashed,
                 self._recovered_tags_code,
-                RecordCrcCheck.of(cfg.enabled_append_prop_crc, cfg.force_verify_prop_crc),
+                self._record_crc,
             )
             if cfg.message_index_enable:
                 self._index = IndexService(self._root / "index", cfg.max_index_num, self._retire_files)
@@ -232,6 +238,7 @@ class MessageStore:
         flusher = self._flusher
         self._flusher = None
         try:
+            self._drop_replica_tail()
             if flusher is not None:
                 flusher.stop()
                 if flusher.failure is not None:
@@ -660,6 +667,233 @@ class MessageStore:
             code = self._delivery_time(rec.properties, rec.store_timestamp, code)
         return code
 
+    # -- replication: a master's reads, a slave's write path -----------------------------------
+
+    def replica_end(self) -> int:
+        """Where the commit-log bytes written end, a partial trailing record included: what a slave
+        reports to its master, and the one offset ``append_replica`` takes next. On a master it is
+        the end ``ha_readable`` ships to."""
+        cl = self._commitlog
+        cur = cl.cur
+        return cl.max_offset if cur is None else cur.start + cl.wrote_pos
+
+    def ha_readable(self, offset: int, limit: int) -> memoryview:
+        """Commit-log bytes from *offset* for a slave: a view of at most *limit* bytes, within one
+        segment. A sealed segment is readable to its end, its blank filler and the zeros after it
+        included (RocketMQ ships them, so a slave's offsets stay its master's); the last one up to
+        the published end. Empty when nothing is new at *offset*. ``ReplicaOffsetError`` below the
+        log's first offset or beyond its end.
+
+        The view is of the mapping, not a copy: write it and drop it at once (a segment that
+        retention deletes meanwhile is unmapped only once no view is left)."""
+        cl = self._commitlog
+        if offset < cl.min_offset:
+            raise ReplicaOffsetError(
+                f"commit-log offset {offset} is below this store's first offset {cl.min_offset} "
+                "(the segments before it were deleted by retention)"
+            )
+        end = self._shippable_end()
+        if offset > end:
+            raise ReplicaOffsetError(f"commit-log offset {offset} is beyond this store's end {end}")
+        if offset == end or limit <= 0:
+            return memoryview(b"")
+        seg = cl.segment_for(offset)
+        assert seg is not None  # min_offset <= offset < end <= the last segment's end
+        readable = end - seg.start if seg is cl.segments[-1] else seg.size
+        rel = offset - seg.start
+        return seg.view[rel : min(readable, rel + limit)]
+
+    def ha_start_for_empty_slave(self) -> int:
+        """Where a slave that reports 0 (an empty store) starts: the start of the segment holding
+        the log's end, as RocketMQ's master does (a new slave gets the last segment, not the
+        history)."""
+        end = self._shippable_end()
+        seg = self._commitlog.segment_for(end)
+        return seg.start if seg is not None else end
+
+    def _shippable_end(self) -> int:
+        """The end of what a master ships: the published end, or the start of the last segment when
+        a roll created it and no record is in it yet (the segments before it are sealed)."""
+        cl = self._commitlog
+        return max(cl.max_offset, cl.segments[-1].start) if cl.segments else cl.max_offset
+
+    def append_replica(self, offset: int, data: bytes | memoryview) -> int:
+        """A slave's one write path: commit-log bytes its master sent from *offset* on, written as
+        they are. *offset* must be ``replica_end()``; an empty store begins at any segment start
+        (the master's last segment). Every record the bytes complete is checked as recovery checks
+        it and dispatched: its consume-queue unit at the queue offset it carries (a queue starts at
+        its first record's offset), its index keys; a blank filler moves on to the next segment once
+        all of it is here. Then the end is published, arrival listeners and the flusher are woken.
+        A partial trailing record waits for the next chunk (puts are refused meanwhile). Returns the
+        new ``replica_end()``.
+
+        ``ReplicaOffsetError`` for an offset that is not the end, a chunk crossing a segment end,
+        or a damaged record (the bytes from that record on are dropped; the records before it are
+        kept). ``StoreError`` when the store refuses writes (a full disk, as a put is refused): the
+        bytes from the first record not dispatched on are dropped, so ``replica_end()`` says where
+        to resume.
+        """
+        cl = self._commitlog
+        end = self.replica_end()
+        size = len(data)
+        begin = offset != end and end == 0 and cl.max_offset == 0
+        if offset != end and not begin:
+            raise ReplicaOffsetError(
+                f"the master sends commit-log bytes from offset {offset}, but this store's commit log "
+                f"ends at {end}: the two logs do not line up"
+            )
+        if begin and offset % cl.segment_size:
+            raise ReplicaOffsetError(
+                f"the master's commit log starts at offset {offset}, which is not a segment start for "
+                f"this store's segments of {cl.segment_size} bytes: master and slave must use the same "
+                "mappedFileSizeCommitLog"
+            )
+        if not size:
+            return end
+        refusal = self._replica_write_refusal()
+        if refusal is not None:
+            raise StoreError(refusal)
+        seg = cl.cur
+        pos = cl.wrote_pos
+        if not begin and seg is not None and pos < seg.size:
+            if pos + size > seg.size:
+                raise ReplicaOffsetError(
+                    f"a chunk of {size} bytes at offset {offset} crosses the end of commit-log segment "
+                    f"{seg.path.name} at {seg.end}: the master's mappedFileSizeCommitLog differs from "
+                    f"this store's ({seg.size} bytes)"
+                )
+        elif size > cl.segment_size:
+            raise ReplicaOffsetError(
+                f"a chunk of {size} bytes at offset {offset} is larger than this store's segments "
+                f"({cl.segment_size} bytes): the master's mappedFileSizeCommitLog differs"
+            )
+        try:
+            if begin:
+                self._begin_replica(offset)
+            elif seg is None or pos >= seg.size:
+                cl.roll()  # the segment is complete (``pos`` is its end): nothing to fill
+            seg = cl.cur
+            assert seg is not None
+            pos = cl.wrote_pos
+            if pos + size > seg.reserved_to:
+                self._check_disk()
+                refusal = self._replica_write_refusal()
+                if refusal is not None:
+                    raise StoreError(refusal)
+                seg.reserve(pos + size)
+            seg.write_at(pos, data)
+        except OSError as exc:
+            raise StoreError(self._refusal_for(exc, f"cannot write to the commit log at {offset}")) from exc
+        cl.wrote_pos = pos + size
+        self._dispatch_replica(offset + size)
+        return self.replica_end()
+
+    def _begin_replica(self, start: int) -> None:
+        """An empty store's log begins at *start*, its master's segment start."""
+        dropped = self._commitlog.begin_at(start)
+        for seg in dropped:
+            seg.unlink()
+        self._retire_files(dropped)
+        log.info("replica: the commit log begins at offset %d, the master's segment start", start)
+
+    def _dispatch_replica(self, written_end: int) -> None:
+        """Dispatch the records completed by a chunk written up to *written_end*, publish their end,
+        and refuse what cannot be dispatched (see ``append_replica``)."""
+        cl = self._commitlog
+        index = self._index
+        listeners = self._listeners
+        arrived: dict[ConsumeQueue, list[int]] = {}
+        at = cl.max_offset  # the record being dispatched
+
+        def on_record(rec: DecodedRecord) -> None:
+            nonlocal at
+            at = rec.commitlog_offset
+            if not is_dispatched(rec.sys_flag):
+                return
+            done, cq = dispatch_unit(self._queues, rec, True, self._recovered_tags_code, self._retire_files)
+            if done is not Dispatched.WRITTEN or cq is None:
+                return
+            if index is not None:
+                props = decode_properties(rec.properties)
+                index.add(
+                    rec.topic,
+                    props.get("UNIQ_KEY", ""),
+                    props.get("KEYS", ""),
+                    rec.commitlog_offset,
+                    rec.store_timestamp,
+                )
+            if listeners:
+                unit = cq.unit(rec.queue_offset)
+                arrived.setdefault(cq, []).append(unit[2] if unit is not None else 0)
+            if rec.store_timestamp > self._last_store_ts:
+                self._last_store_ts = rec.store_timestamp
+
+        try:
+            valid_end, why, problem = walk_records(
+                cl, cl.max_offset, written_end, on_record, self._record_crc
+            )
+        except OSError as exc:  # a consume-queue file could not be created or grown
+            self._publish_replica(at, arrived)
+            self._cut_replica(at)
+            raise StoreError(self._refusal_for(exc, "no room for the store files to grow")) from exc
+        self._publish_replica(valid_end, arrived)
+        if why is Stop.DAMAGED or why is Stop.ZEROS:
+            self._cut_replica(valid_end)
+            what = problem if why is Stop.DAMAGED else "zero bytes where a record should start"
+            raise ReplicaOffsetError(
+                f"the master's bytes at commit-log offset {valid_end} are not a valid record: {what} "
+                f"(master and slave must use the same mappedFileSizeCommitLog; this store's is "
+                f"{cl.segment_size} bytes)"
+            )
+        self._set_replica_tail(written_end > valid_end)
+
+    def _publish_replica(self, end: int, arrived: dict[ConsumeQueue, list[int]]) -> None:
+        """``_publish`` for replicated records: their units and index entries are written; move the
+        commit log's end to *end*, then wake arrival listeners and the flusher."""
+        cl = self._commitlog
+        if end <= cl.max_offset:
+            return
+        cl.max_offset = end
+        for cq, tags_codes in arrived.items():
+            self._notify(cq.topic, cq.queue_id, cq.max_offset, tags_codes)
+        flusher = self._flusher
+        if flusher is not None and end >= flusher.wake_at:
+            flusher.poke()
+
+    def _cut_replica(self, end: int) -> None:
+        """Drop what a refused chunk wrote after *end* (best effort: recovery would drop it too)."""
+        with contextlib.suppress(OSError):
+            self._commitlog.cut_to(end)
+        self._set_replica_tail(False)
+
+    def _set_replica_tail(self, partial: bool) -> None:
+        if partial != self._replica_tail:
+            self._replica_tail = partial
+            self._update_accepting()
+
+    def _drop_replica_tail(self) -> None:
+        """At shutdown: zero a partial replicated record (the master sends it again), so that the
+        clean checkpoint's end is followed by zeros, as a clean start expects."""
+        cl = self._commitlog
+        if self._replica_tail and cl.cur is not None and cl.max_offset >= cl.cur.start:
+            cl.cut_to(cl.max_offset)
+            cl.cur.sync()
+            self._replica_tail = False
+
+    def _replica_write_refusal(self) -> str | None:
+        """Why ``append_replica`` is refused right now, or None: a put's reasons, looked at again
+        as a refused put does (at most once per ``_REFUSED_RECHECK_S``)."""
+        if not self._running:
+            return "the store is not running (shutting down)"
+        if not self._accepting and time.monotonic() - self._last_disk_check >= _REFUSED_RECHECK_S:
+            self._check_disk()
+        return self.flush_failure or self._cleaner.guard.refusal or self._out_of_space
+
+    def _refusal_for(self, exc: OSError, what: str) -> str:
+        """``_refuse_for``'s refusal as the text of a ``StoreError``."""
+        self._refuse_for(exc, what)
+        return self._out_of_space or f"{what}: {exc.strerror or exc}"
+
     # -- reading -------------------------------------------------------------------------------
 
     def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -848,7 +1082,10 @@ class MessageStore:
         writes are accepted."""
         if not self._running:
             return "the store is not running (shutting down)"
-        return self.flush_failure or self._cleaner.guard.refusal or self._out_of_space
+        refusal = self.flush_failure or self._cleaner.guard.refusal or self._out_of_space
+        if refusal is None and self._replica_tail:
+            return "this store's commit log ends inside a record its master is still sending"
+        return refusal
 
     def disk_usage_ratio(self) -> float:
         """Used fraction of the filesystem holding the store, measured now (-1 if unknown)."""
