@@ -70,7 +70,7 @@ class ReportDecoder:
         self._partial = stream[whole:]
         if not whole:
             return None
-        (offset,) = _REPORT.unpack_from(stream, whole - REPORT_SIZE)
+        offset: int = _REPORT.unpack_from(stream, whole - REPORT_SIZE)[0]
         if offset < 0:
             raise ProtocolError(f"a slave reported the negative commit-log offset {offset}")
         return offset
