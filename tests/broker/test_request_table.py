@@ -221,6 +221,7 @@ BROKER_ROWS: dict[int, Row] = {
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: Row(),
     RequestCode.GET_ALL_DELAY_OFFSET: Row(),
     RequestCode.GET_BROKER_RUNTIME_INFO: Row(),
+    RequestCode.GET_BROKER_HA_STATUS: Row(),
 }
 
 _REGISTER_BODIES = (

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
+import sys
+from pathlib import Path
 
 import pytest
 
 from cometmq.broker import BrokerConfig
 from cometmq.errors import ConfigError
 from cometmq.replication import ReplicationConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
+from _support import running_broker
 
 
 def test_defaults_are_rocketmqs() -> None:
@@ -54,3 +61,19 @@ def test_ha_keys_are_read_not_ignored(caplog: pytest.LogCaptureFixture) -> None:
     caplog.clear()
     BrokerConfig().update({"haMasterAddress": "10.0.0.1:10912", "haListenPort": "10912"})
     assert "not used" not in caplog.text
+
+
+def test_an_ha_port_in_use_is_one_clear_error(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            with pytest.raises(ConfigError, match=f"HA port 127.0.0.1:{port} \\(haListenPort"):
+                async with running_broker(tmp_path, haListenPort=port):
+                    pass
+        # The data directory was given up: a broker can start on it again.
+        async with running_broker(tmp_path) as broker:
+            assert broker.ha_server is not None and broker.ha_server.port != 0
+
+    asyncio.run(scenario())

@@ -24,7 +24,7 @@ from cometmq.broker._sendback import SendBackProcessor
 from cometmq.broker._stats import BrokerStats, sample_every_second
 from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker.config import BrokerConfig, BrokerRole
-from cometmq.errors import CometMQError
+from cometmq.errors import CometMQError, ConfigError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.ha_status import HARuntimeInfo
 from cometmq.protocol.namesrv_headers import BrokerRequestHeader, RegisterBrokerRequestHeader
@@ -198,7 +198,13 @@ class Broker:
             self.ha_client.start()
         else:
             self.ha_server = HAServer(self.store, replication)
-            await self.ha_server.start(cfg.listen_host, ha_port)
+            try:
+                await self.ha_server.start(cfg.listen_host, ha_port)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot listen on the HA port {cfg.listen_host}:{ha_port} (haListenPort, by default "
+                    f"listenPort + 1): {exc.strerror or exc}"
+                ) from None
         self.sync_master = self.ha_server is not None and cfg.broker_role is BrokerRole.SYNC_MASTER
 
     async def _stop_replication(self) -> None:
