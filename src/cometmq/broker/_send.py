@@ -90,6 +90,17 @@ _STORED_CODES = frozenset(
 )
 
 
+def _pending(
+    flushed: asyncio.Future[bool] | None, replicated: asyncio.Future[PutStatus] | None
+) -> asyncio.Future[Any] | None:
+    """Which of a send's waits (its flush, its slave's acknowledgement) is still pending, if any."""
+    if replicated is not None and not replicated.done():
+        return replicated
+    if flushed is not None and not flushed.done():
+        return flushed
+    return None
+
+
 @lru_cache(maxsize=4096)
 def host_bytes(address: str) -> bytes:
     """``ip:port`` as the 8 bytes of a record's host field (IPv4 address, int32 port)."""
@@ -420,34 +431,36 @@ class SendProcessor:
         flushed = broker.store.when_flushed(end) if broker.sync_flush else None
         ha_server = broker.ha_server
         replicated = ha_server.when_replicated(end) if broker.sync_master and ha_server is not None else None
-
-        def pending() -> asyncio.Future[Any] | None:
-            if replicated is not None and not replicated.done():
-                return replicated
-            if flushed is not None and not flushed.done():
-                return flushed
-            return None
-
-        def stored_reply() -> RemotingCommand:
-            status = PutStatus.PUT_OK
-            if flushed is not None and (flushed.cancelled() or not flushed.result()):
-                status = PutStatus.FLUSH_DISK_TIMEOUT
-            if replicated is not None and replicated.result() is not PutStatus.PUT_OK:
-                status = replicated.result()  # the replica's status wins over the flush's (RocketMQ)
-            return self._reply(request, result, status, queue_id)
+        waiting = _pending(flushed, replicated)
+        if waiting is None:
+            return self._stored_reply(request, result, queue_id, flushed, replicated)
 
         def answer(_: asyncio.Future[Any]) -> None:
-            waiting = pending()
+            waiting = _pending(flushed, replicated)
             if waiting is not None:
                 waiting.add_done_callback(answer)
             else:
-                conn.reply_with(request, stored_reply)
+                conn.reply_with(
+                    request, lambda: self._stored_reply(request, result, queue_id, flushed, replicated)
+                )
 
-        waiting = pending()
-        if waiting is None:
-            return stored_reply()
         waiting.add_done_callback(answer)
         return None
+
+    def _stored_reply(
+        self,
+        request: RemotingCommand,
+        result: PutResult,
+        queue_id: int,
+        flushed: asyncio.Future[bool] | None,
+        replicated: asyncio.Future[PutStatus] | None,
+    ) -> RemotingCommand:
+        status = PutStatus.PUT_OK
+        if flushed is not None and (flushed.cancelled() or not flushed.result()):
+            status = PutStatus.FLUSH_DISK_TIMEOUT
+        if replicated is not None and replicated.result() is not PutStatus.PUT_OK:
+            status = replicated.result()  # the replica's status wins over the flush's (RocketMQ)
+        return self._reply(request, result, status, queue_id)
 
     def _reply(
         self, request: RemotingCommand, result: PutResult, status: PutStatus, queue_id: int

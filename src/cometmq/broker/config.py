@@ -227,7 +227,7 @@ ROCKETMQ_KEYS_NOT_USED = frozenset(
         "rocketmqHome",
         "storePathCommitLog",
         "storePathDLedgerCommitLog",
-        # Replication and DLedger: a CometMQ broker is a master on its own.
+        # DLedger, and the replication settings CometMQ has no use for.
         "brokerIP2",
         "slaveReadEnable",
         "enableDLegerCommitLog",

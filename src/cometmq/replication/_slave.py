@@ -53,6 +53,7 @@ class HAClient:
         self._last_read_ms = 0
         self._last_write_ms = 0
         self._rate = ByteRate()
+        self._last_failure = ""  # the last failure to connect or replicate, logged once
 
     @property
     def replicating(self) -> bool:
@@ -79,7 +80,6 @@ class HAClient:
                 max_offset=self._store.replica_end(),
                 last_read_timestamp=self._last_read_ms,
                 last_write_timestamp=self._last_write_ms,
-                master_flush_offset=self._master_offset,
                 is_activated=self._connected,
             ),
         )
@@ -91,13 +91,11 @@ class HAClient:
                 self._addr = addr
                 try:
                     outcome = await self._replicate(addr)
-                except (OSError, TimeoutError, ProtocolError, CometMQError) as exc:
-                    log.info(
-                        "HA link to the master %s: %s; connecting again in %g s",
-                        addr,
-                        exc,
-                        RECONNECT_INTERVAL_S,
-                    )
+                except (OSError, TimeoutError, ValueError, ProtocolError, CometMQError) as exc:
+                    failure = f"HA link to the master {addr}: {exc or type(exc).__name__}"
+                    if failure != self._last_failure:  # once, not every 5 s while the master is away
+                        self._last_failure = failure
+                        log.info("%s; connecting again every %g s", failure, RECONNECT_INTERVAL_S)
                     outcome = _Outcome.RECONNECT
                 if outcome is _Outcome.STOP:
                     return
@@ -109,6 +107,7 @@ class HAClient:
             reader, writer = await asyncio.open_connection(host, int(port))
         store = self._store
         self._connected = True
+        self._last_failure = ""
         reported = store.replica_end()
         log.info("connected to the master %s (HA), replicating from commit-log offset %d", addr, reported)
         try:
