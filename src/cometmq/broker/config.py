@@ -29,8 +29,8 @@ DEFAULT_DATA_DIR = Path.home() / ".cometmq" / "data"
 
 
 class BrokerRole(enum.Enum):
-    """RocketMQ's brokerRole: a master (ASYNC_MASTER answers a send once stored, SYNC_MASTER once a
-    slave has it too) or a SLAVE copying its master's commit log (cometmq.replication)."""
+    """RocketMQ's brokerRole. CometMQ does not replicate: every broker serves as a master, whatever
+    its role, and reports the role to admin tools (GET_BROKER_RUNTIME_INFO)."""
 
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
@@ -154,17 +154,6 @@ class BrokerConfig:
     def _check(self) -> None:
         if not 0 <= self.listen_port <= 65535:
             raise ConfigError(f"listenPort {self.listen_port} is not a port number")
-        if not -1 <= self.ha_listen_port <= 65535:
-            raise ConfigError(f"haListenPort {self.ha_listen_port} is not a port number")
-        for key, value in (
-            ("haSendHeartbeatInterval", self.ha_send_heartbeat_interval),
-            ("haHousekeepingInterval", self.ha_housekeeping_interval),
-            ("haTransferBatchSize", self.ha_transfer_batch_size),
-            ("haMaxGapNotInSync", self.ha_max_gap_not_in_sync),
-            ("slaveTimeout", self.slave_timeout),
-        ):
-            if value < 1:
-                raise ConfigError(f"{key} {value} is not a positive number")
         if self.busy_poll_micros < 0:
             raise ConfigError(f"busyPollMicros {self.busy_poll_micros} is negative")
         if self.server_channel_max_idle_time_seconds < 0:
@@ -188,6 +177,20 @@ class BrokerConfig:
                 raise ValueError("messageDelayLevel names no delay level")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        self._check_replication()
+
+    def _check_replication(self) -> None:
+        if not -1 <= self.ha_listen_port <= 65535:
+            raise ConfigError(f"haListenPort {self.ha_listen_port} is not a port number")
+        for key, value in (
+            ("haSendHeartbeatInterval", self.ha_send_heartbeat_interval),
+            ("haHousekeepingInterval", self.ha_housekeeping_interval),
+            ("haTransferBatchSize", self.ha_transfer_batch_size),
+            ("haMaxGapNotInSync", self.ha_max_gap_not_in_sync),
+            ("slaveTimeout", self.slave_timeout),
+        ):
+            if value < 1:
+                raise ConfigError(f"{key} {value} is not a positive number")
 
     @classmethod
     def from_file(cls, path: str | Path, defaults: Mapping[str, Any] | None = None) -> BrokerConfig:
@@ -227,7 +230,7 @@ ROCKETMQ_KEYS_NOT_USED = frozenset(
         "rocketmqHome",
         "storePathCommitLog",
         "storePathDLedgerCommitLog",
-        # DLedger, and the replication settings CometMQ has no use for.
+        # Replication and DLedger: a CometMQ broker is a master on its own.
         "brokerIP2",
         "slaveReadEnable",
         "enableDLegerCommitLog",
