@@ -1,5 +1,7 @@
-"""A SYNC_MASTER answers SLAVE_NOT_AVAILABLE (11) with no slave and FLUSH_SLAVE_TIMEOUT (12) when its
-slave stops confirming; both replies carry the stored message's msgId and queue offset."""
+"""A SYNC_MASTER answers SLAVE_NOT_AVAILABLE (11) with no slave and FLUSH_SLAVE_TIMEOUT (12) once
+slaveTimeout has passed without its slave (SIGSTOPped) confirming; both replies carry the stored
+message's msgId and queue offset, and the master holds both messages. (SUCCESS with a live slave is
+what test_master_loss.py checks 20 000 times.)"""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def assert_stored_reply(response: RemotingCommand, code: int, queue_offset: int)
     decode_offset_msg_id(fields["msgId"])  # an offset message id, as for SUCCESS
 
 
-def test_slave_not_available_then_success_then_flush_slave_timeout(tmp_path: Path) -> None:
+def test_slave_not_available_then_flush_slave_timeout(tmp_path: Path) -> None:
     namesrv, namesrv_addr = start_namesrv(tmp_path)
     master = BrokerNode(tmp_path, "master", namesrv_addr, brokerRole="SYNC_MASTER", slaveTimeout=500)
     slave = BrokerNode(tmp_path, "slave", namesrv_addr, brokerRole="SLAVE", brokerId=1)
@@ -42,7 +44,7 @@ def test_slave_not_available_then_success_then_flush_slave_timeout(tmp_path: Pat
     async def scenario() -> None:
         client = RemotingClient()
         try:
-            bodies = [make_message(1, seq) for seq in range(3)]
+            bodies = [make_message(1, seq) for seq in range(2)]
             assert (await create_topic(client, master.addr, TOPIC, 1)).code == ResponseCode.SUCCESS
             response, _ = await send(client, master.addr, TOPIC, 0, *bodies[0])
             assert_stored_reply(response, ResponseCode.SLAVE_NOT_AVAILABLE, 0)
@@ -51,14 +53,11 @@ def test_slave_not_available_then_success_then_flush_slave_timeout(tmp_path: Pat
             await asyncio.to_thread(slave.start)
             await create_topic_on_both(client, master.addr, slave.addr, TOPIC, 1)
             await wait_until(lambda: replicated(client, master), message="the slave to catch up")
-            response, _ = await send(client, master.addr, TOPIC, 0, *bodies[1])
-            assert_stored_reply(response, ResponseCode.SUCCESS, 1)
-
             slave.signal(signal.SIGSTOP)
-            response, _ = await send(client, master.addr, TOPIC, 0, *bodies[2])
-            assert_stored_reply(response, ResponseCode.FLUSH_SLAVE_TIMEOUT, 2)
+            response, _ = await send(client, master.addr, TOPIC, 0, *bodies[1])
+            assert_stored_reply(response, ResponseCode.FLUSH_SLAVE_TIMEOUT, 1)
 
-            # Whatever the answer, the master holds all three.
+            # Whatever the answer, the master holds both.
             records = await read_queue(client, master.addr, TOPIC, 0)
             assert [r.body for r in records] == [body for body, _ in bodies]
         finally:
