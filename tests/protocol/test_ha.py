@@ -75,14 +75,6 @@ def test_chunks_come_out_whole_and_in_order_from_any_split(
     assert decoder.buffered == 0
 
 
-def test_the_header_is_known_before_the_body() -> None:
-    decoder = ChunkDecoder()
-    assert decoder.feed(encode_chunk_header(4096, 10) + b"abc") == []
-    assert decoder.pending_header() == (4096, 10)
-    assert decoder.feed(b"defghij") == [(4096, b"abcdefghij")]
-    assert decoder.pending_header() is None
-
-
 @pytest.mark.parametrize(
     "header",
     [encode_chunk_header(-1, 0), encode_chunk_header(0, -5), encode_chunk_header(0, 1 << 30)],

@@ -27,6 +27,7 @@ def test_defaults_are_rocketmqs() -> None:
         transfer_batch_size=32768,
         max_gap_not_in_sync=268_435_456,
         slave_timeout_ms=3000,
+        segment_size=1 << 30,
     )
 
 

@@ -126,6 +126,7 @@ class BrokerConfig:
             transfer_batch_size=self.ha_transfer_batch_size,
             max_gap_not_in_sync=self.ha_max_gap_not_in_sync,
             slave_timeout_ms=self.slave_timeout,
+            segment_size=self.mapped_file_size_commit_log,
         )
 
     def update(self, values: Mapping[str, Any], source: str = "the broker settings") -> None:

@@ -92,14 +92,6 @@ class ChunkDecoder:
         """Bytes received that do not form a whole chunk yet."""
         return len(self._buffer)
 
-    def pending_header(self) -> tuple[int, int] | None:
-        """The ``(offset, body size)`` of the chunk being received, once its header is whole: a slave
-        checks the offset before the body is there, as RocketMQ's does."""
-        if len(self._buffer) < CHUNK_HEADER_SIZE:
-            return None
-        header: tuple[int, int] = _HEADER.unpack_from(self._buffer)
-        return header
-
     def feed(self, data: Buffer) -> list[tuple[int, bytes]]:
         buffer = self._buffer
         buffer += data

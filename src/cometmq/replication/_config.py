@@ -22,3 +22,5 @@ class ReplicationConfig:
     max_gap_not_in_sync: int = 268_435_456
     # slaveTimeout: how long a SYNC_MASTER send waits for a slave (RocketMQ 4.9.3+).
     slave_timeout_ms: int = 3000
+    # mappedFileSizeCommitLog, the same on master and slave: a chunk never crosses a segment's end.
+    segment_size: int = 1 << 30

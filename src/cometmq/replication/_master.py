@@ -254,6 +254,7 @@ class SlaveLink:
                 del view  # the view pins a commit-log mapping: dropped as soon as it is written
                 next_offset += size
                 self.next_offset = next_offset
+                self.drained_to = -1
                 self.rate.total += size
                 last_write = loop.time()
                 await writer.drain()

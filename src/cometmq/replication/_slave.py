@@ -48,17 +48,11 @@ class HAClient:
         self._task: asyncio.Task[None] | None = None
         self._addr = ""
         self._connected = False
-        self._stopped_on_error = False
         self._master_offset = 0  # the end of the last chunk received
         self._last_read_ms = 0
         self._last_write_ms = 0
         self._rate = ByteRate()
         self._last_failure = ""  # the last failure to connect or replicate, logged once
-
-    @property
-    def replicating(self) -> bool:
-        """False once the client stopped because the logs do not line up (or was never started)."""
-        return self._task is not None and not self._task.done()
 
     def start(self) -> None:
         if self._task is None:
@@ -176,16 +170,15 @@ class HAClient:
                             exc,
                         )
                         return _Outcome.STOP
-                self._master_offset = offset + len(body)
-                short_chunk = len(body) < config.transfer_batch_size
+                chunk_end = self._master_offset = offset + len(body)
+                # Shorter than a batch, and not cut by a segment's end: all the master had to send.
+                short_chunk = len(body) < config.transfer_batch_size and chunk_end % config.segment_size != 0
             end = store.replica_end()
             if end > reported:  # the acknowledgement, once per read (not per chunk)
                 reported = end
                 writer.write(encode_report(end))
                 last_write = loop.time()
                 self._last_write_ms = _millis()
-            # A chunk shorter than the batch size, with nothing more on the way: the master had
-            # nothing more to send at that moment.
             if short_chunk and not decoder.buffered and not caught_up:
                 caught_up = True
                 log.info("caught up with the master %s at commit-log offset %d", addr, end)
