@@ -88,6 +88,13 @@ class AdminProcessor:
     ) -> RemotingCommand:
         return request.response(body=fastjson.dumps(self._broker.groups.wrapper()))
 
+    def get_all_consumer_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Every committed offset, ``{"offsetTable": {"topic@group": {queue id: offset}}}`` as RocketMQ's
+        ConsumerOffsetManager writes it (queue ids unquoted): what a slave copies from its master."""
+        offsets = self._broker.offsets.offsets
+        table = {key: dict(sorted(queues.items())) for key, queues in sorted(offsets.items())}
+        return request.response(body=fastjson.dumps({"offsetTable": table}, numeric_keys_unquoted=True))
+
     def get_all_delay_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         # delayOffset.json as it would be written now; fastjson writes the level keys unquoted.
         table = {"offsetTable": dict(sorted(self._broker.schedule.offsets.items()))}
