@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from cometmq.errors import CometMQError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.protocol.namesrv_headers import RegisterBrokerResponseHeader
 from cometmq.protocol.route import DataVersion
 from cometmq.remoting import Connection, RemotingClient, RequestHandler
 
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
 log = logging.getLogger("cometmq.broker")
+
+# A broker's processor table: request code → handler.
+ProcessorTable = dict[int, RequestHandler]
 
 # RocketMQ's schedule of SlaveSynchronize (BrokerController.handleSlaveSynchronize).
 SLAVE_SYNC_FIRST_S: Final = 3.0
@@ -51,7 +55,14 @@ _ADMIN_WRITES = (
 )
 
 
-def slave_refusals(broker: Broker) -> dict[int, RequestHandler]:
+def master_named(answer: RemotingCommand) -> tuple[str | None, str | None]:
+    """The master's remoting and HA addresses in a NameServer's answer to REGISTER_BROKER (None for
+    what it does not name); HeaderError for a malformed answer."""
+    header = RegisterBrokerResponseHeader.decode(answer.ext_fields)
+    return header.master_addr or None, header.ha_server_addr or None
+
+
+def slave_refusals(broker: Broker) -> ProcessorTable:
     """The handlers a slave's processor table has for the requests only a master serves: sends are
     answered SERVICE_NOT_AVAILABLE (14), topic and group changes SYSTEM_ERROR (1), each with a remark
     naming the master (as last heard from the NameServer) to send them to."""

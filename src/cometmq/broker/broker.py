@@ -24,7 +24,9 @@ from cometmq.broker._sendback import SendBackProcessor
 from cometmq.broker._slave_sync import (
     SLAVE_SYNC_FIRST_S,
     SLAVE_SYNC_PERIOD_S,
+    ProcessorTable,
     SlaveSynchronize,
+    master_named,
     slave_refusals,
 )
 from cometmq.broker._stats import BrokerStats, sample_every_second
@@ -32,12 +34,8 @@ from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker.config import BrokerConfig, BrokerRole
 from cometmq.errors import CometMQError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from cometmq.protocol.namesrv_headers import (
-    BrokerRequestHeader,
-    RegisterBrokerRequestHeader,
-    RegisterBrokerResponseHeader,
-)
-from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer, RequestHandler
+from cometmq.protocol.namesrv_headers import BrokerRequestHeader, RegisterBrokerRequestHeader
+from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer
 from cometmq.store import FlushDiskType, MessageStore
 
 log = logging.getLogger("cometmq.broker")
@@ -150,8 +148,8 @@ class Broker:
             }
         )
 
-    def _for_role(self, table: dict[int, RequestHandler]) -> Dispatcher:
-        """A slave refuses what only a master serves (its role does not change while it runs)."""
+    def _for_role(self, table: ProcessorTable) -> Dispatcher:
+        """A slave refuses the requests only a master serves (its role does not change while it runs)."""
         if self.is_slave:
             table.update(slave_refusals(self))
         return Dispatcher(table)
@@ -280,11 +278,10 @@ class Broker:
         remoting address always (none while the group has no live master), the HA address only when
         one is given."""
         try:
-            header = RegisterBrokerResponseHeader.decode(answer.ext_fields)
+            master, ha_addr = master_named(answer)
         except CometMQError as exc:
             log.warning("the NameServer's answer to the registration is malformed: %s", exc)
             return
-        master, ha_addr = header.master_addr or None, header.ha_server_addr or None
         changed = master != self.master_addr or (ha_addr is not None and ha_addr != self.master_ha_addr)
         self.master_addr = master
         if ha_addr is not None:

@@ -28,8 +28,8 @@ DEFAULT_DATA_DIR = Path.home() / ".cometmq" / "data"
 
 
 class BrokerRole(enum.Enum):
-    """RocketMQ's brokerRole: a master (brokerId 0) takes writes, a SLAVE (brokerId 1 or more) copies
-    its master's and serves reads (docs/operations.md, "Roles")."""
+    """RocketMQ's brokerRole. CometMQ does not replicate: every broker serves as a master, whatever
+    its role, and reports the role to admin tools (GET_BROKER_RUNTIME_INFO)."""
 
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
