@@ -60,8 +60,10 @@ def broker_config(data_dir: Path, **settings: Any) -> BrokerConfig:
 
 @contextlib.asynccontextmanager
 async def running(data_dir: Path, **settings: Any) -> AsyncIterator[Broker]:
-    """A broker with *settings* (broker.conf keys) copying its master's metadata every SYNC_PERIOD_S."""
-    broker = Broker(broker_config(data_dir, **settings), slave_sync_period_s=SYNC_PERIOD_S)
+    """A broker with *settings* (broker.conf keys) copying its master's metadata every SYNC_PERIOD_S,
+    registering every 0.5 s (a registration lost on a loaded machine is soon made again)."""
+    config = broker_config(data_dir, **{"registerNameServerPeriod": 500, **settings})
+    broker = Broker(config, slave_sync_period_s=SYNC_PERIOD_S)
     await broker.start()
     try:
         yield broker
@@ -96,25 +98,25 @@ def test_the_registration_answer_gives_the_slave_its_masters_addresses_and_their
 ) -> None:
     async def scenario() -> None:
         caplog.set_level(logging.INFO, logger="cometmq.broker")
-        async with name_server() as (namesrv, ns_addr):
-            # Registering every 0.2 s, so the slave hears of its master's arrival and departure soon.
-            settings = slave_settings(ns_addr, registerNameServerPeriod=200)
-            async with running(tmp_path / "slave", **settings) as slave:
-                assert slave.is_slave
-                assert (slave.master_addr, slave.master_ha_addr) == (None, None)  # no master yet
-                async with running(tmp_path / "master", namesrvAddr=ns_addr) as master:
-                    master_addr = master.config.broker_addr
-                    # What the master advertised as its HA address, as the NameServer recorded it.
-                    ha_addr = namesrv.routes.broker_live_table[master_addr].ha_server_addr
-                    await wait_until(lambda: slave.master_addr == master_addr, message="the master learned")
-                    assert slave.master_ha_addr == ha_addr
-                    assert not master.is_slave and master.master_addr is None
-                    assert f"the master of broker-a is {master_addr} (HA {ha_addr})" in caplog.messages
-                # The master unregistered: the slave hears the group has none, and keeps the HA address
-                # (RocketMQ's slave keeps trying the last one).
-                await wait_until(lambda: slave.master_addr is None, message="the master forgotten")
+        async with (
+            name_server() as (namesrv, ns_addr),
+            running(tmp_path / "slave", **slave_settings(ns_addr)) as slave,
+        ):
+            assert slave.is_slave
+            assert (slave.master_addr, slave.master_ha_addr) == (None, None)  # no master yet
+            async with running(tmp_path / "master", namesrvAddr=ns_addr) as master:
+                master_addr = master.config.broker_addr
+                await wait_until(lambda: slave.master_addr == master_addr, message="the master learned")
+                # What the master advertised as its HA address, as the NameServer recorded it.
+                ha_addr = namesrv.routes.broker_live_table[master_addr].ha_server_addr
                 assert slave.master_ha_addr == ha_addr
-                assert "the NameServer names no master of broker-a any more" in caplog.messages
+                assert not master.is_slave and master.master_addr is None
+                assert f"the master of broker-a is {master_addr} (HA {ha_addr})" in caplog.messages
+            # The master unregistered: the slave hears the group has none, and keeps the HA address
+            # (RocketMQ's slave keeps trying the last one).
+            await wait_until(lambda: slave.master_addr is None, message="the master forgotten")
+            assert slave.master_ha_addr == ha_addr
+            assert "the NameServer names no master of broker-a any more" in caplog.messages
 
     run(scenario())
 
