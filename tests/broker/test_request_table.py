@@ -218,6 +218,7 @@ BROKER_ROWS: dict[int, Row] = {
         good_body=_group(),
     ),
     RequestCode.GET_ALL_TOPIC_CONFIG: Row(),
+    RequestCode.GET_ALL_CONSUMER_OFFSET: Row(),
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: Row(),
     RequestCode.GET_ALL_DELAY_OFFSET: Row(),
     RequestCode.GET_BROKER_RUNTIME_INFO: Row(),

@@ -88,6 +88,13 @@ class AdminProcessor:
     ) -> RemotingCommand:
         return request.response(body=fastjson.dumps(self._broker.groups.wrapper()))
 
+    def get_all_consumer_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Every committed offset, ``{"offsetTable": {"topic@group": {queue id: offset}}}`` as RocketMQ's
+        ConsumerOffsetManager writes it (queue ids unquoted): what a slave copies from its master."""
+        offsets = self._broker.offsets.offsets
+        table = {key: dict(sorted(queues.items())) for key, queues in sorted(offsets.items())}
+        return request.response(body=fastjson.dumps({"offsetTable": table}, numeric_keys_unquoted=True))
+
     def get_all_delay_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         # delayOffset.json as it would be written now; fastjson writes the level keys unquoted.
         table = {"offsetTable": dict(sorted(self._broker.schedule.offsets.items()))}
@@ -380,4 +387,23 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "getTransferredTps": transferred,
         "flushDiskType": broker.config.flush_disk_type.value,
         "brokerRole": broker.config.broker_role.value,
+        # Not RocketMQ's: with commitLogMaxOffset, what `cometmq cluster list` compares between a
+        # master and its slave for the slave's lag.
+        "lastMessageStoreTimestamp": str(last_message_store_timestamp(broker)),
     }
+
+
+def last_message_store_timestamp(broker: Broker) -> int:
+    """Store time (ms) of the newest message a consume queue of the broker's topics leads to; 0 when
+    there is none. The newest message is the one furthest into the commit log (store times never go
+    back along it), found from each queue's last unit: one lookup per queue, for an admin request."""
+    store = broker.store
+    newest_offset = -1
+    newest: tuple[str, int, int] | None = None
+    for topic in list(broker.topics.topics):
+        for queue_id in store.queue_ids(topic):
+            last = store.max_offset(topic, queue_id) - 1
+            unit = store.queue_unit(topic, queue_id, last)
+            if unit is not None and unit[0] > newest_offset:
+                newest_offset, newest = unit[0], (topic, queue_id, last)
+    return max(0, store.store_time_at(*newest)) if newest is not None else 0

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._json_config import MetadataFile, check_stored_name, load_json_table
+from cometmq.broker._json_config import MetadataFile, check_stored_name, load_json_table, read_entries
 from cometmq.protocol.naming import group_name_error
 from cometmq.protocol.route import DataVersion
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
@@ -88,6 +88,17 @@ class SubscriptionGroupManager:
         self.groups[config.group_name] = config
         log.info("subscription group %s %s: %s", config.group_name, "updated" if old else "created", config)
         self._changed()
+
+    def adopt(self, version: DataVersion, table: Any, source: str) -> bool:
+        """A slave takes its master's groups (GET_ALL_SUBSCRIPTIONGROUP_CONFIG's, from *source*) when
+        their version differs from this one: the whole table is replaced, and written. Whether it was
+        taken."""
+        if version == self.data_version:
+            return False
+        self.groups = read_entries(table, "group", _read_group, source)
+        self.data_version = DataVersion(version.timestamp, version.counter)
+        self.persist()
+        return True
 
     def delete(self, group: str) -> bool:
         if self.groups.pop(group, None) is None:

@@ -67,6 +67,27 @@ def load_json_table(
     return obj, entries
 
 
+def read_entries(
+    table: Any, what: str, read: Callable[[str, Any], _Entry | None], source: str
+) -> dict[str, _Entry]:
+    """The entries of a table another broker sent (a slave's copy of its master's), as *read* makes
+    them from their key and value: an entry *read* refuses (as for :func:`load_json_table`) is skipped
+    with one warning naming it (*what* says what it is) and *source*. ValueError when *table* is not
+    a JSON object."""
+    if not isinstance(table, dict):
+        raise ValueError(f"the {what} table from {source} is not a JSON object")
+    entries: dict[str, _Entry] = {}
+    for key, raw in table.items():
+        try:
+            entry = read(key, raw)
+        except _UNREADABLE as exc:
+            log.warning("skipping %s %r from %s (%s)", what, key, source, printable(str(exc)))
+            continue
+        if entry is not None:
+            entries[key] = entry
+    return entries
+
+
 def check_stored_name(what: str, name: str, rule: NameRule) -> None:
     """For a *read* of :func:`load_json_table`: ValueError, so the entry is skipped, if *rule* refuses
     *name*."""

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._json_config import MetadataFile, check_stored_name, load_json_table
+from cometmq.broker._json_config import MetadataFile, check_stored_name, load_json_table, read_entries
 from cometmq.protocol.naming import group_name_error, stored_topic_name_error
 
 # consumeTps in GET_CONSUME_STATS: committed progress over this window (RocketMQ: pulls per minute).
@@ -99,6 +99,15 @@ class ConsumerOffsetManager:
             else:
                 samples.append([second, offset - previous])
                 self._forget_old(samples, second)
+
+    def merge(self, table: Any, source: str) -> None:
+        """A slave takes its master's offsets (GET_ALL_CONSUMER_OFFSET's, from *source*), as RocketMQ's
+        SlaveSynchronize does: each ``topic@group`` the master has replaces this table's, the others
+        stay (offsets committed to this slave while the master was away)."""
+        for key, queues in read_entries(table, "consumer offsets", _read_offsets, source).items():
+            if self.offsets.get(key) != queues:
+                self.offsets[key] = queues
+                self._dirty = True
 
     def reset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """An administrator's reset: stored like a commit, but it is no consumption."""

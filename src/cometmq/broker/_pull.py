@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import TYPE_CHECKING
 
 from cometmq.broker._filter import (
@@ -19,6 +20,7 @@ from cometmq.protocol.broker_headers import PullMessageRequestHeader, PullMessag
 from cometmq.protocol.naming import PERM_READ
 from cometmq.protocol.route import MASTER_ID
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
+from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 from cometmq.remoting import Connection
 from cometmq.store import GetResult, GetStatus
 
@@ -31,6 +33,29 @@ FLAG_SUBSCRIPTION = 0x4
 
 # Clients time a pull out after 30 s; never hold one longer than this.
 MAX_HOLD_S = 25.0
+
+# Results that come from reading the queue's units, where RocketMQ's store tells whether the consumer
+# reads far behind the commit log's end.
+_READ_UNITS = frozenset({GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE})
+# Results whose next offset the store corrects (RocketMQ's nextOffsetCorrection), which a slave
+# leaves as asked unless offsetCheckInSlave.
+_CORRECTED = frozenset(
+    {
+        GetStatus.NO_MATCHED_LOGIC_QUEUE,
+        GetStatus.NO_MESSAGE_IN_QUEUE,
+        GetStatus.OFFSET_TOO_SMALL,
+        GetStatus.OFFSET_OVERFLOW_BADLY,
+        GetStatus.OFFSET_FOUND_NULL,
+    }
+)
+
+
+def physical_memory_bytes() -> int:
+    """The machine's RAM (RocketMQ's TOTAL_PHYSICAL_MEMORY_SIZE); 0 when the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
 
 
 def _status_code(result: GetResult, requested: int) -> int:
@@ -49,6 +74,15 @@ def _status_code(result: GetResult, requested: int) -> int:
 class PullProcessor:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
+        config = broker.config
+        # The role's part of each answer, settled once (docs/operations.md, "Roles").
+        self._slave = broker.is_slave
+        self._slave_read = config.slave_read_enable
+        # A consumer reading more commit-log bytes than this behind its end counts as far behind (its
+        # reads likely miss the page cache): accessMessageInMemoryMaxRatio of the machine's RAM.
+        ram = physical_memory_bytes() or 1 << 62  # unknown: nobody is far behind
+        self._in_memory_bytes = ram * config.access_message_in_memory_max_ratio // 100
+        self._keeps_offsets = self._slave and not config.offset_check_in_slave
 
     def pull_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         broker = self._broker
@@ -127,7 +161,8 @@ class PullProcessor:
                 ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                 f"unknown expression type {subscription.expression_type}",
             )
-        if sys_flag & FLAG_COMMIT_OFFSET and pull.commit_offset >= 0:
+        # A slave keeps only offsets committed to it on their own (RocketMQ's storeOffsetEnable).
+        if sys_flag & FLAG_COMMIT_OFFSET and pull.commit_offset >= 0 and not self._slave:
             broker.offsets.commit(group, topic, queue_id, pull.commit_offset)
         codes = subscription.codes
         result = broker.store.get_messages(topic, queue_id, offset, max_nums, codes, record_filter=accept)
@@ -136,9 +171,11 @@ class PullProcessor:
             timeout_ms = pull.suspend_timeout_millis
             if not broker.config.long_polling_enable:
                 timeout_ms = broker.config.short_polling_time_mills
-            self._hold(conn, request, topic, queue_id, offset, max_nums, codes, accept, timeout_ms)
+            self._hold(
+                conn, request, topic, queue_id, offset, max_nums, codes, accept, timeout_ms, group_config
+            )
             return None  # answered later, by the hold
-        return self._found(request, result, code)
+        return self._found(request, result, code, offset, topic, queue_id, group_config)
 
     def _hold(
         self,
@@ -151,6 +188,7 @@ class PullProcessor:
         codes: frozenset[int] | None,
         accept: RecordFilter | None,
         timeout_ms: int,
+        group: SubscriptionGroupConfig,
     ) -> None:
         """Park a pull that found nothing, in the same loop step as that read: a matching arrival
         answers it (``answer``), else its deadline or shutdown does (``expire``), each through
@@ -165,7 +203,8 @@ class PullProcessor:
             return store.get_messages(topic, queue_id, held.offset, max_nums, codes, record_filter=accept)
 
         def found(held: HeldPull, result: GetResult) -> RemotingCommand:
-            return self._found(request, result, _status_code(result, held.offset))
+            code = _status_code(result, held.offset)
+            return self._found(request, result, code, held.offset, topic, queue_id, group)
 
         # Both answer the pull exactly once, with an error response if anything fails on the way (a
         # store read, an encoding), as the dispatcher does for a handler that raises (reply_with).
@@ -195,10 +234,35 @@ class PullProcessor:
 
         broker.pull_holds.park(conn, topic, queue_id, offset, codes, answer, expire, hold_s)
 
-    def _found(self, request: RemotingCommand, result: GetResult, code: int) -> RemotingCommand:
+    def _found(
+        self,
+        request: RemotingCommand,
+        result: GetResult,
+        code: int,
+        requested: int,
+        topic: str,
+        queue_id: int,
+        group: SubscriptionGroupConfig,
+    ) -> RemotingCommand:
+        next_begin = result.next_begin_offset
+        suggested = MASTER_ID
+        if self._slave_read:
+            # RocketMQ 4.9.8's rule: a consumer far behind is sent to the group's slave for reads
+            # (whichBrokerWhenConsumeSlowly), any other to the group's brokerId (the master).
+            far_behind = (
+                result.status in _READ_UNITS
+                and next_begin > requested
+                and self._far_behind(topic, queue_id, next_begin - 1)
+            )
+            suggested = group.which_broker_when_consume_slowly if far_behind else group.broker_id
+        if self._keeps_offsets and result.status in _CORRECTED:
+            next_begin = requested
+            if code == ResponseCode.PULL_OFFSET_MOVED:
+                code = ResponseCode.PULL_RETRY_IMMEDIATELY
+                suggested = group.broker_id
         answer = PullMessageResponseHeader(
-            suggest_which_broker_id=MASTER_ID,
-            next_begin_offset=result.next_begin_offset,
+            suggest_which_broker_id=suggested,
+            next_begin_offset=next_begin,
             min_offset=result.min_offset,
             max_offset=result.max_offset,
         )
@@ -207,6 +271,13 @@ class PullProcessor:
             response.body_parts = result.buffers
             self._broker.stats.got_messages += result.message_count
         return response
+
+    def _far_behind(self, topic: str, queue_id: int, last_read: int) -> bool:
+        """Whether the commit log holds more than the in-memory share of RAM past the record of queue
+        offset *last_read* (RocketMQ's suggestPullingFromSlave)."""
+        store = self._broker.store
+        unit = store.queue_unit(topic, queue_id, last_read)
+        return unit is not None and store.commitlog_max_offset - unit[0] > self._in_memory_bytes
 
     def _refusal(
         self, request: RemotingCommand, code: int, remark: str, offset: int, topic: str, queue_id: int

@@ -11,6 +11,9 @@ Progress is ``config/delayOffset.json``, RocketMQ's ``{"offsetTable": {level: ne
 It is written after each round that delivered something, once the delivered copies are flushed, and
 at a clean stop: after a crash the messages delivered since the last write (normally none, at most
 those of the round in flight) are delivered again — at least once, as RocketMQ.
+
+A slave delivers nothing (its master does, and the copies reach it with the rest of the commit log):
+it only keeps its master's delayOffset.json (``adopt``), ready for the day it is made a master.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cometmq.broker._json_config import MetadataFile, load_json_table
+from cometmq.broker._json_config import MetadataFile, load_json_table, read_entries
 from cometmq.errors import RecordError
 from cometmq.protocol.naming import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from cometmq.protocol.properties import decode_properties, encode_properties
@@ -172,7 +175,10 @@ class ScheduleMessageService:
             self.offsets.update(loaded[1].values())
 
     def start(self) -> None:
-        """Start delivering (the store must be started). Also registers for arrivals."""
+        """Start delivering (the store must be started). Also registers for arrivals. A slave does
+        not deliver."""
+        if self._broker.is_slave:
+            return
         self._broker.store.add_arrival_listener(self._on_arrival)
         self._started = True
         self._tasks = [
@@ -196,6 +202,15 @@ class ScheduleMessageService:
         if not await self._broker.store.wait_flushed(self._delivered_end):
             log.error("delivered delayed messages are not flushed; writing %s anyway", self._path.name)
         self.persist()
+
+    def adopt(self, table: object, source: str) -> None:
+        """A slave takes its master's offsets (GET_ALL_DELAY_OFFSET's, from *source*) and writes them
+        (when they changed), as RocketMQ's SlaveSynchronize writes the master's delayOffset.json."""
+        levels = read_entries(table, "delay offset", lambda level, offset: (int(level), int(offset)), source)
+        offsets = dict(levels.values())
+        if offsets != self.offsets or self.write_pending:
+            self.offsets = offsets
+            self.persist()
 
     def persist(self) -> None:
         """Write the offsets file; a failure is logged once (``MetadataFile``): ``write_pending``."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._json_config import MetadataFile, check_stored_name, load_json_table
+from cometmq.broker._json_config import MetadataFile, check_stored_name, load_json_table, read_entries
 from cometmq.broker.config import BrokerConfig
 from cometmq.protocol.naming import (
     BENCHMARK_TOPIC,
@@ -120,6 +120,19 @@ class TopicConfigManager:
     def put(self, topic: TopicConfig) -> None:
         self.topics[topic.topic_name] = topic
         self._changed()
+
+    def adopt(self, version: DataVersion, table: Any, source: str) -> bool:
+        """A slave takes its master's table (GET_ALL_TOPIC_CONFIG's, from *source*) when its version
+        differs from this one: every topic but the built-ins is replaced, and the table written.
+        Whether it was taken."""
+        if version == self.data_version:
+            return False
+        adopted = read_entries(table, "topic", self._read_topic, source)
+        self.topics = {name: self.topics[name] for name in self.system_topics if name in self.topics}
+        self.topics.update(adopted)
+        self.data_version = DataVersion(version.timestamp, version.counter)
+        self.persist()
+        return True
 
     def delete(self, topic: str) -> bool:
         if self.topics.pop(topic, None) is None:

@@ -21,6 +21,14 @@ from cometmq.broker._pull import PullProcessor
 from cometmq.broker._schedule import ScheduleMessageService
 from cometmq.broker._send import SendProcessor, host_bytes
 from cometmq.broker._sendback import SendBackProcessor
+from cometmq.broker._slave_sync import (
+    SLAVE_SYNC_FIRST_S,
+    SLAVE_SYNC_PERIOD_S,
+    ProcessorTable,
+    SlaveSynchronize,
+    master_named,
+    slave_refusals,
+)
 from cometmq.broker._stats import BrokerStats, sample_every_second
 from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker.config import BrokerConfig, BrokerRole
@@ -38,13 +46,21 @@ CLIENT_SCAN_INTERVAL_S = 10.0
 
 
 class Broker:
-    """One broker (master) process: a RemotingServer, the request processors, and the store."""
+    """One broker process, a master or a slave (``brokerRole``): a RemotingServer, the request
+    processors, and the store."""
 
     def __init__(
-        self, config: BrokerConfig, *, disk_usage_probe: Callable[[Path], float] | None = None
+        self,
+        config: BrokerConfig,
+        *,
+        disk_usage_probe: Callable[[Path], float] | None = None,
+        slave_sync_period_s: float = SLAVE_SYNC_PERIOD_S,
     ) -> None:
         """*disk_usage_probe* replaces measuring the store's filesystem (``StoreConfig``); tests
-        simulate a full disk with it."""
+        simulate a full disk with it. *slave_sync_period_s* is how often a slave copies its master's
+        metadata (RocketMQ's 10 s; tests make it shorter). ConfigError for settings a broker cannot
+        run with (``BrokerConfig.settle_role``)."""
+        config.settle_role()
         self.config = config
         store_config = config.store_config(disk_usage_probe)
         self.root_dir = store_config.root_dir
@@ -71,6 +87,19 @@ class Broker:
         self._namesrv_client = RemotingClient()
         self._register_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        # A slave's master, as the NameServer last named it in answer to a registration: its remoting
+        # address (None while it names none) and its HA address (kept when it names none, as RocketMQ
+        # keeps trying the last one).
+        self.master_addr: str | None = None
+        self.master_ha_addr: str | None = None
+        # Its requests go over the client the broker registers with (RocketMQ's BrokerOuterAPI).
+        self.slave_sync = SlaveSynchronize(
+            self, self._namesrv_client, min(SLAVE_SYNC_FIRST_S, slave_sync_period_s), slave_sync_period_s
+        )
+
+    @property
+    def is_slave(self) -> bool:
+        return self.config.broker_role is BrokerRole.SLAVE
 
     @property
     def port(self) -> int:
@@ -102,7 +131,7 @@ class Broker:
         locks = QueueLockProcessor()
         client_config = CheckClientConfigProcessor(self)
         admin = AdminProcessor(self)
-        return Dispatcher(
+        return self._for_role(
             {
                 RequestCode.SEND_MESSAGE: send.send_message,
                 RequestCode.SEND_MESSAGE_V2: send.send_message_v2,
@@ -120,6 +149,7 @@ class Broker:
                 RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
                 RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
                 RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+                RequestCode.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
                 RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
                 RequestCode.GET_MAX_OFFSET: admin.get_max_offset,
                 RequestCode.GET_MIN_OFFSET: admin.get_min_offset,
@@ -138,6 +168,12 @@ class Broker:
                 RequestCode.GET_BROKER_HA_STATUS: self.ha_status,
             }
         )
+
+    def _for_role(self, table: ProcessorTable) -> Dispatcher:
+        """A slave refuses the requests only a master serves (its role does not change while it runs)."""
+        if self.is_slave:
+            table.update(slave_refusals(self))
+        return Dispatcher(table)
 
     async def start(self) -> None:
         self.root_dir.mkdir(parents=True, exist_ok=True)
@@ -186,15 +222,17 @@ class Broker:
             asyncio.ensure_future(self._housekeeping_loop()),
             asyncio.ensure_future(sample_every_second(self.stats)),
         ]
+        if self.is_slave:
+            self._tasks.append(asyncio.ensure_future(self.slave_sync.run()))
         if self.config.namesrv_addr:
             await self.register_all()
 
     async def _start_replication(self, ha_port: int) -> None:
         cfg = self.config
         replication = cfg.replication_config()
-        if cfg.broker_role is BrokerRole.SLAVE:
+        if self.is_slave:
             # haMasterAddress, else the master's HA address the registration learns (RocketMQ).
-            self.ha_client = HAClient(self.store, replication, lambda: getattr(self, "master_ha_addr", None))
+            self.ha_client = HAClient(self.store, replication, lambda: self.master_ha_addr)
             self.ha_client.start()
         else:
             self.ha_server = HAServer(self.store, replication)
@@ -271,6 +309,7 @@ class Broker:
             broker_id=cfg.broker_id,
         )
         body = self.topics.register_body().encode()
+        answered: RemotingCommand | None = None
         for addr in self._namesrv_addresses():
             request = RemotingCommand(code=RequestCode.REGISTER_BROKER, ext_fields=header.encode(), body=body)
             try:
@@ -280,6 +319,30 @@ class Broker:
                 continue
             if response.code != ResponseCode.SUCCESS:
                 log.warning("the NameServer %s refused the registration: %s", addr, response.remark)
+            elif answered is None:
+                answered = response
+        if answered is not None and self.is_slave:
+            self._learn_master(answered)
+
+    def _learn_master(self, answer: RemotingCommand) -> None:
+        """A slave's master from the first NameServer's answer, as RocketMQ's slave takes it: the
+        remoting address always (none while the group has no live master), the HA address only when
+        one is given."""
+        try:
+            master, ha_addr = master_named(answer)
+        except CometMQError as exc:
+            log.warning("the NameServer's answer to the registration is malformed: %s", exc)
+            return
+        changed = master != self.master_addr or (ha_addr is not None and ha_addr != self.master_ha_addr)
+        self.master_addr = master
+        if ha_addr is not None:
+            self.master_ha_addr = ha_addr
+        if not changed:
+            return
+        if master is None:
+            log.warning("the NameServer names no master of %s any more", self.config.broker_name)
+        else:
+            log.info("the master of %s is %s (HA %s)", self.config.broker_name, master, self.master_ha_addr)
 
     async def _unregister_all(self) -> None:
         cfg = self.config

@@ -85,6 +85,12 @@ class BrokerConfig:
     # SQL92 property filters (docs/filters.md); off by default as in RocketMQ, on in `cometmq standalone`.
     enable_property_filter: bool = False
     short_polling_time_mills: int = 1000
+    # Roles and reads from slaves (docs/operations.md, "Roles"): whether pull answers steer a consumer
+    # that is far behind to a slave; how far behind counts (the commit-log bytes past what it reads,
+    # as a percentage of the machine's RAM); whether a slave corrects a pull's offset.
+    slave_read_enable: bool = False
+    access_message_in_memory_max_ratio: int = 40
+    offset_check_in_slave: bool = False
     # Not a RocketMQ key: µs the event loop keeps polling after each read or write instead of sleeping
     # (cometmq/remoting/busypoll.py); 0, the default, never. Lower latency for a busy CPU meanwhile.
     busy_poll_micros: int = 0
@@ -152,11 +158,28 @@ class BrokerConfig:
             log.info("RocketMQ keys not used by CometMQ in %s, ignored: %s", source, ", ".join(not_used))
         self._check()
 
+    def settle_role(self) -> None:
+        """RocketMQ's role rules, applied once the settings are final (a broker is made from them):
+        a SLAVE needs brokerId 1 or more (ConfigError), a master's brokerId is 0 whatever was set."""
+        if self.broker_role is BrokerRole.SLAVE:
+            if self.broker_id < 1:
+                raise ConfigError(
+                    f"brokerRole=SLAVE needs brokerId 1 or more (0 is the master's id), not {self.broker_id}"
+                )
+        elif self.broker_id != 0:
+            log.info("brokerId %d set to 0: a %s is its group's id 0", self.broker_id, self.broker_role.value)
+            self.broker_id = 0
+
     def _check(self) -> None:
         if not 0 <= self.listen_port <= 65535:
             raise ConfigError(f"listenPort {self.listen_port} is not a port number")
         if self.busy_poll_micros < 0:
             raise ConfigError(f"busyPollMicros {self.busy_poll_micros} is negative")
+        if not 0 <= self.access_message_in_memory_max_ratio <= 100:
+            raise ConfigError(
+                f"accessMessageInMemoryMaxRatio {self.access_message_in_memory_max_ratio} is not a "
+                "percentage (0 to 100)"
+            )
         if self.server_channel_max_idle_time_seconds < 0:
             raise ConfigError(
                 f"serverChannelMaxIdleTimeSeconds {self.server_channel_max_idle_time_seconds} is negative"
@@ -231,9 +254,8 @@ ROCKETMQ_KEYS_NOT_USED = frozenset(
         "rocketmqHome",
         "storePathCommitLog",
         "storePathDLedgerCommitLog",
-        # Replication and DLedger: a CometMQ broker is a master on its own.
+        # DLedger (Raft commit log) replication, and a second advertised address: not built.
         "brokerIP2",
-        "slaveReadEnable",
         "enableDLegerCommitLog",
         "dLegerGroup",
         "dLegerPeers",

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("cometmq.cli")
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# BrokerRole's names, spelled here so that building the parser does not import the broker.
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
 
 def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -91,7 +93,10 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         help="run a broker that registers with a NameServer",
         description=(
             "Run one broker. It registers with the NameServer(s) at --namesrv-addr; several brokers "
-            "with different broker names form a cluster."
+            "with different broker names form a cluster. A master and its slaves share one broker "
+            "name: the master (--role ASYNC_MASTER or SYNC_MASTER) is --broker-id 0, each slave "
+            "(--role SLAVE) --broker-id 1 or more, and a slave copies its master's messages and "
+            "metadata."
         ),
     )
     broker.add_argument(
@@ -112,6 +117,21 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     broker.add_argument("--broker-name", metavar="NAME", help="default: brokerName, else broker-a")
     broker.add_argument("--cluster", metavar="NAME", help="default: brokerClusterName, else DefaultCluster")
+    broker.add_argument(
+        "--role",
+        choices=BROKER_ROLES,
+        help=(
+            "brokerRole: ASYNC_MASTER answers a send once stored; SYNC_MASTER once a slave has it too; "
+            "SLAVE copies the master of its broker name and serves reads (default: brokerRole, "
+            "else ASYNC_MASTER)"
+        ),
+    )
+    broker.add_argument(
+        "--broker-id",
+        type=int,
+        metavar="N",
+        help="brokerId: a master is 0 (whatever is given), a slave 1 or more (default: brokerId, else 0)",
+    )
     _add_busy_poll(broker)
     _add_log_level(broker)
     broker.set_defaults(func=run_broker)
@@ -185,6 +205,8 @@ def _broker_config(args: argparse.Namespace, defaults: dict[str, object] | None 
         ("cluster", "broker_cluster_name"),
         ("namesrv_addr", "namesrv_addr"),
         ("busy_poll_us", "busy_poll_micros"),
+        ("role", "broker_role"),
+        ("broker_id", "broker_id"),
     ):
         value = getattr(args, flag, None)
         if value is not None:
