@@ -29,10 +29,14 @@ def held_pulls(broker: Broker) -> int:
 
 @contextlib.asynccontextmanager
 async def running_broker(
-    data_dir: Path, disk_usage_probe: Callable[[Path], float] | None = None, **settings: Any
+    data_dir: Path,
+    disk_usage_probe: Callable[[Path], float] | None = None,
+    *,
+    slave_sync_period_s: float = 10.0,
+    **settings: Any,
 ) -> AsyncIterator[Broker]:
     """*settings* are broker.conf keys; *disk_usage_probe* is injected into the store instead of
-    measuring the real filesystem."""
+    measuring the real filesystem; a slave copies its master's metadata every *slave_sync_period_s*."""
     config = BrokerConfig()
     config.update(
         {
@@ -44,7 +48,7 @@ async def running_broker(
             **settings,
         }
     )
-    broker = Broker(config, disk_usage_probe=disk_usage_probe)
+    broker = Broker(config, disk_usage_probe=disk_usage_probe, slave_sync_period_s=slave_sync_period_s)
     await broker.start()
     try:
         yield broker

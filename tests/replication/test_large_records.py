@@ -10,6 +10,7 @@ from pathlib import Path
 
 from _pair import ha_status
 
+from cometmq.namesrv import NameServer
 from cometmq.protocol import ResponseCode
 from cometmq.remoting import RemotingClient
 from waiting import wait_until
@@ -24,19 +25,34 @@ def test_records_larger_than_a_chunk_reach_the_slave_whole(tmp_path: Path) -> No
     bodies = [bytes([65 + i]) * size for i, size in enumerate((40_000, 100_000, 10, 70_000))]
 
     async def scenario() -> None:
+        namesrv = NameServer("127.0.0.1", 0)
+        await namesrv.start()
+        ns_addr = f"127.0.0.1:{namesrv.port}"
         async with running_broker(
-            tmp_path / "master", brokerRole="SYNC_MASTER", flushDiskType="SYNC_FLUSH", slaveTimeout=10_000
+            tmp_path / "master",
+            namesrvAddr=ns_addr,
+            brokerRole="SYNC_MASTER",
+            flushDiskType="SYNC_FLUSH",
+            slaveTimeout=10_000,
         ) as master:
             assert master.ha_server is not None
             ha_addr = f"127.0.0.1:{master.ha_server.port}"
             async with running_broker(
-                tmp_path / "slave", brokerRole="SLAVE", brokerId=1, haMasterAddress=ha_addr
+                tmp_path / "slave",
+                slave_sync_period_s=0.1,
+                namesrvAddr=ns_addr,
+                brokerRole="SLAVE",
+                brokerId=1,
+                haMasterAddress=ha_addr,
             ) as slave:
                 client = RemotingClient()
                 try:
-                    for broker in (master, slave):
-                        response = await create_topic(client, address(broker), TOPIC, 1)
-                        assert response.code == ResponseCode.SUCCESS
+                    response = await create_topic(client, address(master), TOPIC, 1)
+                    assert response.code == ResponseCode.SUCCESS
+                    # A slave takes its topics from its master (SlaveSynchronize), never from a client.
+                    await wait_until(
+                        lambda: slave.topics.get(TOPIC) is not None, message="the topic on the slave"
+                    )
                     await wait_until(
                         lambda: (
                             master.ha_server is not None
@@ -64,5 +80,6 @@ def test_records_larger_than_a_chunk_reach_the_slave_whole(tmp_path: Path) -> No
                     assert slave_info.ha_client_runtime_info.max_offset == end
                 finally:
                     await client.close()
+        await namesrv.stop()
 
     asyncio.run(scenario())
