@@ -169,18 +169,27 @@ def test_cluster_up_stops_with_the_log_of_a_broker_that_cannot_start(tmp_path: P
     assert not list(data.glob("broker-*-1"))  # no slave started without its master
 
 
-def test_cluster_up_kills_a_server_that_does_not_stop_and_says_so(tmp_path: Path, conf: Path) -> None:
+def test_cluster_up_reports_a_server_that_dies_and_kills_one_that_does_not_stop(
+    tmp_path: Path, conf: Path
+) -> None:
     data = tmp_path / "cluster"
-    cluster = Cluster(data, conf, "--groups", "1", "--slaves", "0", "--stop-timeout", "1")
+    cluster = Cluster(data, conf, "--groups", "1", "--stop-timeout", "1")
     try:
-        master = rows(cluster.out())["broker-a-0"][2]
+        started = rows(cluster.out())
+        slave, master = started["broker-a-1"][2], started["broker-a-0"][2]
+        os.kill(slave, signal.SIGKILL)
+        wait_until_blocking(
+            lambda: f"broker-a-1 (SLAVE, pid {slave}) exited with status -9; not restarted" in cluster.err(),
+            message="the slave's death reported",
+        )
         os.kill(master, signal.SIGSTOP)  # it can no longer act on SIGTERM
         cluster.proc.send_signal(signal.SIGTERM)
         assert cluster.proc.wait(timeout=90) == 1
     finally:
         cluster.close()
     assert f"broker-a-0 (pid {master}) did not stop within 1 s: killed" in cluster.err()
-    assert f"broker-a-0: exit status {-signal.SIGKILL}" in cluster.out()
-    assert "namesrv: exit status 0" in cluster.out()
+    out = cluster.out()
+    assert "broker-a-0: exit status -9" in out and "broker-a-1: exit status -9" in out
+    assert "namesrv: exit status 0" in out
     assert "not every server stopped cleanly: broker-a-0 (status -9" in cluster.err()
     assert not alive(master)
