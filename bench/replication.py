@@ -18,9 +18,9 @@ ports picked by the OS), data in a temp dir under --dir (default: the system tem
   slave's commit log does not reach the master's end afterwards;
 - a new slave copying: a master whose commit log holds --copy-mib MiB (written in process before it
   starts, in one segment: an empty slave copies only the master's last segment, as in RocketMQ) and an
-  empty slave with the same `mappedFileSizeCommitLog`; MB/s from the slave's ready line until its
-  `commitLogMaxOffset` (GET_BROKER_RUNTIME_INFO) equals the master's, beside the disk's and the
-  loopback's.
+  empty slave with the same `mappedFileSizeCommitLog`, told the master's HA address (`haMasterAddress`);
+  MB/s from the slave's ready line until its `commitLogMaxOffset` (GET_BROKER_RUNTIME_INFO) equals
+  the master's, beside the disk's and the loopback's.
 
 The machine is noisy: compare the ratios of one run, not absolute figures across runs.
 """
@@ -55,7 +55,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "broker")]
 
 from _support import create_topic, send_request  # noqa: E402
 
-from processes import ServerProcess  # noqa: E402
+from processes import ServerProcess, free_port  # noqa: E402
 
 PRODUCERS = 16
 BATCH = 100
@@ -376,11 +376,18 @@ async def slave_copy(servers: Servers, size: int, body: bytes) -> tuple[int, flo
     segment = size + 64 * MIB  # room for the last batch: the whole log is one segment
     fill_commit_log(servers.root / "copy-0", size, segment, body)
     keys = {"brokerName": "bench-copy", "mappedFileSizeCommitLog": segment}
-    master, master_addr = servers.broker("copy-0", brokerId=0, brokerRole="ASYNC_MASTER", **keys)
+    # The slave is told the master's HA address, so it connects as it starts rather than after it has
+    # learned the address from its registration (and waited the 5 s between connection attempts).
+    ha_port = free_port()
+    master, master_addr = servers.broker(
+        "copy-0", brokerId=0, brokerRole="ASYNC_MASTER", haListenPort=ha_port, **keys
+    )
     try:
         async with AdminClient(servers.namesrv) as admin:
             end = await runtime_end(admin, master_addr)
-            slave, slave_addr = servers.broker("copy-1", brokerId=1, brokerRole="SLAVE", **keys)
+            slave, slave_addr = servers.broker(
+                "copy-1", brokerId=1, brokerRole="SLAVE", haMasterAddress=f"127.0.0.1:{ha_port}", **keys
+            )
             start = time.perf_counter()
             try:
                 await wait_slave_caught_up(admin, master_addr, slave_addr)
