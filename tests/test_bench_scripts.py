@@ -186,3 +186,24 @@ def test_spark_bench_reads_through_the_connector_and_the_ceiling(tmp_path: Path)
     for job in ("cometmq", "synthetic", "synthetic-prebuilt"):
         figures(rf"^  round 1 {job} +{NUMBER} s +{NUMBER} msg/s", out)
     figures(rf"^cometmq batch read / synthetic ceiling: {NUMBER} \(of the medians\)", out)
+
+
+def test_replication_bench_prints_each_mode_beside_no_replication_and_the_slave_copy(tmp_path: Path) -> None:
+    pytest.importorskip("cometmq.replication", reason="replication is not in this build")
+    out = run_bench("replication.py", "--quick", "--dir", str(tmp_path), timeout=280)
+    figures(rf"^disk: write\+fsync of 16 MiB {NUMBER} MB/s; loopback TCP, 16 MiB {NUMBER} MB/s$", out)
+    for mode in ("no replication", "ASYNC_MASTER", "SYNC_MASTER"):
+        for workload in ("16 producers, 1 message each", "batches of 100, 8 in flight"):
+            # msgs/s, MB/s, the ratio to no replication, then the answers counted (the bench itself checks
+            # that the master stored every message and the slave reached its end)
+            figures(rf"^  {mode} +{re.escape(workload)} +{NUMBER} +{NUMBER} +{NUMBER}  .*SEND_OK [\d,]+", out)
+    # its share of the disk's and the loopback's speed may round to 0 on a quick run
+    copied, _, _ = figures(
+        rf"^slave copy: {NUMBER} MiB in {NUMBER} s: {NUMBER} MB/s "
+        r"\([\d.]+ of the disk, [\d.]+ of the loopback\)$",
+        out,
+    )
+    assert copied >= 16
+    for mode in ("ASYNC_MASTER", "SYNC_MASTER"):
+        figures(rf"^{mode} / no replication: {NUMBER} \(16 producers.*\), {NUMBER} \(batches", out)
+    assert list(tmp_path.iterdir()) == []  # the servers' directories are gone

@@ -146,6 +146,9 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
             "(0 = master), address, and version and message rates from the broker itself."
         ),
     )
+    from cometmq.cli._cluster import add_cluster_up_command  # it builds on this module's helpers
+
+    add_cluster_up_command(cluster_commands)
 
 
 def print_json(obj: Any) -> None:

@@ -1,0 +1,432 @@
+"""``cometmq cluster up``: a NameServer and master/slave broker groups on one machine, each server in a
+process of its own, started with one command and stopped together on Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import re
+import signal
+import string
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cometmq.cli._admin import whole_number
+from cometmq.cli._loop import run_async
+from cometmq.cli._servers import LOG_LEVELS, _setup_logging, _ShutdownSignal
+from cometmq.console import format_table
+from cometmq.errors import CometMQError, ConfigError
+
+log = logging.getLogger("cometmq.cli")
+
+DEFAULT_DATA_DIR = "~/.cometmq/cluster"
+MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
+MAX_GROUPS = len(string.ascii_lowercase)  # broker-a … broker-z
+LOG_TAIL_LINES = 20
+
+# What each server prints on stdout once it serves; the address is read from it, so ports the OS
+# picks (port 0) are known too.
+_NAMESRV_READY = re.compile(r"^CometMQ namesrv ready: listening on (\S+)")
+_BROKER_READY = re.compile(r"^CometMQ broker ready: \S+ at (\S+) ")
+
+
+def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    up = cluster_commands.add_parser(
+        "up",
+        help="run a NameServer and master/slave broker groups on this machine, until Ctrl-C",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Run a replicated cluster on this machine: one NameServer and --groups broker groups\n"
+            "(broker-a, broker-b, …), each a master (brokerId 0, --role) and --slaves slaves (brokerId\n"
+            "1, 2, …, brokerRole SLAVE). Every server is a process of its own ('cometmq namesrv',\n"
+            "'cometmq broker -c DIR/broker.conf') with a directory of its own under --data-dir:\n"
+            "\n"
+            "  DIR/namesrv/namesrv.log\n"
+            "  DIR/broker-a-0/broker.conf, broker.log and the broker's store (commitlog/, config/, …)\n"
+            "\n"
+            "broker.conf is written at every start (the file given with -c first, then the keys this\n"
+            "command sets); a data directory used before keeps its messages. Ports: the NameServer on\n"
+            "--namesrv-port; group i's master on --base-port + 10·i (20·i from 5 slaves on), its\n"
+            "slaves 2, 4, … above it, so the port after each broker's (its HA port, haListenPort)\n"
+            "stays free; port 0 lets the OS pick every port. A table says what runs where, then one\n"
+            "line starting 'CometMQ cluster ready:'.\n"
+            "\n"
+            "Ctrl-C or SIGTERM stops the slaves, then the masters, then the NameServer, each cleanly;\n"
+            "a server that has not stopped after --stop-timeout seconds is killed, and said so. A server\n"
+            "that fails to start stops the whole command with the end of its log and status 1. A server\n"
+            "that exits while the cluster runs is reported and not restarted (stop a master to watch\n"
+            "its slave serve reads); the exit status is 0 only when every server stopped cleanly."
+        ),
+    )
+    up.add_argument(
+        "--groups",
+        type=whole_number(1, MAX_GROUPS),
+        default=2,
+        metavar="N",
+        help="broker groups (masters), named broker-a, broker-b, … (default: 2)",
+    )
+    up.add_argument(
+        "--slaves", type=whole_number(0), default=1, metavar="N", help="slaves per master (default: 1)"
+    )
+    up.add_argument(
+        "--role",
+        choices=MASTER_ROLES,
+        default="ASYNC_MASTER",
+        type=str.upper,
+        help="the masters' brokerRole: SYNC_MASTER answers a send once a slave has it too "
+        "(default: ASYNC_MASTER)",
+    )
+    up.add_argument(
+        "--data-dir",
+        default=DEFAULT_DATA_DIR,
+        metavar="DIR",
+        help=f"one directory per server under it (default: {DEFAULT_DATA_DIR})",
+    )
+    up.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address every server listens on and advertises to clients (default: 127.0.0.1)",
+    )
+    up.add_argument(
+        "--namesrv-port", type=whole_number(0, 65535), default=9876, metavar="PORT", help="default: 9876"
+    )
+    up.add_argument(
+        "--base-port",
+        type=whole_number(0, 65535),
+        default=10911,
+        metavar="PORT",
+        help="the first master's listenPort (default: 10911); 0: every broker's port picked by the OS",
+    )
+    up.add_argument("--cluster", default="DefaultCluster", metavar="NAME", help="brokerClusterName")
+    up.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="a broker.conf every broker starts from (e.g. flushDiskType, mappedFileSizeCommitLog); "
+        "the keys this command sets win",
+    )
+    up.add_argument(
+        "--start-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="a server not ready after this long has failed to start (default: 120)",
+    )
+    up.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a server not stopped this long after SIGTERM is killed (default: 30)",
+    )
+    up.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="the servers' log level (their logs go to files in their directories; default: INFO)",
+    )
+    up.set_defaults(func=run_cluster_up)
+
+
+@dataclass
+class Server:
+    """One server of the cluster and its process."""
+
+    label: str  # "namesrv", "broker-a-0": the name of its directory too
+    role: str  # "namesrv", a master role or "SLAVE"
+    directory: Path
+    port: int  # as configured; 0: the OS picks it
+    broker_name: str = ""
+    broker_id: int = 0
+    process: asyncio.subprocess.Process | None = None
+    address: str = ""  # host:port, from the ready line
+    log_start: int = 0  # the log's size before this run: what it printed starts there
+    exit_status: int | None = None
+    background: list[asyncio.Task[None]] = field(default_factory=list)  # held, so none is collected
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / ("namesrv.log" if self.role == "namesrv" else "broker.log")
+
+    @property
+    def conf_path(self) -> Path:
+        return self.directory / "broker.conf"
+
+    @property
+    def is_slave(self) -> bool:
+        return self.role == "SLAVE"
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(self.log_start)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class StartFailed(CometMQError):
+    """A server of the cluster exited, or was not ready in time, before it served."""
+
+    def __init__(self, server: Server, reason: str) -> None:
+        super().__init__(f"{server.label} did not start: {reason}")
+        self.server = server
+
+
+def plan(args: argparse.Namespace) -> list[Server]:
+    """Every server of the cluster, the NameServer first, then each group's master and slaves."""
+    root = Path(args.data_dir).expanduser().resolve()
+    # Each broker takes its port and the one after it (the HA port); a group takes a multiple of 10.
+    stride = 10 * math.ceil(2 * (args.slaves + 1) / 10)
+    last_port = args.base_port + stride * (args.groups - 1) + 2 * args.slaves + 1
+    if args.base_port and last_port > 65535:
+        raise ConfigError(
+            f"--base-port {args.base_port} leaves no room for {args.groups} groups: ports end at {last_port}"
+        )
+    servers = [Server("namesrv", "namesrv", root / "namesrv", args.namesrv_port)]
+    for group in range(args.groups):
+        name = f"broker-{string.ascii_lowercase[group]}"
+        base = args.base_port + stride * group if args.base_port else 0
+        for broker_id in range(args.slaves + 1):
+            servers.append(
+                Server(
+                    f"{name}-{broker_id}",
+                    "SLAVE" if broker_id else args.role,
+                    root / f"{name}-{broker_id}",
+                    base + 2 * broker_id if base else 0,
+                    broker_name=name,
+                    broker_id=broker_id,
+                )
+            )
+    return servers
+
+
+def broker_conf(server: Server, args: argparse.Namespace, namesrv_addr: str) -> str:
+    """*server*'s broker.conf: the file given with -c, then the keys that place it in the cluster."""
+    base = Path(args.config).read_text(encoding="utf-8") if args.config else ""
+    if base and not base.endswith("\n"):
+        base += "\n"
+    own = {
+        "brokerClusterName": args.cluster,
+        "brokerName": server.broker_name,
+        "brokerId": server.broker_id,
+        "brokerRole": server.role,
+        "brokerIP1": args.host,
+        "listenHost": args.host,
+        "listenPort": server.port,
+        "namesrvAddr": namesrv_addr,
+        "storePathRootDir": server.directory,
+    }
+    header = "# Written by 'cometmq cluster up' at every start"
+    source = f"; the lines of {args.config} first" if args.config else ""
+    # Java properties: the last value of a key wins, so these override the file's.
+    return f"{header}{source}.\n{base}" + "".join(f"{key}={value}\n" for key, value in own.items())
+
+
+def _command(server: Server, args: argparse.Namespace) -> list[str]:
+    cometmq = [sys.executable, "-m", "cometmq"]
+    if server.role == "namesrv":
+        return [
+            *cometmq,
+            "namesrv",
+            "--host",
+            args.host,
+            "--port",
+            str(server.port),
+            "--log-level",
+            args.log_level,
+        ]
+    return [*cometmq, "broker", "-c", str(server.conf_path), "--log-level", args.log_level]
+
+
+async def start(server: Server, args: argparse.Namespace) -> None:
+    """Start *server* and wait for its ready line; StartFailed if it exits or is not ready in time."""
+    server.directory.mkdir(parents=True, exist_ok=True)
+    server.log_start = server.log_path.stat().st_size if server.log_path.exists() else 0
+    with server.log_path.open("ab") as log_file:
+        # Its own process group: Ctrl-C in the terminal reaches this command alone, which stops the
+        # servers in order (slaves, masters, then the NameServer they unregister from).
+        server.process = await asyncio.create_subprocess_exec(
+            *_command(server, args),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log_file,
+            process_group=0,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    ready = _NAMESRV_READY if server.role == "namesrv" else _BROKER_READY
+    try:
+        line = await asyncio.wait_for(_ready_line(server), args.start_timeout)
+    except TimeoutError:
+        raise StartFailed(server, f"not ready after {args.start_timeout:g} s") from None
+    found = ready.match(line) if line is not None else None
+    if found is None:
+        status = await server.process.wait()
+        raise StartFailed(server, f"it exited with status {status}")
+    server.address = found.group(1)
+    server.background.append(asyncio.get_running_loop().create_task(_copy_output(server)))
+
+
+async def _ready_line(server: Server) -> str | None:
+    """The server's first line on stdout (its ready line), also written to its log; None at end."""
+    assert server.process is not None and server.process.stdout is not None
+    line = await server.process.stdout.readline()
+    if not line:
+        return None
+    with server.log_path.open("ab") as log_file:
+        log_file.write(line)
+    return line.decode(errors="replace").rstrip("\n")
+
+
+async def _copy_output(server: Server) -> None:
+    """Anything else the server prints goes to its log, so it never blocks on a full pipe."""
+    assert server.process is not None and server.process.stdout is not None
+    while line := await server.process.stdout.readline():
+        with server.log_path.open("ab") as log_file:
+            log_file.write(line)
+
+
+async def _watch(server: Server, stopping: asyncio.Event) -> None:
+    """Report a server that exits while the cluster runs; nothing is restarted."""
+    assert server.process is not None
+    status = await server.process.wait()
+    if not stopping.is_set():
+        log.warning(
+            "%s (%s, pid %d) exited with status %d; not restarted (log: %s)",
+            server.label,
+            server.role,
+            server.process.pid,
+            status,
+            server.log_path,
+        )
+
+
+async def stop(server: Server, timeout: float) -> int:
+    """SIGTERM and wait for a clean stop; SIGKILL after *timeout* seconds. Its exit status."""
+    process = server.process
+    assert process is not None
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):  # it exited a moment ago
+            process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), timeout)
+        except TimeoutError:
+            log.warning("%s (pid %d) did not stop within %g s: killed", server.label, process.pid, timeout)
+            process.kill()
+            await process.wait()
+    assert process.returncode is not None
+    server.exit_status = process.returncode
+    return process.returncode
+
+
+async def stop_all(servers: list[Server], timeout: float) -> None:
+    """Stop the started servers: slaves, then masters, then the NameServer."""
+    started = [s for s in servers if s.process is not None]
+    for stage in (
+        [s for s in started if s.is_slave],
+        [s for s in started if s.broker_name and not s.is_slave],
+        [s for s in started if s.role == "namesrv"],
+    ):
+        await asyncio.gather(*(stop(s, timeout) for s in stage))
+
+
+def _table(servers: list[Server]) -> str:
+    rows = [
+        [
+            s.label,
+            s.role,
+            s.broker_name or "-",
+            "-" if s.role == "namesrv" else s.broker_id,
+            s.address,
+            s.process.pid if s.process is not None else "-",
+            s.log_path,
+        ]
+        for s in servers
+    ]
+    return format_table(["SERVER", "ROLE", "BROKER", "ID", "ADDRESS", "PID", "LOG"], rows)
+
+
+async def _start_all(servers: list[Server], args: argparse.Namespace) -> None:
+    namesrv, brokers = servers[0], servers[1:]
+    await start(namesrv, args)
+    for stage in ([b for b in brokers if not b.is_slave], [b for b in brokers if b.is_slave]):
+        for broker in stage:
+            broker.directory.mkdir(parents=True, exist_ok=True)
+            broker.conf_path.write_text(broker_conf(broker, args, namesrv.address), encoding="utf-8")
+        # Masters first, so each slave's first registration already finds its master.
+        results = await asyncio.gather(*(start(b, args) for b in stage), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+
+async def _start_or_interrupt(
+    servers: list[Server], args: argparse.Namespace, shutdown: _ShutdownSignal
+) -> bool:
+    """Start every server unless Ctrl-C or SIGTERM comes first; whether they all started."""
+    starting = asyncio.ensure_future(_start_all(servers, args))
+    interrupted = asyncio.ensure_future(shutdown.wait())
+    try:
+        await asyncio.wait({starting, interrupted}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        interrupted.cancel()
+        if not starting.done():
+            starting.cancel()
+        await asyncio.gather(starting, interrupted, return_exceptions=True)
+    if starting.cancelled():
+        return False
+    starting.result()  # a StartFailed
+    return True
+
+
+async def _cluster_up(args: argparse.Namespace) -> int:
+    servers = plan(args)
+    stopping = asyncio.Event()
+    failure: StartFailed | None = None
+    with _ShutdownSignal() as shutdown:
+        try:
+            if await _start_or_interrupt(servers, args, shutdown):
+                for server in servers:
+                    server.background.append(asyncio.get_running_loop().create_task(_watch(server, stopping)))
+                print(_table(servers), flush=True)
+                masters = ", ".join(s.broker_name for s in servers if s.broker_name and not s.is_slave)
+                # Scripts and tests wait for this line; flushed so a pipe sees it at once.
+                print(
+                    f"CometMQ cluster ready: namesrv {servers[0].address}, cluster {args.cluster}, "
+                    f"{args.role} {masters} with {args.slaves} slave(s) each, data in "
+                    f"{servers[0].directory.parent}; Ctrl-C stops it",
+                    flush=True,
+                )
+                await shutdown.wait()
+        except StartFailed as exc:
+            failure = exc
+        finally:
+            stopping.set()
+            await stop_all(servers, args.stop_timeout)
+    for server in servers:
+        if server.exit_status is not None:
+            print(f"{server.label}: exit status {server.exit_status}", flush=True)
+    if failure is not None:
+        tail = failure.server.log_tail()
+        print(f"--- the end of {failure.server.log_path} ---\n{tail}\n---", file=sys.stderr, flush=True)
+        raise failure
+    unclean = [s for s in servers if s.exit_status not in (None, 0)]
+    if unclean:
+        raise CometMQError(
+            "not every server stopped cleanly: "
+            + ", ".join(f"{s.label} (status {s.exit_status}, log {s.log_path})" for s in unclean)
+        )
+    return 0
+
+
+def run_cluster_up(args: argparse.Namespace) -> int:
+    _setup_logging("INFO")
+    return run_async(_cluster_up(args))

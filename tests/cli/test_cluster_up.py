@@ -1,0 +1,195 @@
+"""``cometmq cluster up``: a NameServer and master/slave groups, each server a process of its own, in real
+processes on real ports and files; what replication does with them is tested in tests/replication."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cometmq.broker import BrokerConfig
+from cometmq.cli._cluster import plan
+from cometmq.cli._main import build_parser
+from cometmq.client import AdminClient
+from processes import COMMAND, TEST_BROKER_CONF, cometmq, subprocess_env
+from waiting import wait_until, wait_until_blocking
+
+READY = "CometMQ cluster ready:"
+ROW = re.compile(
+    r"^(namesrv|broker-[a-z]-\d+) +(\S+) .* (\d+\.\d+\.\d+\.\d+:\d+) +(\d+) +(\S+)$", re.MULTILINE
+)
+
+
+class Cluster:
+    """``cluster up`` on ports the OS picks; its stdout and stderr go to files read while it runs."""
+
+    def __init__(self, data_dir: Path, conf: Path, *extra: str) -> None:
+        self.stdout = data_dir.parent / "cluster-up.out"
+        self.stderr = data_dir.parent / "cluster-up.err"
+        args = ["cluster", "up", "--data-dir", str(data_dir), "--namesrv-port", "0", "--base-port", "0"]
+        with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [*COMMAND, *args, "-c", str(conf), *extra], stdout=out, stderr=err, env=subprocess_env()
+            )
+        try:
+            found = wait_until_blocking(
+                lambda: (
+                    self.proc.poll() is not None or re.search(rf"^{READY} namesrv (\S+),", self.out(), re.M)
+                ),
+                message="the cluster's ready line",
+                timeout=90,
+            )
+        except BaseException:
+            self.close()
+            raise
+        assert isinstance(found, re.Match), self.out() + self.err()
+        self.namesrv = found.group(1)
+
+    def out(self) -> str:
+        return self.stdout.read_text()
+
+    def err(self) -> str:
+        return self.stderr.read_text()
+
+    def close(self) -> None:
+        """The test's last resort: SIGTERM (its servers stop with it), then SIGKILL."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def rows(table: str) -> dict[str, tuple[str, str, int, Path]]:
+    """The ready table: server → (role, address, pid, log)."""
+    return {m[1]: (m[2], m[3], int(m[4]), Path(m[5])) for m in ROW.finditer(table)}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def conf(tmp_path: Path) -> Path:
+    path = tmp_path / "small.conf"
+    path.write_text(TEST_BROKER_CONF)
+    return path
+
+
+def test_default_ports_leave_each_brokers_ha_port_free() -> None:
+    servers = plan(build_parser().parse_args(["cluster", "up"]))
+    assert [(s.label, s.role, s.port) for s in servers] == [
+        ("namesrv", "namesrv", 9876),
+        ("broker-a-0", "ASYNC_MASTER", 10911),
+        ("broker-a-1", "SLAVE", 10913),
+        ("broker-b-0", "ASYNC_MASTER", 10921),
+        ("broker-b-1", "SLAVE", 10923),
+    ]
+    many = plan(build_parser().parse_args(["cluster", "up", "--groups", "3", "--slaves", "5"]))
+    taken = [port for s in many[1:] for port in (s.port, s.port + 1)]  # listenPort and haListenPort
+    assert len(taken) == len(set(taken)) and 9876 not in taken
+
+
+def test_cluster_up_runs_two_master_slave_groups_that_register_and_stop_cleanly_on_ctrl_c(
+    tmp_path: Path, conf: Path
+) -> None:
+    data = tmp_path / "cluster"
+    cluster = Cluster(data, conf, "--role", "SYNC_MASTER")
+    brokers = [f"broker-{g}-{i}" for g in "ab" for i in (0, 1)]
+    try:
+        started = rows(cluster.out())
+        assert set(started) == {"namesrv", *brokers}
+        assert len({pid for _, _, pid, _ in started.values()}) == 5  # a process each
+        assert all(alive(pid) for _, _, pid, _ in started.values())
+        for label in brokers:
+            config = BrokerConfig.from_file(data / label / "broker.conf")
+            master = label.endswith("-0")
+            assert config.broker_name == label[:-2] and config.broker_id == (0 if master else 1)
+            assert config.broker_role.name == started[label][0] == ("SYNC_MASTER" if master else "SLAVE")
+            assert config.broker_cluster_name == "DefaultCluster"
+            assert config.namesrv_addr == cluster.namesrv == started["namesrv"][1]
+            assert Path(config.store_path_root_dir) == data / label
+            assert config.mapped_file_size_commit_log == 4194304  # the -c file's key kept
+            assert (data / label / "abort").exists()  # each store is running
+            assert (data / label / "lock").read_text().split()[0] == str(started[label][2])
+
+        async def registered() -> dict[str, dict[int, str]]:
+            async with AdminClient(cluster.namesrv) as admin:
+                info = await admin.cluster_info()
+            groups = {b.broker_name: dict(b.broker_addrs) for b in info.brokers_of("DefaultCluster")}
+            return groups if all(len(groups.get(n, {})) == 2 for n in ("broker-a", "broker-b")) else {}
+
+        groups = asyncio.run(wait_until(registered, message="both groups registered with ids 0 and 1"))
+        assert {f"broker-{g}-{i}": groups[f"broker-{g}"][i] for g in "ab" for i in (0, 1)} == {
+            label: started[label][1] for label in brokers
+        }
+        for label in brokers:  # every broker serves on the address it registered
+            host, port = started[label][1].rsplit(":", 1)
+            socket.create_connection((host, int(port)), timeout=10).close()
+
+        cluster.proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the command alone
+        assert cluster.proc.wait(timeout=90) == 0, cluster.out() + cluster.err()
+    finally:
+        cluster.close()
+    out = cluster.out()
+    for label, (_, _, pid, log) in started.items():
+        assert f"{label}: exit status 0" in out
+        assert not alive(pid)
+        assert log.parent == data / label and log.stat().st_size > 0
+    for label in brokers:
+        assert not (data / label / "abort").exists(), label  # each store shut down cleanly
+
+
+def test_cluster_up_stops_with_the_log_of_a_broker_that_cannot_start(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.conf"
+    bad.write_text("flushDiskType=sync\n")
+    data = tmp_path / "cluster"
+    done = cometmq(
+        "cluster", "up", "--data-dir", str(data), "--namesrv-port", "0", "--base-port", "0", "-c", str(bad)
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "flushDiskType='sync' is not one of ASYNC_FLUSH, SYNC_FLUSH" in done.stderr  # its log's end
+    assert re.search(
+        r"^cometmq: error: broker-[ab]-0 did not start: it exited with status 1$", done.stderr, re.M
+    )
+    assert "namesrv: exit status 0" in done.stdout  # what had started is stopped cleanly
+    assert READY not in done.stdout
+    assert not list(data.glob("broker-*-1"))  # no slave started without its master
+
+
+def test_cluster_up_reports_a_server_that_dies_and_kills_one_that_does_not_stop(
+    tmp_path: Path, conf: Path
+) -> None:
+    data = tmp_path / "cluster"
+    cluster = Cluster(data, conf, "--groups", "1", "--stop-timeout", "1")
+    try:
+        started = rows(cluster.out())
+        slave, master = started["broker-a-1"][2], started["broker-a-0"][2]
+        os.kill(slave, signal.SIGKILL)
+        wait_until_blocking(
+            lambda: f"broker-a-1 (SLAVE, pid {slave}) exited with status -9; not restarted" in cluster.err(),
+            message="the slave's death reported",
+        )
+        os.kill(master, signal.SIGSTOP)  # it can no longer act on SIGTERM
+        cluster.proc.send_signal(signal.SIGTERM)
+        assert cluster.proc.wait(timeout=90) == 1
+    finally:
+        cluster.close()
+    assert f"broker-a-0 (pid {master}) did not stop within 1 s: killed" in cluster.err()
+    out = cluster.out()
+    assert "broker-a-0: exit status -9" in out and "broker-a-1: exit status -9" in out
+    assert "namesrv: exit status 0" in out
+    assert "not every server stopped cleanly: broker-a-0 (status -9" in cluster.err()
+    assert not alive(master)
