@@ -343,6 +343,8 @@ class Broker:
             log.warning("the NameServer names no master of %s any more", self.config.broker_name)
         else:
             log.info("the master of %s is %s (HA %s)", self.config.broker_name, master, self.master_ha_addr)
+            if self.ha_client is not None:
+                self.ha_client.master_changed()
 
     async def _unregister_all(self) -> None:
         cfg = self.config

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import time
@@ -53,6 +54,12 @@ class HAClient:
         self._last_write_ms = 0
         self._rate = ByteRate()
         self._last_failure = ""  # the last failure to connect or replicate, logged once
+        self._wake = asyncio.Event()  # set when the master's address is learned: try it now
+
+    def master_changed(self) -> None:
+        """The master's HA address was learned or changed: a client waiting to reconnect tries it at once
+        rather than after its reconnect interval (a SYNC_MASTER's sends wait for this slave)."""
+        self._wake.set()
 
     def start(self) -> None:
         if self._task is None:
@@ -93,7 +100,9 @@ class HAClient:
                     outcome = _Outcome.RECONNECT
                 if outcome is _Outcome.STOP:
                     return
-            await asyncio.sleep(RECONNECT_INTERVAL_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), RECONNECT_INTERVAL_S)
+            self._wake.clear()
 
     async def _replicate(self, addr: str) -> _Outcome:
         host, _, port = addr.rpartition(":")
