@@ -22,9 +22,11 @@ from cometmq.protocol.properties import decode_properties, encode_properties
 from cometmq.protocol.record import decode_records
 from cometmq.store import GetStatus, MessageStore, PutStatus, ReplicaOffsetError, StoreError
 from cometmq.store.format import file_name
+from waiting import wait_until_blocking
 
 OpenStore = Callable[..., MessageStore]
 TOPICS = ("A", "B")
+SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 QUEUES = 3
 
 
@@ -36,7 +38,8 @@ def started(root: Path, **kw: object) -> MessageStore:
 
 def put_some(store: MessageStore, rng: random.Random, count: int, max_body: int = 6000) -> None:
     """*count* messages of random sizes over two topics and three queues, singly and in batches,
-    with index keys."""
+    with index keys; now and then a delayed message (its unit's tags code is its delivery time) or a
+    prepared transaction message (no unit)."""
     done = 0
     while done < count:
         topic = rng.choice(TOPICS)
@@ -55,6 +58,12 @@ def put_some(store: MessageStore, rng: random.Random, count: int, max_body: int 
                     keys=key,
                 )
             )
+        kind = rng.randrange(10)
+        if n == 1 and kind == 0:
+            delay = encode_properties({"DELAY": str(queue_id + 1)})  # queue = delay level - 1
+            msgs = [make_msg(SCHEDULE, queue_id, b"later", properties=delay)]
+        elif n == 1 and kind == 1:
+            msgs = [make_msg(topic, queue_id, b"prepared", sys_flag=0x4)]
         res = store.put(msgs[0]) if n == 1 else store.put_batch(msgs)
         assert res.status is PutStatus.PUT_OK
         done += n
@@ -115,7 +124,7 @@ def assert_replica_of(master: MessageStore, master_root: Path, slave: MessageSto
     assert end == master.replica_end()
     assert slave.commitlog_max_offset == master.commitlog_max_offset
     assert log_bytes(slave_root, start, end) == log_bytes(master_root, start, end)
-    for topic in TOPICS:
+    for topic in (*TOPICS, SCHEDULE):
         for queue_id in range(QUEUES):
             low = slave.min_offset(topic, queue_id)
             high = slave.max_offset(topic, queue_id)
@@ -193,6 +202,8 @@ def test_an_empty_slave_starts_at_the_masters_last_segment(tmp_path: Path) -> No
         assert slave.commitlog_min_offset == last
         for topic in TOPICS:
             for queue_id in range(QUEUES):
+                if not slave.max_offset(topic, queue_id):
+                    continue  # none of its records is in the last segment (assert_replica_of checks)
                 low = slave.min_offset(topic, queue_id)
                 assert low > master.min_offset(topic, queue_id)  # the master's history is not copied
                 first = master.queue_unit(topic, queue_id, low)
@@ -237,6 +248,10 @@ def test_a_record_larger_than_a_chunk_is_dispatched_once_complete(
     assert messages(slave, "A", 1, 0) == [(0, b"x" * 20_000)]
     assert arrivals == [("A", 1, 1, 0)]
     assert slave.write_refusal is None
+    flushed = wait_until_blocking(
+        lambda: slave.commitlog_flushed_offset == record_end, message="the slave's flush thread to sync it"
+    )
+    assert flushed
 
 
 def test_a_partial_record_is_dropped_by_a_clean_shutdown_and_sent_again(
@@ -299,7 +314,8 @@ def test_a_segment_size_mismatch_is_refused_with_what_to_check(tmp_path: Path, s
     slave = started(tmp_path / "slave", mapped_file_size_commitlog=slave_segment)
     try:
         put_some(master, random.Random(4), 60)  # past the master's first segment
-        with pytest.raises(ReplicaOffsetError, match=f"mappedFileSizeCommitLog.* {slave_segment} bytes"):
+        fit = f"does not fit this store's segments: .*mappedFileSizeCommitLog.* {slave_segment} bytes"
+        with pytest.raises(ReplicaOffsetError, match=fit):
             copy(master, slave, lambda: 32768, start=0)
         stopped_at = slave.replica_end()
         assert stopped_at == slave.commitlog_max_offset  # what was accepted is whole records
@@ -325,6 +341,18 @@ def test_a_corrupt_chunk_is_refused_and_the_records_before_it_are_kept(
     assert [body for _, body in messages(slave, "A", 0, 0)] == [bytes([i]) * 500 for i in range(3)]
     copy(master, slave, lambda: 700)  # the master sends the rest again from the slave's end
     assert [body for _, body in messages(slave, "A", 0, 0)] == [bytes([i]) * 500 for i in range(5)]
+
+
+def test_a_record_in_rocketmq_5s_v2_format_is_refused(pair: tuple[MessageStore, MessageStore]) -> None:
+    master, slave = pair
+    assert master.put(make_msg("A", 0, b"one")).status is PutStatus.PUT_OK
+    first_end = master.commitlog_max_offset
+    assert master.put(make_msg("A", 0, b"two")).status is PutStatus.PUT_OK
+    chunk = bytearray(master.ha_readable(0, 1 << 20))
+    chunk[first_end + 4 : first_end + 8] = bytes.fromhex("DAA320AB")  # MESSAGE_MAGIC_CODE_V2
+    with pytest.raises(ReplicaOffsetError, match=f"offset {first_end} .*message format V2"):
+        slave.append_replica(0, chunk)
+    assert slave.replica_end() == first_end
 
 
 def test_zeros_where_a_record_should_start_are_refused(pair: tuple[MessageStore, MessageStore]) -> None:

@@ -837,15 +837,20 @@ class MessageStore:
             self._cut_replica(at)
             raise StoreError(self._refusal_for(exc, "no room for the store files to grow")) from exc
         self._publish_replica(valid_end, arrived)
-        if why is Stop.DAMAGED or why is Stop.ZEROS:
-            self._cut_replica(valid_end)
-            what = problem if why is Stop.DAMAGED else "zero bytes where a record should start"
+        if why is Stop.PARTIAL or why is Stop.END:
+            self._set_replica_tail(written_end > valid_end)
+            return
+        self._cut_replica(valid_end)
+        if why is Stop.MISFIT:
             raise ReplicaOffsetError(
-                f"the master's bytes at commit-log offset {valid_end} are not a valid record: {what} "
-                f"(master and slave must use the same mappedFileSizeCommitLog; this store's is "
-                f"{cl.segment_size} bytes)"
+                f"the master's record at commit-log offset {valid_end} does not fit this store's "
+                f"segments: {problem}; master and slave must use the same mappedFileSizeCommitLog "
+                f"(this store's is {cl.segment_size} bytes)"
             )
-        self._set_replica_tail(written_end > valid_end)
+        what = problem if why is Stop.DAMAGED else "zero bytes where a record should start"
+        raise ReplicaOffsetError(
+            f"the master's bytes at commit-log offset {valid_end} are not a valid record: {what}"
+        )
 
     def _publish_replica(self, end: int, arrived: dict[ConsumeQueue, list[int]]) -> None:
         """``_publish`` for replicated records: their units and index entries are written; move the
