@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from store_testlib import SMALL_COMMITLOG, make_msg, small_config
 
 from cometmq.protocol.properties import decode_properties, encode_properties
-from cometmq.protocol.record import decode_records
+from cometmq.protocol.record import BLANK_MAGIC_CODE, decode_records
 from cometmq.store import GetStatus, MessageStore, PutStatus, ReplicaOffsetError, StoreError
 from cometmq.store.format import file_name
 from waiting import wait_until_blocking
@@ -398,30 +399,51 @@ from pathlib import Path
 from store_testlib import small_config
 from cometmq.store import MessageStore
 
-master_root, slave_root = Path(sys.argv[1]), Path(sys.argv[2])
-chunk, stop_after = int(sys.argv[3]), int(sys.argv[4])
+master_root, slave_root, cut = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 master = MessageStore(small_config(master_root))
 master.start()
 slave = MessageStore(small_config(slave_root))
 slave.start()
-offset = 0  # from the master's first segment: several segments and blank fillers to cross
-for _ in range(stop_after):
-    view = master.ha_readable(offset, chunk)
+offset = 0
+while offset < cut:
+    view = master.ha_readable(offset, min(1777, cut - offset))
     offset = slave.append_replica(offset, view)
     view.release()
 print(slave.replica_end(), slave.commitlog_max_offset, flush=True)
-sys.stdin.readline()  # killed here, with a partial record in the slave's log
+sys.stdin.readline()  # killed here
 """
 
 
-def test_a_slave_killed_between_chunks_resumes_at_its_last_whole_record(tmp_path: Path) -> None:
+def first_segment_ends(master: MessageStore) -> tuple[int, int]:
+    """Where the first segment's last record starts, and where its blank filler starts."""
+    data = master.ha_readable(0, SMALL_COMMITLOG).tobytes()
+    last = pos = 0
+    while True:
+        total, magic = struct.unpack_from(">iI", data, pos)
+        if magic == BLANK_MAGIC_CODE:
+            return last, pos
+        last, pos = pos, pos + total
+
+
+@pytest.mark.parametrize("cut_inside", ["a record", "a blank filler's header", "a blank filler's zeros"])
+def test_a_slave_killed_between_chunks_resumes_at_its_last_whole_record(
+    tmp_path: Path, cut_inside: str
+) -> None:
     master_root, slave_root = tmp_path / "master", tmp_path / "slave"
     master = started(master_root)
-    put_some(master, random.Random(9), 150, max_body=9000)
+    put_some(master, random.Random(9), 40, max_body=9000)
+    last_record, blank = first_segment_ends(master)
+    assert SMALL_COMMITLOG - blank > 20
     master.shutdown()  # the child opens it (one store per directory)
+    cut, published, recovered_end = {
+        "a record": (last_record + 100, last_record, last_record),
+        "a blank filler's header": (blank + 4, blank, blank),
+        # The whole header is there: the zeros after it are the segment's, which recovery keeps.
+        "a blank filler's zeros": (blank + 20, blank, SMALL_COMMITLOG),
+    }[cut_inside]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     child = subprocess.Popen(
-        [sys.executable, "-c", _APPEND_THEN_WAIT, str(master_root), str(slave_root), "1777", "60"],
+        [sys.executable, "-c", _APPEND_THEN_WAIT, str(master_root), str(slave_root), str(cut)],
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -429,21 +451,39 @@ def test_a_slave_killed_between_chunks_resumes_at_its_last_whole_record(tmp_path
     )
     try:
         assert child.stdout is not None
-        written, published = map(int, child.stdout.readline().split())
+        state = child.stdout.readline()
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
     assert child.returncode == -signal.SIGKILL
-    assert written > published  # it died with a partial record
+    assert list(map(int, state.split())) == [cut, published]  # written, and published
     assert (slave_root / "abort").exists()
     master = started(master_root)
     slave = started(slave_root)
     try:
-        assert slave.replica_end() == slave.commitlog_max_offset == published
-        # A boundary of the master's log: a record starts there, or a segment after a blank filler.
-        assert master.message_at(published) is not None or published % SMALL_COMMITLOG == 0
+        assert slave.replica_end() == slave.commitlog_max_offset == recovered_end
         copy(master, slave, lambda: 1777)
         assert_replica_of(master, master_root, slave, slave_root)
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_a_slave_restarts_cleanly_at_a_segment_end(tmp_path: Path) -> None:
+    master = started(tmp_path / "master")
+    slave = started(tmp_path / "slave")
+    try:
+        put_some(master, random.Random(11), 40, max_body=9000)
+        assert master.commitlog_max_offset > SMALL_COMMITLOG
+        view = master.ha_readable(0, SMALL_COMMITLOG)
+        assert slave.append_replica(0, view) == SMALL_COMMITLOG
+        view.release()
+        assert slave.commitlog_max_offset == SMALL_COMMITLOG  # the blank filler is all there
+        slave.shutdown()
+        slave = started(tmp_path / "slave")
+        assert slave.replica_end() == slave.commitlog_max_offset == SMALL_COMMITLOG
+        copy(master, slave, lambda: 5000)
+        assert_replica_of(master, tmp_path / "master", slave, tmp_path / "slave")
     finally:
         master.shutdown()
         slave.shutdown()
