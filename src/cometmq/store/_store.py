@@ -659,9 +659,10 @@ class MessageStore:
         level = min(level, len(self._delays))
         return store_timestamp + self._delays[level - 1] if level > 0 else fallback
 
-    def _recovered_tags_code(self, rec: DecodedRecord) -> int:
-        """The tags code the broker gave on put, recomputed from the record (recovery)."""
-        tag = decode_properties(rec.properties).get("TAGS")
+    def _recovered_tags_code(self, rec: DecodedRecord, props: dict[str, str] | None = None) -> int:
+        """The tags code the broker gave on put, recomputed from the record (recovery, a slave);
+        *props* are its properties if the caller decoded them already."""
+        tag = (decode_properties(rec.properties) if props is None else props).get("TAGS")
         code = java_string_hash(tag) if tag else 0
         if rec.topic == SCHEDULE_TOPIC:
             code = self._delivery_time(rec.properties, rec.store_timestamp, code)
@@ -810,11 +811,12 @@ class MessageStore:
             at = rec.commitlog_offset
             if not is_dispatched(rec.sys_flag):
                 return
-            done, cq = dispatch_unit(self._queues, rec, True, self._recovered_tags_code, self._retire_files)
+            props = decode_properties(rec.properties)  # once, for the tags code and the index
+            tags_code = self._recovered_tags_code(rec, props)
+            done, cq = dispatch_unit(self._queues, rec, True, lambda _: tags_code, self._retire_files)
             if done is not Dispatched.WRITTEN or cq is None:
                 return
             if index is not None:
-                props = decode_properties(rec.properties)
                 index.add(
                     rec.topic,
                     props.get("UNIQ_KEY", ""),
@@ -823,8 +825,7 @@ class MessageStore:
                     rec.store_timestamp,
                 )
             if listeners:
-                unit = cq.unit(rec.queue_offset)
-                arrived.setdefault(cq, []).append(unit[2] if unit is not None else 0)
+                arrived.setdefault(cq, []).append(tags_code)
             if rec.store_timestamp > self._last_store_ts:
                 self._last_store_ts = rec.store_timestamp
 
