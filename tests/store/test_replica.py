@@ -503,10 +503,47 @@ def test_a_full_disk_refuses_a_chunk_as_it_refuses_a_put(tmp_path: Path) -> None
                 copy(master, slave, lambda: 32768)
             assert not isinstance(refused.value, ReplicaOffsetError)
             assert slave.replica_end() == slave.commitlog_max_offset
+            # In the words a put's refusal uses, and puts are refused too.
+            assert slave.write_refusal == str(refused.value)
+            assert slave.put(make_msg()).status is PutStatus.SERVICE_NOT_AVAILABLE
             filler.unlink()
             slave.clean()  # the disk is looked at again (a refused chunk does so once a second)
             copy(master, slave, lambda: 32768)
             assert_replica_of(master, tmp_path / "master", slave, disk / "slave")
+        finally:
+            master.shutdown()
+            slave.shutdown()
+
+
+def test_a_full_disk_met_by_a_new_consume_queue_keeps_the_records_before_it(tmp_path: Path) -> None:
+    from small_disk import fill, mounted_tmpfs
+
+    with mounted_tmpfs(tmp_path / "disk", 8) as disk:
+        master = started(tmp_path / "master", mapped_file_size_commitlog=1 << 20)
+        # A 1 MiB segment is reserved whole when it is created: only the new queue's file needs room.
+        slave = started(disk / "slave", mapped_file_size_commitlog=1 << 20, disk_usage_probe=lambda path: 0.5)
+        try:
+            for i in range(5):
+                assert master.put(make_msg("A", 0, b"a%d" % i)).status is PutStatus.PUT_OK
+            new_queue_at = master.commitlog_max_offset
+            assert master.put(make_msg("B", 1, b"b")).status is PutStatus.PUT_OK
+            assert master.put(make_msg("A", 0, b"a5")).status is PutStatus.PUT_OK
+            view = master.ha_readable(0, new_queue_at)
+            slave.append_replica(0, view)
+            view.release()
+            filler = disk / "filler"
+            fill(filler)
+            view = master.ha_readable(new_queue_at, 1 << 20)
+            with pytest.raises(StoreError, match="^disk full: .*; no room for the store files to grow$"):
+                slave.append_replica(new_queue_at, view)
+            view.release()
+            assert slave.replica_end() == slave.commitlog_max_offset == new_queue_at
+            assert [body for _, body in messages(slave, "A", 0, 0)] == [b"a%d" % i for i in range(5)]
+            filler.unlink()
+            slave.clean()
+            copy(master, slave, lambda: 1 << 20)
+            assert messages(slave, "B", 1, 0) == [(0, b"b")]
+            assert [body for _, body in messages(slave, "A", 0, 0)] == [b"a%d" % i for i in range(6)]
         finally:
             master.shutdown()
             slave.shutdown()
