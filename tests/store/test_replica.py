@@ -534,7 +534,7 @@ def test_a_full_disk_met_by_a_new_consume_queue_keeps_the_records_before_it(tmp_
             filler = disk / "filler"
             fill(filler)
             view = master.ha_readable(new_queue_at, 1 << 20)
-            with pytest.raises(StoreError, match="^disk full: .*; no room for the store files to grow$"):
+            with pytest.raises(StoreError, match=r"^disk full: .*; no room for the store files to grow$"):
                 slave.append_replica(new_queue_at, view)
             view.release()
             assert slave.replica_end() == slave.commitlog_max_offset == new_queue_at

@@ -193,8 +193,8 @@ class CommitLog:
         rel = end - cur.start
         if rel < self.wrote_pos:
             self.wrote_pos = rel
-            self._warm_seg = None
-            cur.zero_from(rel)  # zero_from made the tail sparse again
+            self._warm_seg = None  # zero_from makes the tail sparse again
+            cur.zero_from(rel)
 
     def roll(self) -> MappedFile:
         """Fill the rest of the current segment with a blank record and start the next one."""
