@@ -186,8 +186,8 @@ class CommitLog:
 
     def cut_to(self, end: int) -> None:
         """Forget the bytes written after *end* in the current segment (zeroed, as recovery would):
-        a replicated chunk that was refused, or a partial record at shutdown. *end* is at or after
-        the segment's start and at or after ``max_offset``."""
+        what a refused replicated chunk wrote. *end* is at or after the segment's start and at or
+        after ``max_offset``."""
         cur = self.cur
         assert cur is not None and cur.start <= end <= cur.start + self.wrote_pos
         rel = end - cur.start

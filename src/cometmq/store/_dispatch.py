@@ -39,6 +39,7 @@ __all__ = [
     "dispatch_unit",
     "is_dispatched",
     "walk_records",
+    "whole_records",
 ]
 
 log = logging.getLogger("cometmq.store")
@@ -154,6 +155,29 @@ def walk_records(
             return pos, Stop.PARTIAL, ""  # the rest of the segment (its blank filler) is still coming
         pos = seg.end
     return pos, Stop.END, ""
+
+
+def whole_records(data: bytearray, room: int) -> int:
+    """How many leading bytes of *data*, which starts at a record boundary *room* bytes before its
+    segment's end, are whole records or a whole blank filler; the rest is the start of one still
+    coming. Bytes that cannot start a record count as whole: ``walk_records`` then says what is
+    wrong with them."""
+    pos = 0
+    size = len(data)
+    while pos < size:
+        left = room - pos
+        if left < BLANK_MIN_SIZE or size - pos < BLANK_MIN_SIZE:
+            return size if left < BLANK_MIN_SIZE else pos
+        total, magic = _SIZE_MAGIC.unpack_from(data, pos)
+        if magic == BLANK_MAGIC_CODE:
+            if total != left:
+                return size
+        elif magic != MESSAGE_MAGIC_CODE or not MIN_RECORD_SIZE <= total <= left:
+            return size
+        if pos + total > size:
+            return pos
+        pos += total
+    return size
 
 
 class Dispatched(enum.Enum):
