@@ -186,15 +186,15 @@ class CommitLog:
 
     def cut_to(self, end: int) -> None:
         """Forget the bytes written after *end* in the current segment (zeroed, as recovery would):
-        a replicated chunk that was refused, or a partial record at shutdown. *end* is at or after
-        the segment's start and at or after ``max_offset``."""
+        what a refused replicated chunk wrote. *end* is at or after the segment's start and at or
+        after ``max_offset``."""
         cur = self.cur
         assert cur is not None and cur.start <= end <= cur.start + self.wrote_pos
         rel = end - cur.start
         if rel < self.wrote_pos:
             self.wrote_pos = rel
-            self._warm_seg = None
-            cur.zero_from(rel)  # zero_from made the tail sparse again
+            self._warm_seg = None  # zero_from makes the tail sparse again
+            cur.zero_from(rel)
 
     def roll(self) -> MappedFile:
         """Fill the rest of the current segment with a blank record and start the next one."""

@@ -39,6 +39,7 @@ __all__ = [
     "dispatch_unit",
     "is_dispatched",
     "walk_records",
+    "whole_records",
 ]
 
 log = logging.getLogger("cometmq.store")
@@ -82,6 +83,7 @@ class Stop(enum.Enum):
     ZEROS = "zeros"  # zero bytes where a record would start: where a log normally ends
     PARTIAL = "partial"  # a record, or a segment's blank filler, whose bytes are not all there yet
     DAMAGED = "damaged"  # bytes that are not a valid record (the walk's third result says why)
+    MISFIT = "misfit"  # a record or blank filler that does not end where its segment allows (says why)
 
 
 def walk_records(
@@ -95,7 +97,7 @@ def walk_records(
     each valid message record. Bytes at or past *stop* count as not written yet: a record reaching
     past it is PARTIAL, and a segment's blank filler moves the walk to the next segment only once
     *stop* reaches the segment's end. Returns where the valid records end, why the walk stopped
-    there and, for DAMAGED, what is wrong.
+    there and, for DAMAGED and MISFIT, what is wrong.
 
     A record must have the message magic, a TOTALSIZE that fits its segment, lengths that add up,
     a matching body CRC (and record CRC, per *record_crc*) and PHYSICALOFFSET equal to its position.
@@ -120,34 +122,21 @@ def walk_records(
             total, magic = _SIZE_MAGIC.unpack_from(view, rel)
             if magic == BLANK_MAGIC_CODE:
                 if total != left:
-                    return (
-                        pos,
-                        Stop.DAMAGED,
-                        (
-                            f"a blank filler of {total} bytes that does not reach the end of {seg.path.name} "
-                            f"({left} bytes on)"
-                        ),
-                    )
+                    why = f"a blank filler of {total} bytes, {left} bytes before the end of {seg.path.name}"
+                    return pos, Stop.MISFIT, why
                 break
             if magic != MESSAGE_MAGIC_CODE:
                 if magic == MESSAGE_MAGIC_CODE_V2:
-                    return (
-                        pos,
-                        Stop.DAMAGED,
-                        (
-                            "a record in RocketMQ 5's message format V2 (topics over 127 bytes), "
-                            "which this store does not hold"
-                        ),
-                    )
+                    why = "a record in RocketMQ 5's message format V2 (topics over 127 bytes), not held here"
+                    return pos, Stop.DAMAGED, why
                 if not total and not magic:
                     return pos, Stop.ZEROS, ""
                 return pos, Stop.DAMAGED, f"no record there (size {total}, magic code 0x{magic:08X})"
-            if total < MIN_RECORD_SIZE or total > left:
-                return (
-                    pos,
-                    Stop.DAMAGED,
-                    (f"a record of {total} bytes, where {left} bytes are left in {seg.path.name}"),
-                )
+            if total > left:
+                why = f"a record of {total} bytes, {left} bytes before the end of {seg.path.name}"
+                return pos, Stop.MISFIT, why
+            if total < MIN_RECORD_SIZE:
+                return pos, Stop.DAMAGED, f"a record of {total} bytes, less than any record"
             if total > avail - rel:
                 return pos, Stop.PARTIAL, ""
             try:
@@ -166,6 +155,29 @@ def walk_records(
             return pos, Stop.PARTIAL, ""  # the rest of the segment (its blank filler) is still coming
         pos = seg.end
     return pos, Stop.END, ""
+
+
+def whole_records(data: bytearray, room: int) -> int:
+    """How many leading bytes of *data*, which starts at a record boundary *room* bytes before its
+    segment's end, are whole records or a whole blank filler; the rest is the start of one still
+    coming. Bytes that cannot start a record count as whole: ``walk_records`` then says what is
+    wrong with them."""
+    pos = 0
+    size = len(data)
+    while pos < size:
+        left = room - pos
+        if left < BLANK_MIN_SIZE or size - pos < BLANK_MIN_SIZE:
+            return size if left < BLANK_MIN_SIZE else pos
+        total, magic = _SIZE_MAGIC.unpack_from(data, pos)
+        if magic == BLANK_MAGIC_CODE:
+            if total != left:
+                return size
+        elif magic != MESSAGE_MAGIC_CODE or not MIN_RECORD_SIZE <= total <= left:
+            return size
+        if pos + total > size:
+            return pos
+        pos += total
+    return size
 
 
 class Dispatched(enum.Enum):

@@ -167,7 +167,7 @@ def _scan(
         return start
     end = cl.segments[-1].end if stop is None else stop
     offset, why, problem = walk_records(cl, start, end, on_record, record_crc)
-    if why is Stop.DAMAGED:
+    if why is Stop.DAMAGED or why is Stop.MISFIT:
         seg = cl.segment_for(offset)
         where = f" ({seg.path.name})" if seg is not None else ""
         log.warning("recovery: commit log ends at %d%s: %s", offset, where, problem)

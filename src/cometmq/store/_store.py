@@ -37,7 +37,15 @@ from cometmq.protocol.taghash import java_string_hash
 from ._clean import CleanReport, CleanService
 from ._commitlog import CommitLog
 from ._consumequeue import SCHEDULE_TOPIC, ConsumeQueue, QueueTable, TopicQueues
-from ._dispatch import Dispatched, RecordCrcCheck, Stop, dispatch_unit, is_dispatched, walk_records
+from ._dispatch import (
+    Dispatched,
+    RecordCrcCheck,
+    Stop,
+    dispatch_unit,
+    is_dispatched,
+    walk_records,
+    whole_records,
+)
 from ._flush import CheckpointFile, FlushService
 from ._index import IndexService
 from ._lock import StoreDirectoryLock
@@ -165,9 +173,9 @@ class MessageStore:
         self._last_store_ts = 0
         self._host_hex: dict[bytes, str] = {}
         self._record_crc = RecordCrcCheck.of(config.enabled_append_prop_crc, config.force_verify_prop_crc)
-        # A slave's commit log ends inside a record its master is still sending: puts must not write
-        # after it (``write_refusal``).
-        self._replica_tail = False
+        # The start of a record its master is still sending (``append_replica``), held here rather
+        # than written: the commit-log bytes end at a record boundary. Puts are refused meanwhile.
+        self._replica_partial = bytearray()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -237,8 +245,8 @@ class MessageStore:
         self._accepting = False
         flusher = self._flusher
         self._flusher = None
+        self._replica_partial.clear()  # sent again by the master
         try:
-            self._drop_replica_tail()
             if flusher is not None:
                 flusher.stop()
                 if flusher.failure is not None:
@@ -659,9 +667,10 @@ class MessageStore:
         level = min(level, len(self._delays))
         return store_timestamp + self._delays[level - 1] if level > 0 else fallback
 
-    def _recovered_tags_code(self, rec: DecodedRecord) -> int:
-        """The tags code the broker gave on put, recomputed from the record (recovery)."""
-        tag = decode_properties(rec.properties).get("TAGS")
+    def _recovered_tags_code(self, rec: DecodedRecord, props: dict[str, str] | None = None) -> int:
+        """The tags code the broker gave on put, recomputed from the record (recovery, a slave);
+        *props* are its properties if the caller decoded them already."""
+        tag = (decode_properties(rec.properties) if props is None else props).get("TAGS")
         code = java_string_hash(tag) if tag else 0
         if rec.topic == SCHEDULE_TOPIC:
             code = self._delivery_time(rec.properties, rec.store_timestamp, code)
@@ -670,12 +679,13 @@ class MessageStore:
     # -- replication: a master's reads, a slave's write path -----------------------------------
 
     def replica_end(self) -> int:
-        """Where the commit-log bytes written end, a partial trailing record included: what a slave
+        """Where the commit-log bytes received end, a partial trailing record included: what a slave
         reports to its master, and the one offset ``append_replica`` takes next. On a master it is
         the end ``ha_readable`` ships to."""
         cl = self._commitlog
         cur = cl.cur
-        return cl.max_offset if cur is None else cur.start + cl.wrote_pos
+        written = cl.max_offset if cur is None else cur.start + cl.wrote_pos
+        return written + len(self._replica_partial)
 
     def ha_readable(self, offset: int, limit: int) -> memoryview:
         """Commit-log bytes from *offset* for a slave: a view of at most *limit* bytes, within one
@@ -718,20 +728,19 @@ class MessageStore:
         return max(cl.max_offset, cl.segments[-1].start) if cl.segments else cl.max_offset
 
     def append_replica(self, offset: int, data: bytes | memoryview) -> int:
-        """A slave's one write path: commit-log bytes its master sent from *offset* on, written as
-        they are. *offset* must be ``replica_end()``; an empty store begins at any segment start
-        (the master's last segment). Every record the bytes complete is checked as recovery checks
-        it and dispatched: its consume-queue unit at the queue offset it carries (a queue starts at
-        its first record's offset), its index keys; a blank filler moves on to the next segment once
-        all of it is here. Then the end is published, arrival listeners and the flusher are woken.
-        A partial trailing record waits for the next chunk (puts are refused meanwhile). Returns the
-        new ``replica_end()``.
+        """A slave's one write path: commit-log bytes its master sent from *offset* on. *offset* must
+        be ``replica_end()``; an empty store begins at any segment start (the master's last segment).
+        The whole records the bytes complete are written as they are, checked as recovery checks
+        them and dispatched: each one's consume-queue unit at the queue offset it carries (a queue
+        starts at its first record's offset), its index keys; a blank filler moves on to the next
+        segment once all of it is here. Then the end is published, arrival listeners and the
+        flusher are woken. A partial trailing record waits in memory for the next chunk (puts are
+        refused meanwhile). Returns the new ``replica_end()``.
 
         ``ReplicaOffsetError`` for an offset that is not the end, a chunk crossing a segment end,
         or a damaged record (the bytes from that record on are dropped; the records before it are
-        kept). ``StoreError`` when the store refuses writes (a full disk, as a put is refused): the
-        bytes from the first record not dispatched on are dropped, so ``replica_end()`` says where
-        to resume.
+        kept). ``StoreError`` when the store refuses writes (a full disk, as a put is refused):
+        ``replica_end()`` then says where to resume.
         """
         cl = self._commitlog
         end = self.replica_end()
@@ -754,9 +763,9 @@ class MessageStore:
         if refusal is not None:
             raise StoreError(refusal)
         seg = cl.cur
-        pos = cl.wrote_pos
-        if not begin and seg is not None and pos < seg.size:
-            if pos + size > seg.size:
+        partial = self._replica_partial
+        if not begin and seg is not None and end < seg.end:
+            if end + size > seg.end:
                 raise ReplicaOffsetError(
                     f"a chunk of {size} bytes at offset {offset} crosses the end of commit-log segment "
                     f"{seg.path.name} at {seg.end}: the master's mappedFileSizeCommitLog differs from "
@@ -767,25 +776,37 @@ class MessageStore:
                 f"a chunk of {size} bytes at offset {offset} is larger than this store's segments "
                 f"({cl.segment_size} bytes): the master's mappedFileSizeCommitLog differs"
             )
+        kept = len(partial)
         try:
             if begin:
                 self._begin_replica(offset)
-            elif seg is None or pos >= seg.size:
-                cl.roll()  # the segment is complete (``pos`` is its end): nothing to fill
+            elif seg is None or end >= seg.end:
+                cl.roll()  # the segment is complete (``end`` is its end): nothing to fill
             seg = cl.cur
             assert seg is not None
             pos = cl.wrote_pos
-            if pos + size > seg.reserved_to:
-                self._check_disk()
-                refusal = self._replica_write_refusal()
-                if refusal is not None:
-                    raise StoreError(refusal)
-                seg.reserve(pos + size)
-            seg.write_at(pos, data)
-        except OSError as exc:
+            # Only whole records reach the file: after a kill -9, recovery cannot take a record cut
+            # inside its properties (which no CRC covers) for a whole one.
+            partial += data
+            whole = whole_records(partial, seg.size - pos)
+            if whole:
+                if pos + whole > seg.reserved_to:
+                    self._check_disk()
+                    refusal = self._replica_write_refusal()
+                    if refusal is not None:
+                        raise StoreError(refusal)
+                    seg.reserve(pos + whole)
+                with memoryview(partial) as mv:
+                    seg.write_at(pos, mv[:whole])
+        except (OSError, StoreError) as exc:
+            del partial[kept:]  # the chunk is refused: nothing of it is kept
+            if isinstance(exc, StoreError):
+                raise
             raise StoreError(self._refusal_for(exc, f"cannot write to the commit log at {offset}")) from exc
-        cl.wrote_pos = pos + size
-        self._dispatch_replica(offset + size)
+        del partial[:whole]
+        cl.wrote_pos = pos + whole
+        self._dispatch_replica(seg.start + pos + whole)
+        self._update_replica_partial()
         return self.replica_end()
 
     def _begin_replica(self, start: int) -> None:
@@ -810,11 +831,12 @@ class MessageStore:
             at = rec.commitlog_offset
             if not is_dispatched(rec.sys_flag):
                 return
-            done, cq = dispatch_unit(self._queues, rec, True, self._recovered_tags_code, self._retire_files)
+            props = decode_properties(rec.properties)  # once, for the tags code and the index
+            tags_code = self._recovered_tags_code(rec, props)
+            done, cq = dispatch_unit(self._queues, rec, True, lambda _: tags_code, self._retire_files)
             if done is not Dispatched.WRITTEN or cq is None:
                 return
             if index is not None:
-                props = decode_properties(rec.properties)
                 index.add(
                     rec.topic,
                     props.get("UNIQ_KEY", ""),
@@ -823,8 +845,7 @@ class MessageStore:
                     rec.store_timestamp,
                 )
             if listeners:
-                unit = cq.unit(rec.queue_offset)
-                arrived.setdefault(cq, []).append(unit[2] if unit is not None else 0)
+                arrived.setdefault(cq, []).append(tags_code)
             if rec.store_timestamp > self._last_store_ts:
                 self._last_store_ts = rec.store_timestamp
 
@@ -837,15 +858,22 @@ class MessageStore:
             self._cut_replica(at)
             raise StoreError(self._refusal_for(exc, "no room for the store files to grow")) from exc
         self._publish_replica(valid_end, arrived)
-        if why is Stop.DAMAGED or why is Stop.ZEROS:
-            self._cut_replica(valid_end)
-            what = problem if why is Stop.DAMAGED else "zero bytes where a record should start"
+        if why is Stop.END:
+            return
+        self._cut_replica(valid_end)
+        if why is Stop.MISFIT:
             raise ReplicaOffsetError(
-                f"the master's bytes at commit-log offset {valid_end} are not a valid record: {what} "
-                f"(master and slave must use the same mappedFileSizeCommitLog; this store's is "
-                f"{cl.segment_size} bytes)"
+                f"the master's record at commit-log offset {valid_end} does not fit this store's "
+                f"segments: {problem}; master and slave must use the same mappedFileSizeCommitLog "
+                f"(this store's is {cl.segment_size} bytes)"
             )
-        self._set_replica_tail(written_end > valid_end)
+        if why is Stop.ZEROS:
+            problem = "zero bytes where a record should start"
+        elif why is Stop.PARTIAL:  # not after whole_records: only whole records were written
+            problem = "an incomplete record"
+        raise ReplicaOffsetError(
+            f"the master's bytes at commit-log offset {valid_end} are not a valid record: {problem}"
+        )
 
     def _publish_replica(self, end: int, arrived: dict[ConsumeQueue, list[int]]) -> None:
         """``_publish`` for replicated records: their units and index entries are written; move the
@@ -861,24 +889,17 @@ class MessageStore:
             flusher.poke()
 
     def _cut_replica(self, end: int) -> None:
-        """Drop what a refused chunk wrote after *end* (best effort: recovery would drop it too)."""
+        """Drop what a refused chunk wrote after *end*, and the partial record held (best effort:
+        recovery would drop it too)."""
         with contextlib.suppress(OSError):
             self._commitlog.cut_to(end)
-        self._set_replica_tail(False)
+        self._replica_partial.clear()
+        self._update_replica_partial()
 
-    def _set_replica_tail(self, partial: bool) -> None:
-        if partial != self._replica_tail:
-            self._replica_tail = partial
+    def _update_replica_partial(self) -> None:
+        """Puts are refused while a partial record is held (``write_refusal``)."""
+        if bool(self._replica_partial) == self._accepting:
             self._update_accepting()
-
-    def _drop_replica_tail(self) -> None:
-        """At shutdown: zero a partial replicated record (the master sends it again), so that the
-        clean checkpoint's end is followed by zeros, as a clean start expects."""
-        cl = self._commitlog
-        if self._replica_tail and cl.cur is not None and cl.max_offset >= cl.cur.start:
-            cl.cut_to(cl.max_offset)
-            cl.cur.sync()
-            self._replica_tail = False
 
     def _replica_write_refusal(self) -> str | None:
         """Why ``append_replica`` is refused right now, or None: a put's reasons, looked at again
@@ -1083,7 +1104,7 @@ class MessageStore:
         if not self._running:
             return "the store is not running (shutting down)"
         refusal = self.flush_failure or self._cleaner.guard.refusal or self._out_of_space
-        if refusal is None and self._replica_tail:
+        if refusal is None and self._replica_partial:
             return "this store's commit log ends inside a record its master is still sending"
         return refusal
 

@@ -57,7 +57,9 @@ One per (topic, queueId): an array of 20-byte units; the unit's index is the *qu
 Files hold ``mapped_file_size_consume_queue`` bytes (300 000 units, a multiple of 20) and are
 named by their start *byte* offset (``unit index * 20``). A unit is valid iff its size is > 0;
 the queue's max offset (next unit to write) is one past the last valid unit. Units of one queue
-point at strictly increasing commit-log offsets.
+point at strictly increasing commit-log offsets. A queue may begin mid-file, its first file zero before its
+first unit (a slave's queue begins at the queue offset of its first record): its min offset is
+that first unit.
 
 Checkpoint
 ==========
