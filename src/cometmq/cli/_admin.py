@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -300,17 +301,19 @@ def _role(runtime: dict[str, str], broker_id: int) -> str:
     return "MASTER" if broker_id == MASTER_ID else "SLAVE"
 
 
-def _replication_lag(runtime: dict[str, str], master: dict[str, str] | None) -> tuple[int, float] | None:
-    """A slave's lag behind its master: commit-log bytes and seconds of message store time; None
-    when either broker did not say."""
+def _replication_lag(runtime: dict[str, str], master: dict[str, str] | None) -> dict[str, Any]:
+    """A slave's lag behind its master, as far as both brokers said: ``lagBytes`` (commit-log ends)
+    and ``lagSeconds`` (last message store times; unknown while the slave has stored nothing)."""
+    lag: dict[str, Any] = {}
     if master is None:
-        return None
-    try:
-        behind = int(master["commitLogMaxOffset"]) - int(runtime["commitLogMaxOffset"])
-        seconds = (int(master[LAST_STORE_TIME]) - int(runtime[LAST_STORE_TIME])) / 1000
-    except (KeyError, ValueError):
-        return None
-    return max(behind, 0), max(seconds, 0.0)
+        return lag
+    with contextlib.suppress(KeyError, ValueError):
+        lag["lagBytes"] = max(int(master["commitLogMaxOffset"]) - int(runtime["commitLogMaxOffset"]), 0)
+    with contextlib.suppress(KeyError, ValueError):
+        master_time, slave_time = int(master[LAST_STORE_TIME]), int(runtime[LAST_STORE_TIME])
+        if slave_time > 0:
+            lag["lagSeconds"] = max(master_time - slave_time, 0) / 1000
+    return lag
 
 
 async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
@@ -336,7 +339,7 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
         if broker_id == MASTER_ID and rt
     }
     lags = [
-        None if broker_id == MASTER_ID else _replication_lag(rt, masters.get(name))
+        {} if broker_id == MASTER_ID else _replication_lag(rt, masters.get(name))
         for (_, name, broker_id, _), rt in zip(entries, runtimes, strict=True)
     ]
     if args.json:
@@ -348,7 +351,7 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
                     "brokerId": broker_id,
                     "addr": addr,
                     "role": _role(rt, broker_id),
-                    **({} if lag is None else {"lagBytes": lag[0], "lagSeconds": lag[1]}),
+                    **lag,
                     "runtime": rt,
                 }
                 for (cluster, name, broker_id, addr), rt, lag in zip(entries, runtimes, lags, strict=True)
@@ -365,8 +368,8 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
             broker_id,
             addr,
             _role(rt, broker_id),
-            "-" if lag is None else lag[0],
-            "-" if lag is None else f"{lag[1]:.1f}",
+            lag.get("lagBytes", "-"),
+            f"{lag['lagSeconds']:.1f}" if "lagSeconds" in lag else "-",
             rt.get("brokerVersionDesc", "-"),
             _first_number(rt.get("putTps")),
             _first_number(rt.get("getTransferedTps", rt.get("getTransferredTps"))),
