@@ -165,7 +165,8 @@ async def pull(
     if status is None:
         raise BrokerError(response.code, response.remark)
     header = decode_answer(PullMessageResponseHeader, response)
-    if pull_from is not None:
+    # Written only when it changes: one dictionary lookup per pull in the steady state.
+    if pull_from is not None and header.suggest_which_broker_id != broker_id:
         pull_from[queue] = header.suggest_which_broker_id
     messages: list[ReceivedMessage] = []
     body: bytes | memoryview = b""
