@@ -74,13 +74,24 @@ def test_cluster_list_shows_the_broker(namesrv_addr: str) -> None:
     result = cometmq("cluster", "list", "-n", namesrv_addr)
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.strip().splitlines()
-    assert header.split()[:5] == ["CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION"]
+    assert header.split()[:8] == [
+        "CLUSTER",
+        "BROKER",
+        "ID",
+        "ADDRESS",
+        "ROLE",
+        "LAG_BYTES",
+        "LAG_S",
+        "VERSION",
+    ]
     [row] = rows
     assert row.split()[:3] == ["DefaultCluster", "broker-a", "0"]
+    assert row.split()[4:7] == ["ASYNC_MASTER", "-", "-"]  # a master has no lag
     assert row.split()[3].startswith("127.0.0.1:")
 
     [entry] = json.loads(cometmq("cluster", "list", "-n", namesrv_addr, "--json").stdout)
     assert (entry["cluster"], entry["brokerName"], entry["brokerId"]) == ("DefaultCluster", "broker-a", 0)
+    assert entry["role"] == "ASYNC_MASTER"
     version = entry["runtime"]["brokerVersionDesc"]  # from the broker itself (GET_BROKER_RUNTIME_INFO)
     assert version in row
 

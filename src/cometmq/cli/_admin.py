@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from cometmq.cli._loop import run_async
@@ -15,9 +17,12 @@ from cometmq.client import AdminClient
 from cometmq.console import format_table
 from cometmq.errors import CometMQError
 from cometmq.protocol.naming import perm_text
-from cometmq.protocol.route import BrokerData
+from cometmq.protocol.route import MASTER_ID, BrokerData
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+# The runtime-info key of a broker's last message store time (ms), for a slave's lag in seconds.
+LAST_STORE_TIME = "lastMessageStoreTimestamp"
 
 AdminAction = Callable[[AdminClient, argparse.Namespace], Awaitable[None]]
 
@@ -143,12 +148,34 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="list clusters, broker groups and broker addresses",
         description=(
             "List every broker registered with the NameServer: cluster, broker name, broker id "
-            "(0 = master), address, and version and message rates from the broker itself."
+            "(0 = master), address, and from the broker itself its role (ASYNC_MASTER, SYNC_MASTER or "
+            "SLAVE), version and message rates; for a slave, how far its commit log is behind its "
+            "master's, in bytes and in seconds of message store time."
         ),
     )
     from cometmq.cli._cluster import add_cluster_up_command  # it builds on this module's helpers
 
     add_cluster_up_command(cluster_commands)
+
+    broker = commands.choices["broker"]  # `cometmq broker` runs a broker; these inspect one
+    broker_commands = broker.add_subparsers(
+        dest="broker_command", metavar="COMMAND", title="commands (without one, the broker runs)"
+    )
+    ha_status = add_admin_command(
+        broker_commands,
+        "ha-status",
+        _broker_ha_status,
+        help="show a broker's replication state (a master's slaves, a slave's master link)",
+        description=(
+            "Ask the broker at ADDR for its replication state (GET_BROKER_HA_STATUS). A master lists "
+            "each connected slave: its address, the commit-log offset it acknowledged, how many bytes "
+            "it is behind, whether it is in sync, and the bytes per second sent to it. A slave shows "
+            "its link to the master: the master's HA address, whether it is connected, its own "
+            "commit-log end and when it last read from the master. RocketMQ 4.x brokers do not "
+            "answer this request."
+        ),
+    )
+    ha_status.add_argument("addr", metavar="ADDR", help="the broker's HOST:PORT")
 
 
 def print_json(obj: Any) -> None:
@@ -226,6 +253,72 @@ def _first_number(text: str | None) -> str:
         return first
 
 
+async def _broker_ha_status(admin: AdminClient, args: argparse.Namespace) -> None:
+    status = await admin.ha_status(args.addr)
+    if args.json:
+        print_json(status.to_json())
+        return
+    if status.master:
+        print(
+            f"{args.addr} is a master: commit log ends at {status.master_commit_log_max_offset}, "
+            f"{status.in_sync_slave_nums} slave(s) in sync"
+        )
+        if not status.ha_connection_info:
+            print("no slave is connected")
+            return
+        rows = [
+            [c.addr, c.slave_ack_offset, c.diff, "yes" if c.in_sync else "no", c.transferred_byte_in_second]
+            for c in status.ha_connection_info
+        ]
+        print(format_table(["SLAVE", "ACKED_OFFSET", "BEHIND_BYTES", "IN_SYNC", "BYTES_PER_S"], rows))
+        return
+    link = status.ha_client_runtime_info
+    last_read = (
+        datetime.fromtimestamp(link.last_read_timestamp / 1000).isoformat(sep=" ", timespec="seconds")
+        if link.last_read_timestamp > 0
+        else "never"
+    )
+    print(f"{args.addr} is a slave")
+    print(
+        format_table(
+            ["MASTER", "CONNECTED", "OWN_END", "LAST_READ", "BYTES_PER_S"],
+            [
+                [
+                    link.master_addr or "(unknown)",
+                    "yes" if link.is_activated else "no",
+                    link.max_offset,
+                    last_read,
+                    link.transferred_byte_in_second,
+                ]
+            ],
+        )
+    )
+
+
+def _role(runtime: dict[str, str], broker_id: int) -> str:
+    """The broker's role as RocketMQ names it (ASYNC_MASTER, SYNC_MASTER, SLAVE); from its id when the
+    broker did not answer."""
+    role = runtime.get("brokerRole")
+    if role:
+        return role
+    return "MASTER" if broker_id == MASTER_ID else "SLAVE"
+
+
+def _replication_lag(runtime: dict[str, str], master: dict[str, str] | None) -> dict[str, Any]:
+    """A slave's lag behind its master, as far as both brokers said: ``lagBytes`` (commit-log ends)
+    and ``lagSeconds`` (last message store times; unknown while the slave has stored nothing)."""
+    lag: dict[str, Any] = {}
+    if master is None:
+        return lag
+    with contextlib.suppress(KeyError, ValueError):
+        lag["lagBytes"] = max(int(master["commitLogMaxOffset"]) - int(runtime["commitLogMaxOffset"]), 0)
+    with contextlib.suppress(KeyError, ValueError):
+        master_time, slave_time = int(master[LAST_STORE_TIME]), int(runtime[LAST_STORE_TIME])
+        if slave_time > 0:
+            lag["lagSeconds"] = max(master_time - slave_time, 0) / 1000
+    return lag
+
+
 async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
     info = await admin.cluster_info()
     entries = [
@@ -243,11 +336,28 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
             return {}
 
     runtimes = await asyncio.gather(*(runtime(addr) for _, _, _, addr in entries))
+    masters = {
+        name: rt
+        for (_, name, broker_id, _), rt in zip(entries, runtimes, strict=True)
+        if broker_id == MASTER_ID and rt
+    }
+    lags = [
+        {} if broker_id == MASTER_ID else _replication_lag(rt, masters.get(name))
+        for (_, name, broker_id, _), rt in zip(entries, runtimes, strict=True)
+    ]
     if args.json:
         print_json(
             [
-                {"cluster": cluster, "brokerName": name, "brokerId": broker_id, "addr": addr, "runtime": rt}
-                for (cluster, name, broker_id, addr), rt in zip(entries, runtimes, strict=True)
+                {
+                    "cluster": cluster,
+                    "brokerName": name,
+                    "brokerId": broker_id,
+                    "addr": addr,
+                    "role": _role(rt, broker_id),
+                    **lag,
+                    "runtime": rt,
+                }
+                for (cluster, name, broker_id, addr), rt, lag in zip(entries, runtimes, lags, strict=True)
             ]
         )
         return
@@ -260,17 +370,33 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
             name,
             broker_id,
             addr,
+            _role(rt, broker_id),
+            lag.get("lagBytes", "-"),
+            f"{lag['lagSeconds']:.1f}" if "lagSeconds" in lag else "-",
             rt.get("brokerVersionDesc", "-"),
             _first_number(rt.get("putTps")),
             _first_number(rt.get("getTransferedTps", rt.get("getTransferredTps"))),
             rt.get("msgPutTotalTodayNow", "-"),
             rt.get("msgGetTotalTodayNow", "-"),
         ]
-        for (cluster, name, broker_id, addr), rt in zip(entries, runtimes, strict=True)
+        for (cluster, name, broker_id, addr), rt, lag in zip(entries, runtimes, lags, strict=True)
     ]
     print(
         format_table(
-            ["CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION", "IN_TPS", "OUT_TPS", "IN_TODAY", "OUT_TODAY"],
+            [
+                "CLUSTER",
+                "BROKER",
+                "ID",
+                "ADDRESS",
+                "ROLE",
+                "LAG_BYTES",
+                "LAG_S",
+                "VERSION",
+                "IN_TPS",
+                "OUT_TPS",
+                "IN_TODAY",
+                "OUT_TODAY",
+            ],
             rows,
         )
     )

@@ -29,6 +29,7 @@ from cometmq.protocol.broker_headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from cometmq.protocol.naming import DEFAULT_TOPIC
+from cometmq.protocol.route import MASTER_ID
 from cometmq.protocol.subscription import EXPRESSION_TAG, SubscriptionData
 
 # PullSysFlag (docs/protocol.md#pull-sysflag).
@@ -100,10 +101,22 @@ def send_header(
 
 
 def broker_addr_of(instance: ClientInstance, queue: MessageQueue) -> str:
+    """The master of ``queue``'s broker group: where sends, send-backs and queue locks go."""
     addr = instance.broker_addr(queue.broker_name)
     if addr is None:
         raise QueueNotRoutedError(f"no master address is known for broker {queue.broker_name!r}")
     return addr
+
+
+def read_addr_of(
+    instance: ClientInstance, queue: MessageQueue, broker_id: int = MASTER_ID
+) -> tuple[str, bool]:
+    """Where to read ``queue`` (``ClientInstance.read_addr``: the broker ``broker_id`` if registered,
+    else the group's lowest id) and whether that broker is a slave."""
+    found = instance.read_addr(queue.broker_name, broker_id)
+    if found is None:
+        raise QueueNotRoutedError(f"no address is known for broker {queue.broker_name!r}")
+    return found
 
 
 async def pull(
@@ -119,10 +132,21 @@ async def pull(
     suspend_ms: int = 0,
     timeout: float | None = None,
     decode: bool = True,
+    pull_from: dict[MessageQueue, int] | None = None,
 ) -> PullResult:
     """One PULL_MESSAGE. With ``PULL_SUSPEND`` and ``suspend_ms`` the broker holds the request until
     messages arrive or the time is up (long polling); ``timeout`` must then exceed the hold. With
-    ``decode=False`` the result keeps the records undecoded in ``body`` (and applies no tag check)."""
+    ``decode=False`` the result keeps the records undecoded in ``body`` (and applies no tag check).
+
+    ``pull_from`` is a consumer's table of the broker id each queue's last answer suggested
+    (``suggestWhichBrokerId``, RocketMQ's pullFromWhichNodeTable): the pull goes there (or to the
+    group's lowest id when that broker is not registered) and records the new suggestion. Without
+    it the pull goes to the master, else the lowest id. A pull from a slave never commits an offset
+    (the commit flag is cleared, as RocketMQ's clients do)."""
+    broker_id = MASTER_ID if pull_from is None else pull_from.get(queue, MASTER_ID)
+    addr, from_slave = read_addr_of(instance, queue, broker_id)
+    if from_slave:
+        sys_flag &= ~PULL_COMMIT_OFFSET
     fields = PullMessageRequestHeader(
         consumer_group=group,
         topic=queue.topic,
@@ -136,13 +160,14 @@ async def pull(
         sub_version=subscription.sub_version,
         expression_type=subscription.expression_type,
     ).encode()
-    response = await instance.invoke(
-        broker_addr_of(instance, queue), RequestCode.PULL_MESSAGE, fields, timeout=timeout
-    )
+    response = await instance.invoke(addr, RequestCode.PULL_MESSAGE, fields, timeout=timeout)
     status = _STATUS_BY_CODE.get(response.code)
     if status is None:
         raise BrokerError(response.code, response.remark)
     header = decode_answer(PullMessageResponseHeader, response)
+    # Written only when it changes: one dictionary lookup per pull in the steady state.
+    if pull_from is not None and header.suggest_which_broker_id != broker_id:
+        pull_from[queue] = header.suggest_which_broker_id
     messages: list[ReceivedMessage] = []
     body: bytes | memoryview = b""
     if status is PullStatus.FOUND and not decode:
@@ -165,7 +190,7 @@ async def query_offset(instance: ClientInstance, queue: MessageQueue, group: str
         consumer_group=group, topic=queue.topic, queue_id=queue.queue_id
     ).encode()
     response = await instance.invoke(
-        broker_addr_of(instance, queue), RequestCode.QUERY_CONSUMER_OFFSET, fields
+        read_addr_of(instance, queue)[0], RequestCode.QUERY_CONSUMER_OFFSET, fields
     )
     if response.code == ResponseCode.QUERY_NOT_FOUND:
         return None
@@ -174,18 +199,22 @@ async def query_offset(instance: ClientInstance, queue: MessageQueue, group: str
     return decode_answer(OffsetResponseHeader, response).offset
 
 
-async def commit_offset(instance: ClientInstance, queue: MessageQueue, group: str, offset: int) -> None:
-    """Store the group's offset of a queue on its broker (and wait for the broker to say so)."""
+async def commit_offset(instance: ClientInstance, queue: MessageQueue, group: str, offset: int) -> bool:
+    """Store the group's offset of a queue on its broker group's master, or on a slave while the
+    master is away (and wait for the broker to say so); True when the master stored it. A caller
+    keeps committing an offset only a slave holds, so that it reaches the master when it returns."""
     fields = UpdateConsumerOffsetRequestHeader(
         consumer_group=group, topic=queue.topic, queue_id=queue.queue_id, commit_offset=offset
     ).encode()
-    await instance.invoke_ok(broker_addr_of(instance, queue), RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+    addr, on_slave = read_addr_of(instance, queue)
+    await instance.invoke_ok(addr, RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+    return not on_slave
 
 
 async def _offset_request(
     instance: ClientInstance, queue: MessageQueue, code: int, fields: dict[str, str]
 ) -> int:
-    response = await instance.invoke_ok(broker_addr_of(instance, queue), code, fields)
+    response = await instance.invoke_ok(read_addr_of(instance, queue)[0], code, fields)
     return decode_answer(OffsetResponseHeader, response).offset
 
 
@@ -238,7 +267,7 @@ async def first_offset_at(
 async def consumer_ids(instance: ClientInstance, queue: MessageQueue, group: str) -> list[str]:
     """The client ids of the group's live members, as the queue's broker knows them."""
     response = await instance.invoke(
-        broker_addr_of(instance, queue),
+        read_addr_of(instance, queue)[0],
         RequestCode.GET_CONSUMER_LIST_BY_GROUP,
         ConsumerGroupRequestHeader(consumer_group=group).encode(),
     )

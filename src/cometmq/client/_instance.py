@@ -40,7 +40,7 @@ from cometmq.protocol.broker_headers import (
 from cometmq.protocol.headers import Header
 from cometmq.protocol.namesrv_headers import GetRouteInfoRequestHeader
 from cometmq.protocol.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE
-from cometmq.protocol.route import TopicRouteData
+from cometmq.protocol.route import MASTER_ID, TopicRouteData
 from cometmq.remoting import Connection, RemotingClient, RequestHandler
 
 log = logging.getLogger("cometmq.client")
@@ -300,8 +300,26 @@ class ClientInstance:
                 listener(topic, None)
 
     def broker_addr(self, broker_name: str) -> str | None:
-        """The master address of a broker, as the routes know it."""
-        return self._broker_addrs.get(broker_name, {}).get(0)
+        """The master address of a broker, as the routes know it: where sends go."""
+        return self._broker_addrs.get(broker_name, {}).get(MASTER_ID)
+
+    def knows_broker(self, broker_name: str) -> bool:
+        """Whether the routes hold any address (master or slave) of a broker."""
+        return bool(self._broker_addrs.get(broker_name))
+
+    def read_addr(self, broker_name: str, broker_id: int = MASTER_ID) -> tuple[str, bool] | None:
+        """Where to read from a broker group, and whether that is a slave; None when no address is
+        known. RocketMQ's C++ findBrokerAddressInSubscribe: the address of ``broker_id`` if the group
+        has one, else its lowest id (the master while it is up, else a slave). Offset commits and
+        queries take ``broker_id`` 0, which is the C++ findBrokerAddressInAdmin."""
+        addrs = self._broker_addrs.get(broker_name)
+        if not addrs:
+            return None
+        addr = addrs.get(broker_id)
+        if addr is None:
+            broker_id = min(addrs)
+            addr = addrs[broker_id]
+        return addr, broker_id != MASTER_ID
 
     async def publish_queues(self, topic: str) -> tuple[list[MessageQueue], bool]:
         """Queues a producer may write to, in route order, and whether they come from the default
@@ -325,10 +343,16 @@ class ClientInstance:
     def _queues(
         self, topic: str, route: TopicRouteData, perm: int, max_per_broker: int | None = None
     ) -> list[MessageQueue]:
-        masters = {b.broker_name for b in route.broker_datas if b.master_addr is not None}
+        # Producers skip a broker group without a master (its slaves refuse sends); consumers keep
+        # its queues while any of its brokers is registered, and read them from a slave (as RocketMQ's
+        # clients do: topicRouteData2TopicPublishInfo against topicRouteData2TopicSubscribeInfo).
+        if perm == PERM_WRITE:
+            live = {b.broker_name for b in route.broker_datas if b.master_addr is not None}
+        else:
+            live = {b.broker_name for b in route.broker_datas if b.broker_addrs}
         queues: list[MessageQueue] = []
         for data in sorted(route.queue_datas, key=lambda q: q.broker_name):
-            if not data.perm & perm or data.broker_name not in masters:
+            if not data.perm & perm or data.broker_name not in live:
                 continue
             count = data.write_queue_nums if perm == PERM_WRITE else data.read_queue_nums
             if max_per_broker is not None:
@@ -349,8 +373,13 @@ class ClientInstance:
     def unregister_consumer(self, group: str) -> None:
         self._consumers.pop(group, None)
 
-    def _master_addrs(self) -> list[str]:
-        return sorted({addrs[0] for addrs in self._broker_addrs.values() if 0 in addrs})
+    def _heartbeat_addrs(self) -> list[str]:
+        # A consumer's group must be known to the slaves too: while the master is away, a slave
+        # lists the group's members for rebalancing (RocketMQ's clients heartbeat every broker when
+        # they have consumers, masters only otherwise).
+        if self._consumers:
+            return sorted({addr for addrs in self._broker_addrs.values() for addr in addrs.values()})
+        return sorted({addrs[MASTER_ID] for addrs in self._broker_addrs.values() if MASTER_ID in addrs})
 
     def heartbeat_body(self) -> bytes:
         data = {
@@ -361,11 +390,12 @@ class ClientInstance:
         return json.dumps(data, separators=(",", ":")).encode()
 
     async def send_heartbeat(self) -> None:
-        """Tell every known master broker which groups this client is in."""
+        """Tell the brokers which groups this client is in: every broker when it has consumers, the
+        masters otherwise."""
         if not self._producer_groups and not self._consumers:
             return
         body = self.heartbeat_body()
-        addrs = self._master_addrs()
+        addrs = self._heartbeat_addrs()
         results = await asyncio.gather(
             *(self.invoke_ok(addr, RequestCode.HEART_BEAT, body=body) for addr in addrs),
             return_exceptions=True,
@@ -386,7 +416,7 @@ class ClientInstance:
             return
         requests = [
             self.invoke(addr, RequestCode.UNREGISTER_CLIENT, header.encode(), timeout=1.0)
-            for addr in self._master_addrs()
+            for addr in self._heartbeat_addrs()
             for header in headers
         ]
         await asyncio.gather(*requests, return_exceptions=True)

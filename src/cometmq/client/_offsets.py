@@ -108,11 +108,12 @@ class RemoteOffsetStore(_MemoryTable):
     async def persist(self, queues: list[MessageQueue] | None = None) -> None:
         for queue, offset in self.changed(queues).items():
             try:
-                await _brokerapi.commit_offset(self._instance, queue, self._group, offset)
+                on_master = await _brokerapi.commit_offset(self._instance, queue, self._group, offset)
             except CometMQError as exc:
                 log.warning("cannot commit offset %d of %s for %s: %s", offset, queue, self._group, exc)
                 continue
-            self.mark_persisted({queue: offset})
+            if on_master:  # one a slave holds is committed again, until the master has it
+                self.mark_persisted({queue: offset})
 
 
 def local_offsets_path(client_id: str, group: str, base: Path | None = None) -> Path:

@@ -37,6 +37,7 @@ from cometmq.protocol.broker_headers import (
     TopicRequestHeader,
     ViewMessageRequestHeader,
 )
+from cometmq.protocol.ha_status import HARuntimeInfo
 from cometmq.protocol.jsonbody import BodyError, as_object, json_object
 from cometmq.protocol.namesrv_headers import DeleteTopicFromNamesrvRequestHeader, GetRouteInfoRequestHeader
 from cometmq.protocol.naming import (
@@ -377,6 +378,21 @@ class AdminClient(Client):
         """The broker's runtime statistics (brokerVersionDesc, putTps, …) as strings."""
         response = await self._instance.invoke_ok(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
         return parse_kv_table(response.body)
+
+    async def ha_status(self, addr: str) -> HARuntimeInfo:
+        """The replication state of the broker at ``addr`` (GET_BROKER_HA_STATUS): for a master its
+        connected slaves, for a slave its link to the master. A broker that does not know the request
+        (RocketMQ 4.x) is a :class:`BrokerError` saying so."""
+        response = await self._instance.invoke(addr, RequestCode.GET_BROKER_HA_STATUS)
+        if response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            raise BrokerError(
+                response.code,
+                f"the broker at {addr} does not report its replication state (GET_BROKER_HA_STATUS, "
+                "request code 907): it is neither CometMQ nor RocketMQ 5.x",
+            )
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark)
+        return HARuntimeInfo.decode(response.body)
 
     # messages ----------------------------------------------------------------------------------
 
@@ -864,7 +880,7 @@ class AdminClient(Client):
     async def _routed(self, queue: MessageQueue) -> ClientInstance:
         """The connections, knowing the address of ``queue``'s broker."""
         instance = self._instance
-        if instance.broker_addr(queue.broker_name) is None:
+        if not instance.knows_broker(queue.broker_name):
             await instance.fetch_route(queue.topic)
         return instance
 

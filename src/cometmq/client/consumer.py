@@ -236,6 +236,7 @@ class PushConsumer(Client):
         self._executor: ThreadPoolExecutor | None = None
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._pull_from: dict[MessageQueue, int] = {}  # the broker id each queue's last pull suggested
         self._requests: asyncio.Queue[_ConsumeRequest] = asyncio.Queue()
         self._workers: list[asyncio.Task[None]] = []
         self._loops: list[asyncio.Task[None]] = []
@@ -584,6 +585,7 @@ class PushConsumer(Client):
     async def _remove_queue(self, queue: MessageQueue) -> None:
         pq = self._pqs.pop(queue)
         task = self._pull_tasks.pop(queue)
+        self._pull_from.pop(queue, None)
         pq.drop()
         task.cancel()
         # Give listener calls holding its messages a moment, so that the offset committed below
@@ -732,6 +734,7 @@ class PushConsumer(Client):
                 commit_offset=committed,
                 suspend_ms=LONG_POLL_SUSPEND_MS,
                 timeout=LONG_POLL_TIMEOUT_S,
+                pull_from=self._pull_from,
             )
         except CometMQError as exc:
             log.info("pull from %s failed: %s", queue, exc)

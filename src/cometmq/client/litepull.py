@@ -162,6 +162,7 @@ class LitePullConsumer(Client):
         # Each waiting poll's future, resolved when a batch is ready (or by the poll's own timer).
         self._pollers: list[asyncio.Future[None]] = []
         self._committed: dict[MessageQueue, int] = {}
+        self._pull_from: dict[MessageQueue, int] = {}  # the broker id each queue's last pull suggested
         self._rebalance_wanted: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -479,7 +480,7 @@ class LitePullConsumer(Client):
 
     async def _route_of(self, queue: MessageQueue) -> None:
         instance = self.instance
-        if instance.broker_addr(queue.broker_name) is None:
+        if not instance.knows_broker(queue.broker_name):
             await instance.fetch_route(queue.topic)
 
     def _set_assignment(self, queues: set[MessageQueue]) -> None:
@@ -490,6 +491,7 @@ class LitePullConsumer(Client):
             state.batches.clear()
             state.cached = 0
             self._committed.pop(queue, None)
+            self._pull_from.pop(queue, None)
         for queue in sorted(queues):
             if queue not in self._states:
                 state = self._states[queue] = _QueueState(queue)
@@ -554,6 +556,7 @@ class LitePullConsumer(Client):
                     sys_flag=PULL_SUBSCRIPTION | PULL_SUSPEND | PULL_LITE,
                     suspend_ms=LONG_POLL_SUSPEND_MS,
                     timeout=LONG_POLL_TIMEOUT_S,
+                    pull_from=self._pull_from,
                 )
             except asyncio.CancelledError:
                 raise
@@ -695,7 +698,7 @@ class LitePullConsumer(Client):
         for (queue, offset), result in zip(items, results, strict=True):
             if isinstance(result, BaseException):
                 failure = failure or result
-            else:
+            elif result:  # one a slave holds is committed again, until the master has it
                 self._committed[queue] = offset
         if failure is not None:
             raise failure

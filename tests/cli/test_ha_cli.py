@@ -1,0 +1,218 @@
+"""``cometmq broker ha-status`` against scripted brokers (a master, a slave, one that does not know the
+request), and ``cometmq cluster list``'s role and replication lag from scripted brokers' runtime info."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+from cometmq.namesrv import NameServer
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.ha_status import HAClientRuntimeInfo, HAConnectionRuntimeInfo, HARuntimeInfo
+from cometmq.protocol.namesrv_headers import RegisterBrokerRequestHeader
+from cometmq.protocol.route import DataVersion, RegisterBrokerBody, kv_table_body
+from cometmq.remoting import Connection, RemotingClient, RemotingServer
+from processes import cometmq
+
+from .cli_support import error_line
+
+MASTER_STATUS = HARuntimeInfo(
+    master=True,
+    master_commit_log_max_offset=5000,
+    in_sync_slave_nums=1,
+    ha_connection_info=[
+        HAConnectionRuntimeInfo("10.0.0.7:40122", 4800, 200, True, 1024, 4800),
+        HAConnectionRuntimeInfo("10.0.0.8:40123", 1000, 4000, False, 0, 1000),
+    ],
+)
+LAST_READ_MS = 1_700_000_000_000
+SLAVE_STATUS = HARuntimeInfo(
+    master=False,
+    master_commit_log_max_offset=5000,
+    ha_client_runtime_info=HAClientRuntimeInfo(
+        master_addr="10.0.0.6:10912",
+        transferred_byte_in_second=2048,
+        max_offset=4900,
+        last_read_timestamp=LAST_READ_MS,
+        is_activated=True,
+    ),
+)
+
+
+@asynccontextmanager
+async def answering(status: HARuntimeInfo | None) -> AsyncIterator[str]:
+    """A server answering GET_BROKER_HA_STATUS with ``status``, or, for None, as a RocketMQ 4.x broker
+    does: REQUEST_CODE_NOT_SUPPORTED. Its address."""
+
+    def handle(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        if request.code != RequestCode.GET_BROKER_HA_STATUS or status is None:
+            return request.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+            )
+        return request.response(body=status.encode())
+
+    server = RemotingServer(handle, "127.0.0.1", 0)
+    await server.start()
+    try:
+        yield f"127.0.0.1:{server.port}"
+    finally:
+        await server.stop()
+
+
+def ha_status(status: HARuntimeInfo | None, *options: str) -> tuple[str, subprocess.CompletedProcess[str]]:
+    async def go() -> tuple[str, subprocess.CompletedProcess[str]]:
+        async with answering(status) as addr:
+            return addr, await asyncio.to_thread(cometmq, "broker", "ha-status", addr, *options)
+
+    return asyncio.run(go())
+
+
+def test_ha_status_of_a_master_lists_its_slaves() -> None:
+    addr, result = ha_status(MASTER_STATUS)
+    assert result.returncode == 0, result.stderr
+    summary, header, *rows = result.stdout.strip().splitlines()
+    assert summary == f"{addr} is a master: commit log ends at 5000, 1 slave(s) in sync"
+    assert header.split() == ["SLAVE", "ACKED_OFFSET", "BEHIND_BYTES", "IN_SYNC", "BYTES_PER_S"]
+    assert [row.split() for row in rows] == [
+        ["10.0.0.7:40122", "4800", "200", "yes", "1024"],
+        ["10.0.0.8:40123", "1000", "4000", "no", "0"],
+    ]
+
+
+def test_ha_status_of_a_master_without_slaves_says_so() -> None:
+    _, result = ha_status(HARuntimeInfo(master=True, master_commit_log_max_offset=0))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[1:] == ["no slave is connected"]
+
+
+def test_ha_status_of_a_slave_shows_its_master_link() -> None:
+    addr, result = ha_status(SLAVE_STATUS)
+    assert result.returncode == 0, result.stderr
+    title, header, row = result.stdout.strip().splitlines()
+    assert title == f"{addr} is a slave"
+    assert header.split() == ["MASTER", "CONNECTED", "OWN_END", "LAST_READ", "BYTES_PER_S"]
+    last_read = datetime.fromtimestamp(LAST_READ_MS / 1000).isoformat(sep=" ", timespec="seconds")
+    assert row.split() == ["10.0.0.6:10912", "yes", "4900", *last_read.split(), "2048"]
+
+
+def test_ha_status_json_is_the_brokers_answer() -> None:
+    _, result = ha_status(SLAVE_STATUS, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == SLAVE_STATUS.to_json()
+
+
+def test_ha_status_of_a_broker_without_the_request_is_a_clear_error() -> None:
+    addr, result = ha_status(None)
+    line = error_line(result)
+    assert addr in line and "GET_BROKER_HA_STATUS" in line
+    assert "neither CometMQ nor RocketMQ 5.x" in line
+    assert f"(response code {ResponseCode.REQUEST_CODE_NOT_SUPPORTED})" in line
+
+
+def test_broker_help_names_ha_status() -> None:
+    result = cometmq("broker", "--help")
+    assert result.returncode == 0
+    assert "ha-status" in result.stdout
+    result = cometmq("broker", "ha-status", "--help")
+    assert result.returncode == 0
+    assert "acknowledged" in " ".join(result.stdout.split())
+
+
+class RuntimeInfoBroker:
+    """A scripted broker of group "broker-ha" registered under ``broker_id``, answering
+    GET_BROKER_RUNTIME_INFO with ``runtime``, or, for None, with an error."""
+
+    def __init__(self, broker_id: int, runtime: dict[str, str] | None) -> None:
+        self.broker_id = broker_id
+        self.runtime = runtime
+        self.server = RemotingServer(self.handle, "127.0.0.1", 0)
+
+    def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        if request.code == RequestCode.GET_BROKER_RUNTIME_INFO and self.runtime is not None:
+            return request.response(body=kv_table_body(self.runtime))
+        return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "scripted")
+
+    async def register(self, client: RemotingClient, namesrv: str) -> None:
+        await self.server.start()
+        header = RegisterBrokerRequestHeader(
+            broker_name="broker-ha",
+            broker_addr=f"127.0.0.1:{self.server.port}",
+            cluster_name="DefaultCluster",
+            ha_server_addr="127.0.0.1:1",
+            broker_id=self.broker_id,
+        )
+        body = RegisterBrokerBody(DataVersion(timestamp=1, counter=1), {}).encode()
+        request = RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=header.encode(), body=body)
+        response = await client.invoke(namesrv, request)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+def cluster_list(*brokers: RuntimeInfoBroker) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    """``cluster list`` (JSON, and the table's rows split into cells) over a name server where
+    ``brokers`` registered (the connection that registered them stays open meanwhile)."""
+
+    async def go() -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+        namesrv = NameServer(host="127.0.0.1", port=0)
+        await namesrv.start()
+        client = RemotingClient()
+        ns = f"127.0.0.1:{namesrv.port}"
+        try:
+            for broker in brokers:
+                await broker.register(client, ns)
+            listing = await asyncio.to_thread(cometmq, "cluster", "list", "-n", ns, "--json")
+            table = await asyncio.to_thread(cometmq, "cluster", "list", "-n", ns)
+            return listing, table
+        finally:
+            await client.close()
+            for broker in brokers:
+                await broker.server.stop()
+            await namesrv.stop()
+
+    listing, table = asyncio.run(go())
+    assert listing.returncode == 0 and table.returncode == 0, listing.stderr + table.stderr
+    header, *rows = table.stdout.strip().splitlines()
+    assert header.split()[:7] == ["CLUSTER", "BROKER", "ID", "ADDRESS", "ROLE", "LAG_BYTES", "LAG_S"]
+    return json.loads(listing.stdout), [row.split() for row in rows]
+
+
+def runtime(role: str, max_offset: int, last_store_ms: int) -> dict[str, str]:
+    return {
+        "brokerRole": role,
+        "commitLogMaxOffset": str(max_offset),
+        "lastMessageStoreTimestamp": str(last_store_ms),
+    }
+
+
+def test_cluster_list_shows_each_brokers_role_and_a_slaves_lag() -> None:
+    master = RuntimeInfoBroker(0, runtime("SYNC_MASTER", 10_000, 1_700_000_004_500))
+    slave = RuntimeInfoBroker(1, runtime("SLAVE", 6_000, 1_700_000_002_000))
+    entries, rows = cluster_list(master, slave)
+    assert [(e["brokerId"], e["role"], e.get("lagBytes"), e.get("lagSeconds")) for e in entries] == [
+        (0, "SYNC_MASTER", None, None),
+        (1, "SLAVE", 4000, 2.5),
+    ]
+    assert [row[2:3] + row[4:7] for row in rows] == [
+        ["0", "SYNC_MASTER", "-", "-"],
+        ["1", "SLAVE", "4000", "2.5"],
+    ]
+
+
+def test_a_slave_that_stored_nothing_has_a_lag_in_bytes_only() -> None:
+    master = RuntimeInfoBroker(0, runtime("ASYNC_MASTER", 10_000, 1_700_000_004_500))
+    slave = RuntimeInfoBroker(1, runtime("SLAVE", 0, 0))
+    entries, rows = cluster_list(master, slave)
+    assert (entries[1]["lagBytes"], "lagSeconds" in entries[1]) == (10_000, False)
+    assert rows[1][4:7] == ["SLAVE", "10000", "-"]
+
+
+def test_a_slave_without_its_master_has_no_lag_and_a_silent_broker_gets_its_role_from_its_id() -> None:
+    slave = RuntimeInfoBroker(1, runtime("SLAVE", 6_000, 1_700_000_002_000))
+    silent = RuntimeInfoBroker(2, None)
+    entries, rows = cluster_list(slave, silent)
+    assert [(e["role"], "lagBytes" in e) for e in entries] == [("SLAVE", False), ("SLAVE", False)]
+    assert [row[4:7] for row in rows] == [["SLAVE", "-", "-"], ["SLAVE", "-", "-"]]

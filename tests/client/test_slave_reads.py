@@ -1,0 +1,273 @@
+"""Consumers read a broker group from its slave while the master is away, and return to the master.
+
+Real brokers in this process: a master (brokerId 0) and a slave (brokerId 1, brokerRole SLAVE) with the
+same brokerName, registered with one name server. Replication is stood in for: the slave's data
+directory is written first by a broker running there as a master (never registered), so a slave that
+refuses sends and topic changes still holds the messages; what is checked is where the consumers pull
+and commit. The slave holds one batch more than the master, which consumers can read only from the
+slave; the same batch is sent to the master when it returns, before consumers see it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from client_support import run, send_request
+
+from cometmq.broker import Broker, BrokerConfig
+from cometmq.client import AdminClient, LitePullConsumer, PushConsumer
+from cometmq.client import consumer as consumer_module
+from cometmq.client import litepull as litepull_module
+from cometmq.client.message import ReceivedMessage
+from cometmq.namesrv import NameServer
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.broker_headers import CreateTopicRequestHeader, QueryConsumerOffsetRequestHeader
+from cometmq.protocol.route import MASTER_ID
+from cometmq.remoting import RemotingClient
+from waiting import wait_until
+
+TOPIC = "SlaveReads"
+QUEUES = 2
+BROKER_NAME = "broker-ha"
+
+
+async def start_broker(data_dir: Path, namesrv: str, broker_id: int) -> Broker:
+    """A broker of group BROKER_NAME in ``data_dir``: with ``namesrv`` "" one that registers nowhere."""
+    config = BrokerConfig()
+    config.update(
+        {
+            "storePathRootDir": str(data_dir),
+            "listenPort": 0,
+            "listenHost": "127.0.0.1",
+            "namesrvAddr": namesrv,
+            "brokerName": BROKER_NAME,
+            "brokerId": broker_id,
+            "brokerRole": "ASYNC_MASTER" if broker_id == MASTER_ID else "SLAVE",
+            "mappedFileSizeCommitLog": 1 << 20,
+            "mappedFileSizeConsumeQueue": 20 * 1000,
+        }
+    )
+    broker = Broker(config)
+    await broker.start()
+    return broker
+
+
+def addr_of(broker: Broker) -> str:
+    return f"127.0.0.1:{broker.port}"
+
+
+class Cluster:
+    """The name server, the master and the slave, and raw requests to either broker."""
+
+    def __init__(self, base: Path, namesrv: NameServer) -> None:
+        self.base = base
+        self.namesrv = f"127.0.0.1:{namesrv.port}"
+        self.client = RemotingClient()
+        self.master: Broker | None = None
+        self.slave: Broker | None = None
+
+    async def start_master(self) -> str:
+        self.master = await start_broker(self.base / "master", self.namesrv, MASTER_ID)
+        return addr_of(self.master)
+
+    async def stop_master(self) -> None:
+        assert self.master is not None
+        await self.master.stop()
+        self.master = None
+
+    async def create_topic(self, addr: str) -> None:
+        header = CreateTopicRequestHeader(
+            topic=TOPIC,
+            default_topic="TBW102",
+            read_queue_nums=QUEUES,
+            write_queue_nums=QUEUES,
+            perm=6,
+            topic_filter_type="SINGLE_TAG",
+            order=False,
+        )
+        request = RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=header.encode())
+        response = await self.client.invoke(addr, request, timeout=10)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+
+    async def send(self, addrs: list[str], bodies: list[bytes]) -> None:
+        """Each body to queue ``i % QUEUES`` of every broker in ``addrs``, in the same order."""
+        for i, body in enumerate(bodies):
+            for addr in addrs:
+                response = await self.client.invoke(addr, send_request(TOPIC, body, i % QUEUES), timeout=10)
+                assert response.code == ResponseCode.SUCCESS, response.remark
+
+    async def committed(self, addr: str, group: str, queue_id: int) -> int | None:
+        header = QueryConsumerOffsetRequestHeader(consumer_group=group, topic=TOPIC, queue_id=queue_id)
+        request = RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET, ext_fields=header.encode())
+        response = await self.client.invoke(addr, request, timeout=10)
+        return int(response.ext_fields["offset"]) if response.code == ResponseCode.SUCCESS else None
+
+    async def all_committed(self, addr: str, group: str, ends: list[int]) -> bool:
+        return all([await self.committed(addr, group, q) == end for q, end in enumerate(ends)])
+
+    async def route_ids_are(self, ids: set[int]) -> bool:
+        """Whether the name server routes the topic to exactly the broker ids ``ids``."""
+        async with AdminClient(self.namesrv) as admin:
+            route = await admin.topic_route(TOPIC)
+        return {i for b in route.broker_datas if b.broker_name == BROKER_NAME for i in b.broker_addrs} == ids
+
+
+@asynccontextmanager
+async def cluster(base: Path, master_holds: list[bytes], slave_holds: list[bytes]) -> AsyncIterator[Cluster]:
+    """A master holding ``master_holds`` and a slave holding ``slave_holds``, both registered."""
+    namesrv = NameServer(host="127.0.0.1", port=0)
+    await namesrv.start()
+    nodes = Cluster(base, namesrv)
+    try:
+        writer = await start_broker(base / "slave", "", MASTER_ID)
+        try:
+            await nodes.create_topic(addr_of(writer))
+            await nodes.send([addr_of(writer)], slave_holds)
+        finally:
+            await writer.stop()
+        master_addr = await nodes.start_master()
+        await nodes.create_topic(master_addr)
+        await nodes.send([master_addr], master_holds)
+        nodes.slave = await start_broker(base / "slave", nodes.namesrv, 1)
+        await wait_until(lambda: nodes.route_ids_are({0, 1}), message="the route lists master and slave")
+        yield nodes
+    finally:
+        await nodes.client.close()
+        for broker in (nodes.master, nodes.slave):
+            if broker is not None:
+                await broker.stop()
+        await namesrv.stop()
+
+
+def bodies(tag: str, count: int) -> list[bytes]:
+    return [f"{tag}-{i}".encode() for i in range(count)]
+
+
+def ends(count: int) -> list[int]:
+    """Each queue's end after ``count`` messages sent round-robin from queue 0."""
+    return [(count + QUEUES - 1 - q) // QUEUES for q in range(QUEUES)]
+
+
+def test_consumers_read_from_the_slave_while_the_master_is_away_and_return_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Quicker commits, quicker retries of the pulls the master's going cut short, and shorter holds of
+    # pulls on the slave (which gets no new message to answer them with).
+    monkeypatch.setattr(consumer_module, "PERSIST_INTERVAL_S", 0.2)
+    monkeypatch.setattr(consumer_module, "PULL_ERROR_BACKOFF_S", 0.1)
+    monkeypatch.setattr(consumer_module, "LONG_POLL_SUSPEND_MS", 300)
+    monkeypatch.setattr(litepull_module, "PULL_RETRY_DELAY_S", 0.1)
+    monkeypatch.setattr(litepull_module, "LONG_POLL_SUSPEND_MS", 300)
+    first, during, after = (bodies(tag, 6) for tag in ("first", "during", "after"))
+
+    async def scenario() -> None:
+        async with cluster(tmp_path, first, first + during) as nodes:
+            assert nodes.master is not None and nodes.slave is not None
+            slave_addr = addr_of(nodes.slave)
+
+            pushed: set[bytes] = set()
+            polled: set[bytes] = set()
+            late_pushed: set[bytes] = set()
+
+            def push_consumer(group: str, seen: set[bytes]) -> PushConsumer:
+                async def on_messages(messages: list[ReceivedMessage]) -> None:
+                    seen.update(m.body for m in messages)
+
+                consumer = PushConsumer(group, nodes.namesrv, consume_from="first")
+                consumer.subscribe(TOPIC)
+                consumer.listen(on_messages)
+                return consumer
+
+            push = push_consumer("slave-reads-push", pushed)
+            late = push_consumer("slave-reads-late", late_pushed)  # joins while only the slave is up
+            lite = LitePullConsumer(
+                "slave-reads-lite", nodes.namesrv, consume_from="first", auto_commit_interval=0.2
+            )
+            lite.subscribe(TOPIC)
+
+            async def poll_forever() -> None:
+                while True:
+                    polled.update(m.body for m in await lite.poll(0.2))
+
+            await push.start()
+            await lite.start()
+            poller = asyncio.create_task(poll_forever())
+            consumers: list[Any] = [push._instance, lite.instance]
+            try:
+                await wait_until(lambda: pushed >= set(first) and polled >= set(first), message="first batch")
+
+                # The master goes; the name server keeps the group's queues for its slave, which holds
+                # a batch more (replicated, not yet consumed).
+                await nodes.stop_master()
+                await wait_until(lambda: nodes.route_ids_are({1}), message="the route lists the slave only")
+                for instance in consumers:
+                    await instance.refresh_routes()
+                await wait_until(
+                    lambda: pushed >= set(during) and polled >= set(during), message="read from the slave"
+                )
+                # A group that joins now finds the queues, its members and its start on the slave.
+                await late.start()
+                consumers.append(late._instance)
+                await wait_until(
+                    lambda: late_pushed >= set(first + during), message="a late group reads the slave"
+                )
+                # Offsets were committed to the slave, which alone could take them.
+                count = len(first) + len(during)
+                await wait_until(
+                    lambda: nodes.all_committed(slave_addr, "slave-reads-push", ends(count)),
+                    message="the push consumer's offsets on the slave",
+                    timeout=30,
+                )
+                await wait_until(
+                    lambda: nodes.all_committed(slave_addr, "slave-reads-lite", ends(count)),
+                    message="the lite pull consumer's offsets on the slave",
+                )
+
+                # The master returns with its disk, on a new port, and is given the batch only the slave
+                # had (as replication would have) before the consumers see it again.
+                master_addr = await nodes.start_master()
+                await nodes.send([master_addr], during)
+                await wait_until(lambda: nodes.route_ids_are({0, 1}), message="the master registered again")
+                for instance in consumers:
+                    await instance.refresh_routes()
+                # The offsets committed to the slave are committed to the master again.
+                await wait_until(
+                    lambda: nodes.all_committed(master_addr, "slave-reads-push", ends(count)),
+                    message="the push consumer's slave-held offsets on the master",
+                )
+                await wait_until(
+                    lambda: nodes.all_committed(master_addr, "slave-reads-lite", ends(count)),
+                    message="the lite pull consumer's slave-held offsets on the master",
+                )
+                await nodes.send([master_addr], after)  # on the master only: read there or never
+                await wait_until(
+                    lambda: pushed >= set(after) and polled >= set(after) and late_pushed >= set(after),
+                    message="read from the master",
+                )
+                count += len(after)
+                await wait_until(
+                    lambda: nodes.all_committed(master_addr, "slave-reads-push", ends(count)),
+                    message="the push consumer's offsets on the master",
+                    timeout=30,
+                )
+                await wait_until(
+                    lambda: nodes.all_committed(master_addr, "slave-reads-lite", ends(count)),
+                    message="the lite pull consumer's offsets on the master",
+                )
+            finally:
+                poller.cancel()
+                await asyncio.gather(poller, return_exceptions=True)
+                await lite.close()
+                await push.close()
+                await late.close()
+            everything = set(first) | set(during) | set(after)
+            assert pushed == everything
+            assert polled == everything
+            assert late_pushed == everything
+
+    run(scenario())
