@@ -5,6 +5,7 @@ answers suggest a broker by RocketMQ 4.9.8's rule; the role settings are checked
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -17,6 +18,7 @@ from _support import (
     address,
     commit_request,
     create_topic,
+    held_pulls,
     pull,
     pull_request,
     query_offset_request,
@@ -469,6 +471,23 @@ def test_a_slave_corrects_a_pulls_offset_only_with_offset_check_in_slave(
                 assert response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
                 assert int(header["nextBeginOffset"]) == 100
             assert int(header["suggestWhichBrokerId"]) == 0
+
+    run(scenario())
+
+
+def test_a_slave_holds_a_long_poll_outside_its_queue_instead_of_answering_retry_at_once(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with demoted_master(tmp_path) as (slave, addr, client):
+            # Past the queue's end (2), as a consumer that read on the master further than the slave has
+            # copied: answered PULL_RETRY_IMMEDIATELY only when the hold ends, not at once.
+            answer = asyncio.ensure_future(client.invoke(addr, pull_request("T", 0, 100, suspend_ms=1_000)))
+            await wait_until(lambda: held_pulls(slave) == 1, message="the pull to be held")
+            response = await answer
+            assert response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+            assert int(response.ext_fields["nextBeginOffset"]) == 100
+            assert held_pulls(slave) == 0
 
     run(scenario())
 

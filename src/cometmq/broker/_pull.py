@@ -167,7 +167,13 @@ class PullProcessor:
         codes = subscription.codes
         result = broker.store.get_messages(topic, queue_id, offset, max_nums, codes, record_filter=accept)
         code = _status_code(result, offset)
-        if code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND:
+        # A slave that keeps a consumer's offset outside its queue (below, offsetCheckInSlave off) answers
+        # PULL_RETRY_IMMEDIATELY, which clients pull again on at once: it holds such a pull like one
+        # that found nothing, so a consumer ahead of what the slave has copied waits for the copy (or
+        # the hold's end) instead of spinning thousands of pulls a second while the master is away.
+        if sys_flag & FLAG_SUSPEND and (
+            code == ResponseCode.PULL_NOT_FOUND or (self._keeps_offsets and result.status in _CORRECTED)
+        ):
             timeout_ms = pull.suspend_timeout_millis
             if not broker.config.long_polling_enable:
                 timeout_ms = broker.config.short_polling_time_mills
