@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
@@ -22,6 +23,7 @@ from store_testlib import SMALL_COMMITLOG, crash, make_msg, small_config
 from cometmq.protocol.properties import decode_properties, encode_properties
 from cometmq.protocol.record import BLANK_MAGIC_CODE, decode_records
 from cometmq.store import GetStatus, MessageStore, PutStatus, ReplicaOffsetError, StoreError
+from cometmq.store._mappedfile import MappedFile
 from cometmq.store.format import file_name
 from waiting import wait_until_blocking
 
@@ -301,6 +303,29 @@ def test_a_partial_record_waits_in_memory_and_is_sent_again_after_a_restart(
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+def test_a_chunk_the_disk_cannot_take_is_refused_and_the_copy_resumes(
+    pair: tuple[MessageStore, MessageStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    master, slave = pair
+    put_some(master, random.Random(6), 20, max_body=3000)
+    view = master.ha_readable(master.ha_start_for_empty_slave(), 10_000)  # ends inside a record
+    end = slave.append_replica(master.ha_start_for_empty_slave(), view)
+    view.release()
+
+    def failing_write(self: object, pos: int, data: object) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(MappedFile, "write_at", failing_write)
+        view = master.ha_readable(end, 10_000)
+        with pytest.raises(StoreError, match="cannot write to the commit log"):
+            slave.append_replica(end, view)
+        view.release()
+    assert slave.replica_end() == end  # nothing of the refused chunk is kept
+    copy(master, slave, lambda: 10_000)
+    assert slave.replica_end() == master.replica_end()
 
 
 def test_an_offset_that_is_not_the_slaves_end_is_refused(pair: tuple[MessageStore, MessageStore]) -> None:

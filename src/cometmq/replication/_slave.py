@@ -98,6 +98,12 @@ class HAClient:
                         self._last_failure = failure
                         log.info("%s; connecting again every %g s", failure, RECONNECT_INTERVAL_S)
                     outcome = _Outcome.RECONNECT
+                except Exception as exc:  # a fault in this code must not end replication unnoticed
+                    failure = f"HA link to the master {addr} failed: {type(exc).__name__}: {exc}"
+                    if failure != self._last_failure:
+                        self._last_failure = failure
+                        log.exception("%s; connecting again every %g s", failure, RECONNECT_INTERVAL_S)
+                    outcome = _Outcome.RECONNECT
                 if outcome is _Outcome.STOP:
                     return
             with contextlib.suppress(TimeoutError):

@@ -796,8 +796,10 @@ class MessageStore:
                     if refusal is not None:
                         raise StoreError(refusal)
                     seg.reserve(pos + whole)
-                with memoryview(partial) as mv:
-                    seg.write_at(pos, mv[:whole])
+                # The slice itself is released, also when the write raises: a traceback keeping it
+                # would leave ``partial`` exported, and resizing it below would fail.
+                with memoryview(partial)[:whole] as mv:
+                    seg.write_at(pos, mv)
         except (OSError, StoreError) as exc:
             del partial[kept:]  # the chunk is refused: nothing of it is kept
             if isinstance(exc, StoreError):
