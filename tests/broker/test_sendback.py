@@ -6,7 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from _support import address, broker_and_client, create_topic, pull, running_broker, send
+from _support import address, broker_and_client, create_topic, pull, running_broker, send, send_request
 
 from cometmq.broker._groups import SubscriptionGroupConfig
 from cometmq.client import AdminClient
@@ -14,7 +14,7 @@ from cometmq.errors import BrokerError
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.properties import decode_properties
-from cometmq.protocol.record import DecodedRecord, decode_records
+from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id, decode_records
 from cometmq.remoting import RemotingClient
 from waiting import wait_until
 
@@ -244,6 +244,21 @@ def test_under_sync_flush_the_copy_is_on_disk_before_success(tmp_path: Path) -> 
             assert reply.code == 0
             # The consumer commits past the original once it hears SUCCESS: the copy must be durable.
             assert broker.store.commitlog_flushed_offset >= broker.store.commitlog_max_offset
+            assert (await only_record(client, addr, "%DLQ%CG", 0)).reconsume_times == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_sync_master_without_a_slave_does_not_answer_success_to_a_send_back(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, brokerRole="SYNC_MASTER") as (_, addr, client):
+            stored = await client.invoke(addr, send_request("TopicA", b"x"))
+            # No slave: the original is stored, not replicated (SLAVE_NOT_AVAILABLE), and so is its copy,
+            # which the consumer must not take for safe: RocketMQ answers code 1 with the status.
+            assert stored.code == ResponseCode.SLAVE_NOT_AVAILABLE
+            offset = decode_offset_msg_id(stored.ext_fields["msgId"])[2]
+            reply = await client.invoke(addr, send_back(offset, delay_level=-1))
+            assert (reply.code, reply.remark) == (ResponseCode.SYSTEM_ERROR, "SLAVE_NOT_AVAILABLE")
             assert (await only_record(client, addr, "%DLQ%CG", 0)).reconsume_times == 1
 
     asyncio.run(scenario())

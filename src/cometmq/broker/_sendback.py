@@ -92,18 +92,27 @@ class SendBackProcessor:
             refusal = broker.store.write_refusal if result.status is PutStatus.SERVICE_NOT_AVAILABLE else None
             return request.response(ResponseCode.SYSTEM_ERROR, refusal or result.status.name)
         broker.stats.put_messages += 1
-        if broker.sync_flush:
-            return self._reply_after_flush(request, result.commitlog_end_offset)
+        if broker.sync_flush or broker.sync_master:
+            return self._reply_when_stored(request, result.commitlog_end_offset)
         return request.response()
 
-    async def _reply_after_flush(self, request: RemotingCommand, end: int) -> RemotingCommand:
-        # As a send under SYNC_FLUSH: the consumer commits past the original once this says
-        # SUCCESS, so the copy must be on disk first (RocketMQ answers code 1 otherwise).
-        if await self._broker.store.wait_flushed(end):
-            return request.response()
-        return request.response(
-            ResponseCode.SYSTEM_ERROR, self._broker.store.flush_failure or PutStatus.FLUSH_DISK_TIMEOUT.name
-        )
+    async def _reply_when_stored(self, request: RemotingCommand, end: int) -> RemotingCommand:
+        # As a send under SYNC_FLUSH or SYNC_MASTER: the consumer commits past the original once this
+        # says SUCCESS, so the copy must be on disk and on a slave first. RocketMQ answers code 1 with the
+        # status otherwise; both waits run at once and the replica's status wins, as for a send.
+        broker = self._broker
+        flushed = broker.store.when_flushed(end) if broker.sync_flush else None
+        ha_server = broker.ha_server
+        replicated = ha_server.when_replicated(end) if broker.sync_master and ha_server is not None else None
+        on_disk = True if flushed is None else await flushed
+        replica = PutStatus.PUT_OK if replicated is None else await replicated
+        if replica is not PutStatus.PUT_OK:
+            return request.response(ResponseCode.SYSTEM_ERROR, replica.name)
+        if not on_disk:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, broker.store.flush_failure or PutStatus.FLUSH_DISK_TIMEOUT.name
+            )
+        return request.response()
 
     def _record_at(self, offset: int) -> DecodedRecord | None:
         view = self._broker.store.message_at(offset)
