@@ -9,12 +9,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from cometmq.broker import Broker
+from cometmq.broker import Broker, BrokerConfig
+from cometmq.protocol import ResponseCode
 from cometmq.protocol.ha import ChunkDecoder, encode_report
+from cometmq.remoting import RemotingClient
 from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
-from _support import broker_and_client, create_topic, send
+from _support import broker_and_client, create_topic, send, send_request
 
 
 @asynccontextmanager
@@ -110,5 +112,45 @@ def test_a_silent_slave_is_closed_after_the_housekeeping_interval(tmp_path: Path
                 assert await asyncio.wait_for(reader.read(), 30) == b""
             assert broker.ha_server is not None
             assert broker.ha_server.runtime_info().ha_connection_info == []
+
+    asyncio.run(scenario())
+
+
+def test_a_stopping_sync_master_answers_its_waiting_sends_before_closing_their_connections(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        config = BrokerConfig()
+        config.update(
+            {
+                "storePathRootDir": str(tmp_path),
+                "listenPort": 0,
+                "listenHost": "127.0.0.1",
+                "mappedFileSizeCommitLog": 1 << 20,
+                "brokerRole": "SYNC_MASTER",
+                "slaveTimeout": 600_000,  # only the stop can answer the send
+            }
+        )
+        broker = Broker(config)
+        await broker.start()
+        client = RemotingClient()
+        try:
+            addr = f"127.0.0.1:{broker.port}"
+            await create_topic(client, addr, "Stop", 1)
+            async with slave_socket(broker) as (_, writer):
+                writer.write(encode_report(broker.store.replica_end()))  # a slave that never acks again
+                assert broker.ha_server is not None
+                await wait_until(
+                    lambda: bool(broker.ha_server and broker.ha_server.runtime_info().ha_connection_info),
+                    message="the scripted slave to connect",
+                )
+                reply = asyncio.ensure_future(client.invoke(addr, send_request("Stop", b"x"), timeout=60))
+                await wait_until(lambda: broker.store.max_offset("Stop", 0) == 1, message="the send stored")
+                await broker.stop()
+                response = await reply
+            assert response.code == ResponseCode.FLUSH_SLAVE_TIMEOUT
+            assert response.ext_fields["queueOffset"] == "0"
+        finally:
+            await client.close()
 
     asyncio.run(scenario())

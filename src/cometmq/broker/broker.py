@@ -193,8 +193,9 @@ class Broker:
         server.add_close_listener(self._connection_closed)
         ha_port = self.config.ha_port  # before listen_port takes the port the OS picks
         try:
-            await server.start()
+            # Replication first: a SYNC_MASTER must never answer a send before it can wait for a slave.
             await self._start_replication(ha_port)
+            await server.start()
         except BaseException:
             await server.stop()
             await self._stop_replication()
@@ -265,6 +266,11 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         self.pull_holds.wake_all()
+        if self.ha_server is not None:
+            # While the clients are still connected: SYNC sends waiting for a slave are answered
+            # FLUSH_SLAVE_TIMEOUT (stored, not confirmed), later ones SLAVE_NOT_AVAILABLE, rather than
+            # losing their answer with the connection (a producer would send them again).
+            await self.ha_server.stop()
         if self._server is not None:
             await self._server.stop()
             self._server = None
