@@ -39,6 +39,9 @@ class HAServer:
         self.idle: set[SlaveLink] = set()
         self._transfer = GroupTransfer(config.slave_timeout_ms, config.max_gap_not_in_sync)
         self._listening = False
+        # (slave host, offset) pairs this master could not serve, logged once: such a slave reconnects
+        # every few seconds asking for the same offset until a person acts.
+        self.refused_starts: set[tuple[str, int]] = set()
 
     @property
     def port(self) -> int:
@@ -241,12 +244,16 @@ class SlaveLink:
             try:
                 view = store.ha_readable(next_offset, batch)
             except ReplicaOffsetError as exc:
-                log.error(
-                    "cannot send slave %s the commit log from offset %d: %s; closing its link",
-                    self.addr,
-                    next_offset,
-                    exc,
-                )
+                refused = (self.addr.rpartition(":")[0], next_offset)
+                if refused not in self._server.refused_starts:
+                    self._server.refused_starts.add(refused)
+                    log.error(
+                        "cannot send slave %s the commit log from offset %d: %s; closing its link (a slave "
+                        "whose offset this master no longer holds copies again from an empty data directory)",
+                        self.addr,
+                        next_offset,
+                        exc,
+                    )
                 return
             size = len(view)
             if size:
