@@ -49,6 +49,15 @@ def test_the_ha_port_is_the_next_port_unless_given() -> None:
     assert config.ha_port == 0  # the OS picks both
 
 
+def test_the_last_port_leaves_no_default_ha_port() -> None:
+    config = BrokerConfig()
+    config.update({"listenPort": "65535"})
+    with pytest.raises(ConfigError, match="set haListenPort"):
+        _ = config.ha_port
+    config.update({"haListenPort": "20000"})
+    assert config.ha_port == 20000
+
+
 @pytest.mark.parametrize("key", ["slaveTimeout", "haTransferBatchSize", "haSendHeartbeatInterval"])
 def test_a_setting_that_is_not_positive_is_refused(key: str) -> None:
     with pytest.raises(ConfigError, match=key):

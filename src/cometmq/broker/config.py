@@ -122,6 +122,11 @@ class BrokerConfig:
         """The port of the HA server (a master's), before it listens."""
         if self.ha_listen_port >= 0:
             return self.ha_listen_port
+        if self.listen_port >= 65535:
+            raise ConfigError(
+                f"listenPort {self.listen_port} leaves no port for the HA server (listenPort + 1): "
+                "set haListenPort"
+            )
         return self.listen_port + 1 if self.listen_port else 0
 
     def replication_config(self) -> ReplicationConfig:
