@@ -193,3 +193,44 @@ def test_cluster_up_reports_a_server_that_dies_and_kills_one_that_does_not_stop(
     assert "namesrv: exit status 0" in out
     assert "not every server stopped cleanly: broker-a-0 (status -9" in cluster.err()
     assert not alive(master)
+
+
+def listening_socket_above_a_free_port() -> socket.socket:
+    """A socket listening on a port P such that P - 1 was free when looked at: P is the HA port of a
+    master given --base-port P - 1."""
+    while True:
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        below = socket.socket()
+        try:
+            below.bind(("127.0.0.1", taken.getsockname()[1] - 1))
+        except OSError:
+            taken.close()
+            continue
+        finally:
+            below.close()
+        taken.listen()
+        return taken
+
+
+def test_cluster_up_names_a_port_in_use_and_the_options_that_choose_others_before_starting_anything(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "cluster"
+    options = ["--data-dir", str(data), "--groups", "1", "--slaves", "0"]
+    with socket.socket() as namesrv:
+        namesrv.bind(("127.0.0.1", 0))
+        namesrv.listen()
+        port = namesrv.getsockname()[1]
+        done = cometmq("cluster", "up", *options, "--namesrv-port", str(port), "--base-port", "0")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr == (
+        f"cometmq: error: 127.0.0.1:{port} (namesrv's port) is already in use (is another CometMQ "
+        "running?): stop it, or choose other ports with --namesrv-port and --base-port\n"
+    )
+    with listening_socket_above_a_free_port() as ha:
+        port = ha.getsockname()[1]
+        done = cometmq("cluster", "up", *options, "--namesrv-port", "0", "--base-port", str(port - 1))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"127.0.0.1:{port} (broker-a-0's HA port) is already in use" in done.stderr
+    assert done.stdout == "" and not data.exists()  # nothing started

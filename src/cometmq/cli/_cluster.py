@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import logging
 import math
 import os
 import re
 import signal
+import socket
 import string
 import sys
 from dataclasses import dataclass, field
@@ -209,6 +211,29 @@ def plan(args: argparse.Namespace) -> list[Server]:
     return servers
 
 
+def check_ports_free(servers: list[Server], host: str) -> None:
+    """Every fixed port the cluster listens on (each master's HA port too) is free, or ConfigError
+    naming the first one taken and the options that choose others: said before any server starts,
+    rather than by one server's log after the others started."""
+    for server in servers:
+        ports = [server.port] if server.port else []
+        if ports and server.broker_name and not server.is_slave:
+            ports.append(server.port + 1)  # the master's haListenPort
+        for port in ports:
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
+                try:
+                    sock.bind((host, port))
+                except OSError as exc:
+                    if exc.errno != errno.EADDRINUSE:
+                        raise
+                    what = "port" if port == server.port else "HA port"
+                    raise ConfigError(
+                        f"{host}:{port} ({server.label}'s {what}) is already in use (is another CometMQ "
+                        "running?): stop it, or choose other ports with --namesrv-port and --base-port"
+                    ) from None
+
+
 def broker_conf(server: Server, args: argparse.Namespace, namesrv_addr: str) -> str:
     """*server*'s broker.conf: the file given with -c, then the keys that place it in the cluster."""
     base = Path(args.config).read_text(encoding="utf-8") if args.config else ""
@@ -389,6 +414,7 @@ async def _start_or_interrupt(
 
 async def _cluster_up(args: argparse.Namespace) -> int:
     servers = plan(args)
+    check_ports_free(servers, args.host)
     stopping = asyncio.Event()
     failure: StartFailed | None = None
     with _ShutdownSignal() as shutdown:
