@@ -295,7 +295,7 @@ async def start(server: Server, args: argparse.Namespace) -> None:
     found = ready.match(line) if line is not None else None
     if found is None:
         status = await server.process.wait()
-        raise StartFailed(server, f"it exited with status {status}")
+        raise StartFailed(server, exit_text(status))
     server.address = found.group(1)
     server.background.append(asyncio.get_running_loop().create_task(_copy_output(server)))
 
@@ -319,17 +319,29 @@ async def _copy_output(server: Server) -> None:
             log_file.write(line)
 
 
+def exit_text(status: int) -> str:
+    """How a server's process ended: "exit status 1", or "killed by signal 9 (SIGKILL)" rather than the
+    -9 of asyncio's returncode."""
+    if status >= 0:
+        return f"exit status {status}"
+    try:
+        name = f" ({signal.Signals(-status).name})"
+    except ValueError:
+        name = ""
+    return f"killed by signal {-status}{name}"
+
+
 async def _watch(server: Server, stopping: asyncio.Event) -> None:
     """Report a server that exits while the cluster runs; nothing is restarted."""
     assert server.process is not None
     status = await server.process.wait()
     if not stopping.is_set():
         log.warning(
-            "%s (%s, pid %d) exited with status %d; not restarted (log: %s)",
+            "%s (%s, pid %d) ended, %s; not restarted (log: %s)",
             server.label,
             server.role,
             server.process.pid,
-            status,
+            exit_text(status),
             server.log_path,
         )
 
@@ -439,17 +451,16 @@ async def _cluster_up(args: argparse.Namespace) -> int:
             await stop_all(servers, args.stop_timeout)
     for server in servers:
         if server.exit_status is not None:
-            print(f"{server.label}: exit status {server.exit_status}", flush=True)
+            print(f"{server.label}: {exit_text(server.exit_status)}", flush=True)
     if failure is not None:
         tail = failure.server.log_tail()
         print(f"--- the end of {failure.server.log_path} ---\n{tail}\n---", file=sys.stderr, flush=True)
         raise failure
-    unclean = [s for s in servers if s.exit_status not in (None, 0)]
+    unclean = [
+        f"{s.label} {exit_text(status)}, log {s.log_path}" for s in servers if (status := s.exit_status)
+    ]
     if unclean:
-        raise CometMQError(
-            "not every server stopped cleanly: "
-            + ", ".join(f"{s.label} (status {s.exit_status}, log {s.log_path})" for s in unclean)
-        )
+        raise CometMQError("not every server stopped cleanly: " + "; ".join(unclean))
     return 0
 
 
