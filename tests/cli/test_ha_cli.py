@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,7 +18,7 @@ from cometmq.protocol.ha_status import HAClientRuntimeInfo, HAConnectionRuntimeI
 from cometmq.protocol.namesrv_headers import RegisterBrokerRequestHeader
 from cometmq.protocol.route import DataVersion, RegisterBrokerBody, kv_table_body
 from cometmq.remoting import Connection, RemotingClient, RemotingServer
-from processes import cometmq
+from processes import ServerProcess, cometmq
 
 from .cli_support import error_line
 
@@ -112,6 +113,30 @@ def test_ha_status_of_a_broker_without_the_request_is_a_clear_error() -> None:
     assert addr in line and "GET_BROKER_HA_STATUS" in line
     assert "neither CometMQ nor RocketMQ 5.x" in line
     assert f"(response code {ResponseCode.REQUEST_CODE_NOT_SUPPORTED})" in line
+
+
+def test_ha_status_of_a_name_server_says_it_is_one(standalone: tuple[ServerProcess, str]) -> None:
+    namesrv = standalone[1]
+    line = error_line(cometmq("broker", "ha-status", namesrv))
+    assert line == (
+        f"{namesrv} is a name server, not a broker: give a broker's client port, as "
+        f"'cometmq cluster list -n {namesrv}' shows it"
+    )
+
+
+def test_ha_status_of_a_masters_ha_port_says_to_give_the_client_port(
+    standalone: tuple[ServerProcess, str],
+) -> None:
+    found = re.search(r"HA server listening on (\S+)", standalone[0].log())
+    assert found is not None
+    ha_addr = found.group(1)
+    result = cometmq("broker", "ha-status", ha_addr)
+    assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"cometmq: error: {ha_addr} closed the connection without answering: it is not a broker's client "
+        "port. A master's HA port (haListenPort, by default its client port + 1) does that; give the "
+        "client port, as 'cometmq cluster list' shows it"
+    )
 
 
 def test_broker_help_names_ha_status() -> None:

@@ -15,7 +15,8 @@ from typing import Any
 from cometmq.cli._loop import run_async
 from cometmq.client import AdminClient
 from cometmq.console import format_table
-from cometmq.errors import CometMQError
+from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
+from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import perm_text
 from cometmq.protocol.route import MASTER_ID, BrokerData
 
@@ -253,8 +254,36 @@ def _first_number(text: str | None) -> str:
         return first
 
 
+async def _not_a_broker(addr: str, error: CometMQError, timeout: float) -> str | None:
+    """What ``addr`` is when it is none of a broker's client ports but an address easily taken for
+    one: a name server, or a master's HA port. None when it looks like a broker after all."""
+    if isinstance(error, ConnectionClosedError):
+        return (
+            f"{addr} closed the connection without answering: it is not a broker's client port. A "
+            "master's HA port (haListenPort, by default its client port + 1) does that; give the client "
+            "port, as 'cometmq cluster list' shows it"
+        )
+    if not isinstance(error, BrokerError) or error.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+        return None
+    try:
+        async with AdminClient(addr, timeout=timeout) as other:
+            await other.cluster_info()
+    except (CometMQError, OSError):
+        return None
+    return (
+        f"{addr} is a name server, not a broker: give a broker's client port, as "
+        f"'cometmq cluster list -n {addr}' shows it"
+    )
+
+
 async def _broker_ha_status(admin: AdminClient, args: argparse.Namespace) -> None:
-    status = await admin.ha_status(args.addr)
+    try:
+        status = await admin.ha_status(args.addr)
+    except (BrokerError, ConnectionClosedError) as exc:
+        what = await _not_a_broker(args.addr, exc, args.timeout)
+        if what is None:
+            raise
+        raise CometMQError(what) from None
     if args.json:
         print_json(status.to_json())
         return
