@@ -146,6 +146,14 @@ def test_broker_help_names_ha_status() -> None:
     result = cometmq("broker", "ha-status", "--help")
     assert result.returncode == 0
     assert "acknowledged" in " ".join(result.stdout.split())
+    assert "--namesrv" not in result.stdout  # it asks the broker at ADDR alone
+
+
+def test_cluster_help_names_up() -> None:
+    top, cluster = cometmq("--help"), cometmq("cluster", "--help")
+    assert top.returncode == cluster.returncode == 0
+    assert "or run one on this machine" in " ".join(top.stdout.split())
+    assert "or run a replicated one here (up)" in " ".join(cluster.stdout.split())
 
 
 class RuntimeInfoBroker:

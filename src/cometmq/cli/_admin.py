@@ -140,7 +140,11 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     delete.add_argument("name", metavar="NAME")
     delete.add_argument("--cluster", metavar="NAME", help="cluster to delete it from")
 
-    cluster = commands.add_parser("cluster", help="show clusters and their brokers", description="Clusters.")
+    cluster = commands.add_parser(
+        "cluster",
+        help="show clusters and their brokers, or run one on this machine",
+        description="Show the clusters a NameServer knows (list), or run a replicated one here (up).",
+    )
     cluster_commands = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
     add_admin_command(
         cluster_commands,
@@ -176,7 +180,10 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
             "answer this request."
         ),
     )
-    ha_status.add_argument("addr", metavar="ADDR", help="the broker's HOST:PORT")
+    ha_status.add_argument("addr", metavar="ADDR", help="the broker's HOST:PORT (its client port)")
+    for option in ha_status._actions:
+        if option.dest == "namesrv":  # the broker at ADDR is asked directly: no NameServer to name
+            option.help = argparse.SUPPRESS
 
 
 def print_json(obj: Any) -> None:

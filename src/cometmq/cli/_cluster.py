@@ -105,7 +105,12 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
         metavar="PORT",
         help="the first master's listenPort (default: 10911); 0: every broker's port picked by the OS",
     )
-    up.add_argument("--cluster", default="DefaultCluster", metavar="NAME", help="brokerClusterName")
+    up.add_argument(
+        "--cluster",
+        default="DefaultCluster",
+        metavar="NAME",
+        help="brokerClusterName (default: DefaultCluster)",
+    )
     up.add_argument(
         "-c",
         "--config",
