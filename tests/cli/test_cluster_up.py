@@ -150,6 +150,7 @@ def test_cluster_up_runs_two_master_slave_groups_that_register_and_stop_cleanly_
         assert log.parent == data / label and log.stat().st_size > 0
     for label in brokers:
         assert not (data / label / "abort").exists(), label  # each store shut down cleanly
+    assert "SLAVE_NOT_AVAILABLE" not in cluster.err()  # a SYNC_MASTER with a slave is no mistake
 
 
 def test_cluster_up_stops_with_the_log_of_a_broker_that_cannot_start(tmp_path: Path) -> None:
@@ -238,3 +239,19 @@ def test_cluster_up_names_a_port_in_use_and_the_options_that_choose_others_befor
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"127.0.0.1:{port} (broker-a-0's HA port) is already in use" in done.stderr
     assert done.stdout == "" and not data.exists()  # nothing started
+
+
+def test_cluster_up_warns_that_a_sync_master_without_slaves_answers_every_send_slave_not_available(
+    tmp_path: Path, conf: Path
+) -> None:
+    cluster = Cluster(tmp_path / "cluster", conf, "--groups", "1", "--slaves", "0", "--role", "SYNC_MASTER")
+    try:
+        assert "broker-a-0" in rows(cluster.out())
+        cluster.proc.send_signal(signal.SIGINT)
+        assert cluster.proc.wait(timeout=90) == 0, cluster.out() + cluster.err()
+    finally:
+        cluster.close()
+    assert (
+        "WARNING cometmq.cli: --role SYNC_MASTER with --slaves 0: no slave can confirm a send, so every "
+        "send is answered SLAVE_NOT_AVAILABLE (stored on the master alone)"
+    ) in cluster.err()

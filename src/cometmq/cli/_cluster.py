@@ -432,6 +432,11 @@ async def _start_or_interrupt(
 async def _cluster_up(args: argparse.Namespace) -> int:
     servers = plan(args)
     check_ports_free(servers, args.host)
+    if args.role == "SYNC_MASTER" and not args.slaves:
+        log.warning(
+            "--role SYNC_MASTER with --slaves 0: no slave can confirm a send, so every send is answered "
+            "SLAVE_NOT_AVAILABLE (stored on the master alone)"
+        )
     stopping = asyncio.Event()
     failure: StartFailed | None = None
     with _ShutdownSignal() as shutdown:
