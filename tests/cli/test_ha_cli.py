@@ -249,3 +249,37 @@ def test_a_slave_without_its_master_has_no_lag_and_a_silent_broker_gets_its_role
     entries, rows = cluster_list(slave, silent)
     assert [(e["role"], "lagBytes" in e) for e in entries] == [("SLAVE", False), ("SLAVE", False)]
     assert [row[4:7] for row in rows] == [["SLAVE", "-", "-"], ["SLAVE", "-", "-"]]
+
+
+def test_commands_on_every_master_name_a_group_whose_master_is_away(
+    standalone: tuple[ServerProcess, str],
+) -> None:
+    namesrv = standalone[1]
+    every_master = cometmq("topic", "create", "AwayMaster", "-n", namesrv)
+    assert every_master.returncode == 0 and every_master.stderr == ""
+    away = RuntimeInfoBroker(1, None)  # broker-ha's slave, registered without its master
+
+    async def go() -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+        client = RemotingClient()
+        try:
+            await away.register(client, namesrv)
+            created = await asyncio.to_thread(cometmq, "topic", "create", "AwayMaster", "-n", namesrv)
+            progress = await asyncio.to_thread(cometmq, "group", "progress", "GID_away", "-n", namesrv)
+            return created, progress
+        finally:
+            await client.close()
+            await away.server.stop()
+
+    created, progress = asyncio.run(go())
+    slave = f"127.0.0.1:{away.server.port}"
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.startswith("created topic AwayMaster with 8 queues on broker-a (")
+    assert created.stderr == (
+        f"cometmq: warning: broker-ha has no master registered, only slaves ({slave}): topic AwayMaster "
+        "was not created there (a slave takes no changes); run the command again once its master is back\n"
+    )
+    assert progress.returncode == 0, progress.stderr
+    assert progress.stderr == (
+        f"cometmq: warning: broker-ha has no master registered, only slaves ({slave}): its queues are "
+        "left out (a group's progress is asked of the masters)\n"
+    )

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -186,6 +187,26 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
             option.help = argparse.SUPPRESS
 
 
+async def warn_of_groups_without_master(admin: AdminClient, cluster: str | None, consequence: str) -> None:
+    """Commands that act on every master of a cluster skip a broker group whose master is away (its
+    slaves take no changes): name each such group on stderr with *consequence*, so that the command
+    is not taken for done everywhere. *cluster* None: the only one (the command failed otherwise)."""
+    info = await admin.cluster_info()
+    for name in [cluster] if cluster else sorted(info.cluster_addr_table):
+        for broker in info.brokers_of(name):
+            if broker.master_addr is None:
+                slaves = ", ".join(addr for _, addr in sorted(broker.broker_addrs.items()))
+                print(
+                    f"cometmq: warning: {broker.broker_name} has no master registered, only slaves "
+                    f"({slaves}): {consequence}",
+                    file=sys.stderr,
+                )
+
+
+def not_done_there(what: str) -> str:
+    return f"{what} there (a slave takes no changes); run the command again once its master is back"
+
+
 def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))
 
@@ -200,6 +221,9 @@ async def _topic_create(admin: AdminClient, args: argparse.Namespace) -> None:
         print_json({"topic": args.name, "queues": args.queues, "brokers": [b.to_json() for b in brokers]})
     else:
         print(f"created topic {args.name} with {args.queues} queues on {_broker_list(brokers)}")
+    await warn_of_groups_without_master(
+        admin, args.cluster, not_done_there(f"topic {args.name} was not created")
+    )
 
 
 async def _topic_list(admin: AdminClient, args: argparse.Namespace) -> None:
@@ -247,6 +271,9 @@ async def _topic_delete(admin: AdminClient, args: argparse.Namespace) -> None:
         print_json({"topic": args.name, "brokers": [b.to_json() for b in brokers]})
     else:
         print(f"deleted topic {args.name} from {_broker_list(brokers)} and the name server")
+    await warn_of_groups_without_master(
+        admin, args.cluster, not_done_there(f"topic {args.name} was not deleted")
+    )
 
 
 def _first_number(text: str | None) -> str:
