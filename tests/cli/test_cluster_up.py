@@ -151,6 +151,10 @@ def test_cluster_up_runs_two_master_slave_groups_that_register_and_stop_cleanly_
     for label in brokers:
         assert not (data / label / "abort").exists(), label  # each store shut down cleanly
     assert "SLAVE_NOT_AVAILABLE" not in cluster.err()  # a SYNC_MASTER with a slave is no mistake
+    assert (
+        f"starting a NameServer, 2 master(s), then 2 slave(s), each logging to its directory under {data}"
+        in (cluster.err())
+    )
 
 
 def test_cluster_up_stops_with_the_log_of_a_broker_that_cannot_start(tmp_path: Path) -> None:

@@ -432,6 +432,13 @@ async def _start_or_interrupt(
 async def _cluster_up(args: argparse.Namespace) -> int:
     servers = plan(args)
     check_ports_free(servers, args.host)
+    # Starting takes seconds (more on a busy machine), and the servers log to their files.
+    log.info(
+        "starting a NameServer, %d master(s), then %d slave(s), each logging to its directory under %s",
+        args.groups,
+        args.groups * args.slaves,
+        servers[0].directory.parent,
+    )
     if args.role == "SYNC_MASTER" and not args.slaves:
         log.warning(
             "--role SYNC_MASTER with --slaves 0: no slave can confirm a send, so every send is answered "
