@@ -150,6 +150,11 @@ def test_cluster_up_runs_two_master_slave_groups_that_register_and_stop_cleanly_
         assert log.parent == data / label and log.stat().st_size > 0
     for label in brokers:
         assert not (data / label / "abort").exists(), label  # each store shut down cleanly
+    assert "SLAVE_NOT_AVAILABLE" not in cluster.err()  # a SYNC_MASTER with a slave is no mistake
+    assert (
+        f"starting a NameServer, 2 master(s), then 2 slave(s), each logging to its directory under {data}"
+        in (cluster.err())
+    )
 
 
 def test_cluster_up_stops_with_the_log_of_a_broker_that_cannot_start(tmp_path: Path) -> None:
@@ -161,9 +166,7 @@ def test_cluster_up_stops_with_the_log_of_a_broker_that_cannot_start(tmp_path: P
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "flushDiskType='sync' is not one of ASYNC_FLUSH, SYNC_FLUSH" in done.stderr  # its log's end
-    assert re.search(
-        r"^cometmq: error: broker-[ab]-0 did not start: it exited with status 1$", done.stderr, re.M
-    )
+    assert re.search(r"^cometmq: error: broker-[ab]-0 did not start: exit status 1$", done.stderr, re.M)
     assert "namesrv: exit status 0" in done.stdout  # what had started is stopped cleanly
     assert READY not in done.stdout
     assert not list(data.glob("broker-*-1"))  # no slave started without its master
@@ -179,7 +182,10 @@ def test_cluster_up_reports_a_server_that_dies_and_kills_one_that_does_not_stop(
         slave, master = started["broker-a-1"][2], started["broker-a-0"][2]
         os.kill(slave, signal.SIGKILL)
         wait_until_blocking(
-            lambda: f"broker-a-1 (SLAVE, pid {slave}) exited with status -9; not restarted" in cluster.err(),
+            lambda: (
+                f"broker-a-1 (SLAVE, pid {slave}) ended, killed by signal 9 (SIGKILL); not restarted"
+                in cluster.err()
+            ),
             message="the slave's death reported",
         )
         os.kill(master, signal.SIGSTOP)  # it can no longer act on SIGTERM
@@ -189,7 +195,67 @@ def test_cluster_up_reports_a_server_that_dies_and_kills_one_that_does_not_stop(
         cluster.close()
     assert f"broker-a-0 (pid {master}) did not stop within 1 s: killed" in cluster.err()
     out = cluster.out()
-    assert "broker-a-0: exit status -9" in out and "broker-a-1: exit status -9" in out
+    assert (
+        "broker-a-0: killed by signal 9 (SIGKILL)" in out
+        and "broker-a-1: killed by signal 9 (SIGKILL)" in out
+    )
     assert "namesrv: exit status 0" in out
-    assert "not every server stopped cleanly: broker-a-0 (status -9" in cluster.err()
+    assert "not every server stopped cleanly: broker-a-0 killed by signal 9 (SIGKILL), log" in cluster.err()
     assert not alive(master)
+
+
+def listening_socket_above_a_free_port() -> socket.socket:
+    """A socket listening on a port P such that P - 1 was free when looked at: P is the HA port of a
+    master given --base-port P - 1."""
+    while True:
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        below = socket.socket()
+        try:
+            below.bind(("127.0.0.1", taken.getsockname()[1] - 1))
+        except OSError:
+            taken.close()
+            continue
+        finally:
+            below.close()
+        taken.listen()
+        return taken
+
+
+def test_cluster_up_names_a_port_in_use_and_the_options_that_choose_others_before_starting_anything(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "cluster"
+    options = ["--data-dir", str(data), "--groups", "1", "--slaves", "0"]
+    with socket.socket() as namesrv:
+        namesrv.bind(("127.0.0.1", 0))
+        namesrv.listen()
+        port = namesrv.getsockname()[1]
+        done = cometmq("cluster", "up", *options, "--namesrv-port", str(port), "--base-port", "0")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr == (
+        f"cometmq: error: 127.0.0.1:{port} (namesrv's port) is already in use (is another CometMQ "
+        "running?): stop it, or choose other ports with --namesrv-port and --base-port\n"
+    )
+    with listening_socket_above_a_free_port() as ha:
+        port = ha.getsockname()[1]
+        done = cometmq("cluster", "up", *options, "--namesrv-port", "0", "--base-port", str(port - 1))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"127.0.0.1:{port} (broker-a-0's HA port) is already in use" in done.stderr
+    assert done.stdout == "" and not data.exists()  # nothing started
+
+
+def test_cluster_up_warns_that_a_sync_master_without_slaves_answers_every_send_slave_not_available(
+    tmp_path: Path, conf: Path
+) -> None:
+    cluster = Cluster(tmp_path / "cluster", conf, "--groups", "1", "--slaves", "0", "--role", "SYNC_MASTER")
+    try:
+        assert "broker-a-0" in rows(cluster.out())
+        cluster.proc.send_signal(signal.SIGINT)
+        assert cluster.proc.wait(timeout=90) == 0, cluster.out() + cluster.err()
+    finally:
+        cluster.close()
+    assert (
+        "WARNING cometmq.cli: --role SYNC_MASTER with --slaves 0: no slave can confirm a send, so every "
+        "send is answered SLAVE_NOT_AVAILABLE (stored on the master alone)"
+    ) in cluster.err()

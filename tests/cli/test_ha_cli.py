@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,7 +18,7 @@ from cometmq.protocol.ha_status import HAClientRuntimeInfo, HAConnectionRuntimeI
 from cometmq.protocol.namesrv_headers import RegisterBrokerRequestHeader
 from cometmq.protocol.route import DataVersion, RegisterBrokerBody, kv_table_body
 from cometmq.remoting import Connection, RemotingClient, RemotingServer
-from processes import cometmq
+from processes import ServerProcess, cometmq
 
 from .cli_support import error_line
 
@@ -114,6 +115,30 @@ def test_ha_status_of_a_broker_without_the_request_is_a_clear_error() -> None:
     assert f"(response code {ResponseCode.REQUEST_CODE_NOT_SUPPORTED})" in line
 
 
+def test_ha_status_of_a_name_server_says_it_is_one(standalone: tuple[ServerProcess, str]) -> None:
+    namesrv = standalone[1]
+    line = error_line(cometmq("broker", "ha-status", namesrv))
+    assert line == (
+        f"{namesrv} is a name server, not a broker: give a broker's client port, as "
+        f"'cometmq cluster list -n {namesrv}' shows it"
+    )
+
+
+def test_ha_status_of_a_masters_ha_port_says_to_give_the_client_port(
+    standalone: tuple[ServerProcess, str],
+) -> None:
+    found = re.search(r"HA server listening on (\S+)", standalone[0].log())
+    assert found is not None
+    ha_addr = found.group(1)
+    result = cometmq("broker", "ha-status", ha_addr)
+    assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"cometmq: error: {ha_addr} closed the connection without answering: it is not a broker's client "
+        "port. A master's HA port (haListenPort, by default its client port + 1) does that; give the "
+        "client port, as 'cometmq cluster list' shows it"
+    )
+
+
 def test_broker_help_names_ha_status() -> None:
     result = cometmq("broker", "--help")
     assert result.returncode == 0
@@ -121,6 +146,14 @@ def test_broker_help_names_ha_status() -> None:
     result = cometmq("broker", "ha-status", "--help")
     assert result.returncode == 0
     assert "acknowledged" in " ".join(result.stdout.split())
+    assert "--namesrv" not in result.stdout  # it asks the broker at ADDR alone
+
+
+def test_cluster_help_names_up() -> None:
+    top, cluster = cometmq("--help"), cometmq("cluster", "--help")
+    assert top.returncode == cluster.returncode == 0
+    assert "or run one on this machine" in " ".join(top.stdout.split())
+    assert "or run a replicated one here (up)" in " ".join(cluster.stdout.split())
 
 
 class RuntimeInfoBroker:
@@ -216,3 +249,37 @@ def test_a_slave_without_its_master_has_no_lag_and_a_silent_broker_gets_its_role
     entries, rows = cluster_list(slave, silent)
     assert [(e["role"], "lagBytes" in e) for e in entries] == [("SLAVE", False), ("SLAVE", False)]
     assert [row[4:7] for row in rows] == [["SLAVE", "-", "-"], ["SLAVE", "-", "-"]]
+
+
+def test_commands_on_every_master_name_a_group_whose_master_is_away(
+    standalone: tuple[ServerProcess, str],
+) -> None:
+    namesrv = standalone[1]
+    every_master = cometmq("topic", "create", "AwayMaster", "-n", namesrv)
+    assert every_master.returncode == 0 and every_master.stderr == ""
+    away = RuntimeInfoBroker(1, None)  # broker-ha's slave, registered without its master
+
+    async def go() -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+        client = RemotingClient()
+        try:
+            await away.register(client, namesrv)
+            created = await asyncio.to_thread(cometmq, "topic", "create", "AwayMaster", "-n", namesrv)
+            progress = await asyncio.to_thread(cometmq, "group", "progress", "GID_away", "-n", namesrv)
+            return created, progress
+        finally:
+            await client.close()
+            await away.server.stop()
+
+    created, progress = asyncio.run(go())
+    slave = f"127.0.0.1:{away.server.port}"
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.startswith("created topic AwayMaster with 8 queues on broker-a (")
+    assert created.stderr == (
+        f"cometmq: warning: broker-ha has no master registered, only slaves ({slave}): topic AwayMaster "
+        "was not created there (a slave takes no changes); run the command again once its master is back\n"
+    )
+    assert progress.returncode == 0, progress.stderr
+    assert progress.stderr == (
+        f"cometmq: warning: broker-ha has no master registered, only slaves ({slave}): its queues are "
+        "left out (a group's progress is asked of the masters)\n"
+    )

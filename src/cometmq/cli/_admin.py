@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -15,7 +16,8 @@ from typing import Any
 from cometmq.cli._loop import run_async
 from cometmq.client import AdminClient
 from cometmq.console import format_table
-from cometmq.errors import CometMQError
+from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
+from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import perm_text
 from cometmq.protocol.route import MASTER_ID, BrokerData
 
@@ -139,7 +141,11 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     delete.add_argument("name", metavar="NAME")
     delete.add_argument("--cluster", metavar="NAME", help="cluster to delete it from")
 
-    cluster = commands.add_parser("cluster", help="show clusters and their brokers", description="Clusters.")
+    cluster = commands.add_parser(
+        "cluster",
+        help="show clusters and their brokers, or run one on this machine",
+        description="Show the clusters a NameServer knows (list), or run a replicated one here (up).",
+    )
     cluster_commands = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
     add_admin_command(
         cluster_commands,
@@ -175,7 +181,30 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
             "answer this request."
         ),
     )
-    ha_status.add_argument("addr", metavar="ADDR", help="the broker's HOST:PORT")
+    ha_status.add_argument("addr", metavar="ADDR", help="the broker's HOST:PORT (its client port)")
+    for option in ha_status._actions:
+        if option.dest == "namesrv":  # the broker at ADDR is asked directly: no NameServer to name
+            option.help = argparse.SUPPRESS
+
+
+async def warn_of_groups_without_master(admin: AdminClient, cluster: str | None, consequence: str) -> None:
+    """Commands that act on every master of a cluster skip a broker group whose master is away (its
+    slaves take no changes): name each such group on stderr with *consequence*, so that the command
+    is not taken for done everywhere. *cluster* None: the only one (the command failed otherwise)."""
+    info = await admin.cluster_info()
+    for name in [cluster] if cluster else sorted(info.cluster_addr_table):
+        for broker in info.brokers_of(name):
+            if broker.master_addr is None:
+                slaves = ", ".join(addr for _, addr in sorted(broker.broker_addrs.items()))
+                print(
+                    f"cometmq: warning: {broker.broker_name} has no master registered, only slaves "
+                    f"({slaves}): {consequence}",
+                    file=sys.stderr,
+                )
+
+
+def not_done_there(what: str) -> str:
+    return f"{what} there (a slave takes no changes); run the command again once its master is back"
 
 
 def print_json(obj: Any) -> None:
@@ -192,6 +221,9 @@ async def _topic_create(admin: AdminClient, args: argparse.Namespace) -> None:
         print_json({"topic": args.name, "queues": args.queues, "brokers": [b.to_json() for b in brokers]})
     else:
         print(f"created topic {args.name} with {args.queues} queues on {_broker_list(brokers)}")
+    await warn_of_groups_without_master(
+        admin, args.cluster, not_done_there(f"topic {args.name} was not created")
+    )
 
 
 async def _topic_list(admin: AdminClient, args: argparse.Namespace) -> None:
@@ -239,6 +271,9 @@ async def _topic_delete(admin: AdminClient, args: argparse.Namespace) -> None:
         print_json({"topic": args.name, "brokers": [b.to_json() for b in brokers]})
     else:
         print(f"deleted topic {args.name} from {_broker_list(brokers)} and the name server")
+    await warn_of_groups_without_master(
+        admin, args.cluster, not_done_there(f"topic {args.name} was not deleted")
+    )
 
 
 def _first_number(text: str | None) -> str:
@@ -253,8 +288,36 @@ def _first_number(text: str | None) -> str:
         return first
 
 
+async def _not_a_broker(addr: str, error: CometMQError, timeout: float) -> str | None:
+    """What ``addr`` is when it is none of a broker's client ports but an address easily taken for
+    one: a name server, or a master's HA port. None when it looks like a broker after all."""
+    if isinstance(error, ConnectionClosedError):
+        return (
+            f"{addr} closed the connection without answering: it is not a broker's client port. A "
+            "master's HA port (haListenPort, by default its client port + 1) does that; give the client "
+            "port, as 'cometmq cluster list' shows it"
+        )
+    if not isinstance(error, BrokerError) or error.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+        return None
+    try:
+        async with AdminClient(addr, timeout=timeout) as other:
+            await other.cluster_info()
+    except (CometMQError, OSError):
+        return None
+    return (
+        f"{addr} is a name server, not a broker: give a broker's client port, as "
+        f"'cometmq cluster list -n {addr}' shows it"
+    )
+
+
 async def _broker_ha_status(admin: AdminClient, args: argparse.Namespace) -> None:
-    status = await admin.ha_status(args.addr)
+    try:
+        status = await admin.ha_status(args.addr)
+    except (BrokerError, ConnectionClosedError) as exc:
+        what = await _not_a_broker(args.addr, exc, args.timeout)
+        if what is None:
+            raise
+        raise CometMQError(what) from None
     if args.json:
         print_json(status.to_json())
         return

@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import logging
 import math
 import os
 import re
 import signal
+import socket
 import string
 import sys
 from dataclasses import dataclass, field
@@ -103,7 +105,12 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
         metavar="PORT",
         help="the first master's listenPort (default: 10911); 0: every broker's port picked by the OS",
     )
-    up.add_argument("--cluster", default="DefaultCluster", metavar="NAME", help="brokerClusterName")
+    up.add_argument(
+        "--cluster",
+        default="DefaultCluster",
+        metavar="NAME",
+        help="brokerClusterName (default: DefaultCluster)",
+    )
     up.add_argument(
         "-c",
         "--config",
@@ -209,6 +216,29 @@ def plan(args: argparse.Namespace) -> list[Server]:
     return servers
 
 
+def check_ports_free(servers: list[Server], host: str) -> None:
+    """Every fixed port the cluster listens on (each master's HA port too) is free, or ConfigError
+    naming the first one taken and the options that choose others: said before any server starts,
+    rather than by one server's log after the others started."""
+    for server in servers:
+        ports = [server.port] if server.port else []
+        if ports and server.broker_name and not server.is_slave:
+            ports.append(server.port + 1)  # the master's haListenPort
+        for port in ports:
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
+                try:
+                    sock.bind((host, port))
+                except OSError as exc:
+                    if exc.errno != errno.EADDRINUSE:
+                        raise
+                    what = "port" if port == server.port else "HA port"
+                    raise ConfigError(
+                        f"{host}:{port} ({server.label}'s {what}) is already in use (is another CometMQ "
+                        "running?): stop it, or choose other ports with --namesrv-port and --base-port"
+                    ) from None
+
+
 def broker_conf(server: Server, args: argparse.Namespace, namesrv_addr: str) -> str:
     """*server*'s broker.conf: the file given with -c, then the keys that place it in the cluster."""
     base = Path(args.config).read_text(encoding="utf-8") if args.config else ""
@@ -270,7 +300,7 @@ async def start(server: Server, args: argparse.Namespace) -> None:
     found = ready.match(line) if line is not None else None
     if found is None:
         status = await server.process.wait()
-        raise StartFailed(server, f"it exited with status {status}")
+        raise StartFailed(server, exit_text(status))
     server.address = found.group(1)
     server.background.append(asyncio.get_running_loop().create_task(_copy_output(server)))
 
@@ -294,17 +324,29 @@ async def _copy_output(server: Server) -> None:
             log_file.write(line)
 
 
+def exit_text(status: int) -> str:
+    """How a server's process ended: "exit status 1", or "killed by signal 9 (SIGKILL)" rather than the
+    -9 of asyncio's returncode."""
+    if status >= 0:
+        return f"exit status {status}"
+    try:
+        name = f" ({signal.Signals(-status).name})"
+    except ValueError:
+        name = ""
+    return f"killed by signal {-status}{name}"
+
+
 async def _watch(server: Server, stopping: asyncio.Event) -> None:
     """Report a server that exits while the cluster runs; nothing is restarted."""
     assert server.process is not None
     status = await server.process.wait()
     if not stopping.is_set():
         log.warning(
-            "%s (%s, pid %d) exited with status %d; not restarted (log: %s)",
+            "%s (%s, pid %d) ended, %s; not restarted (log: %s)",
             server.label,
             server.role,
             server.process.pid,
-            status,
+            exit_text(status),
             server.log_path,
         )
 
@@ -389,6 +431,19 @@ async def _start_or_interrupt(
 
 async def _cluster_up(args: argparse.Namespace) -> int:
     servers = plan(args)
+    check_ports_free(servers, args.host)
+    # Starting takes seconds (more on a busy machine), and the servers log to their files.
+    log.info(
+        "starting a NameServer, %d master(s), then %d slave(s), each logging to its directory under %s",
+        args.groups,
+        args.groups * args.slaves,
+        servers[0].directory.parent,
+    )
+    if args.role == "SYNC_MASTER" and not args.slaves:
+        log.warning(
+            "--role SYNC_MASTER with --slaves 0: no slave can confirm a send, so every send is answered "
+            "SLAVE_NOT_AVAILABLE (stored on the master alone)"
+        )
     stopping = asyncio.Event()
     failure: StartFailed | None = None
     with _ShutdownSignal() as shutdown:
@@ -413,17 +468,16 @@ async def _cluster_up(args: argparse.Namespace) -> int:
             await stop_all(servers, args.stop_timeout)
     for server in servers:
         if server.exit_status is not None:
-            print(f"{server.label}: exit status {server.exit_status}", flush=True)
+            print(f"{server.label}: {exit_text(server.exit_status)}", flush=True)
     if failure is not None:
         tail = failure.server.log_tail()
         print(f"--- the end of {failure.server.log_path} ---\n{tail}\n---", file=sys.stderr, flush=True)
         raise failure
-    unclean = [s for s in servers if s.exit_status not in (None, 0)]
+    unclean = [
+        f"{s.label} {exit_text(status)}, log {s.log_path}" for s in servers if (status := s.exit_status)
+    ]
     if unclean:
-        raise CometMQError(
-            "not every server stopped cleanly: "
-            + ", ".join(f"{s.label} (status {s.exit_status}, log {s.log_path})" for s in unclean)
-        )
+        raise CometMQError("not every server stopped cleanly: " + "; ".join(unclean))
     return 0
 
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import Any, Final
 
-from cometmq.cli._admin import add_admin_command, print_json, whole_number
+from cometmq.cli._admin import (
+    add_admin_command,
+    not_done_there,
+    print_json,
+    warn_of_groups_without_master,
+    whole_number,
+)
 from cometmq.cli._message import format_time, parse_time
 from cometmq.client import AdminClient
 from cometmq.client.admin import ConsumerConnections, ResetResult
@@ -229,6 +235,9 @@ async def _create(admin: AdminClient, args: argparse.Namespace) -> None:
         print_json({"group": config.to_json(), "brokers": _broker_names(masters)})
     else:
         print(f"created group {args.group} on {_brokers(masters)}: {_describe(config)}")
+    await warn_of_groups_without_master(
+        admin, args.cluster, not_done_there(f"group {args.group} was not created")
+    )
 
 
 async def _update(admin: AdminClient, args: argparse.Namespace) -> None:
@@ -243,6 +252,9 @@ async def _update(admin: AdminClient, args: argparse.Namespace) -> None:
         print_json({"group": config.to_json(), "brokers": _broker_names(masters)})
     else:
         print(f"updated group {args.group} on {_brokers(masters)}: {_describe(config)}")
+    await warn_of_groups_without_master(
+        admin, args.cluster, not_done_there(f"group {args.group} was not updated")
+    )
 
 
 async def _list(admin: AdminClient, args: argparse.Namespace) -> None:
@@ -281,10 +293,16 @@ async def _delete(admin: AdminClient, args: argparse.Namespace) -> None:
     else:
         offsets = " and its offsets" if args.remove_offsets else ""
         print(f"deleted group {args.group}{offsets} on {_brokers(masters)}")
+    await warn_of_groups_without_master(
+        admin, args.cluster, not_done_there(f"group {args.group} was not deleted")
+    )
 
 
 async def _progress(admin: AdminClient, args: argparse.Namespace) -> None:
     progress = await admin.consume_progress(args.group, topic=args.topic, cluster=args.cluster)
+    await warn_of_groups_without_master(
+        admin, args.cluster, "its queues are left out (a group's progress is asked of the masters)"
+    )
     if args.json:
         print_json(
             {
