@@ -475,6 +475,29 @@ def test_a_slave_corrects_a_pulls_offset_only_with_offset_check_in_slave(
     run(scenario())
 
 
+def test_a_slave_serves_a_topic_it_holds_messages_of_before_its_config_is_copied(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        client = RemotingClient()
+        async with running_broker(tmp_path) as master:
+            await create_topic(client, address(master), "Fresh", 2)
+            for body in (b"one", b"two"):
+                await send(client, address(master), "Fresh", body, queue_id=1)
+        for table in (tmp_path / "config").glob("topics.json*"):  # as if the master died before the copy
+            table.unlink()
+        async with running(tmp_path, brokerRole="SLAVE", brokerId=1) as slave:
+            assert slave.topics.get("Fresh") is None
+            response, records = await pull(client, address(slave), "Fresh", 1, 0)
+            assert response.code == ResponseCode.SUCCESS
+            assert [record.body for record in records] == [b"one", b"two"]
+            response, _ = await pull(client, address(slave), "Fresh", 0, 0)
+            assert response.code != ResponseCode.TOPIC_NOT_EXIST  # an empty queue of the topic
+            response, _ = await pull(client, address(slave), "Unknown", 0, 0)
+            assert response.code == ResponseCode.TOPIC_NOT_EXIST
+        await client.close()
+
+    run(scenario())
+
+
 def test_a_slave_holds_a_long_poll_outside_its_queue_instead_of_answering_retry_at_once(
     tmp_path: Path,
 ) -> None:

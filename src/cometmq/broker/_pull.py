@@ -21,6 +21,7 @@ from cometmq.protocol.naming import PERM_READ
 from cometmq.protocol.route import MASTER_ID
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
+from cometmq.protocol.topic_config import TopicConfig
 from cometmq.remoting import Connection
 from cometmq.store import GetResult, GetStatus
 
@@ -120,6 +121,8 @@ class PullProcessor:
                 ResponseCode.NO_PERMISSION, f"the consumer group[{group}] can not consume by broadcast way"
             )
         topic_config = broker.topics.get(topic)
+        if topic_config is None and self._slave:
+            topic_config = self._copied_topic(topic, queue_id)
         if topic_config is None:
             return refuse(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not topic_config.perm & PERM_READ:
@@ -277,6 +280,15 @@ class PullProcessor:
             response.body_parts = result.buffers
             self._broker.stats.got_messages += result.message_count
         return response
+
+    def _copied_topic(self, topic: str, queue_id: int) -> TopicConfig | None:
+        """A topic a slave holds messages of in its commit log before its metadata copy (every 10 s)
+        brought its config: readable, so that consumers of a master that died just after creating it
+        read what was copied (RocketMQ's slave answers TOPIC_NOT_EXIST until the copy)."""
+        queues = self._broker.store.queue_ids(topic)
+        if not queues:
+            return None
+        return TopicConfig(topic, read_queue_nums=max(queues[-1], queue_id) + 1, perm=PERM_READ)
 
     def _far_behind(self, topic: str, queue_id: int, last_read: int) -> bool:
         """Whether the commit log holds more than the in-memory share of RAM past the record of queue
