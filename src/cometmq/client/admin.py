@@ -406,8 +406,9 @@ class AdminClient(Client):
         unique: bool = False,
     ) -> list[DecodedRecord]:
         """Messages of ``topic`` with ``key`` among their KEYS (``unique``: as their UNIQ_KEY, the id
-        clients show) stored in ``[begin_ms, end_ms]`` (``end_ms`` default: no limit), from every master
-        broker of the topic's route (QUERY_MESSAGE); newest first, at most ``max_num``.
+        clients show) stored in ``[begin_ms, end_ms]`` (``end_ms`` default: no limit), from every broker
+        group of the topic's route (QUERY_MESSAGE; its master, else a slave); newest first, at most
+        ``max_num``.
 
         Like RocketMQ's client, records whose key does not really match (a broker's index only
         compares hashes) are dropped, and a broker that fails is skipped unless all do.
@@ -415,7 +416,8 @@ class AdminClient(Client):
         if end_ms is None:
             end_ms = _NO_END  # not "now": the broker's clock may run ahead of ours
         route = await self.topic_route(topic)
-        addrs = sorted({b.master_addr for b in route.broker_datas if b.master_addr is not None})
+        # Each broker group's master, else (while it is away) its lowest slave: a slave holds the same.
+        addrs = sorted({b.broker_addrs[min(b.broker_addrs)] for b in route.broker_datas if b.broker_addrs})
         header = QueryMessageRequestHeader(
             topic=topic,
             key=key,
@@ -750,17 +752,16 @@ class AdminClient(Client):
     # dead letters ------------------------------------------------------------------------------
 
     async def dead_letters(self, group: str, max_num: int | None = None) -> list[DecodedRecord]:
-        """The dead letters of consumer group ``group`` (topic ``%DLQ%<group>``) on every master
-        broker of that topic, oldest first per queue, at most ``max_num``; empty when the group has
-        none (no such topic). Read with pulls as ``group`` that commit no offset."""
+        """The dead letters of consumer group ``group`` (topic ``%DLQ%<group>``) on every broker group
+        of that topic (its master, else a slave), oldest first per queue, at most ``max_num``; empty when
+        the group has none (no such topic). Read with pulls as ``group`` that commit no offset."""
         topic = dlq_topic(group)
         route = await self._instance.fetch_route(topic)  # learnt by the instance, for _brokerapi
         if route is None:
             return []
-        masters = {b.broker_name for b in route.broker_datas if b.master_addr is not None}
         found: list[DecodedRecord] = []
         for queue in sorted(route.queue_datas, key=lambda q: q.broker_name):
-            if queue.broker_name not in masters or not queue.perm & PERM_READ:
+            if not queue.perm & PERM_READ:  # read from the master, else a slave (_brokerapi)
                 continue
             for queue_id in range(queue.read_queue_nums):
                 left = None if max_num is None else max_num - len(found)
