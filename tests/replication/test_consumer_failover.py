@@ -26,6 +26,7 @@ from cometmq.client import consumer as consumer_module
 from cometmq.client.message import ReceivedMessage
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import QueryConsumerOffsetRequestHeader
+from cometmq.protocol.route import MASTER_ID
 from cometmq.remoting import RemotingClient
 from processes import read_cpp_result
 from waiting import wait_until, wait_until_blocking
@@ -36,7 +37,7 @@ from crash_support import CPP_SCENARIOS
 TOPIC = "ConsumerFailover"
 QUEUES = 2
 SENDERS = 8
-MASTER_ID, SLAVE_ID = 0, 1
+SLAVE_ID = 1
 
 
 class Cluster:
@@ -94,8 +95,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     # acknowledged before the kill is exactly what the slave holds: the kill waits for the slave to catch
     # up, and nothing is sent while the master is away.
     master = BrokerNode(tmp_path, "master", namesrv_addr, brokerRole="ASYNC_MASTER")
-    # No haMasterAddress: the slave finds its master's HA address through the name server, after the
-    # master's restart (on other ports) too.
+    # No haMasterAddress: the slave finds its master's HA address through the name server.
     slave = BrokerNode(tmp_path, "slave", namesrv_addr, brokerRole="SLAVE", brokerId=SLAVE_ID)
     nodes = Cluster(namesrv_addr, master, slave)
 
@@ -243,7 +243,9 @@ def test_cpp_push_consumer_reads_on_from_the_slave_and_returns_to_the_master(tmp
             text=True,
         )  # fmt: skip
         try:
-            wait_until_blocking(lambda: (gate / "paused").exists(), message="the C++ consumer at the gate")
+            wait_until_blocking(
+                lambda: (gate / "paused").exists(), message="the C++ consumer at the gate", timeout=60
+            )
             asyncio.run(kill_master(nodes))
             (gate / "resume").touch()
             asyncio.run(committed_everything(nodes, nodes.slave))
