@@ -230,8 +230,9 @@ def test_cpp_push_consumer_reads_on_from_the_slave_and_returns_to_the_master(tmp
         finally:
             await client.close()
 
-    with cluster(tmp_path) as nodes:
+    with cluster(tmp_path) as nodes, (tmp_path / "cpp-consumer.err").open("w+") as errors:
         asyncio.run(send_batch(nodes, "before", CPP_BEFORE))
+        # stderr (the C++ library's chatter too) to a file: a full pipe would block the consumer.
         consumer = subprocess.Popen(
             [
                 sys.executable, str(CPP_SCENARIOS), "push-consume", "--namesrv", nodes.namesrv,
@@ -239,7 +240,7 @@ def test_cpp_push_consumer_reads_on_from_the_slave_and_returns_to_the_master(tmp
                 "--timeout", "400",
             ],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=errors,
             text=True,
         )  # fmt: skip
         try:
@@ -254,11 +255,13 @@ def test_cpp_push_consumer_reads_on_from_the_slave_and_returns_to_the_master(tmp
             asyncio.run(send_batch(nodes, "after", CPP_AFTER))
             asyncio.run(committed_everything(nodes, nodes.master))
             (gate / "stop").touch()
-            stdout, stderr = consumer.communicate(timeout=60)
+            stdout, _ = consumer.communicate(timeout=60)
         finally:
             if consumer.poll() is None:
                 consumer.kill()
                 consumer.communicate()
+        errors.seek(0)
+        stderr = errors.read()
     result = read_cpp_result(stdout, consumer.returncode, stderr)
     assert result["ok"], f"{result['errors']}\nstderr:\n{stderr[-3000:]}"
     consumed = [bytes.fromhex(m["body_hex"]) for m in result["messages"]]
