@@ -1,11 +1,10 @@
 """Consumers read a broker group from its slave while the master is away, and return to the master.
 
-Real brokers in this process: a master (brokerId 0) and a slave (brokerId 1, brokerRole SLAVE) with the
-same brokerName, registered with one name server. Replication is stood in for: the slave's data
-directory is written first by a broker running there as a master (never registered), so a slave that
-refuses sends and topic changes still holds the messages; what is checked is where the consumers pull
-and commit. The slave holds one batch more than the master, which consumers can read only from the
-slave; the same batch is sent to the master when it returns, before consumers see it again.
+Real brokers in this process, over real sockets: a master (brokerId 0, ASYNC_MASTER) and its slave
+(brokerId 1, brokerRole SLAVE, copying the master's commit log), with the same brokerName, registered
+with one name server. The consumers are held while a batch is sent to the master (a push consumer by its
+listener, with room for one message a queue; a lite pull consumer paused), so that when the master stops
+they can read that batch, all but the message a queue pulled ahead, only from the slave.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ BROKER_NAME = "broker-ha"
 
 
 async def start_broker(data_dir: Path, namesrv: str, broker_id: int) -> Broker:
-    """A broker of group BROKER_NAME in ``data_dir``: with ``namesrv`` "" one that registers nowhere."""
+    """A broker of group BROKER_NAME in ``data_dir``; a slave finds its master through the name server."""
     config = BrokerConfig()
     config.update(
         {
@@ -52,7 +51,8 @@ async def start_broker(data_dir: Path, namesrv: str, broker_id: int) -> Broker:
             "mappedFileSizeConsumeQueue": 20 * 1000,
         }
     )
-    broker = Broker(config)
+    # A slave copies its master's topics and offsets at this period.
+    broker = Broker(config, slave_sync_period_s=0.2)
     await broker.start()
     return broker
 
@@ -94,12 +94,17 @@ class Cluster:
         response = await self.client.invoke(addr, request, timeout=10)
         assert response.code == ResponseCode.SUCCESS, response.remark
 
-    async def send(self, addrs: list[str], bodies: list[bytes]) -> None:
-        """Each body to queue ``i % QUEUES`` of every broker in ``addrs``, in the same order."""
+    async def send(self, bodies: list[bytes]) -> None:
+        """Each body to queue ``i % QUEUES`` of the master, in order."""
+        assert self.master is not None
         for i, body in enumerate(bodies):
-            for addr in addrs:
-                response = await self.client.invoke(addr, send_request(TOPIC, body, i % QUEUES), timeout=10)
-                assert response.code == ResponseCode.SUCCESS, response.remark
+            request = send_request(TOPIC, body, i % QUEUES)
+            response = await self.client.invoke(addr_of(self.master), request, timeout=10)
+            assert response.code == ResponseCode.SUCCESS, response.remark
+
+    def slave_caught_up(self) -> bool:
+        assert self.master is not None and self.slave is not None
+        return self.slave.store.replica_end() == self.master.store.replica_end()
 
     async def committed(self, addr: str, group: str, queue_id: int) -> int | None:
         header = QueryConsumerOffsetRequestHeader(consumer_group=group, topic=TOPIC, queue_id=queue_id)
@@ -118,22 +123,17 @@ class Cluster:
 
 
 @asynccontextmanager
-async def cluster(base: Path, master_holds: list[bytes], slave_holds: list[bytes]) -> AsyncIterator[Cluster]:
-    """A master holding ``master_holds`` and a slave holding ``slave_holds``, both registered."""
+async def cluster(base: Path) -> AsyncIterator[Cluster]:
+    """A master and its slave, both registered, and the topic on both."""
     namesrv = NameServer(host="127.0.0.1", port=0)
     await namesrv.start()
     nodes = Cluster(base, namesrv)
     try:
-        writer = await start_broker(base / "slave", "", MASTER_ID)
-        try:
-            await nodes.create_topic(addr_of(writer))
-            await nodes.send([addr_of(writer)], slave_holds)
-        finally:
-            await writer.stop()
         master_addr = await nodes.start_master()
         await nodes.create_topic(master_addr)
-        await nodes.send([master_addr], master_holds)
         nodes.slave = await start_broker(base / "slave", nodes.namesrv, 1)
+        slave = nodes.slave
+        await wait_until(lambda: slave.topics.get(TOPIC) is not None, message="the topic on the slave")
         await wait_until(lambda: nodes.route_ids_are({0, 1}), message="the route lists master and slave")
         yield nodes
     finally:
@@ -163,30 +163,40 @@ def test_consumers_read_from_the_slave_while_the_master_is_away_and_return_to_it
     monkeypatch.setattr(consumer_module, "LONG_POLL_SUSPEND_MS", 300)
     monkeypatch.setattr(litepull_module, "PULL_RETRY_DELAY_S", 0.1)
     monkeypatch.setattr(litepull_module, "LONG_POLL_SUSPEND_MS", 300)
-    first, during, after = (bodies(tag, 6) for tag in ("first", "during", "after"))
+    first, during, after = bodies("first", 6), bodies("during", 12), bodies("after", 6)
 
     async def scenario() -> None:
-        async with cluster(tmp_path, first, first + during) as nodes:
+        async with cluster(tmp_path) as nodes:
             assert nodes.master is not None and nodes.slave is not None
             slave_addr = addr_of(nodes.slave)
 
             pushed: set[bytes] = set()
             polled: set[bytes] = set()
             late_pushed: set[bytes] = set()
+            gate = asyncio.Event()
 
-            def push_consumer(group: str, seen: set[bytes]) -> PushConsumer:
+            def push_consumer(group: str, seen: set[bytes], **options: Any) -> PushConsumer:
                 async def on_messages(messages: list[ReceivedMessage]) -> None:
                     seen.update(m.body for m in messages)
+                    await gate.wait()
 
-                consumer = PushConsumer(group, nodes.namesrv, consume_from="first")
+                consumer = PushConsumer(group, nodes.namesrv, consume_from="first", **options)
                 consumer.subscribe(TOPIC)
                 consumer.listen(on_messages)
                 return consumer
 
-            push = push_consumer("slave-reads-push", pushed)
+            gate.set()
+            # Held by its listener, it pulls no further than one message a queue.
+            push = push_consumer(
+                "slave-reads-push", pushed, pull_batch_size=1, max_cached_messages_per_queue=1
+            )
             late = push_consumer("slave-reads-late", late_pushed)  # joins while only the slave is up
             lite = LitePullConsumer(
-                "slave-reads-lite", nodes.namesrv, consume_from="first", auto_commit_interval=0.2
+                "slave-reads-lite",
+                nodes.namesrv,
+                consume_from="first",
+                auto_commit_interval=0.2,
+                pull_batch_size=1,
             )
             lite.subscribe(TOPIC)
 
@@ -194,6 +204,7 @@ def test_consumers_read_from_the_slave_while_the_master_is_away_and_return_to_it
                 while True:
                     polled.update(m.body for m in await lite.poll(0.2))
 
+            await nodes.send(first)
             await push.start()
             await lite.start()
             poller = asyncio.create_task(poll_forever())
@@ -201,12 +212,21 @@ def test_consumers_read_from_the_slave_while_the_master_is_away_and_return_to_it
             try:
                 await wait_until(lambda: pushed >= set(first) and polled >= set(first), message="first batch")
 
-                # The master goes; the name server keeps the group's queues for its slave, which holds
-                # a batch more (replicated, not yet consumed).
+                # The consumers are held while a batch reaches the master and its slave; then the master
+                # goes, and the name server keeps the group's queues for its slave.
+                gate.clear()
+                held = lite.assignment()
+                lite.pause(held)
+                await nodes.send(during)
+                await wait_until(nodes.slave_caught_up, message="the slave to hold the batch")
                 await nodes.stop_master()
+                # Only what a queue pulled ahead (one message) came from the master.
+                assert len(pushed & set(during)) <= QUEUES and len(polled & set(during)) == 0
                 await wait_until(lambda: nodes.route_ids_are({1}), message="the route lists the slave only")
                 for instance in consumers:
                     await instance.refresh_routes()
+                gate.set()
+                lite.resume(held)
                 await wait_until(
                     lambda: pushed >= set(during) and polled >= set(during), message="read from the slave"
                 )
@@ -228,10 +248,8 @@ def test_consumers_read_from_the_slave_while_the_master_is_away_and_return_to_it
                     message="the lite pull consumer's offsets on the slave",
                 )
 
-                # The master returns with its disk, on a new port, and is given the batch only the slave
-                # had (as replication would have) before the consumers see it again.
+                # The master returns with its disk, on a new port.
                 master_addr = await nodes.start_master()
-                await nodes.send([master_addr], during)
                 await wait_until(lambda: nodes.route_ids_are({0, 1}), message="the master registered again")
                 for instance in consumers:
                     await instance.refresh_routes()
@@ -244,7 +262,7 @@ def test_consumers_read_from_the_slave_while_the_master_is_away_and_return_to_it
                     lambda: nodes.all_committed(master_addr, "slave-reads-lite", ends(count)),
                     message="the lite pull consumer's slave-held offsets on the master",
                 )
-                await nodes.send([master_addr], after)  # on the master only: read there or never
+                await nodes.send(after)
                 await wait_until(
                     lambda: pushed >= set(after) and polled >= set(after) and late_pushed >= set(after),
                     message="read from the master",
@@ -260,6 +278,7 @@ def test_consumers_read_from_the_slave_while_the_master_is_away_and_return_to_it
                     message="the lite pull consumer's offsets on the master",
                 )
             finally:
+                gate.set()
                 poller.cancel()
                 await asyncio.gather(poller, return_exceptions=True)
                 await lite.close()

@@ -319,6 +319,14 @@ def produce(a: argparse.Namespace) -> None:
 # push-consume / bench-consume
 
 
+def hold_at_gate(gate: str) -> None:
+    """Tell that consuming is held (``<gate>/paused``); hold until the test opens ``<gate>/resume``."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(os.path.join(gate, "paused"), os.O_CREAT | os.O_EXCL))
+    while not os.path.exists(os.path.join(gate, "resume")):
+        time.sleep(0.01)
+
+
 def push_consume(a: argparse.Namespace, bench: bool = False) -> None:
     result: dict[str, Any] = {"scenario": "bench-consume" if bench else "push-consume", "errors": []}
     messages: list[dict[str, Any]] = []
@@ -361,6 +369,9 @@ def push_consume(a: argparse.Namespace, bench: bool = False) -> None:
                 result["count"] = len(messages)
                 if a.expect and len(messages) >= a.expect:
                     reached.set()
+                pause = a.pause_after and len(messages) >= a.pause_after
+            if pause:
+                hold_at_gate(a.gate)
             return 0
         except Exception as e:
             result["errors"].append(f"callback: {e!r}")
@@ -391,7 +402,13 @@ def push_consume(a: argparse.Namespace, bench: bool = False) -> None:
     except Exception as e:
         result["errors"].append(f"start: {e}")
         emit(result, 1)
-    reached.wait(a.timeout)
+    if a.gate:
+        stop = os.path.join(a.gate, "stop")
+        deadline = time.monotonic() + a.timeout
+        while not (reached.wait(0.05) or os.path.exists(stop) or time.monotonic() > deadline):
+            pass
+    else:
+        reached.wait(a.timeout)
     if a.expect and not reached.is_set():
         got = count[0] if bench else len(messages)
         result["timed_out"] = True
@@ -658,6 +675,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="answer RECONSUME_LATER to the first K deliveries of each message id",
     )
     c.add_argument("--no-body", action="store_true", help="omit body_hex")
+    c.add_argument(
+        "--pause-after",
+        type=int,
+        default=0,
+        help="once N messages are consumed, create <gate>/paused and hold every callback until <gate>/resume",
+    )
+    c.add_argument(
+        "--gate", help="directory of --pause-after's files; <gate>/stop ends the run like --expect"
+    )
 
     q = sub.add_parser("pull-consume", help="pull every queue from an offset until NO_NEW_MSG")
     common(q, "GID_cometmq_interop_pull")

@@ -4,10 +4,13 @@ what it streams, which report counts, heartbeats, housekeeping and a slave ahead
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+
+import pytest
 
 from cometmq.broker import Broker, BrokerConfig
 from cometmq.protocol import ResponseCode
@@ -154,3 +157,23 @@ def test_a_stopping_sync_master_answers_its_waiting_sends_before_closing_their_c
             await client.close()
 
     asyncio.run(scenario())
+
+
+def test_a_master_stopping_with_a_slave_connected_closes_the_link_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path / "m") as (broker, _, _client):
+            ha_server = broker.ha_server
+            assert ha_server is not None
+            async with slave_socket(broker) as (reader, writer):
+                writer.write(encode_report(0))
+                await writer.drain()
+                await wait_until(lambda: ha_server.runtime_info().ha_connection_info, message="the link")
+                await ha_server.stop()
+                while await asyncio.wait_for(reader.read(1 << 16), 30):
+                    pass  # what was streamed before the close
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(scenario())
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -115,6 +115,10 @@ class HAServer:
         log.info("slave %s connected", link.addr)
         try:
             await link.run()
+        except asyncio.CancelledError:
+            # stop() cancelled it. A start_server handler that ends cancelled makes Python 3.11's
+            # streams log "Exception in callback" (its done-callback asks the task for its exception).
+            pass
         finally:
             self._serving.discard(task)
             self._links.discard(link)
