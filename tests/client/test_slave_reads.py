@@ -290,3 +290,20 @@ def test_consumers_read_from_the_slave_while_the_master_is_away_and_return_to_it
             assert late_pushed == everything
 
     run(scenario())
+
+
+def test_a_message_is_found_by_key_on_the_slave_while_the_master_is_away(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path) as nodes:
+            assert nodes.master is not None
+            request = send_request(TOPIC, b"keyed", 0, {"KEYS": "order-7"})
+            response = await nodes.client.invoke(addr_of(nodes.master), request, timeout=10)
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            await wait_until(nodes.slave_caught_up, message="the slave to copy the message")
+            await nodes.stop_master()
+            await wait_until(lambda: nodes.route_ids_are({1}), message="the route to list the slave only")
+            async with AdminClient(nodes.namesrv) as admin:
+                found = await admin.query_message(TOPIC, "order-7")
+            assert [record.body for record in found] == [b"keyed"]
+
+    run(scenario())
