@@ -247,7 +247,9 @@ def broker_seeds() -> list[Seed]:
             {"topic": TOPIC, "group": GROUP, "timestamp": "0", "isForce": "true"},
         ),
         _built(code.GET_ALL_DELAY_OFFSET),
+        _built(code.GET_ALL_CONSUMER_OFFSET),
         _built(code.GET_BROKER_RUNTIME_INFO),
+        _built(code.GET_BROKER_HA_STATUS),
     ]
 
 

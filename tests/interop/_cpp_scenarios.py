@@ -723,6 +723,7 @@ def main() -> None:
         elif a.scenario == "bench-consume":
             a.expect = a.expect or 10000
             a.fail_times, a.no_body, a.prop_names = 0, True, ""
+            a.pause_after, a.gate = 0, None
             push_consume(a, bench=True)
         elif a.scenario == "pull-consume":
             pull_consume(a)
