@@ -27,16 +27,9 @@ def held_pulls(broker: Broker) -> int:
     return count
 
 
-@contextlib.asynccontextmanager
-async def running_broker(
-    data_dir: Path,
-    disk_usage_probe: Callable[[Path], float] | None = None,
-    *,
-    slave_sync_period_s: float = 10.0,
-    **settings: Any,
-) -> AsyncIterator[Broker]:
-    """*settings* are broker.conf keys; *disk_usage_probe* is injected into the store instead of
-    measuring the real filesystem; a slave copies its master's metadata every *slave_sync_period_s*."""
+def broker_config(data_dir: Path, **settings: Any) -> BrokerConfig:
+    """A test broker's config: *data_dir*, a port the OS picks, small store files, and *settings*
+    (broker.conf keys)."""
     config = BrokerConfig()
     config.update(
         {
@@ -48,6 +41,20 @@ async def running_broker(
             **settings,
         }
     )
+    return config
+
+
+@contextlib.asynccontextmanager
+async def running_broker(
+    data_dir: Path,
+    disk_usage_probe: Callable[[Path], float] | None = None,
+    *,
+    slave_sync_period_s: float = 10.0,
+    **settings: Any,
+) -> AsyncIterator[Broker]:
+    """*settings* are broker.conf keys; *disk_usage_probe* is injected into the store instead of
+    measuring the real filesystem; a slave copies its master's metadata every *slave_sync_period_s*."""
+    config = broker_config(data_dir, **settings)
     broker = Broker(config, disk_usage_probe=disk_usage_probe, slave_sync_period_s=slave_sync_period_s)
     await broker.start()
     try:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from _support import (
     address,
+    broker_config,
     commit_request,
     create_topic,
     held_pulls,
@@ -28,7 +29,7 @@ from _support import (
     send_request,
 )
 
-from cometmq.broker import Broker, BrokerConfig, BrokerRole
+from cometmq.broker import Broker, BrokerRole
 from cometmq.cli import _servers
 from cometmq.cli._main import build_parser
 from cometmq.errors import ConfigError
@@ -43,21 +44,6 @@ from waiting import wait_until
 
 # Short enough that a test sees a copy at once, long enough not to load the machine.
 SYNC_PERIOD_S = 0.1
-
-
-def broker_config(data_dir: Path, **settings: Any) -> BrokerConfig:
-    config = BrokerConfig()
-    config.update(
-        {
-            "storePathRootDir": str(data_dir),
-            "listenPort": 0,
-            "listenHost": "127.0.0.1",
-            "mappedFileSizeCommitLog": 1 << 20,
-            "mappedFileSizeConsumeQueue": 20 * 1000,
-            **settings,
-        }
-    )
-    return config
 
 
 @contextlib.asynccontextmanager
