@@ -524,7 +524,8 @@ def test_a_slave_without_an_id_of_1_or_more_does_not_start(tmp_path: Path, broke
     with pytest.raises(ConfigError) as raised:
         Broker(config)
     assert str(raised.value) == (
-        f"brokerRole=SLAVE needs brokerId 1 or more (0 is the master's id), not {broker_id}"
+        f"brokerRole=SLAVE needs brokerId 1 or more (0 is the master's id), not {broker_id} "
+        "(set brokerId, or --broker-id)"
     )
     assert not (tmp_path / "commitlog").exists()  # nothing was opened
 
@@ -561,7 +562,8 @@ def test_the_broker_command_refuses_a_slave_without_an_id_and_an_unknown_role(tm
     result = cometmq("broker", "--role", "SLAVE", "-n", "127.0.0.1:9", "--data-dir", data)
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
-        "cometmq: error: brokerRole=SLAVE needs brokerId 1 or more (0 is the master's id), not 0"
+        "cometmq: error: brokerRole=SLAVE needs brokerId 1 or more (0 is the master's id), not 0 "
+        "(set brokerId, or --broker-id)"
     ]
     with pytest.raises(SystemExit):
         build_parser().parse_args(["broker", "--role", "MASTER"])

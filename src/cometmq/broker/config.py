@@ -169,7 +169,8 @@ class BrokerConfig:
         if self.broker_role is BrokerRole.SLAVE:
             if self.broker_id < 1:
                 raise ConfigError(
-                    f"brokerRole=SLAVE needs brokerId 1 or more (0 is the master's id), not {self.broker_id}"
+                    f"brokerRole=SLAVE needs brokerId 1 or more (0 is the master's id), not "
+                    f"{self.broker_id} (set brokerId, or --broker-id)"
                 )
         elif self.broker_id != 0:
             log.info("brokerId %d set to 0: a %s is its group's id 0", self.broker_id, self.broker_role.value)
