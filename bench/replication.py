@@ -399,6 +399,30 @@ async def slave_copy(servers: Servers, size: int, body: bytes) -> tuple[int, flo
     return end, elapsed
 
 
+def apply_in_process(master_dir: Path, slave_dir: Path, segment: int, piece: int) -> tuple[int, float]:
+    """The slave's apply path alone, without the network or the master's sender: the master's last
+    segment (``ha_readable``) given to an empty store's ``append_replica`` in *piece*-byte calls, as a
+    read of the HA stream hands it over. Bytes and seconds."""
+    master = MessageStore(StoreConfig(master_dir, mapped_file_size_commitlog=segment))
+    master.start()
+    slave = MessageStore(StoreConfig(slave_dir, mapped_file_size_commitlog=segment))
+    slave.start()
+    try:
+        offset = begin = master.ha_start_for_empty_slave()
+        end = master.replica_end()
+        start = time.perf_counter()
+        while offset < end:
+            view = master.ha_readable(offset, piece)
+            slave.append_replica(offset, view)
+            offset += len(view)
+            view.release()
+        elapsed = time.perf_counter() - start
+    finally:
+        slave.shutdown()
+        master.shutdown()
+    return end - begin, elapsed
+
+
 # -- the run -----------------------------------------------------------------------------------------
 
 
@@ -420,6 +444,9 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="a short run: 1600 + 3200 messages per mode, a 16 MiB copy"
     )
+    parser.add_argument(
+        "--only", choices=("sends", "copy"), default=None, help="run only the sends or only the slave copy"
+    )
     args = parser.parse_args()
     if args.quick:
         args.count, args.batched, args.copy_mib = 1600, 3200, 16
@@ -440,7 +467,7 @@ def main() -> None:
                 f"  {'mode':<15} {'workload':<30} {'msgs/s':>9} {'MB/s':>6} {'ratio':>6}  answers", flush=True
             )
             rates: dict[tuple[str, str], float] = {}
-            for mode in MODES:
+            for mode in MODES if args.only != "copy" else ():
                 for name, (rate, answers) in asyncio.run(mode_workloads(servers, mode, args, body)).items():
                     rates[mode, name] = rate
                     ratio = rate / rates[MODES[0], name]
@@ -450,19 +477,39 @@ def main() -> None:
                         f"{ratio:>6.2f}  {seen}",
                         flush=True,
                     )
-            copied, seconds = asyncio.run(slave_copy(servers, copy_bytes, body))
+            if args.only != "sends":
+                copied, seconds = asyncio.run(slave_copy(servers, copy_bytes, body))
+                copy_mb_s = copied / seconds / 1e6
+                print(
+                    f"slave copy: {copied / MIB:,.0f} MiB in {seconds:.2f} s: {copy_mb_s:,.0f} MB/s "
+                    f"({copy_mb_s / min(disk, loopback):.2f} of the slower of disk and loopback)",
+                    flush=True,
+                )
+                applied, seconds = apply_in_process(
+                    root / "copy-0", root / "copy-2", copy_bytes + 64 * MIB, 256 * 1024
+                )
+                apply_mb_s = applied / seconds / 1e6
+                print(
+                    f"  the slave's apply path alone (append_replica in process, 256 KiB calls): "
+                    f"{apply_mb_s:,.0f} MB/s ({apply_mb_s / min(disk, loopback):.2f} of the slower)",
+                    flush=True,
+                )
         finally:
             servers.stop_all()
-    copy_mb_s = copied / seconds / 1e6
-    print(
-        f"slave copy: {copied / MIB:,.0f} MiB in {seconds:.2f} s: {copy_mb_s:,.0f} MB/s "
-        f"({copy_mb_s / disk:.2f} of the disk, {copy_mb_s / loopback:.2f} of the loopback)"
-    )
-    for mode in MODES[1:]:
+    for mode in MODES[1:] if rates else ():
         print(
             f"{mode} / no replication: "
             + ", ".join(
                 f"{rates[mode, name] / rates[MODES[0], name]:.2f} ({name})" for m, name in rates if m == mode
+            )
+        )
+    if rates:
+        print(
+            "SYNC_MASTER / ASYNC_MASTER: "
+            + ", ".join(
+                f"{rates[MODES[2], name] / rates[MODES[1], name]:.2f} ({name})"
+                for m, name in rates
+                if m == MODES[2]
             )
         )
     print(f"python {sys.version.split()[0]}, {args.size}-byte bodies")
