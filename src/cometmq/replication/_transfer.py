@@ -1,10 +1,10 @@
 """SYNC_MASTER's group transfer: a send waits until a slave has acknowledged the commit-log bytes up to
 its record's end.
 
-Sends that land between two acknowledgements share one future, and one acknowledgement answers every
-send at or below it in one pass (as the flush's group commit does): a busy SYNC_MASTER handles one
-future per slave read, not one per message. One timer, for the oldest deadline, answers the sends a
-slave did not confirm within ``slaveTimeout``.
+Sends that land between two writes to the slaves (or two acknowledgements) share one future, and one
+acknowledgement answers every send at or below it in one pass (as the flush's group commit does): a
+busy SYNC_MASTER handles one future per write to its slaves, not one per message. One timer, for the
+oldest deadline, answers the sends a slave did not confirm within ``slaveTimeout``.
 """
 
 from __future__ import annotations
@@ -83,6 +83,13 @@ class GroupTransfer:
                 future.set_result(PutStatus.PUT_OK)
         if groups:
             groups[-1].joinable_until = 0.0  # sends after this ack wait in a group of their own
+
+    def shipped(self) -> None:
+        """A link wrote the commit log to its end: the sends waiting now are all on their way, and
+        the sends that follow wait in a group of their own. Otherwise a send joining after the write
+        would hold every send of its group back for one more acknowledgement."""
+        if self._groups:
+            self._groups[-1].joinable_until = 0.0
 
     def close(self) -> None:
         """Stopping: answer every waiting send FLUSH_SLAVE_TIMEOUT (its message is stored)."""
