@@ -254,7 +254,7 @@ class PlainRecords:
     end: int  # where the records it took end: the first record it left to ``walk_records``
     units: dict[ConsumeQueue, bytearray] = field(default_factory=dict)  # packed, in queue order
     tags_codes: dict[ConsumeQueue, list[int]] = field(default_factory=dict)
-    index_entries: list[tuple[str, str, str, int, int]] = field(default_factory=list)
+    index_entries: list[tuple[str, str, str, int, int]] = field(default_factory=list)  # add_records
     last_store_timestamp: int = 0
 
 

@@ -896,9 +896,8 @@ class MessageStore:
         for cq, packed in units.items():
             cq.append_units(packed)
         index = self._index
-        if index is not None:
-            for topic, uniq_key, keys, offset, store_ts in found.index_entries:
-                index.add(topic, uniq_key, keys, offset, store_ts)
+        if index is not None and found.index_entries:
+            index.add_records(found.index_entries)
         if self._listeners:
             arrived.update(found.tags_codes)
         if found.last_store_timestamp > self._last_store_ts:
