@@ -51,6 +51,22 @@ def test_sends_after_a_write_to_the_slaves_wait_in_a_group_of_their_own() -> Non
     asyncio.run(scenario())
 
 
+def test_a_group_spans_at_most_its_span_so_an_ack_of_part_of_a_write_answers_that_part() -> None:
+    async def scenario() -> None:
+        transfer = GroupTransfer(60_000, 1 << 20, span=1000)
+        transfer.start(asyncio.get_running_loop())
+        first = transfer.when_replicated(100, slaves=1)
+        assert transfer.when_replicated(1100, slaves=1) is first  # within 1000 bytes of the first end
+        second = transfer.when_replicated(1101, slaves=1)
+        assert second is not first
+        transfer.acknowledge(1100)
+        assert first.result() is PutStatus.PUT_OK
+        assert not second.done()
+        transfer.close()
+
+    asyncio.run(scenario())
+
+
 def test_an_acknowledged_end_is_answered_at_once() -> None:
     async def scenario() -> None:
         transfer = started()

@@ -38,7 +38,9 @@ class HAServer:
         self._serving: set[asyncio.Task[object]] = set()  # one per link, awaited by stop()
         # Links waiting for new commit-log bytes; the store's arrival hook wakes them (and only them).
         self.idle: set[SlaveLink] = set()
-        self._transfer = GroupTransfer(config.slave_timeout_ms, config.max_gap_not_in_sync)
+        self._transfer = GroupTransfer(
+            config.slave_timeout_ms, config.max_gap_not_in_sync, config.transfer_batch_size
+        )
         self._listening = False
 
     @property
