@@ -378,9 +378,14 @@ def fill_commit_log(directory: Path, size: int, segment: int, body: bytes) -> No
         store.shutdown()
 
 
+def copy_segment(size: int) -> int:
+    """The segment size of the copy's stores: room for the last batch, so the whole log is one segment."""
+    return size + 64 * MIB
+
+
 async def slave_copy(servers: Servers, size: int, body: bytes) -> tuple[int, float]:
     """Bytes a new slave copied and the seconds it took, from its ready line to the master's end."""
-    segment = size + 64 * MIB  # room for the last batch: the whole log is one segment
+    segment = copy_segment(size)
     fill_commit_log(servers.root / "copy-0", size, segment, body)
     keys = {"brokerName": "bench-copy", "mappedFileSizeCommitLog": segment}
     # The slave is told the master's HA address, so it connects as it starts rather than after it has
@@ -495,7 +500,7 @@ def main() -> None:
                     flush=True,
                 )
                 applied, seconds = apply_in_process(
-                    root / "copy-0", root / "copy-2", copy_bytes + 64 * MIB, 256 * 1024
+                    root / "copy-0", root / "copy-2", copy_segment(copy_bytes), 256 * 1024
                 )
                 apply_mb_s = applied / seconds / 1e6
                 print(

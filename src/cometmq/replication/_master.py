@@ -260,7 +260,7 @@ class SlaveLink:
                         break
                     size += chunk
             except ReplicaOffsetError as exc:
-                if not parts:
+                if not parts:  # else the chunks before it go first, and the next round meets it again
                     log.error(
                         "cannot send slave %s the commit log from offset %d: %s; closing its link",
                         self.addr,

@@ -5,8 +5,8 @@ Sends that land between two writes to the slaves (or two acknowledgements), with
 the first one's end, share one future, and one acknowledgement answers every send at or below it in
 one pass (as the flush's group commit does): a busy SYNC_MASTER handles one future per chunk of
 haTransferBatchSize, not one per message, and a slave reporting part of a write answers the sends in
-that part (batches keep flowing while the slave applies the rest). One timer, for the
-oldest deadline, answers the sends a slave did not confirm within ``slaveTimeout``.
+that part (batches keep flowing while the slave applies the rest). One timer, for the oldest deadline,
+answers the sends a slave did not confirm within ``slaveTimeout``.
 """
 
 from __future__ import annotations
