@@ -2,7 +2,7 @@
 of the disk and of the loopback.
 
     .venv/bin/python bench/replication.py [--count 32000] [--batched 320000] [--copy-mib 1024] [--dir PATH]
-                                          [--quick]
+                                          [--quick] [--only sends|copy]
 
 In one run, every server a process of its own (`cometmq namesrv`, `cometmq broker -c broker.conf`,
 ports picked by the OS), data in a temp dir under --dir (default: the system temp dir):
@@ -20,7 +20,13 @@ ports picked by the OS), data in a temp dir under --dir (default: the system tem
   starts, in one segment: an empty slave copies only the master's last segment, as in RocketMQ) and an
   empty slave with the same `mappedFileSizeCommitLog`, told the master's HA address (`haMasterAddress`);
   MB/s from the slave's ready line until its `commitLogMaxOffset` (GET_BROKER_RUNTIME_INFO) equals
-  the master's, beside the disk's and the loopback's.
+  the master's, beside the disk's and the loopback's. Each message carries TAGS and a UNIQ_KEY, as a
+  producer's do, so the slave gives each one a consume-queue unit and an index entry;
+- the ceiling of that copy: the slave's apply path alone, in process (no network, no master): the same
+  segment given to an empty store's `append_replica` in 256 KiB calls, as one read of the HA stream
+  hands it over. The copy cannot be faster than this on one core.
+
+The last line gives SYNC_MASTER / ASYNC_MASTER per workload.
 
 The machine is noisy: compare the ratios of one run, not absolute figures across runs.
 """
@@ -335,9 +341,9 @@ async def mode_workloads(
 
 
 def fill_commit_log(directory: Path, size: int, segment: int, body: bytes) -> None:
-    """A store whose commit log holds at least *size* bytes of 1 KiB messages, in one segment."""
+    """A store whose commit log holds at least *size* bytes of 1 KiB messages, in one segment, each with
+    the TAGS and UNIQ_KEY a producer sets (so the slave indexes every record)."""
     host = encode_host("127.0.0.1", 10911)
-    props = encode_properties({"TAGS": "TagA"})
     batches = [
         MessageBatch.of(
             [
@@ -346,14 +352,15 @@ def fill_commit_log(directory: Path, size: int, segment: int, body: bytes) -> No
                     queue_id=queue_id,
                     flag=0,
                     body=body,
-                    properties=props,
+                    properties=encode_properties({"UNIQ_KEY": uniq_key, "TAGS": "TagA"}),
                     sys_flag=0,
                     born_timestamp=1_700_000_000_000,
                     born_host=host,
                     store_host=host,
                     tags_code=2598919,  # java_string_hash("TagA")
+                    uniq_key=uniq_key,
                 )
-                for _ in range(32)
+                for uniq_key in (f"7F00000100002A9F0000{queue_id:04X}{i:08X}" for i in range(32))
             ]
         )
         for queue_id in range(QUEUES)
@@ -371,9 +378,14 @@ def fill_commit_log(directory: Path, size: int, segment: int, body: bytes) -> No
         store.shutdown()
 
 
+def copy_segment(size: int) -> int:
+    """The segment size of the copy's stores: room for the last batch, so the whole log is one segment."""
+    return size + 64 * MIB
+
+
 async def slave_copy(servers: Servers, size: int, body: bytes) -> tuple[int, float]:
     """Bytes a new slave copied and the seconds it took, from its ready line to the master's end."""
-    segment = size + 64 * MIB  # room for the last batch: the whole log is one segment
+    segment = copy_segment(size)
     fill_commit_log(servers.root / "copy-0", size, segment, body)
     keys = {"brokerName": "bench-copy", "mappedFileSizeCommitLog": segment}
     # The slave is told the master's HA address, so it connects as it starts rather than after it has
@@ -399,6 +411,30 @@ async def slave_copy(servers: Servers, size: int, body: bytes) -> tuple[int, flo
     return end, elapsed
 
 
+def apply_in_process(master_dir: Path, slave_dir: Path, segment: int, piece: int) -> tuple[int, float]:
+    """The slave's apply path alone, without the network or the master's sender: the master's last
+    segment (``ha_readable``) given to an empty store's ``append_replica`` in *piece*-byte calls, as a
+    read of the HA stream hands it over. Bytes and seconds."""
+    master = MessageStore(StoreConfig(master_dir, mapped_file_size_commitlog=segment))
+    master.start()
+    slave = MessageStore(StoreConfig(slave_dir, mapped_file_size_commitlog=segment))
+    slave.start()
+    try:
+        offset = begin = master.ha_start_for_empty_slave()
+        end = master.replica_end()
+        start = time.perf_counter()
+        while offset < end:
+            view = master.ha_readable(offset, piece)
+            slave.append_replica(offset, view)
+            offset += len(view)
+            view.release()
+        elapsed = time.perf_counter() - start
+    finally:
+        slave.shutdown()
+        master.shutdown()
+    return end - begin, elapsed
+
+
 # -- the run -----------------------------------------------------------------------------------------
 
 
@@ -420,6 +456,9 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="a short run: 1600 + 3200 messages per mode, a 16 MiB copy"
     )
+    parser.add_argument(
+        "--only", choices=("sends", "copy"), default=None, help="run only the sends or only the slave copy"
+    )
     args = parser.parse_args()
     if args.quick:
         args.count, args.batched, args.copy_mib = 1600, 3200, 16
@@ -436,11 +475,13 @@ def main() -> None:
         )
         servers = Servers(root)
         try:
-            print(
-                f"  {'mode':<15} {'workload':<30} {'msgs/s':>9} {'MB/s':>6} {'ratio':>6}  answers", flush=True
-            )
+            if args.only != "copy":
+                print(
+                    f"  {'mode':<15} {'workload':<30} {'msgs/s':>9} {'MB/s':>6} {'ratio':>6}  answers",
+                    flush=True,
+                )
             rates: dict[tuple[str, str], float] = {}
-            for mode in MODES:
+            for mode in MODES if args.only != "copy" else ():
                 for name, (rate, answers) in asyncio.run(mode_workloads(servers, mode, args, body)).items():
                     rates[mode, name] = rate
                     ratio = rate / rates[MODES[0], name]
@@ -450,19 +491,39 @@ def main() -> None:
                         f"{ratio:>6.2f}  {seen}",
                         flush=True,
                     )
-            copied, seconds = asyncio.run(slave_copy(servers, copy_bytes, body))
+            if args.only != "sends":
+                copied, seconds = asyncio.run(slave_copy(servers, copy_bytes, body))
+                copy_mb_s = copied / seconds / 1e6
+                print(
+                    f"slave copy: {copied / MIB:,.0f} MiB in {seconds:.2f} s: {copy_mb_s:,.0f} MB/s "
+                    f"({copy_mb_s / disk:.2f} of the disk, {copy_mb_s / loopback:.2f} of the loopback)",
+                    flush=True,
+                )
+                applied, seconds = apply_in_process(
+                    root / "copy-0", root / "copy-2", copy_segment(copy_bytes), 256 * 1024
+                )
+                apply_mb_s = applied / seconds / 1e6
+                print(
+                    f"the slave's apply path alone (append_replica in process, 256 KiB calls): "
+                    f"{apply_mb_s:,.0f} MB/s ({apply_mb_s / disk:.2f} of the disk)",
+                    flush=True,
+                )
         finally:
             servers.stop_all()
-    copy_mb_s = copied / seconds / 1e6
-    print(
-        f"slave copy: {copied / MIB:,.0f} MiB in {seconds:.2f} s: {copy_mb_s:,.0f} MB/s "
-        f"({copy_mb_s / disk:.2f} of the disk, {copy_mb_s / loopback:.2f} of the loopback)"
-    )
-    for mode in MODES[1:]:
+    for mode in MODES[1:] if rates else ():
         print(
             f"{mode} / no replication: "
             + ", ".join(
                 f"{rates[mode, name] / rates[MODES[0], name]:.2f} ({name})" for m, name in rates if m == mode
+            )
+        )
+    if rates:
+        print(
+            "SYNC_MASTER / ASYNC_MASTER: "
+            + ", ".join(
+                f"{rates[MODES[2], name] / rates[MODES[1], name]:.2f} ({name})"
+                for m, name in rates
+                if m == MODES[2]
             )
         )
     print(f"python {sys.version.split()[0]}, {args.size}-byte bodies")

@@ -204,6 +204,8 @@ def test_replication_bench_prints_each_mode_beside_no_replication_and_the_slave_
         out,
     )
     assert copied >= 16
+    figures(rf"^the slave's apply path alone \(append_replica in process, .*\): {NUMBER} MB/s", out)
     for mode in ("ASYNC_MASTER", "SYNC_MASTER"):
         figures(rf"^{mode} / no replication: {NUMBER} \(16 producers.*\), {NUMBER} \(batches", out)
+    figures(rf"^SYNC_MASTER / ASYNC_MASTER: {NUMBER} \(16 producers.*\), {NUMBER} \(batches", out)
     assert list(tmp_path.iterdir()) == []  # the servers' directories are gone

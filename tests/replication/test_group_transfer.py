@@ -1,5 +1,6 @@
-"""SYNC_MASTER's group transfer: sends share a future between two acknowledgements, an acknowledgement
-answers every send it covers, the oldest deadline answers FLUSH_SLAVE_TIMEOUT."""
+"""SYNC_MASTER's group transfer: sends share a future between two writes to the slaves or two
+acknowledgements, an acknowledgement answers every send it covers, the oldest deadline answers
+FLUSH_SLAVE_TIMEOUT."""
 
 from __future__ import annotations
 
@@ -29,6 +30,38 @@ def test_sends_between_two_acks_share_one_future_and_one_ack_answers_them() -> N
         transfer.acknowledge(300)
         assert first.result() is PutStatus.PUT_OK
         assert later.result() is PutStatus.PUT_OK
+        transfer.close()
+
+    asyncio.run(scenario())
+
+
+def test_sends_after_a_write_to_the_slaves_wait_in_a_group_of_their_own() -> None:
+    async def scenario() -> None:
+        transfer = started()
+        shipped = transfer.when_replicated(100, slaves=1)
+        transfer.shipped()
+        later = transfer.when_replicated(250, slaves=1)
+        assert later is not shipped
+        assert transfer.when_replicated(300, slaves=1) is later  # until the next write, sends share one
+        transfer.acknowledge(100)  # the write's acknowledgement answers the sends it carried
+        assert shipped.result() is PutStatus.PUT_OK
+        assert not later.done()
+        transfer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_group_spans_at_most_its_span_so_an_ack_of_part_of_a_write_answers_that_part() -> None:
+    async def scenario() -> None:
+        transfer = GroupTransfer(60_000, 1 << 20, span=1000)
+        transfer.start(asyncio.get_running_loop())
+        first = transfer.when_replicated(100, slaves=1)
+        assert transfer.when_replicated(1100, slaves=1) is first  # within 1000 bytes of the first end
+        second = transfer.when_replicated(1101, slaves=1)
+        assert second is not first
+        transfer.acknowledge(1100)
+        assert first.result() is PutStatus.PUT_OK
+        assert not second.done()
         transfer.close()
 
     asyncio.run(scenario())

@@ -23,6 +23,7 @@ from store_testlib import SMALL_COMMITLOG, crash, make_msg, small_config
 from cometmq.protocol.properties import decode_properties, encode_properties
 from cometmq.protocol.record import BLANK_MAGIC_CODE, decode_records
 from cometmq.store import GetStatus, MessageStore, PutStatus, ReplicaOffsetError, StoreError
+from cometmq.store._dispatch import indexed_properties
 from cometmq.store._mappedfile import MappedFile
 from cometmq.store.format import file_name
 from waiting import wait_until_blocking
@@ -209,6 +210,15 @@ def test_a_slave_copied_in_random_chunks_holds_the_masters_bytes_units_and_messa
         finally:
             master.shutdown()
             slave.shutdown()
+
+
+@settings(max_examples=500)
+@given(st.lists(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "S", "X", "\x01", "\x02", "é"]), max_size=12))
+def test_a_slave_reads_tags_and_keys_as_decoding_the_properties_does(pieces: list[str]) -> None:
+    properties = "".join(pieces)
+    decoded = decode_properties(properties)
+    wanted = tuple(decoded.get(name, "") for name in ("TAGS", "UNIQ_KEY", "KEYS"))
+    assert indexed_properties(properties) == wanted
 
 
 def test_an_empty_slave_starts_at_the_masters_last_segment(tmp_path: Path) -> None:

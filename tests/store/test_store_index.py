@@ -153,6 +153,42 @@ def test_only_aligned_hash_matches_count(tmp_path: Path) -> None:
     index.close()
 
 
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["A", "B"]),
+            st.sampled_from(["", "U1", "U2"]),
+            st.sampled_from(["", "k", "k j", " k  ", "k\u00e9"]),
+            st.integers(0, 1000),
+        ),
+        max_size=30,
+    )
+)
+def test_records_indexed_together_are_indexed_as_one_by_one(records: list[tuple[str, str, str, int]]) -> None:
+    """``add_records`` (a slave's chunk) writes the entries and time range ``add`` writes per record."""
+    with tempfile.TemporaryDirectory() as tmp:
+        one_by_one = IndexService(Path(tmp) / "one", 7, retire=lambda files: None)
+        together = IndexService(Path(tmp) / "together", 7, retire=lambda files: None)
+        for index in (one_by_one, together):
+            index.dir.mkdir()
+        entries = [(topic, uniq, keys, n * 100, ts) for n, (topic, uniq, keys, ts) in enumerate(records)]
+        for entry in entries:
+            one_by_one.add(*entry)
+        together.add_records(entries)
+        try:
+            assert [(f.count, f.begin_ts, f.end_ts) for f in together.files] == [
+                (f.count, f.begin_ts, f.end_ts) for f in one_by_one.files
+            ]
+            for mine, theirs in zip(together.files, one_by_one.files, strict=True):
+                assert bytes(mine.mm[: mine.off_at + 8 * mine.count]) == bytes(
+                    theirs.mm[: theirs.off_at + 8 * theirs.count]
+                )
+        finally:
+            one_by_one.close()
+            together.close()
+
+
 def test_many_keys_roll_over_several_files(open_store: OpenStore, tmp_path: Path) -> None:
     root = tmp_path / "store"
     store = open_store(max_index_num=5)

@@ -98,15 +98,16 @@ class ChunkDecoder:
         chunks: list[tuple[int, bytes]] = []
         pos = 0
         end = len(buffer)
-        while end - pos >= CHUNK_HEADER_SIZE:
-            offset, size = _HEADER.unpack_from(buffer, pos)
-            if offset < 0 or size < 0 or size > self._max_body or offset > _MAX_OFFSET - size:
-                raise ProtocolError(f"not an HA chunk header: offset {offset}, body size {size}")
-            body_end = pos + CHUNK_HEADER_SIZE + size
-            if body_end > end:
-                break
-            chunks.append((offset, bytes(buffer[pos + CHUNK_HEADER_SIZE : body_end])))
-            pos = body_end
+        with memoryview(buffer) as view:  # a body is copied once, not sliced and then copied
+            while end - pos >= CHUNK_HEADER_SIZE:
+                offset, size = _HEADER.unpack_from(view, pos)
+                if offset < 0 or size < 0 or size > self._max_body or offset > _MAX_OFFSET - size:
+                    raise ProtocolError(f"not an HA chunk header: offset {offset}, body size {size}")
+                body_end = pos + CHUNK_HEADER_SIZE + size
+                if body_end > end:
+                    break
+                chunks.append((offset, bytes(view[pos + CHUNK_HEADER_SIZE : body_end])))
+                pos = body_end
         if pos:
             del buffer[:pos]
         return chunks

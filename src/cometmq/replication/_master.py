@@ -18,6 +18,7 @@ from cometmq.store import MessageStore, PutStatus, ReplicaOffsetError
 log = logging.getLogger("cometmq.replication")
 
 _READ_SIZE = 64 * 1024
+_WRITE_SIZE = 1024 * 1024
 
 
 class _State(enum.Enum):
@@ -37,7 +38,9 @@ class HAServer:
         self._serving: set[asyncio.Task[object]] = set()  # one per link, awaited by stop()
         # Links waiting for new commit-log bytes; the store's arrival hook wakes them (and only them).
         self.idle: set[SlaveLink] = set()
-        self._transfer = GroupTransfer(config.slave_timeout_ms, config.max_gap_not_in_sync)
+        self._transfer = GroupTransfer(
+            config.slave_timeout_ms, config.max_gap_not_in_sync, config.transfer_batch_size
+        )
         self._listening = False
         # (slave host, offset) pairs this master could not serve, logged once: such a slave reconnects
         # every few seconds asking for the same offset until a person acts.
@@ -125,6 +128,10 @@ class HAServer:
             self.idle.discard(link)
             link.close()
             log.info("slave %s disconnected (acknowledged offset %d)", link.addr, link.ack_offset)
+
+    def shipped(self) -> None:
+        """A link wrote everything the commit log had (group transfer: a new group for what follows)."""
+        self._transfer.shipped()
 
     def acknowledged(self, link: SlaveLink, offset: int) -> None:
         self._transfer.acknowledge(offset)
@@ -245,24 +252,39 @@ class SlaveLink:
         loop = asyncio.get_running_loop()
         last_write = loop.time()
         while True:
+            # The chunks available, up to _WRITE_SIZE, in one write: one send for several chunks of
+            # haTransferBatchSize (bench/replication.py, SYNC_MASTER's batches and the new slave's copy).
+            parts: list[bytes | memoryview] = []
+            size = 0
             try:
-                view = store.ha_readable(next_offset, batch)
+                while size < _WRITE_SIZE:
+                    view = store.ha_readable(next_offset + size, batch)
+                    chunk = len(view)
+                    if chunk:
+                        parts += (encode_chunk_header(next_offset + size, chunk), view)
+                    del view
+                    if not chunk:
+                        break
+                    size += chunk
             except ReplicaOffsetError as exc:
-                refused = (self.addr.rpartition(":")[0], next_offset)
-                if refused not in self._server.refused_starts:
-                    self._server.refused_starts.add(refused)
-                    log.error(
-                        "cannot send slave %s the commit log from offset %d: %s; closing its link (a slave "
-                        "whose offset this master no longer holds copies again from an empty data directory)",
-                        self.addr,
-                        next_offset,
-                        exc,
-                    )
-                return
-            size = len(view)
+                if not parts:  # else the chunks before it go first, and the next round meets it again
+                    refused = (self.addr.rpartition(":")[0], next_offset + size)
+                    if refused not in self._server.refused_starts:
+                        self._server.refused_starts.add(refused)
+                        log.error(
+                            "cannot send slave %s the commit log from offset %d: %s; closing its link (a "
+                            "slave whose offset this master no longer holds copies again from an empty "
+                            "data directory)",
+                            self.addr,
+                            next_offset + size,
+                            exc,
+                        )
+                    return
             if size:
-                writer.writelines((encode_chunk_header(next_offset, size), view))
-                del view  # the view pins a commit-log mapping: dropped as soon as it is written
+                writer.writelines(parts)
+                parts.clear()  # the views pin commit-log mappings: dropped as soon as they are written
+                if size < _WRITE_SIZE:
+                    self._server.shipped()
                 next_offset += size
                 self.next_offset = next_offset
                 self.drained_to = -1
@@ -270,7 +292,6 @@ class SlaveLink:
                 last_write = loop.time()
                 await writer.drain()
                 continue
-            del view
             self.drained_to = next_offset
             wait = last_write + heartbeat_s - loop.time()
             if wait <= 0:

@@ -18,7 +18,9 @@ from cometmq.store import MessageStore, ReplicaOffsetError
 
 log = logging.getLogger("cometmq.replication")
 
-_READ_SIZE = 256 * 1024
+# The most one read takes, and (as the stream's limit) about what the transport buffers before it
+# pauses reading: a read then holds several chunks, appended in one call.
+_READ_SIZE = 1024 * 1024
 # RocketMQ's HAClient: the wait before connecting again, and the connect timeout.
 RECONNECT_INTERVAL_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
@@ -31,6 +33,29 @@ class _Outcome(enum.Enum):
 
 def _millis() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _runs(chunks: list[tuple[int, bytes]], segment_size: int) -> list[tuple[int, bytes, int]]:
+    """*chunks* with the bodies that continue one another in one segment joined, as ``(offset, body,
+    size of its last chunk's body)``: one ``append_replica`` per read rather than one per chunk of
+    haTransferBatchSize (bench/replication.py, the new slave's copy). A heartbeat stays on its own."""
+    runs: list[tuple[int, bytes, int]] = []
+    start = end = 0
+    bodies: list[bytes] = []
+    for offset, body in chunks:
+        if bodies and (offset != end or not body or offset % segment_size == 0):
+            runs.append((start, b"".join(bodies) if len(bodies) > 1 else bodies[0], len(bodies[-1])))
+            bodies = []
+        if not body:
+            runs.append((offset, body, 0))
+            continue
+        if not bodies:
+            start = offset
+        bodies.append(body)
+        end = offset + len(body)
+    if bodies:
+        runs.append((start, b"".join(bodies) if len(bodies) > 1 else bodies[0], len(bodies[-1])))
+    return runs
 
 
 class HAClient:
@@ -113,7 +138,7 @@ class HAClient:
     async def _replicate(self, addr: str) -> _Outcome:
         host, _, port = addr.rpartition(":")
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
-            reader, writer = await asyncio.open_connection(host, int(port))
+            reader, writer = await asyncio.open_connection(host, int(port), limit=_READ_SIZE)
         store = self._store
         self._connected = True
         self._last_failure = ""
@@ -168,7 +193,7 @@ class HAClient:
             self._last_read_ms = _millis()
             self._rate.total += len(data)
             short_chunk = False
-            for offset, body in decoder.feed(data):
+            for offset, body, last_size in _runs(decoder.feed(data), config.segment_size):
                 end = store.replica_end()
                 if end and offset != end:
                     return self._mismatch(addr, offset, end)
@@ -187,7 +212,7 @@ class HAClient:
                         return _Outcome.STOP
                 chunk_end = self._master_offset = offset + len(body)
                 # Shorter than a batch, and not cut by a segment's end: all the master had to send.
-                short_chunk = len(body) < config.transfer_batch_size and chunk_end % config.segment_size != 0
+                short_chunk = last_size < config.transfer_batch_size and chunk_end % config.segment_size != 0
             end = store.replica_end()
             if end > reported:  # the acknowledgement, once per read (not per chunk)
                 reported = end

@@ -1,10 +1,12 @@
 """SYNC_MASTER's group transfer: a send waits until a slave has acknowledged the commit-log bytes up to
 its record's end.
 
-Sends that land between two acknowledgements share one future, and one acknowledgement answers every
-send at or below it in one pass (as the flush's group commit does): a busy SYNC_MASTER handles one
-future per slave read, not one per message. One timer, for the oldest deadline, answers the sends a
-slave did not confirm within ``slaveTimeout``.
+Sends that land between two writes to the slaves (or two acknowledgements), within *span* bytes of
+the first one's end, share one future, and one acknowledgement answers every send at or below it in
+one pass (as the flush's group commit does): a busy SYNC_MASTER handles one future per chunk of
+haTransferBatchSize, not one per message, and a slave reporting part of a write answers the sends in
+that part (batches keep flowing while the slave applies the rest). One timer, for the oldest deadline,
+answers the sends a slave did not confirm within ``slaveTimeout``.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ _JOIN_WINDOW_SHARE = 0.1
 
 
 class _Group:
-    __slots__ = ("deadline", "future", "joinable_until", "target")
+    __slots__ = ("deadline", "first", "future", "joinable_until", "target")
 
     def __init__(self, target: int, future: asyncio.Future[PutStatus], deadline: float, join: float) -> None:
+        self.first = target  # the first send's end
         self.target = target
         self.future = future
         self.deadline = deadline
@@ -33,8 +36,9 @@ class GroupTransfer:
     """The acknowledged offset (the largest any slave confirmed; it never goes down, as RocketMQ's
     ``push2SlaveMaxOffset``) and the sends waiting for it."""
 
-    def __init__(self, slave_timeout_ms: int, max_gap: int) -> None:
+    def __init__(self, slave_timeout_ms: int, max_gap: int, span: int = 1 << 62) -> None:
         self.acked = 0
+        self._span = span
         self._timeout = slave_timeout_ms / 1000
         self._join_window = self._timeout * _JOIN_WINDOW_SHARE
         self._max_gap = max_gap
@@ -57,7 +61,7 @@ class GroupTransfer:
         groups = self._groups
         if groups:
             last = groups[-1]
-            if now < last.joinable_until:
+            if now < last.joinable_until and end - last.first <= self._span:
                 if end > last.target:
                     last.target = end
                 return last.future
@@ -83,6 +87,13 @@ class GroupTransfer:
                 future.set_result(PutStatus.PUT_OK)
         if groups:
             groups[-1].joinable_until = 0.0  # sends after this ack wait in a group of their own
+
+    def shipped(self) -> None:
+        """A link wrote the commit log to its end: the sends waiting now are all on their way, and
+        the sends that follow wait in a group of their own. Otherwise a send joining after the write
+        would hold every send of its group back for one more acknowledgement."""
+        if self._groups:
+            self._groups[-1].joinable_until = 0.0
 
     def close(self) -> None:
         """Stopping: answer every waiting send FLUSH_SLAVE_TIMEOUT (its message is stored)."""

@@ -517,13 +517,38 @@ class IndexService:
             prefix = self._topic_prefix(topic)
         self._append([_crc32(key, prefix) for key in keys], offsets, store_ts)
 
+    def add_records(self, records: list[tuple[str, str, str, int, int]]) -> None:
+        """Index several records, ``(topic, uniq_key, keys, offset, store_ts)`` in log order, as ``add``
+        would one by one: one packed slice of hashes and one of offsets per file touched (a slave's
+        chunk, bench/replication.py)."""
+        hashes: list[int] = []
+        offsets: list[int] = []
+        stamps: list[int] = []
+        prefixes = self._prefix_crc
+        for topic, uniq_key, keys, offset, store_ts in records:
+            prefix = prefixes.get(topic)
+            if prefix is None:
+                prefix = self._topic_prefix(topic)
+            if keys:
+                for name in index_names(uniq_key, keys):
+                    hashes.append(_crc32(name.encode("utf-8", "surrogatepass"), prefix))
+                    offsets.append(offset)
+                    stamps.append(store_ts)
+            elif uniq_key:
+                hashes.append(_crc32(uniq_key.encode("utf-8", "surrogatepass"), prefix))
+                offsets.append(offset)
+                stamps.append(store_ts)
+        if hashes:
+            self._append(hashes, offsets, stamps)
+
     def _topic_prefix(self, topic: str) -> int:
         if len(self._prefix_crc) > 4096:
             self._prefix_crc.clear()
         crc = self._prefix_crc[topic] = _topic_crc(topic)
         return crc
 
-    def _append(self, hashes: list[int], offsets: list[int], store_ts: int) -> None:
+    def _append(self, hashes: list[int], offsets: list[int], store_ts: int | list[int]) -> None:
+        """Pack entries into the files; *store_ts* is every entry's store timestamp, or each one's."""
         n = len(hashes)
         done = 0
         while done < n:
@@ -541,10 +566,15 @@ class IndexService:
             mm[at : at + 4 * take] = struct.pack(f">{take}I", *hashes[done : done + take])
             at = f.off_at + 8 * i
             mm[at : at + 8 * take] = struct.pack(f">{take}q", *offsets[done : done + take])
-            if store_ts > f.end_ts:
-                f.end_ts = store_ts
-            if store_ts < f.begin_ts:
-                f.begin_ts = store_ts
+            if isinstance(store_ts, int):
+                first_ts = last_ts = store_ts
+            else:
+                first_ts = min(store_ts[done : done + take])
+                last_ts = max(store_ts[done : done + take])
+            if last_ts > f.end_ts:
+                f.end_ts = last_ts
+            if first_ts < f.begin_ts:
+                f.begin_ts = first_ts
             f.count = i + take
             done += take
 

@@ -43,6 +43,7 @@ from ._dispatch import (
     Stop,
     dispatch_unit,
     is_dispatched,
+    scan_plain_records,
     walk_records,
     whole_records,
 )
@@ -826,7 +827,13 @@ class MessageStore:
         index = self._index
         listeners = self._listeners
         arrived: dict[ConsumeQueue, list[int]] = {}
-        at = cl.max_offset  # the record being dispatched
+        start = cl.max_offset
+        if self._record_crc is RecordCrcCheck.OFF:
+            start = self._dispatch_plain_records(written_end, arrived)
+            if start == written_end:
+                self._publish_replica(start, arrived)
+                return
+        at = start  # the record being dispatched
 
         def on_record(rec: DecodedRecord) -> None:
             nonlocal at
@@ -852,9 +859,7 @@ class MessageStore:
                 self._last_store_ts = rec.store_timestamp
 
         try:
-            valid_end, why, problem = walk_records(
-                cl, cl.max_offset, written_end, on_record, self._record_crc
-            )
+            valid_end, why, problem = walk_records(cl, start, written_end, on_record, self._record_crc)
         except OSError as exc:  # a consume-queue file could not be created or grown
             self._publish_replica(at, arrived)
             self._cut_replica(at)
@@ -876,6 +881,30 @@ class MessageStore:
         raise ReplicaOffsetError(
             f"the master's bytes at commit-log offset {valid_end} are not a valid record: {problem}"
         )
+
+    def _dispatch_plain_records(self, written_end: int, arrived: dict[ConsumeQueue, list[int]]) -> int:
+        """Dispatch the leading records up to *written_end* that ``scan_plain_records`` takes, each
+        queue's units in one append, into *arrived*; return where they end (``walk_records`` takes the
+        rest). Nothing is dispatched when a queue file cannot be created or grown: the record-by-record
+        walk then meets that and keeps the records before it."""
+        start = self._commitlog.max_offset
+        found = scan_plain_records(self._commitlog, start, written_end, self._queues, SCHEDULE_TOPIC)
+        units = found.units
+        try:
+            for cq, packed in units.items():
+                cq.prepare(len(packed) // CQ_UNIT_SIZE)
+        except OSError:
+            return start
+        for cq, packed in units.items():
+            cq.append_units(packed)
+        index = self._index
+        if index is not None and found.index_entries:
+            index.add_records(found.index_entries)
+        if self._listeners:
+            arrived.update(found.tags_codes)
+        if found.last_store_timestamp > self._last_store_ts:
+            self._last_store_ts = found.last_store_timestamp
+        return found.end
 
     def _publish_replica(self, end: int, arrived: dict[ConsumeQueue, list[int]]) -> None:
         """``_publish`` for replicated records: their units and index entries are written; move the
