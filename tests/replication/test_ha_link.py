@@ -132,6 +132,8 @@ def test_a_stopping_sync_master_answers_its_waiting_sends_before_closing_their_c
                 "mappedFileSizeCommitLog": 1 << 20,
                 "brokerRole": "SYNC_MASTER",
                 "slaveTimeout": 600_000,  # only the stop can answer the send
+                # No idle sweep: nothing else in the transport's stop yields to the loop before it closes.
+                "serverChannelMaxIdleTimeSeconds": 0,
             }
         )
         broker = Broker(config)
