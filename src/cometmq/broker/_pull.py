@@ -38,6 +38,11 @@ MAX_HOLD_S = 25.0
 # Results that come from reading the queue's units, where RocketMQ's store tells whether the consumer
 # reads far behind the commit log's end.
 _READ_UNITS = frozenset({GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE})
+# Results of a pull ahead of what a slave has copied: held on a slave until the copy reaches it. (An
+# offset below the slave's first message is not held: the copy never brings it.)
+_NOT_COPIED_YET = frozenset(
+    {GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_BADLY}
+)
 # Results whose next offset the store corrects (RocketMQ's nextOffsetCorrection), which a slave
 # leaves as asked unless offsetCheckInSlave.
 _CORRECTED = frozenset(
@@ -170,12 +175,12 @@ class PullProcessor:
         codes = subscription.codes
         result = broker.store.get_messages(topic, queue_id, offset, max_nums, codes, record_filter=accept)
         code = _status_code(result, offset)
-        # A slave that keeps a consumer's offset outside its queue (below, offsetCheckInSlave off) answers
-        # PULL_RETRY_IMMEDIATELY, which clients pull again on at once: it holds such a pull like one
-        # that found nothing, so a consumer ahead of what the slave has copied waits for the copy (or
+        # A slave that keeps a consumer's offset past its queue's end (below, offsetCheckInSlave off)
+        # answers PULL_RETRY_IMMEDIATELY, which clients pull again on at once: it holds such a pull like
+        # one that found nothing, so a consumer ahead of what the slave has copied waits for the copy (or
         # the hold's end) instead of spinning thousands of pulls a second while the master is away.
         if sys_flag & FLAG_SUSPEND and (
-            code == ResponseCode.PULL_NOT_FOUND or (self._keeps_offsets and result.status in _CORRECTED)
+            code == ResponseCode.PULL_NOT_FOUND or (self._keeps_offsets and result.status in _NOT_COPIED_YET)
         ):
             timeout_ms = pull.suspend_timeout_millis
             if not broker.config.long_polling_enable:
