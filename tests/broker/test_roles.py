@@ -484,6 +484,34 @@ def test_a_slave_serves_a_topic_it_holds_messages_of_before_its_config_is_copied
     run(scenario())
 
 
+def test_a_slave_no_longer_serves_a_topic_its_master_deleted(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with (
+            name_server() as (_, ns_addr),
+            running(tmp_path / "master", namesrvAddr=ns_addr) as master,
+            running(tmp_path / "slave", **slave_settings(ns_addr)) as slave,
+        ):
+            client = RemotingClient()
+            master_addr, slave_addr = address(master), address(slave)
+            await create_topic(client, master_addr, "Gone", 1)
+            await send(client, master_addr, "Gone", b"copied")
+            await wait_until(lambda: "Gone" in slave.topics.topics, message="the topic copied")
+            await wait_until(lambda: slave.store.max_offset("Gone", 0) == 1, message="the message copied")
+            deleted = await client.invoke(
+                master_addr,
+                RemotingCommand(code=RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": "Gone"}),
+            )
+            assert deleted.code == ResponseCode.SUCCESS
+            await wait_until(lambda: "Gone" not in slave.topics.topics, message="the deletion copied")
+            # The slave still holds the message, but serves the topic no more, as its master.
+            assert slave.store.max_offset("Gone", 0) == 1
+            response, _ = await pull(client, slave_addr, "Gone", 0, 0)
+            assert response.code == ResponseCode.TOPIC_NOT_EXIST
+            await client.close()
+
+    run(scenario())
+
+
 def test_a_slave_holds_a_long_poll_outside_its_queue_instead_of_answering_retry_at_once(
     tmp_path: Path,
 ) -> None:

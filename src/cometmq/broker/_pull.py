@@ -290,8 +290,9 @@ class PullProcessor:
         """A topic a slave holds messages of in its commit log before its metadata copy (every 10 s)
         brought its config: readable, so that consumers of a master that died just after creating it
         read what was copied (RocketMQ's slave answers TOPIC_NOT_EXIST until the copy)."""
-        queues = self._broker.store.queue_ids(topic)
-        if not queues:
+        broker = self._broker
+        queues = broker.store.queue_ids(topic)
+        if not queues or topic in broker.topics.dropped_by_master:
             return None
         return TopicConfig(topic, read_queue_nums=max(queues[-1], queue_id) + 1, perm=PERM_READ)
 

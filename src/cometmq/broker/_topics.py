@@ -46,6 +46,9 @@ class TopicConfigManager:
         self.data_version = DataVersion(timestamp=int(time.time() * 1000))
         self.topics: dict[str, TopicConfig] = {}
         self.system_topics: set[str] = set()
+        # On a slave: topics its master's table no longer lists (deleted there), whose messages the
+        # slave still holds but no longer serves.
+        self.dropped_by_master: set[str] = set()
         self._add_builtin_topics()
 
     def _add_builtin(self, topic: TopicConfig) -> None:
@@ -128,6 +131,8 @@ class TopicConfigManager:
         if version == self.data_version:
             return False
         adopted = read_entries(table, "topic", self._read_topic, source)
+        self.dropped_by_master |= self.topics.keys() - adopted.keys() - self.system_topics
+        self.dropped_by_master -= adopted.keys()
         self.topics = {name: self.topics[name] for name in self.system_topics if name in self.topics}
         self.topics.update(adopted)
         self.data_version = DataVersion(version.timestamp, version.counter)
