@@ -147,6 +147,7 @@ BAD_OPTIONS = [
     ("Producer", "compress_over", -1, "at least 0"),
     ("Producer", "max_message_size", 0, "at least 1"),
     ("Producer", "busy_poll_us", -1, "at least 0"),
+    ("Producer", "poll_name_server_interval", 0, "within 0.1..3600"),
     ("PushConsumer", "message_model", "fanout", "one of 'broadcasting', 'clustering'"),
     ("PushConsumer", "consume_from", "earliest", "one of 'first', 'last', 'timestamp'"),
     ("PushConsumer", "allocate", "random", "one of 'averagely', 'consistent_hash'"),
@@ -156,6 +157,7 @@ BAD_OPTIONS = [
     ("PushConsumer", "max_offset_span", 65536, "within 1..65535"),
     ("PushConsumer", "max_reconsume_times", -2, "at least -1"),
     ("PushConsumer", "concurrency", 1001, "within 1..1000"),
+    ("PushConsumer", "poll_name_server_interval", 3601.0, "within 0.1..3600"),
     ("LitePullConsumer", "pull_batch_size", 0, "within 1..1024"),
     ("LitePullConsumer", "pull_threshold_per_queue", 0, "at least 1"),
     ("LitePullConsumer", "max_poll_messages", 0, "at least 1"),
@@ -163,6 +165,7 @@ BAD_OPTIONS = [
     ("LitePullConsumer", "auto_commit_interval", 0.0, "more than 0 seconds"),
     ("LitePullConsumer", "request_timeout", float("nan"), "more than 0 seconds"),
     ("LitePullConsumer", "consume_from", "earliest", "one of 'first', 'last', 'timestamp'"),
+    ("LitePullConsumer", "poll_name_server_interval", float("nan"), "within 0.1..3600"),
     ("AdminClient", "timeout", 0.0, "more than 0 seconds"),
     ("AdminClient", "connect_timeout", -1.0, "more than 0 seconds"),
 ]

@@ -48,6 +48,12 @@ log = logging.getLogger("cometmq.client")
 # RocketMQ's client defaults (ClientConfig): how often routes are refreshed and heartbeats sent.
 POLL_NAMESRV_INTERVAL_S = 30.0
 HEARTBEAT_INTERVAL_S = 30.0
+# A topic's route is refreshed at once when a broker of it cannot be reached, but no more often than
+# this per topic: a dead broker fails every pull of every queue, which must not become a stream of
+# name-server requests.
+UNREACHABLE_REFRESH_MIN_INTERVAL_S = 1.0
+# The range the clients' ``poll_name_server_interval`` option allows, in seconds.
+POLL_NAMESRV_INTERVAL_RANGE_S = (0.1, 3600)
 
 # A queue written as a fastjson map key in RESET_CONSUMER_CLIENT_OFFSET bodies: {"brokerName":…}:offset
 _OBJECT_KEY_ENTRY = re.compile(r"(\{[^{}]*\})\s*:\s*(-?\d+)")
@@ -156,6 +162,7 @@ class ClientInstance:
         self._producer_groups: set[str] = set()
         self._consumers: dict[str, ConsumerMember] = {}
         self._route_listeners: list[Callable[[str, TopicRouteData | None], None]] = []
+        self._unreachable_refreshes: dict[str, float] = {}  # topic → its last such refresh (monotonic)
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
 
@@ -273,7 +280,8 @@ class ClientInstance:
                 listener(topic, route)
 
     async def route(self, topic: str) -> TopicRouteData | None:
-        """The cached route of a topic, fetched on first use; refreshed every 30 s."""
+        """The cached route of a topic, fetched on first use; refreshed every
+        ``route_refresh_interval`` seconds."""
         route = self._routes.get(topic)
         if route is None:
             route = await self.fetch_route(topic)
@@ -286,13 +294,30 @@ class ClientInstance:
 
     async def refresh_routes(self) -> None:
         for topic in list(self._routes):
-            try:
-                route = await self.fetch_route(topic)
-            except CometMQError as exc:
-                log.warning("cannot refresh the route of %s: %s", topic, exc)
-                continue
-            if route is None:
-                self._forget_route(topic)
+            await self._refresh_route(topic)
+
+    async def refresh_route_if_unreachable(self, topic: str, error: CometMQError) -> None:
+        """After a request to a broker of ``topic`` failed with ``error``: when the broker could not
+        be reached (no connection, or no answer), refresh the topic's route now rather than at the
+        next periodic refresh, so that a consumer whose master died goes on from a slave at once. At
+        most once a second per topic; other errors (a broker's refusal) change nothing."""
+        if not isinstance(error, (ConnectionClosedError, RemotingTimeoutError)):
+            return
+        now = time.monotonic()
+        last = self._unreachable_refreshes.get(topic)
+        if last is not None and now - last < UNREACHABLE_REFRESH_MIN_INTERVAL_S:
+            return
+        self._unreachable_refreshes[topic] = now
+        await self._refresh_route(topic)
+
+    async def _refresh_route(self, topic: str) -> None:
+        try:
+            route = await self.fetch_route(topic)
+        except CometMQError as exc:
+            log.warning("cannot refresh the route of %s: %s", topic, exc)
+            return
+        if route is None:
+            self._forget_route(topic)
 
     def _forget_route(self, topic: str) -> None:
         if self._routes.pop(topic, None) is not None:

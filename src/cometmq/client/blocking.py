@@ -390,6 +390,7 @@ class Producer(_BlockingClient):
             fault_avoidance: bool = ...,
             queue_selector: QueueSelector | None = ...,
             busy_poll_us: int = ...,
+            poll_name_server_interval: float = ...,
         ) -> None: ...
         @property
         def client_id(self) -> str: ...
@@ -459,6 +460,7 @@ class PushConsumer(_BlockingClient):
             instance_name: str | None = ...,
             offsets_dir: str | Path | None = ...,
             busy_poll_us: int = ...,
+            poll_name_server_interval: float = ...,
         ) -> None: ...
         @property
         def assigned_queues(self) -> frozenset[MessageQueue]: ...
@@ -498,6 +500,7 @@ class LitePullConsumer(_BlockingClient):
             max_poll_messages: int = ...,
             request_timeout: float = ...,
             busy_poll_us: int = ...,
+            poll_name_server_interval: float = ...,
         ) -> None: ...
         def assign(self, queues: Iterable[MessageQueue]) -> None: ...
         def assignment(self) -> set[MessageQueue]: ...

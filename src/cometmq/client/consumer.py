@@ -60,7 +60,7 @@ from cometmq.client._brokerapi import (
     broker_addr_of,
     send_header,
 )
-from cometmq.client._instance import ClientInstance
+from cometmq.client._instance import POLL_NAMESRV_INTERVAL_RANGE_S, POLL_NAMESRV_INTERVAL_S, ClientInstance
 from cometmq.client._lifecycle import Client, ClientState
 from cometmq.client._offsets import (
     CONSUME_FROM_WHERE,
@@ -155,6 +155,11 @@ class PushConsumer(Client):
     ``busy_poll_us`` > 0 keeps the event loop polling its sockets for that many µs after each request
     or response instead of sleeping (:mod:`cometmq.remoting.busypoll`): quicker replies, for a CPU kept
     busy while they keep coming.
+
+    ``poll_name_server_interval`` is how often (seconds) the routes are looked up again (RocketMQ's
+    pollNameServerInterval): how the consumer learns of queues added or moved, and that a broker
+    group's master came back. A pull that cannot reach its broker looks its topic's route up at once,
+    so a consumer whose master died goes on from a slave without waiting for this.
     """
 
     kind = "push consumer"
@@ -179,6 +184,7 @@ class PushConsumer(Client):
         instance_name: str | None = None,
         offsets_dir: str | Path | None = None,
         busy_poll_us: int = 0,
+        poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
     ) -> None:
         check_group("consumer", group)
         check_choice("message_model", message_model, ("clustering", "broadcasting"))
@@ -193,6 +199,7 @@ class PushConsumer(Client):
         check_range("max_reconsume_times", max_reconsume_times, -1)  # -1: RocketMQ's default
         check_range("concurrency", concurrency, 1, 1000)
         check_range("busy_poll_us", busy_poll_us, 0)
+        check_range("poll_name_server_interval", poll_name_server_interval, *POLL_NAMESRV_INTERVAL_RANGE_S)
         super().__init__()
         self.group = group
         self.message_model = message_model
@@ -221,7 +228,12 @@ class PushConsumer(Client):
         # every member reads every queue anyway.
         self._needs_lock = orderly and self._clustering
         self._retry_topic = retry_topic(group)
-        self._instance = ClientInstance(namesrv, instance_name=instance_name, busy_poll_us=busy_poll_us)
+        self._instance = ClientInstance(
+            namesrv,
+            instance_name=instance_name,
+            route_refresh_interval=poll_name_server_interval,
+            busy_poll_us=busy_poll_us,
+        )
         self._offsets: RemoteOffsetStore | LocalOffsetStore = (
             RemoteOffsetStore(self._instance, group)
             if self._clustering
@@ -738,6 +750,7 @@ class PushConsumer(Client):
             )
         except CometMQError as exc:
             log.info("pull from %s failed: %s", queue, exc)
+            await self._instance.refresh_route_if_unreachable(queue.topic, exc)
             await asyncio.sleep(PULL_ERROR_BACKOFF_S)
             return offset
         if pq.dropped:

@@ -37,7 +37,7 @@ from cometmq.client._brokerapi import (
     PULL_SUSPEND,
     PullStatus,
 )
-from cometmq.client._instance import ClientInstance
+from cometmq.client._instance import POLL_NAMESRV_INTERVAL_RANGE_S, POLL_NAMESRV_INTERVAL_S, ClientInstance
 from cometmq.client._lifecycle import RUNNING, Client, ClientState
 from cometmq.client._offsets import (
     CONSUME_FROM_WHERE,
@@ -106,7 +106,9 @@ class LitePullConsumer(Client):
     ``max_poll_messages`` is about the most one ``poll`` returns (whole pulled batches are handed over).
     ``busy_poll_us`` > 0 keeps the event loop polling its sockets for that many µs after each request
     or response instead of sleeping (:mod:`cometmq.remoting.busypoll`): quicker replies, for a CPU kept
-    busy while they keep coming.
+    busy while they keep coming. ``poll_name_server_interval`` is how often (seconds) the routes are
+    looked up again (RocketMQ's pollNameServerInterval); a pull that cannot reach its broker looks its
+    topic's route up at once, so a consumer whose master died goes on from a slave without waiting.
     """
 
     kind = "lite pull consumer"
@@ -127,6 +129,7 @@ class LitePullConsumer(Client):
         max_poll_messages: int = 1024,
         request_timeout: float = 3.0,
         busy_poll_us: int = 0,
+        poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
     ) -> None:
         check_group("consumer", group)
         check_positive("auto_commit_interval", auto_commit_interval)
@@ -137,6 +140,7 @@ class LitePullConsumer(Client):
         check_range("max_poll_messages", max_poll_messages, 1)
         check_positive("request_timeout", request_timeout)
         check_range("busy_poll_us", busy_poll_us, 0)
+        check_range("poll_name_server_interval", poll_name_server_interval, *POLL_NAMESRV_INTERVAL_RANGE_S)
         super().__init__()
         self.group = group
         self.namesrv = namesrv
@@ -153,6 +157,7 @@ class LitePullConsumer(Client):
         self._instance_name = instance_name
         self._request_timeout = request_timeout
         self._busy_poll_us = busy_poll_us
+        self._poll_name_server_interval = poll_name_server_interval
         self._instance: ClientInstance | None = None
         self._subscriptions: dict[str, SubscriptionData] = {}
         self._subscriptions_all: dict[str, SubscriptionData] = {}  # "*" for assigned queues
@@ -174,6 +179,7 @@ class LitePullConsumer(Client):
             self.namesrv,
             instance_name=self._instance_name,
             request_timeout=self._request_timeout,
+            route_refresh_interval=self._poll_name_server_interval,
             busy_poll_us=self._busy_poll_us,
         )
         self._instance.start()
@@ -562,6 +568,7 @@ class LitePullConsumer(Client):
                 raise
             except CometMQError as exc:
                 log.warning("%s: pulling %s failed: %s", self.group, queue, exc)
+                await instance.refresh_route_if_unreachable(queue.topic, exc)
                 await asyncio.sleep(PULL_RETRY_DELAY_S)
                 continue
             if state.epoch != epoch:

@@ -20,7 +20,12 @@ from typing import Any, NamedTuple
 from cometmq.client._brokerapi import broker_addr_of, send_header
 from cometmq.client._direct import DirectLane
 from cometmq.client._fault import FaultStrategy, PublishInfo
-from cometmq.client._instance import POLL_NAMESRV_INTERVAL_S, ClientInstance, decode_answer
+from cometmq.client._instance import (
+    POLL_NAMESRV_INTERVAL_RANGE_S,
+    POLL_NAMESRV_INTERVAL_S,
+    ClientInstance,
+    decode_answer,
+)
 from cometmq.client._lifecycle import RUNNING, Client
 from cometmq.client._msgid import UniqueIdGenerator
 from cometmq.client._options import check_group, check_positive, check_range
@@ -136,7 +141,9 @@ class Producer(Client):
     Java and Python producers put a key on the same queue. ``busy_poll_us`` > 0 keeps the event loop
     (and a blocking send's socket) polling for that many µs after each request or response instead of
     sleeping (:mod:`cometmq.remoting.busypoll`): quicker replies, for a CPU kept busy while they keep
-    coming.
+    coming. ``poll_name_server_interval`` is how often (seconds) the routes are looked up again, which
+    is how the producer learns that a broker group's master left or came back (RocketMQ's
+    pollNameServerInterval).
     """
 
     kind = "producer"
@@ -154,6 +161,7 @@ class Producer(Client):
         fault_avoidance: bool = True,
         queue_selector: QueueSelector | None = None,
         busy_poll_us: int = 0,
+        poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
     ) -> None:
         check_group("producer", group)
         check_positive("send_timeout", send_timeout)
@@ -161,6 +169,7 @@ class Producer(Client):
         check_range("compress_over", compress_over, 0)
         check_range("max_message_size", max_message_size, 1)
         check_range("busy_poll_us", busy_poll_us, 0)
+        check_range("poll_name_server_interval", poll_name_server_interval, *POLL_NAMESRV_INTERVAL_RANGE_S)
         super().__init__()
         self.group = group
         self.send_timeout = send_timeout
@@ -169,7 +178,11 @@ class Producer(Client):
         self.max_message_size = max_message_size
         self.queue_selector: QueueSelector = queue_selector or select_by_hash
         self._instance = ClientInstance(
-            namesrv, instance_name=instance_name, request_timeout=send_timeout, busy_poll_us=busy_poll_us
+            namesrv,
+            instance_name=instance_name,
+            request_timeout=send_timeout,
+            route_refresh_interval=poll_name_server_interval,
+            busy_poll_us=busy_poll_us,
         )
         self._faults = FaultStrategy(enabled=fault_avoidance)
         self._ids = UniqueIdGenerator(self._instance.client_ip)
@@ -234,7 +247,7 @@ class Producer(Client):
         """Topics first sent to through TBW102 are not in the instance's route table (the name server
         had no route for them); look them up as often as routes are refreshed, as RocketMQ does."""
         while True:
-            await asyncio.sleep(POLL_NAMESRV_INTERVAL_S)
+            await asyncio.sleep(self._instance.route_refresh_interval)
             for topic, info in list(self._publish.items()):
                 if not info.from_template:
                     continue

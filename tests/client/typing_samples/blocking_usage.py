@@ -36,6 +36,8 @@ def produce(namesrv: str, msg: Message, queue: MessageQueue) -> None:
         producer.send_with_callback(msg, lambda result: print(result.msg_id))  # E: union-attr
     Producer("GID_sample", namesrv, queue_selector=lambda queues, key: queues[len(key) % len(queues)])
     Producer("GID_sample", namesrv, retries=3)  # E: call-arg
+    Producer("GID_sample", namesrv, poll_name_server_interval=5.0)
+    Producer("GID_sample", namesrv, poll_name_server_interval="5")  # E: arg-type
 
 
 def consume(namesrv: str, queue: MessageQueue) -> None:
@@ -48,8 +50,9 @@ def consume(namesrv: str, queue: MessageQueue) -> None:
         assert_type(message, ReceivedMessage)
         push.retry_later(message)
     PushConsumer("GID_sample", namesrv, consume_from="yesterday")  # E: arg-type
+    PushConsumer("GID_sample", namesrv, poll_name_server_interval=5.0)
 
-    with LitePullConsumer("GID_sample", namesrv) as lite:
+    with LitePullConsumer("GID_sample", namesrv, poll_name_server_interval=5.0) as lite:
         lite.assign(lite.fetch_queues("Orders"))
         assert_type(lite.poll(timeout=1.0), list[ReceivedMessage])
         assert_type(lite.committed(queue), int | None)
