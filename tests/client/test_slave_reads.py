@@ -22,6 +22,7 @@ from cometmq.broker import Broker, BrokerConfig
 from cometmq.client import AdminClient, LitePullConsumer, PushConsumer
 from cometmq.client import consumer as consumer_module
 from cometmq.client import litepull as litepull_module
+from cometmq.client._instance import ClientInstance
 from cometmq.client.message import ReceivedMessage
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -288,6 +289,85 @@ def test_consumers_read_from_the_slave_while_the_master_is_away_and_return_to_it
             assert pushed == everything
             assert polled == everything
             assert late_pushed == everything
+
+    run(scenario())
+
+
+def test_consumers_whose_master_stops_read_on_from_the_slave_before_any_periodic_route_refresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The default poll_name_server_interval (30 s): the consumers learn that the master went from the
+    # route they look up when their pulls cannot reach it. The periodic refreshes are counted, to show
+    # that none had run by the time the slave had served the batch.
+    monkeypatch.setattr(consumer_module, "PULL_ERROR_BACKOFF_S", 0.1)
+    monkeypatch.setattr(litepull_module, "PULL_RETRY_DELAY_S", 0.1)
+    periodic_refreshes: list[ClientInstance] = []
+    refresh_routes = ClientInstance.refresh_routes
+
+    async def counted_refresh(instance: ClientInstance) -> None:
+        periodic_refreshes.append(instance)
+        await refresh_routes(instance)
+
+    monkeypatch.setattr(ClientInstance, "refresh_routes", counted_refresh)
+    first, during = bodies("first", 4), bodies("during", 8)
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as nodes:
+            pushed: set[bytes] = set()
+            polled: set[bytes] = set()
+            gate = asyncio.Event()
+            gate.set()
+
+            async def on_messages(messages: list[ReceivedMessage]) -> None:
+                pushed.update(m.body for m in messages)
+                await gate.wait()
+
+            # Held by its listener, it pulls no further than one message a queue.
+            push = PushConsumer(
+                "unreachable-push",
+                nodes.namesrv,
+                consume_from="first",
+                pull_batch_size=1,
+                max_cached_messages_per_queue=1,
+            )
+            push.subscribe(TOPIC)
+            push.listen(on_messages)
+            # Paused, it holds at most one message a queue, pulled ahead.
+            lite = LitePullConsumer(
+                "unreachable-lite", nodes.namesrv, consume_from="first", pull_batch_size=1
+            )
+            lite.subscribe(TOPIC)
+
+            async def poll_forever() -> None:
+                while True:
+                    polled.update(m.body for m in await lite.poll(0.2))
+
+            await nodes.send(first)
+            await push.start()
+            await lite.start()
+            poller = asyncio.create_task(poll_forever())
+            try:
+                await wait_until(lambda: pushed >= set(first) and polled >= set(first), message="first batch")
+                gate.clear()
+                held = lite.assignment()
+                lite.pause(held)
+                await nodes.send(during)
+                await wait_until(nodes.slave_caught_up, message="the slave to hold the batch")
+                await nodes.stop_master()
+                # Only what a queue pulled ahead (one message) came from the master.
+                assert len(pushed & set(during)) <= QUEUES and len(polled & set(during)) == 0
+                gate.set()
+                lite.resume(held)
+                await wait_until(
+                    lambda: pushed >= set(during) and polled >= set(during), message="read from the slave"
+                )
+                assert periodic_refreshes == []
+            finally:
+                gate.set()
+                poller.cancel()
+                await asyncio.gather(poller, return_exceptions=True)
+                await lite.close()
+                await push.close()
 
     run(scenario())
 
