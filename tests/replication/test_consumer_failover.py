@@ -143,10 +143,16 @@ def test_push_consumer_reads_on_from_the_slave_and_returns_to_the_master(
             if len(consumed) >= PAUSE_AT:
                 await gate.wait()
 
-        consumer = PushConsumer(group, nodes.namesrv, consume_from="first", max_cached_messages_per_queue=64)
-        # The route refresh (RocketMQ's pollNameServerInterval, 30 s) is how a consumer learns that the
-        # master left and came back; shortened so that the test does not wait for it.
-        consumer._instance.route_refresh_interval = 0.5
+        # A consumer learns that the master left from the route it looks up when its pulls cannot reach
+        # the master, but that the master came back only at its periodic route refresh (RocketMQ's
+        # pollNameServerInterval, 30 s by default): shortened so that the test does not wait for it.
+        consumer = PushConsumer(
+            group,
+            nodes.namesrv,
+            consume_from="first",
+            max_cached_messages_per_queue=64,
+            poll_name_server_interval=0.5,
+        )
         consumer.subscribe(TOPIC)
         consumer.listen(on_messages)
         client = RemotingClient()
