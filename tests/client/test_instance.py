@@ -1,4 +1,5 @@
-"""ClientInstance without a cluster: route listeners, and route answers from a stand-in name server."""
+"""ClientInstance without a cluster: route listeners, route refreshes after an unreachable broker, and
+route answers from a stand-in name server."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import pytest
 from client_support import run
 
 from cometmq.client._instance import ClientInstance
-from cometmq.errors import ConfigError, ProtocolError
+from cometmq.errors import (
+    BrokerError,
+    ConfigError,
+    ConnectionClosedError,
+    ProtocolError,
+    RemotingTimeoutError,
+)
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.namesrv_headers import GetRouteInfoRequestHeader
 from cometmq.protocol.route import TopicRouteData
@@ -31,6 +38,37 @@ def test_a_route_that_disappears_on_refresh_is_reported_to_the_listeners(
     assert seen == [("Orders", route), ("Orders", None)]
     run(instance.refresh_routes())  # forgotten: nothing more to report
     assert seen == [("Orders", route), ("Orders", None)]
+
+
+def test_an_unreachable_broker_refreshes_its_topic_route_at_most_once_a_second_per_topic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    instance = ClientInstance("127.0.0.1:1")
+    now = [100.0]
+    instance.clock = lambda: now[0]
+    fetched: list[str] = []
+
+    async def fetch(topic: str) -> TopicRouteData | None:
+        fetched.append(topic)
+        return TopicRouteData()
+
+    monkeypatch.setattr(instance, "fetch_route", fetch)
+    lost = ConnectionClosedError("cannot connect to 127.0.0.1:2")
+
+    async def scenario() -> None:
+        for _ in range(5):  # every queue's pull to the dead broker fails
+            await instance.refresh_route_if_unreachable("Orders", lost)
+        await instance.refresh_route_if_unreachable("Payments", RemotingTimeoutError("no answer"))
+        await instance.refresh_route_if_unreachable("Refunds", BrokerError(ResponseCode.SYSTEM_ERROR, "busy"))
+        assert fetched == ["Orders", "Payments"]  # a broker that answers, even with a refusal, is reachable
+        now[0] += 0.5
+        await instance.refresh_route_if_unreachable("Orders", lost)
+        assert fetched == ["Orders", "Payments"]
+        now[0] += 0.5
+        await instance.refresh_route_if_unreachable("Orders", lost)
+        assert fetched == ["Orders", "Payments", "Orders"]
+
+    run(scenario())
 
 
 def test_a_malformed_route_answer_is_a_protocol_error_naming_the_field() -> None:

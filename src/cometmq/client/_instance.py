@@ -162,7 +162,8 @@ class ClientInstance:
         self._producer_groups: set[str] = set()
         self._consumers: dict[str, ConsumerMember] = {}
         self._route_listeners: list[Callable[[str, TopicRouteData | None], None]] = []
-        self._unreachable_refreshes: dict[str, float] = {}  # topic → its last such refresh (monotonic)
+        self._unreachable_refreshes: dict[str, float] = {}  # topic → its last such refresh (clock s)
+        self.clock: Callable[[], float] = time.monotonic
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
 
@@ -303,7 +304,7 @@ class ClientInstance:
         most once a second per topic; other errors (a broker's refusal) change nothing."""
         if not isinstance(error, (ConnectionClosedError, RemotingTimeoutError)):
             return
-        now = time.monotonic()
+        now = self.clock()
         last = self._unreachable_refreshes.get(topic)
         if last is not None and now - last < UNREACHABLE_REFRESH_MIN_INTERVAL_S:
             return
