@@ -935,10 +935,15 @@ class MessageStore:
     def _replica_write_refusal(self) -> str | None:
         """Why ``append_replica`` is refused right now, or None: a put's reasons, looked at again
         as a refused put does (at most once per ``_REFUSED_RECHECK_S``)."""
+        recheck_due = time.monotonic() - self._last_disk_check >= _REFUSED_RECHECK_S
+        if self._running and not self._accepting and recheck_due:
+            self._check_disk()
+        return self._writes_refused_because()
+
+    def _writes_refused_because(self) -> str | None:
+        """Why no write can go to the files now (puts and a slave's chunks alike), or None."""
         if not self._running:
             return "the store is not running (shutting down)"
-        if not self._accepting and time.monotonic() - self._last_disk_check >= _REFUSED_RECHECK_S:
-            self._check_disk()
         return self.flush_failure or self._cleaner.guard.refusal or self._out_of_space
 
     def _refusal_for(self, exc: OSError, what: str) -> str:
@@ -1132,9 +1137,7 @@ class MessageStore:
     def write_refusal(self) -> str | None:
         """Why puts answer SERVICE_NOT_AVAILABLE right now (the broker's remark), or None while
         writes are accepted."""
-        if not self._running:
-            return "the store is not running (shutting down)"
-        refusal = self.flush_failure or self._cleaner.guard.refusal or self._out_of_space
+        refusal = self._writes_refused_because()
         if refusal is None and self._replica_partial:
             return "this store's commit log ends inside a record its master is still sending"
         return refusal
