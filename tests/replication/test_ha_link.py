@@ -179,3 +179,33 @@ def test_a_master_stopping_with_a_slave_connected_closes_the_link_quietly(
     with caplog.at_level(logging.ERROR):
         asyncio.run(scenario())
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_the_master_logs_a_slave_connecting_falling_behind_catching_up_and_leaving(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cometmq.replication")
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path / "m", haMaxGapNotInSync=1000) as (broker, addr, client):
+            await create_topic(client, addr, "Link", 1)
+            for i in range(20):
+                await send(client, addr, "Link", b"x" * 200 + str(i).encode())
+            end = broker.store.replica_end()
+            assert end > 1000
+            async with slave_socket(broker) as (reader, writer):
+                writer.write(encode_report(0))  # an empty slave: the whole log is its gap
+                chunks = ChunkReader(reader)
+                received = 0
+                while received < end:
+                    offset, body = await chunks.next()
+                    received = offset + len(body)
+                writer.write(encode_report(end))
+                await wait_until(lambda: any("caught up" in m for m in caplog.messages), message="caught up")
+            await wait_until(lambda: any("disconnected" in m for m in caplog.messages), message="left")
+
+    asyncio.run(scenario())
+    kinds = ("connected", "fell behind", "caught up", "disconnected")
+    # "slave <address> <what happened>…", one line per change
+    events = [m.split(" ", 2)[2] for m in caplog.messages if m.startswith("slave ")]
+    assert [next(k for k in kinds if e.startswith(k)) for e in events] == list(kinds), events
