@@ -73,6 +73,18 @@ def slave_settings(namesrv: str, broker_id: int = 1, **more: Any) -> dict[str, A
     return {"namesrvAddr": namesrv, "brokerRole": "SLAVE", "brokerId": broker_id, **more}
 
 
+@contextlib.asynccontextmanager
+async def master_and_slave(base: Path) -> AsyncIterator[tuple[Broker, Broker]]:
+    """A name server, and a master and its slave (id 1) registered with it, in *base*/master and
+    *base*/slave."""
+    async with (
+        name_server() as (_, ns_addr),
+        running(base / "master", namesrvAddr=ns_addr) as master,
+        running(base / "slave", **slave_settings(ns_addr)) as slave,
+    ):
+        yield master, slave
+
+
 def put_group(group: str, **settings: Any) -> RemotingCommand:
     body = json.dumps({"groupName": group, **settings}).encode()
     return RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
@@ -114,11 +126,7 @@ def test_the_registration_answer_gives_the_slave_its_masters_addresses_and_their
 
 def test_topics_groups_and_offsets_made_on_the_master_are_copied_to_the_slave(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with (
-            name_server() as (_, ns_addr),
-            running(tmp_path / "master", namesrvAddr=ns_addr) as master,
-            running(tmp_path / "slave", **slave_settings(ns_addr)) as slave,
-        ):
+        async with master_and_slave(tmp_path) as (master, slave):
             client = RemotingClient()
             master_addr, slave_addr = address(master), address(slave)
             assert (await create_topic(client, master_addr, "Orders", 3)).code == ResponseCode.SUCCESS
@@ -326,11 +334,7 @@ def test_a_slave_refuses_sends_and_admin_writes_naming_its_master(tmp_path: Path
         async with running(tmp_path / "alone", brokerRole="SLAVE", brokerId=1) as alone:
             await assert_refused(client, address(alone), alone.config.broker_addr, "an unknown master")
             assert "T" not in alone.topics.topics and "G" not in alone.groups.groups
-        async with (
-            name_server() as (_, ns_addr),
-            running(tmp_path / "master", namesrvAddr=ns_addr) as master,
-            running(tmp_path / "slave", **slave_settings(ns_addr)) as slave,
-        ):
+        async with master_and_slave(tmp_path) as (master, slave):
             await assert_refused(client, address(slave), slave.config.broker_addr, master.config.broker_addr)
             # The master takes the same requests.
             response = await client.invoke(address(master), SENDS["SEND_MESSAGE_V2"])
@@ -486,11 +490,7 @@ def test_a_slave_serves_a_topic_it_holds_messages_of_before_its_config_is_copied
 
 def test_a_slave_no_longer_serves_a_topic_its_master_deleted(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with (
-            name_server() as (_, ns_addr),
-            running(tmp_path / "master", namesrvAddr=ns_addr) as master,
-            running(tmp_path / "slave", **slave_settings(ns_addr)) as slave,
-        ):
+        async with master_and_slave(tmp_path) as (master, slave):
             client = RemotingClient()
             master_addr, slave_addr = address(master), address(slave)
             await create_topic(client, master_addr, "Gone", 1)
