@@ -19,7 +19,7 @@ import pytest
 from client_support import run, send_request
 
 from cometmq.broker import Broker, BrokerConfig
-from cometmq.client import AdminClient, LitePullConsumer, PushConsumer
+from cometmq.client import AdminClient, LitePullConsumer, MessageQueue, PushConsumer
 from cometmq.client import consumer as consumer_module
 from cometmq.client import litepull as litepull_module
 from cometmq.client._instance import ClientInstance
@@ -145,6 +145,74 @@ async def cluster(base: Path) -> AsyncIterator[Cluster]:
         await namesrv.stop()
 
 
+class HeldConsumers:
+    """Groups <prefix>-push and <prefix>-lite reading TOPIC from the first message: a push consumer
+    that its listener can hold, with room for one message a queue, and a lite pull consumer that can
+    be paused, pulling one message at a time."""
+
+    def __init__(self, nodes: Cluster, prefix: str, **lite_options: Any) -> None:
+        self.nodes = nodes
+        self.pushed: set[bytes] = set()
+        self.polled: set[bytes] = set()
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._held: set[MessageQueue] = set()
+        self.push = PushConsumer(
+            f"{prefix}-push",
+            nodes.namesrv,
+            consume_from="first",
+            pull_batch_size=1,
+            max_cached_messages_per_queue=1,
+        )
+        self.push.subscribe(TOPIC)
+        self.push.listen(self._on_messages)
+        self.lite = LitePullConsumer(
+            f"{prefix}-lite", nodes.namesrv, consume_from="first", pull_batch_size=1, **lite_options
+        )
+        self.lite.subscribe(TOPIC)
+        self._poller: asyncio.Task[None] | None = None
+
+    async def _on_messages(self, messages: list[ReceivedMessage]) -> None:
+        self.pushed.update(m.body for m in messages)
+        await self._gate.wait()
+
+    async def _poll_forever(self) -> None:
+        while True:
+            self.polled.update(m.body for m in await self.lite.poll(0.2))
+
+    async def start(self) -> None:
+        await self.push.start()
+        await self.lite.start()
+        self._poller = asyncio.create_task(self._poll_forever())
+
+    def have_read(self, bodies: list[bytes]) -> bool:
+        return self.pushed >= set(bodies) and self.polled >= set(bodies)
+
+    async def stop_master_while_held(self, during: list[bytes]) -> None:
+        """Hold both while *during* reaches the master and its slave; then stop the master (the name
+        server keeps the group's queues for its slave)."""
+        self._gate.clear()
+        self._held = self.lite.assignment()
+        self.lite.pause(self._held)
+        await self.nodes.send(during)
+        await wait_until(self.nodes.slave_caught_up, message="the slave to hold the batch")
+        await self.nodes.stop_master()
+        # Only what a queue pulled ahead (one message) came from the master.
+        assert len(self.pushed & set(during)) <= QUEUES and len(self.polled & set(during)) == 0
+
+    def release(self) -> None:
+        self._gate.set()
+        self.lite.resume(self._held)
+
+    async def close(self) -> None:
+        self._gate.set()
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+        await self.lite.close()
+        await self.push.close()
+
+
 def bodies(tag: str, count: int) -> list[bytes]:
     return [f"{tag}-{i}".encode() for i in range(count)]
 
@@ -171,66 +239,26 @@ def test_consumers_read_from_the_slave_while_the_master_is_away_and_return_to_it
             assert nodes.master is not None and nodes.slave is not None
             slave_addr = addr_of(nodes.slave)
 
-            pushed: set[bytes] = set()
-            polled: set[bytes] = set()
+            held = HeldConsumers(nodes, "slave-reads", auto_commit_interval=0.2)
             late_pushed: set[bytes] = set()
-            gate = asyncio.Event()
 
-            def push_consumer(group: str, seen: set[bytes], **options: Any) -> PushConsumer:
-                async def on_messages(messages: list[ReceivedMessage]) -> None:
-                    seen.update(m.body for m in messages)
-                    await gate.wait()
+            async def on_late(messages: list[ReceivedMessage]) -> None:
+                late_pushed.update(m.body for m in messages)
 
-                consumer = PushConsumer(group, nodes.namesrv, consume_from="first", **options)
-                consumer.subscribe(TOPIC)
-                consumer.listen(on_messages)
-                return consumer
-
-            gate.set()
-            # Held by its listener, it pulls no further than one message a queue.
-            push = push_consumer(
-                "slave-reads-push", pushed, pull_batch_size=1, max_cached_messages_per_queue=1
-            )
-            late = push_consumer("slave-reads-late", late_pushed)  # joins while only the slave is up
-            lite = LitePullConsumer(
-                "slave-reads-lite",
-                nodes.namesrv,
-                consume_from="first",
-                auto_commit_interval=0.2,
-                pull_batch_size=1,
-            )
-            lite.subscribe(TOPIC)
-
-            async def poll_forever() -> None:
-                while True:
-                    polled.update(m.body for m in await lite.poll(0.2))
-
+            late = PushConsumer("slave-reads-late", nodes.namesrv, consume_from="first")  # joins later
+            late.subscribe(TOPIC)
+            late.listen(on_late)
             await nodes.send(first)
-            await push.start()
-            await lite.start()
-            poller = asyncio.create_task(poll_forever())
-            consumers: list[Any] = [push._instance, lite.instance]
+            await held.start()
+            consumers: list[Any] = [held.push._instance, held.lite.instance]
             try:
-                await wait_until(lambda: pushed >= set(first) and polled >= set(first), message="first batch")
-
-                # The consumers are held while a batch reaches the master and its slave; then the master
-                # goes, and the name server keeps the group's queues for its slave.
-                gate.clear()
-                held = lite.assignment()
-                lite.pause(held)
-                await nodes.send(during)
-                await wait_until(nodes.slave_caught_up, message="the slave to hold the batch")
-                await nodes.stop_master()
-                # Only what a queue pulled ahead (one message) came from the master.
-                assert len(pushed & set(during)) <= QUEUES and len(polled & set(during)) == 0
+                await wait_until(lambda: held.have_read(first), message="first batch")
+                await held.stop_master_while_held(during)
                 await wait_until(lambda: nodes.route_ids_are({1}), message="the route lists the slave only")
                 for instance in consumers:
                     await instance.refresh_routes()
-                gate.set()
-                lite.resume(held)
-                await wait_until(
-                    lambda: pushed >= set(during) and polled >= set(during), message="read from the slave"
-                )
+                held.release()
+                await wait_until(lambda: held.have_read(during), message="read from the slave")
                 # A group that joins now finds the queues, its members and its start on the slave.
                 await late.start()
                 consumers.append(late._instance)
@@ -265,7 +293,7 @@ def test_consumers_read_from_the_slave_while_the_master_is_away_and_return_to_it
                 )
                 await nodes.send(after)
                 await wait_until(
-                    lambda: pushed >= set(after) and polled >= set(after) and late_pushed >= set(after),
+                    lambda: held.have_read(after) and late_pushed >= set(after),
                     message="read from the master",
                 )
                 count += len(after)
@@ -279,15 +307,11 @@ def test_consumers_read_from_the_slave_while_the_master_is_away_and_return_to_it
                     message="the lite pull consumer's offsets on the master",
                 )
             finally:
-                gate.set()
-                poller.cancel()
-                await asyncio.gather(poller, return_exceptions=True)
-                await lite.close()
-                await push.close()
+                await held.close()
                 await late.close()
             everything = set(first) | set(during) | set(after)
-            assert pushed == everything
-            assert polled == everything
+            assert held.pushed == everything
+            assert held.polled == everything
             assert late_pushed == everything
 
     run(scenario())
@@ -313,61 +337,17 @@ def test_consumers_whose_master_stops_read_on_from_the_slave_before_any_periodic
 
     async def scenario() -> None:
         async with cluster(tmp_path) as nodes:
-            pushed: set[bytes] = set()
-            polled: set[bytes] = set()
-            gate = asyncio.Event()
-            gate.set()
-
-            async def on_messages(messages: list[ReceivedMessage]) -> None:
-                pushed.update(m.body for m in messages)
-                await gate.wait()
-
-            # Held by its listener, it pulls no further than one message a queue.
-            push = PushConsumer(
-                "unreachable-push",
-                nodes.namesrv,
-                consume_from="first",
-                pull_batch_size=1,
-                max_cached_messages_per_queue=1,
-            )
-            push.subscribe(TOPIC)
-            push.listen(on_messages)
-            # Paused, it holds at most one message a queue, pulled ahead.
-            lite = LitePullConsumer(
-                "unreachable-lite", nodes.namesrv, consume_from="first", pull_batch_size=1
-            )
-            lite.subscribe(TOPIC)
-
-            async def poll_forever() -> None:
-                while True:
-                    polled.update(m.body for m in await lite.poll(0.2))
-
+            held = HeldConsumers(nodes, "unreachable")
             await nodes.send(first)
-            await push.start()
-            await lite.start()
-            poller = asyncio.create_task(poll_forever())
+            await held.start()
             try:
-                await wait_until(lambda: pushed >= set(first) and polled >= set(first), message="first batch")
-                gate.clear()
-                held = lite.assignment()
-                lite.pause(held)
-                await nodes.send(during)
-                await wait_until(nodes.slave_caught_up, message="the slave to hold the batch")
-                await nodes.stop_master()
-                # Only what a queue pulled ahead (one message) came from the master.
-                assert len(pushed & set(during)) <= QUEUES and len(polled & set(during)) == 0
-                gate.set()
-                lite.resume(held)
-                await wait_until(
-                    lambda: pushed >= set(during) and polled >= set(during), message="read from the slave"
-                )
+                await wait_until(lambda: held.have_read(first), message="first batch")
+                await held.stop_master_while_held(during)
+                held.release()
+                await wait_until(lambda: held.have_read(during), message="read from the slave")
                 assert periodic_refreshes == []
             finally:
-                gate.set()
-                poller.cancel()
-                await asyncio.gather(poller, return_exceptions=True)
-                await lite.close()
-                await push.close()
+                await held.close()
 
     run(scenario())
 
