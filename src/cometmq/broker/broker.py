@@ -271,9 +271,6 @@ class Broker:
             # FLUSH_SLAVE_TIMEOUT (stored, not confirmed), later ones SLAVE_NOT_AVAILABLE, rather than
             # losing their answer with the connection (a producer would send them again).
             await self.ha_server.stop()
-            # One loop step: the answers go out from the callbacks of the futures just resolved, before
-            # the connections close below.
-            await asyncio.sleep(0)
         if self._server is not None:
             await self._server.stop()
             self._server = None

@@ -518,6 +518,9 @@ class RemotingServer:
                 await self._idle_sweep
             self._idle_sweep = None
         self._server.close()
+        # One loop step before the connections close: answers that callbacks scheduled just before
+        # (a stopping broker's waits answered at once) are written, and a close flushes them.
+        await asyncio.sleep(0)
         for conn in list(self.connections):
             conn.close()
         await self._server.wait_closed()
