@@ -361,3 +361,41 @@ def test_a_slave_truncated_to_a_boundary_is_the_slave_that_only_ever_got_that_fa
         finally:
             for store in (master, truncated, reference):
                 store.shutdown()
+
+
+def test_a_slave_that_began_at_its_masters_last_segment_can_be_cut_back_to_its_first_offset(
+    tmp_path: Path,
+) -> None:
+    master, slave = started(tmp_path / "m"), started(tmp_path / "sl")
+    try:
+        put_some(master, random.Random(5), 30, max_body=9000)
+        copy(master, slave, lambda: 4000)
+        first = slave.commitlog_min_offset
+        assert first > 0 and slave.replica_end() > first
+        assert slave.truncate_to(first) == master.replica_end() - first
+        assert slave.replica_end() == slave.commitlog_max_offset == first
+        crash(slave)
+        slave = started(tmp_path / "sl")
+        assert slave.replica_end() == first
+        copy(master, slave, lambda: 4000)
+        assert_replica_of(master, tmp_path / "m", slave, tmp_path / "sl")
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_a_slave_promoted_inside_a_record_drops_it_and_begins_its_epoch_at_the_last_whole_one(
+    tmp_path: Path,
+) -> None:
+    master, slave = started(tmp_path / "m"), started(tmp_path / "sl")
+    try:
+        put_keyed(master, "a")
+        whole = put_keyed(master, "b")
+        view = master.ha_readable(0, whole + 10)
+        slave.append_replica(0, view)
+        view.release()
+        assert slave.begin_epoch(2) == EpochEntry(2, whole)
+        assert slave.replica_end() == whole and put_keyed(slave, "c") == whole
+    finally:
+        master.shutdown()
+        slave.shutdown()
