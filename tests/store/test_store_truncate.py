@@ -242,13 +242,18 @@ def snapshot(root: Path) -> dict[str, object]:
         store.shutdown()
 
 
-def test_a_truncation_killed_at_any_point_recovers_to_before_or_after(tmp_path: Path) -> None:
-    old, new, parted = diverge(tmp_path, 12, 30, 0)
-    old.adopt_epochs([EpochEntry(1, 0), EpochEntry(3, old.replica_end() - 100)])  # one to drop
+@pytest.mark.parametrize(
+    ("old_tail", "segments"), [(30, 3), (2, 1)], ids=["segments to delete", "within the last segment"]
+)
+def test_a_truncation_killed_at_any_point_recovers_to_before_or_after(
+    tmp_path: Path, old_tail: int, segments: int
+) -> None:
+    old, new, parted = diverge(tmp_path, 3, old_tail, 0)
+    old.adopt_epochs([EpochEntry(1, 0), EpochEntry(3, old.replica_end() - 10)])  # one to drop
     new.shutdown()
     old.shutdown()
     template = tmp_path / "old"
-    assert len(list((template / "commitlog").iterdir())) >= 3  # segments to delete
+    assert len(list((template / "commitlog").iterdir())) >= segments
     before = snapshot(template)
     after_root = tmp_path / "after"
     shutil.copytree(template, after_root)
