@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable
 from cometmq.failover import EtcdClient, Failover, LeaderInfo
 from waiting import wait_until
 
-LEASE_TTL_S = 2
+# Short enough for quick tests, long enough that a loaded machine does not let a live lease lapse.
+LEASE_TTL_S = 3
 
 
 class RecordingNode:
@@ -26,6 +27,7 @@ class RecordingNode:
         self.epoch = 0
         self.leader: LeaderInfo | None = None
         self.calls: list[tuple[object, ...]] = []
+        self.on_become_master: Callable[[], None] | None = None
 
     @property
     def broker_id(self) -> int:
@@ -38,6 +40,8 @@ class RecordingNode:
         return f"127.0.0.1:{30000 + self._broker_id}", f"127.0.0.1:{40000 + self._broker_id}"
 
     async def become_master(self, epoch: int) -> None:
+        if self.on_become_master is not None:
+            self.on_become_master()
         self.role, self.epoch, self.leader = "master", epoch, None
         self.calls.append(("master", epoch))
 

@@ -6,8 +6,8 @@ partly or entirely down."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,17 +16,6 @@ from _nodes import Group, run_group
 from cometmq.failover import Compare, Put, lease_trusted_until
 from etcd_server import EtcdServer
 from waiting import wait_until
-
-
-@pytest.fixture(scope="module")
-def shared_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    """One etcd for the tests that leave it running: each group has a key prefix of its own."""
-    server = EtcdServer(tmp_path_factory.mktemp("etcd"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 async def in_sync(group: Group, master: int, members: set[int]) -> None:
@@ -40,7 +29,7 @@ async def in_sync(group: Group, master: int, members: set[int]) -> None:
     assert (await group.state())["inSync"] == expected
 
 
-def test_brokers_starting_together_elect_one_master_of_epoch_1(shared_etcd: EtcdServer) -> None:
+def test_brokers_starting_together_elect_one_master_of_epoch_1(module_etcd: EtcdServer) -> None:
     async def body(group: Group) -> None:
         await group.start((1, 0), (2, 0), (3, 0))
         await wait_until(lambda: len(group.masters()) == 1, message="one master")
@@ -56,13 +45,13 @@ def test_brokers_starting_together_elect_one_master_of_epoch_1(shared_etcd: Etcd
             assert leader is not None and leader.ha_addr == group.nodes[master].addresses()[1]
         assert await group.state() == {"epoch": 1, "leaderId": master, "inSync": [master]}
         assert all(f.status().leader_id == master and f.status().epoch == 1 for f in group.failovers.values())
-        assert group.failovers[master].lease_trusted()
+        await wait_until(group.failovers[master].lease_trusted, message="the master's lease trusted")
         assert not any(group.failovers[other].lease_trusted() for other in others)
 
-    run_group(shared_etcd.endpoints, body)
+    run_group(module_etcd.endpoints, body)
 
 
-def test_the_in_sync_set_follows_the_caught_up_slaves_by_compare_and_swap(shared_etcd: EtcdServer) -> None:
+def test_the_in_sync_set_follows_the_caught_up_slaves_by_compare_and_swap(module_etcd: EtcdServer) -> None:
     async def body(group: Group) -> None:
         await group.start((1, 0))
         await group.wait_for_master(1, 1)
@@ -99,10 +88,10 @@ def test_the_in_sync_set_follows_the_caught_up_slaves_by_compare_and_swap(shared
         assert (await group.state())["epoch"] == 1
         await in_sync(group, 1, {1})
 
-    run_group(shared_etcd.endpoints, body)
+    run_group(module_etcd.endpoints, body)
 
 
-def test_a_crashed_masters_lease_expires_and_an_in_sync_slave_takes_over(shared_etcd: EtcdServer) -> None:
+def test_a_crashed_masters_lease_expires_and_an_in_sync_slave_takes_over(module_etcd: EtcdServer) -> None:
     async def body(group: Group) -> None:
         await group.start((1, 100))
         await group.wait_for_master(1, 1)
@@ -117,10 +106,10 @@ def test_a_crashed_masters_lease_expires_and_an_in_sync_slave_takes_over(shared_
         assert ("stop_following",) in group.nodes[3].calls
         assert await group.state() == {"epoch": 2, "leaderId": 2, "inSync": [2]}
 
-    run_group(shared_etcd.endpoints, body)
+    run_group(module_etcd.endpoints, body)
 
 
-def test_the_in_sync_member_with_the_longest_log_is_elected(shared_etcd: EtcdServer) -> None:
+def test_the_in_sync_member_with_the_longest_log_is_elected(module_etcd: EtcdServer) -> None:
     async def body(group: Group) -> None:
         await group.start((1, 500))
         await group.wait_for_master(1, 1)
@@ -132,44 +121,75 @@ def test_the_in_sync_member_with_the_longest_log_is_elected(shared_etcd: EtcdSer
         await group.wait_for_master(3, 2, followers=(2,))
         assert ("master", 2) not in group.nodes[2].calls
 
-    run_group(shared_etcd.endpoints, body)
+    run_group(module_etcd.endpoints, body)
 
 
-def test_a_member_outside_the_in_sync_set_is_never_elected(
-    shared_etcd: EtcdServer, caplog: pytest.LogCaptureFixture
+def test_only_in_sync_members_are_elected_and_a_silent_one_is_waited_for_one_ttl(
+    module_etcd: EtcdServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def body(group: Group) -> None:
         await group.start((1, 100))
         await group.wait_for_master(1, 1)
         await group.start((2, 100), (3, 900))
-        await group.wait_for_master(1, 1, followers=(2, 3))
-        await in_sync(group, 1, {1, 2})
+        await group.wait_for_master(1, 1, followers=(2,))
+        # Broker 4 is in sync and alive (its member key is there) but never reports for an election.
+        silent_lease = await group.etcd.grant(60)
+        await group.etcd.put(
+            group.key_prefix + "members/4",
+            json.dumps({"addr": "127.0.0.1:1", "haAddr": "127.0.0.1:2", "end": 950, "epoch": 1}).encode(),
+            lease=silent_lease,
+        )
+        await in_sync(group, 1, {1, 2, 4})
 
         await group.failovers.pop(1).stop()
         await group.wait_for_master(2, 2, followers=(3,))
-        assert not any(call[0] == "master" for call in group.nodes[3].calls), "the longer log is not in sync"
+        assert not any(call[0] == "master" for call in group.nodes[3].calls), "the longest log is not in sync"
         assert "broker 3: not in the in-sync set; waiting for a master" in caplog.messages
+        assert "broker 2: waiting for in-sync members [4] to report their ends for epoch 2" in caplog.messages
+        await group.etcd.revoke(silent_lease)
 
     with caplog.at_level(logging.INFO, logger="cometmq.failover"):
-        run_group(shared_etcd.endpoints, body)
+        run_group(module_etcd.endpoints, body)
 
 
-def test_a_master_whose_lease_is_revoked_is_demoted_at_once(shared_etcd: EtcdServer) -> None:
+def test_a_master_whose_lease_is_revoked_is_demoted_at_once(module_etcd: EtcdServer) -> None:
     async def body(group: Group) -> None:
         await group.start((1, 100))
         await group.wait_for_master(1, 1)
         await group.start((2, 200))
         await group.wait_for_master(1, 1, followers=(2,))
         await in_sync(group, 1, {1, 2})
-        assert group.failovers[1].lease_trusted()
+        await wait_until(group.failovers[1].lease_trusted, message="the master's lease trusted")
 
         await group.etcd.revoke(await group.leader_lease())
         await wait_until(lambda: not group.failovers[1].lease_trusted(), message="the old master's fence")
         # The slave's log is longer: it leads, and the old master follows it.
         await group.wait_for_master(2, 2, followers=(1,))
-        assert group.failovers[2].lease_trusted()
+        await wait_until(group.failovers[2].lease_trusted, message="the new master's lease trusted")
 
-    run_group(shared_etcd.endpoints, body)
+    run_group(module_etcd.endpoints, body)
+
+
+def test_a_master_whose_keepalives_stall_stops_trusting_its_lease_before_another_is_elected(
+    module_etcd: EtcdServer,
+) -> None:
+    async def body(group: Group) -> None:
+        await group.start((1, 100))
+        await group.wait_for_master(1, 1)
+        await group.start((2, 100))
+        await group.wait_for_master(1, 1, followers=(2,))
+        await in_sync(group, 1, {1, 2})
+        await wait_until(group.failovers[1].lease_trusted, message="the master's lease trusted")
+        old_master = group.failovers[1]
+        trusted_when_replaced: list[bool] = []
+        group.nodes[2].on_become_master = lambda: trusted_when_replaced.append(old_master.lease_trusted())
+
+        keepalive = old_master._tasks[1]  # as if the master's process stalled on renewing its lease
+        keepalive.cancel()
+        await group.wait_for_master(2, 2, followers=(1,))
+        assert trusted_when_replaced == [False]
+
+    run_group(module_etcd.endpoints, body)
 
 
 def test_a_lease_is_trusted_for_its_ttl_less_a_margin_from_when_its_keepalive_was_sent() -> None:

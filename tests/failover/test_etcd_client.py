@@ -26,7 +26,7 @@ def with_client(endpoints: list[str], body: Callable[[EtcdClient], Awaitable[Non
     asyncio.run(run())
 
 
-def test_a_lease_holds_its_keys_until_revoked(etcd: EtcdServer) -> None:
+def test_a_lease_holds_its_keys_until_revoked(module_etcd: EtcdServer) -> None:
     async def body(client: EtcdClient) -> None:
         lease = await client.grant(10)
         assert await client.keepalive(lease) == 10
@@ -39,10 +39,10 @@ def test_a_lease_holds_its_keys_until_revoked(etcd: EtcdServer) -> None:
         assert await client.keepalive(lease) == 0, "a revoked lease renews to nothing"
         await client.revoke(lease)  # revoking twice is no error
 
-    with_client(etcd.endpoints, body)
+    with_client(module_etcd.endpoints, body)
 
 
-def test_a_transaction_runs_one_branch_by_its_comparisons(etcd: EtcdServer) -> None:
+def test_a_transaction_runs_one_branch_by_its_comparisons(module_etcd: EtcdServer) -> None:
     async def body(client: EtcdClient) -> None:
         assert await client.txn([Compare.absent("/t/k")], [Put("/t/k", b"first")], [])
         assert not await client.txn(
@@ -62,10 +62,10 @@ def test_a_transaction_runs_one_branch_by_its_comparisons(etcd: EtcdServer) -> N
         assert await client.txn([], [Delete("/t/k")], [])
         assert await client.get("/t/k") is None
 
-    with_client(etcd.endpoints, body)
+    with_client(module_etcd.endpoints, body)
 
 
-def test_a_prefix_reads_only_its_keys_in_order(etcd: EtcdServer) -> None:
+def test_a_prefix_reads_only_its_keys_in_order(module_etcd: EtcdServer) -> None:
     async def body(client: EtcdClient) -> None:
         for key in ("/t/g/b", "/t/g/a", "/t/g0", "/t/h"):
             await client.put(key, key.encode())
@@ -73,10 +73,10 @@ def test_a_prefix_reads_only_its_keys_in_order(etcd: EtcdServer) -> None:
         assert [kv.key for kv in kvs] == ["/t/g/a", "/t/g/b"]
         assert revision >= max(kv.mod_revision for kv in kvs)
 
-    with_client(etcd.endpoints, body)
+    with_client(module_etcd.endpoints, body)
 
 
-def test_a_watch_reports_puts_and_deletes_under_its_prefix(etcd: EtcdServer) -> None:
+def test_a_watch_reports_puts_and_deletes_under_its_prefix(module_etcd: EtcdServer) -> None:
     async def body(client: EtcdClient) -> None:
         events: list[WatchEvent] = []
 
@@ -105,7 +105,7 @@ def test_a_watch_reports_puts_and_deletes_under_its_prefix(etcd: EtcdServer) -> 
         ]
         assert events[0].kv.value == b"1"
 
-    with_client(etcd.endpoints, body)
+    with_client(module_etcd.endpoints, body)
 
 
 def test_no_endpoint_answering_is_etcd_unavailable() -> None:

@@ -213,9 +213,11 @@ class Failover:
             except EtcdUnavailable as e:
                 self._set_reachable(False, str(e))
             except EtcdError as e:
-                # Such as a put under a lease that expired meanwhile: the keepalive finds out, and the
-                # next step starts over.
-                log.info("etcd refused a step of the election (%s); retrying", e)
+                if "lease not found" in str(e) and self._lease:
+                    # A put under this broker's lease, which expired meanwhile (its keepalives stalled).
+                    self._lease_lost(self._lease)
+                else:
+                    log.info("etcd refused a step of the election (%s); retrying", e)
             except Exception:
                 log.exception("failover step failed; retrying")
             # asyncio.timeout rather than wait_for: Python 3.11's wait_for can swallow a cancellation that

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import enum
 import json
+import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,6 +19,9 @@ from typing import Any, Literal
 import httpx
 
 from cometmq.errors import CometMQError
+
+# httpx logs every request at INFO: a line per lease renewal, several a second per broker.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 __all__ = [
     "Compare",
