@@ -104,6 +104,10 @@ class EtcdServer:
 
     def start(self, timeout: float = 60.0) -> None:
         """Starts every member and waits until each answers healthy (which needs the cluster's quorum)."""
+        if not Path(ETCD).exists():
+            raise AssertionError(
+                f"etcd is not installed ({ETCD}): scripts/_etcd.sh installs Debian's etcd-server"
+            )
         for member in self._members:
             member.start(self._initial_cluster, "new")
         self._wait_healthy(self._members, timeout)

@@ -109,6 +109,30 @@ def test_a_crashed_masters_lease_expires_and_an_in_sync_slave_takes_over(module_
     run_group(module_etcd.endpoints, body)
 
 
+def test_a_master_restarted_before_its_lease_expired_waits_for_it_and_is_elected_again(
+    module_etcd: EtcdServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body(group: Group) -> None:
+        await group.start((1, 100))
+        await group.wait_for_master(1, 1)
+        await group.start((2, 100))
+        await group.wait_for_master(1, 1, followers=(2,))
+        await in_sync(group, 1, {1, 2})
+
+        await group.crash(1)
+        await group.start((1, 100))  # its leader key is still there, under the lease of its first run
+        # Equal ends: the lowest id leads again, in a new epoch.
+        await group.wait_for_master(1, 2, followers=(2,))
+        assert group.nodes[1].calls == [("stop_following",), ("master", 2)]
+        message = (
+            "broker 1: the leader key is this broker's from an earlier run: waiting for its lease to expire"
+        )
+        assert message in caplog.messages
+
+    with caplog.at_level(logging.INFO, logger="cometmq.failover"):
+        run_group(module_etcd.endpoints, body)
+
+
 def test_the_in_sync_member_with_the_longest_log_is_elected(module_etcd: EtcdServer) -> None:
     async def body(group: Group) -> None:
         await group.start((1, 500))
