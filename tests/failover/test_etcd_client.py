@@ -116,16 +116,26 @@ def test_no_endpoint_answering_is_etcd_unavailable() -> None:
     with_client([f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"], body)
 
 
-def test_the_client_moves_on_to_a_member_that_answers(tmp_path: Path) -> None:
+def test_the_client_moves_on_to_a_member_that_answers_and_a_cluster_without_quorum_is_unavailable(
+    tmp_path: Path,
+) -> None:
     cluster = EtcdServer(tmp_path / "etcd", members=3)
     cluster.start()
 
     async def body(client: EtcdClient) -> None:
         await client.put("/t/k", b"v")
+        lease = await client.grant(30)
         cluster.kill_member(0)
         stored = await client.get("/t/k")
         assert stored is not None and stored.value == b"v"
         await client.put("/t/k2", b"w")
+        assert await client.keepalive(lease) > 0
+
+        cluster.kill_member(1)  # the one member left has no leader
+        with pytest.raises(EtcdUnavailable):
+            await client.keepalive(lease)
+        with pytest.raises(EtcdUnavailable):
+            await client.get("/t/k")
 
     try:
         with_client(cluster.endpoints, body)

@@ -238,6 +238,9 @@ class Failover:
             except EtcdUnavailable as e:
                 self._set_reachable(False, str(e))
                 continue
+            except EtcdError as e:
+                log.info("etcd refused to renew lease %x (%s); retrying", lease, e)
+                continue
             self._set_reachable(True, "")
             if remaining > 0:
                 self._trusted_until = lease_trusted_until(sent_at, self._ttl)
@@ -249,7 +252,7 @@ class Failover:
             try:
                 async for _event in self._etcd.watch(self._group, prefix=True):
                     self._wake.set()
-            except EtcdUnavailable:
+            except EtcdError:
                 await asyncio.sleep(self._ttl / 3)
             self._wake.set()
 

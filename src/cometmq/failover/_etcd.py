@@ -44,9 +44,11 @@ class EtcdUnavailable(EtcdError):
     """No etcd endpoint answered (or none that answered could serve the request, e.g. for lack of quorum)."""
 
 
-# gRPC status codes etcd answers when another member might serve the request: CANCELLED,
-# DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE (no leader, not enough started members, a member stopping).
-_RETRY_ELSEWHERE = frozenset({1, 4, 13, 14})
+# gRPC status codes that are etcd's answer to the request itself, which another member would give as
+# well: INVALID_ARGUMENT, NOT_FOUND (a lease that is gone), ALREADY_EXISTS, PERMISSION_DENIED,
+# FAILED_PRECONDITION, OUT_OF_RANGE (a compacted revision), UNAUTHENTICATED. Any other (UNAVAILABLE: no
+# leader; UNKNOWN: a deadline passed without quorum; ...) says this member cannot serve it now.
+_DEFINITE = frozenset({3, 5, 6, 7, 9, 11, 16})
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +181,12 @@ class EtcdClient:
             except ValueError:
                 last_error = f"{endpoint}: HTTP {response.status_code}, not JSON"
                 continue
-            if response.status_code != 200:
-                message = f"{endpoint}: {answer.get('message') or answer}"
-                if answer.get("code") not in _RETRY_ELSEWHERE:
+            error = answer.get("error")
+            if response.status_code != 200 or error:
+                # A streamed call (lease/keepalive) puts its error in an object of its own.
+                detail = error if isinstance(error, dict) else answer
+                message = f"{endpoint}: {detail.get('message') or detail}"
+                if detail.get("code", detail.get("grpc_code")) in _DEFINITE:
                     raise EtcdError(message)
                 last_error = message
                 continue
