@@ -69,7 +69,9 @@ def test_an_all_ack_send_waits_for_every_member_and_the_set_as_committed_decides
     asyncio.run(scenario())
 
 
-def test_a_joining_member_is_waited_for_once_committed(tmp_path: Path) -> None:
+def test_a_member_is_waited_for_from_the_commit_that_adds_it_to_the_one_that_removes_it(
+    tmp_path: Path,
+) -> None:
     async def scenario() -> None:
         with stores(tmp_path, "m", "s2") as (master, s2):
             master.begin_epoch(1)
@@ -85,6 +87,11 @@ def test_a_joining_member_is_waited_for_once_committed(tmp_path: Path) -> None:
                 assert not waiting.done()
                 async with following(s2, server, replication_config(2)):
                     assert await waiting is PutStatus.PUT_OK
+                end = put(master, "slave 2 has left")
+                waiting = server.when_replicated(end)
+                assert not waiting.done()
+                server.set_in_sync(frozenset({1}))
+                assert await waiting is PutStatus.PUT_OK
 
     asyncio.run(scenario())
 

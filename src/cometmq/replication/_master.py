@@ -118,6 +118,8 @@ class HAServer:
             self._transfer.reset(max((link.ack_offset for link in self._links), default=0))
         elif self._others:
             self._transfer.reset(self._in_sync_acked())
+        else:  # nobody else to wait for: every send stored so far is answered
+            self._transfer.reset(self._store.replica_end())
 
     def in_sync_candidates(self) -> frozenset[int]:
         """The brokerIds of the slaves connected with a hello whose acknowledgement reached this
