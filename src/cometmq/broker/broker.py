@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -123,6 +124,11 @@ class Broker:
         return self._slave
 
     @property
+    def registered_id(self) -> int:
+        """The id this broker registers under: the master's 0, or its own brokerId as a slave."""
+        return self.own_id if self._slave else 0
+
+    @property
     def role(self) -> BrokerRole:
         """The role now: SLAVE, or how this master acknowledges."""
         return BrokerRole.SLAVE if self._slave else self.master_role
@@ -150,7 +156,8 @@ class Broker:
             info = HARuntimeInfo(
                 master=not self._slave, master_commit_log_max_offset=self.store.replica_end()
             )
-        info.epoch = self.epoch
+        epochs = self.store.epochs()
+        info.epoch = epochs[-1].epoch if epochs else 0
         info.failover = self.config.failover
         info.in_sync_replicas = sorted(self.in_sync) if self.config.failover else []
         return request.response(body=info.encode())
@@ -285,7 +292,7 @@ class Broker:
         (before this broker's log was cut back) may answer a send of this one."""
         cfg = self.config
         port = self._ha_listen_port
-        ha_server = HAServer(self.store, cfg.replication_config())
+        ha_server = HAServer(self.store, dataclasses.replace(cfg.replication_config(), broker_id=self.own_id))
         try:
             await ha_server.start(cfg.listen_host, port)
         except OSError as exc:
@@ -307,8 +314,15 @@ class Broker:
             await ha_server.stop()
 
     def _start_ha_client(self) -> None:
-        # haMasterAddress, else the master's HA address the registration (or the election) names.
-        self.ha_client = HAClient(self.store, self.config.replication_config(), lambda: self.master_ha_addr)
+        # haMasterAddress, else the master's HA address the registration (or the election) names. The
+        # hello names this broker and the master's epoch it expects (0: any, outside failover).
+        self.ha_client = HAClient(
+            self.store,
+            self.config.replication_config(),
+            lambda: self.master_ha_addr,
+            broker_id=self.own_id,
+            expected_epoch=lambda: self.epoch,
+        )
         self.ha_client.start()
 
     async def _stop_ha_client(self) -> None:
@@ -361,7 +375,6 @@ class Broker:
             self._begin_epoch(epoch)
             self._slave = False
             self.master_addr = None
-            self.config.broker_id = 0
             await self._start_ha_server()
             self._switch_table()
             self.schedule.start()
@@ -386,7 +399,6 @@ class Broker:
             await self._stop_ha_server()
             await self.schedule.stop()
             await self._stop_ha_client()
-            self.config.broker_id = self.own_id
             self.epoch = epoch
             self.master_addr = master_addr
             self.master_ha_addr = master_ha_addr
@@ -474,7 +486,7 @@ class Broker:
         await self._stop_replication()
         if self.config.namesrv_addr:
             with contextlib.suppress(CometMQError, OSError):
-                await self._unregister_all(self.config.broker_id)
+                await self._unregister_all(self.registered_id)
         await self._namesrv_client.close()
         # A metadata file that cannot be written (disk error) is logged; the others are still
         # written and the store still shuts down cleanly (flushed, checkpointed, abort file removed).
@@ -509,7 +521,7 @@ class Broker:
             broker_addr=cfg.broker_addr,
             cluster_name=cfg.broker_cluster_name,
             ha_server_addr=f"{cfg.broker_ip1}:{self.ha_port}",
-            broker_id=cfg.broker_id,
+            broker_id=self.registered_id,
         )
         body = self.topics.register_body().encode()
         answered: RemotingCommand | None = None
