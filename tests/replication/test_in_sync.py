@@ -53,7 +53,9 @@ def test_an_all_ack_send_waits_for_every_member_and_the_set_as_committed_decides
                 end = put(master, "to all")
                 assert await server.when_replicated(end) is PutStatus.PUT_OK
                 assert server.acknowledged_by_all_in_sync(end)
-                assert server.runtime_info().in_sync_replicas == [1, 2, 3]
+                info = server.runtime_info()
+                assert (info.in_sync_replicas, info.failover, info.epoch) == ([1, 2, 3], True, 1)
+                assert [link.in_sync for link in info.ha_connection_info] == [True, True]
 
                 await third.stop()
                 await wait_until(lambda: server.in_sync_candidates() == {2}, message="slave 3 gone")
@@ -65,6 +67,10 @@ def test_an_all_ack_send_waits_for_every_member_and_the_set_as_committed_decides
                 server.set_in_sync(frozenset({1, 2}))
                 assert await waiting is PutStatus.PUT_OK
                 assert server.acknowledged_by_all_in_sync(end)
+                server.set_in_sync(frozenset({1}))
+                info = server.runtime_info()
+                assert [link.in_sync for link in info.ha_connection_info] == [False]
+                assert info.in_sync_slave_nums == 0
 
     asyncio.run(scenario())
 
