@@ -117,16 +117,17 @@ def test_without_all_ack_one_in_sync_slave_is_enough(tmp_path: Path) -> None:
 
 
 async def scripted_slave(
-    server: HAServer, store: MessageStore, hello: bytes
+    server: HAServer, store: MessageStore, hello: bytes, report: int | None = None
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A slave that opens with *hello* (if any), reports the master's end once, then stays silent."""
+    """A slave that opens with *hello* (if any), reports *report* (None: the master's end) once, then
+    stays silent."""
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     if hello:
         writer.write(hello)
         decoder = HelloAnswerDecoder()
         while decoder.feed(await asyncio.wait_for(reader.read(1 << 16), 30)) is None:
             pass
-    writer.write(encode_report(store.replica_end()))
+    writer.write(encode_report(store.replica_end() if report is None else report))
     return reader, writer
 
 
@@ -150,5 +151,32 @@ def test_a_slave_leaves_the_candidates_when_it_has_not_caught_up_within_the_wind
                 finally:
                     identified.close()
                     anonymous.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_second_hello_with_the_same_broker_id_closes_the_earlier_link(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        with stores(tmp_path, "m") as (master,):
+            master.begin_epoch(1)
+            async with serving(master, replication_config(1)) as server:
+                server.set_in_sync(frozenset({1, 5}))
+                earlier_reader, earlier = await scripted_slave(server, master, encode_hello(5, 0))
+                await wait_until(lambda: server.in_sync_candidates() == {5}, message="the first link")
+                end = put(master, "acknowledged by the first link only")
+                earlier.write(encode_report(end))
+                await wait_until(lambda: server.acknowledged_by_all_in_sync(end), message="the ack")
+                # The same slave again, from an empty log: its earlier link no longer answers for it.
+                _, later = await scripted_slave(server, master, encode_hello(5, 0), report=0)
+                try:
+                    while await asyncio.wait_for(earlier_reader.read(1 << 16), 30):
+                        pass  # what was streamed before the close
+                    await wait_until(
+                        lambda: len(server.runtime_info().ha_connection_info) == 1, message="one link left"
+                    )
+                    assert not server.acknowledged_by_all_in_sync(end)
+                finally:
+                    earlier.close()
+                    later.close()
 
     asyncio.run(scenario())

@@ -172,6 +172,17 @@ class HAServer:
                 epoch,
             )
             return None
+        for earlier in [other for other in self._links if other.broker_id == broker_id]:
+            # A slave keeps one link: an earlier one (its process stopped or cut off, the socket not
+            # yet closed) must not answer for the slave with what it acknowledged before.
+            log.info(
+                "slave %s is brokerId %d again: closing its earlier link from %s",
+                link.addr,
+                broker_id,
+                earlier.addr,
+            )
+            earlier.broker_id = None
+            earlier.close()
         link.broker_id = broker_id
         log.info("slave %s is brokerId %d (master epoch %d)", link.addr, broker_id, epoch)
         entries = [(entry.epoch, entry.start_offset) for entry in epochs]
