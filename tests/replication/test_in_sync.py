@@ -15,7 +15,7 @@ from cometmq.store import MessageStore, PutStatus
 from waiting import wait_until
 
 
-def acked_by(server: HAServer, end: int) -> int:
+def slaves_holding(server: HAServer, end: int) -> int:
     """How many slaves acknowledged *end*."""
     return sum(link.slave_ack_offset >= end for link in server.runtime_info().ha_connection_info)
 
@@ -61,7 +61,7 @@ def test_an_all_ack_send_waits_for_every_member_and_the_set_as_committed_decides
                 await wait_until(lambda: server.in_sync_candidates() == {2}, message="slave 3 gone")
                 end = put(master, "slave 3 is still in the committed set")
                 waiting = server.when_replicated(end)
-                await wait_until(lambda: acked_by(server, end) == 1, message="slave 2's acknowledgement")
+                await wait_until(lambda: slaves_holding(server, end) == 1, message="slave 2's ack")
                 assert not waiting.done()  # slave 3 counts until the set without it is committed
                 assert not server.acknowledged_by_all_in_sync(end)
                 server.set_in_sync(frozenset({1, 2}))
