@@ -14,7 +14,8 @@ from _support import address, broker_config, create_topic, run, send_request
 
 from cometmq.broker import Broker
 from cometmq.namesrv import NameServer
-from cometmq.protocol import ResponseCode
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.record import decode_offset_msg_id
 from cometmq.remoting import RemotingClient
 from etcd_server import EtcdServer
 from waiting import wait_until
@@ -102,7 +103,7 @@ def test_the_election_makes_one_master_the_other_follows_and_a_clean_stop_hands_
     run(scenario())
 
 
-def test_a_master_whose_lease_lapsed_stores_a_send_but_does_not_acknowledge_it(
+def test_a_master_whose_lease_lapsed_stores_a_send_or_send_back_but_does_not_acknowledge_it(
     tmp_path: Path, etcd: EtcdServer
 ) -> None:
     async def scenario() -> None:
@@ -113,6 +114,7 @@ def test_a_master_whose_lease_lapsed_stores_a_send_but_does_not_acknowledge_it(
             assert (await create_topic(client, addr, "Orders", 1)).code == ResponseCode.SUCCESS
             sent = await client.invoke(addr, send_request("Orders", b"while leased"))
             assert sent.code == ResponseCode.SUCCESS, sent.remark
+            offset = decode_offset_msg_id(sent.ext_fields["msgId"])[2]
             etcd.stop()
             election = broker.election
             assert election is not None
@@ -122,6 +124,13 @@ def test_a_master_whose_lease_lapsed_stores_a_send_but_does_not_acknowledge_it(
             assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
             assert refused.remark == LEASE_LAPSED
             assert broker.store.replica_end() > before  # stored
+            # A consumer's send-back: refused, so the consumer keeps the message and tries again.
+            back = RemotingCommand(
+                code=RequestCode.CONSUMER_SEND_MSG_BACK,
+                ext_fields={"offset": str(offset), "group": "CG", "delayLevel": "0"},
+            )
+            refused_back = await client.invoke(addr, back)
+            assert (refused_back.code, refused_back.remark) == (ResponseCode.SYSTEM_ERROR, LEASE_LAPSED)
             assert not broker.is_slave  # etcd unreachable: the role stays
         await client.close()
 
