@@ -91,6 +91,7 @@ def test_a_master_and_its_slave_swap_roles_by_hand_and_the_name_server_and_repli
             demoted = await client.invoke(first_addr, role_changed(second_addr, 2))
             assert demoted.code == ResponseCode.SUCCESS, demoted.remark
             assert first.is_slave and first.role is BrokerRole.SLAVE and not first.sync_master
+            assert first.runtime_info()["brokerRole"] == "SLAVE"
             # A demoted master keeps its HA port (no send waits on the server holding it).
             assert first.ha_server is not None and first.ha_server.port == first_ha_port
             refused = await client.invoke(first_addr, send_request("Orders", b"to a slave"))
