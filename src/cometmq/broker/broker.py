@@ -473,6 +473,15 @@ class Broker:
             )
         return None
 
+    def reads_wait_for_in_sync(self) -> bool:
+        """Failover mode: whether pulls see only what every in-sync member acknowledged (a SYNC_MASTER
+        with another member in its in-sync set)."""
+        return self.sync_master and len(self.in_sync) > 1 and self.ha_server is not None
+
+    def acknowledged_by_in_sync(self, end: int) -> bool:
+        ha_server = self.ha_server
+        return ha_server is not None and ha_server.acknowledged_by_all_in_sync(end)
+
     def mastership_lapsed(self, end: int) -> bool:
         """Failover mode: whether a send stored up to *end* may not be answered SEND_OK. It may while
         the mastership lease is trusted, or (etcd unreachable) when the in-sync set has another member
