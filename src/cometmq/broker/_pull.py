@@ -216,7 +216,9 @@ class PullProcessor:
         if sys_flag & FLAG_COMMIT_OFFSET and pull.commit_offset >= 0 and not self._slave:
             broker.offsets.commit(group, topic, queue_id, pull.commit_offset)
         codes = subscription.codes
-        result = self._read(topic, queue_id, offset, max_nums, codes, accept)
+        result = broker.store.get_messages(topic, queue_id, offset, max_nums, codes, record_filter=accept)
+        if broker.election is not None:
+            result = self._confirmed(result, offset)
         code = _status_code(result, offset)
         # A slave that keeps a consumer's offset past its queue's end (below, offsetCheckInSlave off)
         # answers PULL_RETRY_IMMEDIATELY, which clients pull again on at once: it holds such a pull like
@@ -256,7 +258,10 @@ class PullProcessor:
         deadline = loop.time() + hold_s
 
         def read(held: HeldPull) -> GetResult:
-            return self._read(topic, queue_id, held.offset, max_nums, codes, accept)
+            result = broker.store.get_messages(
+                topic, queue_id, held.offset, max_nums, codes, record_filter=accept
+            )
+            return result if broker.election is None else self._confirmed(result, held.offset)
 
         def found(held: HeldPull, result: GetResult) -> RemotingCommand:
             code = _status_code(result, held.offset)
@@ -300,18 +305,10 @@ class PullProcessor:
 
         broker.pull_holds.park(conn, topic, queue_id, offset, codes, answer, expire, hold_s)
 
-    def _read(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_nums: int,
-        codes: frozenset[int] | None,
-        accept: RecordFilter | None,
-    ) -> GetResult:
+    def _confirmed(self, result: GetResult, offset: int) -> GetResult:
+        """Failover mode: what of a read at *offset* a consumer may have (``_confirmed_part``)."""
         broker = self._broker
-        result = broker.store.get_messages(topic, queue_id, offset, max_nums, codes, record_filter=accept)
-        if broker.election is None or not broker.reads_wait_for_in_sync():
+        if not broker.reads_wait_for_in_sync():
             return result
         confirmed = _confirmed_part(result, broker.acknowledged_by_in_sync)
         if confirmed is None:  # answered as a pull at the queue's end: held, or pulled again
