@@ -29,8 +29,9 @@ DEFAULT_DATA_DIR = Path.home() / ".cometmq" / "data"
 
 
 class BrokerRole(enum.Enum):
-    """RocketMQ's brokerRole. CometMQ does not replicate: every broker serves as a master, whatever
-    its role, and reports the role to admin tools (GET_BROKER_RUNTIME_INFO)."""
+    """RocketMQ's brokerRole: the role a broker starts in (docs/operations.md, "Roles"). In failover
+    mode the election decides the role, and this only says how the broker acknowledges sends while it
+    is master (SLAVE is read as ASYNC_MASTER)."""
 
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
