@@ -299,10 +299,14 @@ class ClientInstance:
 
     async def refresh_route_if_unreachable(self, topic: str, error: CometMQError) -> None:
         """After a request to a broker of ``topic`` failed with ``error``: when the broker could not
-        be reached (no connection, or no answer), refresh the topic's route now rather than at the
-        next periodic refresh, so that a consumer whose master died goes on from a slave at once. At
+        be reached (no connection, or no answer) or does not serve (SERVICE_NOT_AVAILABLE: a master
+        that lost its mastership, a store refusing writes), refresh the topic's route now rather than
+        at the next periodic refresh, so that a consumer whose master died goes on from a slave at
+        once, and a producer reaches a newly elected master within a second of its registration. At
         most once a second per topic; other errors (a broker's refusal) change nothing."""
-        if not isinstance(error, (ConnectionClosedError, RemotingTimeoutError)):
+        if not isinstance(error, (ConnectionClosedError, RemotingTimeoutError)) and not (
+            isinstance(error, BrokerError) and error.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        ):
             return
         now = self.clock()
         last = self._unreachable_refreshes.get(topic)
