@@ -9,6 +9,7 @@ import pytest
 from hypothesis import settings
 
 from cometmq.remoting import transport
+from etcd_server import EtcdServer
 from processes import StandaloneServer
 
 # Hypothesis fails an example that runs longer than 200 ms by default: a check of speed, which a loaded
@@ -44,3 +45,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneServe
         yield standalone
     finally:
         standalone.stop()
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+    """One etcd member in a child process on free loopback ports, with its own data directory."""
+    server = EtcdServer(tmp_path / "etcd")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

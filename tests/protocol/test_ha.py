@@ -1,4 +1,4 @@
-"""The HA stream codec: offset reports and chunks survive any split of the TCP stream."""
+"""The HA stream codec: the handshake, offset reports and chunks survive any split of the TCP stream."""
 
 from __future__ import annotations
 
@@ -11,10 +11,19 @@ from hypothesis import strategies as st
 from cometmq.errors import ProtocolError
 from cometmq.protocol.ha import (
     CHUNK_HEADER_SIZE,
+    HELLO_MAGIC,
+    HELLO_SIZE,
+    MAX_EPOCH_ENTRIES,
     REPORT_SIZE,
     ChunkDecoder,
+    Hello,
+    HelloAnswer,
+    HelloAnswerDecoder,
+    HelloDecoder,
     ReportDecoder,
     encode_chunk_header,
+    encode_hello,
+    encode_hello_answer,
     encode_report,
 )
 
@@ -97,5 +106,117 @@ def test_arbitrary_bytes_decode_or_raise_protocol_error(data: bytes, cuts: list[
     for piece in pieces(data, cuts):
         try:
             report_decoder.feed(piece)
+        except ProtocolError:
+            break
+
+
+ids = st.integers(min_value=0, max_value=(1 << 63) - 1)
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[tuple[int, int]]:
+    """Epoch histories: epochs rising from 1, start offsets not going down."""
+    epochs = sorted(draw(st.sets(st.integers(min_value=1, max_value=1 << 40), max_size=8)))
+    starts = sorted(draw(st.lists(offsets, min_size=len(epochs), max_size=len(epochs))))
+    return list(zip(epochs, starts, strict=True))
+
+
+def test_hello_layout() -> None:
+    assert len(HELLO_MAGIC) == 8 and HELLO_MAGIC[0] & 0x80
+    hello = encode_hello(2, 7)
+    assert len(hello) == HELLO_SIZE
+    assert hello == HELLO_MAGIC + (2).to_bytes(8, "big") + (7).to_bytes(8, "big")
+    answer = encode_hello_answer(3, 100, [(1, 0), (3, 40)])
+    assert answer == HELLO_MAGIC + b"".join(
+        n.to_bytes(size, "big") for n, size in ((3, 8), (100, 8), (2, 4), (1, 8), (0, 8), (3, 8), (40, 8))
+    )
+
+
+@given(ids, ids, st.lists(offsets, max_size=5), st.lists(st.integers(min_value=0), max_size=20))
+def test_the_master_reads_a_hello_and_the_reports_after_it_from_any_split(
+    broker_id: int, expected_epoch: int, reports: list[int], cuts: list[int]
+) -> None:
+    stream = encode_hello(broker_id, expected_epoch) + b"".join(map(encode_report, reports))
+    decoder = HelloDecoder()
+    decided = False
+    rest = b""
+    for piece in pieces(stream, cuts):
+        if decided:
+            rest += piece
+        elif decoder.feed(piece):
+            decided = True
+            rest = decoder.rest
+    assert decided
+    assert decoder.hello == Hello(broker_id, expected_epoch)
+    assert rest == b"".join(map(encode_report, reports))
+
+
+@given(st.lists(offsets, min_size=1, max_size=5), st.integers(min_value=1, max_value=REPORT_SIZE))
+def test_a_slave_without_a_handshake_starts_with_a_report(reports: list[int], first: int) -> None:
+    stream = b"".join(map(encode_report, reports))
+    decoder = HelloDecoder()
+    assert not decoder.feed(b"")
+    assert decoder.feed(stream[:first])
+    assert decoder.hello is None
+    assert decoder.rest == stream[:first]
+
+
+@given(ids, offsets, histories(), st.binary(max_size=40), st.lists(st.integers(min_value=0), max_size=20))
+def test_the_slave_reads_an_answer_and_the_chunks_after_it_from_any_split(
+    epoch: int, end: int, history: list[tuple[int, int]], after: bytes, cuts: list[int]
+) -> None:
+    decoder = HelloAnswerDecoder()
+    answers: list[HelloAnswer] = []
+    rest = b""
+    for piece in pieces(encode_hello_answer(epoch, end, history) + after, cuts):
+        if answers:
+            rest += piece
+            continue
+        answer = decoder.feed(piece)
+        if answer is not None:
+            answers.append(answer)
+            rest = decoder.rest
+    assert answers == [HelloAnswer(epoch, end, tuple(history))]
+    assert rest == after
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (encode_hello_answer(1, -1, []), "end -1"),
+        (encode_hello_answer(1, 0, [(2, 0), (2, 5)]), "not in order"),
+        (encode_hello_answer(1, 0, [(1, 10), (2, 5)]), "not in order"),
+        (encode_hello_answer(1, 0, [(0, 0)]), "not in order"),
+        (HELLO_MAGIC + bytes(16) + (MAX_EPOCH_ENTRIES + 1).to_bytes(4, "big"), "epoch entries"),
+        (b"\x00" * 40, "not an HA hello answer"),
+    ],
+    ids=["negative end", "an epoch twice", "a start going down", "epoch 0", "too many entries", "no magic"],
+)
+def test_an_answer_that_cannot_be_one_is_a_protocol_error(answer: bytes, reason: str) -> None:
+    with pytest.raises(ProtocolError, match=reason):
+        HelloAnswerDecoder().feed(answer)
+
+
+def test_a_hello_with_a_wrong_magic_or_negative_fields_is_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match="not an HA hello"):
+        HelloDecoder().feed(b"\xccCOMXX")
+    with pytest.raises(ProtocolError, match="brokerId -1"):
+        HelloDecoder().feed(encode_hello(-1, 0))
+
+
+@given(st.binary(max_size=200), st.lists(st.integers(min_value=0), max_size=10))
+def test_arbitrary_bytes_start_a_link_or_raise_protocol_error(data: bytes, cuts: list[int]) -> None:
+    hello_decoder = HelloDecoder()
+    answer_decoder = HelloAnswerDecoder()
+    for piece in pieces(data, cuts):
+        try:
+            if hello_decoder.feed(piece):
+                break
+        except ProtocolError:
+            break
+    for piece in pieces(data, cuts):
+        try:
+            if answer_decoder.feed(piece) is not None:
+                break
         except ProtocolError:
             break

@@ -39,6 +39,9 @@ clients = st.builds(
         in_sync_slave_nums=st.integers(min_value=0, max_value=2**31 - 1),
         ha_connection_info=st.lists(connections, max_size=4),
         ha_client_runtime_info=clients,
+        epoch=longs,
+        in_sync_replicas=st.lists(longs, max_size=5),
+        failover=st.booleans(),
     )
 )
 def test_ha_runtime_info_round_trips(info: HARuntimeInfo) -> None:
@@ -58,6 +61,14 @@ def test_ha_runtime_info_reads_rocketmq_json() -> None:
     assert info.ha_client_runtime_info.is_activated
     assert info.ha_client_runtime_info.master_addr == "10.0.0.1:10912"
     assert info.ha_client_runtime_info.max_offset == 4096
+    # CometMQ's own fields, absent from a Java broker's answer.
+    assert (info.epoch, info.in_sync_replicas, info.failover) == (0, [], False)
+
+
+def test_ha_runtime_info_carries_cometmq_failover_fields() -> None:
+    body = b'{"master":true,"epoch":4,"inSyncReplicas":[1,3],"failover":true}'
+    info = HARuntimeInfo.decode(body)
+    assert (info.epoch, info.in_sync_replicas, info.failover) == (4, [1, 3], True)
 
 
 @pytest.mark.parametrize(
@@ -68,6 +79,8 @@ def test_ha_runtime_info_reads_rocketmq_json() -> None:
         b'{"master":"maybe"}',
         b'{"haConnectionInfo":{}}',
         b'{"masterCommitLogMaxOffset":1.5}',
+        b'{"inSyncReplicas":[-1]}',
+        b'{"inSyncReplicas":["a"]}',
     ],
 )
 def test_malformed_ha_runtime_info_is_a_protocol_error(body: bytes) -> None:

@@ -28,7 +28,27 @@ def test_defaults_are_rocketmqs() -> None:
         max_gap_not_in_sync=268_435_456,
         slave_timeout_ms=3000,
         segment_size=1 << 30,
+        broker_id=0,
+        all_ack_in_sync=True,
+        max_time_slave_not_catchup_ms=15_000,
     )
+    assert config.min_in_sync_replicas == 1
+
+
+def test_failover_ha_keys_are_read() -> None:
+    config = BrokerConfig()
+    config.update(
+        {
+            "brokerId": "2",
+            "minInSyncReplicas": "2",
+            "allAckInSyncStateSet": "false",
+            "haMaxTimeSlaveNotCatchup": "4000",
+        }
+    )
+    assert config.min_in_sync_replicas == 2
+    replication = config.replication_config()
+    assert (replication.broker_id, replication.all_ack_in_sync) == (2, False)
+    assert replication.max_time_slave_not_catchup_ms == 4000
 
 
 def test_both_names_of_the_gap_limit_are_read() -> None:
@@ -58,7 +78,16 @@ def test_the_last_port_leaves_no_default_ha_port() -> None:
     assert config.ha_port == 20000
 
 
-@pytest.mark.parametrize("key", ["slaveTimeout", "haTransferBatchSize", "haSendHeartbeatInterval"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "slaveTimeout",
+        "haTransferBatchSize",
+        "haSendHeartbeatInterval",
+        "minInSyncReplicas",
+        "haMaxTimeSlaveNotCatchup",
+    ],
+)
 def test_a_setting_that_is_not_positive_is_refused(key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         BrokerConfig().update({key: "0"})

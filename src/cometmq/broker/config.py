@@ -112,6 +112,14 @@ class BrokerConfig:
     ha_transfer_batch_size: int = 32768
     ha_max_gap_not_in_sync: int = 268_435_456  # 4.9's name, haSlaveFallbehindMax, is read too
     slave_timeout: int = 3000  # ms a SYNC_MASTER send waits for a slave (RocketMQ 4.9.3+)
+    # In failover mode (RocketMQ 5's controller keys): a SYNC_MASTER refuses a send while its in-sync set
+    # is smaller than minInSyncReplicas; with allAckInSyncStateSet a send waits for every in-sync slave
+    # (CometMQ's default is true, RocketMQ's false: only then does every broker that may be elected hold
+    # every acknowledged message); a slave is in sync while it caught up with the master within the
+    # last haMaxTimeSlaveNotCatchup ms.
+    min_in_sync_replicas: int = 1
+    all_ack_in_sync_state_set: bool = True
+    ha_max_time_slave_not_catchup: int = 15_000
 
     @property
     def broker_addr(self) -> str:
@@ -138,6 +146,9 @@ class BrokerConfig:
             max_gap_not_in_sync=self.ha_max_gap_not_in_sync,
             slave_timeout_ms=self.slave_timeout,
             segment_size=self.mapped_file_size_commit_log,
+            broker_id=self.broker_id,
+            all_ack_in_sync=self.all_ack_in_sync_state_set,
+            max_time_slave_not_catchup_ms=self.ha_max_time_slave_not_catchup,
         )
 
     def update(self, values: Mapping[str, Any], source: str = "the broker settings") -> None:
@@ -218,6 +229,8 @@ class BrokerConfig:
             ("haTransferBatchSize", self.ha_transfer_batch_size),
             ("haMaxGapNotInSync", self.ha_max_gap_not_in_sync),
             ("slaveTimeout", self.slave_timeout),
+            ("minInSyncReplicas", self.min_in_sync_replicas),
+            ("haMaxTimeSlaveNotCatchup", self.ha_max_time_slave_not_catchup),
         ):
             if value < 1:
                 raise ConfigError(f"{key} {value} is not a positive number")

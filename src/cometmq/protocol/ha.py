@@ -1,7 +1,17 @@
 """The HA stream between a master and its slave (RocketMQ's ``haListenPort``), with no I/O.
 
-It is a plain TCP stream, not remoting frames, and has no handshake. Integers are big-endian and
-signed, as Java writes them.
+It is a plain TCP stream, not remoting frames. Integers are big-endian and signed, as Java writes them.
+
+A CometMQ slave opens the link with a **handshake** (RocketMQ 4.x slaves have none, and still work):
+
+- Slave → master ``HELLO``, 24 bytes: the 8 bytes of ``HELLO_MAGIC`` (its first byte has the top bit
+  set, so it can never be an offset report, which is never negative), int64 the slave's brokerId,
+  int64 the master epoch it expects (0: any). A master whose epoch is another closes the link.
+- Master → slave ``HELLO_ANSWER``: ``HELLO_MAGIC``, int64 the master's epoch, int64 the master's
+  commit-log end, int32 a count, then count times (int64 epoch, int64 start offset): the master's epoch
+  history (its ``epochFileCheckpoint``), oldest first.
+
+Then, or from the first byte without a handshake:
 
 - Slave → master: **offset reports**, 8 bytes each, one int64: the end of the slave's commit-log
   bytes. The first report says where to start (0: an empty slave); every report acknowledges the
@@ -18,6 +28,8 @@ The decoders take the stream in pieces of any size (TCP splits it anywhere) and 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from cometmq.errors import ProtocolError
@@ -25,11 +37,20 @@ from cometmq.protocol.command import Buffer
 
 __all__ = [
     "CHUNK_HEADER_SIZE",
+    "HELLO_MAGIC",
+    "HELLO_SIZE",
     "MAX_CHUNK_BODY",
+    "MAX_EPOCH_ENTRIES",
     "REPORT_SIZE",
     "ChunkDecoder",
+    "Hello",
+    "HelloAnswer",
+    "HelloAnswerDecoder",
+    "HelloDecoder",
     "ReportDecoder",
     "encode_chunk_header",
+    "encode_hello",
+    "encode_hello_answer",
     "encode_report",
 ]
 
@@ -40,8 +61,17 @@ CHUNK_HEADER_SIZE: Final = 12
 # slave buffers for a peer that is not a master.
 MAX_CHUNK_BODY: Final = 64 * 1024 * 1024
 
+# The top bit of the first byte is set: an offset report (a non-negative int64) never starts so.
+HELLO_MAGIC: Final = b"\xccCOMETHA"
+HELLO_SIZE: Final = 24
+# More epochs than a group lives through; bounds what a slave buffers for a peer that is not a master.
+MAX_EPOCH_ENTRIES: Final = 1 << 16
+
 _REPORT = struct.Struct(">q")
 _HEADER = struct.Struct(">qi")
+_HELLO = struct.Struct(">8sqq")
+_ANSWER_HEAD = struct.Struct(">8sqqi")
+_ENTRY = struct.Struct(">qq")
 _MAX_OFFSET = (1 << 63) - 1
 
 
@@ -111,3 +141,102 @@ class ChunkDecoder:
         if pos:
             del buffer[:pos]
         return chunks
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """A slave's handshake: who it is and the master epoch it expects (0: any)."""
+
+    broker_id: int
+    expected_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class HelloAnswer:
+    """A master's answer to a hello: its epoch, its commit-log end and its epoch history as
+    ``(epoch, start offset)`` pairs, oldest first."""
+
+    epoch: int
+    end: int
+    entries: tuple[tuple[int, int], ...]
+
+
+def encode_hello(broker_id: int, expected_epoch: int) -> bytes:
+    """A slave's ``HELLO``: its brokerId and the master epoch it expects (0: any)."""
+    return _HELLO.pack(HELLO_MAGIC, broker_id, expected_epoch)
+
+
+def encode_hello_answer(epoch: int, end: int, entries: Sequence[tuple[int, int]]) -> bytes:
+    """A master's ``HELLO_ANSWER``: its *epoch*, commit-log *end* and epoch history *entries*
+    (``(epoch, start offset)`` pairs; an ``EpochEntry`` unpacks as one)."""
+    head = _ANSWER_HEAD.pack(HELLO_MAGIC, epoch, end, len(entries))
+    return head + b"".join(_ENTRY.pack(entry_epoch, start) for entry_epoch, start in entries)
+
+
+class HelloDecoder:
+    """The master's side of a link's first bytes. ``feed(data)`` returns True once it knows how the
+    stream starts: then ``hello`` is the slave's ``Hello``, or None for a slave without a handshake
+    (its first byte starts an offset report), and ``rest`` holds the bytes fed past the hello (every
+    byte for a slave without one), which are offset reports."""
+
+    __slots__ = ("_buffer", "hello", "rest")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.hello: Hello | None = None
+        self.rest = b""
+
+    def feed(self, data: Buffer) -> bool:
+        buffer = self._buffer + bytes(data)
+        if not buffer:
+            return False
+        if not buffer[0] & 0x80:
+            self._buffer, self.rest = b"", buffer
+            return True
+        check = min(len(buffer), len(HELLO_MAGIC))
+        if buffer[:check] != HELLO_MAGIC[:check]:
+            raise ProtocolError(f"not an HA hello: the stream starts with {buffer[:check].hex()}")
+        if len(buffer) < HELLO_SIZE:
+            self._buffer = buffer
+            return False
+        _, broker_id, expected_epoch = _HELLO.unpack_from(buffer)
+        if broker_id < 0 or expected_epoch < 0:
+            raise ProtocolError(f"not an HA hello: brokerId {broker_id}, expected epoch {expected_epoch}")
+        self._buffer, self.rest = b"", buffer[HELLO_SIZE:]
+        self.hello = Hello(broker_id, expected_epoch)
+        return True
+
+
+class HelloAnswerDecoder:
+    """The slave's side of the master's first bytes. ``feed(data)`` returns the ``HelloAnswer`` once
+    the bytes complete it (None before); ``rest`` then holds the bytes fed past it, which are chunks."""
+
+    __slots__ = ("_buffer", "rest")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.rest = b""
+
+    def feed(self, data: Buffer) -> HelloAnswer | None:
+        buffer = self._buffer = self._buffer + bytes(data)
+        check = min(len(buffer), len(HELLO_MAGIC))
+        if buffer[:check] != HELLO_MAGIC[:check]:
+            raise ProtocolError(f"not an HA hello answer: the stream starts with {buffer[:check].hex()}")
+        if len(buffer) < _ANSWER_HEAD.size:
+            return None
+        _, epoch, end, count = _ANSWER_HEAD.unpack_from(buffer)
+        if epoch < 0 or end < 0 or not 0 <= count <= MAX_EPOCH_ENTRIES:
+            raise ProtocolError(f"not an HA hello answer: epoch {epoch}, end {end}, {count} epoch entries")
+        size = _ANSWER_HEAD.size + count * _ENTRY.size
+        if len(buffer) < size:
+            return None
+        entries = tuple(_ENTRY.iter_unpack(buffer[_ANSWER_HEAD.size : size]))
+        previous_epoch = previous_start = 0
+        for entry_epoch, start in entries:
+            if entry_epoch <= previous_epoch or start < previous_start:  # epochs count from 1
+                raise ProtocolError(
+                    f"not an HA hello answer: epoch history {entries} is not in order of epoch and offset"
+                )
+            previous_epoch, previous_start = entry_epoch, start
+        self._buffer, self.rest = b"", buffer[size:]
+        return HelloAnswer(epoch, end, entries)

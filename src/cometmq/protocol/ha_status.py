@@ -5,6 +5,11 @@
 A master fills ``ha_connection_info`` (one entry per connected slave); a slave fills
 ``ha_client_runtime_info`` (its link to the master). Offsets are commit-log byte offsets; timestamps are
 milliseconds since the epoch.
+
+``epoch``, ``inSyncReplicas`` and ``failover`` are CometMQ's own fields (a Java admin tool ignores
+them): the broker's master epoch (the last of its epoch history; 0 before any), the in-sync set as
+committed in etcd (broker ids, the master's included; empty outside failover mode), and whether the
+broker runs in failover mode.
 """
 
 from __future__ import annotations
@@ -118,6 +123,9 @@ class HARuntimeInfo:
     in_sync_slave_nums: int = 0
     ha_connection_info: list[HAConnectionRuntimeInfo] = field(default_factory=list)
     ha_client_runtime_info: HAClientRuntimeInfo = field(default_factory=HAClientRuntimeInfo)
+    epoch: int = 0
+    in_sync_replicas: list[int] = field(default_factory=list)
+    failover: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,6 +134,9 @@ class HARuntimeInfo:
             "inSyncSlaveNums": self.in_sync_slave_nums,
             "haConnectionInfo": [c.to_json() for c in self.ha_connection_info],
             "haClientRuntimeInfo": self.ha_client_runtime_info.to_json(),
+            "epoch": self.epoch,
+            "inSyncReplicas": self.in_sync_replicas,
+            "failover": self.failover,
         }
 
     def encode(self) -> bytes:
@@ -147,6 +158,12 @@ class HARuntimeInfo:
             ha_client_runtime_info=HAClientRuntimeInfo()
             if client is None
             else HAClientRuntimeInfo.from_json(client),
+            epoch=java_long(obj, "epoch", what, default=0),
+            in_sync_replicas=[
+                java_long({"id": item}, "id", f"{what} inSyncReplicas", minimum=0)
+                for item in java_list(obj, "inSyncReplicas", what, max_items=_MAX_CONNECTIONS)
+            ],
+            failover=java_bool(obj, "failover", what, default=False),
         )
 
     @classmethod

@@ -24,3 +24,11 @@ class ReplicationConfig:
     slave_timeout_ms: int = 3000
     # mappedFileSizeCommitLog, the same on master and slave: a chunk never crosses a segment's end.
     segment_size: int = 1 << 30
+    # brokerId: the id a master's in-sync set names it by (the others in the set are its slaves).
+    broker_id: int = 0
+    # allAckInSyncStateSet: with an in-sync set (failover mode), a SYNC_MASTER send waits for every
+    # slave in it (true) or for one (false).
+    all_ack_in_sync: bool = True
+    # haMaxTimeSlaveNotCatchup: a slave is an in-sync candidate while its acknowledgement reached the
+    # master's end within this long.
+    max_time_slave_not_catchup_ms: int = 15_000

@@ -1,0 +1,133 @@
+"""EtcdClient against a real etcd: leases, compare-and-swap transactions, prefixes, watches, and moving
+on to another member when one does not answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from cometmq.failover import Compare, Delete, EtcdClient, EtcdUnavailable, EventType, Put, WatchEvent
+from etcd_server import EtcdServer
+from processes import free_port
+from waiting import wait_until
+
+
+def with_client(endpoints: list[str], body: Callable[[EtcdClient], Awaitable[None]]) -> None:
+    async def run() -> None:
+        client = EtcdClient(endpoints, timeout_s=2)
+        try:
+            await body(client)
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
+def test_a_lease_holds_its_keys_until_revoked(etcd: EtcdServer) -> None:
+    async def body(client: EtcdClient) -> None:
+        lease = await client.grant(10)
+        assert await client.keepalive(lease) == 10
+        await client.put("/t/leased", b"v", lease=lease)
+        stored = await client.get("/t/leased")
+        assert stored is not None and stored.value == b"v" and stored.lease == lease
+
+        await client.revoke(lease)
+        assert await client.get("/t/leased") is None
+        assert await client.keepalive(lease) == 0, "a revoked lease renews to nothing"
+        await client.revoke(lease)  # revoking twice is no error
+
+    with_client(etcd.endpoints, body)
+
+
+def test_a_transaction_runs_one_branch_by_its_comparisons(etcd: EtcdServer) -> None:
+    async def body(client: EtcdClient) -> None:
+        assert await client.txn([Compare.absent("/t/k")], [Put("/t/k", b"first")], [])
+        assert not await client.txn(
+            [Compare.absent("/t/k")], [Put("/t/k", b"second")], [Put("/t/lost", b"1")]
+        )
+        first = await client.get("/t/k")
+        assert first is not None and first.value == b"first"
+        assert await client.get("/t/lost") is not None, "the failure branch ran"
+
+        stale = first.mod_revision
+        assert await client.txn([Compare.mod_revision("/t/k", stale)], [Put("/t/k", b"swapped")], [])
+        assert not await client.txn([Compare.mod_revision("/t/k", stale)], [Put("/t/k", b"late")], [])
+        swapped = await client.get("/t/k")
+        assert swapped is not None and swapped.value == b"swapped"
+        assert swapped.create_revision == first.create_revision
+
+        assert await client.txn([], [Delete("/t/k")], [])
+        assert await client.get("/t/k") is None
+
+    with_client(etcd.endpoints, body)
+
+
+def test_a_prefix_reads_only_its_keys_in_order(etcd: EtcdServer) -> None:
+    async def body(client: EtcdClient) -> None:
+        for key in ("/t/g/b", "/t/g/a", "/t/g0", "/t/h"):
+            await client.put(key, key.encode())
+        kvs, revision = await client.get_prefix("/t/g/")
+        assert [kv.key for kv in kvs] == ["/t/g/a", "/t/g/b"]
+        assert revision >= max(kv.mod_revision for kv in kvs)
+
+    with_client(etcd.endpoints, body)
+
+
+def test_a_watch_reports_puts_and_deletes_under_its_prefix(etcd: EtcdServer) -> None:
+    async def body(client: EtcdClient) -> None:
+        events: list[WatchEvent] = []
+
+        async def watch() -> None:
+            async for event in client.watch("/t/w/", prefix=True):
+                events.append(event)
+
+        async def probe() -> bool:
+            await client.put("/t/w/probe", b"")
+            return bool(events)
+
+        task = asyncio.create_task(watch())
+        try:
+            # The watch has started once a put made after it shows up.
+            await wait_until(probe, message="the watch to see a probe", interval=0.1)
+            events.clear()
+            await client.put("/t/other", b"x")
+            await client.put("/t/w/a", b"1")
+            await client.txn([], [Delete("/t/w/a")], [])
+            await wait_until(lambda: len(events) >= 2, message="a put and a delete")
+        finally:
+            task.cancel()
+        assert [(e.type, e.kv.key) for e in events] == [
+            (EventType.PUT, "/t/w/a"),
+            (EventType.DELETE, "/t/w/a"),
+        ]
+        assert events[0].kv.value == b"1"
+
+    with_client(etcd.endpoints, body)
+
+
+def test_no_endpoint_answering_is_etcd_unavailable() -> None:
+    async def body(client: EtcdClient) -> None:
+        with pytest.raises(EtcdUnavailable):
+            await client.get("/t/k")
+
+    with_client([f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"], body)
+
+
+def test_the_client_moves_on_to_a_member_that_answers(tmp_path: Path) -> None:
+    cluster = EtcdServer(tmp_path / "etcd", members=3)
+    cluster.start()
+
+    async def body(client: EtcdClient) -> None:
+        await client.put("/t/k", b"v")
+        cluster.kill_member(0)
+        stored = await client.get("/t/k")
+        assert stored is not None and stored.value == b"v"
+        await client.put("/t/k2", b"w")
+
+    try:
+        with_client(cluster.endpoints, body)
+    finally:
+        cluster.stop()
