@@ -13,7 +13,9 @@ from etcd_server import EtcdServer
 from waiting import wait_until
 
 # The one WARNING a broker logs when etcd stops answering, and the one INFO when it is back.
-ETCD_UNREACHABLE = re.compile(r"WARNING.*etcd.*(unreachable|not reachable|cannot reach|does not answer)", re.I)
+ETCD_UNREACHABLE = re.compile(
+    r"WARNING.*etcd.*(unreachable|not reachable|cannot reach|does not answer)", re.IGNORECASE
+)
 ETCD_BACK = re.compile(r"INFO.*etcd.*(reachable again|back|answers again)", re.I)
 
 
