@@ -15,10 +15,10 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from cometmq.client import ConsumeResult, Message, Producer, PushConsumer, ReceivedMessage, SendStatus
 from cometmq.client.admin import AdminClient
@@ -30,7 +30,10 @@ from processes import ServerProcess
 from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "crash"))
-from crash_support import pull_request, read_queue, send_request
+from crash_support import read_queue
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
+from _support import pull_request, send_request
 
 __all__ = [
     "CLUSTER",
@@ -60,6 +63,13 @@ SEGMENT_SIZE = 1 << 20
 FAILOVER_TIMEOUT_S = 60.0
 
 T = TypeVar("T")
+
+
+async def until(condition: Callable[[], Awaitable[T | None]], message: str, timeout: float) -> T:
+    """:func:`wait_until` for a coroutine function that answers a value (or None, False: not yet)."""
+    return await wait_until(
+        cast(Callable[[], Awaitable[T]], condition), message=message, timeout=timeout, interval=0.1
+    )
 
 
 def start_namesrv(root: Path) -> tuple[ServerProcess, str]:
@@ -273,7 +283,7 @@ class FailoverGroup:
             return masters[0]
 
         try:
-            return await wait_until(settled, message="one master, registered", timeout=timeout, interval=0.1)
+            return await until(settled, "one master, registered", timeout)
         except AssertionError as exc:
             exc.add_note(self.logs())
             raise
@@ -286,7 +296,7 @@ class FailoverGroup:
             return status is not None and len(status.in_sync_replicas) >= members
 
         try:
-            await wait_until(enough, message=f"{members} brokers in sync", timeout=timeout, interval=0.1)
+            await until(enough, f"{members} brokers in sync", timeout)
         except AssertionError as exc:
             exc.add_note(self.logs())
             raise
@@ -307,7 +317,7 @@ class FailoverGroup:
                     return False
             return True
 
-        await wait_until(everywhere, message=f"every broker to know topic {topic}", timeout=60)
+        await until(everywhere, f"every broker to know topic {topic}", 60)
         return master
 
     async def stored(
