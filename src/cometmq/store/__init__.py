@@ -8,6 +8,7 @@ format is documented in ``cometmq.store.format``.
 from cometmq.errors import ReplicaOffsetError, StoreError
 
 from ._clean import CleanReport, parse_delete_when
+from ._epochs import EpochEntry, consistent_end
 from ._model import (
     FlushDiskType,
     GetResult,
@@ -24,6 +25,7 @@ from ._store import ArrivalListener, MessageStore, parse_delay_levels
 __all__ = [
     "ArrivalListener",
     "CleanReport",
+    "EpochEntry",
     "FlushDiskType",
     "GetResult",
     "GetStatus",
@@ -36,6 +38,7 @@ __all__ = [
     "ReplicaOffsetError",
     "StoreConfig",
     "StoreError",
+    "consistent_end",
     "parse_delay_levels",
     "parse_delete_when",
 ]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import struct
 from pathlib import Path
 from typing import Final
 
 from cometmq.protocol.record import BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE
 
-from ._mappedfile import MappedFile
+from ._mappedfile import MappedFile, fsync_dir
 from .format import BLANK_MIN_SIZE, file_name, parse_file_name
 
 __all__ = ["CommitLog"]
@@ -195,6 +196,38 @@ class CommitLog:
             self.wrote_pos = rel
             self._warm_seg = None  # zero_from makes the tail sparse again
             cur.zero_from(rel)
+
+    def truncate_to(self, end: int) -> list[MappedFile]:
+        """Cut the log back to *end*, a record boundary at or after ``min_offset`` and before the
+        written end, durably and in an order that leaves, after a crash at any point, either the whole
+        log or the cut one to recovery (whose scan ends the log at the first bytes that are not a
+        record): first the 8 bytes at *end* are zeroed and synced, so the scan stops there from then
+        on; then the later segments are deleted, newest first, so what is left never has a hole; then
+        the rest of *end*'s segment is zeroed. Returns the deleted segments, for the caller to close
+        where no sync can be using them."""
+        idx = bisect.bisect_right(self.starts, end) - 1
+        seg = self.segments[idx]
+        rel = end - seg.start
+        seg.write_at(rel, bytes(BLANK_MIN_SIZE))  # a segment keeps at least 8 bytes after a record
+        os.fsync(seg.fd)
+        dropped = self.segments[idx + 1 :]
+        for later in reversed(dropped):
+            later.unlink()
+        if dropped:
+            fsync_dir(self.dir)
+        # New lists, as ``drop_head`` makes them: the flush thread may be iterating the old one.
+        self.segments = self.segments[: idx + 1]
+        self.starts = self.starts[: idx + 1]
+        seg.zero_from(rel)
+        os.fsync(seg.fd)  # not fdatasync: the file's blocks were freed
+        self.cur = seg
+        self.wrote_pos = rel
+        self.max_offset = end
+        self.flushed_offset = min(self.flushed_offset, end)
+        self._warm_seg = None  # zero_from made the tail sparse again
+        if self.warm_at != _NEVER:
+            self.warm_at = end  # warm again from the next record on
+        return dropped
 
     def roll(self) -> MappedFile:
         """Fill the rest of the current segment with a blank record and start the next one."""

@@ -299,6 +299,25 @@ class ConsumeQueue:
         self.synced_offset = min(self.synced_offset, new_max)
         self._set_cursor(idx)
 
+    def truncate_to_commitlog(
+        self, end: int, retire: Callable[[list[MappedFile]], None] | None = None
+    ) -> int:
+        """Drop the trailing units that are holes or whose records reach past commit-log offset *end*
+        (*retire* as for ``truncate``); return how many. Units point at increasing offsets, so those
+        form a suffix: bisect for it."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self.unit(mid)
+            if unit is None or unit[1] <= 0 or unit[0] + unit[1] > end:
+                hi = mid
+            else:
+                lo = mid + 1
+        dropped = self.max_offset - lo
+        if dropped:
+            self.truncate(lo, retire)
+        return dropped
+
     def reset(self, start: int, retire: Callable[[list[MappedFile]], None] | None = None) -> None:
         """Delete every file; the queue continues empty at unit *start* (*retire* as for ``truncate``)."""
         while self.files:

@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -243,28 +243,54 @@ class FlushService:
         After a failed sync the checkpoint is left as it was: it must not vouch for data written
         since (nor call a shutdown clean), so the next start recovers from the last good one."""
         with self._cycle_lock:
-            # First, so a sync that keeps failing cannot keep deleted files (and their blocks) alive.
-            # Nothing syncs them: they left the lists before they were handed over.
-            self._close_retired()
-            # Captured before the queues are listed and synced: dispatch happens before max_offset
-            # moves, so every record below ``safe`` has its unit in a queue we are about to sync.
-            safe = self._commitlog.max_offset
-            for cq in self._queues.all_queues():
-                try:
-                    cq.sync()
-                except FileNotFoundError:
-                    # Its topic was deleted since the list was taken: the directory went with it (the
-                    # topic leaves the table first), and nothing of it needs to be durable. Missing
-                    # files of a queue still in the table are a real failure.
-                    if any(cq is live for live in self._queues.all_queues()):
-                        raise
-            if self._index is not None:
-                self._index.sync()  # its own headers record what is on disk; not the checkpoint
-            self.flush_commitlog()
+            safe = self._sync_all()
             if self.failure is None:
-                self._checkpoint.write(
-                    Checkpoint(self._commitlog.flushed_offset, safe, clean, time.time_ns() // 1_000_000)
-                )
+                self._write_checkpoint(self._commitlog.flushed_offset, safe, clean)
+
+    @contextlib.contextmanager
+    def truncating(self, end: int) -> Iterator[None]:
+        """Hold off flush cycles while the writer cuts the store back to commit-log offset *end*.
+        Everything written is made durable first and the checkpoint lowered to *end*, so that
+        recovery after a crash from here on scans from there and finds either the whole log or the
+        cut one. Afterwards the SYNC_FLUSH waiters for bytes beyond *end* are answered False: those
+        bytes are gone, whatever is written there next."""
+        with self._cycle_lock:
+            safe = self._sync_all()
+            self._write_checkpoint(min(self._commitlog.flushed_offset, end), min(safe, end), False)
+            yield
+            if not self._sync_mode:
+                self.wake_at = self._commitlog.flushed_offset + self._least_bytes
+        with self._waiters_lock:
+            cut = [fut for waited, fut, _ in self._waiters if waited > end]
+            self._waiters = [w for w in self._waiters if w[0] <= end]
+        for fut in cut:
+            _expire(fut)
+
+    def _sync_all(self) -> int:
+        """Sync the consume queues, the index and the commit log (under ``_cycle_lock``); return
+        the commit-log offset below which every record's unit is on disk."""
+        # First, so a sync that keeps failing cannot keep deleted files (and their blocks) alive.
+        # Nothing syncs them: they left the lists before they were handed over.
+        self._close_retired()
+        # Captured before the queues are listed and synced: dispatch happens before max_offset
+        # moves, so every record below ``safe`` has its unit in a queue we are about to sync.
+        safe = self._commitlog.max_offset
+        for cq in self._queues.all_queues():
+            try:
+                cq.sync()
+            except FileNotFoundError:
+                # Its topic was deleted since the list was taken: the directory went with it (the
+                # topic leaves the table first), and nothing of it needs to be durable. Missing
+                # files of a queue still in the table are a real failure.
+                if any(cq is live for live in self._queues.all_queues()):
+                    raise
+        if self._index is not None:
+            self._index.sync()  # its own headers record what is on disk; not the checkpoint
+        self.flush_commitlog()
+        return safe
+
+    def _write_checkpoint(self, flushed: int, safe: int, clean: bool) -> None:
+        self._checkpoint.write(Checkpoint(flushed, safe, clean, time.time_ns() // 1_000_000))
 
     def _close_retired(self) -> None:
         while self._retired:

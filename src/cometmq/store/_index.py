@@ -407,9 +407,23 @@ class IndexService:
             fsync_dir(self.dir)  # a deleted file coming back would hold entries indexed again
         return dropped
 
+    def truncate_from(self, offset: int) -> int:
+        """Drop the entries of the records at commit-log *offset* and beyond, which the commit log
+        was cut back to (writer's thread, while no flush cycle runs); return how many. Recovery after
+        a crash before the headers are rewritten drops them too: no header vouches beyond the log's
+        end."""
+        dropped = self._truncate_from(offset)
+        for f in self.files:
+            f.indexed_to = min(f.indexed_to, offset)
+            f.synced_count = -1  # rewrite the header, whose count or indexed-to may be beyond
+        if self._first_unindexed >= offset:
+            self._first_unindexed = _EVERYTHING  # that record is gone
+        self._cur = self.files[-1] if self.files else None
+        return dropped
+
     def _reindex(self, cl: CommitLog, start: int, end: int) -> None:
         """Index the records of the commit log in [start, end) (recovery; the log is verified)."""
-        if not _is_record_boundary(cl, start):
+        if not is_record_boundary(cl, start):
             # These index files belong to another log: start afresh.
             log.warning("index: no record starts at %d; indexing the whole commit log again", start)
             self.close()
@@ -720,7 +734,7 @@ def _matches(record: memoryview, topic: str, key: str, begin_ms: int, end_ms: in
     return key in props.get("KEYS", "").split(KEY_SEPARATOR)
 
 
-def _is_record_boundary(cl: CommitLog, offset: int) -> bool:
+def is_record_boundary(cl: CommitLog, offset: int) -> bool:
     """Whether a record, a segment's blank filler, a segment or the log's end starts at *offset*."""
     if offset == cl.max_offset or cl.record_at(offset) is not None:
         return True

@@ -184,26 +184,18 @@ def _trim_queues(queues: QueueTable, end: int, commitlog_min: int) -> int:
 
 def _trim_queue(cq: ConsumeQueue, end: int) -> int:
     """Drop trailing units that are holes or point at or past *end*. After the scan those form a
-    suffix (everything pointing into the scanned range was verified), so bisect for it."""
-    lo, hi = cq.min_offset, cq.max_offset
-    while lo < hi:
-        mid = (lo + hi) // 2
-        unit = cq.unit(mid)
-        if unit is None or unit[1] <= 0 or unit[0] + unit[1] > end:
-            hi = mid
-        else:
-            lo = mid + 1
-    dropped = cq.max_offset - lo
+    suffix (everything pointing into the scanned range was verified)."""
+    old_max = cq.max_offset
+    dropped = cq.truncate_to_commitlog(end)
     if dropped:
         log.warning(
             "recovery: dropping %d unit(s) [%d, %d) of %s/%d: beyond the commit log's end",
             dropped,
-            lo,
-            cq.max_offset,
+            old_max - dropped,
+            old_max,
             cq.topic,
             cq.queue_id,
         )
-        cq.truncate(lo)
     return dropped
 
 

@@ -47,8 +47,9 @@ from ._dispatch import (
     walk_records,
     whole_records,
 )
+from ._epochs import EPOCH_FILE_NAME, EpochEntry, EpochFile, check_history, clipped
 from ._flush import CheckpointFile, FlushService
-from ._index import IndexService
+from ._index import IndexService, is_record_boundary
 from ._lock import StoreDirectoryLock
 from ._mappedfile import MappedFile, fsync_dir
 from ._model import (
@@ -177,6 +178,8 @@ class MessageStore:
         # The start of a record its master is still sending (``append_replica``), held here rather
         # than written: the commit-log bytes end at a record boundary. Puts are refused meanwhile.
         self._replica_partial = bytearray()
+        self._epoch_file = EpochFile(self._root / EPOCH_FILE_NAME)
+        self._epochs: list[EpochEntry] = []  # loaded by ``start``
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -209,6 +212,7 @@ class MessageStore:
                 self._index = IndexService(self._root / "index", cfg.max_index_num, self._retire_files)
                 self._index.load(cl)
             cl.ensure_segment()
+            self._load_epochs()
             self._checkpoint.write(
                 Checkpoint(cl.flushed_offset, cl.max_offset, False, _time_ns() // 1_000_000)
             )
@@ -261,6 +265,19 @@ class MessageStore:
             log.exception("store shutdown could not flush; the next start will recover")
         finally:
             self._close_files()
+
+    def _load_epochs(self) -> None:
+        """Read the epoch file, without the entries that begin beyond the recovered log's end (a
+        truncation the crash interrupted after the log was cut)."""
+        loaded = self._epoch_file.read()
+        self._epochs = clipped(loaded, self._commitlog.max_offset)
+        if self._epochs != loaded:
+            log.warning(
+                "epochs %s begin beyond the commit log's end %d; dropping them from the epoch file",
+                loaded[len(self._epochs) :],
+                self._commitlog.max_offset,
+            )
+            self._epoch_file.write(self._epochs)
 
     def _new_files(self) -> None:
         """Unloaded objects for the store's files (``start`` loads them)."""
@@ -811,6 +828,118 @@ class MessageStore:
         self._dispatch_replica(seg.start + pos + whole)
         self._update_replica_partial()
         return self.replica_end()
+
+    # -- epochs and truncation (failover) ---------------------------------------------------------
+
+    def epochs(self) -> list[EpochEntry]:
+        """This store's history: which epoch (mastership) began writing at which commit-log offset,
+        oldest first (``<root>/epochFileCheckpoint``)."""
+        return list(self._epochs)
+
+    def begin_epoch(self, epoch: int) -> EpochEntry:
+        """Start acting as master in *epoch*: a partial trailing record a former master was sending is
+        dropped, and (epoch, the log's end) is appended to the history and written. ``ValueError``
+        unless *epoch* exceeds the last epoch; ``StoreError`` when the store is not running or the
+        epoch file cannot be written."""
+        self._require_running()
+        if self._epochs and epoch <= self._epochs[-1].epoch:
+            raise ValueError(
+                f"epoch {epoch} does not exceed this store's last epoch {self._epochs[-1].epoch}"
+            )
+        if epoch < 1:
+            raise ValueError(f"epoch {epoch} is below 1")
+        if self._replica_partial:
+            log.info(
+                "dropping the %d bytes of a partial record at commit-log offset %d: its master will not "
+                "send the rest",
+                len(self._replica_partial),
+                self.replica_end() - len(self._replica_partial),
+            )
+            self._replica_partial.clear()
+            self._update_replica_partial()
+        end = self.replica_end()
+        # Entries beyond the end were adopted from a master whose bytes never arrived.
+        entry = EpochEntry(epoch, end)
+        self._save_epochs([*clipped(self._epochs, end), entry])
+        log.info("epoch %d begins at commit-log offset %d", epoch, end)
+        return entry
+
+    def adopt_epochs(self, entries: Sequence[EpochEntry]) -> None:
+        """Take *entries*, a master's history, as this store's (a slave after its handshake, once its
+        log agrees with the master's). ``ValueError`` unless the epochs increase and the start
+        offsets do not decrease; ``StoreError`` as for ``begin_epoch``."""
+        self._require_running()
+        history = list(entries)
+        check_history(history)
+        if history != self._epochs:
+            self._save_epochs(history)
+
+    def truncate_to(self, offset: int) -> int:
+        """Cut everything from commit-log *offset* on: a slave's tail its new master does not have.
+        *offset* is a record boundary (a record's start, a segment's start or the log's end) between
+        the log's first offset and ``replica_end()``. The commit log, the consume queues (their max
+        offsets: the next queue offset of each queue), the index and the epoch file (entries
+        beginning beyond *offset*) follow. A partial record held goes too. Returns the bytes removed.
+
+        Safe against a crash at any point: the next start recovers either the store as it was or
+        the cut one (``CommitLog.truncate_to`` says how). ``ValueError`` for an offset that is not a
+        record boundary in range; ``StoreError`` when the store is not running, a sync failed
+        before, or the files cannot be written."""
+        self._require_running()
+        if self.flush_failure is not None:
+            raise StoreError(self.flush_failure)
+        cl = self._commitlog
+        end = self.replica_end()
+        written = end - len(self._replica_partial)
+        if offset == end:
+            return 0
+        if not cl.min_offset <= offset <= written or not is_record_boundary(cl, offset):
+            raise ValueError(
+                f"cannot truncate to commit-log offset {offset}: not a record boundary between the "
+                f"log's first offset {cl.min_offset} and its end {end}"
+            )
+        self._replica_partial.clear()
+        units = entries = 0
+        if offset < written:
+            flusher = self._flusher
+            assert flusher is not None  # running
+            try:
+                with flusher.truncating(offset):
+                    self._retire_files(cl.truncate_to(offset))
+                    for cq in self._queues.all_queues():
+                        units += cq.truncate_to_commitlog(offset, self._retire_files)
+                    if self._index is not None:
+                        entries = self._index.truncate_from(offset)
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot truncate the commit log to {offset}: {exc.strerror or exc}"
+                ) from exc
+        kept = clipped(self._epochs, offset)
+        log.warning(
+            "truncated the commit log from %d to %d: %d bytes, %d consume-queue unit(s), %d index "
+            "entries removed%s",
+            end,
+            offset,
+            end - offset,
+            units,
+            entries,
+            f"; epochs {self._epochs[len(kept) :]} dropped" if kept != self._epochs else "",
+        )
+        if kept != self._epochs:
+            self._save_epochs(kept)
+        self._update_replica_partial()
+        return end - offset
+
+    def _save_epochs(self, entries: list[EpochEntry]) -> None:
+        try:
+            self._epoch_file.write(entries)
+        except OSError as exc:
+            raise StoreError(f"cannot write the epoch file: {exc.strerror or exc}") from exc
+        self._epochs = entries
+
+    def _require_running(self) -> None:
+        if not self._running:
+            raise StoreError("the store is not running")
 
     def _begin_replica(self, start: int) -> None:
         """An empty store's log begins at *start*, its master's segment start."""

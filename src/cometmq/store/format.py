@@ -13,6 +13,7 @@ Directory layout
     <root>/index/<yyyyMMddHHmmssSSS>                            index files (below)
     <root>/abort                                                exists while the store runs
     <root>/lock                                                 locked (flock) while a store runs; its pid
+    <root>/epochFileCheckpoint                                  the epoch history (below), with a .bak
 
 File names are the decimal start offset zero-padded to 20 digits (``00000000001073741824``).
 
@@ -126,6 +127,34 @@ stays at the first record left (partly) unindexed, so the next start indexes it 
 store always has at least one index file, so *indexed to* advances even while no
 message carries a key. The headers are synced before the commit log, so after a power loss they
 may count entries for records the recovered log no longer has.
+
+Epoch file
+==========
+
+``<root>/epochFileCheckpoint`` is RocketMQ 5's epoch file: which mastership (epoch) began writing at
+which commit-log offset. ASCII lines, each ending in ``\n``::
+
+    <number of entries>
+    <CRC-32 of the entry lines, newlines included, & 0x7FFFFFFF (Java's UtilAll.crc32); 0: unchecked>
+    <epoch>-<start offset>        one line per entry, oldest first
+
+Epochs increase along the file; start offsets never decrease (an epoch that wrote nothing shares
+its start with the next). An entry's stretch of the log ends where the next one starts, the last
+one's at the log's end. The file is replaced atomically (a temporary file renamed over it), the
+previous content kept as ``epochFileCheckpoint.bak``, which is read when the file is torn or
+damaged. At start, entries beginning beyond the recovered log's end are dropped (a truncation a
+crash interrupted after the log was cut); one beginning exactly at the end is kept.
+
+Truncation
+==========
+
+A slave whose tail its new master does not have cuts its store back to a record boundary: first
+the checkpoint is lowered to the cut (everything before it synced), then the 8 bytes at the cut are
+zeroed and synced, so that from then on recovery's scan ends the log there; then later segments are
+deleted, newest first, and the rest of the cut's segment is zeroed; consume queues drop the units
+of the records cut (their max offsets go back), the index the entries, and last the epoch file the
+entries beginning after the cut. A crash before the 8 bytes reach the disk recovers the store as it
+was; one after recovers it cut, recovery doing what the truncation had not done yet.
 
 Recovery
 ========
