@@ -253,6 +253,13 @@ def check_ports_free(servers: list[Server], host: str) -> None:
     """Every fixed port the cluster listens on (each master's HA port too) is free, or ConfigError
     naming the first one taken and the options that choose others: said before any server starts,
     rather than by one server's log after the others started."""
+    if any(s.role == "etcd" for s in servers):
+        others = (
+            "or etcd running?): stop it, or choose other ports with --namesrv-port, --base-port "
+            "and --etcd-port"
+        )
+    else:
+        others = "running?): stop it, or choose other ports with --namesrv-port and --base-port"
     for server in servers:
         ports = [server.port] if server.port else []
         if ports and (server.role == "etcd" or (server.broker_name and not server.is_slave)):
@@ -270,8 +277,7 @@ def check_ports_free(servers: list[Server], host: str) -> None:
                         what = "client port" if port == server.port else "peer port"
                     raise ConfigError(
                         f"{host}:{port} ({server.label}'s {what}) is already in use (is another CometMQ "
-                        "or etcd running?): stop it, or choose other ports with --namesrv-port, "
-                        "--base-port and --etcd-port"
+                        f"{others}"
                     ) from None
 
 
