@@ -223,6 +223,8 @@ BROKER_ROWS: dict[int, Row] = {
     RequestCode.GET_ALL_DELAY_OFFSET: Row(),
     RequestCode.GET_BROKER_RUNTIME_INFO: Row(),
     RequestCode.GET_BROKER_HA_STATUS: Row(),
+    # The broker under test has brokerId 0: a valid request (naming another master) is refused too.
+    RequestCode.NOTIFY_BROKER_ROLE_CHANGED: Row(bh.NotifyBrokerRoleChangedRequestHeader),
 }
 
 _REGISTER_BODIES = (

@@ -55,7 +55,6 @@ def test_a_slave_longer_than_its_master_stops_with_one_error(tmp_path: Path) -> 
             assert slave_end > master_end
             assert f"ends at offset {slave_end}" in errors[0]
             assert f"end at {master_end}" in errors[0]
-            assert "beyond this master's end" in master.log()
 
             # Both keep serving: the master takes sends, the slave answers reads of its own log.
             response, _ = await send(client, master.addr, TOPIC, 0, *make_message(2, 99))

@@ -4,15 +4,20 @@ kill -9 at any point of a truncation leaves the store as it was before or as it 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import shutil
 import signal
+import struct
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from store_testlib import SMALL_COMMITLOG, crash, make_msg
 from test_replica import (
     QUEUES,
@@ -21,13 +26,15 @@ from test_replica import (
     assert_replica_of,
     copy,
     first_segment_ends,
+    log_bytes,
+    messages,
     put_some,
     started,
 )
 
-from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.properties import decode_properties, encode_properties
 from cometmq.protocol.record import decode_records
-from cometmq.store import EpochEntry, GetStatus, MessageStore, PutStatus, consistent_end
+from cometmq.store import EpochEntry, FlushDiskType, GetStatus, MessageStore, PutStatus, consistent_end
 
 NEVER = 1 << 62
 
@@ -235,13 +242,18 @@ def snapshot(root: Path) -> dict[str, object]:
         store.shutdown()
 
 
-def test_a_truncation_killed_at_any_point_recovers_to_before_or_after(tmp_path: Path) -> None:
-    old, new, parted = diverge(tmp_path, 12, 30, 0)
-    old.adopt_epochs([EpochEntry(1, 0), EpochEntry(3, old.replica_end() - 100)])  # one to drop
+@pytest.mark.parametrize(
+    ("old_tail", "segments"), [(30, 3), (2, 1)], ids=["segments to delete", "within the last segment"]
+)
+def test_a_truncation_killed_at_any_point_recovers_to_before_or_after(
+    tmp_path: Path, old_tail: int, segments: int
+) -> None:
+    old, new, parted = diverge(tmp_path, 3, old_tail, 0)
+    old.adopt_epochs([EpochEntry(1, 0), EpochEntry(3, old.replica_end() - 10)])  # one to drop
     new.shutdown()
     old.shutdown()
     template = tmp_path / "old"
-    assert len(list((template / "commitlog").iterdir())) >= 3  # segments to delete
+    assert len(list((template / "commitlog").iterdir())) >= segments
     before = snapshot(template)
     after_root = tmp_path / "after"
     shutil.copytree(template, after_root)
@@ -280,3 +292,115 @@ def test_a_truncation_killed_at_any_point_recovers_to_before_or_after(tmp_path: 
     # Once recovery finds the cut, every later kill finds it too.
     assert seen[0] == "before" and seen[-1] == "after"
     assert seen == sorted(seen, key=["before", "after"].index), seen
+
+
+def test_a_sync_flush_wait_for_bytes_the_truncation_cut_is_answered_false(tmp_path: Path) -> None:
+    store = started(tmp_path / "s", flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    try:
+        cut = put_keyed(store, "a")
+        end = store.replica_end()
+
+        async def main() -> tuple[bool, bool]:
+            beyond = store.when_flushed(end + 1)  # waits for bytes not written yet
+            store.truncate_to(cut)
+            assert beyond.done()  # not left for the bytes written at the cut next
+            put_keyed(store, "b")
+            put_keyed(store, "c")
+            return beyond.result(), await store.wait_flushed(store.replica_end())
+
+        assert asyncio.run(main()) == (False, True)
+    finally:
+        store.shutdown()
+
+
+def record_starts(store: MessageStore) -> list[int]:
+    """Where each record and blank filler of the store's log starts, and its end."""
+    starts = []
+    offset, end = store.commitlog_min_offset, store.replica_end()
+    while offset < end:
+        starts.append(offset)
+        view = store.ha_readable(offset, 8)
+        total, _magic = struct.unpack(">iI", view)
+        view.release()
+        offset += total
+    return [*starts, end]
+
+
+def keys_of(store: MessageStore) -> set[str]:
+    view = store.ha_readable(0, 1 << 30)
+    data = view.tobytes()
+    view.release()
+    return {decode_properties(r.properties).get("KEYS", "") for r in decode_records(data) if r.topic == "A"}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32), count=st.integers(1, 40), pick=st.floats(0, 1))
+def test_a_slave_truncated_to_a_boundary_is_the_slave_that_only_ever_got_that_far(
+    seed: int, count: int, pick: float
+) -> None:
+    with tempfile.TemporaryDirectory(prefix="cometmq-truncate-") as tmp:
+        roots = [Path(tmp) / name for name in ("master", "truncated", "reference")]
+        master, truncated, reference = (started(root) for root in roots)
+        try:
+            put_some(master, random.Random(seed), count, max_body=9000)
+            starts = record_starts(master)
+            cut = starts[int(pick * (len(starts) - 1))]
+            copy(master, truncated, lambda: 3000, start=0)
+            truncated.truncate_to(cut)
+            offset = 0
+            while offset < cut:
+                view = master.ha_readable(offset, cut - offset)
+                offset = reference.append_replica(offset, view)
+                view.release()
+            assert truncated.replica_end() == reference.replica_end() == cut
+            assert truncated.commitlog_max_offset == reference.commitlog_max_offset
+            assert log_bytes(roots[1], 0, cut) == log_bytes(roots[2], 0, cut)
+            for topic in (*TOPICS, SCHEDULE):
+                for queue_id in range(QUEUES):
+                    assert truncated.max_offset(topic, queue_id) == reference.max_offset(topic, queue_id)
+                    assert messages(truncated, topic, queue_id, 0) == messages(reference, topic, queue_id, 0)
+            for key in keys_of(master):
+                assert keyed(truncated, key) == keyed(reference, key)
+            copy(master, truncated, lambda: 5000)
+            assert_replica_of(master, roots[0], truncated, roots[1])
+        finally:
+            for store in (master, truncated, reference):
+                store.shutdown()
+
+
+def test_a_slave_that_began_at_its_masters_last_segment_can_be_cut_back_to_its_first_offset(
+    tmp_path: Path,
+) -> None:
+    master, slave = started(tmp_path / "m"), started(tmp_path / "sl")
+    try:
+        put_some(master, random.Random(5), 30, max_body=9000)
+        copy(master, slave, lambda: 4000)
+        first = slave.commitlog_min_offset
+        assert first > 0 and slave.replica_end() > first
+        assert slave.truncate_to(first) == master.replica_end() - first
+        assert slave.replica_end() == slave.commitlog_max_offset == first
+        crash(slave)
+        slave = started(tmp_path / "sl")
+        assert slave.replica_end() == first
+        copy(master, slave, lambda: 4000)
+        assert_replica_of(master, tmp_path / "m", slave, tmp_path / "sl")
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_a_slave_promoted_inside_a_record_drops_it_and_begins_its_epoch_at_the_last_whole_one(
+    tmp_path: Path,
+) -> None:
+    master, slave = started(tmp_path / "m"), started(tmp_path / "sl")
+    try:
+        put_keyed(master, "a")
+        whole = put_keyed(master, "b")
+        view = master.ha_readable(0, whole + 10)
+        slave.append_replica(0, view)
+        view.release()
+        assert slave.begin_epoch(2) == EpochEntry(2, whole)
+        assert slave.replica_end() == whole and put_keyed(slave, "c") == whole
+    finally:
+        master.shutdown()
+        slave.shutdown()

@@ -155,6 +155,7 @@ class ScheduleMessageService:
         self._writing: asyncio.Future[bool] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
+        self._listening = False
         self._retry_logged: set[int] = set()
 
     @property
@@ -177,9 +178,11 @@ class ScheduleMessageService:
     def start(self) -> None:
         """Start delivering (the store must be started). Also registers for arrivals. A slave does
         not deliver."""
-        if self._broker.is_slave:
+        if self._broker.is_slave or self._started:
             return
-        self._broker.store.add_arrival_listener(self._on_arrival)
+        if not self._listening:  # once: a broker turned master again starts delivering again
+            self._broker.store.add_arrival_listener(self._on_arrival)
+            self._listening = True
         self._started = True
         self._tasks = [
             asyncio.ensure_future(self._deliver_loop()),

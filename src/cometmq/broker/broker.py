@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -32,8 +33,9 @@ from cometmq.broker._slave_sync import (
 from cometmq.broker._stats import BrokerStats, sample_every_second
 from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker.config import BrokerConfig, BrokerRole
-from cometmq.errors import CometMQError, ConfigError
+from cometmq.errors import CometMQError, ConfigError, RequestRefused
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.broker_headers import NotifyBrokerRoleChangedRequestHeader
 from cometmq.protocol.ha_status import HARuntimeInfo
 from cometmq.protocol.namesrv_headers import BrokerRequestHeader, RegisterBrokerRequestHeader
 from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer
@@ -46,8 +48,9 @@ CLIENT_SCAN_INTERVAL_S = 10.0
 
 
 class Broker:
-    """One broker process, a master or a slave (``brokerRole``): a RemotingServer, the request
-    processors, and the store."""
+    """One broker process, a master or a slave: a RemotingServer, the request processors, and the
+    store. ``brokerRole`` gives the role at start; ``become_master`` and ``become_slave`` switch it
+    while the broker runs (a manual switch, or the failover election)."""
 
     def __init__(
         self,
@@ -60,8 +63,25 @@ class Broker:
         simulate a full disk with it. *slave_sync_period_s* is how often a slave copies its master's
         metadata (RocketMQ's 10 s; tests make it shorter). ConfigError for settings a broker cannot
         run with (``BrokerConfig.settle_role``)."""
+        # The broker's own id in its group, which it registers under while a slave (a master
+        # registers as 0, and settle_role sets a static master's brokerId to 0).
+        self.own_id = config.broker_id
         config.settle_role()
         self.config = config
+        self._slave = config.failover or config.broker_role is BrokerRole.SLAVE
+        # How this broker acknowledges sends while it is master (a SLAVE promoted by hand: as ASYNC).
+        self.master_role = (
+            BrokerRole.ASYNC_MASTER if config.broker_role is BrokerRole.SLAVE else config.broker_role
+        )
+        self.epoch = 0  # the epoch of the master this broker is, or follows (0: not known)
+        # Failover mode: the group's in-sync set as committed in etcd (broker ids, the master's own
+        # included). A SYNC_MASTER waits for these and refuses sends while they are too few.
+        self.in_sync: frozenset[int] = frozenset()
+        self._role_lock = asyncio.Lock()  # one switch at a time
+        # The HA port: as configured until a master's HA server first binds it, then the one bound
+        # (with listenPort 0, the one the OS picked), kept across switches of role.
+        self._ha_listen_port = 0
+        self._ha_bound = False
         store_config = config.store_config(disk_usage_probe)
         self.root_dir = store_config.root_dir
         config_dir = self.root_dir / "config"
@@ -84,6 +104,8 @@ class Broker:
         self.stats = BrokerStats()
         self.boot_timestamp = int(time.time() * 1000)
         self._server: RemotingServer | None = None
+        self._dispatch: Dispatcher | None = None
+        self._slave_sync_task: asyncio.Task[None] | None = None
         self._namesrv_client = RemotingClient()
         self._register_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -99,7 +121,17 @@ class Broker:
 
     @property
     def is_slave(self) -> bool:
-        return self.config.broker_role is BrokerRole.SLAVE
+        return self._slave
+
+    @property
+    def registered_id(self) -> int:
+        """The id this broker registers under: the master's 0, or its own brokerId as a slave."""
+        return self.own_id if self._slave else 0
+
+    @property
+    def role(self) -> BrokerRole:
+        """The role now: SLAVE, or how this master acknowledges."""
+        return BrokerRole.SLAVE if self._slave else self.master_role
 
     @property
     def port(self) -> int:
@@ -107,23 +139,35 @@ class Broker:
 
     @property
     def ha_port(self) -> int:
-        """The HA port advertised to the NameServer: the master's HA server's."""
-        return self.ha_server.port if self.ha_server is not None else self.config.ha_port
+        """The HA port advertised to the NameServer: the master's HA server's (the same across switches
+        of role once bound)."""
+        return self._ha_listen_port if self._ha_bound else self.config.ha_port
 
     def runtime_info(self) -> dict[str, str]:
         return runtime_info(self)
 
     def ha_status(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """GET_BROKER_HA_STATUS: the replication state (a master's links, or a slave's link)."""
-        replication = self.ha_server or self.ha_client
+        """GET_BROKER_HA_STATUS: the replication state (a master's links, or a slave's link), with the
+        epoch and, in failover mode, the in-sync set."""
+        replication = self.ha_client if self._slave else self.ha_server
         if replication is not None:
             info = replication.runtime_info()
         else:
-            info = HARuntimeInfo(master=True, master_commit_log_max_offset=self.store.replica_end())
+            info = HARuntimeInfo(
+                master=not self._slave, master_commit_log_max_offset=self.store.replica_end()
+            )
+        epochs = self.store.epochs()
+        info.epoch = epochs[-1].epoch if epochs else 0
+        info.failover = self.config.failover
+        info.in_sync_replicas = sorted(self.in_sync) if self.config.failover else []
         return request.response(body=info.encode())
 
     def _dispatcher(self) -> Dispatcher:
-        """The broker's one processor table: each request code and the processor method serving it."""
+        return Dispatcher(self._processor_table())
+
+    def _processor_table(self) -> ProcessorTable:
+        """The broker's one processor table for its role now: each request code and the processor
+        method serving it."""
         send = SendProcessor(self)
         pull = PullProcessor(self)
         consumers = ConsumerManageProcessor(self)
@@ -166,14 +210,15 @@ class Broker:
                 RequestCode.GET_ALL_DELAY_OFFSET: admin.get_all_delay_offset,
                 RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
                 RequestCode.GET_BROKER_HA_STATUS: self.ha_status,
+                RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self.role_changed,
             }
         )
 
-    def _for_role(self, table: ProcessorTable) -> Dispatcher:
-        """A slave refuses the requests only a master serves (its role does not change while it runs)."""
+    def _for_role(self, table: ProcessorTable) -> ProcessorTable:
+        """A slave refuses the requests only a master serves."""
         if self.is_slave:
             table.update(slave_refusals(self))
-        return Dispatcher(table)
+        return table
 
     async def start(self) -> None:
         self.root_dir.mkdir(parents=True, exist_ok=True)
@@ -183,8 +228,9 @@ class Broker:
         self.schedule.load()
         await asyncio.get_running_loop().run_in_executor(None, self.store.start)
         self.store.add_arrival_listener(self.pull_holds.on_arrival)
+        self._dispatch = self._dispatcher()
         server = RemotingServer(
-            self._dispatcher(),
+            self._dispatch,
             self.config.listen_host,
             self.config.listen_port,
             busy_poll_us=self.config.busy_poll_micros,
@@ -223,35 +269,197 @@ class Broker:
             asyncio.ensure_future(self._housekeeping_loop()),
             asyncio.ensure_future(sample_every_second(self.stats)),
         ]
-        if self.is_slave:
-            self._tasks.append(asyncio.ensure_future(self.slave_sync.run()))
+        if self.is_slave and not self.config.failover:
+            self._start_slave_sync()
         if self.config.namesrv_addr:
             await self.register_all()
 
     async def _start_replication(self, ha_port: int) -> None:
-        cfg = self.config
-        replication = cfg.replication_config()
-        if self.is_slave:
-            # haMasterAddress, else the master's HA address the registration learns (RocketMQ).
-            self.ha_client = HAClient(self.store, replication, lambda: self.master_ha_addr)
-            self.ha_client.start()
+        self._ha_listen_port = ha_port
+        if self.config.failover:
+            # Bound at start, so the HA address is known to the election before any role: until it
+            # decides, this broker is a slave of no master.
+            await self._start_ha_server()
+        elif self.is_slave:
+            self._start_ha_client()
         else:
-            self.ha_server = HAServer(self.store, replication)
-            try:
-                await self.ha_server.start(cfg.listen_host, ha_port)
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot listen on the HA port {cfg.listen_host}:{ha_port} (haListenPort, by default "
-                    f"listenPort + 1): {exc.strerror or exc}"
-                ) from None
-        self.sync_master = self.ha_server is not None and cfg.broker_role is BrokerRole.SYNC_MASTER
+            self._begin_epoch(self._next_epoch())
+            await self._start_ha_server()
+
+    async def _start_ha_server(self) -> None:
+        """A master's HA server, on the HA port this broker bound first (a port the OS picked stays
+        the broker's). A fresh server per mastership: nothing a slave acknowledged to an earlier one
+        (before this broker's log was cut back) may answer a send of this one."""
+        cfg = self.config
+        port = self._ha_listen_port
+        ha_server = HAServer(self.store, dataclasses.replace(cfg.replication_config(), broker_id=self.own_id))
+        try:
+            await ha_server.start(cfg.listen_host, port)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on the HA port {cfg.listen_host}:{port} (haListenPort, by default "
+                f"listenPort + 1): {exc.strerror or exc}"
+            ) from None
+        self.ha_server = ha_server
+        self._ha_listen_port = ha_server.port
+        self._ha_bound = True
+        self.sync_master = not self._slave and self.master_role is BrokerRole.SYNC_MASTER
+
+    async def _stop_ha_server(self) -> None:
+        """Stop being a master's HA server: SYNC sends waiting for a slave are answered
+        FLUSH_SLAVE_TIMEOUT (stored, not confirmed) rather than losing their answer."""
+        self.sync_master = False
+        ha_server, self.ha_server = self.ha_server, None
+        if ha_server is not None:
+            await ha_server.stop()
+
+    def _start_ha_client(self) -> None:
+        # haMasterAddress, else the master's HA address the registration (or the election) names. The
+        # hello names this broker and the master's epoch it expects (0: any, outside failover).
+        self.ha_client = HAClient(
+            self.store,
+            self.config.replication_config(),
+            lambda: self.master_ha_addr,
+            broker_id=self.own_id,
+            expected_epoch=lambda: self.epoch,
+        )
+        self.ha_client.start()
+
+    async def _stop_ha_client(self) -> None:
+        ha_client, self.ha_client = self.ha_client, None
+        if ha_client is not None:
+            await ha_client.stop()
 
     async def _stop_replication(self) -> None:
-        self.sync_master = False
-        if self.ha_client is not None:
-            await self.ha_client.stop()
-        if self.ha_server is not None:
-            await self.ha_server.stop()
+        await self._stop_ha_client()
+        await self._stop_ha_server()
+
+    def _next_epoch(self) -> int:
+        """A static or manually made master's epoch: one past the last this store holds."""
+        epochs = self.store.epochs()
+        return (epochs[-1].epoch if epochs else 0) + 1
+
+    def _begin_epoch(self, epoch: int) -> None:
+        """Start acting as master of *epoch*: the store cuts a partial trailing record and notes where
+        the epoch starts."""
+        entry = self.store.begin_epoch(epoch)
+        self.epoch = epoch
+        log.info(
+            "broker %s is master of epoch %d from commit-log offset %d",
+            self.config.broker_name,
+            epoch,
+            entry.start_offset,
+        )
+
+    def _start_slave_sync(self) -> None:
+        if self._slave_sync_task is None:
+            self._slave_sync_task = asyncio.ensure_future(self.slave_sync.run())
+
+    async def _stop_slave_sync(self) -> None:
+        task, self._slave_sync_task = self._slave_sync_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    # Switching role -----------------------------------------------------------------------------
+
+    async def become_master(self, epoch: int) -> None:
+        """Act as the group's master of *epoch* from now on: stop following (the log as replicated so
+        far is final), start the epoch, serve sends, deliver delayed messages, and register as id 0.
+        *epoch* must exceed every epoch this store holds (ValueError)."""
+        async with self._role_lock:
+            was_slave = self._slave
+            await self._stop_slave_sync()
+            await self._stop_ha_client()
+            await self._stop_ha_server()
+            self._begin_epoch(epoch)
+            self._slave = False
+            self.master_addr = None
+            await self._start_ha_server()
+            self._switch_table()
+            self.schedule.start()
+            log.info("broker %s is now the master of its group (epoch %d)", self.config.broker_name, epoch)
+            if was_slave:
+                await self._register_switch(self.own_id)
+
+    async def become_slave(self, master_addr: str | None, master_ha_addr: str | None, epoch: int) -> None:
+        """Act as a slave under this broker's own brokerId from now on, following the master at
+        *master_addr* / *master_ha_addr* (None: whichever the NameServer names) of *epoch* (0: any).
+        Sends are refused at once; SYNC sends waiting for a slave are answered FLUSH_SLAVE_TIMEOUT.
+        ConfigError when the own brokerId is not 1 or more."""
+        if self.own_id < 1:
+            raise ConfigError(
+                f"broker {self.config.broker_name} cannot become a slave: its brokerId is {self.own_id}, "
+                "and a slave needs brokerId 1 or more (0 is the master's id)"
+            )
+        async with self._role_lock:
+            was_master = not self._slave
+            self._slave = True
+            self._switch_table()  # refuse sends before anything else
+            await self._stop_ha_server()
+            await self.schedule.stop()
+            await self._stop_ha_client()
+            self.epoch = epoch
+            self.master_addr = master_addr
+            self.master_ha_addr = master_ha_addr
+            self._start_ha_client()
+            self._start_slave_sync()
+            if master_addr is not None:
+                log.info(
+                    "broker %s is now a slave of %s (HA %s, epoch %d)",
+                    self.config.broker_name,
+                    master_addr,
+                    master_ha_addr,
+                    epoch,
+                )
+            else:
+                log.info(
+                    "broker %s is now a slave of the master the NameServer names", self.config.broker_name
+                )
+            if was_master:
+                await self._register_switch(0)
+
+    async def stop_following(self) -> None:
+        """Stop replicating from the master: this broker's log is final until it follows again."""
+        async with self._role_lock:
+            await self._stop_ha_client()
+
+    def _switch_table(self) -> None:
+        if self._dispatch is not None:
+            self._dispatch.replace(self._processor_table())
+
+    async def _register_switch(self, old_id: int) -> None:
+        """Tell the NameServers of the switch: the entry under the old id goes, the new one comes."""
+        if not self.config.namesrv_addr:
+            return
+        with contextlib.suppress(CometMQError, OSError):
+            await self._unregister_all(old_id)
+        await self.register_all()
+
+    async def role_changed(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """NOTIFY_BROKER_ROLE_CHANGED (``cometmq broker promote/demote``): named as the master, become
+        it with the epoch given; otherwise become a slave following the NameServer's master."""
+        notice = NotifyBrokerRoleChangedRequestHeader.decode(request.ext_fields)
+        cfg = self.config
+        if cfg.failover:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"failover is run by etcd here ({cfg.etcd_endpoints}): roles cannot be switched by hand",
+            )
+        if notice.master_address == cfg.broker_addr:
+            if notice.master_epoch < self._next_epoch():
+                raise RequestRefused(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"epoch {notice.master_epoch} is not past this broker's last epoch "
+                    f"{self._next_epoch() - 1}",
+                )
+            await self.become_master(notice.master_epoch)
+        else:
+            try:
+                await self.become_slave(None, None, 0)
+            except ConfigError as exc:
+                raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        return request.response()
 
     def _connection_closed(self, conn: Connection) -> None:
         self.pull_holds.drop_connection(conn)
@@ -265,6 +473,7 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        await self._stop_slave_sync()
         self.pull_holds.wake_all()
         if self.ha_server is not None:
             # While the clients are still connected: SYNC sends waiting for a slave are answered
@@ -277,7 +486,7 @@ class Broker:
         await self._stop_replication()
         if self.config.namesrv_addr:
             with contextlib.suppress(CometMQError, OSError):
-                await self._unregister_all()
+                await self._unregister_all(self.registered_id)
         await self._namesrv_client.close()
         # A metadata file that cannot be written (disk error) is logged; the others are still
         # written and the store still shuts down cleanly (flushed, checkpointed, abort file removed).
@@ -312,7 +521,7 @@ class Broker:
             broker_addr=cfg.broker_addr,
             cluster_name=cfg.broker_cluster_name,
             ha_server_addr=f"{cfg.broker_ip1}:{self.ha_port}",
-            broker_id=cfg.broker_id,
+            broker_id=self.registered_id,
         )
         body = self.topics.register_body().encode()
         answered: RemotingCommand | None = None
@@ -327,7 +536,7 @@ class Broker:
                 log.warning("the NameServer %s refused the registration: %s", addr, response.remark)
             elif answered is None:
                 answered = response
-        if answered is not None and self.is_slave:
+        if answered is not None and self.is_slave and not cfg.failover:
             self._learn_master(answered)
 
     def _learn_master(self, answer: RemotingCommand) -> None:
@@ -352,13 +561,13 @@ class Broker:
             if self.ha_client is not None:
                 self.ha_client.master_changed()
 
-    async def _unregister_all(self) -> None:
+    async def _unregister_all(self, broker_id: int) -> None:
         cfg = self.config
         header = BrokerRequestHeader(
             broker_name=cfg.broker_name,
             broker_addr=cfg.broker_addr,
             cluster_name=cfg.broker_cluster_name,
-            broker_id=cfg.broker_id,
+            broker_id=broker_id,
         )
         for addr in self._namesrv_addresses():
             request = RemotingCommand(code=RequestCode.UNREGISTER_BROKER, ext_fields=header.encode())

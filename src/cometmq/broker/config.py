@@ -120,6 +120,12 @@ class BrokerConfig:
     min_in_sync_replicas: int = 1
     all_ack_in_sync_state_set: bool = True
     ha_max_time_slave_not_catchup: int = 15_000
+    # Failover (docs/operations.md, "Failover"), CometMQ's own keys: the etcd endpoints (host:port,
+    # comma-separated; empty: static roles), the prefix of the group's keys, and the lease TTL in
+    # seconds (a failover takes about this long).
+    etcd_endpoints: str = ""
+    etcd_prefix: str = "/cometmq"
+    etcd_lease_ttl: int = 5
 
     @property
     def broker_addr(self) -> str:
@@ -136,6 +142,15 @@ class BrokerConfig:
                 "set haListenPort"
             )
         return self.listen_port + 1 if self.listen_port else 0
+
+    @property
+    def failover(self) -> bool:
+        """Whether an election on etcd decides the role (etcdEndpoints given), not brokerRole."""
+        return bool(self.etcd_endpoint_list)
+
+    @property
+    def etcd_endpoint_list(self) -> list[str]:
+        return [endpoint.strip() for endpoint in self.etcd_endpoints.split(",") if endpoint.strip()]
 
     def replication_config(self) -> ReplicationConfig:
         return ReplicationConfig(
@@ -176,7 +191,24 @@ class BrokerConfig:
 
     def settle_role(self) -> None:
         """RocketMQ's role rules, applied once the settings are final (a broker is made from them):
-        a SLAVE needs brokerId 1 or more (ConfigError), a master's brokerId is 0 whatever was set."""
+        a SLAVE needs brokerId 1 or more (ConfigError), a master's brokerId is 0 whatever was set.
+
+        In failover mode the election decides the role: brokerId is the broker's identity in its group
+        (1 or more, distinct per broker), and brokerRole only says how a master acknowledges (a SLAVE
+        acknowledges as an ASYNC_MASTER)."""
+        if self.failover:
+            if self.broker_id < 1:
+                raise ConfigError(
+                    f"failover (etcdEndpoints) needs brokerId 1 or more, distinct for each broker of the "
+                    f"group {self.broker_name}, not {self.broker_id} (set brokerId, or --broker-id)"
+                )
+            if self.broker_role is BrokerRole.SLAVE:
+                log.info(
+                    "brokerRole SLAVE read as ASYNC_MASTER: with failover the election decides the role, "
+                    "brokerRole only how a master acknowledges"
+                )
+                self.broker_role = BrokerRole.ASYNC_MASTER
+            return
         if self.broker_role is BrokerRole.SLAVE:
             if self.broker_id < 1:
                 raise ConfigError(
@@ -231,6 +263,7 @@ class BrokerConfig:
             ("slaveTimeout", self.slave_timeout),
             ("minInSyncReplicas", self.min_in_sync_replicas),
             ("haMaxTimeSlaveNotCatchup", self.ha_max_time_slave_not_catchup),
+            ("etcdLeaseTtl", self.etcd_lease_ttl),
         ):
             if value < 1:
                 raise ConfigError(f"{key} {value} is not a positive number")

@@ -262,6 +262,18 @@ class GetConsumeStatsRequestHeader(Header):
 
 
 @header
+class NotifyBrokerRoleChangedRequestHeader(Header):
+    """NOTIFY_BROKER_ROLE_CHANGED (RocketMQ 5's fields): the broker at ``master_address`` is its group's
+    master from ``master_epoch`` on. The broker told it is that address becomes the master; any other
+    becomes a slave following the master the name server names."""
+
+    master_address: JavaString = wire("masterAddress", default="")
+    master_epoch: JavaInt = wire("masterEpoch", default=0, minimum=0)
+    sync_state_set_epoch: JavaInt = wire("syncStateSetEpoch", default=0)
+    master_broker_id: JavaLong = wire("masterBrokerId", default=0)
+
+
+@header
 class ResetOffsetRequestHeader(Header):
     """INVOKE_BROKER_TO_RESET_OFFSET (admin → broker) and RESET_CONSUMER_CLIENT_OFFSET (broker →
     client). ``queue_id`` and ``offset`` are RocketMQ 5's fields for one queue set to an explicit

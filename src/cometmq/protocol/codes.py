@@ -62,6 +62,7 @@ class RequestCode(enum.IntEnum):
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_BROKER_HA_STATUS = 907  # RocketMQ 5's; a 4.x broker does not answer it
+    NOTIFY_BROKER_ROLE_CHANGED = 1008  # RocketMQ 5's: switch a broker's role (cometmq broker promote)
 
 
 class ResponseCode(enum.IntEnum):

@@ -168,7 +168,7 @@ def encode_hello(broker_id: int, expected_epoch: int) -> bytes:
 
 def encode_hello_answer(epoch: int, end: int, entries: Sequence[tuple[int, int]]) -> bytes:
     """A master's ``HELLO_ANSWER``: its *epoch*, commit-log *end* and epoch history *entries*
-    (``(epoch, start offset)`` pairs; an ``EpochEntry`` unpacks as one)."""
+    (``(epoch, start offset)`` pairs, oldest first)."""
     head = _ANSWER_HEAD.pack(HELLO_MAGIC, epoch, end, len(entries))
     return head + b"".join(_ENTRY.pack(entry_epoch, start) for entry_epoch, start in entries)
 

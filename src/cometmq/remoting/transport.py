@@ -81,6 +81,10 @@ class Dispatcher:
     def __init__(self, table: Mapping[int, RequestHandler]) -> None:
         self._table = {int(code): handler for code, handler in table.items()}
 
+    def replace(self, table: Mapping[int, RequestHandler]) -> None:
+        """Serve *table* from the next request on, on every connection (a broker switching role)."""
+        self._table = {int(code): handler for code, handler in table.items()}
+
     def __call__(self, conn: Connection, request: RemotingCommand) -> HandlerResult:
         handler = self._table.get(request.code)
         if handler is None:

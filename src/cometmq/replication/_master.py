@@ -1,4 +1,9 @@
-"""The master's side of the HA link: the server on haListenPort and one ``SlaveLink`` per slave."""
+"""The master's side of the HA link: the server on haListenPort and one ``SlaveLink`` per slave.
+
+In failover mode the master also keeps the in-sync set: the slaves that identified themselves with a
+hello and caught up within haMaxTimeSlaveNotCatchup are its candidates, and ``set_in_sync`` gives it
+the set as committed in etcd, which a SYNC_MASTER send then waits for.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,11 @@ import asyncio
 import contextlib
 import enum
 import logging
+import time
+from collections.abc import Callable
 
 from cometmq.errors import ProtocolError
-from cometmq.protocol.ha import ReportDecoder, encode_chunk_header
+from cometmq.protocol.ha import HelloDecoder, ReportDecoder, encode_chunk_header, encode_hello_answer
 from cometmq.protocol.ha_status import HAConnectionRuntimeInfo, HARuntimeInfo
 from cometmq.replication._config import ReplicationConfig
 from cometmq.replication._rate import ByteRate
@@ -45,6 +52,14 @@ class HAServer:
         # (slave host, offset) pairs this master could not serve, logged once: such a slave reconnects
         # every few seconds asking for the same offset until a person acts.
         self.refused_starts: set[tuple[str, int]] = set()
+        # The in-sync set as committed in etcd (None: the classic rule, any slave acknowledges) and its
+        # members other than this master, whom a SYNC_MASTER send waits for.
+        self._in_sync: frozenset[int] | None = None
+        self._others: tuple[int, ...] = ()
+        # Called when in_sync_candidates() may have changed (failover proposes the set again).
+        self.on_candidates_changed: Callable[[], None] | None = None
+        self._candidates: frozenset[int] = frozenset()
+        self._candidates_watch: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
@@ -60,6 +75,8 @@ class HAServer:
             self._store.add_arrival_listener(self._on_arrival)
             self._listening = True
         self._server = await asyncio.start_server(self._serve, host, port)
+        if self._candidates_watch is None:
+            self._candidates_watch = asyncio.ensure_future(self._watch_candidates())
         log.info("HA server listening on %s:%d", host, self.port)
 
     async def stop(self) -> None:
@@ -69,15 +86,96 @@ class HAServer:
         serving = list(self._serving)
         for task in serving:
             task.cancel()
-        await asyncio.gather(*serving, return_exceptions=True)
+        watch, self._candidates_watch = self._candidates_watch, None
+        if watch is not None:
+            watch.cancel()
+        await asyncio.gather(*serving, *(watch,) if watch is not None else (), return_exceptions=True)
         if server is not None:
             await server.wait_closed()
         self._transfer.close()
 
     def when_replicated(self, end: int) -> asyncio.Future[PutStatus]:
         """Group transfer: PUT_OK once a slave holds the commit log up to *end*; FLUSH_SLAVE_TIMEOUT
-        after slaveTimeout; SLAVE_NOT_AVAILABLE at once with no slave connected or one too far behind."""
-        return self._transfer.when_replicated(end, len(self._links))
+        after slaveTimeout; SLAVE_NOT_AVAILABLE at once with no slave connected or one too far behind.
+
+        With an in-sync set (``set_in_sync``): PUT_OK once every other member of it holds *end*
+        (allAckInSyncStateSet; else once one of them does), at once when it has no other member;
+        FLUSH_SLAVE_TIMEOUT after slaveTimeout, whoever is connected."""
+        if self._in_sync is None:
+            return self._transfer.when_replicated(end, len(self._links))
+        if not self._others:
+            return self._transfer.answered(PutStatus.PUT_OK)
+        return self._transfer.when_replicated(end, None)
+
+    def set_in_sync(self, ids: frozenset[int] | None) -> None:
+        """The in-sync set as committed in etcd, this master's brokerId included (None: the classic
+        rule, any slave acknowledges a SYNC_MASTER send). A member joins the sends' wait, or leaves it,
+        from this call on: the sends waiting are answered by the acknowledgements of the members now
+        in the set."""
+        self._in_sync = ids
+        self._others = () if ids is None else tuple(sorted(ids - {self._config.broker_id}))
+        if ids is None:
+            self._transfer.reset(max((link.ack_offset for link in self._links), default=0))
+        elif self._others:
+            self._transfer.reset(self._in_sync_acked())
+        else:  # nobody else to wait for: every send stored so far is answered
+            self._transfer.reset(self._store.replica_end())
+
+    def in_sync_candidates(self) -> frozenset[int]:
+        """The brokerIds of the slaves connected with a hello whose acknowledgement reached this
+        master's end within the last haMaxTimeSlaveNotCatchup ms."""
+        now = time.monotonic()
+        return frozenset(
+            link.broker_id for link in self._links if link.broker_id is not None and link.caught_up(now)
+        )
+
+    def acknowledged_by_all_in_sync(self, end: int) -> bool:
+        """Whether the in-sync set has another member than this master and every other member
+        acknowledged the commit log up to *end*: then no broker that could be elected lacks it."""
+        return bool(self._others) and all(self._acked_by(member) >= end for member in self._others)
+
+    def _acked_by(self, broker_id: int) -> int:
+        return max((link.ack_offset for link in self._links if link.broker_id == broker_id), default=0)
+
+    def _in_sync_acked(self) -> int:
+        """The offset the in-sync set acknowledged: the lowest of its other members' (allAck), else
+        the highest."""
+        acked = [self._acked_by(member) for member in self._others]
+        return min(acked) if self._config.all_ack_in_sync else max(acked)
+
+    def _check_candidates(self) -> None:
+        candidates = self.in_sync_candidates()
+        if candidates != self._candidates:
+            self._candidates = candidates
+            if self.on_candidates_changed is not None:
+                self.on_candidates_changed()
+
+    async def _watch_candidates(self) -> None:
+        # A slave leaves the candidates when its last catch-up grows older than the window, which no
+        # event marks: looked at a few times per window.
+        interval = min(1.0, self._config.max_time_slave_not_catchup_ms / 4000)
+        while True:
+            await asyncio.sleep(interval)
+            self._check_candidates()
+
+    def identified(self, link: SlaveLink, broker_id: int, expected_epoch: int) -> bytes | None:
+        """A slave's hello: the answer to write, or None when the slave expects another epoch (its link
+        is closed)."""
+        epochs = self._store.epochs()
+        epoch = epochs[-1].epoch if epochs else 0
+        if expected_epoch and expected_epoch != epoch:
+            log.info(
+                "slave %s (brokerId %d) expects master epoch %d, this master's is %d: closing its link",
+                link.addr,
+                broker_id,
+                expected_epoch,
+                epoch,
+            )
+            return None
+        link.broker_id = broker_id
+        log.info("slave %s is brokerId %d (master epoch %d)", link.addr, broker_id, epoch)
+        entries = [(entry.epoch, entry.start_offset) for entry in epochs]
+        return encode_hello_answer(epoch, self._store.replica_end(), entries)
 
     def runtime_info(self) -> HARuntimeInfo:
         end = self._store.replica_end()
@@ -93,11 +191,15 @@ class HAServer:
             )
             for link in self._links
         ]
+        epochs = self._store.epochs()
         return HARuntimeInfo(
             master=True,
             master_commit_log_max_offset=end,
             in_sync_slave_nums=sum(c.in_sync for c in connections),
             ha_connection_info=connections,
+            epoch=epochs[-1].epoch if epochs else 0,
+            in_sync_replicas=sorted(self._in_sync or ()),
+            failover=self._in_sync is not None,
         )
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
@@ -128,14 +230,29 @@ class HAServer:
             self.idle.discard(link)
             link.close()
             log.info("slave %s disconnected (acknowledged offset %d)", link.addr, link.ack_offset)
+            if link.broker_id is not None:
+                self._check_candidates()  # a slave whose link closes leaves at once
 
     def shipped(self) -> None:
         """A link wrote everything the commit log had (group transfer: a new group for what follows)."""
         self._transfer.shipped()
 
     def acknowledged(self, link: SlaveLink, offset: int) -> None:
-        self._transfer.acknowledge(offset)
-        gap = self._store.replica_end() - offset
+        end = self._store.replica_end()
+        if link.broker_id is not None:
+            now = time.monotonic()
+            was_candidate = link.caught_up(now)
+            if offset >= end:
+                link.caught_up_at = now
+            elif 0 <= link.shipped_end <= offset:
+                link.caught_up_at = link.shipped_at  # it holds all this master had then
+            if not was_candidate and link.caught_up(now):
+                self._check_candidates()
+        if self._in_sync is None:
+            self._transfer.acknowledge(offset)
+        elif link.broker_id in self._others:
+            self._transfer.acknowledge(self._in_sync_acked())
+        gap = end - offset
         if gap >= self._config.max_gap_not_in_sync:
             if link.state is not _State.BEHIND:
                 link.state = _State.BEHIND
@@ -172,6 +289,12 @@ class SlaveLink:
         self.ack_offset = 0
         self.next_offset = 0  # where the next chunk starts
         self.drained_to = -1  # where the sender last found nothing more to send
+        self.broker_id: int | None = None  # from the slave's hello; None for a slave without one
+        # The end of the commit log when the sender last shipped all of it, and when (monotonic): a
+        # slave acknowledging that end had caught up then.
+        self.shipped_end = -1
+        self.shipped_at = 0.0
+        self.caught_up_at: float | None = None
         self.state = _State.CATCHING_UP
         self.rate = ByteRate()
         self.wake = asyncio.Event()
@@ -199,8 +322,14 @@ class SlaveLink:
     def close(self) -> None:
         self._writer.close()
 
+    def caught_up(self, now: float) -> bool:
+        """Whether the slave caught up with this master's end within haMaxTimeSlaveNotCatchup."""
+        at = self.caught_up_at
+        return at is not None and now - at <= self._config.max_time_slave_not_catchup_ms / 1000
+
     async def _read_reports(self) -> None:
         decoder = ReportDecoder()
+        start: HelloDecoder | None = HelloDecoder()  # until the stream's start is known
         quiet_s = self._config.housekeeping_interval_ms / 1000
         while True:
             try:
@@ -215,6 +344,15 @@ class SlaveLink:
                 return
             if not data:
                 return
+            if start is not None:
+                if not start.feed(data):
+                    continue
+                hello, data, start = start.hello, start.rest, None
+                if hello is not None:
+                    answer = self._server.identified(self, hello.broker_id, hello.expected_epoch)
+                    if answer is None:
+                        return
+                    self._writer.write(answer)  # before any chunk: the sender waits for a report
             offset = decoder.feed(data)
             if offset is None:
                 continue
@@ -285,6 +423,7 @@ class SlaveLink:
                 parts.clear()  # the views pin commit-log mappings: dropped as soon as they are written
                 if size < _WRITE_SIZE:
                     self._server.shipped()
+                    self.shipped_end, self.shipped_at = next_offset + size, time.monotonic()
                 next_offset += size
                 self.next_offset = next_offset
                 self.drained_to = -1
@@ -293,6 +432,7 @@ class SlaveLink:
                 await writer.drain()
                 continue
             self.drained_to = next_offset
+            self.shipped_end, self.shipped_at = next_offset, time.monotonic()
             wait = last_write + heartbeat_s - loop.time()
             if wait <= 0:
                 writer.write(encode_chunk_header(next_offset, 0))  # heartbeat

@@ -1,4 +1,9 @@
-"""The slave's side of the HA link: ``HAClient`` copies the master's commit log into the slave's store."""
+"""The slave's side of the HA link: ``HAClient`` copies the master's commit log into the slave's store.
+
+A slave given its brokerId opens each link with a hello (``cometmq.protocol.ha``): the master answers
+with its epoch history, and the slave cuts the tail of its log that a deposed master wrote and no
+other broker holds, then takes the master's history as its own.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,11 @@ import time
 from collections.abc import Callable
 
 from cometmq.errors import CometMQError, ProtocolError
-from cometmq.protocol.ha import ChunkDecoder, encode_report
+from cometmq.protocol.ha import ChunkDecoder, HelloAnswer, HelloAnswerDecoder, encode_hello, encode_report
 from cometmq.protocol.ha_status import HAClientRuntimeInfo, HARuntimeInfo
 from cometmq.replication._config import ReplicationConfig
 from cometmq.replication._rate import ByteRate
-from cometmq.store import MessageStore, ReplicaOffsetError
+from cometmq.store import EpochEntry, MessageStore, ReplicaOffsetError, consistent_end
 
 log = logging.getLogger("cometmq.replication")
 
@@ -62,15 +67,26 @@ class HAClient:
     """Connects to the master's HA port, reports the slave's commit-log end, appends what comes.
 
     *master_ha_addr* gives the master's HA address as the slave's registration learned it (None while
-    unknown); ``haMasterAddress``, when set, is used instead.
+    unknown); ``haMasterAddress``, when set, is used instead. With *broker_id* the client opens each
+    link with a hello naming it and the master epoch *expected_epoch* gives (0 or no callable: any),
+    truncates a diverged tail and adopts the master's epoch history; without it, it speaks as a
+    RocketMQ 4.x slave.
     """
 
     def __init__(
-        self, store: MessageStore, config: ReplicationConfig, master_ha_addr: Callable[[], str | None]
+        self,
+        store: MessageStore,
+        config: ReplicationConfig,
+        master_ha_addr: Callable[[], str | None],
+        *,
+        broker_id: int | None = None,
+        expected_epoch: Callable[[], int] | None = None,
     ) -> None:
         self._store = store
         self._config = config
         self._master_ha_addr = master_ha_addr
+        self._broker_id = broker_id
+        self._expected_epoch = expected_epoch
         self._task: asyncio.Task[None] | None = None
         self._addr = ""
         self._connected = False
@@ -97,8 +113,10 @@ class HAClient:
             await asyncio.gather(task, return_exceptions=True)
 
     def runtime_info(self) -> HARuntimeInfo:
+        epochs = self._store.epochs()
         return HARuntimeInfo(
             master=False,
+            epoch=epochs[-1].epoch if epochs else 0,
             master_commit_log_max_offset=self._master_offset,
             ha_client_runtime_info=HAClientRuntimeInfo(
                 master_addr=self._addr,
@@ -142,12 +160,17 @@ class HAClient:
         store = self._store
         self._connected = True
         self._last_failure = ""
-        reported = store.replica_end()
-        log.info("connected to the master %s (HA), replicating from commit-log offset %d", addr, reported)
         try:
+            after_hello = b""
+            if self._broker_id is not None:
+                answer, after_hello = await self._hello(addr, self._broker_id, reader, writer)
+                if self._follow(addr, answer) is _Outcome.STOP:
+                    return _Outcome.STOP
+            reported = store.replica_end()
+            log.info("connected to the master %s (HA), replicating from commit-log offset %d", addr, reported)
             writer.write(encode_report(reported))  # at once, not after a heartbeat interval (RocketMQ 4.9)
             self._last_write_ms = _millis()
-            return await self._receive(addr, reader, writer, reported)
+            return await self._receive(addr, reader, writer, reported, after_hello)
         finally:
             self._connected = False
             writer.close()
@@ -155,8 +178,73 @@ class HAClient:
                 "disconnected from the master %s (HA) at commit-log offset %d", addr, store.replica_end()
             )
 
+    async def _hello(
+        self, addr: str, broker_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[HelloAnswer, bytes]:
+        """Send the hello; the master's answer and the bytes that came after it."""
+        expected = self._expected_epoch() if self._expected_epoch is not None else 0
+        writer.write(encode_hello(broker_id, expected))
+        decoder = HelloAnswerDecoder()
+        async with asyncio.timeout(self._config.housekeeping_interval_ms / 1000):
+            while True:
+                data = await reader.read(_READ_SIZE)
+                if not data:
+                    raise ConnectionError(
+                        "the master closed the link before answering the hello"
+                        + (f" (this slave expects master epoch {expected})" if expected else "")
+                    )
+                answer = decoder.feed(data)
+                if answer is not None:
+                    return answer, decoder.rest
+
+    def _follow(self, addr: str, answer: HelloAnswer) -> _Outcome | None:
+        """Cut the tail of this slave's log that the master's history does not hold, and take that
+        history; STOP when the slave's log is longer than a master that is not newer."""
+        store = self._store
+        local = store.epochs()
+        local_end = store.replica_end()
+        master = [EpochEntry(epoch, start) for epoch, start in answer.entries]
+        if local and master:  # a log without a history has nothing to compare: the offsets decide
+            end = consistent_end(local, local_end, master, answer.end)
+            if end < local_end:
+                if master[-1].epoch <= local[-1].epoch:
+                    # A master whose history is not newer than this slave's: a mistake (a wiped disk,
+                    # a stale master), not a tail to cut.
+                    if answer.end < local_end:
+                        return self._mismatch(addr, answer.end, local_end)
+                    log.error(
+                        "this slave's commit log parts from the master %s's at offset %d, and the "
+                        "master's history (epoch %d) is not newer than this slave's (epoch %d); "
+                        "replication stops, this broker keeps serving reads. Move its data directory "
+                        "away to start it as an empty slave.",
+                        addr,
+                        end,
+                        master[-1].epoch,
+                        local[-1].epoch,
+                    )
+                    return _Outcome.STOP
+                removed = store.truncate_to(end)
+                log.warning(
+                    "cut this slave's commit log from offset %d back to %d (%d bytes) where it parts from "
+                    "the master %s's: that tail was written in epoch %d, the master is at epoch %d",
+                    local_end,
+                    end,
+                    removed,
+                    addr,
+                    local[-1].epoch,
+                    master[-1].epoch,
+                )
+        if master:
+            store.adopt_epochs(master)
+        return None
+
     async def _receive(
-        self, addr: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reported: int
+        self,
+        addr: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        reported: int,
+        pending: bytes = b"",
     ) -> _Outcome:
         store = self._store
         config = self._config
@@ -167,28 +255,31 @@ class HAClient:
         last_read = last_write = loop.time()
         caught_up = False
         while True:
-            wait = min(last_write + heartbeat_s, last_read + quiet_s) - loop.time()
-            try:
-                async with asyncio.timeout(max(wait, 0.0)):
-                    data = await reader.read(_READ_SIZE)
-            except TimeoutError:
-                now = loop.time()
-                if now - last_read >= quiet_s:
-                    log.info(
-                        "the master %s sent nothing for %d ms (haHousekeepingInterval): reconnecting",
-                        addr,
-                        config.housekeeping_interval_ms,
-                    )
+            if pending:  # chunks that came with the hello's answer
+                data, pending = pending, b""
+            else:
+                wait = min(last_write + heartbeat_s, last_read + quiet_s) - loop.time()
+                try:
+                    async with asyncio.timeout(max(wait, 0.0)):
+                        data = await reader.read(_READ_SIZE)
+                except TimeoutError:
+                    now = loop.time()
+                    if now - last_read >= quiet_s:
+                        log.info(
+                            "the master %s sent nothing for %d ms (haHousekeepingInterval): reconnecting",
+                            addr,
+                            config.housekeeping_interval_ms,
+                        )
+                        return _Outcome.RECONNECT
+                    if now - last_write >= heartbeat_s:
+                        reported = store.replica_end()
+                        writer.write(encode_report(reported))
+                        last_write = now
+                        self._last_write_ms = _millis()
+                    continue
+                if not data:
+                    log.info("the master %s closed the HA link", addr)
                     return _Outcome.RECONNECT
-                if now - last_write >= heartbeat_s:
-                    reported = store.replica_end()
-                    writer.write(encode_report(reported))
-                    last_write = now
-                    self._last_write_ms = _millis()
-                continue
-            if not data:
-                log.info("the master %s closed the HA link", addr)
-                return _Outcome.RECONNECT
             last_read = loop.time()
             self._last_read_ms = _millis()
             self._rate.total += len(data)

@@ -33,8 +33,9 @@ class _Group:
 
 
 class GroupTransfer:
-    """The acknowledged offset (the largest any slave confirmed; it never goes down, as RocketMQ's
-    ``push2SlaveMaxOffset``) and the sends waiting for it."""
+    """The acknowledged offset and the sends waiting for it. Under the classic rule it is the largest
+    any slave confirmed and never goes down, as RocketMQ's ``push2SlaveMaxOffset``; with an in-sync set
+    it is what the set confirmed, and moves with the set (``reset``)."""
 
     def __init__(self, slave_timeout_ms: int, max_gap: int, span: int = 1 << 62) -> None:
         self.acked = 0
@@ -47,14 +48,15 @@ class GroupTransfer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._done: dict[PutStatus, asyncio.Future[PutStatus]] = {}
 
-    def when_replicated(self, end: int, slaves: int) -> asyncio.Future[PutStatus]:
-        """A future answering PUT_OK once a slave acknowledged *end*, FLUSH_SLAVE_TIMEOUT after
-        slaveTimeout; done at once with SLAVE_NOT_AVAILABLE when *slaves* is 0 or the gap reaches
-        haMaxGapNotInSync (RocketMQ's ``isSlaveOK``)."""
+    def when_replicated(self, end: int, slaves: int | None) -> asyncio.Future[PutStatus]:
+        """A future answering PUT_OK once the acknowledged offset reaches *end*, FLUSH_SLAVE_TIMEOUT
+        after slaveTimeout; done at once with SLAVE_NOT_AVAILABLE when *slaves* is 0 or the gap reaches
+        haMaxGapNotInSync (RocketMQ's ``isSlaveOK``). *slaves* None (an in-sync set decides whom to
+        wait for): no such shortcut."""
         if end <= self.acked:
-            return self._done_with(PutStatus.PUT_OK)
-        if not slaves or end - self.acked >= self._max_gap:
-            return self._done_with(PutStatus.SLAVE_NOT_AVAILABLE)
+            return self.answered(PutStatus.PUT_OK)
+        if slaves is not None and (not slaves or end - self.acked >= self._max_gap):
+            return self.answered(PutStatus.SLAVE_NOT_AVAILABLE)
         loop = self._loop
         assert loop is not None
         now = loop.time()
@@ -77,8 +79,12 @@ class GroupTransfer:
     def acknowledge(self, offset: int) -> None:
         """A slave confirmed the bytes below *offset*: answer every send it covers, and start a new
         group for the sends that follow."""
-        if offset <= self.acked:
-            return
+        if offset > self.acked:
+            self.reset(offset)
+
+    def reset(self, offset: int) -> None:
+        """The acknowledged offset is *offset*, lower or higher (the brokers acknowledging changed):
+        answer every send it covers."""
         self.acked = offset
         groups = self._groups
         while groups and groups[0].target <= offset:
@@ -121,8 +127,9 @@ class GroupTransfer:
         if groups:
             self._arm(groups[0].deadline)
 
-    def _done_with(self, status: PutStatus) -> asyncio.Future[PutStatus]:
-        # One done future per answer, shared: a caller only reads it (done() and result()).
+    def answered(self, status: PutStatus) -> asyncio.Future[PutStatus]:
+        """A future done with *status*. One per answer, shared: a caller only reads it (done() and
+        result())."""
         future = self._done.get(status)
         if future is None:
             assert self._loop is not None
