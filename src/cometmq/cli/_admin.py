@@ -189,6 +189,9 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     for option in ha_status._actions:
         if option.dest == "namesrv":  # the broker at ADDR is asked directly: no NameServer to name
             option.help = argparse.SUPPRESS
+    from cometmq.cli._switch import add_role_switch_commands  # it builds on this module's helpers
+
+    add_role_switch_commands(broker_commands)
 
 
 async def warn_of_groups_without_master(admin: AdminClient, cluster: str | None, consequence: str) -> None:
