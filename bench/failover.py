@@ -2,17 +2,19 @@
 
     .venv/bin/python bench/failover.py [--failovers 20] [--lease-ttl 5] [--producers 2] [--dir PATH] [--quick]
 
-One broker group of three brokers (brokerId 1, 2, 3, SYNC_MASTER, otherwise default settings: the
-lease TTL is etcdLeaseTtl's default unless --lease-ttl says otherwise), each a `cometmq broker`
-process, a `cometmq namesrv` and one etcd member, data in a temp dir under --dir. --producers
-CometMQ producers send one message after the other the whole time. Each round kills the master with
-SIGKILL and measures, as the producers see it, the time from the kill to the first SEND_OK after it
-(which only the new master can give); then the killed broker starts again, rejoins as a slave, and the
-next round waits until all three are in the in-sync set.
+One broker group of three brokers (brokerId 1, 2, 3, SYNC_MASTER, default settings but for small store
+files; the lease TTL is etcdLeaseTtl's default unless --lease-ttl says otherwise), each a `cometmq
+broker` process, a `cometmq namesrv` and one etcd member, data in a temp dir under --dir. --producers
+CometMQ producers send one message after the other the whole time, and a consumer group reads
+everything. Each round kills the master with SIGKILL and measures, as the producers see it, the time
+from the kill to the first SEND_OK after it (which only the new master can give); then the killed
+broker starts again, rejoins as a slave, and the next round waits until all three are in the in-sync
+set.
 
 It prints each round, then the median and the maximum over the rounds, and the acknowledged messages:
 how many, how many the final master does not hold exactly once (the bench fails unless 0), and how many
-it holds twice (a send retried after its first attempt was stored without being acknowledged).
+it holds twice (a send retried after its first attempt was stored without being acknowledged); then
+that the consumer group received every acknowledged message, and how many it was given more than once.
 --quick runs 2 rounds.
 
 What the time is made of: the lease expiring (up to etcdLeaseTtl after the death), the election (the
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "failover")]
 
 from _group import (  # noqa: E402
+    ConsumerGroup,
     FailoverGroup,
     RecordingProducer,
     acknowledged_missing,
@@ -47,9 +50,11 @@ DEFAULT_LEASE_TTL_S = 5  # etcdLeaseTtl's default
 
 async def bench(args: argparse.Namespace, root: Path, etcd: EtcdServer) -> int:
     group = FailoverGroup(root / "group", etcd.endpoints, lease_ttl_s=args.lease_ttl).start()
+    consumer = ConsumerGroup(group)
     try:
         master = await group.create_topic()
         await group.wait_in_sync(master, 3)
+        await consumer.start()
         producers = [await RecordingProducer(group, n).start() for n in range(args.producers)]
         for producer in producers:
             await producer.wait_acknowledged(10)
@@ -87,8 +92,14 @@ async def bench(args: argparse.Namespace, root: Path, etcd: EtcdServer) -> int:
         if missing:
             print(f"LOST or duplicated acknowledged messages: {missing[:20]}", file=sys.stderr)
             return 1
+        await consumer.wait_received(acknowledged)
+        print(
+            f"consumer group: every acknowledged message received, {consumer.duplicates()} deliveries "
+            "of a message received before"
+        )
         return 0
     finally:
+        await consumer.close()
         await group.aclose()
 
 

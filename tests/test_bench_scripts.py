@@ -222,4 +222,5 @@ def test_failover_bench_prints_each_round_the_median_and_max_and_that_nothing_ac
     # the bench itself fails when an acknowledged message is not stored exactly once
     acknowledged = figures(rf"^acknowledged: {NUMBER} messages, 0 not stored exactly once", out)
     assert acknowledged[0] > 0
+    assert re.search(r"^consumer group: every acknowledged message received, \d+ deliveries", out, re.M)
     assert list(tmp_path.iterdir()) == []  # the servers' directories are gone
