@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import re
 import signal
 import sys
@@ -25,6 +26,7 @@ from cometmq.client.admin import AdminClient
 from cometmq.errors import CometMQError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.ha_status import HARuntimeInfo
+from cometmq.protocol.record import decode_offset_msg_id
 from cometmq.remoting import RemotingClient
 from processes import ServerProcess
 from waiting import wait_until
@@ -340,6 +342,12 @@ def send_to_queue_0(body: bytes, topic: str = TOPIC) -> RemotingCommand:
     return request
 
 
+def store_host(offset_msg_id: str) -> str:
+    """The address of the broker that stored a message, from its offset message id."""
+    host, port, _ = decode_offset_msg_id(offset_msg_id)
+    return f"{ipaddress.ip_address(host)}:{port}"
+
+
 def body_of(producer: int, seq: int) -> bytes:
     return f"p{producer}-{seq:08d}".encode()
 
@@ -358,9 +366,10 @@ class SendLog:
     acknowledged_by: list[str] = field(default_factory=list)  # the broker address that answered
     outcomes: Counter[str] = field(default_factory=Counter)  # "SEND_OK", "FLUSH_SLAVE_TIMEOUT", "error 14", …
 
-    def first_acknowledged_after(self, moment: float) -> float | None:
-        for at in self.acknowledged_at:
-            if at > moment:
+    def first_acknowledged_by(self, addr: str) -> float | None:
+        """When the first send that the broker at *addr* stored was acknowledged (monotonic)."""
+        for at, by in zip(self.acknowledged_at, self.acknowledged_by, strict=True):
+            if by == addr:
                 return at
         return None
 
@@ -403,6 +412,7 @@ class RecordingProducer:
             if result.status is SendStatus.SEND_OK:
                 self.log.acknowledged.append(body)
                 self.log.acknowledged_at.append(time.monotonic())
+                self.log.acknowledged_by.append(store_host(result.offset_msg_id))
 
     async def wait_acknowledged(self, count: int, timeout: float = FAILOVER_TIMEOUT_S) -> None:
         """Until *count* more sends than now are acknowledged."""
@@ -410,6 +420,14 @@ class RecordingProducer:
         await wait_until(
             lambda: len(self.log.acknowledged) >= target,
             message=f"producer {self.number}: {count} sends acknowledged ({dict(self.log.outcomes)})",
+            timeout=timeout,
+        )
+
+    async def wait_acknowledged_by(self, addr: str, timeout: float = FAILOVER_TIMEOUT_S) -> None:
+        """Until a send the broker at *addr* stored is acknowledged."""
+        await wait_until(
+            lambda: self.log.first_acknowledged_by(addr) is not None,
+            message=f"producer {self.number}: a send acknowledged by {addr} ({dict(self.log.outcomes)})",
             timeout=timeout,
         )
 

@@ -308,12 +308,24 @@ class ClientInstance:
             isinstance(error, BrokerError) and error.code == ResponseCode.SERVICE_NOT_AVAILABLE
         ):
             return
+        await self.refresh_route_soon(topic)
+
+    async def refresh_route_soon(self, topic: str) -> bool:
+        """Look ``topic``'s route up again now, unless that was done less than a second ago; whether
+        it was. For routes that may be stale: a broker of the topic failed, or the cached route names
+        no master of any of its groups (the name server dropped a dead master, and names the one
+        elected in its place once it registers)."""
         now = self.clock()
         last = self._unreachable_refreshes.get(topic)
         if last is not None and now - last < UNREACHABLE_REFRESH_MIN_INTERVAL_S:
-            return
+            return False
         self._unreachable_refreshes[topic] = now
         await self._refresh_route(topic)
+        return True
+
+    def has_route(self, topic: str) -> bool:
+        """Whether a route of ``topic`` is cached."""
+        return topic in self._routes
 
     async def _refresh_route(self, topic: str) -> None:
         try:

@@ -236,6 +236,9 @@ class Producer(Client):
         if info is not None:
             return info
         queues, from_template = await self._instance.publish_queues(topic)
+        if not queues and self._instance.has_route(topic) and await self._instance.refresh_route_soon(topic):
+            # Every group of the topic lost its master: one may be registered since.
+            queues, from_template = await self._instance.publish_queues(topic)
         if not queues:
             raise NoRouteError(
                 f"no route for topic {topic!r}: no broker has it, and no broker offers {DEFAULT_TOPIC} "
