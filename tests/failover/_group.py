@@ -461,12 +461,17 @@ class ConsumerGroup:
 
     async def wait_received(self, bodies: Iterable[bytes], timeout: float = FAILOVER_TIMEOUT_S) -> None:
         wanted = set(bodies)
-        await wait_until(
-            lambda: not (wanted - set(self.received)),
-            message=f"the consumer group to receive {len(wanted)} acknowledged messages",
-            timeout=timeout,
-            interval=0.1,
-        )
+        try:
+            await wait_until(
+                lambda: not (wanted - set(self.received)),
+                message=f"the consumer group to receive {len(wanted)} acknowledged messages",
+                timeout=timeout,
+                interval=0.1,
+            )
+        except AssertionError as exc:
+            missing = sorted(wanted - set(self.received))
+            exc.add_note(f"{len(missing)} not received, among them {missing[:10]}")
+            raise
 
     def duplicates(self) -> int:
         return len(self.received) - len(set(self.received))
