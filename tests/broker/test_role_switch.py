@@ -15,6 +15,8 @@ import pytest
 from _support import address, broker_config, create_topic, run, send_request
 
 from cometmq.broker import Broker, BrokerRole
+from cometmq.cli import _servers
+from cometmq.cli._main import build_parser
 from cometmq.errors import ConfigError
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -204,3 +206,41 @@ def test_failover_mode_needs_a_broker_id_of_1_or_more_and_reads_slave_as_async_m
     broker = Broker(config)
     assert broker.config.broker_role is BrokerRole.ASYNC_MASTER
     assert broker.own_id == 2 and broker.is_slave  # a slave of no master until the election decides
+
+
+def test_the_etcd_flag_sets_the_failover_endpoints_over_the_file(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("etcdEndpoints=10.0.0.1:2379\netcdPrefix=/mq\n")
+    args = build_parser().parse_args(
+        ["broker", "-c", str(conf), "--etcd", "127.0.0.1:2379, 127.0.0.2:2379", "--data-dir", str(tmp_path)]
+    )
+    config = _servers._broker_config(args)
+    assert config.failover and config.etcd_endpoint_list == ["127.0.0.1:2379", "127.0.0.2:2379"]
+    assert (config.etcd_prefix, config.etcd_lease_ttl) == ("/mq", 5)
+
+
+def test_a_promoted_slave_takes_id_0_over_from_a_registered_master_of_an_older_epoch(tmp_path: Path) -> None:
+    """The master it replaces may still be registered (paused, cut off): the NameServer gives id 0 to
+    the later epoch at once, and refuses the older master's registrations as id 0 until it is demoted."""
+
+    async def scenario() -> None:
+        client = RemotingClient()
+        async with (
+            name_server() as (namesrv, ns_addr),
+            running(tmp_path / "a", namesrvAddr=ns_addr, brokerId=2) as first,
+            running(tmp_path / "b", namesrvAddr=ns_addr, brokerRole="SLAVE", brokerId=1) as second,
+        ):
+            first_addr, second_addr = address(first), address(second)
+            await wait_until(lambda: entries(namesrv) == {0: first_addr, 1: second_addr}, message="both in")
+            promoted = await client.invoke(second_addr, role_changed(second_addr, 2))
+            assert promoted.code == ResponseCode.SUCCESS, promoted.remark
+            assert entries(namesrv) == {0: second_addr}
+            # The first broker, still a master, registers again: refused.
+            await first.register_all()
+            assert entries(namesrv) == {0: second_addr} and namesrv.routes.master_epochs["broker-a"] == 2
+            demoted = await client.invoke(first_addr, role_changed(second_addr, 2))
+            assert demoted.code == ResponseCode.SUCCESS, demoted.remark
+            await wait_until(lambda: entries(namesrv) == {0: second_addr, 2: first_addr}, message="demoted")
+        await client.close()
+
+    run(scenario())

@@ -250,8 +250,11 @@ class ScheduleMessageService:
             self._planned_wake_ms = next_due
             timeout = _MAX_SLEEP_S if next_due == math.inf else (next_due - _now_ms()) / 1000
             if timeout > 0:
+                # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that comes as the
+                # event is set, and stop() (a master demoted) would wait for this task for ever.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), min(timeout, _MAX_SLEEP_S))
+                    async with asyncio.timeout(min(timeout, _MAX_SLEEP_S)):
+                        await self._wake.wait()
 
     def deliver_due(self, now_ms: int | None = None) -> tuple[float, bool]:
         """Deliver what is due in every level: (the earliest time something else falls due or a

@@ -112,6 +112,8 @@ def host_bytes(address: str) -> bytes:
     return packed + int(port or 0).to_bytes(4, "big")
 
 
+# Failover mode: a send stored while this master could not be sure it still is one (the fence).
+_LEASE_LAPSED: Final = "this broker's mastership lease lapsed; the message was stored but is not acknowledged"
 _TRANSACTIONS_UNSUPPORTED: Final = "transaction messages are not supported by this broker yet"
 # A sysFlag transaction type of PREPARED (0x4) or ROLLBACK (0xC): such a record gets no consume-queue
 # unit, so a message sent with it would be stored and never delivered.
@@ -250,6 +252,10 @@ class SendProcessor:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the broker[{config.broker_ip1}] sending message is forbidden"
             )
+        if broker.election is not None:
+            in_sync_refusal = broker.in_sync_refusal()
+            if in_sync_refusal is not None:
+                return request.response(ResponseCode.SYSTEM_ERROR, in_sync_refusal)
         topic = sent.topic
         if topic in SEND_FORBIDDEN_TOPICS:
             return request.response(
@@ -472,7 +478,14 @@ class SendProcessor:
             return request.response(
                 code, refusal or _FAILURE_REMARKS.get(status, f"storing the message failed: {status.name}")
             )
-        config = self._broker.config
+        broker = self._broker
+        if (
+            code == ResponseCode.SUCCESS
+            and broker.election is not None
+            and broker.mastership_lapsed(result.commitlog_end_offset)
+        ):
+            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, _LEASE_LAPSED)
+        config = broker.config
         remark = None
         if code == ResponseCode.FLUSH_DISK_TIMEOUT:
             # A failed flush says why (the disk), not just that time ran out.

@@ -13,6 +13,7 @@ from pathlib import Path
 from cometmq.broker._admin import AdminProcessor, runtime_info
 from cometmq.broker._clients import ConsumerManager, ProducerManager
 from cometmq.broker._consumers import ConsumerManageProcessor
+from cometmq.broker._failover import BrokerReplica
 from cometmq.broker._filter import CheckClientConfigProcessor
 from cometmq.broker._groups import SubscriptionGroupManager
 from cometmq.broker._locks import QueueLockProcessor
@@ -34,6 +35,7 @@ from cometmq.broker._stats import BrokerStats, sample_every_second
 from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker.config import BrokerConfig, BrokerRole
 from cometmq.errors import CometMQError, ConfigError, RequestRefused
+from cometmq.failover import Failover
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import NotifyBrokerRoleChangedRequestHeader
 from cometmq.protocol.ha_status import HARuntimeInfo
@@ -74,6 +76,9 @@ class Broker:
             BrokerRole.ASYNC_MASTER if config.broker_role is BrokerRole.SLAVE else config.broker_role
         )
         self.epoch = 0  # the epoch of the master this broker is, or follows (0: not known)
+        # A master made by a switch registers its epoch: the NameServer then gives it id 0 even while
+        # the master it replaces is still registered (paused, or cut off). A static master does not.
+        self._switched_epoch = 0
         # Failover mode: the group's in-sync set as committed in etcd (broker ids, the master's own
         # included). A SYNC_MASTER waits for these and refuses sends while they are too few.
         self.in_sync: frozenset[int] = frozenset()
@@ -92,6 +97,8 @@ class Broker:
         self.ha_client: HAClient | None = None
         self.sync_master = False  # a running SYNC_MASTER: sends wait for a slave
         self.store_host = host_bytes(config.broker_addr)
+        # Failover mode: the election on etcd that decides this broker's role (made at start).
+        self.election: Failover | None = None
         # Every topic change is registered with the NameServer soon, not only on the 30 s period.
         self.topics = TopicConfigManager(config, config_dir, on_change=lambda: self.request_register())
         self.offsets = ConsumerOffsetManager(config_dir)
@@ -273,6 +280,18 @@ class Broker:
             self._start_slave_sync()
         if self.config.namesrv_addr:
             await self.register_all()
+        if self.config.failover:
+            cfg = self.config
+            self.election = Failover(
+                BrokerReplica(self),
+                cfg.etcd_endpoint_list,
+                cfg.etcd_prefix,
+                cfg.broker_cluster_name,
+                cfg.broker_name,
+                self.own_id,
+                cfg.etcd_lease_ttl,
+            )
+            await self.election.start()
 
     async def _start_replication(self, ha_port: int) -> None:
         self._ha_listen_port = ha_port
@@ -303,6 +322,10 @@ class Broker:
         self.ha_server = ha_server
         self._ha_listen_port = ha_server.port
         self._ha_bound = True
+        if self.config.failover:
+            ha_server.set_in_sync(self.in_sync)
+            if self.election is not None:
+                ha_server.on_candidates_changed = self.election.in_sync_changed
         self.sync_master = not self._slave and self.master_role is BrokerRole.SYNC_MASTER
 
     async def _stop_ha_server(self) -> None:
@@ -368,11 +391,14 @@ class Broker:
         far is final), start the epoch, serve sends, deliver delayed messages, and register as id 0.
         *epoch* must exceed every epoch this store holds (ValueError)."""
         async with self._role_lock:
+            if not self._slave and self.epoch == epoch:
+                return  # master of this epoch already (the election took it up again)
             was_slave = self._slave
             await self._stop_slave_sync()
             await self._stop_ha_client()
             await self._stop_ha_server()
             self._begin_epoch(epoch)
+            self._switched_epoch = epoch
             self._slave = False
             self.master_addr = None
             await self._start_ha_server()
@@ -395,6 +421,7 @@ class Broker:
         async with self._role_lock:
             was_master = not self._slave
             self._slave = True
+            self._switched_epoch = 0
             self._switch_table()  # refuse sends before anything else
             await self._stop_ha_server()
             await self.schedule.stop()
@@ -423,6 +450,34 @@ class Broker:
         """Stop replicating from the master: this broker's log is final until it follows again."""
         async with self._role_lock:
             await self._stop_ha_client()
+
+    def set_in_sync(self, members: frozenset[int]) -> None:
+        """Failover mode: the in-sync set as committed in etcd, which a SYNC_MASTER's sends wait for."""
+        self.in_sync = members
+        if self.ha_server is not None:
+            self.ha_server.set_in_sync(members)
+
+    def in_sync_refusal(self) -> str | None:
+        """Failover mode: why a SYNC_MASTER refuses a send before storing it (RocketMQ's answer when its
+        in-sync set is smaller than minInSyncReplicas), or None."""
+        least = self.config.min_in_sync_replicas
+        if self.sync_master and len(self.in_sync) < least:
+            return (
+                f"in-sync replicas not enough: the in-sync set {sorted(self.in_sync)} has fewer than "
+                f"minInSyncReplicas {least} brokers"
+            )
+        return None
+
+    def mastership_lapsed(self, end: int) -> bool:
+        """Failover mode: whether a send stored up to *end* may not be answered SEND_OK. It may while
+        the mastership lease is trusted, or (etcd unreachable) when the in-sync set has another member
+        and every other member acknowledged *end*: only they could be elected, and a candidate stops
+        following its master before it reports its end."""
+        election = self.election
+        if election is None or election.lease_trusted():
+            return False
+        ha_server = self.ha_server
+        return ha_server is None or self._slave or not ha_server.acknowledged_by_all_in_sync(end)
 
     def _switch_table(self) -> None:
         if self._dispatch is not None:
@@ -474,6 +529,9 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         await self._stop_slave_sync()
+        if self.election is not None:
+            # First: revoking the lease hands the mastership over at once.
+            await self.election.stop()
         self.pull_holds.wake_all()
         if self.ha_server is not None:
             # While the clients are still connected: SYNC sends waiting for a slave are answered
@@ -522,6 +580,7 @@ class Broker:
             cluster_name=cfg.broker_cluster_name,
             ha_server_addr=f"{cfg.broker_ip1}:{self.ha_port}",
             broker_id=self.registered_id,
+            master_epoch=self._switched_epoch,
         )
         body = self.topics.register_body().encode()
         answered: RemotingCommand | None = None
@@ -576,8 +635,11 @@ class Broker:
     async def _register_loop(self) -> None:
         period = self.config.register_name_server_period / 1000
         while True:
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that comes as the event is
+            # set, and stop() would wait for this task for ever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._register_wanted.wait(), period)
+                async with asyncio.timeout(period):
+                    await self._register_wanted.wait()
             self._register_wanted.clear()
             if self.config.namesrv_addr:
                 try:

@@ -130,7 +130,19 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "--broker-id",
         type=int,
         metavar="N",
-        help="brokerId: a master is 0 (whatever is given), a slave 1 or more (default: brokerId, else 0)",
+        help=(
+            "brokerId: a master is 0 (whatever is given), a slave 1 or more; with --etcd, this broker's "
+            "own id in its group, 1 or more and distinct (default: brokerId, else 0)"
+        ),
+    )
+    broker.add_argument(
+        "--etcd",
+        metavar="HOST:PORT[,...]",
+        help=(
+            "etcdEndpoints: run in failover mode, the group's master elected through etcd at these "
+            "endpoints; --role then only says how a master acknowledges (default: etcdEndpoints, else "
+            "static roles)"
+        ),
     )
     _add_busy_poll(broker)
     _add_log_level(broker)
@@ -207,6 +219,7 @@ def _broker_config(args: argparse.Namespace, defaults: dict[str, object] | None 
         ("busy_poll_us", "busy_poll_micros"),
         ("role", "broker_role"),
         ("broker_id", "broker_id"),
+        ("etcd", "etcd_endpoints"),
     ):
         value = getattr(args, flag, None)
         if value is not None:

@@ -59,6 +59,7 @@ class BrokerRegistrationProcessor:
             broker_name=header.broker_name,
             broker_id=header.broker_id,
             ha_server_addr=header.ha_server_addr,
+            master_epoch=header.master_epoch,
             body=body,
             connection=conn,
             now=self._clock(),

@@ -63,6 +63,8 @@ class RouteInfoManager:
     filter_server_table: dict[str, list[str]] = field(default_factory=dict)
     # (broker name, broker id) of every entry in broker_addr_table → the connection it registered on.
     registering_connection: dict[tuple[str, int], object | None] = field(default_factory=dict)
+    # Broker name → the masterEpoch its id 0 registered with (0: a master not made by a switch).
+    master_epochs: dict[str, int] = field(default_factory=dict)
 
     # registration ------------------------------------------------------------------------------
 
@@ -77,14 +79,22 @@ class RouteInfoManager:
         body: RegisterBrokerBody,
         connection: object | None,
         now: float,
+        master_epoch: int = 0,
     ) -> RegisterResult:
         """Record a registration; raises RequestRefused (NO_PERMISSION) when another live address
-        holds ``broker_name`` / ``broker_id``."""
+        holds ``broker_name`` / ``broker_id``, unless the registration is a master's of a later
+        *master_epoch* than the holder's (a master elected or promoted while the one it replaces may
+        still be registered: paused, or cut off)."""
         holder = self._holder(broker_name, broker_id)
         if holder is not None and holder != broker_addr:
-            if self._is_live(holder, now):
+            if broker_id == MASTER_ID and master_epoch > self.master_epochs.get(broker_name, 0):
+                self._remove_addr(holder, f"master of an older epoch, replaced by {broker_addr}")
+            elif self._is_live(holder, now):
                 raise self._refusal("registration", broker_name, broker_id, broker_addr, holder)
-            self._remove_addr(holder, f"silent for {self.broker_expiry_s:g} s, replaced by {broker_addr}")
+            else:
+                self._remove_addr(holder, f"silent for {self.broker_expiry_s:g} s, replaced by {broker_addr}")
+        if broker_id == MASTER_ID:
+            self.master_epochs[broker_name] = master_epoch
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
 
         broker_data = self.broker_addr_table.get(broker_name)
@@ -212,6 +222,7 @@ class RouteInfoManager:
         if broker_data is None or broker_data.broker_addrs:
             return
         del self.broker_addr_table[broker_name]
+        self.master_epochs.pop(broker_name, None)
         names = self.cluster_addr_table.get(cluster)
         if names is not None:
             names.discard(broker_name)

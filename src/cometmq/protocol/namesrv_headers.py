@@ -35,6 +35,9 @@ class RegisterBrokerRequestHeader(Header):
     compressed: JavaBool = wire("compressed", default=False)
     # The body's CRC32 masked to a non-negative Java int, as a message body's; 0 asks for no check.
     body_crc32: JavaInt = wire("bodyCrc32", default=0)
+    # CometMQ's own (a Java name server ignores it): the epoch of a master made by a switch of role
+    # (failover or by hand), which takes id 0 over from a live master of an older epoch; 0: none.
+    master_epoch: JavaLong = wire("masterEpoch", default=0, minimum=0)
 
 
 @header

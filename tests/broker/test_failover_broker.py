@@ -1,0 +1,174 @@
+"""Brokers in failover mode against a real etcd: the election makes one master (registered as id 0)
+and the others its slaves, a clean stop hands the mastership over, a SYNC_MASTER waits for its in-sync
+set and refuses sends while it is smaller than minInSyncReplicas, and a master whose lease lapsed
+stores but does not acknowledge a send unless every other in-sync member has it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from _support import address, broker_config, create_topic, run, send_request
+
+from cometmq.broker import Broker
+from cometmq.namesrv import NameServer
+from cometmq.protocol import ResponseCode
+from cometmq.remoting import RemotingClient
+from etcd_server import EtcdServer
+from waiting import wait_until
+
+LEASE_LAPSED = "this broker's mastership lease lapsed; the message was stored but is not acknowledged"
+
+
+@contextlib.asynccontextmanager
+async def failover_broker(
+    data_dir: Path, etcd: EtcdServer, broker_id: int, **settings: Any
+) -> AsyncIterator[Broker]:
+    """A broker of group broker-a in failover mode, with a lease of 2 s (the shortest the fence
+    trusts for a second)."""
+    config = broker_config(
+        data_dir,
+        etcdEndpoints=",".join(etcd.endpoints),
+        etcdLeaseTtl=2,
+        brokerId=broker_id,
+        registerNameServerPeriod=500,
+        **settings,
+    )
+    broker = Broker(config, slave_sync_period_s=0.1)
+    await broker.start()
+    try:
+        yield broker
+    finally:
+        await broker.stop()
+
+
+@contextlib.asynccontextmanager
+async def name_server() -> AsyncIterator[tuple[NameServer, str]]:
+    namesrv = NameServer("127.0.0.1", 0)
+    await namesrv.start()
+    try:
+        yield namesrv, f"127.0.0.1:{namesrv.port}"
+    finally:
+        await namesrv.stop()
+
+
+def entries(namesrv: NameServer) -> dict[int, str]:
+    data = namesrv.routes.broker_addr_table.get("broker-a")
+    return dict(data.broker_addrs) if data is not None else {}
+
+
+def test_the_election_makes_one_master_the_other_follows_and_a_clean_stop_hands_over(
+    tmp_path: Path, etcd: EtcdServer
+) -> None:
+    async def scenario() -> None:
+        client = RemotingClient()
+        async with name_server() as (namesrv, ns_addr):
+            settings = {"namesrvAddr": ns_addr, "brokerRole": "SYNC_MASTER"}
+            second_stopped = contextlib.AsyncExitStack()
+            async with failover_broker(tmp_path / "b1", etcd, 1, **settings) as first:
+                await wait_until(lambda: not first.is_slave, message="the first broker founds the group")
+                assert first.epoch == 1
+                second = await second_stopped.enter_async_context(
+                    failover_broker(tmp_path / "b2", etcd, 2, **settings)
+                )
+                first_addr, second_addr = address(first), address(second)
+                await wait_until(
+                    lambda: second.is_slave and second.master_addr == first_addr, message="the second follows"
+                )
+                await wait_until(
+                    lambda: first.in_sync == {1, 2}, message="the follower joins the in-sync set"
+                )
+                await wait_until(
+                    lambda: entries(namesrv) == {0: first_addr, 2: second_addr}, message="routes"
+                )
+                assert (await create_topic(client, first_addr, "Orders", 1)).code == ResponseCode.SUCCESS
+                sent = await client.invoke(first_addr, send_request("Orders", b"one"))
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+                # SYNC_MASTER with allAckInSyncStateSet: answered once the in-sync follower has it.
+                assert second.store.replica_end() >= first.store.replica_end()
+            # The first broker stopped: its lease is revoked, the second is elected at once.
+            await wait_until(lambda: not second.is_slave, message="the second broker elected")
+            assert second.epoch == 2
+            await wait_until(
+                lambda: entries(namesrv) == {0: second_addr}, message="the new master registered"
+            )
+            sent = await client.invoke(second_addr, send_request("Orders", b"two"))
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            await second_stopped.aclose()
+        await client.close()
+
+    run(scenario())
+
+
+def test_a_master_whose_lease_lapsed_stores_a_send_but_does_not_acknowledge_it(
+    tmp_path: Path, etcd: EtcdServer
+) -> None:
+    async def scenario() -> None:
+        client = RemotingClient()
+        async with failover_broker(tmp_path, etcd, 1) as broker:
+            await wait_until(lambda: not broker.is_slave, message="elected")
+            addr = address(broker)
+            assert (await create_topic(client, addr, "Orders", 1)).code == ResponseCode.SUCCESS
+            sent = await client.invoke(addr, send_request("Orders", b"while leased"))
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            etcd.stop()
+            election = broker.election
+            assert election is not None
+            await wait_until(lambda: not election.lease_trusted(), message="the lease is no longer trusted")
+            before = broker.store.replica_end()
+            refused = await client.invoke(addr, send_request("Orders", b"after the lease"))
+            assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            assert refused.remark == LEASE_LAPSED
+            assert broker.store.replica_end() > before  # stored
+            assert not broker.is_slave  # etcd unreachable: the role stays
+        await client.close()
+
+    run(scenario())
+
+
+def test_a_sync_master_cut_off_from_etcd_acknowledges_what_every_in_sync_slave_has(
+    tmp_path: Path, etcd: EtcdServer
+) -> None:
+    async def scenario() -> None:
+        client = RemotingClient()
+        settings = {"brokerRole": "SYNC_MASTER"}
+        async with failover_broker(tmp_path / "b1", etcd, 1, **settings) as first:
+            await wait_until(lambda: not first.is_slave, message="elected")
+            async with failover_broker(tmp_path / "b2", etcd, 2, **settings):
+                await wait_until(
+                    lambda: first.in_sync == {1, 2}, message="the follower joins the in-sync set"
+                )
+                addr = address(first)
+                assert (await create_topic(client, addr, "Orders", 1)).code == ResponseCode.SUCCESS
+                etcd.stop()
+                election = first.election
+                assert election is not None
+                await wait_until(
+                    lambda: not election.lease_trusted(), message="the lease is no longer trusted"
+                )
+                sent = await client.invoke(addr, send_request("Orders", b"failsafe"))
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+        await client.close()
+
+    run(scenario())
+
+
+def test_a_sync_master_refuses_sends_while_its_in_sync_set_is_below_min_in_sync_replicas(
+    tmp_path: Path, etcd: EtcdServer
+) -> None:
+    async def scenario() -> None:
+        client = RemotingClient()
+        settings = {"brokerRole": "SYNC_MASTER", "minInSyncReplicas": 2}
+        async with failover_broker(tmp_path, etcd, 1, **settings) as broker:
+            await wait_until(lambda: not broker.is_slave, message="elected")
+            addr = address(broker)
+            before = broker.store.replica_end()
+            refused = await client.invoke(addr, send_request("Orders", b"alone"))
+            assert refused.code == ResponseCode.SYSTEM_ERROR
+            assert "in-sync replicas not enough" in (refused.remark or "")
+            assert broker.store.replica_end() == before  # refused before storing
+        await client.close()
+
+    run(scenario())
