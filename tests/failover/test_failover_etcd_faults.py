@@ -5,9 +5,10 @@ serving with the master it has, no election, and the brokers' logs saying so."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
-from _group import FailoverGroup, RecordingProducer, acknowledged_missing, run
+from _group import TEST_LEASE_TTL_S, FailoverGroup, RecordingProducer, acknowledged_missing, run
 
 from etcd_server import EtcdServer
 from waiting import wait_until
@@ -17,6 +18,15 @@ ETCD_UNREACHABLE = re.compile(
     r"WARNING.*etcd.*(unreachable|not reachable|cannot reach|does not answer)", re.IGNORECASE
 )
 ETCD_BACK = re.compile(r"INFO.*etcd.*(reachable again|back|answers again)", re.I)
+
+
+async def acknowledged_after(producer: RecordingProducer, moment: float) -> None:
+    """Until *producer* has a send acknowledged after *moment* (monotonic)."""
+    await wait_until(
+        lambda: producer.log.acknowledged_at and producer.log.acknowledged_at[-1] > moment,
+        message=f"a send acknowledged later than the lease ({dict(producer.log.outcomes)})",
+        timeout=60,
+    )
 
 
 async def epoch_of(group: FailoverGroup, broker_id: int) -> int:
@@ -37,8 +47,11 @@ def test_one_member_of_a_three_member_etcd_killed_changes_nothing_for_clients(tm
             epoch = await epoch_of(group, master.broker_id)
             producer = await RecordingProducer(group, 0).start()
             await producer.wait_acknowledged(20)
+            killed_at = time.monotonic()
             etcd.kill_member(0)  # the first endpoint every broker tries
-            await producer.wait_acknowledged(50)
+            # Sends acknowledged after the lease the master held at the kill would have lapsed: it
+            # renewed it through another member.
+            await acknowledged_after(producer, killed_at + TEST_LEASE_TTL_S)
             assert await group.master() is master
             assert await epoch_of(group, master.broker_id) == epoch
             log = await producer.stop()
@@ -65,6 +78,7 @@ def test_with_etcd_entirely_down_the_master_keeps_serving_no_election_happens_an
             producer = await RecordingProducer(group, 0).start()
             await producer.wait_acknowledged(20)
 
+            stopped_at = time.monotonic()
             etcd.stop()
             await wait_until(
                 lambda: all(ETCD_UNREACHABLE.search(b.log()) for b in group.brokers),
@@ -72,7 +86,7 @@ def test_with_etcd_entirely_down_the_master_keeps_serving_no_election_happens_an
                 timeout=60,
             )
             # The master serves past its lease: every other in-sync member acknowledges each send.
-            await producer.wait_acknowledged(50)
+            await acknowledged_after(producer, stopped_at + TEST_LEASE_TTL_S)
             assert await group.master() is master
             assert await epoch_of(group, master.broker_id) == epoch
             for broker in group.brokers:
