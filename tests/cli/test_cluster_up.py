@@ -22,7 +22,7 @@ from waiting import wait_until, wait_until_blocking
 
 READY = "CometMQ cluster ready:"
 ROW = re.compile(
-    r"^(namesrv|broker-[a-z]-\d+) +(\S+) .* (\d+\.\d+\.\d+\.\d+:\d+) +(\d+) +(\S+)$", re.MULTILINE
+    r"^(namesrv|etcd|broker-[a-z]-\d+) +(\S+) .* (\d+\.\d+\.\d+\.\d+:\d+) +(\d+) +(\S+)$", re.MULTILINE
 )
 
 
