@@ -148,6 +148,16 @@ def test_a_broker_in_failover_mode_refuses_and_the_command_says_why() -> None:
     assert error_line(result) == f"{refusal} (response code {ResponseCode.SYSTEM_ERROR})"
 
 
+def test_a_broker_reporting_failover_mode_is_not_asked_to_switch() -> None:
+    elected = SwitchableBroker(0, HARuntimeInfo(True, 0, epoch=3, in_sync_replicas=[1, 2], failover=True))
+    result = switch("demote", 0, elected)
+    assert error_line(result) == (
+        f"{elected.addr} (broker-sw) runs in failover mode: etcd elects its group's master, roles are not "
+        "switched by hand (stop the master to have another elected)"
+    )
+    assert not elected.notices
+
+
 def test_an_address_no_broker_registered_is_named() -> None:
     registered = SwitchableBroker(1, slave(1))
 

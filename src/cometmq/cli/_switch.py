@@ -77,12 +77,23 @@ async def _states(admin: AdminClient, addrs: list[str]) -> dict[str, HARuntimeIn
     return dict(zip(addrs, answers, strict=True))
 
 
+def _answering(state: HARuntimeInfo | None, addr: str, group: BrokerData) -> HARuntimeInfo:
+    """The state of the broker to switch, which must answer and not be in failover mode (which its
+    broker would refuse too, after the command had asked the whole group)."""
+    if state is None:
+        raise CometMQError(f"the broker at {addr} does not answer GET_BROKER_HA_STATUS: is it running?")
+    if state.failover:
+        raise CometMQError(
+            f"{addr} ({group.broker_name}) runs in failover mode: etcd elects its group's master, "
+            "roles are not switched by hand (stop the master to have another elected)"
+        )
+    return state
+
+
 async def _promote(admin: AdminClient, args: argparse.Namespace) -> None:
     group = await _group_of(admin, args.addr)
     states = await _states(admin, sorted(set(group.broker_addrs.values())))
-    target = states[args.addr]
-    if target is None:
-        raise CometMQError(f"the broker at {args.addr} does not answer GET_BROKER_HA_STATUS: is it running?")
+    target = _answering(states[args.addr], args.addr, group)
     if target.master:
         print(f"{args.addr} ({group.broker_name}) is already the master, epoch {target.epoch}")
         return
@@ -105,9 +116,7 @@ async def _promote(admin: AdminClient, args: argparse.Namespace) -> None:
 
 async def _demote(admin: AdminClient, args: argparse.Namespace) -> None:
     group = await _group_of(admin, args.addr)
-    state = (await _states(admin, [args.addr]))[args.addr]
-    if state is None:
-        raise CometMQError(f"the broker at {args.addr} does not answer GET_BROKER_HA_STATUS: is it running?")
+    state = _answering((await _states(admin, [args.addr]))[args.addr], args.addr, group)
     if not state.master:
         print(f"{args.addr} ({group.broker_name}) is already a slave, epoch {state.epoch}")
         return
