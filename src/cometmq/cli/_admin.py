@@ -370,7 +370,9 @@ def _epoch_text(status: HARuntimeInfo) -> str:
     nothing from a broker that reports neither."""
     text = f"; epoch {status.epoch}" if status.epoch else ""
     if status.failover:
-        text += f"; failover through etcd, in-sync broker ids: {_in_sync_text(status)}"
+        text += "; failover through etcd"
+        if status.in_sync_replicas:  # the master's
+            text += f", in-sync broker ids: {_in_sync_text(status)}"
     return text
 
 
