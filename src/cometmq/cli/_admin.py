@@ -429,8 +429,10 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
         except (CometMQError, OSError, ValueError):
             return None
 
-    runtimes = await asyncio.gather(*(runtime(addr) for _, _, _, addr in entries))
-    ha_states = await asyncio.gather(*(ha(addr) for _, _, _, addr in entries))
+    runtimes, ha_states = await asyncio.gather(
+        asyncio.gather(*(runtime(addr) for _, _, _, addr in entries)),
+        asyncio.gather(*(ha(addr) for _, _, _, addr in entries)),
+    )
     masters = {
         name: rt
         for (_, name, broker_id, _), rt in zip(entries, runtimes, strict=True)
