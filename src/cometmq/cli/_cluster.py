@@ -172,9 +172,7 @@ class Server:
     """One server of the cluster and its process."""
 
     label: str  # "namesrv", "etcd", "broker-a-0": the name of its directory too
-    role: (
-        str  # "namesrv", "etcd", a master role or "SLAVE" (in failover mode every broker's is a master role)
-    )
+    role: str  # "namesrv", "etcd", a master role or "SLAVE" (failover mode: every broker a master role)
     directory: Path
     port: int  # as configured; 0: the OS picks it
     broker_name: str = ""
@@ -580,6 +578,8 @@ async def _start_or_interrupt(
 async def _cluster_up(args: argparse.Namespace) -> int:
     servers = plan(args)
     check_ports_free(servers, args.host)
+    if args.etcd:
+        etcd_binary()  # said before any server starts
     # Starting takes seconds (more on a busy machine), and the servers log to their files.
     if args.etcd:
         log.info(
