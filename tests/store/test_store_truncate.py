@@ -5,6 +5,7 @@ kill -9 at any point of a truncation leaves the store as it was before or as it 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import random
 import shutil
@@ -34,7 +35,16 @@ from test_replica import (
 
 from cometmq.protocol.properties import decode_properties, encode_properties
 from cometmq.protocol.record import decode_records
-from cometmq.store import EpochEntry, FlushDiskType, GetStatus, MessageStore, PutStatus, consistent_end
+from cometmq.store import (
+    EpochEntry,
+    FlushDiskType,
+    GetStatus,
+    MessageStore,
+    PutStatus,
+    StoreError,
+    consistent_end,
+)
+from cometmq.store._mappedfile import MappedFile
 
 NEVER = 1 << 62
 
@@ -183,19 +193,23 @@ def test_a_partial_record_held_by_a_slave_is_dropped_by_a_truncation_to_its_star
 # changes a file: a write, a sync, a truncate, an unlink, a link or rename. Says "paused" there, or
 # "done" when the truncation took fewer calls.
 _TRUNCATE_UNTIL_KILLED = """
-import os, sys
+import os, sys, threading
 from pathlib import Path
 from store_testlib import small_config
-from cometmq.store import MessageStore
+from cometmq.store import MessageStore, _flush
 
 root, offset, stop_at = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 calls = 0
 truncating = False
+# Only the truncation's own calls count, and the flush thread makes none meanwhile: the same call
+# number is the same point of the truncation in every child.
+_flush.QUEUE_FLUSH_INTERVAL_S = 3600.0
+truncation_thread = threading.get_ident()
 
 def pausing(call):
     def wrapper(*args, **kwargs):
         global calls
-        if truncating:
+        if truncating and threading.get_ident() == truncation_thread:
             calls += 1
             if calls == stop_at:
                 print("paused", flush=True)
@@ -206,7 +220,7 @@ def pausing(call):
 for name in ("pwrite", "write", "fsync", "fdatasync", "ftruncate", "truncate", "unlink", "link", "replace",
              "rename"):
     setattr(os, name, pausing(getattr(os, name)))
-store = MessageStore(small_config(root))
+store = MessageStore(small_config(root, flush_interval_commitlog_ms=3_600_000))
 store.start()
 truncating = True
 store.truncate_to(offset)
@@ -404,3 +418,29 @@ def test_a_slave_promoted_inside_a_record_drops_it_and_begins_its_epoch_at_the_l
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+def test_a_truncation_failing_part_way_refuses_writes_until_a_restart_finishes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = started(tmp_path / "s")
+    try:
+        cut = put_keyed(store, "a")
+        put_keyed(store, "b")
+
+        def failing_zero_from(self: MappedFile, pos: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        # After the 8 bytes at the cut were zeroed and synced.
+        monkeypatch.setattr(MappedFile, "zero_from", failing_zero_from)
+        with pytest.raises(StoreError, match="could not truncate"):
+            store.truncate_to(cut)
+        monkeypatch.undo()
+        assert store.put(make_msg()).status is PutStatus.SERVICE_NOT_AVAILABLE
+        assert store.write_refusal is not None and "restart the broker" in store.write_refusal
+        store.shutdown()
+        store = started(tmp_path / "s")
+        assert store.commitlog_max_offset == cut and keyed(store, "b") == []
+        assert put_keyed(store, "c") == cut
+    finally:
+        store.shutdown()

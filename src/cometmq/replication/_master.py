@@ -172,6 +172,17 @@ class HAServer:
                 epoch,
             )
             return None
+        for earlier in [other for other in self._links if other.broker_id == broker_id]:
+            # A slave keeps one link: an earlier one (its process stopped or cut off, the socket not
+            # yet closed) must not answer for the slave with what it acknowledged before.
+            log.info(
+                "slave %s is brokerId %d again: closing its earlier link from %s",
+                link.addr,
+                broker_id,
+                earlier.addr,
+            )
+            earlier.broker_id = None
+            earlier.close()
         link.broker_id = broker_id
         log.info("slave %s is brokerId %d (master epoch %d)", link.addr, broker_id, epoch)
         entries = [(entry.epoch, entry.start_offset) for entry in epochs]
@@ -180,12 +191,14 @@ class HAServer:
     def runtime_info(self) -> HARuntimeInfo:
         end = self._store.replica_end()
         max_gap = self._config.max_gap_not_in_sync
+        in_sync = self._in_sync
         connections = [
             HAConnectionRuntimeInfo(
                 addr=link.addr,
                 slave_ack_offset=link.ack_offset,
                 diff=end - link.ack_offset,
-                in_sync=end - link.ack_offset < max_gap,
+                # With an in-sync set, membership (as RocketMQ 5's syncStateSet); else the gap.
+                in_sync=end - link.ack_offset < max_gap if in_sync is None else link.broker_id in in_sync,
                 transferred_byte_in_second=link.rate.per_second(),
                 transfer_from_where=link.next_offset,
             )
@@ -198,8 +211,8 @@ class HAServer:
             in_sync_slave_nums=sum(c.in_sync for c in connections),
             ha_connection_info=connections,
             epoch=epochs[-1].epoch if epochs else 0,
-            in_sync_replicas=sorted(self._in_sync or ()),
-            failover=self._in_sync is not None,
+            in_sync_replicas=sorted(in_sync or ()),
+            failover=in_sync is not None,
         )
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:

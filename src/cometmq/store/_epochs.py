@@ -18,7 +18,16 @@ from typing import Final
 
 from cometmq.atomic_file import read_with_backup, write_atomic
 
-__all__ = ["EPOCH_FILE_NAME", "EpochEntry", "EpochFile", "consistent_end", "pack_epochs", "unpack_epochs"]
+__all__ = [
+    "EPOCH_FILE_NAME",
+    "EpochEntry",
+    "EpochFile",
+    "check_history",
+    "clipped",
+    "consistent_end",
+    "pack_epochs",
+    "unpack_epochs",
+]
 
 log = logging.getLogger("cometmq.store")
 
@@ -124,8 +133,7 @@ class EpochFile:
 
     def read(self) -> list[EpochEntry]:
         """The history on disk: the file, else its ``.bak``; empty when neither is usable (logged)."""
-        candidates = read_with_backup(self.path)
-        for path, data in candidates:
+        for path, data in read_with_backup(self.path):
             entries = unpack_epochs(data)
             if entries is not None:
                 return entries

@@ -171,6 +171,8 @@ class MessageStore:
         # space; until the next look at the disk (``_check_disk``).
         self._out_of_space: str | None = None
         self._out_of_space_logged = False
+        # Why the store takes no more writes after a truncation failed part way, or None.
+        self._truncation_failure: str | None = None
         self._listeners: list[ArrivalListener] = []
         self._last_store_ts = 0
         self._host_hex: dict[bytes, str] = {}
@@ -193,6 +195,7 @@ class MessageStore:
         self._root.mkdir(parents=True, exist_ok=True)
         self._lock.acquire()  # before recovery, which would truncate what a running store appends
         self._new_files()  # fresh objects, so a store can be started again after shutdown
+        self._truncation_failure = None  # recovery finishes the cut
         cl = self._commitlog
         abort = self._root / "abort"
         try:
@@ -886,8 +889,9 @@ class MessageStore:
         record boundary in range; ``StoreError`` when the store is not running, a sync failed
         before, or the files cannot be written."""
         self._require_running()
-        if self.flush_failure is not None:
-            raise StoreError(self.flush_failure)
+        failure = self.flush_failure or self._truncation_failure
+        if failure is not None:
+            raise StoreError(failure)
         cl = self._commitlog
         end = self.replica_end()
         written = end - len(self._replica_partial)
@@ -911,9 +915,15 @@ class MessageStore:
                     if self._index is not None:
                         entries = self._index.truncate_from(offset)
             except OSError as exc:
-                raise StoreError(
-                    f"cannot truncate the commit log to {offset}: {exc.strerror or exc}"
-                ) from exc
+                # Part of the cut may be on disk: no write may go on from a log of unknown shape. The
+                # next start finishes the cut, or finds none (see CommitLog.truncate_to).
+                self._truncation_failure = (
+                    f"the store could not truncate its commit log to {offset} ({exc.strerror or exc}) "
+                    "and accepts no more messages; restart the broker"
+                )
+                log.error("%s", self._truncation_failure)
+                self._update_accepting()
+                raise StoreError(self._truncation_failure) from exc
         kept = clipped(self._epochs, offset)
         log.warning(
             "truncated the commit log from %d to %d: %d bytes, %d consume-queue unit(s), %d index "
@@ -1073,7 +1083,12 @@ class MessageStore:
         """Why no write can go to the files now (puts and a slave's chunks alike), or None."""
         if not self._running:
             return "the store is not running (shutting down)"
-        return self.flush_failure or self._cleaner.guard.refusal or self._out_of_space
+        return (
+            self.flush_failure
+            or self._truncation_failure
+            or self._cleaner.guard.refusal
+            or self._out_of_space
+        )
 
     def _refusal_for(self, exc: OSError, what: str) -> str:
         """``_refuse_for``'s refusal as the text of a ``StoreError``."""
