@@ -10,11 +10,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from _support import address, broker_config, create_topic, run, send_request
+from _support import address, broker_config, create_topic, run, running_broker, send_request
 
 from cometmq.broker import Broker
+from cometmq.broker._pull import _confirmed_part
 from cometmq.namesrv import NameServer
-from cometmq.protocol import ResponseCode
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.record import decode_offset_msg_id, decode_records
 from cometmq.remoting import RemotingClient
 from etcd_server import EtcdServer
 from waiting import wait_until
@@ -102,7 +104,7 @@ def test_the_election_makes_one_master_the_other_follows_and_a_clean_stop_hands_
     run(scenario())
 
 
-def test_a_master_whose_lease_lapsed_stores_a_send_but_does_not_acknowledge_it(
+def test_a_master_whose_lease_lapsed_stores_a_send_or_send_back_but_does_not_acknowledge_it(
     tmp_path: Path, etcd: EtcdServer
 ) -> None:
     async def scenario() -> None:
@@ -113,6 +115,7 @@ def test_a_master_whose_lease_lapsed_stores_a_send_but_does_not_acknowledge_it(
             assert (await create_topic(client, addr, "Orders", 1)).code == ResponseCode.SUCCESS
             sent = await client.invoke(addr, send_request("Orders", b"while leased"))
             assert sent.code == ResponseCode.SUCCESS, sent.remark
+            offset = decode_offset_msg_id(sent.ext_fields["msgId"])[2]
             etcd.stop()
             election = broker.election
             assert election is not None
@@ -122,6 +125,13 @@ def test_a_master_whose_lease_lapsed_stores_a_send_but_does_not_acknowledge_it(
             assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
             assert refused.remark == LEASE_LAPSED
             assert broker.store.replica_end() > before  # stored
+            # A consumer's send-back: refused, so the consumer keeps the message and tries again.
+            back = RemotingCommand(
+                code=RequestCode.CONSUMER_SEND_MSG_BACK,
+                ext_fields={"offset": str(offset), "group": "CG", "delayLevel": "0"},
+            )
+            refused_back = await client.invoke(addr, back)
+            assert (refused_back.code, refused_back.remark) == (ResponseCode.SYSTEM_ERROR, LEASE_LAPSED)
             assert not broker.is_slave  # etcd unreachable: the role stays
         await client.close()
 
@@ -169,6 +179,38 @@ def test_a_sync_master_refuses_sends_while_its_in_sync_set_is_below_min_in_sync_
             assert refused.code == ResponseCode.SYSTEM_ERROR
             assert "in-sync replicas not enough" in (refused.remark or "")
             assert broker.store.replica_end() == before  # refused before storing
+        await client.close()
+
+    run(scenario())
+
+
+def test_a_pull_reads_only_up_to_the_first_record_the_in_sync_set_has_not_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """RocketMQ 5's confirmOffset: cut at each record boundary, a read keeps the records before it
+    and resumes at the first record cut; cut at the first record, there is nothing to read yet."""
+
+    async def scenario() -> None:
+        client = RemotingClient()
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            assert (await create_topic(client, addr, "Orders", 1)).code == ResponseCode.SUCCESS
+            ends = []
+            for i in range(6):
+                sent = await client.invoke(addr, send_request("Orders", b"m%d" % i))
+                assert sent.code == ResponseCode.SUCCESS
+                ends.append(broker.store.replica_end())
+            result = broker.store.get_messages("Orders", 0, 0, 32)
+            assert result.message_count == 6
+            assert _confirmed_part(result, lambda end: True) is result
+            assert _confirmed_part(result, lambda end: end <= ends[0] - 1) is None
+            for kept in range(1, 6):
+                part = _confirmed_part(result, lambda end, kept=kept: end <= ends[kept - 1])
+                assert part is not None
+                assert (part.message_count, part.next_begin_offset) == (kept, kept)
+                body = b"".join(bytes(buffer) for buffer in part.buffers)
+                assert len(body) == part.buffer_total_size
+                assert [record.body for record in decode_records(body)] == [b"m%d" % i for i in range(kept)]
         await client.close()
 
     run(scenario())

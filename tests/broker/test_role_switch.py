@@ -73,6 +73,7 @@ def test_a_master_and_its_slave_swap_roles_by_hand_and_the_name_server_and_repli
             running(tmp_path / "b", namesrvAddr=ns_addr, brokerRole="SLAVE", brokerId=1) as second,
         ):
             first_addr, second_addr = address(first), address(second)
+            first_ha_port = first.ha_port
             assert first.epoch == 1 and first.registered_id == 0
             await wait_until(lambda: entries(namesrv) == {0: first_addr, 1: second_addr}, message="both in")
             assert (await create_topic(client, first_addr, "Orders", 1)).code == ResponseCode.SUCCESS
@@ -89,7 +90,10 @@ def test_a_master_and_its_slave_swap_roles_by_hand_and_the_name_server_and_repli
 
             demoted = await client.invoke(first_addr, role_changed(second_addr, 2))
             assert demoted.code == ResponseCode.SUCCESS, demoted.remark
-            assert first.is_slave and first.role is BrokerRole.SLAVE and first.ha_server is None
+            assert first.is_slave and first.role is BrokerRole.SLAVE and not first.sync_master
+            assert first.runtime_info()["brokerRole"] == "SLAVE"
+            # A demoted master keeps its HA port (no send waits on the server holding it).
+            assert first.ha_server is not None and first.ha_server.port == first_ha_port
             refused = await client.invoke(first_addr, send_request("Orders", b"to a slave"))
             assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
 
@@ -110,8 +114,7 @@ def test_a_master_and_its_slave_swap_roles_by_hand_and_the_name_server_and_repli
                 message="the demoted broker copies the new master's log",
             )
 
-            # And back: the first broker's HA port is the one it had before.
-            first_ha_port = first.ha_port
+            # And back: the first broker's HA port is the one it had from the start.
             assert (
                 await client.invoke(second_addr, role_changed(first_addr, 3))
             ).code == ResponseCode.SUCCESS

@@ -386,7 +386,7 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "getTransferedTps": transferred,
         "getTransferredTps": transferred,
         "flushDiskType": broker.config.flush_disk_type.value,
-        "brokerRole": broker.config.broker_role.value,
+        "brokerRole": broker.role.value,  # the role now (a switch changes it)
         # Not RocketMQ's: with commitLogMaxOffset, what `cometmq cluster list` compares between a
         # master and its slave for the slave's lag.
         "lastMessageStoreTimestamp": str(last_message_store_timestamp(broker)),

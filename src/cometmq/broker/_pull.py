@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
 
 from cometmq.broker._filter import (
     RecordFilter,
@@ -75,6 +77,47 @@ def _status_code(result: GetResult, requested: int) -> int:
     if status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
         return ResponseCode.PULL_RETRY_IMMEDIATELY
     return ResponseCode.PULL_NOT_FOUND  # OFFSET_OVERFLOW_ONE, OFFSET_FOUND_NULL
+
+
+# A stored record's queue offset and commit-log offset (protocol/record.py's layout).
+_OFFSETS_AT: Final = 20
+_OFFSETS: Final = struct.Struct(">qq")
+# How soon a held pull that found only messages the in-sync set has not acknowledged looks again.
+_CONFIRM_RECHECK_S: Final = 0.01
+
+
+def _confirmed_part(result: GetResult, acknowledged: Callable[[int], bool]) -> GetResult | None:
+    """*result* up to its first record that some member of the in-sync set has not acknowledged (RocketMQ
+    5's confirmOffset); None when that is its first record. A consumer never reads a message a newly
+    elected master may lack, so it never moves past queue offsets that master fills with other
+    messages."""
+    if result.status is not GetStatus.FOUND:
+        return result
+    last = result.buffers[-1]
+    if acknowledged(_OFFSETS.unpack_from(last, _OFFSETS_AT)[1] + len(last)):  # the usual case
+        return result
+    kept: list[memoryview] = []
+    count = size = 0
+    for buffer in result.buffers:
+        start = _OFFSETS.unpack_from(buffer, _OFFSETS_AT)[1]
+        pos = 0
+        while pos < len(buffer):
+            end = pos + int.from_bytes(buffer[pos : pos + 4], "big")
+            if not acknowledged(start + end):
+                if not count and not pos:
+                    return None
+                if pos:
+                    kept.append(buffer[:pos])
+                    size += pos
+                next_begin = _OFFSETS.unpack_from(buffer, pos + _OFFSETS_AT)[0]
+                return GetResult(
+                    GetStatus.FOUND, next_begin, result.min_offset, result.max_offset, kept, count, size
+                )
+            pos = end
+            count += 1
+        kept.append(buffer)
+        size += len(buffer)
+    return result
 
 
 class PullProcessor:
@@ -174,6 +217,8 @@ class PullProcessor:
             broker.offsets.commit(group, topic, queue_id, pull.commit_offset)
         codes = subscription.codes
         result = broker.store.get_messages(topic, queue_id, offset, max_nums, codes, record_filter=accept)
+        if broker.election is not None:
+            result = self._confirmed(result, offset)
         code = _status_code(result, offset)
         # A slave that keeps a consumer's offset past its queue's end (below, offsetCheckInSlave off)
         # answers PULL_RETRY_IMMEDIATELY, which clients pull again on at once: it holds such a pull like
@@ -208,13 +253,15 @@ class PullProcessor:
         answers it (``answer``), else its deadline or shutdown does (``expire``), each through
         ``conn.reply``. Nothing is returned, so the dispatcher sends nothing now."""
         broker = self._broker
-        store = broker.store
         loop = asyncio.get_running_loop()
         hold_s = min(timeout_ms / 1000, MAX_HOLD_S)
         deadline = loop.time() + hold_s
 
         def read(held: HeldPull) -> GetResult:
-            return store.get_messages(topic, queue_id, held.offset, max_nums, codes, record_filter=accept)
+            result = broker.store.get_messages(
+                topic, queue_id, held.offset, max_nums, codes, record_filter=accept
+            )
+            return result if broker.election is None else self._confirmed(result, held.offset)
 
         def found(held: HeldPull, result: GetResult) -> RemotingCommand:
             code = _status_code(result, held.offset)
@@ -227,6 +274,16 @@ class PullProcessor:
                 return True  # nobody to answer: forget it without reading
             try:
                 result = read(held)
+                if (
+                    broker.election is not None
+                    and result.status is GetStatus.OFFSET_OVERFLOW_ONE
+                    and loop.time() < deadline
+                ):
+                    # Only messages the in-sync set has not acknowledged yet: look again soon (an
+                    # acknowledgement is no arrival).
+                    wake = held.offset + 1, next(iter(codes)) if codes else 0
+                    loop.call_later(_CONFIRM_RECHECK_S, broker.pull_holds.on_arrival, topic, queue_id, *wake)
+                    return False
                 if (
                     accept is not None
                     and result.status is GetStatus.NO_MATCHED_MESSAGE
@@ -247,6 +304,16 @@ class PullProcessor:
             conn.reply_with(request, lambda: found(held, read(held)))
 
         broker.pull_holds.park(conn, topic, queue_id, offset, codes, answer, expire, hold_s)
+
+    def _confirmed(self, result: GetResult, offset: int) -> GetResult:
+        """Failover mode: what of a read at *offset* a consumer may have (``_confirmed_part``)."""
+        broker = self._broker
+        if not broker.reads_wait_for_in_sync():
+            return result
+        confirmed = _confirmed_part(result, broker.acknowledged_by_in_sync)
+        if confirmed is None:  # answered as a pull at the queue's end: held, or pulled again
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, result.min_offset, result.max_offset)
+        return confirmed
 
     def _found(
         self,

@@ -113,7 +113,7 @@ def host_bytes(address: str) -> bytes:
 
 
 # Failover mode: a send stored while this master could not be sure it still is one (the fence).
-_LEASE_LAPSED: Final = "this broker's mastership lease lapsed; the message was stored but is not acknowledged"
+LEASE_LAPSED: Final = "this broker's mastership lease lapsed; the message was stored but is not acknowledged"
 _TRANSACTIONS_UNSUPPORTED: Final = "transaction messages are not supported by this broker yet"
 # A sysFlag transaction type of PREPARED (0x4) or ROLLBACK (0xC): such a record gets no consume-queue
 # unit, so a message sent with it would be stored and never delivered.
@@ -484,7 +484,7 @@ class SendProcessor:
             and broker.election is not None
             and broker.mastership_lapsed(result.commitlog_end_offset)
         ):
-            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, _LEASE_LAPSED)
+            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, LEASE_LAPSED)
         config = broker.config
         remark = None
         if code == ResponseCode.FLUSH_DISK_TIMEOUT:

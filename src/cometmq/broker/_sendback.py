@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Final
 
 from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import copy_of_record, is_delayable
+from cometmq.broker._send import LEASE_LAPSED
 from cometmq.errors import RecordError
 from cometmq.protocol import RemotingCommand, ResponseCode
 from cometmq.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
@@ -94,7 +95,7 @@ class SendBackProcessor:
         broker.stats.put_messages += 1
         if broker.sync_flush or broker.sync_master:
             return self._reply_when_stored(request, result.commitlog_end_offset)
-        return request.response()
+        return self._stored(request, result.commitlog_end_offset)
 
     async def _reply_when_stored(self, request: RemotingCommand, end: int) -> RemotingCommand:
         # As a send under SYNC_FLUSH or SYNC_MASTER: the consumer commits past the original once this
@@ -112,6 +113,14 @@ class SendBackProcessor:
             return request.response(
                 ResponseCode.SYSTEM_ERROR, broker.store.flush_failure or PutStatus.FLUSH_DISK_TIMEOUT.name
             )
+        return self._stored(request, end)
+
+    def _stored(self, request: RemotingCommand, end: int) -> RemotingCommand:
+        """SUCCESS, unless (failover mode) this master may no longer acknowledge: then the consumer
+        keeps the message and sends it back again, as after any failed send-back."""
+        broker = self._broker
+        if broker.election is not None and broker.mastership_lapsed(end):
+            return request.response(ResponseCode.SYSTEM_ERROR, LEASE_LAPSED)
         return request.response()
 
     def _record_at(self, offset: int) -> DecodedRecord | None:

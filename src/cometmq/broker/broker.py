@@ -304,11 +304,16 @@ class Broker:
         else:
             self._begin_epoch(self._next_epoch())
             await self._start_ha_server()
+            self.sync_master = self.master_role is BrokerRole.SYNC_MASTER
 
     async def _start_ha_server(self) -> None:
-        """A master's HA server, on the HA port this broker bound first (a port the OS picked stays
-        the broker's). A fresh server per mastership: nothing a slave acknowledged to an earlier one
-        (before this broker's log was cut back) may answer a send of this one."""
+        """A fresh HA server in place of the one running (if any), on the HA port this broker bound
+        first: a port the OS picked stays the broker's, free only for the moment between the two. Fresh
+        per role: nothing a slave acknowledged to an earlier server (before this broker's log was cut
+        back) may answer a send of a later mastership, and sends waiting on the earlier one are answered
+        FLUSH_SLAVE_TIMEOUT (stored, not confirmed) rather than losing their answer. While this broker
+        is a slave it keeps the port with a server no send waits on."""
+        await self._stop_ha_server()
         cfg = self.config
         port = self._ha_listen_port
         ha_server = HAServer(self.store, dataclasses.replace(cfg.replication_config(), broker_id=self.own_id))
@@ -326,11 +331,8 @@ class Broker:
             ha_server.set_in_sync(self.in_sync)
             if self.election is not None:
                 ha_server.on_candidates_changed = self.election.in_sync_changed
-        self.sync_master = not self._slave and self.master_role is BrokerRole.SYNC_MASTER
 
     async def _stop_ha_server(self) -> None:
-        """Stop being a master's HA server: SYNC sends waiting for a slave are answered
-        FLUSH_SLAVE_TIMEOUT (stored, not confirmed) rather than losing their answer."""
         self.sync_master = False
         ha_server, self.ha_server = self.ha_server, None
         if ha_server is not None:
@@ -364,8 +366,9 @@ class Broker:
 
     def _begin_epoch(self, epoch: int) -> None:
         """Start acting as master of *epoch*: the store cuts a partial trailing record and notes where
-        the epoch starts."""
-        entry = self.store.begin_epoch(epoch)
+        the epoch starts (once: a switch that failed after it takes the same epoch up again)."""
+        epochs = self.store.epochs()
+        entry = epochs[-1] if epochs and epochs[-1].epoch == epoch else self.store.begin_epoch(epoch)
         self.epoch = epoch
         log.info(
             "broker %s is master of epoch %d from commit-log offset %d",
@@ -398,10 +401,11 @@ class Broker:
             await self._stop_ha_client()
             await self._stop_ha_server()
             self._begin_epoch(epoch)
+            await self._start_ha_server()
             self._switched_epoch = epoch
             self._slave = False
+            self.sync_master = self.master_role is BrokerRole.SYNC_MASTER
             self.master_addr = None
-            await self._start_ha_server()
             self._switch_table()
             self.schedule.start()
             log.info("broker %s is now the master of its group (epoch %d)", self.config.broker_name, epoch)
@@ -423,7 +427,8 @@ class Broker:
             self._slave = True
             self._switched_epoch = 0
             self._switch_table()  # refuse sends before anything else
-            await self._stop_ha_server()
+            if self._ha_bound:
+                await self._start_ha_server()
             await self.schedule.stop()
             await self._stop_ha_client()
             self.epoch = epoch
@@ -467,6 +472,15 @@ class Broker:
                 f"minInSyncReplicas {least} brokers"
             )
         return None
+
+    def reads_wait_for_in_sync(self) -> bool:
+        """Failover mode: whether pulls see only what every in-sync member acknowledged (a SYNC_MASTER
+        with another member in its in-sync set)."""
+        return self.sync_master and len(self.in_sync) > 1 and self.ha_server is not None
+
+    def acknowledged_by_in_sync(self, end: int) -> bool:
+        ha_server = self.ha_server
+        return ha_server is not None and ha_server.acknowledged_by_all_in_sync(end)
 
     def mastership_lapsed(self, end: int) -> bool:
         """Failover mode: whether a send stored up to *end* may not be answered SEND_OK. It may while
