@@ -40,6 +40,7 @@ from _support import pull_request, send_request
 __all__ = [
     "CLUSTER",
     "GROUP",
+    "TEST_LEASE_TTL_S",
     "TOPIC",
     "Broker",
     "ConsumerGroup",
