@@ -8,8 +8,9 @@ cometmq_etcd_ready() {
 if ! cometmq_etcd_ready; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "cometmq: installing etcd (Debian package etcd-server) for the failover tests" >&2
-    apt-get update
-    apt-get install -y etcd-server
+    # No questions asked: CI has no terminal.
+    DEBIAN_FRONTEND=noninteractive apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y etcd-server
   else
     echo "cometmq: etcd is not installed; the failover tests need it:" >&2
     echo "cometmq:   sudo apt-get update && sudo apt-get install -y etcd-server" >&2
