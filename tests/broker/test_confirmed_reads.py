@@ -57,6 +57,7 @@ def test_a_slave_reads_only_what_its_master_confirmed_and_a_held_pull_waits_for_
                 sending = asyncio.ensure_future(
                     client.invoke(master_addr, send_request("Orders", b"m1"), timeout=60)
                 )
+                await wait_until(lambda: master.store.max_offset("Orders", 0) == 2, message="m1 stored")
                 end = master.store.replica_end()
                 await wait_until(lambda: slave.store.replica_end() == end, message="the slave to hold m1")
                 for addr in (slave_addr, master_addr):
@@ -84,6 +85,39 @@ def test_a_slave_reads_only_what_its_master_confirmed_and_a_held_pull_waits_for_
                     assert [record.body for record in decode_records(response.body)] == [b"m1"]
             finally:
                 third.close()
+        await client.close()
+
+    run(scenario())
+
+
+def test_a_demoted_master_reads_only_up_to_its_last_confirmed_offset_until_its_handshake(
+    tmp_path: Path, etcd: EtcdServer
+) -> None:
+    async def scenario() -> None:
+        client = RemotingClient()
+        settings = {"brokerRole": "SYNC_MASTER", "slaveTimeout": 60_000}
+        async with failover_broker(tmp_path / "b1", etcd, 1, **settings) as master:
+            await wait_until(lambda: not master.is_slave, message="the broker founds the group")
+            addr = address(master)
+            assert (await create_topic(client, addr, "Orders", 1)).code == ResponseCode.SUCCESS
+            assert (await client.invoke(addr, send_request("Orders", b"m0"))).code == ResponseCode.SUCCESS
+            _, second = await identified_slave(master.ha_port, 2, master.store.replica_end())
+            try:
+                await wait_until(lambda: master.in_sync == {1, 2}, message="broker 2 in the in-sync set")
+                sending = asyncio.ensure_future(
+                    client.invoke(addr, send_request("Orders", b"m1"), timeout=60)
+                )
+                await wait_until(lambda: master.store.max_offset("Orders", 0) == 2, message="m1 stored")
+                # Deposed while m1 is not confirmed, following a master it cannot reach yet.
+                await master.become_slave("127.0.0.1:1", "127.0.0.1:1", master.epoch + 1)
+                response, records = await pull(client, addr, "Orders", 0, 0)
+                assert response.code == ResponseCode.SUCCESS
+                assert [record.body for record in records] == [b"m0"]
+                response, _ = await pull(client, addr, "Orders", 0, 1)
+                assert response.code == ResponseCode.PULL_NOT_FOUND
+                await sending
+            finally:
+                second.close()
         await client.close()
 
     run(scenario())

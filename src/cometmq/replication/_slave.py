@@ -321,7 +321,7 @@ class HAClient:
                 chunk_end = self._master_offset = offset + len(body)
                 # Shorter than a batch, and not cut by a segment's end: all the master had to send.
                 short_chunk = last_size < config.transfer_batch_size and chunk_end % config.segment_size != 0
-            if decoder.confirmed != self.confirmed:  # after the bytes it may cover are appended
+            if decoder.confirmed >= 0 and decoder.confirmed != self.confirmed:  # after the bytes it covers
                 self.confirmed = decoder.confirmed
                 if self.on_confirmed is not None:
                     self.on_confirmed(decoder.confirmed)
