@@ -96,14 +96,13 @@ def _confirmed_part(result: GetResult, confirmed: int) -> GetResult | int:
     kept: list[memoryview] = []
     count = size = 0
     for buffer in result.buffers:
-        start = _OFFSETS.unpack_from(buffer, _OFFSETS_AT)[1]
+        start: int = _OFFSETS.unpack_from(buffer, _OFFSETS_AT)[1]
         pos = 0
         while pos < len(buffer):
             end = pos + int.from_bytes(buffer[pos : pos + 4], "big")
             if start + end > confirmed:
                 if not count and not pos:
-                    needed: int = start + end
-                    return needed
+                    return start + end
                 if pos:
                     kept.append(buffer[:pos])
                     size += pos
