@@ -202,11 +202,11 @@ def test_a_pull_reads_only_up_to_the_first_record_the_in_sync_set_has_not_acknow
                 ends.append(broker.store.replica_end())
             result = broker.store.get_messages("Orders", 0, 0, 32)
             assert result.message_count == 6
-            assert _confirmed_part(result, lambda end: True) is result
-            assert _confirmed_part(result, lambda end: end <= ends[0] - 1) is None
+            assert _confirmed_part(result, ends[-1]) is result
+            assert _confirmed_part(result, ends[0] - 1) == ends[0]  # where the first record ends
             for kept in range(1, 6):
-                part = _confirmed_part(result, lambda end, kept=kept: end <= ends[kept - 1])
-                assert part is not None
+                part = _confirmed_part(result, ends[kept - 1])
+                assert not isinstance(part, int)
                 assert (part.message_count, part.next_begin_offset) == (kept, kept)
                 body = b"".join(bytes(buffer) for buffer in part.buffers)
                 assert len(body) == part.buffer_total_size

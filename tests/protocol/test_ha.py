@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from cometmq.errors import ProtocolError
 from cometmq.protocol.ha import (
     CHUNK_HEADER_SIZE,
+    CONFIRMED_CHUNK_HEADER_SIZE,
     HELLO_MAGIC,
     HELLO_SIZE,
     MAX_EPOCH_ENTRIES,
@@ -22,6 +23,7 @@ from cometmq.protocol.ha import (
     HelloDecoder,
     ReportDecoder,
     encode_chunk_header,
+    encode_confirmed_chunk_header,
     encode_hello,
     encode_hello_answer,
     encode_report,
@@ -84,6 +86,43 @@ def test_chunks_come_out_whole_and_in_order_from_any_split(
     assert decoder.buffered == 0
 
 
+confirmed_chunks = st.lists(st.tuples(offsets, st.binary(max_size=300), offsets), min_size=1, max_size=10)
+
+
+@given(confirmed_chunks, st.lists(st.integers(min_value=0), max_size=40))
+def test_chunks_after_a_handshake_carry_the_confirmed_offset_through_any_split(
+    sent: list[tuple[int, bytes, int]], cuts: list[int]
+) -> None:
+    stream = b"".join(
+        encode_confirmed_chunk_header(offset, len(body), confirmed) + body for offset, body, confirmed in sent
+    )
+    decoder = ChunkDecoder(confirmed=True)
+    received: list[tuple[int, bytes]] = []
+    for piece in pieces(stream, cuts):
+        before = len(received)
+        received += decoder.feed(piece)
+        if len(received) > before:  # the confirmed offset of the last whole chunk fed
+            assert decoder.confirmed == sent[len(received) - 1][2]
+    assert received == [(offset, body) for offset, body, _ in sent]
+    assert decoder.confirmed == sent[-1][2]
+    assert decoder.buffered == 0
+
+
+def test_confirmed_chunk_header_layout_and_a_classic_decoder_is_unchanged() -> None:
+    header = encode_confirmed_chunk_header(1, 2, 3)
+    assert header == bytes(7) + b"\x01" + bytes(3) + b"\x02" + bytes(7) + b"\x03"
+    assert len(header) == CONFIRMED_CHUNK_HEADER_SIZE
+    assert ChunkDecoder(confirmed=True).confirmed == -1
+    classic = ChunkDecoder()
+    assert classic.feed(encode_chunk_header(5, 1) + b"x") == [(5, b"x")]
+    assert classic.confirmed == -1
+
+
+def test_a_negative_confirmed_offset_is_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match="confirmed offset"):
+        ChunkDecoder(confirmed=True).feed(encode_confirmed_chunk_header(0, 0, -1))
+
+
 @pytest.mark.parametrize(
     "header",
     [encode_chunk_header(-1, 0), encode_chunk_header(0, -5), encode_chunk_header(0, 1 << 30)],
@@ -97,12 +136,14 @@ def test_a_header_that_cannot_be_a_chunk_is_a_protocol_error(header: bytes) -> N
 @given(st.binary(max_size=200), st.lists(st.integers(min_value=0), max_size=10))
 def test_arbitrary_bytes_decode_or_raise_protocol_error(data: bytes, cuts: list[int]) -> None:
     chunk_decoder = ChunkDecoder(max_body=1024)
+    confirmed_decoder = ChunkDecoder(max_body=1024, confirmed=True)
     report_decoder = ReportDecoder()
-    for piece in pieces(data, cuts):
-        try:
-            chunk_decoder.feed(piece)
-        except ProtocolError:
-            break
+    for decoder in (chunk_decoder, confirmed_decoder):
+        for piece in pieces(data, cuts):
+            try:
+                decoder.feed(piece)
+            except ProtocolError:
+                break
     for piece in pieces(data, cuts):
         try:
             report_decoder.feed(piece)

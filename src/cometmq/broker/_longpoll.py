@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +29,10 @@ class HeldPull:
     # Called at the deadline, or at release (shutdown): answers the pull with what is there.
     expire: Callable[[HeldPull], None]
     timer: asyncio.TimerHandle | None = None
+    parked: bool = True  # False once answered, expired or dropped
+    # The commit-log offset that must be confirmed before its read finds anything (-1: none): the
+    # pull waits for the confirmed offset to reach it (failover mode).
+    needed: int = -1
 
 
 class PullHoldService:
@@ -41,6 +47,11 @@ class PullHoldService:
 
     def __init__(self) -> None:
         self._held: dict[tuple[str, int], list[HeldPull]] = {}
+        # The pulls waiting for the confirmed offset, by the offset each needs (a heap of (needed, n,
+        # pull)); entries of pulls answered meanwhile are skipped, and cleared out when they pile up.
+        self._confirming: list[tuple[int, int, HeldPull]] = []
+        self._confirming_gone = 0
+        self._order = itertools.count()
         # Per connection, as a dict for an ordered set: forgotten at once when it closes, and bounded.
         self._by_conn: dict[Connection, dict[HeldPull, None]] = {}
 
@@ -54,12 +65,12 @@ class PullHoldService:
         answer: Callable[[HeldPull], bool],
         expire: Callable[[HeldPull], None],
         timeout: float,
-    ) -> None:
+    ) -> HeldPull:
         """Register a pull in the same loop step as the read that found nothing, so a message stored
         right after it (even one from the same socket read) cannot slip past. A matching arrival calls
         ``answer``; ``timeout`` seconds later, or at :meth:`wake_all`, ``expire`` is called instead.
         Either way the entry is gone before the call; it also goes, unanswered, when its connection
-        closes (:meth:`drop_connection`)."""
+        closes (:meth:`drop_connection`). Returns the held pull (see :meth:`wait_confirmed`)."""
         of_conn = self._by_conn.get(conn)
         if of_conn is None:
             of_conn = self._by_conn[conn] = {}
@@ -75,6 +86,7 @@ class PullHoldService:
             self._held[held.key] = [held]
         else:
             waiting.append(held)
+        return held
 
     def _forget(self, held: HeldPull) -> None:
         waiting = self._held[held.key]
@@ -87,6 +99,9 @@ class PullHoldService:
         """Everything of *held* but its place in its queue's list: its timer and its connection's entry."""
         assert held.timer is not None
         held.timer.cancel()
+        held.parked = False
+        if held.needed >= 0:
+            self._confirming_gone += 1
         of_conn = self._by_conn[held.conn]
         del of_conn[held]
         if not of_conn:
@@ -130,6 +145,39 @@ class PullHoldService:
             self._held[key] = kept
         else:
             del self._held[key]
+
+    def wait_confirmed(self, held: HeldPull, needed: int) -> None:
+        """*held* found only messages beyond the confirmed offset: :meth:`on_confirmed` answers it once
+        the confirmed offset reaches *needed* (an arrival in its queue still does, as before)."""
+        if held.needed == needed or not held.parked:
+            return
+        if held.needed >= 0:
+            self._confirming_gone += 1  # its earlier entry
+        held.needed = needed
+        confirming = self._confirming
+        if self._confirming_gone > 64 and self._confirming_gone * 2 > len(confirming):
+            confirming[:] = [entry for entry in confirming if entry[2].parked and entry[2].needed == entry[0]]
+            heapq.heapify(confirming)
+            self._confirming_gone = 0
+        heapq.heappush(confirming, (needed, next(self._order), held))
+
+    def on_confirmed(self, confirmed: int) -> None:
+        """The confirmed offset rose to *confirmed*: answer the pulls waiting for it that it reached,
+        and only those."""
+        confirming = self._confirming
+        while confirming and confirming[0][0] <= confirmed:
+            needed, _, held = heapq.heappop(confirming)
+            if not held.parked or held.needed != needed:
+                self._confirming_gone -= 1
+                continue
+            held.needed = -1
+            try:
+                answered = held.answer(held)
+            except Exception:  # a bug: the pull's own answer replies to its failures
+                log.exception("answering a held pull of %s:%d failed", *held.key)
+                answered = True
+            if answered:
+                self._forget(held)
 
     def drop_connection(self, conn: Connection) -> None:
         """Forget the pulls held for a connection that closed (nobody to answer)."""

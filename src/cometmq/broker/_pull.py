@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from cometmq.broker._filter import (
@@ -82,30 +81,28 @@ def _status_code(result: GetResult, requested: int) -> int:
 # A stored record's queue offset and commit-log offset (protocol/record.py's layout).
 _OFFSETS_AT: Final = 20
 _OFFSETS: Final = struct.Struct(">qq")
-# How soon a held pull that found only messages the in-sync set has not acknowledged looks again.
-_CONFIRM_RECHECK_S: Final = 0.01
 
 
-def _confirmed_part(result: GetResult, acknowledged: Callable[[int], bool]) -> GetResult | None:
-    """*result* up to its first record that some member of the in-sync set has not acknowledged (RocketMQ
-    5's confirmOffset); None when that is its first record. A consumer never reads a message a newly
-    elected master may lack, so it never moves past queue offsets that master fills with other
-    messages."""
+def _confirmed_part(result: GetResult, confirmed: int) -> GetResult | int:
+    """*result* up to its first record that ends past the commit-log offset *confirmed* (RocketMQ 5's
+    confirmOffset); when that is its first record, the commit-log offset the confirmed offset must
+    reach for it. A consumer never reads a message a newly elected master may lack, so it never moves
+    past queue offsets that master fills with other messages."""
     if result.status is not GetStatus.FOUND:
         return result
     last = result.buffers[-1]
-    if acknowledged(_OFFSETS.unpack_from(last, _OFFSETS_AT)[1] + len(last)):  # the usual case
+    if _OFFSETS.unpack_from(last, _OFFSETS_AT)[1] + len(last) <= confirmed:  # the usual case
         return result
     kept: list[memoryview] = []
     count = size = 0
     for buffer in result.buffers:
-        start = _OFFSETS.unpack_from(buffer, _OFFSETS_AT)[1]
+        start: int = _OFFSETS.unpack_from(buffer, _OFFSETS_AT)[1]
         pos = 0
         while pos < len(buffer):
             end = pos + int.from_bytes(buffer[pos : pos + 4], "big")
-            if not acknowledged(start + end):
+            if start + end > confirmed:
                 if not count and not pos:
-                    return None
+                    return start + end
                 if pos:
                     kept.append(buffer[:pos])
                     size += pos
@@ -217,8 +214,7 @@ class PullProcessor:
             broker.offsets.commit(group, topic, queue_id, pull.commit_offset)
         codes = subscription.codes
         result = broker.store.get_messages(topic, queue_id, offset, max_nums, codes, record_filter=accept)
-        if broker.election is not None:
-            result = self._confirmed(result, offset)
+        result, needed = self._confirmed(result, offset)
         code = _status_code(result, offset)
         # A slave that keeps a consumer's offset past its queue's end (below, offsetCheckInSlave off)
         # answers PULL_RETRY_IMMEDIATELY, which clients pull again on at once: it holds such a pull like
@@ -231,7 +227,17 @@ class PullProcessor:
             if not broker.config.long_polling_enable:
                 timeout_ms = broker.config.short_polling_time_mills
             self._hold(
-                conn, request, topic, queue_id, offset, max_nums, codes, accept, timeout_ms, group_config
+                conn,
+                request,
+                topic,
+                queue_id,
+                offset,
+                max_nums,
+                codes,
+                accept,
+                timeout_ms,
+                group_config,
+                needed,
             )
             return None  # answered later, by the hold
         return self._found(request, result, code, offset, topic, queue_id, group_config)
@@ -248,20 +254,22 @@ class PullProcessor:
         accept: RecordFilter | None,
         timeout_ms: int,
         group: SubscriptionGroupConfig,
+        needed: int,
     ) -> None:
         """Park a pull that found nothing, in the same loop step as that read: a matching arrival
-        answers it (``answer``), else its deadline or shutdown does (``expire``), each through
+        answers it (``answer``), or the confirmed offset reaching *needed* (≥ 0: the read found only
+        messages past it), else its deadline or shutdown does (``expire``), each through
         ``conn.reply``. Nothing is returned, so the dispatcher sends nothing now."""
         broker = self._broker
         loop = asyncio.get_running_loop()
         hold_s = min(timeout_ms / 1000, MAX_HOLD_S)
         deadline = loop.time() + hold_s
 
-        def read(held: HeldPull) -> GetResult:
+        def read(held: HeldPull) -> tuple[GetResult, int]:
             result = broker.store.get_messages(
                 topic, queue_id, held.offset, max_nums, codes, record_filter=accept
             )
-            return result if broker.election is None else self._confirmed(result, held.offset)
+            return self._confirmed(result, held.offset)
 
         def found(held: HeldPull, result: GetResult) -> RemotingCommand:
             code = _status_code(result, held.offset)
@@ -273,16 +281,11 @@ class PullProcessor:
             if not conn.is_open:
                 return True  # nobody to answer: forget it without reading
             try:
-                result = read(held)
-                if (
-                    broker.election is not None
-                    and result.status is GetStatus.OFFSET_OVERFLOW_ONE
-                    and loop.time() < deadline
-                ):
-                    # Only messages the in-sync set has not acknowledged yet: look again soon (an
+                result, needed = read(held)
+                if needed >= 0:
+                    # Only messages past the confirmed offset: held until it reaches them (an
                     # acknowledgement is no arrival).
-                    wake = held.offset + 1, next(iter(codes)) if codes else 0
-                    loop.call_later(_CONFIRM_RECHECK_S, broker.pull_holds.on_arrival, topic, queue_id, *wake)
+                    broker.pull_holds.wait_confirmed(held, needed)
                     return False
                 if (
                     accept is not None
@@ -301,19 +304,23 @@ class PullProcessor:
             return True
 
         def expire(held: HeldPull) -> None:
-            conn.reply_with(request, lambda: found(held, read(held)))
+            conn.reply_with(request, lambda: found(held, read(held)[0]))
 
-        broker.pull_holds.park(conn, topic, queue_id, offset, codes, answer, expire, hold_s)
+        held = broker.pull_holds.park(conn, topic, queue_id, offset, codes, answer, expire, hold_s)
+        if needed >= 0:
+            broker.pull_holds.wait_confirmed(held, needed)
 
-    def _confirmed(self, result: GetResult, offset: int) -> GetResult:
-        """Failover mode: what of a read at *offset* a consumer may have (``_confirmed_part``)."""
-        broker = self._broker
-        if not broker.reads_wait_for_in_sync():
-            return result
-        confirmed = _confirmed_part(result, broker.acknowledged_by_in_sync)
-        if confirmed is None:  # answered as a pull at the queue's end: held, or pulled again
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, result.min_offset, result.max_offset)
-        return confirmed
+    def _confirmed(self, result: GetResult, offset: int) -> tuple[GetResult, int]:
+        """Failover mode: what of a read at *offset* a consumer may have (``_confirmed_part``), and the
+        commit-log offset the confirmed offset must reach before it has anything (-1: it has)."""
+        limit = self._broker.read_limit()
+        if limit is None or result.status is not GetStatus.FOUND:
+            return result, -1
+        confirmed = _confirmed_part(result, limit)
+        if isinstance(confirmed, int):  # answered as a pull at the queue's end: held, or pulled again
+            empty = GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, result.min_offset, result.max_offset)
+            return empty, confirmed
+        return confirmed, -1
 
     def _found(
         self,

@@ -82,6 +82,8 @@ class Broker:
         # Failover mode: the group's in-sync set as committed in etcd (broker ids, the master's own
         # included). A SYNC_MASTER waits for these and refuses sends while they are too few.
         self.in_sync: frozenset[int] = frozenset()
+        # Failover mode, as a slave: the confirmed offset reads stop at (``read_limit``).
+        self.confirmed = 0
         self._role_lock = asyncio.Lock()  # one switch at a time
         # The HA port: as configured until a master's HA server first binds it, then the one bound
         # (with listenPort 0, the one the OS picked), kept across switches of role.
@@ -329,6 +331,7 @@ class Broker:
         self._ha_bound = True
         if self.config.failover:
             ha_server.set_in_sync(self.in_sync)
+            ha_server.on_confirmed = self.pull_holds.on_confirmed
             if self.election is not None:
                 ha_server.on_candidates_changed = self.election.in_sync_changed
 
@@ -348,6 +351,8 @@ class Broker:
             broker_id=self.own_id,
             expected_epoch=lambda: self.epoch,
         )
+        if self.config.failover:
+            self.ha_client.on_confirmed = self._master_confirmed
         self.ha_client.start()
 
     async def _stop_ha_client(self) -> None:
@@ -424,6 +429,8 @@ class Broker:
             )
         async with self._role_lock:
             was_master = not self._slave
+            if was_master and self.config.failover:
+                self.confirmed = self.read_limit() or 0  # reads stay below it until the handshake
             self._slave = True
             self._switched_epoch = 0
             self._switch_table()  # refuse sends before anything else
@@ -473,14 +480,21 @@ class Broker:
             )
         return None
 
-    def reads_wait_for_in_sync(self) -> bool:
-        """Failover mode: whether pulls see only what every in-sync member acknowledged (a SYNC_MASTER
-        with another member in its in-sync set)."""
-        return self.sync_master and len(self.in_sync) > 1 and self.ha_server is not None
+    def read_limit(self) -> int | None:
+        """Failover mode: the commit-log offset pulls read up to, the confirmed offset (RocketMQ 5's
+        confirmOffset): a master's is what every member of its in-sync set acknowledged, a slave's the
+        last its master sent, and a broker just demoted keeps its last as master until the handshake
+        with its new master (and any truncation) is done. None outside failover mode: no limit."""
+        if not self.config.failover:
+            return None
+        if not self._slave and self.ha_server is not None:
+            return self.ha_server.confirmed_offset()
+        return self.confirmed
 
-    def acknowledged_by_in_sync(self, end: int) -> bool:
-        ha_server = self.ha_server
-        return ha_server is not None and ha_server.acknowledged_by_all_in_sync(end)
+    def _master_confirmed(self, confirmed: int) -> None:
+        """The HA client's listener: the master's confirmed offset as its chunk headers say."""
+        self.confirmed = confirmed
+        self.pull_holds.on_confirmed(confirmed)
 
     def mastership_lapsed(self, end: int) -> bool:
         """Failover mode: whether a send stored up to *end* may not be answered SEND_OK. It may while

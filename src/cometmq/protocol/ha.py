@@ -19,7 +19,10 @@ Then, or from the first byte without a handshake:
   skips the older ones too).
 - Master → slave: **chunks**, a 12-byte header (int64 commit-log offset of the body's first byte,
   int32 body size) followed by that many raw commit-log bytes. A body never crosses a commit-log
-  segment and is not aligned to records. A header with size 0 is a heartbeat.
+  segment and is not aligned to records. A header with size 0 is a heartbeat. After a handshake the
+  header has 20 bytes: the same two fields, then int64 the master's **confirmed offset** (RocketMQ 5's
+  confirmOffset): the commit-log end every member of its in-sync set holds, which the slave's reads
+  stay below. A master sends a heartbeat when it rises with nothing else to send.
 
 The decoders take the stream in pieces of any size (TCP splits it anywhere) and raise
 :class:`~cometmq.errors.ProtocolError` for bytes that cannot be the stream.
@@ -37,6 +40,7 @@ from cometmq.protocol.command import Buffer
 
 __all__ = [
     "CHUNK_HEADER_SIZE",
+    "CONFIRMED_CHUNK_HEADER_SIZE",
     "HELLO_MAGIC",
     "HELLO_SIZE",
     "MAX_CHUNK_BODY",
@@ -49,6 +53,7 @@ __all__ = [
     "HelloDecoder",
     "ReportDecoder",
     "encode_chunk_header",
+    "encode_confirmed_chunk_header",
     "encode_hello",
     "encode_hello_answer",
     "encode_report",
@@ -56,6 +61,7 @@ __all__ = [
 
 REPORT_SIZE: Final = 8
 CHUNK_HEADER_SIZE: Final = 12
+CONFIRMED_CHUNK_HEADER_SIZE: Final = 20  # after a handshake
 # The largest body a slave accepts in one chunk. RocketMQ's masters send at most
 # haTransferBatchSize (32 KiB by default) and never more than one segment; this only bounds what a
 # slave buffers for a peer that is not a master.
@@ -69,6 +75,7 @@ MAX_EPOCH_ENTRIES: Final = 1 << 16
 
 _REPORT = struct.Struct(">q")
 _HEADER = struct.Struct(">qi")
+_CONFIRMED_HEADER = struct.Struct(">qiq")
 _HELLO = struct.Struct(">8sqq")
 _ANSWER_HEAD = struct.Struct(">8sqqi")
 _ENTRY = struct.Struct(">qq")
@@ -83,6 +90,12 @@ def encode_report(offset: int) -> bytes:
 def encode_chunk_header(offset: int, body_size: int) -> bytes:
     """The header of a chunk whose *body_size* bytes start at commit-log *offset* (0: a heartbeat)."""
     return _HEADER.pack(offset, body_size)
+
+
+def encode_confirmed_chunk_header(offset: int, body_size: int, confirmed: int) -> bytes:
+    """A chunk header after a handshake: ``encode_chunk_header``'s fields and the master's *confirmed*
+    offset."""
+    return _CONFIRMED_HEADER.pack(offset, body_size, confirmed)
 
 
 class ReportDecoder:
@@ -109,13 +122,16 @@ class ReportDecoder:
 class ChunkDecoder:
     """The slave's side: ``feed(data)`` returns the chunks the bytes complete, as ``(offset, body)``
     pairs (an empty body for a heartbeat). The body of a chunk not yet whole is kept; *max_body*
-    bounds it."""
+    bounds it. With *confirmed* (a link opened with a handshake) the headers carry the master's
+    confirmed offset: ``confirmed`` is the last one fed (-1 before any)."""
 
-    __slots__ = ("_buffer", "_max_body")
+    __slots__ = ("_buffer", "_header", "_max_body", "confirmed")
 
-    def __init__(self, max_body: int = MAX_CHUNK_BODY) -> None:
+    def __init__(self, max_body: int = MAX_CHUNK_BODY, *, confirmed: bool = False) -> None:
         self._buffer = bytearray()
         self._max_body = max_body
+        self._header = _CONFIRMED_HEADER if confirmed else _HEADER
+        self.confirmed = -1
 
     @property
     def buffered(self) -> int:
@@ -128,16 +144,25 @@ class ChunkDecoder:
         chunks: list[tuple[int, bytes]] = []
         pos = 0
         end = len(buffer)
+        header = self._header
+        header_size = header.size
+        confirmed = self.confirmed
         with memoryview(buffer) as view:  # a body is copied once, not sliced and then copied
-            while end - pos >= CHUNK_HEADER_SIZE:
-                offset, size = _HEADER.unpack_from(view, pos)
+            while end - pos >= header_size:
+                fields = header.unpack_from(view, pos)
+                offset, size = fields[0], fields[1]
                 if offset < 0 or size < 0 or size > self._max_body or offset > _MAX_OFFSET - size:
                     raise ProtocolError(f"not an HA chunk header: offset {offset}, body size {size}")
-                body_end = pos + CHUNK_HEADER_SIZE + size
+                body_end = pos + header_size + size
                 if body_end > end:
                     break
-                chunks.append((offset, bytes(view[pos + CHUNK_HEADER_SIZE : body_end])))
+                if header_size != CHUNK_HEADER_SIZE:
+                    if fields[2] < 0:
+                        raise ProtocolError(f"not an HA chunk header: confirmed offset {fields[2]}")
+                    confirmed = fields[2]
+                chunks.append((offset, bytes(view[pos + header_size : body_end])))
                 pos = body_end
+        self.confirmed = confirmed
         if pos:
             del buffer[:pos]
         return chunks

@@ -1,8 +1,11 @@
 """The master's side of the HA link: the server on haListenPort and one ``SlaveLink`` per slave.
 
-In failover mode the master also keeps the in-sync set: the slaves that identified themselves with a
-hello and caught up within haMaxTimeSlaveNotCatchup are its candidates, and ``set_in_sync`` gives it
-the set as committed in etcd, which a SYNC_MASTER send then waits for.
+In failover mode the master also keeps the in-sync set: ``set_in_sync`` gives it the set as committed
+in etcd, which a SYNC_MASTER send waits for. A slave that identified itself with a hello and caught up
+joins the wait at once, with a barrier (this master's end then): it is offered as a candidate
+(``in_sync_candidates``) only once its acknowledgement reached the barrier, so a member holds every
+message acknowledged before it joined and, being waited for since, every one after. The confirmed
+offset is what every member waited for holds (RocketMQ 5's confirmOffset): reads stay below it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,13 @@ import time
 from collections.abc import Callable
 
 from cometmq.errors import ProtocolError
-from cometmq.protocol.ha import HelloDecoder, ReportDecoder, encode_chunk_header, encode_hello_answer
+from cometmq.protocol.ha import (
+    HelloDecoder,
+    ReportDecoder,
+    encode_chunk_header,
+    encode_confirmed_chunk_header,
+    encode_hello_answer,
+)
 from cometmq.protocol.ha_status import HAConnectionRuntimeInfo, HARuntimeInfo
 from cometmq.replication._config import ReplicationConfig
 from cometmq.replication._rate import ByteRate
@@ -56,6 +65,16 @@ class HAServer:
         # members other than this master, whom a SYNC_MASTER send waits for.
         self._in_sync: frozenset[int] | None = None
         self._others: tuple[int, ...] = ()
+        # Slaves waited for before they are members: brokerId -> barrier (this master's end when they
+        # joined). Offered once their acknowledgement reached it.
+        self._joining: dict[int, int] = {}
+        # The candidates last handed out: one of them that drops out stays waited for until the next
+        # ask, since a proposal naming it may be on its way to etcd.
+        self._offered: frozenset[int] = frozenset()
+        # The confirmed offset while somebody is waited for (it never goes down: a joiner is offered
+        # only past the end confirmed when it joined), and who hears that it rose.
+        self._confirmed = 0
+        self.on_confirmed: Callable[[int], None] | None = None
         # Called when in_sync_candidates() may have changed (failover proposes the set again).
         self.on_candidates_changed: Callable[[], None] | None = None
         self._candidates: frozenset[int] = frozenset()
@@ -103,48 +122,142 @@ class HAServer:
         FLUSH_SLAVE_TIMEOUT after slaveTimeout, whoever is connected."""
         if self._in_sync is None:
             return self._transfer.when_replicated(end, len(self._links))
-        if not self._others:
+        if not self._others and not self._joining:
             return self._transfer.answered(PutStatus.PUT_OK)
         return self._transfer.when_replicated(end, None)
 
     def set_in_sync(self, ids: frozenset[int] | None) -> None:
         """The in-sync set as committed in etcd, this master's brokerId included (None: the classic
-        rule, any slave acknowledges a SYNC_MASTER send). A member joins the sends' wait, or leaves it,
-        from this call on: the sends waiting are answered by the acknowledgements of the members now
-        in the set."""
+        rule, any slave acknowledges a SYNC_MASTER send). A member leaves the sends' wait from this
+        call on (unless it is a caught-up slave: then it joins again, with a barrier); a member joins
+        it with this call unless it was waited for already as a joiner."""
+        self._advance_confirmed()  # the offset confirmed by the members so far stays confirmed
         self._in_sync = ids
         self._others = () if ids is None else tuple(sorted(ids - {self._config.broker_id}))
         if ids is None:
+            self._joining.clear()
             self._transfer.reset(max((link.ack_offset for link in self._links), default=0))
-        elif self._others:
-            self._transfer.reset(self._in_sync_acked())
-        else:  # nobody else to wait for: every send stored so far is answered
-            self._transfer.reset(self._store.replica_end())
+            return
+        for member in ids:
+            self._joining.pop(member, None)
+        now = time.monotonic()
+        for link in self._links:
+            self._maybe_join(link, now)
+        self._rewait()
+        self._check_candidates()
 
     def in_sync_candidates(self) -> frozenset[int]:
         """The brokerIds of the slaves connected with a hello whose acknowledgement reached this
-        master's end within the last haMaxTimeSlaveNotCatchup ms."""
+        master's end within the last haMaxTimeSlaveNotCatchup ms, and, if they are not members of the
+        in-sync set, reached their barrier. Asking again settles the candidates offered last time: one
+        that dropped out since is no longer waited for."""
         now = time.monotonic()
-        return frozenset(
-            link.broker_id for link in self._links if link.broker_id is not None and link.caught_up(now)
-        )
+        self._offered = frozenset()
+        self._drop_joiners(now)
+        self._offered = candidates = self._candidates_now(now)
+        return candidates
+
+    def confirmed_offset(self) -> int:
+        """The commit-log end every broker waited for holds (RocketMQ 5's confirmOffset); this master's
+        end while nobody is waited for, or outside failover mode."""
+        if self._in_sync is None or (not self._others and not self._joining):
+            return self._store.replica_end()
+        return self._confirmed
 
     def acknowledged_by_all_in_sync(self, end: int) -> bool:
-        """Whether the in-sync set has another member than this master and every other member
-        acknowledged the commit log up to *end*: then no broker that could be elected lacks it."""
-        return bool(self._others) and all(self._acked_by(member) >= end for member in self._others)
+        """Whether the in-sync set has another member than this master and every other member (and
+        every joiner) acknowledged the commit log up to *end*: then no broker that could be elected
+        lacks it."""
+        return bool(self._others) and all(
+            self._acked_by(member) >= end for member in (*self._others, *self._joining)
+        )
 
     def _acked_by(self, broker_id: int) -> int:
         return max((link.ack_offset for link in self._links if link.broker_id == broker_id), default=0)
 
     def _in_sync_acked(self) -> int:
-        """The offset the in-sync set acknowledged: the lowest of its other members' (allAck), else
-        the highest."""
+        """The offset the brokers waited for acknowledged: the lowest of the in-sync set's other members'
+        (allAck, else the highest), and no more than any joiner's."""
         acked = [self._acked_by(member) for member in self._others]
-        return min(acked) if self._config.all_ack_in_sync else max(acked)
+        lowest = (min(acked) if self._config.all_ack_in_sync else max(acked)) if acked else 1 << 62
+        return min(lowest, *(self._acked_by(joiner) for joiner in self._joining)) if self._joining else lowest
+
+    def _eligible(self, link: SlaveLink, now: float) -> bool:
+        return link.broker_id is not None and link.caught_up(now) and link.state is not _State.BEHIND
+
+    def _candidates_now(self, now: float) -> frozenset[int]:
+        in_sync = self._in_sync
+        joining = self._joining
+        candidates = set()
+        for link in self._links:
+            broker_id = link.broker_id
+            if broker_id is None or not link.caught_up(now):
+                continue
+            member = in_sync is None or broker_id in in_sync
+            if member or (link.ack_offset >= joining.get(broker_id, 1 << 62) and self._eligible(link, now)):
+                candidates.add(broker_id)
+        return frozenset(candidates)
+
+    def _maybe_join(self, link: SlaveLink, now: float) -> None:
+        """A caught-up slave that is no member joins the wait, its barrier this master's end now."""
+        broker_id = link.broker_id
+        if (
+            broker_id is None
+            or self._in_sync is None
+            or broker_id in self._in_sync
+            or broker_id in self._joining
+            or not self._eligible(link, now)
+        ):
+            return
+        self._advance_confirmed()
+        self._joining[broker_id] = self._store.replica_end()
+        log.info(
+            "slave %s (brokerId %d) caught up: sends wait for it, and it is offered for the in-sync set once "
+            "it acknowledged commit-log offset %d",
+            link.addr,
+            broker_id,
+            self._joining[broker_id],
+        )
+        self._rewait()
+
+    def _drop_joiners(self, now: float) -> None:
+        """Joiners that disconnected or fell behind leave the wait, unless offered last time."""
+        eligible = {link.broker_id for link in self._links if self._eligible(link, now)}
+        dropped = [j for j in self._joining if j not in eligible and j not in self._offered]
+        if dropped:
+            for joiner in dropped:
+                del self._joining[joiner]
+                log.info("slave with brokerId %d fell behind or left before joining the in-sync set", joiner)
+            self._rewait()
+
+    def _rewait(self) -> None:
+        """Whom the sends wait for changed: answer those the brokers now waited for acknowledged."""
+        if self._others or self._joining:
+            self._transfer.reset(self._in_sync_acked())
+        else:  # nobody else to wait for: every send stored so far is answered
+            self._transfer.reset(self._store.replica_end())
+        self._advance_confirmed()
+
+    def _advance_confirmed(self) -> None:
+        if self._in_sync is None:
+            return
+        if self._others or self._joining:
+            acked = [self._acked_by(broker_id) for broker_id in (*self._others, *self._joining)]
+            confirmed = min(acked)
+        else:
+            confirmed = self._store.replica_end()
+        if confirmed > self._confirmed:
+            self._confirmed = confirmed
+            for link in self.idle:
+                if link.handshake:
+                    link.wake.set()
+            if self.on_confirmed is not None:
+                self.on_confirmed(confirmed)
 
     def _check_candidates(self) -> None:
-        candidates = self.in_sync_candidates()
+        now = time.monotonic()
+        self._drop_joiners(now)
+        candidates = self._candidates_now(now)
         if candidates != self._candidates:
             self._candidates = candidates
             if self.on_candidates_changed is not None:
@@ -184,6 +297,7 @@ class HAServer:
             earlier.broker_id = None
             earlier.close()
         link.broker_id = broker_id
+        link.handshake = True
         log.info("slave %s is brokerId %d (master epoch %d)", link.addr, broker_id, epoch)
         entries = [(entry.epoch, entry.start_offset) for entry in epochs]
         return encode_hello_answer(epoch, self._store.replica_end(), entries)
@@ -245,6 +359,7 @@ class HAServer:
             log.info("slave %s disconnected (acknowledged offset %d)", link.addr, link.ack_offset)
             if link.broker_id is not None:
                 self._check_candidates()  # a slave whose link closes leaves at once
+                self._advance_confirmed()
 
     def shipped(self) -> None:
         """A link wrote everything the commit log had (group transfer: a new group for what follows)."""
@@ -254,17 +369,17 @@ class HAServer:
         end = self._store.replica_end()
         if link.broker_id is not None:
             now = time.monotonic()
-            was_candidate = link.caught_up(now)
             if offset >= end:
                 link.caught_up_at = now
             elif 0 <= link.shipped_end <= offset:
                 link.caught_up_at = link.shipped_at  # it holds all this master had then
-            if not was_candidate and link.caught_up(now):
-                self._check_candidates()
+            self._maybe_join(link, now)
+            self._check_candidates()
         if self._in_sync is None:
             self._transfer.acknowledge(offset)
-        elif link.broker_id in self._others:
+        elif link.broker_id in self._others or link.broker_id in self._joining:
             self._transfer.acknowledge(self._in_sync_acked())
+            self._advance_confirmed()
         gap = end - offset
         if gap >= self._config.max_gap_not_in_sync:
             if link.state is not _State.BEHIND:
@@ -303,6 +418,9 @@ class SlaveLink:
         self.next_offset = 0  # where the next chunk starts
         self.drained_to = -1  # where the sender last found nothing more to send
         self.broker_id: int | None = None  # from the slave's hello; None for a slave without one
+        # Opened with a hello: chunk headers carry the confirmed offset.
+        self.handshake = False
+        self.sent_confirmed = -1
         # The end of the commit log when the sender last shipped all of it, and when (monotonic): a
         # slave acknowledging that end had caught up then.
         self.shipped_end = -1
@@ -381,7 +499,7 @@ class SlaveLink:
                 )
                 # An empty chunk at the master's end tells a CometMQ slave why (a RocketMQ slave closes
                 # on the offset mismatch, as it would anyway).
-                self._writer.write(encode_chunk_header(end, 0))
+                self._writer.write(self._header(end, 0))
                 with contextlib.suppress(OSError):
                     await self._writer.drain()
                 return
@@ -390,6 +508,12 @@ class SlaveLink:
                 self._first_report.set()
             self.ack_offset = offset
             self._server.acknowledged(self, offset)
+
+    def _header(self, offset: int, body_size: int) -> bytes:
+        if not self.handshake:
+            return encode_chunk_header(offset, body_size)
+        confirmed = self.sent_confirmed = self._server.confirmed_offset()
+        return encode_confirmed_chunk_header(offset, body_size, confirmed)
 
     async def _send_chunks(self) -> None:
         await self._first_report.wait()
@@ -400,6 +524,8 @@ class SlaveLink:
         batch = self._config.transfer_batch_size
         heartbeat_s = self._config.heartbeat_interval_ms / 1000
         writer = self._writer
+        header = self._header
+        server = self._server
         loop = asyncio.get_running_loop()
         last_write = loop.time()
         while True:
@@ -412,7 +538,7 @@ class SlaveLink:
                     view = store.ha_readable(next_offset + size, batch)
                     chunk = len(view)
                     if chunk:
-                        parts += (encode_chunk_header(next_offset + size, chunk), view)
+                        parts += (header(next_offset + size, chunk), view)
                     del view
                     if not chunk:
                         break
@@ -447,8 +573,8 @@ class SlaveLink:
             self.drained_to = next_offset
             self.shipped_end, self.shipped_at = next_offset, time.monotonic()
             wait = last_write + heartbeat_s - loop.time()
-            if wait <= 0:
-                writer.write(encode_chunk_header(next_offset, 0))  # heartbeat
+            if wait <= 0 or (self.handshake and server.confirmed_offset() > self.sent_confirmed):
+                writer.write(header(next_offset, 0))  # heartbeat, or the confirmed offset rose
                 last_write = loop.time()
                 await writer.drain()
                 continue

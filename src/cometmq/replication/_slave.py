@@ -29,6 +29,9 @@ _READ_SIZE = 1024 * 1024
 # RocketMQ's HAClient: the wait before connecting again, and the connect timeout.
 RECONNECT_INTERVAL_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
+# The first wait after the master changed, doubled per failure up to RECONNECT_INTERVAL_S: a new master
+# may not have begun its epoch yet (its link closes on the hello) or bound its HA port, for a moment.
+QUICK_RETRY_S = 0.05
 
 
 class _Outcome(enum.Enum):
@@ -96,10 +99,16 @@ class HAClient:
         self._rate = ByteRate()
         self._last_failure = ""  # the last failure to connect or replicate, logged once
         self._wake = asyncio.Event()  # set when the master's address is learned: try it now
+        self._retry_s = QUICK_RETRY_S  # the wait after the next failure
+        # The master's confirmed offset as its chunk headers last said (-1: none yet; a link without a
+        # hello carries none), and who hears that it changed.
+        self.confirmed = -1
+        self.on_confirmed: Callable[[int], None] | None = None
 
     def master_changed(self) -> None:
         """The master's HA address was learned or changed: a client waiting to reconnect tries it at once
         rather than after its reconnect interval (a SYNC_MASTER's sends wait for this slave)."""
+        self._retry_s = QUICK_RETRY_S
         self._wake.set()
 
     def start(self) -> None:
@@ -139,18 +148,25 @@ class HAClient:
                     failure = f"HA link to the master {addr}: {exc or type(exc).__name__}"
                     if failure != self._last_failure:  # once, not every 5 s while the master is away
                         self._last_failure = failure
-                        log.info("%s; connecting again every %g s", failure, RECONNECT_INTERVAL_S)
+                        log.info("%s; connecting again, every %g s at most", failure, RECONNECT_INTERVAL_S)
                     outcome = _Outcome.RECONNECT
                 except Exception as exc:  # a fault in this code must not end replication unnoticed
                     failure = f"HA link to the master {addr} failed: {type(exc).__name__}: {exc}"
                     if failure != self._last_failure:
                         self._last_failure = failure
-                        log.exception("%s; connecting again every %g s", failure, RECONNECT_INTERVAL_S)
+                        log.exception(
+                            "%s; connecting again, every %g s at most", failure, RECONNECT_INTERVAL_S
+                        )
                     outcome = _Outcome.RECONNECT
                 if outcome is _Outcome.STOP:
                     return
+            # Soon after the master changed (a failed hello or connect: the new master is still starting),
+            # then every RECONNECT_INTERVAL_S as RocketMQ's HAClient.
+            wait = RECONNECT_INTERVAL_S
+            if addr:
+                wait, self._retry_s = self._retry_s, min(self._retry_s * 2, RECONNECT_INTERVAL_S)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), RECONNECT_INTERVAL_S)
+                await asyncio.wait_for(self._wake.wait(), wait)
             self._wake.clear()
 
     async def _replicate(self, addr: str) -> _Outcome:
@@ -167,6 +183,7 @@ class HAClient:
                 if self._follow(addr, answer) is _Outcome.STOP:
                     return _Outcome.STOP
             reported = store.replica_end()
+            self._retry_s = RECONNECT_INTERVAL_S  # this master answers: a later failure is no start-up
             log.info("connected to the master %s (HA), replicating from commit-log offset %d", addr, reported)
             writer.write(encode_report(reported))  # at once, not after a heartbeat interval (RocketMQ 4.9)
             self._last_write_ms = _millis()
@@ -248,7 +265,7 @@ class HAClient:
     ) -> _Outcome:
         store = self._store
         config = self._config
-        decoder = ChunkDecoder()
+        decoder = ChunkDecoder(confirmed=self._broker_id is not None)
         loop = asyncio.get_running_loop()
         heartbeat_s = config.heartbeat_interval_ms / 1000
         quiet_s = config.housekeeping_interval_ms / 1000
@@ -304,6 +321,10 @@ class HAClient:
                 chunk_end = self._master_offset = offset + len(body)
                 # Shorter than a batch, and not cut by a segment's end: all the master had to send.
                 short_chunk = last_size < config.transfer_batch_size and chunk_end % config.segment_size != 0
+            if decoder.confirmed >= 0 and decoder.confirmed != self.confirmed:  # after the bytes it covers
+                self.confirmed = decoder.confirmed
+                if self.on_confirmed is not None:
+                    self.on_confirmed(decoder.confirmed)
             end = store.replica_end()
             if end > reported:  # the acknowledgement, once per read (not per chunk)
                 reported = end
