@@ -250,6 +250,9 @@ def broker_seeds() -> list[Seed]:
         _built(code.GET_ALL_CONSUMER_OFFSET),
         _built(code.GET_BROKER_RUNTIME_INFO),
         _built(code.GET_BROKER_HA_STATUS),
+        # Names another broker the master: refused, since the fuzzed broker is a master (id 0) that has no
+        # id of its own to become a slave under.
+        _built(code.NOTIFY_BROKER_ROLE_CHANGED, {"masterAddress": "127.0.0.1:1", "masterEpoch": "1"}),
     ]
 
 
