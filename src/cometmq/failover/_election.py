@@ -5,12 +5,15 @@ Keys, under ``<prefix>/<cluster>/<brokerName>/`` (values JSON):
 - ``state``: ``{"epoch", "leaderId", "inSync"}``, changed only by compare-and-swap on its mod_revision;
 - ``leader``: ``{"brokerId", "addr", "haAddr", "epoch"}``, under the master's lease: it goes when the
   master stops renewing it;
-- ``members/<brokerId>``: ``{"addr", "haAddr", "end", "epoch"}``, under each broker's own lease; a member
-  whose ``epoch`` is the one an election is for has reported its final commit-log ``end`` for it.
+- ``members/<brokerId>``: ``{"addr", "haAddr", "end", "epoch", "lastEpoch"}``, under each broker's own
+  lease; a member whose ``epoch`` is the one an election is for has reported its final commit-log ``end``
+  for it; ``lastEpoch`` is the last epoch its own log holds.
 
 Only a member of the in-sync set may be elected (no unclean election), and among those that reported,
 the one with the longest log (then the lowest id): every message the old master acknowledged is on
-every in-sync member, so the new master has all of them.
+every in-sync member, so the new master has all of them. The group is founded by the member present
+with the longest log (then the lowest id). Every epoch chosen, founding or elected, is past the last
+epoch of every member present, so that no broker begins an epoch its log already holds.
 """
 
 from __future__ import annotations
@@ -57,10 +60,15 @@ class ReplicaNode(Protocol):
     def replica_end(self) -> int:
         """The end of this broker's commit log."""
 
+    def last_epoch(self) -> int:
+        """The last epoch this broker's log holds (0: none)."""
+
     def addresses(self) -> tuple[str, str]:
         """This broker's remoting and HA addresses (``host:port``)."""
 
-    async def become_master(self, epoch: int) -> None: ...
+    async def become_master(self, epoch: int) -> None:
+        """Act as master of *epoch*; an exception means it did not, and the election gives the
+        mastership up."""
 
     async def become_slave(self, leader: LeaderInfo) -> None: ...
 
@@ -173,9 +181,9 @@ class Failover:
         self._role = _Role.STOPPED
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # return_exceptions: a task's own failure must not keep the lease from being revoked, while a
+        # cancellation of stop() itself still reaches its caller.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         if self._lease:
             try:
@@ -188,6 +196,11 @@ class Failover:
     def lease_trusted(self) -> bool:
         """Whether this broker is master and its lease is surely still alive in etcd."""
         return self._role is _Role.MASTER and time.monotonic() < self._trusted_until
+
+    @property
+    def etcd_reachable(self) -> bool:
+        """Whether etcd answered the last request made of it (False once one failed to reach it)."""
+        return self._reachable
 
     def in_sync_changed(self) -> None:
         """The node's in-sync candidates may have changed: propose them soon."""
@@ -241,6 +254,9 @@ class Failover:
             except EtcdError as e:
                 log.info("etcd refused to renew lease %x (%s); retrying", lease, e)
                 continue
+            except Exception:  # renewals must go on: a master that stops renewing loses its lease
+                log.exception("renewing lease %x failed; retrying", lease)
+                continue
             self._set_reachable(True, "")
             if remaining > 0:
                 self._trusted_until = lease_trusted_until(sent_at, self._ttl)
@@ -253,6 +269,9 @@ class Failover:
                 async for _event in self._etcd.watch(self._group, prefix=True):
                     self._wake.set()
             except EtcdError:
+                await asyncio.sleep(self._ttl / 3)
+            except Exception:  # without the watch, changes are seen only every ttl/3
+                log.exception("watching the group's keys in etcd failed; watching again")
                 await asyncio.sleep(self._ttl / 3)
             self._wake.set()
 
@@ -269,8 +288,13 @@ class Failover:
         self._state = state
         leader = _decode_leader(leader_kv) if leader_kv else None
         self._leader_id = leader.broker_id if leader else None
+        members = {
+            int(kv.key[len(self._members_prefix) :]): json.loads(kv.value)
+            for kv in kvs
+            if kv.key.startswith(self._members_prefix)
+        }
         if state is None:
-            await self._found_group()
+            await self._found_group(members)
         elif leader_kv is not None and leader is not None:
             if leader_kv.lease == self._lease:
                 if self._role is _Role.MASTER:
@@ -285,11 +309,6 @@ class Failover:
             else:
                 await self._follow(leader)
         else:
-            members = {
-                int(kv.key[len(self._members_prefix) :]): json.loads(kv.value)
-                for kv in kvs
-                if kv.key.startswith(self._members_prefix)
-            }
             await self._elect(state, members)
 
     async def _register(self) -> None:
@@ -299,7 +318,15 @@ class Failover:
 
     async def _put_member(self, *, end: int, epoch: int) -> None:
         addr, ha_addr = self._node.addresses()
-        value = json.dumps({"addr": addr, "haAddr": ha_addr, "end": end, "epoch": epoch}).encode()
+        value = json.dumps(
+            {
+                "addr": addr,
+                "haAddr": ha_addr,
+                "end": end,
+                "epoch": epoch,
+                "lastEpoch": self._node.last_epoch(),
+            }
+        ).encode()
         await self._etcd.put(f"{self._members_prefix}{self._broker_id}", value, lease=self._lease)
 
     def _leader_put(self, epoch: int) -> Put:
@@ -308,17 +335,33 @@ class Failover:
             self._leader_key, _encode_leader(LeaderInfo(self._broker_id, addr, ha_addr, epoch)), self._lease
         )
 
-    async def _found_group(self) -> None:
-        """No state yet: the first broker to write it is the master of epoch 1."""
+    def _epoch_past(self, epoch: int, members: dict[int, dict[str, Any]]) -> int:
+        """An epoch past *epoch*, this broker's last and every member's last (``lastEpoch``)."""
+        last = [int(member.get("lastEpoch", 0)) for member in members.values()]
+        return max(epoch, self._node.last_epoch(), *last) + 1
+
+    async def _found_group(self, members: dict[int, dict[str, Any]]) -> None:
+        """No state yet: the member present with the longest log (then the lowest id) writes it and is
+        the master of the first epoch, past every member's last: moving from static roles, or after
+        etcd lost its data, the broker with the most data leads and the others replicate from it."""
+        ends = {broker_id: int(member["end"]) for broker_id, member in members.items()}
+        ends[self._broker_id] = self._node.replica_end()
+        best = max(ends, key=lambda broker_id: (ends[broker_id], -broker_id))
+        if best != self._broker_id:
+            self._wait_for(
+                f"broker {best} has the longest log ({ends[best]}): waiting for it to found the group"
+            )
+            return
+        epoch = self._epoch_past(0, members)
         me = frozenset({self._broker_id})
         founded = await self._etcd.txn(
             [Compare.absent(self._state_key)],
-            [Put(self._state_key, _State(1, self._broker_id, me).encode()), self._leader_put(1)],
+            [Put(self._state_key, _State(epoch, self._broker_id, me).encode()), self._leader_put(epoch)],
             [],
         )
         if founded:
-            log.info("founded the group's state in etcd")
-            await self._became_master(1, me)
+            log.info("founded the group's state in etcd at epoch %d", epoch)
+            await self._became_master(epoch, me)
         else:
             self._wake.set()
 
@@ -330,16 +373,39 @@ class Failover:
         if await self._etcd.keepalive(lease) == 0:
             self._lease_lost(lease)
             return
-        self._trusted_until = lease_trusted_until(sent_at, self._ttl)
-        self._role = _Role.MASTER
-        self._epoch = epoch
         self._following = None
         self._waiting_for = ""
         self._leader_id = self._broker_id
+        try:
+            await self._node.become_master(epoch)
+        except Exception:
+            log.exception(
+                "broker %d could not become master of epoch %d; giving the mastership up",
+                self._broker_id,
+                epoch,
+            )
+            await self._give_up(lease)
+            return
+        # Master (and its lease trusted) only once the broker acts as one.
+        self._trusted_until = lease_trusted_until(sent_at, self._ttl)
+        self._role = _Role.MASTER
+        self._epoch = epoch
         log.info("broker %d is master of epoch %d", self._broker_id, epoch)
-        await self._node.become_master(epoch)
         self._committed_in_sync = in_sync
         self._node.set_in_sync(in_sync)
+
+    async def _give_up(self, lease: int) -> None:
+        """Gives the leader key up by revoking *lease* (or, etcd unreachable, by no longer renewing it):
+        the others elect a master, this broker among them under a lease granted afresh after a pause (a
+        failure that lasts is not retried in a tight loop)."""
+        self._role = _Role.CANDIDATE
+        self._lease = 0
+        self._leader_id = None
+        try:
+            await self._etcd.revoke(lease)
+        except EtcdError as e:
+            log.warning("could not revoke lease %x (%s): the leader key goes when it expires", lease, e)
+        await asyncio.sleep(self._ttl / 3)
 
     async def _lead(self, state: _State) -> None:
         """As master: propose the in-sync set ({me} and the caught-up slaves) when it changed."""
@@ -405,7 +471,7 @@ class Failover:
         if self._broker_id not in state.in_sync:
             self._wait_for("not in the in-sync set; waiting for a master")
             return
-        epoch = state.epoch + 1
+        epoch = self._epoch_past(state.epoch, members)
         if self._reported_epoch != epoch:
             # Stop following first: the end reported is final, nothing more arrives from the old master.
             self._role = _Role.CANDIDATE
