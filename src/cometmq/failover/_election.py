@@ -386,8 +386,9 @@ class Failover:
             )
             await self._give_up(lease)
             return
-        # Master (and its lease trusted) only once the broker acts as one.
-        self._trusted_until = lease_trusted_until(sent_at, self._ttl)
+        # Master (and its lease trusted) only once the broker acts as one; the keepalives sent meanwhile
+        # may have renewed it further.
+        self._trusted_until = max(self._trusted_until, lease_trusted_until(sent_at, self._ttl))
         self._role = _Role.MASTER
         self._epoch = epoch
         log.info("broker %d is master of epoch %d", self._broker_id, epoch)
@@ -405,6 +406,8 @@ class Failover:
             await self._etcd.revoke(lease)
         except EtcdError as e:
             log.warning("could not revoke lease %x (%s): the leader key goes when it expires", lease, e)
+            await asyncio.sleep(self._ttl / 3)
+            raise  # the step failed: etcd may be unreachable
         await asyncio.sleep(self._ttl / 3)
 
     async def _lead(self, state: _State) -> None:
