@@ -1,7 +1,8 @@
 """Brokers in failover mode against a real etcd: the election makes one master (registered as id 0)
 and the others its slaves, a clean stop hands the mastership over, a SYNC_MASTER waits for its in-sync
-set and refuses sends while it is smaller than minInSyncReplicas, and a master whose lease lapsed
-stores but does not acknowledge a send unless every other in-sync member has it."""
+set and refuses sends while it is smaller than minInSyncReplicas, a master whose lease is not trusted
+refuses sends before storing them unless etcd is unreachable and another in-sync member can vouch for
+them, and a broker whose log holds later epochs founds the group past them."""
 
 from __future__ import annotations
 

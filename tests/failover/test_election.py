@@ -1,7 +1,8 @@
 """The election through a real etcd, with in-process nodes recording the roles they are given: the
 first master, re-election when a master's lease expires or is revoked, who may be elected (in-sync
-members only, the longest log first), the in-sync set swapped by revision, the fence, and etcd
-partly or entirely down."""
+members only, the longest log first), who founds the group and at which epoch, a broker that fails
+to become master, the in-sync set swapped by revision, the fence, loops that survive unexpected
+errors, and etcd partly or entirely down."""
 
 from __future__ import annotations
 
