@@ -209,3 +209,18 @@ def test_replication_bench_prints_each_mode_beside_no_replication_and_the_slave_
         figures(rf"^{mode} / no replication: {NUMBER} \(16 producers.*\), {NUMBER} \(batches", out)
     figures(rf"^SYNC_MASTER / ASYNC_MASTER: {NUMBER} \(16 producers.*\), {NUMBER} \(batches", out)
     assert list(tmp_path.iterdir()) == []  # the servers' directories are gone
+
+
+def test_failover_bench_prints_each_round_the_median_and_max_and_that_nothing_acknowledged_was_lost(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("cometmq.failover", reason="failover is not in this build")
+    out = run_bench("failover.py", "--quick", "--dir", str(tmp_path), timeout=400)
+    for round_number in (1, 2):
+        figures(rf"^  round {round_number}: {NUMBER} s \(broker-f-\d killed, broker-f-\d elected\)$", out)
+    figures(rf"^master death to first SEND_OK: median {NUMBER} s, max {NUMBER} s \(2 failovers\)$", out)
+    # the bench itself fails when an acknowledged message is not stored exactly once
+    acknowledged = figures(rf"^acknowledged: {NUMBER} messages, 0 not stored exactly once", out)
+    assert acknowledged[0] > 0
+    assert re.search(r"^consumer group: every acknowledged message received, \d+ deliveries", out, re.M)
+    assert list(tmp_path.iterdir()) == []  # the servers' directories are gone

@@ -74,19 +74,22 @@ def test_cluster_list_shows_the_broker(namesrv_addr: str) -> None:
     result = cometmq("cluster", "list", "-n", namesrv_addr)
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.strip().splitlines()
-    assert header.split()[:8] == [
+    assert header.split()[:10] == [
         "CLUSTER",
         "BROKER",
         "ID",
         "ADDRESS",
         "ROLE",
+        "EPOCH",
+        "IN_SYNC",
         "LAG_BYTES",
         "LAG_S",
         "VERSION",
     ]
     [row] = rows
     assert row.split()[:3] == ["DefaultCluster", "broker-a", "0"]
-    assert row.split()[4:7] == ["ASYNC_MASTER", "-", "-"]  # a master has no lag
+    # A static master's first epoch; no in-sync set without etcd; a master has no lag.
+    assert row.split()[4:9] == ["ASYNC_MASTER", "1", "-", "-", "-"]
     assert row.split()[3].startswith("127.0.0.1:")
 
     [entry] = json.loads(cometmq("cluster", "list", "-n", namesrv_addr, "--json").stdout)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cometmq.broker import BrokerConfig
-from cometmq.cli._cluster import plan
+from cometmq.cli._cluster import broker_conf, plan
 from cometmq.cli._main import build_parser
 from cometmq.client import AdminClient
 from processes import COMMAND, TEST_BROKER_CONF, cometmq, subprocess_env
@@ -22,7 +22,7 @@ from waiting import wait_until, wait_until_blocking
 
 READY = "CometMQ cluster ready:"
 ROW = re.compile(
-    r"^(namesrv|broker-[a-z]-\d+) +(\S+) .* (\d+\.\d+\.\d+\.\d+:\d+) +(\d+) +(\S+)$", re.MULTILINE
+    r"^(namesrv|etcd|broker-[a-z]-\d+) +(\S+) .* (\d+\.\d+\.\d+\.\d+:\d+) +(\d+) +(\S+)$", re.MULTILINE
 )
 
 
@@ -259,3 +259,50 @@ def test_cluster_up_warns_that_a_sync_master_without_slaves_answers_every_send_s
         "WARNING cometmq.cli: --role SYNC_MASTER with --slaves 0: no slave can confirm a send, so every "
         "send is answered SLAVE_NOT_AVAILABLE (stored on the master alone)"
     ) in cluster.err()
+
+
+def test_etcd_mode_plans_an_etcd_and_equal_brokers_numbered_from_1() -> None:
+    args = build_parser().parse_args(["cluster", "up", "--etcd", "--groups", "1", "--slaves", "2"])
+    servers = plan(args)
+    assert [(s.label, s.role, s.port, s.broker_id) for s in servers] == [
+        ("namesrv", "namesrv", 9876, 0),
+        ("etcd", "etcd", 2379, 0),
+        ("broker-a-1", "ASYNC_MASTER", 10911, 1),
+        ("broker-a-2", "ASYNC_MASTER", 10913, 2),
+        ("broker-a-3", "ASYNC_MASTER", 10915, 3),
+    ]
+    conf = broker_conf(servers[3], args, "127.0.0.1:9876", "127.0.0.1:2379").splitlines()
+    assert "etcdEndpoints=127.0.0.1:2379" in conf and "brokerId=2" in conf
+    static = broker_conf(servers[3], args, "127.0.0.1:9876").splitlines()
+    assert not any(line.startswith("etcd") for line in static)
+
+
+def test_cluster_up_etcd_elects_one_master_per_group_and_stops_etcd_last(tmp_path: Path, conf: Path) -> None:
+    data = tmp_path / "cluster"
+    cluster = Cluster(data, conf, "--etcd", "--etcd-port", "0", "--groups", "1", "--slaves", "2")
+    try:
+        started = rows(cluster.out())
+        assert set(started) == {"namesrv", "etcd", "broker-a-1", "broker-a-2", "broker-a-3"}
+        assert (data / "etcd" / "data").is_dir()
+        for label in ("broker-a-1", "broker-a-2", "broker-a-3"):
+            config = BrokerConfig.from_file(data / label / "broker.conf")
+            assert config.etcd_endpoints == started["etcd"][1]
+
+        async def elected() -> dict[int, str]:
+            async with AdminClient(cluster.namesrv) as admin:
+                info = await admin.cluster_info()
+            addrs = {i: a for b in info.brokers_of("DefaultCluster") for i, a in b.broker_addrs.items()}
+            return addrs if len(addrs) == 3 and 0 in addrs else {}
+
+        registered = asyncio.run(wait_until(elected, message="a master (id 0) and two slaves registered"))
+        brokers = {started[label][1] for label in ("broker-a-1", "broker-a-2", "broker-a-3")}
+        assert set(registered.values()) == brokers
+
+        cluster.proc.send_signal(signal.SIGINT)
+        assert cluster.proc.wait(timeout=90) == 0, cluster.out() + cluster.err()
+    finally:
+        cluster.close()
+    out = cluster.out()
+    for label in started:
+        assert f"{label}: exit status 0" in out  # etcd's SIGTERM ending counts as its clean stop
+        assert not alive(started[label][2])

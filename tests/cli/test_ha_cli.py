@@ -101,6 +101,19 @@ def test_ha_status_of_a_slave_shows_its_master_link() -> None:
     assert row.split() == ["10.0.0.6:10912", "yes", "4900", *last_read.split(), "2048"]
 
 
+def test_ha_status_says_the_epoch_and_in_failover_mode_the_in_sync_set() -> None:
+    static = HARuntimeInfo(master=True, master_commit_log_max_offset=0, epoch=2)
+    addr, result = ha_status(static)
+    assert result.stdout.splitlines()[0] == (
+        f"{addr} is a master: commit log ends at 0, 0 slave(s) in sync; epoch 2"
+    )
+    elected = HARuntimeInfo(False, 5000, epoch=7, in_sync_replicas=[1, 2, 3], failover=True)
+    addr, result = ha_status(elected)
+    assert result.stdout.splitlines()[0] == (
+        f"{addr} is a slave; epoch 7; failover through etcd, in-sync broker ids: 1,2,3"
+    )
+
+
 def test_ha_status_json_is_the_brokers_answer() -> None:
     _, result = ha_status(SLAVE_STATUS, "--json")
     assert result.returncode == 0, result.stderr
@@ -158,16 +171,22 @@ def test_cluster_help_names_up() -> None:
 
 class RuntimeInfoBroker:
     """A scripted broker of group "broker-ha" registered under ``broker_id``, answering
-    GET_BROKER_RUNTIME_INFO with ``runtime``, or, for None, with an error."""
+    GET_BROKER_RUNTIME_INFO with ``runtime``, or, for None, with an error; GET_BROKER_HA_STATUS with
+    ``ha``, or, for None, with an error (as a RocketMQ 4.x broker)."""
 
-    def __init__(self, broker_id: int, runtime: dict[str, str] | None) -> None:
+    def __init__(
+        self, broker_id: int, runtime: dict[str, str] | None, ha: HARuntimeInfo | None = None
+    ) -> None:
         self.broker_id = broker_id
         self.runtime = runtime
+        self.ha = ha
         self.server = RemotingServer(self.handle, "127.0.0.1", 0)
 
     def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         if request.code == RequestCode.GET_BROKER_RUNTIME_INFO and self.runtime is not None:
             return request.response(body=kv_table_body(self.runtime))
+        if request.code == RequestCode.GET_BROKER_HA_STATUS and self.ha is not None:
+            return request.response(body=self.ha.encode())
         return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "scripted")
 
     async def register(self, client: RemotingClient, namesrv: str) -> None:
@@ -209,7 +228,9 @@ def cluster_list(*brokers: RuntimeInfoBroker) -> tuple[list[dict[str, Any]], lis
     listing, table = asyncio.run(go())
     assert listing.returncode == 0 and table.returncode == 0, listing.stderr + table.stderr
     header, *rows = table.stdout.strip().splitlines()
-    assert header.split()[:7] == ["CLUSTER", "BROKER", "ID", "ADDRESS", "ROLE", "LAG_BYTES", "LAG_S"]
+    assert header.split()[:9] == [
+        "CLUSTER", "BROKER", "ID", "ADDRESS", "ROLE", "EPOCH", "IN_SYNC", "LAG_BYTES", "LAG_S"
+    ]  # fmt: skip
     return json.loads(listing.stdout), [row.split() for row in rows]
 
 
@@ -229,9 +250,31 @@ def test_cluster_list_shows_each_brokers_role_and_a_slaves_lag() -> None:
         (0, "SYNC_MASTER", None, None),
         (1, "SLAVE", 4000, 2.5),
     ]
-    assert [row[2:3] + row[4:7] for row in rows] == [
+    assert [[*row[2:3], row[4], *row[7:9]] for row in rows] == [
         ["0", "SYNC_MASTER", "-", "-"],
         ["1", "SLAVE", "4000", "2.5"],
+    ]
+
+
+def test_cluster_list_shows_each_brokers_epoch_and_the_in_sync_set_in_failover_mode() -> None:
+    in_sync = [1, 3]
+    master = RuntimeInfoBroker(
+        0,
+        runtime("SYNC_MASTER", 10_000, 1_700_000_004_500),
+        HARuntimeInfo(True, 10_000, epoch=4, in_sync_replicas=in_sync, failover=True),
+    )
+    slave = RuntimeInfoBroker(
+        3,
+        runtime("SLAVE", 10_000, 1_700_000_004_500),
+        HARuntimeInfo(False, 10_000, epoch=4, in_sync_replicas=in_sync, failover=True),
+    )
+    java = RuntimeInfoBroker(2, runtime("SLAVE", 10_000, 1_700_000_004_500))  # no HA status to give
+    entries, rows = cluster_list(master, java, slave)
+    assert [row[2:3] + row[5:7] for row in rows] == [["0", "4", "1,3"], ["2", "-", "-"], ["3", "4", "1,3"]]
+    assert [(e.get("epoch"), e.get("inSyncReplicas"), e.get("failover")) for e in entries] == [
+        (4, in_sync, True),
+        (None, None, None),
+        (4, in_sync, True),
     ]
 
 
@@ -240,7 +283,7 @@ def test_a_slave_that_stored_nothing_has_a_lag_in_bytes_only() -> None:
     slave = RuntimeInfoBroker(1, runtime("SLAVE", 0, 0))
     entries, rows = cluster_list(master, slave)
     assert (entries[1]["lagBytes"], "lagSeconds" in entries[1]) == (10_000, False)
-    assert rows[1][4:7] == ["SLAVE", "10000", "-"]
+    assert [rows[1][4], *rows[1][7:9]] == ["SLAVE", "10000", "-"]
 
 
 def test_a_slave_without_its_master_has_no_lag_and_a_silent_broker_gets_its_role_from_its_id() -> None:
@@ -248,7 +291,7 @@ def test_a_slave_without_its_master_has_no_lag_and_a_silent_broker_gets_its_role
     silent = RuntimeInfoBroker(2, None)
     entries, rows = cluster_list(slave, silent)
     assert [(e["role"], "lagBytes" in e) for e in entries] == [("SLAVE", False), ("SLAVE", False)]
-    assert [row[4:7] for row in rows] == [["SLAVE", "-", "-"], ["SLAVE", "-", "-"]]
+    assert [row[4:9] for row in rows] == [["SLAVE", "-", "-", "-", "-"]] * 2
 
 
 def test_commands_on_every_master_name_a_group_whose_master_is_away(

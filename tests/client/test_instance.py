@@ -60,13 +60,18 @@ def test_an_unreachable_broker_refreshes_its_topic_route_at_most_once_a_second_p
             await instance.refresh_route_if_unreachable("Orders", lost)
         await instance.refresh_route_if_unreachable("Payments", RemotingTimeoutError("no answer"))
         await instance.refresh_route_if_unreachable("Refunds", BrokerError(ResponseCode.SYSTEM_ERROR, "busy"))
-        assert fetched == ["Orders", "Payments"]  # a broker that answers, even with a refusal, is reachable
+        # A broker that answers, even with a refusal, is reachable; one that does not serve may have
+        # lost its mastership.
+        assert fetched == ["Orders", "Payments"]
         now[0] += 0.5
         await instance.refresh_route_if_unreachable("Orders", lost)
         assert fetched == ["Orders", "Payments"]
         now[0] += 0.5
         await instance.refresh_route_if_unreachable("Orders", lost)
         assert fetched == ["Orders", "Payments", "Orders"]
+        deposed = BrokerError(ResponseCode.SERVICE_NOT_AVAILABLE, "the mastership lease lapsed")
+        await instance.refresh_route_if_unreachable("Refunds", deposed)
+        assert fetched == ["Orders", "Payments", "Orders", "Refunds"]
 
     run(scenario())
 

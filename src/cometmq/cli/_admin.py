@@ -18,6 +18,7 @@ from cometmq.client import AdminClient
 from cometmq.console import format_table
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.protocol import ResponseCode
+from cometmq.protocol.ha_status import HARuntimeInfo
 from cometmq.protocol.naming import perm_text
 from cometmq.protocol.route import MASTER_ID, BrokerData
 
@@ -155,8 +156,10 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         description=(
             "List every broker registered with the NameServer: cluster, broker name, broker id "
             "(0 = master), address, and from the broker itself its role (ASYNC_MASTER, SYNC_MASTER or "
-            "SLAVE), version and message rates; for a slave, how far its commit log is behind its "
-            "master's, in bytes and in seconds of message store time."
+            "SLAVE), its epoch (the mastership it follows or holds, numbered from 1), the in-sync set "
+            "(IN_SYNC: the broker ids that may be elected master, in failover mode), version and "
+            "message rates; for a slave, how far its commit log is behind its master's, in bytes and "
+            "in seconds of message store time."
         ),
     )
     from cometmq.cli._cluster import add_cluster_up_command  # it builds on this module's helpers
@@ -177,14 +180,18 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
             "each connected slave: its address, the commit-log offset it acknowledged, how many bytes "
             "it is behind, whether it is in sync, and the bytes per second sent to it. A slave shows "
             "its link to the master: the master's HA address, whether it is connected, its own "
-            "commit-log end and when it last read from the master. RocketMQ 4.x brokers do not "
-            "answer this request."
+            "commit-log end and when it last read from the master. Both say their epoch and, in "
+            "failover mode, the in-sync set as etcd holds it. RocketMQ 4.x brokers do not answer "
+            "this request."
         ),
     )
     ha_status.add_argument("addr", metavar="ADDR", help="the broker's HOST:PORT (its client port)")
     for option in ha_status._actions:
         if option.dest == "namesrv":  # the broker at ADDR is asked directly: no NameServer to name
             option.help = argparse.SUPPRESS
+    from cometmq.cli._switch import add_role_switch_commands  # it builds on this module's helpers
+
+    add_role_switch_commands(broker_commands)
 
 
 async def warn_of_groups_without_master(admin: AdminClient, cluster: str | None, consequence: str) -> None:
@@ -324,7 +331,7 @@ async def _broker_ha_status(admin: AdminClient, args: argparse.Namespace) -> Non
     if status.master:
         print(
             f"{args.addr} is a master: commit log ends at {status.master_commit_log_max_offset}, "
-            f"{status.in_sync_slave_nums} slave(s) in sync"
+            f"{status.in_sync_slave_nums} slave(s) in sync{_epoch_text(status)}"
         )
         if not status.ha_connection_info:
             print("no slave is connected")
@@ -341,7 +348,7 @@ async def _broker_ha_status(admin: AdminClient, args: argparse.Namespace) -> Non
         if link.last_read_timestamp > 0
         else "never"
     )
-    print(f"{args.addr} is a slave")
+    print(f"{args.addr} is a slave{_epoch_text(status)}")
     print(
         format_table(
             ["MASTER", "CONNECTED", "OWN_END", "LAST_READ", "BYTES_PER_S"],
@@ -356,6 +363,23 @@ async def _broker_ha_status(admin: AdminClient, args: argparse.Namespace) -> Non
             ],
         )
     )
+
+
+def _epoch_text(status: HARuntimeInfo) -> str:
+    """The broker's epoch and, in failover mode, the in-sync set it knows, to end its summary line;
+    nothing from a broker that reports neither."""
+    text = f"; epoch {status.epoch}" if status.epoch else ""
+    if status.failover:
+        text += "; failover through etcd"
+        if status.in_sync_replicas:  # the master's
+            text += f", in-sync broker ids: {_in_sync_text(status)}"
+    return text
+
+
+def _in_sync_text(status: HARuntimeInfo | None) -> str:
+    if status is None or not status.in_sync_replicas:
+        return "-"
+    return ",".join(str(i) for i in status.in_sync_replicas)
 
 
 def _role(runtime: dict[str, str], broker_id: int) -> str:
@@ -398,7 +422,17 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
         except (CometMQError, OSError, ValueError):
             return {}
 
-    runtimes = await asyncio.gather(*(runtime(addr) for _, _, _, addr in entries))
+    async def ha(addr: str) -> HARuntimeInfo | None:
+        # RocketMQ 4.x brokers do not answer GET_BROKER_HA_STATUS: their row shows no epoch.
+        try:
+            return await admin.ha_status(addr)
+        except (CometMQError, OSError, ValueError):
+            return None
+
+    runtimes, ha_states = await asyncio.gather(
+        asyncio.gather(*(runtime(addr) for _, _, _, addr in entries)),
+        asyncio.gather(*(ha(addr) for _, _, _, addr in entries)),
+    )
     masters = {
         name: rt
         for (_, name, broker_id, _), rt in zip(entries, runtimes, strict=True)
@@ -418,9 +452,20 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
                     "addr": addr,
                     "role": _role(rt, broker_id),
                     **lag,
+                    **(
+                        {}
+                        if ha is None
+                        else {
+                            "epoch": ha.epoch,
+                            "inSyncReplicas": ha.in_sync_replicas,
+                            "failover": ha.failover,
+                        }
+                    ),
                     "runtime": rt,
                 }
-                for (cluster, name, broker_id, addr), rt, lag in zip(entries, runtimes, lags, strict=True)
+                for (cluster, name, broker_id, addr), rt, lag, ha in zip(
+                    entries, runtimes, lags, ha_states, strict=True
+                )
             ]
         )
         return
@@ -434,6 +479,8 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
             broker_id,
             addr,
             _role(rt, broker_id),
+            ha.epoch if ha is not None and ha.epoch else "-",
+            _in_sync_text(ha),
             lag.get("lagBytes", "-"),
             f"{lag['lagSeconds']:.1f}" if "lagSeconds" in lag else "-",
             rt.get("brokerVersionDesc", "-"),
@@ -442,7 +489,9 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
             rt.get("msgPutTotalTodayNow", "-"),
             rt.get("msgGetTotalTodayNow", "-"),
         ]
-        for (cluster, name, broker_id, addr), rt, lag in zip(entries, runtimes, lags, strict=True)
+        for (cluster, name, broker_id, addr), rt, lag, ha in zip(
+            entries, runtimes, lags, ha_states, strict=True
+        )
     ]
     print(
         format_table(
@@ -452,6 +501,8 @@ async def _cluster_list(admin: AdminClient, args: argparse.Namespace) -> None:
                 "ID",
                 "ADDRESS",
                 "ROLE",
+                "EPOCH",
+                "IN_SYNC",
                 "LAG_BYTES",
                 "LAG_S",
                 "VERSION",

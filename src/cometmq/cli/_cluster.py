@@ -1,5 +1,6 @@
 """``cometmq cluster up``: a NameServer and master/slave broker groups on one machine, each server in a
-process of its own, started with one command and stopped together on Ctrl-C or SIGTERM."""
+process of its own, started with one command and stopped together on Ctrl-C or SIGTERM; with
+``--etcd``, an etcd too, and brokers whose masters are elected through it (failover mode)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import string
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +33,10 @@ DEFAULT_DATA_DIR = "~/.cometmq/cluster"
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 MAX_GROUPS = len(string.ascii_lowercase)  # broker-a … broker-z
 LOG_TAIL_LINES = 20
+# Debian's etcd-server package puts it here; PATH is searched first.
+ETCD_BINARY = "/usr/bin/etcd"
+DEFAULT_ETCD_PORT = 2379  # etcd's own default client port; its peer port is the one after it
+ETCD_HEALTH_INTERVAL_S = 0.1
 
 # What each server prints on stdout once it serves; the address is read from it, so ports the OS
 # picks (port 0) are known too.
@@ -62,7 +69,12 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
             "a server that has not stopped after --stop-timeout seconds is killed, and said so. A server\n"
             "that fails to start stops the whole command with the end of its log and status 1. A server\n"
             "that exits while the cluster runs is reported and not restarted (stop a master to watch\n"
-            "its slave serve reads); the exit status is 0 only when every server stopped cleanly."
+            "its slave serve reads); the exit status is 0 only when every server stopped cleanly.\n"
+            "\n"
+            "--etcd runs the groups in failover mode: an etcd (Debian's etcd-server) on --etcd-port and\n"
+            "the port after it, data in DIR/etcd/, and in each group 1 + --slaves brokers with brokerId\n"
+            "1, 2, … and etcdEndpoints set, all equal: etcd elects each group's master (--role says\n"
+            "how it acknowledges), and elects another when it dies. etcd stops last."
         ),
     )
     up.add_argument(
@@ -82,6 +94,19 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
         type=str.upper,
         help="the masters' brokerRole: SYNC_MASTER answers a send once a slave has it too "
         "(default: ASYNC_MASTER)",
+    )
+    up.add_argument(
+        "--etcd",
+        action="store_true",
+        help="failover mode: start an etcd and let it elect each group's master (see above)",
+    )
+    up.add_argument(
+        "--etcd-port",
+        type=whole_number(0, 65534),
+        default=DEFAULT_ETCD_PORT,
+        metavar="PORT",
+        help=f"etcd's client port with --etcd, its peer port the next (default: {DEFAULT_ETCD_PORT}); "
+        "0: two free ports",
     )
     up.add_argument(
         "--data-dir",
@@ -146,8 +171,8 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
 class Server:
     """One server of the cluster and its process."""
 
-    label: str  # "namesrv", "broker-a-0": the name of its directory too
-    role: str  # "namesrv", a master role or "SLAVE"
+    label: str  # "namesrv", "etcd", "broker-a-0": the name of its directory too
+    role: str  # "namesrv", "etcd", a master role or "SLAVE" (failover mode: every broker a master role)
     directory: Path
     port: int  # as configured; 0: the OS picks it
     broker_name: str = ""
@@ -160,7 +185,7 @@ class Server:
 
     @property
     def log_path(self) -> Path:
-        return self.directory / ("namesrv.log" if self.role == "namesrv" else "broker.log")
+        return self.directory / ("broker.log" if self.broker_name else f"{self.role}.log")
 
     @property
     def conf_path(self) -> Path:
@@ -189,7 +214,9 @@ class StartFailed(CometMQError):
 
 
 def plan(args: argparse.Namespace) -> list[Server]:
-    """Every server of the cluster, the NameServer first, then each group's master and slaves."""
+    """Every server of the cluster: the NameServer first, then etcd (with --etcd), then each group's
+    brokers: its master and slaves, or in failover mode its 1 + --slaves candidates (brokerId 1, 2,
+    …; the election makes one the master)."""
     root = Path(args.data_dir).expanduser().resolve()
     # Each broker takes its port and the one after it (the HA port); a group takes a multiple of 10.
     stride = 10 * math.ceil(2 * (args.slaves + 1) / 10)
@@ -199,16 +226,20 @@ def plan(args: argparse.Namespace) -> list[Server]:
             f"--base-port {args.base_port} leaves no room for {args.groups} groups: ports end at {last_port}"
         )
     servers = [Server("namesrv", "namesrv", root / "namesrv", args.namesrv_port)]
+    if args.etcd:
+        servers.append(Server("etcd", "etcd", root / "etcd", args.etcd_port))
+    first_id = 1 if args.etcd else 0  # in failover mode a brokerId is an identity, never 0
     for group in range(args.groups):
         name = f"broker-{string.ascii_lowercase[group]}"
         base = args.base_port + stride * group if args.base_port else 0
-        for broker_id in range(args.slaves + 1):
+        for index in range(args.slaves + 1):
+            broker_id = first_id + index
             servers.append(
                 Server(
                     f"{name}-{broker_id}",
-                    "SLAVE" if broker_id else args.role,
+                    "SLAVE" if index and not args.etcd else args.role,
                     root / f"{name}-{broker_id}",
-                    base + 2 * broker_id if base else 0,
+                    base + 2 * index if base else 0,
                     broker_name=name,
                     broker_id=broker_id,
                 )
@@ -220,10 +251,17 @@ def check_ports_free(servers: list[Server], host: str) -> None:
     """Every fixed port the cluster listens on (each master's HA port too) is free, or ConfigError
     naming the first one taken and the options that choose others: said before any server starts,
     rather than by one server's log after the others started."""
+    if any(s.role == "etcd" for s in servers):
+        others = (
+            "or etcd running?): stop it, or choose other ports with --namesrv-port, --base-port "
+            "and --etcd-port"
+        )
+    else:
+        others = "running?): stop it, or choose other ports with --namesrv-port and --base-port"
     for server in servers:
         ports = [server.port] if server.port else []
-        if ports and server.broker_name and not server.is_slave:
-            ports.append(server.port + 1)  # the master's haListenPort
+        if ports and (server.role == "etcd" or (server.broker_name and not server.is_slave)):
+            ports.append(server.port + 1)  # a master's haListenPort, etcd's peer port
         for port in ports:
             with socket.socket() as sock:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
@@ -233,14 +271,17 @@ def check_ports_free(servers: list[Server], host: str) -> None:
                     if exc.errno != errno.EADDRINUSE:
                         raise
                     what = "port" if port == server.port else "HA port"
+                    if server.role == "etcd":
+                        what = "client port" if port == server.port else "peer port"
                     raise ConfigError(
                         f"{host}:{port} ({server.label}'s {what}) is already in use (is another CometMQ "
-                        "running?): stop it, or choose other ports with --namesrv-port and --base-port"
+                        f"{others}"
                     ) from None
 
 
-def broker_conf(server: Server, args: argparse.Namespace, namesrv_addr: str) -> str:
-    """*server*'s broker.conf: the file given with -c, then the keys that place it in the cluster."""
+def broker_conf(server: Server, args: argparse.Namespace, namesrv_addr: str, etcd_addr: str = "") -> str:
+    """*server*'s broker.conf: the file given with -c, then the keys that place it in the cluster
+    (``etcd_addr``: failover mode, through that etcd)."""
     base = Path(args.config).read_text(encoding="utf-8") if args.config else ""
     if base and not base.endswith("\n"):
         base += "\n"
@@ -255,10 +296,62 @@ def broker_conf(server: Server, args: argparse.Namespace, namesrv_addr: str) -> 
         "namesrvAddr": namesrv_addr,
         "storePathRootDir": server.directory,
     }
+    if etcd_addr:
+        own["etcdEndpoints"] = etcd_addr
     header = "# Written by 'cometmq cluster up' at every start"
     source = f"; the lines of {args.config} first" if args.config else ""
     # Java properties: the last value of a key wins, so these override the file's.
     return f"{header}{source}.\n{base}" + "".join(f"{key}={value}\n" for key, value in own.items())
+
+
+def etcd_binary() -> str:
+    """The etcd program: on PATH, else Debian's; ConfigError saying how to install it."""
+    found = shutil.which("etcd") or (ETCD_BINARY if os.access(ETCD_BINARY, os.X_OK) else None)
+    if found is None:
+        raise ConfigError(
+            "--etcd needs etcd 3.4 or later, which is not installed: on Debian or Ubuntu run "
+            "'apt-get install etcd-server' as root"
+        )
+    return found
+
+
+def etcd_command(server: Server, args: argparse.Namespace) -> list[str]:
+    """One etcd member on *server*'s port (clients) and the next (peers), data in its directory."""
+    client_url = f"http://{args.host}:{server.port}"
+    peer_url = f"http://{args.host}:{server.port + 1}"
+    return [
+        etcd_binary(),
+        "--name",
+        "cometmq",
+        "--data-dir",
+        str(server.directory / "data"),
+        "--listen-client-urls",
+        client_url,
+        "--advertise-client-urls",
+        client_url,
+        "--listen-peer-urls",
+        peer_url,
+        "--initial-advertise-peer-urls",
+        peer_url,
+        "--initial-cluster",
+        f"cometmq={peer_url}",
+    ]
+
+
+def _free_port_pair(host: str) -> int:
+    """A port whose next port is free too, for etcd (which cannot be told to pick its own)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port: int = sock.getsockname()[1]
+        if port >= 65535:
+            continue
+        with socket.socket() as peer:
+            try:
+                peer.bind((host, port + 1))
+            except OSError:
+                continue
+        return port
 
 
 def _command(server: Server, args: argparse.Namespace) -> list[str]:
@@ -303,6 +396,48 @@ async def start(server: Server, args: argparse.Namespace) -> None:
         raise StartFailed(server, exit_text(status))
     server.address = found.group(1)
     server.background.append(asyncio.get_running_loop().create_task(_copy_output(server)))
+
+
+async def start_etcd(server: Server, args: argparse.Namespace) -> None:
+    """Start etcd and wait until it answers ``/health`` as healthy; StartFailed if it exits or is not
+    healthy in time."""
+    server.directory.mkdir(parents=True, exist_ok=True)
+    if not server.port:
+        server.port = _free_port_pair(args.host)
+    server.log_start = server.log_path.stat().st_size if server.log_path.exists() else 0
+    with server.log_path.open("ab") as log_file:
+        server.process = await asyncio.create_subprocess_exec(
+            *etcd_command(server, args),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            process_group=0,
+        )
+    server.address = f"{args.host}:{server.port}"
+    deadline = time.monotonic() + args.start_timeout
+    while not await etcd_healthy(server.address):
+        if server.process.returncode is not None:
+            raise StartFailed(server, exit_text(server.process.returncode))
+        if time.monotonic() >= deadline:
+            raise StartFailed(server, f"not healthy after {args.start_timeout:g} s")
+        await asyncio.sleep(ETCD_HEALTH_INTERVAL_S)
+
+
+async def etcd_healthy(addr: str) -> bool:
+    """Whether the etcd at *addr* answers its ``/health`` endpoint with ``"health":"true"``."""
+    host, _, port = addr.rpartition(":")
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 1.0)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        writer.write(f"GET /health HTTP/1.0\r\nHost: {addr}\r\n\r\n".encode())
+        answer = await asyncio.wait_for(reader.read(), 2.0)
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        writer.close()
+    return b'"health":"true"' in answer
 
 
 async def _ready_line(server: Server) -> str | None:
@@ -366,16 +501,21 @@ async def stop(server: Server, timeout: float) -> int:
             await process.wait()
     assert process.returncode is not None
     server.exit_status = process.returncode
-    return process.returncode
+    if server.role == "etcd" and process.returncode == -signal.SIGTERM:
+        # etcd ends a clean stop by raising the SIGTERM it handled again.
+        server.exit_status = 0
+    return server.exit_status
 
 
 async def stop_all(servers: list[Server], timeout: float) -> None:
-    """Stop the started servers: slaves, then masters, then the NameServer."""
+    """Stop the started servers: slaves, then masters, then the NameServer, then etcd (the brokers
+    give their etcd leases back as they stop)."""
     started = [s for s in servers if s.process is not None]
     for stage in (
         [s for s in started if s.is_slave],
         [s for s in started if s.broker_name and not s.is_slave],
         [s for s in started if s.role == "namesrv"],
+        [s for s in started if s.role == "etcd"],
     ):
         await asyncio.gather(*(stop(s, timeout) for s in stage))
 
@@ -386,7 +526,7 @@ def _table(servers: list[Server]) -> str:
             s.label,
             s.role,
             s.broker_name or "-",
-            "-" if s.role == "namesrv" else s.broker_id,
+            s.broker_id if s.broker_name else "-",
             s.address,
             s.process.pid if s.process is not None else "-",
             s.log_path,
@@ -397,12 +537,18 @@ def _table(servers: list[Server]) -> str:
 
 
 async def _start_all(servers: list[Server], args: argparse.Namespace) -> None:
-    namesrv, brokers = servers[0], servers[1:]
+    namesrv = servers[0]
+    brokers = [s for s in servers if s.broker_name]
     await start(namesrv, args)
+    etcd_addr = ""
+    for etcd in (s for s in servers if s.role == "etcd"):
+        await start_etcd(etcd, args)
+        etcd_addr = etcd.address
     for stage in ([b for b in brokers if not b.is_slave], [b for b in brokers if b.is_slave]):
         for broker in stage:
             broker.directory.mkdir(parents=True, exist_ok=True)
-            broker.conf_path.write_text(broker_conf(broker, args, namesrv.address), encoding="utf-8")
+            conf = broker_conf(broker, args, namesrv.address, etcd_addr)
+            broker.conf_path.write_text(conf, encoding="utf-8")
         # Masters first, so each slave's first registration already finds its master.
         results = await asyncio.gather(*(start(b, args) for b in stage), return_exceptions=True)
         for result in results:
@@ -432,13 +578,23 @@ async def _start_or_interrupt(
 async def _cluster_up(args: argparse.Namespace) -> int:
     servers = plan(args)
     check_ports_free(servers, args.host)
+    if args.etcd:
+        etcd_binary()  # said before any server starts
     # Starting takes seconds (more on a busy machine), and the servers log to their files.
-    log.info(
-        "starting a NameServer, %d master(s), then %d slave(s), each logging to its directory under %s",
-        args.groups,
-        args.groups * args.slaves,
-        servers[0].directory.parent,
-    )
+    if args.etcd:
+        log.info(
+            "starting a NameServer, etcd, then %d broker(s) whose masters etcd elects, each logging to "
+            "its directory under %s",
+            args.groups * (args.slaves + 1),
+            servers[0].directory.parent,
+        )
+    else:
+        log.info(
+            "starting a NameServer, %d master(s), then %d slave(s), each logging to its directory under %s",
+            args.groups,
+            args.groups * args.slaves,
+            servers[0].directory.parent,
+        )
     if args.role == "SYNC_MASTER" and not args.slaves:
         log.warning(
             "--role SYNC_MASTER with --slaves 0: no slave can confirm a send, so every send is answered "
@@ -452,12 +608,10 @@ async def _cluster_up(args: argparse.Namespace) -> int:
                 for server in servers:
                     server.background.append(asyncio.get_running_loop().create_task(_watch(server, stopping)))
                 print(_table(servers), flush=True)
-                masters = ", ".join(s.broker_name for s in servers if s.broker_name and not s.is_slave)
                 # Scripts and tests wait for this line; flushed so a pipe sees it at once.
                 print(
                     f"CometMQ cluster ready: namesrv {servers[0].address}, cluster {args.cluster}, "
-                    f"{args.role} {masters} with {args.slaves} slave(s) each, data in "
-                    f"{servers[0].directory.parent}; Ctrl-C stops it",
+                    f"{_groups_text(servers, args)}, data in {servers[0].directory.parent}; Ctrl-C stops it",
                     flush=True,
                 )
                 await shutdown.wait()
@@ -479,6 +633,17 @@ async def _cluster_up(args: argparse.Namespace) -> int:
     if unclean:
         raise CometMQError("not every server stopped cleanly: " + "; ".join(unclean))
     return 0
+
+
+def _groups_text(servers: list[Server], args: argparse.Namespace) -> str:
+    names = ", ".join(sorted({s.broker_name for s in servers if s.broker_name}))
+    if args.etcd:
+        etcd = next(s for s in servers if s.role == "etcd")
+        return (
+            f"{args.role} {names} of {args.slaves + 1} broker(s) each, masters elected through "
+            f"etcd {etcd.address}"
+        )
+    return f"{args.role} {names} with {args.slaves} slave(s) each"
 
 
 def run_cluster_up(args: argparse.Namespace) -> int:

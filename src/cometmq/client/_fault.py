@@ -192,3 +192,7 @@ class FaultStrategy:
 
     def is_available(self, broker_name: str) -> bool:
         return self.tolerance.is_available(broker_name)
+
+    def forget(self, broker_name: str) -> None:
+        """Drop what was learnt about ``broker_name``: its master changed."""
+        self.tolerance.remove(broker_name)

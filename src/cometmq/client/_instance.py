@@ -299,17 +299,33 @@ class ClientInstance:
 
     async def refresh_route_if_unreachable(self, topic: str, error: CometMQError) -> None:
         """After a request to a broker of ``topic`` failed with ``error``: when the broker could not
-        be reached (no connection, or no answer), refresh the topic's route now rather than at the
-        next periodic refresh, so that a consumer whose master died goes on from a slave at once. At
+        be reached (no connection, or no answer) or does not serve (SERVICE_NOT_AVAILABLE: a master
+        that lost its mastership, a store refusing writes), refresh the topic's route now rather than
+        at the next periodic refresh, so that a consumer whose master died goes on from a slave at
+        once, and a producer reaches a newly elected master within a second of its registration. At
         most once a second per topic; other errors (a broker's refusal) change nothing."""
-        if not isinstance(error, (ConnectionClosedError, RemotingTimeoutError)):
+        if not isinstance(error, (ConnectionClosedError, RemotingTimeoutError)) and not (
+            isinstance(error, BrokerError) and error.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        ):
             return
+        await self.refresh_route_soon(topic)
+
+    async def refresh_route_soon(self, topic: str) -> bool:
+        """Look ``topic``'s route up again now, unless that was done less than a second ago; whether
+        it was. For routes that may be stale: a broker of the topic failed, or the cached route names
+        no master of any of its groups (the name server dropped a dead master, and names the one
+        elected in its place once it registers)."""
         now = self.clock()
         last = self._unreachable_refreshes.get(topic)
         if last is not None and now - last < UNREACHABLE_REFRESH_MIN_INTERVAL_S:
-            return
+            return False
         self._unreachable_refreshes[topic] = now
         await self._refresh_route(topic)
+        return True
+
+    def has_route(self, topic: str) -> bool:
+        """Whether a route of ``topic`` is cached."""
+        return topic in self._routes
 
     async def _refresh_route(self, topic: str) -> None:
         try:

@@ -30,6 +30,7 @@ from cometmq.protocol.broker_headers import (
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     GetConsumeStatsRequestHeader,
+    NotifyBrokerRoleChangedRequestHeader,
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
     ResetOffsetResponseHeader,
@@ -50,7 +51,14 @@ from cometmq.protocol.naming import (
 )
 from cometmq.protocol.properties import KEY_SEPARATOR, decode_properties, encode_properties
 from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id, decode_records
-from cometmq.protocol.route import BrokerData, ClusterInfo, TopicList, TopicRouteData, parse_kv_table
+from cometmq.protocol.route import (
+    MASTER_ID,
+    BrokerData,
+    ClusterInfo,
+    TopicList,
+    TopicRouteData,
+    parse_kv_table,
+)
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 
@@ -393,6 +401,16 @@ class AdminClient(Client):
         if response.code != ResponseCode.SUCCESS:
             raise BrokerError(response.code, response.remark)
         return HARuntimeInfo.decode(response.body)
+
+    async def notify_role_changed(self, addr: str, master_address: str, master_epoch: int) -> None:
+        """Tell the broker at ``addr`` (NOTIFY_BROKER_ROLE_CHANGED) that the broker at
+        ``master_address`` is its group's master from ``master_epoch`` on: ``addr`` itself becomes
+        the master, any other broker a slave following the master the name server names. A broker
+        in failover mode refuses (etcd elects its masters): :class:`BrokerError` with its remark."""
+        header = NotifyBrokerRoleChangedRequestHeader(
+            master_address=master_address, master_epoch=master_epoch, master_broker_id=MASTER_ID
+        )
+        await self._instance.invoke_ok(addr, RequestCode.NOTIFY_BROKER_ROLE_CHANGED, header.encode())
 
     # messages ----------------------------------------------------------------------------------
 

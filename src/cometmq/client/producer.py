@@ -143,7 +143,9 @@ class Producer(Client):
     sleeping (:mod:`cometmq.remoting.busypoll`): quicker replies, for a CPU kept busy while they keep
     coming. ``poll_name_server_interval`` is how often (seconds) the routes are looked up again, which
     is how the producer learns that a broker group's master left or came back (RocketMQ's
-    pollNameServerInterval).
+    pollNameServerInterval); a send that fails on a broker that cannot be reached or answers
+    SERVICE_NOT_AVAILABLE looks its topic's route up at once, so that after a failover the producer
+    finds the new master within a second of its registration.
     """
 
     kind = "producer"
@@ -234,6 +236,9 @@ class Producer(Client):
         if info is not None:
             return info
         queues, from_template = await self._instance.publish_queues(topic)
+        if not queues and self._instance.has_route(topic) and await self._instance.refresh_route_soon(topic):
+            # Every group of the topic lost its master: one may be registered since.
+            queues, from_template = await self._instance.publish_queues(topic)
         if not queues:
             raise NoRouteError(
                 f"no route for topic {topic!r}: no broker has it, and no broker offers {DEFAULT_TOPIC} "
@@ -442,7 +447,11 @@ class Producer(Client):
         if written is not None:
             return await self._settle(*written, request.uniq)
         target = await self._fixed_queue(request.topic, queue, sharding_key)
-        return await self._send_once(request, target, time.monotonic() + self.send_timeout)
+        try:
+            return await self._send_once(request, target, time.monotonic() + self.send_timeout)
+        except CometMQError as exc:
+            await self._refresh_after_failure(target, exc)
+            raise
 
     def send_with_callback(
         self,
@@ -592,6 +601,7 @@ class Producer(Client):
                 error = exc
             attempts.append(f"{queue}: {error}")
             last_broker = queue.broker_name
+            await self._refresh_after_failure(queue, error)
             if time.monotonic() >= deadline:
                 break
         assert error is not None
@@ -600,6 +610,19 @@ class Producer(Client):
             + "; ".join(attempts)
         )
         raise error
+
+    async def _refresh_after_failure(self, queue: MessageQueue, error: CometMQError) -> None:
+        """After an attempt on *queue* failed with *error*: a broker that cannot be reached or does
+        not serve may have lost its mastership (died, paused, deposed by a failover), so the route is
+        looked up at once (at most once a second per topic) rather than at the next periodic
+        refresh; the next attempt, and the next send, go to the master the name server names now.
+        A broker group whose master changed starts afresh in the fault strategy: the failures were
+        the old master's."""
+        broker = queue.broker_name
+        master = self._instance.broker_addr(broker)
+        await self._instance.refresh_route_if_unreachable(queue.topic, error)
+        if self._instance.broker_addr(broker) != master:
+            self._faults.forget(broker)
 
     async def _send_once(self, request: _Request, queue: MessageQueue, deadline: float) -> SendResult:
         """One attempt of *request* on *queue*."""
