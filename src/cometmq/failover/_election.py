@@ -199,7 +199,9 @@ class Failover:
 
     @property
     def etcd_reachable(self) -> bool:
-        """Whether etcd answered the last request made of it (False once one failed to reach it)."""
+        """False from a request that could not reach etcd until a renewal of the lease that does. A step
+        answered in between (etcd back, or electing its own leader) does not count: until the lease is
+        renewed, a master whose lease lapsed goes on with the failsafe rather than refusing sends."""
         return self._reachable
 
     def in_sync_changed(self) -> None:
@@ -222,7 +224,6 @@ class Failover:
             self._wake.clear()
             try:
                 await self._step()
-                self._set_reachable(True, "")
             except EtcdUnavailable as e:
                 self._set_reachable(False, str(e))
             except EtcdError as e:
