@@ -164,6 +164,7 @@ class Failover:
         self._reported_epoch = 0
         self._reported_at = 0.0
         self._reachable = True
+        self._renewal_sent_at: float | None = None  # monotonic, of the renewal awaiting etcd's answer
         self._waiting_for = ""
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -199,9 +200,14 @@ class Failover:
 
     @property
     def etcd_reachable(self) -> bool:
-        """False from a request that could not reach etcd until a renewal of the lease that does. A step
-        answered in between (etcd back, or electing its own leader) does not count: until the lease is
-        renewed, a master whose lease lapsed goes on with the failsafe rather than refusing sends."""
+        """Whether etcd is known to answer: False from a request that could not reach it until a renewal
+        of the lease that does (a step answered in between does not count), and while a renewal sent
+        while the lease was trusted, less than a TTL ago, is unanswered (etcd electing a leader of its
+        own after losing a member). Not for a renewal sent before a pause of this process or after it:
+        etcd may have answered the one long since, and deposed this broker before the other."""
+        pending = self._renewal_sent_at
+        if pending is not None and pending < self._trusted_until and time.monotonic() - pending < self._ttl:
+            return False
         return self._reachable
 
     def in_sync_changed(self) -> None:
@@ -241,12 +247,16 @@ class Failover:
                     await self._wake.wait()
 
     async def _keep_alive(self) -> None:
+        sent_at = time.monotonic()
         while True:
-            await asyncio.sleep(self._ttl / 3)
+            # A renewal every third of the TTL from when the last was sent, not answered: a slow answer
+            # (etcd electing a leader) must not leave the lease untrusted before the next one is sent.
+            await asyncio.sleep(max(0.0, sent_at + self._ttl / 3 - time.monotonic()))
+            sent_at = time.monotonic()
             lease = self._lease
             if not lease:
                 continue
-            sent_at = time.monotonic()
+            self._renewal_sent_at = sent_at
             try:
                 remaining = await self._etcd.keepalive(lease)
             except EtcdUnavailable as e:
@@ -258,6 +268,8 @@ class Failover:
             except Exception:  # renewals must go on: a master that stops renewing loses its lease
                 log.exception("renewing lease %x failed; retrying", lease)
                 continue
+            finally:
+                self._renewal_sent_at = None
             self._set_reachable(True, "")
             if remaining > 0:
                 self._trusted_until = lease_trusted_until(sent_at, self._ttl)
