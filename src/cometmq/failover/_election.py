@@ -367,12 +367,14 @@ class Failover:
             return
         epoch = self._epoch_past(0, members)
         me = frozenset({self._broker_id})
+        state = _State(epoch, self._broker_id, me)
         founded = await self._etcd.txn(
             [Compare.absent(self._state_key)],
-            [Put(self._state_key, _State(epoch, self._broker_id, me).encode()), self._leader_put(epoch)],
+            [Put(self._state_key, state.encode()), self._leader_put(epoch)],
             [],
         )
         if founded:
+            self._state = state  # what status() tells until the next step reads it back
             log.info("founded the group's state in etcd at epoch %d", epoch)
             await self._became_master(epoch, me)
         else:
@@ -530,6 +532,7 @@ class Failover:
             [],
         )
         if won:
+            self._state = _State(epoch, self._broker_id, frozenset({self._broker_id}))
             await self._became_master(epoch, frozenset({self._broker_id}))
         else:
             self._wake.set()
