@@ -1,7 +1,8 @@
 """Brokers in failover mode against a real etcd: the election makes one master (registered as id 0)
 and the others its slaves, a clean stop hands the mastership over, a SYNC_MASTER waits for its in-sync
-set and refuses sends while it is smaller than minInSyncReplicas, and a master whose lease lapsed
-stores but does not acknowledge a send unless every other in-sync member has it."""
+set and refuses sends while it is smaller than minInSyncReplicas, a master whose lease is not trusted
+refuses sends before storing them unless etcd is unreachable and another in-sync member can vouch for
+them, and a broker whose log holds later epochs founds the group past them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from _support import address, broker_config, create_topic, run, running_broker, 
 
 from cometmq.broker import Broker
 from cometmq.broker._pull import _confirmed_part
+from cometmq.broker._send import MASTERSHIP_NOT_TRUSTED
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.record import decode_offset_msg_id, decode_records
@@ -21,19 +23,17 @@ from cometmq.remoting import RemotingClient
 from etcd_server import EtcdServer
 from waiting import wait_until
 
-LEASE_LAPSED = "this broker's mastership lease lapsed; the message was stored but is not acknowledged"
-
 
 @contextlib.asynccontextmanager
 async def failover_broker(
     data_dir: Path, etcd: EtcdServer, broker_id: int, **settings: Any
 ) -> AsyncIterator[Broker]:
-    """A broker of group broker-a in failover mode, with a lease of 2 s (the shortest the fence
-    trusts for a second)."""
+    """A broker of group broker-a in failover mode, with a lease of 2 s unless *settings* say (the
+    shortest the fence trusts for a second)."""
+    settings.setdefault("etcdLeaseTtl", 2)
     config = broker_config(
         data_dir,
         etcdEndpoints=",".join(etcd.endpoints),
-        etcdLeaseTtl=2,
         brokerId=broker_id,
         registerNameServerPeriod=500,
         **settings,
@@ -104,7 +104,7 @@ def test_the_election_makes_one_master_the_other_follows_and_a_clean_stop_hands_
     run(scenario())
 
 
-def test_a_master_whose_lease_lapsed_stores_a_send_or_send_back_but_does_not_acknowledge_it(
+def test_a_master_whose_lease_lapsed_refuses_a_send_or_send_back_before_storing_it(
     tmp_path: Path, etcd: EtcdServer
 ) -> None:
     async def scenario() -> None:
@@ -113,26 +113,92 @@ def test_a_master_whose_lease_lapsed_stores_a_send_or_send_back_but_does_not_ack
             await wait_until(lambda: not broker.is_slave, message="elected")
             addr = address(broker)
             assert (await create_topic(client, addr, "Orders", 1)).code == ResponseCode.SUCCESS
+            election = broker.election
+            assert election is not None
+            await wait_until(election.lease_trusted, message="the lease trusted")
             sent = await client.invoke(addr, send_request("Orders", b"while leased"))
             assert sent.code == ResponseCode.SUCCESS, sent.remark
             offset = decode_offset_msg_id(sent.ext_fields["msgId"])[2]
             etcd.stop()
-            election = broker.election
-            assert election is not None
             await wait_until(lambda: not election.lease_trusted(), message="the lease is no longer trusted")
             before = broker.store.replica_end()
+            # Alone in its in-sync set, nobody can vouch for a message: refused before it is stored.
             refused = await client.invoke(addr, send_request("Orders", b"after the lease"))
-            assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
-            assert refused.remark == LEASE_LAPSED
-            assert broker.store.replica_end() > before  # stored
-            # A consumer's send-back: refused, so the consumer keeps the message and tries again.
+            assert (refused.code, refused.remark) == (
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                MASTERSHIP_NOT_TRUSTED,
+            )
+            # A consumer's send-back too: the consumer keeps the message and tries again.
             back = RemotingCommand(
                 code=RequestCode.CONSUMER_SEND_MSG_BACK,
                 ext_fields={"offset": str(offset), "group": "CG", "delayLevel": "0"},
             )
             refused_back = await client.invoke(addr, back)
-            assert (refused_back.code, refused_back.remark) == (ResponseCode.SYSTEM_ERROR, LEASE_LAPSED)
+            assert (refused_back.code, refused_back.remark) == (
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                MASTERSHIP_NOT_TRUSTED,
+            )
+            assert broker.store.replica_end() == before  # nothing stored
             assert not broker.is_slave  # etcd unreachable: the role stays
+        await client.close()
+
+    run(scenario())
+
+
+def test_a_sync_master_whose_lease_lapsed_with_etcd_reachable_refuses_sends_its_slaves_have(
+    tmp_path: Path, etcd: EtcdServer
+) -> None:
+    """The failsafe is for etcd being unreachable, not for a lease that lapsed while etcd answers (the
+    master may have been paused and replaced meanwhile)."""
+
+    async def scenario() -> None:
+        client = RemotingClient()
+        settings = {"brokerRole": "SYNC_MASTER", "etcdLeaseTtl": 10}
+        async with failover_broker(tmp_path / "b1", etcd, 1, **settings) as first:
+            await wait_until(lambda: not first.is_slave, message="elected")
+            async with failover_broker(tmp_path / "b2", etcd, 2, **settings):
+                await wait_until(
+                    lambda: first.in_sync == {1, 2}, message="the follower joins the in-sync set"
+                )
+                addr = address(first)
+                assert (await create_topic(client, addr, "Orders", 1)).code == ResponseCode.SUCCESS
+                election = first.election
+                assert election is not None
+                # As if the master had been paused past its lease's trusted time.
+                election._tasks[1].cancel()
+                election._trusted_until = 0.0
+                assert election.status().etcd_reachable
+                before = first.store.replica_end()
+                refused = await client.invoke(addr, send_request("Orders", b"unsure"))
+                assert (refused.code, refused.remark) == (
+                    ResponseCode.SERVICE_NOT_AVAILABLE,
+                    MASTERSHIP_NOT_TRUSTED,
+                )
+                assert first.store.replica_end() == before
+        await client.close()
+
+    run(scenario())
+
+
+def test_a_broker_whose_log_holds_later_epochs_founds_the_group_past_them(
+    tmp_path: Path, etcd: EtcdServer
+) -> None:
+    async def scenario() -> None:
+        for _ in range(2):  # two runs with a static role: the log holds epochs 1 and 2
+            async with running_broker(tmp_path):
+                pass
+        client = RemotingClient()
+        async with failover_broker(tmp_path, etcd, 1) as broker:
+            await wait_until(lambda: not broker.is_slave, message="elected")
+            assert broker.epoch == 3
+            assert [entry.epoch for entry in broker.store.epochs()] == [1, 2, 3]
+            election = broker.election
+            assert election is not None
+            await wait_until(election.lease_trusted, message="the lease trusted")
+            addr = address(broker)
+            assert (await create_topic(client, addr, "Orders", 1)).code == ResponseCode.SUCCESS
+            sent = await client.invoke(addr, send_request("Orders", b"served"))
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
         await client.close()
 
     run(scenario())

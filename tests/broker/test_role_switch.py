@@ -22,7 +22,7 @@ from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import NotifyBrokerRoleChangedRequestHeader
 from cometmq.protocol.ha import encode_report
-from cometmq.remoting import RemotingClient
+from cometmq.remoting import Connection, RemotingClient, RemotingServer
 from waiting import wait_until
 
 
@@ -224,7 +224,7 @@ def test_the_etcd_flag_sets_the_failover_endpoints_over_the_file(tmp_path: Path)
 
 def test_a_promoted_slave_takes_id_0_over_from_a_registered_master_of_an_older_epoch(tmp_path: Path) -> None:
     """The master it replaces may still be registered (paused, cut off): the NameServer gives id 0 to
-    the later epoch at once, and refuses the older master's registrations as id 0 until it is demoted."""
+    the later epoch, and refuses the older master's registrations as id 0 until it is demoted."""
 
     async def scenario() -> None:
         client = RemotingClient()
@@ -237,7 +237,7 @@ def test_a_promoted_slave_takes_id_0_over_from_a_registered_master_of_an_older_e
             await wait_until(lambda: entries(namesrv) == {0: first_addr, 1: second_addr}, message="both in")
             promoted = await client.invoke(second_addr, role_changed(second_addr, 2))
             assert promoted.code == ResponseCode.SUCCESS, promoted.remark
-            assert entries(namesrv) == {0: second_addr}
+            await wait_until(lambda: entries(namesrv) == {0: second_addr}, message="promoted")
             # The first broker, still a master, registers again: refused.
             await first.register_all()
             assert entries(namesrv) == {0: second_addr} and namesrv.routes.master_epochs["broker-a"] == 2
@@ -245,5 +245,40 @@ def test_a_promoted_slave_takes_id_0_over_from_a_registered_master_of_an_older_e
             assert demoted.code == ResponseCode.SUCCESS, demoted.remark
             await wait_until(lambda: entries(namesrv) == {0: second_addr, 2: first_addr}, message="demoted")
         await client.close()
+
+    run(scenario())
+
+
+def test_a_role_switch_does_not_wait_for_the_name_servers_and_a_master_starts_in_sync_alone(
+    tmp_path: Path,
+) -> None:
+    """The NameServers learn of a switch from the registration task: one that does not answer keeps
+    the switch (and the election behind it) waiting for nothing."""
+
+    async def scenario() -> None:
+        requests: list[int] = []
+        never_answered: asyncio.Future[RemotingCommand | None] = asyncio.get_running_loop().create_future()
+
+        def silent(conn: Connection, request: RemotingCommand) -> asyncio.Future[RemotingCommand | None]:
+            requests.append(request.code)
+            return never_answered
+
+        silent_namesrv = RemotingServer(silent, "127.0.0.1", 0)
+        await silent_namesrv.start()
+        try:
+            async with running(tmp_path, brokerRole="SLAVE", brokerId=2) as broker:
+                broker.set_in_sync(frozenset({2, 3}))  # left from an earlier mastership
+                broker.config.namesrv_addr = f"127.0.0.1:{silent_namesrv.port}"
+                await broker.become_master(1)
+                assert RequestCode.UNREGISTER_BROKER not in requests
+                assert broker.in_sync == {2}
+                await wait_until(
+                    lambda: RequestCode.UNREGISTER_BROKER in requests,
+                    message="the slave's entry unregistered by the registration task",
+                )
+                broker.config.namesrv_addr = ""
+        finally:
+            never_answered.cancel()
+            await silent_namesrv.stop()
 
     run(scenario())

@@ -25,6 +25,8 @@ class RecordingNode:
         self.in_sync: frozenset[int] = frozenset()
         self.role = "none"
         self.epoch = 0
+        # The last epoch of the node's log: the one it led or followed last, or what a test sets.
+        self.log_epoch = 0
         self.leader: LeaderInfo | None = None
         self.calls: list[tuple[object, ...]] = []
         self.on_become_master: Callable[[], None] | None = None
@@ -36,17 +38,20 @@ class RecordingNode:
     def replica_end(self) -> int:
         return self.end
 
+    def last_epoch(self) -> int:
+        return self.log_epoch
+
     def addresses(self) -> tuple[str, str]:
         return f"127.0.0.1:{30000 + self._broker_id}", f"127.0.0.1:{40000 + self._broker_id}"
 
     async def become_master(self, epoch: int) -> None:
         if self.on_become_master is not None:
             self.on_become_master()
-        self.role, self.epoch, self.leader = "master", epoch, None
+        self.role, self.epoch, self.leader, self.log_epoch = "master", epoch, None, epoch
         self.calls.append(("master", epoch))
 
     async def become_slave(self, leader: LeaderInfo) -> None:
-        self.role, self.epoch, self.leader = "slave", leader.epoch, leader
+        self.role, self.epoch, self.leader, self.log_epoch = "slave", leader.epoch, leader, leader.epoch
         self.calls.append(("slave", leader.broker_id, leader.epoch))
 
     async def stop_following(self) -> None:
@@ -74,10 +79,12 @@ class Group:
     def key_prefix(self) -> str:
         return f"{self.prefix}/DefaultCluster/broker-a/"
 
-    async def start(self, *ends: tuple[int, int]) -> None:
-        """Starts a broker for each (brokerId, end), all at once."""
+    async def start(self, *ends: tuple[int, int], log_epochs: dict[int, int] | None = None) -> None:
+        """Starts a broker for each (brokerId, end), all at once, each with the last epoch of its log
+        *log_epochs* gives (0 by default)."""
         for broker_id, end in ends:
             node = RecordingNode(broker_id, end)
+            node.log_epoch = (log_epochs or {}).get(broker_id, 0)
             self.nodes[broker_id] = node
             self.failovers[broker_id] = Failover(
                 node, self.endpoints, self.prefix, "DefaultCluster", "broker-a", broker_id, self.ttl_s

@@ -1,19 +1,21 @@
 """The election through a real etcd, with in-process nodes recording the roles they are given: the
 first master, re-election when a master's lease expires or is revoked, who may be elected (in-sync
-members only, the longest log first), the in-sync set swapped by revision, the fence, and etcd
-partly or entirely down."""
+members only, the longest log first), who founds the group and at which epoch, a broker that fails
+to become master, the in-sync set swapped by revision, the fence, loops that survive unexpected
+errors, and etcd partly or entirely down."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from _nodes import Group, run_group
+from _nodes import Group, RecordingNode, run_group
 
-from cometmq.failover import Compare, Put, lease_trusted_until
+from cometmq.failover import Compare, Failover, Put, WatchEvent, lease_trusted_until
 from etcd_server import EtcdServer
 from waiting import wait_until
 
@@ -286,3 +288,116 @@ def test_with_one_of_three_etcd_members_killed_a_master_is_still_elected(tmp_pat
         run_group(cluster.endpoints, body)
     finally:
         cluster.stop()
+
+
+def test_a_broker_that_fails_to_become_master_gives_the_key_up_and_is_made_master_of_a_later_epoch(
+    module_etcd: EtcdServer,
+) -> None:
+    async def body(group: Group) -> None:
+        failed: list[int] = []
+
+        def fail_once() -> None:
+            if not failed:
+                failed.append(1)
+                raise ValueError("epoch 1 does not exceed this store's last epoch 3")
+
+        node = RecordingNode(1)
+        node.on_become_master = fail_once
+        group.nodes[1] = node
+        group.failovers[1] = Failover(
+            node, group.endpoints, group.prefix, "DefaultCluster", "broker-a", 1, group.ttl_s
+        )
+        await group.failovers[1].start()
+
+        await group.wait_for_master(1, 2)
+        assert failed == [1] and [call for call in node.calls if call[0] == "master"] == [("master", 2)]
+        assert (await group.state())["epoch"] == 2
+        await wait_until(group.failovers[1].lease_trusted, message="the master's lease trusted")
+
+    run_group(module_etcd.endpoints, body)
+
+
+def test_the_group_is_founded_at_an_epoch_past_every_members_last(module_etcd: EtcdServer) -> None:
+    async def body(group: Group) -> None:
+        await put_member(group, 2, end=0, last_epoch=5)
+        await group.start((1, 0), log_epochs={1: 3})
+        await group.wait_for_master(1, 6)
+        assert await group.state() == {"epoch": 6, "leaderId": 1, "inSync": [1]}
+
+    run_group(module_etcd.endpoints, body)
+
+
+def test_an_election_is_for_an_epoch_past_every_members_last(module_etcd: EtcdServer) -> None:
+    async def body(group: Group) -> None:
+        await group.start((1, 100))
+        await group.wait_for_master(1, 1)
+        await group.start((2, 100))
+        await group.wait_for_master(1, 1, followers=(2,))
+        await in_sync(group, 1, {1, 2})
+        group.nodes[2].log_epoch = 4  # as if etcd had been restored from a snapshot older than the logs
+
+        await group.crash(1)
+        await group.wait_for_master(2, 5)
+
+    run_group(module_etcd.endpoints, body)
+
+
+def test_the_member_present_with_the_longest_log_founds_the_group(module_etcd: EtcdServer) -> None:
+    async def body(group: Group) -> None:
+        # Broker 2 is present (its member key) before broker 1 starts, with the longer log.
+        await put_member(group, 2, end=500, last_epoch=0)
+        await group.start((1, 100))
+        await wait_until(
+            lambda: (
+                "broker 2 has the longest log (500): waiting for it to found the group"
+                in group.failovers[1]._waiting_for
+            ),
+            message="broker 1 to wait for broker 2",
+        )
+        await group.start((2, 500))
+        await group.wait_for_master(2, 1, followers=(1,))
+        assert group.nodes[1].calls == [("slave", 2, 1)]
+
+    run_group(module_etcd.endpoints, body)
+
+
+def test_the_lease_is_renewed_and_the_group_watched_after_an_unexpected_failure(
+    module_etcd: EtcdServer,
+) -> None:
+    async def body(group: Group) -> None:
+        await group.start((1, 100))
+        await group.wait_for_master(1, 1)
+        failover = group.failovers[1]
+        etcd = failover._etcd
+        calls = {"keepalive": 0, "watch": 0}
+        keepalive, watch = etcd.keepalive, etcd.watch
+
+        async def failing_keepalive(lease: int) -> int:
+            calls["keepalive"] += 1
+            if calls["keepalive"] == 1:
+                raise RuntimeError("a bug in the keepalive")
+            return await keepalive(lease)
+
+        def failing_watch(key: str, *, prefix: bool = False) -> AsyncIterator[WatchEvent]:
+            calls["watch"] += 1
+            if calls["watch"] == 1:
+                raise RuntimeError("a bug in the watch")
+            return watch(key, prefix=prefix)
+
+        etcd.keepalive = failing_keepalive  # type: ignore[method-assign]
+        etcd.watch = failing_watch  # type: ignore[method-assign]
+        failover._tasks[2].cancel()  # the watch starts again, with the failing one
+        failover._tasks[2] = asyncio.create_task(failover._watch())
+        await wait_until(lambda: calls["keepalive"] >= 3, message="renewals going on after the failure")
+        await wait_until(lambda: calls["watch"] >= 2, message="the watch started again after the failure")
+        await wait_until(failover.lease_trusted, message="the lease trusted")
+
+    run_group(module_etcd.endpoints, body)
+
+
+async def put_member(group: Group, broker_id: int, *, end: int, last_epoch: int) -> None:
+    """A member key for *broker_id*, as a broker that registered and is not yet running the election
+    would have left it, under a lease of the test's."""
+    lease = await group.etcd.grant(30)
+    value = {"addr": "127.0.0.1:1", "haAddr": "127.0.0.1:2", "end": end, "epoch": 0, "lastEpoch": last_epoch}
+    await group.etcd.put(f"{group.key_prefix}members/{broker_id}", json.dumps(value).encode(), lease=lease)

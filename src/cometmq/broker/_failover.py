@@ -23,6 +23,10 @@ class BrokerReplica:
     def replica_end(self) -> int:
         return self._broker.store.replica_end()
 
+    def last_epoch(self) -> int:
+        epochs = self._broker.store.epochs()
+        return epochs[-1].epoch if epochs else 0
+
     def addresses(self) -> tuple[str, str]:
         config = self._broker.config
         return config.broker_addr, f"{config.broker_ip1}:{self._broker.ha_port}"

@@ -114,6 +114,10 @@ def host_bytes(address: str) -> bytes:
 
 # Failover mode: a send stored while this master could not be sure it still is one (the fence).
 LEASE_LAPSED: Final = "this broker's mastership lease lapsed; the message was stored but is not acknowledged"
+MASTERSHIP_NOT_TRUSTED: Final = (
+    "this broker's mastership lease in etcd is not renewed (it may no longer be the master), and no other "
+    "in-sync member can vouch for a message; the message was not stored"
+)
 _TRANSACTIONS_UNSUPPORTED: Final = "transaction messages are not supported by this broker yet"
 # A sysFlag transaction type of PREPARED (0x4) or ROLLBACK (0xC): such a record gets no consume-queue
 # unit, so a message sent with it would be stored and never delivered.
@@ -253,6 +257,9 @@ class SendProcessor:
                 ResponseCode.NO_PERMISSION, f"the broker[{config.broker_ip1}] sending message is forbidden"
             )
         if broker.election is not None:
+            mastership_refusal = broker.mastership_refusal()
+            if mastership_refusal is not None:
+                return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, mastership_refusal)
             in_sync_refusal = broker.in_sync_refusal()
             if in_sync_refusal is not None:
                 return request.response(ResponseCode.SYSTEM_ERROR, in_sync_refusal)

@@ -56,6 +56,10 @@ class SendBackProcessor:
             )
         if group_config.retry_queue_nums <= 0:
             return request.response()  # RocketMQ drops the message: the group wants no retries
+        if broker.election is not None:
+            mastership_refusal = broker.mastership_refusal()
+            if mastership_refusal is not None:
+                return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, mastership_refusal)
         retry_config = broker.topics.create_retry_topic(
             retry_topic(group), max(1, group_config.retry_queue_nums)
         )

@@ -21,7 +21,7 @@ from cometmq.broker._longpoll import PullHoldService
 from cometmq.broker._offsets import ConsumerOffsetManager
 from cometmq.broker._pull import PullProcessor
 from cometmq.broker._schedule import ScheduleMessageService
-from cometmq.broker._send import SendProcessor, host_bytes
+from cometmq.broker._send import MASTERSHIP_NOT_TRUSTED, SendProcessor, host_bytes
 from cometmq.broker._sendback import SendBackProcessor
 from cometmq.broker._slave_sync import (
     SLAVE_SYNC_FIRST_S,
@@ -117,6 +117,8 @@ class Broker:
         self._slave_sync_task: asyncio.Task[None] | None = None
         self._namesrv_client = RemotingClient()
         self._register_wanted = asyncio.Event()
+        # Ids this broker registered under before a role switch, to unregister on the next registration.
+        self._stale_ids: set[int] = set()
         self._tasks: list[asyncio.Task[None]] = []
         # A slave's master, as the NameServer last named it in answer to a registration: its remoting
         # address (None while it names none) and its HA address (kept when it names none, as RocketMQ
@@ -371,9 +373,8 @@ class Broker:
 
     def _begin_epoch(self, epoch: int) -> None:
         """Start acting as master of *epoch*: the store cuts a partial trailing record and notes where
-        the epoch starts (once: a switch that failed after it takes the same epoch up again)."""
-        epochs = self.store.epochs()
-        entry = epochs[-1] if epochs and epochs[-1].epoch == epoch else self.store.begin_epoch(epoch)
+        the epoch starts. ValueError unless *epoch* exceeds every epoch the store holds."""
+        entry = self.store.begin_epoch(epoch)
         self.epoch = epoch
         log.info(
             "broker %s is master of epoch %d from commit-log offset %d",
@@ -396,16 +397,22 @@ class Broker:
 
     async def become_master(self, epoch: int) -> None:
         """Act as the group's master of *epoch* from now on: stop following (the log as replicated so
-        far is final), start the epoch, serve sends, deliver delayed messages, and register as id 0.
-        *epoch* must exceed every epoch this store holds (ValueError)."""
+        far is final), start the epoch, serve sends, deliver delayed messages, and register as id 0
+        (soon, not before this returns). *epoch* must exceed every epoch this store holds (ValueError,
+        with the broker still serving as before, though no longer replicating)."""
         async with self._role_lock:
             if not self._slave and self.epoch == epoch:
                 return  # master of this epoch already (the election took it up again)
             was_slave = self._slave
-            await self._stop_slave_sync()
+            # Nothing may arrive from the old master once the epoch began; and the epoch begins before
+            # anything is torn down, so that an epoch the store refuses leaves the HA port served.
             await self._stop_ha_client()
-            await self._stop_ha_server()
             self._begin_epoch(epoch)
+            await self._stop_slave_sync()
+            await self._stop_ha_server()
+            # The in-sync set of this mastership starts with this broker alone, whatever an earlier one
+            # had, until the election commits more.
+            self.in_sync = frozenset({self.own_id})
             await self._start_ha_server()
             self._switched_epoch = epoch
             self._slave = False
@@ -415,7 +422,7 @@ class Broker:
             self.schedule.start()
             log.info("broker %s is now the master of its group (epoch %d)", self.config.broker_name, epoch)
             if was_slave:
-                await self._register_switch(self.own_id)
+                self._register_switch(self.own_id)
 
     async def become_slave(self, master_addr: str | None, master_ha_addr: str | None, epoch: int) -> None:
         """Act as a slave under this broker's own brokerId from now on, following the master at
@@ -456,7 +463,7 @@ class Broker:
                     "broker %s is now a slave of the master the NameServer names", self.config.broker_name
                 )
             if was_master:
-                await self._register_switch(0)
+                self._register_switch(0)
 
     async def stop_following(self) -> None:
         """Stop replicating from the master: this broker's log is final until it follows again."""
@@ -496,28 +503,64 @@ class Broker:
         self.confirmed = confirmed
         self.pull_holds.on_confirmed(confirmed)
 
+    def _failsafe_applies(self) -> bool:
+        """Failover mode, the lease not trusted: whether this master may still acknowledge what every
+        other in-sync member has. Only while etcd is known unreachable (a master deposed meanwhile
+        would learn it from etcd, and then acknowledges nothing), and only with another member in the
+        in-sync set: only its members could be elected, and a candidate stops following its master
+        before it reports its end."""
+        election = self.election
+        return (
+            election is not None
+            and not election.etcd_reachable
+            and not self._slave
+            and self.ha_server is not None
+            and len(self.in_sync) >= 2
+        )
+
+    def mastership_refusal(self) -> str | None:
+        """Failover mode: why this master refuses a send before storing it (its lease is not trusted
+        and the failsafe cannot apply), or None."""
+        election = self.election
+        if election is None or election.lease_trusted() or self._failsafe_applies():
+            return None
+        return MASTERSHIP_NOT_TRUSTED
+
     def mastership_lapsed(self, end: int) -> bool:
         """Failover mode: whether a send stored up to *end* may not be answered SEND_OK. It may while
-        the mastership lease is trusted, or (etcd unreachable) when the in-sync set has another member
-        and every other member acknowledged *end*: only they could be elected, and a candidate stops
-        following its master before it reports its end."""
+        the mastership lease is trusted, or while the failsafe applies and every other in-sync member
+        acknowledged *end*."""
         election = self.election
         if election is None or election.lease_trusted():
             return False
         ha_server = self.ha_server
-        return ha_server is None or self._slave or not ha_server.acknowledged_by_all_in_sync(end)
+        return not (
+            self._failsafe_applies() and ha_server is not None and ha_server.acknowledged_by_all_in_sync(end)
+        )
 
     def _switch_table(self) -> None:
         if self._dispatch is not None:
             self._dispatch.replace(self._processor_table())
 
-    async def _register_switch(self, old_id: int) -> None:
-        """Tell the NameServers of the switch: the entry under the old id goes, the new one comes."""
-        if not self.config.namesrv_addr:
-            return
-        with contextlib.suppress(CometMQError, OSError):
-            await self._unregister_all(old_id)
-        await self.register_all()
+    def _register_switch(self, old_id: int) -> None:
+        """Tell the NameServers of the switch soon, from the registration task rather than the switch
+        (a NameServer that does not answer costs seconds a call): the entry under the old id goes, the
+        new one comes."""
+        self._stale_ids.add(old_id)
+        self.request_register()
+
+    async def _unregister_stale(self, *, stopping: bool = False) -> None:
+        """Unregister the ids of earlier roles; stopping, the one registered under now as well. An id
+        is forgotten once tried (the NameServer drops an entry silent for 120 s anyway)."""
+        registered = self.registered_id
+        if stopping:
+            self._stale_ids.add(registered)
+        else:
+            self._stale_ids.discard(registered)
+        for broker_id in sorted(self._stale_ids):
+            with contextlib.suppress(CometMQError, OSError):
+                await self._unregister_all(broker_id)
+            self._stale_ids.discard(broker_id)
 
     async def role_changed(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """NOTIFY_BROKER_ROLE_CHANGED (``cometmq broker promote/demote``): named as the master, become
@@ -552,14 +595,15 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop serving, tell the NameServer, and flush and persist everything."""
+        if self.election is not None:
+            # First: revoking the lease hands the mastership over at once, and no role switch starts
+            # anything (a slave-sync task) after what follows stopped it.
+            await self.election.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         await self._stop_slave_sync()
-        if self.election is not None:
-            # First: revoking the lease hands the mastership over at once.
-            await self.election.stop()
         self.pull_holds.wake_all()
         if self.ha_server is not None:
             # While the clients are still connected: SYNC sends waiting for a slave are answered
@@ -571,8 +615,7 @@ class Broker:
             self._server = None
         await self._stop_replication()
         if self.config.namesrv_addr:
-            with contextlib.suppress(CometMQError, OSError):
-                await self._unregister_all(self.registered_id)
+            await self._unregister_stale(stopping=True)
         await self._namesrv_client.close()
         # A metadata file that cannot be written (disk error) is logged; the others are still
         # written and the store still shuts down cleanly (flushed, checkpointed, abort file removed).
@@ -671,6 +714,7 @@ class Broker:
             self._register_wanted.clear()
             if self.config.namesrv_addr:
                 try:
+                    await self._unregister_stale()
                     await self.register_all()
                 except Exception:  # one bad round must not end registration for good
                     log.exception("registering with the NameServer failed")

@@ -5,12 +5,15 @@ Keys, under ``<prefix>/<cluster>/<brokerName>/`` (values JSON):
 - ``state``: ``{"epoch", "leaderId", "inSync"}``, changed only by compare-and-swap on its mod_revision;
 - ``leader``: ``{"brokerId", "addr", "haAddr", "epoch"}``, under the master's lease: it goes when the
   master stops renewing it;
-- ``members/<brokerId>``: ``{"addr", "haAddr", "end", "epoch"}``, under each broker's own lease; a member
-  whose ``epoch`` is the one an election is for has reported its final commit-log ``end`` for it.
+- ``members/<brokerId>``: ``{"addr", "haAddr", "end", "epoch", "lastEpoch"}``, under each broker's own
+  lease; a member whose ``epoch`` is the one an election is for has reported its final commit-log ``end``
+  for it; ``lastEpoch`` is the last epoch its own log holds.
 
 Only a member of the in-sync set may be elected (no unclean election), and among those that reported,
 the one with the longest log (then the lowest id): every message the old master acknowledged is on
-every in-sync member, so the new master has all of them.
+every in-sync member, so the new master has all of them. The group is founded by the member present
+with the longest log (then the lowest id). Every epoch chosen, founding or elected, is past the last
+epoch of every member present, so that no broker begins an epoch its log already holds.
 """
 
 from __future__ import annotations
@@ -57,10 +60,15 @@ class ReplicaNode(Protocol):
     def replica_end(self) -> int:
         """The end of this broker's commit log."""
 
+    def last_epoch(self) -> int:
+        """The last epoch this broker's log holds (0: none)."""
+
     def addresses(self) -> tuple[str, str]:
         """This broker's remoting and HA addresses (``host:port``)."""
 
-    async def become_master(self, epoch: int) -> None: ...
+    async def become_master(self, epoch: int) -> None:
+        """Act as master of *epoch*; an exception means it did not, and the election gives the
+        mastership up."""
 
     async def become_slave(self, leader: LeaderInfo) -> None: ...
 
@@ -156,6 +164,7 @@ class Failover:
         self._reported_epoch = 0
         self._reported_at = 0.0
         self._reachable = True
+        self._renewal_sent_at: float | None = None  # monotonic, of the renewal awaiting etcd's answer
         self._waiting_for = ""
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -173,9 +182,9 @@ class Failover:
         self._role = _Role.STOPPED
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # return_exceptions: a task's own failure must not keep the lease from being revoked, while a
+        # cancellation of stop() itself still reaches its caller.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         if self._lease:
             try:
@@ -188,6 +197,18 @@ class Failover:
     def lease_trusted(self) -> bool:
         """Whether this broker is master and its lease is surely still alive in etcd."""
         return self._role is _Role.MASTER and time.monotonic() < self._trusted_until
+
+    @property
+    def etcd_reachable(self) -> bool:
+        """Whether etcd is known to answer: False from a request that could not reach it until a renewal
+        of the lease that does (a step answered in between does not count), and while a renewal sent
+        while the lease was trusted, less than a TTL ago, is unanswered (etcd electing a leader of its
+        own after losing a member). Not for a renewal sent before a pause of this process or after it:
+        etcd may have answered the one long since, and deposed this broker before the other."""
+        pending = self._renewal_sent_at
+        if pending is not None and pending < self._trusted_until and time.monotonic() - pending < self._ttl:
+            return False
+        return self._reachable
 
     def in_sync_changed(self) -> None:
         """The node's in-sync candidates may have changed: propose them soon."""
@@ -209,7 +230,6 @@ class Failover:
             self._wake.clear()
             try:
                 await self._step()
-                self._set_reachable(True, "")
             except EtcdUnavailable as e:
                 self._set_reachable(False, str(e))
             except EtcdError as e:
@@ -227,12 +247,16 @@ class Failover:
                     await self._wake.wait()
 
     async def _keep_alive(self) -> None:
+        sent_at = time.monotonic()
         while True:
-            await asyncio.sleep(self._ttl / 3)
+            # A renewal every third of the TTL from when the last was sent, not answered: a slow answer
+            # (etcd electing a leader) must not leave the lease untrusted before the next one is sent.
+            await asyncio.sleep(max(0.0, sent_at + self._ttl / 3 - time.monotonic()))
+            sent_at = time.monotonic()
             lease = self._lease
             if not lease:
                 continue
-            sent_at = time.monotonic()
+            self._renewal_sent_at = sent_at
             try:
                 remaining = await self._etcd.keepalive(lease)
             except EtcdUnavailable as e:
@@ -241,6 +265,11 @@ class Failover:
             except EtcdError as e:
                 log.info("etcd refused to renew lease %x (%s); retrying", lease, e)
                 continue
+            except Exception:  # renewals must go on: a master that stops renewing loses its lease
+                log.exception("renewing lease %x failed; retrying", lease)
+                continue
+            finally:
+                self._renewal_sent_at = None
             self._set_reachable(True, "")
             if remaining > 0:
                 self._trusted_until = lease_trusted_until(sent_at, self._ttl)
@@ -253,6 +282,9 @@ class Failover:
                 async for _event in self._etcd.watch(self._group, prefix=True):
                     self._wake.set()
             except EtcdError:
+                await asyncio.sleep(self._ttl / 3)
+            except Exception:  # without the watch, changes are seen only every ttl/3
+                log.exception("watching the group's keys in etcd failed; watching again")
                 await asyncio.sleep(self._ttl / 3)
             self._wake.set()
 
@@ -269,8 +301,13 @@ class Failover:
         self._state = state
         leader = _decode_leader(leader_kv) if leader_kv else None
         self._leader_id = leader.broker_id if leader else None
+        members = {
+            int(kv.key[len(self._members_prefix) :]): json.loads(kv.value)
+            for kv in kvs
+            if kv.key.startswith(self._members_prefix)
+        }
         if state is None:
-            await self._found_group()
+            await self._found_group(members)
         elif leader_kv is not None and leader is not None:
             if leader_kv.lease == self._lease:
                 if self._role is _Role.MASTER:
@@ -285,11 +322,6 @@ class Failover:
             else:
                 await self._follow(leader)
         else:
-            members = {
-                int(kv.key[len(self._members_prefix) :]): json.loads(kv.value)
-                for kv in kvs
-                if kv.key.startswith(self._members_prefix)
-            }
             await self._elect(state, members)
 
     async def _register(self) -> None:
@@ -299,7 +331,15 @@ class Failover:
 
     async def _put_member(self, *, end: int, epoch: int) -> None:
         addr, ha_addr = self._node.addresses()
-        value = json.dumps({"addr": addr, "haAddr": ha_addr, "end": end, "epoch": epoch}).encode()
+        value = json.dumps(
+            {
+                "addr": addr,
+                "haAddr": ha_addr,
+                "end": end,
+                "epoch": epoch,
+                "lastEpoch": self._node.last_epoch(),
+            }
+        ).encode()
         await self._etcd.put(f"{self._members_prefix}{self._broker_id}", value, lease=self._lease)
 
     def _leader_put(self, epoch: int) -> Put:
@@ -308,17 +348,35 @@ class Failover:
             self._leader_key, _encode_leader(LeaderInfo(self._broker_id, addr, ha_addr, epoch)), self._lease
         )
 
-    async def _found_group(self) -> None:
-        """No state yet: the first broker to write it is the master of epoch 1."""
+    def _epoch_past(self, epoch: int, members: dict[int, dict[str, Any]]) -> int:
+        """An epoch past *epoch*, this broker's last and every member's last (``lastEpoch``)."""
+        last = [int(member.get("lastEpoch", 0)) for member in members.values()]
+        return max(epoch, self._node.last_epoch(), *last) + 1
+
+    async def _found_group(self, members: dict[int, dict[str, Any]]) -> None:
+        """No state yet: the member present with the longest log (then the lowest id) writes it and is
+        the master of the first epoch, past every member's last: moving from static roles, or after
+        etcd lost its data, the broker with the most data leads and the others replicate from it."""
+        ends = {broker_id: int(member["end"]) for broker_id, member in members.items()}
+        ends[self._broker_id] = self._node.replica_end()
+        best = max(ends, key=lambda broker_id: (ends[broker_id], -broker_id))
+        if best != self._broker_id:
+            self._wait_for(
+                f"broker {best} has the longest log ({ends[best]}): waiting for it to found the group"
+            )
+            return
+        epoch = self._epoch_past(0, members)
         me = frozenset({self._broker_id})
+        state = _State(epoch, self._broker_id, me)
         founded = await self._etcd.txn(
             [Compare.absent(self._state_key)],
-            [Put(self._state_key, _State(1, self._broker_id, me).encode()), self._leader_put(1)],
+            [Put(self._state_key, state.encode()), self._leader_put(epoch)],
             [],
         )
         if founded:
-            log.info("founded the group's state in etcd")
-            await self._became_master(1, me)
+            self._state = state  # what status() tells until the next step reads it back
+            log.info("founded the group's state in etcd at epoch %d", epoch)
+            await self._became_master(epoch, me)
         else:
             self._wake.set()
 
@@ -330,16 +388,42 @@ class Failover:
         if await self._etcd.keepalive(lease) == 0:
             self._lease_lost(lease)
             return
-        self._trusted_until = lease_trusted_until(sent_at, self._ttl)
-        self._role = _Role.MASTER
-        self._epoch = epoch
         self._following = None
         self._waiting_for = ""
         self._leader_id = self._broker_id
+        try:
+            await self._node.become_master(epoch)
+        except Exception:
+            log.exception(
+                "broker %d could not become master of epoch %d; giving the mastership up",
+                self._broker_id,
+                epoch,
+            )
+            await self._give_up(lease)
+            return
+        # Master (and its lease trusted) only once the broker acts as one; the keepalives sent meanwhile
+        # may have renewed it further.
+        self._trusted_until = max(self._trusted_until, lease_trusted_until(sent_at, self._ttl))
+        self._role = _Role.MASTER
+        self._epoch = epoch
         log.info("broker %d is master of epoch %d", self._broker_id, epoch)
-        await self._node.become_master(epoch)
         self._committed_in_sync = in_sync
         self._node.set_in_sync(in_sync)
+
+    async def _give_up(self, lease: int) -> None:
+        """Gives the leader key up by revoking *lease* (or, etcd unreachable, by no longer renewing it):
+        the others elect a master, this broker among them under a lease granted afresh after a pause (a
+        failure that lasts is not retried in a tight loop)."""
+        self._role = _Role.CANDIDATE
+        self._lease = 0
+        self._leader_id = None
+        try:
+            await self._etcd.revoke(lease)
+        except EtcdError as e:
+            log.warning("could not revoke lease %x (%s): the leader key goes when it expires", lease, e)
+            await asyncio.sleep(self._ttl / 3)
+            raise  # the step failed: etcd may be unreachable
+        await asyncio.sleep(self._ttl / 3)
 
     async def _lead(self, state: _State) -> None:
         """As master: propose the in-sync set ({me} and the caught-up slaves) when it changed."""
@@ -405,7 +489,7 @@ class Failover:
         if self._broker_id not in state.in_sync:
             self._wait_for("not in the in-sync set; waiting for a master")
             return
-        epoch = state.epoch + 1
+        epoch = self._epoch_past(state.epoch, members)
         if self._reported_epoch != epoch:
             # Stop following first: the end reported is final, nothing more arrives from the old master.
             self._role = _Role.CANDIDATE
@@ -448,6 +532,7 @@ class Failover:
             [],
         )
         if won:
+            self._state = _State(epoch, self._broker_id, frozenset({self._broker_id}))
             await self._became_master(epoch, frozenset({self._broker_id}))
         else:
             self._wake.set()
