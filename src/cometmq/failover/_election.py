@@ -427,8 +427,13 @@ class Failover:
 
     async def _lead(self, state: _State) -> None:
         """As master: propose the in-sync set ({me} and the caught-up slaves) when it changed."""
-        proposed = frozenset({self._broker_id}) | self._node.in_sync_candidates()
         committed = state.in_sync
+        if committed != self._committed_in_sync:
+            # A swap whose answer was lost may have landed: the broker waits for the set etcd holds before
+            # it is asked for candidates, so a member that may be elected is never left unwaited for.
+            self._committed_in_sync = committed
+            self._node.set_in_sync(committed)
+        proposed = frozenset({self._broker_id}) | self._node.in_sync_candidates()
         if proposed != state.in_sync:
             swapped = await self._etcd.txn(
                 [
