@@ -13,6 +13,7 @@ from typing import Any
 from cometmq.broker import Broker, BrokerConfig
 from cometmq.client import AdminClient
 from cometmq.errors import BrokerError
+from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id, decode_records
@@ -74,6 +75,23 @@ async def broker_and_client(
             yield broker, address(broker), client
         finally:
             await client.close()
+
+
+@contextlib.asynccontextmanager
+async def name_server() -> AsyncIterator[tuple[NameServer, str]]:
+    """A NameServer on a port the OS picks, and its address."""
+    namesrv = NameServer("127.0.0.1", 0)
+    await namesrv.start()
+    try:
+        yield namesrv, f"127.0.0.1:{namesrv.port}"
+    finally:
+        await namesrv.stop()
+
+
+def broker_entries(namesrv: NameServer, broker_name: str = "broker-a") -> dict[int, str]:
+    """A broker group's entries at *namesrv*: broker id → address."""
+    data = namesrv.routes.broker_addr_table.get(broker_name)
+    return dict(data.broker_addrs) if data is not None else {}
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:

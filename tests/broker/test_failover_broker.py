@@ -11,12 +11,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from _support import address, broker_config, create_topic, run, running_broker, send_request
+from _support import (
+    address,
+    broker_config,
+    broker_entries,
+    create_topic,
+    name_server,
+    run,
+    running_broker,
+    send_request,
+)
 
 from cometmq.broker import Broker
 from cometmq.broker._pull import _confirmed_part
 from cometmq.broker._send import MASTERSHIP_NOT_TRUSTED
-from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.record import decode_offset_msg_id, decode_records
 from cometmq.remoting import RemotingClient
@@ -46,21 +54,6 @@ async def failover_broker(
         await broker.stop()
 
 
-@contextlib.asynccontextmanager
-async def name_server() -> AsyncIterator[tuple[NameServer, str]]:
-    namesrv = NameServer("127.0.0.1", 0)
-    await namesrv.start()
-    try:
-        yield namesrv, f"127.0.0.1:{namesrv.port}"
-    finally:
-        await namesrv.stop()
-
-
-def entries(namesrv: NameServer) -> dict[int, str]:
-    data = namesrv.routes.broker_addr_table.get("broker-a")
-    return dict(data.broker_addrs) if data is not None else {}
-
-
 def test_the_election_makes_one_master_the_other_follows_and_a_clean_stop_hands_over(
     tmp_path: Path, etcd: EtcdServer
 ) -> None:
@@ -83,7 +76,7 @@ def test_the_election_makes_one_master_the_other_follows_and_a_clean_stop_hands_
                     lambda: first.in_sync == {1, 2}, message="the follower joins the in-sync set"
                 )
                 await wait_until(
-                    lambda: entries(namesrv) == {0: first_addr, 2: second_addr}, message="routes"
+                    lambda: broker_entries(namesrv) == {0: first_addr, 2: second_addr}, message="routes"
                 )
                 assert (await create_topic(client, first_addr, "Orders", 1)).code == ResponseCode.SUCCESS
                 sent = await client.invoke(first_addr, send_request("Orders", b"one"))
@@ -94,7 +87,7 @@ def test_the_election_makes_one_master_the_other_follows_and_a_clean_stop_hands_
             await wait_until(lambda: not second.is_slave, message="the second broker elected")
             assert second.epoch == 2
             await wait_until(
-                lambda: entries(namesrv) == {0: second_addr}, message="the new master registered"
+                lambda: broker_entries(namesrv) == {0: second_addr}, message="the new master registered"
             )
             sent = await client.invoke(second_addr, send_request("Orders", b"two"))
             assert sent.code == ResponseCode.SUCCESS, sent.remark

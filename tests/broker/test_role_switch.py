@@ -12,13 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _support import address, broker_config, create_topic, run, send_request
+from _support import (
+    address,
+    broker_config,
+    broker_entries,
+    create_topic,
+    name_server,
+    run,
+    send_request,
+)
 
 from cometmq.broker import Broker, BrokerRole
 from cometmq.cli import _servers
 from cometmq.cli._main import build_parser
 from cometmq.errors import ConfigError
-from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import NotifyBrokerRoleChangedRequestHeader
 from cometmq.protocol.ha import encode_report
@@ -40,25 +47,9 @@ async def running(data_dir: Path, **settings: Any) -> AsyncIterator[Broker]:
         await broker.stop()
 
 
-@contextlib.asynccontextmanager
-async def name_server() -> AsyncIterator[tuple[NameServer, str]]:
-    namesrv = NameServer("127.0.0.1", 0)
-    await namesrv.start()
-    try:
-        yield namesrv, f"127.0.0.1:{namesrv.port}"
-    finally:
-        await namesrv.stop()
-
-
 def role_changed(master_address: str, epoch: int = 0) -> RemotingCommand:
     header = NotifyBrokerRoleChangedRequestHeader(master_address=master_address, master_epoch=epoch)
     return RemotingCommand(code=RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields=header.encode())
-
-
-def entries(namesrv: NameServer) -> dict[int, str]:
-    """broker-a's entries at the NameServer: broker id → address."""
-    data = namesrv.routes.broker_addr_table.get("broker-a")
-    return dict(data.broker_addrs) if data is not None else {}
 
 
 def test_a_master_and_its_slave_swap_roles_by_hand_and_the_name_server_and_replication_follow(
@@ -75,7 +66,9 @@ def test_a_master_and_its_slave_swap_roles_by_hand_and_the_name_server_and_repli
             first_addr, second_addr = address(first), address(second)
             first_ha_port = first.ha_port
             assert first.epoch == 1 and first.registered_id == 0
-            await wait_until(lambda: entries(namesrv) == {0: first_addr, 1: second_addr}, message="both in")
+            await wait_until(
+                lambda: broker_entries(namesrv) == {0: first_addr, 1: second_addr}, message="both in"
+            )
             assert (await create_topic(client, first_addr, "Orders", 1)).code == ResponseCode.SUCCESS
             for i in range(5):
                 sent = await client.invoke(first_addr, send_request("Orders", b"before %d" % i))
@@ -101,7 +94,9 @@ def test_a_master_and_its_slave_swap_roles_by_hand_and_the_name_server_and_repli
             assert promoted.code == ResponseCode.SUCCESS, promoted.remark
             assert not second.is_slave and second.epoch == 2 and second.registered_id == 0
             # The NameServer drops each broker's old entry and names the new master as id 0.
-            await wait_until(lambda: entries(namesrv) == {0: second_addr, 2: first_addr}, message="swapped")
+            await wait_until(
+                lambda: broker_entries(namesrv) == {0: second_addr, 2: first_addr}, message="swapped"
+            )
             ha_addr = namesrv.routes.broker_live_table[second_addr].ha_server_addr
             assert ha_addr == f"127.0.0.1:{second.ha_port}"
 
@@ -120,7 +115,9 @@ def test_a_master_and_its_slave_swap_roles_by_hand_and_the_name_server_and_repli
             ).code == ResponseCode.SUCCESS
             assert (await client.invoke(first_addr, role_changed(first_addr, 3))).code == ResponseCode.SUCCESS
             assert first.ha_server is not None and first.ha_server.port == first_ha_port
-            await wait_until(lambda: entries(namesrv) == {0: first_addr, 1: second_addr}, message="back")
+            await wait_until(
+                lambda: broker_entries(namesrv) == {0: first_addr, 1: second_addr}, message="back"
+            )
             sent = await client.invoke(first_addr, send_request("Orders", b"again"))
             assert sent.code == ResponseCode.SUCCESS, sent.remark
         await client.close()
@@ -234,16 +231,22 @@ def test_a_promoted_slave_takes_id_0_over_from_a_registered_master_of_an_older_e
             running(tmp_path / "b", namesrvAddr=ns_addr, brokerRole="SLAVE", brokerId=1) as second,
         ):
             first_addr, second_addr = address(first), address(second)
-            await wait_until(lambda: entries(namesrv) == {0: first_addr, 1: second_addr}, message="both in")
+            await wait_until(
+                lambda: broker_entries(namesrv) == {0: first_addr, 1: second_addr}, message="both in"
+            )
             promoted = await client.invoke(second_addr, role_changed(second_addr, 2))
             assert promoted.code == ResponseCode.SUCCESS, promoted.remark
-            await wait_until(lambda: entries(namesrv) == {0: second_addr}, message="promoted")
+            await wait_until(lambda: broker_entries(namesrv) == {0: second_addr}, message="promoted")
             # The first broker, still a master, registers again: refused.
             await first.register_all()
-            assert entries(namesrv) == {0: second_addr} and namesrv.routes.master_epochs["broker-a"] == 2
+            assert (
+                broker_entries(namesrv) == {0: second_addr} and namesrv.routes.master_epochs["broker-a"] == 2
+            )
             demoted = await client.invoke(first_addr, role_changed(second_addr, 2))
             assert demoted.code == ResponseCode.SUCCESS, demoted.remark
-            await wait_until(lambda: entries(namesrv) == {0: second_addr, 2: first_addr}, message="demoted")
+            await wait_until(
+                lambda: broker_entries(namesrv) == {0: second_addr, 2: first_addr}, message="demoted"
+            )
         await client.close()
 
     run(scenario())

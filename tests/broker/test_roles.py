@@ -20,6 +20,7 @@ from _support import (
     commit_request,
     create_topic,
     held_pulls,
+    name_server,
     pull,
     pull_request,
     query_offset_request,
@@ -33,7 +34,6 @@ from cometmq.broker import Broker, BrokerRole
 from cometmq.cli import _servers
 from cometmq.cli._main import build_parser
 from cometmq.errors import ConfigError
-from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
 from cometmq.protocol.namesrv_headers import RegisterBrokerRequestHeader
@@ -57,16 +57,6 @@ async def running(data_dir: Path, **settings: Any) -> AsyncIterator[Broker]:
         yield broker
     finally:
         await broker.stop()
-
-
-@contextlib.asynccontextmanager
-async def name_server() -> AsyncIterator[tuple[NameServer, str]]:
-    namesrv = NameServer("127.0.0.1", 0)
-    await namesrv.start()
-    try:
-        yield namesrv, f"127.0.0.1:{namesrv.port}"
-    finally:
-        await namesrv.stop()
 
 
 def slave_settings(namesrv: str, broker_id: int = 1, **more: Any) -> dict[str, Any]:
