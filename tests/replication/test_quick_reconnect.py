@@ -71,3 +71,33 @@ def test_a_master_not_yet_listening_is_tried_again_soon(
                 await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_link_the_master_cuts_right_after_the_hello_is_tried_again_soon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new master replaces its HA server as it takes over: a follower whose hello the old server had
+    answered sees its link cut at once."""
+    monkeypatch.setattr(_slave, "RECONNECT_INTERVAL_S", 3600.0)
+
+    async def scenario() -> None:
+        with stores(tmp_path, "m", "s") as (master, slave):
+            master.begin_epoch(1)
+            first = HAServer(master, replication_config(1))
+            await first.start("127.0.0.1", 0)
+            port = first.port
+            client = HAClient(slave, replication_config(2), lambda: f"127.0.0.1:{port}", broker_id=2)
+            second = HAServer(master, replication_config(1))
+            try:
+                with caplog.at_level(logging.INFO, "cometmq.replication"):
+                    client.start()
+                    await wait_until(lambda: "connected to the master" in caplog.text, message="the link")
+                    await first.stop()
+                    await second.start("127.0.0.1", port)
+                end = put(master, "after the swap")
+                await wait_until(lambda: slave.replica_end() == end, message="the slave to copy")
+            finally:
+                await client.stop()
+                await second.stop()
+
+    asyncio.run(scenario())

@@ -32,6 +32,8 @@ CONNECT_TIMEOUT_S = 5.0
 # The first wait after the master changed, doubled per failure up to RECONNECT_INTERVAL_S: a new master
 # may not have begun its epoch yet (its link closes on the hello) or bound its HA port, for a moment.
 QUICK_RETRY_S = 0.05
+# A link up for this long has settled: the quick retries are for a master still starting.
+SETTLED_LINK_S = 1.0
 
 
 class _Outcome(enum.Enum):
@@ -183,11 +185,17 @@ class HAClient:
                 if self._follow(addr, answer) is _Outcome.STOP:
                     return _Outcome.STOP
             reported = store.replica_end()
-            self._retry_s = RECONNECT_INTERVAL_S  # this master answers: a later failure is no start-up
             log.info("connected to the master %s (HA), replicating from commit-log offset %d", addr, reported)
             writer.write(encode_report(reported))  # at once, not after a heartbeat interval (RocketMQ 4.9)
             self._last_write_ms = _millis()
-            return await self._receive(addr, reader, writer, reported, after_hello)
+            linked_at = time.monotonic()
+            try:
+                return await self._receive(addr, reader, writer, reported, after_hello)
+            finally:
+                # A link that lasted: a later failure is no start-up. One cut at once is (a new master
+                # replaces its HA server as it takes over, closing what its old one accepted): soon again.
+                if time.monotonic() - linked_at >= SETTLED_LINK_S:
+                    self._retry_s = RECONNECT_INTERVAL_S
         finally:
             self._connected = False
             writer.close()
