@@ -282,8 +282,12 @@ def produce(a: argparse.Namespace) -> None:
 
         sel = QUEUE_SELECTOR_CALLBACK(selector)
         for i in range(a.count):
+            if i and a.pace_ms:
+                time.sleep(a.pace_ms / 1000)
             if time.monotonic() > deadline:
                 result["errors"].append("timeout")
+                break
+            if a.stop_file and os.path.exists(a.stop_file):
                 break
             try:
                 m = build(i)
@@ -651,6 +655,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--send-timeout-ms", type=int, default=3000)
     p.add_argument("--timeout", type=float, default=60.0, help="overall seconds for sending")
     p.add_argument("--linger", type=float, default=0.0, help="seconds to stay up after sending")
+    p.add_argument(
+        "--pace-ms", type=int, default=0, help="sync, oneway, orderly: milliseconds to sleep between sends"
+    )
+    p.add_argument("--stop-file", help="sync, oneway, orderly: send no more once this file exists")
 
     def consumer_opts(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--expression", default="*", help="subscription expression (default *)")
