@@ -52,3 +52,29 @@ def test_pulls_waiting_for_the_confirmed_offset_are_read_again_only_when_it_reac
         assert not holds._held
 
     asyncio.run(scenario())
+
+
+def test_a_pull_that_still_reads_nothing_when_woken_waits_for_a_later_rise() -> None:
+    """A rise the pull's own read does not see (the broker reads by another limit than the one that
+    rose, as while it switches roles) answers it once, and the pull waits again: the rise must not take
+    it out again and again."""
+
+    async def scenario() -> None:
+        holds = PullHoldService()
+        reads: list[int] = []
+
+        def answer(held: HeldPull) -> bool:
+            reads.append(len(reads))
+            holds.wait_confirmed(held, 100)  # its read's limit stays below the message
+            return False
+
+        conn = Connection.__new__(Connection)  # only a key: nothing is sent through it
+        holds.park(conn, "Orders", 0, 5, None, answer, lambda held: None, 30)
+        holds.on_arrival("Orders", 0, 6, 0)
+        assert reads == [0]
+        holds.on_confirmed(200)
+        assert reads == [0, 1]  # read once more, then waiting again
+        holds.on_confirmed(300)
+        assert reads == [0, 1, 2]
+
+    asyncio.run(scenario())

@@ -165,12 +165,19 @@ class PullHoldService:
         """The confirmed offset rose to *confirmed*: answer the pulls waiting for it that it reached,
         and only those."""
         confirming = self._confirming
+        reached: list[HeldPull] = []
         while confirming and confirming[0][0] <= confirmed:
             needed, _, held = heapq.heappop(confirming)
             if not held.parked or held.needed != needed:
                 self._confirming_gone -= 1
                 continue
             held.needed = -1
+            reached.append(held)
+        # Answered once taken out: a pull that still finds nothing it may read waits again, for a later
+        # rise, rather than being taken out again by this one (which would never end).
+        for held in reached:
+            if not held.parked:  # forgotten meanwhile (its connection closed as another was answered)
+                continue
             try:
                 answered = held.answer(held)
             except Exception:  # a bug: the pull's own answer replies to its failures

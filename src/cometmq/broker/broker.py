@@ -333,7 +333,7 @@ class Broker:
         self._ha_bound = True
         if self.config.failover:
             ha_server.set_in_sync(self.in_sync)
-            ha_server.on_confirmed = self.pull_holds.on_confirmed
+            ha_server.on_confirmed = self._served_confirmed
             if self.election is not None:
                 ha_server.on_candidates_changed = self.election.in_sync_changed
 
@@ -419,6 +419,9 @@ class Broker:
             self.sync_master = self.master_role is BrokerRole.SYNC_MASTER
             self.master_addr = None
             self._switch_table()
+            limit = self.read_limit()
+            if limit is not None:  # pulls held for what this broker's old master had confirmed
+                self.pull_holds.on_confirmed(limit)
             self.schedule.start()
             log.info("broker %s is now the master of its group (epoch %d)", self.config.broker_name, epoch)
             if was_slave:
@@ -497,6 +500,12 @@ class Broker:
         if not self._slave and self.ha_server is not None:
             return self.ha_server.confirmed_offset()
         return self.confirmed
+
+    def _served_confirmed(self, confirmed: int) -> None:
+        """The HA server's listener: its confirmed offset limits reads only while this broker is master
+        (a slave's limit is its master's)."""
+        if not self._slave:
+            self.pull_holds.on_confirmed(confirmed)
 
     def _master_confirmed(self, confirmed: int) -> None:
         """The HA client's listener: the master's confirmed offset as its chunk headers say."""
