@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import select
 import signal
@@ -24,10 +25,25 @@ mappedFileSizeConsumeQueue=60000
 """
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A port for a server a test starts, free with the port after it (a broker's HA port is its
+    client port + 1). It lies below the OS's ephemeral range, so no outgoing connection can take
+    either port between this choice and the server's bind, and it is never handed out twice."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    while True:
+        port = random.randrange(10000, low - 1)
+        if {port - 1, port, port + 1} & _handed_out:
+            continue
+        try:
+            with socket.socket() as sock, socket.socket() as next_sock:
+                sock.bind(("127.0.0.1", port))
+                next_sock.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        _handed_out.add(port)
         return port
 
 
@@ -76,8 +92,10 @@ class ServerProcess:
             if not ready:
                 continue
             chunk = os.read(self.proc.stdout.fileno(), 4096)
-            if not chunk:
-                continue
+            if not chunk:  # end of output: the server has exited or is about to
+                if self.proc.poll() is None:
+                    self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                raise AssertionError(f"{self.args} exited with {self.proc.returncode}:\n{self.log()}")
             buffer += chunk
             for line in buffer.decode(errors="replace").splitlines():
                 if line.startswith(prefix):

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from pathlib import Path
 
 import pytest
 from _stores import put, replication_config, stores
 
 from cometmq.replication import HAClient, HAServer, _slave
+from processes import free_port
 from waiting import wait_until
 
 
@@ -55,9 +55,7 @@ def test_a_master_not_yet_listening_is_tried_again_soon(
         with stores(tmp_path, "m", "s") as (master, slave):
             master.begin_epoch(1)
             end = put(master, "one")
-            with socket.socket() as probe:  # a port nobody listens on, for the moment
-                probe.bind(("127.0.0.1", 0))
-                port = probe.getsockname()[1]
+            port = free_port()  # nobody listens on it, for the moment
             client = HAClient(slave, replication_config(2), lambda: f"127.0.0.1:{port}", broker_id=2)
             server = HAServer(master, replication_config(1))
             try:
