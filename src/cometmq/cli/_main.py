@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from cometmq import __version__
 from cometmq.cli._admin import add_admin_commands
 from cometmq.cli._bench import add_bench_commands
+from cometmq.cli._connect import add_connect_options
 from cometmq.cli._dlq import add_dlq_commands
 from cometmq.cli._group import add_group_commands
 from cometmq.cli._message import add_message_commands
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_connect_options(parser)  # also taken after the command, by every command that talks to servers
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_server_commands(commands)
     add_admin_commands(commands)

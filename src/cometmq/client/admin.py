@@ -7,14 +7,16 @@ import dataclasses
 import ipaddress
 import logging
 import random
+import ssl
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cometmq.auth import Credentials
 from cometmq.client import _brokerapi
 from cometmq.client._brokerapi import CLIENT_INNER_PRODUCER_GROUP, PullResult, PullStatus, send_header
 from cometmq.client._instance import ClientInstance, decode_answer
 from cometmq.client._lifecycle import Client
-from cometmq.client._options import check_positive
+from cometmq.client._options import check_credentials, check_positive, tls_context
 from cometmq.client.message import MessageQueue
 from cometmq.errors import (
     BrokerError,
@@ -184,18 +186,36 @@ class AdminClient(Client):
     RocketMQ's ``namesrvAddr`` allows) and to the brokers they list, once started.
 
     Every non-success answer raises :class:`BrokerError` with the server's code and remark.
+
+    ``credentials`` (:class:`cometmq.auth.Credentials`) sign every request, for servers with aclEnable;
+    ``tls`` is False (plain TCP), True (TLS checked against the system's CAs and the server's name) or
+    an :class:`ssl.SSLContext` of your own (a private CA, a client certificate).
     """
 
     kind = "admin client"
 
-    def __init__(self, namesrv_addr: str, timeout: float = 5.0, connect_timeout: float = 3.0) -> None:
+    def __init__(
+        self,
+        namesrv_addr: str,
+        timeout: float = 5.0,
+        connect_timeout: float = 3.0,
+        *,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
+    ) -> None:
         check_positive("timeout", timeout)
         check_positive("connect_timeout", connect_timeout)
+        check_credentials(credentials)
+        ssl_context = tls_context(tls)
         super().__init__()
         # The producers' and consumers' plumbing (connections, requests), never started: an admin
         # client joins no group, so it sends no heartbeat and refreshes no route.
         self._connections = ClientInstance(
-            namesrv_addr, request_timeout=timeout, connect_timeout=connect_timeout
+            namesrv_addr,
+            request_timeout=timeout,
+            connect_timeout=connect_timeout,
+            credentials=credentials,
+            ssl_context=ssl_context,
         )
         self.namesrv_addrs = self._connections.namesrv_addrs
         self.timeout = timeout

@@ -45,10 +45,12 @@ from cometmq.client.message import Message, MessageQueue, SendResult
 from cometmq.errors import ClientStateError
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Iterable
     from pathlib import Path
     from typing import Literal
 
+    from cometmq.auth import Credentials
     from cometmq.client._brokerapi import PullResult
     from cometmq.client._offsets import ConsumeFrom
     from cometmq.client.admin import ConsumeProgress, ConsumerConnections, Resent, ResetResult
@@ -391,6 +393,8 @@ class Producer(_BlockingClient):
             queue_selector: QueueSelector | None = ...,
             busy_poll_us: int = ...,
             poll_name_server_interval: float = ...,
+            credentials: Credentials | None = ...,
+            tls: bool | ssl.SSLContext = ...,
         ) -> None: ...
         @property
         def client_id(self) -> str: ...
@@ -461,6 +465,8 @@ class PushConsumer(_BlockingClient):
             offsets_dir: str | Path | None = ...,
             busy_poll_us: int = ...,
             poll_name_server_interval: float = ...,
+            credentials: Credentials | None = ...,
+            tls: bool | ssl.SSLContext = ...,
         ) -> None: ...
         @property
         def assigned_queues(self) -> frozenset[MessageQueue]: ...
@@ -501,6 +507,8 @@ class LitePullConsumer(_BlockingClient):
             request_timeout: float = ...,
             busy_poll_us: int = ...,
             poll_name_server_interval: float = ...,
+            credentials: Credentials | None = ...,
+            tls: bool | ssl.SSLContext = ...,
         ) -> None: ...
         def assign(self, queues: Iterable[MessageQueue]) -> None: ...
         def assignment(self) -> set[MessageQueue]: ...
@@ -533,7 +541,15 @@ class AdminClient(_BlockingClient):
 
     if TYPE_CHECKING:
         # For type checkers only, as in Producer.
-        def __init__(self, namesrv_addr: str, timeout: float = ..., connect_timeout: float = ...) -> None: ...
+        def __init__(
+            self,
+            namesrv_addr: str,
+            timeout: float = ...,
+            connect_timeout: float = ...,
+            *,
+            credentials: Credentials | None = ...,
+            tls: bool | ssl.SSLContext = ...,
+        ) -> None: ...
         def broker_addresses(self) -> set[str]: ...
         def broker_runtime_info(self, addr: str) -> dict[str, str]: ...
         def cluster_info(self) -> ClusterInfo: ...
