@@ -31,9 +31,10 @@ READER_GROUP = "cometmq-spark-reader"
 class Cluster:
     """The cluster behind NameServer(s) ``namesrv``, driven from synchronous code."""
 
-    def __init__(self, namesrv: str, connect: ConnectOptions) -> None:
+    def __init__(self, namesrv: str, connect: ConnectOptions | None = None) -> None:
         self._loop = new_event_loop()
-        self.admin = AdminClient(namesrv, timeout=REQUEST_TIMEOUT_S, **connect.client_options())
+        security = (connect or ConnectOptions()).client_options()
+        self.admin = AdminClient(namesrv, timeout=REQUEST_TIMEOUT_S, **security)
         self.run(self.admin.start())
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
