@@ -142,10 +142,11 @@ def _connect(address: str, timeout: float, ssl_context: ssl.SSLContext | None) -
         return sock
     try:
         return ssl_context.wrap_socket(sock, server_hostname=host)  # the handshake, within *timeout*
-    except (ssl.SSLError, ssl.CertificateError, ConnectionResetError) as exc:
+    except (ssl.SSLError, ssl.CertificateError, ConnectionResetError, TimeoutError) as exc:
         sock.close()
+        reason = exc if not isinstance(exc, TimeoutError) else "no answer in time"
         raise ConnectionClosedError(
-            f"TLS handshake with {address} failed: {exc} (is TLS on at the server?)"
+            f"TLS handshake with {address} failed: {reason} (is TLS on at the server?)"
         ) from None
     except BaseException:
         sock.close()
