@@ -70,7 +70,7 @@ def test_a_client_that_does_not_trust_the_certificate_fails_the_handshake(secure
         async with Producer("PID_untrusting", secured.namesrv, credentials=WRITER, tls=True) as producer:
             await producer.send(Message(ACL_TOPIC, b"untrusted"))
 
-    with pytest.raises(ConnectionClosedError, match="TLS handshake with .* failed"):
+    with pytest.raises(ConnectionClosedError, match=r"TLS handshake with .* failed"):
         run(main())
 
 
