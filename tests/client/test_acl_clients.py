@@ -71,11 +71,11 @@ def test_the_blocking_clients_with_credentials_send_and_receive(secured: Standal
             assert producer.send(Message(ACL_TOPIC, body, tags="blocking")).status.name == "SEND_OK"
         producer.send_batch([Message(ACL_TOPIC, b"batched", tags="blocking")])
     received: list[bytes] = []
-    with blocking.PushConsumer(
+    consumer = blocking.PushConsumer(
         "GID_acl_blocking", secured.namesrv, consume_from="first", credentials=READER
-    ) as consumer:
-        consumer.subscribe(ACL_TOPIC, "blocking")
-        consumer.start()
+    )
+    consumer.subscribe(ACL_TOPIC, "blocking")
+    with consumer:
         for message in consumer:
             received.append(message.body)
             if len(received) == len(bodies) + 1:

@@ -55,7 +55,7 @@ def stored_messages(server: StandaloneServer) -> int:
 def test_the_cpp_client_with_credentials_sends_and_consumes(secured: StandaloneServer) -> None:
     sent = cpp(secured, "produce", WRITER, "--count", "4", "--tags", "cpp", "--body-prefix", "cpp-acl-")
     assert sent["ok"], sent["errors"]
-    assert [record["status"] for record in sent["sent"]] == ["SEND_OK"] * 4
+    assert [record["status"] for record in sent["sent"]] == ["OK"] * 4
     consumed = cpp(
         secured, "push-consume", READER, "--group", "GID_cpp_acl", "--expression", "cpp", "--expect", "4"
     )

@@ -259,6 +259,49 @@ async def _each_target(
     return results
 
 
+class _Shared:
+    """The outcome at a server that refused a change because it was made there already, through a
+    server before it in the same command: the two share their users and ACLs (a standalone's name
+    server and broker)."""
+
+    def __str__(self) -> str:
+        return "(through a server before it: they share their users and ACLs)"
+
+
+SHARED = _Shared()
+
+
+async def _change_each(
+    admin: AdminClient,
+    args: argparse.Namespace,
+    change: Callable[[str], Awaitable[None]],
+    changed: Callable[[str], Awaitable[bool]],
+) -> list[tuple[str, _Shared | CometMQError | None]]:
+    """*change* on one target after the other, for a change a server refuses once it is made
+    (creating a user, deleting a whole ACL). A target that refuses it, though *changed* (the state
+    the change leads to) said no before the command and says yes after, got it through a server
+    before it (:data:`SHARED`); any other refusal is its error."""
+    targets: Sequence[str] = args.addr or await admin.auth_targets()
+    before = await asyncio.gather(*(_probe(changed, addr) for addr in targets))
+    results: list[tuple[str, _Shared | CometMQError | None]] = []
+    for addr, was_changed in zip(targets, before, strict=True):
+        try:
+            await change(addr)
+            results.append((addr, None))
+        except CometMQError as exc:
+            shared = isinstance(exc, BrokerError) and was_changed is False and await _probe(changed, addr)
+            results.append((addr, SHARED if shared else exc))
+    return results
+
+
+async def _probe(changed: Callable[[str], Awaitable[bool]], addr: str) -> bool | None:
+    """*changed* at *addr*; None when it cannot be told."""
+    try:
+        return await changed(addr)
+    except CometMQError:
+        return None
+
+
 def _error_text(error: CometMQError) -> str:
     if isinstance(error, BrokerError):
         return f"{error.remark or 'refused'} (response code {error.code})"
@@ -271,9 +314,10 @@ def _report(args: argparse.Namespace, results: list[tuple[str, Any]], done: str)
         print_json([_json_result(addr, outcome, None) for addr, outcome in results])
     else:
         for addr, outcome in results:
-            print(
-                f"{addr}: {'failed: ' + _error_text(outcome) if isinstance(outcome, CometMQError) else done}"
-            )
+            if isinstance(outcome, CometMQError):
+                print(f"{addr}: failed: {_error_text(outcome)}")
+            else:
+                print(f"{addr}: {done}" + (f" {outcome}" if outcome is SHARED else ""))
     _fail_if_any(results)
 
 
@@ -281,6 +325,8 @@ def _json_result(addr: str, outcome: Any, value: Any) -> dict[str, Any]:
     if isinstance(outcome, CometMQError):
         return {"target": addr, "ok": False, "error": _error_text(outcome)}
     result: dict[str, Any] = {"target": addr, "ok": True}
+    if outcome is SHARED:
+        result["shared"] = True
     if value is not None:
         result.update(value)
     return result
@@ -305,7 +351,12 @@ async def _user_create(admin: AdminClient, args: argparse.Namespace) -> None:
     password = _password(args)
     assert password is not None
     user = User(args.username, password, args.user_type, args.user_status)
-    results = await _each_target(admin, args, lambda addr: admin.create_user(addr, user))
+    results = await _change_each(
+        admin,
+        args,
+        lambda addr: admin.create_user(addr, user),
+        lambda addr: _user_exists(admin, addr, args.username),
+    )
     _report(args, results, f"created user {args.username} ({args.user_type.value})")
 
 
@@ -328,11 +379,16 @@ async def _user_delete(admin: AdminClient, args: argparse.Namespace) -> None:
     _report(args, results, f"deleted user {args.username}")
 
 
+async def _user_exists(admin: AdminClient, addr: str, username: str) -> bool:
+    return await admin.get_user(addr, username) is not None
+
+
 async def _user_get(admin: AdminClient, args: argparse.Namespace) -> None:
-    results = await _each_target(admin, args, lambda addr: admin.get_user(addr, args.username))
-    _print_users(
-        args, [(addr, [outcome] if isinstance(outcome, User) else outcome) for addr, outcome in results]
-    )
+    async def get(addr: str) -> list[User]:
+        user = await admin.get_user(addr, args.username)
+        return [] if user is None else [user]
+
+    _print_users(args, await _each_target(admin, args, get))
 
 
 async def _user_list(admin: AdminClient, args: argparse.Namespace) -> None:
@@ -361,6 +417,8 @@ def _print_users(args: argparse.Namespace, results: list[tuple[str, list[User] |
                 rows.append([addr, "-", "-", f"failed: {_error_text(outcome)}"])
             else:
                 rows.extend([addr, u.username, u.user_type.value, u.user_status.value] for u in outcome)
+                if not outcome:
+                    rows.append([addr, "(none)", "-", "-"])
         print(format_table(["SERVER", "USERNAME", "TYPE", "STATUS"], rows))
     _fail_if_any(results)
 
@@ -390,10 +448,16 @@ async def _acl_delete(admin: AdminClient, args: argparse.Namespace) -> None:
         if not args.resources:
             await admin.delete_acl(addr, args.subject)
             return
-        for resource in args.resources:
+        for resource in args.resources:  # an entry that is not there is no error
             await admin.delete_acl(addr, args.subject, args.policy_type, resource.key)
 
-    results = await _each_target(admin, args, delete)
+    async def deleted(addr: str) -> bool:
+        try:
+            return await admin.get_acl(addr, args.subject) is None
+        except BrokerError:  # the user is not there
+            return True
+
+    results = await _change_each(admin, args, delete, deleted)
     what = (
         "the ACL" if not args.resources else "the ACL entries on " + ",".join(r.key for r in args.resources)
     )
@@ -401,10 +465,11 @@ async def _acl_delete(admin: AdminClient, args: argparse.Namespace) -> None:
 
 
 async def _acl_get(admin: AdminClient, args: argparse.Namespace) -> None:
-    results = await _each_target(admin, args, lambda addr: admin.get_acl(addr, args.subject))
-    _print_acls(
-        args, [(addr, [outcome] if isinstance(outcome, Acl) else outcome) for addr, outcome in results]
-    )
+    async def get(addr: str) -> list[Acl]:
+        acl = await admin.get_acl(addr, args.subject)
+        return [] if acl is None else [acl]
+
+    _print_acls(args, await _each_target(admin, args, get))
 
 
 async def _acl_list(admin: AdminClient, args: argparse.Namespace) -> None:
@@ -434,6 +499,8 @@ def _print_acls(args: argparse.Namespace, results: list[tuple[str, list[Acl] | C
             if isinstance(outcome, CometMQError):
                 rows.append([addr, "-", "-", "-", "-", "-", f"failed: {_error_text(outcome)}"])
                 continue
+            if not outcome:
+                rows.append([addr, "(none)", "-", "-", "-", "-", "-"])
             for acl in outcome:
                 for policy in acl.policies:
                     rows.extend(

@@ -930,10 +930,11 @@ class AdminClient(Client):
         """Delete a user at *addr* (AUTH_DELETE_USER)."""
         await self._auth_request(addr, RequestCode.AUTH_DELETE_USER, _user_header(username))
 
-    async def get_user(self, addr: str, username: str) -> User:
-        """A user at *addr* (AUTH_GET_USER), without its password: servers never send it."""
+    async def get_user(self, addr: str, username: str) -> User | None:
+        """A user at *addr* (AUTH_GET_USER), without its password: servers never send it. None when
+        there is no such user (the server answers an empty body, as RocketMQ's)."""
         response = await self._auth_request(addr, RequestCode.AUTH_GET_USER, _user_header(username))
-        return _decoded(User.from_json, response.body, "UserInfo")
+        return _decoded(User.from_json, response.body, "UserInfo") if response.body else None
 
     async def list_users(self, addr: str, name_filter: str | None = None) -> list[User]:
         """The users at *addr* whose name contains *name_filter* (all if None), without passwords."""
@@ -966,11 +967,11 @@ class AdminClient(Client):
         )
         await self._auth_request(addr, RequestCode.AUTH_DELETE_ACL, header.encode())
 
-    async def get_acl(self, addr: str, subject: str) -> Acl:
-        """The ACL of *subject* at *addr* (AUTH_GET_ACL)."""
+    async def get_acl(self, addr: str, subject: str) -> Acl | None:
+        """The ACL of *subject* at *addr* (AUTH_GET_ACL); None when the user has none."""
         header = AclRequestHeader(subject=subject).encode()
         response = await self._auth_request(addr, RequestCode.AUTH_GET_ACL, header)
-        return _decoded(Acl.from_json, response.body, "AclInfo")
+        return _decoded(Acl.from_json, response.body, "AclInfo") if response.body else None
 
     async def list_acls(
         self, addr: str, subject_filter: str | None = None, resource_filter: str | None = None
