@@ -19,8 +19,8 @@ from cometmq.errors import OptionError
 def parse(
     *argv: str, environ: dict[str, str] | None = None
 ) -> tuple[Credentials | None, bool | ssl.SSLContext]:
-    found = security(build_parser().parse_args(list(argv)), environ or {})
-    return found.credentials, found.tls
+    options = security(build_parser().parse_args(list(argv)), environ or {}).client_options()
+    return options["credentials"], options["tls"]
 
 
 def test_no_option_and_no_variable_means_unsigned_plain_tcp() -> None:
@@ -107,3 +107,10 @@ def test_help_recommends_the_variable_for_the_secret(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit):
         build_parser().parse_args(["topic", "list", "--help"])
     assert "$COMETMQ_SECRET_KEY" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_spark_connector_gets_the_same_as_its_options(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["pipeline", "demo", "--access-key", "alice", "--tls-ca", "/ca.pem"])
+    options = security(args, {"COMETMQ_SECRET_KEY": "s3"}).connector_options()
+    assert options == {"accessKey": "alice", "secretKey": "s3", "tls": "true", "tlsCaFile": "/ca.pem"}
+    assert "s3" not in repr(security(args, {"COMETMQ_SECRET_KEY": "s3"}))

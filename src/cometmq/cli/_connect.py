@@ -9,7 +9,7 @@ import argparse
 import os
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cometmq.auth import Credentials
@@ -76,14 +76,36 @@ def add_connect_options(parser: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class Security:
-    """What the options asked for, as the clients' ``credentials`` and ``tls`` arguments take it."""
+    """What the options asked for (its repr leaves the secret out)."""
 
-    credentials: Credentials | None
-    tls: bool | ssl.SSLContext
+    access_key: str = ""
+    secret_key: str = field(default="", repr=False)
+    tls: bool = False
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
 
     def client_options(self) -> dict[str, Any]:
         """``credentials=…, tls=…`` for a client's constructor."""
-        return {"credentials": self.credentials, "tls": self.tls}
+        credentials = Credentials(self.access_key, self.secret_key) if self.access_key else None
+        tls: bool | ssl.SSLContext = self.tls
+        if self.tls_ca or self.tls_cert:
+            tls = load_tls_context(self.tls_ca, self.tls_cert, self.tls_key)
+        return {"credentials": credentials, "tls": tls}
+
+    def connector_options(self) -> dict[str, str]:
+        """The Spark connector's options for the same (accessKey, secretKey, tls, tlsCaFile, …)."""
+        options = {"tls": "true" if self.tls else "false"}
+        if self.access_key:
+            options.update(accessKey=self.access_key, secretKey=self.secret_key)
+        for name, path in (
+            ("tlsCaFile", self.tls_ca),
+            ("tlsCertFile", self.tls_cert),
+            ("tlsKeyFile", self.tls_key),
+        ):
+            if path:
+                options[name] = path
+        return options
 
 
 def security(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Security:
@@ -102,15 +124,11 @@ def security(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) 
             "--secret-key (or $COMETMQ_SECRET_KEY)" if access_key else "--access-key (or $COMETMQ_ACCESS_KEY)"
         )
         raise OptionError(f"an access key and a secret key go together: give {missing} too")
-    credentials = Credentials(access_key, secret_key) if access_key else None
     ca, cert, key = value("tls_ca"), value("tls_cert"), value("tls_key")
     if key and not cert:
         raise OptionError("--tls-key (or $COMETMQ_TLS_KEY) needs --tls-cert (or $COMETMQ_TLS_CERT)")
-    if not (ca or cert or value("tls").strip().lower() in _TRUE):
-        return Security(credentials, False)
-    if not (ca or cert):
-        return Security(credentials, True)
-    return Security(credentials, load_tls_context(ca, cert, key))
+    tls = bool(ca or cert) or value("tls").strip().lower() in _TRUE
+    return Security(access_key, secret_key, tls, ca, cert, key)
 
 
 def security_environ(args: argparse.Namespace) -> dict[str, str]:
