@@ -69,7 +69,10 @@ class _DirectConnection:
         try:
             sock = self.sock
             if sock is None:
-                sock = self.sock = _connect(self.address, min(timeout, connect_timeout), self.ssl_context)
+                sock = _connect(self.address, min(timeout, connect_timeout))
+                if self.ssl_context is not None:
+                    sock = _start_tls(sock, self.address, self.ssl_context)
+                self.sock = sock
                 self.decoder = FrameDecoder()
             sock.settimeout(timeout)
             _send_all(sock, frame)
@@ -131,17 +134,20 @@ def _send_all(sock: socket.socket, parts: list[Buffer]) -> None:
         sock.sendall(memoryview(b"".join(parts))[sent:])
 
 
-def _connect(address: str, timeout: float, ssl_context: ssl.SSLContext | None) -> socket.socket:
+def _connect(address: str, timeout: float) -> socket.socket:
     host, _, port = address.rpartition(":")
     if not port.isdigit():
         raise OSError(f"address {address!r} is not HOST:PORT")
-    host = host or "127.0.0.1"
-    sock = socket.create_connection((host, int(port)), timeout)
+    sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if ssl_context is None:
-        return sock
+    return sock
+
+
+def _start_tls(sock: socket.socket, address: str, ssl_context: ssl.SSLContext) -> ssl.SSLSocket:
+    """*sock* wrapped in TLS, the handshake done within the socket's timeout; a failed handshake is
+    a :class:`ConnectionClosedError` saying so, as the loop's client says it."""
     try:
-        return ssl_context.wrap_socket(sock, server_hostname=host)  # the handshake, within *timeout*
+        return ssl_context.wrap_socket(sock, server_hostname=address.rpartition(":")[0] or "127.0.0.1")
     except (ssl.SSLError, ssl.CertificateError, ConnectionResetError, TimeoutError) as exc:
         sock.close()
         reason = exc if not isinstance(exc, TimeoutError) else "no answer in time"
