@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cometmq.broker._javaprops import parse_properties
+from cometmq.javaprops import parse_properties
 from cometmq.broker._json_config import load_json_config, save_json_config
 from cometmq.errors import RecordError
 from cometmq.protocol import fastjson
