@@ -6,7 +6,7 @@
 - ``authConfigPath``: the directory of ``auth.json``, the users and ACLs created over the wire;
 - ``initAuthenticationUser``: a super user created at start unless a stored user has its name.
 
-The users and ACLs requests (3001–3010) are served whether or not ``aclEnable`` is on, so that users
+The users and ACLs requests (3001-3010) are served whether or not ``aclEnable`` is on, so that users
 can be made before access control is turned on.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from cometmq.auth import AccessControl, AuthStore, User, UserStatus, UserType
+from cometmq.auth import AccessControl, AuthStore, User, UserStatus, UserType, auth_admin_handlers
 from cometmq.errors import CometMQError, ConfigError
 from cometmq.protocol import RemotingCommand
 from cometmq.remoting import Connection, RequestGate, RequestHandler
@@ -88,11 +88,12 @@ class ServerAccess:
             self.store.create_user(init_user)
             log.info("created the super user %s (initAuthenticationUser)", init_user.username)
         plain_file = Path(settings.plain_acl_file).expanduser() if settings.plain_acl_file else None
-        self._access = AccessControl(self.store, cluster or "", plain_file)
-        if settings.enabled and plain_file is None and not self.store.list_users(None):
+        self._access = AccessControl(self.store, cluster, plain_file)
+        if settings.enabled and not self._access.has_users():
             raise ConfigError(
                 "aclEnable=true, but no user could ever be authenticated: give plainAclFile or "
-                f"initAuthenticationUser (no user is stored in {settings.auth_config_path})"
+                f"initAuthenticationUser (no user is stored in {settings.auth_config_path}, and no "
+                "account is in a plain ACL file)"
             )
         self._users = 0  # servers started with it (standalone: two)
         self._reload: asyncio.Task[None] | None = None
@@ -115,9 +116,7 @@ class ServerAccess:
         return check
 
     def admin_handlers(self) -> dict[int, RequestHandler]:
-        """The handlers of the users and ACLs requests (3001–3010)."""
-        from cometmq.auth import auth_admin_handlers
-
+        """The handlers of the users and ACLs requests (3001-3010)."""
         return auth_admin_handlers(self.store, self._access)
 
     async def start(self) -> None:

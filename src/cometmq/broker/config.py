@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any
 
 from cometmq.auth import Credentials
 from cometmq.auth.serving import AclSettings
-from cometmq.errors import CometMQError, ConfigError
+from cometmq.errors import ConfigError
 from cometmq.javaprops import converted, key_of, read_properties
 from cometmq.protocol import MAX_FRAME_SIZE
 from cometmq.remoting import DEFAULT_MAX_PARTIAL_FRAME_BYTES, ServerLimits, default_max_connections
@@ -163,11 +164,12 @@ class BrokerConfig:
         return [endpoint.strip() for endpoint in self.etcd_endpoints.split(",") if endpoint.strip()]
 
     def acl_settings(self) -> AclSettings:
-        root = Path(self.store_path_root_dir).expanduser()
+        """The access-control settings; authConfigPath empty is <storePathRootDir>/config."""
+        directory = self.auth_config_path or str(Path(self.store_path_root_dir) / "config")
         return AclSettings(
             enabled=self.acl_enable,
             plain_acl_file=self.plain_acl_file,
-            auth_config_path=Path(self.auth_config_path).expanduser() if self.auth_config_path else root / "config",
+            auth_config_path=Path(directory).expanduser(),
             init_authentication_user=self.init_authentication_user,
         )
 
@@ -406,8 +408,8 @@ def _credentials(key: str, value: Any) -> Credentials | None:
         return None
     try:
         return Credentials.from_json(text)
-    except (CometMQError, ValueError, KeyError, TypeError):
-        raise ConfigError(f'{key} is not JSON {{"accessKey": "..", "secretKey": ".."}}') from None
+    except ConfigError as exc:  # its message never holds the secret
+        raise ConfigError(f"{key}: {exc}") from None
 
 
 def _converted(key: str, value: Any, current: Any) -> Any:

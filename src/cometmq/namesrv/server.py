@@ -77,8 +77,8 @@ class NameServer:
         self.access = access
         if access is not None:
             table.update(access.admin_handlers())
-        gate = access.gate() if access is not None else None
-        self._server = RemotingServer(Dispatcher(table, gate=gate), host, port, limits=limits)
+        self.dispatcher = Dispatcher(table, gate=access.gate() if access is not None else None)
+        self._server = RemotingServer(self.dispatcher, host, port, limits=limits)
         # A broker whose connection closes is dropped at once, not after the expiry time.
         self._server.add_close_listener(self.routes.connection_closed)
         self._scan_task: asyncio.Task[None] | None = None

@@ -93,6 +93,11 @@ class Dispatcher:
         self._table = {int(code): handler for code, handler in table.items()}
         self._gate = gate
 
+    @property
+    def codes(self) -> frozenset[int]:
+        """The request codes served."""
+        return frozenset(self._table)
+
     def replace(self, table: Mapping[int, RequestHandler]) -> None:
         """Serve *table* from the next request on, on every connection (a broker switching role)."""
         self._table = {int(code): handler for code, handler in table.items()}
