@@ -88,7 +88,7 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     namesrv.add_argument(
         "--channel-max-idle",
-        type=int,
+        type=float,
         metavar="SECONDS",
         help="close a connection that has read and written nothing for this long; 0: never "
         "(serverChannelMaxIdleTimeSeconds; default: 120)",

@@ -29,7 +29,7 @@ class NamesrvConfig:
 
     listen_port: int = 9876
     order_message_enable: bool = False
-    server_channel_max_idle_time_seconds: int = 120
+    server_channel_max_idle_time_seconds: float = 120.0
     server_max_connections: int = field(default_factory=default_max_connections)
     acl_enable: bool = False
     plain_acl_file: str = ""
