@@ -14,7 +14,7 @@ from acl_support import acl_broker, invoke_as
 
 from cometmq.auth import Credentials
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from cometmq.protocol.broker_headers import SendMessageRequestHeader
+from cometmq.protocol.broker_headers import CreateTopicRequestHeader, SendMessageRequestHeader
 from cometmq.remoting import RemotingClient
 from waiting import wait_until
 
@@ -111,5 +111,63 @@ def test_a_permission_changed_in_the_file_takes_effect_and_nothing_else_breaks(
                 await client.close()
             assert steady_answers
             assert set(steady_answers) == {ResponseCode.SUCCESS}
+
+    asyncio.run(scenario())
+
+
+def test_a_global_white_address_needs_no_signature_and_only_admins_administer(tmp_path: Path) -> None:
+    plain = tmp_path / "plain_acl.yml"
+    plain.write_text(
+        f"""\
+accounts:
+  - accessKey: {STEADY.access_key}
+    secretKey: {STEADY.secret_key}
+    defaultTopicPerm: PUB|SUB
+  - accessKey: admin
+    secretKey: admin-secret-0
+    admin: true
+""",
+        encoding="utf-8",
+    )
+
+    def create_topic() -> RemotingCommand:
+        header = CreateTopicRequestHeader(
+            topic="administered",
+            default_topic="TBW102",
+            read_queue_nums=1,
+            write_queue_nums=1,
+            perm=6,
+            topic_filter_type="SINGLE_TAG",
+            order=False,
+        )
+        return RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=header.encode())
+
+    async def scenario() -> None:
+        async with acl_broker(tmp_path / "broker", plainAclFile=str(plain)) as (_, address):
+            client = RemotingClient()
+            try:
+                # A plain account that is not an admin may publish, not create topics.
+                assert (await invoke_as(client, address, _send("t"), STEADY)).code == ResponseCode.SUCCESS
+                refusal = await invoke_as(client, address, create_topic(), STEADY)
+                assert refusal.code == ResponseCode.NO_PERMISSION, refusal.remark
+                admin = Credentials("admin", "admin-secret-0")
+                assert (await invoke_as(client, address, create_topic(), admin)).code == ResponseCode.SUCCESS
+                unsigned = await invoke_as(client, address, _send("t"), None)
+                assert unsigned.code == ResponseCode.NO_PERMISSION
+
+                # This machine made a global white address: unsigned requests pass, admin ones too.
+                plain.write_text(
+                    plain.read_text(encoding="utf-8") + "globalWhiteRemoteAddresses:\n  - 127.0.0.*\n",
+                    encoding="utf-8",
+                )
+
+                async def unsigned_passes() -> bool:
+                    return (await invoke_as(client, address, _send("t"), None)).code == ResponseCode.SUCCESS
+
+                await wait_until(unsigned_passes, message="the white address in force")
+                answer = await invoke_as(client, address, create_topic(), None)
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
+            finally:
+                await client.close()
 
     asyncio.run(scenario())
