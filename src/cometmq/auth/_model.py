@@ -293,7 +293,8 @@ class Policy:
     def from_dict(cls, value: Any) -> Policy:
         info = _object(value, "a policy")
         policy_type = info.get("policyType")
-        entries = info.get("entries") or []
+        entries = info.get("entries")
+        entries = [] if entries is None else entries
         if not isinstance(entries, list):
             raise _invalid("a policy's entries are not a list")
         return cls(
@@ -329,7 +330,8 @@ class Acl:
     @classmethod
     def from_dict(cls, value: Any) -> Acl:
         info = _object(value, "AclInfo")
-        policies = info.get("policies") or []
+        policies = info.get("policies")
+        policies = [] if policies is None else policies
         if not isinstance(policies, list):
             raise _invalid("AclInfo's policies are not a list")
         return cls(_string(info, "subject", "AclInfo", ""), tuple(Policy.from_dict(p) for p in policies))
