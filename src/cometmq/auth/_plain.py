@@ -48,12 +48,6 @@ def parse_perm(text: object) -> Perm:
     return _PERMS.get(text.strip(), DENY) if isinstance(text, str) else DENY
 
 
-def perm_text(perm: Perm) -> str:
-    if not perm:
-        return "DENY"
-    return "|".join(action.value.upper() for action in (Action.PUB, Action.SUB) if action in perm)
-
-
 NO_ADDRESS: Final = AddressPattern("")
 
 

@@ -21,7 +21,6 @@ from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
 from cometmq.protocol.command import RemotingCommand
 
 ACCESS_KEY: Final = "AccessKey"
-SECRET_KEY: Final = "SecretKey"
 SECURITY_TOKEN: Final = "SecurityToken"
 SIGNATURE: Final = "Signature"
 
