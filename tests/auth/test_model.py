@@ -26,7 +26,7 @@ from cometmq.auth import (
 from cometmq.protocol.codes import ResponseCode
 
 NAMES = st.text(
-    st.characters(blacklist_characters="*", blacklist_categories=("Cs",)), min_size=1, max_size=12
+    st.characters(blacklist_characters="*", blacklist_categories=["Cs"]), min_size=1, max_size=12
 ).filter(lambda name: name == name.strip() and not name.startswith("%RETRY%"))
 TYPES = st.sampled_from([ResourceType.CLUSTER, ResourceType.TOPIC, ResourceType.GROUP])
 

@@ -225,7 +225,8 @@ class AccessControl:
                 continue
             actions = " or ".join(action.value for action in sorted(need.actions, key=_action_order))
             why = "a policy denies it" if decision is Decision.DENY else "no policy allows it"
-            return f"user {principal.name} may not {actions} on {need.resource.key} (from {ip}): {why}"
+            source = "an unknown address" if ip is None else ip
+            return f"user {principal.name} may not {actions} on {need.resource.key} (from {source}): {why}"
         return None
 
     def check(self, remote_address: str, request: RemotingCommand) -> RemotingCommand | None:

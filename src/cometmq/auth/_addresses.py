@@ -27,6 +27,7 @@ IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _ANY_TEXTS: Final = frozenset(("*", "*.*.*.*", "*:*:*:*:*:*:*:*"))
 
 
+@functools.lru_cache(maxsize=4096)  # asked on every request; a server sees few distinct peers
 def client_ip(remote_address: str) -> IpAddress | None:
     """The IP of a connection's ``host:port`` (``[v6]:port`` too); None if it names no IP."""
     host = remote_address.strip()

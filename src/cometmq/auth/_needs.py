@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from cometmq.auth._model import RETRY_GROUP_TOPIC_PREFIX, Action, Need, Resource, ResourceType
+from cometmq.auth._model import Action, Need, Resource, ResourceType
 from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.command import RemotingCommand
 from cometmq.protocol.jsonbody import as_object, java_list, json_object
+from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX
 
 _TOPIC: Final = ResourceType.TOPIC
 _GROUP: Final = ResourceType.GROUP

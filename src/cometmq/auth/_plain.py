@@ -48,12 +48,6 @@ def parse_perm(text: object) -> Perm:
     return _PERMS.get(text.strip(), DENY) if isinstance(text, str) else DENY
 
 
-def perm_text(perm: Perm) -> str:
-    if not perm:
-        return "DENY"
-    return "|".join(action.value.upper() for action in (Action.PUB, Action.SUB) if action in perm)
-
-
 NO_ADDRESS: Final = AddressPattern("")
 
 
@@ -163,10 +157,12 @@ def parse_plain_acl(text: str) -> PlainAcl:
         return PlainAcl()
     if not isinstance(document, dict):
         raise PlainAclError("not a mapping with globalWhiteRemoteAddresses and accounts")
-    white = document.get("globalWhiteRemoteAddresses") or []
+    white = document.get("globalWhiteRemoteAddresses")
+    white = [] if white is None else white
     if not isinstance(white, list):
         raise PlainAclError("globalWhiteRemoteAddresses is not a list")
-    raw_accounts = document.get("accounts") or []
+    raw_accounts = document.get("accounts")
+    raw_accounts = [] if raw_accounts is None else raw_accounts
     if not isinstance(raw_accounts, list):
         raise PlainAclError("accounts is not a list")
     accounts: dict[str, PlainAccount] = {}

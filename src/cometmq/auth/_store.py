@@ -103,6 +103,15 @@ def _merged(old: Acl, policies: tuple[Policy, ...]) -> Acl:
     )
 
 
+def _list(document: dict[str, Any], key: str) -> list[Any]:
+    value = document.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _invalid(f"{key} is not a JSON array")
+    return value
+
+
 class AuthStore:
     """Users and ACLs, in memory and in ``<directory>/auth.json``. Methods refuse with
     :class:`~cometmq.errors.AuthError` (code and remark). Safe to share between threads and servers
@@ -127,8 +136,8 @@ class AuthStore:
             document = json.loads(text)
             if not isinstance(document, dict):
                 raise _invalid('not a JSON object {"users": [..], "acls": [..]}')
-            users = [User.from_dict(info) for info in document.get("users") or []]
-            acls = [Acl.from_dict(info) for info in document.get("acls") or []]
+            users = [User.from_dict(info) for info in _list(document, "users")]
+            acls = [Acl.from_dict(info) for info in _list(document, "acls")]
         except (ValueError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{self.path} is not valid JSON: {exc}") from None
         except AuthError as exc:
