@@ -124,8 +124,9 @@ def _send(code: RequestCode, topic: str, group: str) -> RemotingCommand:
 
 
 def needs(*items: tuple[str, str]) -> Callable[[Names], list[tuple[str, tuple[str, ...]]]]:
-    """Needs given as ("Topic", "Sub|Get"), ("Group", "Sub"), ("Cluster", "Get"), ("Topic:*", "List"),
-    ("RetryGroup", "Sub"), with each case's names filled in."""
+    """Needs given as ("Topic", "Sub|Get"), ("Group", "Sub"), ("Cluster", "Get") (the broker's
+    cluster), ("AnyCluster", "Update") (a name server's: only Cluster:* names it), ("Topic:*", "List"),
+    with each case's names filled in."""
 
     def of(names: Names) -> list[tuple[str, tuple[str, ...]]]:
         keys = {
@@ -526,15 +527,12 @@ BROKER_CASES = [
     *_auth_cases("broker", "Cluster"),
 ]
 
-_FAKE_BROKER = {
-    "brokerName": "acl-fake",
-    "brokerAddr": "127.0.0.1:1",
-    "clusterName": CLUSTER,
-    "brokerId": "0",
-}
+_FAKE_BROKER = BrokerRequestHeader(
+    broker_name="acl-fake", broker_addr="127.0.0.1:1", cluster_name=CLUSTER, broker_id=0
+).encode()
 
 NAMESRV_CASES = [
-    # A registration with no body: refused as malformed (SYSTEM_ERROR) once let through, never stored.
+    # A registration whose body is not JSON: refused as malformed (SYSTEM_ERROR) once let through.
     Case(
         R.REGISTER_BROKER,
         "namesrv",
@@ -554,7 +552,7 @@ NAMESRV_CASES = [
     Case(
         R.UNREGISTER_BROKER,
         "namesrv",
-        lambda n: _cmd(R.UNREGISTER_BROKER, BrokerRequestHeader.decode(_FAKE_BROKER).encode()),
+        lambda n: _cmd(R.UNREGISTER_BROKER, _FAKE_BROKER),
         needs(("AnyCluster", "Update")),
     ),
     Case(
@@ -562,7 +560,7 @@ NAMESRV_CASES = [
         "namesrv",
         lambda n: _cmd(
             R.QUERY_DATA_VERSION,
-            BrokerRequestHeader.decode(_FAKE_BROKER).encode(),
+            _FAKE_BROKER,
             {"counter": 1, "timestamp": 1},
         ),
         needs(("AnyCluster", "Get")),
