@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._javaprops import read_properties
 from cometmq.errors import ConfigError
+from cometmq.javaprops import read_properties
 from cometmq.protocol import MAX_FRAME_SIZE
 from cometmq.remoting import DEFAULT_MAX_PARTIAL_FRAME_BYTES, ServerLimits, default_max_connections
 from cometmq.replication import ReplicationConfig
