@@ -6,7 +6,8 @@ Every failure a caller can act on is a :class:`CometMQError`::
     ├── ProtocolError            bytes that are not valid RocketMQ wire data
     │   └── RecordError          a stored message record that cannot be decoded
     ├── RequestRefused           a server refuses a request: answered with its code and remark
-    │   └── HeaderError          a request header field missing, of the wrong type or out of range
+    │   ├── HeaderError          a request header field missing, of the wrong type or out of range
+    │   └── AuthError            a user, an ACL or a credential refused (access control)
     ├── BrokerError              a client got an answer with a response code other than success
     ├── RemotingTimeoutError     no answer within the timeout
     ├── ConnectionClosedError    the connection closed (or never opened) before the answer
@@ -57,6 +58,12 @@ class RequestRefused(CometMQError):
 
 class HeaderError(RequestRefused):
     """A request header field that is missing, not of its declared type, or out of its range."""
+
+
+class AuthError(RequestRefused):
+    """Access control refuses something: a request that is not signed or not allowed, a user or ACL
+    that cannot be created, changed or found, a resource key or address pattern that does not parse.
+    Its remark never shows a secret."""
 
 
 class BrokerError(CometMQError):

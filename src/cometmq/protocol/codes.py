@@ -63,6 +63,17 @@ class RequestCode(enum.IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_BROKER_HA_STATUS = 907  # RocketMQ 5's; a 4.x broker does not answer it
     NOTIFY_BROKER_ROLE_CHANGED = 1008  # RocketMQ 5's: switch a broker's role (cometmq broker promote)
+    # RocketMQ 5's users and ACLs (ACL 2.0)
+    AUTH_CREATE_USER = 3001
+    AUTH_UPDATE_USER = 3002
+    AUTH_DELETE_USER = 3003
+    AUTH_GET_USER = 3004
+    AUTH_LIST_USER = 3005
+    AUTH_CREATE_ACL = 3006
+    AUTH_UPDATE_ACL = 3007
+    AUTH_DELETE_ACL = 3008
+    AUTH_GET_ACL = 3009
+    AUTH_LIST_ACL = 3010
 
 
 class ResponseCode(enum.IntEnum):
@@ -88,6 +99,7 @@ class ResponseCode(enum.IntEnum):
     SUBSCRIPTION_NOT_EXIST = 24
     SUBSCRIPTION_NOT_LATEST = 25
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    INVALID_PARAMETER = 29  # RocketMQ 5's
     CONSUMER_NOT_ONLINE = 206
     CONSUME_MSG_TIMEOUT = 207
 
