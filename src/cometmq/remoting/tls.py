@@ -41,6 +41,7 @@ __all__ = [
     "TlsListener",
     "TlsMode",
     "TlsSettings",
+    "handshake_failure",
 ]
 
 log = logging.getLogger("cometmq.remoting")
@@ -224,6 +225,15 @@ def _load_trust(context: ssl.SSLContext, path: str, key: str) -> None:
         raise ConfigError(
             f"cannot load the CA certificates {key}={path}: {getattr(exc, 'strerror', None) or exc.args[-1]}"
         ) from None
+
+
+def handshake_failure(exc: BaseException) -> str:
+    """Why a TLS handshake failed, in a few words (OpenSSL's reason when it gave one)."""
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason or str(exc)
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
 
 
 class TlsListener:

@@ -27,7 +27,7 @@ from cometmq.protocol.codec import FrameDecoder, ReadBuffer, encode
 from cometmq.protocol.codes import ONEWAY_FLAG, ResponseCode
 from cometmq.protocol.command import RemotingCommand
 from cometmq.remoting.busypoll import BusyPoller
-from cometmq.remoting.tls import TlsListener, TlsMode, TlsSettings
+from cometmq.remoting.tls import TlsListener, TlsMode, TlsSettings, handshake_failure
 
 log = logging.getLogger("cometmq.remoting")
 
@@ -525,7 +525,7 @@ class RemotingServer:
                 conn.connection_lost(None)
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            _refusals.note(peer, "TLS handshake failed", _tls_failure(exc))
+            _refusals.note(peer, "TLS handshake failed", handshake_failure(exc))
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -600,15 +600,6 @@ def _refuse_plaintext(conn: Connection, request: RemotingCommand) -> None:
     answered NO_PERMISSION, saying why, and the connection closes (after the answer is written)."""
     conn.reply(request, request.response(ResponseCode.NO_PERMISSION, TLS_ONLY_REMARK))
     conn.close()
-
-
-def _tls_failure(exc: BaseException) -> str:
-    """Why a TLS handshake failed, in one line."""
-    if isinstance(exc, ssl.SSLError):
-        return exc.reason or str(exc)
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    return str(exc) or type(exc).__name__
 
 
 class _Refused(asyncio.Protocol):
@@ -710,7 +701,7 @@ class RemotingClient:
         except (OSError, TimeoutError) as exc:
             plain.close()
             raise ConnectionClosedError(
-                f"TLS handshake with {address} failed: {_tls_failure(exc)} (is TLS on at the server?)"
+                f"TLS handshake with {address} failed: {handshake_failure(exc)} (is TLS on at the server?)"
             ) from None
         if transport is None:  # closed meanwhile
             raise ConnectionClosedError(f"TLS handshake with {address} failed: the connection closed")
