@@ -20,7 +20,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError, RequestRefused
 from cometmq.protocol.codec import FrameDecoder, ReadBuffer, encode
@@ -29,6 +29,9 @@ from cometmq.protocol.command import RemotingCommand
 from cometmq.remoting.busypoll import BusyPoller
 from cometmq.remoting.tls import TlsListener, TlsMode, TlsSettings, handshake_failure
 
+if TYPE_CHECKING:
+    from cometmq.auth import Credentials
+
 log = logging.getLogger("cometmq.remoting")
 
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
@@ -36,6 +39,13 @@ HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 # A request handler gets the connection and the request and returns the response (or None for no
 # response), directly or as an awaitable.
 RequestHandler = Callable[["Connection", RemotingCommand], HandlerResult]
+
+# A server's check of a request before its handler runs: None lets the handler have it, a response
+# answers it instead (access control refusing it).
+RequestGate = Callable[["Connection", RemotingCommand], RemotingCommand | None]
+
+# What signs the requests a client sends (cometmq.auth.sign with the client's credentials).
+RequestSigner = Callable[[RemotingCommand], None]
 
 # Requests in flight on one connection before the server answers SYSTEM_BUSY instead of queueing more.
 MAX_PENDING_REQUESTS_PER_CONNECTION = 65536
@@ -79,10 +89,17 @@ class ServerLimits:
 
 class Dispatcher:
     """The dispatch table: request code → handler, one entry per code. Unknown codes get
-    REQUEST_CODE_NOT_SUPPORTED."""
+    REQUEST_CODE_NOT_SUPPORTED. A *gate* sees every request of a code served before its handler does,
+    and may answer it instead (access control)."""
 
-    def __init__(self, table: Mapping[int, RequestHandler]) -> None:
+    def __init__(self, table: Mapping[int, RequestHandler], gate: RequestGate | None = None) -> None:
         self._table = {int(code): handler for code, handler in table.items()}
+        self._gate = gate
+
+    @property
+    def codes(self) -> frozenset[int]:
+        """The request codes served."""
+        return frozenset(self._table)
 
     def replace(self, table: Mapping[int, RequestHandler]) -> None:
         """Serve *table* from the next request on, on every connection (a broker switching role)."""
@@ -94,6 +111,10 @@ class Dispatcher:
             return request.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
             )
+        if self._gate is not None:
+            refusal = self._gate(conn, request)
+            if refusal is not None:
+                return refusal
         return handler(conn, request)
 
 
@@ -125,6 +146,8 @@ class Connection(asyncio.BufferedProtocol):
         self._opaque = itertools.count(1)
         self._close_listeners: list[Callable[[Connection], None]] = []
         self.remote_address = ""
+        # Signs each request this end sends (a client's credentials); None: sent as they are.
+        self.signer: RequestSigner | None = None
         self.language = "OTHER"
         self.version = 0
         self.closed = asyncio.get_running_loop().create_future()
@@ -279,7 +302,7 @@ class Connection(asyncio.BufferedProtocol):
         """Send a request and wait for its response."""
         future, timer = self._expect_response(request, timeout)
         try:
-            self.send(request)
+            self._send_request(request)
             return await future
         finally:
             timer.cancel()
@@ -298,7 +321,7 @@ class Connection(asyncio.BufferedProtocol):
 
         future.add_done_callback(settled)
         try:
-            self.send(request)
+            self._send_request(request)
         except ProtocolError as exc:
             settled(future)  # now: the caller may find the future done without waiting a loop step
             future.set_exception(exc)
@@ -321,6 +344,12 @@ class Connection(asyncio.BufferedProtocol):
     def invoke_oneway(self, request: RemotingCommand) -> None:
         request.opaque = self.next_opaque()
         request.flag |= ONEWAY_FLAG
+        self._send_request(request)
+
+    def _send_request(self, request: RemotingCommand) -> None:
+        # Signed last, just before it is written: the signature covers every field and the body as sent.
+        if self.signer is not None:
+            self.signer(request)
         self.send(request)
 
     def add_close_listener(self, listener: Callable[[Connection], None]) -> None:
@@ -611,18 +640,20 @@ class _Refused(asyncio.Protocol):
 
 class RemotingClient:
     """Connections to many servers, one per address, with request/response matching by opaque;
-    ``busy_poll_us`` as for :class:`RemotingServer`. With ``ssl_context`` every connection speaks TLS
-    (the server's certificate checked as the context says)."""
+    ``busy_poll_us`` as for :class:`RemotingServer`. With *credentials*, every request it sends is
+    signed with them (a server with aclEnable=true checks the signature); responses never are. With
+    *ssl_context* every connection speaks TLS (the server's certificate checked as the context says)."""
 
     def __init__(
         self,
         handler: RequestHandler | None = None,
         connect_timeout: float = 3.0,
         busy_poll_us: int = 0,
-        *,
+        credentials: Credentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._handler = handler
+        self._signer = _signer_of(credentials) if credentials is not None else None
         self._ssl_context = ssl_context
         self._poller = BusyPoller(busy_poll_us) if busy_poll_us else None
         self._connect_timeout = connect_timeout
@@ -681,6 +712,7 @@ class RemotingClient:
             raise ConnectionClosedError(f"cannot connect to {address}: {exc or 'timed out'}") from None
         conn = await self._start_tls(transport, address, host) if tls else cast(Connection, protocol)
         conn.remote_address = address
+        conn.signer = self._signer
         self._connections[address] = conn
         if self._watch is None:
             self._watch = loop.create_task(_abort_when_cancelled(weakref.ref(self)))
@@ -742,6 +774,16 @@ class RemotingClient:
         for conn in conns:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(conn.closed), 1.0)
+
+
+def _signer_of(credentials: Credentials) -> RequestSigner:
+    # Imported here: cometmq.auth builds on this package (its request handlers), not the reverse.
+    from cometmq.auth import sign
+
+    def signer(request: RemotingCommand) -> None:
+        sign(request, credentials)
+
+    return signer
 
 
 async def _abort_when_cancelled(client: weakref.ref[RemotingClient]) -> None:
