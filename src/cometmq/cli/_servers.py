@@ -307,7 +307,7 @@ async def _standalone(args: argparse.Namespace) -> int:
     # One set of users and ACLs, the broker's, guards both servers: a user made on one is known to both.
     access = ServerAccess(config.acl_settings(), config.broker_cluster_name)
     with _ShutdownSignal() as shutdown:
-        namesrv = NameServer(host=host, port=args.namesrv_port, access=access)
+        namesrv = NameServer(host=host, port=args.namesrv_port, access=access, tls=config.tls)
         with _port_flag(host, args.namesrv_port, "--namesrv-port"):
             await namesrv.start()
         try:
@@ -357,6 +357,7 @@ async def _namesrv(args: argparse.Namespace) -> int:
             order_message_enable=config.order_message_enable,
             limits=config.server_limits(),
             access=ServerAccess(config.acl_settings(), None),
+            tls=config.tls,
         )
         with _port_flag(args.host, config.listen_port, "--port"):
             await namesrv.start()
