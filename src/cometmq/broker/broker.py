@@ -128,6 +128,7 @@ class Broker:
         # credentials of its own.
         # The context of the broker's own connections (tls.enable): registrations, a slave's HA link.
         self._client_tls = config.tls.client_context()
+        config.tls.server_context()  # a certificate that cannot be loaded: ConfigError before any start
         self._namesrv_client = RemotingClient(
             credentials=config.inner_client_credentials, ssl_context=self._client_tls
         )
