@@ -371,8 +371,7 @@ class Broker:
     def _verify_slave(self, addr: str, access_key: str, content: bytes, signature: bytes) -> str | None:
         """A slave's AUTH on the HA link: it must be a user allowed to Update this broker's cluster."""
         access = self.access_control
-        if access is None:
-            return None
+        assert access is not None  # given to the HA server only then
         need = Need.of(Resource.of(ResourceType.CLUSTER, self.config.broker_cluster_name), (Action.UPDATE,))
         return access.verify_peer(addr, access_key, content, signature, (need,))
 

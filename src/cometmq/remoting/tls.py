@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import math
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
@@ -35,6 +36,8 @@ from cometmq.errors import ConfigError
 from cometmq.javaprops import read_properties
 
 __all__ = [
+    "FIRST_BYTE_TIMEOUT_S",
+    "HANDSHAKE_TIMEOUT_S",
     "TLS_HANDSHAKE_BYTE",
     "TLS_KEYS",
     "ClientAuth",
@@ -47,6 +50,13 @@ __all__ = [
 log = logging.getLogger("cometmq.remoting")
 
 _E = TypeVar("_E", bound=enum.Enum)
+
+# How long a connection accepted by a server with TLS on may take to send its first byte (which tells
+# TLS from plaintext), then to complete its TLS handshake.
+FIRST_BYTE_TIMEOUT_S: Final = 30.0
+HANDSHAKE_TIMEOUT_S: Final = 10.0
+# At most one warning in this many seconds about failing accepts (out of file descriptors).
+_WARN_EVERY_S: Final = 60.0
 
 # The content type of a TLS handshake record: the first byte of every ClientHello.
 TLS_HANDSHAKE_BYTE: Final = 0x16
@@ -238,7 +248,7 @@ def handshake_failure(exc: BaseException) -> str:
 
 class TlsListener:
     """The listening socket of a server with TLS on (permissive or enforcing). Each accepted socket
-    waits for its first byte (at most *first_byte_timeout* seconds, then it is closed) and is handed
+    waits for its first byte (at most FIRST_BYTE_TIMEOUT_S, then it is closed) and is handed
     to *serve* with whether that byte starts a TLS handshake; *serve* owns the socket from then on.
     *admit* is asked before the wait: False closes the socket at once (a server at its connection
     limit)."""
@@ -246,15 +256,14 @@ class TlsListener:
     def __init__(
         self,
         serve: Callable[[socket.socket, str, bool], Awaitable[None]],
-        first_byte_timeout: float,
         admit: Callable[[], bool] = lambda: True,
     ) -> None:
         self._serve = serve
-        self._first_byte_timeout = first_byte_timeout
         self._admit = admit
         self._socket: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self.pending: set[asyncio.Task[None]] = set()  # one per accepted socket being served
+        self._last_warning = -math.inf
 
     @property
     def port(self) -> int:
@@ -285,7 +294,10 @@ class TlsListener:
             try:
                 sock, address = await loop.sock_accept(listening)
             except OSError as exc:  # out of file descriptors, a connection reset before accept
-                log.warning("accepting a connection on port %d failed: %s", self.port, exc)
+                now = loop.time()
+                if now - self._last_warning >= _WARN_EVERY_S:
+                    self._last_warning = now
+                    log.warning("accepting a connection on port %d failed: %s", self.port, exc)
                 await asyncio.sleep(0.1)
                 continue
             if not self._admit():
@@ -298,11 +310,13 @@ class TlsListener:
 
     async def _classify(self, sock: socket.socket, peer: str) -> None:
         try:
-            first = await _first_byte(sock, self._first_byte_timeout)
+            first = await _first_byte(sock, FIRST_BYTE_TIMEOUT_S)
         except (OSError, TimeoutError):
+            first = None
+        except asyncio.CancelledError:  # the listener stops
             sock.close()
-            return
-        if first is None:  # closed before sending anything
+            raise
+        if first is None:  # closed (or reset, or silent too long) before sending anything
             sock.close()
             return
         await self._serve(sock, peer, first == TLS_HANDSHAKE_BYTE)

@@ -27,7 +27,7 @@ from cometmq.protocol.codec import FrameDecoder, ReadBuffer, encode
 from cometmq.protocol.codes import ONEWAY_FLAG, ResponseCode
 from cometmq.protocol.command import RemotingCommand
 from cometmq.remoting.busypoll import BusyPoller
-from cometmq.remoting.tls import TlsListener, TlsMode, TlsSettings, handshake_failure
+from cometmq.remoting.tls import HANDSHAKE_TIMEOUT_S, TlsListener, TlsMode, TlsSettings, handshake_failure
 
 if TYPE_CHECKING:
     from cometmq.auth import Credentials
@@ -405,10 +405,6 @@ class _RefusalLog:
 
 # What a plaintext client of a server that accepts only TLS is answered, before its connection closes.
 TLS_ONLY_REMARK: Final = "this server accepts only TLS connections (tls.server.mode=enforcing)"
-# How long an accepted connection of a server with TLS on may take to send its first byte (which tells
-# TLS from plaintext), and then to complete its TLS handshake.
-TLS_FIRST_BYTE_TIMEOUT_S: Final = 30.0
-TLS_HANDSHAKE_TIMEOUT_S: Final = 10.0
 
 # How often a peer sending malformed requests gets a warning line.
 REFUSAL_LOG_INTERVAL_S: Final = 60.0
@@ -536,22 +532,20 @@ class RemotingServer:
 
     async def _serve_accepted(self, sock: socket.socket, peer: str, tls: bool) -> None:
         """A connection the TLS listener accepted, *tls* if it starts a TLS handshake."""
-        if not tls and self._tls_mode is TlsMode.ENFORCING:
-            conn = self._accept(_refuse_plaintext)
-        else:
-            conn = self._accept()
-        loop = asyncio.get_running_loop()
+        conn = self._accept(_refuse_plaintext if not tls and self._tls_mode is TlsMode.ENFORCING else None)
+        if not isinstance(conn, Connection):  # over the connection limit
+            sock.close()
+            return
         try:
-            await loop.connect_accepted_socket(
+            await asyncio.get_running_loop().connect_accepted_socket(
                 lambda: conn,
                 sock,
                 ssl=self._ssl_context if tls else None,
-                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls else None,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls else None,
             )
         except (OSError, TimeoutError, asyncio.CancelledError) as exc:
             sock.close()
-            if isinstance(conn, Connection):  # its connection_lost never comes
-                conn.connection_lost(None)
+            conn.connection_lost(None)  # the transport never made it, nor will it tell it is lost
             if isinstance(exc, asyncio.CancelledError):
                 raise
             _refusals.note(peer, "TLS handshake failed", handshake_failure(exc))
@@ -559,7 +553,7 @@ class RemotingServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         if self._tls_mode is not TlsMode.DISABLED:
-            listener = TlsListener(self._serve_accepted, TLS_FIRST_BYTE_TIMEOUT_S, self._admit)
+            listener = TlsListener(self._serve_accepted, self._admit)
             await listener.start(self.host, self.port, self.limits.socket_backlog)
             self._tls_listener = listener
             self.port = listener.port

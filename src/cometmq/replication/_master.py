@@ -37,7 +37,7 @@ from cometmq.protocol.ha import (
     encode_hello_answer,
 )
 from cometmq.protocol.ha_status import HAConnectionRuntimeInfo, HARuntimeInfo
-from cometmq.remoting.tls import TlsListener, TlsMode, TlsSettings, handshake_failure
+from cometmq.remoting.tls import HANDSHAKE_TIMEOUT_S, TlsListener, TlsMode, TlsSettings, handshake_failure
 from cometmq.replication._config import ReplicationConfig
 from cometmq.replication._rate import ByteRate
 from cometmq.replication._transfer import GroupTransfer
@@ -47,10 +47,6 @@ log = logging.getLogger("cometmq.replication")
 
 _READ_SIZE = 64 * 1024
 _WRITE_SIZE = 1024 * 1024
-# How long a connection to a master with TLS on may take to send its first byte, then to finish its
-# TLS handshake.
-_FIRST_BYTE_TIMEOUT_S = 30.0
-_TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 # Checks a slave's AUTH: (the slave's address, its access key, the content it signed, its signature) →
 # None if it may replicate, else why not.
@@ -133,7 +129,7 @@ class HAServer:
         if self._tls_mode is TlsMode.DISABLED:
             self._server = await asyncio.start_server(self._serve, host, port)
         else:
-            self._tls_listener = TlsListener(self._serve_accepted, _FIRST_BYTE_TIMEOUT_S)
+            self._tls_listener = TlsListener(self._serve_accepted)
             await self._tls_listener.start(host, port)
         if self._candidates_watch is None:
             self._candidates_watch = asyncio.ensure_future(self._watch_candidates())
@@ -404,7 +400,7 @@ class HAServer:
                 lambda: protocol,
                 sock,
                 ssl=self._ssl_context if tls else None,
-                ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT_S if tls else None,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls else None,
             )
         except (OSError, TimeoutError) as exc:
             sock.close()
