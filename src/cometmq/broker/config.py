@@ -369,6 +369,9 @@ ROCKETMQ_KEYS_NOT_USED = frozenset(
         "osPageCacheBusyTimeOutMills",
         "useReentrantLockWhenPutMessage",
         "transientStorePoolEnable",
+        # TLS: RocketMQ's self-signed test certificate, and the older name of need.client.auth.
+        "tls.test.mode.enable",
+        "tls.server.authClient",
         # Features CometMQ does not have.
         "traceTopicEnable",
         "msgTraceTopicName",

@@ -105,6 +105,8 @@ ROCKETMQ_NAMESRV_KEYS_NOT_USED = frozenset(
         "serverSelectorThreads",
         "defaultThreadPoolNums",
         "innerClientAuthenticationCredentials",  # a broker's: the name server sends no requests
+        "tls.test.mode.enable",
+        "tls.server.authClient",
     }
 )
 
