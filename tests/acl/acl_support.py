@@ -143,9 +143,11 @@ def served_codes(directory: Path, role: str = "ASYNC_MASTER") -> tuple[set[int],
 
 
 @contextlib.asynccontextmanager
-async def acl_broker(directory: Path, **keys: str) -> AsyncIterator[tuple[Broker, str]]:
+async def acl_broker(
+    directory: Path, *, slave_sync_period_s: float = 10.0, **keys: str
+) -> AsyncIterator[tuple[Broker, str]]:
     """A broker in this process with aclEnable, the super user ROOT and *keys* (broker.conf keys); its
-    address."""
+    address. As a slave it copies its master's metadata every *slave_sync_period_s*."""
     from cometmq.broker import Broker, BrokerConfig
 
     config = BrokerConfig()
@@ -161,7 +163,7 @@ async def acl_broker(directory: Path, **keys: str) -> AsyncIterator[tuple[Broker
         **keys,
     }
     config.update(settings)
-    broker = Broker(config)
+    broker = Broker(config, slave_sync_period_s=slave_sync_period_s)
     await broker.start()
     try:
         yield broker, f"127.0.0.1:{broker.port}"

@@ -14,10 +14,11 @@ from acl_support import ROOT, acl_broker, acl_namesrv, create_user, entry, grant
 from cometmq.auth import Credentials, sign
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.auth_headers import UserRequestHeader
-from cometmq.protocol.broker_headers import QueueRequestHeader
+from cometmq.protocol.broker_headers import CreateTopicRequestHeader, QueueRequestHeader
 from cometmq.protocol.namesrv_headers import RegisterBrokerRequestHeader
 from cometmq.protocol.route import RegisterBrokerBody
 from cometmq.remoting import RemotingClient
+from waiting import wait_until
 
 
 def _max_offset(topic: str) -> RemotingCommand:
@@ -172,5 +173,44 @@ def test_a_broker_registers_with_a_locked_name_server_under_its_own_credentials(
             acl_broker(tmp_path / "broker", namesrvAddr=namesrv_addr, brokerName="signed-broker"),
         ):
             assert "signed-broker" in namesrv.routes.broker_addr_table
+
+    asyncio.run(scenario())
+
+
+def test_a_slave_copies_its_locked_masters_metadata_under_its_own_credentials(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with (
+            acl_namesrv(tmp_path / "namesrv") as (_, namesrv_addr),
+            acl_broker(tmp_path / "master", namesrvAddr=namesrv_addr) as (_, master_addr),
+            acl_broker(
+                tmp_path / "slave",
+                slave_sync_period_s=0.2,
+                namesrvAddr=namesrv_addr,
+                brokerRole="SLAVE",
+                brokerId="1",
+            ) as (slave, _),
+        ):
+            client = RemotingClient()
+            try:
+                header = CreateTopicRequestHeader(
+                    topic="made-on-master",
+                    default_topic="TBW102",
+                    read_queue_nums=2,
+                    write_queue_nums=2,
+                    perm=6,
+                    topic_filter_type="SINGLE_TAG",
+                    order=False,
+                )
+                request = RemotingCommand(
+                    code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=header.encode()
+                )
+                answer = await invoke_as(client, master_addr, request, ROOT)
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
+            finally:
+                await client.close()
+            await wait_until(
+                lambda: slave.topics.get("made-on-master") is not None,
+                message="the topic copied to the slave",
+            )
 
     asyncio.run(scenario())

@@ -74,6 +74,7 @@ from cometmq.remoting import RemotingClient
 from processes import ServerProcess
 
 CLUSTER = "DefaultCluster"
+ALLOWED_SECRET = "allowed-secret"
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class Names:
     topic: str
     group: str
     retry: str  # the group's retry topic
+    user: str  # the user granted what the case needs
 
 
 @dataclass(frozen=True)
@@ -189,41 +191,45 @@ def _pull(topic: str, group: str) -> RemotingCommand:
     return _cmd(RequestCode.PULL_MESSAGE, header.encode())
 
 
-def _user_fields(n: Names) -> dict[str, str]:
-    return UserRequestHeader(username=f"made-{n.topic}").encode()
+def _user(code: RequestCode, name: str, password: str | None = None) -> RemotingCommand:
+    info = None
+    if password is not None:
+        info = {"username": name, "password": password, "userType": "Normal", "userStatus": "enable"}
+    return _cmd(code, UserRequestHeader(username=name).encode(), info)
 
 
-def _user_body(n: Names) -> dict[str, str]:
-    return {"username": f"made-{n.topic}", "password": "pw", "userType": "Normal", "userStatus": "enable"}
+def _delete_acl(n: Names) -> dict[str, str]:
+    return DeleteAclRequestHeader(subject=f"User:{n.user}").encode()
 
 
-def _acl(n: Names) -> dict[str, object]:
-    return {
-        "subject": f"User:{ROOT.access_key}",
+def _acl(code: RequestCode, n: Names) -> RemotingCommand:
+    """An ACL request on the case's own user: its ACL exists (the grant made it)."""
+    acl = {
+        "subject": f"User:{n.user}",
         "policies": [{"policyType": "Custom", "entries": [entry(f"Topic:{n.topic}", ["Get"])]}],
     }
+    return _cmd(code, AclRequestHeader(subject=f"User:{n.user}").encode(), acl)
 
 
 def _auth_cases(server: str, cluster: str) -> list[Case]:
     """The users and ACLs requests, at either server: writes need Update on the cluster, reads Get."""
-    subject = AclRequestHeader(subject=f"User:{ROOT.access_key}").encode()
     return [
         Case(
             RequestCode.AUTH_CREATE_USER,
             server,
-            lambda n: _cmd(RequestCode.AUTH_CREATE_USER, _user_fields(n), _user_body(n)),
+            lambda n: _user(RequestCode.AUTH_CREATE_USER, f"made-{n.topic}", "made-secret"),
             needs((cluster, "Update")),
         ),
         Case(
             RequestCode.AUTH_UPDATE_USER,
             server,
-            lambda n: _cmd(RequestCode.AUTH_UPDATE_USER, _user_fields(n), _user_body(n)),
+            lambda n: _user(RequestCode.AUTH_UPDATE_USER, n.user, ALLOWED_SECRET),
             needs((cluster, "Update")),
         ),
         Case(
             RequestCode.AUTH_DELETE_USER,
             server,
-            lambda n: _cmd(RequestCode.AUTH_DELETE_USER, _user_fields(n)),
+            lambda n: _user(RequestCode.AUTH_DELETE_USER, f"made-{n.topic}"),
             needs((cluster, "Update")),
         ),
         Case(
@@ -241,27 +247,27 @@ def _auth_cases(server: str, cluster: str) -> list[Case]:
         Case(
             RequestCode.AUTH_CREATE_ACL,
             server,
-            lambda n: _cmd(RequestCode.AUTH_CREATE_ACL, subject, _acl(n)),
+            lambda n: _acl(RequestCode.AUTH_CREATE_ACL, n),
             needs((cluster, "Update")),
         ),
         Case(
             RequestCode.AUTH_UPDATE_ACL,
             server,
-            lambda n: _cmd(RequestCode.AUTH_UPDATE_ACL, subject, _acl(n)),
+            lambda n: _acl(RequestCode.AUTH_UPDATE_ACL, n),
             needs((cluster, "Update")),
         ),
         Case(
             RequestCode.AUTH_DELETE_ACL,
             server,
             lambda n: _cmd(
-                RequestCode.AUTH_DELETE_ACL, DeleteAclRequestHeader(subject=f"User:nobody-{n.topic}").encode()
+                RequestCode.AUTH_DELETE_ACL, DeleteAclRequestHeader(subject=f"User:{n.user}").encode()
             ),
             needs((cluster, "Update")),
         ),
         Case(
             RequestCode.AUTH_GET_ACL,
             server,
-            lambda n: _cmd(RequestCode.AUTH_GET_ACL, subject),
+            lambda n: _cmd(RequestCode.AUTH_GET_ACL, AclRequestHeader(subject=f"User:{n.user}").encode()),
             needs((cluster, "Get")),
         ),
         Case(
@@ -700,14 +706,14 @@ def test_a_request_passes_with_what_the_table_needs_and_not_without(
     case: Case, servers: dict[str, str]
 ) -> None:
     serial = next(_serial)
-    names = Names(f"acl-t{serial}", f"acl-g{serial}", f"%RETRY%acl-g{serial}")
+    names = Names(f"acl-t{serial}", f"acl-g{serial}", f"%RETRY%acl-g{serial}", f"allowed-{serial}")
     address = servers[case.server]
     wanted = case.needs(names)
 
     async def scenario() -> None:
         client = RemotingClient()
         try:
-            allowed = await create_user(client, address, f"allowed-{serial}", "allowed-secret")
+            allowed = await create_user(client, address, names.user, ALLOWED_SECRET)
             # One of the actions of each need, on exactly its resource.
             await grant(
                 client, address, allowed.access_key, [entry(key, actions[:1]) for key, actions in wanted]

@@ -12,6 +12,7 @@ import signal
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from cometmq.auth.serving import ServerAccess
 from cometmq.cli._loop import run_async
 from cometmq.errors import ConfigError
 from cometmq.namesrv import NameServer
@@ -21,7 +22,6 @@ from cometmq.remoting import default_max_connections
 # The broker (and its store) is imported only by the commands that run one, so the admin commands
 # start fast and work wherever the client does.
 if TYPE_CHECKING:
-    from cometmq.auth.serving import ServerAccess
     from cometmq.broker import Broker, BrokerConfig
 
 log = logging.getLogger("cometmq.cli")
@@ -88,7 +88,7 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     namesrv.add_argument(
         "--channel-max-idle",
-        type=int,
+        type=float,
         metavar="SECONDS",
         help="close a connection that has read and written nothing for this long; 0: never "
         "(serverChannelMaxIdleTimeSeconds; default: 120)",
@@ -298,8 +298,6 @@ def _ready(line: str) -> None:
 
 
 async def _standalone(args: argparse.Namespace) -> int:
-    from cometmq.auth.serving import ServerAccess
-
     # The try-it-out mode has SQL92 filters on; a config file may still turn them off.
     config = _broker_config(args, {"enablePropertyFilter": True})
     host = config.broker_ip1
@@ -346,8 +344,6 @@ def _namesrv_config(args: argparse.Namespace) -> NamesrvConfig:
 
 
 async def _namesrv(args: argparse.Namespace) -> int:
-    from cometmq.auth.serving import ServerAccess
-
     config = _namesrv_config(args)
     with _ShutdownSignal() as shutdown:
         namesrv = NameServer(

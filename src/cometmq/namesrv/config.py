@@ -30,7 +30,7 @@ class NamesrvConfig:
 
     listen_port: int = 9876
     order_message_enable: bool = False
-    server_channel_max_idle_time_seconds: int = 120
+    server_channel_max_idle_time_seconds: float = 120.0
     server_max_connections: int = field(default_factory=default_max_connections)
     acl_enable: bool = False
     plain_acl_file: str = ""
@@ -62,9 +62,9 @@ class NamesrvConfig:
         if not 0 <= self.listen_port <= 65535:
             raise ConfigError(f"listenPort {self.listen_port} is not a port number")
         if self.server_channel_max_idle_time_seconds < 0:
-            raise ConfigError("serverChannelMaxIdleTimeSeconds must be 0 or more")
+            raise ConfigError("serverChannelMaxIdleTimeSeconds (--channel-max-idle) must be 0 or more")
         if self.server_max_connections < 1:
-            raise ConfigError("serverMaxConnections must be 1 or more")
+            raise ConfigError("serverMaxConnections (--max-connections) must be 1 or more")
 
     @classmethod
     def from_file(cls, path: str | Path) -> NamesrvConfig:
