@@ -13,8 +13,8 @@ import pytest
 import uvloop
 from tls_support import Certificates, make_certificates
 
-from cometmq.errors import ConfigError, ConnectionClosedError
-from cometmq.protocol import RemotingCommand, ResponseCode
+from cometmq.errors import ConfigError, ConnectionClosedError, ProtocolError
+from cometmq.protocol import FrameDecoder, RemotingCommand, ResponseCode
 from cometmq.remoting import Connection, RemotingClient, RemotingServer
 from cometmq.remoting.tls import ClientAuth, TlsMode, TlsSettings
 from cometmq.remoting.transport import TLS_ONLY_REMARK
@@ -210,3 +210,11 @@ def test_a_certificate_that_cannot_be_loaded_is_a_config_error(certs: Certificat
     )
     with pytest.raises(ConfigError, match=r"cannot load the TLS certificate tls\.server\.certPath="):
         settings.server_context()
+
+
+def test_the_decoder_names_a_tls_handshake_where_a_frame_was_expected() -> None:
+    client_hello_start = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
+    with pytest.raises(ProtocolError, match="a TLS handshake where a remoting frame was expected"):
+        FrameDecoder().feed(client_hello_start)
+    with pytest.raises(ProtocolError, match="frame length"):  # any other impossible length says so
+        FrameDecoder().feed(b"\x17\x03\x01\x02")

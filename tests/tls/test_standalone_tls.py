@@ -13,7 +13,7 @@ from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.namesrv_headers import GetRouteInfoRequestHeader
 from cometmq.remoting import RemotingClient
 from cometmq.remoting.transport import TLS_ONLY_REMARK
-from processes import TEST_BROKER_CONF, broker_address, start_standalone
+from processes import TEST_BROKER_CONF, broker_address, cometmq, start_standalone
 from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "crash"))
@@ -58,3 +58,18 @@ def test_standalone_with_tls_enforcing_serves_tls_clients_and_refuses_plaintext(
         asyncio.run(scenario())
     finally:
         server.terminate()
+
+
+def test_standalone_with_tls_enforcing_but_its_own_connections_in_plaintext_does_not_start(
+    tmp_path: Path,
+) -> None:
+    certs = make_certificates(tmp_path / "certs")
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "".join(f"{key}={value}\n" for key, value in certs.server_properties("enforcing").items())
+    )
+    result = cometmq(
+        "standalone", "--data-dir", str(tmp_path / "data"), "--host", "127.0.0.1", "-c", str(conf)
+    )
+    assert result.returncode != 0
+    assert "tls.server.mode=enforcing needs tls.enable=true" in result.stderr
