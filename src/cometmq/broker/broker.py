@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cometmq.auth import AccessControl
+from cometmq.auth import AccessControl, Action, Need, Resource, ResourceType
 from cometmq.auth.serving import ServerAccess, warn_if_open
 from cometmq.broker._admin import AdminProcessor, runtime_info
 from cometmq.broker._clients import ConsumerManager, ProducerManager
@@ -126,7 +126,12 @@ class Broker:
         self._slave_sync_task: asyncio.Task[None] | None = None
         # Signs what the broker sends (registrations, a slave's requests to its master) when it has
         # credentials of its own.
-        self._namesrv_client = RemotingClient(credentials=config.inner_client_credentials)
+        # The context of the broker's own connections (tls.enable): registrations, a slave's HA link.
+        self._client_tls = config.tls.client_context()
+        config.tls.server_context()  # a certificate that cannot be loaded: ConfigError before any start
+        self._namesrv_client = RemotingClient(
+            credentials=config.inner_client_credentials, ssl_context=self._client_tls
+        )
         self._register_wanted = asyncio.Event()
         # Ids this broker registered under before a role switch, to unregister on the next registration.
         self._stale_ids: set[int] = set()
@@ -264,6 +269,7 @@ class Broker:
             self.config.listen_port,
             busy_poll_us=self.config.busy_poll_micros,
             limits=self.config.server_limits(),
+            tls=self.config.tls,
         )
         server.add_close_listener(self._connection_closed)
         ha_port = self.config.ha_port  # before listen_port takes the port the OS picks
@@ -340,7 +346,12 @@ class Broker:
         await self._stop_ha_server()
         cfg = self.config
         port = self._ha_listen_port
-        ha_server = HAServer(self.store, dataclasses.replace(cfg.replication_config(), broker_id=self.own_id))
+        ha_server = HAServer(
+            self.store,
+            dataclasses.replace(cfg.replication_config(), broker_id=self.own_id),
+            verify_slave=self._verify_slave if self.access_control is not None else None,
+            tls=cfg.tls,
+        )
         try:
             await ha_server.start(cfg.listen_host, port)
         except OSError as exc:
@@ -357,6 +368,13 @@ class Broker:
             if self.election is not None:
                 ha_server.on_candidates_changed = self.election.in_sync_changed
 
+    def _verify_slave(self, addr: str, access_key: str, content: bytes, signature: bytes) -> str | None:
+        """A slave's AUTH on the HA link: it must be a user allowed to Update this broker's cluster."""
+        access = self.access_control
+        assert access is not None  # given to the HA server only then
+        need = Need.of(Resource.of(ResourceType.CLUSTER, self.config.broker_cluster_name), (Action.UPDATE,))
+        return access.verify_peer(addr, access_key, content, signature, (need,))
+
     async def _stop_ha_server(self) -> None:
         self.sync_master = False
         ha_server, self.ha_server = self.ha_server, None
@@ -372,6 +390,8 @@ class Broker:
             lambda: self.master_ha_addr,
             broker_id=self.own_id,
             expected_epoch=lambda: self.epoch,
+            credentials=self.config.inner_client_credentials,
+            ssl_context=self._client_tls,
         )
         if self.config.failover:
             self.ha_client.on_confirmed = self._master_confirmed

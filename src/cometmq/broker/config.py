@@ -22,6 +22,7 @@ from cometmq.errors import ConfigError
 from cometmq.javaprops import converted, key_of, read_properties
 from cometmq.protocol import MAX_FRAME_SIZE
 from cometmq.remoting import DEFAULT_MAX_PARTIAL_FRAME_BYTES, ServerLimits, default_max_connections
+from cometmq.remoting.tls import TLS_KEYS, TlsSettings
 from cometmq.replication import ReplicationConfig
 from cometmq.store import FlushDiskType, StoreConfig, parse_delay_levels, parse_delete_when
 
@@ -137,6 +138,9 @@ class BrokerConfig:
     auth_config_path: str = ""
     init_authentication_user: str = field(default="", repr=False)
     inner_client_credentials: Credentials | None = field(default=None, repr=False)
+    # TLS (docs/security.md): RocketMQ's tls.* keys (cometmq.remoting.tls), the ones of one source
+    # (the file, the flags) taken together.
+    tls: TlsSettings = field(default_factory=TlsSettings)
 
     @property
     def broker_addr(self) -> str:
@@ -196,7 +200,12 @@ class BrokerConfig:
         names where the values come from, in those messages.
         """
         not_used: list[str] = []
+        tls = {key: str(value) for key, value in values.items() if key in TLS_KEYS and value is not None}
+        if tls:
+            self.tls = TlsSettings.from_properties(tls)
         for key, value in values.items():
+            if key in TLS_KEYS:
+                continue
             name = _ATTRIBUTE_OF_KEY.get(key, key)
             if name not in _KEY_OF_ATTRIBUTE:
                 if key in ROCKETMQ_KEYS_NOT_USED:
@@ -360,6 +369,9 @@ ROCKETMQ_KEYS_NOT_USED = frozenset(
         "osPageCacheBusyTimeOutMills",
         "useReentrantLockWhenPutMessage",
         "transientStorePoolEnable",
+        # TLS: RocketMQ's self-signed test certificate, and the older name of need.client.auth.
+        "tls.test.mode.enable",
+        "tls.server.authClient",
         # Features CometMQ does not have.
         "traceTopicEnable",
         "msgTraceTopicName",
@@ -376,7 +388,8 @@ _ATTRIBUTE_OF_KEY["haSlaveFallbehindMax"] = "ha_max_gap_not_in_sync"  # RocketMQ
 _KEY_OF_ATTRIBUTE["inner_client_credentials"] = "innerClientAuthenticationCredentials"
 _ATTRIBUTE_OF_KEY["innerClientAuthenticationCredentials"] = "inner_client_credentials"
 del _ATTRIBUTE_OF_KEY["innerClientCredentials"]
-_SUGGESTIONS = sorted({*_ATTRIBUTE_OF_KEY, *ROCKETMQ_KEYS_NOT_USED})
+del _ATTRIBUTE_OF_KEY["tls"]  # given by its tls.* keys
+_SUGGESTIONS = sorted({*_ATTRIBUTE_OF_KEY, *ROCKETMQ_KEYS_NOT_USED, *TLS_KEYS})
 
 # The store's name of a setting, where it is not the broker's: the store spells "commitlog" as one
 # word and puts the unit in the name.

@@ -18,6 +18,7 @@ from cometmq.errors import ConfigError
 from cometmq.namesrv import NameServer
 from cometmq.namesrv.config import NamesrvConfig
 from cometmq.remoting import default_max_connections
+from cometmq.remoting.tls import TlsMode
 
 # The broker (and its store) is imported only by the commands that run one, so the admin commands
 # start fast and work wherever the client does.
@@ -302,10 +303,15 @@ async def _standalone(args: argparse.Namespace) -> int:
     config = _broker_config(args, {"enablePropertyFilter": True})
     host = config.broker_ip1
     config.listen_host = host
+    if config.tls.mode is TlsMode.ENFORCING and not config.tls.client_enable:
+        raise ConfigError(
+            "tls.server.mode=enforcing needs tls.enable=true here (with tls.client.trustCertPath for a "
+            "certificate no system CA signs): the broker registers with its name server over TLS"
+        )
     # One set of users and ACLs, the broker's, guards both servers: a user made on one is known to both.
     access = ServerAccess(config.acl_settings(), config.broker_cluster_name)
     with _ShutdownSignal() as shutdown:
-        namesrv = NameServer(host=host, port=args.namesrv_port, access=access)
+        namesrv = NameServer(host=host, port=args.namesrv_port, access=access, tls=config.tls)
         with _port_flag(host, args.namesrv_port, "--namesrv-port"):
             await namesrv.start()
         try:
@@ -353,6 +359,7 @@ async def _namesrv(args: argparse.Namespace) -> int:
             order_message_enable=config.order_message_enable,
             limits=config.server_limits(),
             access=ServerAccess(config.acl_settings(), None),
+            tls=config.tls,
         )
         with _port_flag(args.host, config.listen_port, "--port"):
             await namesrv.start()

@@ -15,6 +15,7 @@ from cometmq.auth.serving import AclSettings
 from cometmq.errors import ConfigError
 from cometmq.javaprops import converted, key_of, read_properties
 from cometmq.remoting import ServerLimits, default_max_connections
+from cometmq.remoting.tls import TLS_KEYS, TlsSettings
 
 log = logging.getLogger("cometmq.namesrv")
 
@@ -36,12 +37,19 @@ class NamesrvConfig:
     auth_config_path: str = field(default_factory=lambda: str(DEFAULT_NAMESRV_DIR))
     # Raw JSON {"username": .., "password": ..}: kept out of the repr, it holds a password.
     init_authentication_user: str = field(default="", repr=False)
+    # RocketMQ's tls.* keys (cometmq.remoting.tls), the ones of one source taken together.
+    tls: TlsSettings = field(default_factory=TlsSettings)
 
     def update(self, values: Mapping[str, Any], source: str = "the name server settings") -> None:
         """Apply settings given by RocketMQ key or attribute name; a key it does not know is ignored
         with a warning naming the closest known key (as a broker does), a value that cannot be
         converted raises ConfigError naming the key."""
+        tls = {key: str(value) for key, value in values.items() if key in TLS_KEYS and value is not None}
+        if tls:
+            self.tls = TlsSettings.from_properties(tls)
         for key, value in values.items():
+            if key in TLS_KEYS:
+                continue
             name = _ATTRIBUTE_OF_KEY.get(key, key)
             if name not in _KEY_OF_ATTRIBUTE:
                 if key not in ROCKETMQ_NAMESRV_KEYS_NOT_USED:
@@ -97,8 +105,11 @@ ROCKETMQ_NAMESRV_KEYS_NOT_USED = frozenset(
         "serverSelectorThreads",
         "defaultThreadPoolNums",
         "innerClientAuthenticationCredentials",  # a broker's: the name server sends no requests
+        "tls.test.mode.enable",
+        "tls.server.authClient",
     }
 )
 
 _KEY_OF_ATTRIBUTE = {f.name: key_of(f.name) for f in dataclasses.fields(NamesrvConfig)}
 _ATTRIBUTE_OF_KEY = {key: name for name, key in _KEY_OF_ATTRIBUTE.items()}
+del _ATTRIBUTE_OF_KEY["tls"]  # given by its tls.* keys

@@ -21,6 +21,7 @@ from cometmq.namesrv.processors import (
 from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.protocol import RequestCode
 from cometmq.remoting import Connection, Dispatcher, RemotingServer, RequestHandler, ServerLimits
+from cometmq.remoting.tls import TlsSettings
 
 log = logging.getLogger("cometmq.namesrv")
 
@@ -34,7 +35,7 @@ class NameServer:
 
     ``limits`` bound what clients may make it hold (idle time, connections, partial frames).
     ``access`` serves the users and ACLs requests and, with aclEnable, checks every request (none:
-    neither).
+    neither). ``tls`` gives the ``tls.server.*`` settings (none: TLS off).
     """
 
     def __init__(
@@ -48,6 +49,7 @@ class NameServer:
         clock: Callable[[], float] = time.monotonic,
         limits: ServerLimits | None = None,
         access: ServerAccess | None = None,
+        tls: TlsSettings | None = None,
     ) -> None:
         self.scan_interval_s = scan_interval_s
         self._clock = clock
@@ -78,7 +80,7 @@ class NameServer:
         if access is not None:
             table.update(access.admin_handlers())
         self.dispatcher = Dispatcher(table, gate=access.gate() if access is not None else None)
-        self._server = RemotingServer(self.dispatcher, host, port, limits=limits)
+        self._server = RemotingServer(self.dispatcher, host, port, limits=limits, tls=tls)
         # A broker whose connection closes is dropped at once, not after the expiry time.
         self._server.add_close_listener(self.routes.connection_closed)
         self._scan_task: asyncio.Task[None] | None = None
