@@ -20,6 +20,7 @@ from _support import broker_and_client, create_topic, pull, run, send_request
 
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol import auth_headers as ah
 from cometmq.protocol import broker_headers as bh
 from cometmq.protocol import namesrv_headers as nh
 from cometmq.protocol.headers import Header, wire_fields
@@ -112,6 +113,26 @@ _LOCK_BODIES = (
     _queue(queueId=1.5),
     _queue(topic=None),
     _queue(topic="a b"),
+)
+
+_USER_BODIES = (
+    *NOT_JSON,
+    _json({"username": "Good", "password": "p", "userType": "Emperor"}),
+    _json({"username": "Good", "password": 5}),
+)
+
+
+def _acl(entry: dict[str, object]) -> bytes:
+    return _json({"subject": "User:Good", "policies": [{"policyType": "Custom", "entries": [entry]}]})
+
+
+_ACL_BODIES = (
+    *NOT_JSON,
+    _acl({"resource": "Topic:a*b", "actions": ["Pub"]}),
+    _acl({"resource": "Queue:a", "actions": ["Pub"]}),
+    _acl({"resource": "Topic:a", "actions": ["Fly"]}),
+    _acl({"resource": "Topic:a", "actions": []}),
+    _acl({"resource": "Topic:a", "actions": ["Pub"], "decision": "Maybe"}),
 )
 
 BROKER_ROWS: dict[int, Row] = {
@@ -225,6 +246,17 @@ BROKER_ROWS: dict[int, Row] = {
     RequestCode.GET_BROKER_HA_STATUS: Row(),
     # The broker under test has brokerId 0: a valid request (naming another master) is refused too.
     RequestCode.NOTIFY_BROKER_ROLE_CHANGED: Row(bh.NotifyBrokerRoleChangedRequestHeader),
+    # Users and ACLs (served with access control on or off; a name server serves them too).
+    RequestCode.AUTH_CREATE_USER: Row(ah.UserRequestHeader, bad_bodies=_USER_BODIES),
+    RequestCode.AUTH_UPDATE_USER: Row(ah.UserRequestHeader, bad_bodies=_USER_BODIES),
+    RequestCode.AUTH_DELETE_USER: Row(ah.UserRequestHeader),
+    RequestCode.AUTH_GET_USER: Row(ah.UserRequestHeader),
+    RequestCode.AUTH_LIST_USER: Row(ah.ListUsersRequestHeader),
+    RequestCode.AUTH_CREATE_ACL: Row(ah.AclRequestHeader, bad_bodies=_ACL_BODIES),
+    RequestCode.AUTH_UPDATE_ACL: Row(ah.AclRequestHeader, bad_bodies=_ACL_BODIES),
+    RequestCode.AUTH_DELETE_ACL: Row(ah.DeleteAclRequestHeader),
+    RequestCode.AUTH_GET_ACL: Row(ah.AclRequestHeader),
+    RequestCode.AUTH_LIST_ACL: Row(ah.ListAclsRequestHeader),
 }
 
 _REGISTER_BODIES = (

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cometmq.broker._javaprops import parse_properties
 from cometmq.broker._json_config import load_json_config, save_json_config
 from cometmq.errors import RecordError
+from cometmq.javaprops import parse_properties
 from cometmq.protocol import fastjson
 from cometmq.protocol.naming import group_name_error
 from cometmq.protocol.properties import decode_properties, encode_properties, property_finder

@@ -10,13 +10,11 @@ import dataclasses
 import enum
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, Self
+from typing import Any, Self
 
 from cometmq.errors import AuthError
 from cometmq.protocol.codes import ResponseCode
-
-# A consumer group's retry topic names the group: access to it is access to the group.
-RETRY_GROUP_TOPIC_PREFIX: Final = "%RETRY%"
+from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX
 
 
 class _Named(enum.Enum):
@@ -117,7 +115,8 @@ def _parse_json(text: str | bytes, what: str) -> Any:
 
 
 def group_of_retry_topic(name: str) -> str:
-    """The group whose retry topic *name* is (``%RETRY%g`` → ``g``); other names as they are."""
+    """The group whose retry topic *name* is (``%RETRY%g`` → ``g``), other names as they are: access
+    to a group's retry topic is access to the group."""
     return name[len(RETRY_GROUP_TOPIC_PREFIX) :] if name.startswith(RETRY_GROUP_TOPIC_PREFIX) else name
 
 
@@ -293,7 +292,8 @@ class Policy:
     def from_dict(cls, value: Any) -> Policy:
         info = _object(value, "a policy")
         policy_type = info.get("policyType")
-        entries = info.get("entries") or []
+        entries = info.get("entries")
+        entries = [] if entries is None else entries
         if not isinstance(entries, list):
             raise _invalid("a policy's entries are not a list")
         return cls(
@@ -311,12 +311,6 @@ class Acl:
     subject: str
     policies: tuple[Policy, ...]
 
-    @property
-    def username(self) -> str | None:
-        """The user the subject names, or None if it is not ``User:<name>``."""
-        kind, colon, name = self.subject.partition(":")
-        return name if colon and kind.strip().lower() == "user" and name else None
-
     def policy(self, policy_type: PolicyType) -> Policy | None:
         return next((policy for policy in self.policies if policy.policy_type is policy_type), None)
 
@@ -329,7 +323,8 @@ class Acl:
     @classmethod
     def from_dict(cls, value: Any) -> Acl:
         info = _object(value, "AclInfo")
-        policies = info.get("policies") or []
+        policies = info.get("policies")
+        policies = [] if policies is None else policies
         if not isinstance(policies, list):
             raise _invalid("AclInfo's policies are not a list")
         return cls(_string(info, "subject", "AclInfo", ""), tuple(Policy.from_dict(p) for p in policies))

@@ -1,13 +1,259 @@
-"""Which resources a request needs which actions on: the one table of access control."""
+"""Which resources a request needs which actions on: the one table of access control.
+
+The table is RocketMQ 5's (``DefaultAuthorizationContextBuilder`` and the ``@RocketMQAction``
+annotations of its request headers): each request code gives a list of needs, each on one resource
+and passed by any one of its actions. Resource names come from the request's ext fields (the
+header's wire names) or, for a few requests, from the body. A field the request does not carry gives
+a need on that type of resource with no name, which only ``<Type>:*`` and ``*`` entries grant. A
+retry topic (``%RETRY%g``) stands for its group: what a request needs on it, it needs on group g.
+
+A Cluster need is on ``Cluster:<brokerClusterName>`` at a broker and on a cluster with no name at a
+name server (so only ``Cluster:*`` and ``*`` grant it there).
+"""
 
 from __future__ import annotations
 
-from cometmq.auth._model import Need
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+from cometmq.auth._model import Action, Need, Resource, ResourceType
+from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.command import RemotingCommand
+from cometmq.protocol.jsonbody import as_object, java_list, json_object
+from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX
+
+_TOPIC: Final = ResourceType.TOPIC
+_GROUP: Final = ResourceType.GROUP
+_CLUSTER: Final = ResourceType.CLUSTER
+
+PUB: Final = frozenset((Action.PUB,))
+SUB: Final = frozenset((Action.SUB,))
+SUB_GET: Final = frozenset((Action.SUB, Action.GET))
+SUB_UPDATE: Final = frozenset((Action.SUB, Action.UPDATE))
+PUB_SUB_GET: Final = frozenset((Action.PUB, Action.SUB, Action.GET))
+CREATE: Final = frozenset((Action.CREATE,))
+UPDATE: Final = frozenset((Action.UPDATE,))
+DELETE: Final = frozenset((Action.DELETE,))
+GET: Final = frozenset((Action.GET,))
+LIST: Final = frozenset((Action.LIST,))
+
+# Bounds on what a body may list, so that a huge one cannot make the check itself expensive; the
+# broker's own limits (MAX_HEARTBEAT_GROUPS, MAX_LOCK_BATCH) are below these.
+_MAX_BODY_ITEMS: Final = 100_000
+
+NeedsRule = Callable[[RemotingCommand, "str | None"], list[Need]]
+
+
+def _is_retry(name: str | None) -> bool:
+    return name is not None and name.startswith(RETRY_GROUP_TOPIC_PREFIX)
+
+
+def _need(resource_type: ResourceType, name: str | None, actions: frozenset[Action]) -> Need:
+    return Need(Resource.of(resource_type, name), actions)
+
+
+def _field(resource_type: ResourceType, field: str, actions: frozenset[Action]) -> NeedsRule:
+    """One need on the resource a field names."""
+
+    def rule(request: RemotingCommand, cluster: str | None) -> list[Need]:
+        return [_need(resource_type, request.ext_fields.get(field), actions)]
+
+    return rule
+
+
+def _topic(field: str, actions: frozenset[Action], retry_actions: frozenset[Action]) -> NeedsRule:
+    """A need on the topic a field names; on its group, with *retry_actions*, for a retry topic."""
+
+    def rule(request: RemotingCommand, cluster: str | None) -> list[Need]:
+        topic = request.ext_fields.get(field)
+        if _is_retry(topic):
+            return [_need(_GROUP, topic, retry_actions)]
+        return [_need(_TOPIC, topic, actions)]
+
+    return rule
+
+
+def _topic_and_group(topic_field: str, group_field: str, actions: frozenset[Action]) -> NeedsRule:
+    """A consumer's request: the topic (unless a retry topic: its group is the group) and the group."""
+
+    def rule(request: RemotingCommand, cluster: str | None) -> list[Need]:
+        fields = request.ext_fields
+        topic = fields.get(topic_field)
+        group = _need(_GROUP, fields.get(group_field), actions)
+        return [group] if _is_retry(topic) else [_need(_TOPIC, topic, actions), group]
+
+    return rule
+
+
+def _send(topic_field: str, group_field: str) -> NeedsRule:
+    """A send: Pub on the topic; to a retry topic, Sub on the producer group (else the topic's group)."""
+
+    def rule(request: RemotingCommand, cluster: str | None) -> list[Need]:
+        fields = request.ext_fields
+        topic = fields.get(topic_field)
+        if _is_retry(topic):
+            return [_need(_GROUP, fields.get(group_field) or topic, SUB)]
+        return [_need(_TOPIC, topic, PUB)]
+
+    return rule
+
+
+def _unnamed(resource_type: ResourceType, actions: frozenset[Action]) -> NeedsRule:
+    """A need on every resource of a type (listing them): only ``<Type>:*`` and ``*`` grant it."""
+    need = _need(resource_type, None, actions)
+
+    def rule(request: RemotingCommand, cluster: str | None) -> list[Need]:
+        return [need]
+
+    return rule
+
+
+def _cluster(actions: frozenset[Action]) -> NeedsRule:
+    def rule(request: RemotingCommand, cluster: str | None) -> list[Need]:
+        return [_need(_CLUSTER, cluster, actions)]
+
+    return rule
+
+
+def _unregister_client(request: RemotingCommand, cluster: str | None) -> list[Need]:
+    group = request.ext_fields.get("consumerGroup")
+    return [_need(_GROUP, group, SUB)] if group else []
+
+
+def _consume_stats(request: RemotingCommand, cluster: str | None) -> list[Need]:
+    fields = request.ext_fields
+    needs = [_need(_GROUP, fields.get("consumerGroup"), GET)]
+    if fields.get("topic"):
+        needs.append(_need(_TOPIC, fields["topic"], GET))
+    return needs
+
+
+def _reset_offset(request: RemotingCommand, cluster: str | None) -> list[Need]:
+    fields = request.ext_fields
+    return [_need(_GROUP, fields.get("group"), UPDATE), _need(_TOPIC, fields.get("topic"), UPDATE)]
+
+
+def _string_in(obj: Mapping[str, Any], key: str) -> str | None:
+    value = obj.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _subscribed_topics(topics: Iterable[str | None]) -> list[Need]:
+    return [_need(_TOPIC, topic, SUB) for topic in topics if not _is_retry(topic)]
+
+
+def _heart_beat(request: RemotingCommand, cluster: str | None) -> list[Need]:
+    """Sub on each consumer group of the HeartbeatData and on each topic it subscribes to; producer
+    groups need nothing (as in RocketMQ)."""
+    what = "HeartbeatData"
+    data = json_object(request.body, what)
+    needs = []
+    for raw in java_list(data, "consumerDataSet", what, max_items=_MAX_BODY_ITEMS):
+        consumer = as_object(raw, "ConsumerData")
+        needs.append(_need(_GROUP, _string_in(consumer, "groupName"), SUB))
+        subscriptions = java_list(consumer, "subscriptionDataSet", "ConsumerData", max_items=_MAX_BODY_ITEMS)
+        needs += _subscribed_topics(
+            _string_in(as_object(sub, "SubscriptionData"), "topic") for sub in subscriptions
+        )
+    return needs
+
+
+def _lock_batch(request: RemotingCommand, cluster: str | None) -> list[Need]:
+    """Sub on the LockBatchRequestBody's group and on each of its queues' topics."""
+    what = "LockBatchRequestBody"
+    body = json_object(request.body, what)
+    queues = java_list(body, "mqSet", what, max_items=_MAX_BODY_ITEMS)
+    return [
+        _need(_GROUP, _string_in(body, "consumerGroup"), SUB),
+        *_subscribed_topics(_string_in(as_object(queue, "MessageQueue"), "topic") for queue in queues),
+    ]
+
+
+def _body_group(key: str, actions: frozenset[Action]) -> NeedsRule:
+    """A need on the group a JSON body names (SubscriptionGroupConfig, CheckClientRequestBody)."""
+
+    def rule(request: RemotingCommand, cluster: str | None) -> list[Need]:
+        body = json_object(request.body, "the request body")
+        return [_need(_GROUP, _string_in(body, key), actions)]
+
+    return rule
+
+
+_CODE = RequestCode
+TABLE: Final[Mapping[int, NeedsRule]] = {
+    # messages
+    _CODE.SEND_MESSAGE: _send("topic", "producerGroup"),
+    _CODE.SEND_MESSAGE_V2: _send("b", "a"),
+    _CODE.SEND_BATCH_MESSAGE: _send("b", "a"),
+    _CODE.END_TRANSACTION: _field(_TOPIC, "topic", PUB),
+    _CODE.CONSUMER_SEND_MSG_BACK: _field(_GROUP, "group", SUB),
+    _CODE.PULL_MESSAGE: _topic_and_group("topic", "consumerGroup", SUB),
+    _CODE.QUERY_MESSAGE: _field(_TOPIC, "topic", SUB_GET),
+    _CODE.VIEW_MESSAGE_BY_ID: _cluster(GET),
+    # clients
+    _CODE.HEART_BEAT: _heart_beat,
+    _CODE.UNREGISTER_CLIENT: _unregister_client,
+    _CODE.GET_CONSUMER_LIST_BY_GROUP: _field(_GROUP, "consumerGroup", SUB_GET),
+    _CODE.QUERY_CONSUMER_OFFSET: _topic_and_group("topic", "consumerGroup", SUB_GET),
+    _CODE.UPDATE_CONSUMER_OFFSET: _topic_and_group("topic", "consumerGroup", SUB_UPDATE),
+    _CODE.LOCK_BATCH_MQ: _lock_batch,
+    _CODE.UNLOCK_BATCH_MQ: _lock_batch,
+    _CODE.CHECK_CLIENT_CONFIG: _body_group("group", SUB),
+    _CODE.GET_ROUTEINFO_BY_TOPIC: _topic("topic", PUB_SUB_GET, SUB_GET),
+    # topics and groups
+    _CODE.UPDATE_AND_CREATE_TOPIC: _field(_TOPIC, "topic", CREATE),
+    _CODE.DELETE_TOPIC_IN_BROKER: _field(_TOPIC, "topic", DELETE),
+    _CODE.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _body_group("groupName", CREATE),
+    _CODE.DELETE_SUBSCRIPTIONGROUP: _field(_GROUP, "groupName", DELETE),
+    _CODE.GET_MAX_OFFSET: _field(_TOPIC, "topic", GET),
+    _CODE.GET_MIN_OFFSET: _field(_TOPIC, "topic", GET),
+    _CODE.GET_EARLIEST_MSG_STORETIME: _field(_TOPIC, "topic", GET),
+    _CODE.SEARCH_OFFSET_BY_TIMESTAMP: _field(_TOPIC, "topic", GET),
+    _CODE.GET_TOPIC_STATS_INFO: _field(_TOPIC, "topic", GET),
+    _CODE.GET_CONSUME_STATS: _consume_stats,
+    _CODE.GET_CONSUMER_CONNECTION_LIST: _field(_GROUP, "consumerGroup", GET),
+    _CODE.INVOKE_BROKER_TO_RESET_OFFSET: _reset_offset,
+    _CODE.GET_ALL_TOPIC_CONFIG: _unnamed(_TOPIC, LIST),
+    _CODE.GET_TOPICS_BY_CLUSTER: _unnamed(_TOPIC, LIST),
+    _CODE.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: _unnamed(_TOPIC, LIST),
+    _CODE.GET_SYSTEM_TOPIC_LIST_FROM_NS: _unnamed(_TOPIC, LIST),
+    _CODE.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _unnamed(_GROUP, LIST),
+    # the cluster
+    _CODE.GET_ALL_CONSUMER_OFFSET: _cluster(GET),
+    _CODE.GET_ALL_DELAY_OFFSET: _cluster(GET),
+    _CODE.GET_BROKER_RUNTIME_INFO: _cluster(GET),
+    _CODE.GET_BROKER_CONFIG: _cluster(GET),
+    _CODE.GET_BROKER_HA_STATUS: _cluster(GET),
+    _CODE.GET_BROKER_CLUSTER_INFO: _cluster(GET),
+    _CODE.QUERY_DATA_VERSION: _cluster(GET),
+    _CODE.GET_KV_CONFIG: _cluster(GET),
+    _CODE.GET_KVLIST_BY_NAMESPACE: _cluster(GET),
+    _CODE.UPDATE_BROKER_CONFIG: _cluster(UPDATE),
+    _CODE.REGISTER_BROKER: _cluster(UPDATE),
+    _CODE.UNREGISTER_BROKER: _cluster(UPDATE),
+    _CODE.PUT_KV_CONFIG: _cluster(UPDATE),
+    _CODE.DELETE_KV_CONFIG: _cluster(UPDATE),
+    _CODE.WIPE_WRITE_PERM_OF_BROKER: _cluster(UPDATE),
+    _CODE.ADD_WRITE_PERM_OF_BROKER: _cluster(UPDATE),
+    _CODE.DELETE_TOPIC_IN_NAMESRV: _cluster(UPDATE),
+    _CODE.NOTIFY_BROKER_ROLE_CHANGED: _cluster(UPDATE),
+    # users and ACLs
+    _CODE.AUTH_CREATE_USER: _cluster(UPDATE),
+    _CODE.AUTH_UPDATE_USER: _cluster(UPDATE),
+    _CODE.AUTH_DELETE_USER: _cluster(UPDATE),
+    _CODE.AUTH_GET_USER: _cluster(GET),
+    _CODE.AUTH_LIST_USER: _cluster(GET),
+    _CODE.AUTH_CREATE_ACL: _cluster(UPDATE),
+    _CODE.AUTH_UPDATE_ACL: _cluster(UPDATE),
+    _CODE.AUTH_DELETE_ACL: _cluster(UPDATE),
+    _CODE.AUTH_GET_ACL: _cluster(GET),
+    _CODE.AUTH_LIST_ACL: _cluster(GET),
+}
 
 
 def needs_of(request: RemotingCommand, cluster: str | None) -> list[Need] | None:
     """What *request* needs, each :class:`Need` on its own; None if its code is not in the table.
-
-    *cluster* is the broker's cluster name (``Cluster:<name>`` needs), None at a name server."""
-    raise NotImplementedError
+    A body the table reads that is not valid JSON of its shape raises a
+    :class:`~cometmq.errors.RequestRefused` (the request is refused, as the server would)."""
+    rule = TABLE.get(request.code)
+    return None if rule is None else rule(request, cluster)

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cometmq.auth import AccessControl, Action, Need, Resource, ResourceType
+from cometmq.auth.serving import ServerAccess, warn_if_open
 from cometmq.broker._admin import AdminProcessor, runtime_info
 from cometmq.broker._clients import ConsumerManager, ProducerManager
 from cometmq.broker._consumers import ConsumerManageProcessor
@@ -60,16 +62,23 @@ class Broker:
         *,
         disk_usage_probe: Callable[[Path], float] | None = None,
         slave_sync_period_s: float = SLAVE_SYNC_PERIOD_S,
+        access: ServerAccess | None = None,
     ) -> None:
         """*disk_usage_probe* replaces measuring the store's filesystem (``StoreConfig``); tests
         simulate a full disk with it. *slave_sync_period_s* is how often a slave copies its master's
-        metadata (RocketMQ's 10 s; tests make it shorter). ConfigError for settings a broker cannot
-        run with (``BrokerConfig.settle_role``)."""
+        metadata (RocketMQ's 10 s; tests make it shorter). *access* is the access control to use
+        (``cometmq standalone`` shares one with its name server); by default one made from the
+        config. ConfigError for settings a broker cannot run with (``BrokerConfig.settle_role``,
+        ``check_access``)."""
         # The broker's own id in its group, which it registers under while a slave (a master
         # registers as 0, and settle_role sets a static master's brokerId to 0).
         self.own_id = config.broker_id
         config.settle_role()
+        config.check_access()
         self.config = config
+        self.access = (
+            access if access is not None else ServerAccess(config.acl_settings(), config.broker_cluster_name)
+        )
         self._slave = config.failover or config.broker_role is BrokerRole.SLAVE
         # How this broker acknowledges sends while it is master (a SLAVE promoted by hand: as ASYNC).
         self.master_role = (
@@ -115,7 +124,14 @@ class Broker:
         self._server: RemotingServer | None = None
         self._dispatch: Dispatcher | None = None
         self._slave_sync_task: asyncio.Task[None] | None = None
-        self._namesrv_client = RemotingClient()
+        # Signs what the broker sends (registrations, a slave's requests to its master) when it has
+        # credentials of its own.
+        # The context of the broker's own connections (tls.enable): registrations, a slave's HA link.
+        self._client_tls = config.tls.client_context()
+        config.tls.server_context()  # a certificate that cannot be loaded: ConfigError before any start
+        self._namesrv_client = RemotingClient(
+            credentials=config.inner_client_credentials, ssl_context=self._client_tls
+        )
         self._register_wanted = asyncio.Event()
         # Ids this broker registered under before a role switch, to unregister on the next registration.
         self._stale_ids: set[int] = set()
@@ -154,6 +170,11 @@ class Broker:
         of role once bound)."""
         return self._ha_listen_port if self._ha_bound else self.config.ha_port
 
+    @property
+    def access_control(self) -> AccessControl | None:
+        """What checks every request before its handler (None while aclEnable is off)."""
+        return self.access.access_control
+
     def runtime_info(self) -> dict[str, str]:
         return runtime_info(self)
 
@@ -174,7 +195,7 @@ class Broker:
         return request.response(body=info.encode())
 
     def _dispatcher(self) -> Dispatcher:
-        return Dispatcher(self._processor_table())
+        return Dispatcher(self._processor_table(), gate=self.access.gate())
 
     def _processor_table(self) -> ProcessorTable:
         """The broker's one processor table for its role now: each request code and the processor
@@ -222,6 +243,7 @@ class Broker:
                 RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
                 RequestCode.GET_BROKER_HA_STATUS: self.ha_status,
                 RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self.role_changed,
+                **self.access.admin_handlers(),
             }
         )
 
@@ -239,6 +261,7 @@ class Broker:
         self.schedule.load()
         await asyncio.get_running_loop().run_in_executor(None, self.store.start)
         self.store.add_arrival_listener(self.pull_holds.on_arrival)
+        await self.access.start()
         self._dispatch = self._dispatcher()
         server = RemotingServer(
             self._dispatch,
@@ -246,6 +269,7 @@ class Broker:
             self.config.listen_port,
             busy_poll_us=self.config.busy_poll_micros,
             limits=self.config.server_limits(),
+            tls=self.config.tls,
         )
         server.add_close_listener(self._connection_closed)
         ha_port = self.config.ha_port  # before listen_port takes the port the OS picks
@@ -256,6 +280,7 @@ class Broker:
         except BaseException:
             await server.stop()
             await self._stop_replication()
+            await self.access.stop()
             # A broker that cannot listen serves nothing: it gives its data directory (and the lock on
             # it) up, so that a retry in this process, on another port, can have it.
             await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
@@ -264,6 +289,7 @@ class Broker:
         if self.config.listen_port == 0:  # advertise the port the OS picked, not 0
             self.config.listen_port = server.port
             self.store_host = host_bytes(self.config.broker_addr)
+        warn_if_open("broker", self.config.listen_host, server.port, self.config.acl_enable)
         # Only now: delivered copies carry the final store host (their offset message ids name it).
         self.schedule.start()
         log.info(
@@ -320,7 +346,12 @@ class Broker:
         await self._stop_ha_server()
         cfg = self.config
         port = self._ha_listen_port
-        ha_server = HAServer(self.store, dataclasses.replace(cfg.replication_config(), broker_id=self.own_id))
+        ha_server = HAServer(
+            self.store,
+            dataclasses.replace(cfg.replication_config(), broker_id=self.own_id),
+            verify_slave=self._verify_slave if self.access_control is not None else None,
+            tls=cfg.tls,
+        )
         try:
             await ha_server.start(cfg.listen_host, port)
         except OSError as exc:
@@ -337,6 +368,13 @@ class Broker:
             if self.election is not None:
                 ha_server.on_candidates_changed = self.election.in_sync_changed
 
+    def _verify_slave(self, addr: str, access_key: str, content: bytes, signature: bytes) -> str | None:
+        """A slave's AUTH on the HA link: it must be a user allowed to Update this broker's cluster."""
+        access = self.access_control
+        assert access is not None  # given to the HA server only then
+        need = Need.of(Resource.of(ResourceType.CLUSTER, self.config.broker_cluster_name), (Action.UPDATE,))
+        return access.verify_peer(addr, access_key, content, signature, (need,))
+
     async def _stop_ha_server(self) -> None:
         self.sync_master = False
         ha_server, self.ha_server = self.ha_server, None
@@ -352,6 +390,8 @@ class Broker:
             lambda: self.master_ha_addr,
             broker_id=self.own_id,
             expected_epoch=lambda: self.epoch,
+            credentials=self.config.inner_client_credentials,
+            ssl_context=self._client_tls,
         )
         if self.config.failover:
             self.ha_client.on_confirmed = self._master_confirmed
@@ -626,6 +666,7 @@ class Broker:
         if self.config.namesrv_addr:
             await self._unregister_stale(stopping=True)
         await self._namesrv_client.close()
+        await self.access.stop()
         # A metadata file that cannot be written (disk error) is logged; the others are still
         # written and the store still shuts down cleanly (flushed, checkpointed, abort file removed).
         await self.schedule.stop()

@@ -16,10 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cometmq.broker._javaprops import read_properties
+from cometmq.auth import Credentials
+from cometmq.auth.serving import AclSettings
 from cometmq.errors import ConfigError
+from cometmq.javaprops import converted, key_of, read_properties
 from cometmq.protocol import MAX_FRAME_SIZE
 from cometmq.remoting import DEFAULT_MAX_PARTIAL_FRAME_BYTES, ServerLimits, default_max_connections
+from cometmq.remoting.tls import TLS_KEYS, TlsSettings
 from cometmq.replication import ReplicationConfig
 from cometmq.store import FlushDiskType, StoreConfig, parse_delay_levels, parse_delete_when
 
@@ -127,6 +130,17 @@ class BrokerConfig:
     etcd_endpoints: str = ""
     etcd_prefix: str = "/cometmq"
     etcd_lease_ttl: int = 5
+    # Access control (docs/security.md): RocketMQ 4.x's aclEnable and plainAclFile, RocketMQ 5's
+    # initAuthenticationUser and innerClientAuthenticationCredentials; authConfigPath empty is
+    # <storePathRootDir>/config. The two JSON values hold secrets: kept out of the repr.
+    acl_enable: bool = False
+    plain_acl_file: str = ""
+    auth_config_path: str = ""
+    init_authentication_user: str = field(default="", repr=False)
+    inner_client_credentials: Credentials | None = field(default=None, repr=False)
+    # TLS (docs/security.md): RocketMQ's tls.* keys (cometmq.remoting.tls), the ones of one source
+    # (the file, the flags) taken together.
+    tls: TlsSettings = field(default_factory=TlsSettings)
 
     @property
     def broker_addr(self) -> str:
@@ -153,6 +167,16 @@ class BrokerConfig:
     def etcd_endpoint_list(self) -> list[str]:
         return [endpoint.strip() for endpoint in self.etcd_endpoints.split(",") if endpoint.strip()]
 
+    def acl_settings(self) -> AclSettings:
+        """The access-control settings; authConfigPath empty is <storePathRootDir>/config."""
+        directory = self.auth_config_path or str(Path(self.store_path_root_dir) / "config")
+        return AclSettings(
+            enabled=self.acl_enable,
+            plain_acl_file=self.plain_acl_file,
+            auth_config_path=Path(directory).expanduser(),
+            init_authentication_user=self.init_authentication_user,
+        )
+
     def replication_config(self) -> ReplicationConfig:
         return ReplicationConfig(
             master_address=self.ha_master_address.strip(),
@@ -176,7 +200,12 @@ class BrokerConfig:
         names where the values come from, in those messages.
         """
         not_used: list[str] = []
+        tls = {key: str(value) for key, value in values.items() if key in TLS_KEYS and value is not None}
+        if tls:
+            self.tls = TlsSettings.from_properties(tls)
         for key, value in values.items():
+            if key in TLS_KEYS:
+                continue
             name = _ATTRIBUTE_OF_KEY.get(key, key)
             if name not in _KEY_OF_ATTRIBUTE:
                 if key in ROCKETMQ_KEYS_NOT_USED:
@@ -219,6 +248,16 @@ class BrokerConfig:
         elif self.broker_id != 0:
             log.info("brokerId %d set to 0: a %s is its group's id 0", self.broker_id, self.broker_role.value)
             self.broker_id = 0
+
+    def check_access(self) -> None:
+        """Once the settings are final: a broker with aclEnable signs what it sends to name servers and
+        to its master, so it needs credentials of its own (ConfigError naming the key otherwise)."""
+        if self.acl_enable and self.inner_client_credentials is None:
+            raise ConfigError(
+                "aclEnable=true needs innerClientAuthenticationCredentials "
+                '({"accessKey": "..", "secretKey": ".."}): the broker signs its registrations with the '
+                "name servers and a slave its requests to the master with them"
+            )
 
     def _check(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -330,8 +369,10 @@ ROCKETMQ_KEYS_NOT_USED = frozenset(
         "osPageCacheBusyTimeOutMills",
         "useReentrantLockWhenPutMessage",
         "transientStorePoolEnable",
+        # TLS: RocketMQ's self-signed test certificate, and the older name of need.client.auth.
+        "tls.test.mode.enable",
+        "tls.server.authClient",
         # Features CometMQ does not have.
-        "aclEnable",
         "traceTopicEnable",
         "msgTraceTopicName",
         "clusterTopicEnable",
@@ -340,20 +381,15 @@ ROCKETMQ_KEYS_NOT_USED = frozenset(
     }
 )
 
-# Words RocketMQ's key names spell in capitals (brokerIP1, enabledAppendPropCRC).
-_CAPITALISED = {"ip1", "crc"}
-
-
-def _key(attribute: str) -> str:
-    """The RocketMQ key of an attribute: ``listen_port`` → ``listenPort``."""
-    first, *rest = attribute.split("_")
-    return first + "".join(word.upper() if word in _CAPITALISED else word.capitalize() for word in rest)
-
-
-_KEY_OF_ATTRIBUTE = {f.name: _key(f.name) for f in dataclasses.fields(BrokerConfig)}
+_KEY_OF_ATTRIBUTE = {f.name: key_of(f.name) for f in dataclasses.fields(BrokerConfig)}
 _ATTRIBUTE_OF_KEY = {key: name for name, key in _KEY_OF_ATTRIBUTE.items()}
 _ATTRIBUTE_OF_KEY["haSlaveFallbehindMax"] = "ha_max_gap_not_in_sync"  # RocketMQ 4.9's name
-_SUGGESTIONS = sorted({*_ATTRIBUTE_OF_KEY, *ROCKETMQ_KEYS_NOT_USED})
+# RocketMQ 5's key, longer than the attribute's name.
+_KEY_OF_ATTRIBUTE["inner_client_credentials"] = "innerClientAuthenticationCredentials"
+_ATTRIBUTE_OF_KEY["innerClientAuthenticationCredentials"] = "inner_client_credentials"
+del _ATTRIBUTE_OF_KEY["innerClientCredentials"]
+del _ATTRIBUTE_OF_KEY["tls"]  # given by its tls.* keys
+_SUGGESTIONS = sorted({*_ATTRIBUTE_OF_KEY, *ROCKETMQ_KEYS_NOT_USED, *TLS_KEYS})
 
 # The store's name of a setting, where it is not the broker's: the store spells "commitlog" as one
 # word and puts the unit in the name.
@@ -376,20 +412,20 @@ def _unknown_key_message(key: str, source: str) -> str:
     return f"{message} (did you mean {closest[0]}?)" if closest else message
 
 
-def _converted(key: str, value: Any, current: Any) -> Any:
-    """*value* (text from a file or flag, or already of the type) as the type of *current*."""
-    kind = type(current)
-    if type(value) is kind:
+def _credentials(key: str, value: Any) -> Credentials | None:
+    """Credentials from their JSON (an empty value: none). The error names the key, never the value."""
+    if value is None or isinstance(value, Credentials):
         return value
     text = str(value).strip()
-    if isinstance(current, enum.Enum):
-        # Java's Enum.valueOf: the exact name.
-        if text not in kind.__members__:
-            raise ConfigError(f"{key}={text!r} is not one of {', '.join(kind.__members__)}")
-        return kind[text]
-    if isinstance(current, bool):
-        return text.lower() == "true"  # Java's Boolean.parseBoolean: anything else is false
+    if not text:
+        return None
     try:
-        return kind(text)
-    except ValueError:
-        raise ConfigError(f"{key}={value!r} is not a valid {kind.__name__}") from None
+        return Credentials.from_json(text)
+    except ConfigError as exc:  # its message never holds the secret
+        raise ConfigError(f"{key}: {exc}") from None
+
+
+def _converted(key: str, value: Any, current: Any) -> Any:
+    if key == "innerClientAuthenticationCredentials":
+        return _credentials(key, value)
+    return converted(key, value, current)

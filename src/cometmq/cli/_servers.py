@@ -12,10 +12,13 @@ import signal
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from cometmq.auth.serving import ServerAccess
 from cometmq.cli._loop import run_async
 from cometmq.errors import ConfigError
 from cometmq.namesrv import NameServer
-from cometmq.remoting import ServerLimits, default_max_connections
+from cometmq.namesrv.config import NamesrvConfig
+from cometmq.remoting import default_max_connections
+from cometmq.remoting.tls import TlsMode
 
 # The broker (and its store) is imported only by the commands that run one, so the admin commands
 # start fast and work wherever the client does.
@@ -59,9 +62,24 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         description="Run a NameServer: brokers register with it, clients ask it where topics live.",
     )
     namesrv.add_argument(
-        "--host", default="0.0.0.0", metavar="HOST", help="address to listen on (default: all)"
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="a properties file: listenPort, aclEnable, plainAclFile, authConfigPath, "
+        "initAuthenticationUser, ... (flags override it)",
     )
-    namesrv.add_argument("--port", type=int, default=9876, metavar="PORT", help="default: 9876")
+    namesrv.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="where the users and ACLs are kept (authConfigPath; default: ~/.cometmq/namesrv)",
+    )
+    namesrv.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0: every address)",
+    )
+    namesrv.add_argument("--port", type=int, metavar="PORT", help="default: listenPort, else 9876")
     namesrv.add_argument(
         "--broker-expiry",
         type=float,
@@ -72,18 +90,16 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     namesrv.add_argument(
         "--channel-max-idle",
         type=float,
-        default=120.0,
         metavar="SECONDS",
         help="close a connection that has read and written nothing for this long; 0: never "
-        "(RocketMQ's serverChannelMaxIdleTimeSeconds; default: 120)",
+        "(serverChannelMaxIdleTimeSeconds; default: 120)",
     )
     namesrv.add_argument(
         "--max-connections",
         type=int,
-        default=default_max_connections(),
         metavar="N",
-        help="close connections past this many at once (default: 10000, or fewer under a lower limit "
-        "of open files: %(default)s here)",
+        help="close connections past this many at once (serverMaxConnections; default: 10000, or fewer "
+        f"under a lower limit of open files: {default_max_connections()} here)",
     )
     _add_log_level(namesrv)
     namesrv.set_defaults(func=run_namesrv)
@@ -229,10 +245,10 @@ def _broker_config(args: argparse.Namespace, defaults: dict[str, object] | None 
     return config
 
 
-def _new_broker(config: BrokerConfig) -> Broker:
+def _new_broker(config: BrokerConfig, access: ServerAccess | None = None) -> Broker:
     from cometmq.broker import Broker
 
-    return Broker(config)
+    return Broker(config, access=access)
 
 
 class _ShutdownSignal:
@@ -287,13 +303,20 @@ async def _standalone(args: argparse.Namespace) -> int:
     config = _broker_config(args, {"enablePropertyFilter": True})
     host = config.broker_ip1
     config.listen_host = host
+    if config.tls.mode is TlsMode.ENFORCING and not config.tls.client_enable:
+        raise ConfigError(
+            "tls.server.mode=enforcing needs tls.enable=true here (with tls.client.trustCertPath for a "
+            "certificate no system CA signs): the broker registers with its name server over TLS"
+        )
+    # One set of users and ACLs, the broker's, guards both servers: a user made on one is known to both.
+    access = ServerAccess(config.acl_settings(), config.broker_cluster_name)
     with _ShutdownSignal() as shutdown:
-        namesrv = NameServer(host=host, port=args.namesrv_port)
+        namesrv = NameServer(host=host, port=args.namesrv_port, access=access, tls=config.tls)
         with _port_flag(host, args.namesrv_port, "--namesrv-port"):
             await namesrv.start()
         try:
             config.namesrv_addr = f"{host}:{namesrv.port}"
-            broker = _new_broker(config)
+            broker = _new_broker(config, access)
             with _port_flag(host, config.listen_port, "--broker-port"):
                 await broker.start()
             try:
@@ -309,15 +332,36 @@ async def _standalone(args: argparse.Namespace) -> int:
     return 0
 
 
+def _namesrv_config(args: argparse.Namespace) -> NamesrvConfig:
+    """The file's settings (if any), then every given flag on top."""
+    config = NamesrvConfig.from_file(args.config) if args.config else NamesrvConfig()
+    overrides: dict[str, object] = {}
+    for flag, attribute in (
+        ("port", "listen_port"),
+        ("channel_max_idle", "server_channel_max_idle_time_seconds"),
+        ("max_connections", "server_max_connections"),
+        ("data_dir", "auth_config_path"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[attribute] = value
+    config.update(overrides, source="the command line")
+    return config
+
+
 async def _namesrv(args: argparse.Namespace) -> int:
+    config = _namesrv_config(args)
     with _ShutdownSignal() as shutdown:
-        if args.channel_max_idle < 0 or args.max_connections < 1:
-            raise ConfigError("--channel-max-idle must be 0 or more, --max-connections 1 or more")
-        limits = ServerLimits(channel_max_idle_s=args.channel_max_idle, max_connections=args.max_connections)
         namesrv = NameServer(
-            host=args.host, port=args.port, broker_expiry_s=args.broker_expiry, limits=limits
+            host=args.host,
+            port=config.listen_port,
+            broker_expiry_s=args.broker_expiry,
+            order_message_enable=config.order_message_enable,
+            limits=config.server_limits(),
+            access=ServerAccess(config.acl_settings(), None),
+            tls=config.tls,
         )
-        with _port_flag(args.host, args.port, "--port"):
+        with _port_flag(args.host, config.listen_port, "--port"):
             await namesrv.start()
         try:
             _ready(f"CometMQ namesrv ready: listening on {args.host}:{namesrv.port}")

@@ -9,6 +9,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from cometmq.auth import AccessControl
+from cometmq.auth.serving import ServerAccess, warn_if_open
 from cometmq.namesrv.kv_config import KVConfigManager
 from cometmq.namesrv.processors import (
     BrokerRegistrationProcessor,
@@ -19,6 +21,7 @@ from cometmq.namesrv.processors import (
 from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.protocol import RequestCode
 from cometmq.remoting import Connection, Dispatcher, RemotingServer, RequestHandler, ServerLimits
+from cometmq.remoting.tls import TlsSettings
 
 log = logging.getLogger("cometmq.namesrv")
 
@@ -31,11 +34,13 @@ class NameServer:
     name and id can be neither taken nor unregistered by a request naming another address.
 
     ``limits`` bound what clients may make it hold (idle time, connections, partial frames).
+    ``access`` serves the users and ACLs requests and, with aclEnable, checks every request (none:
+    neither). ``tls`` gives the ``tls.server.*`` settings (none: TLS off).
     """
 
     def __init__(
         self,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         port: int = 9876,
         broker_expiry_s: float = 120.0,
         scan_interval_s: float = 10.0,
@@ -43,6 +48,8 @@ class NameServer:
         order_message_enable: bool = False,
         clock: Callable[[], float] = time.monotonic,
         limits: ServerLimits | None = None,
+        access: ServerAccess | None = None,
+        tls: TlsSettings | None = None,
     ) -> None:
         self.scan_interval_s = scan_interval_s
         self._clock = clock
@@ -69,10 +76,19 @@ class NameServer:
             RequestCode.DELETE_KV_CONFIG: kv.delete,
             RequestCode.GET_KVLIST_BY_NAMESPACE: kv.list_namespace,
         }
-        self._server = RemotingServer(Dispatcher(table), host, port, limits=limits)
+        self.access = access
+        if access is not None:
+            table.update(access.admin_handlers())
+        self.dispatcher = Dispatcher(table, gate=access.gate() if access is not None else None)
+        self._server = RemotingServer(self.dispatcher, host, port, limits=limits, tls=tls)
         # A broker whose connection closes is dropped at once, not after the expiry time.
         self._server.add_close_listener(self.routes.connection_closed)
         self._scan_task: asyncio.Task[None] | None = None
+
+    @property
+    def access_control(self) -> AccessControl | None:
+        """What checks every request before its handler (None while aclEnable is off)."""
+        return self.access.access_control if self.access is not None else None
 
     @property
     def host(self) -> str:
@@ -83,7 +99,15 @@ class NameServer:
         return self._server.port
 
     async def start(self) -> None:
-        await self._server.start()
+        if self.access is not None:
+            await self.access.start()
+        try:
+            await self._server.start()
+        except BaseException:
+            if self.access is not None:
+                await self.access.stop()
+            raise
+        warn_if_open("name server", self.host, self.port, self.access_control is not None)
         self._scan_task = asyncio.create_task(self._scan_forever(), name="namesrv-broker-expiry")
         log.info("name server listening on %s:%d", self.host, self.port)
 
@@ -94,6 +118,8 @@ class NameServer:
                 await self._scan_task
             self._scan_task = None
         await self._server.stop()
+        if self.access is not None:
+            await self.access.stop()
         log.info("name server stopped")
 
     def scan_not_active_brokers(self) -> None:

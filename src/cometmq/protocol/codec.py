@@ -45,6 +45,13 @@ from cometmq.protocol.command import Buffer, RemotingCommand, language_name
 MAX_FRAME_SIZE = 16 * 1024 * 1024
 
 _INT32 = struct.Struct(">i")
+# The first two bytes of a TLS handshake record (content type 22, version 3.x), read as the top half of
+# a frame length: a peer that starts TLS where a frame was expected.
+_TLS_HANDSHAKE_RECORD: Final = 0x1603
+TLS_HANDSHAKE_NOT_EXPECTED: Final = (
+    "a TLS handshake where a remoting frame was expected: the peer speaks TLS, this end does not "
+    "(tls.server.mode=disabled)"
+)
 _PREFIX = struct.Struct(">ii")
 _BINARY_FIXED = struct.Struct(">hbhiii")  # code, language, version, opaque, flag, remark length
 _LANGUAGE_BY_NAME = {lang.name: lang for lang in LanguageCode}
@@ -385,6 +392,8 @@ class FrameDecoder:
         while end - pos >= 4:
             (length,) = _INT32.unpack_from(view, pos)
             if length < 4 or length + 4 > MAX_FRAME_SIZE:
+                if length >> 16 == _TLS_HANDSHAKE_RECORD:
+                    raise ProtocolError(TLS_HANDSHAKE_NOT_EXPECTED)
                 raise ProtocolError(f"frame length {length} outside 4..{MAX_FRAME_SIZE - 4} bytes")
             if end - pos - 4 >= length:
                 commands.append(_decode(view[pos + 4 : pos + 4 + length], copy_body=True))

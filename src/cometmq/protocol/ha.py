@@ -11,6 +11,16 @@ A CometMQ slave opens the link with a **handshake** (RocketMQ 4.x slaves have no
   commit-log end, int32 a count, then count times (int64 epoch, int64 start offset): the master's epoch
   history (its ``epochFileCheckpoint``), oldest first.
 
+A master with access control on (``aclEnable``) makes a slave prove who it is before it answers:
+
+- Master → slave ``AUTH_CHALLENGE``, 24 bytes, right after the hello: the 8 bytes of ``AUTH_MAGIC``
+  and 16 random bytes, the nonce.
+- Slave → master ``AUTH``: ``AUTH_MAGIC``, int16 the length of the access key, the access key
+  (UTF-8), and 20 bytes: the HMAC-SHA1, keyed with the secret key, of the nonce followed by the 24
+  bytes of the slave's hello (so the answer serves no other link, nor another slave's hello).
+
+The master then answers the hello, or closes the link.
+
 Then, or from the first byte without a handshake:
 
 - Slave → master: **offset reports**, 8 bytes each, one int64: the end of the slave's commit-log
@@ -32,26 +42,36 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from cometmq.errors import ProtocolError
 from cometmq.protocol.command import Buffer
 
 __all__ = [
+    "AUTH_CHALLENGE_SIZE",
+    "AUTH_MAGIC",
+    "AUTH_NONCE_SIZE",
     "CHUNK_HEADER_SIZE",
     "CONFIRMED_CHUNK_HEADER_SIZE",
     "HELLO_MAGIC",
     "HELLO_SIZE",
+    "MAX_ACCESS_KEY_SIZE",
     "MAX_CHUNK_BODY",
     "MAX_EPOCH_ENTRIES",
     "REPORT_SIZE",
+    "Auth",
+    "AuthChallenge",
+    "AuthDecoder",
     "ChunkDecoder",
     "Hello",
     "HelloAnswer",
     "HelloAnswerDecoder",
     "HelloDecoder",
     "ReportDecoder",
+    "auth_content",
+    "encode_auth",
+    "encode_auth_challenge",
     "encode_chunk_header",
     "encode_confirmed_chunk_header",
     "encode_hello",
@@ -70,6 +90,15 @@ MAX_CHUNK_BODY: Final = 64 * 1024 * 1024
 # The top bit of the first byte is set: an offset report (a non-negative int64) never starts so.
 HELLO_MAGIC: Final = b"\xccCOMETHA"
 HELLO_SIZE: Final = 24
+# An AUTH_CHALLENGE and an AUTH start so; the top bit of the first byte is set, as HELLO_MAGIC's.
+AUTH_MAGIC: Final = b"\xccCOMAUTH"
+AUTH_NONCE_SIZE: Final = 16
+AUTH_CHALLENGE_SIZE: Final = len(AUTH_MAGIC) + AUTH_NONCE_SIZE
+# An access key longer than this is no user's: bounds what a master buffers for a peer that is no slave.
+MAX_ACCESS_KEY_SIZE: Final = 1024
+_HMAC_SHA1_SIZE: Final = 20
+# The first byte of a TLS ClientHello (a handshake record).
+_TLS_HANDSHAKE_BYTE: Final = 0x16
 # More epochs than a group lives through; bounds what a slave buffers for a peer that is not a master.
 MAX_EPOCH_ENTRIES: Final = 1 << 16
 
@@ -79,6 +108,7 @@ _CONFIRMED_HEADER = struct.Struct(">qiq")
 _HELLO = struct.Struct(">8sqq")
 _ANSWER_HEAD = struct.Struct(">8sqqi")
 _ENTRY = struct.Struct(">qq")
+_AUTH_HEAD = struct.Struct(">8sh")
 _MAX_OFFSET = (1 << 63) - 1
 
 
@@ -215,6 +245,11 @@ class HelloDecoder:
         buffer = self._buffer + bytes(data)
         if not buffer:
             return False
+        if buffer[0] == _TLS_HANDSHAKE_BYTE:  # as an offset report: more than 2^60 bytes
+            raise ProtocolError(
+                "a TLS handshake where an HA hello or offset report was expected: the slave speaks TLS, "
+                "this HA port does not (tls.server.mode=disabled)"
+            )
         if not buffer[0] & 0x80:
             self._buffer, self.rest = b"", buffer
             return True
@@ -232,9 +267,47 @@ class HelloDecoder:
         return True
 
 
-class HelloAnswerDecoder:
-    """The slave's side of the master's first bytes. ``feed(data)`` returns the ``HelloAnswer`` once
-    the bytes complete it (None before); ``rest`` then holds the bytes fed past it, which are chunks."""
+@dataclass(frozen=True, slots=True)
+class AuthChallenge:
+    """A master's ``AUTH_CHALLENGE``: the nonce the slave's ``AUTH`` signs."""
+
+    nonce: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """A slave's ``AUTH``: its access key and the raw HMAC-SHA1 of :func:`auth_content`."""
+
+    access_key: str
+    signature: bytes = field(repr=False)
+
+
+def encode_auth_challenge(nonce: bytes) -> bytes:
+    """A master's ``AUTH_CHALLENGE`` carrying *nonce* (``AUTH_NONCE_SIZE`` random bytes)."""
+    if len(nonce) != AUTH_NONCE_SIZE:
+        raise ValueError(f"an HA nonce has {AUTH_NONCE_SIZE} bytes, not {len(nonce)}")
+    return AUTH_MAGIC + nonce
+
+
+def auth_content(nonce: bytes, hello: Hello) -> bytes:
+    """What a slave's ``AUTH`` signs: the master's *nonce*, then the slave's *hello* as it was sent."""
+    return nonce + encode_hello(hello.broker_id, hello.expected_epoch)
+
+
+def encode_auth(access_key: str, signature: bytes) -> bytes:
+    """A slave's ``AUTH``: its *access_key* and *signature*, the HMAC-SHA1 of :func:`auth_content`."""
+    key = access_key.encode()
+    if len(key) > MAX_ACCESS_KEY_SIZE or len(signature) != _HMAC_SHA1_SIZE:
+        raise ValueError(
+            f"an HA AUTH carries an access key of at most {MAX_ACCESS_KEY_SIZE} bytes and a "
+            f"{_HMAC_SHA1_SIZE}-byte HMAC-SHA1, not {len(key)} and {len(signature)}"
+        )
+    return _AUTH_HEAD.pack(AUTH_MAGIC, len(key)) + key + signature
+
+
+class AuthDecoder:
+    """The master's side of a slave's answer to its challenge. ``feed(data)`` returns the ``Auth`` once
+    the bytes complete it (None before); ``rest`` then holds the bytes fed past it."""
 
     __slots__ = ("_buffer", "rest")
 
@@ -242,9 +315,49 @@ class HelloAnswerDecoder:
         self._buffer = b""
         self.rest = b""
 
-    def feed(self, data: Buffer) -> HelloAnswer | None:
+    def feed(self, data: Buffer) -> Auth | None:
+        buffer = self._buffer = self._buffer + bytes(data)
+        check = min(len(buffer), len(AUTH_MAGIC))
+        if buffer[:check] != AUTH_MAGIC[:check]:
+            raise ProtocolError(f"not an HA AUTH: the stream starts with {buffer[:check].hex()}")
+        if len(buffer) < _AUTH_HEAD.size:
+            return None
+        _, key_size = _AUTH_HEAD.unpack_from(buffer)
+        if not 0 < key_size <= MAX_ACCESS_KEY_SIZE:
+            raise ProtocolError(f"not an HA AUTH: an access key of {key_size} bytes")
+        size = _AUTH_HEAD.size + key_size + _HMAC_SHA1_SIZE
+        if len(buffer) < size:
+            return None
+        try:
+            access_key = buffer[_AUTH_HEAD.size : _AUTH_HEAD.size + key_size].decode()
+        except UnicodeDecodeError:
+            raise ProtocolError("not an HA AUTH: the access key is not UTF-8") from None
+        self._buffer, self.rest = b"", buffer[size:]
+        return Auth(access_key, buffer[size - _HMAC_SHA1_SIZE : size])
+
+
+class HelloAnswerDecoder:
+    """The slave's side of the master's first bytes. ``feed(data)`` returns an ``AuthChallenge`` if the
+    master asks for one (once; feed ``b""`` after answering it: the answer may have come with it), and
+    the ``HelloAnswer`` once the bytes complete it (None before); ``rest`` then holds the bytes fed past
+    it, which are chunks."""
+
+    __slots__ = ("_buffer", "_challenged", "rest")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._challenged = False
+        self.rest = b""
+
+    def feed(self, data: Buffer) -> HelloAnswer | AuthChallenge | None:
         buffer = self._buffer = self._buffer + bytes(data)
         check = min(len(buffer), len(HELLO_MAGIC))
+        if not self._challenged and buffer[:check] == AUTH_MAGIC[:check]:
+            if len(buffer) < AUTH_CHALLENGE_SIZE:  # (shorter than both, or than the challenge)
+                return None
+            self._challenged = True
+            self._buffer = buffer[AUTH_CHALLENGE_SIZE:]
+            return AuthChallenge(buffer[len(AUTH_MAGIC) : AUTH_CHALLENGE_SIZE])
         if buffer[:check] != HELLO_MAGIC[:check]:
             raise ProtocolError(f"not an HA hello answer: the stream starts with {buffer[:check].hex()}")
         if len(buffer) < _ANSWER_HEAD.size:

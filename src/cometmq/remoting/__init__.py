@@ -7,7 +7,9 @@ from cometmq.remoting.transport import (
     Dispatcher,
     RemotingClient,
     RemotingServer,
+    RequestGate,
     RequestHandler,
+    RequestSigner,
     ServerLimits,
     default_max_connections,
 )
@@ -19,7 +21,9 @@ __all__ = [
     "Dispatcher",
     "RemotingClient",
     "RemotingServer",
+    "RequestGate",
     "RequestHandler",
+    "RequestSigner",
     "ServerLimits",
     "default_max_connections",
 ]

@@ -14,17 +14,23 @@ import itertools
 import logging
 import math
 import resource
+import socket
+import ssl
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError, RequestRefused
 from cometmq.protocol.codec import FrameDecoder, ReadBuffer, encode
 from cometmq.protocol.codes import ONEWAY_FLAG, ResponseCode
 from cometmq.protocol.command import RemotingCommand
 from cometmq.remoting.busypoll import BusyPoller
+from cometmq.remoting.tls import HANDSHAKE_TIMEOUT_S, TlsListener, TlsMode, TlsSettings, handshake_failure
+
+if TYPE_CHECKING:
+    from cometmq.auth import Credentials
 
 log = logging.getLogger("cometmq.remoting")
 
@@ -33,6 +39,13 @@ HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 # A request handler gets the connection and the request and returns the response (or None for no
 # response), directly or as an awaitable.
 RequestHandler = Callable[["Connection", RemotingCommand], HandlerResult]
+
+# A server's check of a request before its handler runs: None lets the handler have it, a response
+# answers it instead (access control refusing it).
+RequestGate = Callable[["Connection", RemotingCommand], RemotingCommand | None]
+
+# What signs the requests a client sends (cometmq.auth.sign with the client's credentials).
+RequestSigner = Callable[[RemotingCommand], None]
 
 # Requests in flight on one connection before the server answers SYSTEM_BUSY instead of queueing more.
 MAX_PENDING_REQUESTS_PER_CONNECTION = 65536
@@ -76,10 +89,17 @@ class ServerLimits:
 
 class Dispatcher:
     """The dispatch table: request code → handler, one entry per code. Unknown codes get
-    REQUEST_CODE_NOT_SUPPORTED."""
+    REQUEST_CODE_NOT_SUPPORTED. A *gate* sees every request of a code served before its handler does,
+    and may answer it instead (access control)."""
 
-    def __init__(self, table: Mapping[int, RequestHandler]) -> None:
+    def __init__(self, table: Mapping[int, RequestHandler], gate: RequestGate | None = None) -> None:
         self._table = {int(code): handler for code, handler in table.items()}
+        self._gate = gate
+
+    @property
+    def codes(self) -> frozenset[int]:
+        """The request codes served."""
+        return frozenset(self._table)
 
     def replace(self, table: Mapping[int, RequestHandler]) -> None:
         """Serve *table* from the next request on, on every connection (a broker switching role)."""
@@ -91,6 +111,10 @@ class Dispatcher:
             return request.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
             )
+        if self._gate is not None:
+            refusal = self._gate(conn, request)
+            if refusal is not None:
+                return refusal
         return handler(conn, request)
 
 
@@ -122,6 +146,8 @@ class Connection(asyncio.BufferedProtocol):
         self._opaque = itertools.count(1)
         self._close_listeners: list[Callable[[Connection], None]] = []
         self.remote_address = ""
+        # Signs each request this end sends (a client's credentials); None: sent as they are.
+        self.signer: RequestSigner | None = None
         self.language = "OTHER"
         self.version = 0
         self.closed = asyncio.get_running_loop().create_future()
@@ -276,7 +302,7 @@ class Connection(asyncio.BufferedProtocol):
         """Send a request and wait for its response."""
         future, timer = self._expect_response(request, timeout)
         try:
-            self.send(request)
+            self._send_request(request)
             return await future
         finally:
             timer.cancel()
@@ -295,7 +321,7 @@ class Connection(asyncio.BufferedProtocol):
 
         future.add_done_callback(settled)
         try:
-            self.send(request)
+            self._send_request(request)
         except ProtocolError as exc:
             settled(future)  # now: the caller may find the future done without waiting a loop step
             future.set_exception(exc)
@@ -318,6 +344,12 @@ class Connection(asyncio.BufferedProtocol):
     def invoke_oneway(self, request: RemotingCommand) -> None:
         request.opaque = self.next_opaque()
         request.flag |= ONEWAY_FLAG
+        self._send_request(request)
+
+    def _send_request(self, request: RemotingCommand) -> None:
+        # Signed last, just before it is written: the signature covers every field and the body as sent.
+        if self.signer is not None:
+            self.signer(request)
         self.send(request)
 
     def add_close_listener(self, listener: Callable[[Connection], None]) -> None:
@@ -371,6 +403,9 @@ class _RefusalLog:
         )
 
 
+# What a plaintext client of a server that accepts only TLS is answered, before its connection closes.
+TLS_ONLY_REMARK: Final = "this server accepts only TLS connections (tls.server.mode=enforcing)"
+
 # How often a peer sending malformed requests gets a warning line.
 REFUSAL_LOG_INTERVAL_S: Final = 60.0
 # The codes a server refuses malformed input with (a header or body it cannot bind, a bad name or
@@ -397,7 +432,8 @@ def _error_response(request: RemotingCommand, exc: Exception, peer: str) -> Remo
 class RemotingServer:
     """Accepts connections and hands every request to ``handler``; ``busy_poll_us`` > 0 keeps the loop
     polling for that long after each read or write (:mod:`cometmq.remoting.busypoll`). ``limits``
-    bound what clients may make it hold (:class:`ServerLimits`)."""
+    bound what clients may make it hold (:class:`ServerLimits`). ``tls`` gives its ``tls.server.*``
+    settings (:mod:`cometmq.remoting.tls`; None: TLS off)."""
 
     def __init__(
         self,
@@ -406,8 +442,13 @@ class RemotingServer:
         port: int,
         busy_poll_us: int = 0,
         limits: ServerLimits | None = None,
+        tls: TlsSettings | None = None,
     ) -> None:
         self._handler = handler
+        self._tls_mode = tls.mode if tls is not None else TlsMode.DISABLED
+        # Built here: a certificate that cannot be loaded is a ConfigError before anything listens.
+        self._ssl_context = tls.server_context() if tls is not None else None
+        self._tls_listener: TlsListener | None = None
         self._poller = BusyPoller(busy_poll_us) if busy_poll_us else None
         self.limits = limits if limits is not None else ServerLimits()
         self.host = host
@@ -431,12 +472,12 @@ class RemotingServer:
         """Call ``listener`` whenever an accepted connection closes (clients gone: forget them)."""
         self._close_listeners.append(listener)
 
-    def _accept(self) -> asyncio.BaseProtocol:
+    def _accept(self, handler: RequestHandler | None = None) -> asyncio.BaseProtocol:
         if len(self.connections) >= self.limits.max_connections:
             self._refused += 1
             self._warn()
             return _Refused()
-        conn = Connection(self._handler, self._read_buffer, self._poller)
+        conn = Connection(handler or self._handler, self._read_buffer, self._poller)
         conn._held_changed = self._held_changed
         conn.add_close_listener(self._forget)
         for listener in self._close_listeners:
@@ -480,16 +521,57 @@ class RemotingServer:
             )
         self._refused = self._shed = 0
 
+    def _admit(self) -> bool:
+        """Whether a connection accepted by the TLS listener may wait for its first byte."""
+        waiting = len(self._tls_listener.pending) if self._tls_listener is not None else 0
+        if len(self.connections) + waiting < self.limits.max_connections:
+            return True
+        self._refused += 1
+        self._warn()
+        return False
+
+    async def _serve_accepted(self, sock: socket.socket, peer: str, tls: bool) -> None:
+        """A connection the TLS listener accepted, *tls* if it starts a TLS handshake."""
+        conn = self._accept(_refuse_plaintext if not tls and self._tls_mode is TlsMode.ENFORCING else None)
+        if not isinstance(conn, Connection):  # over the connection limit
+            sock.close()
+            return
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: conn,
+                sock,
+                ssl=self._ssl_context if tls else None,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls else None,
+            )
+        except (OSError, TimeoutError, asyncio.CancelledError) as exc:
+            sock.close()
+            conn.connection_lost(None)  # the transport never made it, nor will it tell it is lost
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            _refusals.note(peer, "TLS handshake failed", handshake_failure(exc))
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        if self._tls_mode is not TlsMode.DISABLED:
+            listener = TlsListener(self._serve_accepted, self._admit)
+            await listener.start(self.host, self.port, self.limits.socket_backlog)
+            self._tls_listener = listener
+            self.port = listener.port
+            self._start_idle_sweep()
+            return
         self._server = await loop.create_server(
             self._accept, self.host, self.port, reuse_address=True, backlog=self.limits.socket_backlog
         )
         sockets = self._server.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
+        self._start_idle_sweep()
+
+    def _start_idle_sweep(self) -> None:
         if self.limits.channel_max_idle_s > 0:
-            self._idle_sweep = loop.create_task(self._close_idle_forever(), name="remoting-idle-sweep")
+            self._idle_sweep = asyncio.get_running_loop().create_task(
+                self._close_idle_forever(), name="remoting-idle-sweep"
+            )
 
     async def _close_idle_forever(self) -> None:
         # A connection is closed between channel_max_idle_s and one sweep interval more after its last
@@ -514,21 +596,33 @@ class RemotingServer:
         self.partial_frame_bytes -= self._partial.pop(conn, 0)
 
     async def stop(self) -> None:
-        if self._server is None:
+        server, listener = self._server, self._tls_listener
+        if server is None and listener is None:
             return
         if self._idle_sweep is not None:
             self._idle_sweep.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._idle_sweep
             self._idle_sweep = None
-        self._server.close()
+        if server is not None:
+            server.close()
+        if listener is not None:
+            await listener.stop()
         # One loop step before the connections close: answers that callbacks scheduled just before
         # (a stopping broker's waits answered at once) are written, and a close flushes them.
         await asyncio.sleep(0)
         for conn in list(self.connections):
             conn.close()
-        await self._server.wait_closed()
-        self._server = None
+        if server is not None:
+            await server.wait_closed()
+        self._server = self._tls_listener = None
+
+
+def _refuse_plaintext(conn: Connection, request: RemotingCommand) -> None:
+    """The handler of a plaintext connection to a server that accepts only TLS: its first request is
+    answered NO_PERMISSION, saying why, and the connection closes (after the answer is written)."""
+    conn.reply(request, request.response(ResponseCode.NO_PERMISSION, TLS_ONLY_REMARK))
+    conn.close()
 
 
 class _Refused(asyncio.Protocol):
@@ -540,12 +634,21 @@ class _Refused(asyncio.Protocol):
 
 class RemotingClient:
     """Connections to many servers, one per address, with request/response matching by opaque;
-    ``busy_poll_us`` as for :class:`RemotingServer`."""
+    ``busy_poll_us`` as for :class:`RemotingServer`. With *credentials*, every request it sends is
+    signed with them (a server with aclEnable=true checks the signature); responses never are. With
+    *ssl_context* every connection speaks TLS (the server's certificate checked as the context says)."""
 
     def __init__(
-        self, handler: RequestHandler | None = None, connect_timeout: float = 3.0, busy_poll_us: int = 0
+        self,
+        handler: RequestHandler | None = None,
+        connect_timeout: float = 3.0,
+        busy_poll_us: int = 0,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._handler = handler
+        self._signer = _signer_of(credentials) if credentials is not None else None
+        self._ssl_context = ssl_context
         self._poller = BusyPoller(busy_poll_us) if busy_poll_us else None
         self._connect_timeout = connect_timeout
         self._connections: dict[str, Connection] = {}
@@ -586,19 +689,49 @@ class RemotingClient:
         except ValueError:
             raise ConnectionClosedError(f"address {address!r} is not HOST:PORT") from None
         loop = asyncio.get_running_loop()
+        host = host or "127.0.0.1"
+        tls = self._ssl_context is not None
         try:
-            _, conn = await asyncio.wait_for(
+            transport, protocol = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: Connection(self._handler, poller=self._poller), host or "127.0.0.1", port
+                    # With TLS: a placeholder until the handshake (whose failure is told apart from a
+                    # failure to connect: a server with TLS off closes at the ClientHello).
+                    asyncio.Protocol if tls else lambda: Connection(self._handler, poller=self._poller),
+                    host,
+                    port,
                 ),
                 self._connect_timeout,
             )
         except (OSError, TimeoutError) as exc:
             raise ConnectionClosedError(f"cannot connect to {address}: {exc or 'timed out'}") from None
+        conn = await self._start_tls(transport, address, host) if tls else cast(Connection, protocol)
         conn.remote_address = address
+        conn.signer = self._signer
         self._connections[address] = conn
         if self._watch is None:
             self._watch = loop.create_task(_abort_when_cancelled(weakref.ref(self)))
+        return conn
+
+    async def _start_tls(self, plain: asyncio.BaseTransport, address: str, host: str) -> Connection:
+        """A connection over TLS on the connected transport *plain*."""
+        assert self._ssl_context is not None
+        conn = Connection(self._handler, poller=self._poller)
+        try:
+            transport = await asyncio.get_running_loop().start_tls(
+                cast(asyncio.WriteTransport, plain),
+                conn,
+                self._ssl_context,
+                server_hostname=host,
+                ssl_handshake_timeout=self._connect_timeout,
+            )
+        except (OSError, TimeoutError) as exc:
+            plain.close()
+            raise ConnectionClosedError(
+                f"TLS handshake with {address} failed: {handshake_failure(exc)} (is TLS on at the server?)"
+            ) from None
+        if transport is None:  # closed meanwhile
+            raise ConnectionClosedError(f"TLS handshake with {address} failed: the connection closed")
+        conn.connection_made(transport)
         return conn
 
     def open_connection(self, address: str) -> Connection | None:
@@ -635,6 +768,16 @@ class RemotingClient:
         for conn in conns:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(conn.closed), 1.0)
+
+
+def _signer_of(credentials: Credentials) -> RequestSigner:
+    # Imported here: cometmq.auth builds on this package (its request handlers), not the reverse.
+    from cometmq.auth import sign
+
+    def signer(request: RemotingCommand) -> None:
+        sign(request, credentials)
+
+    return signer
 
 
 async def _abort_when_cancelled(client: weakref.ref[RemotingClient]) -> None:

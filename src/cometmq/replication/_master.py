@@ -6,6 +6,10 @@ joins the wait at once, with a barrier (this master's end then): it is offered a
 (``in_sync_candidates``) only once its acknowledgement reached the barrier, so a member holds every
 message acknowledged before it joined and, being waited for since, every one after. The confirmed
 offset is what every member waited for holds (RocketMQ 5's confirmOffset): reads stay below it.
+
+With ``verify_slave`` (the master's access control on), a slave must answer the challenge that follows
+its hello before it is served; a slave without a hello cannot, and is refused. With ``tls`` the HA
+port follows the server's TLS mode, as the broker's remoting port does.
 """
 
 from __future__ import annotations
@@ -14,18 +18,26 @@ import asyncio
 import contextlib
 import enum
 import logging
+import secrets
+import socket
 import time
 from collections.abc import Callable
 
 from cometmq.errors import ProtocolError
 from cometmq.protocol.ha import (
+    AUTH_NONCE_SIZE,
+    AuthDecoder,
+    Hello,
     HelloDecoder,
     ReportDecoder,
+    auth_content,
+    encode_auth_challenge,
     encode_chunk_header,
     encode_confirmed_chunk_header,
     encode_hello_answer,
 )
 from cometmq.protocol.ha_status import HAConnectionRuntimeInfo, HARuntimeInfo
+from cometmq.remoting.tls import HANDSHAKE_TIMEOUT_S, TlsListener, TlsMode, TlsSettings, handshake_failure
 from cometmq.replication._config import ReplicationConfig
 from cometmq.replication._rate import ByteRate
 from cometmq.replication._transfer import GroupTransfer
@@ -36,6 +48,10 @@ log = logging.getLogger("cometmq.replication")
 _READ_SIZE = 64 * 1024
 _WRITE_SIZE = 1024 * 1024
 
+# Checks a slave's AUTH: (the slave's address, its access key, the content it signed, its signature) →
+# None if it may replicate, else why not.
+SlaveVerifier = Callable[[str, str, bytes, bytes], str | None]
+
 
 class _State(enum.Enum):
     CATCHING_UP = "catching up"
@@ -44,11 +60,26 @@ class _State(enum.Enum):
 
 
 class HAServer:
-    """Streams the commit log to the slaves that connect, and answers SYNC_MASTER's waits."""
+    """Streams the commit log to the slaves that connect, and answers SYNC_MASTER's waits.
+    *verify_slave* checks a slave's credentials (None: access control off); *tls* gives the server's
+    ``tls.server.*`` settings."""
 
-    def __init__(self, store: MessageStore, config: ReplicationConfig) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        config: ReplicationConfig,
+        *,
+        verify_slave: SlaveVerifier | None = None,
+        tls: TlsSettings | None = None,
+    ) -> None:
         self._store = store
         self._config = config
+        self.verify_slave = verify_slave
+        self._tls_mode = tls.mode if tls is not None else TlsMode.DISABLED
+        self._ssl_context = tls.server_context() if tls is not None else None
+        self._tls_listener: TlsListener | None = None
+        # (peer host, why) of the slaves refused, logged once each: a refused slave retries every 5 s.
+        self.refused_slaves: set[tuple[str, str]] = set()
         self._server: asyncio.Server | None = None
         self._links: set[SlaveLink] = set()
         self._serving: set[asyncio.Task[object]] = set()  # one per link, awaited by stop()
@@ -82,6 +113,8 @@ class HAServer:
 
     @property
     def port(self) -> int:
+        if self._tls_listener is not None:
+            return self._tls_listener.port
         if self._server is None or not self._server.sockets:
             return 0
         port: int = self._server.sockets[0].getsockname()[1]
@@ -93,7 +126,11 @@ class HAServer:
         if not self._listening:
             self._store.add_arrival_listener(self._on_arrival)
             self._listening = True
-        self._server = await asyncio.start_server(self._serve, host, port)
+        if self._tls_mode is TlsMode.DISABLED:
+            self._server = await asyncio.start_server(self._serve, host, port)
+        else:
+            self._tls_listener = TlsListener(self._serve_accepted)
+            await self._tls_listener.start(host, port)
         if self._candidates_watch is None:
             self._candidates_watch = asyncio.ensure_future(self._watch_candidates())
         log.info("HA server listening on %s:%d", host, self.port)
@@ -102,6 +139,9 @@ class HAServer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        listener, self._tls_listener = self._tls_listener, None
+        if listener is not None:
+            await listener.stop()
         serving = list(self._serving)
         for task in serving:
             task.cancel()
@@ -337,6 +377,37 @@ class HAServer:
                 link.wake.set()
             idle.clear()
 
+    def refused(self, addr: str, why: str) -> None:
+        """Log that the slave at *addr* was refused, once per host and reason."""
+        refusal = (addr.rpartition(":")[0], why)
+        if refusal not in self.refused_slaves:
+            self.refused_slaves.add(refusal)
+            log.warning("refused the HA link of slave %s: %s", addr, why)
+
+    async def _serve_accepted(self, sock: socket.socket, peer: str, tls: bool) -> None:
+        """A connection the TLS listener accepted, *tls* if it starts a TLS handshake."""
+        if not tls and self._tls_mode is TlsMode.ENFORCING:
+            sock.close()
+            self.refused(
+                peer, "it does not speak TLS, and this HA port accepts only TLS (tls.server.mode=enforcing)"
+            )
+            return
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=_READ_SIZE)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol,
+                sock,
+                ssl=self._ssl_context if tls else None,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls else None,
+            )
+        except (OSError, TimeoutError) as exc:
+            sock.close()
+            self.refused(peer, f"TLS handshake failed: {handshake_failure(exc)}")
+            return
+        await self._serve(reader, asyncio.StreamWriter(transport, protocol, reader, loop))
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         link = SlaveLink(self, self._store, self._config, reader, writer)
         task = asyncio.current_task()
@@ -444,7 +515,7 @@ class SlaveLink:
         for task in done:
             exc = task.exception()
             if isinstance(exc, ProtocolError):
-                log.warning("slave %s sent bytes that are not offset reports: %s", self.addr, exc)
+                self._server.refused(self.addr, f"it sent bytes that are not offset reports: {exc}")
             elif isinstance(exc, OSError):
                 log.info("slave %s: %s", self.addr, exc)
             elif exc is not None:
@@ -479,6 +550,16 @@ class SlaveLink:
                 if not start.feed(data):
                     continue
                 hello, data, start = start.hello, start.rest, None
+                if self._server.verify_slave is not None:
+                    if hello is None:
+                        self._server.refused(
+                            self.addr, "it sent no hello, so it cannot authenticate (aclEnable=true)"
+                        )
+                        return
+                    authenticated = await self._authenticate(hello, data)
+                    if authenticated is None:
+                        return
+                    data = authenticated
                 if hello is not None:
                     answer = self._server.identified(self, hello.broker_id, hello.expected_epoch)
                     if answer is None:
@@ -508,6 +589,27 @@ class SlaveLink:
                 self._first_report.set()
             self.ack_offset = offset
             self._server.acknowledged(self, offset)
+
+    async def _authenticate(self, hello: Hello, data: bytes) -> bytes | None:
+        """Challenge the slave that sent *hello* (*data*: the bytes that came after it) and check its
+        answer: the bytes after the answer if the slave may replicate, else None (refused, logged)."""
+        verify = self._server.verify_slave
+        assert verify is not None
+        nonce = secrets.token_bytes(AUTH_NONCE_SIZE)
+        self._writer.write(encode_auth_challenge(nonce))
+        decoder = AuthDecoder()
+        async with asyncio.timeout(self._config.housekeeping_interval_ms / 1000):
+            auth = decoder.feed(data)
+            while auth is None:
+                data = await self._reader.read(_READ_SIZE)
+                if not data:
+                    return None
+                auth = decoder.feed(data)
+        why = verify(self.addr, auth.access_key, auth_content(nonce, hello), auth.signature)
+        if why is not None:
+            self._server.refused(self.addr, f"brokerId {hello.broker_id}: {why}")
+            return None
+        return decoder.rest
 
     def _header(self, offset: int, body_size: int) -> bytes:
         if not self.handshake:

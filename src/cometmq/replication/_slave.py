@@ -2,7 +2,8 @@
 
 A slave given its brokerId opens each link with a hello (``cometmq.protocol.ha``): the master answers
 with its epoch history, and the slave cuts the tail of its log that a deposed master wrote and no
-other broker holds, then takes the master's history as its own.
+other broker holds, then takes the master's history as its own. A master with access control on
+challenges the hello first: the slave answers with its credentials' signature.
 """
 
 from __future__ import annotations
@@ -11,12 +12,25 @@ import asyncio
 import contextlib
 import enum
 import logging
+import ssl
 import time
 from collections.abc import Callable
 
+from cometmq.auth import Credentials
 from cometmq.errors import CometMQError, ProtocolError
-from cometmq.protocol.ha import ChunkDecoder, HelloAnswer, HelloAnswerDecoder, encode_hello, encode_report
+from cometmq.protocol.ha import (
+    AuthChallenge,
+    ChunkDecoder,
+    Hello,
+    HelloAnswer,
+    HelloAnswerDecoder,
+    auth_content,
+    encode_auth,
+    encode_hello,
+    encode_report,
+)
 from cometmq.protocol.ha_status import HAClientRuntimeInfo, HARuntimeInfo
+from cometmq.remoting.tls import handshake_failure
 from cometmq.replication._config import ReplicationConfig
 from cometmq.replication._rate import ByteRate
 from cometmq.store import EpochEntry, MessageStore, ReplicaOffsetError, consistent_end
@@ -34,6 +48,10 @@ CONNECT_TIMEOUT_S = 5.0
 QUICK_RETRY_S = 0.05
 # A link up for this long has settled: the quick retries are for a master still starting.
 SETTLED_LINK_S = 1.0
+
+
+class _Refused(CometMQError):
+    """The master refused this slave (its credentials, or their absence): a person must act."""
 
 
 class _Outcome(enum.Enum):
@@ -75,7 +93,8 @@ class HAClient:
     unknown); ``haMasterAddress``, when set, is used instead. With *broker_id* the client opens each
     link with a hello naming it and the master epoch *expected_epoch* gives (0 or no callable: any),
     truncates a diverged tail and adopts the master's epoch history; without it, it speaks as a
-    RocketMQ 4.x slave.
+    RocketMQ 4.x slave. *credentials* answer a master's challenge (``innerClientAuthenticationCredentials``),
+    and with *ssl_context* the link speaks TLS.
     """
 
     def __init__(
@@ -86,8 +105,12 @@ class HAClient:
         *,
         broker_id: int | None = None,
         expected_epoch: Callable[[], int] | None = None,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._store = store
+        self._credentials = credentials
+        self._ssl_context = ssl_context
         self._config = config
         self._master_ha_addr = master_ha_addr
         self._broker_id = broker_id
@@ -150,7 +173,12 @@ class HAClient:
                     failure = f"HA link to the master {addr}: {exc or type(exc).__name__}"
                     if failure != self._last_failure:  # once, not every 5 s while the master is away
                         self._last_failure = failure
-                        log.info("%s; connecting again, every %g s at most", failure, RECONNECT_INTERVAL_S)
+                        log.log(
+                            logging.WARNING if isinstance(exc, _Refused) else logging.INFO,
+                            "%s; connecting again, every %g s at most",
+                            failure,
+                            RECONNECT_INTERVAL_S,
+                        )
                     outcome = _Outcome.RECONNECT
                 except Exception as exc:  # a fault in this code must not end replication unnoticed
                     failure = f"HA link to the master {addr} failed: {type(exc).__name__}: {exc}"
@@ -175,6 +203,15 @@ class HAClient:
         host, _, port = addr.rpartition(":")
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             reader, writer = await asyncio.open_connection(host, int(port), limit=_READ_SIZE)
+        if self._ssl_context is not None:
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    await writer.start_tls(self._ssl_context, server_hostname=host)
+            except (OSError, TimeoutError) as exc:
+                writer.close()
+                raise ConnectionError(
+                    f"TLS handshake failed: {handshake_failure(exc)} (is TLS on at the master's HA port?)"
+                ) from None
         store = self._store
         self._connected = True
         self._last_failure = ""
@@ -206,20 +243,40 @@ class HAClient:
     async def _hello(
         self, addr: str, broker_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> tuple[HelloAnswer, bytes]:
-        """Send the hello; the master's answer and the bytes that came after it."""
+        """Send the hello (and answer the master's challenge); the master's answer and the bytes that
+        came after it."""
         expected = self._expected_epoch() if self._expected_epoch is not None else 0
+        hello = Hello(broker_id, expected)
         writer.write(encode_hello(broker_id, expected))
         decoder = HelloAnswerDecoder()
+        challenged = False
         async with asyncio.timeout(self._config.housekeeping_interval_ms / 1000):
             while True:
                 data = await reader.read(_READ_SIZE)
                 if not data:
+                    if challenged:
+                        user = self._credentials.access_key if self._credentials is not None else "?"
+                        raise _Refused(
+                            f"the master refused this slave's AUTH as user {user} (the master's log says "
+                            "why: a wrong secret key, an unknown or disabled user, or one that may not "
+                            "update the cluster)"
+                        )
                     raise ConnectionError(
                         "the master closed the link before answering the hello"
                         + (f" (this slave expects master epoch {expected})" if expected else "")
                     )
                 answer = decoder.feed(data)
-                if answer is not None:
+                if isinstance(answer, AuthChallenge):
+                    challenged = True
+                    if self._credentials is None:
+                        raise _Refused(
+                            "the master requires its slaves to authenticate (aclEnable=true): set "
+                            "innerClientAuthenticationCredentials"
+                        )
+                    signature = self._credentials.digest(auth_content(answer.nonce, hello))
+                    writer.write(encode_auth(self._credentials.access_key, signature))
+                    answer = decoder.feed(b"")
+                if isinstance(answer, HelloAnswer):
                     return answer, decoder.rest
 
     def _follow(self, addr: str, answer: HelloAnswer) -> _Outcome | None:

@@ -1,8 +1,13 @@
-"""A reader for Java ``.properties`` files, the format of RocketMQ's ``broker.conf``."""
+"""Java ``.properties`` files, the format of RocketMQ's ``broker.conf`` and ``namesrv.conf``, and the
+conversion of their text values to the settings' types as RocketMQ converts them."""
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
+from typing import Any
+
+from cometmq.errors import ConfigError
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
@@ -73,3 +78,32 @@ def parse_properties(text: str) -> dict[str, str]:
 
 def read_properties(path: str | Path) -> dict[str, str]:
     return parse_properties(Path(path).read_text(encoding="utf-8"))
+
+
+# Words RocketMQ's key names spell in capitals (brokerIP1, enabledAppendPropCRC).
+_CAPITALISED = {"ip1", "crc"}
+
+
+def key_of(attribute: str) -> str:
+    """The RocketMQ key of an attribute: ``listen_port`` → ``listenPort``."""
+    first, *rest = attribute.split("_")
+    return first + "".join(word.upper() if word in _CAPITALISED else word.capitalize() for word in rest)
+
+
+def converted(key: str, value: Any, current: Any) -> Any:
+    """*value* (text from a file or flag, or already of the type) as the type of *current*."""
+    kind = type(current)
+    if type(value) is kind:
+        return value
+    text = str(value).strip()
+    if isinstance(current, enum.Enum):
+        # Java's Enum.valueOf: the exact name.
+        if text not in kind.__members__:
+            raise ConfigError(f"{key}={text!r} is not one of {', '.join(kind.__members__)}")
+        return kind[text]
+    if isinstance(current, bool):
+        return text.lower() == "true"  # Java's Boolean.parseBoolean: anything else is false
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"{key}={value!r} is not a valid {kind.__name__}") from None

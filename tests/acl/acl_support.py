@@ -1,0 +1,191 @@
+"""Helpers for the access-control tests: servers with aclEnable, signed requests, users and ACLs made
+over the wire."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cometmq.auth import Credentials, sign
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.auth_headers import AclRequestHeader, UserRequestHeader
+from cometmq.remoting import RemotingClient
+from processes import ServerProcess
+
+if TYPE_CHECKING:
+    from cometmq.broker import Broker
+    from cometmq.namesrv import NameServer
+
+# The super user every test server is started with (initAuthenticationUser).
+ROOT = Credentials("root", "root-secret-4d1e")
+INIT_USER = json.dumps({"username": ROOT.access_key, "password": ROOT.secret_key})
+# What a broker signs its own requests with: the super user, known to the name server too.
+INNER = json.dumps({"accessKey": ROOT.access_key, "secretKey": ROOT.secret_key})
+
+# Actions a grant may list, but for All (which is every one of them).
+GRANTABLE = ("Pub", "Sub", "Create", "Update", "Delete", "Get", "List")
+
+
+def write_conf(path: Path, **keys: str) -> Path:
+    """A properties file holding *keys*."""
+    path.write_text("".join(f"{key}={value}\n" for key, value in keys.items()), encoding="utf-8")
+    return path
+
+
+def start_namesrv(directory: Path, **keys: str) -> tuple[ServerProcess, str]:
+    """``cometmq namesrv -c FILE`` on a port the OS picks, users under *directory*/auth; its address."""
+    directory.mkdir(parents=True, exist_ok=True)
+    conf = write_conf(directory / "namesrv.conf", **keys)
+    args = ["namesrv", "-c", str(conf), "--port", "0", "--data-dir", str(directory / "auth")]
+    server = ServerProcess(args, directory / "namesrv.log")
+    try:
+        line = server.wait_ready("CometMQ namesrv ready:")
+    except BaseException:
+        server.terminate()
+        raise
+    found = re.search(r"listening on (\S+)", line)
+    assert found is not None, line
+    return server, found.group(1)
+
+
+def start_broker(directory: Path, namesrv: str, **keys: str) -> tuple[ServerProcess, str]:
+    """``cometmq broker -c FILE`` on a port the OS picks, data in *directory*/data; its address."""
+    directory.mkdir(parents=True, exist_ok=True)
+    conf = write_conf(
+        directory / "broker.conf",
+        mappedFileSizeCommitLog="4194304",
+        mappedFileSizeConsumeQueue="60000",
+        **keys,
+    )
+    args = ["broker", "-c", str(conf), "--data-dir", str(directory / "data"), "--host", "127.0.0.1"]
+    args += ["--port", "0", "-n", namesrv]
+    server = ServerProcess(args, directory / "broker.log")
+    try:
+        line = server.wait_ready("CometMQ broker ready:")
+    except BaseException:
+        server.terminate()
+        raise
+    found = re.search(r" at (\S+) \(cluster", line)
+    assert found is not None, line
+    return server, found.group(1)
+
+
+async def invoke_as(
+    client: RemotingClient,
+    address: str,
+    request: RemotingCommand,
+    credentials: Credentials | None,
+    timeout: float = 10.0,
+) -> RemotingCommand:
+    """*request* signed with *credentials* (None: not signed), and its answer."""
+    if credentials is not None:
+        sign(request, credentials)
+    return await client.invoke(address, request, timeout=timeout)
+
+
+async def admin(
+    client: RemotingClient, address: str, code: RequestCode, fields: dict[str, str], body: object = None
+) -> RemotingCommand:
+    """An AUTH_* request signed by the super user; asserts it succeeded."""
+    request = RemotingCommand(
+        code=code, ext_fields=fields, body=json.dumps(body).encode() if body is not None else b""
+    )
+    response = await invoke_as(client, address, request, ROOT)
+    assert response.code == ResponseCode.SUCCESS, (code, response.code, response.remark)
+    return response
+
+
+async def create_user(
+    client: RemotingClient, address: str, name: str, secret: str, user_type: str = "Normal"
+) -> Credentials:
+    info = {"username": name, "password": secret, "userType": user_type, "userStatus": "enable"}
+    await admin(
+        client, address, RequestCode.AUTH_CREATE_USER, UserRequestHeader(username=name).encode(), info
+    )
+    return Credentials(name, secret)
+
+
+def entry(resource: str, actions: Iterable[str], decision: str = "Allow") -> dict[str, object]:
+    return {"resource": resource, "actions": list(actions), "sourceIps": [], "decision": decision}
+
+
+async def grant(
+    client: RemotingClient, address: str, name: str, entries: Sequence[dict[str, object]]
+) -> None:
+    """Give user *name* an ACL of these Custom *entries*."""
+    subject = f"User:{name}"
+    acl = {"subject": subject, "policies": [{"policyType": "Custom", "entries": list(entries)}]}
+    await admin(client, address, RequestCode.AUTH_CREATE_ACL, AclRequestHeader(subject=subject).encode(), acl)
+
+
+def served_codes(directory: Path, role: str = "ASYNC_MASTER") -> tuple[set[int], set[int]]:
+    """The request codes a broker in *role* and a name server (with access control) serve."""
+    from cometmq.auth.serving import AclSettings, ServerAccess
+    from cometmq.broker import Broker, BrokerConfig
+    from cometmq.namesrv import NameServer
+
+    config = BrokerConfig()
+    config.update(
+        {
+            "storePathRootDir": str(directory / "broker"),
+            "brokerRole": role,
+            "brokerId": 1 if role == "SLAVE" else 0,
+        }
+    )
+    broker = Broker(config)
+    access = ServerAccess(AclSettings(auth_config_path=directory / "namesrv"), None)
+    namesrv = NameServer("127.0.0.1", 0, access=access)
+    return set(broker._processor_table()), set(namesrv.dispatcher.codes)
+
+
+@contextlib.asynccontextmanager
+async def acl_broker(
+    directory: Path, *, slave_sync_period_s: float = 10.0, **keys: str
+) -> AsyncIterator[tuple[Broker, str]]:
+    """A broker in this process with aclEnable, the super user ROOT and *keys* (broker.conf keys); its
+    address. As a slave it copies its master's metadata every *slave_sync_period_s*."""
+    from cometmq.broker import Broker, BrokerConfig
+
+    config = BrokerConfig()
+    settings = {
+        "storePathRootDir": str(directory),
+        "listenPort": "0",
+        "listenHost": "127.0.0.1",
+        "mappedFileSizeCommitLog": str(1 << 20),
+        "mappedFileSizeConsumeQueue": "20000",
+        "aclEnable": "true",
+        "initAuthenticationUser": INIT_USER,
+        "innerClientAuthenticationCredentials": INNER,
+        **keys,
+    }
+    config.update(settings)
+    broker = Broker(config, slave_sync_period_s=slave_sync_period_s)
+    await broker.start()
+    try:
+        yield broker, f"127.0.0.1:{broker.port}"
+    finally:
+        await broker.stop()
+
+
+@contextlib.asynccontextmanager
+async def acl_namesrv(directory: Path, **keys: str) -> AsyncIterator[tuple[NameServer, str]]:
+    """A name server in this process with access control (aclEnable unless *keys* say otherwise) and
+    the super user ROOT; its address."""
+    from cometmq.auth.serving import ServerAccess
+    from cometmq.namesrv import NameServer
+    from cometmq.namesrv.config import NamesrvConfig
+
+    config = NamesrvConfig()
+    config.update(
+        {"authConfigPath": str(directory), "aclEnable": "true", "initAuthenticationUser": INIT_USER, **keys}
+    )
+    namesrv = NameServer("127.0.0.1", 0, access=ServerAccess(config.acl_settings(), None))
+    await namesrv.start()
+    try:
+        yield namesrv, f"127.0.0.1:{namesrv.port}"
+    finally:
+        await namesrv.stop()

@@ -1,0 +1,739 @@
+"""Every entry of the access-control table, over the wire: for each request code a broker or a name
+server serves, a request built with its typed header is let through for a user granted exactly what
+the table says it needs, and refused NO_PERMISSION for a user granted every other action on the same
+resources.
+
+The servers are real processes (``cometmq namesrv -c`` and ``cometmq broker -c``, aclEnable on), the
+broker registering with the name server under its innerClientAuthenticationCredentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from acl_support import (
+    GRANTABLE,
+    INIT_USER,
+    INNER,
+    ROOT,
+    create_user,
+    entry,
+    grant,
+    invoke_as,
+    served_codes,
+    start_broker,
+    start_namesrv,
+)
+
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.auth_headers import (
+    AclRequestHeader,
+    DeleteAclRequestHeader,
+    ListAclsRequestHeader,
+    ListUsersRequestHeader,
+    UserRequestHeader,
+)
+from cometmq.protocol.broker_headers import (
+    ConsumerGroupRequestHeader,
+    ConsumerSendMsgBackRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    GetConsumeStatsRequestHeader,
+    NotifyBrokerRoleChangedRequestHeader,
+    PullMessageRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryMessageRequestHeader,
+    QueueRequestHeader,
+    ResetOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    SendMessageRequestHeader,
+    TopicRequestHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    ViewMessageRequestHeader,
+)
+from cometmq.protocol.namesrv_headers import (
+    BrokerNameRequestHeader,
+    BrokerRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
+    GetKVListByNamespaceRequestHeader,
+    GetRouteInfoRequestHeader,
+    GetTopicsByClusterRequestHeader,
+    KVConfigKeyRequestHeader,
+    PutKVConfigRequestHeader,
+    RegisterBrokerRequestHeader,
+)
+from cometmq.remoting import RemotingClient
+from processes import ServerProcess
+
+CLUSTER = "DefaultCluster"
+ALLOWED_SECRET = "allowed-secret"
+
+
+@dataclass(frozen=True)
+class Names:
+    """Names of one case's own: nothing one case creates or grants touches another's."""
+
+    topic: str
+    group: str
+    retry: str  # the group's retry topic
+    user: str  # the user granted what the case needs
+
+
+@dataclass(frozen=True)
+class Case:
+    code: RequestCode
+    server: str  # "broker" or "namesrv"
+    build: Callable[[Names], RemotingCommand]
+    # What the request needs: (resource key, actions of which any one will do) per resource.
+    needs: Callable[[Names], list[tuple[str, tuple[str, ...]]]]
+    variant: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.server}-{self.code.name}{'-' + self.variant if self.variant else ''}"
+
+
+def _cmd(code: RequestCode, fields: dict[str, str] | None = None, body: object = None) -> RemotingCommand:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
+    return RemotingCommand(code=code, ext_fields=fields or {}, body=raw)
+
+
+def _send(code: RequestCode, topic: str, group: str) -> RemotingCommand:
+    header = SendMessageRequestHeader(
+        producer_group=group,
+        topic=topic,
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=0,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties="",
+        reconsume_times=0,
+    )
+    compact = code is not RequestCode.SEND_MESSAGE
+    return _cmd(code, header.encode(compact=compact), b"body")
+
+
+def needs(*items: tuple[str, str]) -> Callable[[Names], list[tuple[str, tuple[str, ...]]]]:
+    """Needs given as ("Topic", "Sub|Get"), ("Group", "Sub"), ("Cluster", "Get") (the broker's
+    cluster), ("AnyCluster", "Update") (a name server's: only Cluster:* names it), ("Topic:*", "List"),
+    with each case's names filled in."""
+
+    def of(names: Names) -> list[tuple[str, tuple[str, ...]]]:
+        keys = {
+            "Topic": f"Topic:{names.topic}",
+            "Group": f"Group:{names.group}",
+            "Cluster": f"Cluster:{CLUSTER}",
+            "AnyCluster": "Cluster:*",
+            "Topic:*": "Topic:*",
+            "Group:*": "Group:*",
+        }
+        return [(keys[kind], tuple(actions.split("|"))) for kind, actions in items]
+
+    return of
+
+
+def _heartbeat(n: Names) -> RemotingCommand:
+    body = {
+        "clientID": "acl-test@1",
+        "producerDataSet": [{"groupName": "some-producer-group"}],
+        "consumerDataSet": [
+            {
+                "groupName": n.group,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "subscriptionDataSet": [
+                    {"topic": n.topic, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1},
+                    {"topic": n.retry, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1},
+                ],
+                "unitMode": False,
+            }
+        ],
+    }
+    return _cmd(RequestCode.HEART_BEAT, {}, body)
+
+
+def _lock(code: RequestCode) -> Callable[[Names], RemotingCommand]:
+    def build(n: Names) -> RemotingCommand:
+        body = {
+            "consumerGroup": n.group,
+            "clientId": "acl-test@1",
+            "onlyThisBroker": False,
+            "mqSet": [{"topic": n.topic, "brokerName": "broker-a", "queueId": 0}],
+        }
+        return _cmd(code, {}, body)
+
+    return build
+
+
+def _pull(topic: str, group: str) -> RemotingCommand:
+    header = PullMessageRequestHeader(
+        consumer_group=group,
+        topic=topic,
+        queue_id=0,
+        queue_offset=0,
+        max_msg_nums=1,
+        sys_flag=0,
+        commit_offset=0,
+        suspend_timeout_millis=0,
+        subscription="*",
+        sub_version=0,
+    )
+    return _cmd(RequestCode.PULL_MESSAGE, header.encode())
+
+
+def _user(code: RequestCode, name: str, password: str | None = None) -> RemotingCommand:
+    info = None
+    if password is not None:
+        info = {"username": name, "password": password, "userType": "Normal", "userStatus": "enable"}
+    return _cmd(code, UserRequestHeader(username=name).encode(), info)
+
+
+def _delete_acl(n: Names) -> dict[str, str]:
+    return DeleteAclRequestHeader(subject=f"User:{n.user}").encode()
+
+
+def _acl(code: RequestCode, n: Names) -> RemotingCommand:
+    """An ACL request on the case's own user: its ACL exists (the grant made it)."""
+    acl = {
+        "subject": f"User:{n.user}",
+        "policies": [{"policyType": "Custom", "entries": [entry(f"Topic:{n.topic}", ["Get"])]}],
+    }
+    return _cmd(code, AclRequestHeader(subject=f"User:{n.user}").encode(), acl)
+
+
+def _auth_cases(server: str, cluster: str) -> list[Case]:
+    """The users and ACLs requests, at either server: writes need Update on the cluster, reads Get."""
+    return [
+        Case(
+            RequestCode.AUTH_CREATE_USER,
+            server,
+            lambda n: _user(RequestCode.AUTH_CREATE_USER, f"made-{n.topic}", "made-secret"),
+            needs((cluster, "Update")),
+        ),
+        Case(
+            RequestCode.AUTH_UPDATE_USER,
+            server,
+            lambda n: _user(RequestCode.AUTH_UPDATE_USER, n.user, ALLOWED_SECRET),
+            needs((cluster, "Update")),
+        ),
+        Case(
+            RequestCode.AUTH_DELETE_USER,
+            server,
+            lambda n: _user(RequestCode.AUTH_DELETE_USER, f"made-{n.topic}"),
+            needs((cluster, "Update")),
+        ),
+        Case(
+            RequestCode.AUTH_GET_USER,
+            server,
+            lambda n: _cmd(RequestCode.AUTH_GET_USER, UserRequestHeader(username=ROOT.access_key).encode()),
+            needs((cluster, "Get")),
+        ),
+        Case(
+            RequestCode.AUTH_LIST_USER,
+            server,
+            lambda n: _cmd(RequestCode.AUTH_LIST_USER, ListUsersRequestHeader(filter="ro").encode()),
+            needs((cluster, "Get")),
+        ),
+        Case(
+            RequestCode.AUTH_CREATE_ACL,
+            server,
+            lambda n: _acl(RequestCode.AUTH_CREATE_ACL, n),
+            needs((cluster, "Update")),
+        ),
+        Case(
+            RequestCode.AUTH_UPDATE_ACL,
+            server,
+            lambda n: _acl(RequestCode.AUTH_UPDATE_ACL, n),
+            needs((cluster, "Update")),
+        ),
+        Case(
+            RequestCode.AUTH_DELETE_ACL,
+            server,
+            lambda n: _cmd(
+                RequestCode.AUTH_DELETE_ACL, DeleteAclRequestHeader(subject=f"User:{n.user}").encode()
+            ),
+            needs((cluster, "Update")),
+        ),
+        Case(
+            RequestCode.AUTH_GET_ACL,
+            server,
+            lambda n: _cmd(RequestCode.AUTH_GET_ACL, AclRequestHeader(subject=f"User:{n.user}").encode()),
+            needs((cluster, "Get")),
+        ),
+        Case(
+            RequestCode.AUTH_LIST_ACL,
+            server,
+            lambda n: _cmd(RequestCode.AUTH_LIST_ACL, ListAclsRequestHeader(subject_filter="root").encode()),
+            needs((cluster, "Get")),
+        ),
+    ]
+
+
+R = RequestCode
+
+BROKER_CASES = [
+    Case(R.SEND_MESSAGE, "broker", lambda n: _send(R.SEND_MESSAGE, n.topic, "pg"), needs(("Topic", "Pub"))),
+    Case(
+        R.SEND_MESSAGE_V2,
+        "broker",
+        lambda n: _send(R.SEND_MESSAGE_V2, n.topic, "pg"),
+        needs(("Topic", "Pub")),
+    ),
+    Case(
+        R.SEND_MESSAGE_V2,
+        "broker",
+        lambda n: _send(R.SEND_MESSAGE_V2, n.retry, n.group),
+        needs(("Group", "Sub")),
+        "retry",
+    ),
+    Case(
+        R.SEND_BATCH_MESSAGE,
+        "broker",
+        lambda n: _send(R.SEND_BATCH_MESSAGE, n.topic, "pg"),
+        needs(("Topic", "Pub")),
+    ),
+    Case(
+        R.CONSUMER_SEND_MSG_BACK,
+        "broker",
+        lambda n: _cmd(
+            R.CONSUMER_SEND_MSG_BACK,
+            ConsumerSendMsgBackRequestHeader(
+                offset=0, group=n.group, delay_level=0, origin_topic=n.topic
+            ).encode(),
+        ),
+        needs(("Group", "Sub")),
+    ),
+    Case(
+        R.PULL_MESSAGE, "broker", lambda n: _pull(n.topic, n.group), needs(("Topic", "Sub"), ("Group", "Sub"))
+    ),
+    Case(R.PULL_MESSAGE, "broker", lambda n: _pull(n.retry, n.group), needs(("Group", "Sub")), "retry"),
+    Case(
+        R.QUERY_MESSAGE,
+        "broker",
+        lambda n: _cmd(
+            R.QUERY_MESSAGE,
+            QueryMessageRequestHeader(
+                topic=n.topic, key="k", max_num=1, begin_timestamp=0, end_timestamp=1
+            ).encode(),
+        ),
+        needs(("Topic", "Sub|Get")),
+    ),
+    Case(
+        R.VIEW_MESSAGE_BY_ID,
+        "broker",
+        lambda n: _cmd(R.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset=0).encode()),
+        needs(("Cluster", "Get")),
+    ),
+    Case(R.HEART_BEAT, "broker", _heartbeat, needs(("Group", "Sub"), ("Topic", "Sub"))),
+    Case(
+        R.UNREGISTER_CLIENT,
+        "broker",
+        lambda n: _cmd(
+            R.UNREGISTER_CLIENT,
+            UnregisterClientRequestHeader(client_id="c@1", consumer_group=n.group).encode(),
+        ),
+        needs(("Group", "Sub")),
+    ),
+    Case(
+        R.GET_CONSUMER_LIST_BY_GROUP,
+        "broker",
+        lambda n: _cmd(
+            R.GET_CONSUMER_LIST_BY_GROUP, ConsumerGroupRequestHeader(consumer_group=n.group).encode()
+        ),
+        needs(("Group", "Sub|Get")),
+    ),
+    Case(
+        R.QUERY_CONSUMER_OFFSET,
+        "broker",
+        lambda n: _cmd(
+            R.QUERY_CONSUMER_OFFSET,
+            QueryConsumerOffsetRequestHeader(consumer_group=n.group, topic=n.topic, queue_id=0).encode(),
+        ),
+        needs(("Topic", "Sub|Get"), ("Group", "Sub|Get")),
+    ),
+    Case(
+        R.UPDATE_CONSUMER_OFFSET,
+        "broker",
+        lambda n: _cmd(
+            R.UPDATE_CONSUMER_OFFSET,
+            UpdateConsumerOffsetRequestHeader(
+                consumer_group=n.group, topic=n.topic, queue_id=0, commit_offset=0
+            ).encode(),
+        ),
+        needs(("Topic", "Sub|Update"), ("Group", "Sub|Update")),
+    ),
+    Case(R.LOCK_BATCH_MQ, "broker", _lock(R.LOCK_BATCH_MQ), needs(("Group", "Sub"), ("Topic", "Sub"))),
+    Case(R.UNLOCK_BATCH_MQ, "broker", _lock(R.UNLOCK_BATCH_MQ), needs(("Group", "Sub"), ("Topic", "Sub"))),
+    Case(
+        R.CHECK_CLIENT_CONFIG,
+        "broker",
+        lambda n: _cmd(
+            R.CHECK_CLIENT_CONFIG,
+            {},
+            {
+                "clientId": "c@1",
+                "group": n.group,
+                "subscriptionData": {"topic": n.topic, "subString": "*", "expressionType": "TAG"},
+            },
+        ),
+        needs(("Group", "Sub")),
+    ),
+    Case(
+        R.UPDATE_AND_CREATE_TOPIC,
+        "broker",
+        lambda n: _cmd(
+            R.UPDATE_AND_CREATE_TOPIC,
+            CreateTopicRequestHeader(
+                topic=n.topic,
+                default_topic="TBW102",
+                read_queue_nums=1,
+                write_queue_nums=1,
+                perm=6,
+                topic_filter_type="SINGLE_TAG",
+                order=False,
+            ).encode(),
+        ),
+        needs(("Topic", "Create")),
+    ),
+    Case(
+        R.DELETE_TOPIC_IN_BROKER,
+        "broker",
+        lambda n: _cmd(R.DELETE_TOPIC_IN_BROKER, TopicRequestHeader(topic=n.topic).encode()),
+        needs(("Topic", "Delete")),
+    ),
+    Case(
+        R.GET_ALL_TOPIC_CONFIG, "broker", lambda n: _cmd(R.GET_ALL_TOPIC_CONFIG), needs(("Topic:*", "List"))
+    ),
+    Case(
+        R.GET_ALL_CONSUMER_OFFSET,
+        "broker",
+        lambda n: _cmd(R.GET_ALL_CONSUMER_OFFSET),
+        needs(("Cluster", "Get")),
+    ),
+    Case(
+        R.GET_TOPIC_STATS_INFO,
+        "broker",
+        lambda n: _cmd(R.GET_TOPIC_STATS_INFO, TopicRequestHeader(topic=n.topic).encode()),
+        needs(("Topic", "Get")),
+    ),
+    Case(
+        R.GET_MAX_OFFSET,
+        "broker",
+        lambda n: _cmd(R.GET_MAX_OFFSET, QueueRequestHeader(topic=n.topic, queue_id=0).encode()),
+        needs(("Topic", "Get")),
+    ),
+    Case(
+        R.GET_MIN_OFFSET,
+        "broker",
+        lambda n: _cmd(R.GET_MIN_OFFSET, QueueRequestHeader(topic=n.topic, queue_id=0).encode()),
+        needs(("Topic", "Get")),
+    ),
+    Case(
+        R.SEARCH_OFFSET_BY_TIMESTAMP,
+        "broker",
+        lambda n: _cmd(
+            R.SEARCH_OFFSET_BY_TIMESTAMP,
+            SearchOffsetRequestHeader(topic=n.topic, queue_id=0, timestamp=0).encode(),
+        ),
+        needs(("Topic", "Get")),
+    ),
+    Case(
+        R.GET_EARLIEST_MSG_STORETIME,
+        "broker",
+        lambda n: _cmd(R.GET_EARLIEST_MSG_STORETIME, QueueRequestHeader(topic=n.topic, queue_id=0).encode()),
+        needs(("Topic", "Get")),
+    ),
+    Case(
+        R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        "broker",
+        lambda n: _cmd(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, {"groupName": n.group}),
+        needs(("Group", "Create")),
+    ),
+    Case(
+        R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+        "broker",
+        lambda n: _cmd(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG),
+        needs(("Group:*", "List")),
+    ),
+    Case(
+        R.DELETE_SUBSCRIPTIONGROUP,
+        "broker",
+        lambda n: _cmd(
+            R.DELETE_SUBSCRIPTIONGROUP, DeleteSubscriptionGroupRequestHeader(group_name=n.group).encode()
+        ),
+        needs(("Group", "Delete")),
+    ),
+    Case(
+        R.GET_CONSUME_STATS,
+        "broker",
+        lambda n: _cmd(R.GET_CONSUME_STATS, GetConsumeStatsRequestHeader(consumer_group=n.group).encode()),
+        needs(("Group", "Get")),
+    ),
+    Case(
+        R.GET_CONSUME_STATS,
+        "broker",
+        lambda n: _cmd(
+            R.GET_CONSUME_STATS, GetConsumeStatsRequestHeader(consumer_group=n.group, topic=n.topic).encode()
+        ),
+        needs(("Group", "Get"), ("Topic", "Get")),
+        "topic",
+    ),
+    Case(
+        R.GET_CONSUMER_CONNECTION_LIST,
+        "broker",
+        lambda n: _cmd(
+            R.GET_CONSUMER_CONNECTION_LIST, ConsumerGroupRequestHeader(consumer_group=n.group).encode()
+        ),
+        needs(("Group", "Get")),
+    ),
+    Case(
+        R.INVOKE_BROKER_TO_RESET_OFFSET,
+        "broker",
+        lambda n: _cmd(
+            R.INVOKE_BROKER_TO_RESET_OFFSET,
+            ResetOffsetRequestHeader(topic=n.topic, group=n.group, timestamp=0, is_force=False).encode(),
+        ),
+        needs(("Group", "Update"), ("Topic", "Update")),
+    ),
+    Case(R.GET_ALL_DELAY_OFFSET, "broker", lambda n: _cmd(R.GET_ALL_DELAY_OFFSET), needs(("Cluster", "Get"))),
+    Case(
+        R.GET_BROKER_RUNTIME_INFO,
+        "broker",
+        lambda n: _cmd(R.GET_BROKER_RUNTIME_INFO),
+        needs(("Cluster", "Get")),
+    ),
+    Case(R.GET_BROKER_HA_STATUS, "broker", lambda n: _cmd(R.GET_BROKER_HA_STATUS), needs(("Cluster", "Get"))),
+    # Naming another master: the broker (brokerId 0) cannot become a slave and says so; nothing changes.
+    Case(
+        R.NOTIFY_BROKER_ROLE_CHANGED,
+        "broker",
+        lambda n: _cmd(
+            R.NOTIFY_BROKER_ROLE_CHANGED,
+            NotifyBrokerRoleChangedRequestHeader(master_address="127.0.0.1:1", master_epoch=99).encode(),
+        ),
+        needs(("Cluster", "Update")),
+    ),
+    *_auth_cases("broker", "Cluster"),
+]
+
+_FAKE_BROKER = BrokerRequestHeader(
+    broker_name="acl-fake", broker_addr="127.0.0.1:1", cluster_name=CLUSTER, broker_id=0
+).encode()
+
+NAMESRV_CASES = [
+    # A registration whose body is not JSON: refused as malformed (SYSTEM_ERROR) once let through.
+    Case(
+        R.REGISTER_BROKER,
+        "namesrv",
+        lambda n: _cmd(
+            R.REGISTER_BROKER,
+            RegisterBrokerRequestHeader(
+                broker_name="acl-fake",
+                broker_addr="127.0.0.1:1",
+                cluster_name=CLUSTER,
+                ha_server_addr="127.0.0.1:2",
+                broker_id=0,
+            ).encode(),
+            b"not json",
+        ),
+        needs(("AnyCluster", "Update")),
+    ),
+    Case(
+        R.UNREGISTER_BROKER,
+        "namesrv",
+        lambda n: _cmd(R.UNREGISTER_BROKER, _FAKE_BROKER),
+        needs(("AnyCluster", "Update")),
+    ),
+    Case(
+        R.QUERY_DATA_VERSION,
+        "namesrv",
+        lambda n: _cmd(
+            R.QUERY_DATA_VERSION,
+            _FAKE_BROKER,
+            {"counter": 1, "timestamp": 1},
+        ),
+        needs(("AnyCluster", "Get")),
+    ),
+    Case(
+        R.GET_ROUTEINFO_BY_TOPIC,
+        "namesrv",
+        lambda n: _cmd(R.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequestHeader(topic=n.topic).encode()),
+        needs(("Topic", "Pub|Sub|Get")),
+    ),
+    Case(
+        R.GET_ROUTEINFO_BY_TOPIC,
+        "namesrv",
+        lambda n: _cmd(R.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequestHeader(topic=n.retry).encode()),
+        needs(("Group", "Sub|Get")),
+        "retry",
+    ),
+    Case(
+        R.GET_BROKER_CLUSTER_INFO,
+        "namesrv",
+        lambda n: _cmd(R.GET_BROKER_CLUSTER_INFO),
+        needs(("AnyCluster", "Get")),
+    ),
+    Case(
+        R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+        "namesrv",
+        lambda n: _cmd(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
+        needs(("Topic:*", "List")),
+    ),
+    Case(
+        R.GET_TOPICS_BY_CLUSTER,
+        "namesrv",
+        lambda n: _cmd(R.GET_TOPICS_BY_CLUSTER, GetTopicsByClusterRequestHeader(cluster=CLUSTER).encode()),
+        needs(("Topic:*", "List")),
+    ),
+    Case(
+        R.GET_SYSTEM_TOPIC_LIST_FROM_NS,
+        "namesrv",
+        lambda n: _cmd(R.GET_SYSTEM_TOPIC_LIST_FROM_NS),
+        needs(("Topic:*", "List")),
+    ),
+    Case(
+        R.DELETE_TOPIC_IN_NAMESRV,
+        "namesrv",
+        lambda n: _cmd(
+            R.DELETE_TOPIC_IN_NAMESRV, DeleteTopicFromNamesrvRequestHeader(topic=n.topic).encode()
+        ),
+        needs(("AnyCluster", "Update")),
+    ),
+    Case(
+        R.WIPE_WRITE_PERM_OF_BROKER,
+        "namesrv",
+        lambda n: _cmd(
+            R.WIPE_WRITE_PERM_OF_BROKER, BrokerNameRequestHeader(broker_name="no-such-broker").encode()
+        ),
+        needs(("AnyCluster", "Update")),
+    ),
+    Case(
+        R.ADD_WRITE_PERM_OF_BROKER,
+        "namesrv",
+        lambda n: _cmd(
+            R.ADD_WRITE_PERM_OF_BROKER, BrokerNameRequestHeader(broker_name="no-such-broker").encode()
+        ),
+        needs(("AnyCluster", "Update")),
+    ),
+    Case(
+        R.PUT_KV_CONFIG,
+        "namesrv",
+        lambda n: _cmd(
+            R.PUT_KV_CONFIG, PutKVConfigRequestHeader(namespace="acl", key=n.topic, value="v").encode()
+        ),
+        needs(("AnyCluster", "Update")),
+    ),
+    Case(
+        R.GET_KV_CONFIG,
+        "namesrv",
+        lambda n: _cmd(R.GET_KV_CONFIG, KVConfigKeyRequestHeader(namespace="acl", key=n.topic).encode()),
+        needs(("AnyCluster", "Get")),
+    ),
+    Case(
+        R.DELETE_KV_CONFIG,
+        "namesrv",
+        lambda n: _cmd(R.DELETE_KV_CONFIG, KVConfigKeyRequestHeader(namespace="acl", key=n.topic).encode()),
+        needs(("AnyCluster", "Update")),
+    ),
+    Case(
+        R.GET_KVLIST_BY_NAMESPACE,
+        "namesrv",
+        lambda n: _cmd(
+            R.GET_KVLIST_BY_NAMESPACE, GetKVListByNamespaceRequestHeader(namespace="acl").encode()
+        ),
+        needs(("AnyCluster", "Get")),
+    ),
+    *_auth_cases("namesrv", "AnyCluster"),
+]
+
+CASES = BROKER_CASES + NAMESRV_CASES
+_serial = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A name server and a broker registered with it, both with aclEnable: server kind → address."""
+    root = tmp_path_factory.mktemp("acl-wire")
+    processes: list[ServerProcess] = []
+    try:
+        namesrv, namesrv_addr = start_namesrv(
+            root / "namesrv", aclEnable="true", initAuthenticationUser=INIT_USER
+        )
+        processes.append(namesrv)
+        broker, broker_addr = start_broker(
+            root / "broker",
+            namesrv_addr,
+            aclEnable="true",
+            initAuthenticationUser=INIT_USER,
+            innerClientAuthenticationCredentials=INNER,
+        )
+        processes.append(broker)
+        yield {"namesrv": namesrv_addr, "broker": broker_addr}
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+
+
+def test_the_broker_registers_with_its_own_credentials(servers: dict[str, str]) -> None:
+    async def scenario() -> None:
+        client = RemotingClient()
+        try:
+            request = _cmd(RequestCode.GET_BROKER_CLUSTER_INFO)
+            response = await invoke_as(client, servers["namesrv"], request, ROOT)
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            assert servers["broker"] in response.body.decode()
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_a_request_passes_with_what_the_table_needs_and_not_without(
+    case: Case, servers: dict[str, str]
+) -> None:
+    serial = next(_serial)
+    names = Names(f"acl-t{serial}", f"acl-g{serial}", f"%RETRY%acl-g{serial}", f"allowed-{serial}")
+    address = servers[case.server]
+    wanted = case.needs(names)
+
+    async def scenario() -> None:
+        client = RemotingClient()
+        try:
+            allowed = await create_user(client, address, names.user, ALLOWED_SECRET)
+            # One of the actions of each need, on exactly its resource.
+            await grant(
+                client, address, allowed.access_key, [entry(key, actions[:1]) for key, actions in wanted]
+            )
+            denied = await create_user(client, address, f"denied-{serial}", "denied-secret")
+            # Every other action on the same resources.
+            others = [entry(key, [a for a in GRANTABLE if a not in actions]) for key, actions in wanted]
+            await grant(client, address, denied.access_key, others)
+
+            answer = await invoke_as(client, address, case.build(names), allowed)
+            assert answer.code != ResponseCode.NO_PERMISSION, answer.remark
+            refusal = await invoke_as(client, address, case.build(names), denied)
+            assert refusal.code == ResponseCode.NO_PERMISSION, (refusal.code, refusal.remark)
+            assert f"user {denied.access_key} may not" in (refusal.remark or "")
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_every_code_either_server_serves_has_a_case_here(tmp_path: Path) -> None:
+    """A code served without a case above would go untested over the wire."""
+    broker_codes, namesrv_codes = served_codes(tmp_path)
+    assert broker_codes - {case.code for case in BROKER_CASES} == set()
+    assert namesrv_codes - {case.code for case in NAMESRV_CASES} == set()

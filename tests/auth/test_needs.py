@@ -1,0 +1,382 @@
+"""The one table of needs: each request, built with its real typed header (or body), needs what
+RocketMQ 5 authorizes it by."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cometmq.auth import Action, AuthError, Need, Resource, ResourceType, needs_of
+from cometmq.auth._needs import TABLE
+from cometmq.errors import RequestRefused
+from cometmq.protocol import RemotingCommand, RequestCode
+from cometmq.protocol.auth_headers import (
+    AclRequestHeader,
+    DeleteAclRequestHeader,
+    ListAclsRequestHeader,
+    ListUsersRequestHeader,
+    UserRequestHeader,
+)
+from cometmq.protocol.broker_headers import (
+    ConsumerGroupRequestHeader,
+    ConsumerSendMsgBackRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    GetConsumeStatsRequestHeader,
+    NotifyBrokerRoleChangedRequestHeader,
+    PullMessageRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryMessageRequestHeader,
+    QueueRequestHeader,
+    ResetOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    SendMessageRequestHeader,
+    TopicRequestHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    ViewMessageRequestHeader,
+)
+from cometmq.protocol.headers import Header
+from cometmq.protocol.namesrv_headers import (
+    BrokerNameRequestHeader,
+    BrokerRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
+    GetKVListByNamespaceRequestHeader,
+    GetRouteInfoRequestHeader,
+    GetTopicsByClusterRequestHeader,
+    KVConfigKeyRequestHeader,
+    PutKVConfigRequestHeader,
+    RegisterBrokerRequestHeader,
+)
+
+CLUSTER = "DefaultCluster"
+C = RequestCode
+PUB, SUB, GET, LIST = Action.PUB, Action.SUB, Action.GET, Action.LIST
+CREATE, UPDATE, DELETE = Action.CREATE, Action.UPDATE, Action.DELETE
+
+
+def topic(name: str | None, *actions: Action) -> Need:
+    return Need.of(Resource.of(ResourceType.TOPIC, name), actions)
+
+
+def group(name: str | None, *actions: Action) -> Need:
+    return Need.of(Resource.of(ResourceType.GROUP, name), actions)
+
+
+def cluster(*actions: Action) -> Need:
+    return Need.of(Resource.of(ResourceType.CLUSTER, CLUSTER), actions)
+
+
+def send_header(topic_name: str, producer_group: str = "pg") -> SendMessageRequestHeader:
+    return SendMessageRequestHeader(
+        producer_group=producer_group,
+        topic=topic_name,
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=0,
+        sys_flag=0,
+        born_timestamp=1,
+        flag=0,
+    )
+
+
+def pull_header(topic_name: str) -> PullMessageRequestHeader:
+    return PullMessageRequestHeader(
+        consumer_group="cg",
+        topic=topic_name,
+        queue_id=0,
+        queue_offset=0,
+        max_msg_nums=32,
+        sys_flag=0,
+        commit_offset=0,
+        suspend_timeout_millis=0,
+        sub_version=0,
+    )
+
+
+HEARTBEAT = {
+    "clientID": "c1",
+    "producerDataSet": [{"groupName": "pg"}],
+    "consumerDataSet": [
+        {
+            "groupName": "cg",
+            "subscriptionDataSet": [{"topic": "t1"}, {"topic": "%RETRY%cg"}],
+        },
+        {"groupName": "cg2", "subscriptionDataSet": [{"topic": "t2"}]},
+    ],
+}
+LOCK_BODY = {
+    "consumerGroup": "cg",
+    "clientId": "c1",
+    "mqSet": [
+        {"topic": "t1", "brokerName": "b", "queueId": 0},
+        {"topic": "%RETRY%cg", "brokerName": "b", "queueId": 0},
+    ],
+}
+REGISTER = RegisterBrokerRequestHeader(
+    broker_name="b",
+    broker_addr="127.0.0.1:10911",
+    cluster_name=CLUSTER,
+    ha_server_addr="127.0.0.1:10912",
+    broker_id=0,
+)
+BROKER = BrokerRequestHeader(
+    broker_name="b", broker_addr="127.0.0.1:10911", cluster_name=CLUSTER, broker_id=0
+)
+QUEUE = QueueRequestHeader(topic="t", queue_id=0)
+
+# (code, header, compact, body, needs)
+CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
+    (C.SEND_MESSAGE, send_header("t"), False, None, [topic("t", PUB)]),
+    (C.SEND_MESSAGE, send_header("%RETRY%cg"), False, None, [group("pg", SUB)]),
+    (C.SEND_MESSAGE_V2, send_header("t"), True, None, [topic("t", PUB)]),
+    (C.SEND_MESSAGE_V2, send_header("%RETRY%cg", ""), True, None, [group("cg", SUB)]),
+    (C.SEND_BATCH_MESSAGE, send_header("t"), True, None, [topic("t", PUB)]),
+    (
+        C.CONSUMER_SEND_MSG_BACK,
+        ConsumerSendMsgBackRequestHeader(offset=0, group="cg", delay_level=0),
+        False,
+        None,
+        [group("cg", SUB)],
+    ),
+    (C.PULL_MESSAGE, pull_header("t"), False, None, [topic("t", SUB), group("cg", SUB)]),
+    (C.PULL_MESSAGE, pull_header("%RETRY%cg"), False, None, [group("cg", SUB)]),
+    (
+        C.QUERY_MESSAGE,
+        QueryMessageRequestHeader(topic="t", key="k", max_num=1, begin_timestamp=0, end_timestamp=1),
+        False,
+        None,
+        [topic("t", SUB, GET)],
+    ),
+    (C.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset=0), False, None, [cluster(GET)]),
+    (
+        C.HEART_BEAT,
+        None,
+        False,
+        HEARTBEAT,
+        [group("cg", SUB), topic("t1", SUB), group("cg2", SUB), topic("t2", SUB)],
+    ),
+    (
+        C.UNREGISTER_CLIENT,
+        UnregisterClientRequestHeader(client_id="c", consumer_group="cg"),
+        False,
+        None,
+        [group("cg", SUB)],
+    ),
+    (C.UNREGISTER_CLIENT, UnregisterClientRequestHeader(client_id="c", producer_group="pg"), False, None, []),
+    (
+        C.GET_CONSUMER_LIST_BY_GROUP,
+        ConsumerGroupRequestHeader(consumer_group="cg"),
+        False,
+        None,
+        [group("cg", SUB, GET)],
+    ),
+    (
+        C.QUERY_CONSUMER_OFFSET,
+        QueryConsumerOffsetRequestHeader(consumer_group="cg", topic="t", queue_id=0),
+        False,
+        None,
+        [topic("t", SUB, GET), group("cg", SUB, GET)],
+    ),
+    (
+        C.QUERY_CONSUMER_OFFSET,
+        QueryConsumerOffsetRequestHeader(consumer_group="cg", topic="%RETRY%cg", queue_id=0),
+        False,
+        None,
+        [group("cg", SUB, GET)],
+    ),
+    (
+        C.UPDATE_CONSUMER_OFFSET,
+        UpdateConsumerOffsetRequestHeader(consumer_group="cg", topic="t", queue_id=0, commit_offset=1),
+        False,
+        None,
+        [topic("t", SUB, UPDATE), group("cg", SUB, UPDATE)],
+    ),
+    (C.LOCK_BATCH_MQ, None, False, LOCK_BODY, [group("cg", SUB), topic("t1", SUB)]),
+    (C.UNLOCK_BATCH_MQ, None, False, LOCK_BODY, [group("cg", SUB), topic("t1", SUB)]),
+    (C.CHECK_CLIENT_CONFIG, None, False, {"clientId": "c", "group": "cg"}, [group("cg", SUB)]),
+    (
+        C.GET_ROUTEINFO_BY_TOPIC,
+        GetRouteInfoRequestHeader(topic="t"),
+        False,
+        None,
+        [topic("t", PUB, SUB, GET)],
+    ),
+    (
+        C.GET_ROUTEINFO_BY_TOPIC,
+        GetRouteInfoRequestHeader(topic="%RETRY%cg"),
+        False,
+        None,
+        [group("cg", SUB, GET)],
+    ),
+    (
+        C.UPDATE_AND_CREATE_TOPIC,
+        CreateTopicRequestHeader(
+            topic="t",
+            default_topic="TBW102",
+            read_queue_nums=4,
+            write_queue_nums=4,
+            perm=6,
+            topic_filter_type="SINGLE_TAG",
+            order=False,
+        ),
+        False,
+        None,
+        [topic("t", CREATE)],
+    ),
+    (C.DELETE_TOPIC_IN_BROKER, TopicRequestHeader(topic="t"), False, None, [topic("t", DELETE)]),
+    (C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, False, {"groupName": "cg"}, [group("cg", CREATE)]),
+    (
+        C.DELETE_SUBSCRIPTIONGROUP,
+        DeleteSubscriptionGroupRequestHeader(group_name="cg"),
+        False,
+        None,
+        [group("cg", DELETE)],
+    ),
+    (C.GET_MAX_OFFSET, QUEUE, False, None, [topic("t", GET)]),
+    (C.GET_MIN_OFFSET, QUEUE, False, None, [topic("t", GET)]),
+    (C.GET_EARLIEST_MSG_STORETIME, QUEUE, False, None, [topic("t", GET)]),
+    (
+        C.SEARCH_OFFSET_BY_TIMESTAMP,
+        SearchOffsetRequestHeader(topic="t", queue_id=0, timestamp=0),
+        False,
+        None,
+        [topic("t", GET)],
+    ),
+    (C.GET_TOPIC_STATS_INFO, TopicRequestHeader(topic="t"), False, None, [topic("t", GET)]),
+    (C.GET_CONSUME_STATS, GetConsumeStatsRequestHeader(consumer_group="cg"), False, None, [group("cg", GET)]),
+    (
+        C.GET_CONSUME_STATS,
+        GetConsumeStatsRequestHeader(consumer_group="cg", topic="t"),
+        False,
+        None,
+        [group("cg", GET), topic("t", GET)],
+    ),
+    (
+        C.GET_CONSUMER_CONNECTION_LIST,
+        ConsumerGroupRequestHeader(consumer_group="cg"),
+        False,
+        None,
+        [group("cg", GET)],
+    ),
+    (
+        C.INVOKE_BROKER_TO_RESET_OFFSET,
+        ResetOffsetRequestHeader(topic="t", group="cg", timestamp=0, is_force=True),
+        False,
+        None,
+        [group("cg", UPDATE), topic("t", UPDATE)],
+    ),
+    (C.END_TRANSACTION, None, False, None, [topic(None, PUB)]),
+    (C.GET_ALL_TOPIC_CONFIG, None, False, None, [topic(None, LIST)]),
+    (
+        C.GET_TOPICS_BY_CLUSTER,
+        GetTopicsByClusterRequestHeader(cluster=CLUSTER),
+        False,
+        None,
+        [topic(None, LIST)],
+    ),
+    (C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, None, False, None, [topic(None, LIST)]),
+    (C.GET_SYSTEM_TOPIC_LIST_FROM_NS, None, False, None, [topic(None, LIST)]),
+    (C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, None, False, None, [group(None, LIST)]),
+    (C.GET_ALL_CONSUMER_OFFSET, None, False, None, [cluster(GET)]),
+    (C.GET_ALL_DELAY_OFFSET, None, False, None, [cluster(GET)]),
+    (C.GET_BROKER_RUNTIME_INFO, None, False, None, [cluster(GET)]),
+    (C.GET_BROKER_CONFIG, None, False, None, [cluster(GET)]),
+    (C.GET_BROKER_HA_STATUS, None, False, None, [cluster(GET)]),
+    (C.GET_BROKER_CLUSTER_INFO, None, False, None, [cluster(GET)]),
+    (C.QUERY_DATA_VERSION, BROKER, False, None, [cluster(GET)]),
+    (C.GET_KV_CONFIG, KVConfigKeyRequestHeader(namespace="n", key="k"), False, None, [cluster(GET)]),
+    (
+        C.GET_KVLIST_BY_NAMESPACE,
+        GetKVListByNamespaceRequestHeader(namespace="n"),
+        False,
+        None,
+        [cluster(GET)],
+    ),
+    (C.UPDATE_BROKER_CONFIG, None, False, None, [cluster(UPDATE)]),
+    (C.REGISTER_BROKER, REGISTER, False, None, [cluster(UPDATE)]),
+    (C.UNREGISTER_BROKER, BROKER, False, None, [cluster(UPDATE)]),
+    (
+        C.PUT_KV_CONFIG,
+        PutKVConfigRequestHeader(namespace="n", key="k", value="v"),
+        False,
+        None,
+        [cluster(UPDATE)],
+    ),
+    (C.DELETE_KV_CONFIG, KVConfigKeyRequestHeader(namespace="n", key="k"), False, None, [cluster(UPDATE)]),
+    (C.WIPE_WRITE_PERM_OF_BROKER, BrokerNameRequestHeader(broker_name="b"), False, None, [cluster(UPDATE)]),
+    (C.ADD_WRITE_PERM_OF_BROKER, BrokerNameRequestHeader(broker_name="b"), False, None, [cluster(UPDATE)]),
+    (
+        C.DELETE_TOPIC_IN_NAMESRV,
+        DeleteTopicFromNamesrvRequestHeader(topic="t"),
+        False,
+        None,
+        [cluster(UPDATE)],
+    ),
+    (C.NOTIFY_BROKER_ROLE_CHANGED, NotifyBrokerRoleChangedRequestHeader(), False, None, [cluster(UPDATE)]),
+    (C.AUTH_CREATE_USER, UserRequestHeader(username="u"), False, {"password": "p"}, [cluster(UPDATE)]),
+    (C.AUTH_UPDATE_USER, UserRequestHeader(username="u"), False, {"password": "p"}, [cluster(UPDATE)]),
+    (C.AUTH_DELETE_USER, UserRequestHeader(username="u"), False, None, [cluster(UPDATE)]),
+    (C.AUTH_GET_USER, UserRequestHeader(username="u"), False, None, [cluster(GET)]),
+    (C.AUTH_LIST_USER, ListUsersRequestHeader(), False, None, [cluster(GET)]),
+    (C.AUTH_CREATE_ACL, AclRequestHeader(subject="User:u"), False, None, [cluster(UPDATE)]),
+    (C.AUTH_UPDATE_ACL, AclRequestHeader(subject="User:u"), False, None, [cluster(UPDATE)]),
+    (C.AUTH_DELETE_ACL, DeleteAclRequestHeader(subject="User:u"), False, None, [cluster(UPDATE)]),
+    (C.AUTH_GET_ACL, AclRequestHeader(subject="User:u"), False, None, [cluster(GET)]),
+    (C.AUTH_LIST_ACL, ListAclsRequestHeader(), False, None, [cluster(GET)]),
+]
+
+
+def request(code: int, header: Header | None, compact: bool, body: Any) -> RemotingCommand:
+    fields = header.encode(compact=compact) if header is not None else {}
+    return RemotingCommand(code, ext_fields=fields, body=b"" if body is None else json.dumps(body).encode())
+
+
+@pytest.mark.parametrize(
+    ("code", "header", "compact", "body", "expected"),
+    CASES,
+    ids=[f"{RequestCode(case[0]).name}-{i}" for i, case in enumerate(CASES)],
+)
+def test_what_a_request_needs(
+    code: int, header: Header | None, compact: bool, body: Any, expected: list[Need]
+) -> None:
+    assert needs_of(request(code, header, compact, body), CLUSTER) == expected
+
+
+def test_every_table_entry_has_a_case() -> None:
+    assert {case[0] for case in CASES} == set(TABLE)
+
+
+def test_a_name_server_needs_a_cluster_with_no_name() -> None:
+    needs = needs_of(request(C.REGISTER_BROKER, REGISTER, False, None), None)
+
+    assert needs == [Need.of(Resource.of(ResourceType.CLUSTER, None), [UPDATE])]
+    assert Resource.parse("Cluster:*").matches(needs[0].resource)
+    assert not Resource.parse(f"Cluster:{CLUSTER}").matches(needs[0].resource)
+
+
+def test_a_missing_field_needs_the_type_with_no_name() -> None:
+    assert needs_of(RemotingCommand(C.GET_MAX_OFFSET), CLUSTER) == [topic(None, GET)]
+
+
+def test_codes_not_in_the_table_have_no_needs() -> None:
+    assert needs_of(RemotingCommand(C.NOTIFY_CONSUMER_IDS_CHANGED), CLUSTER) is None
+    assert needs_of(RemotingCommand(99999), CLUSTER) is None
+
+
+@pytest.mark.parametrize(
+    "body", [b"not json", b"[]", b'{"consumerDataSet": {}}', b'{"consumerDataSet": [1]}']
+)
+def test_a_heartbeat_body_that_is_not_heartbeat_data_is_refused(body: bytes) -> None:
+    with pytest.raises(RequestRefused):
+        needs_of(RemotingCommand(C.HEART_BEAT, body=body), CLUSTER)
+
+
+def test_table_refusals_are_not_auth_errors() -> None:
+    # A malformed body is the request's fault as the server would find it: not an access refusal.
+    with pytest.raises(RequestRefused) as caught:
+        needs_of(RemotingCommand(C.LOCK_BATCH_MQ, body=b"{"), CLUSTER)
+
+    assert not isinstance(caught.value, AuthError)

@@ -1,0 +1,139 @@
+"""A name server, a master and its slave, each a ``cometmq`` process, with TLS enforcing and access
+control on everywhere: the slave registers, authenticates on the HA link and copies the master's
+messages; a slave with a wrong secret is refused by the master."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tls_support import Certificates, make_certificates
+
+from cometmq.auth import Credentials
+from cometmq.protocol import ResponseCode
+from cometmq.remoting import RemotingClient
+from processes import ServerProcess
+from waiting import wait_until, wait_until_blocking
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replication"))
+from _pair import BrokerNode, create_topic, make_message, pull_request, read_queue, replicated, send
+
+ADMIN = Credentials("admin", "Adm1n-S3cret")
+INIT_USER = json.dumps({"username": ADMIN.access_key, "password": ADMIN.secret_key})
+
+
+def inner_credentials(credentials: Credentials) -> str:
+    return json.dumps({"accessKey": credentials.access_key, "secretKey": credentials.secret_key})
+
+
+def secured(certs: Certificates, credentials: Credentials = ADMIN) -> dict[str, Any]:
+    """The settings of a server with TLS enforcing, its own connections over TLS, and ACL on."""
+    return {
+        **certs.server_properties("enforcing"),
+        **certs.client_properties(),
+        "aclEnable": "true",
+        "initAuthenticationUser": INIT_USER,
+        "innerClientAuthenticationCredentials": inner_credentials(credentials),
+    }
+
+
+def start_namesrv(tmp_path: Path, certs: Certificates) -> tuple[ServerProcess, str]:
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text("".join(f"{key}={value}\n" for key, value in secured(certs).items()))
+    args = ["namesrv", "-c", str(conf), "--data-dir", str(tmp_path / "namesrv"), "--host", "127.0.0.1"]
+    server = ServerProcess([*args, "--port", "0"], tmp_path / "namesrv.log")
+    try:
+        line = server.wait_ready("CometMQ namesrv ready:")
+    except BaseException:
+        server.terminate()
+        raise
+    return server, line.rsplit(" ", 1)[1]
+
+
+def test_a_slave_copies_its_master_over_tls_with_access_control_on(tmp_path: Path) -> None:
+    certs = make_certificates(tmp_path / "certs")
+    namesrv, namesrv_addr = start_namesrv(tmp_path, certs)
+    master = slave = None
+    try:
+        master = BrokerNode(
+            tmp_path, "master", namesrv_addr, brokerRole="ASYNC_MASTER", **secured(certs)
+        ).start()
+        slave = BrokerNode(
+            tmp_path, "slave", namesrv_addr, brokerRole="SLAVE", brokerId=1, **secured(certs)
+        ).start()
+        topic = "SecuredTopic"
+
+        async def scenario() -> list[bytes]:
+            client = RemotingClient(credentials=ADMIN, ssl_context=certs.client_context())
+            try:
+                created = await create_topic(client, master.addr, topic, 1)
+                assert created.code == ResponseCode.SUCCESS, created.remark
+                for seq in range(20):
+                    answer, _ = await send(client, master.addr, topic, 0, *make_message(0, seq))
+                    assert answer.code == ResponseCode.SUCCESS, answer.remark
+                await wait_until(
+                    lambda: replicated(client, master), message="the slave to copy the master", timeout=60
+                )
+                await wait_until(
+                    lambda: _slave_knows(client, slave.addr, topic),
+                    message="the slave to know the topic",
+                    timeout=60,
+                )
+                return [record.body for record in await read_queue(client, slave.addr, topic, 0)]
+            finally:
+                await client.close()
+
+        bodies = asyncio.run(scenario())
+        assert bodies == [make_message(0, seq)[0] for seq in range(20)]
+        assert "refused the HA link" not in master.log()
+    finally:
+        for node in (slave, master):
+            if node is not None:
+                node.stop()
+        namesrv.terminate()
+
+
+async def _slave_knows(client: RemotingClient, slave: str, topic: str) -> bool:
+    probe = await client.invoke(slave, pull_request(topic, 0, 0), timeout=10)
+    return probe.code != ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_the_master_refuses_a_slave_with_a_wrong_secret(tmp_path: Path) -> None:
+    certs = make_certificates(tmp_path / "certs")
+    namesrv, namesrv_addr = start_namesrv(tmp_path, certs)
+    master = slave = None
+    try:
+        master = BrokerNode(
+            tmp_path, "master", namesrv_addr, brokerRole="ASYNC_MASTER", **secured(certs)
+        ).start()
+        # Its registrations are refused too: it is given the master's HA address.
+        slave = BrokerNode(
+            tmp_path,
+            "slave",
+            namesrv_addr,
+            brokerRole="SLAVE",
+            brokerId=1,
+            haMasterAddress=master.ha_addr,
+            **secured(certs, Credentials(ADMIN.access_key, "N0t-the-S3cret")),
+        ).start()
+        assert master.ha_addr
+        wait_until_blocking(
+            lambda: "refused the HA link of slave" in master.log(), message="the master's refusal", timeout=60
+        )
+        wait_until_blocking(
+            lambda: "refused this slave's AUTH as user admin" in slave.log(),
+            message="the slave's log line",
+            timeout=60,
+        )
+        refusal = next(line for line in master.log().splitlines() if "refused the HA link of slave" in line)
+        assert "the signature of user admin does not match" in refusal, refusal
+        for log in (master.log(), slave.log()):
+            assert "S3cret" not in log
+    finally:
+        for node in (slave, master):
+            if node is not None:
+                node.stop()
+        namesrv.terminate()
