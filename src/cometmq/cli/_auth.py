@@ -80,9 +80,10 @@ def _resource(text: str) -> Resource:
 
 
 def _subject(text: str) -> str:
-    if Acl(text, ()).username is None:
+    kind, colon, name = text.partition(":")
+    if not colon or kind.strip().lower() != "user" or not name.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is not a subject: give User:<name>")
-    return text
+    return f"User:{name.strip()}"
 
 
 def _add_command(
