@@ -9,6 +9,7 @@ subscribe to it) and the Super user ``ROOT`` (initAuthenticationUser) for the us
 from __future__ import annotations
 
 import json
+import re
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ import trustme
 
 from cometmq.auth import Credentials
 from cometmq.client.blocking import AdminClient
-from processes import TEST_BROKER_CONF, StandaloneServer
+from processes import TEST_BROKER_CONF, ServerProcess, StandaloneServer
 
 ADMIN = Credentials("rocketmq2", "12345678")
 WRITER = Credentials("writer", "writer-secret")
@@ -111,3 +112,44 @@ def secured_standalone(directory: Path, tls: TlsFiles | None = None) -> Iterator
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def separate_secured_servers(directory: Path) -> Iterator[tuple[str, str]]:
+    """A ``cometmq namesrv`` and a ``cometmq broker``, each in its own process with aclEnable and its
+    own users (ROOT in both; the broker signs as ROOT): the name server's and the broker's address."""
+    directory.mkdir(parents=True, exist_ok=True)
+    keys = {
+        "aclEnable": "true",
+        "initAuthenticationUser": json.dumps({"username": ROOT.access_key, "password": ROOT.secret_key}),
+    }
+    namesrv_conf = directory / "namesrv.conf"
+    namesrv_conf.write_text("".join(f"{key}={value}\n" for key, value in keys.items()))
+    keys["innerClientAuthenticationCredentials"] = json.dumps(
+        {"accessKey": ROOT.access_key, "secretKey": ROOT.secret_key}
+    )
+    broker_conf = directory / "broker.conf"
+    broker_conf.write_text(TEST_BROKER_CONF + "".join(f"{key}={value}\n" for key, value in keys.items()))
+    namesrv = ServerProcess(
+        ["namesrv", "-c", str(namesrv_conf), "--port", "0", "--data-dir", str(directory / "namesrv")],
+        directory / "namesrv.log",
+    )
+    broker: ServerProcess | None = None
+    try:
+        namesrv_addr = _address(namesrv.wait_ready("CometMQ namesrv ready:"), r"listening on (\S+)")
+        broker_args = ["broker", "-c", str(broker_conf), "--data-dir", str(directory / "broker")]
+        broker = ServerProcess(
+            [*broker_args, "--host", "127.0.0.1", "--port", "0", "-n", namesrv_addr], directory / "broker.log"
+        )
+        broker_addr = _address(broker.wait_ready("CometMQ broker ready:"), r" at (\S+) \(cluster")
+        yield namesrv_addr, broker_addr
+    finally:
+        if broker is not None:
+            broker.terminate()
+        namesrv.terminate()
+
+
+def _address(ready_line: str, pattern: str) -> str:
+    found = re.search(pattern, ready_line)
+    assert found is not None, ready_line
+    return found.group(1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from cometmq.auth import Credentials
 from cometmq.client import Message, blocking
 from cometmq.errors import BrokerError
 from processes import COMMAND, StandaloneServer, broker_address, cometmq, subprocess_env
-from secured_servers import ADMIN, ROOT, secured_standalone
+from secured_servers import ADMIN, ROOT, secured_standalone, separate_secured_servers
 
 TOPIC = "CliAclTopic"
 ALICE = Credentials("alice", "alice-secret")
@@ -129,3 +130,21 @@ def test_the_commands_refused_say_so_once_per_server_and_fail(secured: Standalon
     assert [line.split()[0] for line in refusals] == targets(secured)
     assert "2 of 2 servers did not do it" in wrong.stderr
     assert "a wrong secret" not in wrong.stdout + wrong.stderr
+
+
+def test_servers_of_their_own_each_get_the_change(tmp_path: Path) -> None:
+    with separate_secured_servers(tmp_path) as (namesrv, broker):
+        created = cometmq("user", "create", "-u", "dave", "-p", "dave-secret", "-n", namesrv, env=AS_ROOT)
+        assert created.returncode == 0, created.stderr
+        assert created.stdout.splitlines() == [
+            f"{broker}: created user dave (Normal)",
+            f"{namesrv}: created user dave (Normal)",
+        ]
+        again = cometmq("user", "create", "-u", "dave", "-p", "dave-secret", "-n", namesrv, env=AS_ROOT)
+        assert again.returncode == 1
+        assert again.stdout.count("user dave exists already") == 2
+        deleted = cometmq("user", "delete", "-u", "dave", "-n", namesrv, env=AS_ROOT)
+        assert deleted.stdout.splitlines() == [
+            f"{broker}: deleted user dave",
+            f"{namesrv}: deleted user dave",
+        ]
