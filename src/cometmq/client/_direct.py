@@ -75,7 +75,7 @@ class _DirectConnection:
                 self.sock = sock
                 self.decoder = FrameDecoder()
             sock.settimeout(timeout)
-            _send_all(sock, frame)
+            _send_all(sock, frame, joined=self.ssl_context is not None)
             return self._read_response(sock, request, deadline)
         except TimeoutError:
             self.close()
@@ -125,11 +125,11 @@ def _poll_into(sock: socket.socket, buffer: memoryview, until: float) -> int | N
     return None
 
 
-def _send_all(sock: socket.socket, parts: list[Buffer]) -> None:
+def _send_all(sock: socket.socket, parts: list[Buffer], joined: bool = False) -> None:
     """One ``sendmsg`` of the frame's parts (no join) in the usual case; a large batch that the socket
-    takes only in part, or one of more parts than a ``sendmsg`` may carry (or any frame on a TLS socket),
-    is joined and sent whole."""
-    sent = sock.sendmsg(parts) if len(parts) <= _MAX_PARTS and not isinstance(sock, ssl.SSLSocket) else 0
+    takes only in part, or one of more parts than a ``sendmsg`` may carry, is joined and sent whole,
+    as is every frame when *joined* (a TLS socket, which has no ``sendmsg``)."""
+    sent = sock.sendmsg(parts) if not joined and len(parts) <= _MAX_PARTS else 0
     if sent < sum(map(len, parts)):
         sock.sendall(memoryview(b"".join(parts))[sent:])
 
