@@ -28,6 +28,15 @@ class _Named(enum.Enum):
         allowed = ", ".join(member.value for member in cls)
         raise AuthError(ResponseCode.INVALID_PARAMETER, f"{what} {text!r} is not one of {allowed}")
 
+    @classmethod
+    def parse_optional(cls, value: Any, what: str) -> Self | None:
+        """A JSON value that may be absent (None or empty: None)."""
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            raise AuthError(ResponseCode.INVALID_PARAMETER, f"{what} is not a string")
+        return cls.parse(value, what)
+
 
 class UserType(_Named):
     SUPER = "Super"
@@ -98,11 +107,19 @@ def _string(obj: Mapping[str, Any], key: str, what: str, default: str | None = N
     return value
 
 
-def _strings(obj: Mapping[str, Any], key: str, what: str) -> list[str]:
+def _list(obj: Mapping[str, Any], key: str, what: str) -> list[Any]:
+    """A JSON array, absent or null meaning empty."""
     value = obj.get(key)
     if value is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+    if not isinstance(value, list):
+        raise _invalid(f"{what}'s {key} is not a list")
+    return value
+
+
+def _strings(obj: Mapping[str, Any], key: str, what: str) -> list[str]:
+    value = _list(obj, key, what)
+    if not all(isinstance(item, str) for item in value):
         raise _invalid(f"{what}'s {key} is not a list of strings")
     return value
 
@@ -118,6 +135,11 @@ def group_of_retry_topic(name: str) -> str:
     """The group whose retry topic *name* is (``%RETRY%g`` → ``g``), other names as they are: access
     to a group's retry topic is access to the group."""
     return name[len(RETRY_GROUP_TOPIC_PREFIX) :] if name.startswith(RETRY_GROUP_TOPIC_PREFIX) else name
+
+
+_NAMED_TYPES = {
+    kind.value.lower(): kind for kind in (ResourceType.CLUSTER, ResourceType.TOPIC, ResourceType.GROUP)
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -151,14 +173,9 @@ class Resource:
         if text == "*":
             return cls(ResourceType.ANY, None, ResourcePattern.ANY)
         type_name, colon, name = text.partition(":")
-        if not colon:
+        resource_type = _NAMED_TYPES.get(type_name.strip().lower())
+        if not colon or resource_type is None:
             raise _invalid(f"resource {key!r} is not '*' or <Type>:<name> (Cluster, Topic or Group)")
-        try:
-            resource_type = ResourceType.parse(type_name, "resource type")
-        except AuthError:
-            raise _invalid(f"resource {key!r}: its type is not Cluster, Topic or Group") from None
-        if resource_type is ResourceType.ANY:
-            raise _invalid(f"resource {key!r}: its type is not Cluster, Topic or Group")
         if not name:
             raise _invalid(f"resource {key!r} names nothing after the colon")
         if name == "*":
@@ -227,17 +244,11 @@ class User:
         """A user from a UserInfo; userType defaults to Normal, userStatus to enable, a missing
         password to the empty one."""
         info = _object(value, "UserInfo")
-        user_type = info.get("userType")
-        user_status = info.get("userStatus")
         return cls(
             _string(info, "username", "UserInfo", ""),
             _string(info, "password", "UserInfo", ""),
-            UserType.parse(_string(info, "userType", "UserInfo"), "userType")
-            if user_type
-            else UserType.NORMAL,
-            UserStatus.parse(_string(info, "userStatus", "UserInfo"), "userStatus")
-            if user_status
-            else UserStatus.ENABLE,
+            UserType.parse_optional(info.get("userType"), "userType") or UserType.NORMAL,
+            UserStatus.parse_optional(info.get("userStatus"), "userStatus") or UserStatus.ENABLE,
         )
 
     @classmethod
@@ -269,14 +280,11 @@ class PolicyEntry:
         actions = tuple(Action.parse(text, "action") for text in _strings(info, "actions", "a policy entry"))
         if not actions:
             raise _invalid("a policy entry lists no actions")
-        decision = info.get("decision")
         return cls(
             Resource.parse(_string(info, "resource", "a policy entry")),
             actions,
             tuple(_strings(info, "sourceIps", "a policy entry")),
-            Decision.parse(_string(info, "decision", "a policy entry"), "decision")
-            if decision
-            else Decision.ALLOW,
+            Decision.parse_optional(info.get("decision"), "decision") or Decision.ALLOW,
         )
 
 
@@ -291,16 +299,9 @@ class Policy:
     @classmethod
     def from_dict(cls, value: Any) -> Policy:
         info = _object(value, "a policy")
-        policy_type = info.get("policyType")
-        entries = info.get("entries")
-        entries = [] if entries is None else entries
-        if not isinstance(entries, list):
-            raise _invalid("a policy's entries are not a list")
         return cls(
-            PolicyType.parse(_string(info, "policyType", "a policy"), "policyType")
-            if policy_type
-            else PolicyType.CUSTOM,
-            tuple(PolicyEntry.from_dict(entry) for entry in entries),
+            PolicyType.parse_optional(info.get("policyType"), "policyType") or PolicyType.CUSTOM,
+            tuple(PolicyEntry.from_dict(entry) for entry in _list(info, "entries", "a policy")),
         )
 
 
@@ -323,10 +324,7 @@ class Acl:
     @classmethod
     def from_dict(cls, value: Any) -> Acl:
         info = _object(value, "AclInfo")
-        policies = info.get("policies")
-        policies = [] if policies is None else policies
-        if not isinstance(policies, list):
-            raise _invalid("AclInfo's policies are not a list")
+        policies = _list(info, "policies", "AclInfo")
         return cls(_string(info, "subject", "AclInfo", ""), tuple(Policy.from_dict(p) for p in policies))
 
     @classmethod
