@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from cometmq.auth._access import AccessControl
-from cometmq.auth._model import Acl, PolicyType, Resource, User, UserStatus, UserType
+from cometmq.auth._model import Acl, PolicyType, Resource, User, UserStatus, UserType, invalid_parameter
 from cometmq.auth._signature import ACCESS_KEY
 from cometmq.auth._store import AuthStore, subject_of, username_of
 from cometmq.errors import AuthError
@@ -39,7 +39,7 @@ def _json(value: Any) -> bytes:
 def _username(request: RemotingCommand) -> str:
     username = UserRequestHeader.decode(request.ext_fields).username
     if username is None or not username.strip():
-        raise AuthError(ResponseCode.INVALID_PARAMETER, "the username is blank")
+        raise invalid_parameter("the username is blank")
     return username
 
 
@@ -47,17 +47,17 @@ def _body(request: RemotingCommand, what: str) -> Any:
     try:
         return json.loads(request.body) if request.body_length else {}
     except (ValueError, UnicodeDecodeError):
-        raise AuthError(ResponseCode.INVALID_PARAMETER, f"the {what} body is not JSON") from None
+        raise invalid_parameter(f"the {what} body is not JSON") from None
 
 
 def _user_info(request: RemotingCommand) -> tuple[str | None, UserType | None, UserStatus | None]:
     """The password, type and status a UserInfo body gives (None: not given)."""
     info = _body(request, "UserInfo")
     if not isinstance(info, dict):
-        raise AuthError(ResponseCode.INVALID_PARAMETER, "the UserInfo body is not a JSON object")
+        raise invalid_parameter("the UserInfo body is not a JSON object")
     password = info.get("password")
     if password is not None and not isinstance(password, str):
-        raise AuthError(ResponseCode.INVALID_PARAMETER, "the UserInfo's password is not a string")
+        raise invalid_parameter("the UserInfo's password is not a string")
     return (
         password or None,
         UserType.parse_optional(info.get("userType"), "userType"),

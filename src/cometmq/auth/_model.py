@@ -26,7 +26,7 @@ class _Named(enum.Enum):
             if member.value.lower() == text.strip().lower():
                 return member
         allowed = ", ".join(member.value for member in cls)
-        raise AuthError(ResponseCode.INVALID_PARAMETER, f"{what} {text!r} is not one of {allowed}")
+        raise invalid_parameter(f"{what} {text!r} is not one of {allowed}")
 
     @classmethod
     def parse_optional(cls, value: Any, what: str) -> Self | None:
@@ -34,7 +34,7 @@ class _Named(enum.Enum):
         if value is None or value == "":
             return None
         if not isinstance(value, str):
-            raise AuthError(ResponseCode.INVALID_PARAMETER, f"{what} is not a string")
+            raise invalid_parameter(f"{what} is not a string")
         return cls.parse(value, what)
 
 
@@ -86,13 +86,14 @@ class PolicyType(_Named):
     DEFAULT = "Default"
 
 
-def _invalid(remark: str) -> AuthError:
+def invalid_parameter(remark: str) -> AuthError:
+    """A refusal of something malformed (RocketMQ 5's INVALID_PARAMETER)."""
     return AuthError(ResponseCode.INVALID_PARAMETER, remark)
 
 
 def _object(value: Any, what: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise _invalid(f"{what} is not a JSON object")
+        raise invalid_parameter(f"{what} is not a JSON object")
     return value
 
 
@@ -100,10 +101,10 @@ def _string(obj: Mapping[str, Any], key: str, what: str, default: str | None = N
     value = obj.get(key)
     if value is None:
         if default is None:
-            raise _invalid(f"{what} has no {key}")
+            raise invalid_parameter(f"{what} has no {key}")
         return default
     if not isinstance(value, str):
-        raise _invalid(f"{what}'s {key} is not a string")
+        raise invalid_parameter(f"{what}'s {key} is not a string")
     return value
 
 
@@ -113,14 +114,14 @@ def _list(obj: Mapping[str, Any], key: str, what: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _invalid(f"{what}'s {key} is not a list")
+        raise invalid_parameter(f"{what}'s {key} is not a list")
     return value
 
 
 def _strings(obj: Mapping[str, Any], key: str, what: str) -> list[str]:
     value = _list(obj, key, what)
     if not all(isinstance(item, str) for item in value):
-        raise _invalid(f"{what}'s {key} is not a list of strings")
+        raise invalid_parameter(f"{what}'s {key} is not a list of strings")
     return value
 
 
@@ -128,7 +129,7 @@ def _parse_json(text: str | bytes, what: str) -> Any:
     try:
         return json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise _invalid(f"{what} is not valid JSON: {exc}") from None
+        raise invalid_parameter(f"{what} is not valid JSON: {exc}") from None
 
 
 def group_of_retry_topic(name: str) -> str:
@@ -175,18 +176,18 @@ class Resource:
         type_name, colon, name = text.partition(":")
         resource_type = _NAMED_TYPES.get(type_name.strip().lower())
         if not colon or resource_type is None:
-            raise _invalid(f"resource {key!r} is not '*' or <Type>:<name> (Cluster, Topic or Group)")
+            raise invalid_parameter(f"resource {key!r} is not '*' or <Type>:<name> (Cluster, Topic or Group)")
         if not name:
-            raise _invalid(f"resource {key!r} names nothing after the colon")
+            raise invalid_parameter(f"resource {key!r} names nothing after the colon")
         if name == "*":
             return cls(resource_type, None, ResourcePattern.ANY)
         if name.endswith("*"):
             prefix = name[:-1]
             if "*" in prefix:
-                raise _invalid(f"resource {key!r}: '*' may only end a name")
+                raise invalid_parameter(f"resource {key!r}: '*' may only end a name")
             return cls(resource_type, prefix, ResourcePattern.PREFIXED)
         if "*" in name:
-            raise _invalid(f"resource {key!r}: '*' may only end a name")
+            raise invalid_parameter(f"resource {key!r}: '*' may only end a name")
         return cls.of(resource_type, name)
 
     @property
@@ -279,7 +280,7 @@ class PolicyEntry:
         info = _object(value, "a policy entry")
         actions = tuple(Action.parse(text, "action") for text in _strings(info, "actions", "a policy entry"))
         if not actions:
-            raise _invalid("a policy entry lists no actions")
+            raise invalid_parameter("a policy entry lists no actions")
         return cls(
             Resource.parse(_string(info, "resource", "a policy entry")),
             actions,
