@@ -210,3 +210,12 @@ def test_any_unknown_key_is_one_warning_and_leaves_the_config_as_it_was(key: str
         logger.removeHandler(recorded)
     assert config == BrokerConfig()
     assert len(recorded.messages) == 1 and recorded.messages[0].startswith(f"unknown key {key} in ")
+
+
+def test_a_broker_listens_where_it_is_reached_unless_listen_host_says_otherwise() -> None:
+    config = BrokerConfig()
+    assert config.bind_host == "127.0.0.1"  # nothing said: this machine only, as the name server
+    config.update({"brokerIP1": "10.1.2.3"})
+    assert config.bind_host == "10.1.2.3"
+    config.update({"listenHost": "0.0.0.0"})
+    assert config.bind_host == "0.0.0.0"

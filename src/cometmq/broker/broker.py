@@ -265,7 +265,7 @@ class Broker:
         self._dispatch = self._dispatcher()
         server = RemotingServer(
             self._dispatch,
-            self.config.listen_host,
+            self.config.bind_host,
             self.config.listen_port,
             busy_poll_us=self.config.busy_poll_micros,
             limits=self.config.server_limits(),
@@ -289,14 +289,14 @@ class Broker:
         if self.config.listen_port == 0:  # advertise the port the OS picked, not 0
             self.config.listen_port = server.port
             self.store_host = host_bytes(self.config.broker_addr)
-        warn_if_open("broker", self.config.listen_host, server.port, self.config.acl_enable)
+        warn_if_open("broker", self.config.bind_host, server.port, self.config.acl_enable)
         # Only now: delivered copies carry the final store host (their offset message ids name it).
         self.schedule.start()
         log.info(
             "broker %s (cluster %s) listening on %s:%d, advertised as %s, data in %s",
             self.config.broker_name,
             self.config.broker_cluster_name,
-            self.config.listen_host,
+            self.config.bind_host,
             server.port,
             self.config.broker_addr,
             self.root_dir,
@@ -353,10 +353,10 @@ class Broker:
             tls=cfg.tls,
         )
         try:
-            await ha_server.start(cfg.listen_host, port)
+            await ha_server.start(cfg.bind_host, port)
         except OSError as exc:
             raise ConfigError(
-                f"cannot listen on the HA port {cfg.listen_host}:{port} (haListenPort, by default "
+                f"cannot listen on the HA port {cfg.bind_host}:{port} (haListenPort, by default "
                 f"listenPort + 1): {exc.strerror or exc}"
             ) from None
         self.ha_server = ha_server

@@ -50,7 +50,9 @@ class BrokerConfig:
     broker_id: int = 0
     broker_ip1: str = "127.0.0.1"  # the address advertised to clients (RocketMQ's brokerIP1)
     listen_port: int = 10911
-    listen_host: str = "0.0.0.0"  # not a RocketMQ key: the interface to bind (RocketMQ binds all)
+    # Not a RocketMQ key: the interface to bind; empty is brokerIP1's (RocketMQ binds all), so a broker
+    # told nothing listens on this machine only, as the name server and standalone do.
+    listen_host: str = ""
     namesrv_addr: str = ""
     store_path_root_dir: str = field(default_factory=lambda: str(DEFAULT_DATA_DIR))
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
@@ -145,6 +147,11 @@ class BrokerConfig:
     @property
     def broker_addr(self) -> str:
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def bind_host(self) -> str:
+        """The interface the broker's ports listen on: listenHost, else brokerIP1's."""
+        return self.listen_host or self.broker_ip1
 
     @property
     def ha_port(self) -> int:

@@ -126,7 +126,10 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     broker.add_argument(
         "--host",
         metavar="HOST",
-        help="address to listen on and advertise (default: brokerIP1, else 127.0.0.1)",
+        help=(
+            "address to listen on and advertise (default: brokerIP1 of the file, listening on its "
+            "listenHost if it sets one; else 127.0.0.1)"
+        ),
     )
     broker.add_argument(
         "--port", type=int, metavar="PORT", help="client port (default: listenPort, else 10911)"
@@ -381,7 +384,7 @@ async def _broker(args: argparse.Namespace) -> int:
         )
     with _ShutdownSignal() as shutdown:
         broker = _new_broker(config)
-        with _port_flag(config.listen_host, config.listen_port, "--port"):
+        with _port_flag(config.bind_host, config.listen_port, "--port"):
             await broker.start()
         try:
             _ready(
