@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cometmq.auth import (
     ACCESS_KEY,
@@ -28,7 +30,9 @@ from cometmq.auth import (
     UserStatus,
     UserType,
     sign,
+    signature_of,
 )
+from cometmq.auth._needs import TABLE
 from cometmq.errors import ConfigError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 
@@ -61,6 +65,18 @@ def store(tmp_path: Path) -> AuthStore:
 
 @pytest.fixture
 def access(store: AuthStore) -> AccessControl:
+    return AccessControl(store, CLUSTER)
+
+
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory: pytest.TempPathFactory) -> AccessControl:
+    """An access check with a user of every kind and a policy, shared by the examples of a property."""
+    store = AuthStore(tmp_path_factory.mktemp("gate"))
+    store.create_user(User("alice", "alice-secret"))
+    store.create_user(User("root", "root-secret", UserType.SUPER))
+    store.update_acl(
+        Acl("User:alice", (custom(entry("Topic:t*", Action.PUB), entry("Group:*", Action.SUB)),))
+    )
     return AccessControl(store, CLUSTER)
 
 
@@ -500,3 +516,35 @@ def test_verify_peer(access: AccessControl, store: AuthStore) -> None:
     )
     allow(store, custom(entry(f"Cluster:{CLUSTER}", Action.UPDATE)))
     assert access.verify_peer(CLIENT, "alice", content, ALICE.digest(content), CLUSTER_UPDATE) is None
+
+
+# whatever arrives -------------------------------------------------------------------------------
+
+TABLE_CODES = sorted(TABLE)
+FIELD_NAMES = st.sampled_from(
+    ["topic", "b", "a", "consumerGroup", "group", "producerGroup", ACCESS_KEY, SIGNATURE]
+)
+
+
+@given(
+    st.sampled_from(TABLE_CODES),
+    st.dictionaries(st.one_of(FIELD_NAMES, st.text(max_size=5)), st.text(max_size=12), max_size=6),
+    st.one_of(st.binary(max_size=40), st.just(b'{"consumerDataSet": [{"groupName": 1}], "mqSet": [{}]}')),
+    st.sampled_from(["10.1.2.3:1", "[::1]:2", "", "nonsense"]),
+)
+def test_the_check_answers_whatever_arrives(
+    gate: AccessControl, code: int, fields: dict[str, str], body: bytes, remote: str
+) -> None:
+    request = RemotingCommand(code, opaque=5, ext_fields=fields, body=body)
+
+    response = gate.check(remote, request)
+
+    assert response is None or (response.opaque == 5 and response.code != ResponseCode.SUCCESS)
+
+
+def test_a_lone_surrogate_is_signed_as_java_encodes_it(access: AccessControl, store: AuthStore) -> None:
+    allow(store, custom(entry("Topic:*", Action.PUB)))
+    request = send("t\ud800", ALICE)
+
+    assert request.ext_fields[SIGNATURE] == signature_of(send("t?", ALICE), "alice-secret")
+    assert refusal(access, request) is None

@@ -4,6 +4,7 @@ RocketMQ 5 authorizes it by."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +39,7 @@ from cometmq.protocol.broker_headers import (
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
+from cometmq.protocol.codec import decode_frame
 from cometmq.protocol.headers import Header
 from cometmq.protocol.namesrv_headers import (
     BrokerNameRequestHeader,
@@ -50,6 +52,7 @@ from cometmq.protocol.namesrv_headers import (
     PutKVConfigRequestHeader,
     RegisterBrokerRequestHeader,
 )
+from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 
 CLUSTER = "DefaultCluster"
 C = RequestCode
@@ -112,6 +115,7 @@ LOCK_BODY = {
     "clientId": "c1",
     "mqSet": [
         {"topic": "t1", "brokerName": "b", "queueId": 0},
+        {"topic": "t1", "brokerName": "b", "queueId": 1},
         {"topic": "%RETRY%cg", "brokerName": "b", "queueId": 0},
     ],
 }
@@ -227,7 +231,13 @@ CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
         [topic("t", CREATE)],
     ),
     (C.DELETE_TOPIC_IN_BROKER, TopicRequestHeader(topic="t"), False, None, [topic("t", DELETE)]),
-    (C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, False, {"groupName": "cg"}, [group("cg", CREATE)]),
+    (
+        C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        None,
+        False,
+        SubscriptionGroupConfig(group_name="cg").to_json(),
+        [group("cg", CREATE)],
+    ),
     (
         C.DELETE_SUBSCRIPTIONGROUP,
         DeleteSubscriptionGroupRequestHeader(group_name="cg"),
@@ -380,3 +390,42 @@ def test_table_refusals_are_not_auth_errors() -> None:
         needs_of(RemotingCommand(C.LOCK_BATCH_MQ, body=b"{"), CLUSTER)
 
     assert not isinstance(caught.value, AuthError)
+
+
+GOLDEN = Path(__file__).parent.parent / "golden" / "frames"
+GOLDEN_GROUP = "GID_cpp_golden"
+# What each request the C++ client sent needs (its consumers' offsets and pulls of the retry topic
+# need the group only).
+GOLDEN_NEEDS = {
+    "cpp_consumer_send_msg_back": [group(f"{GOLDEN_GROUP}_retry", SUB)],
+    "cpp_get_consumer_list": [group(GOLDEN_GROUP, SUB, GET)],
+    "cpp_get_max_offset": [topic("TopicTest", GET)],
+    "cpp_get_route": [topic("TopicTest", PUB, SUB, GET)],
+    "cpp_get_route_retry": [group(GOLDEN_GROUP, SUB, GET)],
+    "cpp_heartbeat_consumer": [group(GOLDEN_GROUP, SUB), topic("TopicTest", SUB)],
+    "cpp_heartbeat_producer": [],
+    "cpp_heartbeat_pullconsumer": [group(f"{GOLDEN_GROUP}_pull", SUB)],
+    "cpp_lock_batch_mq": [group(f"{GOLDEN_GROUP}_orderly", SUB)],
+    "cpp_pull_message": [topic("TopicTest", SUB), group(GOLDEN_GROUP, SUB)],
+    "cpp_pull_message_pullconsumer": [topic("TopicTest", SUB), group(f"{GOLDEN_GROUP}_pull", SUB)],
+    "cpp_query_consumer_offset": [group(GOLDEN_GROUP, SUB, GET)],
+    "cpp_send_batch": [topic("TopicTest", PUB)],
+    "cpp_send_compressed": [topic("TopicTest", PUB)],
+    "cpp_send_message": [topic("TopicTest", PUB)],
+    "cpp_send_oneway": [topic("TopicTest", PUB)],
+    "cpp_unlock_batch_mq": [group(f"{GOLDEN_GROUP}_orderly", SUB), topic("TopicTest", SUB)],
+    "cpp_unregister_client": [],
+    "cpp_unregister_client_consumer": [group(GOLDEN_GROUP, SUB)],
+    "cpp_update_consumer_offset": [group(GOLDEN_GROUP, SUB, UPDATE)],
+}
+
+
+def test_every_golden_frame_has_expected_needs() -> None:
+    assert {path.stem for path in GOLDEN.glob("*.bin")} == set(GOLDEN_NEEDS)
+
+
+@pytest.mark.parametrize(("name", "expected"), GOLDEN_NEEDS.items(), ids=list(GOLDEN_NEEDS))
+def test_what_the_cpp_clients_requests_need(name: str, expected: list[Need]) -> None:
+    request = decode_frame((GOLDEN / f"{name}.bin").read_bytes()[4:])
+
+    assert needs_of(request, CLUSTER) == expected

@@ -4,6 +4,7 @@ processes on real ports and files; what replication does with them is tested in 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -13,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from cometmq.auth import Credentials, sign
 from cometmq.broker import BrokerConfig
 from cometmq.cli._cluster import broker_conf, plan
 from cometmq.cli._main import build_parser
 from cometmq.client import AdminClient
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.remoting import RemotingClient
 from processes import COMMAND, TEST_BROKER_CONF, cometmq, subprocess_env
 from waiting import wait_until, wait_until_blocking
 
@@ -306,3 +310,38 @@ def test_cluster_up_etcd_elects_one_master_per_group_and_stops_etcd_last(tmp_pat
     for label in started:
         assert f"{label}: exit status 0" in out  # etcd's SIGTERM ending counts as its clean stop
         assert not alive(started[label][2])
+
+
+def test_cluster_up_locks_its_name_server_with_the_access_control_keys_of_its_file(tmp_path: Path) -> None:
+    acl_conf = tmp_path / "acl.conf"
+    user = {"username": "root", "password": "root-secret"}
+    acl_conf.write_text(
+        TEST_BROKER_CONF
+        + "aclEnable=true\n"
+        + f"initAuthenticationUser={json.dumps(user)}\n"
+        + 'innerClientAuthenticationCredentials={"accessKey":"root","secretKey":"root-secret"}\n'
+    )
+    cluster = Cluster(tmp_path / "cluster", acl_conf, "--groups", "1", "--slaves", "0")
+    try:
+        # The master registered with its name server, which the cluster's ready line waits for: it
+        # signed its registration with the credentials of the file.
+        namesrv_conf = (tmp_path / "cluster" / "namesrv" / "namesrv.conf").read_text()
+        assert "aclEnable=true" in namesrv_conf and "mappedFileSize" not in namesrv_conf
+
+        async def unsigned_and_signed() -> tuple[RemotingCommand, RemotingCommand]:
+            client = RemotingClient()
+            try:
+                unsigned = await client.invoke(
+                    cluster.namesrv, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO), 10.0
+                )
+                request = RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO)
+                sign(request, Credentials("root", "root-secret"))
+                return unsigned, await client.invoke(cluster.namesrv, request, 10.0)
+            finally:
+                await client.close()
+
+        unsigned, signed = asyncio.run(unsigned_and_signed())
+        assert unsigned.code == ResponseCode.NO_PERMISSION, unsigned.remark
+        assert signed.code == ResponseCode.SUCCESS and b"broker-a" in signed.body
+    finally:
+        cluster.close()

@@ -46,7 +46,7 @@ from cometmq.auth._model import (
 )
 from cometmq.auth._needs import needs_of
 from cometmq.auth._plain import PlainAccount, PlainAcl, load_plain_acl
-from cometmq.auth._signature import ACCESS_KEY, SIGNATURE, hmac_sha1, signature_of
+from cometmq.auth._signature import ACCESS_KEY, SIGNATURE, hmac_sha1, signature_of, utf8
 from cometmq.auth._store import AuthStore
 from cometmq.errors import ConfigError, RequestRefused
 from cometmq.protocol.codes import ResponseCode
@@ -263,7 +263,7 @@ class AccessControl:
             if not signature:
                 return f"request code {request.code} of user {name} carries no Signature"
             expected = signature_of(request, principal.secret)
-            if not hmac.compare_digest(expected.encode(), signature.encode()):
+            if not hmac.compare_digest(utf8(expected), utf8(signature)):
                 return _mismatch(name)
         return self._refusal(principal, needs, ip)
 

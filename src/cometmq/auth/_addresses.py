@@ -18,8 +18,8 @@ import functools
 import ipaddress
 from typing import Final
 
+from cometmq.auth._model import invalid_parameter
 from cometmq.errors import AuthError
-from cometmq.protocol.codes import ResponseCode
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -104,7 +104,7 @@ class AddressPattern:
 
 
 def _refused(text: str, why: str) -> AuthError:
-    return AuthError(ResponseCode.INVALID_PARAMETER, f"address pattern {text!r} is not valid: {why}")
+    return invalid_parameter(f"address pattern {text!r} is not valid: {why}")
 
 
 def _items(text: str) -> list[str]:

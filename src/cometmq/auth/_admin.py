@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from cometmq.auth._access import AccessControl
-from cometmq.auth._model import Acl, PolicyType, Resource, User, UserStatus, UserType
+from cometmq.auth._model import Acl, PolicyType, Resource, User, UserStatus, UserType, invalid_parameter
 from cometmq.auth._signature import ACCESS_KEY
 from cometmq.auth._store import AuthStore, subject_of, username_of
 from cometmq.errors import AuthError
@@ -39,7 +39,7 @@ def _json(value: Any) -> bytes:
 def _username(request: RemotingCommand) -> str:
     username = UserRequestHeader.decode(request.ext_fields).username
     if username is None or not username.strip():
-        raise AuthError(ResponseCode.INVALID_PARAMETER, "the username is blank")
+        raise invalid_parameter("the username is blank")
     return username
 
 
@@ -47,14 +47,22 @@ def _body(request: RemotingCommand, what: str) -> Any:
     try:
         return json.loads(request.body) if request.body_length else {}
     except (ValueError, UnicodeDecodeError):
-        raise AuthError(ResponseCode.INVALID_PARAMETER, f"the {what} body is not JSON") from None
+        raise invalid_parameter(f"the {what} body is not JSON") from None
 
 
-def _optional_text(info: Any, key: str) -> str | None:
-    value = info.get(key) if isinstance(info, dict) else None
-    if value is not None and not isinstance(value, str):
-        raise AuthError(ResponseCode.INVALID_PARAMETER, f"the UserInfo's {key} is not a string")
-    return value or None
+def _user_info(request: RemotingCommand) -> tuple[str | None, UserType | None, UserStatus | None]:
+    """The password, type and status a UserInfo body gives (None: not given)."""
+    info = _body(request, "UserInfo")
+    if not isinstance(info, dict):
+        raise invalid_parameter("the UserInfo body is not a JSON object")
+    password = info.get("password")
+    if password is not None and not isinstance(password, str):
+        raise invalid_parameter("the UserInfo's password is not a string")
+    return (
+        password or None,
+        UserType.parse_optional(info.get("userType"), "userType"),
+        UserStatus.parse_optional(info.get("userStatus"), "userStatus"),
+    )
 
 
 class _AuthAdmin:
@@ -78,33 +86,18 @@ class _AuthAdmin:
 
     def create_user(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         username = _username(request)
-        info = _body(request, "UserInfo")
-        user_type = _optional_text(info, "userType")
-        user_status = _optional_text(info, "userStatus")
-        user = User(
-            username,
-            _optional_text(info, "password") or "",
-            UserType.parse(user_type, "userType") if user_type else UserType.NORMAL,
-            UserStatus.parse(user_status, "userStatus") if user_status else UserStatus.ENABLE,
-        )
+        password, user_type, user_status = _user_info(request)
+        user = User(username, password or "", user_type or UserType.NORMAL, user_status or UserStatus.ENABLE)
         self._check_may_touch_super(request, username, user.user_type)
         self._store.create_user(user)
         return request.response()
 
     def update_user(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         username = _username(request)
-        info = _body(request, "UserInfo")
-        user_type_text = _optional_text(info, "userType")
-        user_status = _optional_text(info, "userStatus")
-        user_type = UserType.parse(user_type_text, "userType") if user_type_text else None
+        password, user_type, user_status = _user_info(request)
         old = self._store.get_user(username)
         self._check_may_touch_super(request, username, user_type, old.user_type if old else None)
-        self._store.update_user(
-            username,
-            password=_optional_text(info, "password"),
-            user_type=user_type,
-            user_status=UserStatus.parse(user_status, "userStatus") if user_status else None,
-        )
+        self._store.update_user(username, password=password, user_type=user_type, user_status=user_status)
         return request.response()
 
     def delete_user(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -140,7 +133,7 @@ class _AuthAdmin:
 
     def delete_acl(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = DeleteAclRequestHeader.decode(request.ext_fields)
-        policy_type = PolicyType.parse(header.policy_type, "policyType") if header.policy_type else None
+        policy_type = PolicyType.parse_optional(header.policy_type, "policyType")
         resource = Resource.parse(header.resource) if header.resource else None
         self._store.delete_acl(subject_of(username_of(header.subject)), policy_type, resource)
         return request.response()

@@ -26,7 +26,16 @@ class _Named(enum.Enum):
             if member.value.lower() == text.strip().lower():
                 return member
         allowed = ", ".join(member.value for member in cls)
-        raise AuthError(ResponseCode.INVALID_PARAMETER, f"{what} {text!r} is not one of {allowed}")
+        raise invalid_parameter(f"{what} {text!r} is not one of {allowed}")
+
+    @classmethod
+    def parse_optional(cls, value: Any, what: str) -> Self | None:
+        """A JSON value that may be absent (None or empty: None)."""
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            raise invalid_parameter(f"{what} is not a string")
+        return cls.parse(value, what)
 
 
 class UserType(_Named):
@@ -77,13 +86,14 @@ class PolicyType(_Named):
     DEFAULT = "Default"
 
 
-def _invalid(remark: str) -> AuthError:
+def invalid_parameter(remark: str) -> AuthError:
+    """A refusal of something malformed (RocketMQ 5's INVALID_PARAMETER)."""
     return AuthError(ResponseCode.INVALID_PARAMETER, remark)
 
 
 def _object(value: Any, what: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise _invalid(f"{what} is not a JSON object")
+        raise invalid_parameter(f"{what} is not a JSON object")
     return value
 
 
@@ -91,19 +101,27 @@ def _string(obj: Mapping[str, Any], key: str, what: str, default: str | None = N
     value = obj.get(key)
     if value is None:
         if default is None:
-            raise _invalid(f"{what} has no {key}")
+            raise invalid_parameter(f"{what} has no {key}")
         return default
     if not isinstance(value, str):
-        raise _invalid(f"{what}'s {key} is not a string")
+        raise invalid_parameter(f"{what}'s {key} is not a string")
+    return value
+
+
+def _list(obj: Mapping[str, Any], key: str, what: str) -> list[Any]:
+    """A JSON array, absent or null meaning empty."""
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise invalid_parameter(f"{what}'s {key} is not a list")
     return value
 
 
 def _strings(obj: Mapping[str, Any], key: str, what: str) -> list[str]:
-    value = obj.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise _invalid(f"{what}'s {key} is not a list of strings")
+    value = _list(obj, key, what)
+    if not all(isinstance(item, str) for item in value):
+        raise invalid_parameter(f"{what}'s {key} is not a list of strings")
     return value
 
 
@@ -111,13 +129,18 @@ def _parse_json(text: str | bytes, what: str) -> Any:
     try:
         return json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise _invalid(f"{what} is not valid JSON: {exc}") from None
+        raise invalid_parameter(f"{what} is not valid JSON: {exc}") from None
 
 
 def group_of_retry_topic(name: str) -> str:
     """The group whose retry topic *name* is (``%RETRY%g`` → ``g``), other names as they are: access
     to a group's retry topic is access to the group."""
     return name[len(RETRY_GROUP_TOPIC_PREFIX) :] if name.startswith(RETRY_GROUP_TOPIC_PREFIX) else name
+
+
+_NAMED_TYPES = {
+    kind.value.lower(): kind for kind in (ResourceType.CLUSTER, ResourceType.TOPIC, ResourceType.GROUP)
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -151,25 +174,20 @@ class Resource:
         if text == "*":
             return cls(ResourceType.ANY, None, ResourcePattern.ANY)
         type_name, colon, name = text.partition(":")
-        if not colon:
-            raise _invalid(f"resource {key!r} is not '*' or <Type>:<name> (Cluster, Topic or Group)")
-        try:
-            resource_type = ResourceType.parse(type_name, "resource type")
-        except AuthError:
-            raise _invalid(f"resource {key!r}: its type is not Cluster, Topic or Group") from None
-        if resource_type is ResourceType.ANY:
-            raise _invalid(f"resource {key!r}: its type is not Cluster, Topic or Group")
+        resource_type = _NAMED_TYPES.get(type_name.strip().lower())
+        if not colon or resource_type is None:
+            raise invalid_parameter(f"resource {key!r} is not '*' or <Type>:<name> (Cluster, Topic or Group)")
         if not name:
-            raise _invalid(f"resource {key!r} names nothing after the colon")
+            raise invalid_parameter(f"resource {key!r} names nothing after the colon")
         if name == "*":
             return cls(resource_type, None, ResourcePattern.ANY)
         if name.endswith("*"):
             prefix = name[:-1]
             if "*" in prefix:
-                raise _invalid(f"resource {key!r}: '*' may only end a name")
+                raise invalid_parameter(f"resource {key!r}: '*' may only end a name")
             return cls(resource_type, prefix, ResourcePattern.PREFIXED)
         if "*" in name:
-            raise _invalid(f"resource {key!r}: '*' may only end a name")
+            raise invalid_parameter(f"resource {key!r}: '*' may only end a name")
         return cls.of(resource_type, name)
 
     @property
@@ -227,17 +245,11 @@ class User:
         """A user from a UserInfo; userType defaults to Normal, userStatus to enable, a missing
         password to the empty one."""
         info = _object(value, "UserInfo")
-        user_type = info.get("userType")
-        user_status = info.get("userStatus")
         return cls(
             _string(info, "username", "UserInfo", ""),
             _string(info, "password", "UserInfo", ""),
-            UserType.parse(_string(info, "userType", "UserInfo"), "userType")
-            if user_type
-            else UserType.NORMAL,
-            UserStatus.parse(_string(info, "userStatus", "UserInfo"), "userStatus")
-            if user_status
-            else UserStatus.ENABLE,
+            UserType.parse_optional(info.get("userType"), "userType") or UserType.NORMAL,
+            UserStatus.parse_optional(info.get("userStatus"), "userStatus") or UserStatus.ENABLE,
         )
 
     @classmethod
@@ -268,15 +280,12 @@ class PolicyEntry:
         info = _object(value, "a policy entry")
         actions = tuple(Action.parse(text, "action") for text in _strings(info, "actions", "a policy entry"))
         if not actions:
-            raise _invalid("a policy entry lists no actions")
-        decision = info.get("decision")
+            raise invalid_parameter("a policy entry lists no actions")
         return cls(
             Resource.parse(_string(info, "resource", "a policy entry")),
             actions,
             tuple(_strings(info, "sourceIps", "a policy entry")),
-            Decision.parse(_string(info, "decision", "a policy entry"), "decision")
-            if decision
-            else Decision.ALLOW,
+            Decision.parse_optional(info.get("decision"), "decision") or Decision.ALLOW,
         )
 
 
@@ -291,16 +300,9 @@ class Policy:
     @classmethod
     def from_dict(cls, value: Any) -> Policy:
         info = _object(value, "a policy")
-        policy_type = info.get("policyType")
-        entries = info.get("entries")
-        entries = [] if entries is None else entries
-        if not isinstance(entries, list):
-            raise _invalid("a policy's entries are not a list")
         return cls(
-            PolicyType.parse(_string(info, "policyType", "a policy"), "policyType")
-            if policy_type
-            else PolicyType.CUSTOM,
-            tuple(PolicyEntry.from_dict(entry) for entry in entries),
+            PolicyType.parse_optional(info.get("policyType"), "policyType") or PolicyType.CUSTOM,
+            tuple(PolicyEntry.from_dict(entry) for entry in _list(info, "entries", "a policy")),
         )
 
 
@@ -323,10 +325,7 @@ class Acl:
     @classmethod
     def from_dict(cls, value: Any) -> Acl:
         info = _object(value, "AclInfo")
-        policies = info.get("policies")
-        policies = [] if policies is None else policies
-        if not isinstance(policies, list):
-            raise _invalid("AclInfo's policies are not a list")
+        policies = _list(info, "policies", "AclInfo")
         return cls(_string(info, "subject", "AclInfo", ""), tuple(Policy.from_dict(p) for p in policies))
 
     @classmethod

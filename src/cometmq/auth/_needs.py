@@ -139,7 +139,9 @@ def _string_in(obj: Mapping[str, Any], key: str) -> str | None:
 
 
 def _subscribed_topics(topics: Iterable[str | None]) -> list[Need]:
-    return [_need(_TOPIC, topic, SUB) for topic in topics if not _is_retry(topic)]
+    """Sub on each topic (a retry topic's group is already a need of its own), each topic once: a
+    lock names the same topic once per queue."""
+    return [_need(_TOPIC, topic, SUB) for topic in dict.fromkeys(topics) if not _is_retry(topic)]
 
 
 def _heart_beat(request: RemotingCommand, cluster: str | None) -> list[Need]:

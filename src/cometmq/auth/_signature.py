@@ -62,8 +62,13 @@ class Credentials:
         return hmac_sha1(self.secret_key, content)
 
 
+def utf8(text: str) -> bytes:
+    """Java's ``getBytes(UTF_8)``: a lone surrogate (JSON may carry one, escaped) becomes ``?``."""
+    return text.encode("utf-8", "replace")
+
+
 def hmac_sha1(secret_key: str, content: bytes | bytearray | memoryview) -> bytes:
-    return hmac.digest(secret_key.encode(), content, "sha1")
+    return hmac.digest(utf8(secret_key), content, "sha1")
 
 
 def signature_of(request: RemotingCommand, secret_key: str) -> str:
@@ -72,7 +77,7 @@ def signature_of(request: RemotingCommand, secret_key: str) -> str:
     # The values joined, then encoded once: UTF-8 of a concatenation is the concatenation of the
     # UTF-8s. The body is fed as it is, neither copied nor joined to them.
     values = "".join([fields[key] for key in sorted(fields) if key not in _UNSIGNED_FIELDS])
-    mac = hmac.new(secret_key.encode(), values.encode(), "sha1")
+    mac = hmac.new(utf8(secret_key), utf8(values), "sha1")
     if request.body_parts is not None:
         for part in request.body_parts:
             mac.update(part)

@@ -29,16 +29,13 @@ from cometmq.auth._model import (
     User,
     UserStatus,
     UserType,
+    invalid_parameter,
 )
 from cometmq.errors import AuthError, ConfigError
 from cometmq.protocol.codes import ResponseCode
 
 AUTH_FILE_NAME: Final = "auth.json"
 SUBJECT_PREFIX: Final = "User:"
-
-
-def _invalid(remark: str) -> AuthError:
-    return AuthError(ResponseCode.INVALID_PARAMETER, remark)
 
 
 def _refused(remark: str) -> AuthError:
@@ -52,37 +49,35 @@ def subject_of(username: str) -> str:
 def username_of(subject: str | None) -> str:
     """The user a subject names (``User:<name>``, the type in any case); INVALID_PARAMETER otherwise."""
     kind, colon, name = (subject or "").strip().partition(":")
-    if not colon or kind.lower() != "user" or not name.strip():
-        raise _invalid(f"the subject {subject!r} is not User:<name>")
+    if not colon or kind.strip().lower() != "user" or not name.strip():
+        raise invalid_parameter(f"the subject {subject!r} is not User:<name>")
     return name.strip()
 
 
-def _check_username(username: str | None) -> str:
+def _check_username(username: str | None) -> None:
     if username is None or not username.strip():
-        raise _invalid("the username is blank")
-    return username
+        raise invalid_parameter("the username is blank")
 
 
-def _checked_entry(entry: PolicyEntry) -> PolicyEntry:
+def _check_entry(entry: PolicyEntry) -> None:
     if not entry.actions:
-        raise _invalid(f"the entry on {entry.resource} lists no actions")
+        raise invalid_parameter(f"the entry on {entry.resource} lists no actions")
     if Action.ANY in entry.actions:
-        raise _invalid(f"the entry on {entry.resource} lists the action Any, which an entry may not")
+        raise invalid_parameter(f"the entry on {entry.resource} lists the action Any, which an entry may not")
     for source in entry.source_ips:
         if not source.strip():
-            raise _invalid(f"the entry on {entry.resource} has a blank source IP")
+            raise invalid_parameter(f"the entry on {entry.resource} has a blank source IP")
         AddressPattern.parse(source)
-    return entry
 
 
 def _checked_policies(acl: Acl) -> tuple[Policy, ...]:
     if not acl.policies:
-        raise _invalid(f"the ACL of {acl.subject} has no policies")
+        raise invalid_parameter(f"the ACL of {acl.subject} has no policies")
     for policy in acl.policies:
         if not policy.entries:
-            raise _invalid(f"the {policy.policy_type.value} policy of {acl.subject} has no entries")
+            raise invalid_parameter(f"the {policy.policy_type.value} policy of {acl.subject} has no entries")
         for entry in policy.entries:
-            _checked_entry(entry)
+            _check_entry(entry)
     return acl.policies
 
 
@@ -108,7 +103,7 @@ def _list(document: dict[str, Any], key: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _invalid(f"{key} is not a JSON array")
+        raise invalid_parameter(f"{key} is not a JSON array")
     return value
 
 
@@ -135,7 +130,7 @@ class AuthStore:
         try:
             document = json.loads(text)
             if not isinstance(document, dict):
-                raise _invalid('not a JSON object {"users": [..], "acls": [..]}')
+                raise invalid_parameter('not a JSON object {"users": [..], "acls": [..]}')
             users = [User.from_dict(info) for info in _list(document, "users")]
             acls = [Acl.from_dict(info) for info in _list(document, "acls")]
         except (ValueError, UnicodeDecodeError) as exc:
@@ -161,7 +156,7 @@ class AuthStore:
     def create_user(self, user: User) -> None:
         _check_username(user.username)
         if not user.password.strip():
-            raise _invalid(f"the password of user {user.username} is blank")
+            raise invalid_parameter(f"the password of user {user.username} is blank")
         with self._lock:
             if user.username in self._users:
                 raise _refused(f"user {user.username} exists already")

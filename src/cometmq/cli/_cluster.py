@@ -26,6 +26,8 @@ from cometmq.cli._loop import run_async
 from cometmq.cli._servers import LOG_LEVELS, _setup_logging, _ShutdownSignal
 from cometmq.console import format_table
 from cometmq.errors import CometMQError, ConfigError
+from cometmq.javaprops import read_properties
+from cometmq.remoting.tls import TLS_KEYS
 
 log = logging.getLogger("cometmq.cli")
 
@@ -55,7 +57,7 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
             "1, 2, …, brokerRole SLAVE). Every server is a process of its own ('cometmq namesrv',\n"
             "'cometmq broker -c DIR/broker.conf') with a directory of its own under --data-dir:\n"
             "\n"
-            "  DIR/namesrv/namesrv.log\n"
+            "  DIR/namesrv/namesrv.conf (the access-control and tls.* keys of -c) and namesrv.log\n"
             "  DIR/broker-a-0/broker.conf, broker.log and the broker's store (commitlog/, config/, …)\n"
             "\n"
             "broker.conf is written at every start (the file given with -c first, then the keys this\n"
@@ -189,7 +191,7 @@ class Server:
 
     @property
     def conf_path(self) -> Path:
-        return self.directory / "broker.conf"
+        return self.directory / ("namesrv.conf" if self.role == "namesrv" else "broker.conf")
 
     @property
     def is_slave(self) -> bool:
@@ -304,6 +306,21 @@ def broker_conf(server: Server, args: argparse.Namespace, namesrv_addr: str, etc
     return f"{header}{source}.\n{base}" + "".join(f"{key}={value}\n" for key, value in own.items())
 
 
+# The keys of a broker.conf that the name server reads too: access control and TLS mean the same there.
+_NAMESRV_SHARED_KEYS = ("aclEnable", "plainAclFile", "initAuthenticationUser")
+
+
+def namesrv_conf(args: argparse.Namespace) -> str:
+    """The name server's namesrv.conf: the access-control and TLS keys of the file given with -c, so a
+    cluster locked with them has its name server locked too (its users live in its own directory)."""
+    given = read_properties(args.config) if args.config else {}
+    shared = {key: value for key, value in given.items() if key in _NAMESRV_SHARED_KEYS or key in TLS_KEYS}
+    source = f" from {args.config}" if args.config else ""
+    return f"# Written by 'cometmq cluster up' at every start{source}.\n" + "".join(
+        f"{key}={value}\n" for key, value in shared.items()
+    )
+
+
 def etcd_binary() -> str:
     """The etcd program: on PATH, else Debian's; ConfigError saying how to install it."""
     found = shutil.which("etcd") or (ETCD_BINARY if os.access(ETCD_BINARY, os.X_OK) else None)
@@ -360,6 +377,10 @@ def _command(server: Server, args: argparse.Namespace) -> list[str]:
         return [
             *cometmq,
             "namesrv",
+            "-c",
+            str(server.conf_path),
+            "--data-dir",
+            str(server.directory),
             "--host",
             args.host,
             "--port",
@@ -539,6 +560,8 @@ def _table(servers: list[Server]) -> str:
 async def _start_all(servers: list[Server], args: argparse.Namespace) -> None:
     namesrv = servers[0]
     brokers = [s for s in servers if s.broker_name]
+    namesrv.directory.mkdir(parents=True, exist_ok=True)
+    namesrv.conf_path.write_text(namesrv_conf(args), encoding="utf-8")
     await start(namesrv, args)
     etcd_addr = ""
     for etcd in (s for s in servers if s.role == "etcd"):
