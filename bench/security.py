@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import trustme
 
@@ -100,7 +99,9 @@ def make_certs(root: Path) -> dict[str, Path]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--count", type=int, default=200_000, help="messages per produce/consume run")
     parser.add_argument("--dir", type=Path, help="where the servers keep their data (default: a temp dir)")
@@ -128,7 +129,9 @@ def main() -> int:
 Figures = dict[str, dict[str, list[float]]]  # variant → figure → one value per round
 
 
-def run(args: argparse.Namespace, servers: dict[str, tuple[ServerProcess, str]], certs: dict[str, Path]) -> Figures:
+def run(
+    args: argparse.Namespace, servers: dict[str, tuple[ServerProcess, str]], certs: dict[str, Path]
+) -> Figures:
     figures: Figures = {variant: {} for variant in VARIANTS}
     for variant, (_, namesrv) in servers.items():  # topics made by a Super user: a Normal one may not
         env = client_env(variant, certs, SUPER)
@@ -161,7 +164,7 @@ def report(figures: Figures) -> None:
         cells = []
         for variant in VARIANTS:
             value = statistics.median(figures[variant][name])
-            ratio = "" if variant == "plain" else f" ({value / plain:.2f}×)"
+            ratio = "" if variant == "plain" else f" ({value / plain:.2f}x)"
             cells.append(f"{value:>10,.0f}{ratio:>8}")
         print(f"{name:<48}" + "".join(cells))
     print(json.dumps({v: {k: statistics.median(x) for k, x in f.items()} for v, f in figures.items()}))

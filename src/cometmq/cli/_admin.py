@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+from cometmq.cli._connect import add_connect_options, security
 from cometmq.cli._loop import run_async
 from cometmq.client import AdminClient
 from cometmq.console import format_table
@@ -62,6 +63,7 @@ def admin_options() -> argparse.ArgumentParser:
     """The options every administration command takes (a parent parser)."""
     common = argparse.ArgumentParser(add_help=False)
     add_namesrv_option(common)
+    add_connect_options(common)
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     common.add_argument(
         "--timeout", type=float, default=5.0, metavar="SECONDS", help="per-request timeout (default: 5)"
@@ -81,7 +83,9 @@ def add_admin_command(
 
     def run(args: argparse.Namespace) -> int:
         async def main() -> int:
-            async with AdminClient(args.namesrv, timeout=args.timeout) as admin:
+            async with AdminClient(
+                args.namesrv, timeout=args.timeout, **security(args).client_options()
+            ) as admin:
                 await action(admin, args)
             return 0
 
@@ -295,7 +299,7 @@ def _first_number(text: str | None) -> str:
         return first
 
 
-async def _not_a_broker(addr: str, error: CometMQError, timeout: float) -> str | None:
+async def _not_a_broker(addr: str, error: CometMQError, args: argparse.Namespace) -> str | None:
     """What ``addr`` is when it is none of a broker's client ports but an address easily taken for
     one: a name server, or a master's HA port. None when it looks like a broker after all."""
     if isinstance(error, ConnectionClosedError):
@@ -307,7 +311,7 @@ async def _not_a_broker(addr: str, error: CometMQError, timeout: float) -> str |
     if not isinstance(error, BrokerError) or error.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
         return None
     try:
-        async with AdminClient(addr, timeout=timeout) as other:
+        async with AdminClient(addr, timeout=args.timeout, **security(args).client_options()) as other:
             await other.cluster_info()
     except (CometMQError, OSError):
         return None
@@ -321,7 +325,7 @@ async def _broker_ha_status(admin: AdminClient, args: argparse.Namespace) -> Non
     try:
         status = await admin.ha_status(args.addr)
     except (BrokerError, ConnectionClosedError) as exc:
-        what = await _not_a_broker(args.addr, exc, args.timeout)
+        what = await _not_a_broker(args.addr, exc, args)
         if what is None:
             raise
         raise CometMQError(what) from None

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from cometmq.cli._admin import admin_options, print_json, whole_number
+from cometmq.cli._connect import security, security_environ
 from cometmq.cli._loop import run_async
 from cometmq.client import AdminClient, LitePullConsumer, Message, MessageQueue, Producer, blocking
 from cometmq.client.litepull import MAX_PULL_BATCH
@@ -230,7 +231,7 @@ def percentiles(samples_ns: Sequence[int]) -> dict[str, float]:
 
 
 async def _ensure_topic(args: argparse.Namespace) -> None:
-    async with AdminClient(args.namesrv, timeout=args.timeout) as admin:
+    async with AdminClient(args.namesrv, timeout=args.timeout, **security(args).client_options()) as admin:
         if args.topic not in await admin.topic_list():
             await admin.create_topic(args.topic, args.queues)
 
@@ -245,7 +246,9 @@ async def _produce(args: argparse.Namespace) -> dict[str, Any]:
         ]
         for start in range(0, args.count, args.batch)
     ]
-    async with Producer(BENCH_GROUP, args.namesrv, send_timeout=args.timeout) as producer:
+    async with Producer(
+        BENCH_GROUP, args.namesrv, send_timeout=args.timeout, **security(args).client_options()
+    ) as producer:
         await producer.send_batch(batches[0][:1])  # routes and connections ready before the clock starts
         progress = Progress("produce", args.count)
         pending = iter(batches)
@@ -270,7 +273,13 @@ async def _produce(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _consume(args: argparse.Namespace) -> dict[str, Any]:
-    consumer = LitePullConsumer(BENCH_GROUP, args.namesrv, auto_commit=False, pull_batch_size=args.pull_batch)
+    consumer = LitePullConsumer(
+        BENCH_GROUP,
+        args.namesrv,
+        auto_commit=False,
+        pull_batch_size=args.pull_batch,
+        **security(args).client_options(),
+    )
     async with consumer:
         queues = await consumer.fetch_queues(args.topic)
         if not queues:
@@ -307,7 +316,11 @@ async def _latency(args: argparse.Namespace) -> dict[str, Any]:
     bodies = _bodies(args.size)
     rows = [] if args.no_floor else [await _round_trip_floor(args)]
     async with Producer(
-        BENCH_GROUP, args.namesrv, send_timeout=args.timeout, busy_poll_us=args.busy_poll_us
+        BENCH_GROUP,
+        args.namesrv,
+        send_timeout=args.timeout,
+        busy_poll_us=args.busy_poll_us,
+        **security(args).client_options(),
     ) as producer:
         progress = Progress("sync sends", args.warmup + args.count)
         samples: list[int] = []
@@ -353,7 +366,11 @@ def _blocking_sends(args: argparse.Namespace, bodies: list[bytes]) -> dict[str, 
     progress = Progress("blocking sends", args.warmup + args.count)
     samples: list[int] = []
     with blocking.Producer(
-        BENCH_GROUP + "_blocking", args.namesrv, send_timeout=args.timeout, busy_poll_us=args.busy_poll_us
+        BENCH_GROUP + "_blocking",
+        args.namesrv,
+        send_timeout=args.timeout,
+        busy_poll_us=args.busy_poll_us,
+        **security(args).client_options(),
     ) as producer:
         for i in range(args.warmup + args.count):
             msg = Message(args.topic, bodies[i % _BODY_POOL])
@@ -505,6 +522,7 @@ async def _end_to_end(args: argparse.Namespace, producer: Producer, bodies: list
         str(args.consumer_busy_poll_us),
         "--json",
         stdout=subprocess.PIPE,
+        env={**os.environ, **security_environ(args)},
     )
     assert receiver.stdout is not None
     loop = asyncio.get_running_loop()
@@ -571,6 +589,7 @@ async def _e2e_receive(args: argparse.Namespace) -> int:
         auto_commit=False,
         pull_batch_size=64,
         busy_poll_us=args.busy_poll_us,
+        **security(args).client_options(),
     )
     async with consumer:
         queues: list[MessageQueue] = await consumer.fetch_queues(args.topic)

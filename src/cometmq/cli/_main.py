@@ -8,7 +8,9 @@ from collections.abc import Sequence
 
 from cometmq import __version__
 from cometmq.cli._admin import add_admin_commands
+from cometmq.cli._auth import add_auth_commands
 from cometmq.cli._bench import add_bench_commands
+from cometmq.cli._connect import add_connect_options
 from cometmq.cli._dlq import add_dlq_commands
 from cometmq.cli._group import add_group_commands
 from cometmq.cli._message import add_message_commands
@@ -25,18 +27,20 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "CometMQ, a message queue that speaks the RocketMQ 4.x protocol. Run the servers "
             "(standalone, namesrv, broker), administer a running cluster (topic, cluster, group), find "
-            "stored messages (message), recover dead letters (dlq), measure a cluster (bench) or run the "
-            "reference Spark pipeline (pipeline)."
+            "stored messages (message), recover dead letters (dlq), manage users and ACLs (user, acl), "
+            "measure a cluster (bench) or run the reference Spark pipeline (pipeline)."
         ),
         epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_connect_options(parser)  # also taken after the command, by every command that talks to servers
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_server_commands(commands)
     add_admin_commands(commands)
     add_message_commands(commands)
     add_dlq_commands(commands)
     add_group_commands(commands)
+    add_auth_commands(commands)
     add_bench_commands(commands)
     add_pipeline_commands(commands)
     return parser

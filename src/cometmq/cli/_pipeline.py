@@ -7,6 +7,7 @@ import argparse
 import importlib.util
 
 from cometmq.cli._admin import add_namesrv_option, whole_number
+from cometmq.cli._connect import add_connect_options, security
 from cometmq.errors import CometMQError
 
 INSTALL_HINT = "the pipeline needs PySpark and PyArrow: pip install 'cometmq[spark]'"
@@ -32,6 +33,7 @@ def add_pipeline_commands(commands: argparse._SubParsersAction[argparse.Argument
         ),
     )
     add_namesrv_option(demo)
+    add_connect_options(demo)
     demo.add_argument(
         "--events", type=whole_number(1), default=3000, metavar="N", help="order events to send (3000)"
     )
@@ -58,7 +60,14 @@ def _demo(args: argparse.Namespace) -> int:
     from cometmq.spark.pipeline import run_demo
 
     try:
-        result = run_demo(args.namesrv, args.workdir, events=args.events, rate=args.rate, seed=args.seed)
+        result = run_demo(
+            args.namesrv,
+            args.workdir,
+            events=args.events,
+            rate=args.rate,
+            seed=args.seed,
+            connect=security(args).connector_options(),
+        )
     except PySparkException as exc:
         text = str(exc).strip()
         first_line = text.splitlines()[0] if text else type(exc).__name__

@@ -2,6 +2,7 @@
 
 from cometmq.client._brokerapi import PullResult, PullStatus
 from cometmq.client._lifecycle import ClientState
+from cometmq.client._options import load_tls_context
 from cometmq.client.admin import AdminClient
 from cometmq.client.consumer import ConsumeResult, PushConsumer
 from cometmq.client.litepull import LitePullConsumer
@@ -35,5 +36,6 @@ __all__ = [
     "ReceivedMessage",
     "SendResult",
     "SendStatus",
+    "load_tls_context",
     "select_by_hash",
 ]

@@ -14,15 +14,21 @@ heartbeat names them), so every frame read is a response.
 With ``busy_poll_us`` > 0 the reading thread polls the socket without blocking for that long before
 it sleeps in ``recv`` (as the event loop does, :mod:`cometmq.remoting.busypoll`): a reply that comes
 within the window wakes nobody.
+
+With credentials each request is signed here, as the loop's client signs its own; with an SSL context
+each socket is wrapped in TLS (one ``send`` of the joined frame then, as an SSL socket has no
+``sendmsg``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 import time
 
+from cometmq.auth import Credentials, sign
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError
 from cometmq.protocol import FrameDecoder, RemotingCommand, encode
 from cometmq.protocol.command import Buffer
@@ -33,11 +39,19 @@ _MAX_PARTS = 512  # under IOV_MAX (1024 on Linux), the most buffers one sendmsg 
 
 
 class _DirectConnection:
-    __slots__ = ("address", "busy", "busy_poll_s", "decoder", "opaque", "sock")
+    __slots__ = ("address", "busy", "busy_poll_s", "credentials", "decoder", "opaque", "sock", "ssl_context")
 
-    def __init__(self, address: str, busy_poll_us: int = 0) -> None:
+    def __init__(
+        self,
+        address: str,
+        busy_poll_us: int = 0,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.address = address
         self.busy_poll_s = busy_poll_us / 1e6
+        self.credentials = credentials
+        self.ssl_context = ssl_context
         self.busy = threading.Lock()
         self.sock: socket.socket | None = None
         self.decoder = FrameDecoder()
@@ -49,14 +63,19 @@ class _DirectConnection:
         request that cannot be encoded (over the frame limit) raises ``ProtocolError`` as it is."""
         deadline = time.monotonic() + timeout
         self.opaque = request.opaque = (self.opaque + 1) & 0x7FFFFFFF
+        if self.credentials is not None:
+            sign(request, self.credentials)
         frame = encode(request)
         try:
             sock = self.sock
             if sock is None:
-                sock = self.sock = _connect(self.address, min(timeout, connect_timeout))
+                sock = _connect(self.address, min(timeout, connect_timeout))
+                if self.ssl_context is not None:
+                    sock = _start_tls(sock, self.address, self.ssl_context)
+                self.sock = sock
                 self.decoder = FrameDecoder()
             sock.settimeout(timeout)
-            _send_all(sock, frame)
+            _send_all(sock, frame, joined=self.ssl_context is not None)
             return self._read_response(sock, request, deadline)
         except TimeoutError:
             self.close()
@@ -101,15 +120,16 @@ def _poll_into(sock: socket.socket, buffer: memoryview, until: float) -> int | N
     while time.monotonic() < until:
         try:
             return sock.recv_into(buffer)
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantReadError):
             pass
     return None
 
 
-def _send_all(sock: socket.socket, parts: list[Buffer]) -> None:
+def _send_all(sock: socket.socket, parts: list[Buffer], joined: bool = False) -> None:
     """One ``sendmsg`` of the frame's parts (no join) in the usual case; a large batch that the socket
-    takes only in part, or one of more parts than a ``sendmsg`` may carry, is joined and sent whole."""
-    sent = sock.sendmsg(parts) if len(parts) <= _MAX_PARTS else 0
+    takes only in part, or one of more parts than a ``sendmsg`` may carry, is joined and sent whole,
+    as is every frame when *joined* (a TLS socket, which has no ``sendmsg``)."""
+    sent = sock.sendmsg(parts) if not joined and len(parts) <= _MAX_PARTS else 0
     if sent < sum(map(len, parts)):
         sock.sendall(memoryview(b"".join(parts))[sent:])
 
@@ -123,12 +143,36 @@ def _connect(address: str, timeout: float) -> socket.socket:
     return sock
 
 
+def _start_tls(sock: socket.socket, address: str, ssl_context: ssl.SSLContext) -> ssl.SSLSocket:
+    """*sock* wrapped in TLS, the handshake done within the socket's timeout; a failed handshake is
+    a :class:`ConnectionClosedError` saying so, as the loop's client says it."""
+    try:
+        return ssl_context.wrap_socket(sock, server_hostname=address.rpartition(":")[0] or "127.0.0.1")
+    except (ssl.SSLError, ssl.CertificateError, ConnectionResetError, TimeoutError) as exc:
+        sock.close()
+        reason = exc if not isinstance(exc, TimeoutError) else "no answer in time"
+        raise ConnectionClosedError(
+            f"TLS handshake with {address} failed: {reason} (is TLS on at the server?)"
+        ) from None
+    except BaseException:
+        sock.close()
+        raise
+
+
 class DirectLane:
     """Per broker address, a socket the calling thread drives itself (thread-safe)."""
 
-    def __init__(self, connect_timeout: float = 3.0, busy_poll_us: int = 0) -> None:
+    def __init__(
+        self,
+        connect_timeout: float = 3.0,
+        busy_poll_us: int = 0,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self._connect_timeout = connect_timeout
         self._busy_poll_us = busy_poll_us
+        self._credentials = credentials
+        self._ssl_context = ssl_context
         self._connections: dict[str, _DirectConnection] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -142,7 +186,10 @@ class DirectLane:
             with self._lock:
                 if self._closed:
                     return None
-                conn = self._connections.setdefault(address, _DirectConnection(address, self._busy_poll_us))
+                conn = self._connections.setdefault(
+                    address,
+                    _DirectConnection(address, self._busy_poll_us, self._credentials, self._ssl_context),
+                )
         if not conn.busy.acquire(blocking=False):
             return None
         try:

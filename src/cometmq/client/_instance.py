@@ -14,11 +14,13 @@ import json
 import logging
 import os
 import re
+import ssl
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from cometmq.auth import Credentials
 from cometmq.client._msgid import local_ip
 from cometmq.client.message import MessageQueue
 from cometmq.errors import (
@@ -131,6 +133,8 @@ class ClientInstance:
     """Connections, routes and heartbeats for the producers and consumers of one client.
 
     ``namesrv_addr`` is ``host:port``, or several joined by ``;`` as RocketMQ's ``namesrvAddr``.
+    With ``credentials`` every request to a server is signed (servers with aclEnable refuse unsigned
+    ones); with ``ssl_context`` every connection is TLS.
     """
 
     def __init__(
@@ -143,6 +147,8 @@ class ClientInstance:
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         route_refresh_interval: float = POLL_NAMESRV_INTERVAL_S,
         busy_poll_us: int = 0,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.namesrv_addrs = [addr.strip() for addr in namesrv_addr.split(";") if addr.strip()]
         if not self.namesrv_addrs:
@@ -152,10 +158,16 @@ class ClientInstance:
         self.request_timeout = request_timeout
         self.heartbeat_interval = heartbeat_interval
         self.route_refresh_interval = route_refresh_interval
+        self.credentials = credentials
+        self.ssl_context = ssl_context
         # The connections (held by the event loop while open) reach this object only weakly, so a
         # client dropped without close() can be collected, and its RemotingClient closes them then.
         self.remoting = RemotingClient(
-            _answer_for(weakref.ref(self)), connect_timeout=connect_timeout, busy_poll_us=busy_poll_us
+            _answer_for(weakref.ref(self)),
+            connect_timeout=connect_timeout,
+            busy_poll_us=busy_poll_us,
+            credentials=credentials,
+            ssl_context=ssl_context,
         )
         self._routes: dict[str, TopicRouteData] = {}
         self._broker_addrs: dict[str, dict[int, str]] = {}  # broker name → broker id → address

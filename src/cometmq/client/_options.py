@@ -4,8 +4,10 @@ clamps a value into range on its own."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Collection
 
+from cometmq.auth import Credentials
 from cometmq.errors import OptionError
 from cometmq.protocol.naming import group_name_error
 
@@ -38,3 +40,41 @@ def check_group(role: str, group: str) -> None:
     problem = group_name_error(group)
     if problem is not None:
         raise OptionError(f"{role} group {group!r}: {problem}")
+
+
+def check_credentials(credentials: Credentials | None) -> None:
+    """``credentials``: None (requests go unsigned) or a :class:`~cometmq.auth.Credentials`."""
+    if credentials is not None and not isinstance(credentials, Credentials):
+        raise OptionError(
+            f"credentials must be a cometmq.auth.Credentials or None, not {type(credentials).__name__}"
+        )
+
+
+def tls_context(tls: bool | ssl.SSLContext) -> ssl.SSLContext | None:
+    """The SSL context of every client's ``tls`` option: None for ``False`` (plain TCP); for ``True``
+    :func:`ssl.create_default_context` (the system's CAs, the server's name or IP checked against its
+    certificate); a context given is used as it is (a private CA, a client certificate)."""
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    if tls is True:
+        return ssl.create_default_context()
+    if tls is False:
+        return None
+    raise OptionError(f"tls must be True, False or an ssl.SSLContext, not {tls!r}")
+
+
+def load_tls_context(
+    ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None
+) -> ssl.SSLContext:
+    """A client's SSL context from PEM files: the CAs to trust (the system's when *ca_file* is None)
+    and this client's certificate with its key (for servers that require one; *key_file* None when
+    *cert_file* holds the key too). A file that cannot be read or used is an :class:`OptionError`."""
+    if key_file and not cert_file:
+        raise OptionError("a TLS key file needs its certificate file")
+    try:
+        context = ssl.create_default_context(cafile=ca_file or None)
+        if cert_file:
+            context.load_cert_chain(cert_file, key_file or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise OptionError(f"cannot load the TLS files: {exc}") from None
+    return context

@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ipaddress
+import json
 import logging
 import random
+import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+from cometmq.auth import Acl, AuthError, Credentials, PolicyType, User, UserStatus, UserType
 from cometmq.client import _brokerapi
 from cometmq.client._brokerapi import CLIENT_INNER_PRODUCER_GROUP, PullResult, PullStatus, send_header
 from cometmq.client._instance import ClientInstance, decode_answer
 from cometmq.client._lifecycle import Client
-from cometmq.client._options import check_positive
+from cometmq.client._options import check_credentials, check_positive, tls_context
 from cometmq.client.message import MessageQueue
 from cometmq.errors import (
     BrokerError,
@@ -24,6 +28,13 @@ from cometmq.errors import (
     RemotingTimeoutError,
 )
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from cometmq.protocol.auth_headers import (
+    AclRequestHeader,
+    DeleteAclRequestHeader,
+    ListAclsRequestHeader,
+    ListUsersRequestHeader,
+    UserRequestHeader,
+)
 from cometmq.protocol.broker_headers import (
     RESET_TO_LATEST,
     ConsumerGroupRequestHeader,
@@ -184,18 +195,36 @@ class AdminClient(Client):
     RocketMQ's ``namesrvAddr`` allows) and to the brokers they list, once started.
 
     Every non-success answer raises :class:`BrokerError` with the server's code and remark.
+
+    ``credentials`` (:class:`cometmq.auth.Credentials`) sign every request, for servers with aclEnable;
+    ``tls`` is False (plain TCP), True (TLS checked against the system's CAs and the server's name) or
+    an :class:`ssl.SSLContext` of your own (a private CA, a client certificate).
     """
 
     kind = "admin client"
 
-    def __init__(self, namesrv_addr: str, timeout: float = 5.0, connect_timeout: float = 3.0) -> None:
+    def __init__(
+        self,
+        namesrv_addr: str,
+        timeout: float = 5.0,
+        connect_timeout: float = 3.0,
+        *,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
+    ) -> None:
         check_positive("timeout", timeout)
         check_positive("connect_timeout", connect_timeout)
+        check_credentials(credentials)
+        ssl_context = tls_context(tls)
         super().__init__()
         # The producers' and consumers' plumbing (connections, requests), never started: an admin
         # client joins no group, so it sends no heartbeat and refreshes no route.
         self._connections = ClientInstance(
-            namesrv_addr, request_timeout=timeout, connect_timeout=connect_timeout
+            namesrv_addr,
+            request_timeout=timeout,
+            connect_timeout=connect_timeout,
+            credentials=credentials,
+            ssl_context=ssl_context,
         )
         self.namesrv_addrs = self._connections.namesrv_addrs
         self.timeout = timeout
@@ -865,6 +894,99 @@ class AdminClient(Client):
         )
         return Resent(topic, decode_answer(SendMessageResponseHeader, response).msg_id)
 
+    # users and ACLs ----------------------------------------------------------------------------
+
+    async def auth_targets(self) -> list[str]:
+        """Where user and ACL changes go unless told otherwise: every broker the name servers list
+        (masters and slaves, as each keeps its own users and ACLs), then the name servers."""
+        return sorted(await self.broker_addresses()) + list(self.namesrv_addrs)
+
+    async def create_user(self, addr: str, user: User) -> None:
+        """Create *user* at the server (a broker or a name server) at *addr* (AUTH_CREATE_USER)."""
+        await self._auth_request(
+            addr, RequestCode.AUTH_CREATE_USER, _user_header(user.username), user.to_json()
+        )
+
+    async def update_user(
+        self,
+        addr: str,
+        username: str,
+        *,
+        password: str | None = None,
+        user_type: UserType | None = None,
+        user_status: UserStatus | None = None,
+    ) -> None:
+        """Change what is given of a user at *addr* (AUTH_UPDATE_USER); the rest stays as it is."""
+        info: dict[str, str] = {"username": username}
+        if password is not None:
+            info["password"] = password
+        if user_type is not None:
+            info["userType"] = user_type.value
+        if user_status is not None:
+            info["userStatus"] = user_status.value
+        await self._auth_request(addr, RequestCode.AUTH_UPDATE_USER, _user_header(username), json.dumps(info))
+
+    async def delete_user(self, addr: str, username: str) -> None:
+        """Delete a user at *addr* (AUTH_DELETE_USER)."""
+        await self._auth_request(addr, RequestCode.AUTH_DELETE_USER, _user_header(username))
+
+    async def get_user(self, addr: str, username: str) -> User | None:
+        """A user at *addr* (AUTH_GET_USER), without its password: servers never send it. None when
+        there is no such user (the server answers an empty body, as RocketMQ's)."""
+        response = await self._auth_request(addr, RequestCode.AUTH_GET_USER, _user_header(username))
+        return _decoded(User.from_json, response.body, "UserInfo") if response.body else None
+
+    async def list_users(self, addr: str, name_filter: str | None = None) -> list[User]:
+        """The users at *addr* whose name contains *name_filter* (all if None), without passwords."""
+        response = await self._auth_request(
+            addr, RequestCode.AUTH_LIST_USER, ListUsersRequestHeader(filter=name_filter).encode()
+        )
+        return [_decoded(User.from_dict, item, "UserInfo") for item in _json_list(response.body)]
+
+    async def create_acl(self, addr: str, acl: Acl) -> None:
+        """Create the ACL of ``acl.subject`` at *addr*, or add its entries to the one there
+        (AUTH_CREATE_ACL)."""
+        header = AclRequestHeader(subject=acl.subject).encode()
+        await self._auth_request(addr, RequestCode.AUTH_CREATE_ACL, header, acl.to_json())
+
+    async def update_acl(self, addr: str, acl: Acl) -> None:
+        """Replace the entries of ``acl.subject`` on the resources *acl* names, at *addr*
+        (AUTH_UPDATE_ACL)."""
+        header = AclRequestHeader(subject=acl.subject).encode()
+        await self._auth_request(addr, RequestCode.AUTH_UPDATE_ACL, header, acl.to_json())
+
+    async def delete_acl(
+        self, addr: str, subject: str, policy_type: PolicyType | None = None, resource: str | None = None
+    ) -> None:
+        """Delete the ACL of *subject* at *addr*, or only its entries on *resource* (a resource key)
+        of the policy *policy_type* (Custom when None) (AUTH_DELETE_ACL)."""
+        header = DeleteAclRequestHeader(
+            subject=subject,
+            policy_type=policy_type.value if policy_type is not None else None,
+            resource=resource,
+        )
+        await self._auth_request(addr, RequestCode.AUTH_DELETE_ACL, header.encode())
+
+    async def get_acl(self, addr: str, subject: str) -> Acl | None:
+        """The ACL of *subject* at *addr* (AUTH_GET_ACL); None when the user has none."""
+        header = AclRequestHeader(subject=subject).encode()
+        response = await self._auth_request(addr, RequestCode.AUTH_GET_ACL, header)
+        return _decoded(Acl.from_json, response.body, "AclInfo") if response.body else None
+
+    async def list_acls(
+        self, addr: str, subject_filter: str | None = None, resource_filter: str | None = None
+    ) -> list[Acl]:
+        """The ACLs at *addr* whose subject contains *subject_filter* and that have an entry whose
+        resource key contains *resource_filter* (None: no condition) (AUTH_LIST_ACL)."""
+        header = ListAclsRequestHeader(subject_filter=subject_filter, resource_filter=resource_filter)
+        response = await self._auth_request(addr, RequestCode.AUTH_LIST_ACL, header.encode())
+        return [_decoded(Acl.from_dict, item, "AclInfo") for item in _json_list(response.body)]
+
+    async def _auth_request(
+        self, addr: str, code: int, ext_fields: dict[str, str], body: str = ""
+    ) -> RemotingCommand:
+        return await self._instance.invoke_ok(addr, code, ext_fields, body.encode())
+
     # reading queues, for batch readers (the Spark connector) -----------------------------------
 
     async def readable_queues(self, topic: str) -> list[MessageQueue]:
@@ -925,3 +1047,28 @@ def _has_key(rec: DecodedRecord, topic: str, key: str, unique: bool) -> bool:
         # What a Java client calls the msgId: UNIQ_KEY, else the offset message id.
         return rec.topic == topic and props.get("UNIQ_KEY", rec.offset_msg_id) == key
     return rec.topic == topic and key in props.get("KEYS", "").split(KEY_SEPARATOR)
+
+
+def _user_header(username: str) -> dict[str, str]:
+    return UserRequestHeader(username=username).encode()
+
+
+_T = TypeVar("_T")
+
+
+def _decoded(parse: Callable[[Any], _T], value: Any, what: str) -> _T:
+    """*value* parsed by *parse*; what it refuses is the server's fault here (a malformed answer)."""
+    try:
+        return parse(value)
+    except AuthError as exc:
+        raise ProtocolError(f"a malformed answer ({what}): {exc.remark}") from None
+
+
+def _json_list(body: bytes) -> list[Any]:
+    try:
+        items = json.loads(body) if body else []
+    except ValueError as exc:
+        raise ProtocolError(f"a malformed answer (not JSON): {exc}") from None
+    if not isinstance(items, list):
+        raise ProtocolError("a malformed answer: not a JSON array")
+    return items

@@ -41,6 +41,7 @@ import enum
 import inspect
 import json
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from cometmq.auth import Credentials
 from cometmq.client import _brokerapi
 from cometmq.client._brokerapi import (
     CLIENT_INNER_PRODUCER_GROUP,
@@ -72,7 +74,7 @@ from cometmq.client._offsets import (
     local_offsets_path,
     start_offset,
 )
-from cometmq.client._options import check_choice, check_group, check_range
+from cometmq.client._options import check_choice, check_credentials, check_group, check_range, tls_context
 from cometmq.client._process_queue import ProcessQueue
 from cometmq.client._rebalance import REBALANCE_INTERVAL_S, STRATEGIES
 from cometmq.client.message import (
@@ -160,6 +162,10 @@ class PushConsumer(Client):
     pollNameServerInterval): how the consumer learns of queues added or moved, and that a broker
     group's master came back. A pull that cannot reach its broker looks its topic's route up at once,
     so a consumer whose master died goes on from a slave without waiting for this.
+
+    ``credentials`` (:class:`cometmq.auth.Credentials`) sign every request, for servers with aclEnable;
+    ``tls`` is False (plain TCP), True (TLS checked against the system's CAs and the server's name) or
+    an :class:`ssl.SSLContext` of your own (a private CA, a client certificate).
     """
 
     kind = "push consumer"
@@ -185,8 +191,12 @@ class PushConsumer(Client):
         offsets_dir: str | Path | None = None,
         busy_poll_us: int = 0,
         poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
     ) -> None:
         check_group("consumer", group)
+        check_credentials(credentials)
+        ssl_context = tls_context(tls)
         check_choice("message_model", message_model, ("clustering", "broadcasting"))
         check_choice("consume_from", consume_from, CONSUME_FROM_WHERE)
         check_choice("allocate", allocate, STRATEGIES)
@@ -233,6 +243,8 @@ class PushConsumer(Client):
             instance_name=instance_name,
             route_refresh_interval=poll_name_server_interval,
             busy_poll_us=busy_poll_us,
+            credentials=credentials,
+            ssl_context=ssl_context,
         )
         self._offsets: RemoteOffsetStore | LocalOffsetStore = (
             RemoteOffsetStore(self._instance, group)

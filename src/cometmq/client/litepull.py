@@ -23,11 +23,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from cometmq.auth import Credentials
 from cometmq.client import _brokerapi
 from cometmq.client._brokerapi import (
     LONG_POLL_SUSPEND_MS,
@@ -45,7 +47,14 @@ from cometmq.client._offsets import (
     default_consume_timestamp,
     start_offset,
 )
-from cometmq.client._options import check_choice, check_group, check_positive, check_range
+from cometmq.client._options import (
+    check_choice,
+    check_credentials,
+    check_group,
+    check_positive,
+    check_range,
+    tls_context,
+)
 from cometmq.client._rebalance import REBALANCE_INTERVAL_S, allocate_averagely
 from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.errors import ClientStateError, CometMQError, DataLossError
@@ -109,6 +118,9 @@ class LitePullConsumer(Client):
     busy while they keep coming. ``poll_name_server_interval`` is how often (seconds) the routes are
     looked up again (RocketMQ's pollNameServerInterval); a pull that cannot reach its broker looks its
     topic's route up at once, so a consumer whose master died goes on from a slave without waiting.
+    ``credentials`` (:class:`cometmq.auth.Credentials`) sign every request, for servers with aclEnable;
+    ``tls`` is False (plain TCP), True (TLS checked against the system's CAs and the server's name) or
+    an :class:`ssl.SSLContext` of your own (a private CA, a client certificate).
     """
 
     kind = "lite pull consumer"
@@ -130,8 +142,13 @@ class LitePullConsumer(Client):
         request_timeout: float = 3.0,
         busy_poll_us: int = 0,
         poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
     ) -> None:
         check_group("consumer", group)
+        check_credentials(credentials)
+        self._ssl_context = tls_context(tls)
+        self._credentials = credentials
         check_positive("auto_commit_interval", auto_commit_interval)
         check_range("pull_batch_size", pull_batch_size, 1, MAX_PULL_BATCH)
         check_range("poll_timeout", poll_timeout, 0)
@@ -181,6 +198,8 @@ class LitePullConsumer(Client):
             request_timeout=self._request_timeout,
             route_refresh_interval=self._poll_name_server_interval,
             busy_poll_us=self._busy_poll_us,
+            credentials=self._credentials,
+            ssl_context=self._ssl_context,
         )
         self._instance.start()
         self._rebalance_wanted = asyncio.Event()

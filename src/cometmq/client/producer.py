@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, NamedTuple
 
+from cometmq.auth import Credentials
 from cometmq.client._brokerapi import broker_addr_of, send_header
 from cometmq.client._direct import DirectLane
 from cometmq.client._fault import FaultStrategy, PublishInfo
@@ -28,7 +30,7 @@ from cometmq.client._instance import (
 )
 from cometmq.client._lifecycle import RUNNING, Client
 from cometmq.client._msgid import UniqueIdGenerator
-from cometmq.client._options import check_group, check_positive, check_range
+from cometmq.client._options import check_credentials, check_group, check_positive, check_range, tls_context
 from cometmq.client.message import SYSFLAG_COMPRESSED, Message, MessageQueue, SendResult, SendStatus
 from cometmq.errors import (
     BrokerError,
@@ -146,6 +148,9 @@ class Producer(Client):
     pollNameServerInterval); a send that fails on a broker that cannot be reached or answers
     SERVICE_NOT_AVAILABLE looks its topic's route up at once, so that after a failover the producer
     finds the new master within a second of its registration.
+    ``credentials`` (:class:`cometmq.auth.Credentials`) sign every request, for servers with aclEnable;
+    ``tls`` is False (plain TCP), True (TLS checked against the system's CAs and the server's name) or
+    an :class:`ssl.SSLContext` of your own (a private CA, a client certificate).
     """
 
     kind = "producer"
@@ -164,8 +169,12 @@ class Producer(Client):
         queue_selector: QueueSelector | None = None,
         busy_poll_us: int = 0,
         poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
     ) -> None:
         check_group("producer", group)
+        check_credentials(credentials)
+        ssl_context = tls_context(tls)
         check_positive("send_timeout", send_timeout)
         check_range("retry_times", retry_times, 0)
         check_range("compress_over", compress_over, 0)
@@ -185,6 +194,8 @@ class Producer(Client):
             request_timeout=send_timeout,
             route_refresh_interval=poll_name_server_interval,
             busy_poll_us=busy_poll_us,
+            credentials=credentials,
+            ssl_context=ssl_context,
         )
         self._faults = FaultStrategy(enabled=fault_avoidance)
         self._ids = UniqueIdGenerator(self._instance.client_ip)
@@ -192,7 +203,7 @@ class Producer(Client):
         self._valid_topics: set[str] = set()
         self._callback_tasks: set[asyncio.Task[None]] = set()
         # The blocking facade's sockets (no socket until its first send).
-        self._lane = DirectLane(busy_poll_us=busy_poll_us)
+        self._lane = DirectLane(busy_poll_us=busy_poll_us, credentials=credentials, ssl_context=ssl_context)
         self._template_refresh: asyncio.Task[None] | None = None
 
     @property

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from cometmq.client import AdminClient, MessageQueue
 from cometmq.client.blocking import new_event_loop
 from cometmq.protocol.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
+from cometmq.spark._options import ConnectOptions
 
 __all__ = ["Cluster"]
 
@@ -30,9 +31,10 @@ READER_GROUP = "cometmq-spark-reader"
 class Cluster:
     """The cluster behind NameServer(s) ``namesrv``, driven from synchronous code."""
 
-    def __init__(self, namesrv: str) -> None:
+    def __init__(self, namesrv: str, connect: ConnectOptions | None = None) -> None:
         self._loop = new_event_loop()
-        self.admin = AdminClient(namesrv, timeout=REQUEST_TIMEOUT_S)
+        security = (connect or ConnectOptions()).client_options()
+        self.admin = AdminClient(namesrv, timeout=REQUEST_TIMEOUT_S, **security)
         self.run(self.admin.start())
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:

@@ -8,15 +8,63 @@ from __future__ import annotations
 
 import datetime
 import re
+import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from cometmq.auth import Credentials
+from cometmq.client import load_tls_context
 from cometmq.errors import OptionError
 
-__all__ = ["ReadOptions", "WriteOptions", "parse_duration_ms", "parse_timestamp_ms"]
+__all__ = ["ConnectOptions", "ReadOptions", "WriteOptions", "parse_duration_ms", "parse_timestamp_ms"]
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's maxTriggerDelay default, 15m
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectOptions:
+    """How every client the source or sink makes (on the driver and on the executors) reaches the
+    servers: ``accessKey``/``secretKey`` sign its requests, ``tls`` (true/false) with ``tlsCaFile``,
+    ``tlsCertFile``, ``tlsKeyFile`` (paths that must exist on every executor too) turn TLS on. Plain
+    strings, so that it pickles to the executors; the secret stays out of its repr."""
+
+    access_key: str = ""
+    secret_key: str = field(default="", repr=False)
+    tls: bool = False
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+
+    @classmethod
+    def parse(cls, opts: Mapping[str, str]) -> ConnectOptions:
+        """From the lower-cased options."""
+        access_key = opts.get("accesskey", "").strip()
+        secret_key = opts.get("secretkey", "")
+        if bool(access_key) != bool(secret_key):
+            raise OptionError("the options 'accessKey' and 'secretKey' go together: give both or neither")
+        ca, cert, key = (
+            opts.get(name, "").strip() or None for name in ("tlscafile", "tlscertfile", "tlskeyfile")
+        )
+        if key and not cert:
+            raise OptionError("the option 'tlsKeyFile' needs 'tlsCertFile'")
+        return cls(
+            access_key=access_key,
+            secret_key=secret_key,
+            tls=_bool(opts, "tls", bool(ca or cert)),
+            tls_ca_file=ca,
+            tls_cert_file=cert,
+            tls_key_file=key,
+        )
+
+    def client_options(self) -> dict[str, Any]:
+        """``credentials=…, tls=…`` for a client's constructor."""
+        credentials = Credentials(self.access_key, self.secret_key) if self.access_key else None
+        tls: bool | ssl.SSLContext = self.tls
+        if self.tls and (self.tls_ca_file or self.tls_cert_file):
+            tls = load_tls_context(self.tls_ca_file, self.tls_cert_file, self.tls_key_file)
+        return {"credentials": credentials, "tls": tls}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +81,7 @@ class ReadOptions:
     max_trigger_delay_ms: int
     fail_on_data_loss: bool
     include_properties: bool
+    connect: ConnectOptions
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -71,6 +120,7 @@ class ReadOptions:
             else DEFAULT_MAX_TRIGGER_DELAY_MS,
             fail_on_data_loss=_bool(opts, "failondataloss", True),
             include_properties=_bool(opts, "includeproperties", False),
+            connect=ConnectOptions.parse(opts),
         )
 
 
@@ -79,6 +129,7 @@ class WriteOptions:
     namesrv: str
     topic: str | None  # for rows without a topic column (or with a null topic)
     producer_group: str
+    connect: ConnectOptions
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -87,6 +138,7 @@ class WriteOptions:
             namesrv=opts.get("namesrv", DEFAULT_NAMESRV).strip() or DEFAULT_NAMESRV,
             topic=opts.get("topic", "").strip() or None,
             producer_group=opts.get("producergroup", "").strip() or "cometmq-spark-writer",
+            connect=ConnectOptions.parse(opts),
         )
 
 

@@ -8,7 +8,7 @@ import logging
 import zlib
 from collections import deque
 from collections.abc import AsyncGenerator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -17,6 +17,7 @@ from cometmq.errors import CometMQError, DataLossError, ProtocolError, RecordErr
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.spark._cluster import READER_GROUP, Cluster
 from cometmq.spark._columns import decode_batch
+from cometmq.spark._options import ConnectOptions
 from cometmq.spark._schema import ARROW_SCHEMA
 
 __all__ = ["QueueRange", "read_range"]
@@ -41,12 +42,13 @@ class QueueRange:
     sub_expression: str
     fail_on_data_loss: bool
     include_properties: bool
+    connect: ConnectOptions = field(default_factory=ConnectOptions)
 
 
 def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     """The rows at offsets ``[part.start, part.end)`` of ``part.queue`` that match its tag filter,
     exactly, in offset order."""
-    cluster = Cluster(part.namesrv)
+    cluster = Cluster(part.namesrv, part.connect)
     batches = _read(cluster, part)
     try:
         while True:

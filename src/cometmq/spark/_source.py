@@ -92,7 +92,7 @@ class _Planner:
     @property
     def cluster(self) -> Cluster:
         if self._cluster is None:
-            self._cluster = Cluster(self.options.namesrv)
+            self._cluster = Cluster(self.options.namesrv, self.options.connect)
         return self._cluster
 
     def queues(self) -> list[MessageQueue]:
@@ -137,6 +137,7 @@ class _Planner:
                 options.sub_expression,
                 options.fail_on_data_loss,
                 options.include_properties,
+                options.connect,
             )
         )
 

@@ -66,7 +66,7 @@ def write_batches(options: WriteOptions, target: WriteTarget, batches: Iterator[
 
 
 async def _write(options: WriteOptions, target: WriteTarget, batches: Iterator[pa.RecordBatch]) -> int:
-    producer = Producer(options.producer_group, options.namesrv)
+    producer = Producer(options.producer_group, options.namesrv, **options.connect.client_options())
     await producer.start()
     in_flight: set[asyncio.Future[Any]] = set()
     row = 0

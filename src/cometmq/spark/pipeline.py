@@ -39,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -258,16 +258,20 @@ def build_query(
     window_ms: int = WINDOW_MS,
     watermark_ms: int = WATERMARK_MS,
     max_offsets_per_trigger: int | None = None,
+    connect: Mapping[str, str] | None = None,
 ) -> DataStreamWriter:
     """The streaming job, ready to ``.trigger(...).start()``: read ``source_topic``, aggregate
     (:func:`aggregate_orders`), and write each micro-batch's final windows to Parquet under
     ``out_dir`` and to ``result_topic``. ``starting_offsets``: ``earliest``, ``latest`` or the
     connector's JSON offsets; ``max_offsets_per_trigger`` caps a micro-batch. The session needs the
     ``cometmq`` format (:func:`cometmq.spark.register`) and few shuffle partitions (the aggregation
-    state has one store per partition)."""
+    state has one store per partition). ``connect``: the connector's access control and TLS options
+    (accessKey, secretKey, tls, tlsCaFile, …) for both ends."""
     out = os.fspath(out_dir)
+    connect = dict(connect or {})
     reader = (
         spark.readStream.format("cometmq")
+        .options(**connect)
         .option("namesrv", namesrv)
         .option("topic", source_topic)
         .option("startingOffsets", starting_offsets)
@@ -287,6 +291,7 @@ def build_query(
             (
                 result_messages(batch)
                 .write.format("cometmq")
+                .options(**connect)
                 .option("namesrv", namesrv)
                 .option("topic", result_topic)
                 .mode("append")
@@ -487,6 +492,7 @@ def run_demo(
     batch_size: int = 50,
     result_timeout: float = 60.0,
     max_offsets_per_trigger: int | None = None,
+    connect: Mapping[str, str] | None = None,
 ) -> DemoResult:
     """Run the pipeline end to end against the cluster at ``namesrv``: start the query, send
     ``events`` orders (``rate`` per second; 0 = as fast as possible) and the flush event, print the
@@ -497,11 +503,13 @@ def run_demo(
     both emptied first. ``spark``: a session to use (default: :func:`local_session`, stopped at the
     end). Topics are created when missing; every run reads only what it sent itself.
     ``max_offsets_per_trigger`` splits the orders over more micro-batches (the test uses it so
-    that the watermark moves between batches).
+    that the watermark moves between batches). ``connect``: the connector's access control and TLS
+    options (accessKey, secretKey, tls, tlsCaFile, …), used by this function's own clients too.
     """
     from cometmq.client import Message, blocking
     from cometmq.console import Progress, format_table
     from cometmq.spark import _offsets
+    from cometmq.spark._options import ConnectOptions
 
     started = time.perf_counter()
     console = _Console(out if out is not None else sys.stdout)
@@ -514,13 +522,15 @@ def run_demo(
     expected = expected_aggregates(orders)
 
     # Everything that needs the cluster comes before Spark starts, so a wrong address fails fast.
-    with blocking.AdminClient(namesrv) as admin:
+    security = ConnectOptions.parse({key.lower(): value for key, value in (connect or {}).items()})
+    client_options = security.client_options()
+    with blocking.AdminClient(namesrv, **client_options) as admin:
         topics = set(admin.topic_list())
         for topic in (SOURCE_TOPIC, RESULT_TOPIC):
             if topic not in topics:
                 admin.create_topic(topic, 4)
-    consumer = blocking.LitePullConsumer(RESULT_GROUP, namesrv, auto_commit=False)
-    producer = blocking.Producer(PRODUCER_GROUP, namesrv)
+    consumer = blocking.LitePullConsumer(RESULT_GROUP, namesrv, auto_commit=False, **client_options)
+    producer = blocking.Producer(PRODUCER_GROUP, namesrv, **client_options)
     printer: _ResultPrinter | None = None
     query: Any = None
     own_session = spark is None
@@ -546,6 +556,7 @@ def run_demo(
                 checkpoint_dir,
                 starting_offsets=json.dumps(starting),
                 max_offsets_per_trigger=max_offsets_per_trigger,
+                connect=connect,
             )
             .trigger(processingTime="1 second")
             .start()
