@@ -605,7 +605,7 @@ class SlaveLink:
                 if not data:
                     return None
                 auth = decoder.feed(data)
-        why = verify(self.addr, auth.access_key, auth_content(nonce, hello), auth.signature)
+        why = verify(self.addr, auth.access_key, auth_content(nonce, auth.nonce, hello), auth.signature)
         if why is not None:
             self._server.refused(self.addr, f"brokerId {hello.broker_id}: {why}")
             return None
