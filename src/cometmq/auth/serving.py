@@ -27,6 +27,7 @@ from cometmq.auth._addresses import client_ip
 from cometmq.errors import AuthError, CometMQError, ConfigError
 from cometmq.protocol import RemotingCommand, ResponseCode
 from cometmq.remoting import Connection, RequestGate, RequestHandler
+from cometmq.remoting.tls import TlsMode
 from cometmq.remoting.transport import HandlerResult
 
 log = logging.getLogger("cometmq.auth")
@@ -184,10 +185,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def warn_if_open(server: str, host: str, port: int, acl_enabled: bool) -> None:
-    """One warning when a server listens beyond this machine with access control off: anyone who can
-    reach the port may then do anything, including what only an administrator should."""
-    if not acl_enabled and not is_loopback(host):
+def warn_if_open(server: str, host: str, port: int, acl_enabled: bool, tls_mode: TlsMode) -> None:
+    """One warning when a server listens beyond this machine with access control off (anyone who can
+    reach the port may do anything, including what only an administrator should), or on without TLS
+    enforced (a signed request seen on the way can be sent again: a signature binds no connection)."""
+    if is_loopback(host):
+        return
+    if not acl_enabled:
         log.warning(
             "the %s listens on %s:%d, reachable from other machines, with aclEnable=false: anyone who "
             "can reach it may read, write and administer everything (set aclEnable=true, or bind "
@@ -195,4 +199,13 @@ def warn_if_open(server: str, host: str, port: int, acl_enabled: bool) -> None:
             server,
             host or "every address",
             port,
+        )
+    elif tls_mode is not TlsMode.ENFORCING:
+        log.warning(
+            "the %s listens on %s:%d, reachable from other machines, with tls.server.mode=%s: signed "
+            "requests can be captured and replayed without TLS (set tls.server.mode=enforcing)",
+            server,
+            host or "every address",
+            port,
+            tls_mode.value,
         )
