@@ -119,5 +119,8 @@ def test_credentials_from_bad_json_say_what_is_wrong_without_the_secret(text: st
     assert "sk-secret" not in str(caught.value)
 
 
-def test_digest_is_the_raw_hmac_sha1() -> None:
-    assert Credentials("ak", "sk").digest(b"abc") == hmac.new(b"sk", b"abc", hashlib.sha1).digest()
+def test_digest_is_keyed_with_a_key_derived_from_the_secret_never_the_secret() -> None:
+    label = b"cometmq-ha-auth-v1"
+    derived = hmac.new(b"sk", label, hashlib.sha1).digest()
+    assert Credentials("ak", "sk").digest(b"abc") == hmac.new(derived, b"abc", hashlib.sha1).digest()
+    assert Credentials("ak", "sk").digest(b"abc") != hmac.new(b"sk", b"abc", hashlib.sha1).digest()

@@ -282,22 +282,28 @@ def test_auth_layout() -> None:
     assert len(AUTH_MAGIC) == 8 and AUTH_MAGIC[0] & 0x80 and AUTH_MAGIC[:4] == HELLO_MAGIC[:4]
     challenge = encode_auth_challenge(bytes(range(16)))
     assert len(challenge) == AUTH_CHALLENGE_SIZE and challenge == AUTH_MAGIC + bytes(range(16))
-    assert encode_auth("ak", bytes(20)) == AUTH_MAGIC + b"\x00\x02ak" + bytes(20)
-    assert auth_content(b"n" * 16, Hello(1, 2)) == b"n" * 16 + encode_hello(1, 2)
+    assert encode_auth("ak", b"s" * 16, bytes(20)) == AUTH_MAGIC + b"\x00\x02ak" + b"s" * 16 + bytes(20)
+    assert auth_content(b"m" * 16, b"s" * 16, Hello(1, 2)) == (
+        b"cometmq-ha-auth-v1" + b"m" * 16 + b"s" * 16 + encode_hello(1, 2)
+    )
     with pytest.raises(ValueError, match="16 bytes"):
         encode_auth_challenge(b"short")
+    with pytest.raises(ValueError, match="16 bytes"):
+        encode_auth("ak", b"short", bytes(20))
     with pytest.raises(ValueError, match="20-byte HMAC-SHA1"):
-        encode_auth("ak", b"not a digest")
+        encode_auth("ak", b"s" * 16, b"not a digest")
 
 
-@given(access_keys, signatures, st.binary(max_size=20), st.lists(st.integers(min_value=0), max_size=20))
+@given(
+    access_keys, nonces, signatures, st.binary(max_size=20), st.lists(st.integers(min_value=0), max_size=20)
+)
 def test_the_master_reads_an_auth_and_the_bytes_after_it_from_any_split(
-    key: str, signature: bytes, after: bytes, cuts: list[int]
+    key: str, nonce: bytes, signature: bytes, after: bytes, cuts: list[int]
 ) -> None:
     decoder = AuthDecoder()
     found: list[Auth] = []
     rest = b""
-    for piece in pieces(encode_auth(key, signature) + after, cuts):
+    for piece in pieces(encode_auth(key, nonce, signature) + after, cuts):
         if found:
             rest += piece
             continue
@@ -305,7 +311,7 @@ def test_the_master_reads_an_auth_and_the_bytes_after_it_from_any_split(
         if auth is not None:
             found.append(auth)
             rest = decoder.rest
-    assert found == [Auth(key, signature)]
+    assert found == [Auth(key, nonce, signature)] and found[0].signature == signature
     assert rest == after
 
 
@@ -331,7 +337,7 @@ def test_a_second_challenge_or_a_bad_auth_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError, match="an access key of 0 bytes"):
         AuthDecoder().feed(AUTH_MAGIC + bytes(2))
     with pytest.raises(ProtocolError, match="not UTF-8"):
-        AuthDecoder().feed(AUTH_MAGIC + b"\x00\x01\xff" + bytes(20))
+        AuthDecoder().feed(AUTH_MAGIC + b"\x00\x01\xff" + bytes(36))
     with pytest.raises(ProtocolError, match="not an HA AUTH"):
         AuthDecoder().feed(encode_hello(1, 0))
 

@@ -16,6 +16,7 @@ import pytest
 from tls_support import Certificates, make_certificates
 
 from cometmq.auth import Credentials
+from cometmq.protocol.ha import AUTH_CHALLENGE_SIZE, AUTH_MAGIC, HELLO_MAGIC, encode_auth, encode_hello
 from cometmq.remoting.tls import TlsSettings
 from cometmq.replication import HAClient, HAServer
 from cometmq.store import MessageStore
@@ -192,3 +193,74 @@ def test_a_tls_slave_of_a_master_with_tls_off_says_the_handshake_failed(
             assert slave.replica_end() == 0
 
     asyncio.run(scenario())
+
+
+async def open_link(port: int, broker_id: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw connection to the HA port that sent a hello naming *broker_id*."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(encode_hello(broker_id, 0))
+    return reader, writer
+
+
+def test_slaves_refused_for_any_number_of_reasons_from_one_host_make_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cometmq.replication")
+
+    async def scenario() -> None:
+        with stores(tmp_path, "master") as (master,):
+            server = HAServer(master, replication_config(0), verify_slave=verify)
+            await server.start("127.0.0.1", 0)
+            try:
+                for attempt in range(20):  # each with an access key of its own: another reason each time
+                    reader, writer = await open_link(server.port, 1)
+                    challenge = await reader.readexactly(AUTH_CHALLENGE_SIZE)
+                    assert challenge.startswith(AUTH_MAGIC)
+                    writer.write(encode_auth(f"intruder-{attempt}", bytes(16), bytes(20)))
+                    assert await reader.read() == b""  # refused: closed
+                    writer.close()
+                assert len(server.refused_slaves) == 1
+                hosts = server.refused_slaves
+                for n in range(hosts.MAX_HOSTS + 100):  # many hosts: each logged, not all remembered
+                    assert hosts.due(f"10.{n >> 8}.{n & 255}.1:10912")
+                assert len(hosts) == hosts.MAX_HOSTS
+            finally:
+                await server.stop()
+
+    asyncio.run(scenario())
+    refusals = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused the HA link")]
+    assert len(refusals) == 1 and "user intruder-0 is not known here" in refusals[0], refusals
+
+
+@pytest.mark.parametrize("mode", ["disabled", "permissive"])
+def test_connections_past_the_most_the_ha_port_holds_are_closed_at_once(
+    tmp_path: Path, certs: Certificates, caplog: pytest.LogCaptureFixture, mode: str
+) -> None:
+    caplog.set_level(logging.INFO, logger="cometmq.replication")
+    tls = TlsSettings.from_properties(certs.server_properties(mode))
+
+    async def scenario() -> None:
+        with stores(tmp_path, "master") as (master,):
+            master.begin_epoch(1)
+            server = HAServer(master, replication_config(0), tls=tls, max_connections=2)
+            await server.start("127.0.0.1", 0)
+            links = []
+            try:
+                for broker_id in (1, 2):  # served: each is answered
+                    reader, writer = await open_link(server.port, broker_id)
+                    links.append(writer)
+                    assert (await reader.readexactly(len(HELLO_MAGIC))) == HELLO_MAGIC
+                reader, writer = await open_link(server.port, 3)
+                links.append(writer)
+                try:
+                    answer = await reader.read()
+                except ConnectionResetError:  # closed with the hello unread
+                    answer = b""
+                assert answer == b""  # closed without an answer
+            finally:
+                for writer in links:
+                    writer.close()
+                await server.stop()
+
+    asyncio.run(scenario())
+    assert "2 HA connections are open, the most this master holds: closing new ones" in caplog.text

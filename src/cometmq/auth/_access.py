@@ -46,7 +46,7 @@ from cometmq.auth._model import (
 )
 from cometmq.auth._needs import needs_of
 from cometmq.auth._plain import PlainAccount, PlainAcl, load_plain_acl
-from cometmq.auth._signature import ACCESS_KEY, SIGNATURE, hmac_sha1, signature_of, utf8
+from cometmq.auth._signature import ACCESS_KEY, SIGNATURE, peer_digest, signature_of, utf8
 from cometmq.auth._store import AuthStore
 from cometmq.errors import ConfigError, RequestRefused
 from cometmq.protocol.codes import ResponseCode
@@ -270,13 +270,13 @@ class AccessControl:
     def verify_peer(
         self, remote_address: str, access_key: str, content: bytes, signature: bytes, needs: Sequence[Need]
     ) -> str | None:
-        """None if user *access_key* exists, is enabled, *signature* is the raw HMAC-SHA1 of *content*
-        under its secret and it is allowed *needs* from *remote_address*; else why not (the HA link's
-        AUTH answer)."""
+        """None if user *access_key* exists, is enabled, *signature* is its answer over *content* (the
+        HA link's AUTH: :func:`~cometmq.auth._signature.peer_digest`) and it is allowed *needs* from
+        *remote_address*; else why not."""
         principal = self._known(access_key)
         if isinstance(principal, str):
             return principal
-        if not hmac.compare_digest(hmac_sha1(principal.secret, content), signature):
+        if not hmac.compare_digest(peer_digest(principal.secret, content), signature):
             return _mismatch(access_key)
         return self._refusal(principal, needs, client_ip(remote_address))
 

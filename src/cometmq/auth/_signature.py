@@ -19,6 +19,7 @@ from typing import Final
 from cometmq.errors import ConfigError
 from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
 from cometmq.protocol.command import RemotingCommand
+from cometmq.protocol.ha import AUTH_LABEL
 
 ACCESS_KEY: Final = "AccessKey"
 SECURITY_TOKEN: Final = "SecurityToken"
@@ -58,8 +59,8 @@ class Credentials:
         return cls(access_key, secret_key, token or None)
 
     def digest(self, content: bytes | bytearray | memoryview) -> bytes:
-        """The raw HMAC-SHA1 of *content* keyed with the secret key (the HA link's AUTH answer)."""
-        return hmac_sha1(self.secret_key, content)
+        """The HA link's AUTH answer over *content* (:func:`peer_digest`)."""
+        return peer_digest(self.secret_key, content)
 
 
 def utf8(text: str) -> bytes:
@@ -69,6 +70,13 @@ def utf8(text: str) -> bytes:
 
 def hmac_sha1(secret_key: str, content: bytes | bytearray | memoryview) -> bytes:
     return hmac.digest(utf8(secret_key), content, "sha1")
+
+
+def peer_digest(secret_key: str, content: bytes | bytearray | memoryview) -> bytes:
+    """The raw HMAC-SHA1 of *content* keyed with HMAC-SHA1(*secret_key*, ``AUTH_LABEL``), the HA link's
+    AUTH answer (:mod:`cometmq.protocol.ha`). Keyed so, and not with the secret key, it is never a
+    request's Signature, whatever content a peer makes a slave answer."""
+    return hmac.digest(hmac_sha1(secret_key, AUTH_LABEL), content, "sha1")
 
 
 def signature_of(request: RemotingCommand, secret_key: str) -> str:

@@ -7,7 +7,8 @@
 - ``initAuthenticationUser``: a super user created at start unless a stored user has its name.
 
 The users and ACLs requests (3001-3010) are served whether or not ``aclEnable`` is on, so that users
-can be made before access control is turned on.
+can be made before access control is turned on; while it is off, only to clients on this machine
+(anyone else could make themselves a Super user, ready for when it is turned on).
 """
 
 from __future__ import annotations
@@ -22,14 +23,20 @@ from pathlib import Path
 from typing import Final
 
 from cometmq.auth import AccessControl, AuthStore, User, UserStatus, UserType, auth_admin_handlers
-from cometmq.errors import CometMQError, ConfigError
-from cometmq.protocol import RemotingCommand
+from cometmq.auth._addresses import client_ip
+from cometmq.errors import AuthError, CometMQError, ConfigError
+from cometmq.protocol import RemotingCommand, ResponseCode
 from cometmq.remoting import Connection, RequestGate, RequestHandler
+from cometmq.remoting.tls import TlsMode
+from cometmq.remoting.transport import HandlerResult
 
 log = logging.getLogger("cometmq.auth")
 
 # How often a plain_acl.yml is looked at for a change (RocketMQ 4.x watches its file as often).
 PLAIN_ACL_CHECK_INTERVAL_S: Final = 2.0
+
+# What a client on another machine is answered to a users or ACLs request while aclEnable is off.
+LOCAL_ONLY_REMARK: Final = "user and ACL requests are accepted only from this machine while aclEnable=false"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +102,15 @@ class ServerAccess:
                 f"initAuthenticationUser (no user is stored in {settings.auth_config_path}, and no "
                 "account is in a plain ACL file)"
             )
+        if settings.enabled:
+            # Who may do anything here, for the operator to check (one made while access control was
+            # off, say).
+            supers = [user.username for user in self.store.list_users() if user.user_type is UserType.SUPER]
+            log.info(
+                "aclEnable=true; the Super users stored in %s: %s",
+                settings.auth_config_path,
+                ", ".join(supers) if supers else "none",
+            )
         self._users = 0  # servers started with it (standalone: two)
         self._reload: asyncio.Task[None] | None = None
 
@@ -116,8 +132,12 @@ class ServerAccess:
         return check
 
     def admin_handlers(self) -> dict[int, RequestHandler]:
-        """The handlers of the users and ACLs requests (3001-3010)."""
-        return auth_admin_handlers(self.store, self._access)
+        """The handlers of the users and ACLs requests (3001-3010); while ``aclEnable`` is off they
+        answer clients on this machine only."""
+        handlers = auth_admin_handlers(self.store, self._access)
+        if self.settings.enabled:
+            return handlers
+        return {code: _from_this_machine(handler) for code, handler in handlers.items()}
 
     async def start(self) -> None:
         """Watch the plain ACL file (if any) while at least one server using this runs."""
@@ -145,6 +165,16 @@ class ServerAccess:
                 log.exception("checking %s for changes failed", self.settings.plain_acl_file)
 
 
+def _from_this_machine(handler: RequestHandler) -> RequestHandler:
+    def handle(conn: Connection, request: RemotingCommand) -> HandlerResult:
+        ip = client_ip(conn.remote_address)
+        if ip is None or not ip.is_loopback:
+            raise AuthError(ResponseCode.NO_PERMISSION, LOCAL_ONLY_REMARK)
+        return handler(conn, request)
+
+    return handle
+
+
 def is_loopback(host: str) -> bool:
     """Whether *host* (an address to bind, or ``localhost``) is reachable from this machine only."""
     if host == "localhost":
@@ -155,10 +185,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def warn_if_open(server: str, host: str, port: int, acl_enabled: bool) -> None:
-    """One warning when a server listens beyond this machine with access control off: anyone who can
-    reach the port may then do anything, including what only an administrator should."""
-    if not acl_enabled and not is_loopback(host):
+def warn_if_open(server: str, host: str, port: int, acl_enabled: bool, tls_mode: TlsMode) -> None:
+    """One warning when a server listens beyond this machine with access control off (anyone who can
+    reach the port may do anything, including what only an administrator should), or on without TLS
+    enforced (a signed request seen on the way can be sent again: a signature binds no connection)."""
+    if is_loopback(host):
+        return
+    if not acl_enabled:
         log.warning(
             "the %s listens on %s:%d, reachable from other machines, with aclEnable=false: anyone who "
             "can reach it may read, write and administer everything (set aclEnable=true, or bind "
@@ -166,4 +199,13 @@ def warn_if_open(server: str, host: str, port: int, acl_enabled: bool) -> None:
             server,
             host or "every address",
             port,
+        )
+    elif tls_mode is not TlsMode.ENFORCING:
+        log.warning(
+            "the %s listens on %s:%d, reachable from other machines, with tls.server.mode=%s: signed "
+            "requests can be captured and replayed without TLS (set tls.server.mode=enforcing)",
+            server,
+            host or "every address",
+            port,
+            tls_mode.value,
         )

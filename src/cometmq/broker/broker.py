@@ -289,7 +289,9 @@ class Broker:
         if self.config.listen_port == 0:  # advertise the port the OS picked, not 0
             self.config.listen_port = server.port
             self.store_host = host_bytes(self.config.broker_addr)
-        warn_if_open("broker", self.config.bind_host, server.port, self.config.acl_enable)
+        warn_if_open(
+            "broker", self.config.bind_host, server.port, self.config.acl_enable, self.config.tls.mode
+        )
         # Only now: delivered copies carry the final store host (their offset message ids name it).
         self.schedule.start()
         log.info(

@@ -21,7 +21,7 @@ from cometmq.namesrv.processors import (
 from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.protocol import RequestCode
 from cometmq.remoting import Connection, Dispatcher, RemotingServer, RequestHandler, ServerLimits
-from cometmq.remoting.tls import TlsSettings
+from cometmq.remoting.tls import TlsMode, TlsSettings
 
 log = logging.getLogger("cometmq.namesrv")
 
@@ -81,6 +81,7 @@ class NameServer:
             table.update(access.admin_handlers())
         self.dispatcher = Dispatcher(table, gate=access.gate() if access is not None else None)
         self._server = RemotingServer(self.dispatcher, host, port, limits=limits, tls=tls)
+        self._tls_mode = tls.mode if tls is not None else TlsMode.DISABLED
         # A broker whose connection closes is dropped at once, not after the expiry time.
         self._server.add_close_listener(self.routes.connection_closed)
         self._scan_task: asyncio.Task[None] | None = None
@@ -107,7 +108,7 @@ class NameServer:
             if self.access is not None:
                 await self.access.stop()
             raise
-        warn_if_open("name server", self.host, self.port, self.access_control is not None)
+        warn_if_open("name server", self.host, self.port, self.access_control is not None, self._tls_mode)
         self._scan_task = asyncio.create_task(self._scan_forever(), name="namesrv-broker-expiry")
         log.info("name server listening on %s:%d", self.host, self.port)
 

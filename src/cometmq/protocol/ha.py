@@ -16,8 +16,11 @@ A master with access control on (``aclEnable``) makes a slave prove who it is be
 - Master → slave ``AUTH_CHALLENGE``, 24 bytes, right after the hello: the 8 bytes of ``AUTH_MAGIC``
   and 16 random bytes, the nonce.
 - Slave → master ``AUTH``: ``AUTH_MAGIC``, int16 the length of the access key, the access key
-  (UTF-8), and 20 bytes: the HMAC-SHA1, keyed with the secret key, of the nonce followed by the 24
-  bytes of the slave's hello (so the answer serves no other link, nor another slave's hello).
+  (UTF-8), 16 random bytes of the slave's own (its nonce), and 20 bytes: the answer, an HMAC-SHA1
+  keyed with *k* = HMAC-SHA1(secret key, ``AUTH_LABEL``) of ``AUTH_LABEL``, the master's nonce, the
+  slave's nonce and the 24 bytes of the slave's hello (:func:`auth_content`). The answer serves no
+  other link, nor another slave's hello; and, keyed with *k* rather than the secret key itself, it is
+  never the Signature of a remoting request, whatever nonce a master (or someone in between) chose.
 
 The master then answers the hello, or closes the link.
 
@@ -50,6 +53,7 @@ from cometmq.protocol.command import Buffer
 
 __all__ = [
     "AUTH_CHALLENGE_SIZE",
+    "AUTH_LABEL",
     "AUTH_MAGIC",
     "AUTH_NONCE_SIZE",
     "CHUNK_HEADER_SIZE",
@@ -93,6 +97,8 @@ HELLO_SIZE: Final = 24
 # An AUTH_CHALLENGE and an AUTH start so; the top bit of the first byte is set, as HELLO_MAGIC's.
 AUTH_MAGIC: Final = b"\xccCOMAUTH"
 AUTH_NONCE_SIZE: Final = 16
+# What separates the HA answer from every other use of a user's secret key (see the module's doc).
+AUTH_LABEL: Final = b"cometmq-ha-auth-v1"
 AUTH_CHALLENGE_SIZE: Final = len(AUTH_MAGIC) + AUTH_NONCE_SIZE
 # An access key longer than this is no user's: bounds what a master buffers for a peer that is no slave.
 MAX_ACCESS_KEY_SIZE: Final = 1024
@@ -276,33 +282,41 @@ class AuthChallenge:
 
 @dataclass(frozen=True, slots=True)
 class Auth:
-    """A slave's ``AUTH``: its access key and the raw HMAC-SHA1 of :func:`auth_content`."""
+    """A slave's ``AUTH``: its access key, its nonce and its answer (see :func:`auth_content`)."""
 
     access_key: str
+    nonce: bytes
     signature: bytes = field(repr=False)
+
+
+def _check_nonce(nonce: bytes) -> None:
+    if len(nonce) != AUTH_NONCE_SIZE:
+        raise ValueError(f"an HA nonce has {AUTH_NONCE_SIZE} bytes, not {len(nonce)}")
 
 
 def encode_auth_challenge(nonce: bytes) -> bytes:
     """A master's ``AUTH_CHALLENGE`` carrying *nonce* (``AUTH_NONCE_SIZE`` random bytes)."""
-    if len(nonce) != AUTH_NONCE_SIZE:
-        raise ValueError(f"an HA nonce has {AUTH_NONCE_SIZE} bytes, not {len(nonce)}")
+    _check_nonce(nonce)
     return AUTH_MAGIC + nonce
 
 
-def auth_content(nonce: bytes, hello: Hello) -> bytes:
-    """What a slave's ``AUTH`` signs: the master's *nonce*, then the slave's *hello* as it was sent."""
-    return nonce + encode_hello(hello.broker_id, hello.expected_epoch)
+def auth_content(master_nonce: bytes, slave_nonce: bytes, hello: Hello) -> bytes:
+    """What a slave's ``AUTH`` answers (keyed with a key derived from its secret and ``AUTH_LABEL``):
+    ``AUTH_LABEL``, the master's nonce, the slave's nonce, then the slave's *hello* as it was sent."""
+    return AUTH_LABEL + master_nonce + slave_nonce + encode_hello(hello.broker_id, hello.expected_epoch)
 
 
-def encode_auth(access_key: str, signature: bytes) -> bytes:
-    """A slave's ``AUTH``: its *access_key* and *signature*, the HMAC-SHA1 of :func:`auth_content`."""
+def encode_auth(access_key: str, nonce: bytes, signature: bytes) -> bytes:
+    """A slave's ``AUTH``: its *access_key*, its *nonce* and *signature*, its answer over
+    :func:`auth_content`."""
     key = access_key.encode()
+    _check_nonce(nonce)
     if len(key) > MAX_ACCESS_KEY_SIZE or len(signature) != _HMAC_SHA1_SIZE:
         raise ValueError(
             f"an HA AUTH carries an access key of at most {MAX_ACCESS_KEY_SIZE} bytes and a "
             f"{_HMAC_SHA1_SIZE}-byte HMAC-SHA1, not {len(key)} and {len(signature)}"
         )
-    return _AUTH_HEAD.pack(AUTH_MAGIC, len(key)) + key + signature
+    return _AUTH_HEAD.pack(AUTH_MAGIC, len(key)) + key + nonce + signature
 
 
 class AuthDecoder:
@@ -325,15 +339,17 @@ class AuthDecoder:
         _, key_size = _AUTH_HEAD.unpack_from(buffer)
         if not 0 < key_size <= MAX_ACCESS_KEY_SIZE:
             raise ProtocolError(f"not an HA AUTH: an access key of {key_size} bytes")
-        size = _AUTH_HEAD.size + key_size + _HMAC_SHA1_SIZE
+        key_end = _AUTH_HEAD.size + key_size
+        nonce_end = key_end + AUTH_NONCE_SIZE
+        size = nonce_end + _HMAC_SHA1_SIZE
         if len(buffer) < size:
             return None
         try:
-            access_key = buffer[_AUTH_HEAD.size : _AUTH_HEAD.size + key_size].decode()
+            access_key = buffer[_AUTH_HEAD.size : key_end].decode()
         except UnicodeDecodeError:
             raise ProtocolError("not an HA AUTH: the access key is not UTF-8") from None
         self._buffer, self.rest = b"", buffer[size:]
-        return Auth(access_key, buffer[size - _HMAC_SHA1_SIZE : size])
+        return Auth(access_key, buffer[key_end:nonce_end], buffer[nonce_end:size])
 
 
 class HelloAnswerDecoder:

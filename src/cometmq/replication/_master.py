@@ -22,6 +22,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
+from typing import Final
 
 from cometmq.errors import ProtocolError
 from cometmq.protocol.ha import (
@@ -48,9 +49,42 @@ log = logging.getLogger("cometmq.replication")
 _READ_SIZE = 64 * 1024
 _WRITE_SIZE = 1024 * 1024
 
+# The most connections the HA port holds at once (slaves, and connections not yet known to be one): a
+# master has a few slaves, and anyone who can reach the port may connect.
+MAX_HA_CONNECTIONS: Final = 64
+# How often a line about one peer host is logged: a refused slave reconnects every few seconds.
+HOST_LOG_INTERVAL_S: Final = 60.0
+
 # Checks a slave's AUTH: (the slave's address, its access key, the content it signed, its signature) →
 # None if it may replicate, else why not.
 SlaveVerifier = Callable[[str, str, bytes, bytes], str | None]
+
+
+class _HostLog:
+    """Whether a line about a peer is due: at most one per host every HOST_LOG_INTERVAL_S. At most
+    MAX_HOSTS hosts are remembered, so whatever peers connect and whatever they send (an access key,
+    an offset), this stays bounded."""
+
+    MAX_HOSTS: Final = 4096
+
+    def __init__(self) -> None:
+        self._logged: dict[str, float] = {}  # host → when last logged
+
+    def __len__(self) -> int:
+        return len(self._logged)
+
+    def due(self, peer: str) -> bool:
+        host = peer.rpartition(":")[0] or peer
+        now = time.monotonic()
+        logged = self._logged.get(host)
+        if logged is not None and now - logged < HOST_LOG_INTERVAL_S:
+            return False
+        if logged is None and len(self._logged) >= self.MAX_HOSTS:
+            self._logged = {h: at for h, at in self._logged.items() if now - at < HOST_LOG_INTERVAL_S}
+        # With MAX_HOSTS hosts logged in the last interval, a new one is logged but not remembered.
+        if logged is not None or len(self._logged) < self.MAX_HOSTS:
+            self._logged[host] = now
+        return True
 
 
 class _State(enum.Enum):
@@ -62,7 +96,7 @@ class _State(enum.Enum):
 class HAServer:
     """Streams the commit log to the slaves that connect, and answers SYNC_MASTER's waits.
     *verify_slave* checks a slave's credentials (None: access control off); *tls* gives the server's
-    ``tls.server.*`` settings."""
+    ``tls.server.*`` settings. Connections past *max_connections* are closed at once."""
 
     def __init__(
         self,
@@ -71,15 +105,18 @@ class HAServer:
         *,
         verify_slave: SlaveVerifier | None = None,
         tls: TlsSettings | None = None,
+        max_connections: int = MAX_HA_CONNECTIONS,
     ) -> None:
         self._store = store
+        self._max_connections = max_connections
+        self._last_full_warning = -HOST_LOG_INTERVAL_S
         self._config = config
         self.verify_slave = verify_slave
         self._tls_mode = tls.mode if tls is not None else TlsMode.DISABLED
         self._ssl_context = tls.server_context() if tls is not None else None
         self._tls_listener: TlsListener | None = None
-        # (peer host, why) of the slaves refused, logged once each: a refused slave retries every 5 s.
-        self.refused_slaves: set[tuple[str, str]] = set()
+        # The hosts of refused slaves, logged once a minute at most: a refused slave retries every 5 s.
+        self.refused_slaves = _HostLog()
         self._server: asyncio.Server | None = None
         self._links: set[SlaveLink] = set()
         self._serving: set[asyncio.Task[object]] = set()  # one per link, awaited by stop()
@@ -89,9 +126,9 @@ class HAServer:
             config.slave_timeout_ms, config.max_gap_not_in_sync, config.transfer_batch_size
         )
         self._listening = False
-        # (slave host, offset) pairs this master could not serve, logged once: such a slave reconnects
-        # every few seconds asking for the same offset until a person acts.
-        self.refused_starts: set[tuple[str, int]] = set()
+        # The hosts of slaves asking for an offset this master could not serve, logged once a minute at
+        # most: such a slave reconnects every few seconds asking for the same offset until a person acts.
+        self.refused_starts = _HostLog()
         # The in-sync set as committed in etcd (None: the classic rule, any slave acknowledges) and its
         # members other than this master, whom a SYNC_MASTER send waits for.
         self._in_sync: frozenset[int] | None = None
@@ -127,9 +164,9 @@ class HAServer:
             self._store.add_arrival_listener(self._on_arrival)
             self._listening = True
         if self._tls_mode is TlsMode.DISABLED:
-            self._server = await asyncio.start_server(self._serve, host, port)
+            self._server = await asyncio.start_server(self._serve_plaintext, host, port)
         else:
-            self._tls_listener = TlsListener(self._serve_accepted)
+            self._tls_listener = TlsListener(self._serve_accepted, self._admit)
             await self._tls_listener.start(host, port)
         if self._candidates_watch is None:
             self._candidates_watch = asyncio.ensure_future(self._watch_candidates())
@@ -378,11 +415,28 @@ class HAServer:
             idle.clear()
 
     def refused(self, addr: str, why: str) -> None:
-        """Log that the slave at *addr* was refused, once per host and reason."""
-        refusal = (addr.rpartition(":")[0], why)
-        if refusal not in self.refused_slaves:
-            self.refused_slaves.add(refusal)
+        """Log that the slave at *addr* was refused, once a minute per host at most."""
+        if self.refused_slaves.due(addr):
             log.warning("refused the HA link of slave %s: %s", addr, why)
+
+    def _admit(self) -> bool:
+        """Whether one more connection may be served."""
+        listener = self._tls_listener
+        # A TLS listener's pending tasks serve their links to the end: they count every connection.
+        held = len(listener.pending) if listener is not None else len(self._links)
+        if held < self._max_connections:
+            return True
+        now = time.monotonic()
+        if now - self._last_full_warning >= HOST_LOG_INTERVAL_S:
+            self._last_full_warning = now
+            log.warning("%d HA connections are open, the most this master holds: closing new ones", held)
+        return False
+
+    async def _serve_plaintext(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self._admit():
+            writer.close()
+            return
+        await self._serve(reader, writer)
 
     async def _serve_accepted(self, sock: socket.socket, peer: str, tls: bool) -> None:
         """A connection the TLS listener accepted, *tls* if it starts a TLS handshake."""
@@ -605,7 +659,7 @@ class SlaveLink:
                 if not data:
                     return None
                 auth = decoder.feed(data)
-        why = verify(self.addr, auth.access_key, auth_content(nonce, hello), auth.signature)
+        why = verify(self.addr, auth.access_key, auth_content(nonce, auth.nonce, hello), auth.signature)
         if why is not None:
             self._server.refused(self.addr, f"brokerId {hello.broker_id}: {why}")
             return None
@@ -647,9 +701,7 @@ class SlaveLink:
                     size += chunk
             except ReplicaOffsetError as exc:
                 if not parts:  # else the chunks before it go first, and the next round meets it again
-                    refused = (self.addr.rpartition(":")[0], next_offset + size)
-                    if refused not in self._server.refused_starts:
-                        self._server.refused_starts.add(refused)
+                    if self._server.refused_starts.due(self.addr):
                         log.error(
                             "cannot send slave %s the commit log from offset %d: %s; closing its link (a "
                             "slave whose offset this master no longer holds copies again from an empty "

@@ -3,7 +3,7 @@
 A slave given its brokerId opens each link with a hello (``cometmq.protocol.ha``): the master answers
 with its epoch history, and the slave cuts the tail of its log that a deposed master wrote and no
 other broker holds, then takes the master's history as its own. A master with access control on
-challenges the hello first: the slave answers with its credentials' signature.
+challenges the hello first: the slave answers with an HMAC keyed from its credentials.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import secrets
 import ssl
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from cometmq.auth import Credentials
 from cometmq.errors import CometMQError, ProtocolError
 from cometmq.protocol.ha import (
+    AUTH_NONCE_SIZE,
     AuthChallenge,
     ChunkDecoder,
     Hello,
@@ -273,8 +275,10 @@ class HAClient:
                             "the master requires its slaves to authenticate (aclEnable=true): set "
                             "innerClientAuthenticationCredentials"
                         )
-                    signature = self._credentials.digest(auth_content(answer.nonce, hello))
-                    writer.write(encode_auth(self._credentials.access_key, signature))
+                    # A nonce of its own: what it answers is not wholly of the master's choosing.
+                    nonce = secrets.token_bytes(AUTH_NONCE_SIZE)
+                    signature = self._credentials.digest(auth_content(answer.nonce, nonce, hello))
+                    writer.write(encode_auth(self._credentials.access_key, nonce, signature))
                     answer = decoder.feed(b"")
                 if isinstance(answer, HelloAnswer):
                     return answer, decoder.rest
