@@ -9,16 +9,19 @@ from pathlib import Path
 log = logging.getLogger("cometmq.config")
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, *, mode: int = 0o666) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content.
 
     The previous content is kept as ``<name>.bak`` (RocketMQ's convention), the new one is written
-    to a temp file, fsynced, and renamed over the old; then the directory is fsynced.
+    to a temp file, fsynced, and renamed over the old; then the directory is fsynced. The temp file is
+    created with *mode* (less the umask): a file of secrets is never readable by others, not even
+    for a moment.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)  # one a crash left keeps its mode; a new one gets *mode*
     try:
-        with open(tmp, "wb") as f:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

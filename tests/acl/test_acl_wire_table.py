@@ -308,11 +308,12 @@ BROKER_CASES = [
         "broker",
         lambda n: _cmd(
             R.CONSUMER_SEND_MSG_BACK,
+            # No message is stored there: let through, it is answered SYSTEM_ERROR.
             ConsumerSendMsgBackRequestHeader(
-                offset=0, group=n.group, delay_level=0, origin_topic=n.topic
+                offset=2**40, group=n.group, delay_level=0, origin_topic=n.topic
             ).encode(),
         ),
-        needs(("Group", "Sub")),
+        needs(("Group", "Sub"), ("Topic", "Sub")),
     ),
     Case(
         R.PULL_MESSAGE, "broker", lambda n: _pull(n.topic, n.group), needs(("Topic", "Sub"), ("Group", "Sub"))
@@ -332,7 +333,8 @@ BROKER_CASES = [
     Case(
         R.VIEW_MESSAGE_BY_ID,
         "broker",
-        lambda n: _cmd(R.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset=0).encode()),
+        # No message is stored there (the message's own topic is checked by the handler).
+        lambda n: _cmd(R.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset=2**40).encode()),
         needs(("Cluster", "Get")),
     ),
     Case(R.HEART_BEAT, "broker", _heartbeat, needs(("Group", "Sub"), ("Topic", "Sub"))),
@@ -344,6 +346,23 @@ BROKER_CASES = [
             UnregisterClientRequestHeader(client_id="c@1", consumer_group=n.group).encode(),
         ),
         needs(("Group", "Sub")),
+    ),
+    Case(
+        R.UNREGISTER_CLIENT,
+        "broker",
+        lambda n: _cmd(
+            R.UNREGISTER_CLIENT,
+            UnregisterClientRequestHeader(client_id="c@1", producer_group=n.group).encode(),
+        ),
+        needs(("Group", "Pub")),
+        "producer",
+    ),
+    Case(
+        R.UNREGISTER_CLIENT,
+        "broker",
+        lambda n: _cmd(R.UNREGISTER_CLIENT, UnregisterClientRequestHeader(client_id="c@1").encode()),
+        needs(("Cluster", "Update")),
+        "no-group",
     ),
     Case(
         R.GET_CONSUMER_LIST_BY_GROUP,

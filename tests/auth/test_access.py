@@ -29,6 +29,7 @@ from cometmq.auth import (
     User,
     UserStatus,
     UserType,
+    _access,
     sign,
     signature_of,
 )
@@ -174,9 +175,60 @@ def test_codes_not_in_the_table_are_not_checked(access: AccessControl) -> None:
 
 
 def test_a_malformed_body_the_table_reads_is_answered_with_its_refusal(access: AccessControl) -> None:
-    response = access.check(CLIENT, RemotingCommand(RequestCode.HEART_BEAT, body=b"nope"))
+    request = RemotingCommand(RequestCode.HEART_BEAT, body=b"nope")
+    sign(request, ALICE)
+
+    response = access.check(CLIENT, request)
 
     assert response is not None and response.code == ResponseCode.SYSTEM_ERROR
+
+
+def test_only_an_authenticated_request_has_its_body_read(
+    access: AccessControl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read: list[int] = []
+    monkeypatch.setattr(_access, "needs_of", lambda request, cluster: read.append(request.code) or [])
+    heartbeat = b'{"consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [{"topic": "t"}]}]}'
+    unsigned = RemotingCommand(RequestCode.HEART_BEAT, body=heartbeat)
+    wrong_secret = RemotingCommand(RequestCode.HEART_BEAT, body=heartbeat)
+    sign(wrong_secret, Credentials("alice", "guess"))
+    signed = RemotingCommand(RequestCode.HEART_BEAT, body=heartbeat)
+    sign(signed, ALICE)
+
+    assert "is not signed" in (refusal(access, unsigned) or "")
+    assert refusal(access, wrong_secret) == MISMATCH
+    assert read == []
+    assert refusal(access, signed) is None
+    assert read == [RequestCode.HEART_BEAT]
+
+
+def test_a_signature_made_for_another_code_is_refused(access: AccessControl, store: AuthStore) -> None:
+    allow(store, custom(entry("Topic:*", Action.GET, Action.DELETE)))
+    stats = RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO, ext_fields={"topic": "t"})
+    sign(stats, ALICE)
+    replayed = RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields=dict(stats.ext_fields))
+
+    assert refusal(access, stats) is None
+    assert refusal(access, replayed) == (
+        f"request code {RequestCode.DELETE_TOPIC_IN_BROKER} carries the CometMQRequestCode "
+        f"{RequestCode.GET_TOPIC_STATS_INFO}: its signature was made for another request"
+    )
+
+
+def test_a_fault_inside_the_check_refuses_the_request_with_one_log_line(
+    access: AccessControl, store: AuthStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(name: str) -> User | None:
+        raise RuntimeError("the store broke")
+
+    monkeypatch.setattr(store, "get_user", broken)
+    with caplog.at_level(logging.DEBUG, "cometmq.auth"):
+        remarks = [refusal(access, send("t", ALICE)) for _ in range(3)]
+
+    assert remarks == ["the access check failed on this request (the server logs why)"] * 3
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "RuntimeError: the store broke" in errors[0].getMessage()
 
 
 # ACL 2.0 ----------------------------------------------------------------------------------------
@@ -387,6 +439,39 @@ def test_plain_get_and_list_are_allowed(plain: AccessControl) -> None:
 
 
 @pytest.mark.parametrize(
+    ("topic", "refused"), [("other", False), ("both", False), ("closed", True), ("pubonly", True)]
+)
+def test_plain_get_that_sub_would_also_pass_takes_the_perm(
+    plain: AccessControl, topic: str, refused: bool
+) -> None:
+    query = signed(RequestCode.QUERY_MESSAGE, {"topic": topic, "key": "k"})  # Sub or Get
+
+    assert (refusal(plain, query) is not None) is refused
+
+
+def test_a_plain_admin_listing_perms_is_held_to_them_for_pub_and_sub(
+    store: AuthStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "admins.yml"
+    path.write_text(
+        "accounts:\n"
+        "  - {accessKey: held, secretKey: held-secret, admin: true, defaultTopicPerm: PUB,"
+        " topicPerms: [closed=DENY]}\n"
+        "  - {accessKey: free, secretKey: free-secret, admin: true}\n"
+    )
+    access = AccessControl(store, CLUSTER, path)
+    held, free = Credentials("held", "held-secret"), Credentials("free", "free-secret")
+
+    assert refusal(access, send("closed", held)) == (
+        "user held may not Pub on Topic:closed (from 10.1.2.3): a policy denies it"
+    )
+    assert refusal(access, send("open", held)) is None
+    assert refusal(access, signed(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "closed"}, held)) is None
+    assert refusal(access, signed(RequestCode.UPDATE_BROKER_CONFIG, {}, held)) is None
+    assert refusal(access, send("closed", free)) is None
+
+
+@pytest.mark.parametrize(
     ("code", "fields"),
     [
         (RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "both"}),
@@ -492,6 +577,26 @@ def test_has_users(tmp_path: Path, plain_file: Path) -> None:
     assert AccessControl(empty, CLUSTER, plain_file).has_users()
     empty.create_user(User("u", "p"))
     assert AccessControl(empty, CLUSTER).has_users()
+
+
+# a message found by its offset -----------------------------------------------------------------
+
+
+def test_may_read_a_message_of_a_topic(access: AccessControl, store: AuthStore) -> None:
+    allow(store, custom(entry("Topic:mine", Action.SUB), entry("Group:g", Action.GET)))
+    view = RemotingCommand(RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": "0"})
+    sign(view, ALICE)
+
+    assert access.may_read(CLIENT, view, "mine") is None
+    assert access.may_read(CLIENT, view, "%RETRY%g") is None
+    assert access.may_read(CLIENT, view, "secret") == (
+        "user alice may not Sub or Get on Topic:secret (from 10.1.2.3): no policy allows it"
+    )
+    assert access.may_read(CLIENT, view, "%DLQ%g") is not None
+    assert access.may_read(CLIENT, RemotingCommand(RequestCode.VIEW_MESSAGE_BY_ID), "mine") is not None
+    root = RemotingCommand(RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": "0"})
+    sign(root, Credentials("root", "root-secret"))
+    assert access.may_read(CLIENT, root, "secret") is None
 
 
 # the HA link ------------------------------------------------------------------------------------

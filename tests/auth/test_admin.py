@@ -142,6 +142,31 @@ def test_only_a_super_user_may_make_or_change_a_super_user(
     )
 
 
+def test_only_a_super_user_may_make_a_user_named_as_a_plain_admin_account(
+    store: AuthStore, tmp_path: Path
+) -> None:
+    plain = tmp_path / "plain_acl.yml"
+    plain.write_text("accounts:\n  - accessKey: ops\n    secretKey: ops-secret\n    admin: true\n")
+    handlers = auth_admin_handlers(store, AccessControl(store, "DefaultCluster", plain))
+    alice = Credentials("alice", "alice-secret")
+
+    # The stored user would hide the admin account of its name, locking that admin out.
+    with pytest.raises(AuthError, match="may not change a user named as the admin account ops") as caught:
+        call(handlers, C.AUTH_CREATE_USER, UserRequestHeader(username="ops"), {"password": "p"}, alice)
+    assert caught.value.code == ResponseCode.NO_PERMISSION and store.get_user("ops") is None
+
+    call(
+        handlers,
+        C.AUTH_CREATE_USER,
+        UserRequestHeader(username="ops"),
+        {"password": "p"},
+        Credentials("root", "root-secret"),
+    )
+    with pytest.raises(AuthError, match="only a Super user may"):
+        call(handlers, C.AUTH_DELETE_USER, UserRequestHeader(username="ops"), None, alice)
+    assert store.get_user("ops") is not None
+
+
 ACL_INFO: dict[str, Any] = {
     "subject": "User:alice",
     "policies": [

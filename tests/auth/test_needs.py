@@ -41,6 +41,7 @@ from cometmq.protocol.broker_headers import (
 )
 from cometmq.protocol.codec import decode_frame
 from cometmq.protocol.headers import Header
+from cometmq.protocol.jsonbody import MAX_HEARTBEAT_GROUPS, MAX_HEARTBEAT_SUBSCRIPTIONS, MAX_LOCK_BATCH
 from cometmq.protocol.namesrv_headers import (
     BrokerNameRequestHeader,
     BrokerRequestHeader,
@@ -134,7 +135,8 @@ QUEUE = QueueRequestHeader(topic="t", queue_id=0)
 # (code, header, compact, body, needs)
 CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
     (C.SEND_MESSAGE, send_header("t"), False, None, [topic("t", PUB)]),
-    (C.SEND_MESSAGE, send_header("%RETRY%cg"), False, None, [group("pg", SUB)]),
+    # To a retry topic: Sub on its group, and on the producer group named (RocketMQ's need).
+    (C.SEND_MESSAGE, send_header("%RETRY%cg"), False, None, [group("cg", SUB), group("pg", SUB)]),
     (C.SEND_MESSAGE_V2, send_header("t"), True, None, [topic("t", PUB)]),
     (C.SEND_MESSAGE_V2, send_header("%RETRY%cg", ""), True, None, [group("cg", SUB)]),
     (C.SEND_BATCH_MESSAGE, send_header("t"), True, None, [topic("t", PUB)]),
@@ -147,6 +149,76 @@ CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
     ),
     (C.PULL_MESSAGE, pull_header("t"), False, None, [topic("t", SUB), group("cg", SUB)]),
     (C.PULL_MESSAGE, pull_header("%RETRY%cg"), False, None, [group("cg", SUB)]),
+    # Another group's retry topic is that group's, whatever group the header names.
+    (C.PULL_MESSAGE, pull_header("%RETRY%other"), False, None, [group("other", SUB), group("cg", SUB)]),
+    # A dead-letter topic holds its group's messages.
+    (
+        C.PULL_MESSAGE,
+        pull_header("%DLQ%other"),
+        False,
+        None,
+        [topic("%DLQ%other", SUB), group("other", SUB), group("cg", SUB)],
+    ),
+    (C.SEND_MESSAGE, send_header("%RETRY%other", "cg"), False, None, [group("other", SUB), group("cg", SUB)]),
+    (
+        C.CONSUMER_SEND_MSG_BACK,
+        ConsumerSendMsgBackRequestHeader(offset=0, group="cg", delay_level=0, origin_topic="t"),
+        False,
+        None,
+        [group("cg", SUB), topic("t", SUB)],
+    ),
+    (
+        C.CONSUMER_SEND_MSG_BACK,
+        ConsumerSendMsgBackRequestHeader(offset=0, group="cg", delay_level=0, origin_topic="%RETRY%other"),
+        False,
+        None,
+        [group("cg", SUB), group("other", SUB)],
+    ),
+    (
+        C.QUERY_CONSUMER_OFFSET,
+        QueryConsumerOffsetRequestHeader(consumer_group="cg", topic="%RETRY%other", queue_id=0),
+        False,
+        None,
+        [group("other", SUB, GET), group("cg", SUB, GET)],
+    ),
+    (
+        C.UPDATE_CONSUMER_OFFSET,
+        UpdateConsumerOffsetRequestHeader(
+            consumer_group="cg", topic="%RETRY%other", queue_id=0, commit_offset=1
+        ),
+        False,
+        None,
+        [group("other", SUB, UPDATE), group("cg", SUB, UPDATE)],
+    ),
+    (
+        C.QUERY_MESSAGE,
+        QueryMessageRequestHeader(topic="%RETRY%cg", key="k", max_num=1, begin_timestamp=0, end_timestamp=1),
+        False,
+        None,
+        [group("cg", SUB, GET)],
+    ),
+    (
+        C.HEART_BEAT,
+        None,
+        False,
+        {
+            "consumerDataSet": [
+                {
+                    "groupName": "cg",
+                    "subscriptionDataSet": [{"topic": "%RETRY%other"}, {"topic": "%RETRY%cg"}],
+                },
+                {"groupName": "cg", "subscriptionDataSet": [{"topic": "t1"}]},
+            ]
+        },
+        [group("cg", SUB), group("other", SUB), topic("t1", SUB)],
+    ),
+    (
+        C.LOCK_BATCH_MQ,
+        None,
+        False,
+        {"consumerGroup": "cg", "mqSet": [{"topic": "%RETRY%other", "brokerName": "b", "queueId": 0}]},
+        [group("cg", SUB), group("other", SUB)],
+    ),
     (
         C.QUERY_MESSAGE,
         QueryMessageRequestHeader(topic="t", key="k", max_num=1, begin_timestamp=0, end_timestamp=1),
@@ -169,7 +241,21 @@ CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
         None,
         [group("cg", SUB)],
     ),
-    (C.UNREGISTER_CLIENT, UnregisterClientRequestHeader(client_id="c", producer_group="pg"), False, None, []),
+    (
+        C.UNREGISTER_CLIENT,
+        UnregisterClientRequestHeader(client_id="c", producer_group="pg"),
+        False,
+        None,
+        [group("pg", PUB)],
+    ),
+    (
+        C.UNREGISTER_CLIENT,
+        UnregisterClientRequestHeader(client_id="c", producer_group="pg", consumer_group="cg"),
+        False,
+        None,
+        [group("pg", PUB), group("cg", SUB)],
+    ),
+    (C.UNREGISTER_CLIENT, UnregisterClientRequestHeader(client_id="c"), False, None, [cluster(UPDATE)]),
     (
         C.GET_CONSUMER_LIST_BY_GROUP,
         ConsumerGroupRequestHeader(consumer_group="cg"),
@@ -384,6 +470,36 @@ def test_a_heartbeat_body_that_is_not_heartbeat_data_is_refused(body: bytes) -> 
         needs_of(RemotingCommand(C.HEART_BEAT, body=body), CLUSTER)
 
 
+@pytest.mark.parametrize(
+    ("code", "body"),
+    [
+        (
+            C.HEART_BEAT,
+            {"consumerDataSet": [{"groupName": f"g{i}"} for i in range(MAX_HEARTBEAT_GROUPS + 1)]},
+        ),
+        (
+            C.HEART_BEAT,
+            {
+                "consumerDataSet": [
+                    {
+                        "groupName": "g",
+                        "subscriptionDataSet": [
+                            {"topic": f"t{i}"} for i in range(MAX_HEARTBEAT_SUBSCRIPTIONS + 1)
+                        ],
+                    }
+                ]
+            },
+        ),
+        (C.LOCK_BATCH_MQ, {"consumerGroup": "g", "mqSet": [{"topic": "t"}] * (MAX_LOCK_BATCH + 1)}),
+    ],
+    ids=["groups", "subscriptions", "queues"],
+)
+def test_a_body_listing_more_than_the_broker_takes_is_refused(code: int, body: Any) -> None:
+    # The broker's handlers read the same bounds: the check costs no more than serving would.
+    with pytest.raises(RequestRefused, match="above"):
+        needs_of(RemotingCommand(code, body=json.dumps(body).encode()), CLUSTER)
+
+
 def test_table_refusals_are_not_auth_errors() -> None:
     # A malformed body is the request's fault as the server would find it: not an access refusal.
     with pytest.raises(RequestRefused) as caught:
@@ -414,7 +530,7 @@ GOLDEN_NEEDS = {
     "cpp_send_message": [topic("TopicTest", PUB)],
     "cpp_send_oneway": [topic("TopicTest", PUB)],
     "cpp_unlock_batch_mq": [group(f"{GOLDEN_GROUP}_orderly", SUB), topic("TopicTest", SUB)],
-    "cpp_unregister_client": [],
+    "cpp_unregister_client": [group("PID_cpp_golden", PUB)],
     "cpp_unregister_client_consumer": [group(GOLDEN_GROUP, SUB)],
     "cpp_update_consumer_offset": [group(GOLDEN_GROUP, SUB, UPDATE)],
 }

@@ -125,6 +125,26 @@ accounts:
     assert "12345678" not in repr(plain)
 
 
+def test_every_scalar_is_read_as_written() -> None:
+    plain = parse_plain_acl(
+        """
+accounts:
+  - {accessKey: 0755, secretKey: 012345, whiteRemoteAddress: ~, topicPerms: [1e3=PUB]}
+  - {accessKey: b, secretKey: 'null', admin: Yes}
+  - {accessKey: c, secretKey: 12:30, admin: off}
+  - {accessKey: d, secretKey: 0x1F, admin: }
+"""
+    )
+
+    # YAML 1.1 would read an octal 5349, a float, a sexagesimal 750 and a hexadecimal 31.
+    assert plain.accounts["0755"].secret_key == "012345"
+    assert plain.accounts["0755"].white_remote_address.text == ""
+    assert set(plain.accounts["0755"].topic_perms) == {"1e3"}
+    assert plain.accounts["b"].secret_key == "null" and plain.accounts["b"].admin
+    assert plain.accounts["c"].secret_key == "12:30" and not plain.accounts["c"].admin
+    assert plain.accounts["d"].secret_key == "0x1F" and not plain.accounts["d"].admin
+
+
 def test_an_empty_file_has_no_accounts() -> None:
     assert not parse_plain_acl("").accounts
     assert not parse_plain_acl("accounts:\n").accounts

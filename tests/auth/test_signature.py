@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cometmq.auth import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, Credentials, sign, signature_of
+from cometmq.auth import ACCESS_KEY, REQUEST_CODE, SECURITY_TOKEN, SIGNATURE, Credentials, sign, signature_of
 from cometmq.errors import ConfigError
 from cometmq.protocol import RemotingCommand, decode_frame
 from cometmq.protocol.codes import UNIQUE_KEY_QUERY_FLAG
@@ -45,6 +45,7 @@ def test_sign_adds_access_key_token_and_a_signature_over_fields_and_body() -> No
 
     assert request.ext_fields[ACCESS_KEY] == "ak"
     assert request.ext_fields[SECURITY_TOKEN] == "token"
+    assert request.ext_fields[REQUEST_CODE] == "10"  # signed with the rest: the code is bound
     fields = dict(request.ext_fields)
     assert request.ext_fields[SIGNATURE] == expected_signature("sk", fields, b"payload")
 

@@ -3,6 +3,7 @@ kept across a reopen."""
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -58,6 +59,20 @@ def test_users_and_acls_survive_a_reopen(store: AuthStore, directory: Path) -> N
 
 def test_the_file_is_readable_by_its_owner_only(store: AuthStore) -> None:
     assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+
+
+def test_the_file_is_never_readable_by_others(store: AuthStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    modes: list[int] = []
+    replace = os.replace
+
+    def watched_replace(source: Path, target: Path) -> None:
+        modes.append(stat.S_IMODE(os.stat(source).st_mode))  # the new content, before it takes the name
+        replace(source, target)
+
+    monkeypatch.setattr("cometmq.atomic_file.os.replace", watched_replace)
+    store.create_user(User("carol", "carol-secret"))
+
+    assert modes == [0o600]
 
 
 def test_a_store_with_no_file_is_empty(directory: Path) -> None:
@@ -232,7 +247,7 @@ def test_list_acls_filters_subjects_and_entries(store: AuthStore) -> None:
 
 
 def test_a_failed_write_changes_nothing(store: AuthStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    def full_disk(path: Path, data: bytes) -> None:
+    def full_disk(path: Path, data: bytes, mode: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("cometmq.auth._store.write_atomic", full_disk)

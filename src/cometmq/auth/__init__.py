@@ -24,12 +24,21 @@ from cometmq.auth._model import (
     UserType,
 )
 from cometmq.auth._needs import needs_of
-from cometmq.auth._signature import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, Credentials, sign, signature_of
+from cometmq.auth._signature import (
+    ACCESS_KEY,
+    REQUEST_CODE,
+    SECURITY_TOKEN,
+    SIGNATURE,
+    Credentials,
+    sign,
+    signature_of,
+)
 from cometmq.auth._store import AuthStore
 from cometmq.errors import AuthError
 
 __all__ = [
     "ACCESS_KEY",
+    "REQUEST_CODE",
     "SECURITY_TOKEN",
     "SIGNATURE",
     "AccessControl",

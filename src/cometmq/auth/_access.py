@@ -5,19 +5,22 @@ whatever it carries (4.x). Any other must carry an ``AccessKey`` naming a known 
 first, then a plain account of that name) that is enabled, and a ``Signature`` that the user's secret
 gives over the request (:mod:`cometmq.auth._signature`). A plain account whose ``whiteRemoteAddress``
 matches the client skips the signature check only: it is still authorized below (4.x skipped both).
+A request whose ``CometMQRequestCode`` field (signed with it) is not its code is refused: its
+signature was made for another request. Only an authenticated request has its body read.
 
-Authorization. A Super user, or a plain account with ``admin: true``, may do anything. Otherwise each
-of the request's needs (:func:`~cometmq.auth.needs_of`) must pass, a need passing if any one of its
-actions is allowed:
+Authorization. A Super user may do anything. Otherwise each of the request's needs
+(:func:`~cometmq.auth.needs_of`) must pass, a need passing if any one of its actions is allowed:
 
 - a stored user: ACL 2.0. The entries of its Custom policy that match (the resource covers the need's,
   the entry lists one of the need's actions or All, and its source IPs, if any, hold the client's IP)
   are consulted, and only if none matches, those of its Default policy. Of the matches the most
   specific decides: a typed resource over ``*``, then one name over a prefix over all names, then the
   longer prefix; at equal specificity Deny wins. No match: refused.
-- a plain account: 4.x's rules. Pub and Sub on a topic or group take the account's permission for
-  that name if it lists one, else its default; DENY refuses. Get and List are allowed; Create,
-  Update, Delete and any Cluster Update are for admins only.
+- a plain account: 4.x's rules. A need on a topic or group that Pub or Sub would pass takes the
+  account's permission for that name if it lists one, else its default; DENY refuses. Of other needs,
+  Get and List are allowed; Create, Update, Delete and any Cluster Update are for admins only. An
+  admin (``admin: true``) passes every need, but one that lists topicPerms or groupPerms is held to
+  them for Pub and Sub, as 4.x holds it.
 
 Remarks name the user, the action and the resource, never a secret.
 """
@@ -28,8 +31,10 @@ import dataclasses
 import hmac
 import logging
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Final
 
 from cometmq.auth._addresses import AddressPattern, IpAddress, client_ip
 from cometmq.auth._model import (
@@ -44,9 +49,9 @@ from cometmq.auth._model import (
     UserStatus,
     UserType,
 )
-from cometmq.auth._needs import needs_of
+from cometmq.auth._needs import SUB_GET, TABLE, needs_of, on_topic
 from cometmq.auth._plain import PlainAccount, PlainAcl, load_plain_acl
-from cometmq.auth._signature import ACCESS_KEY, SIGNATURE, peer_digest, signature_of, utf8
+from cometmq.auth._signature import ACCESS_KEY, REQUEST_CODE, SIGNATURE, peer_digest, signature_of, utf8
 from cometmq.auth._store import AuthStore
 from cometmq.errors import ConfigError, RequestRefused
 from cometmq.protocol.codes import ResponseCode
@@ -59,6 +64,8 @@ _POLICY_ORDER = (PolicyType.CUSTOM, PolicyType.DEFAULT)
 # What a plain account that is not an admin may do with no permission to consult.
 _PLAIN_ALWAYS = frozenset((Action.GET, Action.LIST))
 _PLAIN_PERMS = frozenset((Action.PUB, Action.SUB))
+# How often a fault inside the check gets an error line.
+FAULT_LOG_INTERVAL_S: Final = 60.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,13 +115,17 @@ def acl_decision(acl: Acl | None, need: Need, ip: IpAddress | None) -> Decision 
 
 
 def plain_decision(account: PlainAccount, need: Need) -> Decision | None:
-    """What 4.x's rules decide for a plain account that is not an admin: ALLOW, DENY (its permission
-    for the resource is DENY), or None (nothing allows it)."""
-    if not need.actions.isdisjoint(_PLAIN_ALWAYS):
-        return Decision.ALLOW
+    """What 4.x's rules decide for a plain account: ALLOW, DENY (its permission for the resource is
+    DENY), or None (nothing allows it)."""
     resource = need.resource
     if need.actions.isdisjoint(_PLAIN_PERMS) or resource.type not in (ResourceType.TOPIC, ResourceType.GROUP):
+        # Get and List, when neither Pub nor Sub would also do: reading what a Pub or Sub need guards
+        # (QUERY_MESSAGE's Sub or Get) is for the permission to decide.
+        if account.admin or not need.actions.isdisjoint(_PLAIN_ALWAYS):
+            return Decision.ALLOW
         return None
+    if account.admin and not account.topic_perms and not account.group_perms:
+        return Decision.ALLOW  # 4.x: an admin listing no permissions is not checked against any
     if resource.type is ResourceType.TOPIC:
         perms, default = account.topic_perms, account.default_topic_perm
     else:
@@ -123,6 +134,34 @@ def plain_decision(account: PlainAccount, need: Need) -> Decision | None:
     if not perm:
         return Decision.DENY
     return None if need.actions.isdisjoint(perm) else Decision.ALLOW
+
+
+class _FaultLog:
+    """At most one error line per *interval* about the check failing on a request (a fault of the
+    check, not of the request), counting those not logged since: a request that trips it, sent in a
+    loop, cannot flood the log."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval = interval
+        self._clock = clock
+        self._last: float | None = None
+        self._not_logged = 0
+
+    def note(self, request: RemotingCommand, remote_address: str, exc: Exception) -> None:
+        now = self._clock()
+        if self._last is not None and now - self._last < self._interval:
+            self._not_logged += 1
+            return
+        self._last, not_logged, self._not_logged = now, self._not_logged, 0
+        log.error(
+            "the access check failed on request code %d from %s, which is refused: %s: %s%s",
+            request.code,
+            remote_address or "?",
+            type(exc).__name__,
+            exc,
+            f" ({not_logged} more not logged)" if not_logged else "",
+            exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
+        )
 
 
 class AccessControl:
@@ -136,6 +175,7 @@ class AccessControl:
         self.plain_acl_file = plain_acl_file
         self._plain = PlainAcl()
         self._plain_stamp: tuple[int, int] | None = None
+        self._faults = _FaultLog(FAULT_LOG_INTERVAL_S)
         if plain_acl_file is not None:
             self._plain_stamp = self._stamp(plain_acl_file)
             self._use_plain(load_plain_acl(plain_acl_file))
@@ -200,6 +240,12 @@ class AccessControl:
         principal = self._principal(access_key)
         return principal is not None and principal.superuser
 
+    def is_plain_admin(self, name: str) -> bool:
+        """Whether *name* is an admin account of the plain ACL file (whether or not a stored user of
+        that name hides it)."""
+        account = self._plain.accounts.get(name)
+        return account is not None and account.admin
+
     def _globally_trusted(self, ip: IpAddress | None) -> bool:
         return any(pattern.matches(ip) for pattern in self._plain.global_white_addresses)
 
@@ -214,7 +260,7 @@ class AccessControl:
 
     def _refusal(self, principal: _Principal, needs: Sequence[Need], ip: IpAddress | None) -> str | None:
         """Why *principal* may not have *needs* from *ip*, or None if it may."""
-        if principal.superuser:
+        if principal.superuser and principal.plain is None:
             return None
         for need in needs:
             if principal.plain is not None:
@@ -230,29 +276,61 @@ class AccessControl:
         return None
 
     def check(self, remote_address: str, request: RemotingCommand) -> RemotingCommand | None:
-        """None if *request* from *remote_address* (``host:port``) may be served, else the NO_PERMISSION
-        response to send. A code the table does not have is not checked: the server does not serve it."""
-        try:
-            needs = needs_of(request, self.cluster)
-        except RequestRefused as exc:
-            return request.response(exc.code, exc.remark)
-        if needs is None:
+        """None if *request* from *remote_address* (``host:port``) may be served, else the response to
+        send (NO_PERMISSION, or the refusal of a body the table cannot read). A code the table does
+        not have is not checked: the server does not serve it. Whoever sends it, the check answers:
+        a fault inside it refuses the request (logged, rate-limited)."""
+        if request.code not in TABLE:
             return None
+        try:
+            return self._check(remote_address, request)
+        except Exception as exc:
+            self._faults.note(request, remote_address, exc)
+            return request.response(
+                ResponseCode.NO_PERMISSION, "the access check failed on this request (the server logs why)"
+            )
+
+    def _check(self, remote_address: str, request: RemotingCommand) -> RemotingCommand | None:
         ip = client_ip(remote_address)
         if self._globally_trusted(ip):
             return None
-        why = self._authenticated_refusal(request, ip, needs)
+        # Who sent it first: an unauthenticated request costs no more than its signature.
+        principal = self._authenticated(request, ip)
+        if isinstance(principal, str):
+            return request.response(ResponseCode.NO_PERMISSION, principal)
+        try:
+            needs = needs_of(request, self.cluster) or []
+        except RequestRefused as exc:
+            return request.response(exc.code, exc.remark)
+        why = self._refusal(principal, needs, ip)
         return None if why is None else request.response(ResponseCode.NO_PERMISSION, why)
 
-    def _authenticated_refusal(
-        self, request: RemotingCommand, ip: IpAddress | None, needs: Sequence[Need]
-    ) -> str | None:
+    def may_read(self, remote_address: str, request: RemotingCommand, topic: str) -> str | None:
+        """None if the sender of *request* (which the check let through) may read a message of
+        *topic* (Sub or Get on it, see :func:`~cometmq.auth._needs.on_topic`), else why not: what a
+        handler asks of a message it found by a commit-log offset the request named."""
+        ip = client_ip(remote_address)
+        if self._globally_trusted(ip):
+            return None
+        principal = self._authenticated(request, ip)
+        if isinstance(principal, str):
+            return principal
+        return self._refusal(principal, on_topic(topic, SUB_GET), ip)
+
+    def _authenticated(self, request: RemotingCommand, ip: IpAddress | None) -> _Principal | str:
+        """The principal that signed *request*, or why it is refused."""
         fields = request.ext_fields
         name = fields.get(ACCESS_KEY)
         if not name:
             return (
                 f"request code {request.code} is not signed: this server requires an AccessKey and "
                 "Signature (aclEnable=true)"
+            )
+        signed_code = fields.get(REQUEST_CODE)
+        if signed_code is not None and signed_code != str(request.code):
+            return (
+                f"request code {request.code} carries the {REQUEST_CODE} {signed_code}: its signature was "
+                "made for another request"
             )
         principal = self._known(name)
         if isinstance(principal, str):
@@ -265,7 +343,7 @@ class AccessControl:
             expected = signature_of(request, principal.secret)
             if not hmac.compare_digest(utf8(expected), utf8(signature)):
                 return _mismatch(name)
-        return self._refusal(principal, needs, ip)
+        return principal
 
     def verify_peer(
         self, remote_address: str, access_key: str, content: bytes, signature: bytes, needs: Sequence[Need]

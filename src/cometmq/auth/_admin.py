@@ -5,9 +5,10 @@ As RocketMQ 5's: the header names the user (or the subject), the body is a UserI
 user or an ACL that does not exist answers SUCCESS with no body. Unlike RocketMQ's, an answer never
 carries a password, and the answer to a list is ``[]`` when nothing is listed.
 
-Only a Super user (or an admin plain account) may create, change or delete a Super user; a request
-with no AccessKey reached the handler because access control is off (or its address is trusted), and
-counts as one (RocketMQ's rule). RocketMQ answers SYSTEM_ERROR there; this answers NO_PERMISSION.
+Only a Super user (or an admin plain account) may create, change or delete a Super user, or a user
+named as an admin plain account (which the stored user would hide); a request with no AccessKey
+reached the handler because access control is off (or its address is trusted), and counts as one
+(RocketMQ's rule). RocketMQ answers SYSTEM_ERROR there; this answers NO_PERMISSION.
 """
 
 from __future__ import annotations
@@ -73,13 +74,18 @@ class _AuthAdmin:
     def _check_may_touch_super(
         self, request: RemotingCommand, username: str, *types: UserType | None
     ) -> None:
-        if UserType.SUPER not in types:
+        # A stored user hides a plain account of its name: one named as a plain admin account would
+        # lock that admin out, so touching it is touching a Super user.
+        if UserType.SUPER in types:
+            what = f"the Super user {username}"
+        elif self._access.is_plain_admin(username):
+            what = f"a user named as the admin account {username} of the plain ACL file"
+        else:
             return
         caller = request.ext_fields.get(ACCESS_KEY)
         if caller and not self._access.is_super(caller):
             raise AuthError(
-                ResponseCode.NO_PERMISSION,
-                f"user {caller} may not change the Super user {username}: only a Super user may",
+                ResponseCode.NO_PERMISSION, f"user {caller} may not change {what}: only a Super user may"
             )
 
     # users ------------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ annotations of its request headers): each request code gives a list of needs, ea
 and passed by any one of its actions. Resource names come from the request's ext fields (the
 header's wire names) or, for a few requests, from the body. A field the request does not carry gives
 a need on that type of resource with no name, which only ``<Type>:*`` and ``*`` entries grant. A
-retry topic (``%RETRY%g``) stands for its group: what a request needs on it, it needs on group g.
+retry topic (``%RETRY%g``) stands for its group: what a request needs on it, it needs on group g,
+besides what it needs on the group its header names. Reading a dead-letter topic (``%DLQ%g``) needs
+what reading any topic needs on it, and Sub on group g.
 
 A Cluster need is on ``Cluster:<brokerClusterName>`` at a broker and on a cluster with no name at a
 name server (so only ``Cluster:*`` and ``*`` grant it there).
@@ -19,8 +21,15 @@ from typing import Any, Final
 from cometmq.auth._model import Action, Need, Resource, ResourceType
 from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.command import RemotingCommand
-from cometmq.protocol.jsonbody import as_object, java_list, json_object
-from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX
+from cometmq.protocol.jsonbody import (
+    MAX_HEARTBEAT_GROUPS,
+    MAX_HEARTBEAT_SUBSCRIPTIONS,
+    MAX_LOCK_BATCH,
+    as_object,
+    java_list,
+    json_object,
+)
+from cometmq.protocol.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 _TOPIC: Final = ResourceType.TOPIC
 _GROUP: Final = ResourceType.GROUP
@@ -37,10 +46,6 @@ DELETE: Final = frozenset((Action.DELETE,))
 GET: Final = frozenset((Action.GET,))
 LIST: Final = frozenset((Action.LIST,))
 
-# Bounds on what a body may list, so that a huge one cannot make the check itself expensive; the
-# broker's own limits (MAX_HEARTBEAT_GROUPS, MAX_LOCK_BATCH) are below these.
-_MAX_BODY_ITEMS: Final = 100_000
-
 NeedsRule = Callable[[RemotingCommand, "str | None"], list[Need]]
 
 
@@ -52,6 +57,18 @@ def _need(resource_type: ResourceType, name: str | None, actions: frozenset[Acti
     return Need(Resource.of(resource_type, name), actions)
 
 
+def on_topic(topic: str | None, actions: frozenset[Action]) -> list[Need]:
+    """*actions* on *topic*, which a consumer reads (or names): a retry topic ``%RETRY%g`` is group
+    g's (the same actions on Group g, Sub for Pub, as RocketMQ), and a dead-letter topic ``%DLQ%g``
+    holds group g's failed messages, so reading it needs Sub on Group g besides the topic's own need."""
+    if topic is not None:
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return [_need(_GROUP, topic, (actions - PUB) | SUB if Action.PUB in actions else actions)]
+        if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+            return [_need(_TOPIC, topic, actions), _need(_GROUP, topic[len(DLQ_GROUP_TOPIC_PREFIX) :], SUB)]
+    return [_need(_TOPIC, topic, actions)]
+
+
 def _field(resource_type: ResourceType, field: str, actions: frozenset[Action]) -> NeedsRule:
     """One need on the resource a field names."""
 
@@ -61,41 +78,47 @@ def _field(resource_type: ResourceType, field: str, actions: frozenset[Action]) 
     return rule
 
 
-def _topic(field: str, actions: frozenset[Action], retry_actions: frozenset[Action]) -> NeedsRule:
-    """A need on the topic a field names; on its group, with *retry_actions*, for a retry topic."""
+def _topic(field: str, actions: frozenset[Action]) -> NeedsRule:
+    """*actions* on the topic a field names (see :func:`on_topic`)."""
 
     def rule(request: RemotingCommand, cluster: str | None) -> list[Need]:
-        topic = request.ext_fields.get(field)
-        if _is_retry(topic):
-            return [_need(_GROUP, topic, retry_actions)]
-        return [_need(_TOPIC, topic, actions)]
+        return on_topic(request.ext_fields.get(field), actions)
 
     return rule
 
 
 def _topic_and_group(topic_field: str, group_field: str, actions: frozenset[Action]) -> NeedsRule:
-    """A consumer's request: the topic (unless a retry topic: its group is the group) and the group."""
+    """A consumer's request: the topic (see :func:`on_topic`) and the group."""
 
     def rule(request: RemotingCommand, cluster: str | None) -> list[Need]:
         fields = request.ext_fields
-        topic = fields.get(topic_field)
-        group = _need(_GROUP, fields.get(group_field), actions)
-        return [group] if _is_retry(topic) else [_need(_TOPIC, topic, actions), group]
+        return [*on_topic(fields.get(topic_field), actions), _need(_GROUP, fields.get(group_field), actions)]
 
     return rule
 
 
 def _send(topic_field: str, group_field: str) -> NeedsRule:
-    """A send: Pub on the topic; to a retry topic, Sub on the producer group (else the topic's group)."""
+    """A send: Pub on the topic. To a retry topic (a consumer's message sent back as a new one), Sub
+    on the topic's group and, as RocketMQ, on the producer group if one is named."""
 
     def rule(request: RemotingCommand, cluster: str | None) -> list[Need]:
         fields = request.ext_fields
         topic = fields.get(topic_field)
-        if _is_retry(topic):
-            return [_need(_GROUP, fields.get(group_field) or topic, SUB)]
-        return [_need(_TOPIC, topic, PUB)]
+        if not _is_retry(topic):
+            return [_need(_TOPIC, topic, PUB)]
+        producer_group = fields.get(group_field)
+        return [_need(_GROUP, topic, SUB), *([_need(_GROUP, producer_group, SUB)] if producer_group else [])]
 
     return rule
+
+
+def _send_back(request: RemotingCommand, cluster: str | None) -> list[Need]:
+    """Sub on the group, and on the topic the message was consumed from (originTopic): the broker
+    copies the message at the offset named only if it is of that topic (or a retry of it). A request
+    naming no originTopic is checked by the broker against the message's own topic."""
+    fields = request.ext_fields
+    origin = fields.get("originTopic")
+    return [_need(_GROUP, fields.get("group"), SUB), *(on_topic(origin, SUB) if origin else [])]
 
 
 def _unnamed(resource_type: ResourceType, actions: frozenset[Action]) -> NeedsRule:
@@ -116,8 +139,14 @@ def _cluster(actions: frozenset[Action]) -> NeedsRule:
 
 
 def _unregister_client(request: RemotingCommand, cluster: str | None) -> list[Need]:
-    group = request.ext_fields.get("consumerGroup")
-    return [_need(_GROUP, group, SUB)] if group else []
+    """Pub on the producer group and Sub on the consumer group it names; naming neither, Update on
+    the cluster."""
+    fields = request.ext_fields
+    producer_group, consumer_group = fields.get("producerGroup"), fields.get("consumerGroup")
+    needs = [_need(_GROUP, producer_group, PUB)] if producer_group else []
+    if consumer_group:
+        needs.append(_need(_GROUP, consumer_group, SUB))
+    return needs or [_need(_CLUSTER, cluster, UPDATE)]
 
 
 def _consume_stats(request: RemotingCommand, cluster: str | None) -> list[Need]:
@@ -139,9 +168,9 @@ def _string_in(obj: Mapping[str, Any], key: str) -> str | None:
 
 
 def _subscribed_topics(topics: Iterable[str | None]) -> list[Need]:
-    """Sub on each topic (a retry topic's group is already a need of its own), each topic once: a
-    lock names the same topic once per queue."""
-    return [_need(_TOPIC, topic, SUB) for topic in dict.fromkeys(topics) if not _is_retry(topic)]
+    """Sub on each topic (see :func:`on_topic`), each topic once: a lock names the same topic once
+    per queue."""
+    return [need for topic in dict.fromkeys(topics) for need in on_topic(topic, SUB)]
 
 
 def _heart_beat(request: RemotingCommand, cluster: str | None) -> list[Need]:
@@ -150,10 +179,12 @@ def _heart_beat(request: RemotingCommand, cluster: str | None) -> list[Need]:
     what = "HeartbeatData"
     data = json_object(request.body, what)
     needs = []
-    for raw in java_list(data, "consumerDataSet", what, max_items=_MAX_BODY_ITEMS):
+    for raw in java_list(data, "consumerDataSet", what, max_items=MAX_HEARTBEAT_GROUPS):
         consumer = as_object(raw, "ConsumerData")
         needs.append(_need(_GROUP, _string_in(consumer, "groupName"), SUB))
-        subscriptions = java_list(consumer, "subscriptionDataSet", "ConsumerData", max_items=_MAX_BODY_ITEMS)
+        subscriptions = java_list(
+            consumer, "subscriptionDataSet", "ConsumerData", max_items=MAX_HEARTBEAT_SUBSCRIPTIONS
+        )
         needs += _subscribed_topics(
             _string_in(as_object(sub, "SubscriptionData"), "topic") for sub in subscriptions
         )
@@ -164,7 +195,7 @@ def _lock_batch(request: RemotingCommand, cluster: str | None) -> list[Need]:
     """Sub on the LockBatchRequestBody's group and on each of its queues' topics."""
     what = "LockBatchRequestBody"
     body = json_object(request.body, what)
-    queues = java_list(body, "mqSet", what, max_items=_MAX_BODY_ITEMS)
+    queues = java_list(body, "mqSet", what, max_items=MAX_LOCK_BATCH)
     return [
         _need(_GROUP, _string_in(body, "consumerGroup"), SUB),
         *_subscribed_topics(_string_in(as_object(queue, "MessageQueue"), "topic") for queue in queues),
@@ -188,9 +219,9 @@ TABLE: Final[Mapping[int, NeedsRule]] = {
     _CODE.SEND_MESSAGE_V2: _send("b", "a"),
     _CODE.SEND_BATCH_MESSAGE: _send("b", "a"),
     _CODE.END_TRANSACTION: _field(_TOPIC, "topic", PUB),
-    _CODE.CONSUMER_SEND_MSG_BACK: _field(_GROUP, "group", SUB),
+    _CODE.CONSUMER_SEND_MSG_BACK: _send_back,
     _CODE.PULL_MESSAGE: _topic_and_group("topic", "consumerGroup", SUB),
-    _CODE.QUERY_MESSAGE: _field(_TOPIC, "topic", SUB_GET),
+    _CODE.QUERY_MESSAGE: _topic("topic", SUB_GET),
     _CODE.VIEW_MESSAGE_BY_ID: _cluster(GET),
     # clients
     _CODE.HEART_BEAT: _heart_beat,
@@ -201,7 +232,7 @@ TABLE: Final[Mapping[int, NeedsRule]] = {
     _CODE.LOCK_BATCH_MQ: _lock_batch,
     _CODE.UNLOCK_BATCH_MQ: _lock_batch,
     _CODE.CHECK_CLIENT_CONFIG: _body_group("group", SUB),
-    _CODE.GET_ROUTEINFO_BY_TOPIC: _topic("topic", PUB_SUB_GET, SUB_GET),
+    _CODE.GET_ROUTEINFO_BY_TOPIC: _topic("topic", PUB_SUB_GET),
     # topics and groups
     _CODE.UPDATE_AND_CREATE_TOPIC: _field(_TOPIC, "topic", CREATE),
     _CODE.DELETE_TOPIC_IN_BROKER: _field(_TOPIC, "topic", DELETE),
@@ -254,8 +285,8 @@ TABLE: Final[Mapping[int, NeedsRule]] = {
 
 
 def needs_of(request: RemotingCommand, cluster: str | None) -> list[Need] | None:
-    """What *request* needs, each :class:`Need` on its own; None if its code is not in the table.
-    A body the table reads that is not valid JSON of its shape raises a
-    :class:`~cometmq.errors.RequestRefused` (the request is refused, as the server would)."""
+    """What *request* needs, each :class:`Need` once; None if its code is not in the table. A body
+    the table reads that is not valid JSON of its shape, or lists more than the broker's handler
+    takes, raises a :class:`~cometmq.errors.RequestRefused` (refused, as the handler would)."""
     rule = TABLE.get(request.code)
-    return None if rule is None else rule(request, cluster)
+    return None if rule is None else list(dict.fromkeys(rule(request, cluster)))

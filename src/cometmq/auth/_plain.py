@@ -16,6 +16,10 @@ addresses trusted without a signature.
 
 A permission is DENY, PUB, SUB, PUB|SUB or SUB|PUB; anything else (a missing default too) is DENY, as
 4.x reads it. A group's permission may name its retry topic (``%RETRY%g``): it is the group's.
+
+Every scalar but null is read as the text it is (an unquoted ``secretKey: 012345`` is the secret
+``012345``, not YAML 1.1's octal number), and ``admin`` is one of YAML 1.1's boolean words
+(true/false, yes/no, on/off, in any case), as 4.x's reader binds them.
 """
 
 from __future__ import annotations
@@ -75,21 +79,36 @@ class PlainAclError(ValueError):
     """What is wrong with a plain ACL text (never a secret)."""
 
 
+class _TextLoader(yaml.SafeLoader):
+    """YAML with every scalar a string but null (an empty value, ``~``, ``null``): a quoted
+    ``'null'`` stays text, which YAML's base loader could not tell from the null."""
+
+
+_NULL_TAG: Final = "tag:yaml.org,2002:null"
+_TextLoader.yaml_implicit_resolvers = {
+    first: nulls
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    if (nulls := [(tag, pattern) for tag, pattern in resolvers if tag == _NULL_TAG])
+}
+_BOOLEANS: Final = {
+    **dict.fromkeys(("true", "yes", "on"), True),
+    **dict.fromkeys(("false", "no", "off"), False),
+}
+
+
 def _text(value: Any, what: str) -> str:
-    # YAML reads an unquoted 12345678 as a number; 4.x binds it to its String field all the same.
     if isinstance(value, str):
         return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
     raise PlainAclError(f"{what} is not a string")
 
 
 def _flag(value: Any, what: str) -> bool:
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise PlainAclError(f"{what} is not true or false")
+    if value is None:
+        return False
+    flag = _BOOLEANS.get(value.strip().lower()) if isinstance(value, str) else None
+    if flag is None:
+        raise PlainAclError(f"{what} is not true or false")
+    return flag
 
 
 def _pattern(value: Any, what: str) -> AddressPattern:
@@ -123,7 +142,7 @@ def _account(value: Any, index: int) -> PlainAccount:
         raise PlainAclError(f"{what}.accessKey is empty")
     what = f"the account {access_key}"
     secret = value.get("secretKey")
-    if secret is None or (isinstance(secret, str) and not secret):
+    if not secret:
         raise PlainAclError(f"{what} has no secretKey")
     white = value.get("whiteRemoteAddress")
     return PlainAccount(
@@ -150,7 +169,7 @@ def parse_plain_acl(text: str) -> PlainAcl:
     """The accounts and trusted addresses of a plain_acl.yml text; :class:`PlainAclError` says what
     is wrong (an empty text has none)."""
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_TextLoader)
     except yaml.YAMLError as exc:
         raise PlainAclError(_yaml_problem(exc)) from None
     if document is None:

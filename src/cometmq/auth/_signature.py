@@ -6,6 +6,11 @@ Base64 of HMAC-SHA1 keyed with the secret key's UTF-8 over the *content*: the UT
 every ext field but ``Signature`` and ``_UNIQUE_KEY_QUERY``, in the order of their keys, followed by
 the body. The server computes the same over what it received. (Java sorts the keys in a ``TreeMap``,
 by UTF-16 units; ext-field keys are ASCII, where that is the order of Python's ``sorted``.)
+
+RocketMQ's signature does not cover the request code, so a request seen on the wire could be sent
+again under another code. :func:`sign` also adds ``CometMQRequestCode``, the code, signed like any
+field: a CometMQ server refuses a request whose field is not its code, and other servers ignore a
+field they do not know (and still verify the signature, which covers it).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from cometmq.protocol.ha import AUTH_LABEL
 ACCESS_KEY: Final = "AccessKey"
 SECURITY_TOKEN: Final = "SecurityToken"
 SIGNATURE: Final = "Signature"
+REQUEST_CODE: Final = "CometMQRequestCode"
 
 _UNSIGNED_FIELDS: Final = frozenset((SIGNATURE, UNIQUE_KEY_QUERY_FLAG))
 
@@ -95,10 +101,12 @@ def signature_of(request: RemotingCommand, secret_key: str) -> str:
 
 
 def sign(request: RemotingCommand, credentials: Credentials) -> None:
-    """Add AccessKey (and SecurityToken) and the Signature over the request as it now is."""
+    """Add AccessKey (and SecurityToken), CometMQRequestCode and the Signature over the request as it
+    now is."""
     fields = request.ext_fields
     fields.pop(SIGNATURE, None)
     fields[ACCESS_KEY] = credentials.access_key
+    fields[REQUEST_CODE] = str(request.code)
     if credentials.security_token is not None:
         fields[SECURITY_TOKEN] = credentials.security_token
     fields[SIGNATURE] = signature_of(request, credentials.secret_key)

@@ -12,7 +12,6 @@ an ACL of an unknown user) is NO_PERMISSION, as RocketMQ answers every refusal o
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 from typing import Any, Final
@@ -146,8 +145,7 @@ class AuthStore:
             "users": [user.to_dict() for user in users.values()],
             "acls": [acl.to_dict() for acl in acls.values()],
         }
-        write_atomic(self.path, json.dumps(document, indent=2).encode())
-        os.chmod(self.path, 0o600)
+        write_atomic(self.path, json.dumps(document, indent=2).encode(), mode=0o600)
         self._users = users
         self._acls = acls
 

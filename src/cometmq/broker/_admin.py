@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import cometmq
 from cometmq.broker._groups import SubscriptionGroupConfig
-from cometmq.errors import RequestRefused
+from cometmq.errors import RecordError, RequestRefused
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from cometmq.protocol.broker_headers import (
     RESET_TO_LATEST,
@@ -32,6 +32,7 @@ from cometmq.protocol.broker_headers import (
 )
 from cometmq.protocol.jsonbody import json_object
 from cometmq.protocol.naming import is_system_topic
+from cometmq.protocol.record import decode_record_at
 from cometmq.protocol.topic_config import TopicConfig
 from cometmq.remoting import Connection
 
@@ -110,6 +111,19 @@ class AdminProcessor:
             return request.response(
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
             )
+        # The access check let the request through knowing only the offset: whoever asks must also
+        # be allowed to read the topic of the message found there.
+        access = self._broker.access_control
+        if access is not None:
+            try:
+                topic = decode_record_at(record, 0, len(record)).topic
+            except RecordError:
+                return request.response(
+                    ResponseCode.SYSTEM_ERROR, f"no message is stored at the offset {offset}"
+                )
+            refusal = access.may_read(conn.remote_address, request, topic)
+            if refusal is not None:
+                return request.response(ResponseCode.NO_PERMISSION, refusal)
         return request.response(body_parts=[record])
 
     def query_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

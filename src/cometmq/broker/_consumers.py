@@ -3,7 +3,7 @@ QUERY/UPDATE_CONSUMER_OFFSET."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from cometmq.broker._clients import ClientChannel
 from cometmq.broker._filter import check_heartbeat_subscriptions
@@ -16,7 +16,14 @@ from cometmq.protocol.broker_headers import (
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from cometmq.protocol.jsonbody import as_object, java_list, java_string, json_object
+from cometmq.protocol.jsonbody import (
+    MAX_HEARTBEAT_GROUPS,
+    MAX_HEARTBEAT_SUBSCRIPTIONS,
+    as_object,
+    java_list,
+    java_string,
+    json_object,
+)
 from cometmq.protocol.naming import group_name_error, retry_topic, text_error
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.remoting import Connection
@@ -35,12 +42,6 @@ _CONSUME_FROM = (
     "CONSUME_FROM_FIRST_OFFSET",
     "CONSUME_FROM_TIMESTAMP",
 )
-
-
-# The most consumer groups, producer groups, and subscriptions of one consumer group, one heartbeat may
-# carry (RocketMQ sets none; a client is in a handful of groups).
-MAX_HEARTBEAT_GROUPS: Final = 256
-MAX_HEARTBEAT_SUBSCRIPTIONS: Final = 1024
 
 _Consumer = tuple[str, str, str, str, list[SubscriptionData]]
 

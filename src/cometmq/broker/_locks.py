@@ -7,17 +7,14 @@ A lock on (group, queue) belongs to one client id and lapses 60 s after its last
 from __future__ import annotations
 
 import time
-from typing import Any, Final
+from typing import Any
 
 from cometmq.protocol import RemotingCommand, fastjson
-from cometmq.protocol.jsonbody import as_object, java_int, java_list, java_string, json_object
+from cometmq.protocol.jsonbody import MAX_LOCK_BATCH, as_object, java_int, java_list, java_string, json_object
 from cometmq.protocol.naming import group_name_error, stored_topic_name_error, text_error
 from cometmq.remoting import Connection
 
 LOCK_MAX_LIVE_S = 60.0
-# The most queues one LOCK_BATCH_MQ or UNLOCK_BATCH_MQ may name (RocketMQ sets none; an orderly
-# consumer names the queues of one broker it is assigned).
-MAX_LOCK_BATCH: Final = 8192
 
 _QueueKey = tuple[str, str, int]  # topic, broker name, queue id
 

@@ -1,5 +1,8 @@
 """CONSUMER_SEND_MSG_BACK (36): a message a consumer failed goes to ``%RETRY%<group>`` to be delivered
-again after a delay, or, after its last attempt, to ``%DLQ%<group>`` (docs/protocol.md#retry-and-dlq)."""
+again after a delay, or, after its last attempt, to ``%DLQ%<group>`` (docs/protocol.md#retry-and-dlq).
+
+The request names the message by its commit-log offset; only a message of the topic it was consumed
+from (originTopic) is copied, so that a group cannot take in messages of a topic it may not read."""
 
 from __future__ import annotations
 
@@ -71,6 +74,9 @@ class SendBackProcessor:
         original = self._record_at(offset)
         if original is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+        refusal = self._copy_refusal(conn, request, original, group, send_back.origin_topic)
+        if refusal is not None:
+            return request.response(ResponseCode.NO_PERMISSION, refusal)
 
         max_times = max_reconsume_times(group_config, request.version, send_back.max_reconsume_times)
         properties = decode_properties(original.properties)
@@ -126,6 +132,33 @@ class SendBackProcessor:
         if broker.election is not None and broker.mastership_lapsed(end):
             return request.response(ResponseCode.SYSTEM_ERROR, LEASE_LAPSED)
         return request.response()
+
+    def _copy_refusal(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        original: DecodedRecord,
+        group: str,
+        origin_topic: str | None,
+    ) -> str | None:
+        """Why the message at the offset a consumer named may not be copied into its group's retry
+        topic, or None. The copy is readable by the group, so the message must be one the consumer
+        was delivered: of the topic it names (originTopic, whose Sub the access check asked for), or a
+        retry of that topic for this group. A request naming no originTopic (the C++ client's) is
+        held to the message's own topic: the sender must be allowed to read it."""
+        if origin_topic:
+            topic = original.topic
+            if topic == origin_topic or (
+                topic == retry_topic(group)
+                and decode_properties(original.properties).get(RETRY_TOPIC) == origin_topic
+            ):
+                return None
+            return (
+                f"the message at offset {original.commitlog_offset} is of topic {topic}, not of the "
+                f"originTopic {origin_topic} (nor a retry of it for group {group})"
+            )
+        access = self._broker.access_control
+        return None if access is None else access.may_read(conn.remote_address, request, original.topic)
 
     def _record_at(self, offset: int) -> DecodedRecord | None:
         view = self._broker.store.message_at(offset)

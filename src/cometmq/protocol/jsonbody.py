@@ -20,6 +20,9 @@ from cometmq.protocol.codes import ResponseCode
 from cometmq.protocol.naming import NameRule, name_remark
 
 __all__ = [
+    "MAX_HEARTBEAT_GROUPS",
+    "MAX_HEARTBEAT_SUBSCRIPTIONS",
+    "MAX_LOCK_BATCH",
     "BodyError",
     "as_object",
     "java_bool",
@@ -34,6 +37,14 @@ JAVA_INT_MIN: Final = -(2**31)
 JAVA_INT_MAX: Final = 2**31 - 1
 JAVA_LONG_MIN: Final = -(2**63)
 JAVA_LONG_MAX: Final = 2**63 - 1
+
+# The most items a request body may list, the same for the broker's handlers and the access check
+# (RocketMQ sets none): consumer or producer groups of one heartbeat (a client is in a handful),
+# subscriptions of one consumer group, and queues of one LOCK_BATCH_MQ or UNLOCK_BATCH_MQ (an orderly
+# consumer names the queues of one broker it is assigned).
+MAX_HEARTBEAT_GROUPS: Final = 256
+MAX_HEARTBEAT_SUBSCRIPTIONS: Final = 1024
+MAX_LOCK_BATCH: Final = 8192
 
 _REQUIRED: Final = object()
 # What Java's Integer.parseInt / Long.parseLong read (the length only keeps int() of a huge text cheap).
