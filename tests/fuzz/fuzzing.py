@@ -197,6 +197,38 @@ _CREATE_TOPIC = {
 }
 
 
+def auth_seeds() -> list[Seed]:
+    """The user and ACL requests (3001-3010) both servers serve; with aclEnable off, to loopback clients."""
+    user = _json({"username": "fuzzer", "password": "fuzz-secret", "userType": "Normal"})
+    acl = _json(
+        {
+            "subject": "User:fuzzer",
+            "policies": [
+                {
+                    "policyType": "Custom",
+                    "entries": [
+                        {"resource": f"Topic:{TOPIC}", "actions": ["Pub", "Sub"], "decision": "Allow"}
+                    ],
+                }
+            ],
+        }
+    )
+    code = RequestCode
+    subject = {"subject": "User:fuzzer"}
+    return [
+        _built(code.AUTH_CREATE_USER, {"username": "fuzzer"}, user),
+        _built(code.AUTH_UPDATE_USER, {"username": "fuzzer"}, user),
+        _built(code.AUTH_GET_USER, {"username": "fuzzer"}),
+        _built(code.AUTH_LIST_USER, {"filter": "fuzz"}),
+        _built(code.AUTH_CREATE_ACL, subject, acl),
+        _built(code.AUTH_UPDATE_ACL, subject, acl),
+        _built(code.AUTH_GET_ACL, subject),
+        _built(code.AUTH_LIST_ACL, {"subjectFilter": "fuzz", "resourceFilter": TOPIC}),
+        _built(code.AUTH_DELETE_ACL, {**subject, "policyType": "Custom", "resource": f"Topic:{TOPIC}"}),
+        _built(code.AUTH_DELETE_USER, {"username": "fuzzer"}),
+    ]
+
+
 def broker_seeds() -> list[Seed]:
     """A plausible request for every request code the broker serves."""
     batch = encode_batch_body(
@@ -253,6 +285,7 @@ def broker_seeds() -> list[Seed]:
         # Names another broker the master: refused, since the fuzzed broker is a master (id 0) that has no
         # id of its own to become a slave under.
         _built(code.NOTIFY_BROKER_ROLE_CHANGED, {"masterAddress": "127.0.0.1:1", "masterEpoch": "1"}),
+        *auth_seeds(),
     ]
 
 
@@ -288,6 +321,7 @@ def namesrv_seeds() -> list[Seed]:
         _built(code.GET_KV_CONFIG, {"namespace": "FUZZ", "key": "k"}),
         _built(code.DELETE_KV_CONFIG, {"namespace": "FUZZ", "key": "k"}),
         _built(code.GET_KVLIST_BY_NAMESPACE, {"namespace": "FUZZ"}),
+        *auth_seeds(),
     ]
 
 

@@ -21,6 +21,7 @@ from cometmq.auth._model import Acl, PolicyType, Resource, User, UserStatus, Use
 from cometmq.auth._signature import ACCESS_KEY
 from cometmq.auth._store import AuthStore, subject_of, username_of
 from cometmq.errors import AuthError
+from cometmq.protocol import fastjson
 from cometmq.protocol.auth_headers import (
     AclRequestHeader,
     DeleteAclRequestHeader,
@@ -46,7 +47,7 @@ def _username(request: RemotingCommand) -> str:
 
 def _body(request: RemotingCommand, what: str) -> Any:
     try:
-        return json.loads(request.body) if request.body_length else {}
+        return fastjson.loads(request.body_buffer) if request.body_length else {}
     except (ValueError, UnicodeDecodeError):
         raise invalid_parameter(f"the {what} body is not JSON") from None
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Self
 
 from cometmq.errors import AuthError
+from cometmq.protocol import fastjson
 from cometmq.protocol.codes import ResponseCode
 from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX
 
@@ -127,7 +128,7 @@ def _strings(obj: Mapping[str, Any], key: str, what: str) -> list[str]:
 
 def _parse_json(text: str | bytes, what: str) -> Any:
     try:
-        return json.loads(text)
+        return fastjson.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid_parameter(f"{what} is not valid JSON: {exc}") from None
 
