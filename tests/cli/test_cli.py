@@ -179,7 +179,8 @@ def test_port_in_use_names_the_port_and_the_flag(namesrv_addr: str, tmp_path: Pa
     port = namesrv_addr.rsplit(":", 1)[1]
     result = cometmq("standalone", "--data-dir", str(tmp_path / "d"), "--namesrv-port", port, timeout=30)
     assert_one_line_error(result, f"127.0.0.1:{port} is already in use", "--namesrv-port")
-    with socket.create_server(("127.0.0.1", 0)) as taken:
+    # A port whose next one (the broker's HA port) is free: the one in use is the one reported.
+    with socket.create_server(("127.0.0.1", free_port())) as taken:
         broker_port = str(taken.getsockname()[1])
         result = cometmq(
             "standalone",
