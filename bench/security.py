@@ -105,10 +105,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--count", type=int, default=200_000, help="messages per produce/consume run")
     parser.add_argument("--dir", type=Path, help="where the servers keep their data (default: a temp dir)")
-    parser.add_argument("--quick", action="store_true", help="1 round of 20 000 messages (a smoke test)")
+    parser.add_argument(
+        "--quick", action="store_true", help="1 round of 20 000 messages, short latency runs (a smoke test)"
+    )
     args = parser.parse_args()
+    args.latency = []
     if args.quick:
         args.rounds, args.count = 1, 20_000
+        args.latency = ["--count", "500", "--duration", "2"]
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         certs = make_certs(root)
@@ -144,7 +148,7 @@ def run(
             workloads = [
                 ["produce", "--topic", "BenchThroughput", "--count", str(args.count)],
                 ["consume", "--topic", "BenchThroughput", "--count", str(args.count)],
-                ["latency", "--topic", "BenchLatency"],
+                ["latency", "--topic", "BenchLatency", "--no-floor", *args.latency],
             ]
             for workload in workloads:
                 result = json.loads(cometmq(["bench", *workload, *common], env))

@@ -224,3 +224,20 @@ def test_failover_bench_prints_each_round_the_median_and_max_and_that_nothing_ac
     assert acknowledged[0] > 0
     assert re.search(r"^consumer group: every acknowledged message received, \d+ deliveries", out, re.M)
     assert list(tmp_path.iterdir()) == []  # the servers' directories are gone
+
+
+def test_security_bench_prints_every_figure_for_plain_acl_tls_and_both_with_ratios_to_plain(
+    tmp_path: Path,
+) -> None:
+    out = run_bench("security.py", "--quick", "--dir", str(tmp_path), timeout=400)
+    assert re.search(r"^figure +plain +acl +tls +acl\+tls$", out, re.M), out
+    ratio = rf"{NUMBER} \({NUMBER}x\)"
+    for figure in (
+        "produce, batches of 100 msg_per_s",
+        "consume from the start msg_per_s",
+        "one synchronous send at a time p50_us",
+        "one blocking send at a time p50_us",
+        "end to end at 2000 msg/s p50_us",
+    ):
+        figures(rf"^{re.escape(figure)} +{NUMBER} +{ratio} +{ratio} +{ratio}$", out)
+    assert list(tmp_path.iterdir()) == []  # the servers' directories are gone
