@@ -140,6 +140,7 @@ class Connection(asyncio.BufferedProtocol):
         self.quiet_since = 0.0
         # What the decoder held for a frame not yet whole when last told to the server (_held_changed).
         self._held = 0
+        self._joins_parts = False
         self._held_changed: Callable[[Connection, int], None] | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -157,6 +158,10 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have the same interface.
         self._transport = cast(asyncio.Transport, transport)
+        # A TLS transport encrypts each buffer it is given as records of its own: a frame of many
+        # parts (a batch, a pull answer's stored records) is written as one, or its small parts cost
+        # a record each (several times the encryption of the whole frame).
+        self._joins_parts = transport.get_extra_info("ssl_object") is not None
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.remote_address = f"{peer[0]}:{peer[1]}"
@@ -290,7 +295,11 @@ class Connection(asyncio.BufferedProtocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        transport.writelines(encode(cmd))
+        parts = encode(cmd)
+        if self._joins_parts and len(parts) > 1:
+            transport.write(b"".join(parts))
+        else:
+            transport.writelines(parts)
         self.active = True
         if self._poller is not None:  # a request's reply, or the next request, is due soon
             self._poller.kick()
