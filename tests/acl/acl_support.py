@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,64 +13,14 @@ from cometmq.auth import Credentials, sign
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.auth_headers import AclRequestHeader, UserRequestHeader
 from cometmq.remoting import RemotingClient
-from processes import ServerProcess
+from secured_servers import INIT_USER, INNER, ROOT
 
 if TYPE_CHECKING:
     from cometmq.broker import Broker
     from cometmq.namesrv import NameServer
 
-# The super user every test server is started with (initAuthenticationUser).
-ROOT = Credentials("root", "root-secret-4d1e")
-INIT_USER = json.dumps({"username": ROOT.access_key, "password": ROOT.secret_key})
-# What a broker signs its own requests with: the super user, known to the name server too.
-INNER = json.dumps({"accessKey": ROOT.access_key, "secretKey": ROOT.secret_key})
-
 # Actions a grant may list, but for All (which is every one of them).
 GRANTABLE = ("Pub", "Sub", "Create", "Update", "Delete", "Get", "List")
-
-
-def write_conf(path: Path, **keys: str) -> Path:
-    """A properties file holding *keys*."""
-    path.write_text("".join(f"{key}={value}\n" for key, value in keys.items()), encoding="utf-8")
-    return path
-
-
-def start_namesrv(directory: Path, **keys: str) -> tuple[ServerProcess, str]:
-    """``cometmq namesrv -c FILE`` on a port the OS picks, users under *directory*/auth; its address."""
-    directory.mkdir(parents=True, exist_ok=True)
-    conf = write_conf(directory / "namesrv.conf", **keys)
-    args = ["namesrv", "-c", str(conf), "--port", "0", "--data-dir", str(directory / "auth")]
-    server = ServerProcess(args, directory / "namesrv.log")
-    try:
-        line = server.wait_ready("CometMQ namesrv ready:")
-    except BaseException:
-        server.terminate()
-        raise
-    found = re.search(r"listening on (\S+)", line)
-    assert found is not None, line
-    return server, found.group(1)
-
-
-def start_broker(directory: Path, namesrv: str, **keys: str) -> tuple[ServerProcess, str]:
-    """``cometmq broker -c FILE`` on a port the OS picks, data in *directory*/data; its address."""
-    directory.mkdir(parents=True, exist_ok=True)
-    conf = write_conf(
-        directory / "broker.conf",
-        mappedFileSizeCommitLog="4194304",
-        mappedFileSizeConsumeQueue="60000",
-        **keys,
-    )
-    args = ["broker", "-c", str(conf), "--data-dir", str(directory / "data"), "--host", "127.0.0.1"]
-    args += ["--port", "0", "-n", namesrv]
-    server = ServerProcess(args, directory / "broker.log")
-    try:
-        line = server.wait_ready("CometMQ broker ready:")
-    except BaseException:
-        server.terminate()
-        raise
-    found = re.search(r" at (\S+) \(cluster", line)
-    assert found is not None, line
-    return server, found.group(1)
 
 
 async def invoke_as(

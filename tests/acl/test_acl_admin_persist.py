@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acl_support import ROOT, acl_broker, acl_namesrv, admin, create_user, entry, grant, invoke_as
+from acl_support import acl_broker, acl_namesrv, admin, create_user, entry, grant, invoke_as
 
 from cometmq.auth import Credentials
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -24,6 +24,7 @@ from cometmq.protocol.auth_headers import (
     UserRequestHeader,
 )
 from cometmq.remoting import RemotingClient
+from secured_servers import ROOT
 
 ALICE = Credentials("alice", "alice-secret-31")
 

@@ -8,14 +8,12 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-from tls_support import Certificates, make_certificates
 
 from cometmq.auth import Credentials
 from cometmq.protocol import ResponseCode
 from cometmq.remoting import RemotingClient
-from processes import ServerProcess
+from secured_servers import start_namesrv
+from tls_support import Certificates, make_certificates
 from waiting import wait_until, wait_until_blocking
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replication"))
@@ -29,7 +27,7 @@ def inner_credentials(credentials: Credentials) -> str:
     return json.dumps({"accessKey": credentials.access_key, "secretKey": credentials.secret_key})
 
 
-def secured(certs: Certificates, credentials: Credentials = ADMIN) -> dict[str, Any]:
+def secured(certs: Certificates, credentials: Credentials = ADMIN) -> dict[str, str]:
     """The settings of a server with TLS enforcing, its own connections over TLS, and ACL on."""
     return {
         **certs.server_properties("enforcing"),
@@ -40,22 +38,9 @@ def secured(certs: Certificates, credentials: Credentials = ADMIN) -> dict[str, 
     }
 
 
-def start_namesrv(tmp_path: Path, certs: Certificates) -> tuple[ServerProcess, str]:
-    conf = tmp_path / "namesrv.conf"
-    conf.write_text("".join(f"{key}={value}\n" for key, value in secured(certs).items()))
-    args = ["namesrv", "-c", str(conf), "--data-dir", str(tmp_path / "namesrv"), "--host", "127.0.0.1"]
-    server = ServerProcess([*args, "--port", "0"], tmp_path / "namesrv.log")
-    try:
-        line = server.wait_ready("CometMQ namesrv ready:")
-    except BaseException:
-        server.terminate()
-        raise
-    return server, line.rsplit(" ", 1)[1]
-
-
 def test_a_slave_copies_its_master_over_tls_with_access_control_on(tmp_path: Path) -> None:
     certs = make_certificates(tmp_path / "certs")
-    namesrv, namesrv_addr = start_namesrv(tmp_path, certs)
+    namesrv, namesrv_addr = start_namesrv(tmp_path / "namesrv", **secured(certs))
     master = slave = None
     try:
         master = BrokerNode(
@@ -103,7 +88,7 @@ async def _slave_knows(client: RemotingClient, slave: str, topic: str) -> bool:
 
 def test_the_master_refuses_a_slave_with_a_wrong_secret(tmp_path: Path) -> None:
     certs = make_certificates(tmp_path / "certs")
-    namesrv, namesrv_addr = start_namesrv(tmp_path, certs)
+    namesrv, namesrv_addr = start_namesrv(tmp_path / "namesrv", **secured(certs))
     master = slave = None
     try:
         master = BrokerNode(
