@@ -6,70 +6,23 @@ a signed request cannot be sent again under another code."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
-from acl_support import ROOT, acl_broker, create_user, entry, grant, invoke_as
+from acl_support import acl_broker, create_user, entry, grant, invoke_as
 
 from cometmq.auth import Credentials
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import (
     ConsumerSendMsgBackRequestHeader,
-    CreateTopicRequestHeader,
-    PullMessageRequestHeader,
     QueryMessageRequestHeader,
-    SendMessageRequestHeader,
     TopicRequestHeader,
     ViewMessageRequestHeader,
 )
 from cometmq.remoting import RemotingClient
+from header_requests import create_topic_request, pull_request, send_request
+from secured_servers import ROOT
 
 ALICE = Credentials("alice", "alice-secret-91")
-
-
-def _create_topic(topic: str) -> RemotingCommand:
-    header = CreateTopicRequestHeader(
-        topic=topic,
-        default_topic="TBW102",
-        read_queue_nums=1,
-        write_queue_nums=1,
-        perm=6,
-        topic_filter_type="SINGLE_TAG",
-        order=False,
-    )
-    return RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=header.encode())
-
-
-def _send(topic: str, group: str, body: bytes, properties: str = "") -> RemotingCommand:
-    header = SendMessageRequestHeader(
-        producer_group=group,
-        topic=topic,
-        default_topic="TBW102",
-        default_topic_queue_nums=1,
-        queue_id=0,
-        sys_flag=0,
-        born_timestamp=int(time.time() * 1000),
-        flag=0,
-        properties=properties,
-        reconsume_times=0,
-    )
-    return RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields=header.encode(), body=body)
-
-
-def _pull(topic: str, group: str) -> RemotingCommand:
-    header = PullMessageRequestHeader(
-        consumer_group=group,
-        topic=topic,
-        queue_id=0,
-        queue_offset=0,
-        max_msg_nums=32,
-        sys_flag=0,
-        commit_offset=0,
-        suspend_timeout_millis=0,
-        subscription="*",
-        sub_version=0,
-    )
-    return RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=header.encode())
 
 
 def _send_back(offset: int, group: str, origin_topic: str | None) -> RemotingCommand:
@@ -87,9 +40,9 @@ def _view(offset: int) -> RemotingCommand:
 
 async def _stored_at(client: RemotingClient, address: str, topic: str, body: bytes) -> int:
     """The commit-log offset of a message *body* the super user stores in *topic* (made here)."""
-    created = await invoke_as(client, address, _create_topic(topic), ROOT)
+    created = await invoke_as(client, address, create_topic_request(topic), ROOT)
     assert created.code == ResponseCode.SUCCESS, created.remark
-    sent = await invoke_as(client, address, _send(topic, "pg", body), ROOT)
+    sent = await invoke_as(client, address, send_request(topic, "pg", body), ROOT)
     assert sent.code == ResponseCode.SUCCESS, sent.remark
     return int(sent.ext_fields["msgId"][-16:], 16)
 
@@ -129,7 +82,7 @@ def test_a_send_back_copies_only_a_message_of_a_topic_the_consumer_may_read(tmp_
                     answer = await invoke_as(client, address, _send_back(mine, "A", origin), ALICE)
                     assert answer.code == ResponseCode.SUCCESS, answer.remark
 
-                retried = await invoke_as(client, address, _pull("%RETRY%A", "A"), ALICE)
+                retried = await invoke_as(client, address, pull_request("%RETRY%A", "A"), ALICE)
                 assert b"TOP-SECRET" not in retried.body
             finally:
                 await client.close()
@@ -174,14 +127,14 @@ def test_another_groups_retry_topic_needs_that_group(tmp_path: Path) -> None:
 
                 # Her own group named in the header does not make group B's retry topic hers.
                 _refused(
-                    await invoke_as(client, address, _send("%RETRY%B", "A", b"injected"), ALICE),
+                    await invoke_as(client, address, send_request("%RETRY%B", "A", b"injected"), ALICE),
                     "user alice may not Sub on Group:B",
                 )
                 _refused(
-                    await invoke_as(client, address, _pull("%RETRY%B", "A"), ALICE),
+                    await invoke_as(client, address, pull_request("%RETRY%B", "A"), ALICE),
                     "user alice may not Sub on Group:B",
                 )
-                own = await invoke_as(client, address, _pull("%RETRY%A", "A"), ALICE)
+                own = await invoke_as(client, address, pull_request("%RETRY%A", "A"), ALICE)
                 assert own.code != ResponseCode.NO_PERMISSION, own.remark
             finally:
                 await client.close()
@@ -225,7 +178,7 @@ def test_a_signed_request_sent_again_under_another_code_is_refused(tmp_path: Pat
         async with acl_broker(tmp_path / "b") as (broker, address):
             client = RemotingClient()
             try:
-                assert (await invoke_as(client, address, _create_topic("orders"), ROOT)).code == 0
+                assert (await invoke_as(client, address, create_topic_request("orders"), ROOT)).code == 0
                 stats = RemotingCommand(
                     code=RequestCode.GET_TOPIC_STATS_INFO,
                     ext_fields=TopicRequestHeader(topic="orders").encode(),

@@ -9,15 +9,17 @@ import asyncio
 import json
 from pathlib import Path
 
-from acl_support import ROOT, acl_broker, acl_namesrv, create_user, entry, grant, invoke_as
+from acl_support import acl_broker, acl_namesrv, create_user, entry, grant, invoke_as
 
 from cometmq.auth import Credentials, sign
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.auth_headers import UserRequestHeader
-from cometmq.protocol.broker_headers import CreateTopicRequestHeader, QueueRequestHeader
+from cometmq.protocol.broker_headers import QueueRequestHeader
 from cometmq.protocol.namesrv_headers import RegisterBrokerRequestHeader
 from cometmq.protocol.route import RegisterBrokerBody
 from cometmq.remoting import RemotingClient
+from header_requests import create_topic_request
+from secured_servers import ROOT
 from waiting import wait_until
 
 
@@ -192,18 +194,7 @@ def test_a_slave_copies_its_locked_masters_metadata_under_its_own_credentials(tm
         ):
             client = RemotingClient()
             try:
-                header = CreateTopicRequestHeader(
-                    topic="made-on-master",
-                    default_topic="TBW102",
-                    read_queue_nums=2,
-                    write_queue_nums=2,
-                    perm=6,
-                    topic_filter_type="SINGLE_TAG",
-                    order=False,
-                )
-                request = RemotingCommand(
-                    code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=header.encode()
-                )
+                request = create_topic_request("made-on-master", 2)
                 answer = await invoke_as(client, master_addr, request, ROOT)
                 assert answer.code == ResponseCode.SUCCESS, answer.remark
             finally:
