@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +15,10 @@ from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.auth_headers import AclRequestHeader, UserRequestHeader
 from cometmq.remoting import RemotingClient
 from secured_servers import INIT_USER, INNER, ROOT
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
+from _support import address as address_of
+from _support import running_broker
 
 if TYPE_CHECKING:
     from cometmq.broker import Broker
@@ -34,6 +39,15 @@ async def invoke_as(
     if credentials is not None:
         sign(request, credentials)
     return await client.invoke(address, request, timeout=timeout)
+
+
+def assert_refused(response: RemotingCommand, *words: str) -> str:
+    """Asserts *response* is a NO_PERMISSION whose remark holds every one of *words*; the remark."""
+    assert response.code == ResponseCode.NO_PERMISSION, (response.code, response.remark)
+    remark = response.remark or ""
+    for word in words:
+        assert word in remark, remark
+    return remark
 
 
 async def admin(
@@ -97,27 +111,28 @@ async def acl_broker(
 ) -> AsyncIterator[tuple[Broker, str]]:
     """A broker in this process with aclEnable, the super user ROOT and *keys* (broker.conf keys); its
     address. As a slave it copies its master's metadata every *slave_sync_period_s*."""
-    from cometmq.broker import Broker, BrokerConfig
-
-    config = BrokerConfig()
-    settings = {
-        "storePathRootDir": str(directory),
-        "listenPort": "0",
-        "listenHost": "127.0.0.1",
-        "mappedFileSizeCommitLog": str(1 << 20),
-        "mappedFileSizeConsumeQueue": "20000",
-        "aclEnable": "true",
-        "initAuthenticationUser": INIT_USER,
-        "innerClientAuthenticationCredentials": INNER,
+    async with running_broker(
+        directory,
+        slave_sync_period_s=slave_sync_period_s,
+        aclEnable="true",
+        initAuthenticationUser=INIT_USER,
+        innerClientAuthenticationCredentials=INNER,
         **keys,
-    }
-    config.update(settings)
-    broker = Broker(config, slave_sync_period_s=slave_sync_period_s)
-    await broker.start()
-    try:
-        yield broker, f"127.0.0.1:{broker.port}"
-    finally:
-        await broker.stop()
+    ) as broker:
+        yield broker, address_of(broker)
+
+
+@contextlib.asynccontextmanager
+async def acl_broker_and_client(
+    directory: Path, **keys: str
+) -> AsyncIterator[tuple[Broker, str, RemotingClient]]:
+    """``acl_broker`` with a client (closed after) that signs nothing of itself."""
+    async with acl_broker(directory, **keys) as (broker, address):
+        client = RemotingClient()
+        try:
+            yield broker, address, client
+        finally:
+            await client.close()
 
 
 @contextlib.asynccontextmanager

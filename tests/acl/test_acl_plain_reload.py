@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from acl_support import acl_broker, invoke_as
+from acl_support import acl_broker, acl_broker_and_client, invoke_as
 
 from cometmq.auth import Credentials
 from cometmq.protocol import ResponseCode
@@ -112,37 +112,35 @@ accounts:
     )
 
     async def scenario() -> None:
-        async with acl_broker(tmp_path / "broker", plainAclFile=str(plain)) as (_, address):
-            client = RemotingClient()
-            try:
-                # A plain account that is not an admin may publish, not create topics.
-                assert (
-                    await invoke_as(client, address, send_request("t"), STEADY)
+        async with acl_broker_and_client(tmp_path / "broker", plainAclFile=str(plain)) as (
+            _,
+            address,
+            client,
+        ):
+            # A plain account that is not an admin may publish, not create topics.
+            assert (await invoke_as(client, address, send_request("t"), STEADY)).code == ResponseCode.SUCCESS
+            refusal = await invoke_as(client, address, create_topic_request("administered"), STEADY)
+            assert refusal.code == ResponseCode.NO_PERMISSION, refusal.remark
+            admin = Credentials("admin", "admin-secret-0")
+            assert (
+                await invoke_as(client, address, create_topic_request("administered"), admin)
+            ).code == ResponseCode.SUCCESS
+            unsigned = await invoke_as(client, address, send_request("t"), None)
+            assert unsigned.code == ResponseCode.NO_PERMISSION
+
+            # This machine made a global white address: unsigned requests pass, admin ones too.
+            plain.write_text(
+                plain.read_text(encoding="utf-8") + "globalWhiteRemoteAddresses:\n  - 127.0.0.*\n",
+                encoding="utf-8",
+            )
+
+            async def unsigned_passes() -> bool:
+                return (
+                    await invoke_as(client, address, send_request("t"), None)
                 ).code == ResponseCode.SUCCESS
-                refusal = await invoke_as(client, address, create_topic_request("administered"), STEADY)
-                assert refusal.code == ResponseCode.NO_PERMISSION, refusal.remark
-                admin = Credentials("admin", "admin-secret-0")
-                assert (
-                    await invoke_as(client, address, create_topic_request("administered"), admin)
-                ).code == ResponseCode.SUCCESS
-                unsigned = await invoke_as(client, address, send_request("t"), None)
-                assert unsigned.code == ResponseCode.NO_PERMISSION
 
-                # This machine made a global white address: unsigned requests pass, admin ones too.
-                plain.write_text(
-                    plain.read_text(encoding="utf-8") + "globalWhiteRemoteAddresses:\n  - 127.0.0.*\n",
-                    encoding="utf-8",
-                )
-
-                async def unsigned_passes() -> bool:
-                    return (
-                        await invoke_as(client, address, send_request("t"), None)
-                    ).code == ResponseCode.SUCCESS
-
-                await wait_until(unsigned_passes, message="the white address in force")
-                answer = await invoke_as(client, address, create_topic_request("administered"), None)
-                assert answer.code == ResponseCode.SUCCESS, answer.remark
-            finally:
-                await client.close()
+            await wait_until(unsigned_passes, message="the white address in force")
+            answer = await invoke_as(client, address, create_topic_request("administered"), None)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
 
     asyncio.run(scenario())
