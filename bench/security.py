@@ -23,12 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import trustme
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests")]
 
 from processes import TEST_BROKER_CONF, ServerProcess, start_standalone  # noqa: E402
+from tls_support import Certificates, make_certificates  # noqa: E402
 
 VARIANTS = ("plain", "acl", "tls", "acl+tls")
 SUPER = ("bench-admin", "bench-admin-secret")
@@ -47,35 +46,32 @@ accounts:
 """
 
 
-def write_conf(root: Path, variant: str, certs: dict[str, Path]) -> Path:
-    lines = [TEST_BROKER_CONF]
+def write_conf(root: Path, variant: str, certs: Certificates) -> Path:
+    keys: dict[str, str] = {}
     if "acl" in variant:
         (root / "plain_acl.yml").write_text(PLAIN_ACL)
-        lines += [
-            "aclEnable=true",
-            f"plainAclFile={root / 'plain_acl.yml'}",
-            f'innerClientAuthenticationCredentials={{"accessKey":"{SUPER[0]}","secretKey":"{SUPER[1]}"}}',
-        ]
+        keys |= {
+            "aclEnable": "true",
+            "plainAclFile": str(root / "plain_acl.yml"),
+            "innerClientAuthenticationCredentials": json.dumps(
+                {"accessKey": SUPER[0], "secretKey": SUPER[1]}
+            ),
+        }
     if "tls" in variant:
-        lines += [
-            "tls.server.mode=enforcing",
-            f"tls.server.certPath={certs['cert']}",
-            f"tls.server.keyPath={certs['key']}",
-            "tls.enable=true",  # the broker's registration with its own name server
-            f"tls.client.trustCertPath={certs['ca']}",
-        ]
+        # tls.enable: the broker's registration with its own name server goes over TLS too.
+        keys |= certs.server_properties("enforcing") | certs.client_properties()
     conf = root / "broker.conf"
-    conf.write_text("\n".join(lines) + "\n")
+    conf.write_text(TEST_BROKER_CONF + "".join(f"{key}={value}\n" for key, value in keys.items()))
     return conf
 
 
-def client_env(variant: str, certs: dict[str, Path], user: tuple[str, str]) -> dict[str, str]:
+def client_env(variant: str, certs: Certificates, user: tuple[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMETMQ_")}
     if "acl" in variant:
         env["COMETMQ_ACCESS_KEY"], env["COMETMQ_SECRET_KEY"] = user
     if "tls" in variant:
         env["COMETMQ_TLS"] = "1"
-        env["COMETMQ_TLS_CA"] = str(certs["ca"])
+        env["COMETMQ_TLS_CA"] = str(certs.ca)
     return env
 
 
@@ -86,16 +82,6 @@ def cometmq(args: list[str], env: dict[str, str]) -> str:
     if done.returncode != 0:
         raise SystemExit(f"cometmq {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
     return done.stdout
-
-
-def make_certs(root: Path) -> dict[str, Path]:
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    paths = {"ca": root / "ca.pem", "cert": root / "server.pem", "key": root / "server.key"}
-    ca.cert_pem.write_to_path(str(paths["ca"]))
-    server.cert_chain_pems[0].write_to_path(str(paths["cert"]))
-    server.private_key_pem.write_to_path(str(paths["key"]))
-    return paths
 
 
 def main() -> int:
@@ -115,7 +101,7 @@ def main() -> int:
         args.latency = ["--count", "500", "--duration", "2"]
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
-        certs = make_certs(root)
+        certs = make_certificates(root / "certs")
         servers: dict[str, tuple[ServerProcess, str]] = {}
         try:
             for variant in VARIANTS:
@@ -134,7 +120,7 @@ Figures = dict[str, dict[str, list[float]]]  # variant → figure → one value 
 
 
 def run(
-    args: argparse.Namespace, servers: dict[str, tuple[ServerProcess, str]], certs: dict[str, Path]
+    args: argparse.Namespace, servers: dict[str, tuple[ServerProcess, str]], certs: Certificates
 ) -> Figures:
     figures: Figures = {variant: {} for variant in VARIANTS}
     for variant, (_, namesrv) in servers.items():  # topics made by a Super user: a Normal one may not

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
+import sys
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,64 +14,18 @@ from cometmq.auth import Credentials, sign
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.auth_headers import AclRequestHeader, UserRequestHeader
 from cometmq.remoting import RemotingClient
-from processes import ServerProcess
+from secured_servers import INIT_USER, INNER, ROOT
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
+from _support import address as address_of
+from _support import running_broker
 
 if TYPE_CHECKING:
     from cometmq.broker import Broker
     from cometmq.namesrv import NameServer
 
-# The super user every test server is started with (initAuthenticationUser).
-ROOT = Credentials("root", "root-secret-4d1e")
-INIT_USER = json.dumps({"username": ROOT.access_key, "password": ROOT.secret_key})
-# What a broker signs its own requests with: the super user, known to the name server too.
-INNER = json.dumps({"accessKey": ROOT.access_key, "secretKey": ROOT.secret_key})
-
 # Actions a grant may list, but for All (which is every one of them).
 GRANTABLE = ("Pub", "Sub", "Create", "Update", "Delete", "Get", "List")
-
-
-def write_conf(path: Path, **keys: str) -> Path:
-    """A properties file holding *keys*."""
-    path.write_text("".join(f"{key}={value}\n" for key, value in keys.items()), encoding="utf-8")
-    return path
-
-
-def start_namesrv(directory: Path, **keys: str) -> tuple[ServerProcess, str]:
-    """``cometmq namesrv -c FILE`` on a port the OS picks, users under *directory*/auth; its address."""
-    directory.mkdir(parents=True, exist_ok=True)
-    conf = write_conf(directory / "namesrv.conf", **keys)
-    args = ["namesrv", "-c", str(conf), "--port", "0", "--data-dir", str(directory / "auth")]
-    server = ServerProcess(args, directory / "namesrv.log")
-    try:
-        line = server.wait_ready("CometMQ namesrv ready:")
-    except BaseException:
-        server.terminate()
-        raise
-    found = re.search(r"listening on (\S+)", line)
-    assert found is not None, line
-    return server, found.group(1)
-
-
-def start_broker(directory: Path, namesrv: str, **keys: str) -> tuple[ServerProcess, str]:
-    """``cometmq broker -c FILE`` on a port the OS picks, data in *directory*/data; its address."""
-    directory.mkdir(parents=True, exist_ok=True)
-    conf = write_conf(
-        directory / "broker.conf",
-        mappedFileSizeCommitLog="4194304",
-        mappedFileSizeConsumeQueue="60000",
-        **keys,
-    )
-    args = ["broker", "-c", str(conf), "--data-dir", str(directory / "data"), "--host", "127.0.0.1"]
-    args += ["--port", "0", "-n", namesrv]
-    server = ServerProcess(args, directory / "broker.log")
-    try:
-        line = server.wait_ready("CometMQ broker ready:")
-    except BaseException:
-        server.terminate()
-        raise
-    found = re.search(r" at (\S+) \(cluster", line)
-    assert found is not None, line
-    return server, found.group(1)
 
 
 async def invoke_as(
@@ -85,6 +39,15 @@ async def invoke_as(
     if credentials is not None:
         sign(request, credentials)
     return await client.invoke(address, request, timeout=timeout)
+
+
+def assert_refused(response: RemotingCommand, *words: str) -> str:
+    """Asserts *response* is a NO_PERMISSION whose remark holds every one of *words*; the remark."""
+    assert response.code == ResponseCode.NO_PERMISSION, (response.code, response.remark)
+    remark = response.remark or ""
+    for word in words:
+        assert word in remark, remark
+    return remark
 
 
 async def admin(
@@ -148,27 +111,28 @@ async def acl_broker(
 ) -> AsyncIterator[tuple[Broker, str]]:
     """A broker in this process with aclEnable, the super user ROOT and *keys* (broker.conf keys); its
     address. As a slave it copies its master's metadata every *slave_sync_period_s*."""
-    from cometmq.broker import Broker, BrokerConfig
-
-    config = BrokerConfig()
-    settings = {
-        "storePathRootDir": str(directory),
-        "listenPort": "0",
-        "listenHost": "127.0.0.1",
-        "mappedFileSizeCommitLog": str(1 << 20),
-        "mappedFileSizeConsumeQueue": "20000",
-        "aclEnable": "true",
-        "initAuthenticationUser": INIT_USER,
-        "innerClientAuthenticationCredentials": INNER,
+    async with running_broker(
+        directory,
+        slave_sync_period_s=slave_sync_period_s,
+        aclEnable="true",
+        initAuthenticationUser=INIT_USER,
+        innerClientAuthenticationCredentials=INNER,
         **keys,
-    }
-    config.update(settings)
-    broker = Broker(config, slave_sync_period_s=slave_sync_period_s)
-    await broker.start()
-    try:
-        yield broker, f"127.0.0.1:{broker.port}"
-    finally:
-        await broker.stop()
+    ) as broker:
+        yield broker, address_of(broker)
+
+
+@contextlib.asynccontextmanager
+async def acl_broker_and_client(
+    directory: Path, **keys: str
+) -> AsyncIterator[tuple[Broker, str, RemotingClient]]:
+    """``acl_broker`` with a client (closed after) that signs nothing of itself."""
+    async with acl_broker(directory, **keys) as (broker, address):
+        client = RemotingClient()
+        try:
+            yield broker, address, client
+        finally:
+            await client.close()
 
 
 @contextlib.asynccontextmanager

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from acl_support import INIT_USER, ROOT, acl_namesrv
+from acl_support import acl_namesrv
 
 from cometmq.auth.serving import ServerAccess
 from cometmq.namesrv import NameServer
@@ -22,6 +22,7 @@ from cometmq.namesrv.config import NamesrvConfig
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.auth_headers import ListUsersRequestHeader, UserRequestHeader
 from cometmq.remoting import RemotingClient
+from secured_servers import INIT_USER, ROOT
 
 
 def non_loopback_ip() -> str | None:

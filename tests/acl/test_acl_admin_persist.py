@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acl_support import ROOT, acl_broker, acl_namesrv, admin, create_user, entry, grant, invoke_as
+from acl_support import (
+    acl_broker,
+    acl_broker_and_client,
+    acl_namesrv,
+    admin,
+    create_user,
+    entry,
+    grant,
+    invoke_as,
+)
 
 from cometmq.auth import Credentials
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -24,6 +33,7 @@ from cometmq.protocol.auth_headers import (
     UserRequestHeader,
 )
 from cometmq.remoting import RemotingClient
+from secured_servers import ROOT
 
 ALICE = Credentials("alice", "alice-secret-31")
 
@@ -136,29 +146,25 @@ def test_users_and_acls_made_over_the_wire_hold_across_a_restart(tmp_path: Path,
 
 def test_a_normal_user_may_not_make_a_super_user_and_a_blank_name_is_invalid(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with acl_broker(tmp_path / "broker") as (_, address):
-            client = RemotingClient()
-            try:
-                operator = await create_user(client, address, "operator", "operator-secret")
-                await grant(client, address, "operator", [entry("Cluster:*", ["Update"])])
-                info = {"username": "boss", "password": "boss-secret", "userType": "Super"}
-                request = RemotingCommand(
-                    code=RequestCode.AUTH_CREATE_USER,
-                    ext_fields=UserRequestHeader(username="boss").encode(),
-                    body=json.dumps(info).encode(),
-                )
-                refusal = await invoke_as(client, address, request, operator)
-                assert refusal.code != ResponseCode.SUCCESS
-                assert "boss-secret" not in (refusal.remark or "")
+        async with acl_broker_and_client(tmp_path / "broker") as (_, address, client):
+            operator = await create_user(client, address, "operator", "operator-secret")
+            await grant(client, address, "operator", [entry("Cluster:*", ["Update"])])
+            info = {"username": "boss", "password": "boss-secret", "userType": "Super"}
+            request = RemotingCommand(
+                code=RequestCode.AUTH_CREATE_USER,
+                ext_fields=UserRequestHeader(username="boss").encode(),
+                body=json.dumps(info).encode(),
+            )
+            refusal = await invoke_as(client, address, request, operator)
+            assert refusal.code != ResponseCode.SUCCESS
+            assert "boss-secret" not in (refusal.remark or "")
 
-                blank = RemotingCommand(
-                    code=RequestCode.AUTH_CREATE_USER,
-                    ext_fields=UserRequestHeader(username=" ").encode(),
-                    body=json.dumps({"username": " ", "password": "x"}).encode(),
-                )
-                answer = await invoke_as(client, address, blank, ROOT)
-                assert answer.code == ResponseCode.INVALID_PARAMETER, (answer.code, answer.remark)
-            finally:
-                await client.close()
+            blank = RemotingCommand(
+                code=RequestCode.AUTH_CREATE_USER,
+                ext_fields=UserRequestHeader(username=" ").encode(),
+                body=json.dumps({"username": " ", "password": "x"}).encode(),
+            )
+            answer = await invoke_as(client, address, blank, ROOT)
+            assert answer.code == ResponseCode.INVALID_PARAMETER, (answer.code, answer.remark)
 
     asyncio.run(scenario())

@@ -9,7 +9,6 @@ import logging
 from pathlib import Path
 
 import pytest
-from acl_support import INIT_USER, INNER, ROOT, write_conf
 
 from cometmq.auth.serving import AclSettings, ServerAccess, is_loopback
 from cometmq.broker import Broker, BrokerConfig
@@ -17,6 +16,7 @@ from cometmq.errors import ConfigError
 from cometmq.namesrv import NameServer
 from cometmq.namesrv.config import NamesrvConfig
 from processes import ServerProcess
+from secured_servers import INIT_USER, INNER, ROOT, write_conf
 
 
 def _broker_config(tmp_path: Path, **keys: str) -> BrokerConfig:

@@ -6,185 +6,116 @@ a signed request cannot be sent again under another code."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
-from acl_support import ROOT, acl_broker, create_user, entry, grant, invoke_as
+from acl_support import acl_broker_and_client, assert_refused, create_user, entry, grant, invoke_as
 
 from cometmq.auth import Credentials
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import (
     ConsumerSendMsgBackRequestHeader,
-    CreateTopicRequestHeader,
-    PullMessageRequestHeader,
     QueryMessageRequestHeader,
-    SendMessageRequestHeader,
     TopicRequestHeader,
     ViewMessageRequestHeader,
 )
 from cometmq.remoting import RemotingClient
+from header_requests import command, create_topic_request, pull_request, send_request
+from secured_servers import ROOT
 
 ALICE = Credentials("alice", "alice-secret-91")
-
-
-def _create_topic(topic: str) -> RemotingCommand:
-    header = CreateTopicRequestHeader(
-        topic=topic,
-        default_topic="TBW102",
-        read_queue_nums=1,
-        write_queue_nums=1,
-        perm=6,
-        topic_filter_type="SINGLE_TAG",
-        order=False,
-    )
-    return RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=header.encode())
-
-
-def _send(topic: str, group: str, body: bytes, properties: str = "") -> RemotingCommand:
-    header = SendMessageRequestHeader(
-        producer_group=group,
-        topic=topic,
-        default_topic="TBW102",
-        default_topic_queue_nums=1,
-        queue_id=0,
-        sys_flag=0,
-        born_timestamp=int(time.time() * 1000),
-        flag=0,
-        properties=properties,
-        reconsume_times=0,
-    )
-    return RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields=header.encode(), body=body)
-
-
-def _pull(topic: str, group: str) -> RemotingCommand:
-    header = PullMessageRequestHeader(
-        consumer_group=group,
-        topic=topic,
-        queue_id=0,
-        queue_offset=0,
-        max_msg_nums=32,
-        sys_flag=0,
-        commit_offset=0,
-        suspend_timeout_millis=0,
-        subscription="*",
-        sub_version=0,
-    )
-    return RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=header.encode())
 
 
 def _send_back(offset: int, group: str, origin_topic: str | None) -> RemotingCommand:
     header = ConsumerSendMsgBackRequestHeader(
         offset=offset, group=group, delay_level=1, origin_topic=origin_topic
     )
-    return RemotingCommand(code=RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=header.encode())
+    return command(RequestCode.CONSUMER_SEND_MSG_BACK, header)
 
 
 def _view(offset: int) -> RemotingCommand:
-    return RemotingCommand(
-        code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields=ViewMessageRequestHeader(offset=offset).encode()
-    )
+    return command(RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset=offset))
 
 
 async def _stored_at(client: RemotingClient, address: str, topic: str, body: bytes) -> int:
     """The commit-log offset of a message *body* the super user stores in *topic* (made here)."""
-    created = await invoke_as(client, address, _create_topic(topic), ROOT)
+    created = await invoke_as(client, address, create_topic_request(topic), ROOT)
     assert created.code == ResponseCode.SUCCESS, created.remark
-    sent = await invoke_as(client, address, _send(topic, "pg", body), ROOT)
+    sent = await invoke_as(client, address, send_request(topic, "pg", body), ROOT)
     assert sent.code == ResponseCode.SUCCESS, sent.remark
     return int(sent.ext_fields["msgId"][-16:], 16)
 
 
-def _refused(response: RemotingCommand, *words: str) -> None:
-    assert response.code == ResponseCode.NO_PERMISSION, (response.code, response.remark)
-    for word in words:
-        assert word in (response.remark or ""), response.remark
-
-
 def test_a_send_back_copies_only_a_message_of_a_topic_the_consumer_may_read(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with acl_broker(tmp_path / "b") as (_, address):
-            client = RemotingClient()
-            try:
-                await create_user(client, address, ALICE.access_key, ALICE.secret_key)
-                await grant(
-                    client, address, "alice", [entry("Group:A", ["Sub"]), entry("Topic:mine", ["Sub"])]
-                )
-                secret = await _stored_at(client, address, "secret", b"TOP-SECRET")
-                mine = await _stored_at(client, address, "mine", b"mine")
+        async with acl_broker_and_client(tmp_path / "b") as (_, address, client):
+            await create_user(client, address, ALICE.access_key, ALICE.secret_key)
+            await grant(client, address, "alice", [entry("Group:A", ["Sub"]), entry("Topic:mine", ["Sub"])])
+            secret = await _stored_at(client, address, "secret", b"TOP-SECRET")
+            mine = await _stored_at(client, address, "mine", b"mine")
 
-                # Naming a topic she may not read, naming hers, naming none (the C++ client's form).
-                _refused(
-                    await invoke_as(client, address, _send_back(secret, "A", "secret"), ALICE),
-                    "user alice may not Sub on Topic:secret",
-                )
-                _refused(
-                    await invoke_as(client, address, _send_back(secret, "A", "mine"), ALICE),
-                    "is of topic secret, not of the originTopic mine",
-                )
-                _refused(
-                    await invoke_as(client, address, _send_back(secret, "A", None), ALICE),
-                    "user alice may not Sub or Get on Topic:secret",
-                )
-                for origin in ("mine", None):
-                    answer = await invoke_as(client, address, _send_back(mine, "A", origin), ALICE)
-                    assert answer.code == ResponseCode.SUCCESS, answer.remark
+            # Naming a topic she may not read, naming hers, naming none (the C++ client's form).
+            assert_refused(
+                await invoke_as(client, address, _send_back(secret, "A", "secret"), ALICE),
+                "user alice may not Sub on Topic:secret",
+            )
+            assert_refused(
+                await invoke_as(client, address, _send_back(secret, "A", "mine"), ALICE),
+                "is of topic secret, not of the originTopic mine",
+            )
+            assert_refused(
+                await invoke_as(client, address, _send_back(secret, "A", None), ALICE),
+                "user alice may not Sub or Get on Topic:secret",
+            )
+            for origin in ("mine", None):
+                answer = await invoke_as(client, address, _send_back(mine, "A", origin), ALICE)
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
 
-                retried = await invoke_as(client, address, _pull("%RETRY%A", "A"), ALICE)
-                assert b"TOP-SECRET" not in retried.body
-            finally:
-                await client.close()
+            retried = await invoke_as(client, address, pull_request("%RETRY%A", "A"), ALICE)
+            assert b"TOP-SECRET" not in retried.body
 
     asyncio.run(scenario())
 
 
 def test_viewing_a_message_by_its_offset_needs_a_read_of_its_topic(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with acl_broker(tmp_path / "b") as (_, address):
-            client = RemotingClient()
-            try:
-                await create_user(client, address, ALICE.access_key, ALICE.secret_key)
-                await grant(
-                    client,
-                    address,
-                    "alice",
-                    [entry("Cluster:DefaultCluster", ["Get"]), entry("Topic:mine", ["Get"])],
-                )
-                secret = await _stored_at(client, address, "secret", b"TOP-SECRET")
-                mine = await _stored_at(client, address, "mine", b"mine")
+        async with acl_broker_and_client(tmp_path / "b") as (_, address, client):
+            await create_user(client, address, ALICE.access_key, ALICE.secret_key)
+            await grant(
+                client,
+                address,
+                "alice",
+                [entry("Cluster:DefaultCluster", ["Get"]), entry("Topic:mine", ["Get"])],
+            )
+            secret = await _stored_at(client, address, "secret", b"TOP-SECRET")
+            mine = await _stored_at(client, address, "mine", b"mine")
 
-                _refused(
-                    await invoke_as(client, address, _view(secret), ALICE),
-                    "user alice may not Sub or Get on Topic:secret (from 127.0.0.1)",
-                )
-                answer = await invoke_as(client, address, _view(mine), ALICE)
-                assert answer.code == ResponseCode.SUCCESS and b"mine" in answer.body, answer.remark
-            finally:
-                await client.close()
+            assert_refused(
+                await invoke_as(client, address, _view(secret), ALICE),
+                "user alice may not Sub or Get on Topic:secret (from 127.0.0.1)",
+            )
+            answer = await invoke_as(client, address, _view(mine), ALICE)
+            assert answer.code == ResponseCode.SUCCESS and b"mine" in answer.body, answer.remark
 
     asyncio.run(scenario())
 
 
 def test_another_groups_retry_topic_needs_that_group(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with acl_broker(tmp_path / "b") as (_, address):
-            client = RemotingClient()
-            try:
-                await create_user(client, address, ALICE.access_key, ALICE.secret_key)
-                await grant(client, address, "alice", [entry("Group:A", ["Sub"])])
+        async with acl_broker_and_client(tmp_path / "b") as (_, address, client):
+            await create_user(client, address, ALICE.access_key, ALICE.secret_key)
+            await grant(client, address, "alice", [entry("Group:A", ["Sub"])])
 
-                # Her own group named in the header does not make group B's retry topic hers.
-                _refused(
-                    await invoke_as(client, address, _send("%RETRY%B", "A", b"injected"), ALICE),
-                    "user alice may not Sub on Group:B",
-                )
-                _refused(
-                    await invoke_as(client, address, _pull("%RETRY%B", "A"), ALICE),
-                    "user alice may not Sub on Group:B",
-                )
-                own = await invoke_as(client, address, _pull("%RETRY%A", "A"), ALICE)
-                assert own.code != ResponseCode.NO_PERMISSION, own.remark
-            finally:
-                await client.close()
+            # Her own group named in the header does not make group B's retry topic hers.
+            assert_refused(
+                await invoke_as(client, address, send_request("%RETRY%B", "A", b"injected"), ALICE),
+                "user alice may not Sub on Group:B",
+            )
+            assert_refused(
+                await invoke_as(client, address, pull_request("%RETRY%B", "A"), ALICE),
+                "user alice may not Sub on Group:B",
+            )
+            own = await invoke_as(client, address, pull_request("%RETRY%A", "A"), ALICE)
+            assert own.code != ResponseCode.NO_PERMISSION, own.remark
 
     asyncio.run(scenario())
 
@@ -205,43 +136,35 @@ def test_a_plain_accounts_deny_holds_for_a_query_by_key(tmp_path: Path) -> None:
         return RemotingCommand(code=RequestCode.QUERY_MESSAGE, ext_fields=header.encode())
 
     async def scenario() -> None:
-        async with acl_broker(tmp_path / "b", plainAclFile=str(plain)) as (_, address):
-            client = RemotingClient()
-            try:
-                _refused(
-                    await invoke_as(client, address, query("secret"), bob),
-                    "user bob may not Sub or Get on Topic:secret (from 127.0.0.1): a policy denies it",
-                )
-                other = await invoke_as(client, address, query("other"), bob)
-                assert other.code != ResponseCode.NO_PERMISSION, other.remark
-            finally:
-                await client.close()
+        async with acl_broker_and_client(tmp_path / "b", plainAclFile=str(plain)) as (_, address, client):
+            assert_refused(
+                await invoke_as(client, address, query("secret"), bob),
+                "user bob may not Sub or Get on Topic:secret (from 127.0.0.1): a policy denies it",
+            )
+            other = await invoke_as(client, address, query("other"), bob)
+            assert other.code != ResponseCode.NO_PERMISSION, other.remark
 
     asyncio.run(scenario())
 
 
-def test_a_signed_request_sent_again_under_another_code_is_refused(tmp_path: Path) -> None:
+def test_a_signed_request_sent_again_under_another_code_isassert_refused(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with acl_broker(tmp_path / "b") as (broker, address):
-            client = RemotingClient()
-            try:
-                assert (await invoke_as(client, address, _create_topic("orders"), ROOT)).code == 0
-                stats = RemotingCommand(
-                    code=RequestCode.GET_TOPIC_STATS_INFO,
-                    ext_fields=TopicRequestHeader(topic="orders").encode(),
-                )
-                assert (await invoke_as(client, address, stats, ROOT)).code == ResponseCode.SUCCESS
+        async with acl_broker_and_client(tmp_path / "b") as (broker, address, client):
+            assert (await invoke_as(client, address, create_topic_request("orders"), ROOT)).code == 0
+            stats = RemotingCommand(
+                code=RequestCode.GET_TOPIC_STATS_INFO,
+                ext_fields=TopicRequestHeader(topic="orders").encode(),
+            )
+            assert (await invoke_as(client, address, stats, ROOT)).code == ResponseCode.SUCCESS
 
-                # The administrator's read, seen on the wire, sent again as a delete.
-                replay = RemotingCommand(
-                    code=RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields=dict(stats.ext_fields)
-                )
-                _refused(
-                    await client.invoke(address, replay, timeout=10),
-                    "its signature was made for another request",
-                )
-                assert broker.topics.get("orders") is not None
-            finally:
-                await client.close()
+            # The administrator's read, seen on the wire, sent again as a delete.
+            replay = RemotingCommand(
+                code=RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields=dict(stats.ext_fields)
+            )
+            assert_refused(
+                await client.invoke(address, replay, timeout=10),
+                "its signature was made for another request",
+            )
+            assert broker.topics.get("orders") is not None
 
     asyncio.run(scenario())

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from pathlib import Path
 
 import pytest
-from acl_support import acl_broker, invoke_as
+from acl_support import acl_broker, acl_broker_and_client, invoke_as
 
 from cometmq.auth import Credentials
-from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from cometmq.protocol.broker_headers import CreateTopicRequestHeader, SendMessageRequestHeader
+from cometmq.protocol import ResponseCode
 from cometmq.remoting import RemotingClient
+from header_requests import create_topic_request, send_request
 from waiting import wait_until
 
 PRODUCER = Credentials("producer", "producer-secret-5c")
@@ -41,24 +40,6 @@ accounts:
 """
 
 
-def _send(topic: str) -> RemotingCommand:
-    header = SendMessageRequestHeader(
-        producer_group="pg",
-        topic=topic,
-        default_topic="TBW102",
-        default_topic_queue_nums=4,
-        queue_id=0,
-        sys_flag=0,
-        born_timestamp=int(time.time() * 1000),
-        flag=0,
-        properties="",
-        reconsume_times=0,
-    )
-    return RemotingCommand(
-        code=RequestCode.SEND_MESSAGE_V2, ext_fields=header.encode(compact=True), body=b"m"
-    )
-
-
 def test_a_permission_changed_in_the_file_takes_effect_and_nothing_else_breaks(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -73,12 +54,12 @@ def test_a_permission_changed_in_the_file_takes_effect_and_nothing_else_breaks(
 
             async def steady_sender() -> None:
                 while not stop.is_set():
-                    answer = await invoke_as(client, address, _send("steady-topic"), STEADY)
+                    answer = await invoke_as(client, address, send_request("steady-topic"), STEADY)
                     steady_answers.append(answer.code)
                     await asyncio.sleep(0.01)
 
             async def producer_code() -> int:
-                return (await invoke_as(client, address, _send("reloaded"), PRODUCER)).code
+                return (await invoke_as(client, address, send_request("reloaded"), PRODUCER)).code
 
             async def producer_answered(wanted: int) -> bool:
                 return await producer_code() == wanted
@@ -130,44 +111,36 @@ accounts:
         encoding="utf-8",
     )
 
-    def create_topic() -> RemotingCommand:
-        header = CreateTopicRequestHeader(
-            topic="administered",
-            default_topic="TBW102",
-            read_queue_nums=1,
-            write_queue_nums=1,
-            perm=6,
-            topic_filter_type="SINGLE_TAG",
-            order=False,
-        )
-        return RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=header.encode())
-
     async def scenario() -> None:
-        async with acl_broker(tmp_path / "broker", plainAclFile=str(plain)) as (_, address):
-            client = RemotingClient()
-            try:
-                # A plain account that is not an admin may publish, not create topics.
-                assert (await invoke_as(client, address, _send("t"), STEADY)).code == ResponseCode.SUCCESS
-                refusal = await invoke_as(client, address, create_topic(), STEADY)
-                assert refusal.code == ResponseCode.NO_PERMISSION, refusal.remark
-                admin = Credentials("admin", "admin-secret-0")
-                assert (await invoke_as(client, address, create_topic(), admin)).code == ResponseCode.SUCCESS
-                unsigned = await invoke_as(client, address, _send("t"), None)
-                assert unsigned.code == ResponseCode.NO_PERMISSION
+        async with acl_broker_and_client(tmp_path / "broker", plainAclFile=str(plain)) as (
+            _,
+            address,
+            client,
+        ):
+            # A plain account that is not an admin may publish, not create topics.
+            assert (await invoke_as(client, address, send_request("t"), STEADY)).code == ResponseCode.SUCCESS
+            refusal = await invoke_as(client, address, create_topic_request("administered"), STEADY)
+            assert refusal.code == ResponseCode.NO_PERMISSION, refusal.remark
+            admin = Credentials("admin", "admin-secret-0")
+            assert (
+                await invoke_as(client, address, create_topic_request("administered"), admin)
+            ).code == ResponseCode.SUCCESS
+            unsigned = await invoke_as(client, address, send_request("t"), None)
+            assert unsigned.code == ResponseCode.NO_PERMISSION
 
-                # This machine made a global white address: unsigned requests pass, admin ones too.
-                plain.write_text(
-                    plain.read_text(encoding="utf-8") + "globalWhiteRemoteAddresses:\n  - 127.0.0.*\n",
-                    encoding="utf-8",
-                )
+            # This machine made a global white address: unsigned requests pass, admin ones too.
+            plain.write_text(
+                plain.read_text(encoding="utf-8") + "globalWhiteRemoteAddresses:\n  - 127.0.0.*\n",
+                encoding="utf-8",
+            )
 
-                async def unsigned_passes() -> bool:
-                    return (await invoke_as(client, address, _send("t"), None)).code == ResponseCode.SUCCESS
+            async def unsigned_passes() -> bool:
+                return (
+                    await invoke_as(client, address, send_request("t"), None)
+                ).code == ResponseCode.SUCCESS
 
-                await wait_until(unsigned_passes, message="the white address in force")
-                answer = await invoke_as(client, address, create_topic(), None)
-                assert answer.code == ResponseCode.SUCCESS, answer.remark
-            finally:
-                await client.close()
+            await wait_until(unsigned_passes, message="the white address in force")
+            answer = await invoke_as(client, address, create_topic_request("administered"), None)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
 
     asyncio.run(scenario())

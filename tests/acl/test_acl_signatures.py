@@ -9,15 +9,26 @@ import asyncio
 import json
 from pathlib import Path
 
-from acl_support import ROOT, acl_broker, acl_namesrv, create_user, entry, grant, invoke_as
+from acl_support import (
+    acl_broker,
+    acl_broker_and_client,
+    acl_namesrv,
+    assert_refused,
+    create_user,
+    entry,
+    grant,
+    invoke_as,
+)
 
 from cometmq.auth import Credentials, sign
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.auth_headers import UserRequestHeader
-from cometmq.protocol.broker_headers import CreateTopicRequestHeader, QueueRequestHeader
+from cometmq.protocol.broker_headers import QueueRequestHeader
 from cometmq.protocol.namesrv_headers import RegisterBrokerRequestHeader
 from cometmq.protocol.route import RegisterBrokerBody
 from cometmq.remoting import RemotingClient
+from header_requests import create_topic_request
+from secured_servers import ROOT
 from waiting import wait_until
 
 
@@ -27,14 +38,6 @@ def _max_offset(topic: str) -> RemotingCommand:
     )
 
 
-def _refused(response: RemotingCommand, *words: str) -> str:
-    assert response.code == ResponseCode.NO_PERMISSION, (response.code, response.remark)
-    remark = response.remark or ""
-    for word in words:
-        assert word in remark, remark
-    return remark
-
-
 def _no_secret_in(remark: str, *secrets: str) -> None:
     for secret in secrets:
         assert secret not in remark
@@ -42,95 +45,89 @@ def _no_secret_in(remark: str, *secrets: str) -> None:
 
 def test_edge_frames_are_refused_each_with_its_reason(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with acl_broker(tmp_path / "broker") as (_, address):
-            client = RemotingClient()
-            try:
-                reader = await create_user(client, address, "reader", "reader-secret-77")
-                await grant(client, address, "reader", [entry("Topic:*", ["Get"])])
+        async with acl_broker_and_client(tmp_path / "broker") as (_, address, client):
+            reader = await create_user(client, address, "reader", "reader-secret-77")
+            await grant(client, address, "reader", [entry("Topic:*", ["Get"])])
 
-                # The right user and secret: let through.
-                answer = await invoke_as(client, address, _max_offset("t1"), reader)
-                assert answer.code != ResponseCode.NO_PERMISSION, answer.remark
+            # The right user and secret: let through.
+            answer = await invoke_as(client, address, _max_offset("t1"), reader)
+            assert answer.code != ResponseCode.NO_PERMISSION, answer.remark
 
-                # No AccessKey at all.
-                unsigned = await invoke_as(client, address, _max_offset("t1"), None)
-                _refused(unsigned, f"request code {RequestCode.GET_MAX_OFFSET} is not signed", "aclEnable")
+            # No AccessKey at all.
+            unsigned = await invoke_as(client, address, _max_offset("t1"), None)
+            assert_refused(unsigned, f"request code {RequestCode.GET_MAX_OFFSET} is not signed", "aclEnable")
 
-                # The C++ client's frame without credentials: an empty AccessKey, its channel, and a
-                # Signature under the empty secret. Not signed by anyone.
-                cpp = _max_offset("t1")
-                cpp.ext_fields["OnsChannel"] = "ALIYUN"
-                sign(cpp, Credentials("", ""))
-                _refused(await invoke_as(client, address, cpp, None), "is not signed")
+            # The C++ client's frame without credentials: an empty AccessKey, its channel, and a
+            # Signature under the empty secret. Not signed by anyone.
+            cpp = _max_offset("t1")
+            cpp.ext_fields["OnsChannel"] = "ALIYUN"
+            sign(cpp, Credentials("", ""))
+            assert_refused(await invoke_as(client, address, cpp, None), "is not signed")
 
-                # An AccessKey and no Signature.
-                bare = _max_offset("t1")
-                bare.ext_fields["AccessKey"] = "reader"
-                _refused(await invoke_as(client, address, bare, None), "reader", "carries no Signature")
+            # An AccessKey and no Signature.
+            bare = _max_offset("t1")
+            bare.ext_fields["AccessKey"] = "reader"
+            assert_refused(await invoke_as(client, address, bare, None), "reader", "carries no Signature")
 
-                # A body changed after signing.
-                changed = _max_offset("t1")
-                changed.body = b"signed"
-                sign(changed, reader)
-                changed.body = b"changed"
-                remark = _refused(await invoke_as(client, address, changed, None), "signature of user reader")
-                _no_secret_in(remark, reader.secret_key)
+            # A body changed after signing.
+            changed = _max_offset("t1")
+            changed.body = b"signed"
+            sign(changed, reader)
+            changed.body = b"changed"
+            remark = assert_refused(
+                await invoke_as(client, address, changed, None), "signature of user reader"
+            )
+            _no_secret_in(remark, reader.secret_key)
 
-                # A signature replayed on another request (another topic).
-                original = _max_offset("t1")
-                sign(original, reader)
-                replay = _max_offset("t2")
-                for field in ("AccessKey", "Signature"):
-                    replay.ext_fields[field] = original.ext_fields[field]
-                _refused(await invoke_as(client, address, replay, None), "does not match")
+            # A signature replayed on another request (another topic).
+            original = _max_offset("t1")
+            sign(original, reader)
+            replay = _max_offset("t2")
+            for field in ("AccessKey", "Signature"):
+                replay.ext_fields[field] = original.ext_fields[field]
+            assert_refused(await invoke_as(client, address, replay, None), "does not match")
 
-                # A header field changed after signing.
-                tampered = _max_offset("t1")
-                sign(tampered, reader)
-                tampered.ext_fields["queueId"] = "1"
-                _refused(await invoke_as(client, address, tampered, None), "does not match")
+            # A header field changed after signing.
+            tampered = _max_offset("t1")
+            sign(tampered, reader)
+            tampered.ext_fields["queueId"] = "1"
+            assert_refused(await invoke_as(client, address, tampered, None), "does not match")
 
-                # A wrong secret: the remark shows neither it nor the right one.
-                wrong = Credentials("reader", "not-the-secret")
-                remark = _refused(
-                    await invoke_as(client, address, _max_offset("t1"), wrong), "does not match"
-                )
-                _no_secret_in(remark, "not-the-secret", reader.secret_key)
+            # A wrong secret: the remark shows neither it nor the right one.
+            wrong = Credentials("reader", "not-the-secret")
+            remark = assert_refused(
+                await invoke_as(client, address, _max_offset("t1"), wrong), "does not match"
+            )
+            _no_secret_in(remark, "not-the-secret", reader.secret_key)
 
-                # A user nobody created.
-                stranger = Credentials("stranger", "whatever-secret")
-                remark = _refused(
-                    await invoke_as(client, address, _max_offset("t1"), stranger),
-                    "user stranger is not known",
-                )
-                _no_secret_in(remark, "whatever-secret")
+            # A user nobody created.
+            stranger = Credentials("stranger", "whatever-secret")
+            remark = assert_refused(
+                await invoke_as(client, address, _max_offset("t1"), stranger),
+                "user stranger is not known",
+            )
+            _no_secret_in(remark, "whatever-secret")
 
-                # A disabled user, however right its signature.
-                info = {"username": "reader", "password": reader.secret_key, "userStatus": "disable"}
-                request = RemotingCommand(
-                    code=RequestCode.AUTH_UPDATE_USER,
-                    ext_fields=UserRequestHeader(username="reader").encode(),
-                    body=json.dumps(info).encode(),
-                )
-                assert (await invoke_as(client, address, request, ROOT)).code == ResponseCode.SUCCESS
-                _refused(
-                    await invoke_as(client, address, _max_offset("t1"), reader), "user reader is disabled"
-                )
-            finally:
-                await client.close()
+            # A disabled user, however right its signature.
+            info = {"username": "reader", "password": reader.secret_key, "userStatus": "disable"}
+            request = RemotingCommand(
+                code=RequestCode.AUTH_UPDATE_USER,
+                ext_fields=UserRequestHeader(username="reader").encode(),
+                body=json.dumps(info).encode(),
+            )
+            assert (await invoke_as(client, address, request, ROOT)).code == ResponseCode.SUCCESS
+            assert_refused(
+                await invoke_as(client, address, _max_offset("t1"), reader), "user reader is disabled"
+            )
 
     asyncio.run(scenario())
 
 
 def test_a_code_the_server_does_not_serve_is_answered_not_supported_signed_or_not(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with acl_broker(tmp_path / "broker") as (_, address):
-            client = RemotingClient()
-            try:
-                response = await invoke_as(client, address, RemotingCommand(code=99_999), None)
-                assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
-            finally:
-                await client.close()
+        async with acl_broker_and_client(tmp_path / "broker") as (_, address, client):
+            response = await invoke_as(client, address, RemotingCommand(code=99_999), None)
+            assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
 
     asyncio.run(scenario())
 
@@ -154,7 +151,7 @@ def test_the_name_server_refuses_an_unsigned_registration(tmp_path: Path) -> Non
             client = RemotingClient()
             try:
                 refusal = await invoke_as(client, address, _registration("fake-broker"), None)
-                _refused(refusal, "is not signed")
+                assert_refused(refusal, "is not signed")
                 assert "fake-broker" not in namesrv.routes.broker_addr_table
                 # Signed by a user that may Update the cluster: registered.
                 answer = await invoke_as(client, address, _registration("real-broker"), ROOT)
@@ -192,18 +189,7 @@ def test_a_slave_copies_its_locked_masters_metadata_under_its_own_credentials(tm
         ):
             client = RemotingClient()
             try:
-                header = CreateTopicRequestHeader(
-                    topic="made-on-master",
-                    default_topic="TBW102",
-                    read_queue_nums=2,
-                    write_queue_nums=2,
-                    perm=6,
-                    topic_filter_type="SINGLE_TAG",
-                    order=False,
-                )
-                request = RemotingCommand(
-                    code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=header.encode()
-                )
+                request = create_topic_request("made-on-master", 2)
                 answer = await invoke_as(client, master_addr, request, ROOT)
                 assert answer.code == ResponseCode.SUCCESS, answer.remark
             finally:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from acl_support import INIT_USER, INNER, create_user, entry, grant, invoke_as, write_conf
+from acl_support import create_user, entry, grant, invoke_as
 
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.remoting import RemotingClient
 from processes import broker_address, start_standalone
+from secured_servers import INIT_USER, INNER, write_conf
 
 
 def _cluster_info() -> RemotingCommand:

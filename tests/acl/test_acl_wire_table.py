@@ -11,26 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from acl_support import (
-    GRANTABLE,
-    INIT_USER,
-    INNER,
-    ROOT,
-    create_user,
-    entry,
-    grant,
-    invoke_as,
-    served_codes,
-    start_broker,
-    start_namesrv,
-)
+from acl_support import GRANTABLE, create_user, entry, grant, invoke_as, served_codes
 
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.auth_headers import (
@@ -43,17 +29,14 @@ from cometmq.protocol.auth_headers import (
 from cometmq.protocol.broker_headers import (
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
-    CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     GetConsumeStatsRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
-    PullMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     QueueRequestHeader,
     ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
-    SendMessageRequestHeader,
     TopicRequestHeader,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
@@ -71,7 +54,8 @@ from cometmq.protocol.namesrv_headers import (
     RegisterBrokerRequestHeader,
 )
 from cometmq.remoting import RemotingClient
-from processes import ServerProcess
+from header_requests import command, create_topic_request, pull_request, send_request
+from secured_servers import ROOT, separate_secured_servers
 
 CLUSTER = "DefaultCluster"
 ALLOWED_SECRET = "allowed-secret"
@@ -99,28 +83,6 @@ class Case:
     @property
     def id(self) -> str:
         return f"{self.server}-{self.code.name}{'-' + self.variant if self.variant else ''}"
-
-
-def _cmd(code: RequestCode, fields: dict[str, str] | None = None, body: object = None) -> RemotingCommand:
-    raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
-    return RemotingCommand(code=code, ext_fields=fields or {}, body=raw)
-
-
-def _send(code: RequestCode, topic: str, group: str) -> RemotingCommand:
-    header = SendMessageRequestHeader(
-        producer_group=group,
-        topic=topic,
-        default_topic="TBW102",
-        default_topic_queue_nums=4,
-        queue_id=0,
-        sys_flag=0,
-        born_timestamp=int(time.time() * 1000),
-        flag=0,
-        properties="",
-        reconsume_times=0,
-    )
-    compact = code is not RequestCode.SEND_MESSAGE
-    return _cmd(code, header.encode(compact=compact), b"body")
 
 
 def needs(*items: tuple[str, str]) -> Callable[[Names], list[tuple[str, tuple[str, ...]]]]:
@@ -160,7 +122,7 @@ def _heartbeat(n: Names) -> RemotingCommand:
             }
         ],
     }
-    return _cmd(RequestCode.HEART_BEAT, {}, body)
+    return command(RequestCode.HEART_BEAT, {}, body)
 
 
 def _lock(code: RequestCode) -> Callable[[Names], RemotingCommand]:
@@ -171,36 +133,16 @@ def _lock(code: RequestCode) -> Callable[[Names], RemotingCommand]:
             "onlyThisBroker": False,
             "mqSet": [{"topic": n.topic, "brokerName": "broker-a", "queueId": 0}],
         }
-        return _cmd(code, {}, body)
+        return command(code, {}, body)
 
     return build
-
-
-def _pull(topic: str, group: str) -> RemotingCommand:
-    header = PullMessageRequestHeader(
-        consumer_group=group,
-        topic=topic,
-        queue_id=0,
-        queue_offset=0,
-        max_msg_nums=1,
-        sys_flag=0,
-        commit_offset=0,
-        suspend_timeout_millis=0,
-        subscription="*",
-        sub_version=0,
-    )
-    return _cmd(RequestCode.PULL_MESSAGE, header.encode())
 
 
 def _user(code: RequestCode, name: str, password: str | None = None) -> RemotingCommand:
     info = None
     if password is not None:
         info = {"username": name, "password": password, "userType": "Normal", "userStatus": "enable"}
-    return _cmd(code, UserRequestHeader(username=name).encode(), info)
-
-
-def _delete_acl(n: Names) -> dict[str, str]:
-    return DeleteAclRequestHeader(subject=f"User:{n.user}").encode()
+    return command(code, UserRequestHeader(username=name), info)
 
 
 def _acl(code: RequestCode, n: Names) -> RemotingCommand:
@@ -209,7 +151,7 @@ def _acl(code: RequestCode, n: Names) -> RemotingCommand:
         "subject": f"User:{n.user}",
         "policies": [{"policyType": "Custom", "entries": [entry(f"Topic:{n.topic}", ["Get"])]}],
     }
-    return _cmd(code, AclRequestHeader(subject=f"User:{n.user}").encode(), acl)
+    return command(code, AclRequestHeader(subject=f"User:{n.user}"), acl)
 
 
 def _auth_cases(server: str, cluster: str) -> list[Case]:
@@ -236,13 +178,13 @@ def _auth_cases(server: str, cluster: str) -> list[Case]:
         Case(
             RequestCode.AUTH_GET_USER,
             server,
-            lambda n: _cmd(RequestCode.AUTH_GET_USER, UserRequestHeader(username=ROOT.access_key).encode()),
+            lambda n: command(RequestCode.AUTH_GET_USER, UserRequestHeader(username=ROOT.access_key)),
             needs((cluster, "Get")),
         ),
         Case(
             RequestCode.AUTH_LIST_USER,
             server,
-            lambda n: _cmd(RequestCode.AUTH_LIST_USER, ListUsersRequestHeader(filter="ro").encode()),
+            lambda n: command(RequestCode.AUTH_LIST_USER, ListUsersRequestHeader(filter="ro")),
             needs((cluster, "Get")),
         ),
         Case(
@@ -260,21 +202,19 @@ def _auth_cases(server: str, cluster: str) -> list[Case]:
         Case(
             RequestCode.AUTH_DELETE_ACL,
             server,
-            lambda n: _cmd(
-                RequestCode.AUTH_DELETE_ACL, DeleteAclRequestHeader(subject=f"User:{n.user}").encode()
-            ),
+            lambda n: command(RequestCode.AUTH_DELETE_ACL, DeleteAclRequestHeader(subject=f"User:{n.user}")),
             needs((cluster, "Update")),
         ),
         Case(
             RequestCode.AUTH_GET_ACL,
             server,
-            lambda n: _cmd(RequestCode.AUTH_GET_ACL, AclRequestHeader(subject=f"User:{n.user}").encode()),
+            lambda n: command(RequestCode.AUTH_GET_ACL, AclRequestHeader(subject=f"User:{n.user}")),
             needs((cluster, "Get")),
         ),
         Case(
             RequestCode.AUTH_LIST_ACL,
             server,
-            lambda n: _cmd(RequestCode.AUTH_LIST_ACL, ListAclsRequestHeader(subject_filter="root").encode()),
+            lambda n: command(RequestCode.AUTH_LIST_ACL, ListAclsRequestHeader(subject_filter="root")),
             needs((cluster, "Get")),
         ),
     ]
@@ -283,50 +223,58 @@ def _auth_cases(server: str, cluster: str) -> list[Case]:
 R = RequestCode
 
 BROKER_CASES = [
-    Case(R.SEND_MESSAGE, "broker", lambda n: _send(R.SEND_MESSAGE, n.topic, "pg"), needs(("Topic", "Pub"))),
     Case(
-        R.SEND_MESSAGE_V2,
+        R.SEND_MESSAGE,
         "broker",
-        lambda n: _send(R.SEND_MESSAGE_V2, n.topic, "pg"),
+        lambda n: send_request(n.topic, "pg", code=R.SEND_MESSAGE),
         needs(("Topic", "Pub")),
     ),
     Case(
         R.SEND_MESSAGE_V2,
         "broker",
-        lambda n: _send(R.SEND_MESSAGE_V2, n.retry, n.group),
+        lambda n: send_request(n.topic, "pg", code=R.SEND_MESSAGE_V2),
+        needs(("Topic", "Pub")),
+    ),
+    Case(
+        R.SEND_MESSAGE_V2,
+        "broker",
+        lambda n: send_request(n.retry, n.group, code=R.SEND_MESSAGE_V2),
         needs(("Group", "Sub")),
         "retry",
     ),
     Case(
         R.SEND_BATCH_MESSAGE,
         "broker",
-        lambda n: _send(R.SEND_BATCH_MESSAGE, n.topic, "pg"),
+        lambda n: send_request(n.topic, "pg", code=R.SEND_BATCH_MESSAGE),
         needs(("Topic", "Pub")),
     ),
     Case(
         R.CONSUMER_SEND_MSG_BACK,
         "broker",
-        lambda n: _cmd(
+        lambda n: command(
             R.CONSUMER_SEND_MSG_BACK,
             # No message is stored there: let through, it is answered SYSTEM_ERROR.
             ConsumerSendMsgBackRequestHeader(
                 offset=2**40, group=n.group, delay_level=0, origin_topic=n.topic
-            ).encode(),
+            ),
         ),
         needs(("Group", "Sub"), ("Topic", "Sub")),
     ),
     Case(
-        R.PULL_MESSAGE, "broker", lambda n: _pull(n.topic, n.group), needs(("Topic", "Sub"), ("Group", "Sub"))
+        R.PULL_MESSAGE,
+        "broker",
+        lambda n: pull_request(n.topic, n.group),
+        needs(("Topic", "Sub"), ("Group", "Sub")),
     ),
-    Case(R.PULL_MESSAGE, "broker", lambda n: _pull(n.retry, n.group), needs(("Group", "Sub")), "retry"),
+    Case(
+        R.PULL_MESSAGE, "broker", lambda n: pull_request(n.retry, n.group), needs(("Group", "Sub")), "retry"
+    ),
     Case(
         R.QUERY_MESSAGE,
         "broker",
-        lambda n: _cmd(
+        lambda n: command(
             R.QUERY_MESSAGE,
-            QueryMessageRequestHeader(
-                topic=n.topic, key="k", max_num=1, begin_timestamp=0, end_timestamp=1
-            ).encode(),
+            QueryMessageRequestHeader(topic=n.topic, key="k", max_num=1, begin_timestamp=0, end_timestamp=1),
         ),
         needs(("Topic", "Sub|Get")),
     ),
@@ -334,25 +282,25 @@ BROKER_CASES = [
         R.VIEW_MESSAGE_BY_ID,
         "broker",
         # No message is stored there (the message's own topic is checked by the handler).
-        lambda n: _cmd(R.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset=2**40).encode()),
+        lambda n: command(R.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset=2**40)),
         needs(("Cluster", "Get")),
     ),
     Case(R.HEART_BEAT, "broker", _heartbeat, needs(("Group", "Sub"), ("Topic", "Sub"))),
     Case(
         R.UNREGISTER_CLIENT,
         "broker",
-        lambda n: _cmd(
+        lambda n: command(
             R.UNREGISTER_CLIENT,
-            UnregisterClientRequestHeader(client_id="c@1", consumer_group=n.group).encode(),
+            UnregisterClientRequestHeader(client_id="c@1", consumer_group=n.group),
         ),
         needs(("Group", "Sub")),
     ),
     Case(
         R.UNREGISTER_CLIENT,
         "broker",
-        lambda n: _cmd(
+        lambda n: command(
             R.UNREGISTER_CLIENT,
-            UnregisterClientRequestHeader(client_id="c@1", producer_group=n.group).encode(),
+            UnregisterClientRequestHeader(client_id="c@1", producer_group=n.group),
         ),
         needs(("Group", "Pub")),
         "producer",
@@ -360,35 +308,33 @@ BROKER_CASES = [
     Case(
         R.UNREGISTER_CLIENT,
         "broker",
-        lambda n: _cmd(R.UNREGISTER_CLIENT, UnregisterClientRequestHeader(client_id="c@1").encode()),
+        lambda n: command(R.UNREGISTER_CLIENT, UnregisterClientRequestHeader(client_id="c@1")),
         needs(("Cluster", "Update")),
         "no-group",
     ),
     Case(
         R.GET_CONSUMER_LIST_BY_GROUP,
         "broker",
-        lambda n: _cmd(
-            R.GET_CONSUMER_LIST_BY_GROUP, ConsumerGroupRequestHeader(consumer_group=n.group).encode()
-        ),
+        lambda n: command(R.GET_CONSUMER_LIST_BY_GROUP, ConsumerGroupRequestHeader(consumer_group=n.group)),
         needs(("Group", "Sub|Get")),
     ),
     Case(
         R.QUERY_CONSUMER_OFFSET,
         "broker",
-        lambda n: _cmd(
+        lambda n: command(
             R.QUERY_CONSUMER_OFFSET,
-            QueryConsumerOffsetRequestHeader(consumer_group=n.group, topic=n.topic, queue_id=0).encode(),
+            QueryConsumerOffsetRequestHeader(consumer_group=n.group, topic=n.topic, queue_id=0),
         ),
         needs(("Topic", "Sub|Get"), ("Group", "Sub|Get")),
     ),
     Case(
         R.UPDATE_CONSUMER_OFFSET,
         "broker",
-        lambda n: _cmd(
+        lambda n: command(
             R.UPDATE_CONSUMER_OFFSET,
             UpdateConsumerOffsetRequestHeader(
                 consumer_group=n.group, topic=n.topic, queue_id=0, commit_offset=0
-            ).encode(),
+            ),
         ),
         needs(("Topic", "Sub|Update"), ("Group", "Sub|Update")),
     ),
@@ -397,7 +343,7 @@ BROKER_CASES = [
     Case(
         R.CHECK_CLIENT_CONFIG,
         "broker",
-        lambda n: _cmd(
+        lambda n: command(
             R.CHECK_CLIENT_CONFIG,
             {},
             {
@@ -411,99 +357,91 @@ BROKER_CASES = [
     Case(
         R.UPDATE_AND_CREATE_TOPIC,
         "broker",
-        lambda n: _cmd(
-            R.UPDATE_AND_CREATE_TOPIC,
-            CreateTopicRequestHeader(
-                topic=n.topic,
-                default_topic="TBW102",
-                read_queue_nums=1,
-                write_queue_nums=1,
-                perm=6,
-                topic_filter_type="SINGLE_TAG",
-                order=False,
-            ).encode(),
-        ),
+        lambda n: create_topic_request(n.topic),
         needs(("Topic", "Create")),
     ),
     Case(
         R.DELETE_TOPIC_IN_BROKER,
         "broker",
-        lambda n: _cmd(R.DELETE_TOPIC_IN_BROKER, TopicRequestHeader(topic=n.topic).encode()),
+        lambda n: command(R.DELETE_TOPIC_IN_BROKER, TopicRequestHeader(topic=n.topic)),
         needs(("Topic", "Delete")),
     ),
     Case(
-        R.GET_ALL_TOPIC_CONFIG, "broker", lambda n: _cmd(R.GET_ALL_TOPIC_CONFIG), needs(("Topic:*", "List"))
+        R.GET_ALL_TOPIC_CONFIG,
+        "broker",
+        lambda n: command(R.GET_ALL_TOPIC_CONFIG),
+        needs(("Topic:*", "List")),
     ),
     Case(
         R.GET_ALL_CONSUMER_OFFSET,
         "broker",
-        lambda n: _cmd(R.GET_ALL_CONSUMER_OFFSET),
+        lambda n: command(R.GET_ALL_CONSUMER_OFFSET),
         needs(("Cluster", "Get")),
     ),
     Case(
         R.GET_TOPIC_STATS_INFO,
         "broker",
-        lambda n: _cmd(R.GET_TOPIC_STATS_INFO, TopicRequestHeader(topic=n.topic).encode()),
+        lambda n: command(R.GET_TOPIC_STATS_INFO, TopicRequestHeader(topic=n.topic)),
         needs(("Topic", "Get")),
     ),
     Case(
         R.GET_MAX_OFFSET,
         "broker",
-        lambda n: _cmd(R.GET_MAX_OFFSET, QueueRequestHeader(topic=n.topic, queue_id=0).encode()),
+        lambda n: command(R.GET_MAX_OFFSET, QueueRequestHeader(topic=n.topic, queue_id=0)),
         needs(("Topic", "Get")),
     ),
     Case(
         R.GET_MIN_OFFSET,
         "broker",
-        lambda n: _cmd(R.GET_MIN_OFFSET, QueueRequestHeader(topic=n.topic, queue_id=0).encode()),
+        lambda n: command(R.GET_MIN_OFFSET, QueueRequestHeader(topic=n.topic, queue_id=0)),
         needs(("Topic", "Get")),
     ),
     Case(
         R.SEARCH_OFFSET_BY_TIMESTAMP,
         "broker",
-        lambda n: _cmd(
+        lambda n: command(
             R.SEARCH_OFFSET_BY_TIMESTAMP,
-            SearchOffsetRequestHeader(topic=n.topic, queue_id=0, timestamp=0).encode(),
+            SearchOffsetRequestHeader(topic=n.topic, queue_id=0, timestamp=0),
         ),
         needs(("Topic", "Get")),
     ),
     Case(
         R.GET_EARLIEST_MSG_STORETIME,
         "broker",
-        lambda n: _cmd(R.GET_EARLIEST_MSG_STORETIME, QueueRequestHeader(topic=n.topic, queue_id=0).encode()),
+        lambda n: command(R.GET_EARLIEST_MSG_STORETIME, QueueRequestHeader(topic=n.topic, queue_id=0)),
         needs(("Topic", "Get")),
     ),
     Case(
         R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
         "broker",
-        lambda n: _cmd(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, {"groupName": n.group}),
+        lambda n: command(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, {"groupName": n.group}),
         needs(("Group", "Create")),
     ),
     Case(
         R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
         "broker",
-        lambda n: _cmd(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG),
+        lambda n: command(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG),
         needs(("Group:*", "List")),
     ),
     Case(
         R.DELETE_SUBSCRIPTIONGROUP,
         "broker",
-        lambda n: _cmd(
-            R.DELETE_SUBSCRIPTIONGROUP, DeleteSubscriptionGroupRequestHeader(group_name=n.group).encode()
+        lambda n: command(
+            R.DELETE_SUBSCRIPTIONGROUP, DeleteSubscriptionGroupRequestHeader(group_name=n.group)
         ),
         needs(("Group", "Delete")),
     ),
     Case(
         R.GET_CONSUME_STATS,
         "broker",
-        lambda n: _cmd(R.GET_CONSUME_STATS, GetConsumeStatsRequestHeader(consumer_group=n.group).encode()),
+        lambda n: command(R.GET_CONSUME_STATS, GetConsumeStatsRequestHeader(consumer_group=n.group)),
         needs(("Group", "Get")),
     ),
     Case(
         R.GET_CONSUME_STATS,
         "broker",
-        lambda n: _cmd(
-            R.GET_CONSUME_STATS, GetConsumeStatsRequestHeader(consumer_group=n.group, topic=n.topic).encode()
+        lambda n: command(
+            R.GET_CONSUME_STATS, GetConsumeStatsRequestHeader(consumer_group=n.group, topic=n.topic)
         ),
         needs(("Group", "Get"), ("Topic", "Get")),
         "topic",
@@ -511,35 +449,37 @@ BROKER_CASES = [
     Case(
         R.GET_CONSUMER_CONNECTION_LIST,
         "broker",
-        lambda n: _cmd(
-            R.GET_CONSUMER_CONNECTION_LIST, ConsumerGroupRequestHeader(consumer_group=n.group).encode()
-        ),
+        lambda n: command(R.GET_CONSUMER_CONNECTION_LIST, ConsumerGroupRequestHeader(consumer_group=n.group)),
         needs(("Group", "Get")),
     ),
     Case(
         R.INVOKE_BROKER_TO_RESET_OFFSET,
         "broker",
-        lambda n: _cmd(
+        lambda n: command(
             R.INVOKE_BROKER_TO_RESET_OFFSET,
-            ResetOffsetRequestHeader(topic=n.topic, group=n.group, timestamp=0, is_force=False).encode(),
+            ResetOffsetRequestHeader(topic=n.topic, group=n.group, timestamp=0, is_force=False),
         ),
         needs(("Group", "Update"), ("Topic", "Update")),
     ),
-    Case(R.GET_ALL_DELAY_OFFSET, "broker", lambda n: _cmd(R.GET_ALL_DELAY_OFFSET), needs(("Cluster", "Get"))),
+    Case(
+        R.GET_ALL_DELAY_OFFSET, "broker", lambda n: command(R.GET_ALL_DELAY_OFFSET), needs(("Cluster", "Get"))
+    ),
     Case(
         R.GET_BROKER_RUNTIME_INFO,
         "broker",
-        lambda n: _cmd(R.GET_BROKER_RUNTIME_INFO),
+        lambda n: command(R.GET_BROKER_RUNTIME_INFO),
         needs(("Cluster", "Get")),
     ),
-    Case(R.GET_BROKER_HA_STATUS, "broker", lambda n: _cmd(R.GET_BROKER_HA_STATUS), needs(("Cluster", "Get"))),
+    Case(
+        R.GET_BROKER_HA_STATUS, "broker", lambda n: command(R.GET_BROKER_HA_STATUS), needs(("Cluster", "Get"))
+    ),
     # Naming another master: the broker (brokerId 0) cannot become a slave and says so; nothing changes.
     Case(
         R.NOTIFY_BROKER_ROLE_CHANGED,
         "broker",
-        lambda n: _cmd(
+        lambda n: command(
             R.NOTIFY_BROKER_ROLE_CHANGED,
-            NotifyBrokerRoleChangedRequestHeader(master_address="127.0.0.1:1", master_epoch=99).encode(),
+            NotifyBrokerRoleChangedRequestHeader(master_address="127.0.0.1:1", master_epoch=99),
         ),
         needs(("Cluster", "Update")),
     ),
@@ -548,14 +488,14 @@ BROKER_CASES = [
 
 _FAKE_BROKER = BrokerRequestHeader(
     broker_name="acl-fake", broker_addr="127.0.0.1:1", cluster_name=CLUSTER, broker_id=0
-).encode()
+)
 
 NAMESRV_CASES = [
     # A registration whose body is not JSON: refused as malformed (SYSTEM_ERROR) once let through.
     Case(
         R.REGISTER_BROKER,
         "namesrv",
-        lambda n: _cmd(
+        lambda n: command(
             R.REGISTER_BROKER,
             RegisterBrokerRequestHeader(
                 broker_name="acl-fake",
@@ -563,7 +503,7 @@ NAMESRV_CASES = [
                 cluster_name=CLUSTER,
                 ha_server_addr="127.0.0.1:2",
                 broker_id=0,
-            ).encode(),
+            ),
             b"not json",
         ),
         needs(("AnyCluster", "Update")),
@@ -571,13 +511,13 @@ NAMESRV_CASES = [
     Case(
         R.UNREGISTER_BROKER,
         "namesrv",
-        lambda n: _cmd(R.UNREGISTER_BROKER, _FAKE_BROKER),
+        lambda n: command(R.UNREGISTER_BROKER, _FAKE_BROKER),
         needs(("AnyCluster", "Update")),
     ),
     Case(
         R.QUERY_DATA_VERSION,
         "namesrv",
-        lambda n: _cmd(
+        lambda n: command(
             R.QUERY_DATA_VERSION,
             _FAKE_BROKER,
             {"counter": 1, "timestamp": 1},
@@ -587,90 +527,80 @@ NAMESRV_CASES = [
     Case(
         R.GET_ROUTEINFO_BY_TOPIC,
         "namesrv",
-        lambda n: _cmd(R.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequestHeader(topic=n.topic).encode()),
+        lambda n: command(R.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequestHeader(topic=n.topic)),
         needs(("Topic", "Pub|Sub|Get")),
     ),
     Case(
         R.GET_ROUTEINFO_BY_TOPIC,
         "namesrv",
-        lambda n: _cmd(R.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequestHeader(topic=n.retry).encode()),
+        lambda n: command(R.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequestHeader(topic=n.retry)),
         needs(("Group", "Sub|Get")),
         "retry",
     ),
     Case(
         R.GET_BROKER_CLUSTER_INFO,
         "namesrv",
-        lambda n: _cmd(R.GET_BROKER_CLUSTER_INFO),
+        lambda n: command(R.GET_BROKER_CLUSTER_INFO),
         needs(("AnyCluster", "Get")),
     ),
     Case(
         R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
         "namesrv",
-        lambda n: _cmd(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
+        lambda n: command(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
         needs(("Topic:*", "List")),
     ),
     Case(
         R.GET_TOPICS_BY_CLUSTER,
         "namesrv",
-        lambda n: _cmd(R.GET_TOPICS_BY_CLUSTER, GetTopicsByClusterRequestHeader(cluster=CLUSTER).encode()),
+        lambda n: command(R.GET_TOPICS_BY_CLUSTER, GetTopicsByClusterRequestHeader(cluster=CLUSTER)),
         needs(("Topic:*", "List")),
     ),
     Case(
         R.GET_SYSTEM_TOPIC_LIST_FROM_NS,
         "namesrv",
-        lambda n: _cmd(R.GET_SYSTEM_TOPIC_LIST_FROM_NS),
+        lambda n: command(R.GET_SYSTEM_TOPIC_LIST_FROM_NS),
         needs(("Topic:*", "List")),
     ),
     Case(
         R.DELETE_TOPIC_IN_NAMESRV,
         "namesrv",
-        lambda n: _cmd(
-            R.DELETE_TOPIC_IN_NAMESRV, DeleteTopicFromNamesrvRequestHeader(topic=n.topic).encode()
-        ),
+        lambda n: command(R.DELETE_TOPIC_IN_NAMESRV, DeleteTopicFromNamesrvRequestHeader(topic=n.topic)),
         needs(("AnyCluster", "Update")),
     ),
     Case(
         R.WIPE_WRITE_PERM_OF_BROKER,
         "namesrv",
-        lambda n: _cmd(
-            R.WIPE_WRITE_PERM_OF_BROKER, BrokerNameRequestHeader(broker_name="no-such-broker").encode()
-        ),
+        lambda n: command(R.WIPE_WRITE_PERM_OF_BROKER, BrokerNameRequestHeader(broker_name="no-such-broker")),
         needs(("AnyCluster", "Update")),
     ),
     Case(
         R.ADD_WRITE_PERM_OF_BROKER,
         "namesrv",
-        lambda n: _cmd(
-            R.ADD_WRITE_PERM_OF_BROKER, BrokerNameRequestHeader(broker_name="no-such-broker").encode()
-        ),
+        lambda n: command(R.ADD_WRITE_PERM_OF_BROKER, BrokerNameRequestHeader(broker_name="no-such-broker")),
         needs(("AnyCluster", "Update")),
     ),
     Case(
         R.PUT_KV_CONFIG,
         "namesrv",
-        lambda n: _cmd(
-            R.PUT_KV_CONFIG, PutKVConfigRequestHeader(namespace="acl", key=n.topic, value="v").encode()
-        ),
+        lambda n: command(R.PUT_KV_CONFIG, PutKVConfigRequestHeader(namespace="acl", key=n.topic, value="v")),
         needs(("AnyCluster", "Update")),
     ),
     Case(
         R.GET_KV_CONFIG,
         "namesrv",
-        lambda n: _cmd(R.GET_KV_CONFIG, KVConfigKeyRequestHeader(namespace="acl", key=n.topic).encode()),
+        lambda n: command(R.GET_KV_CONFIG, KVConfigKeyRequestHeader(namespace="acl", key=n.topic)),
         needs(("AnyCluster", "Get")),
     ),
     Case(
         R.DELETE_KV_CONFIG,
         "namesrv",
-        lambda n: _cmd(R.DELETE_KV_CONFIG, KVConfigKeyRequestHeader(namespace="acl", key=n.topic).encode()),
+        lambda n: command(R.DELETE_KV_CONFIG, KVConfigKeyRequestHeader(namespace="acl", key=n.topic)),
         needs(("AnyCluster", "Update")),
     ),
     Case(
         R.GET_KVLIST_BY_NAMESPACE,
         "namesrv",
-        lambda n: _cmd(
-            R.GET_KVLIST_BY_NAMESPACE, GetKVListByNamespaceRequestHeader(namespace="acl").encode()
-        ),
+        lambda n: command(R.GET_KVLIST_BY_NAMESPACE, GetKVListByNamespaceRequestHeader(namespace="acl")),
         needs(("AnyCluster", "Get")),
     ),
     *_auth_cases("namesrv", "AnyCluster"),
@@ -683,32 +613,15 @@ _serial = itertools.count()
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A name server and a broker registered with it, both with aclEnable: server kind → address."""
-    root = tmp_path_factory.mktemp("acl-wire")
-    processes: list[ServerProcess] = []
-    try:
-        namesrv, namesrv_addr = start_namesrv(
-            root / "namesrv", aclEnable="true", initAuthenticationUser=INIT_USER
-        )
-        processes.append(namesrv)
-        broker, broker_addr = start_broker(
-            root / "broker",
-            namesrv_addr,
-            aclEnable="true",
-            initAuthenticationUser=INIT_USER,
-            innerClientAuthenticationCredentials=INNER,
-        )
-        processes.append(broker)
-        yield {"namesrv": namesrv_addr, "broker": broker_addr}
-    finally:
-        for process in reversed(processes):
-            process.terminate()
+    with separate_secured_servers(tmp_path_factory.mktemp("acl-wire")) as (namesrv, broker):
+        yield {"namesrv": namesrv, "broker": broker}
 
 
 def test_the_broker_registers_with_its_own_credentials(servers: dict[str, str]) -> None:
     async def scenario() -> None:
         client = RemotingClient()
         try:
-            request = _cmd(RequestCode.GET_BROKER_CLUSTER_INFO)
+            request = command(RequestCode.GET_BROKER_CLUSTER_INFO)
             response = await invoke_as(client, servers["namesrv"], request, ROOT)
             assert response.code == ResponseCode.SUCCESS, response.remark
             assert servers["broker"] in response.body.decode()

@@ -23,17 +23,14 @@ from cometmq.protocol.auth_headers import (
 from cometmq.protocol.broker_headers import (
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
-    CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     GetConsumeStatsRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
-    PullMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     QueueRequestHeader,
     ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
-    SendMessageRequestHeader,
     TopicRequestHeader,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
@@ -54,6 +51,7 @@ from cometmq.protocol.namesrv_headers import (
     RegisterBrokerRequestHeader,
 )
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
+from header_requests import command, create_topic_header, pull_header, send_header
 
 CLUSTER = "DefaultCluster"
 C = RequestCode
@@ -71,33 +69,6 @@ def group(name: str | None, *actions: Action) -> Need:
 
 def cluster(*actions: Action) -> Need:
     return Need.of(Resource.of(ResourceType.CLUSTER, CLUSTER), actions)
-
-
-def send_header(topic_name: str, producer_group: str = "pg") -> SendMessageRequestHeader:
-    return SendMessageRequestHeader(
-        producer_group=producer_group,
-        topic=topic_name,
-        default_topic="TBW102",
-        default_topic_queue_nums=4,
-        queue_id=0,
-        sys_flag=0,
-        born_timestamp=1,
-        flag=0,
-    )
-
-
-def pull_header(topic_name: str) -> PullMessageRequestHeader:
-    return PullMessageRequestHeader(
-        consumer_group="cg",
-        topic=topic_name,
-        queue_id=0,
-        queue_offset=0,
-        max_msg_nums=32,
-        sys_flag=0,
-        commit_offset=0,
-        suspend_timeout_millis=0,
-        sub_version=0,
-    )
 
 
 HEARTBEAT = {
@@ -303,15 +274,7 @@ CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
     ),
     (
         C.UPDATE_AND_CREATE_TOPIC,
-        CreateTopicRequestHeader(
-            topic="t",
-            default_topic="TBW102",
-            read_queue_nums=4,
-            write_queue_nums=4,
-            perm=6,
-            topic_filter_type="SINGLE_TAG",
-            order=False,
-        ),
+        create_topic_header("t", 4),
         False,
         None,
         [topic("t", CREATE)],
@@ -425,11 +388,6 @@ CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
 ]
 
 
-def request(code: int, header: Header | None, compact: bool, body: Any) -> RemotingCommand:
-    fields = header.encode(compact=compact) if header is not None else {}
-    return RemotingCommand(code, ext_fields=fields, body=b"" if body is None else json.dumps(body).encode())
-
-
 @pytest.mark.parametrize(
     ("code", "header", "compact", "body", "expected"),
     CASES,
@@ -438,7 +396,7 @@ def request(code: int, header: Header | None, compact: bool, body: Any) -> Remot
 def test_what_a_request_needs(
     code: int, header: Header | None, compact: bool, body: Any, expected: list[Need]
 ) -> None:
-    assert needs_of(request(code, header, compact, body), CLUSTER) == expected
+    assert needs_of(command(code, header, body, compact=compact), CLUSTER) == expected
 
 
 def test_every_table_entry_has_a_case() -> None:
@@ -446,7 +404,7 @@ def test_every_table_entry_has_a_case() -> None:
 
 
 def test_a_name_server_needs_a_cluster_with_no_name() -> None:
-    needs = needs_of(request(C.REGISTER_BROKER, REGISTER, False, None), None)
+    needs = needs_of(command(C.REGISTER_BROKER, REGISTER), None)
 
     assert needs == [Need.of(Resource.of(ResourceType.CLUSTER, None), [UPDATE])]
     assert Resource.parse("Cluster:*").matches(needs[0].resource)

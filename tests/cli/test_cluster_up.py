@@ -4,7 +4,6 @@ processes on real ports and files; what replication does with them is tested in 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import signal
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cometmq.auth import Credentials, sign
+from cometmq.auth import sign
 from cometmq.broker import BrokerConfig
 from cometmq.cli._cluster import broker_conf, plan
 from cometmq.cli._main import build_parser
@@ -22,6 +21,7 @@ from cometmq.client import AdminClient
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.remoting import RemotingClient
 from processes import COMMAND, TEST_BROKER_CONF, cometmq, subprocess_env
+from secured_servers import INIT_USER, INNER, ROOT
 from waiting import wait_until, wait_until_blocking
 
 READY = "CometMQ cluster ready:"
@@ -314,12 +314,11 @@ def test_cluster_up_etcd_elects_one_master_per_group_and_stops_etcd_last(tmp_pat
 
 def test_cluster_up_locks_its_name_server_with_the_access_control_keys_of_its_file(tmp_path: Path) -> None:
     acl_conf = tmp_path / "acl.conf"
-    user = {"username": "root", "password": "root-secret"}
     acl_conf.write_text(
         TEST_BROKER_CONF
         + "aclEnable=true\n"
-        + f"initAuthenticationUser={json.dumps(user)}\n"
-        + 'innerClientAuthenticationCredentials={"accessKey":"root","secretKey":"root-secret"}\n'
+        + f"initAuthenticationUser={INIT_USER}\n"
+        + f"innerClientAuthenticationCredentials={INNER}\n"
     )
     cluster = Cluster(tmp_path / "cluster", acl_conf, "--groups", "1", "--slaves", "0")
     try:
@@ -335,7 +334,7 @@ def test_cluster_up_locks_its_name_server_with_the_access_control_keys_of_its_fi
                     cluster.namesrv, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO), 10.0
                 )
                 request = RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO)
-                sign(request, Credentials("root", "root-secret"))
+                sign(request, ROOT)
                 return unsigned, await client.invoke(cluster.namesrv, request, 10.0)
             finally:
                 await client.close()

@@ -14,21 +14,22 @@ from client_support import run
 from cometmq.client import LitePullConsumer, Message, Producer, blocking
 from cometmq.errors import BrokerError, ConnectionClosedError
 from processes import StandaloneServer, cometmq
-from secured_servers import ACL_TOPIC, ADMIN, READER, WRITER, TlsFiles, secured_standalone, tls_files
+from secured_servers import ACL_TOPIC, ADMIN, READER, WRITER, secured_standalone
+from tls_support import Certificates, make_certificates
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return tls_files(tmp_path_factory.mktemp("tls"))
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return make_certificates(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory, tls: TlsFiles) -> Iterator[StandaloneServer]:
+def secured(tmp_path_factory: pytest.TempPathFactory, tls: Certificates) -> Iterator[StandaloneServer]:
     with secured_standalone(tmp_path_factory.mktemp("secured"), tls) as server:
         yield server
 
 
-def test_the_asyncio_clients_send_and_read_over_tls(secured: StandaloneServer, tls: TlsFiles) -> None:
+def test_the_asyncio_clients_send_and_read_over_tls(secured: StandaloneServer, tls: Certificates) -> None:
     async def main() -> list[bytes]:
         context = tls.client_context()
         async with Producer("PID_tls", secured.namesrv, credentials=WRITER, tls=context) as producer:
@@ -46,7 +47,7 @@ def test_the_asyncio_clients_send_and_read_over_tls(secured: StandaloneServer, t
 
 
 def test_the_blocking_producer_sends_over_its_own_tls_socket(
-    secured: StandaloneServer, tls: TlsFiles
+    secured: StandaloneServer, tls: Certificates
 ) -> None:
     with blocking.Producer(
         "PID_tls_blocking", secured.namesrv, credentials=WRITER, tls=tls.client_context()
@@ -74,9 +75,9 @@ def test_a_client_that_does_not_trust_the_certificate_fails_the_handshake(secure
         run(main())
 
 
-def test_the_cli_talks_tls_with_a_ca_file(secured: StandaloneServer, tls: TlsFiles) -> None:
+def test_the_cli_talks_tls_with_a_ca_file(secured: StandaloneServer, tls: Certificates) -> None:
     env = {"COMETMQ_ACCESS_KEY": ADMIN.access_key, "COMETMQ_SECRET_KEY": ADMIN.secret_key}
-    listed = cometmq("topic", "list", "--json", "--tls-ca", str(tls.ca_file), "-n", secured.namesrv, env=env)
+    listed = cometmq("topic", "list", "--json", "--tls-ca", str(tls.ca), "-n", secured.namesrv, env=env)
     assert listed.returncode == 0, listed.stderr
     assert ACL_TOPIC in json.dumps(json.loads(listed.stdout))
     plain = cometmq("topic", "list", "-n", secured.namesrv, env=env)

@@ -9,14 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from tls_support import Certificates, make_certificates
 
 from cometmq.auth.serving import ServerAccess
 from cometmq.namesrv import NameServer
 from cometmq.namesrv.config import NamesrvConfig
+from tls_support import Certificates, make_certificates
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "acl"))
-from acl_support import INIT_USER, acl_broker
+from acl_support import acl_broker
+
+from secured_servers import INIT_USER
 
 WARNING = "signed requests can be captured and replayed without TLS"
 

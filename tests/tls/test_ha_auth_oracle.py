@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from cometmq.protocol.broker_headers import CreateTopicRequestHeader, TopicRequestHeader
+from cometmq.protocol.broker_headers import TopicRequestHeader
 from cometmq.protocol.ha import (
     AUTH_MAGIC,
     HELLO_SIZE,
@@ -18,13 +18,15 @@ from cometmq.protocol.ha import (
     encode_auth_challenge,
     encode_hello,
 )
-from cometmq.remoting import RemotingClient
 from cometmq.replication import HAClient
+from header_requests import create_topic_request
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "acl"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replication"))
 from _stores import replication_config, stores
-from acl_support import ROOT, acl_broker, invoke_as
+from acl_support import acl_broker_and_client, invoke_as
+
+from secured_servers import ROOT
 
 VICTIM = "victimtopic1"
 # The nonce a rogue master picks: the values of a DELETE_TOPIC_IN_BROKER's ext fields in signing order
@@ -71,36 +73,21 @@ async def answer_to_chosen_nonce(tmp_path: Path) -> tuple[Hello, bytes]:
 def test_a_slaves_answer_to_a_chosen_nonce_does_not_sign_a_request(tmp_path: Path) -> None:
     async def scenario() -> None:
         hello, answer = await answer_to_chosen_nonce(tmp_path / "slave")
-        async with acl_broker(tmp_path / "broker") as (broker, address):
-            client = RemotingClient()
-            try:
-                create = RemotingCommand(
-                    code=RequestCode.UPDATE_AND_CREATE_TOPIC,
-                    ext_fields=CreateTopicRequestHeader(
-                        topic=VICTIM,
-                        default_topic="TBW102",
-                        read_queue_nums=1,
-                        write_queue_nums=1,
-                        perm=6,
-                        topic_filter_type="SINGLE_TAG",
-                        order=False,
-                    ).encode(),
-                )
-                assert (await invoke_as(client, address, create, ROOT)).code == ResponseCode.SUCCESS
-                forged = RemotingCommand(
-                    code=RequestCode.DELETE_TOPIC_IN_BROKER,
-                    ext_fields={
-                        **TopicRequestHeader(topic=VICTIM).encode(),
-                        "AccessKey": ROOT.access_key,
-                        "Signature": base64.b64encode(answer).decode(),
-                    },
-                    body=encode_hello(hello.broker_id, hello.expected_epoch),
-                )
-                response = await client.invoke(address, forged, timeout=10)
-                assert response.code == ResponseCode.NO_PERMISSION, (response.code, response.remark)
-                assert "does not match" in (response.remark or "")
-                assert broker.topics.get(VICTIM) is not None
-            finally:
-                await client.close()
+        async with acl_broker_and_client(tmp_path / "broker") as (broker, address, client):
+            create = create_topic_request(VICTIM)
+            assert (await invoke_as(client, address, create, ROOT)).code == ResponseCode.SUCCESS
+            forged = RemotingCommand(
+                code=RequestCode.DELETE_TOPIC_IN_BROKER,
+                ext_fields={
+                    **TopicRequestHeader(topic=VICTIM).encode(),
+                    "AccessKey": ROOT.access_key,
+                    "Signature": base64.b64encode(answer).decode(),
+                },
+                body=encode_hello(hello.broker_id, hello.expected_epoch),
+            )
+            response = await client.invoke(address, forged, timeout=10)
+            assert response.code == ResponseCode.NO_PERMISSION, (response.code, response.remark)
+            assert "does not match" in (response.remark or "")
+            assert broker.topics.get(VICTIM) is not None
 
     asyncio.run(scenario())

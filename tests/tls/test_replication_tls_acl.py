@@ -8,28 +8,25 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-from tls_support import Certificates, make_certificates
 
 from cometmq.auth import Credentials
 from cometmq.protocol import ResponseCode
 from cometmq.remoting import RemotingClient
-from processes import ServerProcess
+from secured_servers import INIT_USER, ROOT, start_namesrv
+from tls_support import Certificates, make_certificates
 from waiting import wait_until, wait_until_blocking
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replication"))
 from _pair import BrokerNode, create_topic, make_message, pull_request, read_queue, replicated, send
 
-ADMIN = Credentials("admin", "Adm1n-S3cret")
-INIT_USER = json.dumps({"username": ADMIN.access_key, "password": ADMIN.secret_key})
+WRONG_SECRET = "N0t-the-S3cret"
 
 
 def inner_credentials(credentials: Credentials) -> str:
     return json.dumps({"accessKey": credentials.access_key, "secretKey": credentials.secret_key})
 
 
-def secured(certs: Certificates, credentials: Credentials = ADMIN) -> dict[str, Any]:
+def secured(certs: Certificates, credentials: Credentials = ROOT) -> dict[str, str]:
     """The settings of a server with TLS enforcing, its own connections over TLS, and ACL on."""
     return {
         **certs.server_properties("enforcing"),
@@ -40,22 +37,9 @@ def secured(certs: Certificates, credentials: Credentials = ADMIN) -> dict[str, 
     }
 
 
-def start_namesrv(tmp_path: Path, certs: Certificates) -> tuple[ServerProcess, str]:
-    conf = tmp_path / "namesrv.conf"
-    conf.write_text("".join(f"{key}={value}\n" for key, value in secured(certs).items()))
-    args = ["namesrv", "-c", str(conf), "--data-dir", str(tmp_path / "namesrv"), "--host", "127.0.0.1"]
-    server = ServerProcess([*args, "--port", "0"], tmp_path / "namesrv.log")
-    try:
-        line = server.wait_ready("CometMQ namesrv ready:")
-    except BaseException:
-        server.terminate()
-        raise
-    return server, line.rsplit(" ", 1)[1]
-
-
 def test_a_slave_copies_its_master_over_tls_with_access_control_on(tmp_path: Path) -> None:
     certs = make_certificates(tmp_path / "certs")
-    namesrv, namesrv_addr = start_namesrv(tmp_path, certs)
+    namesrv, namesrv_addr = start_namesrv(tmp_path / "namesrv", **secured(certs))
     master = slave = None
     try:
         master = BrokerNode(
@@ -67,7 +51,7 @@ def test_a_slave_copies_its_master_over_tls_with_access_control_on(tmp_path: Pat
         topic = "SecuredTopic"
 
         async def scenario() -> list[bytes]:
-            client = RemotingClient(credentials=ADMIN, ssl_context=certs.client_context())
+            client = RemotingClient(credentials=ROOT, ssl_context=certs.client_context())
             try:
                 created = await create_topic(client, master.addr, topic, 1)
                 assert created.code == ResponseCode.SUCCESS, created.remark
@@ -103,7 +87,7 @@ async def _slave_knows(client: RemotingClient, slave: str, topic: str) -> bool:
 
 def test_the_master_refuses_a_slave_with_a_wrong_secret(tmp_path: Path) -> None:
     certs = make_certificates(tmp_path / "certs")
-    namesrv, namesrv_addr = start_namesrv(tmp_path, certs)
+    namesrv, namesrv_addr = start_namesrv(tmp_path / "namesrv", **secured(certs))
     master = slave = None
     try:
         master = BrokerNode(
@@ -117,21 +101,21 @@ def test_the_master_refuses_a_slave_with_a_wrong_secret(tmp_path: Path) -> None:
             brokerRole="SLAVE",
             brokerId=1,
             haMasterAddress=master.ha_addr,
-            **secured(certs, Credentials(ADMIN.access_key, "N0t-the-S3cret")),
+            **secured(certs, Credentials(ROOT.access_key, WRONG_SECRET)),
         ).start()
         assert master.ha_addr
         wait_until_blocking(
             lambda: "refused the HA link of slave" in master.log(), message="the master's refusal", timeout=60
         )
         wait_until_blocking(
-            lambda: "refused this slave's AUTH as user admin" in slave.log(),
+            lambda: f"refused this slave's AUTH as user {ROOT.access_key}" in slave.log(),
             message="the slave's log line",
             timeout=60,
         )
         refusal = next(line for line in master.log().splitlines() if "refused the HA link of slave" in line)
-        assert "the signature of user admin does not match" in refusal, refusal
+        assert f"the signature of user {ROOT.access_key} does not match" in refusal, refusal
         for log in (master.log(), slave.log()):
-            assert "S3cret" not in log
+            assert ROOT.secret_key not in log and WRONG_SECRET not in log
     finally:
         for node in (slave, master):
             if node is not None:

@@ -6,13 +6,14 @@ import logging
 from pathlib import Path
 
 import pytest
-from tls_support import Certificates, make_certificates
 
 from cometmq.broker import Broker
 from cometmq.broker.config import BrokerConfig
 from cometmq.errors import ConfigError
 from cometmq.namesrv.config import NamesrvConfig
 from cometmq.remoting.tls import ClientAuth, TlsMode, TlsSettings
+from secured_servers import write_conf
+from tls_support import Certificates, make_certificates
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +21,9 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
     return make_certificates(tmp_path_factory.mktemp("certs"))
 
 
-def write_conf(path: Path, settings: dict[str, str]) -> Path:
-    path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
-    return path
-
-
 def test_a_broker_conf_and_a_namesrv_conf_read_the_tls_keys(certs: Certificates, tmp_path: Path) -> None:
     settings = {**certs.server_properties("permissive", "optional"), **certs.client_properties()}
-    conf = write_conf(tmp_path / "broker.conf", {"brokerName": "b", **settings})
+    conf = write_conf(tmp_path / "broker.conf", **{"brokerName": "b", **settings})
     expected = TlsSettings(
         mode=TlsMode.PERMISSIVE,
         server_cert_path=str(certs.server_cert),
@@ -45,7 +41,7 @@ def test_a_broker_conf_and_a_namesrv_conf_read_the_tls_keys(certs: Certificates,
 def test_a_misspelt_tls_key_is_named_with_the_closest_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    conf = write_conf(tmp_path / "broker.conf", {"tls.server.mdoe": "enforcing"})
+    conf = write_conf(tmp_path / "broker.conf", **{"tls.server.mdoe": "enforcing"})
     with caplog.at_level(logging.WARNING, logger="cometmq.broker"):
         config = BrokerConfig.from_file(conf)
     assert config.tls.mode is TlsMode.DISABLED
@@ -53,7 +49,7 @@ def test_a_misspelt_tls_key_is_named_with_the_closest_one(
 
 
 def test_a_bad_tls_value_is_a_config_error_naming_the_key(tmp_path: Path) -> None:
-    conf = write_conf(tmp_path / "broker.conf", {"tls.server.need.client.auth": "always"})
+    conf = write_conf(tmp_path / "broker.conf", **{"tls.server.need.client.auth": "always"})
     with pytest.raises(ConfigError, match=r"tls\.server\.need\.client\.auth='always' is not one of none"):
         BrokerConfig.from_file(conf)
 

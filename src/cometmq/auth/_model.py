@@ -109,7 +109,7 @@ def _string(obj: Mapping[str, Any], key: str, what: str, default: str | None = N
     return value
 
 
-def _list(obj: Mapping[str, Any], key: str, what: str) -> list[Any]:
+def json_list(obj: Mapping[str, Any], key: str, what: str) -> list[Any]:
     """A JSON array, absent or null meaning empty."""
     value = obj.get(key)
     if value is None:
@@ -120,7 +120,7 @@ def _list(obj: Mapping[str, Any], key: str, what: str) -> list[Any]:
 
 
 def _strings(obj: Mapping[str, Any], key: str, what: str) -> list[str]:
-    value = _list(obj, key, what)
+    value = json_list(obj, key, what)
     if not all(isinstance(item, str) for item in value):
         raise invalid_parameter(f"{what}'s {key} is not a list of strings")
     return value
@@ -303,7 +303,7 @@ class Policy:
         info = _object(value, "a policy")
         return cls(
             PolicyType.parse_optional(info.get("policyType"), "policyType") or PolicyType.CUSTOM,
-            tuple(PolicyEntry.from_dict(entry) for entry in _list(info, "entries", "a policy")),
+            tuple(PolicyEntry.from_dict(entry) for entry in json_list(info, "entries", "a policy")),
         )
 
 
@@ -326,7 +326,7 @@ class Acl:
     @classmethod
     def from_dict(cls, value: Any) -> Acl:
         info = _object(value, "AclInfo")
-        policies = _list(info, "policies", "AclInfo")
+        policies = json_list(info, "policies", "AclInfo")
         return cls(_string(info, "subject", "AclInfo", ""), tuple(Policy.from_dict(p) for p in policies))
 
     @classmethod

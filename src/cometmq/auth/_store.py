@@ -29,6 +29,7 @@ from cometmq.auth._model import (
     UserStatus,
     UserType,
     invalid_parameter,
+    json_list,
 )
 from cometmq.errors import AuthError, ConfigError
 from cometmq.protocol.codes import ResponseCode
@@ -97,15 +98,6 @@ def _merged(old: Acl, policies: tuple[Policy, ...]) -> Acl:
     )
 
 
-def _list(document: dict[str, Any], key: str) -> list[Any]:
-    value = document.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise invalid_parameter(f"{key} is not a JSON array")
-    return value
-
-
 class AuthStore:
     """Users and ACLs, in memory and in ``<directory>/auth.json``. Methods refuse with
     :class:`~cometmq.errors.AuthError` (code and remark). Safe to share between threads and servers
@@ -130,8 +122,8 @@ class AuthStore:
             document = json.loads(text)
             if not isinstance(document, dict):
                 raise invalid_parameter('not a JSON object {"users": [..], "acls": [..]}')
-            users = [User.from_dict(info) for info in _list(document, "users")]
-            acls = [Acl.from_dict(info) for info in _list(document, "acls")]
+            users = [User.from_dict(info) for info in json_list(document, "users", "the file")]
+            acls = [Acl.from_dict(info) for info in json_list(document, "acls", "the file")]
         except (ValueError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{self.path} is not valid JSON: {exc}") from None
         except AuthError as exc:

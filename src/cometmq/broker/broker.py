@@ -124,11 +124,11 @@ class Broker:
         self._server: RemotingServer | None = None
         self._dispatch: Dispatcher | None = None
         self._slave_sync_task: asyncio.Task[None] | None = None
-        # Signs what the broker sends (registrations, a slave's requests to its master) when it has
-        # credentials of its own.
         # The context of the broker's own connections (tls.enable): registrations, a slave's HA link.
         self._client_tls = config.tls.client_context()
         config.tls.server_context()  # a certificate that cannot be loaded: ConfigError before any start
+        # Signs what the broker sends (registrations, a slave's requests to its master) when it has
+        # credentials of its own.
         self._namesrv_client = RemotingClient(
             credentials=config.inner_client_credentials, ssl_context=self._client_tls
         )

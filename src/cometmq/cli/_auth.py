@@ -398,30 +398,14 @@ async def _user_list(admin: AdminClient, args: argparse.Namespace) -> None:
 
 
 def _print_users(args: argparse.Namespace, results: list[tuple[str, list[User] | CometMQError]]) -> None:
-    if args.json:
-        print_json(
-            [
-                _json_result(
-                    addr,
-                    outcome,
-                    None
-                    if isinstance(outcome, CometMQError)
-                    else {"users": [user.to_dict(with_password=False) for user in outcome]},
-                )
-                for addr, outcome in results
-            ]
-        )
-    else:
-        rows = []
-        for addr, outcome in results:
-            if isinstance(outcome, CometMQError):
-                rows.append([addr, "-", "-", f"failed: {_error_text(outcome)}"])
-            else:
-                rows.extend([addr, u.username, u.user_type.value, u.user_status.value] for u in outcome)
-                if not outcome:
-                    rows.append([addr, "(none)", "-", "-"])
-        print(format_table(["SERVER", "USERNAME", "TYPE", "STATUS"], rows))
-    _fail_if_any(results)
+    _print_found(
+        args,
+        results,
+        "users",
+        lambda user: user.to_dict(with_password=False),
+        ["SERVER", "USERNAME", "TYPE", "STATUS"],
+        lambda user: [[user.username, user.user_type.value, user.user_status.value]],
+    )
 
 
 def _acl_of(args: argparse.Namespace) -> Acl:
@@ -481,6 +465,37 @@ async def _acl_list(admin: AdminClient, args: argparse.Namespace) -> None:
 
 
 def _print_acls(args: argparse.Namespace, results: list[tuple[str, list[Acl] | CometMQError]]) -> None:
+    _print_found(
+        args,
+        results,
+        "acls",
+        Acl.to_dict,
+        ["SERVER", "SUBJECT", "POLICY", "RESOURCE", "ACTIONS", "SOURCE IPS", "DECISION"],
+        lambda acl: [
+            [
+                acl.subject,
+                policy.policy_type.value,
+                entry.resource.key,
+                ",".join(action.value for action in entry.actions),
+                ",".join(entry.source_ips) or "*",
+                entry.decision.value,
+            ]
+            for policy in acl.policies
+            for entry in policy.entries
+        ],
+    )
+
+
+def _print_found(
+    args: argparse.Namespace,
+    results: list[tuple[str, list[T] | CometMQError]],
+    json_key: str,
+    to_json: Callable[[T], dict[str, Any]],
+    headers: list[str],
+    rows_of: Callable[[T], list[list[str]]],
+) -> None:
+    """What each server found (users, ACLs): a JSON list of its *json_key* per server, else a table of
+    *headers* with the server first and *rows_of* each thing found; fails when any server refused."""
     if args.json:
         print_json(
             [
@@ -489,36 +504,20 @@ def _print_acls(args: argparse.Namespace, results: list[tuple[str, list[Acl] | C
                     outcome,
                     None
                     if isinstance(outcome, CometMQError)
-                    else {"acls": [acl.to_dict() for acl in outcome]},
+                    else {json_key: [to_json(found) for found in outcome]},
                 )
                 for addr, outcome in results
             ]
         )
     else:
-        rows = []
+        blanks = ["-"] * (len(headers) - 2)
+        rows: list[list[str]] = []
         for addr, outcome in results:
             if isinstance(outcome, CometMQError):
-                rows.append([addr, "-", "-", "-", "-", "-", f"failed: {_error_text(outcome)}"])
-                continue
-            if not outcome:
-                rows.append([addr, "(none)", "-", "-", "-", "-", "-"])
-            for acl in outcome:
-                for policy in acl.policies:
-                    rows.extend(
-                        [
-                            addr,
-                            acl.subject,
-                            policy.policy_type.value,
-                            entry.resource.key,
-                            ",".join(action.value for action in entry.actions),
-                            ",".join(entry.source_ips) or "*",
-                            entry.decision.value,
-                        ]
-                        for entry in policy.entries
-                    )
-        print(
-            format_table(
-                ["SERVER", "SUBJECT", "POLICY", "RESOURCE", "ACTIONS", "SOURCE IPS", "DECISION"], rows
-            )
-        )
+                rows.append([addr, *blanks, f"failed: {_error_text(outcome)}"])
+            elif not outcome:
+                rows.append([addr, "(none)", *blanks])
+            else:
+                rows.extend([addr, *row] for found in outcome for row in rows_of(found))
+        print(format_table(headers, rows))
     _fail_if_any(results)

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cometmq.auth import Credentials
-from cometmq.client import load_tls_context
+from cometmq.client import security_options
 from cometmq.errors import OptionError
 
 # option dest → the environment variable read when the option is not given
@@ -87,11 +85,9 @@ class Security:
 
     def client_options(self) -> dict[str, Any]:
         """``credentials=…, tls=…`` for a client's constructor."""
-        credentials = Credentials(self.access_key, self.secret_key) if self.access_key else None
-        tls: bool | ssl.SSLContext = self.tls
-        if self.tls_ca or self.tls_cert:
-            tls = load_tls_context(self.tls_ca, self.tls_cert, self.tls_key)
-        return {"credentials": credentials, "tls": tls}
+        return security_options(
+            self.access_key, self.secret_key, self.tls, self.tls_ca, self.tls_cert, self.tls_key
+        )
 
     def connector_options(self) -> dict[str, str]:
         """The Spark connector's options for the same (accessKey, secretKey, tls, tlsCaFile, …)."""

@@ -2,7 +2,7 @@
 
 from cometmq.client._brokerapi import PullResult, PullStatus
 from cometmq.client._lifecycle import ClientState
-from cometmq.client._options import load_tls_context
+from cometmq.client._options import load_tls_context, security_options
 from cometmq.client.admin import AdminClient
 from cometmq.client.consumer import ConsumeResult, PushConsumer
 from cometmq.client.litepull import LitePullConsumer
@@ -37,5 +37,6 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "load_tls_context",
+    "security_options",
     "select_by_hash",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Collection
+from typing import Any
 
 from cometmq.auth import Credentials
 from cometmq.errors import OptionError
@@ -78,3 +79,21 @@ def load_tls_context(
     except (OSError, ssl.SSLError) as exc:
         raise OptionError(f"cannot load the TLS files: {exc}") from None
     return context
+
+
+def security_options(
+    access_key: str = "",
+    secret_key: str = "",
+    tls: bool = False,
+    ca_file: str | None = None,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+) -> dict[str, Any]:
+    """``credentials=…, tls=…`` for a client's constructor: requests signed as *access_key* (none:
+    unsigned), and with *tls* on, a context from the PEM files when any is given
+    (:func:`load_tls_context`), else the system's CAs."""
+    credentials = Credentials(access_key, secret_key) if access_key else None
+    context: bool | ssl.SSLContext = tls
+    if tls and (ca_file or cert_file):
+        context = load_tls_context(ca_file, cert_file, key_file)
+    return {"credentials": credentials, "tls": context}

@@ -376,33 +376,52 @@ def _expire_request(future: asyncio.Future[RemotingCommand], code: int, address:
         )
 
 
-class _RefusalLog:
-    """At most one warning line per peer host per *interval* about its malformed input (a request
-    refused as malformed, a frame that closed its connection), which counts the ones not logged since:
-    a client that sends bad input in a loop cannot flood the log."""
+class PeerLogLimit:
+    """Whether a line about a peer is due: at most one per peer host per *interval*, counting the ones
+    not logged since. At most MAX_HOSTS hosts are remembered, so whatever peers connect and whatever
+    they send, the table (and the cost of pruning it) stays bounded."""
 
     MAX_HOSTS: Final = 4096
 
     def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._interval = interval
         self._clock = clock
-        self._hosts: dict[str, tuple[float, int]] = {}  # host → (when last logged, refusals since)
+        self._hosts: dict[str, tuple[float, int]] = {}  # host → (when last logged, lines not logged since)
 
-    def note(self, peer: str, action: str, detail: str) -> None:
-        """Log "*action* from *peer*: *detail*" unless this host was logged less than *interval* ago."""
+    def __len__(self) -> int:
+        return len(self._hosts)
+
+    def due(self, peer: str) -> int | None:
+        """None when a line about *peer*'s host was logged less than *interval* ago (this one counts as
+        not logged); else the number not logged since that line."""
         host = peer.rpartition(":")[0] or peer
         now = self._clock()
         logged = self._hosts.get(host)
         if logged is not None and now - logged[0] < self._interval:
             self._hosts[host] = (logged[0], logged[1] + 1)
-            return
+            return None
         if logged is None and len(self._hosts) >= self.MAX_HOSTS:
             self._hosts = {h: e for h, e in self._hosts.items() if now - e[0] < self._interval}
-        # With MAX_HOSTS hosts logged in the last interval, a new one is logged but not remembered: the
-        # table (and the cost of pruning it) stays bounded whatever the number of peers.
+        # With MAX_HOSTS hosts logged in the last interval, a new one is logged but not remembered.
         if logged is not None or len(self._hosts) < self.MAX_HOSTS:
             self._hosts[host] = (now, 0)
-        not_logged = logged[1] if logged is not None else 0
+        return logged[1] if logged is not None else 0
+
+
+class _RefusalLog:
+    """A warning line about a peer's malformed input (a request refused as malformed, a frame that
+    closed its connection), at most one per peer host per *interval*: a client that sends bad input in
+    a loop cannot flood the log."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._limit = PeerLogLimit(interval, clock)
+
+    def note(self, peer: str, action: str, detail: str) -> None:
+        """Log "*action* from *peer*: *detail*" unless this host was logged less than *interval* ago."""
+        not_logged = self._limit.due(peer)
+        if not_logged is None:
+            return
+        host = peer.rpartition(":")[0] or peer
         log.warning(
             "%s from %s: %s%s",
             action,

@@ -38,6 +38,7 @@ from cometmq.protocol.ha import (
     encode_hello_answer,
 )
 from cometmq.protocol.ha_status import HAConnectionRuntimeInfo, HARuntimeInfo
+from cometmq.remoting import PeerLogLimit
 from cometmq.remoting.tls import HANDSHAKE_TIMEOUT_S, TlsListener, TlsMode, TlsSettings, handshake_failure
 from cometmq.replication._config import ReplicationConfig
 from cometmq.replication._rate import ByteRate
@@ -58,33 +59,6 @@ HOST_LOG_INTERVAL_S: Final = 60.0
 # Checks a slave's AUTH: (the slave's address, its access key, the content it signed, its signature) →
 # None if it may replicate, else why not.
 SlaveVerifier = Callable[[str, str, bytes, bytes], str | None]
-
-
-class _HostLog:
-    """Whether a line about a peer is due: at most one per host every HOST_LOG_INTERVAL_S. At most
-    MAX_HOSTS hosts are remembered, so whatever peers connect and whatever they send (an access key,
-    an offset), this stays bounded."""
-
-    MAX_HOSTS: Final = 4096
-
-    def __init__(self) -> None:
-        self._logged: dict[str, float] = {}  # host → when last logged
-
-    def __len__(self) -> int:
-        return len(self._logged)
-
-    def due(self, peer: str) -> bool:
-        host = peer.rpartition(":")[0] or peer
-        now = time.monotonic()
-        logged = self._logged.get(host)
-        if logged is not None and now - logged < HOST_LOG_INTERVAL_S:
-            return False
-        if logged is None and len(self._logged) >= self.MAX_HOSTS:
-            self._logged = {h: at for h, at in self._logged.items() if now - at < HOST_LOG_INTERVAL_S}
-        # With MAX_HOSTS hosts logged in the last interval, a new one is logged but not remembered.
-        if logged is not None or len(self._logged) < self.MAX_HOSTS:
-            self._logged[host] = now
-        return True
 
 
 class _State(enum.Enum):
@@ -116,7 +90,7 @@ class HAServer:
         self._ssl_context = tls.server_context() if tls is not None else None
         self._tls_listener: TlsListener | None = None
         # The hosts of refused slaves, logged once a minute at most: a refused slave retries every 5 s.
-        self.refused_slaves = _HostLog()
+        self.refused_slaves = PeerLogLimit(HOST_LOG_INTERVAL_S)
         self._server: asyncio.Server | None = None
         self._links: set[SlaveLink] = set()
         self._serving: set[asyncio.Task[object]] = set()  # one per link, awaited by stop()
@@ -128,7 +102,7 @@ class HAServer:
         self._listening = False
         # The hosts of slaves asking for an offset this master could not serve, logged once a minute at
         # most: such a slave reconnects every few seconds asking for the same offset until a person acts.
-        self.refused_starts = _HostLog()
+        self.refused_starts = PeerLogLimit(HOST_LOG_INTERVAL_S)
         # The in-sync set as committed in etcd (None: the classic rule, any slave acknowledges) and its
         # members other than this master, whom a SYNC_MASTER send waits for.
         self._in_sync: frozenset[int] | None = None
@@ -416,7 +390,7 @@ class HAServer:
 
     def refused(self, addr: str, why: str) -> None:
         """Log that the slave at *addr* was refused, once a minute per host at most."""
-        if self.refused_slaves.due(addr):
+        if self.refused_slaves.due(addr) is not None:
             log.warning("refused the HA link of slave %s: %s", addr, why)
 
     def _admit(self) -> bool:
@@ -701,7 +675,7 @@ class SlaveLink:
                     size += chunk
             except ReplicaOffsetError as exc:
                 if not parts:  # else the chunks before it go first, and the next round meets it again
-                    if self._server.refused_starts.due(self.addr):
+                    if self._server.refused_starts.due(self.addr) is not None:
                         log.error(
                             "cannot send slave %s the commit log from offset %d: %s; closing its link (a "
                             "slave whose offset this master no longer holds copies again from an empty "

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import datetime
 import re
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cometmq.auth import Credentials
-from cometmq.client import load_tls_context
+from cometmq.client import security_options
 from cometmq.errors import OptionError
 
 __all__ = ["ConnectOptions", "ReadOptions", "WriteOptions", "parse_duration_ms", "parse_timestamp_ms"]
@@ -60,11 +58,14 @@ class ConnectOptions:
 
     def client_options(self) -> dict[str, Any]:
         """``credentials=…, tls=…`` for a client's constructor."""
-        credentials = Credentials(self.access_key, self.secret_key) if self.access_key else None
-        tls: bool | ssl.SSLContext = self.tls
-        if self.tls and (self.tls_ca_file or self.tls_cert_file):
-            tls = load_tls_context(self.tls_ca_file, self.tls_cert_file, self.tls_key_file)
-        return {"credentials": credentials, "tls": tls}
+        return security_options(
+            self.access_key,
+            self.secret_key,
+            self.tls,
+            self.tls_ca_file,
+            self.tls_cert_file,
+            self.tls_key_file,
+        )
 
 
 @dataclass(frozen=True, slots=True)
