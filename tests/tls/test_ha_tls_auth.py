@@ -13,13 +13,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from tls_support import Certificates, make_certificates
 
 from cometmq.auth import Credentials
 from cometmq.protocol.ha import AUTH_CHALLENGE_SIZE, AUTH_MAGIC, HELLO_MAGIC, encode_auth, encode_hello
 from cometmq.remoting.tls import TlsSettings
 from cometmq.replication import HAClient, HAServer
 from cometmq.store import MessageStore
+from tls_support import Certificates, make_certificates
 from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replication"))
