@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import uvloop
-from tls_support import Certificates, make_certificates
 
 from cometmq.errors import ConfigError, ConnectionClosedError, ProtocolError
 from cometmq.protocol import FrameDecoder, RemotingCommand, ResponseCode
 from cometmq.remoting import Connection, RemotingClient, RemotingServer
 from cometmq.remoting.tls import ClientAuth, TlsMode, TlsSettings
 from cometmq.remoting.transport import TLS_ONLY_REMARK
+from tls_support import Certificates, make_certificates
 from waiting import wait_until
 
 

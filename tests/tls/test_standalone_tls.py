@@ -7,13 +7,12 @@ import asyncio
 import sys
 from pathlib import Path
 
-from tls_support import make_certificates
-
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.namesrv_headers import GetRouteInfoRequestHeader
 from cometmq.remoting import RemotingClient
 from cometmq.remoting.transport import TLS_ONLY_REMARK
 from processes import TEST_BROKER_CONF, broker_address, cometmq, start_standalone
+from tls_support import make_certificates
 from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "crash"))
