@@ -4,6 +4,7 @@ conversion of their text values to the settings' types as RocketMQ converts them
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,26 @@ def converted(key: str, value: Any, current: Any) -> Any:
         return kind(text)
     except ValueError:
         raise ConfigError(f"{key}={value!r} is not a valid {kind.__name__}") from None
+
+
+def apply_properties(
+    target: Any,
+    values: Mapping[str, Any],
+    key_of_attribute: Mapping[str, str],
+    attribute_of_key: Mapping[str, str],
+    convert: Callable[[str, Any, Any], Any] = converted,
+    skip: Collection[str] = (),
+) -> list[str]:
+    """Set *target*'s attributes from *values*, each given by RocketMQ key or attribute name and
+    converted to the attribute's type (a None value is skipped; keys in *skip* are left to the caller);
+    returns the keys *target* has no attribute for, in their order, for the caller to report."""
+    unknown = []
+    for key, value in values.items():
+        if key in skip:
+            continue
+        name = attribute_of_key.get(key, key)
+        if name not in key_of_attribute:
+            unknown.append(key)
+        elif value is not None:
+            setattr(target, name, convert(key_of_attribute[name], value, getattr(target, name)))
+    return unknown

@@ -19,7 +19,7 @@ from typing import Any
 from cometmq.auth import Credentials
 from cometmq.auth.serving import AclSettings
 from cometmq.errors import ConfigError
-from cometmq.javaprops import converted, key_of, read_properties
+from cometmq.javaprops import apply_properties, converted, key_of, read_properties
 from cometmq.protocol import MAX_FRAME_SIZE
 from cometmq.remoting import DEFAULT_MAX_PARTIAL_FRAME_BYTES, ServerLimits, default_max_connections
 from cometmq.remoting.tls import TLS_KEYS, TlsSettings
@@ -206,22 +206,14 @@ class BrokerConfig:
         info line. A value that cannot be converted raises ConfigError naming the key. *source*
         names where the values come from, in those messages.
         """
-        not_used: list[str] = []
-        tls = {key: str(value) for key, value in values.items() if key in TLS_KEYS and value is not None}
-        if tls:
-            self.tls = TlsSettings.from_properties(tls)
-        for key, value in values.items():
-            if key in TLS_KEYS:
-                continue
-            name = _ATTRIBUTE_OF_KEY.get(key, key)
-            if name not in _KEY_OF_ATTRIBUTE:
-                if key in ROCKETMQ_KEYS_NOT_USED:
-                    not_used.append(key)
-                else:
-                    log.warning(_unknown_key_message(key, source))
-                continue
-            if value is not None:
-                setattr(self, name, _converted(_KEY_OF_ATTRIBUTE[name], value, getattr(self, name)))
+        self.tls = self.tls.updated(values)
+        unknown = apply_properties(
+            self, values, _KEY_OF_ATTRIBUTE, _ATTRIBUTE_OF_KEY, convert=_converted, skip=TLS_KEYS
+        )
+        not_used = [key for key in unknown if key in ROCKETMQ_KEYS_NOT_USED]
+        for key in unknown:
+            if key not in ROCKETMQ_KEYS_NOT_USED:
+                log.warning(_unknown_key_message(key, source))
         if not_used:
             log.info("RocketMQ keys not used by CometMQ in %s, ignored: %s", source, ", ".join(not_used))
         self._check()

@@ -13,7 +13,7 @@ from typing import Any
 
 from cometmq.auth.serving import AclSettings
 from cometmq.errors import ConfigError
-from cometmq.javaprops import converted, key_of, read_properties
+from cometmq.javaprops import apply_properties, key_of, read_properties
 from cometmq.remoting import ServerLimits, default_max_connections
 from cometmq.remoting.tls import TLS_KEYS, TlsSettings
 
@@ -44,21 +44,12 @@ class NamesrvConfig:
         """Apply settings given by RocketMQ key or attribute name; a key it does not know is ignored
         with a warning naming the closest known key (as a broker does), a value that cannot be
         converted raises ConfigError naming the key."""
-        tls = {key: str(value) for key, value in values.items() if key in TLS_KEYS and value is not None}
-        if tls:
-            self.tls = TlsSettings.from_properties(tls)
-        for key, value in values.items():
-            if key in TLS_KEYS:
-                continue
-            name = _ATTRIBUTE_OF_KEY.get(key, key)
-            if name not in _KEY_OF_ATTRIBUTE:
-                if key not in ROCKETMQ_NAMESRV_KEYS_NOT_USED:
-                    closest = difflib.get_close_matches(key, list(_ATTRIBUTE_OF_KEY), n=1)
-                    hint = f" (did you mean {closest[0]}?)" if closest else ""
-                    log.warning("unknown key %s in %s, ignored%s", key, source, hint)
-                continue
-            if value is not None:
-                setattr(self, name, converted(_KEY_OF_ATTRIBUTE[name], value, getattr(self, name)))
+        self.tls = self.tls.updated(values)
+        for key in apply_properties(self, values, _KEY_OF_ATTRIBUTE, _ATTRIBUTE_OF_KEY, skip=TLS_KEYS):
+            if key not in ROCKETMQ_NAMESRV_KEYS_NOT_USED:
+                closest = difflib.get_close_matches(key, list(_ATTRIBUTE_OF_KEY), n=1)
+                hint = f" (did you mean {closest[0]}?)" if closest else ""
+                log.warning("unknown key %s in %s, ignored%s", key, source, hint)
         if not 0 <= self.listen_port <= 65535:
             raise ConfigError(f"listenPort {self.listen_port} is not a port number")
         if self.server_channel_max_idle_time_seconds < 0:

@@ -30,7 +30,7 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from cometmq.errors import ConfigError
 from cometmq.javaprops import read_properties
@@ -128,6 +128,12 @@ class TlsSettings:
     client_key_password: str = field(default="", repr=False)
     client_trust_cert_path: str = ""
     client_auth_server: bool = True
+
+    def updated(self, values: Mapping[str, Any]) -> TlsSettings:
+        """These settings, or the ones the ``tls.*`` keys of *values* give if it has any: the keys of
+        one source (a file, the flags) are taken together, as RocketMQ reads them."""
+        given = {key: str(value) for key, value in values.items() if key in TLS_KEYS and value is not None}
+        return TlsSettings.from_properties(given) if given else self
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> TlsSettings:
