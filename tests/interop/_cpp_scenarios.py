@@ -621,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--namesrv", required=True, help="name server address ip:port")
         sp.add_argument("--topic", required=True)
         sp.add_argument("--group", default=group, help=f"producer/consumer group (default {group})")
-        sp.add_argument("--access-key", help="ACL access key (enables session credentials)")
+        sp.add_argument("--access-key", help="ACL access key (signs with set_session_credentials)")
         sp.add_argument("--secret-key", help="ACL secret key")
         sp.add_argument("--channel", default="ALIYUN", help="OnsChannel for credentials (default ALIYUN)")
         sp.add_argument(

@@ -2,7 +2,7 @@
 
 Needs the ``spark`` extra (``pip install cometmq[spark]``: pyspark and pyarrow). Importing this
 module registers the source with the active SparkSession, if there is one; :func:`register` does it
-for a given session. PySpark also finds it by itself through the top-level module
+for a given SparkSession. PySpark also finds it by itself through the top-level module
 ``pyspark_cometmq``. Options and guarantees: docs/spark.md.
 """
 
@@ -28,7 +28,7 @@ __all__ = [
 
 
 def register(spark: Any = None) -> None:
-    """Register ``format("cometmq")`` with ``spark`` (default: the active session)."""
+    """Register ``format("cometmq")`` with ``spark`` (default: the active SparkSession)."""
     if spark is None:
         from pyspark.sql import SparkSession
 

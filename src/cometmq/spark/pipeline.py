@@ -263,7 +263,7 @@ def build_query(
     """The streaming job, ready to ``.trigger(...).start()``: read ``source_topic``, aggregate
     (:func:`aggregate_orders`), and write each micro-batch's final windows to Parquet under
     ``out_dir`` and to ``result_topic``. ``starting_offsets``: ``earliest``, ``latest`` or the
-    connector's JSON offsets; ``max_offsets_per_trigger`` caps a micro-batch. The session needs the
+    connector's JSON offsets; ``max_offsets_per_trigger`` caps a micro-batch. The SparkSession needs the
     ``cometmq`` format (:func:`cometmq.spark.register`) and few shuffle partitions (the aggregation
     state has one store per partition). ``connect``: the connector's access control and TLS options
     (accessKey, secretKey, tls, tlsCaFile, …) for both ends."""
@@ -334,7 +334,7 @@ def parse_result(body: bytes) -> tuple[Key, WindowTotal]:
 
 
 def local_session(workdir: str | os.PathLike[str], app_name: str = "cometmq-pipeline") -> SparkSession:
-    """A small local Spark session (2 cores, 1 GiB driver, quiet logs), files under ``workdir``,
+    """A small local SparkSession (2 cores, 1 GiB driver, quiet logs), files under ``workdir``,
     with the ``cometmq`` format registered."""
     from pyspark.sql import SparkSession
 
@@ -500,7 +500,7 @@ def run_demo(
     :func:`expected_aggregates` and print a table.
 
     ``workdir`` (default: a new temporary directory) receives ``parquet/`` and ``checkpoint/``,
-    both emptied first. ``spark``: a session to use (default: :func:`local_session`, stopped at the
+    both emptied first. ``spark``: a SparkSession to use (default: :func:`local_session`, stopped at the
     end). Topics are created when missing; every run reads only what it sent itself.
     ``max_offsets_per_trigger`` splits the orders over more micro-batches (the test uses it so
     that the watermark moves between batches). ``connect``: the connector's access control and TLS
