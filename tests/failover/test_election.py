@@ -210,10 +210,17 @@ def test_a_master_whose_keepalives_stall_stops_trusting_its_lease_before_another
         trusted_when_replaced: list[bool] = []
         group.nodes[2].on_become_master = lambda: trusted_when_replaced.append(old_master.lease_trusted())
 
-        keepalive = old_master._tasks[1]  # as if the master's process stalled on renewing its lease
-        keepalive.cancel()
-        await group.wait_for_master(2, 2, followers=(1,))
+        # The master's process stalls: no renewal, no step of the election. (Were only its renewals to
+        # stall, it could stand again once its lease expired, and win: its log is as long as broker 2's.)
+        stalled = old_master._tasks
+        for task in stalled:
+            task.cancel()
+        await asyncio.gather(*stalled, return_exceptions=True)
+        await group.wait_for_master(2, 2)
         assert trusted_when_replaced == [False]
+
+        await old_master.start()  # the process resumes, finds its lease gone, and follows
+        await group.wait_for_master(2, 2, followers=(1,))
 
     run_group(module_etcd.endpoints, body)
 
