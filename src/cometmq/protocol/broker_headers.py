@@ -69,6 +69,38 @@ class SendMessageResponseHeader(Header):
 
 
 @header
+class EndTransactionRequestHeader(Header):
+    """END_TRANSACTION: a producer commits or rolls back a half message, or says it does not know yet
+    (``commit_or_rollback``: 8, 12 or 0, the sys-flag transaction types). ``tran_state_table_offset``
+    and ``commit_log_offset`` name the half record (its queue offset in the half topic and its
+    commit-log offset). ``topic`` (RocketMQ 5's; 4.x clients leave it out) names the real topic."""
+
+    producer_group: JavaString = wire("producerGroup", name_rule=group_name_error)
+    tran_state_table_offset: JavaLong = wire("tranStateTableOffset", minimum=0)
+    commit_log_offset: JavaLong = wire("commitLogOffset", minimum=0)
+    commit_or_rollback: JavaInt = wire("commitOrRollback")
+    from_transaction_check: JavaBool = wire("fromTransactionCheck", default=False)
+    msg_id: JavaString = wire("msgId")
+    transaction_id: JavaString | None = wire("transactionId", default=None)
+    topic: JavaString | None = wire("topic", default=None)
+
+
+@header
+class CheckTransactionStateRequestHeader(Header):
+    """CHECK_TRANSACTION_STATE, a broker's oneway request to a producer of the half message's group:
+    the body is the half message (with its real topic and queue); the producer answers with
+    END_TRANSACTION (``fromTransactionCheck`` true) naming the same offsets."""
+
+    tran_state_table_offset: JavaLong = wire("tranStateTableOffset")
+    commit_log_offset: JavaLong = wire("commitLogOffset")
+    msg_id: JavaString | None = wire("msgId", default=None)
+    transaction_id: JavaString | None = wire("transactionId", default=None)
+    offset_msg_id: JavaString | None = wire("offsetMsgId", default=None)
+    topic: JavaString | None = wire("topic", default=None)
+    broker_name: JavaString | None = wire("brokerName", default=None)
+
+
+@header
 class ConsumerSendMsgBackRequestHeader(Header):
     """CONSUMER_SEND_MSG_BACK: the message at commit-log ``offset`` failed in ``group``. A negative
     ``delay_level`` sends it to the dead-letter queue at once; 0 lets the broker choose."""
