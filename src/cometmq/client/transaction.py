@@ -299,18 +299,18 @@ class TransactionProducer(Producer):
     async def _end_one(
         self, transaction_id: str, topic: str, half: SendResult, state: TransactionState
     ) -> bool:
-        header = EndTransactionRequestHeader(
-            producer_group=self.group,
-            tran_state_table_offset=half.queue_offset,
-            commit_log_offset=decode_offset_msg_id(half.offset_msg_id)[2],
-            commit_or_rollback=_COMMIT_OR_ROLLBACK[state],
-            from_transaction_check=False,
-            msg_id=half.msg_id,
-            transaction_id=transaction_id,
-            topic=topic,
-        )
         broker = half.queue.broker_name
         try:
+            header = EndTransactionRequestHeader(
+                producer_group=self.group,
+                tran_state_table_offset=half.queue_offset,
+                commit_log_offset=decode_offset_msg_id(half.offset_msg_id)[2],
+                commit_or_rollback=_COMMIT_OR_ROLLBACK[state],
+                from_transaction_check=False,
+                msg_id=half.msg_id,
+                transaction_id=transaction_id,
+                topic=topic,
+            )
             addr = self._instance.broker_addr(broker)
             if addr is None:
                 await self._instance.refresh_route_soon(topic)
@@ -320,7 +320,7 @@ class TransactionProducer(Producer):
             response = await self._instance.invoke(
                 addr, RequestCode.END_TRANSACTION, header.encode(), timeout=self.send_timeout
             )
-        except CometMQError as exc:
+        except (CometMQError, ValueError) as exc:  # ValueError: the broker's msgId is no offset id
             failure = str(exc)
         else:
             if response.code == ResponseCode.SUCCESS:
