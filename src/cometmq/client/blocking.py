@@ -488,7 +488,7 @@ class TransactionProducer(Producer):
             return TransactionSendResult(sent, TransactionState.ROLLBACK, transaction.transaction_id)
         try:
             answer = execute(message)
-        except Exception:
+        except BaseException:  # interrupted too: the transaction must not stay open
             _run(loop, transaction._end(TransactionState.UNKNOWN))
             raise
         state = checked_state(answer, "the local transaction")

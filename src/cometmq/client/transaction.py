@@ -125,6 +125,11 @@ class TransactionSendResult:
     def queue(self) -> MessageQueue:
         return self.send_result.queue
 
+    @property
+    def queue_offset(self) -> int:
+        """The half message's offset in the broker's half queue."""
+        return self.send_result.queue_offset
+
 
 class _Decisions:
     """COMMIT/ROLLBACK answers by transaction id: at most *capacity* ids, each for *ttl* seconds,
@@ -186,26 +191,26 @@ class TransactionProducer(Producer):
         self._decisions = _Decisions()
         self._checks: dict[str, asyncio.Task[TransactionState]] = {}
         self._check_answers: set[asyncio.Task[None]] = set()
-        self._broker_refresh: asyncio.Task[None] | None = None
+        self._heartbeats: asyncio.Task[None] | None = None
 
     # life cycle --------------------------------------------------------------------------------
 
     async def _start(self) -> None:
         """Also register as the group's transaction member, and heartbeat every master of the
-        cluster at once (and on every route refresh): a broker checks back only producers it knows
-        from their heartbeats, and one that never sent anything knows no broker from its routes."""
+        cluster now (in the background) and on every route refresh: a broker checks back only
+        producers it knows from their heartbeats, and a producer that never sent anything knows no
+        broker from its routes."""
         await super()._start()
         self._instance.register_transaction_member(self)
-        await self._heartbeat_all_masters()
-        self._broker_refresh = asyncio.create_task(self._refresh_brokers())
+        self._heartbeats = asyncio.create_task(self._heartbeat_all_masters())
 
     async def _close(self, timeout: float) -> None:
         """Also wait up to ``timeout`` s for the check-back answers in progress. Transactions still
         open are left to the check-back."""
-        if self._broker_refresh is not None:
-            self._broker_refresh.cancel()
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._broker_refresh
+                await self._heartbeats
         if self._check_answers:
             _, unfinished = await asyncio.wait(self._check_answers, timeout=timeout)
             for task in unfinished:
@@ -214,17 +219,15 @@ class TransactionProducer(Producer):
         await super()._close(timeout)
 
     async def _heartbeat_all_masters(self) -> None:
-        try:
-            await self._instance.learn_brokers()
-        except CometMQError as exc:
-            log.info("cannot list the cluster's brokers: %s", exc)
-            return
-        await self._instance.send_heartbeat()
-
-    async def _refresh_brokers(self) -> None:
+        instance = self._instance
         while True:
-            await asyncio.sleep(self._instance.route_refresh_interval)
-            await self._heartbeat_all_masters()
+            try:
+                await instance.learn_brokers()
+            except CometMQError as exc:
+                log.info("cannot list the cluster's brokers: %s", exc)
+            else:
+                await instance.send_heartbeat()
+            await asyncio.sleep(instance.route_refresh_interval)
 
     # sending -----------------------------------------------------------------------------------
 
@@ -253,7 +256,7 @@ class TransactionProducer(Producer):
         try:
             outcome = execute(message)
             answer = await outcome if inspect.isawaitable(outcome) else outcome
-        except Exception:
+        except BaseException:  # cancelled too: the transaction must not stay open here
             await transaction._end(TransactionState.UNKNOWN)
             raise
         state = checked_state(answer, "the local transaction")
@@ -467,7 +470,10 @@ class Transaction:
             result = await producer._deliver(request, None, None)
         except BaseException:
             if single:
+                # The half may be stored all the same (no answer came): the local transaction
+                # never ran, so its check-back is answered ROLLBACK.
                 producer._open.pop(request.uniq, None)
+                producer._decisions.remember(request.uniq, TransactionState.ROLLBACK)
             raise
         self._halves.append((message.topic, result))
         return result
