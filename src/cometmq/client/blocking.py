@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from cometmq.client.message import ReceivedMessage
     from cometmq.client.producer import QueueSelector, SendCallback
     from cometmq.client.transaction import CheckFn
+    from cometmq.client.transaction import Transaction as AsyncTransaction
     from cometmq.protocol.ha_status import HARuntimeInfo
     from cometmq.protocol.record import DecodedRecord
     from cometmq.protocol.route import BrokerData, ClusterInfo, TopicRouteData
@@ -507,32 +508,28 @@ class Transaction:
     :meth:`TransactionProducer.transaction`): ``send``, ``commit``, ``rollback``; ``with`` commits when
     the block ends normally and rolls back when it raises."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, transaction: Any) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, transaction: AsyncTransaction) -> None:
         self._loop = loop
         self._transaction = transaction
 
     @property
     def transaction_id(self) -> str:
         """32 hex digits, the same on every message of the transaction."""
-        transaction_id: str = self._transaction.transaction_id
-        return transaction_id
+        return self._transaction.transaction_id
 
     @property
     def state(self) -> TransactionState | None:
         """How the transaction was ended; None while it is open."""
-        state: TransactionState | None = self._transaction.state
-        return state
+        return self._transaction.state
 
     @property
     def pending(self) -> tuple[SendResult, ...]:
         """The halves whose END_TRANSACTION failed, left to the check-back."""
-        pending: tuple[SendResult, ...] = self._transaction.pending
-        return pending
+        return self._transaction.pending
 
     def send(self, message: Message) -> SendResult:
         """Send ``message`` as a half message of this transaction."""
-        result: SendResult = _run(self._loop, self._transaction.send(message))
-        return result
+        return _run(self._loop, self._transaction.send(message))
 
     def commit(self) -> None:
         _run(self._loop, self._transaction.commit())

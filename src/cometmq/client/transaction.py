@@ -431,7 +431,9 @@ class Transaction:
     state chosen here, and any other producer of the group with its checker's answer for the id. So
     after ``commit()`` returns, every message of the transaction is delivered, at once or after a check;
     after ``rollback()``, none is. ``async with`` commits when the block ends normally and rolls back
-    when it raises (the exception propagates); a transaction is ended once.
+    when it raises (the exception propagates); a transaction is ended once. A :meth:`send` that fails
+    raises; a half message it stored all the same (an answer lost) carries the id too, and is settled
+    by the check-back as the transaction ends.
     """
 
     def __init__(self, producer: TransactionProducer, transaction_id: str | None) -> None:
