@@ -11,12 +11,15 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from txclient_support import Checker, cluster, consuming, create_topic, run
 
 from cometmq.client import Message, ReceivedMessage, TransactionProducer, TransactionState, blocking
 from cometmq.client.transaction import ExecuteFn
+from cometmq.errors import ConnectionClosedError
+from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.protocol.broker_headers import CheckTransactionStateRequestHeader
 from cometmq.protocol.transaction import PRODUCER_GROUP, TRANSACTION_ID, TRANSACTION_PREPARED
 from processes import subprocess_env
@@ -201,6 +204,41 @@ def test_a_transaction_across_two_brokers_commits_all_or_none(tmp_path: Path) ->
                 await received.wait_for(*await commit_marker(producer, "TxOrders", "TxInvoices"))
                 assert not received.bodies[b"order 2"] and not received.bodies[b"invoice 2"]
                 assert not checker.calls
+
+    run(scenario())
+
+
+def test_ends_that_fail_are_settled_by_the_check_back_as_the_transaction_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path, ("broker-a", "broker-b")) as (namesrv, _):
+            await create_topic(namesrv, "TxOrders", "broker-a")
+            await create_topic(namesrv, "TxInvoices", "broker-b")
+            checker = Checker(TransactionState.ROLLBACK)  # never asked: the producer remembers
+            async with (
+                TransactionProducer(GROUP, namesrv, check=checker) as producer,
+                consuming(namesrv, "GID_tx", "TxOrders", "TxInvoices") as received,
+            ):
+                instance = producer._instance
+                invoke = instance.invoke
+
+                async def lose_the_ends(addr: str, code: int, *args: Any, **kwargs: Any) -> RemotingCommand:
+                    if code == RequestCode.END_TRANSACTION and not ends_lost:
+                        ends_lost.append(addr)
+                        raise ConnectionClosedError(f"connection to {addr} lost")
+                    return await invoke(addr, code, *args, **kwargs)
+
+                ends_lost: list[str] = []
+                monkeypatch.setattr(instance, "invoke", lose_the_ends)
+                async with producer.transaction() as transaction:
+                    await transaction.send(Message("TxOrders", b"order 1"))
+                    await transaction.send(Message("TxInvoices", b"invoice 1"))
+                assert len(transaction.pending) == 1
+                await received.wait_for(b"order 1", b"invoice 1")
+                assert not checker.calls
+        [warning] = [r.getMessage() for r in caplog.records if "left to the check-back" in r.getMessage()]
+        assert transaction.transaction_id in warning and "COMMIT" in warning
 
     run(scenario())
 
