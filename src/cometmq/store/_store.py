@@ -123,6 +123,10 @@ def _failure(status: PutStatus) -> PutResult:
     return PutResult(status, -1, -1, 0, 0, "", 0)
 
 
+def _failures(status: PutStatus, count: int) -> list[PutResult]:
+    return [_failure(status) for _ in range(count)]
+
+
 def parse_delay_levels(spec: str) -> list[int]:
     """``"1s 5s 1m 2h"`` → delays in ms (RocketMQ's messageDelayLevel syntax: s, m, h, d)."""
     units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -400,10 +404,10 @@ class MessageStore:
         if not count:
             return []
         if not self._accepting and not self._writes_resumed():
-            return [_failure(PutStatus.SERVICE_NOT_AVAILABLE)] * count
+            return _failures(PutStatus.SERVICE_NOT_AVAILABLE, count)
         prepared = self._prepare_together(messages)
         if isinstance(prepared, PutStatus):
-            return [_failure(prepared)] * count
+            return _failures(prepared, count)
         topics, queues, properties, total = prepared
         units_per_queue = dict.fromkeys((cq for cq in queues if cq is not None), 0)
         for cq in queues:
@@ -419,7 +423,7 @@ class MessageStore:
         ):
             room = self._reserve(total, None, 0, units_per_queue.items())
             if isinstance(room, PutStatus):
-                return [_failure(room)] * count
+                return _failures(room, count)
             seg, pos = room
         now = _time_ns() // 1_000_000
         if now < self._last_store_ts:
@@ -474,7 +478,7 @@ class MessageStore:
                 tags_codes.append(tags_code)
                 phys += size
         except struct.error:  # a field out of range; nothing was written
-            return [_failure(PutStatus.MESSAGE_ILLEGAL)] * count
+            return _failures(PutStatus.MESSAGE_ILLEGAL, count)
         records = _sealed(parts, offsets, total) if self._append_record_crc else bytearray().join(parts)
         first_size = bytes(records[:4])
         records[:4] = bytes(4)
@@ -482,7 +486,7 @@ class MessageStore:
             seg.write_at(pos, records)
             seg.write_at(pos, first_size)
         except OSError as exc:
-            return [self._write_failed(seg, pos, exc)] * count
+            return _failures(self._write_failed(seg, pos, exc).status, count)
         cl.wrote_pos = pos + total
         end = phys
         if end > cl.warm_at:
