@@ -9,6 +9,7 @@ import logging
 import os
 import struct
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Final
@@ -409,10 +410,7 @@ class MessageStore:
         if isinstance(prepared, PutStatus):
             return _failures(prepared, count)
         topics, queues, properties, total = prepared
-        units_per_queue = dict.fromkeys((cq for cq in queues if cq is not None), 0)
-        for cq in queues:
-            if cq is not None:
-                units_per_queue[cq] += 1
+        units_per_queue = Counter(cq for cq in queues if cq is not None)
         cl = self._commitlog
         seg = cl.cur
         pos = cl.wrote_pos
