@@ -38,7 +38,12 @@ from cometmq.protocol.record import (  # the store enforces MAX_PROPERTIES_SIZE
 )
 from cometmq.protocol.taghash import java_string_hash
 from cometmq.protocol.topic_config import TopicConfig
-from cometmq.protocol.transaction import TRANSACTION_PREPARED, TransactionType, transaction_type
+from cometmq.protocol.transaction import (
+    TRANSACTION_PREPARED,
+    TRANSACTION_TYPE_MASK,
+    TransactionType,
+    transaction_type,
+)
 from cometmq.remoting import Connection
 from cometmq.store import MessageBatch, MessageToStore, PutResult, PutStatus
 
@@ -281,16 +286,10 @@ class SendProcessor:
         queue_id = sent.queue_id
         properties = decode_properties(sent.properties or "")
         transactional = _is_transactional(properties)
-        if transactional and sent.batch:
-            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be a transaction message")
-        refusal = _transaction_type_refusal(sent.sys_flag, transactional)
-        if refusal is not None:
-            return request.response(ResponseCode.MESSAGE_ILLEGAL, refusal)
-        if transactional and config.reject_transaction_message:
-            return request.response(
-                ResponseCode.NO_PERMISSION,
-                f"the broker[{config.broker_ip1}] sending transaction message is forbidden",
-            )
+        if transactional or sent.sys_flag & TRANSACTION_TYPE_MASK:  # one test on the plain send's path
+            refused = self._transaction_refusal(sent, transactional)
+            if refused is not None:
+                return request.response(*refused)
         delay_level = _delay_level(properties)
         wait_store = properties.pop("WAIT", "true").lower() != "false"
         properties["CLUSTER"] = config.broker_cluster_name
@@ -340,6 +339,24 @@ class SendProcessor:
             if wait_store and (broker.sync_flush or broker.sync_master):
                 return self._reply_when_stored(conn, request, result, queue_id)
         return self._reply(request, result, result.status, queue_id)
+
+    def _transaction_refusal(
+        self, sent: SendMessageRequestHeader, transactional: bool
+    ) -> tuple[ResponseCode, str] | None:
+        """The answer refusing a send with a transaction type or TRAN_MSG, or None for a half
+        message the broker takes."""
+        config = self._broker.config
+        if transactional and sent.batch:
+            return ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be a transaction message"
+        refusal = _transaction_type_refusal(sent.sys_flag, transactional)
+        if refusal is not None:
+            return ResponseCode.MESSAGE_ILLEGAL, refusal
+        if config.reject_transaction_message:
+            return (
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{config.broker_ip1}] sending transaction message is forbidden",
+            )
+        return None
 
     def _is_dead(self, request: RemotingCommand, sent: SendMessageRequestHeader, header: _SendHeader) -> bool:
         """Whether a send to ``%RETRY%<group>`` has used up the group's retries."""

@@ -91,12 +91,13 @@ async def send_half(
     body: bytes,
     *,
     group: str = GROUP,
+    queue_id: int = 0,
     uniq_key: str = "",
     **properties: str,
 ) -> Half:
     """Send a half message and assert it was stored: what its answer names."""
     uniq_key = uniq_key or uuid.uuid4().hex.upper()
-    request = half_request(topic, body, group=group, uniq_key=uniq_key, **properties)
+    request = half_request(topic, body, group=group, queue_id=queue_id, uniq_key=uniq_key, **properties)
     response = await client.invoke(addr, request, timeout=10)
     assert response.code == ResponseCode.SUCCESS, response.remark
     fields = response.ext_fields
