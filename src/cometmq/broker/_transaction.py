@@ -159,15 +159,19 @@ class SettledHalves:
         return self.first_unsettled
 
     def unsettled(self, start: int, end: int) -> Iterator[int]:
-        """The offsets in [*start*, *end*) not settled, in order (whole settled bytes skipped in C)."""
-        start = max(start, self._base)
-        covered = self._base + len(self._bits) * 8
-        for match in _NOT_ALL_SETTLED.finditer(self._bits, (start - self._base) >> 3):
-            first = self._base + match.start() * 8
+        """The offsets in [*start*, *end*) not settled when called, in order (whole settled bytes
+        skipped in C). It reads a copy of the bitmap: the bitmap grows and shrinks while a round that
+        walks it waits for its turn, which a buffer exported to ``finditer`` would forbid."""
+        base, bits = self._base, bytes(self._bits)
+        start = max(start, base)
+        covered = base + len(bits) * 8
+        for match in _NOT_ALL_SETTLED.finditer(bits, (start - base) >> 3):
+            first = base + match.start() * 8
             if first >= end:
                 return
+            byte = bits[match.start()]
             for offset in range(max(first, start), min(first + 8, end)):
-                if offset not in self:
+                if not byte >> (offset - first) & 1:
                     yield offset
         yield from range(max(start, covered), end)
 

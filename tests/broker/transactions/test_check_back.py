@@ -5,6 +5,7 @@ discarded to TRANS_CHECK_MAX_TIME_TOPIC with a warning."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -229,5 +230,32 @@ def test_op_records_naming_several_offsets_settle_each_of_them(tmp_path: Path) -
             settled = broker.transactions.settled
             assert [h.queue_offset in settled for h in halves] == [True, False, True]
             assert settled.first_unsettled == 1
+
+    run(scenario())
+
+
+def test_ends_that_come_while_a_round_walks_the_half_queue_settle_as_usual(tmp_path: Path) -> None:
+    """A round gives the event loop a turn every so many records: the ENDs served meanwhile change the
+    settled state the round walks."""
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, transactionCheckMax="1000", **FAST_CHECKS) as (
+            _broker,
+            addr,
+            client,
+        ):
+            await create_topic(client, addr, TOPIC, queues=1)
+            halves = [await send_half(client, addr, TOPIC, f"m{i}".encode()) for i in range(600)]
+            answers = await asyncio.gather(
+                *(client.invoke(addr, end_request(half, COMMIT), timeout=30) for half in halves)
+            )
+            assert {answer.code for answer in answers} == {ResponseCode.SUCCESS}, answers[0].remark
+            offset, delivered = 0, []
+            while len(delivered) < len(halves):
+                response, records = await pull(client, addr, TOPIC, 0, offset)
+                assert response.code == ResponseCode.SUCCESS, response.remark
+                delivered += [r.body for r in records]
+                offset += len(records)
+            assert sorted(delivered) == sorted(f"m{i}".encode() for i in range(600))
 
     run(scenario())
