@@ -65,8 +65,8 @@ def master_named(answer: RemotingCommand) -> tuple[str | None, str | None]:
 def slave_refusals(broker: Broker) -> ProcessorTable:
     """The handlers a slave's processor table has for the requests only a master serves: sends are
     answered SERVICE_NOT_AVAILABLE (14), END_TRANSACTION SLAVE_NOT_AVAILABLE (11, RocketMQ's), topic
-    and group changes SYSTEM_ERROR (1), each with a remark
-    naming the master (as last heard from the NameServer) to send them to."""
+    and group changes SYSTEM_ERROR (1), each with a remark naming the master (as last heard from the
+    NameServer) to send them to."""
 
     def slave_of() -> str:
         master = broker.master_addr or "an unknown master"
