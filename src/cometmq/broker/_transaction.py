@@ -9,8 +9,17 @@ half's commit-log offset) together with an *op record* (``RMQ_SYS_TRANS_OP_HALF_
 ``d``, body the half's queue offset as decimal text), in one ``put_together``; a rollback writes the
 op record alone. A half message with an op record is *settled*.
 
+END_TRANSACTION (Java's client sends it oneway) names the half by ``commitLogOffset`` (decoded from the
+send answer's offset message id) and ``tranStateTableOffset`` (the answer's queue offset); the record
+there must be a half message with that queue offset and ``PGROUP`` equal to ``producerGroup``.
+``commitOrRollback`` is 8 (commit), 12 (rollback) or 0 (not known yet: nothing happens, the check-back
+asks later). A half message already settled answers SUCCESS and changes nothing (a second END, or a
+check's answer racing the producer's own). A commit under failover passes the mastership checks a send
+passes, and a SYNC_FLUSH / SYNC_MASTER broker answers it once the copy is flushed / replicated.
+
 Unlike RocketMQ, a half message is never re-appended when it is checked: each has exactly one record,
-so settling it twice is noticed and a second END_TRANSACTION changes nothing.
+so settling it twice is noticed and a second END_TRANSACTION changes nothing. A message's age is taken
+from its store time (the broker's clock), not its born time.
 
 Progress is kept as the consumer offsets of group ``CID_RMQ_SYS_TRANS`` (consumerOffset.json, which a
 slave copies from its master): on (half topic, 0), H, the first half offset not known settled; on
@@ -26,6 +35,10 @@ unsettled records: one older than ``transactionTimeOut`` ms (or than its
 ``CHECK_IMMUNITY_TIME_IN_SECONDS``) is checked with CHECK_TRANSACTION_STATE (39, oneway) sent to one
 live producer channel of its PGROUP (round robin); after ``transactionCheckMax`` checks it is
 discarded: copied to ``TRANS_CHECK_MAX_TIME_TOPIC`` together with its op record, and a warning logged.
+A check counts even when no producer of the group is connected (RocketMQ's rule: a group gone for good
+ends in the discard). The check's body is the half record re-encoded with its real topic and queue and
+``TRANSACTION_CHECK_TIMES``; its header's ``transactionId`` is the ``__transactionId__`` property, or
+the UNIQ_KEY. The producer answers with END_TRANSACTION, ``fromTransactionCheck`` true.
 """
 
 from __future__ import annotations
