@@ -27,8 +27,9 @@ What is guaranteed:
   may still go either way, it answers UNKNOWN (any producer of the group may be asked, also while the
   transaction is running in another process).
 
-Transactional messages cannot be delayed (their delay level would apply to the half message) and are
-not sent in batches (brokers refuse them).
+A transactional message's ``delay_level`` delays its committed copy (CometMQ's brokers; RocketMQ's Java
+client drops the delay of a transactional message). Transactional messages are not sent in batches
+(brokers refuse them).
 """
 
 from __future__ import annotations
@@ -272,11 +273,6 @@ class TransactionProducer(Producer):
         """A send of ``msg`` as a half message of this group (with ``__transactionId__`` when
         ``transaction_id`` is given)."""
         self._check_running()
-        if msg.delay_level:
-            raise InvalidMessageError(
-                f"message to {msg.topic!r}: a transactional message cannot be delayed (its delay would "
-                "apply to the half message, not to the committed one)"
-            )
         if TRANSACTION_ID in msg.properties:
             raise InvalidMessageError(f"property {TRANSACTION_ID} is set by the transaction, not by hand")
         body, sys_flag, text, uniq = self._prepare(msg)

@@ -126,6 +126,35 @@ def test_an_undecided_message_is_settled_by_the_check_back(tmp_path: Path, outco
     run(scenario())
 
 
+def test_a_delayed_message_is_delayed_from_its_commit_and_never_delivered_when_rolled_back(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path) as (namesrv, _):
+            await create_topic(namesrv, "TxOrders")
+            checker = Checker(TransactionState.ROLLBACK)
+            async with (
+                TransactionProducer(GROUP, namesrv, check=checker) as producer,
+                consuming(namesrv, "GID_tx", "TxOrders") as received,
+            ):
+                for body, state in [
+                    (b"delayed, cancelled", TransactionState.ROLLBACK),
+                    (b"delayed", TransactionState.COMMIT),
+                ]:
+                    await producer.send_in_transaction(
+                        Message("TxOrders", body, delay_level=1), answer(state)
+                    )
+                # Both would go through the same delay level's queue, in this order.
+                await received.wait_for(b"delayed")
+                assert not received.bodies[b"delayed, cancelled"]
+                [delivered] = received.messages
+                # Stored in its queue by the delay service, level 1's second after it was sent: the
+                # delay was applied (the DELAY property is gone by then, as in RocketMQ).
+                assert delivered.store_timestamp - delivered.born_timestamp >= 1000
+
+    run(scenario())
+
+
 def test_an_open_transaction_is_answered_unknown_without_asking_the_checker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
