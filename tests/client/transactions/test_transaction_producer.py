@@ -37,11 +37,14 @@ def answer(state: TransactionState) -> ExecuteFn:
 
 
 async def commit_marker(producer: TransactionProducer, *topics: str) -> list[bytes]:
-    """A committed message on each of *topics*: its body, as the consumer will see it."""
+    """A committed message on each of *topics*: their bodies, as the consumer will see them."""
+    bodies = []
     async with producer.transaction() as transaction:
         for topic in topics:
-            await transaction.send(Message(topic, f"marker {transaction.transaction_id}".encode()))
-    return [f"marker {transaction.transaction_id}".encode()]
+            body = f"marker {transaction.transaction_id} {topic}".encode()
+            await transaction.send(Message(topic, body))
+            bodies.append(body)
+    return bodies
 
 
 def test_a_committed_message_is_delivered_once(tmp_path: Path) -> None:
