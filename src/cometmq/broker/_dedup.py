@@ -19,13 +19,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cometmq.errors import RecordError
 from cometmq.protocol.naming import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
-from cometmq.protocol.properties import decode_properties, property_finder
+from cometmq.protocol.properties import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    decode_properties,
+    property_finder,
+)
 from cometmq.protocol.record import decode_record_at
 from cometmq.protocol.topic_config import DEDUPLICATION_ATTRIBUTE
 from cometmq.protocol.transaction import REAL_QUEUE_ID
@@ -37,16 +43,27 @@ if TYPE_CHECKING:
 log = logging.getLogger("cometmq.broker")
 
 _find_uniq_key = property_finder("UNIQ_KEY")
+_SEPARATOR = PROPERTY_SEPARATOR.encode()
+_KEYS_PAIR = b"KEYS" + NAME_VALUE_SEPARATOR.encode()
 
 
-class _FirstCopy(NamedTuple):
-    """What a repeat is answered with (a tuple: a million of them must stay small)."""
+@dataclass(slots=True)
+class _Stored:
+    """One put's copies: what their repeats are answered with. Message *n* of the put is at queue
+    offset ``queue_offset + n`` with offset message id ``msg_ids[n]``."""
 
     store_ms: int
-    queue_id: int  # as the first send's answer named it (a half or delayed message's real queue)
+    queue_id: int  # as the send's answer named it (a half or delayed message's real queue)
     queue_offset: int
-    msg_id: str  # the offset message id
-    end: int  # a commit-log end the first copy lies below: what the answer waits to be flushed
+    msg_ids: list[str]
+    end: int  # the put's commit-log end: what an answer waits to be flushed (or replicated)
+
+
+# A remembered key's first copy: the number of its put, shifted, plus its position in the put. An int,
+# and the keys bytes, per topic: no object per key the garbage collector has to walk (bench/dedup.py).
+_POSITION_BITS = 32
+_POSITIONS = 1 << _POSITION_BITS
+_Copy = tuple[_Stored, int]  # a first copy: its put, and its position in it
 
 
 class Deduplicator:
@@ -54,11 +71,16 @@ class Deduplicator:
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        # (stored topic, UNIQ_KEY) → its first copy, oldest first (the order of eviction).
-        self._copies: OrderedDict[tuple[str, bytes], _FirstCopy] = OrderedDict()
+        self._copies: dict[str, dict[bytes, int]] = {}  # stored topic → UNIQ_KEY → its first copy
+        self._puts: dict[int, _Stored] = {}
+        self._next_put = 0
+        # The puts in the order they were remembered, with their keys, for eviction oldest first (a
+        # deque: a dict's first key is found in time growing with the keys deleted before it).
+        self._order: deque[tuple[int, str, list[bytes]]] = deque()
+        self._evicted_of_oldest = 0  # keys of the oldest put looked at already
 
     def __len__(self) -> int:
-        return len(self._copies)
+        return sum(len(keys) for keys in self._copies.values())
 
     def enabled_for(self, topic: str) -> bool:
         """Whether sends to *topic* are deduplicated: its ``deduplication`` attribute, else the
@@ -72,6 +94,9 @@ class Deduplicator:
     def clear(self) -> None:
         """Forget every key (a slave serves no sends; a promotion rebuilds them)."""
         self._copies.clear()
+        self._puts.clear()
+        self._order.clear()
+        self._evicted_of_oldest = 0
 
     # Sends ---------------------------------------------------------------------------------------
 
@@ -80,129 +105,131 @@ class Deduplicator:
         window: the store's result, or one describing the first copy (``count`` 0), and the queue id
         the answer names."""
         store = self._broker.store
-        key = message.uniq_key.encode("utf-8", "surrogatepass")
-        if not key:
+        if not message.uniq_key:
             return store.put(message), queue_id
+        topic = message.topic
+        key = message.uniq_key.encode("utf-8", "surrogatepass")
         now_ms = int(time.time() * 1000)
-        first = self._lookup(message.topic, key, now_ms)
+        first = self._first_copy(self._copies.get(topic, {}).get(key), now_ms)
         if first is not None:
-            return self._first_copies_result([first]), first.queue_id
+            return self._answer([first]), first[0].queue_id
         result = store.put(message)
         if result.status is PutStatus.PUT_OK:
-            self._remember(
-                message.topic,
-                key,
-                _FirstCopy(
-                    now_ms,
-                    queue_id,
-                    result.queue_offset,
-                    result.msg_id_text,
-                    result.commitlog_end_offset,
-                ),
-                now_ms,
+            stored = _Stored(
+                now_ms, queue_id, result.queue_offset, [result.msg_id_text], result.commitlog_end_offset
             )
+            self._remember(stored, topic, [key], now_ms)
         return result, queue_id
 
     def put_batch(self, batch: MessageBatch) -> tuple[PutResult, int]:
         """Store the messages of *batch* whose keys were not stored within the window (nor earlier in
         the batch): all repeats → the first copies' answer; none → the batch as it is; some → the
         others stored, the answer's ids in the batch's order (each repeat's the first copy's), its
-        queue offset the first message's."""
+        queue offset the first message's. bench/dedup.py measures it beside a plain batch."""
         store = self._broker.store
         topic = batch.topic
         now_ms = int(time.time() * 1000)
-        keys = [_last_uniq_key(properties) for properties in batch.properties]
+        keys = _uniq_keys(batch)
+        found = list(map(self._copies.get(topic, {}).get, keys))
+        if found.count(None) == len(found) and len(set(keys)) == len(keys):
+            result = store.put_batch(batch)  # no repeat: the usual case, decided with no loop here
+            if result.status is PutStatus.PUT_OK:
+                self._remember(self._stored(result, batch.queue_id, now_ms), topic, keys, now_ms)
+            return result, batch.queue_id
         # Per repeated message: its first copy, or the position of an earlier message of the batch.
-        repeats: dict[int, _FirstCopy | int] = {}
+        repeats: dict[int, _Copy | int] = {}
         position_of_key: dict[bytes, int] = {}
         for i, key in enumerate(keys):
             if not key:
                 continue
-            found = self._lookup(topic, key, now_ms)
-            if found is not None:
-                repeats[i] = found
+            first = self._first_copy(found[i], now_ms)
+            if first is not None:
+                repeats[i] = first
             elif key in position_of_key:
                 repeats[i] = position_of_key[key]
             else:
                 position_of_key[key] = i
-        if not repeats:
-            result = store.put_batch(batch)
-            if result.status is PutStatus.PUT_OK:
-                self._remember_batch(topic, keys, range(len(keys)), result, batch.queue_id, now_ms)
-            return result, batch.queue_id
         fresh = [i for i in range(len(keys)) if i not in repeats]
-        answers: dict[int, _FirstCopy] = {}
+        answers: dict[int, _Copy] = {}
         if fresh:
             result = store.put_batch(_subset(batch, fresh))
             if result.status is not PutStatus.PUT_OK:
                 return result, batch.queue_id
-            self._remember_batch(topic, keys, fresh, result, batch.queue_id, now_ms)
-            end = result.commitlog_end_offset
-            for n, (i, msg_id) in enumerate(zip(fresh, result.msg_ids, strict=True)):
-                answers[i] = _FirstCopy(now_ms, batch.queue_id, result.queue_offset + n, msg_id, end)
-        for i, repeat in sorted(repeats.items()):
-            answers[i] = repeat if isinstance(repeat, _FirstCopy) else answers[repeat]
-        merged = self._first_copies_result([answers[i] for i in range(len(keys))])
+            stored = self._stored(result, batch.queue_id, now_ms)
+            self._remember(stored, topic, [keys[i] for i in fresh], now_ms)
+            answers = {i: (stored, n) for n, i in enumerate(fresh)}
+        for i, repeat_of in sorted(repeats.items()):
+            answers[i] = repeat_of if isinstance(repeat_of, tuple) else answers[repeat_of]
+        merged = self._answer([answers[i] for i in range(len(keys))])
         merged.count = len(fresh)
-        return merged, answers[0].queue_id
+        return merged, answers[0][0].queue_id
 
-    def _lookup(self, topic: str, key: bytes, now_ms: int) -> _FirstCopy | None:
-        first = self._copies.get((topic, key))
-        if first is None or now_ms - first.store_ms > self._broker.config.deduplication_window_seconds * 1000:
+    @staticmethod
+    def _stored(result: PutResult, queue_id: int, now_ms: int) -> _Stored:
+        return _Stored(now_ms, queue_id, result.queue_offset, result.msg_ids, result.commitlog_end_offset)
+
+    def _first_copy(self, copy: int | None, now_ms: int) -> _Copy | None:
+        """The put and position *copy* names, unless it is past the window."""
+        if copy is None:
             return None
-        return first
+        put_number, position = divmod(copy, _POSITIONS)
+        stored = self._puts[put_number]
+        if now_ms - stored.store_ms > self._broker.config.deduplication_window_seconds * 1000:
+            return None
+        return stored, position
 
-    def _remember(self, topic: str, key: bytes, first: _FirstCopy, now_ms: int) -> None:
-        copies = self._copies
-        copies[(topic, key)] = first
-        copies.move_to_end((topic, key))  # a key stored again after its window: now the newest
-        self._evict(now_ms)
-
-    def _remember_batch(
-        self,
-        topic: str,
-        keys: list[bytes],
-        stored: Iterable[int],
-        result: PutResult,
-        queue_id: int,
-        now_ms: int,
-    ) -> None:
-        copies = self._copies
-        ids = result.msg_ids
-        end = result.commitlog_end_offset
-        for n, i in enumerate(stored):
-            key = keys[i]
-            if key:
-                copies[(topic, key)] = _FirstCopy(now_ms, queue_id, result.queue_offset + n, ids[n], end)
-                copies.move_to_end((topic, key))
+    def _remember(self, stored: _Stored, topic: str, keys: list[bytes], now_ms: int) -> None:
+        """Remember *keys* of *topic*, message by message the copies of *stored* (an empty UNIQ_KEY:
+        none)."""
+        self._evict(now_ms)  # first: a key stored again after its window is forgotten before
+        number = self._next_put
+        self._next_put += 1
+        self._puts[number] = stored
+        copies = self._copies.setdefault(topic, {})
+        copies.update(
+            zip(keys, range(number << _POSITION_BITS, (number << _POSITION_BITS) + len(keys)), strict=True)
+        )
+        copies.pop(b"", None)  # messages without a UNIQ_KEY
+        self._order.append((number, topic, keys))
         self._evict(now_ms)
 
     def _evict(self, now_ms: int) -> None:
         """Forget the oldest keys past the bound, and those past the window."""
-        copies = self._copies
+        order = self._order
         config = self._broker.config
-        excess = len(copies) - config.deduplication_max_keys
-        for _ in range(max(0, excess)):
-            copies.popitem(last=False)
         oldest_kept = now_ms - config.deduplication_window_seconds * 1000
-        while copies:
-            # OrderedDict iterates along its links: the first entry is found in constant time.
-            first = next(iter(copies.values()))
-            if first.store_ms >= oldest_kept:
-                break
-            copies.popitem(last=False)
+        excess = len(self) - config.deduplication_max_keys
+        while order:
+            number, topic, keys = order[0]
+            expired = self._puts[number].store_ms < oldest_kept
+            if excess <= 0 and not expired:
+                return
+            copies = self._copies[topic]
+            position = self._evicted_of_oldest
+            while position < len(keys) and (excess > 0 or expired):
+                key = keys[position]
+                if copies.get(key) == (number << _POSITION_BITS) + position:  # not stored again since
+                    del copies[key]
+                    excess -= 1
+                position += 1
+            if position < len(keys):
+                self._evicted_of_oldest = position
+                return
+            order.popleft()
+            del self._puts[number]
+            self._evicted_of_oldest = 0
 
-    def _first_copies_result(self, copies: list[_FirstCopy]) -> PutResult:
+    def _answer(self, copies: Sequence[_Copy]) -> PutResult:
         """A result that answers a send with *copies*: their ids, the first one's queue offset, and an
         end past all of them (what a SYNC_FLUSH or SYNC_MASTER answer waits for)."""
-        ids = [c.msg_id for c in copies]
+        first, n = copies[0]
         return PutResult(
             PutStatus.PUT_OK,
-            commitlog_offset=max(c.end for c in copies),
-            queue_offset=copies[0].queue_offset,
+            commitlog_offset=max(stored.end for stored, _ in copies),
+            queue_offset=first.queue_offset + n,
             count=0,
-            store_timestamp=copies[0].store_ms,
-            msg_id_text=",".join(ids),
+            store_timestamp=first.store_ms,
+            msg_id_text=",".join(stored.msg_ids[n] for stored, n in copies),
             wrote_bytes=0,
         )
 
@@ -215,13 +242,12 @@ class Deduplicator:
         broker = self._broker
         config = broker.config
         started = time.monotonic()
-        now_ms = int(time.time() * 1000)
-        since_ms = now_ms - config.deduplication_window_seconds * 1000
+        since_ms = int(time.time() * 1000) - config.deduplication_window_seconds * 1000
         limit = config.deduplication_max_keys
-        topics = [name for name in list(broker.topics.topics) if self.enabled_for(name)]
+        topics = {name for name in broker.topics.topics if self.enabled_for(name)}
         if topics:
-            topics += [SCHEDULE_TOPIC, TRANS_HALF_TOPIC]
-        found: list[tuple[int, str, bytes, _FirstCopy]] = []
+            topics |= {SCHEDULE_TOPIC, TRANS_HALF_TOPIC}
+        found: list[tuple[int, str, bytes, _Stored]] = []
         store = broker.store
         for topic in topics:
             for queue_id in store.queue_ids(topic):
@@ -229,12 +255,15 @@ class Deduplicator:
                 first = max(store.first_offset_at(topic, queue_id, since_ms), end - limit)
                 found.extend(self._queue_keys(topic, queue_id, first, end))
         found.sort(key=lambda item: item[0])
-        self._copies.clear()
-        for _, topic, key, copy in found[-limit:]:
-            self._copies[(topic, key)] = copy
+        self.clear()
+        for number, (_, topic, key, stored) in enumerate(found[-limit:]):
+            self._puts[number] = stored
+            self._copies.setdefault(topic, {})[key] = number << _POSITION_BITS
+            self._order.append((number, topic, [key]))
+        self._next_put = len(self._puts)
         log.info(
             "deduplication: %d keys of the last %d s rebuilt from %d topics in %.3f s",
-            len(self._copies),
+            len(self),
             config.deduplication_window_seconds,
             len(topics),
             time.monotonic() - started,
@@ -242,7 +271,7 @@ class Deduplicator:
 
     def _queue_keys(
         self, topic: str, queue_id: int, first: int, end: int
-    ) -> Iterable[tuple[int, str, bytes, _FirstCopy]]:
+    ) -> Iterator[tuple[int, str, bytes, _Stored]]:
         store = self._broker.store
         for offset in range(first, end):
             unit = store.queue_unit(topic, queue_id, offset)
@@ -258,20 +287,27 @@ class Deduplicator:
             if not key:
                 continue
             answered_queue = properties.get(REAL_QUEUE_ID, "")
-            copy = _FirstCopy(
+            stored = _Stored(
                 decoded.store_timestamp,
                 int(answered_queue) if answered_queue.isdigit() else queue_id,
                 offset,
-                decoded.offset_msg_id,  # the record's store host: the id the first answer carried
+                [decoded.offset_msg_id],  # the record's store host: the id the first answer carried
                 decoded.commitlog_offset + decoded.total_size,
             )
-            yield decoded.commitlog_offset, topic, key.encode("utf-8", "surrogatepass"), copy
+            yield decoded.commitlog_offset, topic, key.encode("utf-8", "surrogatepass"), stored
 
 
-def _last_uniq_key(properties: bytes) -> bytes:
-    """A message's UNIQ_KEY in its encoded properties (given twice: the last, as decoding keeps)."""
-    found = _find_uniq_key(properties)
-    return found[-1][1] if found else b""
+def _uniq_keys(batch: MessageBatch) -> list[bytes]:
+    """Each message's UNIQ_KEY (b"" without). The index keys hold them already, each message's first
+    (its KEYS follow): when no message has KEYS and each has one index key, they are the UNIQ_KEYs,
+    found without a step per message. Otherwise each message's properties are searched."""
+    count = len(batch.properties)
+    index_keys = batch.index_keys
+    if len(index_keys) == count and batch.index_owners == list(range(count)):
+        everything = _SEPARATOR.join(batch.properties)
+        if not everything.startswith(_KEYS_PAIR) and _SEPARATOR + _KEYS_PAIR not in everything:
+            return index_keys
+    return [found[-1][1] if (found := _find_uniq_key(properties)) else b"" for properties in batch.properties]
 
 
 def _subset(batch: MessageBatch, positions: list[int]) -> MessageBatch:
