@@ -7,7 +7,8 @@ one created with `--attributes +deduplication=true` and one without; then `comet
 (batches of --batch, --inflight in flight, a fresh UNIQ_KEY per message, as a producer's) against
 each topic in turn, --rounds times (off first, then on first, and so on). Prints each workload's
 median messages/s over the rounds, and on / off: the share of throughput deduplication keeps (each
-message's key looked up before the store's append, and remembered after).
+message's key looked up before the store's append, and remembered after). It stops if a topic holds
+fewer or more messages than were sent.
 
 The machine is noisy: compare the ratio of one run, not absolute figures across runs.
 """
@@ -15,6 +16,7 @@ The machine is noisy: compare the ratio of one run, not absolute figures across 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import statistics
@@ -22,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from cometmq.client import AdminClient, MessageQueue
 
 COMMAND = [sys.executable, "-m", "cometmq"]
 TOPICS = {"off": "BenchDedupOff", "on": "BenchDedupOn"}
@@ -48,6 +52,18 @@ def _start_standalone(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
         if found is not None:
             return server, found.group(1)
     raise SystemExit(f"the standalone server exited with {server.wait()}")
+
+
+async def _stored(namesrv: str, topic: str) -> int:
+    """Messages *topic* holds, over its queues."""
+    async with AdminClient(namesrv) as admin:
+        route = await admin.topic_route(topic)
+        total = 0
+        for queue_data in route.queue_datas:
+            for queue_id in range(queue_data.write_queue_nums):
+                low, high = await admin.offset_bounds(MessageQueue(topic, queue_data.broker_name, queue_id))
+                total += high - low
+        return total
 
 
 def main() -> None:
@@ -103,6 +119,12 @@ def main() -> None:
                         )
                     )
                     rates[mode].append(report["rows"][0]["msg_per_s"])
+            # Every run sends one message before its clock starts; each has a fresh UNIQ_KEY.
+            expected = args.rounds * (args.count + 1)
+            for topic in TOPICS.values():
+                stored = asyncio.run(_stored(namesrv, topic))
+                if stored != expected:
+                    raise SystemExit(f"{topic} holds {stored} messages, not the {expected} sent")
         finally:
             server.terminate()
             server.wait()
