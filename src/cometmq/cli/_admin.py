@@ -128,7 +128,8 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         metavar="CHANGES",
         help=(
             "change the topic's attributes, RocketMQ 5's way: +name=value sets, -name removes, "
-            "comma-separated (+deduplication=true: sends to the topic are deduplicated)"
+            "comma-separated (+deduplication=true: sends to the topic are deduplicated); changes that "
+            "start with - are given as --attributes=-name"
         ),
     )
 
