@@ -12,11 +12,20 @@ import pytest
 
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
+from cometmq.protocol.broker_headers import NotifyBrokerRoleChangedRequestHeader
 from cometmq.protocol.properties import decode_properties, encode_properties
 from cometmq.remoting import RemotingClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
-from _support import address, broker_and_client, pull, run, running_broker, send_request
+from _support import (
+    address,
+    broker_and_client,
+    name_server,
+    pull,
+    run,
+    running_broker,
+    send_request,
+)
 
 from waiting import wait_until
 
@@ -218,5 +227,50 @@ def test_the_keys_of_the_window_are_rebuilt_at_start(tmp_path: Path) -> None:
             assert await _send_batch(client, addr, "Rebuilt", ["B1", "B2"], 1) == batch
             assert await _keys_in(client, addr, "Rebuilt", 0) == ["B1", "B2"]
             assert await _keys_in(client, addr, "Rebuilt", 1) == ["S"]
+
+    run(main())
+
+
+def test_a_promoted_slave_answers_a_repeat_of_what_its_old_master_stored(tmp_path: Path) -> None:
+    def role_changed(master_address: str, epoch: int) -> RemotingCommand:
+        header = NotifyBrokerRoleChangedRequestHeader(master_address=master_address, master_epoch=epoch)
+        return RemotingCommand(code=RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields=header.encode())
+
+    async def main() -> None:
+        client = RemotingClient()
+        async with (
+            name_server() as (_, ns_addr),
+            running_broker(
+                tmp_path / "a", namesrvAddr=ns_addr, brokerId=2, deduplicationEnable="true"
+            ) as master,
+            running_broker(
+                tmp_path / "b",
+                slave_sync_period_s=0.1,
+                namesrvAddr=ns_addr,
+                brokerRole="SLAVE",
+                brokerId=1,
+                deduplicationEnable="true",
+            ) as slave,
+        ):
+            master_addr, slave_addr = address(master), address(slave)
+            await _create_topic(client, master_addr, "Promoted")
+            first = await _send(client, master_addr, "Promoted", "K")
+            await wait_until(
+                lambda: (
+                    slave.store.replica_end() == master.store.replica_end()
+                    and "Promoted" in slave.topics.topics
+                ),
+                message="the slave holds the master's log and topic",
+            )
+            assert len(slave.deduplicator) == 0  # a slave serves no sends
+            assert (
+                await client.invoke(master_addr, role_changed(slave_addr, 2))
+            ).code == ResponseCode.SUCCESS
+            assert len(master.deduplicator) == 0
+            assert (await client.invoke(slave_addr, role_changed(slave_addr, 2))).code == ResponseCode.SUCCESS
+            assert await _send(client, slave_addr, "Promoted", "K", 1) == first
+            assert await _keys_in(client, slave_addr, "Promoted", 0) == ["K"]
+            assert await _keys_in(client, slave_addr, "Promoted", 1) == []
+        await client.close()
 
     run(main())
