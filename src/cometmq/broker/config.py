@@ -303,7 +303,7 @@ class BrokerConfig:
         for key, value, limit in (
             # A week: the keys of a longer window would have to outlive most retention settings.
             ("deduplicationWindowSeconds", self.deduplication_window_seconds, 7 * 24 * 3600),
-            # About a hundred bytes a key: 100 million keys is some 10 GB of memory.
+            # About 200 bytes a key (docs/operations.md): 100 million keys is some 20 GB of memory.
             ("deduplicationMaxKeys", self.deduplication_max_keys, 100_000_000),
         ):
             if not 1 <= value <= limit:
