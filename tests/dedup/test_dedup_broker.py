@@ -13,6 +13,7 @@ import pytest
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
 from cometmq.protocol.broker_headers import NotifyBrokerRoleChangedRequestHeader
+from cometmq.protocol.naming import TRANS_HALF_TOPIC
 from cometmq.protocol.properties import decode_properties, encode_properties
 from cometmq.remoting import RemotingClient
 
@@ -272,5 +273,24 @@ def test_a_promoted_slave_answers_a_repeat_of_what_its_old_master_stored(tmp_pat
             assert await _keys_in(client, slave_addr, "Promoted", 0) == ["K"]
             assert await _keys_in(client, slave_addr, "Promoted", 1) == []
         await client.close()
+
+    run(main())
+
+
+def test_a_repeated_half_message_is_stored_once_when_its_real_topic_is_deduplicated(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await _create_topic(client, addr, "Transactional", "+deduplication=true")
+            properties = {"UNIQ_KEY": "H1", "TRAN_MSG": "true", "PGROUP": "PG"}
+
+            async def send_half(queue_id: int) -> tuple[str, int, int]:
+                request = send_request("Transactional", b"half", queue_id, properties, sysFlag="4")
+                return _answer(await client.invoke(addr, request))
+
+            first = await send_half(1)
+            assert first[1] == 1  # the answer names the real queue
+            assert await send_half(0) == first
+            assert broker.store.max_offset(TRANS_HALF_TOPIC, 0) == 1
+            assert await _keys_in(client, addr, "Transactional", 0) == []
 
     run(main())
