@@ -9,6 +9,7 @@ Every failure a caller can act on is a :class:`CometMQError`::
     │   ├── HeaderError          a request header field missing, of the wrong type or out of range
     │   └── AuthError            a user, an ACL or a credential refused (access control)
     ├── BrokerError              a client got an answer with a response code other than success
+    │   └── TransactionError     a broker refused to end a transaction's half messages as asked
     ├── RemotingTimeoutError     no answer within the timeout
     ├── ConnectionClosedError    the connection closed (or never opened) before the answer
     │   └── ResponseLostError    it closed after the request was written: its outcome is unknown
@@ -30,6 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
     from cometmq.client.message import MessageQueue
@@ -74,6 +76,24 @@ class BrokerError(CometMQError):
         self.code = code
         self.remark = remark or ""
         super().__init__(f"code {code}: {self.remark}" if self.remark else f"code {code}")
+
+
+class TransactionError(BrokerError):
+    """Brokers refused to end some half messages of a transaction as asked, because each was settled
+    otherwise already (discarded after the broker's last check-back, or ended the other way). A
+    BrokerError because it is one (or more) refusing answers; ``code`` and ``remark`` are the first
+    refusal's, ``refused`` lists every one as (topic, msg id, response code, remark)."""
+
+    def __init__(self, transaction_id: str, state: str, refused: Sequence[tuple[str, str, int, str]]) -> None:
+        self.transaction_id = transaction_id
+        self.state = state
+        self.refused = tuple(refused)
+        _, _, code, remark = self.refused[0]
+        super().__init__(code, remark)
+        halves = "; ".join(
+            f"{topic} message {msg_id}: code {code}: {remark}" for topic, msg_id, code, remark in self.refused
+        )
+        self.args = (f"ending transaction {transaction_id} {state} was refused for {halves}",)
 
 
 class RemotingTimeoutError(CometMQError):

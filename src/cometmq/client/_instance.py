@@ -190,6 +190,7 @@ class ClientInstance:
         self._producer_groups: set[str] = set()
         self._consumers: dict[str, ConsumerMember] = {}
         self._transaction_members: dict[str, TransactionMember] = {}
+        self._learns_brokers = False  # every broker of the cluster, on each route refresh
         self._route_listeners: list[Callable[[str, TopicRouteData | None], None]] = []
         self._unreachable_refreshes: dict[str, float] = {}  # topic → its last such refresh (clock s)
         self.clock: Callable[[], float] = time.monotonic
@@ -303,8 +304,12 @@ class ClientInstance:
     def _learn_route(self, topic: str, route: TopicRouteData) -> None:
         changed = self._routes.get(topic) != route
         self._routes[topic] = route
+        known = len(self._broker_addrs)
         for broker in route.broker_datas:
             self._broker_addrs[broker.broker_name] = dict(broker.broker_addrs)
+        if len(self._broker_addrs) > known and self._transaction_members:
+            # A broker checks back only the producers that heartbeat it: tell a new one at once.
+            self._tasks.append(asyncio.get_running_loop().create_task(self.send_heartbeat()))
         if changed:
             for listener in self._route_listeners:
                 listener(topic, route)
@@ -325,6 +330,7 @@ class ClientInstance:
     async def refresh_routes(self) -> None:
         for topic in list(self._routes):
             await self._refresh_route(topic)
+        await self.learn_brokers()
 
     async def refresh_route_if_unreachable(self, topic: str, error: CometMQError) -> None:
         """After a request to a broker of ``topic`` failed with ``error``: when the broker could not
@@ -438,13 +444,47 @@ class ClientInstance:
 
     def register_transaction_member(self, member: TransactionMember) -> None:
         """Send the check-backs of ``member.group``'s half messages to ``member`` (its group is
-        registered as a producer group too)."""
+        registered as a producer group too), and from then on learn every broker of the cluster on each
+        route refresh (:meth:`learn_brokers`): a broker checks back only producers that heartbeat it."""
         self._producer_groups.add(member.group)
         self._transaction_members[member.group] = member
+        self._learns_brokers = True
 
     async def learn_brokers(self) -> None:
-        """Learn the address of every broker the name server knows (GET_BROKER_CLUSTER_INFO), so
-        that heartbeats reach the brokers of topics this client never looked up."""
+        """Learn the address of every broker the name server knows (GET_BROKER_CLUSTER_INFO), so that
+        heartbeats reach the brokers of topics this client never looked up; forget the brokers that are
+        neither in that list nor in any route. Failures are logged; a name server refusing the request
+        (NO_PERMISSION: access control) is warned about once and not asked again."""
+        if not self._learns_brokers:
+            return
+        try:
+            cluster = await self._cluster_info()
+        except BrokerError as exc:
+            if exc.code != ResponseCode.NO_PERMISSION:
+                log.info("cannot list the cluster's brokers: %s", exc)
+                return
+            self._learns_brokers = False
+            log.warning(
+                "the name server refuses to list the cluster's brokers (%s): grant this client's user "
+                "Cluster Get on the name server; until then transaction check-backs come only from the "
+                "brokers this client sent to",
+                exc.remark,
+            )
+            return
+        except CometMQError as exc:
+            log.info("cannot list the cluster's brokers: %s", exc)
+            return
+        listed = {name: broker for name, broker in cluster.broker_addr_table.items() if broker.broker_addrs}
+        routed = {broker.broker_name for route in self._routes.values() for broker in route.broker_datas}
+        for name in [name for name in self._broker_addrs if name not in listed and name not in routed]:
+            del self._broker_addrs[name]
+        known = len(self._broker_addrs)
+        for name, broker in listed.items():
+            self._broker_addrs[name] = dict(broker.broker_addrs)
+        if len(self._broker_addrs) > known:
+            await self.send_heartbeat()
+
+    async def _cluster_info(self) -> ClusterInfo:
         last_error: CometMQError | None = None
         for addr in self.namesrv_addrs:
             try:
@@ -454,10 +494,7 @@ class ClientInstance:
                 continue
             if response.code != ResponseCode.SUCCESS:
                 raise BrokerError(response.code, response.remark)
-            for name, broker in ClusterInfo.decode(response.body).broker_addr_table.items():
-                if broker.broker_addrs:
-                    self._broker_addrs[name] = dict(broker.broker_addrs)
-            return
+            return ClusterInfo.decode(response.body)
         assert last_error is not None
         raise last_error
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from cometmq.client._lifecycle import ClientState
 from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus
-from cometmq.client.transaction import TransactionSendResult, TransactionState, checked_state
+from cometmq.client.transaction import TransactionSendResult, TransactionState
 from cometmq.errors import ClientStateError
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from cometmq.client.producer import QueueSelector, SendCallback
     from cometmq.client.transaction import CheckFn
     from cometmq.client.transaction import Transaction as AsyncTransaction
+    from cometmq.client.transaction import TransactionProducer as AsyncTransactionProducer
     from cometmq.protocol.ha_status import HARuntimeInfo
     from cometmq.protocol.record import DecodedRecord
     from cometmq.protocol.route import BrokerData, ClusterInfo, TopicRouteData
@@ -479,22 +480,22 @@ class TransactionProducer(Producer):
         self, message: Message, execute: Callable[[Message], TransactionState]
     ) -> TransactionSendResult:
         """As :meth:`cometmq.client.transaction.TransactionProducer.send_in_transaction`, blocking, with
-        ``execute`` called on this thread."""
+        ``execute`` (a plain function: a coroutine function is refused with TypeError) called on this
+        thread."""
+        if inspect.iscoroutinefunction(execute):
+            raise TypeError(f"execute must be a plain function here, not the coroutine function {execute!r}")
         self._check_direct_call()
         loop = self._loop
-        transaction = _run(loop, _call(self._client._single_transaction))
-        sent: SendResult = _run(loop, transaction.send(message))
+        client: AsyncTransactionProducer = self._client
+        transaction, sent = _run(loop, client._send_alone(message))
         if sent.status is not SendStatus.SEND_OK:
-            _run(loop, transaction._end(TransactionState.ROLLBACK))
-            return TransactionSendResult(sent, TransactionState.ROLLBACK, transaction.transaction_id)
+            return _run(loop, client._end_alone(transaction, sent, TransactionState.ROLLBACK))
         try:
             answer = execute(message)
         except BaseException:  # interrupted too: the transaction must not stay open
             _run(loop, transaction._end(TransactionState.UNKNOWN))
             raise
-        state = checked_state(answer, "the local transaction")
-        _run(loop, transaction._end(state))
-        return TransactionSendResult(sent, state, transaction.transaction_id)
+        return _run(loop, client._end_alone(transaction, sent, answer))
 
     def transaction(self) -> Transaction:
         """As :meth:`cometmq.client.transaction.TransactionProducer.transaction`: a new transaction of
@@ -524,7 +525,8 @@ class Transaction:
 
     @property
     def pending(self) -> tuple[SendResult, ...]:
-        """The halves whose END_TRANSACTION failed, left to the check-back."""
+        """The halves not known settled: all of them until their ENDs were answered, then those whose
+        END got no answer (left to the check-back)."""
         return self._transaction.pending
 
     def send(self, message: Message) -> SendResult:

@@ -6,20 +6,32 @@ RocketMQ's protocol underneath (docs/protocol.md, "Transactions"): each message 
 broker stores out of its consumers' sight. END_TRANSACTION then commits it (the broker copies it to its
 real queue) or rolls it back. A half message that no END_TRANSACTION settles is *checked back*: after
 the broker's ``transactionTimeOut`` it asks a live producer of the same group (CHECK_TRANSACTION_STATE)
-and that producer's ``check`` callback answers, again and again until it answers COMMIT or ROLLBACK or
-the broker gives up (``transactionCheckMax`` checks; the message is then discarded).
+and that producer's ``check`` callback answers, again every ``transactionCheckInterval`` until it
+answers COMMIT or ROLLBACK or the broker gives up after ``transactionCheckMax`` checks: the half is then
+discarded (never delivered). So a transaction may stay open at most transactionTimeOut +
+transactionCheckMax * transactionCheckInterval (6 s + 15 * 30 s by default): past that, its first
+halves are discarded, and ending it COMMIT raises :class:`~cometmq.errors.TransactionError`.
 
 What is guaranteed:
 
-- A message sent in a transaction is delivered to consumers only if the transaction commits, and then
-  once; one rolled back is never delivered. A transaction whose ends are lost (the producer died, the
-  END_TRANSACTION request failed) is settled by the check-back, as its ``check`` answers.
-- Several messages of one :class:`Transaction` share one transaction id (property
-  ``__transactionId__``). Check-backs of one id ask the checker once: concurrent checks share one call,
-  and a COMMIT or ROLLBACK answer is remembered (up to ``REMEMBERED_DECISIONS`` ids for
+- A message sent in a transaction is delivered to consumers only if the transaction commits; one
+  rolled back is never delivered. A transaction whose ENDs are lost (the producer died, the request got
+  no answer) is settled by the check-back. An END the broker refuses (the half was settled otherwise:
+  discarded, or ended the other way) raises :class:`~cometmq.errors.TransactionError` naming it.
+- Every transaction has an id of its own, 32 hex digits (property ``__transactionId__`` on each of its
+  halves; never the caller's UNIQ_KEY, which a caller may reuse). Check-backs of one id ask the checker
+  once at a time, and a COMMIT or ROLLBACK answer is remembered (up to ``REMEMBERED_DECISIONS`` ids for
   ``REMEMBER_DECISION_S`` seconds), so every message of the transaction is settled the same way even if
   the checker would later answer otherwise. A transaction still open in this producer is answered
-  UNKNOWN without asking the checker; one this producer ended answers as it ended.
+  UNKNOWN without asking the checker. One this producer ended is remembered only while some of its
+  halves may still be checked (an END got no answer, or a send failed or was retried): such a check is
+  answered as it ended.
+- A half stored by a send attempt whose answer was lost, then sent again (an *orphan*): while the
+  producer that sent it runs, its check is answered ROLLBACK (the producer knows the halves whose send
+  was answered). Checked by another producer, or after a restart, it is decided by the checker for its
+  id like the rest of the transaction, so on a topic without deduplication a committed message may then
+  be delivered twice (at least once); with deduplication on the topic (``+deduplication=true``) the
+  retry is answered with the first copy and it is delivered exactly once.
 - Not atomic visibility: each message of a committed transaction becomes visible when its broker
   processes its END_TRANSACTION (or check-back), so a consumer may see one message of a transaction a
   moment (or, if an END was lost, a check interval) before another.
@@ -40,9 +52,10 @@ import enum
 import inspect
 import logging
 import time
-import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -51,8 +64,8 @@ from cometmq.client._brokerapi import send_header
 from cometmq.client._lifecycle import RUNNING
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from cometmq.client.producer import Producer, _Request
-from cometmq.errors import ClientStateError, CometMQError, InvalidMessageError, OptionError
-from cometmq.protocol import RequestCode, ResponseCode
+from cometmq.errors import ClientStateError, CometMQError, InvalidMessageError, OptionError, TransactionError
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from cometmq.protocol.record import decode_offset_msg_id
 from cometmq.protocol.transaction import (
@@ -78,6 +91,8 @@ log = logging.getLogger("cometmq.client")
 # long: the messages of one transaction are checked within a few check intervals of each other.
 REMEMBERED_DECISIONS = 10_000
 REMEMBER_DECISION_S = 600.0
+# Threads running plain checkers and plain local transactions (send_in_transaction's execute).
+WORKER_THREADS = 4
 
 
 class TransactionState(enum.Enum):
@@ -102,8 +117,8 @@ ExecuteFn = Callable[[Message], TransactionState | Awaitable[TransactionState]]
 @dataclass(frozen=True, slots=True)
 class TransactionSendResult:
     """What :meth:`TransactionProducer.send_in_transaction` did: the half message's ``send_result``, the
-    ``state`` sent in END_TRANSACTION and the ``transaction_id`` (the message's UNIQ_KEY, as RocketMQ's
-    clients use it)."""
+    ``state`` sent in END_TRANSACTION and the ``transaction_id`` (32 hex digits, the message's
+    ``__transactionId__``)."""
 
     send_result: SendResult
     state: TransactionState
@@ -132,6 +147,15 @@ class TransactionSendResult:
         return self.send_result.queue_offset
 
 
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    state: TransactionState
+    expires: float  # time.monotonic()
+    # The offset msg ids of the halves whose send was answered, for a transaction this producer ended:
+    # any other half of the id is an orphan of a retried send. None for the checker's answers.
+    answered: frozenset[str] | None
+
+
 class _Decisions:
     """COMMIT/ROLLBACK answers by transaction id: at most *capacity* ids, each for *ttl* seconds,
     the oldest forgotten first."""
@@ -139,24 +163,29 @@ class _Decisions:
     def __init__(self, capacity: int = REMEMBERED_DECISIONS, ttl: float = REMEMBER_DECISION_S) -> None:
         self._capacity = capacity
         self._ttl = ttl
-        self._states: OrderedDict[str, tuple[TransactionState, float]] = OrderedDict()
+        self._decisions: OrderedDict[str, _Decision] = OrderedDict()
 
-    def get(self, transaction_id: str) -> TransactionState | None:
-        entry = self._states.get(transaction_id)
-        if entry is None:
-            return None
-        state, expires = entry
-        if time.monotonic() >= expires:
-            del self._states[transaction_id]
-            return None
-        return state
+    def __contains__(self, transaction_id: str) -> bool:
+        return self.get(transaction_id) is not None
 
-    def remember(self, transaction_id: str, state: TransactionState) -> None:
-        states = self._states
-        states[transaction_id] = (state, time.monotonic() + self._ttl)
-        states.move_to_end(transaction_id)
-        while len(states) > self._capacity:
-            states.popitem(last=False)
+    def get(self, transaction_id: str) -> _Decision | None:
+        decision = self._decisions.get(transaction_id)
+        if decision is not None and time.monotonic() >= decision.expires:
+            del self._decisions[transaction_id]
+            return None
+        return decision
+
+    def remember(
+        self, transaction_id: str, state: TransactionState, answered: frozenset[str] | None = None
+    ) -> None:
+        decisions = self._decisions
+        decisions[transaction_id] = _Decision(state, time.monotonic() + self._ttl, answered)
+        decisions.move_to_end(transaction_id)
+        while len(decisions) > self._capacity:
+            decisions.popitem(last=False)
+
+    def forget(self, transaction_id: str) -> None:
+        self._decisions.pop(transaction_id, None)
 
 
 class TransactionProducer(Producer):
@@ -175,9 +204,21 @@ class TransactionProducer(Producer):
                 await tx.send(Message("Invoices", invoice))
 
     ``check`` answers the brokers' check-backs for half messages of this group that no END_TRANSACTION
-    settled (the module's docstring says how often it is asked): a coroutine function runs on the event
-    loop, a plain function in a worker thread; raising counts as UNKNOWN. Every producer of a group
-    should have the same checker: a broker asks any one of them. The other options are
+    settled: a coroutine function runs on the event loop, a plain function in the producer's worker
+    threads; raising counts as UNKNOWN. Every producer of a group should have the same checker: a broker
+    asks any one of them.
+
+    Guarantee (the module's docstring has the details): a committed transaction's messages are all
+    delivered, a rolled back one's never, a transaction ended UNKNOWN or whose ENDs got no answer is
+    settled by the check-back. A transaction may stay open at most the broker's transactionTimeOut +
+    transactionCheckMax * transactionCheckInterval (6 s + 15 * 30 s by default); past it the broker
+    discards its first halves and ending it COMMIT raises :class:`~cometmq.errors.TransactionError`.
+
+    A broker checks back only producers it knows from their heartbeats, so this producer heartbeats
+    every master of the cluster (listed by GET_BROKER_CLUSTER_INFO at start and on every route refresh),
+    also those it never sent to. Where the name server's access control refuses that listing (the
+    producer's user needs Cluster Get on the name server), it warns once and heartbeats only the brokers
+    of its routes: check-backs then come only from brokers this producer sent to. The other options are
     :class:`~cometmq.client.producer.Producer`'s.
     """
 
@@ -188,116 +229,167 @@ class TransactionProducer(Producer):
             raise OptionError(f"check must be a function answering a TransactionState, not {check!r}")
         super().__init__(group, namesrv, **options)
         self.check = check
-        self._open: dict[str, Transaction] = {}
+        # Weakly: a transaction dropped without an end is collected (and warns), and its halves' checks
+        # go to the checker.
+        self._open: weakref.WeakValueDictionary[str, Transaction] = weakref.WeakValueDictionary()
         self._decisions = _Decisions()
         self._checks: dict[str, asyncio.Task[TransactionState]] = {}
-        self._check_answers: set[asyncio.Task[None]] = set()
-        self._heartbeats: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()  # check-back answers and ENDs going on
+        self._send_attempts: dict[str, int] = {}  # UNIQ_KEY of a half being sent → attempts made
+        self._workers = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix=f"cometmq-tx-{group}")
 
     # life cycle --------------------------------------------------------------------------------
 
     async def _start(self) -> None:
-        """Also register as the group's transaction member, and heartbeat every master of the
-        cluster now (in the background) and on every route refresh: a broker checks back only
-        producers it knows from their heartbeats, and a producer that never sent anything knows no
-        broker from its routes."""
+        """Also register as the group's transaction member, which makes the client instance learn
+        every master of the cluster now and on every route refresh, and heartbeat them: a broker checks
+        back only producers it knows from their heartbeats."""
         await super()._start()
-        self._instance.register_transaction_member(self)
-        self._heartbeats = asyncio.create_task(self._heartbeat_all_masters())
+        instance = self._instance
+        instance.register_transaction_member(self)
+        await instance.learn_brokers()
 
     async def _close(self, timeout: float) -> None:
-        """Also wait up to ``timeout`` s for the check-back answers in progress. Transactions still
-        open are left to the check-back."""
-        if self._heartbeats is not None:
-            self._heartbeats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeats
-        if self._check_answers:
-            _, unfinished = await asyncio.wait(self._check_answers, timeout=timeout)
-            for task in unfinished:
-                task.cancel()
-            await asyncio.gather(*unfinished, return_exceptions=True)
+        """Also cancel the check-back answers in progress and stop the worker threads. Transactions
+        still open are left to the check-back (another producer of the group answers)."""
+        tasks = [*self._tasks, *self._checks.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._workers.shutdown(wait=False, cancel_futures=True)
         await super()._close(timeout)
 
-    async def _heartbeat_all_masters(self) -> None:
-        instance = self._instance
-        while True:
-            try:
-                await instance.learn_brokers()
-            except CometMQError as exc:
-                log.info("cannot list the cluster's brokers: %s", exc)
-            else:
-                await instance.send_heartbeat()
-            await asyncio.sleep(instance.route_refresh_interval)
+    def _spawn(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _in_worker(self, function: Callable[[Any], object], argument: Any) -> object:
+        """``function(argument)``: a coroutine function on the loop, a plain one in a worker thread (an
+        awaitable it returns is awaited)."""
+        if inspect.iscoroutinefunction(function):
+            result: object = await function(argument)
+        else:
+            result = await asyncio.get_running_loop().run_in_executor(self._workers, function, argument)
+        return await result if inspect.isawaitable(result) else result
 
     # sending -----------------------------------------------------------------------------------
 
     def transaction(self) -> Transaction:
         """A new transaction of several messages (a new id), best used as ``async with``: it
-        commits when the block ends normally and rolls back when it raises."""
+        commits when the block ends normally and rolls back when it raises (cancelled too)."""
         self._check_running()
-        transaction = Transaction(self, uuid.uuid4().hex)
+        transaction = Transaction(self, self._ids.next_id())
         self._open[transaction.transaction_id] = transaction
         return transaction
 
     async def send_in_transaction(self, message: Message, execute: ExecuteFn) -> TransactionSendResult:
-        """Send ``message`` as a half message, run ``execute(message)`` (the local transaction; a
-        coroutine function is awaited), and end the transaction as it answers.
+        """Send ``message`` as a half message (of a new transaction id), run ``execute(message)`` (the
+        local transaction: a coroutine function is awaited on the loop, a plain function runs in a
+        worker thread), and end the transaction as it answers.
 
-        A half message that cannot be sent raises (``execute`` is not called). One stored without the
-        safety asked for (a status other than SEND_OK) is rolled back without calling ``execute``, as
-        RocketMQ's clients do. ``execute`` raising sends UNKNOWN (the check-back decides) and the
-        exception propagates. An END_TRANSACTION that fails is logged and left to the check-back.
+        A half message that cannot be sent raises (``execute`` is not called; a copy stored all the
+        same is rolled back by the check-back). One stored without the safety asked for (a status other
+        than SEND_OK) is rolled back without calling ``execute``, as RocketMQ's clients do. ``execute``
+        raising sends UNKNOWN (the check-back decides) and the exception propagates. An END that gets no
+        answer is logged and left to the check-back, which this producer answers with the state sent;
+        an END the broker refuses (the half was discarded after the longest a transaction may stay
+        open, see the class) raises :class:`~cometmq.errors.TransactionError`.
         """
-        transaction = self._single_transaction()
-        sent = await transaction.send(message)
+        transaction, sent = await self._send_alone(message)
         if sent.status is not SendStatus.SEND_OK:
-            await transaction._end(TransactionState.ROLLBACK)
-            return TransactionSendResult(sent, TransactionState.ROLLBACK, transaction.transaction_id)
+            return await self._end_alone(transaction, sent, TransactionState.ROLLBACK)
         try:
-            outcome = execute(message)
-            answer = await outcome if inspect.isawaitable(outcome) else outcome
+            answer = await self._in_worker(execute, message)
         except BaseException:  # cancelled too: the transaction must not stay open here
             await transaction._end(TransactionState.UNKNOWN)
             raise
-        state = checked_state(answer, "the local transaction")
+        return await self._end_alone(transaction, sent, answer)
+
+    async def _send_alone(self, message: Message) -> tuple[Transaction, SendResult]:
+        """The first step of send_in_transaction: a new transaction with ``message`` as its half."""
+        transaction = self.transaction()
+        try:
+            return transaction, await transaction.send(message)
+        except BaseException:
+            # The half may be stored all the same (no answer came): the local transaction never ran,
+            # so its check-back is answered ROLLBACK.
+            with contextlib.suppress(ClientStateError):
+                await transaction._end(TransactionState.ROLLBACK)
+            raise
+
+    async def _end_alone(
+        self, transaction: Transaction, sent: SendResult, answer: object
+    ) -> TransactionSendResult:
+        """The last step of send_in_transaction: end as the local transaction answered."""
+        state = _checked_state(answer, "the local transaction")
         await transaction._end(state)
         return TransactionSendResult(sent, state, transaction.transaction_id)
 
-    def _single_transaction(self) -> Transaction:
-        """The transaction of :meth:`send_in_transaction`: its one message's UNIQ_KEY is its id."""
-        self._check_running()
-        return Transaction(self, None)
-
-    def _half_request(self, msg: Message, transaction_id: str | None) -> _Request:
-        """A send of ``msg`` as a half message of this group (with ``__transactionId__`` when
-        ``transaction_id`` is given)."""
-        self._check_running()
+    def _half_request(self, msg: Message, transaction_id: str) -> _Request:
+        """A send of ``msg`` as a half message of this group and of transaction ``transaction_id``."""
         if TRANSACTION_ID in msg.properties:
             raise InvalidMessageError(f"property {TRANSACTION_ID} is set by the transaction, not by hand")
         body, sys_flag, text, uniq = self._prepare(msg)
-        text += f"\x02{TRANSACTION_PREPARED}\x01true\x02{PRODUCER_GROUP}\x01{self.group}"
-        if transaction_id is not None:
-            text += f"\x02{TRANSACTION_ID}\x01{transaction_id}"
+        text += (
+            f"\x02{TRANSACTION_PREPARED}\x01true\x02{PRODUCER_GROUP}\x01{self.group}"
+            f"\x02{TRANSACTION_ID}\x01{transaction_id}"
+        )
         sys_flag = with_transaction_type(sys_flag, TransactionType.PREPARED)
         header = send_header(self.group, msg.topic, text, sys_flag, msg.flag)
         return _Request(RequestCode.SEND_MESSAGE_V2, msg.topic, header, body, uniq)
 
-    async def _end_all(
-        self, transaction_id: str, halves: list[tuple[str, SendResult]], state: TransactionState
-    ) -> tuple[SendResult, ...]:
-        """Send END_TRANSACTION with ``state`` for every half (topic, send result) of a transaction,
-        at once; the halves whose END failed (logged: the check-back settles them)."""
-        if state is not TransactionState.UNKNOWN:
-            # Before the ends go out: a check-back racing them answers the same.
-            self._decisions.remember(transaction_id, state)
+    async def _settle(
+        self, queue: MessageQueue, started: float, reply: Awaitable[RemotingCommand], uniq: str
+    ) -> SendResult:
+        """Also count the attempts of a half's send: one retried may have left an orphan half."""
+        attempts = self._send_attempts
+        if uniq in attempts:
+            attempts[uniq] += 1
+        return await super()._settle(queue, started, reply, uniq)
+
+    async def _end_all(self, transaction: Transaction, state: TransactionState) -> None:
+        """Send END_TRANSACTION with ``state`` for every half of ``transaction`` at once; once all
+        answered or failed, raise TransactionError for those refused. The ENDs go on if the caller is
+        cancelled meanwhile (the producer's close stops them)."""
+        transaction_id = transaction.transaction_id
+        if state is TransactionState.UNKNOWN:
+            self._decisions.forget(transaction_id)
+        else:
+            # Before the ENDs go out: a check-back racing them answers the same.
+            answered = frozenset(result.offset_msg_id for _, result in transaction._halves)
+            self._decisions.remember(transaction_id, state, answered)
         self._open.pop(transaction_id, None)
-        ended = await asyncio.gather(*(self._end_one(transaction_id, *half, state) for half in halves))
-        return tuple(result for (_, result), ok in zip(halves, ended, strict=True) if not ok)
+        refused = await asyncio.shield(self._spawn(self._send_ends(transaction, state)))
+        if refused:
+            raise TransactionError(transaction_id, state.name, refused)
+
+    async def _send_ends(
+        self, transaction: Transaction, state: TransactionState
+    ) -> list[tuple[str, str, int, str]]:
+        """The ENDs of :meth:`_end_all`: the refused halves as (topic, msg id, code, remark). The
+        decision is forgotten once every END succeeded, unless a half may be stored unanswered."""
+        transaction_id = transaction.transaction_id
+        halves = transaction._halves
+        answers = await asyncio.gather(*(self._end_one(transaction_id, *half, state) for half in halves))
+        transaction._pending = tuple(
+            result for (_, result), answer in zip(halves, answers, strict=True) if answer is None
+        )
+        settled = all(answer is not None and answer.code == ResponseCode.SUCCESS for answer in answers)
+        if settled and not transaction._sends_failed:
+            self._decisions.forget(transaction_id)
+        return [
+            (topic, result.msg_id, answer.code, answer.remark or "")
+            for (topic, result), answer in zip(halves, answers, strict=True)
+            if answer is not None and answer.code != ResponseCode.SUCCESS
+        ]
 
     async def _end_one(
         self, transaction_id: str, topic: str, half: SendResult, state: TransactionState
-    ) -> bool:
+    ) -> RemotingCommand | None:
+        """The broker's answer to the END of ``half``; None when none came (logged: the check-back
+        settles it)."""
         broker = half.queue.broker_name
         try:
             header = EndTransactionRequestHeader(
@@ -316,20 +408,15 @@ class TransactionProducer(Producer):
                 addr = self._instance.broker_addr(broker)
             if addr is None:
                 raise CometMQError(f"no master address is known for broker {broker!r}")
-            response = await self._instance.invoke(
+            return await self._instance.invoke(
                 addr, RequestCode.END_TRANSACTION, header.encode(), timeout=self.send_timeout
             )
         except (CometMQError, ValueError) as exc:  # ValueError: the broker's msgId is no offset id
-            failure = str(exc)
-        else:
-            if response.code == ResponseCode.SUCCESS:
-                return True
-            failure = f"answered {response.code}: {response.remark}"
-        log.warning(
-            "ending transaction %s (%s) of message %s on %s failed, left to the check-back: %s",
-            transaction_id, state.name, half.msg_id, broker, failure,
-        )  # fmt: skip
-        return False
+            log.warning(
+                "ending transaction %s (%s) of message %s on %s failed, left to the check-back: %s",
+                transaction_id, state.name, half.msg_id, broker, exc,
+            )  # fmt: skip
+            return None
 
     # check-backs -------------------------------------------------------------------------------
 
@@ -339,15 +426,13 @@ class TransactionProducer(Producer):
         """A broker at ``broker_addr`` asks about the half ``message``: answer it from a task."""
         if self._state is not RUNNING:
             return
-        task = asyncio.get_running_loop().create_task(self._answer_check(broker_addr, request, message))
-        self._check_answers.add(task)
-        task.add_done_callback(self._check_answers.discard)
+        self._spawn(self._answer_check(broker_addr, request, message))
 
     async def _answer_check(
         self, broker_addr: str, request: CheckTransactionStateRequestHeader, message: ReceivedMessage
     ) -> None:
         transaction_id = message.transaction_id
-        state = await self._state_of(transaction_id, message)
+        state = await self._state_of(transaction_id, message, request.offset_msg_id)
         header = EndTransactionRequestHeader(
             producer_group=self.group,
             tran_state_table_offset=request.tran_state_table_offset,
@@ -373,14 +458,27 @@ class TransactionProducer(Producer):
             transaction_id, state.name, broker_addr, failure,
         )  # fmt: skip
 
-    async def _state_of(self, transaction_id: str, message: ReceivedMessage) -> TransactionState:
-        """The answer to a check of ``transaction_id``: UNKNOWN while it is open here, the remembered
-        decision, or the checker's answer (one call at a time per id)."""
+    async def _state_of(
+        self, transaction_id: str, message: ReceivedMessage, offset_msg_id: str | None = None
+    ) -> TransactionState:
+        """The answer to a check of the half ``offset_msg_id`` of ``transaction_id``: UNKNOWN while it
+        is open here, the remembered decision (ROLLBACK for an orphan of a retried send), or the
+        checker's answer (one call at a time per id)."""
         if transaction_id in self._open:
             return TransactionState.UNKNOWN
         known = self._decisions.get(transaction_id)
         if known is not None:
-            return known
+            if (
+                known.answered is not None
+                and offset_msg_id is not None
+                and offset_msg_id not in known.answered
+            ):
+                log.debug(
+                    "half %s of transaction %s was stored by a send attempt whose answer was lost: ROLLBACK",
+                    offset_msg_id, transaction_id,
+                )  # fmt: skip
+                return TransactionState.ROLLBACK
+            return known.state
         asking = self._checks.get(transaction_id)
         if asking is None:
             asking = asyncio.get_running_loop().create_task(self._ask_checker(transaction_id, message))
@@ -389,15 +487,8 @@ class TransactionProducer(Producer):
         return await asyncio.shield(asking)
 
     async def _ask_checker(self, transaction_id: str, message: ReceivedMessage) -> TransactionState:
-        check = self.check
         try:
-            if inspect.iscoroutinefunction(check):
-                answer = await check(message)
-            else:
-                answer = await asyncio.to_thread(check, message)
-                if inspect.isawaitable(answer):
-                    answer = await answer
-            state = checked_state(answer, "the checker")
+            state = _checked_state(await self._in_worker(self.check, message), "the checker")
         except Exception:
             log.exception(
                 "the checker of group %s failed on transaction %s: UNKNOWN", self.group, transaction_id
@@ -408,7 +499,7 @@ class TransactionProducer(Producer):
         return state
 
 
-def checked_state(answer: object, who: str) -> TransactionState:
+def _checked_state(answer: object, who: str) -> TransactionState:
     """``answer`` if it is a TransactionState; anything else (None included) is UNKNOWN, logged."""
     if isinstance(answer, TransactionState):
         return answer
@@ -421,74 +512,94 @@ class Transaction:
     (:meth:`TransactionProducer.transaction`).
 
     Each :meth:`send` stores a half message carrying :attr:`transaction_id`; :meth:`commit` or
-    :meth:`rollback` sends END_TRANSACTION for all of them at once. An END that fails (no answer, a
-    refusal) does not raise: it is logged, listed in :attr:`pending`, and its half message is settled by
-    the check-back, where this producer (while it runs, for ``REMEMBER_DECISION_S``) answers with the
-    state chosen here, and any other producer of the group with its checker's answer for the id. So
-    after ``commit()`` returns, every message of the transaction is delivered, at once or after a check;
-    after ``rollback()``, none is. ``async with`` commits when the block ends normally and rolls back
-    when it raises (the exception propagates); a transaction is ended once. A :meth:`send` that fails
-    raises; a half message it stored all the same (an answer lost) carries the id too, and is settled
-    by the check-back as the transaction ends.
+    :meth:`rollback` sends END_TRANSACTION for all of them at once, and returns once every END was
+    answered or failed. What is guaranteed when it returns: an END that got no answer does not raise;
+    it is logged and listed in :attr:`pending`, and its half is settled by the check-back, where this
+    producer answers with the state chosen here while it runs (for ``REMEMBER_DECISION_S``), and any
+    other producer of the group with its checker's answer for the id. An END the broker refused (the
+    half was settled otherwise: discarded because the transaction stayed open longer than the broker's
+    transactionTimeOut + transactionCheckMax * transactionCheckInterval, 6 s + 15 * 30 s by default, or
+    ended the other way) raises :class:`~cometmq.errors.TransactionError` naming each refused half,
+    after all the ENDs were sent. So after ``commit()`` returns, every message of the transaction is
+    delivered, at once or after a check; after ``rollback()``, none is.
+
+    ``async with`` commits when the block ends normally and rolls back when it raises or is cancelled
+    (the exception propagates; the ENDs go on if the task is cancelled again meanwhile). A transaction
+    is ended once; :meth:`send`, :meth:`commit` and :meth:`rollback` raise ClientStateError once the
+    producer is closed. A transaction dropped without an end is left to the check-back (the checker
+    decides it), with a warning. A :meth:`send` that fails raises; a half it stored all the same (an
+    answer lost) carries the id too and is rolled back by this producer's check-back answers.
     """
 
-    def __init__(self, producer: TransactionProducer, transaction_id: str | None) -> None:
+    def __init__(self, producer: TransactionProducer, transaction_id: str) -> None:
         self._producer = producer
-        # None for a single-message transaction, whose id is its message's UNIQ_KEY.
-        self._id = transaction_id
+        self.transaction_id = transaction_id
+        """32 hex digits from the producer's id generator: every half's ``__transactionId__``."""
         self._halves: list[tuple[str, SendResult]] = []
+        self._sends_failed = False  # a send failed or was retried: a half may be stored unanswered
         self._state: TransactionState | None = None
-        self.pending: tuple[SendResult, ...] = ()
-        """The halves whose END_TRANSACTION failed, left to the check-back."""
-
-    @property
-    def transaction_id(self) -> str:
-        """32 hex digits for a transaction of several messages; a single message's UNIQ_KEY."""
-        if self._id is None:
-            raise ClientStateError("the transaction has no id before its message is sent")
-        return self._id
+        self._pending: tuple[SendResult, ...] | None = None  # set once every END answered or failed
 
     @property
     def state(self) -> TransactionState | None:
-        """How the transaction was ended; None while it is open."""
+        """How the transaction is ended (from the moment its ENDs start going out); None while open."""
         return self._state
+
+    @property
+    def pending(self) -> tuple[SendResult, ...]:
+        """The halves not known settled: all of them until their ENDs were answered, then those whose
+        END got no answer (left to the check-back)."""
+        if self._pending is None:
+            return tuple(result for _, result in self._halves)
+        return self._pending
 
     async def send(self, message: Message) -> SendResult:
         """Send ``message`` as a half message of this transaction; consumers see it once the
         transaction commits. Retried as :meth:`Producer.send` retries."""
-        if self._state is not None:
-            raise ClientStateError(f"this transaction is ended ({self._state.name}): start another")
         producer = self._producer
-        request = producer._half_request(message, self._id)
-        single = self._id is None
-        if single:  # the transaction of send_in_transaction: its id is its message's UNIQ_KEY
-            self._id = request.uniq
-            producer._open[request.uniq] = self
+        producer._check_running()
+        if self._state is not None:
+            if self._pending is None:
+                doing = "committing" if self._state is TransactionState.COMMIT else "ending"
+                raise ClientStateError(f"transaction {self.transaction_id} is {doing}; send before commit")
+            raise ClientStateError(f"transaction {self.transaction_id} is ended ({self._state.name})")
+        request = producer._half_request(message, self.transaction_id)
+        attempts = producer._send_attempts
+        attempts[request.uniq] = 0
         try:
             result = await producer._deliver(request, None, None)
         except BaseException:
-            if single:
-                # The half may be stored all the same (no answer came): the local transaction
-                # never ran, so its check-back is answered ROLLBACK.
-                producer._open.pop(request.uniq, None)
-                producer._decisions.remember(request.uniq, TransactionState.ROLLBACK)
+            self._sends_failed = True
             raise
+        finally:
+            if attempts.pop(request.uniq, 0) > 1:
+                self._sends_failed = True
         self._halves.append((message.topic, result))
         return result
 
     async def commit(self) -> None:
-        """Make every message sent in this transaction visible to consumers."""
+        """Make every message sent in this transaction visible to consumers (the class says exactly
+        what is guaranteed when it returns or raises)."""
         await self._end(TransactionState.COMMIT)
 
     async def rollback(self) -> None:
-        """Drop every message sent in this transaction."""
+        """Drop every message sent in this transaction (as :meth:`commit`, the other way)."""
         await self._end(TransactionState.ROLLBACK)
 
     async def _end(self, state: TransactionState) -> None:
+        producer = self._producer
+        producer._check_running()
         if self._state is not None:
-            raise ClientStateError(f"this transaction is ended already ({self._state.name})")
+            raise ClientStateError(f"transaction {self.transaction_id} is ended already ({self._state.name})")
         self._state = state
-        self.pending = await self._producer._end_all(self.transaction_id, self._halves, state)
+        await producer._end_all(self, state)
+
+    def __del__(self) -> None:
+        if self._state is None and (self._halves or self._sends_failed):
+            log.warning(
+                "transaction %s was never committed or rolled back; the check-back will ask the checker",
+                self.transaction_id,
+            )
 
     async def __aenter__(self) -> Self:
         return self

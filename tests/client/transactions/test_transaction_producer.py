@@ -14,37 +14,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from txclient_support import Checker, cluster, consuming, create_topic, run
+from txclient_support import Checker, answer, cluster, commit_marker, consuming, create_topic, run
 
 from cometmq.client import Message, ReceivedMessage, TransactionProducer, TransactionState, blocking
-from cometmq.client.transaction import ExecuteFn
 from cometmq.errors import ConnectionClosedError
 from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.protocol.broker_headers import CheckTransactionStateRequestHeader
-from cometmq.protocol.transaction import PRODUCER_GROUP, TRANSACTION_ID, TRANSACTION_PREPARED
+from cometmq.protocol.naming import SCHEDULE_TOPIC
+from cometmq.protocol.transaction import (
+    PRODUCER_GROUP,
+    REAL_QUEUE_ID,
+    REAL_TOPIC,
+    TRANSACTION_ID,
+    TRANSACTION_PREPARED,
+)
 from processes import subprocess_env
 from waiting import wait_until, wait_until_blocking
 
 GROUP = "PID_tx"
 PRODUCER_PROCESS = Path(__file__).with_name("tx_producer_process.py")
-
-
-def answer(state: TransactionState) -> ExecuteFn:
-    def execute(message: Message) -> TransactionState:
-        return state
-
-    return execute
-
-
-async def commit_marker(producer: TransactionProducer, *topics: str) -> list[bytes]:
-    """A committed message on each of *topics*: their bodies, as the consumer will see them."""
-    bodies = []
-    async with producer.transaction() as transaction:
-        for topic in topics:
-            body = f"marker {transaction.transaction_id} {topic}".encode()
-            await transaction.send(Message(topic, body))
-            bodies.append(body)
-    return bodies
 
 
 def test_a_committed_message_is_delivered_once(tmp_path: Path) -> None:
@@ -60,13 +48,13 @@ def test_a_committed_message_is_delivered_once(tmp_path: Path) -> None:
                     Message("TxOrders", b"order 1", tags="created"), answer(TransactionState.COMMIT)
                 )
                 assert result.state is TransactionState.COMMIT
-                assert result.transaction_id == result.msg_id  # a single message's id: its UNIQ_KEY
+                assert len(result.transaction_id) == 32 and result.transaction_id != result.msg_id
                 await received.wait_for(b"order 1")
                 await received.wait_for(*await commit_marker(producer, "TxOrders"))
                 assert received.bodies[b"order 1"] == 1
                 [delivered] = [m for m in received.messages if m.body == b"order 1"]
                 assert delivered.msg_id == result.msg_id
-                assert delivered.transaction_id == result.msg_id
+                assert delivered.transaction_id == result.transaction_id
                 assert delivered.tags == "created"
                 assert TRANSACTION_PREPARED not in delivered.properties
                 assert not checker.calls
@@ -122,7 +110,7 @@ def test_an_undecided_message_is_settled_by_the_check_back(tmp_path: Path, outco
                 assert checked.body == b"decided later"
                 assert checked.keys == ["order-7"]
                 assert checked.properties[PRODUCER_GROUP] == GROUP
-                assert checker.calls == {checked.msg_id: 1}
+                assert checker.calls == {checked.properties[TRANSACTION_ID]: 1}
                 await received.wait_for(*await commit_marker(producer, "TxOrders"))
                 assert received.bodies[b"decided later"] == 1
 
@@ -133,7 +121,7 @@ def test_a_delayed_message_is_delayed_from_its_commit_and_never_delivered_when_r
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with cluster(tmp_path) as (namesrv, _):
+        async with cluster(tmp_path) as (namesrv, brokers):
             await create_topic(namesrv, "TxOrders")
             checker = Checker(TransactionState.ROLLBACK)
             async with (
@@ -151,9 +139,13 @@ def test_a_delayed_message_is_delayed_from_its_commit_and_never_delivered_when_r
                 await received.wait_for(b"delayed")
                 assert not received.bodies[b"delayed, cancelled"]
                 [delivered] = received.messages
-                # Stored in its queue by the delay service, level 1's second after it was sent: the
-                # delay was applied (the DELAY property is gone by then, as in RocketMQ).
-                assert delivered.store_timestamp - delivered.born_timestamp >= 1000
+                # Delivered by the delay service: the committed copy went through the schedule topic
+                # (which leaves its real topic and queue in REAL_TOPIC/REAL_QID and drops DELAY); the
+                # rolled back one never reached it.
+                assert delivered.properties[REAL_TOPIC] == "TxOrders"
+                assert delivered.properties[REAL_QUEUE_ID] == "0"
+                assert "DELAY" not in delivered.properties
+                assert brokers["broker-a"].store.max_offset(SCHEDULE_TOPIC, 0) == 1
 
     run(scenario())
 
@@ -267,6 +259,8 @@ def test_ends_that_fail_are_settled_by_the_check_back_as_the_transaction_ended(
                     await transaction.send(Message("TxOrders", b"order 1"))
                     await transaction.send(Message("TxInvoices", b"invoice 1"))
                 assert len(transaction.pending) == 1
+                # Remembered while an END is pending, for the check-back of its half.
+                assert transaction.transaction_id in producer._decisions
                 await received.wait_for(b"order 1", b"invoice 1")
                 assert not checker.calls
         [warning] = [r.getMessage() for r in caplog.records if "left to the check-back" in r.getMessage()]
@@ -402,6 +396,12 @@ def test_blocking_transaction_producer(tmp_path: Path) -> None:
                 transaction.send(Message("TxOrders", b"blocking order"))
                 transaction.send(Message("TxInvoices", b"blocking invoice"))
             assert transaction.state is TransactionState.COMMIT
+
+            async def execute_on_the_loop(message: Message) -> TransactionState:
+                return TransactionState.COMMIT
+
+            with pytest.raises(TypeError, match="plain function"):
+                producer.send_in_transaction(Message("TxOrders", b"never sent"), execute_on_the_loop)  # type: ignore[arg-type]
             wait_until_blocking(lambda: checker.calls, message="the check-back of the unknown message")
         return {"unknown": unknown.transaction_id}
 

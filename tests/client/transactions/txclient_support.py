@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cometmq.broker import Broker, BrokerConfig
-from cometmq.client import AdminClient, ConsumeResult, PushConsumer, ReceivedMessage, TransactionState
+from cometmq.client import (
+    AdminClient,
+    ConsumeResult,
+    Message,
+    PushConsumer,
+    ReceivedMessage,
+    TransactionProducer,
+    TransactionState,
+)
+from cometmq.client.transaction import ExecuteFn
 from cometmq.namesrv import NameServer
 from waiting import wait_until
 
@@ -116,3 +125,23 @@ class Checker:
         self.calls[message.transaction_id] += 1
         self.messages.append(message)
         return self.state
+
+
+def answer(state: TransactionState) -> ExecuteFn:
+    """A local transaction answering *state*."""
+
+    def execute(message: Message) -> TransactionState:
+        return state
+
+    return execute
+
+
+async def commit_marker(producer: TransactionProducer, *topics: str) -> list[bytes]:
+    """A committed message on each of *topics*: their bodies, as the consumer will see them."""
+    bodies = []
+    async with producer.transaction() as transaction:
+        for topic in topics:
+            body = f"marker {transaction.transaction_id} {topic}".encode()
+            await transaction.send(Message(topic, body))
+            bodies.append(body)
+    return bodies
