@@ -50,15 +50,17 @@ def namesrv(tmp_path: Path) -> Iterator[str]:
 
 
 def start_driver(namesrv: str, checkpoint: Path, *extra: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, str(HERE / "write_driver.py"), namesrv, "OnceIn", "OnceOut", str(checkpoint),
-         str(PER_BATCH), *extra],
-        env={**subprocess_env(), **spark_env()},
-        cwd=HERE,
-        start_new_session=True,  # its own process group: the JVM and Python workers die with it
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    """The driver, its output (Spark's log) appended to driver.log beside the checkpoint."""
+    with (checkpoint.parent / "driver.log").open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, str(HERE / "write_driver.py"), namesrv, "OnceIn", "OnceOut", str(checkpoint),
+             str(PER_BATCH), *extra],
+            env={**subprocess_env(), **spark_env()},
+            cwd=HERE,
+            start_new_session=True,  # its own process group: the JVM and Python workers die with it
+            stdout=log,
+            stderr=log,
+        )  # fmt: skip
 
 
 def test_driver_killed_mid_batch_then_restarted_writes_every_row_once(namesrv: str, tmp_path: Path) -> None:
@@ -80,6 +82,7 @@ def test_driver_killed_mid_batch_then_restarted_writes_every_row_once(namesrv: s
 
         def half_written_batch() -> int | None:
             """The micro-batch being written, once the topic holds some but not all of its rows."""
+            assert driver.poll() is None, "the driver exited; see driver.log"
             batch = batch_in_flight(checkpoint)
             if batch is None or batch < 1:  # batch 0 and at least one committed batch before it
                 return None

@@ -3,8 +3,9 @@ CometMQ sink, until it is killed or (``--available-now``) until everything IN ho
 
 python write_driver.py NAMESRV IN OUT CHECKPOINT MAX_OFFSETS_PER_TRIGGER [--available-now]
 
-Each task hands its rows to the sink a few at a time, with a pause in between, so that a micro-batch
-is being written long enough for the test to kill the driver in the middle of it.
+Each row passes through a UDF that pauses a moment, and the sink gets the rows in small Arrow
+batches, which it sends as they come: a micro-batch is being written long enough for the test to
+kill the driver in the middle of it.
 """
 
 from __future__ import annotations
@@ -12,27 +13,25 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
+from pyspark.sql.functions import col, udf
 from spark_support import make_session
 
-ROWS_PER_STEP = 50
-STEP_PAUSE_S = 0.05
+ROW_PAUSE_S = 0.001
+ROWS_PER_ARROW_BATCH = 50
 
 
-def paced(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        for start in range(0, batch.num_rows, ROWS_PER_STEP):
-            time.sleep(STEP_PAUSE_S)
-            yield batch.slice(start, ROWS_PER_STEP)
+def slowly(body: bytes) -> bytes:
+    time.sleep(ROW_PAUSE_S)
+    return body
 
 
 if __name__ == "__main__":
     namesrv, source, target, checkpoint, per_trigger = sys.argv[1:6]
     available_now = "--available-now" in sys.argv[6:]
     spark = make_session(Path(tempfile.mkdtemp(prefix="cometmq-driver-")))
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(ROWS_PER_ARROW_BATCH))
     rows = (
         spark.readStream.format("cometmq")
         .option("namesrv", namesrv)
@@ -40,8 +39,7 @@ if __name__ == "__main__":
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", per_trigger)
         .load()
-        .select("body")
-        .mapInArrow(paced, "body binary")
+        .select(udf(slowly, "binary", useArrow=False)(col("body")).alias("body"))
     )
     writer = (
         rows.writeStream.format("cometmq")
