@@ -11,9 +11,10 @@ In one run, on one filesystem (a temp dir under --dir, default: the system temp 
   blocks written before, as the commit log writes them under SYNC_FLUSH (it writes zeros ahead of
   itself), and into a new sparse file, as it would without that;
 - the store, 1 KiB bodies with the properties a real client sends (UNIQ_KEY, KEYS, TAGS, ...):
-  single `put`s and `put_batch`es of 32 in a loop, under ASYNC_FLUSH; and 16 concurrent producers
-  (asyncio tasks, each appending one message and awaiting its reply condition before the next) under
-  ASYNC_FLUSH and SYNC_FLUSH (where the reply waits for the group-committed fdatasync);
+  single `put`s, `put_batch`es of 32 and `put_together`s of 2 (a transaction's settlement) in a
+  loop, under ASYNC_FLUSH; and 16 concurrent producers (asyncio tasks, each appending one message
+  and awaiting its reply condition before the next) under ASYNC_FLUSH and SYNC_FLUSH (where the
+  reply waits for the group-committed fdatasync);
 - the same 16 producers through a real broker (`cometmq standalone` in its own process, each producer
   its own connection sending SEND_MESSAGE_V2 and waiting for the reply), under both flush modes: what
   a user switching flushDiskType sees.
@@ -182,6 +183,13 @@ def batch_puts(store: MessageStore, batches: list[MessageBatch]) -> None:
         put_batch(b)
 
 
+def together_puts(store: MessageStore, msgs: list[MessageToStore]) -> None:
+    """Pairs in one write each, as a transaction's settlement stores its copy and its op record."""
+    put_together = store.put_together
+    for i in range(0, len(msgs), 2):
+        put_together(msgs[i : i + 2])
+
+
 def concurrent_producers(store: MessageStore, msgs: list[MessageToStore], sync: bool) -> None:
     """PRODUCERS tasks, each sending its share one at a time: the shape of many synchronous clients."""
 
@@ -246,6 +254,7 @@ def main() -> None:
         workloads: list[tuple[str, FlushDiskType, list[MessageToStore], Callable[[MessageStore], None]]] = [
             ("put, 1 at a time", FlushDiskType.ASYNC_FLUSH, msgs, lambda s: single_puts(s, msgs)),
             (f"put_batch of {BATCH}", FlushDiskType.ASYNC_FLUSH, msgs, lambda s: batch_puts(s, batches)),
+            ("put_together of 2", FlushDiskType.ASYNC_FLUSH, msgs, lambda s: together_puts(s, msgs)),
             (
                 f"{PRODUCERS} producers",
                 FlushDiskType.ASYNC_FLUSH,

@@ -3,6 +3,7 @@ RocketMQ 5 authorizes it by."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from cometmq.protocol.broker_headers import (
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
+    EndTransactionRequestHeader,
     GetConsumeStatsRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
     QueryConsumerOffsetRequestHeader,
@@ -102,6 +104,13 @@ BROKER = BrokerRequestHeader(
     broker_name="b", broker_addr="127.0.0.1:10911", cluster_name=CLUSTER, broker_id=0
 )
 QUEUE = QueueRequestHeader(topic="t", queue_id=0)
+END = EndTransactionRequestHeader(
+    producer_group="pg",
+    tran_state_table_offset=0,
+    commit_log_offset=0,
+    commit_or_rollback=8,
+    msg_id="K",
+)
 
 # (code, header, compact, body, needs)
 CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
@@ -327,7 +336,8 @@ CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
         None,
         [group("cg", UPDATE), topic("t", UPDATE)],
     ),
-    (C.END_TRANSACTION, None, False, None, [topic(None, PUB)]),
+    (C.END_TRANSACTION, END, False, None, []),  # a 4.x client's: only signed
+    (C.END_TRANSACTION, dataclasses.replace(END, topic="t"), False, None, [topic("t", PUB)]),
     (C.GET_ALL_TOPIC_CONFIG, None, False, None, [topic(None, LIST)]),
     (
         C.GET_TOPICS_BY_CLUSTER,

@@ -99,7 +99,7 @@ def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path)
                 (
                     batch(good, BatchEntry(0, b"x", encode_properties({"TRAN_MSG": "true"}))),
                     ResponseCode.MESSAGE_ILLEGAL,
-                    "a message of the batch: transaction messages are not supported",
+                    "a message of the batch is a transaction message (TRAN_MSG)",
                 ),
                 (batch(good, DELAY="2"), ResponseCode.MESSAGE_ILLEGAL, "batches cannot be delayed"),
                 # RocketMQ's limit is on the whole batch: many small messages count together.
@@ -114,9 +114,9 @@ def test_every_bad_send_gets_its_code_and_good_messages_are_kept(tmp_path: Path)
                     "the DELAY property 'soon' is not a delay level",
                 ),
                 (
-                    send_request("Good", b"x", properties={"TRAN_MSG": "true"}),
-                    ResponseCode.NO_PERMISSION,
-                    "transaction messages are not supported",
+                    send_request("Good", b"x", sysFlag="4"),
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "needs the property TRAN_MSG=true",
                 ),
                 (
                     send_request("Good", b"x", i="KEYS\x01a\x01b\x02"),  # a stray separator in a value

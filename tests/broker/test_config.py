@@ -219,3 +219,27 @@ def test_a_broker_listens_where_it_is_reached_unless_listen_host_says_otherwise(
     assert config.bind_host == "10.1.2.3"
     config.update({"listenHost": "0.0.0.0"})
     assert config.bind_host == "0.0.0.0"
+
+
+def test_the_transaction_keys_are_read_with_rocketmq_5_defaults() -> None:
+    config = BrokerConfig()
+    assert (config.transaction_time_out, config.transaction_check_interval) == (6000, 30_000)
+    assert (config.transaction_check_max, config.reject_transaction_message) == (15, False)
+    config.update({"transactionTimeOut": "100", "transactionCheckInterval": "50", "transactionCheckMax": "3"})
+    config.update({"rejectTransactionMessage": "true"})
+    assert (config.transaction_time_out, config.transaction_check_interval) == (100, 50)
+    assert (config.transaction_check_max, config.reject_transaction_message) == (3, True)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("transactionTimeOut", "0", "transactionTimeOut 0 is not in 1..604800000"),
+        ("transactionCheckInterval", "-5", "transactionCheckInterval -5 is not in 1..86400000"),
+        ("transactionCheckMax", "1000000", "transactionCheckMax 1000000 is not in 1..10000"),
+    ],
+)
+def test_a_transaction_key_out_of_bounds_is_refused_by_name(key: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        BrokerConfig().update({key: value})
+    assert str(raised.value) == message

@@ -147,6 +147,11 @@ BROKER_ROWS: dict[int, Row] = {
         bh.SendMessageRequestHeader, compact=True, bad_fields=({"e": "1", "m": "true"}, {"m": "true"})
     ),
     RequestCode.PULL_MESSAGE: Row(bh.PullMessageRequestHeader, bad_fields=({"queueId": "1"},)),
+    # Naming no half message, or with a commitOrRollback that is none of 0, 8 and 12.
+    RequestCode.END_TRANSACTION: Row(
+        bh.EndTransactionRequestHeader,
+        bad_fields=({"commitOrRollback": "8"}, {"commitOrRollback": "12"}, {"commitOrRollback": "5"}),
+    ),
     RequestCode.CONSUMER_SEND_MSG_BACK: Row(
         bh.ConsumerSendMsgBackRequestHeader, bad_fields=({"offset": "-1"}, {"offset": str(2**62)})
     ),

@@ -1,4 +1,4 @@
-"""Model-based test: random put / put_batch / get / restart / crash against an in-memory model."""
+"""Model-based test: random put / put_batch / put_together / get / restart / crash against a model."""
 
 from __future__ import annotations
 
@@ -64,6 +64,15 @@ class StoreMachine(RuleBasedStateMachine):
         queue = self.model.setdefault((topic, queue_id), [])
         assert (res.queue_offset, res.count) == (len(queue), len(batch))
         queue.extend(batch)
+
+    @rule(group=st.lists(st.tuples(topics, queue_ids, bodies, tag_codes), min_size=1, max_size=5))
+    def put_together(self, group: list[tuple[str, int, bytes, int]]) -> None:
+        results = self.store.put_together([make_msg(t, q, b, tags_code=c) for t, q, b, c in group])
+        for (topic, queue_id, body, tag), res in zip(group, results, strict=True):
+            assert res.status is PutStatus.PUT_OK
+            queue = self.model.setdefault((topic, queue_id), [])
+            assert res.queue_offset == len(queue)
+            queue.append((body, tag))
 
     @rule(
         topic=topics,

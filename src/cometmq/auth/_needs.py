@@ -121,6 +121,14 @@ def _send_back(request: RemotingCommand, cluster: str | None) -> list[Need]:
     return [_need(_GROUP, fields.get("group"), SUB), *(on_topic(origin, SUB) if origin else [])]
 
 
+def _end_transaction(request: RemotingCommand, cluster: str | None) -> list[Need]:
+    """Pub on the topic RocketMQ 5's header names. A 4.x client names none: the request then only has
+    to be signed, as the half message it ends was authorized when it was sent and only a producer of
+    the half message's group may end it (the broker checks the group)."""
+    topic = request.ext_fields.get("topic")
+    return [_need(_TOPIC, topic, PUB)] if topic else []
+
+
 def _unnamed(resource_type: ResourceType, actions: frozenset[Action]) -> NeedsRule:
     """A need on every resource of a type (listing them): only ``<Type>:*`` and ``*`` grant it."""
     need = _need(resource_type, None, actions)
@@ -218,7 +226,7 @@ TABLE: Final[Mapping[int, NeedsRule]] = {
     _CODE.SEND_MESSAGE: _send("topic", "producerGroup"),
     _CODE.SEND_MESSAGE_V2: _send("b", "a"),
     _CODE.SEND_BATCH_MESSAGE: _send("b", "a"),
-    _CODE.END_TRANSACTION: _field(_TOPIC, "topic", PUB),
+    _CODE.END_TRANSACTION: _end_transaction,
     _CODE.CONSUMER_SEND_MSG_BACK: _send_back,
     _CODE.PULL_MESSAGE: _topic_and_group("topic", "consumerGroup", SUB),
     _CODE.QUERY_MESSAGE: _topic("topic", SUB_GET),

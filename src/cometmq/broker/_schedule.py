@@ -34,6 +34,7 @@ from cometmq.protocol.naming import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from cometmq.protocol.properties import decode_properties, encode_properties
 from cometmq.protocol.record import DecodedRecord, decode_record_at
 from cometmq.protocol.taghash import java_string_hash
+from cometmq.protocol.transaction import REAL_QUEUE_ID, REAL_TOPIC, TransactionType, transaction_type
 from cometmq.store import MessageToStore, PutStatus, parse_delay_levels
 
 if TYPE_CHECKING:
@@ -52,9 +53,6 @@ _MAX_SLEEP_S = 1.0
 _PERSIST_MIN_INTERVAL_S = 0.1
 # After a put the store refused for now (disk full, shutting down), the level waits this long.
 _RETRY_S = 1.0
-# MessageSysFlag transaction bits: only plain and commit messages are delayed (RocketMQ).
-_TRANSACTION_MASK = 0xC
-_TRANSACTION_COMMIT = 0x8
 
 
 def to_schedule(msg: MessageToStore, level: int, max_level: int) -> MessageToStore:
@@ -66,8 +64,8 @@ def to_schedule(msg: MessageToStore, level: int, max_level: int) -> MessageToSto
     level = min(level, max_level)
     properties = decode_properties(msg.properties)
     properties["DELAY"] = str(level)
-    properties["REAL_TOPIC"] = msg.topic
-    properties["REAL_QID"] = str(msg.queue_id)
+    properties[REAL_TOPIC] = msg.topic
+    properties[REAL_QUEUE_ID] = str(msg.queue_id)
     return dataclasses.replace(
         msg, topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=encode_properties(properties)
     )
@@ -79,11 +77,11 @@ def from_schedule(rec: DecodedRecord, store_host: bytes) -> MessageToStore:
     removed, ``REAL_TOPIC`` / ``REAL_QID`` left in place, tags code from ``TAGS``. Raises ValueError
     when the record names no usable real topic or queue."""
     properties = decode_properties(rec.properties)
-    topic = properties.get("REAL_TOPIC", "")
+    topic = properties.get(REAL_TOPIC, "")
     try:
-        queue_id = int(properties.get("REAL_QID", ""))
+        queue_id = int(properties.get(REAL_QUEUE_ID, ""))
     except ValueError:
-        raise ValueError(f"REAL_QID {properties.get('REAL_QID')!r} is not a queue id") from None
+        raise ValueError(f"REAL_QID {properties.get(REAL_QUEUE_ID)!r} is not a queue id") from None
     if not topic or queue_id < 0:
         raise ValueError(f"no real topic/queue (REAL_TOPIC={topic!r}, REAL_QID={queue_id})")
     # RocketMQ 4.x builds the stored properties string before it clears DELAY, so its delivered copy
@@ -126,7 +124,7 @@ def copy_of_record(
 
 def is_delayable(sys_flag: int) -> bool:
     """RocketMQ delays plain and committed messages only, never prepared or rolled-back ones."""
-    return sys_flag & _TRANSACTION_MASK in (0, _TRANSACTION_COMMIT)
+    return transaction_type(sys_flag) in (TransactionType.NOT_TYPE, TransactionType.COMMIT)
 
 
 class _Outcome(enum.Enum):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import is_delayable
+from cometmq.broker._transaction import to_half
 from cometmq.errors import ProtocolError, RequestRefused
 from cometmq.protocol import RemotingCommand, ResponseCode
 from cometmq.protocol.batch import BatchEntry, batch_spans, decode_batch_body
@@ -37,6 +38,12 @@ from cometmq.protocol.record import (  # the store enforces MAX_PROPERTIES_SIZE
 )
 from cometmq.protocol.taghash import java_string_hash
 from cometmq.protocol.topic_config import TopicConfig
+from cometmq.protocol.transaction import (
+    TRANSACTION_PREPARED,
+    TRANSACTION_TYPE_MASK,
+    TransactionType,
+    transaction_type,
+)
 from cometmq.remoting import Connection
 from cometmq.store import MessageBatch, MessageToStore, PutResult, PutStatus
 
@@ -118,17 +125,25 @@ MASTERSHIP_NOT_TRUSTED: Final = (
     "this broker's mastership lease in etcd is not renewed (it may no longer be the master), and no other "
     "in-sync member can vouch for a message; the message was not stored"
 )
-_TRANSACTIONS_UNSUPPORTED: Final = "transaction messages are not supported by this broker yet"
-# A sysFlag transaction type of PREPARED (0x4) or ROLLBACK (0xC): such a record gets no consume-queue
-# unit, so a message sent with it would be stored and never delivered.
-_UNDELIVERED_TRANSACTION_BIT: Final = 0x4
 _HOST_V6_FLAGS: Final = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
 
 
-def _unsupported_feature(properties: dict[str, str]) -> str | None:
-    """Why a message asks for something this broker does not do yet (rather than mishandle it)."""
-    if properties.get("TRAN_MSG", "").lower() == "true":
-        return _TRANSACTIONS_UNSUPPORTED
+def _is_transactional(properties: dict[str, str]) -> bool:
+    """Whether a message is sent as a half message (RocketMQ reads TRAN_MSG, not the sys flag)."""
+    return properties.get(TRANSACTION_PREPARED, "").lower() == "true"
+
+
+def _transaction_type_refusal(sys_flag: int, transactional: bool) -> str | None:
+    """Why a send's transaction type cannot be stored: a PREPARED or ROLLBACK record gets no
+    consume-queue unit, so such a message would be stored and never delivered."""
+    kind = transaction_type(sys_flag)
+    if kind is TransactionType.ROLLBACK:
+        return "a message sent with the transaction type ROLLBACK (sysFlag 0xC) can never be delivered"
+    if kind is TransactionType.PREPARED and not transactional:
+        return (
+            "a message with the transaction type PREPARED (sysFlag 0x4) needs the property TRAN_MSG=true "
+            "to be stored as a half message"
+        )
     return None
 
 
@@ -270,11 +285,11 @@ class SendProcessor:
             )
         queue_id = sent.queue_id
         properties = decode_properties(sent.properties or "")
-        refusal = _unsupported_feature(properties)
-        if refusal is None and sent.sys_flag & _UNDELIVERED_TRANSACTION_BIT:
-            refusal = _TRANSACTIONS_UNSUPPORTED
-        if refusal is not None:
-            return request.response(ResponseCode.NO_PERMISSION, refusal)
+        transactional = _is_transactional(properties)
+        if transactional or sent.sys_flag & TRANSACTION_TYPE_MASK:  # one test on the plain send's path
+            refused = self._transaction_refusal(sent, transactional)
+            if refused is not None:
+                return request.response(*refused)
         delay_level = _delay_level(properties)
         wait_store = properties.pop("WAIT", "true").lower() != "false"
         properties["CLUSTER"] = config.broker_cluster_name
@@ -313,7 +328,9 @@ class SendProcessor:
                 delay_level = 0
                 properties.pop("DELAY", None)
             message = self._message(header, request.body, sent.flag, properties)
-            if delay_level > 0 and is_delayable(header.sys_flag):
+            if transactional:  # a DELAY applies when it is committed
+                message = to_half(message, sent.producer_group)
+            elif delay_level > 0 and is_delayable(header.sys_flag):
                 # Parked in SCHEDULE_TOPIC_XXXX; the reply still names the real queue (RocketMQ).
                 message = broker.schedule.to_schedule(message, delay_level)
             result = broker.store.put(message)
@@ -322,6 +339,24 @@ class SendProcessor:
             if wait_store and (broker.sync_flush or broker.sync_master):
                 return self._reply_when_stored(conn, request, result, queue_id)
         return self._reply(request, result, result.status, queue_id)
+
+    def _transaction_refusal(
+        self, sent: SendMessageRequestHeader, transactional: bool
+    ) -> tuple[ResponseCode, str] | None:
+        """The answer refusing a send with a transaction type or TRAN_MSG, or None for a half
+        message the broker takes."""
+        config = self._broker.config
+        if transactional and sent.batch:
+            return ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be a transaction message"
+        refusal = _transaction_type_refusal(sent.sys_flag, transactional)
+        if refusal is not None:
+            return ResponseCode.MESSAGE_ILLEGAL, refusal
+        if config.reject_transaction_message:
+            return (
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{config.broker_ip1}] sending transaction message is forbidden",
+            )
+        return None
 
     def _is_dead(self, request: RemotingCommand, sent: SendMessageRequestHeader, header: _SendHeader) -> bool:
         """Whether a send to ``%RETRY%<group>`` has used up the group's retries."""
@@ -420,9 +455,10 @@ class SendProcessor:
     ) -> MessageToStore:
         """One message of a batch, its properties decoded, merged with the request's and re-encoded."""
         merged = decode_properties(entry.properties)
-        refusal = _unsupported_feature(merged)
-        if refusal is not None:
-            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, f"a message of the batch: {refusal}")
+        if _is_transactional(merged):  # RocketMQ refuses transactional batches
+            raise RequestRefused(
+                ResponseCode.MESSAGE_ILLEGAL, "a message of the batch is a transaction message (TRAN_MSG)"
+            )
         merged.pop("WAIT", None)
         merged.update(properties)
         if _delay_level(merged) > 0:  # RocketMQ refuses delayed batches (MESSAGE_ILLEGAL)

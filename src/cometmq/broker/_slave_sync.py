@@ -64,8 +64,9 @@ def master_named(answer: RemotingCommand) -> tuple[str | None, str | None]:
 
 def slave_refusals(broker: Broker) -> ProcessorTable:
     """The handlers a slave's processor table has for the requests only a master serves: sends are
-    answered SERVICE_NOT_AVAILABLE (14), topic and group changes SYSTEM_ERROR (1), each with a remark
-    naming the master (as last heard from the NameServer) to send them to."""
+    answered SERVICE_NOT_AVAILABLE (14), END_TRANSACTION SLAVE_NOT_AVAILABLE (11, RocketMQ's), topic
+    and group changes SYSTEM_ERROR (1), each with a remark naming the master (as last heard from the
+    NameServer) to send them to."""
 
     def slave_of() -> str:
         master = broker.master_addr or "an unknown master"
@@ -75,6 +76,12 @@ def slave_refusals(broker: Broker) -> ProcessorTable:
         return request.response(
             ResponseCode.SERVICE_NOT_AVAILABLE,
             f"{slave_of()}: a slave stores no messages sent to it; send them to the master",
+        )
+
+    def refuse_end_transaction(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.response(
+            ResponseCode.SLAVE_NOT_AVAILABLE,
+            f"{slave_of()}: a slave cannot end a transaction; send END_TRANSACTION to the master",
         )
 
     def refuse_admin_write(conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -87,6 +94,7 @@ def slave_refusals(broker: Broker) -> ProcessorTable:
     return {
         **{code: refuse_send for code in _SENDS},
         **{code: refuse_admin_write for code in _ADMIN_WRITES},
+        RequestCode.END_TRANSACTION: refuse_end_transaction,
     }
 
 

@@ -21,6 +21,9 @@ from cometmq.protocol.naming import (
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     dlq_topic,
     stored_topic_name_error,
 )
@@ -68,6 +71,8 @@ class TopicConfigManager:
         self._add_builtin(TopicConfig(cfg.broker_name, 1, 1, PERM_INHERIT))
         self._add_builtin(TopicConfig(OFFSET_MOVED_EVENT, 1, 1))
         self._add_builtin(TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS))
+        for transaction_topic in (TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC):
+            self._add_builtin(TopicConfig(transaction_topic, 1, 1))
 
     def load(self) -> None:
         loaded = load_json_table(self._path, "topicConfigTable", "topic", self._read_topic)

@@ -35,6 +35,7 @@ from cometmq.broker._slave_sync import (
 )
 from cometmq.broker._stats import BrokerStats, sample_every_second
 from cometmq.broker._topics import TopicConfigManager
+from cometmq.broker._transaction import EndTransactionProcessor, TransactionService
 from cometmq.broker.config import BrokerConfig, BrokerRole
 from cometmq.errors import CometMQError, ConfigError, RequestRefused
 from cometmq.failover import Failover
@@ -119,6 +120,8 @@ class Broker:
         self.pull_holds = PullHoldService()
         # Delayed messages: parking in SCHEDULE_TOPIC_XXXX, delivery when due, delayOffset.json.
         self.schedule = ScheduleMessageService(self, config.message_delay_level, config_dir)
+        # Half messages: their settled state, the check-back, transactionChecks.json.
+        self.transactions = TransactionService(self, config_dir)
         self.stats = BrokerStats()
         self.boot_timestamp = int(time.time() * 1000)
         self._server: RemotingServer | None = None
@@ -207,6 +210,7 @@ class Broker:
         locks = QueueLockProcessor()
         client_config = CheckClientConfigProcessor(self)
         admin = AdminProcessor(self)
+        end_transaction = EndTransactionProcessor(self)
         return self._for_role(
             {
                 RequestCode.SEND_MESSAGE: send.send_message,
@@ -214,6 +218,7 @@ class Broker:
                 RequestCode.SEND_BATCH_MESSAGE: send.send_message_v2,
                 RequestCode.PULL_MESSAGE: pull.pull_message,
                 RequestCode.CONSUMER_SEND_MSG_BACK: send_back.consumer_send_msg_back,
+                RequestCode.END_TRANSACTION: end_transaction.end_transaction,
                 RequestCode.HEART_BEAT: consumers.heart_beat,
                 RequestCode.UNREGISTER_CLIENT: consumers.unregister_client,
                 RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumers.get_consumer_list_by_group,
@@ -294,6 +299,7 @@ class Broker:
         )
         # Only now: delivered copies carry the final store host (their offset message ids name it).
         self.schedule.start()
+        self.transactions.start()
         log.info(
             "broker %s (cluster %s) listening on %s:%d, advertised as %s, data in %s",
             self.config.broker_name,
@@ -465,6 +471,7 @@ class Broker:
             if limit is not None:  # pulls held for what this broker's old master had confirmed
                 self.pull_holds.on_confirmed(limit)
             self.schedule.start()
+            self.transactions.start()
             log.info("broker %s is now the master of its group (epoch %d)", self.config.broker_name, epoch)
             if was_slave:
                 self._register_switch(self.own_id)
@@ -489,6 +496,7 @@ class Broker:
             if self._ha_bound:
                 await self._start_ha_server()
             await self.schedule.stop()
+            await self.transactions.stop()
             await self._stop_ha_client()
             self.epoch = epoch
             self.master_addr = master_addr
@@ -672,6 +680,7 @@ class Broker:
         # A metadata file that cannot be written (disk error) is logged; the others are still
         # written and the store still shuts down cleanly (flushed, checkpointed, abort file removed).
         await self.schedule.stop()
+        await self.transactions.stop()  # its progress is in the consumer offsets written next
         self.offsets.persist(force=True)
         self.topics.persist()
         self.groups.persist()

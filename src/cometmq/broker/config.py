@@ -74,6 +74,13 @@ class BrokerConfig:
     force_verify_prop_crc: bool = False
     # Delay of each level of delayed messages (DELAY=1 is the first); see broker/_schedule.py.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    # Transactional messages (broker/_transaction.py): a half message is checked back once it is
+    # older than transactionTimeOut ms, every transactionCheckInterval ms (RocketMQ 5's period; 4.x
+    # had 60 s), and discarded after transactionCheckMax checks; rejectTransactionMessage refuses them.
+    transaction_time_out: int = 6000
+    transaction_check_interval: int = 30_000
+    transaction_check_max: int = 15
+    reject_transaction_message: bool = False
     # The message index behind QUERY_MESSAGE (docs/store.md, "Index").
     message_index_enable: bool = True
     max_index_num: int = 20_000_000
@@ -290,6 +297,7 @@ class BrokerConfig:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self._check_replication()
+        self._check_transactions()
 
     def _check_replication(self) -> None:
         if not -1 <= self.ha_listen_port <= 65535:
@@ -306,6 +314,16 @@ class BrokerConfig:
         ):
             if value < 1:
                 raise ConfigError(f"{key} {value} is not a positive number")
+
+    def _check_transactions(self) -> None:
+        day_ms = 86_400_000
+        for key, value, most in (
+            ("transactionTimeOut", self.transaction_time_out, 7 * day_ms),
+            ("transactionCheckInterval", self.transaction_check_interval, day_ms),
+            ("transactionCheckMax", self.transaction_check_max, 10_000),
+        ):
+            if not 1 <= value <= most:
+                raise ConfigError(f"{key} {value} is not in 1..{most}")
 
     @classmethod
     def from_file(cls, path: str | Path, defaults: Mapping[str, Any] | None = None) -> BrokerConfig:

@@ -9,7 +9,8 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -121,6 +122,10 @@ def _sealed(parts: list[bytes | memoryview], offsets: list[int], total: int) -> 
 
 def _failure(status: PutStatus) -> PutResult:
     return PutResult(status, -1, -1, 0, 0, "", 0)
+
+
+def _failures(status: PutStatus, count: int) -> list[PutResult]:
+    return [_failure(status) for _ in range(count)]
 
 
 def parse_delay_levels(spec: str) -> list[int]:
@@ -378,6 +383,188 @@ class MessageStore:
         )
         return self._append(topic, cq, batch, batch.flags, bodies, properties, batch.tags_codes, 0, total)
 
+    def put_together(self, messages: Sequence[MessageToStore]) -> list[PutResult]:
+        """Append single messages of any topics and queues as consecutive records in one write, all
+        or nothing: every result PUT_OK, or every result the same failure. Each message is stored as
+        ``put`` would store it (tags code, delay-level tags code in SCHEDULE_TOPIC_XXXX, no unit for
+        prepared and rolled-back transaction records, index entries); they are published together,
+        in order, so a reader sees all of them or none. The results are in the messages' order;
+        the last one's ``commitlog_end_offset`` is the group's end (what ``wait_flushed`` needs).
+
+        A crash keeps the whole group or none of it: the records are written with the first one's
+        size field zero, where recovery takes the log to end, and that field is written last (a
+        process killed between the two leaves no record of the group; the page cache keeps the order
+        of the two writes). A power loss may persist the pages out of order: that guarantee is as
+        strong as the flush's, which is none for an unflushed tail under ASYNC_FLUSH.
+
+        Not a hot path: transaction settlements (a committed copy with its op record).
+        """
+        count = len(messages)
+        if count == 1:  # one record is whole or absent after a crash anyway
+            return [self.put(messages[0])]
+        if not count:
+            return []
+        if not self._accepting and not self._writes_resumed():
+            return _failures(PutStatus.SERVICE_NOT_AVAILABLE, count)
+        prepared = self._prepare_together(messages)
+        if isinstance(prepared, PutStatus):
+            return _failures(prepared, count)
+        topics, queues, properties, total = prepared
+        units_per_queue = Counter(cq for cq in queues if cq is not None)
+        cl = self._commitlog
+        seg = cl.cur
+        pos = cl.wrote_pos
+        if (
+            seg is None
+            or pos + total + 8 > seg.reserved_to
+            or any(cq.max_offset + n > cq.capacity for cq, n in units_per_queue.items())
+        ):
+            room = self._reserve(total, None, 0, units_per_queue.items())
+            if isinstance(room, PutStatus):
+                return _failures(room, count)
+            seg, pos = room
+        now = _time_ns() // 1_000_000
+        if now < self._last_store_ts:
+            now = self._last_store_ts
+        else:
+            self._last_store_ts = now
+        next_queue_offset = {cq: cq.max_offset for cq in units_per_queue}
+        units = {cq: bytearray() for cq in units_per_queue}
+        parts: list[bytes | memoryview] = []
+        offsets: list[int] = []
+        queue_offsets: list[int] = []
+        tags_codes: list[int] = []
+        phys = seg.start + pos
+        try:
+            for msg, topic, cq, props in zip(messages, topics, queues, properties, strict=True):
+                queue_offset = 0
+                if cq is not None:
+                    queue_offset = next_queue_offset[cq]
+                    next_queue_offset[cq] = queue_offset + 1
+                tags_code = msg.tags_code
+                if topic.is_schedule:
+                    tags_code = self._delivery_time(props.decode(), now, tags_code)
+                body = msg.body
+                size = MIN_RECORD_SIZE + len(body) + len(topic.encoded) + len(props)
+                parts += (
+                    pack_record_head(
+                        size,
+                        MESSAGE_MAGIC_CODE,
+                        crc32(body) & 0x7FFFFFFF,
+                        msg.queue_id,
+                        msg.flag,
+                        queue_offset,
+                        phys,
+                        msg.sys_flag,
+                        msg.born_timestamp,
+                        msg.born_host,
+                        now,
+                        msg.store_host,
+                        msg.reconsume_times,
+                        msg.prepared_transaction_offset,
+                        len(body),
+                    ),
+                    body,
+                    topic.record_field,
+                    pack_properties_length(len(props)),
+                    props,
+                )
+                if cq is not None:
+                    units[cq] += _pack_unit(phys, size, tags_code)
+                offsets.append(phys)
+                queue_offsets.append(queue_offset)
+                tags_codes.append(tags_code)
+                phys += size
+        except struct.error:  # a field out of range; nothing was written
+            return _failures(PutStatus.MESSAGE_ILLEGAL, count)
+        records = _sealed(parts, offsets, total) if self._append_record_crc else bytearray().join(parts)
+        first_size = bytes(records[:4])
+        records[:4] = bytes(4)
+        try:
+            seg.write_at(pos, records)
+            seg.write_at(pos, first_size)
+        except OSError as exc:
+            return _failures(self._write_failed(seg, pos, exc).status, count)
+        cl.wrote_pos = pos + total
+        end = phys
+        if end > cl.warm_at:
+            cl.warm_ahead()
+        self._publish_together(messages, topics, queues, units, offsets, end, tags_codes, now)
+        store_host = messages[0].store_host
+        host_hex = self._host_hex.get(store_host) or self._remember_host(store_host)
+        ends = [*offsets[1:], end]
+        return [
+            PutResult(_PUT_OK, offset, queue_offset, 1, now, f"{host_hex}{offset:016X}", record_end - offset)
+            for offset, queue_offset, record_end in zip(offsets, queue_offsets, ends, strict=True)
+        ]
+
+    def _prepare_together(
+        self, messages: Sequence[MessageToStore]
+    ) -> tuple[list[TopicQueues], list[ConsumeQueue | None], list[bytes], int] | PutStatus:
+        """``put_together``'s checks, those of ``put`` for each message: their topics, their queues
+        (None: no unit), their properties as stored and the records' total size, or why they cannot
+        be stored. All store hosts must be the same (the results' message ids name one)."""
+        topics: list[TopicQueues] = []
+        queues: list[ConsumeQueue | None] = []
+        properties: list[bytes] = []
+        total = 0
+        store_host = messages[0].store_host
+        for msg in messages:
+            topic = self._queues.topic(msg.topic)
+            if (
+                topic is None
+                or msg.queue_id < 0
+                or len(msg.body) > self._max_body
+                or msg.store_host != store_host
+                or not _storable_hosts(msg.sys_flag, msg.born_host, msg.store_host)
+            ):
+                return PutStatus.MESSAGE_ILLEGAL
+            try:
+                props = msg.properties.encode()
+            except UnicodeEncodeError:
+                return PutStatus.MESSAGE_ILLEGAL
+            if RECORD_CRC_NAME in props:
+                props = without_record_crc_property(props)
+            if self._append_record_crc:
+                props = with_record_crc_property(props)
+            if len(props) > MAX_PROPERTIES_SIZE:
+                return PutStatus.PROPERTIES_SIZE_EXCEEDED
+            topics.append(topic)
+            queues.append(self._queues.queue(topic, msg.queue_id) if is_dispatched(msg.sys_flag) else None)
+            properties.append(props)
+            total += MIN_RECORD_SIZE + len(msg.body) + len(topic.encoded) + len(props)
+        return topics, queues, properties, total
+
+    def _publish_together(
+        self,
+        messages: Sequence[MessageToStore],
+        topics: list[TopicQueues],
+        queues: list[ConsumeQueue | None],
+        units: dict[ConsumeQueue, bytearray],
+        offsets: list[int],
+        end: int,
+        tags_codes: list[int],
+        now: int,
+    ) -> None:
+        """``_publish`` for ``put_together``'s records: every unit and index entry, then the commit
+        log's end, then the arrival listeners (once per queue and distinct tags code) and the flush
+        thread."""
+        for cq, queue_units in units.items():
+            cq.append_units(queue_units)
+        index = self._index
+        if index is not None:
+            for msg, topic, queue, offset in zip(messages, topics, queues, offsets, strict=True):
+                if queue is not None and (msg.uniq_key or msg.keys):
+                    index.add(topic.name, msg.uniq_key, msg.keys, offset, now)
+        self._commitlog.max_offset = end
+        if self._listeners:
+            for cq in units:
+                codes = [code for code, q in zip(tags_codes, queues, strict=True) if q is cq]
+                self._notify(cq.topic, cq.queue_id, cq.max_offset, codes)
+        flusher = self._flusher
+        if flusher is not None and end >= flusher.wake_at:
+            flusher.poke()
+
     def _batch_properties(self, batch: MessageBatch) -> list[bytes] | None:
         """The batch's properties as stored; None if the batch cannot be stored (MESSAGE_ILLEGAL)."""
         properties = batch.properties
@@ -565,9 +752,16 @@ class MessageStore:
             seg.write_at(pos, bytes(8))
         return _failure(self._refuse_for(exc, f"cannot write to the commit log at {seg.start + pos}"))
 
-    def _reserve(self, size: int, cq: ConsumeQueue | None, units: int) -> tuple[MappedFile, int] | PutStatus:
+    def _reserve(
+        self,
+        size: int,
+        cq: ConsumeQueue | None,
+        units: int,
+        more_units: Iterable[tuple[ConsumeQueue, int]] = (),
+    ) -> tuple[MappedFile, int] | PutStatus:
         """The segment and position where ``size`` bytes of records go, rolling to a new segment
-        when they do not fit, with their blocks reserved, and the consume-queue room for *units*.
+        when they do not fit, with their blocks reserved, and the consume-queue room for *units*
+        (and, for ``put_together``, for each queue's count in *more_units*).
         All file creation and reservation happens before the first byte is written, so a failure
         (disk full) leaves nothing half done."""
         cl = self._commitlog
@@ -585,6 +779,9 @@ class MessageStore:
         try:
             if cq is not None and cq.max_offset + units > cq.capacity:
                 cq.prepare(units)
+            for other, count in more_units:
+                if other.max_offset + count > other.capacity:
+                    other.prepare(count)
             if pos + size + 8 > seg.size:
                 seg = cl.roll()
                 pos = 0

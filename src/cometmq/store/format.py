@@ -170,7 +170,9 @@ must have the message magic, a TOTALSIZE that fits its segment, lengths that add
 PHYSICALOFFSET equal to its position and a matching body CRC; a blank record whose size reaches
 exactly the segment's end moves the scan to the next segment. The first record failing a check ends
 the log: the rest of that segment is zeroed (``ftruncate`` down to the end, then back up to full
-size) and later segments are deleted. Every scanned record from ``dispatch_safe`` on whose unit is
+size) and later segments are deleted. (``MessageStore.put_together`` relies on this: it writes
+its group's first TOTALSIZE last, so a crash between the two writes leaves zeros where the group
+starts, and the log ends before it.) Every scanned record from ``dispatch_safe`` on whose unit is
 missing or different is re-dispatched (older records are trusted, which also keeps deleted topics
 deleted); then each consume queue drops units pointing at or past the end. A queue whose first
 re-dispatched record lies beyond its units (its files were lost) is rebuilt by a second scan from

@@ -1,0 +1,706 @@
+"""Transactional messages: half messages, END_TRANSACTION (37) and the check-back (RocketMQ's
+TransactionalMessageService, EndTransactionProcessor and TransactionalMessageCheckService).
+
+A send with ``TRAN_MSG=true`` is stored once, as a *half message* in ``RMQ_SYS_TRANS_HALF_TOPIC``
+queue 0 with its real topic and queue in ``REAL_TOPIC`` / ``REAL_QID`` (``to_half``); consumers of
+the real topic never see it. END_TRANSACTION names it by its commit-log offset and half-queue offset.
+A commit stores a copy in the real queue (transaction type COMMIT, preparedTransactionOffset = the
+half's commit-log offset) together with an *op record* (``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag
+``d``, body the half's queue offset as decimal text), in one ``put_together``; a rollback writes the
+op record alone. A half message with an op record is *settled*.
+
+END_TRANSACTION (Java's client sends it oneway) names the half by ``commitLogOffset`` (decoded from the
+send answer's offset message id) and ``tranStateTableOffset`` (the answer's queue offset); the record
+there must be a half message with that queue offset and ``PGROUP`` equal to ``producerGroup``.
+``commitOrRollback`` is 8 (commit), 12 (rollback) or 0 (not known yet: nothing happens, the check-back
+asks later). A half message already settled answers SUCCESS and changes nothing (a second END, or a
+check's answer racing the producer's own). A commit under failover passes the mastership checks a send
+passes, and a SYNC_FLUSH / SYNC_MASTER broker answers it once the copy is flushed / replicated.
+
+Unlike RocketMQ, a half message is never re-appended when it is checked: each has exactly one record,
+so settling it twice is noticed and a second END_TRANSACTION changes nothing. A message's age is taken
+from its store time (the broker's clock), not its born time.
+
+Progress is kept as the consumer offsets of group ``CID_RMQ_SYS_TRANS`` (consumerOffset.json, which a
+slave copies from its master): on (half topic, 0), H, the first half offset not known settled; on
+(op topic, 0), O, the first op record that may still name a half offset at or past H. In memory, the
+settled half offsets at or past H are a bitmap (one bit per half message, from a multiple of 8 at or
+below H), rebuilt from the op records from O on when the broker starts as (or becomes) master, and set
+by every op record this broker writes. H and O are committed only once the op records they rely on
+are flushed. Check counts are in ``config/transactionChecks.json``, written after each round that
+changed them: a crash costs at most one more check of a message.
+
+Every ``transactionCheckInterval`` ms the master walks the half queue from H, decoding only the
+unsettled records: one older than ``transactionTimeOut`` ms (or than its
+``CHECK_IMMUNITY_TIME_IN_SECONDS``) is checked with CHECK_TRANSACTION_STATE (39, oneway) sent to one
+live producer channel of its PGROUP (round robin); after ``transactionCheckMax`` checks it is
+discarded: copied to ``TRANS_CHECK_MAX_TIME_TOPIC`` together with its op record, and a warning logged.
+A check counts even when no producer of the group is connected (RocketMQ's rule: a group gone for good
+ends in the discard). The check's body is the half record re-encoded with its real topic and queue and
+``TRANSACTION_CHECK_TIMES``; its header's ``transactionId`` is the ``__transactionId__`` property, or
+the UNIQ_KEY. The producer answers with END_TRANSACTION, ``fromTransactionCheck`` true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Awaitable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from cometmq.broker._json_config import MetadataFile, load_json_table
+from cometmq.errors import RecordError, RequestRefused
+from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.broker_headers import (
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
+)
+from cometmq.protocol.naming import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from cometmq.protocol.properties import decode_properties, encode_properties
+from cometmq.protocol.record import DecodedRecord, decode_record_at, encode_record_into, record_size
+from cometmq.protocol.taghash import java_string_hash
+from cometmq.protocol.transaction import (
+    CHECK_IMMUNITY_TIME_IN_SECONDS,
+    OP_RECORD_TAG,
+    PRODUCER_GROUP,
+    REAL_QUEUE_ID,
+    REAL_TOPIC,
+    TRANSACTION_CHECK_GROUP,
+    TRANSACTION_CHECK_TIMES,
+    TRANSACTION_ID,
+    TRANSACTION_PREPARED,
+    TransactionType,
+    with_transaction_type,
+)
+from cometmq.remoting import Connection
+from cometmq.store import MessageToStore, PutResult, PutStatus
+
+if TYPE_CHECKING:
+    from cometmq.broker.broker import Broker
+
+__all__ = ["EndTransactionProcessor", "TransactionService", "to_half"]
+
+log = logging.getLogger("cometmq.broker")
+
+# Unsettled half records decoded before the event loop gets a turn.
+_DECODES_PER_TURN: Final = 128
+# Op records read before the event loop gets a turn (a round's new ones).
+_OPS_PER_TURN: Final = 1024
+_OP_TAGS_CODE: Final = java_string_hash(OP_RECORD_TAG)
+_OP_PROPERTIES: Final = encode_properties({"TAGS": OP_RECORD_TAG})
+# A byte of the bitmap with an unsettled half offset in it.
+_NOT_ALL_SETTLED: Final = re.compile(rb"[^\xff]")
+# Properties of the half record the committed copy does not carry.
+_HALF_ONLY: Final = (TRANSACTION_PREPARED, REAL_TOPIC, REAL_QUEUE_ID)
+# Failover mode: the settlement was stored while this master could not be sure it still is one.
+_LEASE_LAPSED: Final = (
+    "this broker's mastership lease lapsed; the transaction was ended but that is not acknowledged"
+)
+
+
+def to_half(msg: MessageToStore, producer_group: str) -> MessageToStore:
+    """*msg* (as a send of it would be stored) as its half message: the real topic and queue in
+    ``REAL_TOPIC`` / ``REAL_QID``, ``PGROUP`` (the request's producer group if the message names
+    none), transaction type NOT_TYPE so that it gets a unit of the half queue, in
+    RMQ_SYS_TRANS_HALF_TOPIC queue 0."""
+    properties = decode_properties(msg.properties)
+    properties[REAL_TOPIC] = msg.topic
+    properties[REAL_QUEUE_ID] = str(msg.queue_id)
+    properties.setdefault(PRODUCER_GROUP, producer_group)
+    return replace(
+        msg,
+        topic=TRANS_HALF_TOPIC,
+        queue_id=0,
+        sys_flag=with_transaction_type(msg.sys_flag, TransactionType.NOT_TYPE),
+        properties=encode_properties(properties),
+    )
+
+
+def op_offsets(body: bytes) -> Iterator[int]:
+    """The half offsets an op record names: one decimal number, or (RocketMQ 5) several joined by
+    commas. Anything else is skipped."""
+    for part in body.split(b","):
+        part = part.strip()
+        if part.isdigit():
+            yield int(part)
+
+
+class SettledHalves:
+    """Which half offsets are settled: all below ``first_unsettled`` (H), and those at or past it
+    whose bit is set. One bit per offset from ``_base`` (H rounded down to a multiple of 8), so a
+    message that stays unsettled costs a bit, not an int, per message settled after it."""
+
+    def __init__(self, first_unsettled: int = 0) -> None:
+        self._base = first_unsettled - first_unsettled % 8
+        self._bits = bytearray()
+        for offset in range(self._base, first_unsettled):
+            self.add(offset)
+
+    @property
+    def first_unsettled(self) -> int:
+        """H: every offset below it is settled."""
+        first_byte = self._bits[0] if self._bits else 0
+        return self._base + ((~first_byte & (first_byte + 1)).bit_length() - 1)
+
+    def __contains__(self, offset: int) -> bool:
+        index = offset - self._base
+        if index < 0:
+            return True
+        byte = index >> 3
+        return byte < len(self._bits) and bool(self._bits[byte] >> (index & 7) & 1)
+
+    def add(self, offset: int) -> None:
+        index = offset - self._base
+        if index < 0:
+            return
+        byte = index >> 3
+        if byte >= len(self._bits):
+            self._bits.extend(bytes(byte + 1 - len(self._bits)))
+        self._bits[byte] |= 1 << (index & 7)
+
+    def advance(self) -> int:
+        """Drop the whole bytes of settled offsets at the start; H."""
+        full = len(self._bits) - len(self._bits.lstrip(b"\xff"))
+        if full:
+            del self._bits[:full]
+            self._base += full * 8
+        return self.first_unsettled
+
+    def unsettled(self, start: int, end: int) -> Iterator[int]:
+        """The offsets in [*start*, *end*) not settled when called, in order (whole settled bytes
+        skipped in C). It reads a copy of the bitmap: the bitmap grows and shrinks while a round that
+        walks it waits for its turn, which a buffer exported to ``finditer`` would forbid."""
+        base, bits = self._base, bytes(self._bits)
+        start = max(start, base)
+        covered = base + len(bits) * 8
+        for match in _NOT_ALL_SETTLED.finditer(bits, (start - base) >> 3):
+            first = base + match.start() * 8
+            if first >= end:
+                return
+            byte = bits[match.start()]
+            for offset in range(max(first, start), min(first + 8, end)):
+                if not byte >> (offset - first) & 1:
+                    yield offset
+        yield from range(max(start, covered), end)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TransactionService:
+    """The master's settled state of half messages and its check-back, one task on the broker's loop.
+    A slave runs nothing: its progress is the consumer offsets it copies from its master."""
+
+    def __init__(self, broker: Broker, config_dir: Path) -> None:
+        self._broker = broker
+        self._checks_file = MetadataFile(config_dir / "transactionChecks.json")
+        self.settled = SettledHalves()
+        self.check_counts: dict[int, int] = {}  # half offset → checks sent
+        self._op_start = 0  # O
+        self._op_read = 0  # the next op record to read
+        self._op_end = 0  # commit-log end of the last record this broker wrote for a settlement
+        self._counts_changed = False
+        self._round_robin: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._writing: asyncio.Future[Any] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Rebuild the settled state from the committed progress and the op records, and start
+        checking (the store must be started). A slave does not."""
+        broker = self._broker
+        if broker.is_slave or self._task is not None:
+            return
+        offsets = broker.offsets
+        first_unsettled = max(0, offsets.query(TRANSACTION_CHECK_GROUP, TRANS_HALF_TOPIC, 0))
+        first_unsettled = max(first_unsettled, broker.store.min_offset(TRANS_HALF_TOPIC, 0))
+        self.settled = SettledHalves(first_unsettled)
+        self._op_start = max(
+            0,
+            offsets.query(TRANSACTION_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0),
+            broker.store.min_offset(TRANS_OP_HALF_TOPIC, 0),
+        )
+        self._op_read = self._op_start
+        started = time.monotonic()
+        read = self._read_ops(None)
+        self.check_counts = {}
+        loaded = load_json_table(
+            self._checks_file.path, "checkTimes", "transaction check count", lambda k, v: (int(k), int(v))
+        )
+        if loaded is not None:
+            self.check_counts = {
+                offset: count
+                for offset, count in loaded[1].values()
+                if offset not in self.settled and count > 0
+            }
+        if read or first_unsettled:
+            log.info(
+                "transactions: half messages below %d settled, %d op records read in %.3f s, %d pending "
+                "with checks",
+                first_unsettled,
+                read,
+                time.monotonic() - started,
+                len(self.check_counts),
+            )
+        self._task = asyncio.ensure_future(self._check_loop())
+
+    async def stop(self) -> None:
+        """Stop checking, and keep the progress (the store must still be running)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if self._writing is not None:  # a write cancelled while its thread still runs
+            with contextlib.suppress(Exception):
+                await self._writing
+            self._writing = None
+        await self._commit_progress()
+        if self._counts_changed:
+            self._checks_file.save(self._counts_snapshot())
+
+    # -- settlement ----------------------------------------------------------------------------
+
+    def op_record(self, half_offset: int) -> MessageToStore:
+        broker = self._broker
+        return MessageToStore(
+            TRANS_OP_HALF_TOPIC,
+            0,
+            0,
+            str(half_offset).encode(),
+            _OP_PROPERTIES,
+            0,
+            _now_ms(),
+            broker.store_host,
+            broker.store_host,
+            tags_code=_OP_TAGS_CODE,
+        )
+
+    def settle(self, half_offset: int, copy: MessageToStore | None) -> list[PutResult]:
+        """Store *copy* (if any) and the op record of *half_offset* in one write; on success the half
+        offset is settled at once."""
+        op = self.op_record(half_offset)
+        if copy is None:
+            results = [self._broker.store.put(op)]
+        else:
+            results = self._broker.store.put_together([copy, op])
+        if all(result.status is PutStatus.PUT_OK for result in results):
+            self.settled.add(half_offset)
+            if self.check_counts.pop(half_offset, None) is not None:
+                self._counts_changed = True
+            self._op_end = max(self._op_end, results[-1].commitlog_end_offset)
+            self._broker.stats.put_messages += len(results) - 1
+        return results
+
+    def _read_ops(self, limit: int | None) -> int:
+        """Mark the half offsets named by op records from the next unread one on (at most *limit*);
+        how many were read."""
+        store = self._broker.store
+        end = store.max_offset(TRANS_OP_HALF_TOPIC, 0)
+        if limit is not None:
+            end = min(end, self._op_read + limit)
+        start = self._op_read
+        for offset in range(start, end):
+            for half_offset in self._named_by_op(offset):
+                self.settled.add(half_offset)
+        self._op_read = max(self._op_read, end)
+        return end - start
+
+    def _named_by_op(self, op_offset: int) -> list[int]:
+        store = self._broker.store
+        unit = store.queue_unit(TRANS_OP_HALF_TOPIC, 0, op_offset)
+        if unit is None:
+            return []
+        view = store.message_at(unit[0])
+        if view is None:
+            return []
+        try:
+            rec = decode_record_at(view, 0, len(view))
+        except RecordError as exc:
+            log.error("transactions: op record %d cannot be read (%s); skipped", op_offset, exc)
+            return []
+        finally:
+            del view
+        if decode_properties(rec.properties).get("TAGS") != OP_RECORD_TAG:
+            return []
+        return list(op_offsets(rec.body))
+
+    def _advance_op_start(self, first_unsettled: int) -> int:
+        """Move O past the op records that name only half offsets below H."""
+        while self._op_start < self._op_read:
+            named = self._named_by_op(self._op_start)
+            if named and max(named) >= first_unsettled:
+                break
+            self._op_start += 1
+        return self._op_start
+
+    async def _commit_progress(self) -> None:
+        """Commit H and O as consumer offsets, once the records they rely on are flushed."""
+        flushed_end = self._op_end
+        first_unsettled = self.settled.advance()
+        op_start = self._advance_op_start(first_unsettled)
+        self.check_counts = {k: v for k, v in self.check_counts.items() if k >= first_unsettled}
+        if not await self._broker.store.wait_flushed(flushed_end):
+            log.error("transactions: op records are not flushed; progress not committed")
+            return
+        offsets = self._broker.offsets
+        if offsets.query(TRANSACTION_CHECK_GROUP, TRANS_HALF_TOPIC, 0) != first_unsettled:
+            offsets.commit(TRANSACTION_CHECK_GROUP, TRANS_HALF_TOPIC, 0, first_unsettled)
+        if offsets.query(TRANSACTION_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0) != op_start:
+            offsets.commit(TRANSACTION_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, op_start)
+
+    # -- the check-back ------------------------------------------------------------------------
+
+    async def _check_loop(self) -> None:
+        config = self._broker.config
+        while True:
+            await asyncio.sleep(config.transaction_check_interval / 1000)
+            try:
+                await self.check_round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug must not end the check-back for good
+                log.exception("transactions: a check round failed")
+
+    async def check_round(self) -> None:
+        """One round: read new op records, check (or discard) the due half messages, commit the
+        progress and write the check counts if they changed."""
+        while self._read_ops(_OPS_PER_TURN) == _OPS_PER_TURN:
+            await asyncio.sleep(0)
+        store = self._broker.store
+        config = self._broker.config
+        now = _now_ms()
+        silent_groups: set[str] = set()
+        decoded = 0
+        start = self.settled.first_unsettled
+        for offset in self.settled.unsettled(start, store.max_offset(TRANS_HALF_TOPIC, 0)):
+            if decoded and decoded % _DECODES_PER_TURN == 0:
+                await asyncio.sleep(0)
+            if offset in self.settled:  # settled while the loop had its turn
+                continue
+            decoded += 1
+            rec = self._half_record(offset)
+            if rec is None:
+                continue
+            properties = decode_properties(rec.properties)
+            age = now - rec.store_timestamp
+            immunity = properties.get(CHECK_IMMUNITY_TIME_IN_SECONDS, "")
+            if immunity.isdigit():
+                if age < int(immunity) * 1000:
+                    continue
+            elif age < config.transaction_time_out:
+                break  # the queue is in store-time order: the rest is younger still
+            checks = self.check_counts.get(offset, 0)
+            if checks >= config.transaction_check_max:
+                self._discard(rec, properties)
+                continue
+            self.check_counts[offset] = checks + 1
+            self._counts_changed = True
+            self._send_check(rec, properties, checks + 1, silent_groups)
+        await self._commit_progress()
+        if self._counts_changed:
+            self._counts_changed = False
+            loop = asyncio.get_running_loop()
+            self._writing = loop.run_in_executor(None, self._checks_file.save, self._counts_snapshot())
+            try:
+                if not await asyncio.shield(self._writing):
+                    self._counts_changed = True  # logged once by MetadataFile; written next round
+            finally:
+                self._writing = None
+
+    def _counts_snapshot(self) -> dict[str, dict[str, int]]:
+        return {"checkTimes": {str(offset): count for offset, count in sorted(self.check_counts.items())}}
+
+    def _half_record(self, offset: int) -> DecodedRecord | None:
+        store = self._broker.store
+        unit = store.queue_unit(TRANS_HALF_TOPIC, 0, offset)
+        view = store.message_at(unit[0]) if unit is not None else None
+        if view is None:  # its files are gone (retention): nothing to check or settle
+            log.warning("transactions: half message %d is gone; considered settled", offset)
+            self.settled.add(offset)
+            return None
+        try:
+            return decode_record_at(view, 0, len(view))
+        except RecordError as exc:
+            log.error("transactions: half message %d cannot be read (%s); considered settled", offset, exc)
+            self.settled.add(offset)
+            return None
+        finally:
+            del view
+
+    def _send_check(
+        self, rec: DecodedRecord, properties: dict[str, str], checks: int, silent_groups: set[str]
+    ) -> None:
+        broker = self._broker
+        group = properties.get(PRODUCER_GROUP, "")
+        channels = [conn for conn in broker.producers.groups.get(group, {}) if conn.is_open]
+        if not channels:
+            # RocketMQ counts the check all the same: a group gone for good is discarded in the end.
+            if group not in silent_groups:
+                silent_groups.add(group)
+                log.info("transactions: no producer of group %s is connected; its checks wait", group)
+            return
+        turn = self._round_robin.get(group, 0)
+        self._round_robin[group] = turn + 1
+        conn = channels[turn % len(channels)]
+        uniq_key = properties.get("UNIQ_KEY")
+        header = CheckTransactionStateRequestHeader(
+            tran_state_table_offset=rec.queue_offset,
+            commit_log_offset=rec.commitlog_offset,
+            msg_id=uniq_key,
+            transaction_id=properties.get(TRANSACTION_ID) or uniq_key,
+            offset_msg_id=rec.offset_msg_id,
+            topic=properties.get(REAL_TOPIC),
+            broker_name=broker.config.broker_name,
+        )
+        conn.invoke_oneway(
+            RemotingCommand(
+                code=RequestCode.CHECK_TRANSACTION_STATE,
+                ext_fields=header.encode(),
+                body=check_body(rec, properties, checks),
+                language="JAVA",
+            )
+        )
+
+    def _discard(self, rec: DecodedRecord, properties: dict[str, str]) -> None:
+        """RocketMQ's transactionCheckMax: the half message goes to TRANS_CHECK_MAX_TIME_TOPIC."""
+        broker = self._broker
+        copy = MessageToStore(
+            TRANS_CHECK_MAX_TIME_TOPIC,
+            0,
+            rec.flag,
+            rec.body,
+            rec.properties,
+            rec.sys_flag,
+            rec.born_timestamp,
+            rec.born_host,
+            broker.store_host,
+            rec.reconsume_times,
+            0,
+            _tags_code(properties),
+            properties.get("KEYS", ""),
+            properties.get("UNIQ_KEY", ""),
+        )
+        results = self.settle(rec.queue_offset, copy)
+        if results[0].status is PutStatus.PUT_OK:
+            log.warning(
+                "transactions: message %s of topic %s (producer group %s) was checked %d times without "
+                "an answer; discarded to %s",
+                properties.get("UNIQ_KEY", rec.offset_msg_id),
+                properties.get(REAL_TOPIC),
+                properties.get(PRODUCER_GROUP),
+                broker.config.transaction_check_max,
+                TRANS_CHECK_MAX_TIME_TOPIC,
+            )
+        else:
+            log.warning("transactions: discarding half message %d failed (%s); tried again next round",
+                        rec.queue_offset, results[0].status.name)  # fmt: skip
+
+
+def _tags_code(properties: dict[str, str]) -> int:
+    tags = properties.get("TAGS")
+    return java_string_hash(tags) if tags else 0
+
+
+def check_body(rec: DecodedRecord, properties: dict[str, str], checks: int) -> bytes:
+    """The body of CHECK_TRANSACTION_STATE: the half record re-encoded in the record layout with its
+    real topic and queue and ``TRANSACTION_CHECK_TIMES`` (RocketMQ's sendCheckMessage)."""
+    shown = dict(properties)
+    shown[TRANSACTION_CHECK_TIMES] = str(checks)
+    topic = properties.get(REAL_TOPIC, rec.topic).encode()
+    try:
+        queue_id = int(properties.get(REAL_QUEUE_ID, ""))
+    except ValueError:
+        queue_id = rec.queue_id
+    text = encode_properties(shown).encode()
+    buf = bytearray(record_size(len(rec.body), len(topic), len(text)))
+    encode_record_into(
+        buf,
+        0,
+        queue_id,
+        rec.flag,
+        rec.queue_offset,
+        rec.commitlog_offset,
+        rec.sys_flag,
+        rec.born_timestamp,
+        rec.born_host,
+        rec.store_timestamp,
+        rec.store_host,
+        rec.reconsume_times,
+        rec.prepared_transaction_offset,
+        rec.body,
+        topic,
+        text,
+    )
+    return bytes(buf)
+
+
+def committed_copy(rec: DecodedRecord, properties: dict[str, str], store_host: bytes) -> MessageToStore:
+    """The half record *rec* as its committed message in the real topic and queue: transaction type
+    COMMIT, preparedTransactionOffset the half's commit-log offset, the half's own properties
+    (TRAN_MSG, REAL_TOPIC, REAL_QID) removed. ValueError if it names no real queue."""
+    topic = properties.get(REAL_TOPIC, "")
+    try:
+        queue_id = int(properties.get(REAL_QUEUE_ID, ""))
+    except ValueError:
+        raise ValueError(f"REAL_QID {properties.get(REAL_QUEUE_ID)!r} is not a queue id") from None
+    if not topic or queue_id < 0:
+        raise ValueError(f"no real topic/queue (REAL_TOPIC={topic!r}, REAL_QID={queue_id})")
+    kept = {name: value for name, value in properties.items() if name not in _HALF_ONLY}
+    return MessageToStore(
+        topic,
+        queue_id,
+        rec.flag,
+        rec.body,
+        encode_properties(kept),
+        with_transaction_type(rec.sys_flag, TransactionType.COMMIT),
+        rec.born_timestamp,
+        rec.born_host,
+        store_host,
+        rec.reconsume_times,
+        rec.commitlog_offset,
+        _tags_code(kept),
+        kept.get("KEYS", ""),
+        kept.get("UNIQ_KEY", ""),
+    )
+
+
+class EndTransactionProcessor:
+    """END_TRANSACTION: commit or roll back a half message (a slave refuses it: slave_refusals)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def end_transaction(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand] | None:
+        broker = self._broker
+        end = EndTransactionRequestHeader.decode(request.ext_fields)
+        kind = end.commit_or_rollback
+        if kind == TransactionType.NOT_TYPE:
+            return request.response()  # the producer does not know yet: the check-back asks later
+        if kind not in (TransactionType.COMMIT, TransactionType.ROLLBACK):
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"commitOrRollback {kind} is none of 8 (commit), 12 (rollback) and 0 (not known yet)",
+            )
+        service = broker.transactions
+        if not service.running:
+            raise RequestRefused(ResponseCode.SERVICE_NOT_AVAILABLE, "transactions are not served yet")
+        half = self._half_of(end)
+        if end.tran_state_table_offset in service.settled:
+            return request.response()  # ended already (a second END, or a check's answer racing it)
+        if half is None:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"find prepared transaction message failed: no message at commit-log offset "
+                f"{end.commit_log_offset}",
+            )
+        rec, properties = half
+        copy = None
+        if kind == TransactionType.COMMIT:
+            if broker.election is not None:
+                refusal = broker.mastership_refusal()
+                if refusal is not None:
+                    raise RequestRefused(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
+                refusal = broker.in_sync_refusal()
+                if refusal is not None:
+                    raise RequestRefused(ResponseCode.SYSTEM_ERROR, refusal)
+            try:
+                copy = committed_copy(rec, properties, broker.store_host)
+            except ValueError as exc:
+                raise RequestRefused(
+                    ResponseCode.SYSTEM_ERROR, f"the half message cannot be committed: {exc}"
+                ) from None
+            level = properties.get("DELAY", "")
+            if level.isdigit() and int(level) > 0:  # delayed as a plain send of it would be
+                copy = broker.schedule.to_schedule(copy, int(level))
+        results = service.settle(end.tran_state_table_offset, copy)
+        status = results[0].status
+        if status is not PutStatus.PUT_OK:
+            return self._failure(request, status)
+        if copy is not None and (broker.sync_flush or broker.sync_master):
+            return self._when_stored(request, results[-1].commitlog_end_offset)
+        return self._answer(request, results[-1].commitlog_end_offset)
+
+    def _half_of(self, end: EndTransactionRequestHeader) -> tuple[DecodedRecord, dict[str, str]] | None:
+        """The half record END_TRANSACTION names, checked as RocketMQ checks it; None if there is no
+        record at its commit-log offset (retention may have taken a settled one)."""
+        view = self._broker.store.message_at(end.commit_log_offset)
+        if view is None:
+            return None
+        try:
+            rec = decode_record_at(view, 0, len(view))
+        except RecordError as exc:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR, f"the message at commit-log offset {end.commit_log_offset}: {exc}"
+            ) from None
+        finally:
+            del view
+        if rec.topic != TRANS_HALF_TOPIC:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"the message at commit-log offset {end.commit_log_offset} is not a half message "
+                f"(its topic is {rec.topic})",
+            )
+        if rec.queue_offset != end.tran_state_table_offset:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"the half message at commit-log offset {end.commit_log_offset} has queue offset "
+                f"{rec.queue_offset}, not tranStateTableOffset {end.tran_state_table_offset}",
+            )
+        properties = decode_properties(rec.properties)
+        group = properties.get(PRODUCER_GROUP)
+        if group != end.producer_group:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"the producer group {end.producer_group} is not the half message's group {group}",
+            )
+        return rec, properties
+
+    def _failure(self, request: RemotingCommand, status: PutStatus) -> RemotingCommand:
+        store = self._broker.store
+        if status is PutStatus.SERVICE_NOT_AVAILABLE:
+            remark = store.write_refusal or "the store is not available (shutting down)"
+            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark)
+        return request.response(ResponseCode.SYSTEM_ERROR, f"ending the transaction failed: {status.name}")
+
+    async def _when_stored(self, request: RemotingCommand, end_offset: int) -> RemotingCommand:
+        """SYNC_FLUSH and SYNC_MASTER: answered as a send of the copy would be, once it is flushed
+        and a slave has it."""
+        broker = self._broker
+        flushed = broker.store.when_flushed(end_offset) if broker.sync_flush else None
+        ha_server = broker.ha_server
+        replicated = (
+            ha_server.when_replicated(end_offset) if broker.sync_master and ha_server is not None else None
+        )
+        if flushed is not None and not await flushed:
+            remark = broker.store.flush_failure or "the committed message is stored; its flush timed out"
+            return request.response(ResponseCode.FLUSH_DISK_TIMEOUT, remark)
+        if replicated is not None:
+            status = await replicated
+            if status is not PutStatus.PUT_OK:
+                code = (
+                    ResponseCode.SLAVE_NOT_AVAILABLE
+                    if status is PutStatus.SLAVE_NOT_AVAILABLE
+                    else ResponseCode.FLUSH_SLAVE_TIMEOUT
+                )
+                return request.response(code, f"the committed message is stored, its replica: {status.name}")
+        return self._answer(request, end_offset)
+
+    def _answer(self, request: RemotingCommand, end_offset: int) -> RemotingCommand:
+        broker = self._broker
+        if broker.election is not None and broker.mastership_lapsed(end_offset):
+            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, _LEASE_LAPSED)
+        return request.response()

@@ -1,0 +1,261 @@
+"""The check-back: a half message left open past transactionTimeOut is checked with
+CHECK_TRANSACTION_STATE at a producer of its group (header and body exact), the answer settles it,
+CHECK_IMMUNITY_TIME_IN_SECONDS holds a check back, and after transactionCheckMax checks the message is
+discarded to TRANS_CHECK_MAX_TIME_TOPIC with a warning."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from _tx_support import (
+    COMMIT,
+    GROUP,
+    ROLLBACK,
+    UNKNOWN,
+    RawProducer,
+    broker_and_client,
+    create_topic,
+    end_request,
+    pull,
+    run,
+    send_half,
+)
+
+from cometmq.protocol import ResponseCode
+from cometmq.protocol.naming import TRANS_CHECK_MAX_TIME_TOPIC
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import DecodedRecord, decode_record_at
+from cometmq.remoting import RemotingClient
+from cometmq.store import PutStatus
+from waiting import wait_until
+
+TOPIC = "TxChecked"
+# Checks come quickly: every half message is due at once, a round every 50 ms.
+FAST_CHECKS = {"transactionTimeOut": "1", "transactionCheckInterval": "50"}
+
+
+async def records_of(client: RemotingClient, addr: str, topic: str, queue_id: int = 0) -> list[DecodedRecord]:
+    response, records = await pull(client, addr, topic, queue_id, 0)
+    assert response.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), response.remark
+    return records
+
+
+def test_an_open_half_message_is_checked_and_the_answer_settles_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, **FAST_CHECKS) as (broker, addr, client):
+            await create_topic(client, addr, TOPIC, queues=2)
+            producer = RawProducer()
+            try:
+                await producer.join(addr)
+                half = await send_half(
+                    client, addr, TOPIC, b"ask me", queue_id=1, TAGS="t", __transactionId__="tx-1"
+                )
+                response = await client.invoke(addr, end_request(half, UNKNOWN), timeout=10)
+                assert response.code == ResponseCode.SUCCESS
+
+                check = await producer.next_check()
+                header = check.header
+                assert header.tran_state_table_offset == half.queue_offset
+                assert header.commit_log_offset == half.commitlog_offset
+                assert header.msg_id == half.uniq_key
+                assert header.transaction_id == "tx-1"
+                assert header.offset_msg_id == half.msg_id
+                assert header.topic == TOPIC
+                assert header.broker_name == broker.config.broker_name
+                shown = decode_record_at(memoryview(check.body), 0, len(check.body))
+                assert shown.total_size == len(check.body)
+                assert (shown.topic, shown.queue_id, shown.body) == (TOPIC, 1, b"ask me")
+                assert (shown.commitlog_offset, shown.queue_offset) == (
+                    half.commitlog_offset,
+                    half.queue_offset,
+                )
+                props = decode_properties(shown.properties)
+                assert props["TRANSACTION_CHECK_TIMES"] == "1"
+                assert props["PGROUP"] == GROUP and props["UNIQ_KEY"] == half.uniq_key
+
+                # The producer answers over the connection the check came on, as Java's client does.
+                answer = end_request(half, COMMIT, from_check=True)
+                answered = await check.conn.invoke(answer, 10)
+                assert answered.code == ResponseCode.SUCCESS
+                (committed,) = await records_of(client, addr, TOPIC, 1)
+                assert committed.body == b"ask me"
+                await wait_until(
+                    lambda: half.queue_offset < broker.transactions.settled.first_unsettled,
+                    message="the half message counted settled",
+                )
+                assert half.queue_offset not in broker.transactions.check_counts
+            finally:
+                await producer.close()
+
+    run(scenario())
+
+
+def test_checks_repeat_until_answered_and_go_round_robin(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, **FAST_CHECKS) as (_broker, addr, client):
+            await create_topic(client, addr, TOPIC, queues=1)
+            first, second = RawProducer(client_id="first"), RawProducer(client_id="second")
+            try:
+                await first.join(addr)
+                await second.join(addr)
+                half = await send_half(client, addr, TOPIC, b"x")
+                one = await first.next_check()
+                two = await second.next_check()
+                counts = {
+                    decode_properties(decode_record_at(memoryview(c.body), 0, len(c.body)).properties)[
+                        "TRANSACTION_CHECK_TIMES"
+                    ]
+                    for c in (one, two)
+                }
+                assert counts == {"1", "2"}
+                answered = await two.conn.invoke(end_request(half, ROLLBACK, from_check=True), 10)
+                assert answered.code == ResponseCode.SUCCESS
+                assert await records_of(client, addr, TOPIC) == []
+            finally:
+                await first.close()
+                await second.close()
+
+    run(scenario())
+
+
+def test_check_immunity_time_holds_a_check_back(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, **FAST_CHECKS) as (_broker, addr, client):
+            await create_topic(client, addr, TOPIC, queues=1)
+            producer = RawProducer()
+            try:
+                await producer.join(addr)
+                immune = await send_half(
+                    client, addr, TOPIC, b"immune", CHECK_IMMUNITY_TIME_IN_SECONDS="3600"
+                )
+                brief = await send_half(client, addr, TOPIC, b"brief", CHECK_IMMUNITY_TIME_IN_SECONDS="1")
+                plain = await send_half(client, addr, TOPIC, b"plain")
+                sent_at = time.time() * 1000
+                checked: dict[int, int] = {}
+                # Each round checks every due message once: by the third check of the plain one, rounds
+                # have walked past the immune one twice.
+                while checked.get(plain.queue_offset, 0) < 3 or brief.queue_offset not in checked:
+                    check = await producer.next_check()
+                    offset = check.header.tran_state_table_offset
+                    checked[offset] = checked.get(offset, 0) + 1
+                    if offset == brief.queue_offset and checked[offset] == 1:
+                        assert time.time() * 1000 >= sent_at + 1000 - 50  # its store time is before sent_at
+                assert immune.queue_offset not in checked
+            finally:
+                await producer.close()
+
+    run(scenario())
+
+
+def test_after_transaction_check_max_checks_the_message_is_discarded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cometmq.broker")
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, transactionCheckMax="2", **FAST_CHECKS) as (
+            broker,
+            addr,
+            client,
+        ):
+            await create_topic(client, addr, TOPIC, queues=1)
+            # No producer of the group is connected: the checks count all the same.
+            half = await send_half(client, addr, TOPIC, b"abandoned", KEYS="key-a")
+            (discarded,) = await wait_until(
+                lambda: records_of(client, addr, TRANS_CHECK_MAX_TIME_TOPIC),
+                message="the message in TRANS_CHECK_MAX_TIME_TOPIC",
+            )
+            assert discarded.body == b"abandoned"
+            props = decode_properties(discarded.properties)
+            assert props["UNIQ_KEY"] == half.uniq_key and props["REAL_TOPIC"] == TOPIC
+            assert await records_of(client, addr, TOPIC) == []
+            await wait_until(
+                lambda: half.queue_offset in broker.transactions.settled, message="the discarded half settled"
+            )
+            warnings = [r.getMessage() for r in caplog.records if "discarded" in r.getMessage()]
+            assert len(warnings) == 1
+            assert half.uniq_key in warnings[0] and TOPIC in warnings[0] and GROUP in warnings[0]
+            assert any(f"no producer of group {GROUP} is connected" in r.getMessage() for r in caplog.records)
+            # An END that comes too late changes nothing.
+            response = await client.invoke(addr, end_request(half, COMMIT), timeout=10)
+            assert response.code == ResponseCode.SUCCESS
+            assert await records_of(client, addr, TOPIC) == []
+
+    run(scenario())
+
+
+def test_check_counts_are_kept_across_a_restart(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        settings = {"transactionCheckMax": "3", **FAST_CHECKS}
+        async with broker_and_client(tmp_path, **settings) as (broker, addr, client):
+            await create_topic(client, addr, TOPIC, queues=1)
+            producer = RawProducer()
+            try:
+                await producer.join(addr)
+                half = await send_half(client, addr, TOPIC, b"counted")
+                await producer.next_check()
+                await producer.next_check()
+            finally:
+                await producer.close()
+            await wait_until(
+                lambda: broker.transactions.check_counts.get(half.queue_offset, 0) >= 2,
+                message="two checks counted",
+            )
+        counts = (tmp_path / "config" / "transactionChecks.json").read_text()
+        assert f'"{half.queue_offset}"' in counts
+        async with broker_and_client(tmp_path, **settings) as (broker, addr, client):
+            assert broker.transactions.check_counts[half.queue_offset] >= 2
+            await wait_until(
+                lambda: records_of(client, addr, TRANS_CHECK_MAX_TIME_TOPIC), message="the message discarded"
+            )
+
+    run(scenario())
+
+
+def test_op_records_naming_several_offsets_settle_each_of_them(tmp_path: Path) -> None:
+    """RocketMQ 5 writes one op record for several half messages, their offsets comma-separated."""
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, TOPIC, queues=1)
+            halves = [await send_half(client, addr, TOPIC, f"m{i}".encode()) for i in range(3)]
+            op = dataclasses.replace(broker.transactions.op_record(0), body=b"0,2")
+            assert broker.store.put(op).status is PutStatus.PUT_OK
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            settled = broker.transactions.settled
+            assert [h.queue_offset in settled for h in halves] == [True, False, True]
+            assert settled.first_unsettled == 1
+
+    run(scenario())
+
+
+def test_ends_that_come_while_a_round_walks_the_half_queue_settle_as_usual(tmp_path: Path) -> None:
+    """A round gives the event loop a turn every so many records: the ENDs served meanwhile change the
+    settled state the round walks."""
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, transactionCheckMax="1000", **FAST_CHECKS) as (
+            _broker,
+            addr,
+            client,
+        ):
+            await create_topic(client, addr, TOPIC, queues=1)
+            halves = [await send_half(client, addr, TOPIC, f"m{i}".encode()) for i in range(600)]
+            answers = await asyncio.gather(
+                *(client.invoke(addr, end_request(half, COMMIT), timeout=30) for half in halves)
+            )
+            assert {answer.code for answer in answers} == {ResponseCode.SUCCESS}, answers[0].remark
+            offset, delivered = 0, []
+            while len(delivered) < len(halves):
+                response, records = await pull(client, addr, TOPIC, 0, offset)
+                assert response.code == ResponseCode.SUCCESS, response.remark
+                delivered += [r.body for r in records]
+                offset += len(records)
+            assert sorted(delivered) == sorted(f"m{i}".encode() for i in range(600))
+
+    run(scenario())
