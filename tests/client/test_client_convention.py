@@ -26,6 +26,8 @@ from cometmq.client import (
     PushConsumer,
     ReceivedMessage,
     SendResult,
+    TransactionProducer,
+    TransactionState,
     blocking,
 )
 from cometmq.errors import OptionError
@@ -65,6 +67,11 @@ KINDS = [
     Kind("push consumer", _push_consumer, _next_message),
     Kind("lite pull consumer", lambda ns: LitePullConsumer("GID_conv_lite", ns), lambda c: c.poll(0)),
     Kind("admin client", AdminClient, lambda a: a.topic_list()),
+    Kind(
+        "transaction producer",
+        lambda ns: TransactionProducer("PID_conv_tx", ns, check=lambda m: TransactionState.UNKNOWN),
+        lambda p: p.send_in_transaction(Message("ConvTopic", b"x"), lambda m: TransactionState.COMMIT),
+    ),
 ]
 
 

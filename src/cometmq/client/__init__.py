@@ -8,6 +8,12 @@ from cometmq.client.consumer import ConsumeResult, PushConsumer
 from cometmq.client.litepull import LitePullConsumer
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from cometmq.client.producer import Producer, QueueSelector, select_by_hash
+from cometmq.client.transaction import (
+    Transaction,
+    TransactionProducer,
+    TransactionSendResult,
+    TransactionState,
+)
 from cometmq.errors import (
     ClientStateError,
     DataLossError,
@@ -36,6 +42,10 @@ __all__ = [
     "ReceivedMessage",
     "SendResult",
     "SendStatus",
+    "Transaction",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "TransactionState",
     "load_tls_context",
     "security_options",
     "select_by_hash",

@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from cometmq.auth import Credentials
 from cometmq.client._msgid import local_ip
-from cometmq.client.message import MessageQueue
+from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.errors import (
     BrokerError,
     CometMQError,
@@ -34,6 +34,7 @@ from cometmq.errors import (
 )
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import (
+    CheckTransactionStateRequestHeader,
     ConsumerGroupRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     ResetOffsetRequestHeader,
@@ -42,7 +43,9 @@ from cometmq.protocol.broker_headers import (
 from cometmq.protocol.headers import Header
 from cometmq.protocol.namesrv_headers import GetRouteInfoRequestHeader
 from cometmq.protocol.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE
-from cometmq.protocol.route import MASTER_ID, TopicRouteData
+from cometmq.protocol.record import decode_records
+from cometmq.protocol.route import MASTER_ID, ClusterInfo, TopicRouteData
+from cometmq.protocol.transaction import PRODUCER_GROUP
 from cometmq.remoting import Connection, RemotingClient, RequestHandler
 
 log = logging.getLogger("cometmq.client")
@@ -91,6 +94,19 @@ class ConsumerMember(Protocol):
 
     def running_info(self) -> dict[str, Any]:
         """The ConsumerRunningInfo JSON object (answer to GET_CONSUMER_RUNNING_INFO)."""
+        ...
+
+
+class TransactionMember(Protocol):
+    """What a transaction producer registered with an instance must answer for the broker."""
+
+    group: str
+
+    def check_transaction_state(
+        self, broker_addr: str, request: CheckTransactionStateRequestHeader, message: ReceivedMessage
+    ) -> None:
+        """The broker at ``broker_addr`` asks for the state of the half ``message``'s transaction
+        (CHECK_TRANSACTION_STATE, oneway): answer it later with END_TRANSACTION to that address."""
         ...
 
 
@@ -173,6 +189,7 @@ class ClientInstance:
         self._broker_addrs: dict[str, dict[int, str]] = {}  # broker name → broker id → address
         self._producer_groups: set[str] = set()
         self._consumers: dict[str, ConsumerMember] = {}
+        self._transaction_members: dict[str, TransactionMember] = {}
         self._route_listeners: list[Callable[[str, TopicRouteData | None], None]] = []
         self._unreachable_refreshes: dict[str, float] = {}  # topic → its last such refresh (clock s)
         self.clock: Callable[[], float] = time.monotonic
@@ -419,6 +436,31 @@ class ClientInstance:
     def register_producer(self, group: str) -> None:
         self._producer_groups.add(group)
 
+    def register_transaction_member(self, member: TransactionMember) -> None:
+        """Send the check-backs of ``member.group``'s half messages to ``member`` (its group is
+        registered as a producer group too)."""
+        self._producer_groups.add(member.group)
+        self._transaction_members[member.group] = member
+
+    async def learn_brokers(self) -> None:
+        """Learn the address of every broker the name server knows (GET_BROKER_CLUSTER_INFO), so
+        that heartbeats reach the brokers of topics this client never looked up."""
+        last_error: CometMQError | None = None
+        for addr in self.namesrv_addrs:
+            try:
+                response = await self.invoke_namesrv(addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+            except (ConnectionClosedError, RemotingTimeoutError) as exc:
+                last_error = exc
+                continue
+            if response.code != ResponseCode.SUCCESS:
+                raise BrokerError(response.code, response.remark)
+            for name, broker in ClusterInfo.decode(response.body).broker_addr_table.items():
+                if broker.broker_addrs:
+                    self._broker_addrs[name] = dict(broker.broker_addrs)
+            return
+        assert last_error is not None
+        raise last_error
+
     def register_consumer(self, consumer: ConsumerMember) -> None:
         if consumer.group in self._consumers:
             raise CometMQError(f"consumer group {consumer.group!r} is already registered in this client")
@@ -494,6 +536,9 @@ class ClientInstance:
                 except Exception:
                     log.exception("cannot apply the offset reset of group %s", consumer.group)
             return None
+        if request.code == RequestCode.CHECK_TRANSACTION_STATE:
+            self._on_transaction_check(conn, request)
+            return None
         if request.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             asked = GetConsumerRunningInfoRequestHeader.decode(request.ext_fields)
             consumer = self._consumers.get(asked.consumer_group)
@@ -505,3 +550,25 @@ class ClientInstance:
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
             f"request code {request.code} is not supported by this client",
         )
+
+    def _on_transaction_check(self, conn: Connection, request: RemotingCommand) -> None:
+        checked = CheckTransactionStateRequestHeader.decode(request.ext_fields)
+        try:
+            records = decode_records(request.body)
+        except ProtocolError as exc:  # a oneway request: a failure would otherwise leave no trace
+            log.warning("a transaction check from %s carries no message: %s", conn.remote_address, exc)
+            return
+        if not records:
+            log.warning("a transaction check from %s carries no message", conn.remote_address)
+            return
+        message = ReceivedMessage(records[0], checked.broker_name or "")
+        group = message.properties.get(PRODUCER_GROUP, "")
+        member = self._transaction_members.get(group)
+        if member is None:
+            log.debug(
+                "a transaction check from %s for group %r, which is not in this client",
+                conn.remote_address,
+                group,
+            )
+            return
+        member.check_transaction_state(conn.remote_address, checked, message)

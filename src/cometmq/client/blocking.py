@@ -41,7 +41,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from cometmq.client._lifecycle import ClientState
-from cometmq.client.message import Message, MessageQueue, SendResult
+from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus
+from cometmq.client.transaction import TransactionSendResult, TransactionState, checked_state
 from cometmq.errors import ClientStateError
 
 if TYPE_CHECKING:
@@ -57,13 +58,22 @@ if TYPE_CHECKING:
     from cometmq.client.consumer import Listener
     from cometmq.client.message import ReceivedMessage
     from cometmq.client.producer import QueueSelector, SendCallback
+    from cometmq.client.transaction import CheckFn
+    from cometmq.client.transaction import Transaction as AsyncTransaction
     from cometmq.protocol.ha_status import HARuntimeInfo
     from cometmq.protocol.record import DecodedRecord
     from cometmq.protocol.route import BrokerData, ClusterInfo, TopicRouteData
     from cometmq.protocol.subscription import SubscriptionData
     from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 
-__all__ = ["AdminClient", "LitePullConsumer", "Producer", "PushConsumer"]
+__all__ = [
+    "AdminClient",
+    "LitePullConsumer",
+    "Producer",
+    "PushConsumer",
+    "Transaction",
+    "TransactionProducer",
+]
 
 log = logging.getLogger("cometmq.client")
 
@@ -436,6 +446,110 @@ class Producer(_BlockingClient):
         return _run(self._loop, outcome)
 
 
+class TransactionProducer(Producer):
+    """Blocking :class:`cometmq.client.transaction.TransactionProducer`: a blocking :class:`Producer`
+    that also sends transactional messages. ``check`` is a plain function (it runs in a worker
+    thread); ``send_in_transaction`` runs ``execute`` on the calling thread; ``with
+    producer.transaction() as tx: tx.send(msg)`` commits at the end of the block, or rolls back when
+    it raises. The guarantees are the asyncio class's."""
+
+    _target = "cometmq.client.transaction:TransactionProducer"
+
+    if TYPE_CHECKING:
+        # For type checkers only, as in Producer.
+        def __init__(
+            self,
+            group: str,
+            namesrv: str,
+            *,
+            check: CheckFn,
+            instance_name: str | None = ...,
+            send_timeout: float = ...,
+            retry_times: int = ...,
+            compress_over: int = ...,
+            max_message_size: int = ...,
+            fault_avoidance: bool = ...,
+            queue_selector: QueueSelector | None = ...,
+            busy_poll_us: int = ...,
+            poll_name_server_interval: float = ...,
+            credentials: Credentials | None = ...,
+            tls: bool | ssl.SSLContext = ...,
+        ) -> None: ...
+
+    def send_in_transaction(
+        self, message: Message, execute: Callable[[Message], TransactionState]
+    ) -> TransactionSendResult:
+        """As :meth:`cometmq.client.transaction.TransactionProducer.send_in_transaction`, blocking, with
+        ``execute`` called on this thread."""
+        self._check_direct_call()
+        loop = self._loop
+        transaction = _run(loop, _call(self._client._single_transaction))
+        sent: SendResult = _run(loop, transaction.send(message))
+        if sent.status is not SendStatus.SEND_OK:
+            _run(loop, transaction._end(TransactionState.ROLLBACK))
+            return TransactionSendResult(sent, TransactionState.ROLLBACK, transaction.transaction_id)
+        try:
+            answer = execute(message)
+        except BaseException:  # interrupted too: the transaction must not stay open
+            _run(loop, transaction._end(TransactionState.UNKNOWN))
+            raise
+        state = checked_state(answer, "the local transaction")
+        _run(loop, transaction._end(state))
+        return TransactionSendResult(sent, state, transaction.transaction_id)
+
+    def transaction(self) -> Transaction:
+        """As :meth:`cometmq.client.transaction.TransactionProducer.transaction`: a new transaction of
+        several messages, best used as ``with``."""
+        self._check_direct_call()
+        return Transaction(self._loop, _run(self._loop, _call(self._client.transaction)))
+
+
+class Transaction:
+    """Blocking :class:`cometmq.client.transaction.Transaction` (from
+    :meth:`TransactionProducer.transaction`): ``send``, ``commit``, ``rollback``; ``with`` commits when
+    the block ends normally and rolls back when it raises."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, transaction: AsyncTransaction) -> None:
+        self._loop = loop
+        self._transaction = transaction
+
+    @property
+    def transaction_id(self) -> str:
+        """32 hex digits, the same on every message of the transaction."""
+        return self._transaction.transaction_id
+
+    @property
+    def state(self) -> TransactionState | None:
+        """How the transaction was ended; None while it is open."""
+        return self._transaction.state
+
+    @property
+    def pending(self) -> tuple[SendResult, ...]:
+        """The halves whose END_TRANSACTION failed, left to the check-back."""
+        return self._transaction.pending
+
+    def send(self, message: Message) -> SendResult:
+        """Send ``message`` as a half message of this transaction."""
+        return _run(self._loop, self._transaction.send(message))
+
+    def commit(self) -> None:
+        _run(self._loop, self._transaction.commit())
+
+    def rollback(self) -> None:
+        _run(self._loop, self._transaction.rollback())
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _run(self._loop, self._transaction.__aexit__(exc_type, exc, tb))
+
+
 class PushConsumer(_BlockingClient):
     """Blocking :class:`cometmq.client.consumer.PushConsumer`: ``subscribe(topic, expression)``,
     ``listen(fn)`` with a plain function (it runs in the consumer's worker threads, never on the
@@ -572,6 +686,7 @@ class AdminClient(_BlockingClient):
             perm: int = ...,
             order: bool = ...,
             wait: bool = ...,
+            attributes: str | None = ...,
         ) -> list[BrokerData]: ...
         def dead_letters(self, group: str, max_num: int | None = ...) -> list[DecodedRecord]: ...
         def delete_acl(

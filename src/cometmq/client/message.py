@@ -19,6 +19,7 @@ from cometmq.protocol.record import (
     iter_records,
     offset_msg_id,
 )
+from cometmq.protocol.transaction import TRANSACTION_ID
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +227,14 @@ class ReceivedMessage:
         """The client's unique id when the producer set one (every RocketMQ client but JS does),
         else the broker's offset id: what RocketMQ's clients show as the message id."""
         return self.properties.get(PROPERTY_UNIQ_KEY) or self.offset_msg_id
+
+    @property
+    def transaction_id(self) -> str:
+        """The transaction the message was sent in: its ``__transactionId__`` property (every message
+        of a CometMQ transaction of several messages carries it), else its UNIQ_KEY (what RocketMQ's
+        clients use as a single message's transaction id)."""
+        props = self.properties
+        return props.get(TRANSACTION_ID) or props.get(PROPERTY_UNIQ_KEY) or self.offset_msg_id
 
     @property
     def queue(self) -> MessageQueue:

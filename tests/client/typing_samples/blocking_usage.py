@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import assert_type
 
-from cometmq.client.blocking import AdminClient, LitePullConsumer, Producer, PushConsumer
+from cometmq.client.blocking import AdminClient, LitePullConsumer, Producer, PushConsumer, TransactionProducer
 from cometmq.client.consumer import ConsumeResult
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult
+from cometmq.client.transaction import TransactionSendResult, TransactionState
 from cometmq.protocol.route import BrokerData, TopicRouteData
 
 
@@ -38,6 +39,23 @@ def produce(namesrv: str, msg: Message, queue: MessageQueue) -> None:
     Producer("GID_sample", namesrv, retries=3)  # E: call-arg
     Producer("GID_sample", namesrv, poll_name_server_interval=5.0)
     Producer("GID_sample", namesrv, poll_name_server_interval="5")  # E: arg-type
+
+
+def checked(message: ReceivedMessage) -> TransactionState:
+    return TransactionState.COMMIT
+
+
+def transact(namesrv: str, msg: Message) -> None:
+    with TransactionProducer("GID_sample", namesrv, check=checked, send_timeout=5.0) as producer:
+        result = producer.send_in_transaction(msg, lambda message: TransactionState.COMMIT)
+        assert_type(result, TransactionSendResult)
+        assert_type(producer.send(msg), SendResult)
+        with producer.transaction() as transaction:
+            assert_type(transaction.send(msg), SendResult)
+            assert_type(transaction.transaction_id, str)
+        producer.send_in_transaction(msg, lambda message: True)  # E: arg-type, return-value
+    TransactionProducer("GID_sample", namesrv)  # E: call-arg
+    TransactionProducer("GID_sample", namesrv, check=count)  # E: arg-type
 
 
 def consume(namesrv: str, queue: MessageQueue) -> None:
