@@ -145,6 +145,13 @@ def test_index_bench_prints_puts_with_and_without_the_index_lookups_and_a_rebuil
     assert records == 320 + 320  # single puts and batched puts of the one round
 
 
+def test_dedup_bench_prints_batched_produce_with_deduplication_off_and_on_and_their_ratio() -> None:
+    out = run_bench("dedup.py", "--count", "2000", "--rounds", "1")
+    figures(rf"deduplication off: {NUMBER} msg/s", out)
+    figures(rf"deduplication on: +{NUMBER} msg/s", out)
+    figures(rf"on / off: {NUMBER}$", out)
+
+
 def test_sql92_bench_prints_the_cost_of_each_expression() -> None:
     out = run_bench("sql92.py", "--runs", "1000")
     figures(rf"^{NUMBER} µs per match  TAGS = 'TagA'$", out)

@@ -11,6 +11,7 @@ Every failure a caller can act on is a :class:`CometMQError`::
     ├── BrokerError              a client got an answer with a response code other than success
     ├── RemotingTimeoutError     no answer within the timeout
     ├── ConnectionClosedError    the connection closed (or never opened) before the answer
+    │   └── ResponseLostError    it closed after the request was written: its outcome is unknown
     ├── ConfigError              a configuration file or option that cannot be used
     ├── StoreInUseError          a store directory another running store holds
     ├── StoreError               the store refuses a write it was asked for (disk full, not running)
@@ -81,6 +82,11 @@ class RemotingTimeoutError(CometMQError):
 
 class ConnectionClosedError(CometMQError):
     """The connection closed before the response arrived, or could not be opened."""
+
+
+class ResponseLostError(ConnectionClosedError):
+    """The connection closed after the request was written and before its response: the server may
+    or may not have acted on it (as after a :class:`RemotingTimeoutError`)."""
 
 
 class ConfigError(CometMQError):

@@ -127,6 +127,24 @@ def test_namesrv_from_environment(namesrv_addr: str) -> None:
     assert "TBW102" in result.stdout.split()
 
 
+def test_topic_attributes_are_set_by_create_and_changed_by_update(namesrv_addr: str) -> None:
+    created = cometmq(
+        "topic", "create", "Attributed", "--attributes", "+deduplication=true", "-n", namesrv_addr
+    )
+    assert created.returncode == 0, created.stderr
+    removed = cometmq("topic", "update", "Attributed", "--attributes=-deduplication", "-n", namesrv_addr)
+    assert removed.returncode == 0, removed.stderr
+    # Gone already: the broker says so.
+    assert_one_line_error(
+        cometmq("topic", "update", "Attributed", "--attributes=-deduplication", "-n", namesrv_addr),
+        "attribute deduplication cannot be removed: the topic does not carry it",
+    )
+    assert_one_line_error(
+        cometmq("topic", "create", "Attributed", "-a", "+dedup=true", "-n", namesrv_addr),
+        "unknown topic attribute 'dedup'",
+    )
+
+
 def test_illegal_topic_name(namesrv_addr: str) -> None:
     result = cometmq("topic", "create", "x y", "-n", namesrv_addr)
     assert_one_line_error(result)

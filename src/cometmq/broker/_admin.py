@@ -33,7 +33,7 @@ from cometmq.protocol.broker_headers import (
 from cometmq.protocol.jsonbody import json_object
 from cometmq.protocol.naming import is_system_topic
 from cometmq.protocol.record import decode_record_at
-from cometmq.protocol.topic_config import TopicConfig
+from cometmq.protocol.topic_config import TopicConfig, altered_attributes, parse_attribute_changes
 from cometmq.remoting import Connection
 
 if TYPE_CHECKING:
@@ -153,6 +153,13 @@ class AdminProcessor:
         create = CreateTopicRequestHeader.decode(request.ext_fields)
         topic = create.topic
         self._refuse_system_topic(topic)
+        current = broker.topics.get(topic)
+        attributes = current.attributes if current is not None else {}
+        if create.attributes:
+            try:
+                attributes = altered_attributes(attributes, parse_attribute_changes(create.attributes))
+            except ValueError as exc:  # RocketMQ refuses unknown attributes too
+                raise RequestRefused(ResponseCode.INVALID_PARAMETER, f"topic {topic}: {exc}") from None
         config = TopicConfig(
             topic,
             create.read_queue_nums,
@@ -161,6 +168,7 @@ class AdminProcessor:
             create.topic_filter_type,
             create.topic_sys_flag,
             create.order,
+            attributes,
         )
         broker.topics.put(config)
         return request.response()

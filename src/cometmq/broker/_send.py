@@ -317,8 +317,13 @@ class SendProcessor:
             store_host=broker.store_host,
             reconsume_times=sent.reconsume_times or 0,
         )
+        deduplicated = broker.deduplicator.enabled_for(topic)
         if sent.batch:
-            result = broker.store.put_batch(self._batch(request, header, properties))
+            batch = self._batch(request, header, properties)
+            if deduplicated:
+                result, queue_id = broker.deduplicator.put_batch(batch)
+            else:
+                result = broker.store.put_batch(batch)
         else:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and self._is_dead(request, sent, header):
                 # RocketMQ's handleRetryAndDLQ: a retry past the group's max goes to %DLQ%<group>.
@@ -333,7 +338,10 @@ class SendProcessor:
             elif delay_level > 0 and is_delayable(header.sys_flag):
                 # Parked in SCHEDULE_TOPIC_XXXX; the reply still names the real queue (RocketMQ).
                 message = broker.schedule.to_schedule(message, delay_level)
-            result = broker.store.put(message)
+            if deduplicated:
+                result, queue_id = broker.deduplicator.put(message, queue_id)
+            else:
+                result = broker.store.put(message)
         if result.status is PutStatus.PUT_OK:
             broker.stats.put_messages += result.count
             if wait_store and (broker.sync_flush or broker.sync_master):

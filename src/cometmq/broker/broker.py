@@ -15,6 +15,7 @@ from cometmq.auth.serving import ServerAccess, warn_if_open
 from cometmq.broker._admin import AdminProcessor, runtime_info
 from cometmq.broker._clients import ConsumerManager, ProducerManager
 from cometmq.broker._consumers import ConsumerManageProcessor
+from cometmq.broker._dedup import Deduplicator
 from cometmq.broker._failover import BrokerReplica
 from cometmq.broker._filter import CheckClientConfigProcessor
 from cometmq.broker._groups import SubscriptionGroupManager
@@ -122,6 +123,8 @@ class Broker:
         self.schedule = ScheduleMessageService(self, config.message_delay_level, config_dir)
         # Half messages: their settled state, the check-back, transactionChecks.json.
         self.transactions = TransactionService(self, config_dir)
+        # Producing exactly once: the UNIQ_KEYs of the deduplication window (a master's).
+        self.deduplicator = Deduplicator(self)
         self.stats = BrokerStats()
         self.boot_timestamp = int(time.time() * 1000)
         self._server: RemotingServer | None = None
@@ -266,6 +269,8 @@ class Broker:
         self.schedule.load()
         await asyncio.get_running_loop().run_in_executor(None, self.store.start)
         self.store.add_arrival_listener(self.pull_holds.on_arrival)
+        if not self._slave:  # before sends are served
+            await asyncio.get_running_loop().run_in_executor(None, self.deduplicator.rebuild)
         await self.access.start()
         self._dispatch = self._dispatcher()
         server = RemotingServer(
@@ -466,6 +471,7 @@ class Broker:
             self._slave = False
             self.sync_master = self.master_role is BrokerRole.SYNC_MASTER
             self.master_addr = None
+            await asyncio.get_running_loop().run_in_executor(None, self.deduplicator.rebuild)
             self._switch_table()
             limit = self.read_limit()
             if limit is not None:  # pulls held for what this broker's old master had confirmed
@@ -493,6 +499,7 @@ class Broker:
             self._slave = True
             self._switched_epoch = 0
             self._switch_table()  # refuse sends before anything else
+            self.deduplicator.clear()  # rebuilt from the log when this broker is master again
             if self._ha_bound:
                 await self._start_ha_server()
             await self.schedule.stop()

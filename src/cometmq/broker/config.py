@@ -84,6 +84,13 @@ class BrokerConfig:
     # The message index behind QUERY_MESSAGE (docs/store.md, "Index").
     message_index_enable: bool = True
     max_index_num: int = 20_000_000
+    # Producing exactly once (docs/operations.md, "Deduplication"), CometMQ's own keys: whether a send
+    # whose UNIQ_KEY this broker stored in its topic within the window is answered with the first copy
+    # instead of being stored again (the broker-wide default; a topic's `deduplication` attribute
+    # overrides it), the window in seconds, and the most keys remembered.
+    deduplication_enable: bool = False
+    deduplication_window_seconds: int = 300
+    deduplication_max_keys: int = 1_000_000
     # Retention and the disk guard (docs/store.md, "Retention and the disk guard").
     file_reserved_time: int = 72
     delete_when: str = "04"
@@ -296,8 +303,19 @@ class BrokerConfig:
                 raise ValueError("messageDelayLevel names no delay level")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        self._check_deduplication()
         self._check_replication()
         self._check_transactions()
+
+    def _check_deduplication(self) -> None:
+        for key, value, limit in (
+            # A week: the keys of a longer window would have to outlive most retention settings.
+            ("deduplicationWindowSeconds", self.deduplication_window_seconds, 7 * 24 * 3600),
+            # About 200 bytes a key (docs/operations.md): 100 million keys is some 20 GB of memory.
+            ("deduplicationMaxKeys", self.deduplication_max_keys, 100_000_000),
+        ):
+            if not 1 <= value <= limit:
+                raise ConfigError(f"{key} {value} is not between 1 and {limit}")
 
     def _check_replication(self) -> None:
         if not -1 <= self.ha_listen_port <= 65535:

@@ -9,7 +9,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -78,6 +78,7 @@ def add_admin_command(
     *,
     help: str,
     description: str,
+    aliases: Sequence[str] = (),
 ) -> argparse.ArgumentParser:
     """A subcommand with the administration options that runs *action* with a connected AdminClient."""
 
@@ -91,7 +92,9 @@ def add_admin_command(
 
         return run_async(main())
 
-    parser = commands.add_parser(name, parents=[admin_options()], help=help, description=description)
+    parser = commands.add_parser(
+        name, parents=[admin_options()], help=help, description=description, aliases=list(aliases)
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -108,9 +111,10 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         _topic_create,
         help="create (or update) a topic on every master broker of a cluster",
         description=(
-            "Create a topic, or change its queue count, on every master broker of the cluster. "
-            "Without --cluster the only registered cluster is used."
+            "Create a topic, or change its queue count or attributes, on every master broker of the "
+            "cluster ('update' is the same command). Without --cluster the only registered cluster is used."
         ),
+        aliases=["update"],
     )
     create.add_argument("name", metavar="NAME", help="topic name: letters, digits, %%, |, _ and -")
     create.add_argument(
@@ -118,6 +122,16 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     create.add_argument("--cluster", metavar="NAME", help="cluster to create it in")
     create.add_argument("--order", action="store_true", help="mark the topic as ordered")
+    create.add_argument(
+        "-a",
+        "--attributes",
+        metavar="CHANGES",
+        help=(
+            "change the topic's attributes, RocketMQ 5's way: +name=value sets, -name removes, "
+            "comma-separated (+deduplication=true: sends to the topic are deduplicated); changes that "
+            "start with - are given as --attributes=-name"
+        ),
+    )
 
     add_admin_command(
         topic_commands,
@@ -227,7 +241,9 @@ def _broker_list(brokers: list[BrokerData]) -> str:
 
 
 async def _topic_create(admin: AdminClient, args: argparse.Namespace) -> None:
-    brokers = await admin.create_topic(args.name, queues=args.queues, cluster=args.cluster, order=args.order)
+    brokers = await admin.create_topic(
+        args.name, queues=args.queues, cluster=args.cluster, order=args.order, attributes=args.attributes
+    )
     if args.json:
         print_json({"topic": args.name, "queues": args.queues, "brokers": [b.to_json() for b in brokers]})
     else:

@@ -72,6 +72,7 @@ from cometmq.protocol.route import (
 )
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
+from cometmq.protocol.topic_config import parse_attribute_changes
 
 log = logging.getLogger("cometmq.client")
 
@@ -315,12 +316,20 @@ class AdminClient(Client):
         perm: int = PERM_READ | PERM_WRITE,
         order: bool = False,
         wait: bool = True,
+        attributes: str | None = None,
     ) -> list[BrokerData]:
         """Create (or update) ``topic`` with ``queues`` read and write queues on every master of the
-        cluster, and (``wait``) until the name server routes it there; returns those brokers."""
+        cluster, and (``wait``) until the name server routes it there; returns those brokers.
+        *attributes* changes the topic's attributes in RocketMQ 5's syntax, ``+name=value,-name``
+        (``+deduplication=true``); an update without it keeps them."""
         reason = topic_name_error(topic)
         if reason is not None:
             raise CometMQError(f'topic "{topic}" is illegal: {reason}')
+        if attributes:
+            try:
+                parse_attribute_changes(attributes)
+            except ValueError as exc:
+                raise CometMQError(f"topic {topic}: {exc}") from None
         if queues < 1:
             raise CometMQError(f"a topic needs at least one queue, not {queues}")
         _, masters = await self.masters_of(cluster)
@@ -332,6 +341,7 @@ class AdminClient(Client):
             perm=perm,
             topic_filter_type="SINGLE_TAG",  # RocketMQ's TopicFilterType: tags are single strings
             order=order,
+            attributes=attributes or None,
         ).encode()
         for broker in masters:
             assert broker.master_addr is not None

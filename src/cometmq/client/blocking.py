@@ -685,6 +685,7 @@ class AdminClient(_BlockingClient):
             perm: int = ...,
             order: bool = ...,
             wait: bool = ...,
+            attributes: str | None = ...,
         ) -> list[BrokerData]: ...
         def dead_letters(self, group: str, max_num: int | None = ...) -> list[DecodedRecord]: ...
         def delete_acl(

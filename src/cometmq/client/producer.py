@@ -42,6 +42,7 @@ from cometmq.errors import (
     NoRouteError,
     QueueNotRoutedError,
     RemotingTimeoutError,
+    ResponseLostError,
 )
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.batch import ENTRY_HEAD, PROPERTIES_LENGTH
@@ -94,6 +95,8 @@ class _Request(NamedTuple):
     uniq: str  # UNIQ_KEY, or a batch's joined by ","
 
 
+# Failures after the request was written: the broker may have stored the message.
+_OUTCOME_UNKNOWN = (RemotingTimeoutError, ResponseLostError)
 # DefaultMQProducer.retryResponseCodes (4.9.8): broker answers worth another attempt on another broker.
 # 204/205 are NO_BUYER_ID / NOT_IN_CURRENT_UNIT (unit mode), which the broker never sends here.
 RETRY_RESPONSE_CODES = frozenset(
@@ -134,10 +137,16 @@ class Producer(Client):
 
     ``send_timeout`` (seconds) bounds a whole send, retries included; ``retry_times`` is how many more
     attempts a failed send gets, each on another broker when there is one (RocketMQ's
-    retryTimesWhenSendFailed). Bodies of ``compress_over`` bytes or more are zlib-compressed (RocketMQ's
-    compressMsgBodyOverHowmuch, ``>=`` as in RocketMQ). ``max_message_size`` caps a body (uncompressed)
-    and a whole batch. ``fault_avoidance`` keeps sends away from brokers that were slow or failed for a
-    while (RocketMQ's sendLatencyFaultEnable, which is off by default there and on here).
+    retryTimesWhenSendFailed). An attempt whose outcome is unknown (its request was written, then no
+    answer came: a timeout, or the connection lost) is first made once more on the same queue, with
+    the same UNIQ_KEY: a broker that deduplicates the topic (``+deduplication=true``) then answers with
+    the copy it stored already, and the message is stored once. For that, an attempt with another one
+    allowed after it waits at most half the time left (a callback send's first attempt, and the
+    blocking producer's, wait the whole timeout). Bodies of ``compress_over`` bytes or more are
+    zlib-compressed (RocketMQ's compressMsgBodyOverHowmuch, ``>=`` as in RocketMQ).
+    ``max_message_size`` caps a body (uncompressed) and a whole batch. ``fault_avoidance`` keeps sends
+    away from brokers that were slow or failed for a while (RocketMQ's sendLatencyFaultEnable, which is
+    off by default there and on here).
     ``queue_selector`` picks the queue of a ``sharding_key`` from the topic's writable queues;
     :func:`select_by_hash`, the default, picks it as RocketMQ's Java SelectMessageQueueByHash does, so
     Java and Python producers put a key on the same queue. ``busy_poll_us`` > 0 keeps the event loop
@@ -585,14 +594,19 @@ class Producer(Client):
 
     async def _send_retrying(self, request: _Request, written: _Written | None = None) -> SendResult:
         """DefaultMQProducerImpl.sendDefaultImpl: up to 1 + retry_times attempts within the timeout,
-        each on the queue the fault strategy picks, away from the broker that just failed. *written*:
-        the first attempt, if it is already written."""
+        each on the queue the fault strategy picks, away from the broker that just failed; but an
+        attempt whose outcome is unknown (written, then a timeout or the connection lost) is made
+        once more on the same queue first, so that a broker deduplicating the topic answers with the
+        copy it may hold already. *written*: the first attempt, if it is already written."""
         topic = request.topic
         deadline = (time.monotonic() if written is None else written[1]) + self.send_timeout
         last_broker: str | None = None
         attempts: list[str] = []
         error: CometMQError | None = None
-        for _ in range(1 + self.retry_times):
+        # The queue of an attempt whose outcome is unknown, tried once more before any other: the
+        # broker that may hold the message already is the one whose deduplication can tell.
+        again_on: MessageQueue | None = None
+        for attempts_left in range(self.retry_times, -1, -1):
             if written is not None:
                 queue, started, reply = written
                 written = None
@@ -600,8 +614,13 @@ class Producer(Client):
             else:
                 # Looked up per attempt (a dict hit): a route change meanwhile drops the cached entry.
                 info = self._publish.get(topic) or await self._publish_info(topic)
-                queue = self._faults.select(info, last_broker)
-                attempt = self._send_once(request, queue, deadline)
+                queue = again_on or self._faults.select(info, last_broker)
+                # An attempt with another after it waits at most half the time left, so that one whose
+                # answer is lost leaves time to ask the same broker again.
+                now = time.monotonic()
+                attempt = self._send_once(
+                    request, queue, now + (deadline - now) / 2 if attempts_left else deadline
+                )
             try:
                 return await attempt
             except BrokerError as exc:
@@ -612,6 +631,9 @@ class Producer(Client):
                 error = exc
             attempts.append(f"{queue}: {error}")
             last_broker = queue.broker_name
+            again_on = queue if again_on is None and isinstance(error, _OUTCOME_UNKNOWN) else None
+            if again_on is not None:
+                log.debug("no answer from %s (%s): sending to the same queue again", queue, error)
             await self._refresh_after_failure(queue, error)
             if time.monotonic() >= deadline:
                 break

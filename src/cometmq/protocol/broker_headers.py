@@ -237,8 +237,9 @@ class TopicRequestHeader(Header):
 
 @header
 class CreateTopicRequestHeader(Header):
-    """UPDATE_AND_CREATE_TOPIC. Every field but ``topicSysFlag`` is required, as RocketMQ's; a Java
-    broker reads a missing ``topicSysFlag`` as 0."""
+    """UPDATE_AND_CREATE_TOPIC. Every field but ``topicSysFlag`` and ``attributes`` is required, as
+    RocketMQ's; a Java broker reads a missing ``topicSysFlag`` as 0. ``attributes`` is RocketMQ 5's
+    change of the topic's attributes, ``+name=value,-name`` (``parse_attribute_changes``)."""
 
     topic: JavaString = wire("topic", name_rule=topic_name_error)
     default_topic: JavaString = wire("defaultTopic")
@@ -248,6 +249,7 @@ class CreateTopicRequestHeader(Header):
     topic_filter_type: JavaString = wire("topicFilterType", name_rule=topic_filter_type_error)
     topic_sys_flag: JavaInt = wire("topicSysFlag", default=0)
     order: JavaBool = wire("order")
+    attributes: JavaString | None = wire("attributes", default=None)
 
 
 @header

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
-from cometmq.protocol.jsonbody import java_bool, java_int, java_string
+from cometmq.protocol.jsonbody import BodyError, as_object, java_bool, java_int, java_string
 from cometmq.protocol.naming import PERM_READ, PERM_WRITE, topic_filter_type_error
 
 DEFAULT_QUEUE_NUMS = 16  # RocketMQ's TopicConfig default when a request does not say
@@ -17,6 +17,68 @@ MAX_QUEUE_NUMS: Final = 1024
 # A topic's perm holds RocketMQ's three bits, read, write and inherit (PermName.isValid: below 8).
 MAX_PERM: Final = 0x7
 
+# Topic attributes (RocketMQ 5's TopicConfig.attributes): each name a topic may carry and the values it
+# takes. `deduplication` is CometMQ's (true or false: whether sends to the topic are deduplicated,
+# over the broker's deduplicationEnable); the others are RocketMQ's, kept and registered but unused.
+DEDUPLICATION_ATTRIBUTE: Final = "deduplication"
+TOPIC_ATTRIBUTES: Final[dict[str, frozenset[str]]] = {
+    DEDUPLICATION_ATTRIBUTE: frozenset({"true", "false"}),
+    "message.type": frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"}),
+    "queue.type": frozenset({"BatchCQ", "SimpleCQ"}),
+    "cleanup.policy": frozenset({"DELETE", "COMPACTION"}),
+}
+
+
+def attribute_error(name: str, value: str) -> str | None:
+    """Why *name* = *value* is not a topic attribute this broker takes; None if it is one."""
+    values = TOPIC_ATTRIBUTES.get(name)
+    if values is None:
+        return f"unknown topic attribute {name!r} (known: {', '.join(sorted(TOPIC_ATTRIBUTES))})"
+    if value not in values:
+        return f"topic attribute {name} takes {' or '.join(sorted(values))}, not {value!r}"
+    return None
+
+
+def parse_attribute_changes(text: str) -> dict[str, str | None]:
+    """RocketMQ 5's attribute syntax, ``+name=value,+other=value,-name``: each name and its new value,
+    None for a name removed. ValueError says what is wrong: an item without ``+`` or ``-``, a ``+``
+    without a value, a name given twice, an unknown name or value."""
+    changes: dict[str, str | None] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        sign, rest = item[0], item[1:]
+        if sign == "+":
+            name, equals, value = rest.partition("=")
+            if not equals or not name:
+                raise ValueError(f"attribute {item!r} is not +name=value")
+            problem = attribute_error(name, value)
+            if problem is not None:
+                raise ValueError(problem)
+        elif sign == "-":
+            name, value = rest, None
+            if not name or "=" in name:
+                raise ValueError(f"attribute {item!r} is not -name")
+        else:
+            raise ValueError(f"attribute {item!r} starts with neither + (set) nor - (remove)")
+        if name in changes:
+            raise ValueError(f"attribute {name} is given twice")
+        changes[name] = value
+    return changes
+
+
+def altered_attributes(current: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
+    """*current* with *changes* applied (RocketMQ's alterCurrentAttributes): ValueError for removing a
+    name the topic does not carry."""
+    altered = dict(current)
+    for name, value in changes.items():
+        if value is not None:
+            altered[name] = value
+        elif altered.pop(name, None) is None:
+            raise ValueError(f"attribute {name} cannot be removed: the topic does not carry it")
+    return altered
+
 
 @dataclass(slots=True)
 class TopicConfig:
@@ -27,10 +89,13 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The object RocketMQ writes for a TopicConfig (keys as in Java, alphabetical)."""
-        return {
+        """The object RocketMQ writes for a TopicConfig (keys as in Java, alphabetical); RocketMQ 5's
+        ``attributes`` only when the topic carries any (what a 4.x reader expects otherwise)."""
+        obj: dict[str, Any] = {"attributes": dict(self.attributes)} if self.attributes else {}
+        obj |= {
             "order": self.order,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
@@ -39,6 +104,7 @@ class TopicConfig:
             "topicSysFlag": self.topic_sys_flag,
             "writeQueueNums": self.write_queue_nums,
         }
+        return obj
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> TopicConfig:
@@ -61,9 +127,25 @@ class TopicConfig:
             ),
             topic_sys_flag=java_int(obj, "topicSysFlag", what, default=sys_flag),
             order=java_bool(obj, "order", what, default=False),
+            attributes=_attributes(obj, what),
         )
 
     @property
     def queue_nums(self) -> int:
         """Queues that exist on disk: a queue id must be below this."""
         return max(self.read_queue_nums, self.write_queue_nums)
+
+
+def _attributes(obj: dict[str, Any], what: str) -> dict[str, str]:
+    """RocketMQ 5's ``attributes`` of a TopicConfig: names and values as text. Names this broker does
+    not know are kept (another broker's table may carry them) but do nothing here."""
+    raw = obj.get("attributes")
+    if raw is None:
+        return {}
+    table = as_object(raw, f"{what} field attributes")
+    attributes = {}
+    for name, value in table.items():
+        if not isinstance(value, str):
+            raise BodyError(f"the {what} attribute {name} is not a Java String")
+        attributes[name] = value
+    return attributes

@@ -22,7 +22,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, cast
 
-from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError, RequestRefused
+from cometmq.errors import (
+    ConnectionClosedError,
+    ProtocolError,
+    RemotingTimeoutError,
+    RequestRefused,
+    ResponseLostError,
+)
 from cometmq.protocol.codec import FrameDecoder, ReadBuffer, encode
 from cometmq.protocol.codes import ONEWAY_FLAG, ResponseCode
 from cometmq.protocol.command import RemotingCommand
@@ -208,7 +214,7 @@ class Connection(asyncio.BufferedProtocol):
         self._transport = None
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(ConnectionClosedError(f"connection to {self.remote_address} closed"))
+                future.set_exception(ResponseLostError(f"connection to {self.remote_address} closed"))
         self._pending.clear()
         for task in list(self._tasks):
             task.cancel()
