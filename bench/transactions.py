@@ -1,11 +1,12 @@
-"""What a transaction costs a producer: transactional sends per second beside plain single sends, 16
-producers, in one run.
+"""What transactions and deduplication cost a producer, in one run: transactional sends per second
+beside plain single sends (16 producers), and batched produce with deduplication on beside off.
 
-    .venv/bin/python bench/transactions.py [--rounds 3] [--count 30000] [--dir PATH] [--quick] [--json]
+    .venv/bin/python bench/transactions.py [--rounds 3] [--count 30000] [--dedup-count 200000]
+                                           [--dir PATH] [--quick] [--json]
 
-One `cometmq standalone` with default settings but for small store files (ports picked by the OS, data
-in a temp dir under --dir), two topics of 8 queues, and CometMQ's Python client in this process, 1 KiB
-bodies:
+Transactions: one `cometmq standalone` with default settings but for small store files (ports picked
+by the OS, data in a temp dir under --dir), two topics of 8 queues, and CometMQ's Python client in this
+process, 1 KiB bodies:
 
 - plain: a `Producer`, 16 asyncio tasks each awaiting `send` of one message before the next
   (SEND_MESSAGE_V2, answered once the message is stored);
@@ -29,7 +30,10 @@ After the rounds the bench reads the queues' offsets and stops unless the plain 
 message once and the transactional topic one committed copy of every transactional message, with one
 half message and one op record each (every half settled once, none left to the broker's check-back).
 
-The machine is noisy: compare the ratio of one run, not absolute figures across runs.
+Deduplication: bench/dedup.py's rounds (`produce_rates`, on a server of its own), --dedup-count
+messages in batches of 100, 8 in flight, per workload and round; the target is on >= 0.8x off.
+
+The machine is noisy: compare the ratios of one run, not absolute figures across runs.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from cometmq.protocol.naming import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests")]
 
+from dedup import produce_rates  # noqa: E402  (bench/, this script's directory)
 from processes import TEST_BROKER_CONF, cpu_seconds, start_standalone  # noqa: E402
 
 PRODUCERS = 16
@@ -71,6 +76,10 @@ PLAIN_TOPIC = "BenchPlainSend"
 TRANSACTION_TOPIC = "BenchTransactionalSend"
 PLAIN = "send, 16 producers"
 TRANSACTIONAL = "send_in_transaction, 16 producers"
+BATCH = 100
+IN_FLIGHT = 8
+DEDUP_OFF = f"batches of {BATCH}, deduplication off"
+DEDUP_ON = f"batches of {BATCH}, deduplication on"
 
 
 @dataclass
@@ -84,14 +93,15 @@ class Workload:
     client_cpu_us: list[float] = field(default_factory=list)  # per message, this process's
 
     def row(self) -> dict[str, Any]:
-        return {
-            "workload": self.name,
-            "msg_per_s": round(statistics.median(self.msg_per_s)),
-            "p50_us": round(statistics.median(self.p50_us)),
-            "broker_cpu_us": round(statistics.median(self.broker_cpu_us), 1),
-            "client_cpu_us": round(statistics.median(self.client_cpu_us), 1),
-            "rounds": [round(rate) for rate in self.msg_per_s],
-        }
+        """The medians, and msg/s of every round; a figure not measured (bench/dedup.py gives msg/s
+        alone) is left out."""
+        row: dict[str, Any] = {"workload": self.name, "msg_per_s": round(statistics.median(self.msg_per_s))}
+        for key in ("p50_us", "broker_cpu_us", "client_cpu_us"):
+            values = getattr(self, key)
+            if values:
+                row[key] = round(statistics.median(values), 1)
+        row["rounds"] = [round(rate) for rate in self.msg_per_s]
+        return row
 
 
 @dataclass(frozen=True)
@@ -228,12 +238,19 @@ def main() -> int:
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--count", type=int, default=30_000, help="messages per workload and round")
+    parser.add_argument(
+        "--dedup-count", type=int, default=200_000, help="messages per batched produce and round"
+    )
     parser.add_argument("--dir", type=Path, help="where the server keeps its data (default: a temp dir)")
-    parser.add_argument("--quick", action="store_true", help="1 round of 1 600 messages (a smoke test)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="1 round of 1 600 sends and 2 000 batched messages (a smoke test)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.count = 1, 1_600
+        args.rounds, args.count, args.dedup_count = 1, 1_600, 2_000
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -248,7 +265,16 @@ def main() -> int:
             )
         finally:
             server.terminate()
-    targets = [Target("transactional / plain", TRANSACTIONAL, PLAIN, 0.5)]
+    log("deduplication off and on: bench/dedup.py's rounds")
+    rates = produce_rates(args.rounds, args.dedup_count, BATCH, IN_FLIGHT, SIZE)
+    workloads += [
+        Workload(DEDUP_OFF, msg_per_s=[*rates["off"]]),
+        Workload(DEDUP_ON, msg_per_s=[*rates["on"]]),
+    ]
+    targets = [
+        Target("transactional / plain", TRANSACTIONAL, PLAIN, 0.5),
+        Target("deduplication on / off", DEDUP_ON, DEDUP_OFF, 0.8),
+    ]
     result = figures(workloads, targets, delivered)
     if args.json:
         print(json.dumps(result))
@@ -284,10 +310,13 @@ def report(result: dict[str, Any], rounds: int) -> None:
     )
     for row in result["rows"]:
         ratio = f"{row['ratio']:.2f}x" if "ratio" in row else ""
+        p50, broker, client = (
+            format(row[key], spec) if key in row else ""
+            for key, spec in (("p50_us", ",.0f"), ("broker_cpu_us", ".1f"), ("client_cpu_us", ".1f"))
+        )
         each = " ".join(f"{rate:,}" for rate in row["rounds"])
         print(
-            f"{row['workload']:<36}{row['msg_per_s']:>9,}{ratio:>8}{row['p50_us']:>9,}"
-            f"{row['broker_cpu_us']:>19.1f}{row['client_cpu_us']:>19.1f}   {each}"
+            f"{row['workload']:<36}{row['msg_per_s']:>9,}{ratio:>8}{p50:>9}{broker:>19}{client:>19}   {each}"
         )
     for target in result["targets"]:
         met = "met" if target["met"] else "not met"

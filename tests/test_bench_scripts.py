@@ -250,7 +250,7 @@ def test_security_bench_prints_every_figure_for_plain_acl_tls_and_both_with_rati
     assert list(tmp_path.iterdir()) == []  # the servers' directories are gone
 
 
-def test_transactions_bench_prints_transactional_beside_plain_sends_and_that_each_was_delivered_once(
+def test_transactions_bench_prints_transactional_beside_plain_sends_and_dedup_on_beside_off(
     tmp_path: Path,
 ) -> None:
     out = run_bench("transactions.py", "--quick", "--dir", str(tmp_path))
@@ -262,7 +262,12 @@ def test_transactions_bench_prints_transactional_beside_plain_sends_and_that_eac
         rf"^send_in_transaction, 16 producers +{NUMBER} +{NUMBER}x +{NUMBER} +{cpu} +{NUMBER}$", out
     )
     assert abs(transactional[1] - transactional[0] / plain[0]) < 0.006  # to the plain figure above
+    # bench/dedup.py's rounds: msg/s alone
+    off = figures(rf"^batches of 100, deduplication off +{NUMBER} +{NUMBER}$", out)
+    on = figures(rf"^batches of 100, deduplication on +{NUMBER} +{NUMBER}x +{NUMBER}$", out)
+    assert abs(on[1] - on[0] / off[0]) < 0.006
     figures(rf"^transactional / plain: {NUMBER} \(target >= 0.5: (?:met|not met)\)$", out)
+    figures(rf"^deduplication on / off: {NUMBER} \(target >= 0.8: (?:met|not met)\)$", out)
     # the bench itself stops when a count differs from the messages sent
     sent = figures(
         rf"^delivered once: {NUMBER} transactional sent, {NUMBER} committed copies, {NUMBER} half "
