@@ -270,7 +270,7 @@ def test_transactions_bench_prints_transactional_beside_plain_sends_and_dedup_on
     figures(rf"^deduplication on / off: {NUMBER} \(target >= 0.8: (?:met|not met)\)$", out)
     # the bench itself stops when a count differs from the messages sent
     sent = figures(
-        rf"^delivered once: {NUMBER} transactional sent, {NUMBER} committed copies, {NUMBER} half "
+        rf"^counted after the rounds: {NUMBER} transactional sent, {NUMBER} committed copies, {NUMBER} half "
         rf"messages, {NUMBER} op records, 0 check-backs; {NUMBER} plain sent, {NUMBER} stored$",
         out,
     )
