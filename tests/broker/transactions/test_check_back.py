@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from _tx_support import (
     send_half,
 )
 
+from cometmq.broker import _transaction
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import TRANS_CHECK_MAX_TIME_TOPIC
 from cometmq.protocol.properties import decode_properties
@@ -123,9 +123,14 @@ def test_checks_repeat_until_answered_and_go_round_robin(tmp_path: Path) -> None
     run(scenario())
 
 
-def test_check_immunity_time_holds_a_check_back(tmp_path: Path) -> None:
+def test_check_immunity_time_holds_a_check_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rounds are run by the test at the times it sets on the service's clock.
+    clock = [0]
+    monkeypatch.setattr(_transaction, "_now_ms", lambda: clock[0])
+
     async def scenario() -> None:
-        async with broker_and_client(tmp_path, **FAST_CHECKS) as (_broker, addr, client):
+        rounds_by_hand = {"transactionTimeOut": "1", "transactionCheckInterval": "3600000"}
+        async with broker_and_client(tmp_path, **rounds_by_hand) as (broker, addr, client):
             await create_topic(client, addr, TOPIC, queues=1)
             producer = RawProducer()
             try:
@@ -133,19 +138,20 @@ def test_check_immunity_time_holds_a_check_back(tmp_path: Path) -> None:
                 immune = await send_half(
                     client, addr, TOPIC, b"immune", CHECK_IMMUNITY_TIME_IN_SECONDS="3600"
                 )
-                brief = await send_half(client, addr, TOPIC, b"brief", CHECK_IMMUNITY_TIME_IN_SECONDS="1")
+                brief = await send_half(client, addr, TOPIC, b"brief", CHECK_IMMUNITY_TIME_IN_SECONDS="3")
                 plain = await send_half(client, addr, TOPIC, b"plain")
-                sent_at = time.time() * 1000
-                checked: dict[int, int] = {}
-                # Each round checks every due message once: by the third check of the plain one, rounds
-                # have walked past the immune one twice.
-                while checked.get(plain.queue_offset, 0) < 3 or brief.queue_offset not in checked:
-                    check = await producer.next_check()
-                    offset = check.header.tran_state_table_offset
-                    checked[offset] = checked.get(offset, 0) + 1
-                    if offset == brief.queue_offset and checked[offset] == 1:
-                        assert time.time() * 1000 >= sent_at + 1000 - 50  # its store time is before sent_at
-                assert immune.queue_offset not in checked
+                view = broker.store.message_at(brief.commitlog_offset)
+                assert view is not None
+                stored_at = decode_record_at(view, 0, len(view)).store_timestamp
+                del view
+                # Rounds when the brief one is 0.5, 1.5, 2.5 and 3.5 s old: only the last is past its 3 s.
+                for age_ms in (500, 1500, 2500, 3500):
+                    clock[0] = stored_at + age_ms
+                    await broker.transactions.check_round()
+                # A round checks the due messages in queue order, over one connection.
+                checked = [(await producer.next_check()).header.tran_state_table_offset for _ in range(5)]
+                assert checked == [plain.queue_offset] * 3 + [brief.queue_offset, plain.queue_offset]
+                assert immune.queue_offset not in broker.transactions.check_counts
             finally:
                 await producer.close()
 

@@ -116,7 +116,7 @@ def test_end_transaction_unknown_changes_nothing_and_bad_requests_are_refused(tm
                 (end_request(half, COMMIT, group="OtherGroup"), "is not the half message's group PG_TX"),
                 (end_request(half, COMMIT, queue_offset=half.queue_offset + 7), "no half message at queue"),
                 (end_request(half, COMMIT, commitlog_offset=plain_offset), "not commitLogOffset"),
-                (end_request(half, COMMIT, commitlog_offset=half.commitlog_offset + 3), "not commitLogOffset"),
+                (end_request(half, COMMIT, commitlog_offset=half.commitlog_offset + 3), "commitLogOffset"),
                 (end_request(half, COMMIT, topic="OtherTopic"), f"is not the half message's topic {TOPIC}"),
                 (end_request(half, 5), "commitOrRollback 5"),
             ]
