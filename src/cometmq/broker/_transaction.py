@@ -10,8 +10,10 @@ half's commit-log offset) together with an *op record* (``RMQ_SYS_TRANS_OP_HALF_
 op record alone. A half message with an op record is *settled*.
 
 END_TRANSACTION (Java's client sends it oneway) names the half by ``commitLogOffset`` (decoded from the
-send answer's offset message id) and ``tranStateTableOffset`` (the answer's queue offset); the record
-there must be a half message with that queue offset and ``PGROUP`` equal to ``producerGroup``.
+send answer's offset message id) and ``tranStateTableOffset`` (the answer's queue offset); the half
+queue's unit at that queue offset must point at that commit-log offset (so a record planted inside
+some message's body is never taken for a half message), the record there must have ``PGROUP`` equal
+to ``producerGroup``, and a ``topic``, when given, must be its real topic.
 ``commitOrRollback`` is 8 (commit), 12 (rollback) or 0 (not known yet: nothing happens, the check-back
 asks later). A half message already settled answers SUCCESS and changes nothing (a second END, or a
 check's answer racing the producer's own). A commit under failover passes the mastership checks a send
@@ -26,19 +28,26 @@ slave copies from its master): on (half topic, 0), H, the first half offset not 
 (op topic, 0), O, the first op record that may still name a half offset at or past H. In memory, the
 settled half offsets at or past H are a bitmap (one bit per half message, from a multiple of 8 at or
 below H), rebuilt from the op records from O on when the broker starts as (or becomes) master, and set
-by every op record this broker writes. H and O are committed only once the op records they rely on
-are flushed. Check counts are in ``config/transactionChecks.json``, written after each round that
-changed them: a crash costs at most one more check of a message.
+by every op record this broker writes (op records are not read back after that). Progress past the
+ends of the half and op queues this broker holds (a promoted slave whose log lags what it copied) is
+capped at them, and an op record naming a half offset the half queue does not hold is ignored. H and
+O are committed only once the op records they rely on are flushed and, with slaves connected,
+replicated, so that a slave never holds progress without the op records behind it. Check counts are
+in ``config/transactionChecks.json``, written after each round that changed them: a crash costs at
+most one more check of a message.
 
 Every ``transactionCheckInterval`` ms the master walks the half queue from H, decoding only the
 unsettled records: one older than ``transactionTimeOut`` ms (or than its
-``CHECK_IMMUNITY_TIME_IN_SECONDS``) is checked with CHECK_TRANSACTION_STATE (39, oneway) sent to one
-live producer channel of its PGROUP (round robin); after ``transactionCheckMax`` checks it is
-discarded: copied to ``TRANS_CHECK_MAX_TIME_TOPIC`` together with its op record, and a warning logged.
-A check counts even when no producer of the group is connected (RocketMQ's rule: a group gone for good
-ends in the discard). The check's body is the half record re-encoded with its real topic and queue and
-``TRANSACTION_CHECK_TIMES``; its header's ``transactionId`` is the ``__transactionId__`` property, or
-the UNIQ_KEY. The producer answers with END_TRANSACTION, ``fromTransactionCheck`` true.
+``CHECK_IMMUNITY_TIME_IN_SECONDS``, parsed as RocketMQ parses it) is checked with
+CHECK_TRANSACTION_STATE (39, oneway) sent to one live producer channel of its PGROUP (round robin);
+after ``transactionCheckMax`` checks it is discarded: copied to ``TRANS_CHECK_MAX_TIME_TOPIC`` together
+with its op record, and a warning logged. A check counts even when no producer of the group is connected
+(RocketMQ's rule: a group gone for good ends in the discard). The check's body is the half record
+re-encoded with its real topic and queue and ``TRANSACTION_CHECK_TIMES``; its header's ``transactionId``
+is the ``__transactionId__`` property, or the UNIQ_KEY; a half message whose properties leave no room
+for that property is refused when it is sent. The producer answers with END_TRANSACTION,
+``fromTransactionCheck`` true. A message whose step in a round fails (a record that cannot be read as
+expected) is logged and counted as a check, so it is discarded in the end, and the round goes on.
 """
 
 from __future__ import annotations
@@ -97,8 +106,6 @@ log = logging.getLogger("cometmq.broker")
 
 # Unsettled half records decoded before the event loop gets a turn.
 _DECODES_PER_TURN: Final = 128
-# Op records read before the event loop gets a turn (a round's new ones).
-_OPS_PER_TURN: Final = 1024
 _OP_TAGS_CODE: Final = java_string_hash(OP_RECORD_TAG)
 _OP_PROPERTIES: Final = encode_properties({"TAGS": OP_RECORD_TAG})
 # A byte of the bitmap with an unsettled half offset in it.
@@ -374,8 +381,7 @@ class TransactionService:
             for half_offset in named:
                 if half_offset < half_end:
                     self.settled.add(half_offset)
-                else:
-                    ignored += 1
+            ignored += any(half_offset >= half_end for half_offset in named)
         if ignored:
             log.warning(
                 "transactions: %d op records from %d on name half offsets at or past the half queue's "

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _tx_support import (
@@ -26,6 +29,7 @@ from _tx_support import (
 )
 
 from cometmq.broker import _transaction
+from cometmq.broker._json_config import MetadataFile
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import TRANS_CHECK_MAX_TIME_TOPIC
 from cometmq.protocol.properties import decode_properties
@@ -263,5 +267,39 @@ def test_ends_that_come_while_a_round_walks_the_half_queue_settle_as_usual(tmp_p
                 delivered += [r.body for r in records]
                 offset += len(records)
             assert sorted(delivered) == sorted(f"m{i}".encode() for i in range(600))
+
+    run(scenario())
+
+
+def test_stop_waits_for_a_check_counts_write_under_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writing, written = threading.Event(), threading.Event()
+    real_save = MetadataFile.save
+
+    def held_save(file: MetadataFile, obj: Any) -> bool:
+        if file.path.name == "transactionChecks.json" and not writing.is_set():
+            writing.set()
+            written.wait(30)  # the disk answers when the test says
+        return real_save(file, obj)
+
+    monkeypatch.setattr(MetadataFile, "save", held_save)
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, **FAST_CHECKS) as (broker, addr, _client):
+            service = broker.transactions
+            half = await send_half(_client, addr, TOPIC, b"counted")  # no producer: counted all the same
+            await wait_until(writing.is_set, message="the check counts being written")
+            loop_task = service._task
+            assert loop_task is not None
+            stopping = asyncio.ensure_future(service.stop())
+            await wait_until(loop_task.done, message="the check loop cancelled")
+            for _ in range(20):  # turns enough for a stop that does not wait to finish
+                await asyncio.sleep(0)
+            assert not stopping.done()
+            written.set()
+            await stopping
+            saved = json.loads((tmp_path / "config" / "transactionChecks.json").read_text())
+            assert saved["checkTimes"][str(half.queue_offset)] >= 1
 
     run(scenario())
