@@ -66,18 +66,10 @@ async def _stored(namesrv: str, topic: str) -> int:
         return total
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--count", type=int, default=200_000, help="messages per workload (200000)")
-    parser.add_argument("--batch", type=int, default=100, help="messages per batch (100)")
-    parser.add_argument("--inflight", type=int, default=8, help="batches in flight (8)")
-    parser.add_argument("--size", type=int, default=1024, help="body size (1024)")
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="rounds of both, alternating which runs first; medians (3)"
-    )
-    args = parser.parse_args()
+def produce_rates(rounds: int, count: int, batch: int, inflight: int, size: int) -> dict[str, list[int]]:
+    """Messages/s of each round's batched produce into the topic with deduplication "off" and the one
+    with it "on", on a standalone server of its own; stops if a topic holds fewer or more messages than
+    were sent."""
     with tempfile.TemporaryDirectory(prefix="cometmq-bench-dedup-") as tmp:
         server, namesrv = _start_standalone(Path(tmp) / "data")
         try:
@@ -94,7 +86,7 @@ def main() -> None:
                 namesrv,
             )
             rates: dict[str, list[int]] = {"off": [], "on": []}
-            for round_number in range(args.rounds):
+            for round_number in range(rounds):
                 # Off first, then on first: neither gains from running second (a warmer page cache).
                 modes = ["off", "on"] if round_number % 2 == 0 else ["on", "off"]
                 for mode in modes:
@@ -108,19 +100,19 @@ def main() -> None:
                             "--topic",
                             topic,
                             "--count",
-                            str(args.count),
+                            str(count),
                             "--batch",
-                            str(args.batch),
+                            str(batch),
                             "--inflight",
-                            str(args.inflight),
+                            str(inflight),
                             "--size",
-                            str(args.size),
+                            str(size),
                             "--json",
                         )
                     )
                     rates[mode].append(report["rows"][0]["msg_per_s"])
             # Every run sends one message before its clock starts; each has a fresh UNIQ_KEY.
-            expected = args.rounds * (args.count + 1)
+            expected = rounds * (count + 1)
             for topic in TOPICS.values():
                 stored = asyncio.run(_stored(namesrv, topic))
                 if stored != expected:
@@ -128,6 +120,22 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait()
+    return rates
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--count", type=int, default=200_000, help="messages per workload (200000)")
+    parser.add_argument("--batch", type=int, default=100, help="messages per batch (100)")
+    parser.add_argument("--inflight", type=int, default=8, help="batches in flight (8)")
+    parser.add_argument("--size", type=int, default=1024, help="body size (1024)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of both, alternating which runs first; medians (3)"
+    )
+    args = parser.parse_args()
+    rates = produce_rates(args.rounds, args.count, args.batch, args.inflight, args.size)
     off, on = (statistics.median(rates[mode]) for mode in ("off", "on"))
     print(f"batched produce, batches of {args.batch}, {args.inflight} in flight, {args.size} B bodies:")
     print(f"  deduplication off: {off:,.0f} msg/s   (rounds: {rates['off']})")

@@ -248,3 +248,31 @@ def test_security_bench_prints_every_figure_for_plain_acl_tls_and_both_with_rati
     ):
         figures(rf"^{re.escape(figure)} +{NUMBER} +{ratio} +{ratio} +{ratio}$", out)
     assert list(tmp_path.iterdir()) == []  # the servers' directories are gone
+
+
+def test_transactions_bench_prints_transactional_beside_plain_sends_and_dedup_on_beside_off(
+    tmp_path: Path,
+) -> None:
+    out = run_bench("transactions.py", "--quick", "--dir", str(tmp_path))
+    # msg/s, p50 µs, then the broker's and this process's CPU µs per message (which a quick run's
+    # clock ticks may round to 0), and the one round's msg/s
+    cpu = r"[\d.]+ +[\d.]+"
+    plain = figures(rf"^send, 16 producers +{NUMBER} +{NUMBER} +{cpu} +{NUMBER}$", out)
+    transactional = figures(
+        rf"^send_in_transaction, 16 producers +{NUMBER} +{NUMBER}x +{NUMBER} +{cpu} +{NUMBER}$", out
+    )
+    assert abs(transactional[1] - transactional[0] / plain[0]) < 0.006  # to the plain figure above
+    # bench/dedup.py's rounds: msg/s alone
+    off = figures(rf"^batches of 100, deduplication off +{NUMBER} +{NUMBER}$", out)
+    on = figures(rf"^batches of 100, deduplication on +{NUMBER} +{NUMBER}x +{NUMBER}$", out)
+    assert abs(on[1] - on[0] / off[0]) < 0.006
+    figures(rf"^transactional / plain: {NUMBER} \(target >= 0.5: (?:met|not met)\)$", out)
+    figures(rf"^deduplication on / off: {NUMBER} \(target >= 0.8: (?:met|not met)\)$", out)
+    # the bench itself stops when a count differs from the messages sent
+    sent = figures(
+        rf"^counted after the rounds: {NUMBER} transactional sent, {NUMBER} committed copies, {NUMBER} half "
+        rf"messages, {NUMBER} op records, 0 check-backs; {NUMBER} plain sent, {NUMBER} stored$",
+        out,
+    )
+    assert sent == [1601.0] * 6  # 1 600 timed and 1 before the clock, of each
+    assert list(tmp_path.iterdir()) == []  # the server's directory is gone

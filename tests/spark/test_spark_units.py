@@ -12,6 +12,7 @@ import string
 import struct
 import sys
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,10 +46,12 @@ from cometmq.spark._write import (
     BATCH_MAX_BYTES,
     BATCH_MAX_MESSAGES,
     WriteTarget,
+    _by_queue,
     _chunks,
     _messages,
     check_columns,
     message_id,
+    queue_of,
 )
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -934,6 +937,31 @@ def test_messages_refuse_a_null_body_or_a_row_without_a_topic() -> None:
     no_topic = pa.RecordBatch.from_pydict({"body": pa.array([b"a"]), "topic": pa.array([None], pa.string())})
     with pytest.raises(OptionError, match="row 0: topic is null"):
         dict(_messages(no_topic, WriteOptions.parse({}), target, 0))
+
+
+def test_a_row_goes_to_the_queue_its_id_picks_on_every_attempt_and_rows_spread_over_the_queues() -> None:
+    routed = [MessageQueue("t", broker, q) for broker in ("broker-a", "broker-b") for q in range(4)]
+    target = WriteTarget("query/t", 7, 1)
+    keys = [message_id(target, row) for row in range(4000)]
+    first = [queue_of(key, routed) for key in keys]
+    # another attempt: new Message objects, the same ids, the same route
+    again = [queue_of(message_id(WriteTarget("query/t", 7, 1), row), list(routed)) for row in range(4000)]
+    assert first == again
+    spread = Counter(first)
+    assert set(spread) == set(routed)
+    assert min(spread.values()) > 4000 // len(routed) // 2
+
+
+def test_by_queue_keeps_the_order_of_each_queues_rows() -> None:
+    routed = [MessageQueue("t", "broker-a", q) for q in range(3)]
+    target = WriteTarget("job", 0, 0)
+    ids = [message_id(target, row) for row in range(60)]
+    messages = [Message("t", b"%d" % row, properties={"UNIQ_KEY": key}) for row, key in enumerate(ids)]
+    grouped = _by_queue(messages, routed)
+    assert sorted(m.body for chunk in grouped.values() for m in chunk) == sorted(m.body for m in messages)
+    for queue, queued in grouped.items():
+        assert all(queue_of(m.properties["UNIQ_KEY"], routed) == queue for m in queued)
+        assert [int(m.body) for m in queued] == sorted(int(m.body) for m in queued)
 
 
 _BIG = bytes(BATCH_MAX_BYTES + 200_000)

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cometmq.broker._json_config import MetadataFile, load_json_table, read_entries
-from cometmq.errors import RecordError
+from cometmq.errors import RecordError, RequestRefused
+from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from cometmq.protocol.properties import decode_properties, encode_properties
 from cometmq.protocol.record import DecodedRecord, decode_record_at
@@ -40,7 +41,15 @@ from cometmq.store import MessageToStore, PutStatus, parse_delay_levels
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
-__all__ = ["ScheduleMessageService", "copy_of_record", "from_schedule", "is_delayable", "to_schedule"]
+__all__ = [
+    "ScheduleMessageService",
+    "copy_of_record",
+    "delay_level_of",
+    "from_schedule",
+    "is_delayable",
+    "real_queue",
+    "to_schedule",
+]
 
 log = logging.getLogger("cometmq.broker")
 
@@ -71,12 +80,22 @@ def to_schedule(msg: MessageToStore, level: int, max_level: int) -> MessageToSto
     )
 
 
-def from_schedule(rec: DecodedRecord, store_host: bytes) -> MessageToStore:
-    """The parked record *rec* rebuilt for its real topic and queue (RocketMQ's messageTimeup):
-    body, flag, sys flag, born time and host, reconsume times and every property kept, ``DELAY``
-    removed, ``REAL_TOPIC`` / ``REAL_QID`` left in place, tags code from ``TAGS``. Raises ValueError
-    when the record names no usable real topic or queue."""
-    properties = decode_properties(rec.properties)
+def delay_level_of(properties: dict[str, str]) -> int:
+    """The DELAY property as a level; 0 (or below) means no delay, as in RocketMQ. A send and the
+    commit of a half message both read it here, so a committed message is delayed as a plain send of
+    it would be. RequestRefused (MESSAGE_ILLEGAL) if it is not a number."""
+    text = properties.get("DELAY", "")
+    try:
+        return int(text) if text else 0
+    except ValueError:
+        raise RequestRefused(
+            ResponseCode.MESSAGE_ILLEGAL, f"the DELAY property {text!r} is not a delay level"
+        ) from None
+
+
+def real_queue(properties: dict[str, str]) -> tuple[str, int]:
+    """The real topic and queue a parked (delayed or half) message names in ``REAL_TOPIC`` /
+    ``REAL_QID``. ValueError when they name no usable topic or queue."""
     topic = properties.get(REAL_TOPIC, "")
     try:
         queue_id = int(properties.get(REAL_QUEUE_ID, ""))
@@ -84,6 +103,16 @@ def from_schedule(rec: DecodedRecord, store_host: bytes) -> MessageToStore:
         raise ValueError(f"REAL_QID {properties.get(REAL_QUEUE_ID)!r} is not a queue id") from None
     if not topic or queue_id < 0:
         raise ValueError(f"no real topic/queue (REAL_TOPIC={topic!r}, REAL_QID={queue_id})")
+    return topic, queue_id
+
+
+def from_schedule(rec: DecodedRecord, store_host: bytes) -> MessageToStore:
+    """The parked record *rec* rebuilt for its real topic and queue (RocketMQ's messageTimeup):
+    body, flag, sys flag, born time and host, reconsume times and every property kept, ``DELAY``
+    removed, ``REAL_TOPIC`` / ``REAL_QID`` left in place, tags code from ``TAGS``. Raises ValueError
+    when the record names no usable real topic or queue."""
+    properties = decode_properties(rec.properties)
+    topic, queue_id = real_queue(properties)
     # RocketMQ 4.x builds the stored properties string before it clears DELAY, so its delivered copy
     # still says DELAY=L; we drop it as intended (docs/protocol.md#delay-levels), so a consumer that
     # re-sends the message does not delay it again by accident.

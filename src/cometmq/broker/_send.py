@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Final
 
 from cometmq.broker._groups import max_reconsume_times
-from cometmq.broker._schedule import is_delayable
+from cometmq.broker._schedule import delay_level_of, is_delayable
 from cometmq.broker._transaction import to_half
 from cometmq.errors import ProtocolError, RequestRefused
 from cometmq.protocol import RemotingCommand, ResponseCode
@@ -147,17 +147,6 @@ def _transaction_type_refusal(sys_flag: int, transactional: bool) -> str | None:
     return None
 
 
-def _delay_level(properties: dict[str, str]) -> int:
-    """The DELAY property as a level; 0 (or below) means no delay, as in RocketMQ."""
-    text = properties.get("DELAY", "")
-    try:
-        return int(text) if text else 0
-    except ValueError:
-        raise RequestRefused(
-            ResponseCode.MESSAGE_ILLEGAL, f"the DELAY property {text!r} is not a delay level"
-        ) from None
-
-
 @dataclass(slots=True)
 class _SendHeader:
     """What every message of one send request shares."""
@@ -286,11 +275,12 @@ class SendProcessor:
         queue_id = sent.queue_id
         properties = decode_properties(sent.properties or "")
         transactional = _is_transactional(properties)
-        if transactional or sent.sys_flag & TRANSACTION_TYPE_MASK:  # one test on the plain send's path
+        # A plain send pays the TRAN_MSG lookup above and this flag test, nothing more.
+        if transactional or sent.sys_flag & TRANSACTION_TYPE_MASK:
             refused = self._transaction_refusal(sent, transactional)
             if refused is not None:
                 return request.response(*refused)
-        delay_level = _delay_level(properties)
+        delay_level = delay_level_of(properties)
         wait_store = properties.pop("WAIT", "true").lower() != "false"
         properties["CLUSTER"] = config.broker_cluster_name
         # Everything above is checked before an unknown topic is auto-created.
@@ -469,7 +459,7 @@ class SendProcessor:
             )
         merged.pop("WAIT", None)
         merged.update(properties)
-        if _delay_level(merged) > 0:  # RocketMQ refuses delayed batches (MESSAGE_ILLEGAL)
+        if delay_level_of(merged) > 0:  # RocketMQ refuses delayed batches (MESSAGE_ILLEGAL)
             raise RequestRefused(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"a message of the batch has delay level {merged['DELAY']}: batches cannot be delayed",

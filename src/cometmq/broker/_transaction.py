@@ -10,8 +10,10 @@ half's commit-log offset) together with an *op record* (``RMQ_SYS_TRANS_OP_HALF_
 op record alone. A half message with an op record is *settled*.
 
 END_TRANSACTION (Java's client sends it oneway) names the half by ``commitLogOffset`` (decoded from the
-send answer's offset message id) and ``tranStateTableOffset`` (the answer's queue offset); the record
-there must be a half message with that queue offset and ``PGROUP`` equal to ``producerGroup``.
+send answer's offset message id) and ``tranStateTableOffset`` (the answer's queue offset); the half
+queue's unit at that queue offset must point at that commit-log offset (so a record planted inside
+some message's body is never taken for a half message), the record there must have ``PGROUP`` equal
+to ``producerGroup``, and a ``topic``, when given, must be its real topic.
 ``commitOrRollback`` is 8 (commit), 12 (rollback) or 0 (not known yet: nothing happens, the check-back
 asks later). A half message already settled answers SUCCESS and changes nothing (a second END, or a
 check's answer racing the producer's own). A commit under failover passes the mastership checks a send
@@ -26,19 +28,26 @@ slave copies from its master): on (half topic, 0), H, the first half offset not 
 (op topic, 0), O, the first op record that may still name a half offset at or past H. In memory, the
 settled half offsets at or past H are a bitmap (one bit per half message, from a multiple of 8 at or
 below H), rebuilt from the op records from O on when the broker starts as (or becomes) master, and set
-by every op record this broker writes. H and O are committed only once the op records they rely on
-are flushed. Check counts are in ``config/transactionChecks.json``, written after each round that
-changed them: a crash costs at most one more check of a message.
+by every op record this broker writes (op records are not read back after that). Progress past the
+ends of the half and op queues this broker holds (a promoted slave whose log lags what it copied) is
+capped at them, and an op record naming a half offset the half queue does not hold is ignored. H and
+O are committed only once the op records they rely on are flushed and, with slaves connected,
+replicated, so that a slave never holds progress without the op records behind it. Check counts are
+in ``config/transactionChecks.json``, written after each round that changed them: a crash costs at
+most one more check of a message.
 
 Every ``transactionCheckInterval`` ms the master walks the half queue from H, decoding only the
 unsettled records: one older than ``transactionTimeOut`` ms (or than its
-``CHECK_IMMUNITY_TIME_IN_SECONDS``) is checked with CHECK_TRANSACTION_STATE (39, oneway) sent to one
-live producer channel of its PGROUP (round robin); after ``transactionCheckMax`` checks it is
-discarded: copied to ``TRANS_CHECK_MAX_TIME_TOPIC`` together with its op record, and a warning logged.
-A check counts even when no producer of the group is connected (RocketMQ's rule: a group gone for good
-ends in the discard). The check's body is the half record re-encoded with its real topic and queue and
-``TRANSACTION_CHECK_TIMES``; its header's ``transactionId`` is the ``__transactionId__`` property, or
-the UNIQ_KEY. The producer answers with END_TRANSACTION, ``fromTransactionCheck`` true.
+``CHECK_IMMUNITY_TIME_IN_SECONDS``, parsed as RocketMQ parses it) is checked with
+CHECK_TRANSACTION_STATE (39, oneway) sent to one live producer channel of its PGROUP (round robin);
+after ``transactionCheckMax`` checks it is discarded: copied to ``TRANS_CHECK_MAX_TIME_TOPIC`` together
+with its op record, and a warning logged. A check counts even when no producer of the group is connected
+(RocketMQ's rule: a group gone for good ends in the discard). The check's body is the half record
+re-encoded with its real topic and queue and ``TRANSACTION_CHECK_TIMES``; its header's ``transactionId``
+is the ``__transactionId__`` property, or the UNIQ_KEY; a half message whose properties leave no room
+for that property is refused when it is sent. The producer answers with END_TRANSACTION,
+``fromTransactionCheck`` true. A message whose step in a round fails (a record that cannot be read as
+expected) is logged and counted as a check, so it is discarded in the end, and the round goes on.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from cometmq.broker._json_config import MetadataFile, load_json_table
+from cometmq.broker._schedule import copy_of_record, delay_level_of, real_queue
 from cometmq.errors import RecordError, RequestRefused
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import (
@@ -62,7 +72,14 @@ from cometmq.protocol.broker_headers import (
 )
 from cometmq.protocol.naming import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from cometmq.protocol.properties import decode_properties, encode_properties
-from cometmq.protocol.record import DecodedRecord, decode_record_at, encode_record_into, record_size
+from cometmq.protocol.record import (
+    MAX_PROPERTIES_SIZE,
+    DecodedRecord,
+    decode_record_at,
+    encode_record_into,
+    record_size,
+    with_record_crc_property,
+)
 from cometmq.protocol.taghash import java_string_hash
 from cometmq.protocol.transaction import (
     CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -89,14 +106,21 @@ log = logging.getLogger("cometmq.broker")
 
 # Unsettled half records decoded before the event loop gets a turn.
 _DECODES_PER_TURN: Final = 128
-# Op records read before the event loop gets a turn (a round's new ones).
-_OPS_PER_TURN: Final = 1024
 _OP_TAGS_CODE: Final = java_string_hash(OP_RECORD_TAG)
 _OP_PROPERTIES: Final = encode_properties({"TAGS": OP_RECORD_TAG})
 # A byte of the bitmap with an unsettled half offset in it.
 _NOT_ALL_SETTLED: Final = re.compile(rb"[^\xff]")
 # Properties of the half record the committed copy does not carry.
 _HALF_ONLY: Final = (TRANSACTION_PREPARED, REAL_TOPIC, REAL_QUEUE_ID)
+# What a check's body adds to the half's stored properties: TRANSACTION_CHECK_TIMES with a count of
+# up to 5 digits (transactionCheckMax is at most 10 000), and the record CRC property a store may
+# append. A half message is refused at its send unless it leaves this much room below the int16 limit.
+_CHECK_BODY_ROOM: Final = (
+    len(f"\x02{TRANSACTION_CHECK_TIMES}\x0199999") + len(with_record_crc_property(b"p")) - 1
+)
+_MAX_HALF_PROPERTIES: Final = MAX_PROPERTIES_SIZE - _CHECK_BODY_ROOM
+# CHECK_IMMUNITY_TIME_IN_SECONDS past this (or negative) is taken as unparsable.
+_MAX_IMMUNITY_S: Final = 7 * 24 * 3600
 # Failover mode: the settlement was stored while this master could not be sure it still is one.
 _LEASE_LAPSED: Final = (
     "this broker's mastership lease lapsed; the transaction was ended but that is not acknowledged"
@@ -107,17 +131,27 @@ def to_half(msg: MessageToStore, producer_group: str) -> MessageToStore:
     """*msg* (as a send of it would be stored) as its half message: the real topic and queue in
     ``REAL_TOPIC`` / ``REAL_QID``, ``PGROUP`` (the request's producer group if the message names
     none), transaction type NOT_TYPE so that it gets a unit of the half queue, in
-    RMQ_SYS_TRANS_HALF_TOPIC queue 0."""
+    RMQ_SYS_TRANS_HALF_TOPIC queue 0. RequestRefused (MESSAGE_ILLEGAL) when its properties leave no
+    room for the check-back's TRANSACTION_CHECK_TIMES."""
     properties = decode_properties(msg.properties)
     properties[REAL_TOPIC] = msg.topic
     properties[REAL_QUEUE_ID] = str(msg.queue_id)
     properties.setdefault(PRODUCER_GROUP, producer_group)
+    encoded = encode_properties(properties)
+    size = len(encoded.encode(errors="surrogatepass"))
+    if size > _MAX_HALF_PROPERTIES:  # its check-back's body could not carry TRANSACTION_CHECK_TIMES
+        raise RequestRefused(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"the half message's properties (REAL_TOPIC and REAL_QID included) take {size} bytes; a half "
+            f"message may have at most {_MAX_HALF_PROPERTIES}, to leave room for the check-back's "
+            f"{TRANSACTION_CHECK_TIMES}",
+        )
     return replace(
         msg,
         topic=TRANS_HALF_TOPIC,
         queue_id=0,
         sys_flag=with_transaction_type(msg.sys_flag, TransactionType.NOT_TYPE),
-        properties=encode_properties(properties),
+        properties=encoded,
     )
 
 
@@ -128,6 +162,21 @@ def op_offsets(body: bytes) -> Iterator[int]:
         part = part.strip()
         if part.isdigit():
             yield int(part)
+
+
+def check_immunity_ms(properties: dict[str, str], transaction_time_out: int) -> int | None:
+    """How old (ms) a half message carrying ``CHECK_IMMUNITY_TIME_IN_SECONDS`` must be before it is
+    checked; None when it carries none. A value that is no whole number of seconds in 0..7 days counts
+    as *transaction_time_out* (RocketMQ's getImmunityTime falls back to transactionTimeOut for one it
+    cannot parse)."""
+    text = properties.get(CHECK_IMMUNITY_TIME_IN_SECONDS)
+    if text is None:
+        return None
+    try:
+        seconds = int(text)
+    except ValueError:
+        return transaction_time_out
+    return seconds * 1000 if 0 <= seconds <= _MAX_IMMUNITY_S else transaction_time_out
 
 
 class SettledHalves:
@@ -222,18 +271,29 @@ class TransactionService:
         broker = self._broker
         if broker.is_slave or self._task is not None:
             return
-        offsets = broker.offsets
-        first_unsettled = max(0, offsets.query(TRANSACTION_CHECK_GROUP, TRANS_HALF_TOPIC, 0))
-        first_unsettled = max(first_unsettled, broker.store.min_offset(TRANS_HALF_TOPIC, 0))
+        offsets, store = broker.offsets, broker.store
+        committed_half = offsets.query(TRANSACTION_CHECK_GROUP, TRANS_HALF_TOPIC, 0)
+        committed_op = offsets.query(TRANSACTION_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0)
+        half_end = store.max_offset(TRANS_HALF_TOPIC, 0)
+        op_end = store.max_offset(TRANS_OP_HALF_TOPIC, 0)
+        if committed_half > half_end or committed_op > op_end:
+            # A promoted slave whose log lags the progress it copied: past its queues' ends the
+            # progress names records it does not hold, and a half message stored there later would
+            # count as settled at birth.
+            log.warning(
+                "transactions: the committed progress (half %d, op %d) is past the half and op queues' "
+                "ends (%d, %d); capped at them",
+                committed_half,
+                committed_op,
+                half_end,
+                op_end,
+            )
+        first_unsettled = max(0, min(committed_half, half_end), store.min_offset(TRANS_HALF_TOPIC, 0))
         self.settled = SettledHalves(first_unsettled)
-        self._op_start = max(
-            0,
-            offsets.query(TRANSACTION_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0),
-            broker.store.min_offset(TRANS_OP_HALF_TOPIC, 0),
-        )
+        self._op_start = max(0, min(committed_op, op_end), store.min_offset(TRANS_OP_HALF_TOPIC, 0))
         self._op_read = self._op_start
         started = time.monotonic()
-        read = self._read_ops(None)
+        read = self._read_ops()
         self.check_counts = {}
         loaded = load_json_table(
             self._checks_file.path, "checkTimes", "transaction check count", lambda k, v: (int(k), int(v))
@@ -262,9 +322,10 @@ class TransactionService:
             return
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        if self._writing is not None:  # a write cancelled while its thread still runs
+        if self._writing is not None:  # the round was cancelled while its write's thread still runs
             with contextlib.suppress(Exception):
-                await self._writing
+                if not await self._writing:
+                    self._counts_changed = True
             self._writing = None
         await self._commit_progress()
         if self._counts_changed:
@@ -299,21 +360,36 @@ class TransactionService:
             self.settled.add(half_offset)
             if self.check_counts.pop(half_offset, None) is not None:
                 self._counts_changed = True
-            self._op_end = max(self._op_end, results[-1].commitlog_end_offset)
+            op_result = results[-1]
+            self._op_end = max(self._op_end, op_result.commitlog_end_offset)
+            # Every op record after the start is one of these: known without reading it back.
+            self._op_read = max(self._op_read, op_result.queue_offset + 1)
             self._broker.stats.put_messages += len(results) - 1
         return results
 
-    def _read_ops(self, limit: int | None) -> int:
-        """Mark the half offsets named by op records from the next unread one on (at most *limit*);
-        how many were read."""
+    def _read_ops(self) -> int:
+        """Mark the half offsets named by the op records from O on (at start or promotion); how many
+        were read. An op record naming a half offset the half queue does not hold (a forged or
+        damaged one) is ignored, with one warning."""
         store = self._broker.store
         end = store.max_offset(TRANS_OP_HALF_TOPIC, 0)
-        if limit is not None:
-            end = min(end, self._op_read + limit)
+        half_end = store.max_offset(TRANS_HALF_TOPIC, 0)
         start = self._op_read
+        ignored = 0
         for offset in range(start, end):
-            for half_offset in self._named_by_op(offset):
-                self.settled.add(half_offset)
+            named = self._named_by_op(offset)
+            for half_offset in named:
+                if half_offset < half_end:
+                    self.settled.add(half_offset)
+            ignored += any(half_offset >= half_end for half_offset in named)
+        if ignored:
+            log.warning(
+                "transactions: %d op records from %d on name half offsets at or past the half queue's "
+                "end %d; ignored",
+                ignored,
+                start,
+                half_end,
+            )
         self._op_read = max(self._op_read, end)
         return end - start
 
@@ -336,29 +412,51 @@ class TransactionService:
             return []
         return list(op_offsets(rec.body))
 
-    def _advance_op_start(self, first_unsettled: int) -> int:
-        """Move O past the op records that name only half offsets below H."""
+    def _advance_op_start(self, first_unsettled: int, half_end: int) -> int:
+        """Move O past the op records that name only half offsets below H (or none the half queue
+        holds). Each is read once as O passes it; the one O stops at, once a round."""
         while self._op_start < self._op_read:
-            named = self._named_by_op(self._op_start)
+            named = [offset for offset in self._named_by_op(self._op_start) if offset < half_end]
             if named and max(named) >= first_unsettled:
                 break
             self._op_start += 1
         return self._op_start
 
     async def _commit_progress(self) -> None:
-        """Commit H and O as consumer offsets, once the records they rely on are flushed."""
-        flushed_end = self._op_end
+        """Commit H and O as consumer offsets (which slaves copy), once the op records they rely on
+        are flushed and, when slaves are connected, replicated."""
+        op_end = self._op_end
         first_unsettled = self.settled.advance()
-        op_start = self._advance_op_start(first_unsettled)
+        op_start = self._advance_op_start(first_unsettled, self._broker.store.max_offset(TRANS_HALF_TOPIC, 0))
         self.check_counts = {k: v for k, v in self.check_counts.items() if k >= first_unsettled}
-        if not await self._broker.store.wait_flushed(flushed_end):
+        offsets = self._broker.offsets
+        half_changed = offsets.query(TRANSACTION_CHECK_GROUP, TRANS_HALF_TOPIC, 0) != first_unsettled
+        op_changed = offsets.query(TRANSACTION_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0) != op_start
+        if not (half_changed or op_changed):
+            return
+        if not await self._broker.store.wait_flushed(op_end):
             log.error("transactions: op records are not flushed; progress not committed")
             return
-        offsets = self._broker.offsets
-        if offsets.query(TRANSACTION_CHECK_GROUP, TRANS_HALF_TOPIC, 0) != first_unsettled:
+        if not await self._replicated(op_end):
+            log.warning("transactions: op records are not replicated yet; progress committed later")
+            return
+        if half_changed:
             offsets.commit(TRANSACTION_CHECK_GROUP, TRANS_HALF_TOPIC, 0, first_unsettled)
-        if offsets.query(TRANSACTION_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0) != op_start:
+        if op_changed:
             offsets.commit(TRANSACTION_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, op_start)
+
+    async def _replicated(self, end: int) -> bool:
+        """Whether the slaves hold the commit log up to *end*, as a SYNC_MASTER send waits for it
+        (in failover mode, the in-sync members: the confirmed offset); True without a slave to wait
+        for. Progress a slave copies must never name op records it lacks."""
+        ha_server = self._broker.ha_server
+        if ha_server is None or end <= 0:
+            return True
+        status = await ha_server.when_replicated(end)
+        if status is PutStatus.PUT_OK:
+            return True
+        info = ha_server.runtime_info()
+        return status is PutStatus.SLAVE_NOT_AVAILABLE and not info.failover and not info.ha_connection_info
 
     # -- the check-back ------------------------------------------------------------------------
 
@@ -374,12 +472,9 @@ class TransactionService:
                 log.exception("transactions: a check round failed")
 
     async def check_round(self) -> None:
-        """One round: read new op records, check (or discard) the due half messages, commit the
-        progress and write the check counts if they changed."""
-        while self._read_ops(_OPS_PER_TURN) == _OPS_PER_TURN:
-            await asyncio.sleep(0)
+        """One round: check (or discard) the due half messages, commit the progress and write the
+        check counts if they changed. Each message's step fails alone: logged, counted as a check."""
         store = self._broker.store
-        config = self._broker.config
         now = _now_ms()
         silent_groups: set[str] = set()
         decoded = 0
@@ -390,34 +485,57 @@ class TransactionService:
             if offset in self.settled:  # settled while the loop had its turn
                 continue
             decoded += 1
-            rec = self._half_record(offset)
-            if rec is None:
-                continue
-            properties = decode_properties(rec.properties)
-            age = now - rec.store_timestamp
-            immunity = properties.get(CHECK_IMMUNITY_TIME_IN_SECONDS, "")
-            if immunity.isdigit():
-                if age < int(immunity) * 1000:
-                    continue
-            elif age < config.transaction_time_out:
-                break  # the queue is in store-time order: the rest is younger still
             checks = self.check_counts.get(offset, 0)
-            if checks >= config.transaction_check_max:
-                self._discard(rec, properties)
-                continue
-            self.check_counts[offset] = checks + 1
-            self._counts_changed = True
-            self._send_check(rec, properties, checks + 1, silent_groups)
+            try:
+                if not self._check_one(offset, now, silent_groups):
+                    break  # the queue is in store-time order: the rest is younger still
+            except Exception as exc:
+                log.error("transactions: half message %d could not be checked: %r", offset, exc)
+                # Counted as a check all the same: a record that fails every round reaches
+                # transactionCheckMax and is discarded, instead of holding H back for ever.
+                if self.check_counts.get(offset, 0) == checks:
+                    self.check_counts[offset] = checks + 1
+                    self._counts_changed = True
         await self._commit_progress()
         if self._counts_changed:
             self._counts_changed = False
             loop = asyncio.get_running_loop()
+            # Cleared only once the write is done (no finally): a round cancelled during the write
+            # leaves it for stop() to wait for.
             self._writing = loop.run_in_executor(None, self._checks_file.save, self._counts_snapshot())
             try:
-                if not await asyncio.shield(self._writing):
-                    self._counts_changed = True  # logged once by MetadataFile; written next round
-            finally:
-                self._writing = None
+                written = await asyncio.shield(self._writing)
+            except Exception:  # a bug, not the disk: written next round
+                log.exception("transactions: writing %s failed", self._checks_file.path.name)
+                written = False
+            self._writing = None
+            if not written:  # logged once by MetadataFile; written next round
+                self._counts_changed = True
+
+    def _check_one(self, offset: int, now: int, silent_groups: set[str]) -> bool:
+        """Check the unsettled half message at *offset* if it is due, or discard it after
+        transactionCheckMax checks; False if it is younger than transactionTimeOut (and so is every
+        later one)."""
+        config = self._broker.config
+        rec = self._half_record(offset)
+        if rec is None:
+            return True
+        properties = decode_properties(rec.properties)
+        age = now - rec.store_timestamp
+        immunity = check_immunity_ms(properties, config.transaction_time_out)
+        if immunity is None:
+            if age < config.transaction_time_out:
+                return False
+        elif age < immunity:
+            return True
+        checks = self.check_counts.get(offset, 0)
+        if checks >= config.transaction_check_max:
+            self._discard(rec, properties)
+            return True
+        self.check_counts[offset] = checks + 1
+        self._counts_changed = True
+        self._send_check(rec, properties, checks + 1, silent_groups)
+        return True
 
     def _counts_snapshot(self) -> dict[str, dict[str, int]]:
         return {"checkTimes": {str(offset): count for offset, count in sorted(self.check_counts.items())}}
@@ -476,21 +594,8 @@ class TransactionService:
     def _discard(self, rec: DecodedRecord, properties: dict[str, str]) -> None:
         """RocketMQ's transactionCheckMax: the half message goes to TRANS_CHECK_MAX_TIME_TOPIC."""
         broker = self._broker
-        copy = MessageToStore(
-            TRANS_CHECK_MAX_TIME_TOPIC,
-            0,
-            rec.flag,
-            rec.body,
-            rec.properties,
-            rec.sys_flag,
-            rec.born_timestamp,
-            rec.born_host,
-            broker.store_host,
-            rec.reconsume_times,
-            0,
-            _tags_code(properties),
-            properties.get("KEYS", ""),
-            properties.get("UNIQ_KEY", ""),
+        copy = copy_of_record(
+            rec, properties, TRANS_CHECK_MAX_TIME_TOPIC, 0, broker.store_host, rec.reconsume_times
         )
         results = self.settle(rec.queue_offset, copy)
         if results[0].status is PutStatus.PUT_OK:
@@ -508,21 +613,16 @@ class TransactionService:
                         rec.queue_offset, results[0].status.name)  # fmt: skip
 
 
-def _tags_code(properties: dict[str, str]) -> int:
-    tags = properties.get("TAGS")
-    return java_string_hash(tags) if tags else 0
-
-
 def check_body(rec: DecodedRecord, properties: dict[str, str], checks: int) -> bytes:
     """The body of CHECK_TRANSACTION_STATE: the half record re-encoded in the record layout with its
     real topic and queue and ``TRANSACTION_CHECK_TIMES`` (RocketMQ's sendCheckMessage)."""
     shown = dict(properties)
     shown[TRANSACTION_CHECK_TIMES] = str(checks)
-    topic = properties.get(REAL_TOPIC, rec.topic).encode()
     try:
-        queue_id = int(properties.get(REAL_QUEUE_ID, ""))
+        topic_name, queue_id = real_queue(properties)
     except ValueError:
-        queue_id = rec.queue_id
+        topic_name, queue_id = rec.topic, rec.queue_id
+    topic = topic_name.encode()
     text = encode_properties(shown).encode()
     buf = bytearray(record_size(len(rec.body), len(topic), len(text)))
     encode_record_into(
@@ -550,29 +650,12 @@ def committed_copy(rec: DecodedRecord, properties: dict[str, str], store_host: b
     """The half record *rec* as its committed message in the real topic and queue: transaction type
     COMMIT, preparedTransactionOffset the half's commit-log offset, the half's own properties
     (TRAN_MSG, REAL_TOPIC, REAL_QID) removed. ValueError if it names no real queue."""
-    topic = properties.get(REAL_TOPIC, "")
-    try:
-        queue_id = int(properties.get(REAL_QUEUE_ID, ""))
-    except ValueError:
-        raise ValueError(f"REAL_QID {properties.get(REAL_QUEUE_ID)!r} is not a queue id") from None
-    if not topic or queue_id < 0:
-        raise ValueError(f"no real topic/queue (REAL_TOPIC={topic!r}, REAL_QID={queue_id})")
+    topic, queue_id = real_queue(properties)
     kept = {name: value for name, value in properties.items() if name not in _HALF_ONLY}
-    return MessageToStore(
-        topic,
-        queue_id,
-        rec.flag,
-        rec.body,
-        encode_properties(kept),
-        with_transaction_type(rec.sys_flag, TransactionType.COMMIT),
-        rec.born_timestamp,
-        rec.born_host,
-        store_host,
-        rec.reconsume_times,
-        rec.commitlog_offset,
-        _tags_code(kept),
-        kept.get("KEYS", ""),
-        kept.get("UNIQ_KEY", ""),
+    return replace(
+        copy_of_record(rec, kept, topic, queue_id, store_host, rec.reconsume_times),
+        sys_flag=with_transaction_type(rec.sys_flag, TransactionType.COMMIT),
+        prepared_transaction_offset=rec.commitlog_offset,
     )
 
 
@@ -604,8 +687,8 @@ class EndTransactionProcessor:
         if half is None:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
-                f"find prepared transaction message failed: no message at commit-log offset "
-                f"{end.commit_log_offset}",
+                f"find prepared transaction message failed: no half message at queue offset "
+                f"{end.tran_state_table_offset}",
             )
         rec, properties = half
         copy = None
@@ -623,9 +706,9 @@ class EndTransactionProcessor:
                 raise RequestRefused(
                     ResponseCode.SYSTEM_ERROR, f"the half message cannot be committed: {exc}"
                 ) from None
-            level = properties.get("DELAY", "")
-            if level.isdigit() and int(level) > 0:  # delayed as a plain send of it would be
-                copy = broker.schedule.to_schedule(copy, int(level))
+            level = delay_level_of(properties)
+            if level > 0:  # delayed as a plain send of it would be
+                copy = broker.schedule.to_schedule(copy, level)
         results = service.settle(end.tran_state_table_offset, copy)
         status = results[0].status
         if status is not PutStatus.PUT_OK:
@@ -635,9 +718,21 @@ class EndTransactionProcessor:
         return self._answer(request, results[-1].commitlog_end_offset)
 
     def _half_of(self, end: EndTransactionRequestHeader) -> tuple[DecodedRecord, dict[str, str]] | None:
-        """The half record END_TRANSACTION names, checked as RocketMQ checks it; None if there is no
-        record at its commit-log offset (retention may have taken a settled one)."""
-        view = self._broker.store.message_at(end.commit_log_offset)
+        """The half record END_TRANSACTION names, checked as RocketMQ checks it; None if the half
+        queue has no unit at its queue offset (retention may have taken a settled one). The unit, not
+        the header, says where the record is: a commit-log offset inside some message's body could
+        otherwise pass off a record planted there as a half message."""
+        store = self._broker.store
+        unit = store.queue_unit(TRANS_HALF_TOPIC, 0, end.tran_state_table_offset)
+        if unit is None:
+            return None
+        if unit[0] != end.commit_log_offset:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"the half message of queue offset {end.tran_state_table_offset} is at commit-log offset "
+                f"{unit[0]}, not commitLogOffset {end.commit_log_offset}",
+            )
+        view = store.message_at(end.commit_log_offset)
         if view is None:
             return None
         try:
@@ -666,6 +761,12 @@ class EndTransactionProcessor:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
                 f"the producer group {end.producer_group} is not the half message's group {group}",
+            )
+        real_topic = properties.get(REAL_TOPIC)
+        if end.topic is not None and end.topic != real_topic:  # access was checked against end.topic
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"the topic {end.topic} is not the half message's topic {real_topic}",
             )
         return rec, properties
 

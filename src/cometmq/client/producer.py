@@ -268,6 +268,12 @@ class Producer(Client):
         self._publish[topic] = info
         return info
 
+    async def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
+        """The queues a send to ``topic`` may go to, in route order (by broker name, then queue id):
+        what ``queue_selector`` picks from (RocketMQ's fetchPublishMessageQueues). Raises
+        :class:`NoRouteError` when no broker has the topic or can create it."""
+        return list((await self._publish_info(topic)).queues)
+
     async def _refresh_template_topics(self) -> None:
         """Topics first sent to through TBW102 are not in the instance's route table (the name server
         had no route for them); look them up as often as routes are refreshed, as RocketMQ does."""

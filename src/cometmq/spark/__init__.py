@@ -14,7 +14,7 @@ from cometmq.errors import OptionError
 from cometmq.spark._columns import SYSTEM_PROPERTIES
 from cometmq.spark._schema import ARROW_SCHEMA, SCHEMA_DDL
 from cometmq.spark._source import CometMQDataSource
-from cometmq.spark._write import message_id
+from cometmq.spark._write import message_id, queue_of
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -23,6 +23,7 @@ __all__ = [
     "CometMQDataSource",
     "OptionError",
     "message_id",
+    "queue_of",
     "register",
 ]
 

@@ -1,33 +1,50 @@
 """Writing DataFrame rows to topics (runs in Spark's executors).
 
 Every message gets a deterministic unique key (UNIQ_KEY, the id RocketMQ clients show as the message
-id) derived from (query or job, batch, partition, row): a task that Spark retries resends its rows
-with the same ids, so a consumer can recognise the copies. The sink is at-least-once, as Spark's Kafka
-sink is: the broker stores a resent message again.
+id) derived from (query or job, batch, partition, row), and goes to a queue chosen from that key among
+the topic's writable queues. A task that Spark retries, or a micro-batch replayed after a crash,
+resends each row with the same id to the same queue, so to the same broker, while the topic's route is
+unchanged; a failed send is retried on its queue, never moved to another broker. Without
+deduplication the sink is at least once, as Spark's Kafka sink is, and the copies share their id; with
+deduplication on for the topic, the broker that holds a row's first copy answers its resends without
+storing them again, and the sink writes each row exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from cometmq.client.blocking import new_event_loop
-from cometmq.client.message import Message
-from cometmq.client.producer import Producer
-from cometmq.errors import OptionError
+from cometmq.client.message import Message, MessageQueue
+from cometmq.client.producer import RETRY_RESPONSE_CODES, Producer
+from cometmq.errors import (
+    BrokerError,
+    ConnectionClosedError,
+    OptionError,
+    QueueNotRoutedError,
+    RemotingTimeoutError,
+)
 from cometmq.spark._options import WriteOptions
 
-__all__ = ["WriteTarget", "message_id", "write_batches"]
+__all__ = ["WriteTarget", "message_id", "queue_of", "write_batches"]
+
+log = logging.getLogger("cometmq.spark")
 
 # One SEND_BATCH_MESSAGE carries at most this many messages or bytes; a few are in flight at once.
 BATCH_MAX_MESSAGES = 256
 BATCH_MAX_BYTES = 1024 * 1024
 SENDS_IN_FLIGHT = 4
+# A chunk whose send failed in a way that may pass (no answer, a broker not serving) is sent to its
+# queue again: 1 + RocketMQ's retryTimesWhenSendFailed attempts, with a pause between them.
+SEND_ATTEMPTS = 3
+RETRY_PAUSE_S = 1.0
 
 WRITABLE_COLUMNS = ("body", "topic", "tags", "keys", "properties")
 
@@ -46,6 +63,13 @@ def message_id(target: WriteTarget, row: int) -> str:
     """The UNIQ_KEY of row ``row`` of a write: 32 hex digits, the same on every attempt."""
     key = f"{target.job}/{target.batch}/{target.partition}/{row}".encode()
     return hashlib.blake2b(key, digest_size=16).hexdigest().upper()
+
+
+def queue_of(key: str, queues: Sequence[MessageQueue]) -> MessageQueue:
+    """The queue the row whose UNIQ_KEY is ``key`` goes to, among a topic's writable queues in route
+    order (by broker name, then queue id): the same queue, so the same broker, on every attempt while
+    the route is unchanged. The key is a hash, so rows spread evenly over the queues."""
+    return queues[int(key, 16) % len(queues)]
 
 
 def check_columns(names: list[str], options: WriteOptions) -> None:
@@ -69,16 +93,24 @@ async def _write(options: WriteOptions, target: WriteTarget, batches: Iterator[p
     producer = Producer(options.producer_group, options.namesrv, **options.connect.client_options())
     await producer.start()
     in_flight: set[asyncio.Future[Any]] = set()
+    # Each topic's queues as routed when the task first writes to it, kept for the whole task.
+    topic_queues: dict[str, list[MessageQueue]] = {}
     row = 0
     try:
         for batch in batches:
-            for _topic, messages in _messages(batch, options, target, row):
-                for chunk in _chunks(messages):
-                    while len(in_flight) >= SENDS_IN_FLIGHT:
-                        done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                        for task in done:
-                            task.result()
-                    in_flight.add(asyncio.ensure_future(producer.send_batch(chunk)))
+            for topic, messages in _messages(batch, options, target, row):
+                queues = topic_queues.get(topic)
+                if queues is None:
+                    queues = topic_queues[topic] = await producer.fetch_publish_queues(topic)
+                for queue, queued in _by_queue(messages, queues).items():
+                    for chunk in _chunks(queued):
+                        while len(in_flight) >= SENDS_IN_FLIGHT:
+                            done, in_flight = await asyncio.wait(
+                                in_flight, return_when=asyncio.FIRST_COMPLETED
+                            )
+                            for task in done:
+                                task.result()
+                        in_flight.add(asyncio.ensure_future(_send(producer, queue, chunk)))
             row += batch.num_rows
         for task in asyncio.as_completed(in_flight):
             await task
@@ -122,6 +154,31 @@ def _messages(
             )
         )
     return iter(by_topic.items())
+
+
+async def _send(producer: Producer, queue: MessageQueue, chunk: list[Message]) -> None:
+    """Send ``chunk`` to ``queue``, and to the same queue again after a failure that may pass: a resend
+    to another broker would escape the deduplication of the one that may hold the chunk already."""
+    for attempt in range(1, SEND_ATTEMPTS + 1):
+        try:
+            await producer.send_batch(chunk, queue=queue)
+            return
+        except (BrokerError, ConnectionClosedError, RemotingTimeoutError, QueueNotRoutedError) as exc:
+            if isinstance(exc, BrokerError) and exc.code not in RETRY_RESPONSE_CODES:
+                raise
+            if attempt == SEND_ATTEMPTS:
+                exc.add_note(f"{len(chunk)} messages to {queue}: {SEND_ATTEMPTS} attempts failed")
+                raise
+            log.info("sending %d messages to %s failed (%s); trying that queue again", len(chunk), queue, exc)
+        await asyncio.sleep(RETRY_PAUSE_S)
+
+
+def _by_queue(messages: list[Message], queues: Sequence[MessageQueue]) -> dict[MessageQueue, list[Message]]:
+    """``messages`` (of one topic, each with its UNIQ_KEY) by the queue each goes to, in order."""
+    by_queue: dict[MessageQueue, list[Message]] = {}
+    for message in messages:
+        by_queue.setdefault(queue_of(message.properties["UNIQ_KEY"], queues), []).append(message)
+    return by_queue
 
 
 def _chunks(messages: list[Message]) -> Iterator[list[Message]]:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
-import time
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _tx_support import (
@@ -26,6 +28,8 @@ from _tx_support import (
     send_half,
 )
 
+from cometmq.broker import _transaction
+from cometmq.broker._json_config import MetadataFile
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import TRANS_CHECK_MAX_TIME_TOPIC
 from cometmq.protocol.properties import decode_properties
@@ -123,9 +127,14 @@ def test_checks_repeat_until_answered_and_go_round_robin(tmp_path: Path) -> None
     run(scenario())
 
 
-def test_check_immunity_time_holds_a_check_back(tmp_path: Path) -> None:
+def test_check_immunity_time_holds_a_check_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rounds are run by the test at the times it sets on the service's clock.
+    clock = [0]
+    monkeypatch.setattr(_transaction, "_now_ms", lambda: clock[0])
+
     async def scenario() -> None:
-        async with broker_and_client(tmp_path, **FAST_CHECKS) as (_broker, addr, client):
+        rounds_by_hand = {"transactionTimeOut": "1", "transactionCheckInterval": "3600000"}
+        async with broker_and_client(tmp_path, **rounds_by_hand) as (broker, addr, client):
             await create_topic(client, addr, TOPIC, queues=1)
             producer = RawProducer()
             try:
@@ -133,19 +142,20 @@ def test_check_immunity_time_holds_a_check_back(tmp_path: Path) -> None:
                 immune = await send_half(
                     client, addr, TOPIC, b"immune", CHECK_IMMUNITY_TIME_IN_SECONDS="3600"
                 )
-                brief = await send_half(client, addr, TOPIC, b"brief", CHECK_IMMUNITY_TIME_IN_SECONDS="1")
+                brief = await send_half(client, addr, TOPIC, b"brief", CHECK_IMMUNITY_TIME_IN_SECONDS="3")
                 plain = await send_half(client, addr, TOPIC, b"plain")
-                sent_at = time.time() * 1000
-                checked: dict[int, int] = {}
-                # Each round checks every due message once: by the third check of the plain one, rounds
-                # have walked past the immune one twice.
-                while checked.get(plain.queue_offset, 0) < 3 or brief.queue_offset not in checked:
-                    check = await producer.next_check()
-                    offset = check.header.tran_state_table_offset
-                    checked[offset] = checked.get(offset, 0) + 1
-                    if offset == brief.queue_offset and checked[offset] == 1:
-                        assert time.time() * 1000 >= sent_at + 1000 - 50  # its store time is before sent_at
-                assert immune.queue_offset not in checked
+                view = broker.store.message_at(brief.commitlog_offset)
+                assert view is not None
+                stored_at = decode_record_at(view, 0, len(view)).store_timestamp
+                del view
+                # Rounds when the brief one is 0.5, 1.5, 2.5 and 3.5 s old: only the last is past its 3 s.
+                for age_ms in (500, 1500, 2500, 3500):
+                    clock[0] = stored_at + age_ms
+                    await broker.transactions.check_round()
+                # A round checks the due messages in queue order, over one connection.
+                checked = [(await producer.next_check()).header.tran_state_table_offset for _ in range(5)]
+                assert checked == [plain.queue_offset] * 3 + [brief.queue_offset, plain.queue_offset]
+                assert immune.queue_offset not in broker.transactions.check_counts
             finally:
                 await producer.close()
 
@@ -257,5 +267,39 @@ def test_ends_that_come_while_a_round_walks_the_half_queue_settle_as_usual(tmp_p
                 delivered += [r.body for r in records]
                 offset += len(records)
             assert sorted(delivered) == sorted(f"m{i}".encode() for i in range(600))
+
+    run(scenario())
+
+
+def test_stop_waits_for_a_check_counts_write_under_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writing, written = threading.Event(), threading.Event()
+    real_save = MetadataFile.save
+
+    def held_save(file: MetadataFile, obj: Any) -> bool:
+        if file.path.name == "transactionChecks.json" and not writing.is_set():
+            writing.set()
+            written.wait(30)  # the disk answers when the test says
+        return real_save(file, obj)
+
+    monkeypatch.setattr(MetadataFile, "save", held_save)
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, **FAST_CHECKS) as (broker, addr, _client):
+            service = broker.transactions
+            half = await send_half(_client, addr, TOPIC, b"counted")  # no producer: counted all the same
+            await wait_until(writing.is_set, message="the check counts being written")
+            loop_task = service._task
+            assert loop_task is not None
+            stopping = asyncio.ensure_future(service.stop())
+            await wait_until(loop_task.done, message="the check loop cancelled")
+            for _ in range(20):  # turns enough for a stop that does not wait to finish
+                await asyncio.sleep(0)
+            assert not stopping.done()
+            written.set()
+            await stopping
+            saved = json.loads((tmp_path / "config" / "transactionChecks.json").read_text())
+            assert saved["checkTimes"][str(half.queue_offset)] >= 1
 
     run(scenario())

@@ -114,9 +114,10 @@ def test_end_transaction_unknown_changes_nothing_and_bad_requests_are_refused(tm
             half = await send_half(client, addr, TOPIC, b"tx")
             cases = [
                 (end_request(half, COMMIT, group="OtherGroup"), "is not the half message's group PG_TX"),
-                (end_request(half, COMMIT, queue_offset=half.queue_offset + 7), "not tranStateTableOffset"),
-                (end_request(half, COMMIT, commitlog_offset=plain_offset), "is not a half message"),
-                (end_request(half, COMMIT, commitlog_offset=half.commitlog_offset + 3), "commit-log offset"),
+                (end_request(half, COMMIT, queue_offset=half.queue_offset + 7), "no half message at queue"),
+                (end_request(half, COMMIT, commitlog_offset=plain_offset), "not commitLogOffset"),
+                (end_request(half, COMMIT, commitlog_offset=half.commitlog_offset + 3), "commitLogOffset"),
+                (end_request(half, COMMIT, topic="OtherTopic"), f"is not the half message's topic {TOPIC}"),
                 (end_request(half, 5), "commitOrRollback 5"),
             ]
             for request, remark in cases:
@@ -234,20 +235,23 @@ def test_settled_state_and_progress_survive_a_restart(tmp_path: Path) -> None:
     run(scenario())
 
 
+@pytest.mark.parametrize("delay", ["3", "+3", " 3"])
 def test_a_committed_half_with_a_delay_is_delayed_like_a_send(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, delay: str
 ) -> None:
     caplog.set_level(logging.INFO)
 
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (_broker, addr, client):
             await create_topic(client, addr, TOPIC, queues=1)
-            half = await send_half(client, addr, TOPIC, b"later", DELAY="3")
+            await send(client, addr, TOPIC, b"sent", DELAY=delay)
+            half = await send_half(client, addr, TOPIC, b"committed", DELAY=delay)
             await settled(client, addr, half, COMMIT)
             assert await records_of(client, addr, TOPIC) == []
-            (parked,) = await records_of(client, addr, "SCHEDULE_TOPIC_XXXX", 2)
-            props = decode_properties(parked.properties)
+            sent, committed = await records_of(client, addr, "SCHEDULE_TOPIC_XXXX", 2)
+            assert (sent.body, committed.body) == (b"sent", b"committed")
+            props = decode_properties(committed.properties)
             assert props["REAL_TOPIC"] == TOPIC and props["DELAY"] == "3"
-            assert transaction_type(parked.sys_flag) is TransactionType.COMMIT
+            assert transaction_type(committed.sys_flag) is TransactionType.COMMIT
 
     run(scenario())
