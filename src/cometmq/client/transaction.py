@@ -234,7 +234,8 @@ class TransactionProducer(Producer):
         self._open: weakref.WeakValueDictionary[str, Transaction] = weakref.WeakValueDictionary()
         self._decisions = _Decisions()
         self._checks: dict[str, asyncio.Task[TransactionState]] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()  # check-back answers and ENDs going on
+        self._ending: set[asyncio.Task[Any]] = set()  # the ENDs of transactions, going on
+        self._answering: set[asyncio.Task[Any]] = set()  # the answers to check-backs, going on
         self._send_attempts: dict[str, int] = {}  # UNIQ_KEY of a half being sent → attempts made
         self._workers = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix=f"cometmq-tx-{group}")
 
@@ -250,19 +251,23 @@ class TransactionProducer(Producer):
         await instance.learn_brokers()
 
     async def _close(self, timeout: float) -> None:
-        """Also cancel the check-back answers in progress and stop the worker threads. Transactions
-        still open are left to the check-back (another producer of the group answers)."""
-        tasks = [*self._tasks, *self._checks.values()]
+        """Also wait up to ``timeout`` s for the ENDs in progress, cancel the check-back answers in
+        progress and stop the worker threads. Transactions still open are left to the check-back
+        (another producer of the group answers)."""
+        if self._ending:  # ENDs a commit or rollback is waiting for
+            await asyncio.wait(self._ending, timeout=timeout)
+        tasks = [*self._ending, *self._answering, *self._checks.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._workers.shutdown(wait=False, cancel_futures=True)
         await super()._close(timeout)
 
-    def _spawn(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
+    @staticmethod
+    def _spawn(work: Awaitable[Any], tasks: set[asyncio.Task[Any]]) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
         return task
 
     async def _in_worker(self, function: Callable[[Any], object], argument: Any) -> object:
@@ -352,7 +357,7 @@ class TransactionProducer(Producer):
     async def _end_all(self, transaction: Transaction, state: TransactionState) -> None:
         """Send END_TRANSACTION with ``state`` for every half of ``transaction`` at once; once all
         answered or failed, raise TransactionError for those refused. The ENDs go on if the caller is
-        cancelled meanwhile (the producer's close stops them)."""
+        cancelled meanwhile (the producer's close waits for them up to its timeout)."""
         transaction_id = transaction.transaction_id
         if state is TransactionState.UNKNOWN:
             self._decisions.forget(transaction_id)
@@ -361,7 +366,7 @@ class TransactionProducer(Producer):
             answered = frozenset(result.offset_msg_id for _, result in transaction._halves)
             self._decisions.remember(transaction_id, state, answered)
         self._open.pop(transaction_id, None)
-        refused = await asyncio.shield(self._spawn(self._send_ends(transaction, state)))
+        refused = await asyncio.shield(self._spawn(self._send_ends(transaction, state), self._ending))
         if refused:
             raise TransactionError(transaction_id, state.name, refused)
 
@@ -426,7 +431,7 @@ class TransactionProducer(Producer):
         """A broker at ``broker_addr`` asks about the half ``message``: answer it from a task."""
         if self._state is not RUNNING:
             return
-        self._spawn(self._answer_check(broker_addr, request, message))
+        self._spawn(self._answer_check(broker_addr, request, message), self._answering)
 
     async def _answer_check(
         self, broker_addr: str, request: CheckTransactionStateRequestHeader, message: ReceivedMessage
