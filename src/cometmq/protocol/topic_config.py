@@ -60,6 +60,10 @@ def parse_attribute_changes(text: str) -> dict[str, str | None]:
             name, value = rest, None
             if not name or "=" in name:
                 raise ValueError(f"attribute {item!r} is not -name")
+            if name not in TOPIC_ATTRIBUTES:
+                raise ValueError(
+                    f"unknown topic attribute {name!r} (known: {', '.join(sorted(TOPIC_ATTRIBUTES))})"
+                )
         else:
             raise ValueError(f"attribute {item!r} starts with neither + (set) nor - (remove)")
         if name in changes:
