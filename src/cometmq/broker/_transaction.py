@@ -57,6 +57,7 @@ import contextlib
 import logging
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -87,10 +88,12 @@ from cometmq.protocol.transaction import (
     PRODUCER_GROUP,
     REAL_QUEUE_ID,
     REAL_TOPIC,
+    SETTLED_AS,
     TRANSACTION_CHECK_GROUP,
     TRANSACTION_CHECK_TIMES,
     TRANSACTION_ID,
     TRANSACTION_PREPARED,
+    Settlement,
     TransactionType,
     with_transaction_type,
 )
@@ -107,7 +110,12 @@ log = logging.getLogger("cometmq.broker")
 # Unsettled half records decoded before the event loop gets a turn.
 _DECODES_PER_TURN: Final = 128
 _OP_TAGS_CODE: Final = java_string_hash(OP_RECORD_TAG)
-_OP_PROPERTIES: Final = encode_properties({"TAGS": OP_RECORD_TAG})
+_OP_PROPERTIES: Final = {
+    kind: encode_properties({"TAGS": OP_RECORD_TAG, SETTLED_AS: kind.value}) for kind in Settlement
+}
+# Discarded half offsets remembered past H (transactionChecks.json), the newest first kept.
+_MAX_DISCARDED: Final = 100_000
+_SETTLEMENTS: Final = {kind.value: kind for kind in Settlement}
 # A byte of the bitmap with an unsettled half offset in it.
 _NOT_ALL_SETTLED: Final = re.compile(rb"[^\xff]")
 # Properties of the half record the committed copy does not carry.
@@ -182,11 +190,18 @@ def check_immunity_ms(properties: dict[str, str], transaction_time_out: int) -> 
 class SettledHalves:
     """Which half offsets are settled: all below ``first_unsettled`` (H), and those at or past it
     whose bit is set. One bit per offset from ``_base`` (H rounded down to a multiple of 8), so a
-    message that stays unsettled costs a bit, not an int, per message settled after it."""
+    message that stays unsettled costs a bit, not an int, per message settled after it.
+
+    Two more bitmaps with the same base, trimmed with it, say how the ones at or past H were settled:
+    committed, or rolled back. A settled offset in neither was settled some other way, or its kind is
+    not known (an op record without ``SETTLED_AS``, a half record gone, the offsets below H at start).
+    Below H no kind is known."""
 
     def __init__(self, first_unsettled: int = 0) -> None:
         self._base = first_unsettled - first_unsettled % 8
         self._bits = bytearray()
+        self._committed = bytearray()
+        self._rolled_back = bytearray()
         for offset in range(self._base, first_unsettled):
             self.add(offset)
 
@@ -198,25 +213,38 @@ class SettledHalves:
 
     def __contains__(self, offset: int) -> bool:
         index = offset - self._base
-        if index < 0:
-            return True
-        byte = index >> 3
-        return byte < len(self._bits) and bool(self._bits[byte] >> (index & 7) & 1)
+        return index < 0 or _bit(self._bits, index)
 
-    def add(self, offset: int) -> None:
+    def add(self, offset: int, kind: Settlement | None = None) -> None:
+        """Settle *offset*, committed or rolled back as *kind* says (any other: no kind kept)."""
         index = offset - self._base
         if index < 0:
             return
-        byte = index >> 3
-        if byte >= len(self._bits):
-            self._bits.extend(bytes(byte + 1 - len(self._bits)))
-        self._bits[byte] |= 1 << (index & 7)
+        _set_bit(self._bits, index)
+        if kind is Settlement.COMMIT:
+            _set_bit(self._committed, index)
+        elif kind is Settlement.ROLLBACK:
+            _set_bit(self._rolled_back, index)
+
+    def kind(self, offset: int) -> Settlement | None:
+        """How *offset* was settled, if it is at or past the base and was committed or rolled back;
+        None otherwise (not settled, settled another way, or its kind is gone)."""
+        index = offset - self._base
+        if index < 0:
+            return None
+        if _bit(self._committed, index):
+            return Settlement.COMMIT
+        if _bit(self._rolled_back, index):
+            return Settlement.ROLLBACK
+        return None
 
     def advance(self) -> int:
         """Drop the whole bytes of settled offsets at the start; H."""
         full = len(self._bits) - len(self._bits.lstrip(b"\xff"))
         if full:
             del self._bits[:full]
+            del self._committed[:full]
+            del self._rolled_back[:full]
             self._base += full * 8
         return self.first_unsettled
 
@@ -238,6 +266,47 @@ class SettledHalves:
         yield from range(max(start, covered), end)
 
 
+def _bit(bits: bytearray, index: int) -> bool:
+    byte = index >> 3
+    return byte < len(bits) and bool(bits[byte] >> (index & 7) & 1)
+
+
+def _set_bit(bits: bytearray, index: int) -> None:
+    byte = index >> 3
+    if byte >= len(bits):
+        bits.extend(bytes(byte + 1 - len(bits)))
+    bits[byte] |= 1 << (index & 7)
+
+
+class DiscardedHalves:
+    """The half offsets discarded after transactionCheckMax unanswered check-backs, with that count:
+    the newest ``_MAX_DISCARDED`` of them, kept past H (in transactionChecks.json) so that a late
+    END_TRANSACTION committing one is refused whatever H did meanwhile."""
+
+    def __init__(self) -> None:
+        self._checks: OrderedDict[int, int] = OrderedDict()
+
+    def __contains__(self, offset: int) -> bool:
+        return offset in self._checks
+
+    def __len__(self) -> int:
+        return len(self._checks)
+
+    def checks(self, offset: int) -> int | None:
+        """How many check-backs went unanswered before *offset* was discarded; None if it was not."""
+        return self._checks.get(offset)
+
+    def add(self, offset: int, checks: int) -> None:
+        if offset in self._checks:
+            return
+        self._checks[offset] = checks
+        if len(self._checks) > _MAX_DISCARDED:
+            self._checks.popitem(last=False)
+
+    def snapshot(self) -> dict[str, int]:
+        return {str(offset): checks for offset, checks in self._checks.items()}
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -250,6 +319,7 @@ class TransactionService:
         self._broker = broker
         self._checks_file = MetadataFile(config_dir / "transactionChecks.json")
         self.settled = SettledHalves()
+        self.discarded = DiscardedHalves()
         self.check_counts: dict[int, int] = {}  # half offset → checks sent
         self._op_start = 0  # O
         self._op_read = 0  # the next op record to read
@@ -293,6 +363,12 @@ class TransactionService:
         self._op_start = max(0, min(committed_op, op_end), store.min_offset(TRANS_OP_HALF_TOPIC, 0))
         self._op_read = self._op_start
         started = time.monotonic()
+        self.discarded = DiscardedHalves()
+        discards = load_json_table(
+            self._checks_file.path, "discarded", "discarded half offset", lambda k, v: (int(k), int(v))
+        )
+        for offset, checks in sorted(discards[1].values() if discards is not None else ()):
+            self.discarded.add(offset, checks)
         read = self._read_ops()
         self.check_counts = {}
         loaded = load_json_table(
@@ -333,14 +409,14 @@ class TransactionService:
 
     # -- settlement ----------------------------------------------------------------------------
 
-    def op_record(self, half_offset: int) -> MessageToStore:
+    def op_record(self, half_offset: int, kind: Settlement) -> MessageToStore:
         broker = self._broker
         return MessageToStore(
             TRANS_OP_HALF_TOPIC,
             0,
             0,
             str(half_offset).encode(),
-            _OP_PROPERTIES,
+            _OP_PROPERTIES[kind],
             0,
             _now_ms(),
             broker.store_host,
@@ -348,17 +424,21 @@ class TransactionService:
             tags_code=_OP_TAGS_CODE,
         )
 
-    def settle(self, half_offset: int, copy: MessageToStore | None) -> list[PutResult]:
-        """Store *copy* (if any) and the op record of *half_offset* in one write; on success the half
-        offset is settled at once."""
-        op = self.op_record(half_offset)
+    def settle(self, half_offset: int, kind: Settlement, copy: MessageToStore | None) -> list[PutResult]:
+        """Store *copy* (if any) and the op record settling *half_offset* as *kind* in one write; on
+        success the half offset is settled at once."""
+        op = self.op_record(half_offset, kind)
         if copy is None:
             results = [self._broker.store.put(op)]
         else:
             results = self._broker.store.put_together([copy, op])
         if all(result.status is PutStatus.PUT_OK for result in results):
-            self.settled.add(half_offset)
-            if self.check_counts.pop(half_offset, None) is not None:
+            self.settled.add(half_offset, kind)
+            checks = self.check_counts.pop(half_offset, None)
+            if checks is not None:
+                self._counts_changed = True
+            if kind is Settlement.DISCARD:
+                self.discarded.add(half_offset, checks or self._broker.config.transaction_check_max)
                 self._counts_changed = True
             op_result = results[-1]
             self._op_end = max(self._op_end, op_result.commitlog_end_offset)
@@ -375,12 +455,15 @@ class TransactionService:
         end = store.max_offset(TRANS_OP_HALF_TOPIC, 0)
         half_end = store.max_offset(TRANS_HALF_TOPIC, 0)
         start = self._op_read
+        check_max = self._broker.config.transaction_check_max
         ignored = 0
         for offset in range(start, end):
-            named = self._named_by_op(offset)
+            kind, named = self._named_by_op(offset)
             for half_offset in named:
                 if half_offset < half_end:
-                    self.settled.add(half_offset)
+                    self.settled.add(half_offset, kind)
+                    if kind is Settlement.DISCARD:  # its count is in the file, unless written since
+                        self.discarded.add(half_offset, check_max)
             ignored += any(half_offset >= half_end for half_offset in named)
         if ignored:
             log.warning(
@@ -393,30 +476,34 @@ class TransactionService:
         self._op_read = max(self._op_read, end)
         return end - start
 
-    def _named_by_op(self, op_offset: int) -> list[int]:
+    def _named_by_op(self, op_offset: int) -> tuple[Settlement | None, list[int]]:
+        """How the op record at *op_offset* settles, and the half offsets it names; the kind is None
+        for one without a known ``SETTLED_AS`` (RocketMQ's)."""
         store = self._broker.store
         unit = store.queue_unit(TRANS_OP_HALF_TOPIC, 0, op_offset)
         if unit is None:
-            return []
+            return None, []
         view = store.message_at(unit[0])
         if view is None:
-            return []
+            return None, []
         try:
             rec = decode_record_at(view, 0, len(view))
         except RecordError as exc:
             log.error("transactions: op record %d cannot be read (%s); skipped", op_offset, exc)
-            return []
+            return None, []
         finally:
             del view
-        if decode_properties(rec.properties).get("TAGS") != OP_RECORD_TAG:
-            return []
-        return list(op_offsets(rec.body))
+        properties = decode_properties(rec.properties)
+        if properties.get("TAGS") != OP_RECORD_TAG:
+            return None, []
+        kind = _SETTLEMENTS.get(properties.get(SETTLED_AS, ""))
+        return kind, list(op_offsets(rec.body))
 
     def _advance_op_start(self, first_unsettled: int, half_end: int) -> int:
         """Move O past the op records that name only half offsets below H (or none the half queue
         holds). Each is read once as O passes it; the one O stops at, once a round."""
         while self._op_start < self._op_read:
-            named = [offset for offset in self._named_by_op(self._op_start) if offset < half_end]
+            named = [offset for offset in self._named_by_op(self._op_start)[1] if offset < half_end]
             if named and max(named) >= first_unsettled:
                 break
             self._op_start += 1
@@ -537,8 +624,33 @@ class TransactionService:
         self._send_check(rec, properties, checks + 1, silent_groups)
         return True
 
+    def contradiction(self, half_offset: int, kind: int) -> str | None:
+        """Why ending *half_offset* as *kind* (COMMIT or ROLLBACK) contradicts how it was settled, or
+        None when it does not (or it is not settled). Past H the kind of every settlement this broker
+        wrote or read is known. Below H a commit or rollback is no longer known, and an END for it
+        answers SUCCESS: that is safe enough, because such an END repeats or races one that settled
+        it long ago, while discards, where a producer may still believe its transaction open, are
+        remembered past H (the newest ``_MAX_DISCARDED``)."""
+        checks = self.discarded.checks(half_offset)
+        if checks is not None:
+            if kind != TransactionType.COMMIT:
+                return None
+            return (
+                f"was discarded after {checks} check-backs without an answer (transactionCheckMax); "
+                "it cannot be committed"
+            )
+        settled_as = self.settled.kind(half_offset)
+        if kind == TransactionType.COMMIT and settled_as is Settlement.ROLLBACK:
+            return "was rolled back; it cannot be committed"
+        if kind == TransactionType.ROLLBACK and settled_as is Settlement.COMMIT:
+            return "was committed; it cannot be rolled back"
+        return None
+
     def _counts_snapshot(self) -> dict[str, dict[str, int]]:
-        return {"checkTimes": {str(offset): count for offset, count in sorted(self.check_counts.items())}}
+        return {
+            "checkTimes": {str(offset): count for offset, count in sorted(self.check_counts.items())},
+            "discarded": self.discarded.snapshot(),
+        }
 
     def _half_record(self, offset: int) -> DecodedRecord | None:
         store = self._broker.store
@@ -597,7 +709,7 @@ class TransactionService:
         copy = copy_of_record(
             rec, properties, TRANS_CHECK_MAX_TIME_TOPIC, 0, broker.store_host, rec.reconsume_times
         )
-        results = self.settle(rec.queue_offset, copy)
+        results = self.settle(rec.queue_offset, Settlement.DISCARD, copy)
         if results[0].status is PutStatus.PUT_OK:
             log.warning(
                 "transactions: message %s of topic %s (producer group %s) was checked %d times without "
@@ -682,6 +794,16 @@ class EndTransactionProcessor:
         if not service.running:
             raise RequestRefused(ResponseCode.SERVICE_NOT_AVAILABLE, "transactions are not served yet")
         half = self._half_of(end)
+        contradiction = service.contradiction(end.tran_state_table_offset, kind)
+        if contradiction is not None:
+            properties = half[1] if half is not None else {}
+            remark = (
+                f"the half message {properties.get('UNIQ_KEY') or end.msg_id} of topic "
+                f"{properties.get(REAL_TOPIC) or end.topic} {contradiction}"
+            )
+            if request.is_oneway:  # no answer goes back: the log is the only trace of the refusal
+                log.info("transactions: END_TRANSACTION from %s refused: %s", conn.remote_address, remark)
+            raise RequestRefused(ResponseCode.TRANSACTION_FAILED, remark)
         if end.tran_state_table_offset in service.settled:
             return request.response()  # ended already (a second END, or a check's answer racing it)
         if half is None:
@@ -709,7 +831,8 @@ class EndTransactionProcessor:
             level = delay_level_of(properties)
             if level > 0:  # delayed as a plain send of it would be
                 copy = broker.schedule.to_schedule(copy, level)
-        results = service.settle(end.tran_state_table_offset, copy)
+        settlement = Settlement.COMMIT if copy is not None else Settlement.ROLLBACK
+        results = service.settle(end.tran_state_table_offset, settlement, copy)
         status = results[0].status
         if status is not PutStatus.PUT_OK:
             return self._failure(request, status)
