@@ -480,11 +480,19 @@ class MessageStore:
         records = _sealed(parts, offsets, total) if self._append_record_crc else bytearray().join(parts)
         first_size = bytes(records[:4])
         records[:4] = bytes(4)
-        try:
-            seg.write_at(pos, records)
-            seg.write_at(pos, first_size)
-        except OSError as exc:
-            return _failures(self._write_failed(seg, pos, exc).status, count)
+        # Written as ``_append`` writes (through the mapping under ASYNC_FLUSH, with pwrite under
+        # SYNC_FLUSH), the first size field last and through the mapping either way: a 4-byte store
+        # into the page just written costs no syscall, and it reaches the page cache after the rest
+        # (a pwrite killed half way may leave any prefix of its pages). The blocks are reserved
+        # (``_reserve``), so no store into the mapping can die of SIGBUS on a full disk.
+        if self._sync_flush:
+            try:
+                seg.write_at(pos, records)
+            except OSError as exc:
+                return _failures(self._write_failed(seg, pos, exc).status, count)
+        else:
+            seg.mm[pos : pos + total] = records
+        seg.mm[pos : pos + 4] = first_size
         cl.wrote_pos = pos + total
         end = phys
         if end > cl.warm_at:
