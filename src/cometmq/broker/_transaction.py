@@ -764,8 +764,13 @@ def committed_copy(rec: DecodedRecord, properties: dict[str, str], store_host: b
     (TRAN_MSG, REAL_TOPIC, REAL_QID) removed. ValueError if it names no real queue."""
     topic, queue_id = real_queue(properties)
     kept = {name: value for name, value in properties.items() if name not in _HALF_ONLY}
-    return replace(
-        copy_of_record(rec, kept, topic, queue_id, store_host, rec.reconsume_times),
+    return copy_of_record(
+        rec,
+        kept,
+        topic,
+        queue_id,
+        store_host,
+        rec.reconsume_times,
         sys_flag=with_transaction_type(rec.sys_flag, TransactionType.COMMIT),
         prepared_transaction_offset=rec.commitlog_offset,
     )

@@ -9,7 +9,6 @@ import logging
 import os
 import struct
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Final
@@ -410,7 +409,10 @@ class MessageStore:
         if isinstance(prepared, PutStatus):
             return _failures(prepared, count)
         topics, queues, properties, total = prepared
-        units_per_queue = Counter(cq for cq in queues if cq is not None)
+        units_per_queue: dict[ConsumeQueue, int] = {}
+        for cq in queues:
+            if cq is not None:
+                units_per_queue[cq] = units_per_queue.get(cq, 0) + 1
         cl = self._commitlog
         seg = cl.cur
         pos = cl.wrote_pos
@@ -518,7 +520,7 @@ class MessageStore:
         total = 0
         store_host = messages[0].store_host
         for msg in messages:
-            topic = self._queues.topic(msg.topic)
+            topic = self._topics.get(msg.topic) or self._queues.topic(msg.topic)
             if (
                 topic is None
                 or msg.queue_id < 0
@@ -538,7 +540,11 @@ class MessageStore:
             if len(props) > MAX_PROPERTIES_SIZE:
                 return PutStatus.PROPERTIES_SIZE_EXCEEDED
             topics.append(topic)
-            queues.append(self._queues.queue(topic, msg.queue_id) if is_dispatched(msg.sys_flag) else None)
+            queues.append(
+                (topic.queues.get(msg.queue_id) or self._queues.queue(topic, msg.queue_id))
+                if is_dispatched(msg.sys_flag)
+                else None
+            )
             properties.append(props)
             total += MIN_RECORD_SIZE + len(msg.body) + len(topic.encoded) + len(props)
         return topics, queues, properties, total
