@@ -6,8 +6,9 @@ queue 0 with its real topic and queue in ``REAL_TOPIC`` / ``REAL_QID`` (``to_hal
 the real topic never see it. END_TRANSACTION names it by its commit-log offset and half-queue offset.
 A commit stores a copy in the real queue (transaction type COMMIT, preparedTransactionOffset = the
 half's commit-log offset) together with an *op record* (``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag
-``d``, body the half's queue offset as decimal text), in one ``put_together``; a rollback writes the
-op record alone. A half message with an op record is *settled*.
+``d``, body the half's queue offset as decimal text, ``SETTLED_AS`` COMMIT), in one ``put_together``;
+a rollback writes the op record alone (``SETTLED_AS`` ROLLBACK). A half message with an op record is
+*settled*.
 
 END_TRANSACTION (Java's client sends it oneway) names the half by ``commitLogOffset`` (decoded from the
 send answer's offset message id) and ``tranStateTableOffset`` (the answer's queue offset); the half
@@ -15,9 +16,12 @@ queue's unit at that queue offset must point at that commit-log offset (so a rec
 some message's body is never taken for a half message), the record there must have ``PGROUP`` equal
 to ``producerGroup``, and a ``topic``, when given, must be its real topic.
 ``commitOrRollback`` is 8 (commit), 12 (rollback) or 0 (not known yet: nothing happens, the check-back
-asks later). A half message already settled answers SUCCESS and changes nothing (a second END, or a
-check's answer racing the producer's own). A commit under failover passes the mastership checks a send
-passes, and a SYNC_FLUSH / SYNC_MASTER broker answers it once the copy is flushed / replicated.
+asks later). A half message already settled changes nothing: an END agreeing with how it was settled
+answers SUCCESS (a second END, or a check's answer racing the producer's own), one contradicting it
+answers TRANSACTION_FAILED (a commit of a rolled-back or discarded half, a rollback of a committed one),
+so that a producer whose half was discarded never takes its commit for done. A commit under failover
+passes the mastership checks a send passes, and a SYNC_FLUSH / SYNC_MASTER broker answers it once the
+copy is flushed / replicated.
 
 Unlike RocketMQ, a half message is never re-appended when it is checked: each has exactly one record,
 so settling it twice is noticed and a second END_TRANSACTION changes nothing. A message's age is taken
@@ -28,13 +32,16 @@ slave copies from its master): on (half topic, 0), H, the first half offset not 
 (op topic, 0), O, the first op record that may still name a half offset at or past H. In memory, the
 settled half offsets at or past H are a bitmap (one bit per half message, from a multiple of 8 at or
 below H), rebuilt from the op records from O on when the broker starts as (or becomes) master, and set
-by every op record this broker writes (op records are not read back after that). Progress past the
+by every op record this broker writes (op records are not read back after that); two more bitmaps
+beside it hold which of those were committed and which rolled back (an op record without
+``SETTLED_AS``, RocketMQ's, settles with the kind unknown). Progress past the
 ends of the half and op queues this broker holds (a promoted slave whose log lags what it copied) is
 capped at them, and an op record naming a half offset the half queue does not hold is ignored. H and
 O are committed only once the op records they rely on are flushed and, with slaves connected,
 replicated, so that a slave never holds progress without the op records behind it. Check counts are
 in ``config/transactionChecks.json``, written after each round that changed them: a crash costs at
-most one more check of a message.
+most one more check of a message. The same file keeps the newest discarded half offsets with their
+check counts, past H, so that a late commit of one is refused after H moved on or the broker restarted.
 
 Every ``transactionCheckInterval`` ms the master walks the half queue from H, decoding only the
 unsettled records: one older than ``transactionTimeOut`` ms (or than its
@@ -288,9 +295,6 @@ class DiscardedHalves:
 
     def __contains__(self, offset: int) -> bool:
         return offset in self._checks
-
-    def __len__(self) -> int:
-        return len(self._checks)
 
     def checks(self, offset: int) -> int | None:
         """How many check-backs went unanswered before *offset* was discarded; None if it was not."""

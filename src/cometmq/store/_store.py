@@ -396,7 +396,8 @@ class MessageStore:
         of the two writes). A power loss may persist the pages out of order: that guarantee is as
         strong as the flush's, which is none for an unflushed tail under ASYNC_FLUSH.
 
-        Not a hot path: transaction settlements (a committed copy with its op record).
+        The path of every transaction's settlement (a committed copy with its op record:
+        bench/transactions.py), not of plain sends.
         """
         count = len(messages)
         if count == 1:  # one record is whole or absent after a crash anyway
