@@ -286,29 +286,39 @@ def _set_bit(bits: bytearray, index: int) -> None:
 
 
 class DiscardedHalves:
-    """The half offsets discarded after transactionCheckMax unanswered check-backs, with that count:
-    the newest ``_MAX_DISCARDED`` of them, kept past H (in transactionChecks.json) so that a late
-    END_TRANSACTION committing one is refused whatever H did meanwhile."""
+    """The half messages discarded after transactionCheckMax unanswered check-backs: the newest
+    ``_MAX_DISCARDED``, each as its half offset, its commit-log offset and that count, kept past H (in
+    transactionChecks.json) so that a late END_TRANSACTION committing one is refused whatever H did
+    meanwhile. The commit-log offset tells the discarded half from a later one at the same half offset,
+    should the log be cut back (a master rejoining as a slave) past the discard's op record."""
 
     def __init__(self) -> None:
-        self._checks: OrderedDict[int, int] = OrderedDict()
+        self._halves: OrderedDict[int, tuple[int, int]] = OrderedDict()
 
     def __contains__(self, offset: int) -> bool:
-        return offset in self._checks
+        return offset in self._halves
 
-    def checks(self, offset: int) -> int | None:
-        """How many check-backs went unanswered before *offset* was discarded; None if it was not."""
-        return self._checks.get(offset)
+    def checks(self, offset: int, commitlog_offset: int) -> int | None:
+        """How many check-backs went unanswered before the half at *offset* and *commitlog_offset* was
+        discarded; None if it was not."""
+        known = self._halves.get(offset)
+        return known[1] if known is not None and known[0] == commitlog_offset else None
 
-    def add(self, offset: int, checks: int) -> None:
-        if offset in self._checks:
+    def add(self, offset: int, commitlog_offset: int, checks: int) -> None:
+        known = self._halves.get(offset)
+        if known is not None and known[0] == commitlog_offset:
             return
-        self._checks[offset] = checks
-        if len(self._checks) > _MAX_DISCARDED:
-            self._checks.popitem(last=False)
+        self._halves.pop(offset, None)  # another half had that offset before the log was cut back
+        self._halves[offset] = (commitlog_offset, checks)
+        if len(self._halves) > _MAX_DISCARDED:
+            self._halves.popitem(last=False)
 
-    def snapshot(self) -> dict[str, int]:
-        return {str(offset): checks for offset, checks in self._checks.items()}
+    def snapshot(self) -> dict[str, list[int]]:
+        """The halves as transactionChecks.json keeps them: half offset → [commit-log offset, checks]."""
+        return {
+            str(offset): [commitlog_offset, checks]
+            for offset, (commitlog_offset, checks) in self._halves.items()
+        }
 
 
 def _now_ms() -> int:
@@ -369,10 +379,13 @@ class TransactionService:
         started = time.monotonic()
         self.discarded = DiscardedHalves()
         discards = load_json_table(
-            self._checks_file.path, "discarded", "discarded half offset", lambda k, v: (int(k), int(v))
+            self._checks_file.path,
+            "discarded",
+            "discarded half message",
+            lambda k, v: (int(k), int(v[0]), int(v[1])),
         )
-        for offset, checks in sorted(discards[1].values() if discards is not None else ()):
-            self.discarded.add(offset, checks)
+        for offset, commitlog_offset, checks in sorted(discards[1].values() if discards is not None else ()):
+            self.discarded.add(offset, commitlog_offset, checks)
         read = self._read_ops()
         self.check_counts = {}
         loaded = load_json_table(
@@ -442,8 +455,7 @@ class TransactionService:
             if checks is not None:
                 self._counts_changed = True
             if kind is Settlement.DISCARD:
-                self.discarded.add(half_offset, checks or self._broker.config.transaction_check_max)
-                self._counts_changed = True
+                self._counts_changed = True  # the discarded halves are in the same file
             op_result = results[-1]
             self._op_end = max(self._op_end, op_result.commitlog_end_offset)
             # Every op record after the start is one of these: known without reading it back.
@@ -466,8 +478,10 @@ class TransactionService:
             for half_offset in named:
                 if half_offset < half_end:
                     self.settled.add(half_offset, kind)
-                    if kind is Settlement.DISCARD:  # its count is in the file, unless written since
-                        self.discarded.add(half_offset, check_max)
+                    if kind is Settlement.DISCARD:  # in the file already, unless it was not written since
+                        unit = store.queue_unit(TRANS_HALF_TOPIC, 0, half_offset)
+                        if unit is not None:
+                            self.discarded.add(half_offset, unit[0], check_max)
             ignored += any(half_offset >= half_end for half_offset in named)
         if ignored:
             log.warning(
@@ -621,21 +635,22 @@ class TransactionService:
             return True
         checks = self.check_counts.get(offset, 0)
         if checks >= config.transaction_check_max:
-            self._discard(rec, properties)
+            self._discard(rec, properties, checks)
             return True
         self.check_counts[offset] = checks + 1
         self._counts_changed = True
         self._send_check(rec, properties, checks + 1, silent_groups)
         return True
 
-    def contradiction(self, half_offset: int, kind: int) -> str | None:
-        """Why ending *half_offset* as *kind* (COMMIT or ROLLBACK) contradicts how it was settled, or
+    def contradiction(self, half_offset: int, commitlog_offset: int, kind: int) -> str | None:
+        """Why ending the half at *half_offset* and *commitlog_offset* as *kind* (COMMIT or ROLLBACK)
+        contradicts how it was settled, or
         None when it does not (or it is not settled). Past H the kind of every settlement this broker
         wrote or read is known. Below H a commit or rollback is no longer known, and an END for it
         answers SUCCESS: that is safe enough, because such an END repeats or races one that settled
         it long ago, while discards, where a producer may still believe its transaction open, are
         remembered past H (the newest ``_MAX_DISCARDED``)."""
-        checks = self.discarded.checks(half_offset)
+        checks = self.discarded.checks(half_offset, commitlog_offset)
         if checks is not None:
             if kind != TransactionType.COMMIT:
                 return None
@@ -650,7 +665,7 @@ class TransactionService:
             return "was committed; it cannot be rolled back"
         return None
 
-    def _counts_snapshot(self) -> dict[str, dict[str, int]]:
+    def _counts_snapshot(self) -> dict[str, object]:
         return {
             "checkTimes": {str(offset): count for offset, count in sorted(self.check_counts.items())},
             "discarded": self.discarded.snapshot(),
@@ -707,21 +722,23 @@ class TransactionService:
             )
         )
 
-    def _discard(self, rec: DecodedRecord, properties: dict[str, str]) -> None:
-        """RocketMQ's transactionCheckMax: the half message goes to TRANS_CHECK_MAX_TIME_TOPIC."""
+    def _discard(self, rec: DecodedRecord, properties: dict[str, str], checks: int) -> None:
+        """RocketMQ's transactionCheckMax: the half message goes to TRANS_CHECK_MAX_TIME_TOPIC after
+        *checks* check-backs, and is remembered as discarded."""
         broker = self._broker
         copy = copy_of_record(
             rec, properties, TRANS_CHECK_MAX_TIME_TOPIC, 0, broker.store_host, rec.reconsume_times
         )
         results = self.settle(rec.queue_offset, Settlement.DISCARD, copy)
         if results[0].status is PutStatus.PUT_OK:
+            self.discarded.add(rec.queue_offset, rec.commitlog_offset, checks)
             log.warning(
                 "transactions: message %s of topic %s (producer group %s) was checked %d times without "
                 "an answer; discarded to %s",
                 properties.get("UNIQ_KEY", rec.offset_msg_id),
                 properties.get(REAL_TOPIC),
                 properties.get(PRODUCER_GROUP),
-                broker.config.transaction_check_max,
+                checks,
                 TRANS_CHECK_MAX_TIME_TOPIC,
             )
         else:
@@ -803,7 +820,7 @@ class EndTransactionProcessor:
         if not service.running:
             raise RequestRefused(ResponseCode.SERVICE_NOT_AVAILABLE, "transactions are not served yet")
         half = self._half_of(end)
-        contradiction = service.contradiction(end.tran_state_table_offset, kind)
+        contradiction = service.contradiction(end.tran_state_table_offset, end.commit_log_offset, kind)
         if contradiction is not None:
             properties = half[1] if half is not None else {}
             remark = (

@@ -68,8 +68,12 @@ def test_the_discarded_set_keeps_the_newest(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(_transaction, "_MAX_DISCARDED", 3)
     discarded = DiscardedHalves()
     for offset in range(5):
-        discarded.add(offset, 15)
-    discarded.add(3, 1)  # known already: neither moved nor recounted
+        discarded.add(offset, 1000 + offset, 15)
+    discarded.add(3, 1003, 1)  # known already: neither moved nor recounted
     assert [offset for offset in range(5) if offset in discarded] == [2, 3, 4]
-    assert discarded.checks(3) == 15 and discarded.checks(0) is None
-    assert discarded.snapshot() == {"2": 15, "3": 15, "4": 15}
+    assert discarded.checks(3, 1003) == 15 and discarded.checks(0, 1000) is None
+    assert discarded.checks(3, 2000) is None  # another half at the same half offset (a log cut back)
+    assert discarded.snapshot() == {"2": [1002, 15], "3": [1003, 15], "4": [1004, 15]}
+    discarded.add(3, 2000, 2)  # that other half discarded too: it takes the offset's place, newest
+    assert discarded.checks(3, 2000) == 2 and discarded.checks(3, 1003) is None
+    assert list(discarded.snapshot()) == ["2", "4", "3"]

@@ -132,7 +132,7 @@ def test_a_discarded_half_cannot_be_committed_after_a_restart_and_past_h(tmp_pat
             assert await end(client, addr, half, ROLLBACK) == (ResponseCode.SUCCESS, "")  # agrees
             await wait_until(lambda: progress_past(broker, half), message="H and O past the discarded half")
         saved = json.loads((tmp_path / "config" / "transactionChecks.json").read_text())
-        assert saved["discarded"] == {str(half.queue_offset): 1}
+        assert saved["discarded"] == {str(half.queue_offset): [half.commitlog_offset, 1]}
 
         # H and O are past it: only the discarded set, read back from the file, still knows it.
         async with broker_and_client(tmp_path, **NO_ROUNDS) as (broker, addr, client):
