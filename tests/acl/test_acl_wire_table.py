@@ -30,6 +30,7 @@ from cometmq.protocol.broker_headers import (
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
+    EndTransactionRequestHeader,
     GetConsumeStatsRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
     QueryConsumerOffsetRequestHeader,
@@ -259,6 +260,23 @@ BROKER_CASES = [
             ),
         ),
         needs(("Group", "Sub"), ("Topic", "Sub")),
+    ),
+    Case(
+        R.END_TRANSACTION,
+        "broker",
+        lambda n: command(
+            R.END_TRANSACTION,
+            # No half message is stored there: let through, it is answered SYSTEM_ERROR.
+            EndTransactionRequestHeader(
+                producer_group="pg",
+                tran_state_table_offset=0,
+                commit_log_offset=2**40,
+                commit_or_rollback=8,
+                msg_id="00",
+                topic=n.topic,
+            ),
+        ),
+        needs(("Topic", "Pub")),
     ),
     Case(
         R.PULL_MESSAGE,

@@ -129,11 +129,24 @@ def test_namesrv_from_environment(namesrv_addr: str) -> None:
 
 def test_topic_attributes_are_set_by_create_and_changed_by_update(namesrv_addr: str) -> None:
     created = cometmq(
-        "topic", "create", "Attributed", "--attributes", "+deduplication=true", "-n", namesrv_addr
+        "topic",
+        "create",
+        "Attributed",
+        "--queues",
+        "3",
+        "--attributes",
+        "+deduplication=true",
+        "-n",
+        namesrv_addr,
     )
     assert created.returncode == 0, created.stderr
     removed = cometmq("topic", "update", "Attributed", "--attributes=-deduplication", "-n", namesrv_addr)
     assert removed.returncode == 0, removed.stderr
+    assert removed.stdout.startswith("updated topic Attributed on broker-a"), removed.stdout
+    # An update that names no queue count keeps the topic's.
+    route = cometmq("topic", "route", "Attributed", "--json", "-n", namesrv_addr)
+    assert route.returncode == 0, route.stderr
+    assert [q["writeQueueNums"] for q in json.loads(route.stdout)["queueDatas"]] == [3]
     # Gone already: the broker says so.
     assert_one_line_error(
         cometmq("topic", "update", "Attributed", "--attributes=-deduplication", "-n", namesrv_addr),

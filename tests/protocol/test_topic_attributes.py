@@ -54,6 +54,7 @@ def test_any_text_parses_or_fails_with_a_value_error(text: str) -> None:
         ("deduplication=true", "starts with neither + (set) nor - (remove)"),
         ("+deduplication=true,-deduplication", "deduplication is given twice"),
         ("-deduplication=true", "is not -name"),
+        ("-0", "unknown topic attribute '0'"),
     ],
 )
 def test_malformed_changes_say_what_is_wrong(text: str, problem: str) -> None:

@@ -13,11 +13,12 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from store_testlib import bodies, crash, make_msg, run_child
 
 from cometmq.protocol.record import decode_records
 from cometmq.protocol.taghash import java_string_hash
-from cometmq.store import MessageStore, PutStatus
+from cometmq.store import MessageStore, PutStatus, _mappedfile
 
 OpenStore = Callable[..., MessageStore]
 
@@ -131,12 +132,14 @@ _WRITE_FAILS_PART_WAY = """
 import json, resource, signal, sys
 from pathlib import Path
 from store_testlib import bodies, crash, make_msg, small_config
-from cometmq.store import MessageStore
+from cometmq.store import FlushDiskType, MessageStore
 
 def group(tag):
     return [make_msg("A" if i % 2 else "B", 0, f"{tag}{i}".encode() * 1000) for i in range(4)]
 
-store = MessageStore(small_config(Path(sys.argv[1])))
+# SYNC_FLUSH: the group is written with pwrite (under ASYNC_FLUSH, into reserved blocks through the
+# mapping, where no write can be cut short).
+store = MessageStore(small_config(Path(sys.argv[1]), flush_disk_type=FlushDiskType.SYNC_FLUSH))
 store.start()
 statuses = [[r.status.name for r in store.put_together(group("a"))]]
 # Writes past 12 KiB now fail part way, as on a disk that fills up during the write.
@@ -146,7 +149,7 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (12288, hard))
 statuses.append([r.status.name for r in store.put_together(group("b"))])
 resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
 crash(store)  # as kill -9: b's first records, written whole before the cut, must not come back
-store = MessageStore(small_config(Path(sys.argv[1])))
+store = MessageStore(small_config(Path(sys.argv[1]), flush_disk_type=FlushDiskType.SYNC_FLUSH))
 store.start()
 def stored():
     return [b.decode()[:2] for topic in ("A", "B") for b in bodies(store, topic, 0)]
@@ -168,21 +171,36 @@ def test_a_group_whose_write_fails_part_way_is_refused_and_leaves_nothing(tmp_pa
     assert result["stored"] == ["a1", "a3", "c1", "c3", "a0", "a2", "c0", "c2"]
 
 
+def test_under_async_flush_a_group_is_written_through_the_mapping(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a single put: no write system call."""
+    store = open_store()
+
+    def no_pwrite(self: object, pos: int, data: object) -> None:
+        raise AssertionError("put_together wrote with pwrite")
+
+    monkeypatch.setattr(_mappedfile.MappedFile, "write_at", no_pwrite)
+    results = store.put_together([make_msg("A", 0, b"one"), make_msg("B", 0, b"two")])
+    assert [r.status for r in results] == [PutStatus.PUT_OK] * 2
+    assert bodies(store, "A", 0) == [b"one"] and bodies(store, "B", 0) == [b"two"]
+
+
 _KILLED_BETWEEN_THE_WRITES = """
 import os, signal, sys
 from pathlib import Path
 from store_testlib import make_msg, small_config
-from cometmq.store import MessageStore, _mappedfile
+from cometmq.store import FlushDiskType, MessageStore, _mappedfile
 
-store = MessageStore(small_config(Path(sys.argv[1])))
+# SYNC_FLUSH: the records go with pwrite, the first size field through the mapping after them.
+store = MessageStore(small_config(Path(sys.argv[1]), flush_disk_type=FlushDiskType.SYNC_FLUSH))
 store.start()
 store.put_together([make_msg("A", 0, b"kept"), make_msg("B", 0, b"kept")])
 write_at = _mappedfile.MappedFile.write_at
 
 def write_then_die(self, pos, data):
-    write_at(self, pos, data)
-    if len(data) > 4:  # the group's records are in; its first size field is not
-        os.kill(os.getpid(), signal.SIGKILL)
+    write_at(self, pos, data)  # the group's records are in; its first size field is not
+    os.kill(os.getpid(), signal.SIGKILL)
 
 _mappedfile.MappedFile.write_at = write_then_die
 store.put_together([make_msg("A", 0, b"lost"), make_msg("B", 0, b"lost")])

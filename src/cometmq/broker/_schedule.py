@@ -128,11 +128,15 @@ def copy_of_record(
     queue_id: int,
     store_host: bytes,
     reconsume_times: int,
+    *,
+    sys_flag: int | None = None,
+    prepared_transaction_offset: int = 0,
 ) -> MessageToStore:
     """A new message for *topic* / *queue_id* from the stored record *rec* (a delivered delayed
-    message, a consumer's send-back): its body as stored (a compressed body stays compressed, its
-    sys flag says so), flag, sys flag, born time and host, with *properties*, whose TAGS, KEYS and
-    UNIQ_KEY give the tags code and the index keys."""
+    message, a consumer's send-back, a committed or discarded half message): its body as stored (a
+    compressed body stays compressed, its sys flag says so), flag, sys flag (unless *sys_flag* is
+    given), born time and host, with *properties*, whose TAGS, KEYS and UNIQ_KEY give the tags code
+    and the index keys."""
     tags = properties.get("TAGS")
     return MessageToStore(
         topic=topic,
@@ -140,11 +144,12 @@ def copy_of_record(
         flag=rec.flag,
         body=rec.body,
         properties=encode_properties(properties),
-        sys_flag=rec.sys_flag,
+        sys_flag=rec.sys_flag if sys_flag is None else sys_flag,
         born_timestamp=rec.born_timestamp,
         born_host=rec.born_host,
         store_host=store_host,
         reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
         tags_code=java_string_hash(tags) if tags else 0,
         keys=properties.get("KEYS", ""),
         uniq_key=properties.get("UNIQ_KEY", ""),

@@ -6,8 +6,9 @@ queue 0 with its real topic and queue in ``REAL_TOPIC`` / ``REAL_QID`` (``to_hal
 the real topic never see it. END_TRANSACTION names it by its commit-log offset and half-queue offset.
 A commit stores a copy in the real queue (transaction type COMMIT, preparedTransactionOffset = the
 half's commit-log offset) together with an *op record* (``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag
-``d``, body the half's queue offset as decimal text), in one ``put_together``; a rollback writes the
-op record alone. A half message with an op record is *settled*.
+``d``, body the half's queue offset as decimal text, ``SETTLED_AS`` COMMIT), in one ``put_together``;
+a rollback writes the op record alone (``SETTLED_AS`` ROLLBACK). A half message with an op record is
+*settled*.
 
 END_TRANSACTION (Java's client sends it oneway) names the half by ``commitLogOffset`` (decoded from the
 send answer's offset message id) and ``tranStateTableOffset`` (the answer's queue offset); the half
@@ -15,9 +16,12 @@ queue's unit at that queue offset must point at that commit-log offset (so a rec
 some message's body is never taken for a half message), the record there must have ``PGROUP`` equal
 to ``producerGroup``, and a ``topic``, when given, must be its real topic.
 ``commitOrRollback`` is 8 (commit), 12 (rollback) or 0 (not known yet: nothing happens, the check-back
-asks later). A half message already settled answers SUCCESS and changes nothing (a second END, or a
-check's answer racing the producer's own). A commit under failover passes the mastership checks a send
-passes, and a SYNC_FLUSH / SYNC_MASTER broker answers it once the copy is flushed / replicated.
+asks later). A half message already settled changes nothing: an END agreeing with how it was settled
+answers SUCCESS (a second END, or a check's answer racing the producer's own), one contradicting it
+answers TRANSACTION_FAILED (a commit of a rolled-back or discarded half, a rollback of a committed one),
+so that a producer whose half was discarded never takes its commit for done. A commit under failover
+passes the mastership checks a send passes, and a SYNC_FLUSH / SYNC_MASTER broker answers it once the
+copy is flushed / replicated.
 
 Unlike RocketMQ, a half message is never re-appended when it is checked: each has exactly one record,
 so settling it twice is noticed and a second END_TRANSACTION changes nothing. A message's age is taken
@@ -28,13 +32,16 @@ slave copies from its master): on (half topic, 0), H, the first half offset not 
 (op topic, 0), O, the first op record that may still name a half offset at or past H. In memory, the
 settled half offsets at or past H are a bitmap (one bit per half message, from a multiple of 8 at or
 below H), rebuilt from the op records from O on when the broker starts as (or becomes) master, and set
-by every op record this broker writes (op records are not read back after that). Progress past the
+by every op record this broker writes (op records are not read back after that); two more bitmaps
+beside it hold which of those were committed and which rolled back (an op record without
+``SETTLED_AS``, RocketMQ's, settles with the kind unknown). Progress past the
 ends of the half and op queues this broker holds (a promoted slave whose log lags what it copied) is
 capped at them, and an op record naming a half offset the half queue does not hold is ignored. H and
 O are committed only once the op records they rely on are flushed and, with slaves connected,
 replicated, so that a slave never holds progress without the op records behind it. Check counts are
 in ``config/transactionChecks.json``, written after each round that changed them: a crash costs at
-most one more check of a message.
+most one more check of a message. The same file keeps the newest discarded half offsets with their
+check counts, past H, so that a late commit of one is refused after H moved on or the broker restarted.
 
 Every ``transactionCheckInterval`` ms the master walks the half queue from H, decoding only the
 unsettled records: one older than ``transactionTimeOut`` ms (or than its
@@ -57,6 +64,7 @@ import contextlib
 import logging
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -87,10 +95,12 @@ from cometmq.protocol.transaction import (
     PRODUCER_GROUP,
     REAL_QUEUE_ID,
     REAL_TOPIC,
+    SETTLED_AS,
     TRANSACTION_CHECK_GROUP,
     TRANSACTION_CHECK_TIMES,
     TRANSACTION_ID,
     TRANSACTION_PREPARED,
+    Settlement,
     TransactionType,
     with_transaction_type,
 )
@@ -107,7 +117,12 @@ log = logging.getLogger("cometmq.broker")
 # Unsettled half records decoded before the event loop gets a turn.
 _DECODES_PER_TURN: Final = 128
 _OP_TAGS_CODE: Final = java_string_hash(OP_RECORD_TAG)
-_OP_PROPERTIES: Final = encode_properties({"TAGS": OP_RECORD_TAG})
+_OP_PROPERTIES: Final = {
+    kind: encode_properties({"TAGS": OP_RECORD_TAG, SETTLED_AS: kind.value}) for kind in Settlement
+}
+# Discarded half offsets remembered past H (transactionChecks.json), the newest first kept.
+_MAX_DISCARDED: Final = 100_000
+_SETTLEMENTS: Final = {kind.value: kind for kind in Settlement}
 # A byte of the bitmap with an unsettled half offset in it.
 _NOT_ALL_SETTLED: Final = re.compile(rb"[^\xff]")
 # Properties of the half record the committed copy does not carry.
@@ -182,11 +197,18 @@ def check_immunity_ms(properties: dict[str, str], transaction_time_out: int) -> 
 class SettledHalves:
     """Which half offsets are settled: all below ``first_unsettled`` (H), and those at or past it
     whose bit is set. One bit per offset from ``_base`` (H rounded down to a multiple of 8), so a
-    message that stays unsettled costs a bit, not an int, per message settled after it."""
+    message that stays unsettled costs a bit, not an int, per message settled after it.
+
+    Two more bitmaps with the same base, trimmed with it, say how the ones at or past H were settled:
+    committed, or rolled back. A settled offset in neither was settled some other way, or its kind is
+    not known (an op record without ``SETTLED_AS``, a half record gone, the offsets below H at start).
+    Below H no kind is known."""
 
     def __init__(self, first_unsettled: int = 0) -> None:
         self._base = first_unsettled - first_unsettled % 8
         self._bits = bytearray()
+        self._committed = bytearray()
+        self._rolled_back = bytearray()
         for offset in range(self._base, first_unsettled):
             self.add(offset)
 
@@ -198,25 +220,38 @@ class SettledHalves:
 
     def __contains__(self, offset: int) -> bool:
         index = offset - self._base
-        if index < 0:
-            return True
-        byte = index >> 3
-        return byte < len(self._bits) and bool(self._bits[byte] >> (index & 7) & 1)
+        return index < 0 or _bit(self._bits, index)
 
-    def add(self, offset: int) -> None:
+    def add(self, offset: int, kind: Settlement | None = None) -> None:
+        """Settle *offset*, committed or rolled back as *kind* says (any other: no kind kept)."""
         index = offset - self._base
         if index < 0:
             return
-        byte = index >> 3
-        if byte >= len(self._bits):
-            self._bits.extend(bytes(byte + 1 - len(self._bits)))
-        self._bits[byte] |= 1 << (index & 7)
+        _set_bit(self._bits, index)
+        if kind is Settlement.COMMIT:
+            _set_bit(self._committed, index)
+        elif kind is Settlement.ROLLBACK:
+            _set_bit(self._rolled_back, index)
+
+    def kind(self, offset: int) -> Settlement | None:
+        """How *offset* was settled, if it is at or past the base and was committed or rolled back;
+        None otherwise (not settled, settled another way, or its kind is gone)."""
+        index = offset - self._base
+        if index < 0:
+            return None
+        if _bit(self._committed, index):
+            return Settlement.COMMIT
+        if _bit(self._rolled_back, index):
+            return Settlement.ROLLBACK
+        return None
 
     def advance(self) -> int:
         """Drop the whole bytes of settled offsets at the start; H."""
         full = len(self._bits) - len(self._bits.lstrip(b"\xff"))
         if full:
             del self._bits[:full]
+            del self._committed[:full]
+            del self._rolled_back[:full]
             self._base += full * 8
         return self.first_unsettled
 
@@ -238,6 +273,54 @@ class SettledHalves:
         yield from range(max(start, covered), end)
 
 
+def _bit(bits: bytearray, index: int) -> bool:
+    byte = index >> 3
+    return byte < len(bits) and bool(bits[byte] >> (index & 7) & 1)
+
+
+def _set_bit(bits: bytearray, index: int) -> None:
+    byte = index >> 3
+    if byte >= len(bits):
+        bits.extend(bytes(byte + 1 - len(bits)))
+    bits[byte] |= 1 << (index & 7)
+
+
+class DiscardedHalves:
+    """The half messages discarded after transactionCheckMax unanswered check-backs: the newest
+    ``_MAX_DISCARDED``, each as its half offset, its commit-log offset and that count, kept past H (in
+    transactionChecks.json) so that a late END_TRANSACTION committing one is refused whatever H did
+    meanwhile. The commit-log offset tells the discarded half from a later one at the same half offset,
+    should the log be cut back (a master rejoining as a slave) past the discard's op record."""
+
+    def __init__(self) -> None:
+        self._halves: OrderedDict[int, tuple[int, int]] = OrderedDict()
+
+    def __contains__(self, offset: int) -> bool:
+        return offset in self._halves
+
+    def checks(self, offset: int, commitlog_offset: int) -> int | None:
+        """How many check-backs went unanswered before the half at *offset* and *commitlog_offset* was
+        discarded; None if it was not."""
+        known = self._halves.get(offset)
+        return known[1] if known is not None and known[0] == commitlog_offset else None
+
+    def add(self, offset: int, commitlog_offset: int, checks: int) -> None:
+        known = self._halves.get(offset)
+        if known is not None and known[0] == commitlog_offset:
+            return
+        self._halves.pop(offset, None)  # another half had that offset before the log was cut back
+        self._halves[offset] = (commitlog_offset, checks)
+        if len(self._halves) > _MAX_DISCARDED:
+            self._halves.popitem(last=False)
+
+    def snapshot(self) -> dict[str, list[int]]:
+        """The halves as transactionChecks.json keeps them: half offset → [commit-log offset, checks]."""
+        return {
+            str(offset): [commitlog_offset, checks]
+            for offset, (commitlog_offset, checks) in self._halves.items()
+        }
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -250,6 +333,7 @@ class TransactionService:
         self._broker = broker
         self._checks_file = MetadataFile(config_dir / "transactionChecks.json")
         self.settled = SettledHalves()
+        self.discarded = DiscardedHalves()
         self.check_counts: dict[int, int] = {}  # half offset → checks sent
         self._op_start = 0  # O
         self._op_read = 0  # the next op record to read
@@ -293,6 +377,15 @@ class TransactionService:
         self._op_start = max(0, min(committed_op, op_end), store.min_offset(TRANS_OP_HALF_TOPIC, 0))
         self._op_read = self._op_start
         started = time.monotonic()
+        self.discarded = DiscardedHalves()
+        discards = load_json_table(
+            self._checks_file.path,
+            "discarded",
+            "discarded half message",
+            lambda k, v: (int(k), int(v[0]), int(v[1])),
+        )
+        for offset, commitlog_offset, checks in sorted(discards[1].values() if discards is not None else ()):
+            self.discarded.add(offset, commitlog_offset, checks)
         read = self._read_ops()
         self.check_counts = {}
         loaded = load_json_table(
@@ -333,14 +426,14 @@ class TransactionService:
 
     # -- settlement ----------------------------------------------------------------------------
 
-    def op_record(self, half_offset: int) -> MessageToStore:
+    def op_record(self, half_offset: int, kind: Settlement) -> MessageToStore:
         broker = self._broker
         return MessageToStore(
             TRANS_OP_HALF_TOPIC,
             0,
             0,
             str(half_offset).encode(),
-            _OP_PROPERTIES,
+            _OP_PROPERTIES[kind],
             0,
             _now_ms(),
             broker.store_host,
@@ -348,18 +441,21 @@ class TransactionService:
             tags_code=_OP_TAGS_CODE,
         )
 
-    def settle(self, half_offset: int, copy: MessageToStore | None) -> list[PutResult]:
-        """Store *copy* (if any) and the op record of *half_offset* in one write; on success the half
-        offset is settled at once."""
-        op = self.op_record(half_offset)
+    def settle(self, half_offset: int, kind: Settlement, copy: MessageToStore | None) -> list[PutResult]:
+        """Store *copy* (if any) and the op record settling *half_offset* as *kind* in one write; on
+        success the half offset is settled at once."""
+        op = self.op_record(half_offset, kind)
         if copy is None:
             results = [self._broker.store.put(op)]
         else:
             results = self._broker.store.put_together([copy, op])
         if all(result.status is PutStatus.PUT_OK for result in results):
-            self.settled.add(half_offset)
-            if self.check_counts.pop(half_offset, None) is not None:
+            self.settled.add(half_offset, kind)
+            checks = self.check_counts.pop(half_offset, None)
+            if checks is not None:
                 self._counts_changed = True
+            if kind is Settlement.DISCARD:
+                self._counts_changed = True  # the discarded halves are in the same file
             op_result = results[-1]
             self._op_end = max(self._op_end, op_result.commitlog_end_offset)
             # Every op record after the start is one of these: known without reading it back.
@@ -375,12 +471,17 @@ class TransactionService:
         end = store.max_offset(TRANS_OP_HALF_TOPIC, 0)
         half_end = store.max_offset(TRANS_HALF_TOPIC, 0)
         start = self._op_read
+        check_max = self._broker.config.transaction_check_max
         ignored = 0
         for offset in range(start, end):
-            named = self._named_by_op(offset)
+            kind, named = self._named_by_op(offset)
             for half_offset in named:
                 if half_offset < half_end:
-                    self.settled.add(half_offset)
+                    self.settled.add(half_offset, kind)
+                    if kind is Settlement.DISCARD:  # in the file already, unless it was not written since
+                        unit = store.queue_unit(TRANS_HALF_TOPIC, 0, half_offset)
+                        if unit is not None:
+                            self.discarded.add(half_offset, unit[0], check_max)
             ignored += any(half_offset >= half_end for half_offset in named)
         if ignored:
             log.warning(
@@ -393,30 +494,34 @@ class TransactionService:
         self._op_read = max(self._op_read, end)
         return end - start
 
-    def _named_by_op(self, op_offset: int) -> list[int]:
+    def _named_by_op(self, op_offset: int) -> tuple[Settlement | None, list[int]]:
+        """How the op record at *op_offset* settles, and the half offsets it names; the kind is None
+        for one without a known ``SETTLED_AS`` (RocketMQ's)."""
         store = self._broker.store
         unit = store.queue_unit(TRANS_OP_HALF_TOPIC, 0, op_offset)
         if unit is None:
-            return []
+            return None, []
         view = store.message_at(unit[0])
         if view is None:
-            return []
+            return None, []
         try:
             rec = decode_record_at(view, 0, len(view))
         except RecordError as exc:
             log.error("transactions: op record %d cannot be read (%s); skipped", op_offset, exc)
-            return []
+            return None, []
         finally:
             del view
-        if decode_properties(rec.properties).get("TAGS") != OP_RECORD_TAG:
-            return []
-        return list(op_offsets(rec.body))
+        properties = decode_properties(rec.properties)
+        if properties.get("TAGS") != OP_RECORD_TAG:
+            return None, []
+        kind = _SETTLEMENTS.get(properties.get(SETTLED_AS, ""))
+        return kind, list(op_offsets(rec.body))
 
     def _advance_op_start(self, first_unsettled: int, half_end: int) -> int:
         """Move O past the op records that name only half offsets below H (or none the half queue
         holds). Each is read once as O passes it; the one O stops at, once a round."""
         while self._op_start < self._op_read:
-            named = [offset for offset in self._named_by_op(self._op_start) if offset < half_end]
+            named = [offset for offset in self._named_by_op(self._op_start)[1] if offset < half_end]
             if named and max(named) >= first_unsettled:
                 break
             self._op_start += 1
@@ -530,15 +635,41 @@ class TransactionService:
             return True
         checks = self.check_counts.get(offset, 0)
         if checks >= config.transaction_check_max:
-            self._discard(rec, properties)
+            self._discard(rec, properties, checks)
             return True
         self.check_counts[offset] = checks + 1
         self._counts_changed = True
         self._send_check(rec, properties, checks + 1, silent_groups)
         return True
 
-    def _counts_snapshot(self) -> dict[str, dict[str, int]]:
-        return {"checkTimes": {str(offset): count for offset, count in sorted(self.check_counts.items())}}
+    def contradiction(self, half_offset: int, commitlog_offset: int, kind: int) -> str | None:
+        """Why ending the half at *half_offset* and *commitlog_offset* as *kind* (COMMIT or ROLLBACK)
+        contradicts how it was settled, or
+        None when it does not (or it is not settled). Past H the kind of every settlement this broker
+        wrote or read is known. Below H a commit or rollback is no longer known, and an END for it
+        answers SUCCESS: that is safe enough, because such an END repeats or races one that settled
+        it long ago, while discards, where a producer may still believe its transaction open, are
+        remembered past H (the newest ``_MAX_DISCARDED``)."""
+        checks = self.discarded.checks(half_offset, commitlog_offset)
+        if checks is not None:
+            if kind != TransactionType.COMMIT:
+                return None
+            return (
+                f"was discarded after {checks} check-backs without an answer (transactionCheckMax); "
+                "it cannot be committed"
+            )
+        settled_as = self.settled.kind(half_offset)
+        if kind == TransactionType.COMMIT and settled_as is Settlement.ROLLBACK:
+            return "was rolled back; it cannot be committed"
+        if kind == TransactionType.ROLLBACK and settled_as is Settlement.COMMIT:
+            return "was committed; it cannot be rolled back"
+        return None
+
+    def _counts_snapshot(self) -> dict[str, object]:
+        return {
+            "checkTimes": {str(offset): count for offset, count in sorted(self.check_counts.items())},
+            "discarded": self.discarded.snapshot(),
+        }
 
     def _half_record(self, offset: int) -> DecodedRecord | None:
         store = self._broker.store
@@ -591,21 +722,23 @@ class TransactionService:
             )
         )
 
-    def _discard(self, rec: DecodedRecord, properties: dict[str, str]) -> None:
-        """RocketMQ's transactionCheckMax: the half message goes to TRANS_CHECK_MAX_TIME_TOPIC."""
+    def _discard(self, rec: DecodedRecord, properties: dict[str, str], checks: int) -> None:
+        """RocketMQ's transactionCheckMax: the half message goes to TRANS_CHECK_MAX_TIME_TOPIC after
+        *checks* check-backs, and is remembered as discarded."""
         broker = self._broker
         copy = copy_of_record(
             rec, properties, TRANS_CHECK_MAX_TIME_TOPIC, 0, broker.store_host, rec.reconsume_times
         )
-        results = self.settle(rec.queue_offset, copy)
+        results = self.settle(rec.queue_offset, Settlement.DISCARD, copy)
         if results[0].status is PutStatus.PUT_OK:
+            self.discarded.add(rec.queue_offset, rec.commitlog_offset, checks)
             log.warning(
                 "transactions: message %s of topic %s (producer group %s) was checked %d times without "
                 "an answer; discarded to %s",
                 properties.get("UNIQ_KEY", rec.offset_msg_id),
                 properties.get(REAL_TOPIC),
                 properties.get(PRODUCER_GROUP),
-                broker.config.transaction_check_max,
+                checks,
                 TRANS_CHECK_MAX_TIME_TOPIC,
             )
         else:
@@ -652,8 +785,13 @@ def committed_copy(rec: DecodedRecord, properties: dict[str, str], store_host: b
     (TRAN_MSG, REAL_TOPIC, REAL_QID) removed. ValueError if it names no real queue."""
     topic, queue_id = real_queue(properties)
     kept = {name: value for name, value in properties.items() if name not in _HALF_ONLY}
-    return replace(
-        copy_of_record(rec, kept, topic, queue_id, store_host, rec.reconsume_times),
+    return copy_of_record(
+        rec,
+        kept,
+        topic,
+        queue_id,
+        store_host,
+        rec.reconsume_times,
         sys_flag=with_transaction_type(rec.sys_flag, TransactionType.COMMIT),
         prepared_transaction_offset=rec.commitlog_offset,
     )
@@ -682,6 +820,16 @@ class EndTransactionProcessor:
         if not service.running:
             raise RequestRefused(ResponseCode.SERVICE_NOT_AVAILABLE, "transactions are not served yet")
         half = self._half_of(end)
+        contradiction = service.contradiction(end.tran_state_table_offset, end.commit_log_offset, kind)
+        if contradiction is not None:
+            properties = half[1] if half is not None else {}
+            remark = (
+                f"the half message {properties.get('UNIQ_KEY') or end.msg_id} of topic "
+                f"{properties.get(REAL_TOPIC) or end.topic} {contradiction}"
+            )
+            if request.is_oneway:  # no answer goes back: the log is the only trace of the refusal
+                log.info("transactions: END_TRANSACTION from %s refused: %s", conn.remote_address, remark)
+            raise RequestRefused(ResponseCode.TRANSACTION_FAILED, remark)
         if end.tran_state_table_offset in service.settled:
             return request.response()  # ended already (a second END, or a check's answer racing it)
         if half is None:
@@ -709,7 +857,8 @@ class EndTransactionProcessor:
             level = delay_level_of(properties)
             if level > 0:  # delayed as a plain send of it would be
                 copy = broker.schedule.to_schedule(copy, level)
-        results = service.settle(end.tran_state_table_offset, copy)
+        settlement = Settlement.COMMIT if copy is not None else Settlement.ROLLBACK
+        results = service.settle(end.tran_state_table_offset, settlement, copy)
         status = results[0].status
         if status is not PutStatus.PUT_OK:
             return self._failure(request, status)

@@ -118,7 +118,10 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     create.add_argument("name", metavar="NAME", help="topic name: letters, digits, %%, |, _ and -")
     create.add_argument(
-        "--queues", type=whole_number(1), default=8, metavar="N", help="read and write queues per broker (8)"
+        "--queues",
+        type=whole_number(1),
+        metavar="N",
+        help="read and write queues per broker (default: as the topic has them; 8 for a new topic)",
     )
     create.add_argument("--cluster", metavar="NAME", help="cluster to create it in")
     create.add_argument("--order", action="store_true", help="mark the topic as ordered")
@@ -247,7 +250,9 @@ async def _topic_create(admin: AdminClient, args: argparse.Namespace) -> None:
     if args.json:
         print_json({"topic": args.name, "queues": args.queues, "brokers": [b.to_json() for b in brokers]})
     else:
-        print(f"created topic {args.name} with {args.queues} queues on {_broker_list(brokers)}")
+        done = "updated" if args.topic_command == "update" else "created"
+        queues = f" with {args.queues} queues" if args.queues else ""
+        print(f"{done} topic {args.name}{queues} on {_broker_list(brokers)}")
     await warn_of_groups_without_master(
         admin, args.cluster, not_done_there(f"topic {args.name} was not created")
     )

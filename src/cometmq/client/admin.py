@@ -66,6 +66,7 @@ from cometmq.protocol.route import (
     MASTER_ID,
     BrokerData,
     ClusterInfo,
+    QueueData,
     TopicList,
     TopicRouteData,
     parse_kv_table,
@@ -79,6 +80,8 @@ log = logging.getLogger("cometmq.client")
 _NO_END = (1 << 63) - 1  # Long.MAX_VALUE, what RocketMQ's tools send as "no end"
 # How many topics a message lookup without a topic asks about at once.
 _TOPIC_QUERY_CONCURRENCY = 16
+# The queues a topic gets on a broker where it is created without a count (mqadmin updateTopic's 8).
+DEFAULT_TOPIC_QUEUES = 8
 # Marks a message resent from a DLQ: the offset message id of the dead letter it copies.
 RESENT_FROM_DLQ = "RESENT_FROM_DLQ"
 # What the retry path (broker and clients) added to a message; a resent dead letter drops it. The
@@ -311,17 +314,19 @@ class AdminClient(Client):
     async def create_topic(
         self,
         topic: str,
-        queues: int = 8,
+        queues: int | None = None,
         cluster: str | None = None,
-        perm: int = PERM_READ | PERM_WRITE,
+        perm: int | None = None,
         order: bool = False,
         wait: bool = True,
         attributes: str | None = None,
     ) -> list[BrokerData]:
-        """Create (or update) ``topic`` with ``queues`` read and write queues on every master of the
-        cluster, and (``wait``) until the name server routes it there; returns those brokers.
-        *attributes* changes the topic's attributes in RocketMQ 5's syntax, ``+name=value,-name``
-        (``+deduplication=true``); an update without it keeps them."""
+        """Create (or update) ``topic`` on every master of the cluster with ``queues`` read and write
+        queues and permission ``perm``, and (``wait``) until the name server routes it there; returns
+        those brokers. Left out (None), ``queues`` and ``perm`` keep what a broker that has the topic
+        routes already, and are 8 queues, read and write, where it is new. *attributes* changes the
+        topic's attributes in RocketMQ 5's syntax, ``+name=value,-name`` (``+deduplication=true``); an
+        update without it keeps them."""
         reason = topic_name_error(topic)
         if reason is not None:
             raise CometMQError(f'topic "{topic}" is illegal: {reason}')
@@ -330,45 +335,55 @@ class AdminClient(Client):
                 parse_attribute_changes(attributes)
             except ValueError as exc:
                 raise CometMQError(f"topic {topic}: {exc}") from None
-        if queues < 1:
+        if queues is not None and queues < 1:
             raise CometMQError(f"a topic needs at least one queue, not {queues}")
         _, masters = await self.masters_of(cluster)
-        header = CreateTopicRequestHeader(
-            topic=topic,
-            default_topic=DEFAULT_TOPIC,
-            read_queue_nums=queues,
-            write_queue_nums=queues,
-            perm=perm,
-            topic_filter_type="SINGLE_TAG",  # RocketMQ's TopicFilterType: tags are single strings
-            order=order,
-            attributes=attributes or None,
-        ).encode()
+        current = await self._routed_queues(topic) if queues is None or perm is None else {}
+        wanted: dict[str, int] = {}
         for broker in masters:
             assert broker.master_addr is not None
+            routed = current.get(broker.broker_name)
+            count = queues or (routed.write_queue_nums if routed else DEFAULT_TOPIC_QUEUES)
+            header = CreateTopicRequestHeader(
+                topic=topic,
+                default_topic=DEFAULT_TOPIC,
+                read_queue_nums=count,
+                write_queue_nums=count,
+                perm=perm if perm is not None else routed.perm if routed else PERM_READ | PERM_WRITE,
+                topic_filter_type="SINGLE_TAG",  # RocketMQ's TopicFilterType: tags are single strings
+                order=order,
+                attributes=attributes or None,
+            ).encode()
             await self._instance.invoke_ok(broker.master_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+            wanted[broker.broker_name] = count
         if wait:
-            await self._await_route(topic, masters, queues)
+            await self._await_route(topic, wanted)
         return masters
 
-    async def _await_route(self, topic: str, brokers: list[BrokerData], queues: int) -> None:
-        """Wait (at most the request timeout) until the name server routes ``topic`` to ``brokers``.
+    async def _routed_queues(self, topic: str) -> dict[str, QueueData]:
+        """Each broker name's share of ``topic`` as the name server routes it; empty for a topic it
+        does not route."""
+        try:
+            route = await self.topic_route(topic)
+        except BrokerError as exc:
+            if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+            return {}
+        return {q.broker_name: q for q in route.queue_datas}
+
+    async def _await_route(self, topic: str, wanted: dict[str, int]) -> None:
+        """Wait (at most the request timeout) until the name server routes ``topic`` to each broker
+        name of ``wanted`` with its write queue count there.
 
         A broker re-registers its topics after creating one, a Java broker before it replies and
         ours just after; waiting here means the topic is usable as soon as create_topic returns.
         """
-        wanted = {broker.broker_name for broker in brokers}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         while True:
-            try:
-                route = await self.topic_route(topic)
-            except BrokerError as exc:
-                if exc.code != ResponseCode.TOPIC_NOT_EXIST:
-                    raise
-            else:
-                routed = {q.broker_name for q in route.queue_datas if q.write_queue_nums == queues}
-                if wanted <= routed:
-                    return
+            routed = await self._routed_queues(topic)
+            if all(name in routed and routed[name].write_queue_nums == n for name, n in wanted.items()):
+                return
             if loop.time() >= deadline:
                 log.warning("topic %s created, but the name server does not route it yet", topic)
                 return

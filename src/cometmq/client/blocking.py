@@ -683,9 +683,9 @@ class AdminClient(_BlockingClient):
         def create_topic(
             self,
             topic: str,
-            queues: int = ...,
+            queues: int | None = ...,
             cluster: str | None = ...,
-            perm: int = ...,
+            perm: int | None = ...,
             order: bool = ...,
             wait: bool = ...,
             attributes: str | None = ...,

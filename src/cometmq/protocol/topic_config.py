@@ -29,11 +29,15 @@ TOPIC_ATTRIBUTES: Final[dict[str, frozenset[str]]] = {
 }
 
 
+def _unknown_attribute(name: str) -> str:
+    return f"unknown topic attribute {name!r} (known: {', '.join(sorted(TOPIC_ATTRIBUTES))})"
+
+
 def attribute_error(name: str, value: str) -> str | None:
     """Why *name* = *value* is not a topic attribute this broker takes; None if it is one."""
     values = TOPIC_ATTRIBUTES.get(name)
     if values is None:
-        return f"unknown topic attribute {name!r} (known: {', '.join(sorted(TOPIC_ATTRIBUTES))})"
+        return _unknown_attribute(name)
     if value not in values:
         return f"topic attribute {name} takes {' or '.join(sorted(values))}, not {value!r}"
     return None
@@ -60,6 +64,8 @@ def parse_attribute_changes(text: str) -> dict[str, str | None]:
             name, value = rest, None
             if not name or "=" in name:
                 raise ValueError(f"attribute {item!r} is not -name")
+            if name not in TOPIC_ATTRIBUTES:
+                raise ValueError(_unknown_attribute(name))
         else:
             raise ValueError(f"attribute {item!r} starts with neither + (set) nor - (remove)")
         if name in changes:

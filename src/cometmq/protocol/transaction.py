@@ -44,3 +44,14 @@ TRANSACTION_ID: Final = "__transactionId__"
 OP_RECORD_TAG: Final = "d"
 # The consumer group under which the check-back's progress through the half and op queues is kept.
 TRANSACTION_CHECK_GROUP: Final = "CID_RMQ_SYS_TRANS"
+# CometMQ's property on an op record saying how the half message was settled: one of the values of
+# ``Settlement``. RocketMQ's op records carry none (the kind of what they settle is then unknown).
+SETTLED_AS: Final = "SETTLED_AS"
+
+
+class Settlement(enum.Enum):
+    """How a half message was settled (the ``SETTLED_AS`` property of its op record)."""
+
+    COMMIT = "COMMIT"  # END_TRANSACTION committed it: a copy is in its real queue
+    ROLLBACK = "ROLLBACK"  # END_TRANSACTION rolled it back
+    DISCARD = "DISCARD"  # transactionCheckMax check-backs unanswered: copied to TRANS_CHECK_MAX_TIME_TOPIC

@@ -32,8 +32,9 @@ from cometmq.broker import _transaction
 from cometmq.broker._json_config import MetadataFile
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import TRANS_CHECK_MAX_TIME_TOPIC
-from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.properties import decode_properties, encode_properties
 from cometmq.protocol.record import DecodedRecord, decode_record_at
+from cometmq.protocol.transaction import OP_RECORD_TAG, Settlement
 from cometmq.remoting import RemotingClient
 from cometmq.store import PutStatus
 from waiting import wait_until
@@ -191,9 +192,9 @@ def test_after_transaction_check_max_checks_the_message_is_discarded(
             assert len(warnings) == 1
             assert half.uniq_key in warnings[0] and TOPIC in warnings[0] and GROUP in warnings[0]
             assert any(f"no producer of group {GROUP} is connected" in r.getMessage() for r in caplog.records)
-            # An END that comes too late changes nothing.
+            # A commit that comes too late is refused and changes nothing.
             response = await client.invoke(addr, end_request(half, COMMIT), timeout=10)
-            assert response.code == ResponseCode.SUCCESS
+            assert response.code == ResponseCode.TRANSACTION_FAILED
             assert await records_of(client, addr, TOPIC) == []
 
     run(scenario())
@@ -234,7 +235,11 @@ def test_op_records_naming_several_offsets_settle_each_of_them(tmp_path: Path) -
         async with broker_and_client(tmp_path) as (broker, addr, client):
             await create_topic(client, addr, TOPIC, queues=1)
             halves = [await send_half(client, addr, TOPIC, f"m{i}".encode()) for i in range(3)]
-            op = dataclasses.replace(broker.transactions.op_record(0), body=b"0,2")
+            op = dataclasses.replace(
+                broker.transactions.op_record(0, Settlement.ROLLBACK),
+                body=b"0,2",
+                properties=encode_properties({"TAGS": OP_RECORD_TAG}),  # RocketMQ's: no SETTLED_AS
+            )
             assert broker.store.put(op).status is PutStatus.PUT_OK
         async with broker_and_client(tmp_path) as (broker, addr, client):
             settled = broker.transactions.settled

@@ -82,11 +82,12 @@ def test_a_half_message_is_invisible_until_committed_and_then_delivered_once(tmp
             assert not {"TRAN_MSG", "REAL_TOPIC", "REAL_QID"} & props.keys()
             (op,) = await records_of(client, addr, TRANS_OP_HALF_TOPIC)
             assert op.body == str(half.queue_offset).encode()
-            assert decode_properties(op.properties)["TAGS"] == "d"
+            assert decode_properties(op.properties) == {"TAGS": "d", "SETTLED_AS": "COMMIT"}
 
-            # A second END of either kind changes nothing.
+            # A second END changes nothing: a commit is answered SUCCESS, a rollback refused.
             await settled(client, addr, half, COMMIT)
-            await settled(client, addr, half, ROLLBACK)
+            response = await end(client, addr, end_request(half, ROLLBACK, topic=TOPIC))
+            assert response.code == ResponseCode.TRANSACTION_FAILED
             assert len(await records_of(client, addr, TOPIC, 1)) == 1
             assert len(await records_of(client, addr, TRANS_OP_HALF_TOPIC)) == 1
 
@@ -99,9 +100,11 @@ def test_a_rolled_back_half_message_is_never_delivered(tmp_path: Path) -> None:
             await create_topic(client, addr, TOPIC, queues=1)
             half = await send_half(client, addr, TOPIC, b"never")
             await settled(client, addr, half, ROLLBACK)
-            await settled(client, addr, half, COMMIT)  # too late: nothing changes
+            response = await end(client, addr, end_request(half, COMMIT, topic=TOPIC))
+            assert response.code == ResponseCode.TRANSACTION_FAILED  # too late: nothing changes
             assert await records_of(client, addr, TOPIC) == []
-            assert len(await records_of(client, addr, TRANS_OP_HALF_TOPIC)) == 1
+            (op,) = await records_of(client, addr, TRANS_OP_HALF_TOPIC)
+            assert decode_properties(op.properties)["SETTLED_AS"] == "ROLLBACK"
 
     run(scenario())
 

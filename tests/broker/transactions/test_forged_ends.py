@@ -26,7 +26,7 @@ from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.record import decode_record_at, encode_record_into, record_size
-from cometmq.protocol.transaction import TRANSACTION_CHECK_GROUP
+from cometmq.protocol.transaction import TRANSACTION_CHECK_GROUP, Settlement
 from cometmq.store import PutStatus
 
 TOPIC = "TxVictim"
@@ -97,7 +97,7 @@ def test_an_op_record_naming_no_stored_half_is_ignored(
             await create_topic(client, addr, TOPIC, queues=1)
             service = broker.transactions
             far = 1_000_000
-            assert broker.store.put(service.op_record(far)).status is PutStatus.PUT_OK
+            assert broker.store.put(service.op_record(far, Settlement.ROLLBACK)).status is PutStatus.PUT_OK
             await service.stop()
             service.start()  # reads the op records from O on
             assert far not in service.settled
