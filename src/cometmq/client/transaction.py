@@ -95,6 +95,13 @@ REMEMBER_DECISION_S = 600.0
 WORKER_THREADS = 4
 
 
+# END answers that decide a half: settled as asked (SUCCESS), or refused for good (the half was settled
+# the other way: TRANSACTION_FAILED; it is not a half of this group at these offsets: SYSTEM_ERROR).
+_SETTLED_OR_REFUSED = frozenset(
+    {ResponseCode.SUCCESS, ResponseCode.TRANSACTION_FAILED, ResponseCode.SYSTEM_ERROR}
+)
+
+
 class TransactionState(enum.Enum):
     """A local transaction's outcome: what END_TRANSACTION tells the broker."""
 
@@ -413,9 +420,14 @@ class TransactionProducer(Producer):
                 addr = self._instance.broker_addr(broker)
             if addr is None:
                 raise CometMQError(f"no master address is known for broker {broker!r}")
-            return await self._instance.invoke(
+            answer = await self._instance.invoke(
                 addr, RequestCode.END_TRANSACTION, header.encode(), timeout=self.send_timeout
             )
+            if answer.code in _SETTLED_OR_REFUSED:
+                return answer
+            # Not a verdict on the half (a flush or a slave timing out, a master not serving yet):
+            # the decision stays remembered, and the check-back settles the half by it.
+            raise CometMQError(f"answered {answer.code}: {answer.remark}")
         except (CometMQError, ValueError) as exc:  # ValueError: the broker's msgId is no offset id
             log.warning(
                 "ending transaction %s (%s) of message %s on %s failed, left to the check-back: %s",
