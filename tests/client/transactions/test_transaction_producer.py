@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from txclient_support import Checker, answer, cluster, commit_marker, consuming, create_topic, run
+from txclient_support import (
+    GROUP,
+    Checker,
+    answer,
+    cluster,
+    commit_marker,
+    consuming,
+    create_topic,
+    run,
+    transacting,
+)
 
 from cometmq.client import Message, ReceivedMessage, TransactionProducer, TransactionState, blocking
 from cometmq.errors import ConnectionClosedError
@@ -31,53 +41,42 @@ from cometmq.protocol.transaction import (
 from processes import subprocess_env
 from waiting import wait_until, wait_until_blocking
 
-GROUP = "PID_tx"
 PRODUCER_PROCESS = Path(__file__).with_name("tx_producer_process.py")
 
 
 def test_a_committed_message_is_delivered_once(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with cluster(tmp_path) as (namesrv, _):
-            await create_topic(namesrv, "TxOrders")
-            checker = Checker(TransactionState.ROLLBACK)
-            async with (
-                TransactionProducer(GROUP, namesrv, check=checker) as producer,
-                consuming(namesrv, "GID_tx", "TxOrders") as received,
-            ):
-                result = await producer.send_in_transaction(
-                    Message("TxOrders", b"order 1", tags="created"), answer(TransactionState.COMMIT)
-                )
-                assert result.state is TransactionState.COMMIT
-                assert len(result.transaction_id) == 32 and result.transaction_id != result.msg_id
-                await received.wait_for(b"order 1")
-                await received.wait_for(*await commit_marker(producer, "TxOrders"))
-                assert received.bodies[b"order 1"] == 1
-                [delivered] = [m for m in received.messages if m.body == b"order 1"]
-                assert delivered.msg_id == result.msg_id
-                assert delivered.transaction_id == result.transaction_id
-                assert delivered.tags == "created"
-                assert TRANSACTION_PREPARED not in delivered.properties
-                assert not checker.calls
+        checker = Checker(TransactionState.ROLLBACK)
+        async with transacting(tmp_path, checker) as (producer, received, _):
+            result = await producer.send_in_transaction(
+                Message("TxOrders", b"order 1", tags="created"), answer(TransactionState.COMMIT)
+            )
+            assert result.state is TransactionState.COMMIT
+            assert len(result.transaction_id) == 32 and result.transaction_id != result.msg_id
+            await received.wait_for(b"order 1")
+            await received.wait_for(*await commit_marker(producer, "TxOrders"))
+            assert received.bodies[b"order 1"] == 1
+            [delivered] = [m for m in received.messages if m.body == b"order 1"]
+            assert delivered.msg_id == result.msg_id
+            assert delivered.transaction_id == result.transaction_id
+            assert delivered.tags == "created"
+            assert TRANSACTION_PREPARED not in delivered.properties
+            assert not checker.calls
 
     run(scenario())
 
 
 def test_a_rolled_back_message_is_never_delivered(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with cluster(tmp_path) as (namesrv, _):
-            await create_topic(namesrv, "TxOrders")
-            checker = Checker(TransactionState.COMMIT)
-            async with (
-                TransactionProducer(GROUP, namesrv, check=checker) as producer,
-                consuming(namesrv, "GID_tx", "TxOrders") as received,
-            ):
-                result = await producer.send_in_transaction(
-                    Message("TxOrders", b"cancelled"), answer(TransactionState.ROLLBACK)
-                )
-                assert result.state is TransactionState.ROLLBACK
-                await received.wait_for(*await commit_marker(producer, "TxOrders"))
-                assert not received.bodies[b"cancelled"]
-                assert not checker.calls
+        checker = Checker(TransactionState.COMMIT)
+        async with transacting(tmp_path, checker) as (producer, received, _):
+            result = await producer.send_in_transaction(
+                Message("TxOrders", b"cancelled"), answer(TransactionState.ROLLBACK)
+            )
+            assert result.state is TransactionState.ROLLBACK
+            await received.wait_for(*await commit_marker(producer, "TxOrders"))
+            assert not received.bodies[b"cancelled"]
+            assert not checker.calls
 
     run(scenario())
 
@@ -90,29 +89,24 @@ def test_an_undecided_message_is_settled_by_the_check_back(tmp_path: Path, outco
         return TransactionState.UNKNOWN
 
     async def scenario() -> None:
-        async with cluster(tmp_path) as (namesrv, _):
-            await create_topic(namesrv, "TxOrders")
-            checker = Checker(TransactionState.COMMIT)
-            async with (
-                TransactionProducer(GROUP, namesrv, check=checker) as producer,
-                consuming(namesrv, "GID_tx", "TxOrders") as received,
-            ):
-                message = Message("TxOrders", b"decided later", keys="order-7")
-                if outcome == "raises":
-                    with pytest.raises(ValueError, match="half way"):
-                        await producer.send_in_transaction(message, execute)
-                else:
-                    result = await producer.send_in_transaction(message, execute)
-                    assert result.state is TransactionState.UNKNOWN
-                await received.wait_for(b"decided later")
-                [checked] = checker.messages
-                assert checked.topic == "TxOrders"  # the real topic, not the half topic
-                assert checked.body == b"decided later"
-                assert checked.keys == ["order-7"]
-                assert checked.properties[PRODUCER_GROUP] == GROUP
-                assert checker.calls == {checked.properties[TRANSACTION_ID]: 1}
-                await received.wait_for(*await commit_marker(producer, "TxOrders"))
-                assert received.bodies[b"decided later"] == 1
+        checker = Checker(TransactionState.COMMIT)
+        async with transacting(tmp_path, checker) as (producer, received, _):
+            message = Message("TxOrders", b"decided later", keys="order-7")
+            if outcome == "raises":
+                with pytest.raises(ValueError, match="half way"):
+                    await producer.send_in_transaction(message, execute)
+            else:
+                result = await producer.send_in_transaction(message, execute)
+                assert result.state is TransactionState.UNKNOWN
+            await received.wait_for(b"decided later")
+            [checked] = checker.messages
+            assert checked.topic == "TxOrders"  # the real topic, not the half topic
+            assert checked.body == b"decided later"
+            assert checked.keys == ["order-7"]
+            assert checked.properties[PRODUCER_GROUP] == GROUP
+            assert checker.calls == {checked.properties[TRANSACTION_ID]: 1}
+            await received.wait_for(*await commit_marker(producer, "TxOrders"))
+            assert received.bodies[b"decided later"] == 1
 
     run(scenario())
 
@@ -121,31 +115,24 @@ def test_a_delayed_message_is_delayed_from_its_commit_and_never_delivered_when_r
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with cluster(tmp_path) as (namesrv, brokers):
-            await create_topic(namesrv, "TxOrders")
-            checker = Checker(TransactionState.ROLLBACK)
-            async with (
-                TransactionProducer(GROUP, namesrv, check=checker) as producer,
-                consuming(namesrv, "GID_tx", "TxOrders") as received,
-            ):
-                for body, state in [
-                    (b"delayed, cancelled", TransactionState.ROLLBACK),
-                    (b"delayed", TransactionState.COMMIT),
-                ]:
-                    await producer.send_in_transaction(
-                        Message("TxOrders", body, delay_level=1), answer(state)
-                    )
-                # Both would go through the same delay level's queue, in this order.
-                await received.wait_for(b"delayed")
-                assert not received.bodies[b"delayed, cancelled"]
-                [delivered] = received.messages
-                # Delivered by the delay service: the committed copy went through the schedule topic
-                # (which leaves its real topic and queue in REAL_TOPIC/REAL_QID and drops DELAY); the
-                # rolled back one never reached it.
-                assert delivered.properties[REAL_TOPIC] == "TxOrders"
-                assert delivered.properties[REAL_QUEUE_ID] == "0"
-                assert "DELAY" not in delivered.properties
-                assert brokers["broker-a"].store.max_offset(SCHEDULE_TOPIC, 0) == 1
+        checker = Checker(TransactionState.ROLLBACK)
+        async with transacting(tmp_path, checker) as (producer, received, brokers):
+            for body, state in [
+                (b"delayed, cancelled", TransactionState.ROLLBACK),
+                (b"delayed", TransactionState.COMMIT),
+            ]:
+                await producer.send_in_transaction(Message("TxOrders", body, delay_level=1), answer(state))
+            # Both would go through the same delay level's queue, in this order.
+            await received.wait_for(b"delayed")
+            assert not received.bodies[b"delayed, cancelled"]
+            [delivered] = received.messages
+            # Delivered by the delay service: the committed copy went through the schedule topic
+            # (which leaves its real topic and queue in REAL_TOPIC/REAL_QID and drops DELAY); the
+            # rolled back one never reached it.
+            assert delivered.properties[REAL_TOPIC] == "TxOrders"
+            assert delivered.properties[REAL_QUEUE_ID] == "0"
+            assert "DELAY" not in delivered.properties
+            assert brokers["broker-a"].store.max_offset(SCHEDULE_TOPIC, 0) == 1
 
     run(scenario())
 
@@ -154,28 +141,23 @@ def test_an_open_transaction_is_answered_unknown_without_asking_the_checker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def scenario() -> None:
-        async with cluster(tmp_path) as (namesrv, _):
-            await create_topic(namesrv, "TxOrders")
-            checker = Checker(TransactionState.ROLLBACK)
-            async with (
-                TransactionProducer(GROUP, namesrv, check=checker) as producer,
-                consuming(namesrv, "GID_tx", "TxOrders") as received,
-            ):
-                checks: list[CheckTransactionStateRequestHeader] = []
-                answer_check = producer.check_transaction_state
+        checker = Checker(TransactionState.ROLLBACK)
+        async with transacting(tmp_path, checker) as (producer, received, _):
+            checks: list[CheckTransactionStateRequestHeader] = []
+            answer_check = producer.check_transaction_state
 
-                def spy(addr: str, request: CheckTransactionStateRequestHeader, msg: ReceivedMessage) -> None:
-                    checks.append(request)
-                    answer_check(addr, request, msg)
+            def spy(addr: str, request: CheckTransactionStateRequestHeader, msg: ReceivedMessage) -> None:
+                checks.append(request)
+                answer_check(addr, request, msg)
 
-                monkeypatch.setattr(producer, "check_transaction_state", spy)
-                async with producer.transaction() as transaction:
-                    await transaction.send(Message("TxOrders", b"slow transaction"))
-                    await wait_until(lambda: checks, message="a check-back while the transaction is open")
-                assert transaction.state is TransactionState.COMMIT
-                await received.wait_for(b"slow transaction")
-                assert checks[0].transaction_id == transaction.transaction_id
-                assert not checker.calls
+            monkeypatch.setattr(producer, "check_transaction_state", spy)
+            async with producer.transaction() as transaction:
+                await transaction.send(Message("TxOrders", b"slow transaction"))
+                await wait_until(lambda: checks, message="a check-back while the transaction is open")
+            assert transaction.state is TransactionState.COMMIT
+            await received.wait_for(b"slow transaction")
+            assert checks[0].transaction_id == transaction.transaction_id
+            assert not checker.calls
 
     run(scenario())
 
@@ -200,34 +182,32 @@ def test_the_check_back_reaches_a_second_producer_when_the_first_is_closed(tmp_p
 
 def test_a_transaction_across_two_brokers_commits_all_or_none(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with cluster(tmp_path, ("broker-a", "broker-b")) as (namesrv, _):
-            await create_topic(namesrv, "TxOrders", "broker-a")
-            await create_topic(namesrv, "TxInvoices", "broker-b")
-            checker = Checker(TransactionState.ROLLBACK)
-            async with (
-                TransactionProducer(GROUP, namesrv, check=checker) as producer,
-                consuming(namesrv, "GID_tx", "TxOrders", "TxInvoices") as received,
-            ):
-                with pytest.raises(RuntimeError, match="payment refused"):
-                    async with producer.transaction() as cancelled:
-                        await cancelled.send(Message("TxOrders", b"order 2"))
-                        await cancelled.send(Message("TxInvoices", b"invoice 2"))
-                        raise RuntimeError("payment refused")
-                assert cancelled.state is TransactionState.ROLLBACK
+        checker = Checker(TransactionState.ROLLBACK)
+        async with transacting(tmp_path, checker, {"TxOrders": "broker-a", "TxInvoices": "broker-b"}) as (
+            producer,
+            received,
+            _,
+        ):
+            with pytest.raises(RuntimeError, match="payment refused"):
+                async with producer.transaction() as cancelled:
+                    await cancelled.send(Message("TxOrders", b"order 2"))
+                    await cancelled.send(Message("TxInvoices", b"invoice 2"))
+                    raise RuntimeError("payment refused")
+            assert cancelled.state is TransactionState.ROLLBACK
 
-                async with producer.transaction() as transaction:
-                    order = await transaction.send(Message("TxOrders", b"order 1"))
-                    invoice = await transaction.send(Message("TxInvoices", b"invoice 1"))
-                assert len(transaction.transaction_id) == 32
-                assert {order.queue.broker_name, invoice.queue.broker_name} == {"broker-a", "broker-b"}
-                assert not transaction.pending
-                await received.wait_for(b"order 1", b"invoice 1")
-                delivered = [m for m in received.messages if m.body in (b"order 1", b"invoice 1")]
-                assert {m.transaction_id for m in delivered} == {transaction.transaction_id}
-                assert {m.properties[TRANSACTION_ID] for m in delivered} == {transaction.transaction_id}
-                await received.wait_for(*await commit_marker(producer, "TxOrders", "TxInvoices"))
-                assert not received.bodies[b"order 2"] and not received.bodies[b"invoice 2"]
-                assert not checker.calls
+            async with producer.transaction() as transaction:
+                order = await transaction.send(Message("TxOrders", b"order 1"))
+                invoice = await transaction.send(Message("TxInvoices", b"invoice 1"))
+            assert len(transaction.transaction_id) == 32
+            assert {order.queue.broker_name, invoice.queue.broker_name} == {"broker-a", "broker-b"}
+            assert not transaction.pending
+            await received.wait_for(b"order 1", b"invoice 1")
+            delivered = [m for m in received.messages if m.body in (b"order 1", b"invoice 1")]
+            assert {m.transaction_id for m in delivered} == {transaction.transaction_id}
+            assert {m.properties[TRANSACTION_ID] for m in delivered} == {transaction.transaction_id}
+            await received.wait_for(*await commit_marker(producer, "TxOrders", "TxInvoices"))
+            assert not received.bodies[b"order 2"] and not received.bodies[b"invoice 2"]
+            assert not checker.calls
 
     run(scenario())
 
@@ -236,33 +216,31 @@ def test_ends_that_fail_are_settled_by_the_check_back_as_the_transaction_ended(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def scenario() -> None:
-        async with cluster(tmp_path, ("broker-a", "broker-b")) as (namesrv, _):
-            await create_topic(namesrv, "TxOrders", "broker-a")
-            await create_topic(namesrv, "TxInvoices", "broker-b")
-            checker = Checker(TransactionState.ROLLBACK)  # never asked: the producer remembers
-            async with (
-                TransactionProducer(GROUP, namesrv, check=checker) as producer,
-                consuming(namesrv, "GID_tx", "TxOrders", "TxInvoices") as received,
-            ):
-                instance = producer._instance
-                invoke = instance.invoke
+        checker = Checker(TransactionState.ROLLBACK)  # never asked: the producer remembers
+        async with transacting(tmp_path, checker, {"TxOrders": "broker-a", "TxInvoices": "broker-b"}) as (
+            producer,
+            received,
+            _,
+        ):
+            instance = producer._instance
+            invoke = instance.invoke
 
-                async def lose_the_ends(addr: str, code: int, *args: Any, **kwargs: Any) -> RemotingCommand:
-                    if code == RequestCode.END_TRANSACTION and not ends_lost:
-                        ends_lost.append(addr)
-                        raise ConnectionClosedError(f"connection to {addr} lost")
-                    return await invoke(addr, code, *args, **kwargs)
+            async def lose_the_ends(addr: str, code: int, *args: Any, **kwargs: Any) -> RemotingCommand:
+                if code == RequestCode.END_TRANSACTION and not ends_lost:
+                    ends_lost.append(addr)
+                    raise ConnectionClosedError(f"connection to {addr} lost")
+                return await invoke(addr, code, *args, **kwargs)
 
-                ends_lost: list[str] = []
-                monkeypatch.setattr(instance, "invoke", lose_the_ends)
-                async with producer.transaction() as transaction:
-                    await transaction.send(Message("TxOrders", b"order 1"))
-                    await transaction.send(Message("TxInvoices", b"invoice 1"))
-                assert len(transaction.pending) == 1
-                # Remembered while an END is pending, for the check-back of its half.
-                assert transaction.transaction_id in producer._decisions
-                await received.wait_for(b"order 1", b"invoice 1")
-                assert not checker.calls
+            ends_lost: list[str] = []
+            monkeypatch.setattr(instance, "invoke", lose_the_ends)
+            async with producer.transaction() as transaction:
+                await transaction.send(Message("TxOrders", b"order 1"))
+                await transaction.send(Message("TxInvoices", b"invoice 1"))
+            assert len(transaction.pending) == 1
+            # Remembered while an END is pending, for the check-back of its half.
+            assert transaction.transaction_id in producer._decisions
+            await received.wait_for(b"order 1", b"invoice 1")
+            assert not checker.calls
         [warning] = [r.getMessage() for r in caplog.records if "left to the check-back" in r.getMessage()]
         assert transaction.transaction_id in warning and "COMMIT" in warning
 

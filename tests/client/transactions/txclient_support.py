@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +26,8 @@ from cometmq.namesrv import NameServer
 from waiting import wait_until
 
 T = TypeVar("T")
+
+GROUP = "PID_tx"
 
 # Half messages are checked back soon after they are stored, and often.
 TRANSACTION_SETTINGS: dict[str, Any] = {"transactionTimeOut": 1000, "transactionCheckInterval": 300}
@@ -111,6 +113,24 @@ async def consuming(namesrv: str, group: str, *topics: str) -> AsyncIterator[Rec
     consumer.listen(received.listen)
     async with consumer:
         yield received
+
+
+@contextlib.asynccontextmanager
+async def transacting(
+    data_dir: Path, checker: Checker, topics: Mapping[str, str] | None = None, **settings: Any
+) -> AsyncIterator[tuple[TransactionProducer, Received, dict[str, Broker]]]:
+    """*topics* (topic: broker name; ``TxOrders`` on ``broker-a`` by default) on a cluster of their
+    brokers, a transaction producer asking *checker* and a consumer of the topics: the producer, what the
+    consumer received and the brokers by name. *settings* are broker.conf keys for every broker."""
+    topics = topics or {"TxOrders": "broker-a"}
+    async with cluster(data_dir, tuple(dict.fromkeys(topics.values())), **settings) as (namesrv, brokers):
+        for topic, broker_name in topics.items():
+            await create_topic(namesrv, topic, broker_name)
+        async with (
+            TransactionProducer(GROUP, namesrv, check=checker) as producer,
+            consuming(namesrv, "GID_tx", *topics) as received,
+        ):
+            yield producer, received, brokers
 
 
 class Checker:
