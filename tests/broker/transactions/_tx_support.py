@@ -5,9 +5,11 @@ CHECK_TRANSACTION_STATE requests."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +52,7 @@ __all__ = [
     "create_topic",
     "end_request",
     "half_request",
+    "joined_producer",
     "name_server",
     "pull",
     "run",
@@ -175,3 +178,16 @@ class RawProducer:
 
     async def close(self) -> None:
         await self.client.close()
+
+
+@contextlib.asynccontextmanager
+async def joined_producer(
+    addr: str, *, group: str = GROUP, client_id: str = ""
+) -> AsyncIterator[RawProducer]:
+    """A :class:`RawProducer` of *group* that has heartbeated to the broker at *addr*, closed on exit."""
+    producer = RawProducer(group, client_id)
+    try:
+        await producer.join(addr)
+        yield producer
+    finally:
+        await producer.close()

@@ -19,10 +19,10 @@ from _tx_support import (
     GROUP,
     ROLLBACK,
     UNKNOWN,
-    RawProducer,
     broker_and_client,
     create_topic,
     end_request,
+    joined_producer,
     pull,
     run,
     send_half,
@@ -54,9 +54,7 @@ def test_an_open_half_message_is_checked_and_the_answer_settles_it(tmp_path: Pat
     async def scenario() -> None:
         async with broker_and_client(tmp_path, **FAST_CHECKS) as (broker, addr, client):
             await create_topic(client, addr, TOPIC, queues=2)
-            producer = RawProducer()
-            try:
-                await producer.join(addr)
+            async with joined_producer(addr) as producer:
                 half = await send_half(
                     client, addr, TOPIC, b"ask me", queue_id=1, TAGS="t", __transactionId__="tx-1"
                 )
@@ -94,8 +92,6 @@ def test_an_open_half_message_is_checked_and_the_answer_settles_it(tmp_path: Pat
                     message="the half message counted settled",
                 )
                 assert half.queue_offset not in broker.transactions.check_counts
-            finally:
-                await producer.close()
 
     run(scenario())
 
@@ -104,10 +100,10 @@ def test_checks_repeat_until_answered_and_go_round_robin(tmp_path: Path) -> None
     async def scenario() -> None:
         async with broker_and_client(tmp_path, **FAST_CHECKS) as (_broker, addr, client):
             await create_topic(client, addr, TOPIC, queues=1)
-            first, second = RawProducer(client_id="first"), RawProducer(client_id="second")
-            try:
-                await first.join(addr)
-                await second.join(addr)
+            async with (
+                joined_producer(addr, client_id="first") as first,
+                joined_producer(addr, client_id="second") as second,
+            ):
                 half = await send_half(client, addr, TOPIC, b"x")
                 one = await first.next_check()
                 two = await second.next_check()
@@ -121,9 +117,6 @@ def test_checks_repeat_until_answered_and_go_round_robin(tmp_path: Path) -> None
                 answered = await two.conn.invoke(end_request(half, ROLLBACK, from_check=True), 10)
                 assert answered.code == ResponseCode.SUCCESS
                 assert await records_of(client, addr, TOPIC) == []
-            finally:
-                await first.close()
-                await second.close()
 
     run(scenario())
 
@@ -137,9 +130,7 @@ def test_check_immunity_time_holds_a_check_back(tmp_path: Path, monkeypatch: pyt
         rounds_by_hand = {"transactionTimeOut": "1", "transactionCheckInterval": "3600000"}
         async with broker_and_client(tmp_path, **rounds_by_hand) as (broker, addr, client):
             await create_topic(client, addr, TOPIC, queues=1)
-            producer = RawProducer()
-            try:
-                await producer.join(addr)
+            async with joined_producer(addr) as producer:
                 immune = await send_half(
                     client, addr, TOPIC, b"immune", CHECK_IMMUNITY_TIME_IN_SECONDS="3600"
                 )
@@ -157,8 +148,6 @@ def test_check_immunity_time_holds_a_check_back(tmp_path: Path, monkeypatch: pyt
                 checked = [(await producer.next_check()).header.tran_state_table_offset for _ in range(5)]
                 assert checked == [plain.queue_offset] * 3 + [brief.queue_offset, plain.queue_offset]
                 assert immune.queue_offset not in broker.transactions.check_counts
-            finally:
-                await producer.close()
 
     run(scenario())
 
@@ -205,14 +194,10 @@ def test_check_counts_are_kept_across_a_restart(tmp_path: Path) -> None:
         settings = {"transactionCheckMax": "3", **FAST_CHECKS}
         async with broker_and_client(tmp_path, **settings) as (broker, addr, client):
             await create_topic(client, addr, TOPIC, queues=1)
-            producer = RawProducer()
-            try:
-                await producer.join(addr)
+            async with joined_producer(addr) as producer:
                 half = await send_half(client, addr, TOPIC, b"counted")
                 await producer.next_check()
                 await producer.next_check()
-            finally:
-                await producer.close()
             await wait_until(
                 lambda: broker.transactions.check_counts.get(half.queue_offset, 0) >= 2,
                 message="two checks counted",

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from _tx_support import (
     GROUP,
-    RawProducer,
     broker_and_client,
     create_topic,
     half_request,
+    joined_producer,
     pull,
     run,
     send_half,
@@ -69,17 +69,13 @@ def test_an_unparsable_immunity_time_is_the_transaction_timeout(
     async def scenario() -> None:
         async with broker_and_client(tmp_path, **FAST_CHECKS) as (_broker, addr, client):
             await create_topic(client, addr, TOPIC, queues=1)
-            producer = RawProducer()
-            try:
-                await producer.join(addr)
+            async with joined_producer(addr) as producer:
                 # "²" is a digit to str.isdigit() and no number to int().
                 odd = await send_half(client, addr, TOPIC, b"odd", CHECK_IMMUNITY_TIME_IN_SECONDS="\u00b2")
                 plain = await send_half(client, addr, TOPIC, b"plain")
                 checked: set[int] = set()
                 while checked != {odd.queue_offset, plain.queue_offset}:
                     checked.add((await producer.next_check()).header.tran_state_table_offset)
-            finally:
-                await producer.close()
 
     run(scenario())
     assert check_errors(caplog) == []
@@ -97,41 +93,37 @@ def test_a_half_message_whose_check_fails_is_discarded_and_the_others_are_checke
             client,
         ):
             await create_topic(client, addr, TOPIC, queues=1)
-            producer = RawProducer()
-            await producer.join(addr)
-            # A half message stored with properties so long that its check's body, with
-            # TRANSACTION_CHECK_TIMES added, cannot be encoded (the send refuses such a message
-            # now; a store may hold one from before).
-            uniq_key = uuid.uuid4().hex.upper()
-            properties = {
-                "PGROUP": GROUP,
-                "REAL_TOPIC": TOPIC,
-                "REAL_QID": "0",
-                "UNIQ_KEY": uniq_key,
-                "pad": "",
-            }
-            properties["pad"] = "p" * (MAX_PROPERTIES_SIZE - 10 - len(encode_properties(properties)))
-            stored = broker.store.put(
-                MessageToStore(
-                    topic=TRANS_HALF_TOPIC,
-                    queue_id=0,
-                    flag=0,
-                    body=b"too long to check",
-                    properties=encode_properties(properties),
-                    sys_flag=0,
-                    born_timestamp=int(time.time() * 1000),
-                    born_host=broker.store_host,
-                    store_host=broker.store_host,
-                    uniq_key=uniq_key,
+            async with joined_producer(addr) as producer:
+                # A half message stored with properties so long that its check's body, with
+                # TRANSACTION_CHECK_TIMES added, cannot be encoded: the send refuses such a message, but a
+                # store may already hold one.
+                uniq_key = uuid.uuid4().hex.upper()
+                properties = {
+                    "PGROUP": GROUP,
+                    "REAL_TOPIC": TOPIC,
+                    "REAL_QID": "0",
+                    "UNIQ_KEY": uniq_key,
+                    "pad": "",
+                }
+                properties["pad"] = "p" * (MAX_PROPERTIES_SIZE - 10 - len(encode_properties(properties)))
+                stored = broker.store.put(
+                    MessageToStore(
+                        topic=TRANS_HALF_TOPIC,
+                        queue_id=0,
+                        flag=0,
+                        body=b"too long to check",
+                        properties=encode_properties(properties),
+                        sys_flag=0,
+                        born_timestamp=int(time.time() * 1000),
+                        born_host=broker.store_host,
+                        store_host=broker.store_host,
+                        uniq_key=uniq_key,
+                    )
                 )
-            )
-            assert stored.status is PutStatus.PUT_OK
-            try:
+                assert stored.status is PutStatus.PUT_OK
                 later = await send_half(client, addr, TOPIC, b"later")
                 while (await producer.next_check()).header.tran_state_table_offset != later.queue_offset:
                     pass
-            finally:
-                await producer.close()
 
             async def discarded() -> list[bytes]:
                 _, records = await pull(client, addr, TRANS_CHECK_MAX_TIME_TOPIC, 0, 0)
@@ -152,9 +144,7 @@ def test_a_half_message_without_room_for_the_check_count_is_refused(tmp_path: Pa
             client,
         ):
             await create_topic(client, addr, TOPIC, queues=1)
-            producer = RawProducer()
-            try:
-                await producer.join(addr)
+            async with joined_producer(addr) as producer:
                 pad = MAX_PROPERTIES_SIZE - 20
                 response = await client.invoke(addr, half_request(TOPIC, b"x", pad="p" * pad), timeout=10)
                 assert response.code == ResponseCode.MESSAGE_ILLEGAL
@@ -174,7 +164,5 @@ def test_a_half_message_without_room_for_the_check_count_is_refused(tmp_path: Pa
                 check = await producer.next_check()
                 shown = decode_record_at(memoryview(check.body), 0, len(check.body))
                 assert decode_properties(shown.properties)[TRANSACTION_CHECK_TIMES] == "1"
-            finally:
-                await producer.close()
 
     run(scenario())
