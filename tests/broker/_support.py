@@ -237,21 +237,24 @@ def heartbeat(
     return RemotingCommand(code=RequestCode.HEART_BEAT, body=json.dumps(body).encode(), language=language)
 
 
-async def create_topic(client: RemotingClient, addr: str, topic: str, queues: int = 4) -> RemotingCommand:
+async def create_topic(
+    client: RemotingClient, addr: str, topic: str, queues: int = 4, *, attributes: str | None = None
+) -> RemotingCommand:
+    """UPDATE_AND_CREATE_TOPIC for *topic*; *attributes* as the admin tool sends them (``+key=value``,
+    ``-key``, comma-separated), none by default."""
+    fields = {
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "readQueueNums": str(queues),
+        "writeQueueNums": str(queues),
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+        "order": "false",
+    }
+    if attributes is not None:
+        fields["attributes"] = attributes
     return await client.invoke(
-        addr,
-        RemotingCommand(
-            code=RequestCode.UPDATE_AND_CREATE_TOPIC,
-            ext_fields={
-                "topic": topic,
-                "defaultTopic": "TBW102",
-                "readQueueNums": str(queues),
-                "writeQueueNums": str(queues),
-                "perm": "6",
-                "topicFilterType": "SINGLE_TAG",
-                "order": "false",
-            },
-        ),
+        addr, RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=fields)
     )
 
 

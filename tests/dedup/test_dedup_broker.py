@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
 from _support import (
     address,
     broker_and_client,
+    create_topic,
     name_server,
     pull,
     run,
@@ -61,30 +62,11 @@ async def _keys_in(client: RemotingClient, addr: str, topic: str, queue_id: int)
     return [decode_properties(record.properties)["UNIQ_KEY"] for record in records]
 
 
-async def _create_topic(
-    client: RemotingClient, addr: str, topic: str, attributes: str | None = None, queues: int = 2
-) -> RemotingCommand:
-    fields = {
-        "topic": topic,
-        "defaultTopic": "TBW102",
-        "readQueueNums": str(queues),
-        "writeQueueNums": str(queues),
-        "perm": "6",
-        "topicFilterType": "SINGLE_TAG",
-        "order": "false",
-    }
-    if attributes is not None:
-        fields["attributes"] = attributes
-    return await client.invoke(
-        addr, RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=fields)
-    )
-
-
 @pytest.mark.parametrize("v2", [True, False], ids=["SEND_MESSAGE_V2", "SEND_MESSAGE"])
 def test_a_repeated_send_is_stored_once_and_answered_with_the_first_copy(tmp_path: Path, v2: bool) -> None:
     async def main() -> None:
         async with broker_and_client(tmp_path, deduplicationEnable="true") as (_, addr, client):
-            await _create_topic(client, addr, "Once")
+            await create_topic(client, addr, "Once")
             first = await _send(client, addr, "Once", "K1", 0, v2=v2)
             # The retry picked another queue, as a producer's retry does: the answer names the first.
             assert await _send(client, addr, "Once", "K1", 1, v2=v2) == first
@@ -101,7 +83,7 @@ def test_a_repeated_send_is_stored_once_and_answered_with_the_first_copy(tmp_pat
 def test_batches_store_only_the_messages_not_stored_yet(tmp_path: Path, extra: dict[str, str]) -> None:
     async def main() -> None:
         async with broker_and_client(tmp_path, deduplicationEnable="true") as (_, addr, client):
-            await _create_topic(client, addr, "Batches")
+            await create_topic(client, addr, "Batches")
             ids, queue_id, offset = await _send_batch(client, addr, "Batches", ["A", "B"], **extra)
             first_ids = ids.split(",")
             assert (queue_id, offset) == (0, 0)
@@ -164,14 +146,14 @@ def test_the_topic_attribute_overrides_the_broker_default(tmp_path: Path) -> Non
     async def main() -> None:
         async with broker_and_client(tmp_path / "off") as (_, addr, client):
             assert (
-                await _create_topic(client, addr, "On", "+deduplication=true")
+                await create_topic(client, addr, "On", attributes="+deduplication=true")
             ).code == ResponseCode.SUCCESS
-            await _create_topic(client, addr, "Plain")
+            await create_topic(client, addr, "Plain")
             assert not await stored_twice(client, addr, "On")
             assert await stored_twice(client, addr, "Plain")
         async with broker_and_client(tmp_path / "on", deduplicationEnable="true") as (_, addr, client):
-            await _create_topic(client, addr, "Off", "+deduplication=false")
-            await _create_topic(client, addr, "Default")
+            await create_topic(client, addr, "Off", attributes="+deduplication=false")
+            await create_topic(client, addr, "Default")
             assert await stored_twice(client, addr, "Off")
             assert not await stored_twice(client, addr, "Default")
 
@@ -181,16 +163,16 @@ def test_the_topic_attribute_overrides_the_broker_default(tmp_path: Path) -> Non
 def test_attributes_round_trip_through_topics_json_and_updates(tmp_path: Path) -> None:
     async def main() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
-            created = await _create_topic(
-                client, addr, "Attributed", "+deduplication=true,+message.type=NORMAL"
+            created = await create_topic(
+                client, addr, "Attributed", 2, attributes="+deduplication=true,+message.type=NORMAL"
             )
             assert created.code == ResponseCode.SUCCESS, created.remark
             # An update without attributes keeps them.
-            assert (await _create_topic(client, addr, "Attributed", queues=4)).code == ResponseCode.SUCCESS
-            refused = await _create_topic(client, addr, "Attributed", "+dedup=true")
+            assert (await create_topic(client, addr, "Attributed", queues=4)).code == ResponseCode.SUCCESS
+            refused = await create_topic(client, addr, "Attributed", attributes="+dedup=true")
             assert refused.code == ResponseCode.INVALID_PARAMETER
             assert "unknown topic attribute 'dedup'" in (refused.remark or "")
-            refused = await _create_topic(client, addr, "Attributed", "+deduplication=yes")
+            refused = await create_topic(client, addr, "Attributed", attributes="+deduplication=yes")
             assert refused.code == ResponseCode.INVALID_PARAMETER and "takes false or true" in (
                 refused.remark or ""
             )
@@ -207,7 +189,9 @@ def test_attributes_round_trip_through_topics_json_and_updates(tmp_path: Path) -
             assert broker.topics.topics["Attributed"].attributes["deduplication"] == "true"
             client = RemotingClient()
             try:
-                removed = await _create_topic(client, address(broker), "Attributed", "-message.type")
+                removed = await create_topic(
+                    client, address(broker), "Attributed", attributes="-message.type"
+                )
                 assert removed.code == ResponseCode.SUCCESS, removed.remark
                 assert broker.topics.topics["Attributed"].attributes == {"deduplication": "true"}
             finally:
@@ -219,7 +203,7 @@ def test_attributes_round_trip_through_topics_json_and_updates(tmp_path: Path) -
 def test_the_keys_of_the_window_are_rebuilt_at_start(tmp_path: Path) -> None:
     async def main() -> None:
         async with broker_and_client(tmp_path, deduplicationEnable="true") as (_, addr, client):
-            await _create_topic(client, addr, "Rebuilt")
+            await create_topic(client, addr, "Rebuilt")
             single = await _send(client, addr, "Rebuilt", "S", 1)
             batch = await _send_batch(client, addr, "Rebuilt", ["B1", "B2"])
         async with broker_and_client(tmp_path, deduplicationEnable="true") as (broker, addr, client):
@@ -254,7 +238,7 @@ def test_a_promoted_slave_answers_a_repeat_of_what_its_old_master_stored(tmp_pat
             ) as slave,
         ):
             master_addr, slave_addr = address(master), address(slave)
-            await _create_topic(client, master_addr, "Promoted")
+            await create_topic(client, master_addr, "Promoted")
             first = await _send(client, master_addr, "Promoted", "K")
             await wait_until(
                 lambda: (
@@ -280,7 +264,7 @@ def test_a_promoted_slave_answers_a_repeat_of_what_its_old_master_stored(tmp_pat
 def test_a_repeated_half_message_is_stored_once_when_its_real_topic_is_deduplicated(tmp_path: Path) -> None:
     async def main() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
-            await _create_topic(client, addr, "Transactional", "+deduplication=true")
+            await create_topic(client, addr, "Transactional", attributes="+deduplication=true")
             properties = {"UNIQ_KEY": "H1", "TRAN_MSG": "true", "PGROUP": "PG"}
 
             async def send_half(queue_id: int) -> tuple[str, int, int]:
