@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
-from cometmq.protocol.record import decode_offset_msg_id
+from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id
 from cometmq.protocol.transaction import PRODUCER_GROUP, TRANSACTION_PREPARED, TransactionType
 from cometmq.remoting import Connection, RemotingClient
 
@@ -55,6 +55,7 @@ __all__ = [
     "joined_producer",
     "name_server",
     "pull",
+    "records_of",
     "run",
     "running_broker",
     "send",
@@ -110,6 +111,13 @@ async def send_half(
     return Half(
         int(fields["queueId"]), int(fields["queueOffset"]), msg_id, decode_offset_msg_id(msg_id)[2], uniq_key
     )
+
+
+async def records_of(client: RemotingClient, addr: str, topic: str, queue_id: int = 0) -> list[DecodedRecord]:
+    """Every record of one queue of *topic*, from its first."""
+    response, records = await pull(client, addr, topic, queue_id, 0)
+    assert response.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), response.remark
+    return records
 
 
 def end_request(

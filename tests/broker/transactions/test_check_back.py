@@ -24,6 +24,7 @@ from _tx_support import (
     end_request,
     joined_producer,
     pull,
+    records_of,
     run,
     send_half,
 )
@@ -33,21 +34,14 @@ from cometmq.broker._json_config import MetadataFile
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import TRANS_CHECK_MAX_TIME_TOPIC
 from cometmq.protocol.properties import decode_properties, encode_properties
-from cometmq.protocol.record import DecodedRecord, decode_record_at
+from cometmq.protocol.record import decode_record_at
 from cometmq.protocol.transaction import OP_RECORD_TAG, Settlement
-from cometmq.remoting import RemotingClient
 from cometmq.store import PutStatus
 from waiting import wait_until
 
 TOPIC = "TxChecked"
 # Checks come quickly: every half message is due at once, a round every 50 ms.
 FAST_CHECKS = {"transactionTimeOut": "1", "transactionCheckInterval": "50"}
-
-
-async def records_of(client: RemotingClient, addr: str, topic: str, queue_id: int = 0) -> list[DecodedRecord]:
-    response, records = await pull(client, addr, topic, queue_id, 0)
-    assert response.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), response.remark
-    return records
 
 
 def test_an_open_half_message_is_checked_and_the_answer_settles_it(tmp_path: Path) -> None:

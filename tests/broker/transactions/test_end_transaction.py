@@ -20,7 +20,7 @@ from _tx_support import (
     create_topic,
     end_request,
     half_request,
-    pull,
+    records_of,
     run,
     running_broker,
     send,
@@ -33,18 +33,11 @@ from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
 from cometmq.protocol.naming import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from cometmq.protocol.properties import decode_properties, encode_properties
-from cometmq.protocol.record import DecodedRecord
 from cometmq.protocol.transaction import TRANSACTION_CHECK_GROUP, TransactionType, transaction_type
 from cometmq.remoting import RemotingClient
 from waiting import wait_until
 
 TOPIC = "TxTopic"
-
-
-async def records_of(client: RemotingClient, addr: str, topic: str, queue_id: int = 0) -> list[DecodedRecord]:
-    response, records = await pull(client, addr, topic, queue_id, 0)
-    assert response.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), response.remark
-    return records
 
 
 async def end(client: RemotingClient, addr: str, request: RemotingCommand) -> RemotingCommand:

@@ -19,7 +19,7 @@ from _tx_support import (
     broker_and_client,
     create_topic,
     end_request,
-    pull,
+    records_of,
     run,
     send_half,
 )
@@ -28,7 +28,6 @@ from cometmq.broker import Broker
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from cometmq.protocol.properties import encode_properties
-from cometmq.protocol.record import DecodedRecord
 from cometmq.protocol.transaction import (
     CHECK_IMMUNITY_TIME_IN_SECONDS,
     OP_RECORD_TAG,
@@ -44,12 +43,6 @@ TOPIC = "TxKinds"
 DISCARD_AT_ONCE = {"transactionTimeOut": "1", "transactionCheckInterval": "50", "transactionCheckMax": "1"}
 # No round comes while a test runs.
 NO_ROUNDS = {"transactionCheckInterval": "600000", "transactionCheckMax": "1"}
-
-
-async def records_of(client: RemotingClient, addr: str, topic: str) -> list[DecodedRecord]:
-    response, records = await pull(client, addr, topic, 0, 0)
-    assert response.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), response.remark
-    return records
 
 
 async def end(client: RemotingClient, addr: str, half: Half, kind: int) -> tuple[int, str]:
