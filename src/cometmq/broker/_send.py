@@ -133,20 +133,6 @@ def _is_transactional(properties: dict[str, str]) -> bool:
     return properties.get(TRANSACTION_PREPARED, "").lower() == "true"
 
 
-def _transaction_type_refusal(sys_flag: int, transactional: bool) -> str | None:
-    """Why a send's transaction type cannot be stored: a PREPARED or ROLLBACK record gets no
-    consume-queue unit, so such a message would be stored and never delivered."""
-    kind = transaction_type(sys_flag)
-    if kind is TransactionType.ROLLBACK:
-        return "a message sent with the transaction type ROLLBACK (sysFlag 0xC) can never be delivered"
-    if kind is TransactionType.PREPARED and not transactional:
-        return (
-            "a message with the transaction type PREPARED (sysFlag 0x4) needs the property TRAN_MSG=true "
-            "to be stored as a half message"
-        )
-    return None
-
-
 @dataclass(slots=True)
 class _SendHeader:
     """What every message of one send request shares."""
@@ -342,13 +328,23 @@ class SendProcessor:
         self, sent: SendMessageRequestHeader, transactional: bool
     ) -> tuple[ResponseCode, str] | None:
         """The answer refusing a send with a transaction type or TRAN_MSG, or None for a half
-        message the broker takes."""
+        message the broker takes. A PREPARED or ROLLBACK record gets no consume-queue unit: sent
+        with either type outside a half message, a message would be stored and never delivered."""
         config = self._broker.config
         if transactional and sent.batch:
             return ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be a transaction message"
-        refusal = _transaction_type_refusal(sent.sys_flag, transactional)
-        if refusal is not None:
-            return ResponseCode.MESSAGE_ILLEGAL, refusal
+        kind = transaction_type(sent.sys_flag)
+        if kind is TransactionType.ROLLBACK:
+            return (
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a message sent with the transaction type ROLLBACK (sysFlag 0xC) can never be delivered",
+            )
+        if kind is TransactionType.PREPARED and not transactional:
+            return (
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a message with the transaction type PREPARED (sysFlag 0x4) needs the property TRAN_MSG=true "
+                "to be stored as a half message",
+            )
         if config.reject_transaction_message:
             return (
                 ResponseCode.NO_PERMISSION,
