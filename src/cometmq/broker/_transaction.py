@@ -451,11 +451,9 @@ class TransactionService:
             results = self._broker.store.put_together([copy, op])
         if all(result.status is PutStatus.PUT_OK for result in results):
             self.settled.add(half_offset, kind)
-            checks = self.check_counts.pop(half_offset, None)
-            if checks is not None:
+            # The discarded halves are kept in the check counts' file.
+            if self.check_counts.pop(half_offset, None) is not None or kind is Settlement.DISCARD:
                 self._counts_changed = True
-            if kind is Settlement.DISCARD:
-                self._counts_changed = True  # the discarded halves are in the same file
             op_result = results[-1]
             self._op_end = max(self._op_end, op_result.commitlog_end_offset)
             # Every op record after the start is one of these: known without reading it back.
@@ -644,12 +642,11 @@ class TransactionService:
 
     def contradiction(self, half_offset: int, commitlog_offset: int, kind: int) -> str | None:
         """Why ending the half at *half_offset* and *commitlog_offset* as *kind* (COMMIT or ROLLBACK)
-        contradicts how it was settled, or
-        None when it does not (or it is not settled). Past H the kind of every settlement this broker
-        wrote or read is known. Below H a commit or rollback is no longer known, and an END for it
-        answers SUCCESS: that is safe enough, because such an END repeats or races one that settled
-        it long ago, while discards, where a producer may still believe its transaction open, are
-        remembered past H (the newest ``_MAX_DISCARDED``)."""
+        contradicts how it was settled, or None when it does not (or it is not settled). Past H the
+        kind of every settlement this broker wrote or read is known. Below H a commit or rollback is no
+        longer known, and an END for it answers SUCCESS: that is safe enough, because such an END
+        repeats or races one that settled it long ago, while discards, where a producer may still
+        believe its transaction open, are remembered past H (the newest ``_MAX_DISCARDED``)."""
         checks = self.discarded.checks(half_offset, commitlog_offset)
         if checks is not None:
             if kind != TransactionType.COMMIT:
