@@ -459,20 +459,17 @@ class ClientInstance:
             return
         try:
             cluster = await self._cluster_info()
-        except BrokerError as exc:
-            if exc.code != ResponseCode.NO_PERMISSION:
-                log.info("cannot list the cluster's brokers: %s", exc)
-                return
-            self._learns_brokers = False
-            log.warning(
-                "the name server refuses to list the cluster's brokers (%s): grant this client's user "
-                "Cluster Get on the name server; until then transaction check-backs come only from the "
-                "brokers this client sent to",
-                exc.remark,
-            )
-            return
         except CometMQError as exc:
-            log.info("cannot list the cluster's brokers: %s", exc)
+            if isinstance(exc, BrokerError) and exc.code == ResponseCode.NO_PERMISSION:
+                self._learns_brokers = False
+                log.warning(
+                    "the name server refuses to list the cluster's brokers (%s): grant this client's user "
+                    "Cluster Get on the name server; until then transaction check-backs come only from the "
+                    "brokers this client sent to",
+                    exc.remark,
+                )
+            else:
+                log.info("cannot list the cluster's brokers: %s", exc)
             return
         listed = {name: broker for name, broker in cluster.broker_addr_table.items() if broker.broker_addrs}
         routed = {broker.broker_name for route in self._routes.values() for broker in route.broker_datas}
