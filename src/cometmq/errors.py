@@ -82,8 +82,8 @@ class TransactionError(BrokerError):
     """Brokers answered the END of some half messages of a transaction with an error code: a
     definitive refusal (typically the half was settled otherwise already: discarded after the broker's
     last check-back, or ended the other way), not a lost END. A BrokerError because it is one (or more)
-    such answers; ``code`` and ``remark`` are the first
-    refusal's, ``refused`` lists every one as (topic, msg id, response code, remark)."""
+    such answers; ``code`` and ``remark`` are the first refusal's, ``refused`` lists every one as
+    (topic, msg id, response code, remark)."""
 
     def __init__(self, transaction_id: str, state: str, refused: Sequence[tuple[str, str, int, str]]) -> None:
         self.transaction_id = transaction_id

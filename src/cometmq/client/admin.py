@@ -349,7 +349,7 @@ class AdminClient(Client):
                 default_topic=DEFAULT_TOPIC,
                 read_queue_nums=count,
                 write_queue_nums=count,
-                perm=perm if perm is not None else routed.perm if routed else PERM_READ | PERM_WRITE,
+                perm=perm if perm is not None else (routed.perm if routed else PERM_READ | PERM_WRITE),
                 topic_filter_type="SINGLE_TAG",  # RocketMQ's TopicFilterType: tags are single strings
                 order=order,
                 attributes=attributes or None,
