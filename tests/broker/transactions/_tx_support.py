@@ -37,9 +37,12 @@ GROUP = "PG_TX"
 COMMIT = TransactionType.COMMIT
 ROLLBACK = TransactionType.ROLLBACK
 UNKNOWN = TransactionType.NOT_TYPE
+# Checks come quickly: every half message is due at once, a round every 50 ms.
+FAST_CHECKS = {"transactionTimeOut": "1", "transactionCheckInterval": "50"}
 
 __all__ = [
     "COMMIT",
+    "FAST_CHECKS",
     "GROUP",
     "ROLLBACK",
     "UNKNOWN",

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from _tx_support import (
     COMMIT,
+    FAST_CHECKS,
     GROUP,
     ROLLBACK,
     UNKNOWN,
@@ -40,8 +41,6 @@ from cometmq.store import PutStatus
 from waiting import wait_until
 
 TOPIC = "TxChecked"
-# Checks come quickly: every half message is due at once, a round every 50 ms.
-FAST_CHECKS = {"transactionTimeOut": "1", "transactionCheckInterval": "50"}
 
 
 def test_an_open_half_message_is_checked_and_the_answer_settles_it(tmp_path: Path) -> None:

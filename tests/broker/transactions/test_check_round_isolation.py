@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from _tx_support import (
+    FAST_CHECKS,
     GROUP,
     broker_and_client,
     create_topic,
@@ -35,7 +36,6 @@ from cometmq.store import MessageToStore, PutStatus
 from waiting import wait_until
 
 TOPIC = "TxIsolated"
-FAST_CHECKS = {"transactionTimeOut": "1", "transactionCheckInterval": "50"}
 TIMEOUT_MS = 6000
 WEEK_MS = 7 * 24 * 3600 * 1000
 
