@@ -303,19 +303,8 @@ class BrokerConfig:
                 raise ValueError("messageDelayLevel names no delay level")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        self._check_deduplication()
+        self._check_ranges()
         self._check_replication()
-        self._check_transactions()
-
-    def _check_deduplication(self) -> None:
-        for key, value, limit in (
-            # A week: the keys of a longer window would have to outlive most retention settings.
-            ("deduplicationWindowSeconds", self.deduplication_window_seconds, 7 * 24 * 3600),
-            # About 200 bytes a key (docs/operations.md): 100 million keys is some 20 GB of memory.
-            ("deduplicationMaxKeys", self.deduplication_max_keys, 100_000_000),
-        ):
-            if not 1 <= value <= limit:
-                raise ConfigError(f"{key} {value} is not between 1 and {limit}")
 
     def _check_replication(self) -> None:
         if not -1 <= self.ha_listen_port <= 65535:
@@ -333,9 +322,13 @@ class BrokerConfig:
             if value < 1:
                 raise ConfigError(f"{key} {value} is not a positive number")
 
-    def _check_transactions(self) -> None:
+    def _check_ranges(self) -> None:
         day_ms = 86_400_000
         for key, value, most in (
+            # A week: the keys of a longer window would have to outlive most retention settings.
+            ("deduplicationWindowSeconds", self.deduplication_window_seconds, 7 * 24 * 3600),
+            # About 200 bytes a key (docs/operations.md): 100 million keys is some 20 GB of memory.
+            ("deduplicationMaxKeys", self.deduplication_max_keys, 100_000_000),
             ("transactionTimeOut", self.transaction_time_out, 7 * day_ms),
             ("transactionCheckInterval", self.transaction_check_interval, day_ms),
             ("transactionCheckMax", self.transaction_check_max, 10_000),
