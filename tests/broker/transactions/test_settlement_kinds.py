@@ -57,10 +57,9 @@ def named(half: Half) -> str:
 
 def progress_past(broker: Broker, half: Half) -> bool:
     """H committed past *half*, and O past every op record (each names an offset below H)."""
-    offsets = broker.offsets
-    return offsets.query(TRANSACTION_CHECK_GROUP, TRANS_HALF_TOPIC, 0) > half.queue_offset and offsets.query(
-        TRANSACTION_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0
-    ) == broker.store.max_offset(TRANS_OP_HALF_TOPIC, 0)
+    first_unsettled = broker.offsets.query(TRANSACTION_CHECK_GROUP, TRANS_HALF_TOPIC, 0)
+    op_start = broker.offsets.query(TRANSACTION_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0)
+    return first_unsettled > half.queue_offset and op_start == broker.store.max_offset(TRANS_OP_HALF_TOPIC, 0)
 
 
 def test_a_rolled_back_half_cannot_be_committed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
