@@ -115,6 +115,12 @@ def _send_fields(topic: str, compact: bool, batch: bool = False) -> dict[str, st
     return {letter: value for letter, value in zip("abcdefghijklm", fields.values(), strict=True)}
 
 
+def _half_fields(topic: str) -> dict[str, str]:
+    """A transactional send's fields: the prepared flag and the properties that make a half message."""
+    properties = {"TRAN_MSG": "true", "PGROUP": "FuzzProducer", "UNIQ_KEY": "0A0000020000"}
+    return _send_fields(topic, compact=False) | {"sysFlag": "4", "properties": encode_properties(properties)}
+
+
 def _pull_fields(suspend_ms: int) -> dict[str, str]:
     return {
         "consumerGroup": GROUP,
@@ -239,6 +245,20 @@ def broker_seeds() -> list[Seed]:
         _built(code.SEND_MESSAGE, _send_fields(TOPIC, compact=False), b"fuzz body"),
         _built(code.SEND_MESSAGE_V2, _send_fields(TOPIC, compact=True), b"fuzz body v2"),
         _built(code.SEND_BATCH_MESSAGE, _send_fields(TOPIC, compact=True, batch=True), batch),
+        # A transaction's half message, then its end (commit) naming the first half record.
+        _built(code.SEND_MESSAGE, _half_fields(TOPIC), b"fuzz half"),
+        _built(
+            code.END_TRANSACTION,
+            {
+                "producerGroup": "FuzzProducer",
+                "tranStateTableOffset": "0",
+                "commitLogOffset": "0",
+                "commitOrRollback": "8",
+                "fromTransactionCheck": "false",
+                "msgId": "0A0000020000",
+                "topic": TOPIC,
+            },
+        ),
         _built(code.PULL_MESSAGE, _pull_fields(0)),
         _built(code.PULL_MESSAGE, _pull_fields(50)),
         _built(
