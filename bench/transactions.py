@@ -13,15 +13,17 @@ process, 1 KiB bodies:
 - transactional: a `TransactionProducer`, 16 tasks each awaiting `send_in_transaction(message,
   execute)` with an `execute` that answers COMMIT at once: the half message is sent and stored, then
   END_TRANSACTION (which this client awaits; RocketMQ's Java client sends it oneway) stores the copy
-  consumers see together with the op record that settles the half.
+  consumers see together with the op record that settles the half. Two rows: `execute` a plain
+  function (run in the producer's worker threads, as a local transaction that may block must be: the
+  row pays a thread hand-off per transaction) and `execute` an `async def` (awaited on the loop).
 
 The 16 producers are 16 concurrent senders on one producer, as RocketMQ's own benchmark runs
 (example/benchmark Producer and TransactionProducer: --threadCount threads sharing one
 DefaultMQProducer or TransactionMQProducer); one producer also means one connection to the broker.
 Before the clock starts, each of the two sends one message (routes and connection ready).
 
-The rounds interleave the two, plain first then transactional first and so on, so a slow spell of the
-machine touches both alike. Each figure is the median over the rounds: msg/s, the p50 of one awaited
+The rounds interleave the three rows, in order then in reverse and so on, so a slow spell of the
+machine touches all alike. Each figure is the median over the rounds: msg/s, the p50 of one awaited
 call, and the CPU time per message of the server process and of this one (the client), which say
 where a transaction's cost lies. The ratio is against the plain figure of the same run; the target is
 transactional >= 0.5x plain. The plain row is the ceiling: the same loop with nothing but the send.
@@ -78,6 +80,7 @@ PLAIN_TOPIC = "BenchPlainSend"
 TRANSACTION_TOPIC = "BenchTransactionalSend"
 PLAIN = "send, 16 producers"
 TRANSACTIONAL = "send_in_transaction, 16 producers"
+TRANSACTIONAL_ASYNC = "  the same, async def execute"
 BATCH = 100
 IN_FLIGHT = 8
 DEDUP_OFF = f"batches of {BATCH}, deduplication off"
@@ -166,8 +169,18 @@ class Sends:
             raise SystemExit(f"a transactional send was answered {result.status.name}, {result.state.name}")
         self.transactional_sent += 1
 
+    async def send_transactional_async(self, body: bytes) -> None:
+        result = await self.transactional.send_in_transaction(Message(TRANSACTION_TOPIC, body), commit_async)
+        if result.status is not SendStatus.SEND_OK or result.state is not TransactionState.COMMIT:
+            raise SystemExit(f"a transactional send was answered {result.status.name}, {result.state.name}")
+        self.transactional_sent += 1
+
 
 def commit(message: Message) -> TransactionState:
+    return TransactionState.COMMIT
+
+
+async def commit_async(message: Message) -> TransactionState:
     return TransactionState.COMMIT
 
 
@@ -181,9 +194,11 @@ async def transaction_rows(
     body = os.urandom(SIZE)
     sends = Sends(namesrv)
     plain, transactional = Workload(PLAIN), Workload(TRANSACTIONAL)
+    transactional_async = Workload(TRANSACTIONAL_ASYNC)
     runs: list[tuple[SendOne, Workload]] = [
         (sends.send_plain, plain),
         (sends.send_transactional, transactional),
+        (sends.send_transactional_async, transactional_async),
     ]
     async with sends.plain, sends.transactional:
         for send_one, _ in runs:
@@ -213,7 +228,7 @@ async def transaction_rows(
         raise SystemExit(
             f"sent {sends.plain_sent} plain and {sent} transactional messages, but the broker holds {wrong}"
         )
-    return [plain, transactional], counted
+    return [plain, transactional, transactional_async], counted
 
 
 async def count_stored(namesrv: str) -> dict[str, int]:
@@ -277,6 +292,7 @@ def main() -> int:
     ]
     targets = [
         Target("transactional / plain", TRANSACTIONAL, PLAIN, 0.5),
+        Target("transactional, async def execute / plain", TRANSACTIONAL_ASYNC, PLAIN, 0.5),
         Target("deduplication on / off", DEDUP_ON, DEDUP_OFF, 0.8),
     ]
     result = figures(workloads, targets, counted)
