@@ -299,7 +299,8 @@ class TransactionProducer(Producer):
     async def send_in_transaction(self, message: Message, execute: ExecuteFn) -> TransactionSendResult:
         """Send ``message`` as a half message (of a new transaction id), run ``execute(message)`` (the
         local transaction: a coroutine function is awaited on the loop, a plain function runs in a
-        worker thread), and end the transaction as it answers.
+        worker thread, which costs a thread hand-off per transaction: bench/transactions.py shows
+        both), and end the transaction as it answers.
 
         A half message that cannot be sent raises (``execute`` is not called; a copy stored all the
         same is rolled back by the check-back). One stored without the safety asked for (a status other
