@@ -385,11 +385,7 @@ class TransactionProducer(Producer):
         decision is forgotten once every END succeeded, unless a half may be stored unanswered."""
         transaction_id = transaction.transaction_id
         halves = transaction._halves
-        answers: list[RemotingCommand | None]
-        if len(halves) == 1:  # send_in_transaction's: no task per END (bench/transactions.py)
-            answers = [await self._end_one(transaction_id, *halves[0], state)]
-        else:
-            answers = await asyncio.gather(*(self._end_one(transaction_id, *half, state) for half in halves))
+        answers = await asyncio.gather(*(self._end_one(transaction_id, *half, state) for half in halves))
         transaction._pending = tuple(
             result for (_, result), answer in zip(halves, answers, strict=True) if answer is None
         )
