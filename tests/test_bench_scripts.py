@@ -274,5 +274,7 @@ def test_transactions_bench_prints_transactional_beside_plain_sends_and_dedup_on
         rf"messages, {NUMBER} op records, 0 check-backs; {NUMBER} plain sent, {NUMBER} stored$",
         out,
     )
-    assert sent == [1601.0] * 6  # 1 600 timed and 1 before the clock, of each
+    # Per row 1 600 timed and 1 before the clock: two transactional rows; one plain row, and the two
+    # sends in a row.
+    assert sent == [3202.0] * 4 + [4803.0] * 2
     assert list(tmp_path.iterdir()) == []  # the server's directory is gone
