@@ -1,4 +1,4 @@
-"""Fixtures of the Spark connector tests: one local SparkSession for the whole run (the module-scoped
+"""Fixtures of the Spark connector tests: one local SparkSession for all of them (the module-scoped
 ``server`` comes from tests/conftest.py)."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import pytest
 from spark_support import make_session
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # one SparkSession for every test of this directory
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real local[2] SparkSession with CometMQ's source registered (light settings for tests)."""
-    session = make_session(tmp_path_factory.mktemp("spark"))
+    spark_session = make_session(tmp_path_factory.mktemp("spark"))
     try:
-        yield session
+        yield spark_session
     finally:
-        session.stop()
+        spark_session.stop()
 
 
 @pytest.fixture
