@@ -78,9 +78,10 @@ class Deduplicator:
         # deque: a dict's first key is found in time growing with the keys deleted before it).
         self._order: deque[tuple[int, str, list[bytes]]] = deque()
         self._evicted_of_oldest = 0  # keys of the oldest put looked at already
+        self._count = 0  # keys remembered, over all topics (kept, not summed per put)
 
     def __len__(self) -> int:
-        return sum(len(keys) for keys in self._copies.values())
+        return self._count
 
     def enabled_for(self, topic: str) -> bool:
         """Whether sends to *topic* are deduplicated: its ``deduplication`` attribute, else the
@@ -94,6 +95,7 @@ class Deduplicator:
     def clear(self) -> None:
         """Forget every key (a slave serves no sends; a promotion rebuilds them)."""
         self._copies.clear()
+        self._count = 0
         self._puts.clear()
         self._order.clear()
         self._evicted_of_oldest = 0
@@ -186,10 +188,12 @@ class Deduplicator:
         self._next_put += 1
         self._puts[number] = stored
         copies = self._copies.setdefault(topic, {})
+        before = len(copies)
         copies.update(
             zip(keys, range(number << _POSITION_BITS, (number << _POSITION_BITS) + len(keys)), strict=True)
         )
         copies.pop(b"", None)  # messages without a UNIQ_KEY
+        self._count += len(copies) - before
         self._order.append((number, topic, keys))
         self._evict(now_ms)
 
@@ -210,6 +214,7 @@ class Deduplicator:
                 key = keys[position]
                 if copies.get(key) == (number << _POSITION_BITS) + position:  # not stored again since
                     del copies[key]
+                    self._count -= 1
                     excess -= 1
                 position += 1
             if position < len(keys):
@@ -261,6 +266,7 @@ class Deduplicator:
             self._copies.setdefault(topic, {})[key] = number << _POSITION_BITS
             self._order.append((number, topic, [key]))
         self._next_put = len(self._puts)
+        self._count = sum(map(len, self._copies.values()))
         log.info(
             "deduplication: %d keys of the last %d s rebuilt from %d topics in %.3f s",
             len(self),
