@@ -185,6 +185,7 @@ class AdminProcessor:
         topic = TopicRequestHeader.decode(request.ext_fields).topic
         self._refuse_system_topic(topic)
         broker.topics.delete(topic)
+        broker.stats.forget_topic(topic)
         broker.offsets.delete_topic(topic)
         broker.store.delete_topic(topic)
         return request.response()

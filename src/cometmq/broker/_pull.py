@@ -357,7 +357,9 @@ class PullProcessor:
         response = request.response(code, result.status.name, answer.encode())
         if code == ResponseCode.SUCCESS:
             response.body_parts = result.buffers
-            self._broker.stats.got_messages += result.message_count
+            self._broker.stats.count_got(
+                group.group_name, topic, result.message_count, result.buffer_total_size
+            )
         return response
 
     def _copied_topic(self, topic: str, queue_id: int) -> TopicConfig | None:

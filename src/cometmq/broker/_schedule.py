@@ -373,7 +373,7 @@ class ScheduleMessageService:
             return _Outcome.DONE
         result = broker.store.put(msg)
         if result.status is PutStatus.PUT_OK:
-            broker.stats.put_messages += 1
+            broker.stats.count_put(msg.topic, 1, result.wrote_bytes)
             self._delivered_end = result.commitlog_end_offset
             self._retry_logged.discard(level)
             return _Outcome.DONE

@@ -319,7 +319,7 @@ class SendProcessor:
             else:
                 result = broker.store.put(message)
         if result.status is PutStatus.PUT_OK:
-            broker.stats.put_messages += result.count
+            broker.stats.count_put(header.topic, result.count, result.wrote_bytes)
             if wait_store and (broker.sync_flush or broker.sync_master):
                 return self._reply_when_stored(conn, request, result, queue_id)
         return self._reply(request, result, result.status, queue_id)

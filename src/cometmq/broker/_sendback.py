@@ -102,7 +102,7 @@ class SendBackProcessor:
         if result.status is not PutStatus.PUT_OK:
             refusal = broker.store.write_refusal if result.status is PutStatus.SERVICE_NOT_AVAILABLE else None
             return request.response(ResponseCode.SYSTEM_ERROR, refusal or result.status.name)
-        broker.stats.put_messages += 1
+        broker.stats.count_put(message.topic, 1, result.wrote_bytes)
         if broker.sync_flush or broker.sync_master:
             return self._reply_when_stored(request, result.commitlog_end_offset)
         return self._stored(request, result.commitlog_end_offset)

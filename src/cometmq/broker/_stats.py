@@ -1,6 +1,7 @@
 """The broker's message counters and their rates, for runtime info (RocketMQ's StoreStatsService).
 
-The send and pull paths add each request's message count to a total (a batch adds its count once).
+The send and pull paths add each request's message count and bytes to a total and to the totals of its
+topic (pulls: of its consumer group and topic); a batch adds its count once.
 Once a second a snapshot of the totals is kept, the last 600 of them; a rate is the difference between
 the totals now and a snapshot some seconds back. Nothing is computed per message, and nothing per
 request beyond the one addition.
@@ -21,14 +22,44 @@ RATE_WINDOWS_S = (10, 60, 600)
 class BrokerStats:
     """Messages stored and messages handed to consumers since the broker started, and their rates."""
 
-    __slots__ = ("_clock", "_snapshots", "got_messages", "put_messages")
+    __slots__ = ("_clock", "_snapshots", "got_by_group_topic", "got_messages", "put_by_topic", "put_messages")
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self.put_messages = 0
         self.got_messages = 0
+        # topic -> [messages stored, their bytes]; (consumer group, topic) -> [messages pulled, bytes].
+        self.put_by_topic: dict[str, list[int]] = {}
+        self.got_by_group_topic: dict[tuple[str, str], list[int]] = {}
         # (clock(), put_messages, got_messages), one a second, oldest first.
         self._snapshots: deque[tuple[float, int, int]] = deque(maxlen=max(RATE_WINDOWS_S))
+
+    def count_put(self, topic: str, messages: int, size: int) -> None:
+        """Count *messages* stored in *topic* in one request, *size* bytes in all."""
+        self.put_messages += messages
+        totals = self.put_by_topic.get(topic)
+        if totals is None:
+            self.put_by_topic[topic] = [messages, size]
+        else:
+            totals[0] += messages
+            totals[1] += size
+
+    def count_got(self, group: str, topic: str, messages: int, size: int) -> None:
+        """Count *messages* of *topic* handed to *group* in one pull, *size* bytes in all."""
+        self.got_messages += messages
+        key = (group, topic)
+        totals = self.got_by_group_topic.get(key)
+        if totals is None:
+            self.got_by_group_topic[key] = [messages, size]
+        else:
+            totals[0] += messages
+            totals[1] += size
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop a deleted topic's counters."""
+        self.put_by_topic.pop(topic, None)
+        for key in [key for key in self.got_by_group_topic if key[1] == topic]:
+            del self.got_by_group_topic[key]
 
     def sample(self) -> None:
         """Keep a snapshot of the totals (once a second, by :func:`sample_every_second`)."""

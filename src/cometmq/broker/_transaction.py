@@ -458,7 +458,8 @@ class TransactionService:
             self._op_end = max(self._op_end, op_result.commitlog_end_offset)
             # Every op record after the start is one of these: known without reading it back.
             self._op_read = max(self._op_read, op_result.queue_offset + 1)
-            self._broker.stats.put_messages += len(results) - 1
+            if copy is not None:
+                self._broker.stats.count_put(copy.topic, 1, results[0].wrote_bytes)
         return results
 
     def _read_ops(self) -> int:
