@@ -111,6 +111,23 @@ class Resent:
 
 
 @dataclass(slots=True)
+class QueueStatus:
+    """One queue of a topic on one broker (an entry of RocketMQ's TopicStatsTable)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    min_offset: int  # the oldest offset still stored
+    max_offset: int  # the queue's end: where the next message will be written
+    last_store_timestamp: int  # store time of the newest message (ms), 0 if none
+
+    @property
+    def messages(self) -> int:
+        """Messages stored in the queue now."""
+        return max(0, self.max_offset - self.min_offset)
+
+
+@dataclass(slots=True)
 class QueueProgress:
     """How far a consumer group is in one queue (one entry of RocketMQ's ConsumeStats)."""
 
@@ -286,6 +303,33 @@ class AdminClient(Client):
         query = GetRouteInfoRequestHeader(topic=topic, accept_standard_json_only=True)
         response = await self._invoke_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, query.encode())
         return TopicRouteData.decode(response.body)
+
+    async def topic_status(self, topic: str) -> list[QueueStatus]:
+        """Every queue of ``topic`` on every master holding it (GET_TOPIC_STATS_INFO): its offsets and
+        the store time of its newest message, sorted by broker name and queue id."""
+        route = await self.topic_route(topic)
+        header = TopicRequestHeader(topic=topic).encode()
+        queues: list[QueueStatus] = []
+        for broker in route.broker_datas:
+            addr = broker.master_addr
+            if addr is None:
+                continue
+            response = await self._instance.invoke_ok(addr, RequestCode.GET_TOPIC_STATS_INFO, header)
+            table = as_object(fastjson.loads(response.body), "TopicStatsTable").get("offsetTable") or {}
+            for key, offsets in table.items():
+                queue_topic, broker_name, queue_id = _queue_of(key)
+                queues.append(
+                    QueueStatus(
+                        queue_topic,
+                        broker_name,
+                        queue_id,
+                        int(offsets.get("minOffset", 0)),
+                        int(offsets.get("maxOffset", 0)),
+                        int(offsets.get("lastUpdateTimestamp", 0)),
+                    )
+                )
+        queues.sort(key=lambda q: (q.broker_name, q.queue_id))
+        return queues
 
     # topics ------------------------------------------------------------------------------------
 
