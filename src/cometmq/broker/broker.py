@@ -19,6 +19,7 @@ from cometmq.broker._dedup import Deduplicator
 from cometmq.broker._failover import BrokerReplica
 from cometmq.broker._filter import CheckClientConfigProcessor
 from cometmq.broker._groups import SubscriptionGroupManager
+from cometmq.broker._load import log_load_summaries
 from cometmq.broker._locks import QueueLockProcessor
 from cometmq.broker._longpoll import PullHoldService
 from cometmq.broker._offsets import ConsumerOffsetManager
@@ -171,6 +172,11 @@ class Broker:
         return self._server.port if self._server is not None else self.config.listen_port
 
     @property
+    def connection_count(self) -> int:
+        """Client connections open now (other brokers' and tools' included)."""
+        return len(self._server.connections) if self._server is not None else 0
+
+    @property
     def ha_port(self) -> int:
         """The HA port advertised to the NameServer: the master's HA server's (the same across switches
         of role once bound)."""
@@ -319,6 +325,10 @@ class Broker:
             asyncio.ensure_future(self._housekeeping_loop()),
             asyncio.ensure_future(sample_every_second(self.stats)),
         ]
+        if self.config.load_summary_interval:
+            self._tasks.append(
+                asyncio.ensure_future(log_load_summaries(self, self.config.load_summary_interval))
+            )
         if self.is_slave and not self.config.failover:
             self._start_slave_sync()
         if self.config.namesrv_addr:

@@ -114,6 +114,8 @@ class BrokerConfig:
     # Not a RocketMQ key: µs the event loop keeps polling after each read or write instead of sleeping
     # (cometmq/remoting/busypoll.py); 0, the default, never. Lower latency for a busy CPU meanwhile.
     busy_poll_micros: int = 0
+    # Not a RocketMQ key: seconds between the broker's one-line load summaries in its log; 0: none.
+    load_summary_interval: int = 60
     # What clients may make the broker hold (docs/operations.md, "Connection limits"). The first two
     # are RocketMQ's (NettyServerConfig); the other two are not RocketMQ keys.
     server_channel_max_idle_time_seconds: int = 120
@@ -277,6 +279,8 @@ class BrokerConfig:
             raise ConfigError(f"listenPort {self.listen_port} is not a port number")
         if self.busy_poll_micros < 0:
             raise ConfigError(f"busyPollMicros {self.busy_poll_micros} is negative")
+        if self.load_summary_interval < 0:
+            raise ConfigError(f"loadSummaryInterval {self.load_summary_interval} is negative")
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError(
                 f"accessMessageInMemoryMaxRatio {self.access_message_in_memory_max_ratio} is not a "
