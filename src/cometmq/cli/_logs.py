@@ -118,7 +118,7 @@ def setup_logging(
         handlers.append(file)
     for handler in handlers:
         handler.setFormatter(formatter)
-    logging.basicConfig(level=level, handlers=handlers, force=True)
+    logging.basicConfig(level=level, handlers=handlers)
 
 
 def setup_server_logging(args: argparse.Namespace) -> None:
