@@ -179,7 +179,7 @@ def test_the_load_line_follows_the_traffic(json_standalone: tuple[ServerProcess,
         lambda: [line for line in load_lines() if float(line.group(2)) > 0],
         message="a load line with messages coming in",
     )[0]
-    assert stored.group(1) == "1" and stored.group(7) != "0 B"  # over a second; the commit log holds them
+    assert int(stored.group(1)) >= 1 and stored.group(7) != "0 B"  # the commit log holds them
     assert invoke(broker, pull_request("LoadLineTopic", 0, 0, group="LoadLineGroup")).code == 0
     wait_until_blocking(
         lambda: [line for line in load_lines() if float(line.group(4)) > 0],

@@ -164,8 +164,6 @@ class JsonLineFormatter(logging.Formatter):
         }
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        elif record.exc_text:
-            entry["exception"] = record.exc_text
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
         # Readable UTF-8; what a reader could take for a line break is escaped.
