@@ -315,8 +315,10 @@ async def _start_group(
 ) -> None:
     """Commit where a group new to the topic starts, as --from says; a group with committed offsets
     on the topic continues from them."""
-    progress = await admin.consume_progress(args.group)  # lists the topics the group has offsets on
-    if any(q.topic == args.topic for q in progress.queues):
+    # Without a topic, GET_CONSUME_STATS lists the topics the group has offsets on.
+    clusters = sorted({broker.cluster for broker in (await admin.topic_route(args.topic)).broker_datas})
+    progress = [await admin.consume_progress(args.group, cluster=cluster) for cluster in clusters]
+    if any(q.topic == args.topic for p in progress for q in p.queues):
         if args.start is not None:
             print(
                 f"group {args.group} continues from its committed offsets on {args.topic} (--from "
