@@ -64,10 +64,8 @@ def committed(namesrv: str, group: str, topic: str) -> dict[int, int]:
 
 def test_send_a_body_from_the_arguments(namesrv_addr: str) -> None:
     create_topic(namesrv_addr, "ConsoleArgs")
-    result = cometmq(
-        "message", "send", "-t", "ConsoleArgs", "hello world", "--tags", "greeting",
-        "--keys", "k1 k2", "-p", "color=red", "-p", "size=L", "-n", namesrv_addr,
-    )  # fmt: skip
+    options = ["--tags", "greeting", "--keys", "k1 k2", "-p", "color=red", "-p", "size=L"]
+    result = cometmq("message", "send", "-t", "ConsoleArgs", "hello world", *options, "-n", namesrv_addr)
     assert result.returncode == 0, result.stderr
     found = SENT.fullmatch(result.stdout.strip())
     assert found is not None, result.stdout
