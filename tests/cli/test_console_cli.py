@@ -223,6 +223,29 @@ def test_follow_prints_a_message_sent_after_it_started(standalone: tuple[ServerP
     assert committed(namesrv, "GID_follow", "ConsoleFollow") == {0: 2}
 
 
+def test_a_reader_that_goes_away_ends_the_read(standalone: tuple[ServerProcess, str]) -> None:
+    server, namesrv = standalone
+    create_topic(namesrv, "ConsoleHead")
+    addr = broker_address(server)
+    send(addr, "ConsoleHead", b"first")
+    args = ["message", "consume", "-t", "ConsoleHead", "--follow", "--from", "earliest", "-n", namesrv]
+    proc = subprocess.Popen(
+        [*COMMAND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env()
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "first\n"
+        proc.stdout.close()  # as `| head -1` does
+        send(addr, "ConsoleHead", b"second")  # its line finds the pipe closed
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    assert stderr.splitlines() == ["printed 1 message"]
+
+
 def test_consume_of_a_topic_that_does_not_exist(namesrv_addr: str) -> None:
     assert error_line(cometmq("message", "consume", "-t", "ConsoleNope", "-n", namesrv_addr)) == (
         "topic ConsoleNope has no readable queue (does it exist?)"

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import signal
 import sys
 import threading
@@ -366,14 +367,24 @@ class _Reader:
     def _print(self, batch: list[ReceivedMessage]) -> None:
         for i, msg in enumerate(batch):
             if self._max is not None and self.printed >= self._max:
-                for rest in batch[i:]:
-                    self._stopped_at.setdefault(rest.queue, rest.queue_offset)
-                break
+                self._stop_at(batch[i:])
+                return
             if self._tags is not None and msg.tags not in self._tags:
                 continue
-            print(json.dumps(message_line_json(msg)) if self._json else one_line(msg.body))
+            try:
+                print(json.dumps(message_line_json(msg)) if self._json else one_line(msg.body), flush=True)
+            except BrokenPipeError:
+                # The reader went away (``| head``): the end of the read, not an error. Later writes,
+                # the interpreter's last flush among them, go nowhere.
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                self._stopping.set()
+                self._stop_at(batch[i:])
+                return
             self.printed += 1
-        sys.stdout.flush()
+
+    def _stop_at(self, unprinted: list[ReceivedMessage]) -> None:
+        for msg in unprinted:
+            self._stopped_at.setdefault(msg.queue, msg.queue_offset)
 
     async def _at_ends(self) -> bool:
         """Whether every queue read has been printed up to the end it had when first seen (a member
