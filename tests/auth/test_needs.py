@@ -22,12 +22,14 @@ from cometmq.protocol.auth_headers import (
     UserRequestHeader,
 )
 from cometmq.protocol.broker_headers import (
+    CloneGroupOffsetRequestHeader,
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     EndTransactionRequestHeader,
     GetConsumeStatsRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
+    ProducerGroupRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     QueueRequestHeader,
@@ -36,6 +38,7 @@ from cometmq.protocol.broker_headers import (
     TopicRequestHeader,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
     ViewMessageRequestHeader,
 )
 from cometmq.protocol.codec import decode_frame
@@ -353,6 +356,34 @@ CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
     (C.GET_ALL_DELAY_OFFSET, None, False, None, [cluster(GET)]),
     (C.GET_BROKER_RUNTIME_INFO, None, False, None, [cluster(GET)]),
     (C.GET_BROKER_CONFIG, None, False, None, [cluster(GET)]),
+    (
+        C.GET_PRODUCER_CONNECTION_LIST,
+        ProducerGroupRequestHeader(producer_group="pg"),
+        False,
+        None,
+        [cluster(GET)],
+    ),
+    (
+        C.VIEW_BROKER_STATS_DATA,
+        ViewBrokerStatsDataRequestHeader(stats_name="TOPIC_PUT_NUMS", stats_key="t"),
+        False,
+        None,
+        [cluster(GET)],
+    ),
+    (
+        C.CLONE_GROUP_OFFSET,
+        CloneGroupOffsetRequestHeader(src_group="a", dest_group="b"),
+        False,
+        None,
+        [group("b", UPDATE)],
+    ),
+    (
+        C.CLONE_GROUP_OFFSET,
+        CloneGroupOffsetRequestHeader(src_group="a", dest_group="b", topic="t"),
+        False,
+        None,
+        [group("b", UPDATE), topic("t", UPDATE)],
+    ),
     (C.GET_BROKER_HA_STATUS, None, False, None, [cluster(GET)]),
     (C.GET_BROKER_CLUSTER_INFO, None, False, None, [cluster(GET)]),
     (C.QUERY_DATA_VERSION, BROKER, False, None, [cluster(GET)]),

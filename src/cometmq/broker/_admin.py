@@ -4,23 +4,29 @@ subscription groups, consumption progress and offset resets."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import cometmq
 from cometmq.broker._groups import SubscriptionGroupConfig
-from cometmq.errors import RecordError, RequestRefused
+from cometmq.broker.config import RUNTIME_KEYS
+from cometmq.errors import ConfigError, RecordError, RequestRefused
+from cometmq.javaprops import format_properties, parse_properties
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from cometmq.protocol.broker_headers import (
     RESET_TO_LATEST,
+    CloneGroupOffsetRequestHeader,
     ConsumerGroupRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
+    GetBrokerConfigResponseHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
     OffsetResponseHeader,
+    ProducerGroupRequestHeader,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     QueueRequestHeader,
@@ -28,6 +34,7 @@ from cometmq.protocol.broker_headers import (
     ResetOffsetResponseHeader,
     SearchOffsetRequestHeader,
     TopicRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
     ViewMessageRequestHeader,
 )
 from cometmq.protocol.jsonbody import json_object
@@ -103,6 +110,49 @@ class AdminProcessor:
 
     def get_broker_runtime_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return request.response(body=fastjson.dumps({"table": self._broker.runtime_info()}))
+
+    # broker settings and statistics ---------------------------------------------------------------
+
+    def get_broker_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONFIG: every setting in effect as Java properties text (secrets left out), with
+        the version of the settings (a DataVersion, counted up by each change)."""
+        broker = self._broker
+        version = GetBrokerConfigResponseHeader(version=json.dumps(broker.config_version.to_json()))
+        body = format_properties(broker.config.properties()).encode()
+        return request.response(ext_fields=version.encode(), body=body)
+
+    def update_broker_config(self, conn: Connection, request: RemotingCommand) -> Awaitable[RemotingCommand]:
+        """UPDATE_BROKER_CONFIG: change settings given as Java properties text, only keys that can
+        change while the broker runs (RocketMQ refuses its black-listed keys the same way, with
+        NO_PERMISSION); applied at once and kept for the next start before the answer."""
+        try:
+            values = parse_properties(bytes(request.body or b"").decode())
+        except UnicodeDecodeError:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, "the settings are not UTF-8 text") from None
+        fixed = sorted(key for key in values if key not in RUNTIME_KEYS)
+        if fixed:
+            raise RequestRefused(
+                ResponseCode.NO_PERMISSION,
+                f"cannot change {', '.join(fixed)} while the broker runs: set it in the broker's "
+                f"configuration and restart (keys that can change: {', '.join(sorted(RUNTIME_KEYS))})",
+            )
+        try:
+            write = self._broker.change_settings(values) if values else None
+        except ConfigError as exc:
+            raise RequestRefused(ResponseCode.INVALID_PARAMETER, str(exc)) from None
+        log.info("settings changed by %s: %s", conn.remote_address, ", ".join(sorted(values)))
+        return self._written_then(write, request.response())
+
+    def view_broker_stats_data(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """VIEW_BROKER_STATS_DATA: one counter over about the last minute, hour and day."""
+        asked = ViewBrokerStatsDataRequestHeader.decode(request.ext_fields)
+        data = self._broker.stats.stats_data(asked.stats_name, asked.stats_key)
+        if data is None:
+            # RocketMQ's wording
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR, f"The stats <{asked.stats_name}> <{asked.stats_key}> not exist"
+            )
+        return request.response(body=data.encode())
 
     def view_message_by_id(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         offset = ViewMessageRequestHeader.decode(request.ext_fields).offset
@@ -282,6 +332,48 @@ class AdminProcessor:
         }
         return request.response(body=fastjson.dumps(body))
 
+    def get_producer_connection_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_PRODUCER_CONNECTION_LIST: the producers of a group that heartbeat to this broker."""
+        group = ProducerGroupRequestHeader.decode(request.ext_fields).producer_group
+        channels = self._broker.producers.groups.get(group)
+        if not channels:
+            # RocketMQ's wording
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        body = {
+            "connectionSet": [
+                {
+                    "clientAddr": channel.conn.remote_address,
+                    "clientId": channel.client_id,
+                    "language": channel.language,
+                    "version": channel.version,
+                }
+                for channel in channels.values()
+            ]
+        }
+        return request.response(body=fastjson.dumps(body))
+
+    def clone_group_offset(self, conn: Connection, request: RemotingCommand) -> Awaitable[RemotingCommand]:
+        """CLONE_GROUP_OFFSET: the destination group gets the source group's committed offsets, on one
+        topic or every topic the source has offsets for, replacing its own there (RocketMQ's
+        cloneOffset). Unless ``offline``, topics an online source group does not subscribe to are
+        skipped, as RocketMQ's."""
+        broker = self._broker
+        clone = CloneGroupOffsetRequestHeader.decode(request.ext_fields)
+        source, dest = clone.src_group, clone.dest_group
+        topics = [clone.topic] if clone.topic else broker.offsets.topics_of(source)
+        members = broker.consumers.groups.get(source)
+        subscribed = members.subscriptions if members is not None and not clone.offline else {}
+        cloned = []
+        for topic in topics:
+            if broker.topics.get(topic) is None:
+                continue
+            if subscribed and topic not in subscribed:
+                continue
+            if broker.offsets.clone(source, dest, topic):
+                cloned.append(topic)
+        log.info("offsets of group %s cloned to %s on %s", source, dest, ", ".join(cloned) or "no topic")
+        return self._persist_then(request.response())
+
     # offset reset -------------------------------------------------------------------------------
 
     def invoke_broker_to_reset_offset(
@@ -380,9 +472,13 @@ class AdminProcessor:
             told += 1
         return told
 
-    async def _persist_then(self, response: RemotingCommand) -> RemotingCommand:
-        # The reset is on disk before the administrator hears it is done (commits wait for the period).
-        write = self._broker.offsets.persist_later()
+    def _persist_then(self, response: RemotingCommand) -> Awaitable[RemotingCommand]:
+        # The offsets are on disk before the administrator hears it is done (commits wait for the
+        # period).
+        return self._written_then(self._broker.offsets.persist_later(), response)
+
+    @staticmethod
+    async def _written_then(write: Callable[[], None] | None, response: RemotingCommand) -> RemotingCommand:
         if write is not None:
             await asyncio.get_running_loop().run_in_executor(None, write)
         return response
