@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -86,6 +87,7 @@ class Broker:
             Path(config.store_path_root_dir).expanduser() / "config" / RUNTIME_SETTINGS_FILE
         )
         self._load_runtime_settings(config)
+        self._runtime_settings_lock = threading.Lock()
         self.config = config
         self.config_version = DataVersion()
         self.access = (
@@ -189,12 +191,22 @@ class Broker:
         path = self.runtime_settings_path
 
         def write() -> None:
-            try:
-                kept = read_properties(path)
-            except FileNotFoundError:
-                kept = {}
-            kept.update(values)
-            write_atomic(path, format_properties(kept).encode())
+            # Changes may arrive faster than they are written: one write at a time, each adding its
+            # keys to what the file holds.
+            with self._runtime_settings_lock:
+                try:
+                    try:
+                        kept = read_properties(path)
+                    except FileNotFoundError:
+                        kept = {}
+                    kept.update(values)
+                    write_atomic(path, format_properties(kept).encode())
+                except OSError as exc:
+                    raise RequestRefused(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"the settings are changed but cannot be kept for the next start in {path}: "
+                        f"{exc.strerror or exc}",
+                    ) from None
 
         return write
 
