@@ -28,7 +28,7 @@ def add_broker_config_commands(broker_commands: argparse._SubParsersAction[argpa
         _config_get,
         help="print a broker's settings as broker.conf lines",
         description=(
-            "Print the settings in effect on the broker at --broker, or on every broker of --cluster "
+            "Print the settings in effect on the broker at --broker-addr, or on every broker of --cluster "
             "(the only registered cluster when neither is given), as key=value lines of broker.conf "
             "(secrets and tls.* keys left out); --key prints one setting."
         ),
@@ -41,7 +41,7 @@ def add_broker_config_commands(broker_commands: argparse._SubParsersAction[argpa
         _config_set,
         help="change a setting of running brokers (kept across restarts)",
         description=(
-            "Change KEY to VALUE on the broker at --broker, or on every broker of --cluster (the only "
+            "Change KEY to VALUE on the broker at --broker-addr, or on every broker of --cluster (the only "
             "registered cluster when neither is given). The broker applies it at once and keeps it in "
             "<storePathRootDir>/config/broker.properties, which wins over broker.conf at its next "
             "start. Only keys that can change while a broker runs are taken; any other is refused "
@@ -114,22 +114,22 @@ def add_clone_offsets_command(group_commands: argparse._SubParsersAction[argpars
 
 def _target_options(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("--broker", metavar="HOST:PORT", help="the broker at this address")
+    target.add_argument("--broker-addr", metavar="HOST:PORT", help="the broker at this address")
     target.add_argument("--cluster", metavar="NAME", help="every broker of this cluster")
 
 
 async def _targets(admin: AdminClient, args: argparse.Namespace) -> list[tuple[str, str]]:
-    """(broker name, address) of the brokers a config command acts on: --broker, else every broker
+    """(broker name, address) of the brokers a config command acts on: --broker-addr, else every broker
     (masters and slaves) of --cluster or of the only cluster."""
-    if args.broker:
-        return [(args.broker, args.broker)]
+    if args.broker_addr:
+        return [(args.broker_addr, args.broker_addr)]
     info = await admin.cluster_info()
     clusters = sorted(info.cluster_addr_table)
     cluster = args.cluster
     if cluster is None:
         if len(clusters) != 1:
             known = ", ".join(clusters) or "none is registered"
-            raise CometMQError(f"say which cluster (--cluster) or broker (--broker): clusters {known}")
+            raise CometMQError(f"say which cluster (--cluster) or broker (--broker-addr): clusters {known}")
         cluster = clusters[0]
     elif cluster not in info.cluster_addr_table:
         raise CometMQError(
@@ -140,6 +140,10 @@ async def _targets(admin: AdminClient, args: argparse.Namespace) -> list[tuple[s
         for broker in sorted(info.brokers_of(cluster), key=lambda b: b.broker_name)
         for _, addr in sorted(broker.broker_addrs.items())
     ]
+
+
+def _where(name: str, addr: str) -> str:
+    return addr if name == addr else f"{name} ({addr})"
 
 
 async def _config_get(admin: AdminClient, args: argparse.Namespace) -> None:
@@ -157,7 +161,7 @@ async def _config_get(admin: AdminClient, args: argparse.Namespace) -> None:
         return
     for number, (name, addr) in enumerate(targets):
         if len(targets) > 1:
-            print(f"{chr(10) if number else ''}# {name} ({addr})")
+            print(f"{chr(10) if number else ''}# {_where(name, addr)}")
         for key, value in found[addr].items():
             print(f"{key}={value}")
 
@@ -167,7 +171,7 @@ async def _config_set(admin: AdminClient, args: argparse.Namespace) -> None:
     for name, addr in targets:
         await admin.update_broker_config(addr, {args.key: args.value})
         if not args.json:
-            print(f"{args.key}={args.value} on {name} ({addr})")
+            print(f"{args.key}={args.value} on {_where(name, addr)}")
     if args.json:
         print_json({"key": args.key, "value": args.value, "brokers": [addr for _, addr in targets]})
 
