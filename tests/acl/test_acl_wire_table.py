@@ -32,6 +32,7 @@ from cometmq.protocol.broker_headers import (
     ConsumerSendMsgBackRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     EndTransactionRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
     ProducerGroupRequestHeader,
@@ -508,6 +509,12 @@ BROKER_CASES = [
             R.VIEW_BROKER_STATS_DATA,
             ViewBrokerStatsDataRequestHeader(stats_name="TOPIC_PUT_NUMS", stats_key=n.topic),
         ),
+        needs(("Cluster", "Get")),
+    ),
+    Case(
+        R.GET_BROKER_CONSUME_STATS,
+        "broker",
+        lambda n: command(R.GET_BROKER_CONSUME_STATS, GetConsumeStatsInBrokerHeader(is_order=False)),
         needs(("Cluster", "Get")),
     ),
     Case(

@@ -27,6 +27,7 @@ from cometmq.protocol.broker_headers import (
     ConsumerSendMsgBackRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     EndTransactionRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
     ProducerGroupRequestHeader,
@@ -363,6 +364,7 @@ CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
         None,
         [cluster(GET)],
     ),
+    (C.GET_BROKER_CONSUME_STATS, GetConsumeStatsInBrokerHeader(is_order=False), False, None, [cluster(GET)]),
     (
         C.VIEW_BROKER_STATS_DATA,
         ViewBrokerStatsDataRequestHeader(stats_name="TOPIC_PUT_NUMS", stats_key="t"),

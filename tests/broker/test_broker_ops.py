@@ -257,3 +257,27 @@ def test_stats_data_counts_a_topic_and_a_group_per_request_and_per_message(tmp_p
                 assert (traffic.in_today, traffic.groups) == (6, [])
 
     run(scenario())
+
+
+def test_broker_consume_stats_lists_every_group_s_queues_and_their_lag(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_with_name_server(tmp_path, brokerName="broker-ops") as (namesrv, broker):
+            addr = address(broker)
+            client = RemotingClient()
+            try:
+                assert (await create_topic(client, addr, "OpsLag", 1)).code == ResponseCode.SUCCESS
+                for _ in range(5):
+                    assert (await client.invoke(addr, send_request("OpsLag", b"m"))).code == 0
+                await client.invoke(addr, commit_request("ops-slow", "OpsLag", 0, 1))
+                await client.invoke(addr, commit_request("ops-fast", "OpsLag", 0, 5))
+            finally:
+                await client.close()
+            async with AdminClient(namesrv) as admin:
+                found = await admin.broker_consume_stats(addr)
+                ordered_only = await admin.broker_consume_stats(addr, order_only=True)
+            lags = {p.group: [(q.topic, q.broker_name, q.queue_id, q.lag) for q in p.queues] for p in found}
+            assert lags["ops-slow"] == [("OpsLag", "broker-ops", 0, 4)]
+            assert lags["ops-fast"] == [("OpsLag", "broker-ops", 0, 0)]
+            assert all(not p.queues for p in ordered_only)
+
+    run(scenario())

@@ -115,3 +115,25 @@ def test_stats_shows_rates_and_today_s_counts_per_topic_and_group(cluster: dict[
     assert (topic["inToday"], topic["groups"][0]["outToday"], topic["groups"][0]["lag"]) == (3, 3, 1)
     everything = cometmq("stats", "--active", "-n", namesrv)
     assert "OpsCounted" in everything.stdout and "RMQ_SYS" not in everything.stdout
+
+
+def test_broker_consume_stats_prints_each_group_s_lag_and_the_total(cluster: dict[str, str]) -> None:
+    namesrv, addr = cluster["namesrv"], cluster["addr"]
+    assert cometmq("topic", "create", "OpsBehind", "--queues", "1", "-n", namesrv).returncode == 0
+    for i in range(4):
+        send(addr, "OpsBehind", f"b{i}".encode())
+    commit(addr, "GID_behind", "OpsBehind", 0, 1)
+    result = cometmq("broker", "consume-stats", addr, "--min-lag", "3")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].split() == [
+        "TOPIC", "GROUP", "BROKER", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET", "LAG", "LAST_CONSUME_TIME",
+    ]  # fmt: skip
+    assert [line.split()[:2] + line.split()[3:7] for line in lines[1:-1]] == [
+        ["OpsBehind", "GID_behind", "0", "4", "1", "3"]
+    ]
+    assert lines[-1].startswith("total lag: ")
+    as_json = json.loads(cometmq("broker", "consume-stats", addr, "--json").stdout)
+    assert {"group": "GID_behind", "topic": "OpsBehind", "lag": 3}.items() <= next(
+        q for q in as_json["queues"] if q["group"] == "GID_behind"
+    ).items()

@@ -306,6 +306,7 @@ def broker_seeds() -> list[Seed]:
         _built(code.UPDATE_BROKER_CONFIG, body=b"longPollingEnable=true\n"),
         _built(code.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": TOPIC}),
         _built(code.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": GROUP}),
+        _built(code.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}),
         _built(code.CLONE_GROUP_OFFSET, {"srcGroup": GROUP, "destGroup": "FuzzGroup3", "topic": TOPIC}),
         # Names another broker the master: refused, since the fuzzed broker is a master (id 0) that has no
         # id of its own to become a slave under.

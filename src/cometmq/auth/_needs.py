@@ -276,6 +276,7 @@ TABLE: Final[Mapping[int, NeedsRule]] = {
     _CODE.GET_BROKER_CONFIG: _cluster(GET),
     _CODE.GET_PRODUCER_CONNECTION_LIST: _cluster(GET),
     _CODE.VIEW_BROKER_STATS_DATA: _cluster(GET),
+    _CODE.GET_BROKER_CONSUME_STATS: _cluster(GET),
     _CODE.GET_BROKER_HA_STATUS: _cluster(GET),
     _CODE.GET_BROKER_CLUSTER_INFO: _cluster(GET),
     _CODE.QUERY_DATA_VERSION: _cluster(GET),

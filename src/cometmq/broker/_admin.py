@@ -23,6 +23,7 @@ from cometmq.protocol.broker_headers import (
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     GetBrokerConfigResponseHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
     OffsetResponseHeader,
@@ -282,33 +283,67 @@ class AdminProcessor:
     def get_consume_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """ConsumeStats of a group (docs/protocol.md#admin-bodies), for one topic or every topic it has
         offsets for."""
-        broker = self._broker
-        store = broker.store
         stats = GetConsumeStatsRequestHeader.decode(request.ext_fields)
         group, topic_asked = stats.consumer_group, stats.topic
-        topics = [topic_asked] if topic_asked else broker.offsets.topics_of(group)
-        members = broker.consumers.groups.get(group)
+        topics = [topic_asked] if topic_asked else self._broker.offsets.topics_of(group)
         table: dict[Any, dict[str, int]] = {}
         tps = 0.0
         for topic in topics:
-            config = broker.topics.get(topic)
-            if config is None:
-                continue
-            # As RocketMQ: an online group reports only the topics it subscribes to.
-            if members is not None and members.subscriptions and topic not in members.subscriptions:
-                continue
-            for qid in range(config.read_queue_nums):
-                broker_offset = max(0, store.max_offset(topic, qid))
-                consumer_offset = max(0, broker.offsets.query(group, topic, qid))
-                last = store.store_time_at(topic, qid, consumer_offset - 1) if consumer_offset > 0 else 0
-                table[queue_key(topic, broker.config.broker_name, qid)] = {
-                    "brokerOffset": broker_offset,
-                    "consumerOffset": consumer_offset,
-                    "lastTimestamp": max(0, last),
-                }
-            tps += broker.offsets.consume_tps(group, topic)
+            found = self._consume_stats(group, topic)
+            if found is not None:
+                table.update(found[0])
+                tps += found[1]
         body = {"consumeTps": round(tps, 3), "offsetTable": table}
         return request.response(body=fastjson.dumps(body, bean_keys=True))
+
+    def get_broker_consume_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONSUME_STATS: ConsumeStats of every group on every topic it has offsets for (with
+        ``isOrder``, ordered topics only), and the lag over all of them (RocketMQ's ConsumeStatsList).
+        RocketMQ lists the subscription groups only; a group with offsets but no subscription group
+        (``autoCreateSubscriptionGroup=false``, or offsets committed by an admin tool) is listed too."""
+        broker = self._broker
+        order_only = GetConsumeStatsInBrokerHeader.decode(request.ext_fields).is_order
+        groups: list[dict[str, list[dict[str, Any]]]] = []
+        total_diff = 0
+        for group in sorted({*broker.groups.groups, *broker.offsets.groups()}):
+            per_topic = []
+            for topic in broker.offsets.topics_of(group):
+                config = broker.topics.get(topic)
+                if config is None or (order_only and not config.order):
+                    continue
+                found = self._consume_stats(group, topic)
+                if found is None:
+                    continue
+                table, tps = found
+                total_diff += sum(q["brokerOffset"] - q["consumerOffset"] for q in table.values())
+                per_topic.append({"consumeTps": round(tps, 3), "offsetTable": table})
+            groups.append({group: per_topic})
+        body = {"brokerAddr": broker.config.broker_addr, "consumeStatsList": groups, "totalDiff": total_diff}
+        return request.response(body=fastjson.dumps(body, bean_keys=True))
+
+    def _consume_stats(self, group: str, topic: str) -> tuple[dict[Any, dict[str, int]], float] | None:
+        """A group's offsets on each queue of a topic, and its consume rate there; None when the topic
+        does not exist or the group is online without subscribing to it (as RocketMQ: an online group
+        reports only the topics it subscribes to)."""
+        broker = self._broker
+        store = broker.store
+        config = broker.topics.get(topic)
+        if config is None:
+            return None
+        members = broker.consumers.groups.get(group)
+        if members is not None and members.subscriptions and topic not in members.subscriptions:
+            return None
+        table: dict[Any, dict[str, int]] = {}
+        for qid in range(config.read_queue_nums):
+            broker_offset = max(0, store.max_offset(topic, qid))
+            consumer_offset = max(0, broker.offsets.query(group, topic, qid))
+            last = store.store_time_at(topic, qid, consumer_offset - 1) if consumer_offset > 0 else 0
+            table[queue_key(topic, broker.config.broker_name, qid)] = {
+                "brokerOffset": broker_offset,
+                "consumerOffset": consumer_offset,
+                "lastTimestamp": max(0, last),
+            }
+        return table, broker.offsets.consume_tps(group, topic)
 
     def get_consumer_connection_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         group = ConsumerGroupRequestHeader.decode(request.ext_fields).consumer_group

@@ -141,6 +141,10 @@ class ConsumerOffsetManager:
         """The topics ``group`` has offsets for (RocketMQ's whichTopicByConsumer)."""
         return sorted(k.partition("@")[0] for k in self.offsets if k.partition("@")[2] == group)
 
+    def groups(self) -> set[str]:
+        """The groups with offsets."""
+        return {key.partition("@")[2] for key in self.offsets}
+
     def delete_group(self, group: str) -> None:
         for key in [k for k in self.offsets if k.partition("@")[2] == group]:
             del self.offsets[key]

@@ -310,6 +310,7 @@ class Broker:
                 RequestCode.GET_BROKER_CONFIG: admin.get_broker_config,
                 RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
                 RequestCode.VIEW_BROKER_STATS_DATA: admin.view_broker_stats_data,
+                RequestCode.GET_BROKER_CONSUME_STATS: admin.get_broker_consume_stats,
                 RequestCode.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
                 RequestCode.CLONE_GROUP_OFFSET: admin.clone_group_offset,
                 RequestCode.GET_BROKER_HA_STATUS: self.ha_status,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from cometmq.cli._admin import add_admin_command, print_json
+from cometmq.cli._message import format_time
 from cometmq.client import AdminClient
 from cometmq.console import format_table
 from cometmq.errors import CometMQError
@@ -51,6 +52,32 @@ def add_broker_config_commands(broker_commands: argparse._SubParsersAction[argpa
     set_.add_argument("key", metavar="KEY", help="the setting, by its broker.conf key")
     set_.add_argument("value", metavar="VALUE", help="its new value")
     _target_options(set_)
+
+
+def add_broker_consume_stats_command(
+    broker_commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    """``cometmq broker consume-stats`` (under ``cometmq broker``)."""
+    consume_stats = add_admin_command(
+        broker_commands,
+        "consume-stats",
+        _broker_consume_stats,
+        help="every consumer group's progress on one broker",
+        description=(
+            "Ask the broker at ADDR (GET_BROKER_CONSUME_STATS) for every consumer group's progress on "
+            "each topic it has offsets for: per queue the broker offset, the group's offset, the lag "
+            "and the store time of the last message it consumed; then the broker's total lag (as "
+            "RocketMQ's mqadmin brokerConsumeStats)."
+        ),
+    )
+    consume_stats.add_argument("addr", metavar="ADDR", help="the broker's HOST:PORT (its client port)")
+    consume_stats.add_argument("--order", action="store_true", help="only ordered topics")
+    consume_stats.add_argument(
+        "--min-lag", type=int, default=0, metavar="N", help="only queues at least N messages behind"
+    )
+    for option in consume_stats._actions:
+        if option.dest == "namesrv":  # the broker at ADDR is asked directly: no NameServer to name
+            option.help = argparse.SUPPRESS
 
 
 def add_ops_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -174,6 +201,53 @@ async def _config_set(admin: AdminClient, args: argparse.Namespace) -> None:
             print(f"{args.key}={args.value} on {_where(name, addr)}")
     if args.json:
         print_json({"key": args.key, "value": args.value, "brokers": [addr for _, addr in targets]})
+
+
+async def _broker_consume_stats(admin: AdminClient, args: argparse.Namespace) -> None:
+    groups = await admin.broker_consume_stats(args.addr, order_only=args.order)
+    rows = [(p.group, q) for p in groups for q in p.queues if q.lag >= args.min_lag]
+    total = sum(q.lag for p in groups for q in p.queues)
+    if args.json:
+        queues = [
+            {
+                "group": group,
+                "topic": q.topic,
+                "brokerName": q.broker_name,
+                "queueId": q.queue_id,
+                "brokerOffset": q.broker_offset,
+                "consumerOffset": q.consumer_offset,
+                "lag": q.lag,
+                "lastTimestamp": q.last_timestamp,
+            }
+            for group, q in rows
+        ]
+        print_json({"broker": args.addr, "totalLag": total, "queues": queues})
+        return
+    table = [
+        [
+            q.topic,
+            group,
+            q.broker_name,
+            q.queue_id,
+            q.broker_offset,
+            q.consumer_offset,
+            q.lag,
+            format_time(q.last_timestamp) if q.last_timestamp > 0 else "-",
+        ]
+        for group, q in rows
+    ]
+    headers = [
+        "TOPIC",
+        "GROUP",
+        "BROKER",
+        "QUEUE",
+        "BROKER_OFFSET",
+        "CONSUMER_OFFSET",
+        "LAG",
+        "LAST_CONSUME_TIME",
+    ]
+    print(format_table(headers, table))
+    print(f"total lag: {total}")
 
 
 async def _producer_connections(admin: AdminClient, args: argparse.Namespace) -> None:

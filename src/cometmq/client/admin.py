@@ -42,6 +42,7 @@ from cometmq.protocol.broker_headers import (
     ConsumerGroupRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
     ProducerGroupRequestHeader,
@@ -237,6 +238,24 @@ class TopicTraffic:
     in_tps: float  # messages stored per second over about the last minute
     in_today: int  # messages stored in about the last day
     groups: list[GroupTraffic]
+
+
+def _progress_of(stats: Any) -> list[QueueProgress]:
+    """The queues of a ConsumeStats body."""
+    queues = []
+    for key, wrapper in (as_object(stats, "ConsumeStats").get("offsetTable") or {}).items():
+        queue_topic, broker_name, queue_id = _queue_of(key)
+        queues.append(
+            QueueProgress(
+                queue_topic,
+                broker_name,
+                queue_id,
+                int(wrapper.get("brokerOffset", 0)),
+                int(wrapper.get("consumerOffset", 0)),
+                int(wrapper.get("lastTimestamp", 0)),
+            )
+        )
+    return queues
 
 
 def _is_group_topic(topic: str) -> bool:
@@ -853,20 +872,26 @@ class AdminClient(Client):
             )
             stats = fastjson.loads(response.body)
             tps += float(stats.get("consumeTps") or 0)
-            for key, wrapper in (stats.get("offsetTable") or {}).items():
-                queue_topic, broker_name, queue_id = _queue_of(key)
-                queues.append(
-                    QueueProgress(
-                        queue_topic,
-                        broker_name,
-                        queue_id,
-                        int(wrapper.get("brokerOffset", 0)),
-                        int(wrapper.get("consumerOffset", 0)),
-                        int(wrapper.get("lastTimestamp", 0)),
-                    )
-                )
+            queues += _progress_of(stats)
         queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
         return ConsumeProgress(group, queues, tps)
+
+    async def broker_consume_stats(self, addr: str, *, order_only: bool = False) -> list[ConsumeProgress]:
+        """Every subscription group's progress on the broker at ``addr``, on each topic it has offsets
+        for (GET_BROKER_CONSUME_STATS; ``order_only``: ordered topics only), sorted by group."""
+        header = GetConsumeStatsInBrokerHeader(is_order=order_only).encode()
+        response = await self._instance.invoke_ok(addr, RequestCode.GET_BROKER_CONSUME_STATS, header)
+        body = as_object(fastjson.loads(response.body), "ConsumeStatsList")
+        found: dict[str, ConsumeProgress] = {}
+        for groups in body.get("consumeStatsList") or ():
+            for group, per_topic in as_object(groups, "ConsumeStatsList").items():
+                progress = found.setdefault(str(group), ConsumeProgress(str(group), [], 0.0))
+                for stats in per_topic or ():
+                    progress.consume_tps += float(stats.get("consumeTps") or 0)
+                    progress.queues += _progress_of(stats)
+        for progress in found.values():
+            progress.queues.sort(key=lambda q: (q.topic, q.queue_id))
+        return [found[group] for group in sorted(found)]
 
     async def reset_offsets(
         self,

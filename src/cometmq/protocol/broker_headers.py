@@ -365,3 +365,10 @@ class ViewBrokerStatsDataRequestHeader(Header):
 
     stats_name: JavaString = wire("statsName", name_rule=text_error)
     stats_key: JavaString = wire("statsKey", name_rule=text_error)
+
+
+@header
+class GetConsumeStatsInBrokerHeader(Header):
+    """GET_BROKER_CONSUME_STATS: every group's progress on a broker; ``is_order``: ordered topics only."""
+
+    is_order: JavaBool = wire("isOrder")
