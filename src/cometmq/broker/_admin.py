@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import cometmq
 from cometmq.broker._groups import SubscriptionGroupConfig
-from cometmq.broker.config import RUNTIME_KEYS
+from cometmq.broker.config import fixed_at_start
 from cometmq.errors import ConfigError, RecordError, RequestRefused
 from cometmq.javaprops import format_properties, parse_properties
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
@@ -130,13 +130,9 @@ class AdminProcessor:
             values = parse_properties(bytes(request.body or b"").decode())
         except UnicodeDecodeError:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, "the settings are not UTF-8 text") from None
-        fixed = sorted(key for key in values if key not in RUNTIME_KEYS)
-        if fixed:
-            raise RequestRefused(
-                ResponseCode.NO_PERMISSION,
-                f"cannot change {', '.join(fixed)} while the broker runs: set it in the broker's "
-                f"configuration and restart (keys that can change: {', '.join(sorted(RUNTIME_KEYS))})",
-            )
+        refusal = fixed_at_start(values)
+        if refusal is not None:
+            raise RequestRefused(ResponseCode.NO_PERMISSION, refusal)
         try:
             write = self._broker.change_settings(values) if values else None
         except ConfigError as exc:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cometmq.protocol.broker_stats import BrokerStatsData, StatsName, StatsWindow
 
@@ -129,19 +130,15 @@ class BrokerStats:
         except ValueError:
             return None
         column = 1 if stats_name in (StatsName.TOPIC_PUT_SIZE, StatsName.GROUP_GET_SIZE) else 0
-        if stats_name in (StatsName.TOPIC_PUT_NUMS, StatsName.TOPIC_PUT_SIZE):
+        put = stats_name in (StatsName.TOPIC_PUT_NUMS, StatsName.TOPIC_PUT_SIZE)
+        table_key: str | tuple[str, str]
+        if put:
+            table_key = key
             totals = self.put_by_topic.get(key)
-
-            def before(snapshot: _KeySnapshot) -> tuple[int, ...] | None:
-                return snapshot.put.get(key)
         else:
             topic, _, group = key.partition("@")
-            group_topic = (group, topic)
-            totals = self.got_by_group_topic.get(group_topic)
-
-            def before(snapshot: _KeySnapshot) -> tuple[int, ...] | None:
-                return snapshot.got.get(group_topic)
-
+            table_key = (group, topic)
+            totals = self.got_by_group_topic.get(table_key)
         if totals is None:
             return None
         now = self._clock()
@@ -151,7 +148,8 @@ class BrokerStats:
                 windows.append(StatsWindow(0, 0.0, 0.0))
                 continue
             oldest = window[0]
-            start = before(oldest) or (0, 0, 0)
+            then: Mapping[Any, tuple[int, ...]] = oldest.put if put else oldest.got
+            start = then.get(table_key) or (0, 0, 0)
             counted = totals[column] - start[column]
             requests = totals[2] - start[2]
             elapsed = now - oldest.time

@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -247,12 +247,9 @@ class BrokerConfig:
         """Apply settings changed while the broker runs (UPDATE_BROKER_CONFIG, or the file that keeps
         them): ConfigError naming a key that is not one of RUNTIME_KEYS, or a value it cannot take;
         then nothing is changed."""
-        fixed = [key for key in values if key not in RUNTIME_KEYS]
-        if fixed:
-            raise ConfigError(
-                f"{', '.join(fixed)} cannot change while the broker runs (the keys that can: "
-                f"{', '.join(sorted(RUNTIME_KEYS))})"
-            )
+        refusal = fixed_at_start(values)
+        if refusal is not None:
+            raise ConfigError(refusal)
         trial = dataclasses.replace(self)
         trial.update(values, source)
         if not 0 <= trial.broker_permission <= MAX_PERM:
@@ -499,6 +496,18 @@ def _unknown_key_message(key: str, source: str) -> str:
     message = f"unknown key {key} in {source}, ignored"
     closest = difflib.get_close_matches(key, _SUGGESTIONS, n=1)
     return f"{message} (did you mean {closest[0]}?)" if closest else message
+
+
+def fixed_at_start(keys: Iterable[str]) -> str | None:
+    """Why settings with these keys cannot change while the broker runs (the keys not in
+    RUNTIME_KEYS), or None if they can."""
+    fixed = sorted(key for key in keys if key not in RUNTIME_KEYS)
+    if not fixed:
+        return None
+    return (
+        f"cannot change {', '.join(fixed)} while the broker runs: set it in the broker's configuration "
+        f"and restart (keys that can change: {', '.join(sorted(RUNTIME_KEYS))})"
+    )
 
 
 def _text_of(value: Any) -> str:
