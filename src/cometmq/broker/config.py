@@ -11,16 +11,17 @@ import dataclasses
 import difflib
 import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from cometmq.auth import Credentials
 from cometmq.auth.serving import AclSettings
 from cometmq.errors import ConfigError
 from cometmq.javaprops import apply_properties, converted, key_of, read_properties
 from cometmq.protocol import MAX_FRAME_SIZE
+from cometmq.protocol.topic_config import MAX_PERM, MAX_QUEUE_NUMS
 from cometmq.remoting import DEFAULT_MAX_PARTIAL_FRAME_BYTES, ServerLimits, default_max_connections
 from cometmq.remoting.tls import TLS_KEYS, TlsSettings
 from cometmq.replication import ReplicationConfig
@@ -234,6 +235,39 @@ class BrokerConfig:
             log.info("RocketMQ keys not used by CometMQ in %s, ignored: %s", source, ", ".join(not_used))
         self._check()
 
+    def properties(self) -> dict[str, str]:
+        """Every setting as RocketMQ key and text (GET_BROKER_CONFIG), sorted by key; the secrets
+        (innerClientAuthenticationCredentials, initAuthenticationUser) and the tls.* keys left out."""
+        shown = {
+            key: _text_of(getattr(self, name))
+            for name, key in _KEY_OF_ATTRIBUTE.items()
+            if name not in _NOT_SHOWN
+        }
+        return dict(sorted(shown.items()))
+
+    def change_at_run_time(self, values: Mapping[str, str], source: str) -> None:
+        """Apply settings changed while the broker runs (UPDATE_BROKER_CONFIG, or the file that keeps
+        them): ConfigError naming a key that is not one of RUNTIME_KEYS, or a value it cannot take;
+        then nothing is changed."""
+        refusal = fixed_at_start(values)
+        if refusal is not None:
+            raise ConfigError(refusal)
+        trial = dataclasses.replace(self)
+        trial.update(values, source)
+        if not 0 <= trial.broker_permission <= MAX_PERM:
+            raise ConfigError(
+                f"brokerPermission {trial.broker_permission} is not a permission (0 to {MAX_PERM})"
+            )
+        if not 1 <= trial.default_topic_queue_nums <= MAX_QUEUE_NUMS:
+            raise ConfigError(
+                f"defaultTopicQueueNums {trial.default_topic_queue_nums} is not in 1..{MAX_QUEUE_NUMS}"
+            )
+        if trial.short_polling_time_mills < 0:
+            raise ConfigError(f"shortPollingTimeMills {trial.short_polling_time_mills} is negative")
+        for key in values:
+            name = _ATTRIBUTE_OF_KEY[key]
+            setattr(self, name, getattr(trial, name))
+
     def settle_role(self) -> None:
         """RocketMQ's role rules, applied once the settings are final (a broker is made from them):
         a SLAVE needs brokerId 1 or more (ConfigError), a master's brokerId is 0 whatever was set.
@@ -413,6 +447,30 @@ ROCKETMQ_KEYS_NOT_USED = frozenset(
     }
 )
 
+# The keys UPDATE_BROKER_CONFIG may change (docs/operations.md, "Settings at run time"): each is read
+# where it is used, on every request or round, so a change applies at once (the broker itself applies
+# autoCreateSubscriptionGroup, and registers again after a brokerPermission change). The others are
+# read once at start, or make the store's layout, ports and files: they need a restart.
+RUNTIME_KEYS: Final = frozenset(
+    {
+        "brokerPermission",
+        "autoCreateTopicEnable",
+        "autoCreateSubscriptionGroup",
+        "defaultTopicQueueNums",
+        "rejectTransactionMessage",
+        "transactionTimeOut",
+        "transactionCheckInterval",
+        "transactionCheckMax",
+        "longPollingEnable",
+        "shortPollingTimeMills",
+        "enablePropertyFilter",
+    }
+)
+# The file under <storePathRootDir>/config keeping the settings changed at run time, for the next start.
+RUNTIME_SETTINGS_FILE: Final = "broker.properties"
+# Settings GET_BROKER_CONFIG does not show: secrets, and the tls.* keys (given as a group).
+_NOT_SHOWN = frozenset({"inner_client_credentials", "init_authentication_user", "tls"})
+
 _KEY_OF_ATTRIBUTE = {f.name: key_of(f.name) for f in dataclasses.fields(BrokerConfig)}
 _ATTRIBUTE_OF_KEY = {key: name for name, key in _KEY_OF_ATTRIBUTE.items()}
 _ATTRIBUTE_OF_KEY["haSlaveFallbehindMax"] = "ha_max_gap_not_in_sync"  # RocketMQ 4.9's name
@@ -442,6 +500,27 @@ def _unknown_key_message(key: str, source: str) -> str:
     message = f"unknown key {key} in {source}, ignored"
     closest = difflib.get_close_matches(key, _SUGGESTIONS, n=1)
     return f"{message} (did you mean {closest[0]}?)" if closest else message
+
+
+def fixed_at_start(keys: Iterable[str]) -> str | None:
+    """Why settings with these keys cannot change while the broker runs (the keys not in
+    RUNTIME_KEYS), or None if they can."""
+    fixed = sorted(key for key in keys if key not in RUNTIME_KEYS)
+    if not fixed:
+        return None
+    return (
+        f"cannot change {', '.join(fixed)} while the broker runs: set it in the broker's configuration "
+        f"and restart (keys that can change: {', '.join(sorted(RUNTIME_KEYS))})"
+    )
+
+
+def _text_of(value: Any) -> str:
+    """A setting as Java writes it."""
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _credentials(key: str, value: Any) -> Credentials | None:

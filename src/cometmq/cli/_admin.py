@@ -243,6 +243,13 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     from cometmq.cli._switch import add_role_switch_commands  # it builds on this module's helpers
 
     add_role_switch_commands(broker_commands)
+    from cometmq.cli._ops import (  # they build on this module's helpers
+        add_broker_config_commands,
+        add_broker_consume_stats_command,
+    )
+
+    add_broker_config_commands(broker_commands)
+    add_broker_consume_stats_command(broker_commands)
 
 
 async def warn_of_groups_without_master(admin: AdminClient, cluster: str | None, consequence: str) -> None:

@@ -14,6 +14,7 @@ from cometmq.cli._admin import (
     whole_number,
 )
 from cometmq.cli._message import format_time, parse_time
+from cometmq.cli._ops import add_clone_offsets_command
 from cometmq.client import AdminClient
 from cometmq.client.admin import ConsumerConnections, ResetResult
 from cometmq.console import format_table
@@ -200,6 +201,7 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     consumers.add_argument("group", metavar="GROUP", help="the consumer group")
     _cluster_option(consumers)
+    add_clone_offsets_command(group_commands)
 
 
 def _reset_target(text: str) -> str | int:
