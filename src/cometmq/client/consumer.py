@@ -77,6 +77,7 @@ from cometmq.client._offsets import (
 from cometmq.client._options import check_choice, check_credentials, check_group, check_range, tls_context
 from cometmq.client._process_queue import ProcessQueue
 from cometmq.client._rebalance import REBALANCE_INTERVAL_S, STRATEGIES
+from cometmq.client._trace import consumed_after, consumed_before
 from cometmq.client.message import (
     PROPERTY_DELAY,
     PROPERTY_MAX_RECONSUME_TIMES,
@@ -85,6 +86,7 @@ from cometmq.client.message import (
     MessageQueue,
     ReceivedMessage,
 )
+from cometmq.client.producer import trace_dispatcher
 from cometmq.errors import ClientStateError, CometMQError
 from cometmq.protocol import RequestCode, fastjson
 from cometmq.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
@@ -166,6 +168,10 @@ class PushConsumer(Client):
     ``credentials`` (:class:`cometmq.auth.Credentials`) sign every request, for servers with aclEnable;
     ``tls`` is False (plain TCP), True (TLS checked against the system's CAs and the server's name) or
     an :class:`ssl.SSLContext` of your own (a private CA, a client certificate).
+
+    ``trace`` writes trace records around each consumed batch (which message, when, how long the
+    listener took, whether it succeeded, how many times it was retried) to ``trace_topic`` (default
+    RMQ_SYS_TRACE_TOPIC), as the Java client's enableMsgTrace does (docs/client.md#message-trace).
     """
 
     kind = "push consumer"
@@ -193,6 +199,8 @@ class PushConsumer(Client):
         poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
         credentials: Credentials | None = None,
         tls: bool | ssl.SSLContext = False,
+        trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         check_group("consumer", group)
         check_credentials(credentials)
@@ -275,6 +283,11 @@ class PushConsumer(Client):
         self._current: tuple[ReceivedMessage, asyncio.Future[ConsumeResult]] | None = None
         self._current_retry = False
         self.consumed_count = 0  # messages whose listener call succeeded, for running info
+        self._trace = (
+            trace_dispatcher(group, "CONSUME", namesrv, credentials, ssl_context, trace_topic)
+            if trace
+            else None
+        )
 
     # configuration -----------------------------------------------------------------------------
 
@@ -358,6 +371,8 @@ class PushConsumer(Client):
         ]
         if self._needs_lock:
             self._loops.append(asyncio.create_task(self._lock_loop()))
+        if self._trace is not None:
+            await self._trace.start()
 
     async def _close(self, timeout: float) -> None:
         """Leave the group: stop pulling, wait up to ``timeout`` seconds for listener calls in
@@ -385,6 +400,8 @@ class PushConsumer(Client):
             log.warning("cannot persist the offsets of %s: %s", self.group, exc)
         if self._needs_lock:
             await self._unlock([pq.queue for pq in pqs])
+        if self._trace is not None:
+            await self._trace.close(timeout)
         await self._instance.close()
         self._instance.unregister_consumer(self.group)
         if self._executor is not None:
@@ -818,6 +835,16 @@ class PushConsumer(Client):
                 log.exception("consuming %s failed", pq.queue)
 
     async def _call_listener(self, messages: list[ReceivedMessage]) -> ConsumeResult:
+        trace = self._trace
+        if trace is not None:
+            before = consumed_before(trace, self.group, messages)
+            result = await self._listener_result(messages)
+            if before is not None:
+                consumed_after(trace, before, result is ConsumeResult.SUCCESS)
+            return result
+        return await self._listener_result(messages)
+
+    async def _listener_result(self, messages: list[ReceivedMessage]) -> ConsumeResult:
         listener = self._listener
         try:
             if listener is None:

@@ -56,7 +56,9 @@ from cometmq.client._options import (
     tls_context,
 )
 from cometmq.client._rebalance import REBALANCE_INTERVAL_S, allocate_averagely
+from cometmq.client._trace import consumed_after, consumed_before
 from cometmq.client.message import MessageQueue, ReceivedMessage
+from cometmq.client.producer import trace_dispatcher
 from cometmq.errors import ClientStateError, CometMQError, DataLossError
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, SubscriptionData
 
@@ -121,6 +123,9 @@ class LitePullConsumer(Client):
     ``credentials`` (:class:`cometmq.auth.Credentials`) sign every request, for servers with aclEnable;
     ``tls`` is False (plain TCP), True (TLS checked against the system's CAs and the server's name) or
     an :class:`ssl.SSLContext` of your own (a private CA, a client certificate).
+    ``trace`` writes trace records of the messages each ``poll`` hands over (SubBefore and SubAfter, as
+    the Java lite pull consumer writes them, marked successful) to ``trace_topic`` (default
+    RMQ_SYS_TRACE_TOPIC) (docs/client.md#message-trace).
     """
 
     kind = "lite pull consumer"
@@ -144,6 +149,8 @@ class LitePullConsumer(Client):
         poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
         credentials: Credentials | None = None,
         tls: bool | ssl.SSLContext = False,
+        trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         check_group("consumer", group)
         check_credentials(credentials)
@@ -187,6 +194,11 @@ class LitePullConsumer(Client):
         self._pull_from: dict[MessageQueue, int] = {}  # the broker id each queue's last pull suggested
         self._rebalance_wanted: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._trace = None
+        if trace:
+            self._trace = trace_dispatcher(
+                group, "CONSUME", namesrv, credentials, self._ssl_context, trace_topic
+            )
 
     # life cycle --------------------------------------------------------------------------------
 
@@ -210,6 +222,8 @@ class LitePullConsumer(Client):
         self._tasks.append(asyncio.create_task(self._rebalance_loop()))
         if self.auto_commit:
             self._tasks.append(asyncio.create_task(self._auto_commit_loop()))
+        if self._trace is not None:
+            await self._trace.start()
 
     async def _close(self, timeout: float) -> None:
         """Stop pulling, commit the positions (with ``auto_commit``; waiting up to ``timeout`` s for
@@ -230,6 +244,8 @@ class LitePullConsumer(Client):
                 except (CometMQError, TimeoutError) as exc:
                     log.warning("%s: cannot commit offsets on close: %r", self.group, exc)
         finally:
+            if self._trace is not None:
+                await self._trace.close(timeout)
             # Closing the instance first sends UNREGISTER_CLIENT for the group it still knows.
             await self._instance.close()
             self._instance.unregister_consumer(self.group)
@@ -424,7 +440,17 @@ class LitePullConsumer(Client):
                 ready.append(state)  # round robin: one batch per queue per turn
             if state.cached < threshold:
                 state.room.set()
+        if self._trace is not None and out:
+            self._traced(out)
         return out
+
+    def _traced(self, messages: list[ReceivedMessage]) -> None:
+        """The trace records of messages handed over: a SubBefore and, at once, a successful SubAfter,
+        as RocketMQ's DefaultLitePullConsumer writes them (it cannot know how the application fares)."""
+        assert self._trace is not None
+        before = consumed_before(self._trace, self.group, messages)
+        if before is not None:
+            consumed_after(self._trace, before, True)
 
     async def read(
         self, queue: MessageQueue, start: int, end: int, *, max_batch: int = MAX_PULL_BATCH
