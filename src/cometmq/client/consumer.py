@@ -836,35 +836,31 @@ class PushConsumer(Client):
 
     async def _call_listener(self, messages: list[ReceivedMessage]) -> ConsumeResult:
         trace = self._trace
-        if trace is not None:
-            before = consumed_before(trace, self.group, messages)
-            result = await self._listener_result(messages)
-            if before is not None:
-                consumed_after(trace, before, result is ConsumeResult.SUCCESS)
-            return result
-        return await self._listener_result(messages)
-
-    async def _listener_result(self, messages: list[ReceivedMessage]) -> ConsumeResult:
+        before = None if trace is None else consumed_before(trace, self.group, messages)
         listener = self._listener
         try:
             if listener is None:
-                result: object = await self._iterator_listener(messages)
+                answer: object = await self._iterator_listener(messages)
             elif self._executor is not None:
-                result = await asyncio.get_running_loop().run_in_executor(self._executor, listener, messages)
+                answer = await asyncio.get_running_loop().run_in_executor(self._executor, listener, messages)
             else:
-                result = listener(messages)
-            if inspect.isawaitable(result):
-                result = await result
+                answer = listener(messages)
+            if inspect.isawaitable(answer):
+                answer = await answer
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("the listener of %s failed; the messages will be consumed again", self.group)
-            return ConsumeResult.RECONSUME_LATER
-        return (
+            answer = ConsumeResult.RECONSUME_LATER
+        result = (
             ConsumeResult.RECONSUME_LATER
-            if result is ConsumeResult.RECONSUME_LATER
+            if answer is ConsumeResult.RECONSUME_LATER
             else ConsumeResult.SUCCESS
         )
+        if before is not None:
+            assert trace is not None
+            consumed_after(trace, before, result is ConsumeResult.SUCCESS)
+        return result
 
     async def _consume_concurrently(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:
         pq.begin_consume()
