@@ -168,7 +168,6 @@ class Producer(Client):
     """
 
     kind = "producer"
-    _trace_kind = "PRODUCE"  # in the trace producer's group name, as AsyncTraceDispatcher's type
 
     def __init__(
         self,
@@ -222,11 +221,9 @@ class Producer(Client):
         # The blocking facade's sockets (no socket until its first send).
         self._lane = DirectLane(busy_poll_us=busy_poll_us, credentials=credentials, ssl_context=ssl_context)
         self._template_refresh: asyncio.Task[None] | None = None
-        self._trace = (
-            trace_dispatcher(group, self._trace_kind, namesrv, credentials, ssl_context, trace_topic)
-            if trace
-            else None
-        )
+        self._trace = None
+        if trace:
+            self._trace = trace_dispatcher(group, "PRODUCE", namesrv, credentials, ssl_context, trace_topic)
 
     @property
     def client_id(self) -> str:
