@@ -41,7 +41,7 @@ from cometmq.protocol.trace import (
 if TYPE_CHECKING:
     from cometmq.client.producer import Producer
 
-__all__ = ["TraceDispatcher", "consumed_after", "consumed_before", "now_ms", "trace_group"]
+__all__ = ["TraceDispatcher", "now_ms", "trace_group"]
 
 log = logging.getLogger("cometmq.client")
 
@@ -173,30 +173,22 @@ class TraceDispatcher:
         if not result.trace_on or messages[0].topic == self.topic:
             return
         cost = now_ms() - started_ms
-        ids = result.msg_id.split(",") if len(messages) > 1 else [result.msg_id]
-        offset_ids = result.offset_msg_id.split(",") if len(messages) > 1 else [result.offset_msg_id]
-        for index, msg in enumerate(messages):
-            keys = msg.keys
+        success = result.status is SendStatus.SEND_OK
+        # A batch's ids are joined by commas, one per message.
+        ids = zip(result.msg_id.split(","), result.offset_msg_id.split(","), strict=False)
+        for msg, (msg_id, offset_msg_id) in zip(messages, ids, strict=False):
             bean = TraceBean(
                 topic=msg.topic,
-                msg_id=ids[index] if index < len(ids) else "",
-                offset_msg_id=offset_ids[index] if index < len(offset_ids) else "",
+                msg_id=msg_id,
+                offset_msg_id=offset_msg_id,
                 tags=msg.tags,
-                keys=keys if keys is None or isinstance(keys, str) else " ".join(keys),
+                keys=_keys_text(msg),
                 store_host=store_host,
                 body_length=len(msg.body),
                 msg_type=MessageType.Delay_Msg if msg.delay_level else msg_type,
             )
             self.append(
-                TraceContext(
-                    TraceType.Pub,
-                    started_ms,
-                    result.region_id,
-                    group,
-                    cost,
-                    result.status is SendStatus.SEND_OK,
-                    beans=[bean],
-                )
+                TraceContext(TraceType.Pub, started_ms, result.region_id, group, cost, success, beans=[bean])
             )
 
     def transaction_ended(
@@ -212,9 +204,7 @@ class TraceDispatcher:
         """An EndTransaction record (EndTransactionTraceHookImpl) of the half *message* (``msg_id``);
         *state* is LocalTransactionState's name."""
         if isinstance(message, Message):
-            tags, keys = message.tags, message.keys
-            keys = keys if keys is None or isinstance(keys, str) else " ".join(keys)
-            region = DEFAULT_REGION
+            tags, keys, region = message.tags, _keys_text(message), DEFAULT_REGION
         else:
             props = message.properties
             tags, keys = props.get(PROPERTY_TAGS), props.get(PROPERTY_KEYS)
@@ -232,52 +222,48 @@ class TraceDispatcher:
         )
         self.append(TraceContext(TraceType.EndTransaction, now_ms(), region, group, beans=[bean]))
 
+    def consuming(self, group: str, messages: Sequence[ReceivedMessage]) -> TraceContext | None:
+        """The SubBefore record of a batch about to be consumed (ConsumeMessageTraceHookImpl), queued;
+        None when no message of it is traced (a message whose TRACE_ON property is ``false`` is not)."""
+        beans = []
+        region = DEFAULT_REGION
+        for msg in messages:
+            props = msg.properties
+            if props.get(_TRACE_ON) == "false":
+                continue
+            region = props.get(_MSG_REGION) or region
+            beans.append(
+                TraceBean(msg_id=msg.msg_id, keys=props.get(PROPERTY_KEYS), retry_times=msg.reconsume_times)
+            )
+        if not beans:
+            return None
+        before = TraceContext(
+            TraceType.SubBefore, now_ms(), region, group, request_id=self.request_ids.next_id(), beans=beans
+        )
+        self.append(before)
+        return before
 
-def consumed_before(
-    dispatcher: TraceDispatcher, group: str, messages: Sequence[ReceivedMessage]
-) -> TraceContext | None:
-    """The SubBefore record of a batch about to be consumed (ConsumeMessageTraceHookImpl), queued; None
-    when no message of it is traced (a message whose TRACE_ON property is ``false`` is not)."""
-    beans = []
-    region = DEFAULT_REGION
-    for msg in messages:
-        props = msg.properties
-        if props.get(_TRACE_ON) == "false":
-            continue
-        region = props.get(_MSG_REGION) or region
-        beans.append(
-            TraceBean(
-                topic=msg.topic,
-                msg_id=msg.msg_id,
-                tags=props.get(PROPERTY_TAGS),
-                keys=props.get(PROPERTY_KEYS),
-                retry_times=msg.reconsume_times,
-                body_length=len(msg.body),
+    def consumed(self, before: TraceContext, success: bool) -> None:
+        """The SubAfter record of the batch *before* started: its cost per message, and whether the
+        listener succeeded (an exception counts as a failure, as in :class:`PushConsumer`)."""
+        now = now_ms()
+        code = ConsumeReturnType.SUCCESS if success else ConsumeReturnType.FAILED
+        cost = (now - before.timestamp) // len(before.beans)
+        self.append(
+            TraceContext(
+                TraceType.SubAfter,
+                now,
+                before.region_id,
+                before.group_name,
+                cost,
+                success,
+                before.request_id,
+                int(code),
+                before.beans,
             )
         )
-    if not beans:
-        return None
-    before = TraceContext(
-        TraceType.SubBefore, now_ms(), region, group, request_id=dispatcher.request_ids.next_id(), beans=beans
-    )
-    dispatcher.append(before)
-    return before
 
 
-def consumed_after(dispatcher: TraceDispatcher, before: TraceContext, success: bool) -> None:
-    """The SubAfter record of the batch *before* started: its cost per message, and whether the
-    listener succeeded (an exception counts as a failure, as in :class:`PushConsumer`)."""
-    now = now_ms()
-    dispatcher.append(
-        TraceContext(
-            TraceType.SubAfter,
-            now,
-            before.region_id,
-            before.group_name,
-            (now - before.timestamp) // len(before.beans),
-            success,
-            before.request_id,
-            int(ConsumeReturnType.SUCCESS if success else ConsumeReturnType.FAILED),
-            before.beans,
-        )
-    )
+def _keys_text(msg: Message) -> str | None:
+    keys = msg.keys
+    return keys if keys is None or isinstance(keys, str) else " ".join(keys)

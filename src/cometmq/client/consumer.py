@@ -77,7 +77,6 @@ from cometmq.client._offsets import (
 from cometmq.client._options import check_choice, check_credentials, check_group, check_range, tls_context
 from cometmq.client._process_queue import ProcessQueue
 from cometmq.client._rebalance import REBALANCE_INTERVAL_S, STRATEGIES
-from cometmq.client._trace import consumed_after, consumed_before
 from cometmq.client.message import (
     PROPERTY_DELAY,
     PROPERTY_MAX_RECONSUME_TIMES,
@@ -836,7 +835,7 @@ class PushConsumer(Client):
 
     async def _call_listener(self, messages: list[ReceivedMessage]) -> ConsumeResult:
         trace = self._trace
-        before = None if trace is None else consumed_before(trace, self.group, messages)
+        before = None if trace is None else trace.consuming(self.group, messages)
         listener = self._listener
         try:
             if listener is None:
@@ -859,7 +858,7 @@ class PushConsumer(Client):
         )
         if before is not None:
             assert trace is not None
-            consumed_after(trace, before, result is ConsumeResult.SUCCESS)
+            trace.consumed(before, result is ConsumeResult.SUCCESS)
         return result
 
     async def _consume_concurrently(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:

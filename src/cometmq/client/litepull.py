@@ -56,7 +56,6 @@ from cometmq.client._options import (
     tls_context,
 )
 from cometmq.client._rebalance import REBALANCE_INTERVAL_S, allocate_averagely
-from cometmq.client._trace import consumed_after, consumed_before
 from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.client.producer import trace_dispatcher
 from cometmq.errors import ClientStateError, CometMQError, DataLossError
@@ -448,9 +447,9 @@ class LitePullConsumer(Client):
         """The trace records of messages handed over: a SubBefore and, at once, a successful SubAfter,
         as RocketMQ's DefaultLitePullConsumer writes them (it cannot know how the application fares)."""
         assert self._trace is not None
-        before = consumed_before(self._trace, self.group, messages)
+        before = self._trace.consuming(self.group, messages)
         if before is not None:
-            consumed_after(self._trace, before, True)
+            self._trace.consumed(before, True)
 
     async def read(
         self, queue: MessageQueue, start: int, end: int, *, max_batch: int = MAX_PULL_BATCH
