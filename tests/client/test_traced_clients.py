@@ -4,6 +4,7 @@ batches and transactions leave in the trace topic, read back through AdminClient
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -14,10 +15,12 @@ from cometmq.client import (
     ConsumeResult,
     LitePullConsumer,
     Message,
+    MessageQueue,
     Producer,
     PushConsumer,
     ReceivedMessage,
     SendResult,
+    SendStatus,
     TransactionProducer,
     TransactionState,
     blocking,
@@ -225,3 +228,14 @@ def test_a_full_trace_queue_drops_records_and_close_sends_those_queued(namesrv: 
             assert await admin.message_trace("QUEUED2") == []
 
     run(go())
+
+
+def test_sends_a_broker_asks_not_to_trace_and_sends_to_the_trace_topic_record_nothing() -> None:
+    dispatcher = TraceDispatcher(Producer("PID_unstarted", "127.0.0.1:9876"), "MyTraces")
+    answered = SendResult(SendStatus.SEND_OK, "ID1", "OFFSET1", MessageQueue("T", "broker-a", 0), 0)
+    untraced = dataclasses.replace(answered, trace_on=False)
+    dispatcher.sent("PID", [Message("T", b"x")], untraced, 0, "127.0.0.1:10911")
+    dispatcher.sent("PID", [Message("MyTraces", b"x")], answered, 0, "127.0.0.1:10911")
+    assert dispatcher.waiting == 0
+    dispatcher.sent("PID", [Message("T", b"x", keys=[])], answered, 0, "127.0.0.1:10911")
+    assert dispatcher.waiting == 1

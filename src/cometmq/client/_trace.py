@@ -105,6 +105,11 @@ class TraceDispatcher:
         self._send()
         await self._producer.close(timeout)
 
+    @property
+    def waiting(self) -> int:
+        """Records queued and not yet taken into a trace message."""
+        return self._queue.qsize()
+
     def append(self, ctx: TraceContext) -> None:
         """Queue *ctx* to be sent, or drop it (counted) when the queue is full: never waits."""
         try:
@@ -181,7 +186,7 @@ class TraceDispatcher:
                 topic=msg.topic,
                 msg_id=msg_id,
                 offset_msg_id=offset_msg_id,
-                tags=msg.tags,
+                tags=msg.tags or None,
                 keys=_keys_text(msg),
                 store_host=store_host,
                 body_length=len(msg.body),
@@ -204,10 +209,10 @@ class TraceDispatcher:
         """An EndTransaction record (EndTransactionTraceHookImpl) of the half *message* (``msg_id``);
         *state* is LocalTransactionState's name."""
         if isinstance(message, Message):
-            tags, keys, region = message.tags, _keys_text(message), DEFAULT_REGION
+            tags, keys, region = message.tags or None, _keys_text(message), DEFAULT_REGION
         else:
             props = message.properties
-            tags, keys = props.get(PROPERTY_TAGS), props.get(PROPERTY_KEYS)
+            tags, keys = props.get(PROPERTY_TAGS) or None, props.get(PROPERTY_KEYS) or None
             region = props.get(_MSG_REGION) or DEFAULT_REGION
         bean = TraceBean(
             topic=message.topic,
@@ -232,9 +237,10 @@ class TraceDispatcher:
             if props.get(_TRACE_ON) == "false":
                 continue
             region = props.get(_MSG_REGION) or region
-            beans.append(
-                TraceBean(msg_id=msg.msg_id, keys=props.get(PROPERTY_KEYS), retry_times=msg.reconsume_times)
-            )
+            # No keys are written null, never empty: RocketMQ's reader drops an empty last field and
+            # then fails on the record.
+            keys = props.get(PROPERTY_KEYS) or None
+            beans.append(TraceBean(msg_id=msg.msg_id, keys=keys, retry_times=msg.reconsume_times))
         if not beans:
             return None
         before = TraceContext(
@@ -266,4 +272,4 @@ class TraceDispatcher:
 
 def _keys_text(msg: Message) -> str | None:
     keys = msg.keys
-    return keys if keys is None or isinstance(keys, str) else " ".join(keys)
+    return (keys if isinstance(keys, str) else " ".join(keys or ())) or None
