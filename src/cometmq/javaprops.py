@@ -77,6 +77,37 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
+_WRITTEN_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}
+
+
+def _escaped_char(ch: str) -> str:
+    escape = _WRITTEN_ESCAPES.get(ch)
+    if escape is not None:
+        return escape
+    # Characters a reader could take for a line break or a blank (Python's splitlines and strip take
+    # more of them than Java), or that do not print.
+    if ch != " " and ord(ch) <= 0xFFFF and (ch.isspace() or not ch.isprintable()):
+        return f"\\u{ord(ch):04x}"
+    return ch
+
+
+def _escaped(text: str, *, key: bool) -> str:
+    out = [_escaped_char(ch) for ch in text]
+    if key:
+        out = ["\\" + ch if ch in "=: #!" else ch for ch in out]
+    elif out and out[0] == " ":
+        out[0] = "\\ "  # a leading blank of a value would be read as the separator
+    return "".join(out)
+
+
+def format_properties(values: Mapping[str, str]) -> str:
+    """Properties text that :func:`parse_properties` (and Java's ``Properties.load``) reads back as
+    *values*: one ``key=value`` line each, in their order."""
+    return "".join(
+        f"{_escaped(key, key=True)}={_escaped(value, key=False)}\n" for key, value in values.items()
+    )
+
+
 def read_properties(path: str | Path) -> dict[str, str]:
     return parse_properties(Path(path).read_text(encoding="utf-8"))
 

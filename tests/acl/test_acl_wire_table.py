@@ -27,12 +27,15 @@ from cometmq.protocol.auth_headers import (
     UserRequestHeader,
 )
 from cometmq.protocol.broker_headers import (
+    CloneGroupOffsetRequestHeader,
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     EndTransactionRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
+    ProducerGroupRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     QueueRequestHeader,
@@ -41,6 +44,7 @@ from cometmq.protocol.broker_headers import (
     TopicRequestHeader,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
     ViewMessageRequestHeader,
 )
 from cometmq.protocol.namesrv_headers import (
@@ -490,6 +494,43 @@ BROKER_CASES = [
     ),
     Case(
         R.GET_BROKER_HA_STATUS, "broker", lambda n: command(R.GET_BROKER_HA_STATUS), needs(("Cluster", "Get"))
+    ),
+    Case(R.GET_BROKER_CONFIG, "broker", lambda n: command(R.GET_BROKER_CONFIG), needs(("Cluster", "Get"))),
+    Case(
+        R.UPDATE_BROKER_CONFIG,
+        "broker",
+        lambda n: RemotingCommand(code=R.UPDATE_BROKER_CONFIG, body=b"longPollingEnable=true\n"),
+        needs(("Cluster", "Update")),
+    ),
+    Case(
+        R.VIEW_BROKER_STATS_DATA,
+        "broker",
+        lambda n: command(
+            R.VIEW_BROKER_STATS_DATA,
+            ViewBrokerStatsDataRequestHeader(stats_name="TOPIC_PUT_NUMS", stats_key=n.topic),
+        ),
+        needs(("Cluster", "Get")),
+    ),
+    Case(
+        R.GET_BROKER_CONSUME_STATS,
+        "broker",
+        lambda n: command(R.GET_BROKER_CONSUME_STATS, GetConsumeStatsInBrokerHeader(is_order=False)),
+        needs(("Cluster", "Get")),
+    ),
+    Case(
+        R.GET_PRODUCER_CONNECTION_LIST,
+        "broker",
+        lambda n: command(R.GET_PRODUCER_CONNECTION_LIST, ProducerGroupRequestHeader(producer_group=n.group)),
+        needs(("Cluster", "Get")),
+    ),
+    Case(
+        R.CLONE_GROUP_OFFSET,
+        "broker",
+        lambda n: command(
+            R.CLONE_GROUP_OFFSET,
+            CloneGroupOffsetRequestHeader(src_group="acl-source", dest_group=n.group, topic=n.topic),
+        ),
+        needs(("Group", "Update"), ("Topic", "Update")),
     ),
     # Naming another master: the broker (brokerId 0) cannot become a slave and says so; nothing changes.
     Case(

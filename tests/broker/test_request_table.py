@@ -249,6 +249,14 @@ BROKER_ROWS: dict[int, Row] = {
     RequestCode.GET_ALL_DELAY_OFFSET: Row(),
     RequestCode.GET_BROKER_RUNTIME_INFO: Row(),
     RequestCode.GET_BROKER_HA_STATUS: Row(),
+    RequestCode.GET_BROKER_CONFIG: Row(),
+    RequestCode.UPDATE_BROKER_CONFIG: Row(
+        bad_bodies=(b"\xff", b"{", b"storePathRootDir=/tmp", b"listenPort=1", b"brokerPermission=x")
+    ),
+    RequestCode.VIEW_BROKER_STATS_DATA: Row(bh.ViewBrokerStatsDataRequestHeader),
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: Row(bh.ProducerGroupRequestHeader),
+    RequestCode.CLONE_GROUP_OFFSET: Row(bh.CloneGroupOffsetRequestHeader),
+    RequestCode.GET_BROKER_CONSUME_STATS: Row(bh.GetConsumeStatsInBrokerHeader),
     # The broker under test has brokerId 0: a valid request (naming another master) is refused too.
     RequestCode.NOTIFY_BROKER_ROLE_CHANGED: Row(bh.NotifyBrokerRoleChangedRequestHeader),
     # Users and ACLs (served with access control on or off; a name server serves them too).

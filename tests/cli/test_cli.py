@@ -66,8 +66,15 @@ def test_deleting_a_topic_that_does_not_exist_says_so_and_fails(namesrv_addr: st
 
 
 def test_topic_list_json(namesrv_addr: str) -> None:
-    result = cometmq("topic", "list", "-n", namesrv_addr, "--json")
-    assert "TBW102" in json.loads(result.stdout)
+    created = cometmq("topic", "create", "Listed", "-n", namesrv_addr)
+    assert created.returncode == 0, created.stderr
+    topics = json.loads(cometmq("topic", "list", "-n", namesrv_addr, "--json").stdout)
+    assert "Listed" in topics and "TBW102" not in topics
+    kinds = {
+        t["topic"]: t["kind"]
+        for t in json.loads(cometmq("topic", "list", "--system", "-n", namesrv_addr, "--json").stdout)
+    }
+    assert kinds["Listed"] == "user" and kinds["TBW102"] == "system"
 
 
 def test_cluster_list_shows_the_broker(namesrv_addr: str) -> None:
@@ -122,7 +129,7 @@ def test_cluster_list_shows_the_message_rates_while_messages_come_and_go(
 
 
 def test_namesrv_from_environment(namesrv_addr: str) -> None:
-    result = cometmq("topic", "list", env={"COMETMQ_NAMESRV": namesrv_addr})
+    result = cometmq("topic", "list", "--system", env={"COMETMQ_NAMESRV": namesrv_addr})
     assert result.returncode == 0, result.stderr
     assert "TBW102" in result.stdout.split()
 
@@ -179,9 +186,13 @@ NAMESRV_COMMANDS = [
     ["cluster", "list"],
     ["topic", "create", "T"],
     ["topic", "route", "T"],
+    ["topic", "status", "T"],
     ["group", "list"],
     ["group", "progress", "G"],
     ["message", "get", "ID"],
+    ["message", "send", "-t", "T", "body"],
+    ["message", "consume", "-t", "T"],
+    ["message", "consume", "-t", "T", "-g", "G"],
     ["dlq", "list", "G"],
     ["bench", "produce", "--count", "10"],
     ["bench", "consume", "--count", "10"],
@@ -271,6 +282,9 @@ def test_broker_needs_a_namesrv(tmp_path: Path) -> None:
         (["topic", "create"], "--queues"),
         (["topic", "list"], "--json"),
         (["topic", "route"], "route"),
+        (["topic", "status"], "MIN_OFFSET"),
+        (["message", "send"], "one message per line of standard input"),
+        (["message", "consume"], "--follow it waits for new messages until Ctrl-C"),
         (["topic", "delete"], "--cluster"),
         (["cluster", "list"], "broker"),
         ([], "dlq"),

@@ -152,6 +152,8 @@ def test_cluster_up_runs_two_master_slave_groups_that_register_and_stop_cleanly_
         assert f"{label}: exit status 0" in out
         assert not alive(pid)
         assert log.parent == data / label and log.stat().st_size > 0
+        assert "event loop), pid " in log.read_text()  # its start-up summary
+        assert "ready: " in log.with_suffix(".out").read_text()  # what it printed
     for label in brokers:
         assert not (data / label / "abort").exists(), label  # each store shut down cleanly
     assert "SLAVE_NOT_AVAILABLE" not in cluster.err()  # a SYNC_MASTER with a slave is no mistake

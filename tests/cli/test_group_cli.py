@@ -96,9 +96,9 @@ def test_create_list_update_delete(cluster: dict[str, str]) -> None:
 
     listed = group(namesrv, "list")
     header, *rows = listed.stdout.strip().splitlines()
-    assert header.split() == ["GROUP", "BROKER", "CONSUME", "BROADCAST", "RETRY_QUEUES", "RETRY_MAX"]
+    assert header.split() == ["GROUP", "BROKER", "CONSUME", "BROADCAST_READS", "RETRY_QUEUES", "RETRY_MAX"]
     [row] = [r.split() for r in rows if r.startswith("GID_admin ")]
-    assert row[2:] == ["yes", "no", "1", "3"]
+    assert row[2:] == ["yes", "refused", "1", "3"]
 
     assert error_line(group(namesrv, "create", "GID_admin")) == (
         "group GID_admin exists already (on " + row[1] + "); update changes its settings"

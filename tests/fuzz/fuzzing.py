@@ -302,6 +302,12 @@ def broker_seeds() -> list[Seed]:
         _built(code.GET_ALL_CONSUMER_OFFSET),
         _built(code.GET_BROKER_RUNTIME_INFO),
         _built(code.GET_BROKER_HA_STATUS),
+        _built(code.GET_BROKER_CONFIG),
+        _built(code.UPDATE_BROKER_CONFIG, body=b"longPollingEnable=true\n"),
+        _built(code.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": TOPIC}),
+        _built(code.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": GROUP}),
+        _built(code.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}),
+        _built(code.CLONE_GROUP_OFFSET, {"srcGroup": GROUP, "destGroup": "FuzzGroup3", "topic": TOPIC}),
         # Names another broker the master: refused, since the fuzzed broker is a master (id 0) that has no
         # id of its own to become a slave under.
         _built(code.NOTIFY_BROKER_ROLE_CHANGED, {"masterAddress": "127.0.0.1:1", "masterEpoch": "1"}),

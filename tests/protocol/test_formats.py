@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cometmq.broker._json_config import load_json_config, save_json_config
 from cometmq.errors import RecordError
-from cometmq.javaprops import parse_properties
+from cometmq.javaprops import format_properties, parse_properties
 from cometmq.protocol import fastjson
 from cometmq.protocol.naming import group_name_error
 from cometmq.protocol.properties import decode_properties, encode_properties, property_finder
@@ -80,6 +80,14 @@ def test_java_properties_separators_comments_escapes_and_continuations() -> None
     assert parse_properties(text) == {
         "a": "1", "b": "2", "c": "3", "d": "", "e": "one two", "f": "A\tB", "key with spaces": "x",
     }  # fmt: skip
+
+
+_TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=20)
+
+
+@given(st.dictionaries(_TEXT.filter(lambda k: k != ""), _TEXT.map(str.strip)))
+def test_java_properties_written_read_back_as_they_were(values: dict[str, str]) -> None:
+    assert parse_properties(format_properties(values)) == values
 
 
 def test_a_corrupt_config_file_falls_back_to_its_backup(

@@ -146,3 +146,33 @@ def test_closing_a_connection_fails_its_pending_requests_and_tells_the_server() 
         assert never.cancelled()  # the handler's task ends with its connection
 
     with_server(handler, scenario)
+
+
+def test_a_caller_cancelled_while_connecting_leaves_the_connection_to_the_others() -> None:
+    def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return request.response()
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        first = asyncio.ensure_future(client.connection(addr))
+        second = asyncio.ensure_future(client.connection(addr))
+        await asyncio.sleep(0)  # both are waiting for the one connecting
+        first.cancel()
+        conn = await second
+        assert conn.is_open and first.cancelled()
+        assert (await client.invoke(addr, RemotingCommand(code=8), timeout=5)).code == ResponseCode.SUCCESS
+
+    with_server(handler, scenario)
+
+
+def test_closing_the_client_while_connecting_fails_the_waiters_with_a_connection_error() -> None:
+    def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return request.response()
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        waiting = asyncio.ensure_future(client.connection(addr))
+        await asyncio.sleep(0)  # the connecting has started
+        client.abort()
+        with pytest.raises(ConnectionClosedError, match="the client closed"):
+            await waiting
+
+    with_server(handler, scenario)

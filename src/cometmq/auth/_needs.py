@@ -170,6 +170,15 @@ def _reset_offset(request: RemotingCommand, cluster: str | None) -> list[Need]:
     return [_need(_GROUP, fields.get("group"), UPDATE), _need(_TOPIC, fields.get("topic"), UPDATE)]
 
 
+def _clone_group_offset(request: RemotingCommand, cluster: str | None) -> list[Need]:
+    """Update on the destination group and on the topic when one is named, as RocketMQ 5's."""
+    fields = request.ext_fields
+    needs = [_need(_GROUP, fields.get("destGroup"), UPDATE)]
+    if fields.get("topic"):
+        needs.append(_need(_TOPIC, fields["topic"], UPDATE))
+    return needs
+
+
 def _string_in(obj: Mapping[str, Any], key: str) -> str | None:
     value = obj.get(key)
     return value if isinstance(value, str) else None
@@ -254,6 +263,7 @@ TABLE: Final[Mapping[int, NeedsRule]] = {
     _CODE.GET_CONSUME_STATS: _consume_stats,
     _CODE.GET_CONSUMER_CONNECTION_LIST: _field(_GROUP, "consumerGroup", GET),
     _CODE.INVOKE_BROKER_TO_RESET_OFFSET: _reset_offset,
+    _CODE.CLONE_GROUP_OFFSET: _clone_group_offset,
     _CODE.GET_ALL_TOPIC_CONFIG: _unnamed(_TOPIC, LIST),
     _CODE.GET_TOPICS_BY_CLUSTER: _unnamed(_TOPIC, LIST),
     _CODE.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: _unnamed(_TOPIC, LIST),
@@ -264,6 +274,9 @@ TABLE: Final[Mapping[int, NeedsRule]] = {
     _CODE.GET_ALL_DELAY_OFFSET: _cluster(GET),
     _CODE.GET_BROKER_RUNTIME_INFO: _cluster(GET),
     _CODE.GET_BROKER_CONFIG: _cluster(GET),
+    _CODE.GET_PRODUCER_CONNECTION_LIST: _cluster(GET),
+    _CODE.VIEW_BROKER_STATS_DATA: _cluster(GET),
+    _CODE.GET_BROKER_CONSUME_STATS: _cluster(GET),
     _CODE.GET_BROKER_HA_STATUS: _cluster(GET),
     _CODE.GET_BROKER_CLUSTER_INFO: _cluster(GET),
     _CODE.QUERY_DATA_VERSION: _cluster(GET),

@@ -4,23 +4,30 @@ subscription groups, consumption progress and offset resets."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import cometmq
 from cometmq.broker._groups import SubscriptionGroupConfig
-from cometmq.errors import RecordError, RequestRefused
+from cometmq.broker.config import fixed_at_start
+from cometmq.errors import ConfigError, RecordError, RequestRefused
+from cometmq.javaprops import format_properties, parse_properties
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from cometmq.protocol.broker_headers import (
     RESET_TO_LATEST,
+    CloneGroupOffsetRequestHeader,
     ConsumerGroupRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
+    GetBrokerConfigResponseHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
     OffsetResponseHeader,
+    ProducerGroupRequestHeader,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     QueueRequestHeader,
@@ -28,6 +35,7 @@ from cometmq.protocol.broker_headers import (
     ResetOffsetResponseHeader,
     SearchOffsetRequestHeader,
     TopicRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
     ViewMessageRequestHeader,
 )
 from cometmq.protocol.jsonbody import json_object
@@ -103,6 +111,45 @@ class AdminProcessor:
 
     def get_broker_runtime_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return request.response(body=fastjson.dumps({"table": self._broker.runtime_info()}))
+
+    # broker settings and statistics ---------------------------------------------------------------
+
+    def get_broker_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONFIG: every setting in effect as Java properties text (secrets left out), with
+        the version of the settings (a DataVersion, counted up by each change)."""
+        broker = self._broker
+        version = GetBrokerConfigResponseHeader(version=json.dumps(broker.config_version.to_json()))
+        body = format_properties(broker.config.properties()).encode()
+        return request.response(ext_fields=version.encode(), body=body)
+
+    def update_broker_config(self, conn: Connection, request: RemotingCommand) -> Awaitable[RemotingCommand]:
+        """UPDATE_BROKER_CONFIG: change settings given as Java properties text, only keys that can
+        change while the broker runs (RocketMQ refuses its black-listed keys the same way, with
+        NO_PERMISSION); applied at once and kept for the next start before the answer."""
+        try:
+            values = parse_properties(bytes(request.body or b"").decode())
+        except UnicodeDecodeError:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, "the settings are not UTF-8 text") from None
+        refusal = fixed_at_start(values)
+        if refusal is not None:
+            raise RequestRefused(ResponseCode.NO_PERMISSION, refusal)
+        try:
+            write = self._broker.change_settings(values) if values else None
+        except ConfigError as exc:
+            raise RequestRefused(ResponseCode.INVALID_PARAMETER, str(exc)) from None
+        log.info("settings changed by %s: %s", conn.remote_address, ", ".join(sorted(values)))
+        return self._written_then(write, request.response())
+
+    def view_broker_stats_data(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """VIEW_BROKER_STATS_DATA: one counter over about the last minute, hour and day."""
+        asked = ViewBrokerStatsDataRequestHeader.decode(request.ext_fields)
+        data = self._broker.stats.stats_data(asked.stats_name, asked.stats_key)
+        if data is None:
+            # RocketMQ's wording
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR, f"The stats <{asked.stats_name}> <{asked.stats_key}> not exist"
+            )
+        return request.response(body=data.encode())
 
     def view_message_by_id(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         offset = ViewMessageRequestHeader.decode(request.ext_fields).offset
@@ -232,33 +279,67 @@ class AdminProcessor:
     def get_consume_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """ConsumeStats of a group (docs/protocol.md#admin-bodies), for one topic or every topic it has
         offsets for."""
-        broker = self._broker
-        store = broker.store
         stats = GetConsumeStatsRequestHeader.decode(request.ext_fields)
         group, topic_asked = stats.consumer_group, stats.topic
-        topics = [topic_asked] if topic_asked else broker.offsets.topics_of(group)
-        members = broker.consumers.groups.get(group)
+        topics = [topic_asked] if topic_asked else self._broker.offsets.topics_of(group)
         table: dict[Any, dict[str, int]] = {}
         tps = 0.0
         for topic in topics:
-            config = broker.topics.get(topic)
-            if config is None:
-                continue
-            # As RocketMQ: an online group reports only the topics it subscribes to.
-            if members is not None and members.subscriptions and topic not in members.subscriptions:
-                continue
-            for qid in range(config.read_queue_nums):
-                broker_offset = max(0, store.max_offset(topic, qid))
-                consumer_offset = max(0, broker.offsets.query(group, topic, qid))
-                last = store.store_time_at(topic, qid, consumer_offset - 1) if consumer_offset > 0 else 0
-                table[queue_key(topic, broker.config.broker_name, qid)] = {
-                    "brokerOffset": broker_offset,
-                    "consumerOffset": consumer_offset,
-                    "lastTimestamp": max(0, last),
-                }
-            tps += broker.offsets.consume_tps(group, topic)
+            found = self._consume_stats(group, topic)
+            if found is not None:
+                table.update(found[0])
+                tps += found[1]
         body = {"consumeTps": round(tps, 3), "offsetTable": table}
         return request.response(body=fastjson.dumps(body, bean_keys=True))
+
+    def get_broker_consume_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONSUME_STATS: ConsumeStats of every group on every topic it has offsets for (with
+        ``isOrder``, ordered topics only), and the lag over all of them (RocketMQ's ConsumeStatsList).
+        RocketMQ lists the subscription groups only; a group with offsets but no subscription group
+        (``autoCreateSubscriptionGroup=false``, or offsets committed by an admin tool) is listed too."""
+        broker = self._broker
+        order_only = GetConsumeStatsInBrokerHeader.decode(request.ext_fields).is_order
+        groups: list[dict[str, list[dict[str, Any]]]] = []
+        total_diff = 0
+        for group in sorted({*broker.groups.groups, *broker.offsets.groups()}):
+            per_topic = []
+            for topic in broker.offsets.topics_of(group):
+                config = broker.topics.get(topic)
+                if config is None or (order_only and not config.order):
+                    continue
+                found = self._consume_stats(group, topic)
+                if found is None:
+                    continue
+                table, tps = found
+                total_diff += sum(q["brokerOffset"] - q["consumerOffset"] for q in table.values())
+                per_topic.append({"consumeTps": round(tps, 3), "offsetTable": table})
+            groups.append({group: per_topic})
+        body = {"brokerAddr": broker.config.broker_addr, "consumeStatsList": groups, "totalDiff": total_diff}
+        return request.response(body=fastjson.dumps(body, bean_keys=True))
+
+    def _consume_stats(self, group: str, topic: str) -> tuple[dict[Any, dict[str, int]], float] | None:
+        """A group's offsets on each queue of a topic, and its consume rate there; None when the topic
+        does not exist or the group is online without subscribing to it (as RocketMQ: an online group
+        reports only the topics it subscribes to)."""
+        broker = self._broker
+        store = broker.store
+        config = broker.topics.get(topic)
+        if config is None:
+            return None
+        members = broker.consumers.groups.get(group)
+        if members is not None and members.subscriptions and topic not in members.subscriptions:
+            return None
+        table: dict[Any, dict[str, int]] = {}
+        for qid in range(config.read_queue_nums):
+            broker_offset = max(0, store.max_offset(topic, qid))
+            consumer_offset = max(0, broker.offsets.query(group, topic, qid))
+            last = store.store_time_at(topic, qid, consumer_offset - 1) if consumer_offset > 0 else 0
+            table[queue_key(topic, broker.config.broker_name, qid)] = {
+                "brokerOffset": broker_offset,
+                "consumerOffset": consumer_offset,
+                "lastTimestamp": max(0, last),
+            }
+        return table, broker.offsets.consume_tps(group, topic)
 
     def get_consumer_connection_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         group = ConsumerGroupRequestHeader.decode(request.ext_fields).consumer_group
@@ -281,6 +362,48 @@ class AdminProcessor:
             "subscriptionTable": {topic: sub.to_json() for topic, sub in sorted(info.subscriptions.items())},
         }
         return request.response(body=fastjson.dumps(body))
+
+    def get_producer_connection_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_PRODUCER_CONNECTION_LIST: the producers of a group that heartbeat to this broker."""
+        group = ProducerGroupRequestHeader.decode(request.ext_fields).producer_group
+        channels = self._broker.producers.groups.get(group)
+        if not channels:
+            # RocketMQ's wording
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        body = {
+            "connectionSet": [
+                {
+                    "clientAddr": channel.conn.remote_address,
+                    "clientId": channel.client_id,
+                    "language": channel.language,
+                    "version": channel.version,
+                }
+                for channel in channels.values()
+            ]
+        }
+        return request.response(body=fastjson.dumps(body))
+
+    def clone_group_offset(self, conn: Connection, request: RemotingCommand) -> Awaitable[RemotingCommand]:
+        """CLONE_GROUP_OFFSET: the destination group gets the source group's committed offsets, on one
+        topic or every topic the source has offsets for, replacing its own there (RocketMQ's
+        cloneOffset). Unless ``offline``, topics an online source group does not subscribe to are
+        skipped, as RocketMQ's."""
+        broker = self._broker
+        clone = CloneGroupOffsetRequestHeader.decode(request.ext_fields)
+        source, dest = clone.src_group, clone.dest_group
+        topics = [clone.topic] if clone.topic else broker.offsets.topics_of(source)
+        members = broker.consumers.groups.get(source)
+        subscribed = members.subscriptions if members is not None and not clone.offline else {}
+        cloned = []
+        for topic in topics:
+            if broker.topics.get(topic) is None:
+                continue
+            if subscribed and topic not in subscribed:
+                continue
+            if broker.offsets.clone(source, dest, topic):
+                cloned.append(topic)
+        log.info("offsets of group %s cloned to %s on %s", source, dest, ", ".join(cloned) or "no topic")
+        return self._persist_then(request.response())
 
     # offset reset -------------------------------------------------------------------------------
 
@@ -380,9 +503,13 @@ class AdminProcessor:
             told += 1
         return told
 
-    async def _persist_then(self, response: RemotingCommand) -> RemotingCommand:
-        # The reset is on disk before the administrator hears it is done (commits wait for the period).
-        write = self._broker.offsets.persist_later()
+    def _persist_then(self, response: RemotingCommand) -> Awaitable[RemotingCommand]:
+        # The offsets are on disk before the administrator hears it is done (commits wait for the
+        # period).
+        return self._written_then(self._broker.offsets.persist_later(), response)
+
+    @staticmethod
+    async def _written_then(write: Callable[[], None] | None, response: RemotingCommand) -> RemotingCommand:
         if write is not None:
             await asyncio.get_running_loop().run_in_executor(None, write)
         return response

@@ -29,7 +29,7 @@ class SubscriptionGroupManager:
     def __init__(self, config_dir: Path, auto_create: bool) -> None:
         self._path = config_dir / "subscriptionGroup.json"
         self._file = MetadataFile(self._path)
-        self._auto_create = auto_create
+        self.auto_create = auto_create
         self.groups: dict[str, SubscriptionGroupConfig] = {}
         # Bumped on every change, as RocketMQ's SubscriptionGroupManager (slaves compare it).
         self.data_version = DataVersion(timestamp=int(time.time() * 1000))
@@ -75,7 +75,7 @@ class SubscriptionGroupManager:
 
     def find_or_create(self, group: str) -> SubscriptionGroupConfig | None:
         config = self.groups.get(group)
-        if config is None and self._auto_create:
+        if config is None and self.auto_create:
             config = SubscriptionGroupConfig(group)
             self.groups[group] = config
             log.info("auto-created subscription group %s", group)

@@ -127,9 +127,23 @@ class ConsumerOffsetManager:
         self._forget_old(samples, time.monotonic())
         return sum(count for _, count in samples) / TPS_WINDOW_S
 
+    def clone(self, source: str, dest: str, topic: str) -> bool:
+        """Give *dest* the offsets *source* committed on *topic*, replacing its own there (RocketMQ's
+        cloneOffset); False when *source* has none."""
+        queues = self.offsets.get(f"{topic}@{source}")
+        if queues is None:
+            return False
+        self.offsets[f"{topic}@{dest}"] = dict(queues)
+        self._dirty = True
+        return True
+
     def topics_of(self, group: str) -> list[str]:
         """The topics ``group`` has offsets for (RocketMQ's whichTopicByConsumer)."""
         return sorted(k.partition("@")[0] for k in self.offsets if k.partition("@")[2] == group)
+
+    def groups(self) -> set[str]:
+        """The groups with offsets."""
+        return {key.partition("@")[2] for key in self.offsets}
 
     def delete_group(self, group: str) -> None:
         for key in [k for k in self.offsets if k.partition("@")[2] == group]:

@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cometmq.atomic_file import write_atomic
 from cometmq.auth import AccessControl, Action, Need, Resource, ResourceType
 from cometmq.auth.serving import ServerAccess, warn_if_open
 from cometmq.broker._admin import AdminProcessor, runtime_info
@@ -19,6 +21,7 @@ from cometmq.broker._dedup import Deduplicator
 from cometmq.broker._failover import BrokerReplica
 from cometmq.broker._filter import CheckClientConfigProcessor
 from cometmq.broker._groups import SubscriptionGroupManager
+from cometmq.broker._load import log_load_summaries
 from cometmq.broker._locks import QueueLockProcessor
 from cometmq.broker._longpoll import PullHoldService
 from cometmq.broker._offsets import ConsumerOffsetManager
@@ -37,13 +40,15 @@ from cometmq.broker._slave_sync import (
 from cometmq.broker._stats import BrokerStats, sample_every_second
 from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker._transaction import EndTransactionProcessor, TransactionService
-from cometmq.broker.config import BrokerConfig, BrokerRole
+from cometmq.broker.config import RUNTIME_SETTINGS_FILE, BrokerConfig, BrokerRole
 from cometmq.errors import CometMQError, ConfigError, RequestRefused
 from cometmq.failover import Failover
+from cometmq.javaprops import format_properties, read_properties
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import NotifyBrokerRoleChangedRequestHeader
 from cometmq.protocol.ha_status import HARuntimeInfo
 from cometmq.protocol.namesrv_headers import BrokerRequestHeader, RegisterBrokerRequestHeader
+from cometmq.protocol.route import DataVersion
 from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer
 from cometmq.replication import HAClient, HAServer
 from cometmq.store import FlushDiskType, MessageStore
@@ -77,7 +82,15 @@ class Broker:
         self.own_id = config.broker_id
         config.settle_role()
         config.check_access()
+        # Settings changed while an earlier run of this broker ran (UPDATE_BROKER_CONFIG) win over the
+        # file and flags, as RocketMQ's rewritten broker.conf would.
+        self.runtime_settings_path = (
+            Path(config.store_path_root_dir).expanduser() / "config" / RUNTIME_SETTINGS_FILE
+        )
+        self._load_runtime_settings(config)
+        self._runtime_settings_lock = threading.Lock()
         self.config = config
+        self.config_version = DataVersion()
         self.access = (
             access if access is not None else ServerAccess(config.acl_settings(), config.broker_cluster_name)
         )
@@ -152,6 +165,52 @@ class Broker:
             self, self._namesrv_client, min(SLAVE_SYNC_FIRST_S, slave_sync_period_s), slave_sync_period_s
         )
 
+    def _load_runtime_settings(self, config: BrokerConfig) -> None:
+        path = self.runtime_settings_path
+        try:
+            values = read_properties(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        config.change_at_run_time(values, str(path))
+        if values:
+            log.info("settings changed at run time, kept in %s: %s", path, format_properties(values).strip())
+
+    def change_settings(self, values: dict[str, str]) -> Callable[[], None]:
+        """Apply settings changed while the broker runs (UPDATE_BROKER_CONFIG; ConfigError as
+        ``BrokerConfig.change_at_run_time``), and return the (blocking) write that keeps them for the
+        next start, with the ones changed before."""
+        config = self.config
+        config.change_at_run_time(values, "UPDATE_BROKER_CONFIG")
+        self.groups.auto_create = config.auto_create_subscription_group
+        self.config_version.next_version()
+        log.info("settings changed at run time: %s", format_properties(values).strip())
+        if "brokerPermission" in values:
+            self.topics.data_version.next_version()
+            self.request_register()
+        path = self.runtime_settings_path
+
+        def write() -> None:
+            # Changes may arrive faster than they are written: one write at a time, each adding its
+            # keys to what the file holds.
+            with self._runtime_settings_lock:
+                try:
+                    try:
+                        kept = read_properties(path)
+                    except FileNotFoundError:
+                        kept = {}
+                    kept.update(values)
+                    write_atomic(path, format_properties(kept).encode())
+                except OSError as exc:
+                    raise RequestRefused(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"the settings are changed but cannot be kept for the next start in {path}: "
+                        f"{exc.strerror or exc}",
+                    ) from None
+
+        return write
+
     @property
     def is_slave(self) -> bool:
         return self._slave
@@ -169,6 +228,11 @@ class Broker:
     @property
     def port(self) -> int:
         return self._server.port if self._server is not None else self.config.listen_port
+
+    @property
+    def connection_count(self) -> int:
+        """Client connections open now (other brokers' and tools' included)."""
+        return len(self._server.connections) if self._server is not None else 0
 
     @property
     def ha_port(self) -> int:
@@ -249,6 +313,12 @@ class Broker:
                 RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.invoke_broker_to_reset_offset,
                 RequestCode.GET_ALL_DELAY_OFFSET: admin.get_all_delay_offset,
                 RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+                RequestCode.GET_BROKER_CONFIG: admin.get_broker_config,
+                RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
+                RequestCode.VIEW_BROKER_STATS_DATA: admin.view_broker_stats_data,
+                RequestCode.GET_BROKER_CONSUME_STATS: admin.get_broker_consume_stats,
+                RequestCode.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
+                RequestCode.CLONE_GROUP_OFFSET: admin.clone_group_offset,
                 RequestCode.GET_BROKER_HA_STATUS: self.ha_status,
                 RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self.role_changed,
                 **self.access.admin_handlers(),
@@ -319,6 +389,10 @@ class Broker:
             asyncio.ensure_future(self._housekeeping_loop()),
             asyncio.ensure_future(sample_every_second(self.stats)),
         ]
+        if self.config.load_summary_interval:
+            self._tasks.append(
+                asyncio.ensure_future(log_load_summaries(self, self.config.load_summary_interval))
+            )
         if self.is_slave and not self.config.failover:
             self._start_slave_sync()
         if self.config.namesrv_addr:

@@ -11,10 +11,10 @@ import dataclasses
 import difflib
 import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from cometmq.auth import Credentials
 from cometmq.auth.serving import AclSettings
@@ -22,6 +22,7 @@ from cometmq.errors import ConfigError
 from cometmq.javaprops import apply_properties, converted, key_of, read_properties
 from cometmq.protocol import MAX_FRAME_SIZE
 from cometmq.protocol.naming import TRACE_TOPIC, topic_name_error
+from cometmq.protocol.topic_config import MAX_PERM, MAX_QUEUE_NUMS
 from cometmq.remoting import DEFAULT_MAX_PARTIAL_FRAME_BYTES, ServerLimits, default_max_connections
 from cometmq.remoting.tls import TLS_KEYS, TlsSettings
 from cometmq.replication import ReplicationConfig
@@ -115,6 +116,8 @@ class BrokerConfig:
     # Not a RocketMQ key: µs the event loop keeps polling after each read or write instead of sleeping
     # (cometmq/remoting/busypoll.py); 0, the default, never. Lower latency for a busy CPU meanwhile.
     busy_poll_micros: int = 0
+    # Not a RocketMQ key: seconds between the broker's one-line load summaries in its log; 0: none.
+    load_summary_interval: int = 60
     # What clients may make the broker hold (docs/operations.md, "Connection limits"). The first two
     # are RocketMQ's (NettyServerConfig); the other two are not RocketMQ keys.
     server_channel_max_idle_time_seconds: int = 120
@@ -237,6 +240,39 @@ class BrokerConfig:
             log.info("RocketMQ keys not used by CometMQ in %s, ignored: %s", source, ", ".join(not_used))
         self._check()
 
+    def properties(self) -> dict[str, str]:
+        """Every setting as RocketMQ key and text (GET_BROKER_CONFIG), sorted by key; the secrets
+        (innerClientAuthenticationCredentials, initAuthenticationUser) and the tls.* keys left out."""
+        shown = {
+            key: _text_of(getattr(self, name))
+            for name, key in _KEY_OF_ATTRIBUTE.items()
+            if name not in _NOT_SHOWN
+        }
+        return dict(sorted(shown.items()))
+
+    def change_at_run_time(self, values: Mapping[str, str], source: str) -> None:
+        """Apply settings changed while the broker runs (UPDATE_BROKER_CONFIG, or the file that keeps
+        them): ConfigError naming a key that is not one of RUNTIME_KEYS, or a value it cannot take;
+        then nothing is changed."""
+        refusal = fixed_at_start(values)
+        if refusal is not None:
+            raise ConfigError(refusal)
+        trial = dataclasses.replace(self)
+        trial.update(values, source)
+        if not 0 <= trial.broker_permission <= MAX_PERM:
+            raise ConfigError(
+                f"brokerPermission {trial.broker_permission} is not a permission (0 to {MAX_PERM})"
+            )
+        if not 1 <= trial.default_topic_queue_nums <= MAX_QUEUE_NUMS:
+            raise ConfigError(
+                f"defaultTopicQueueNums {trial.default_topic_queue_nums} is not in 1..{MAX_QUEUE_NUMS}"
+            )
+        if trial.short_polling_time_mills < 0:
+            raise ConfigError(f"shortPollingTimeMills {trial.short_polling_time_mills} is negative")
+        for key in values:
+            name = _ATTRIBUTE_OF_KEY[key]
+            setattr(self, name, getattr(trial, name))
+
     def settle_role(self) -> None:
         """RocketMQ's role rules, applied once the settings are final (a broker is made from them):
         a SLAVE needs brokerId 1 or more (ConfigError), a master's brokerId is 0 whatever was set.
@@ -282,6 +318,8 @@ class BrokerConfig:
             raise ConfigError(f"listenPort {self.listen_port} is not a port number")
         if self.busy_poll_micros < 0:
             raise ConfigError(f"busyPollMicros {self.busy_poll_micros} is negative")
+        if self.load_summary_interval < 0:
+            raise ConfigError(f"loadSummaryInterval {self.load_summary_interval} is negative")
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError(
                 f"accessMessageInMemoryMaxRatio {self.access_message_in_memory_max_ratio} is not a "
@@ -408,13 +446,35 @@ ROCKETMQ_KEYS_NOT_USED = frozenset(
         "tls.test.mode.enable",
         "tls.server.authClient",
         # Features CometMQ does not have.
-        "traceTopicEnable",
-        "msgTraceTopicName",
         "clusterTopicEnable",
         "brokerTopicEnable",
         "fetchNamesrvAddrByAddressServer",
     }
 )
+
+# The keys UPDATE_BROKER_CONFIG may change (docs/operations.md, "Settings at run time"): each is read
+# where it is used, on every request or round, so a change applies at once (the broker itself applies
+# autoCreateSubscriptionGroup, and registers again after a brokerPermission change). The others are
+# read once at start, or make the store's layout, ports and files: they need a restart.
+RUNTIME_KEYS: Final = frozenset(
+    {
+        "brokerPermission",
+        "autoCreateTopicEnable",
+        "autoCreateSubscriptionGroup",
+        "defaultTopicQueueNums",
+        "rejectTransactionMessage",
+        "transactionTimeOut",
+        "transactionCheckInterval",
+        "transactionCheckMax",
+        "longPollingEnable",
+        "shortPollingTimeMills",
+        "enablePropertyFilter",
+    }
+)
+# The file under <storePathRootDir>/config keeping the settings changed at run time, for the next start.
+RUNTIME_SETTINGS_FILE: Final = "broker.properties"
+# Settings GET_BROKER_CONFIG does not show: secrets, and the tls.* keys (given as a group).
+_NOT_SHOWN = frozenset({"inner_client_credentials", "init_authentication_user", "tls"})
 
 _KEY_OF_ATTRIBUTE = {f.name: key_of(f.name) for f in dataclasses.fields(BrokerConfig)}
 _ATTRIBUTE_OF_KEY = {key: name for name, key in _KEY_OF_ATTRIBUTE.items()}
@@ -445,6 +505,27 @@ def _unknown_key_message(key: str, source: str) -> str:
     message = f"unknown key {key} in {source}, ignored"
     closest = difflib.get_close_matches(key, _SUGGESTIONS, n=1)
     return f"{message} (did you mean {closest[0]}?)" if closest else message
+
+
+def fixed_at_start(keys: Iterable[str]) -> str | None:
+    """Why settings with these keys cannot change while the broker runs (the keys not in
+    RUNTIME_KEYS), or None if they can."""
+    fixed = sorted(key for key in keys if key not in RUNTIME_KEYS)
+    if not fixed:
+        return None
+    return (
+        f"cannot change {', '.join(fixed)} while the broker runs: set it in the broker's configuration "
+        f"and restart (keys that can change: {', '.join(sorted(RUNTIME_KEYS))})"
+    )
+
+
+def _text_of(value: Any) -> str:
+    """A setting as Java writes it."""
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _credentials(key: str, value: Any) -> Credentials | None:

@@ -20,7 +20,13 @@ from cometmq.console import format_table
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.ha_status import HARuntimeInfo
-from cometmq.protocol.naming import perm_text
+from cometmq.protocol.naming import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SYSTEM_TOPIC_PREFIX,
+    is_system_topic,
+    perm_text,
+)
 from cometmq.protocol.route import MASTER_ID, BrokerData
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
@@ -136,13 +142,37 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         ),
     )
 
-    add_admin_command(
+    listing = add_admin_command(
         topic_commands,
         "list",
         _topic_list,
-        help="list every topic the NameServer knows",
-        description="List topics.",
+        help="list the topics the NameServer knows",
+        description=(
+            "List the topics the NameServer knows, one per line. System topics are left out unless "
+            "--system is given: the brokers' own (TBW102, SCHEDULE_TOPIC_XXXX, RMQ_SYS_*, ...), the "
+            "consumer groups' retry and dead-letter topics (%%RETRY%%GROUP, %%DLQ%%GROUP) and the "
+            "topics named after each cluster and broker."
+        ),
     )
+    listing.add_argument(
+        "--system",
+        action="store_true",
+        help="list system topics too, in a table whose KIND column says which is which",
+    )
+
+    status = add_admin_command(
+        topic_commands,
+        "status",
+        _topic_status,
+        help="show each queue of a topic: its offsets, message count and last store time",
+        description=(
+            "Show every queue of the topic on every master broker that holds it "
+            "(GET_TOPIC_STATS_INFO): its oldest offset still stored (MIN_OFFSET), the offset the next "
+            "message gets (MAX_OFFSET), how many messages it holds, and when its newest message was "
+            "stored."
+        ),
+    )
+    status.add_argument("name", metavar="NAME")
 
     route = add_admin_command(
         topic_commands,
@@ -213,6 +243,13 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     from cometmq.cli._switch import add_role_switch_commands  # it builds on this module's helpers
 
     add_role_switch_commands(broker_commands)
+    from cometmq.cli._ops import (  # they build on this module's helpers
+        add_broker_config_commands,
+        add_broker_consume_stats_command,
+    )
+
+    add_broker_config_commands(broker_commands)
+    add_broker_consume_stats_command(broker_commands)
 
 
 async def warn_of_groups_without_master(admin: AdminClient, cluster: str | None, consequence: str) -> None:
@@ -259,12 +296,69 @@ async def _topic_create(admin: AdminClient, args: argparse.Namespace) -> None:
 
 
 async def _topic_list(admin: AdminClient, args: argparse.Namespace) -> None:
-    topics = await admin.topic_list()
-    if args.json:
-        print_json(topics)
+    info = await admin.cluster_info()
+    names = set(info.cluster_addr_table).union(*info.cluster_addr_table.values())
+    kinds = {topic: topic_kind(topic, names) for topic in await admin.topic_list()}
+    if not args.system:
+        topics = [topic for topic, kind in kinds.items() if kind == "user"]
+        if args.json:
+            print_json(topics)
+        else:
+            for topic in topics:
+                print(topic)
+    elif args.json:
+        print_json([{"topic": topic, "kind": kind} for topic, kind in kinds.items()])
     else:
-        for topic in topics:
-            print(topic)
+        print(format_table(["TOPIC", "KIND"], [[topic, kind] for topic, kind in kinds.items()]))
+
+
+def topic_kind(topic: str, cluster_and_broker_names: set[str]) -> str:
+    """What a topic is for: ``user``, or one of the kinds of system topic: ``retry`` and
+    ``dead-letter`` (a consumer group's), ``cluster`` (a cluster's or broker's name, which RocketMQ's
+    brokers register as topics), ``system`` (the brokers' own)."""
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return "retry"
+    if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+        return "dead-letter"
+    if topic in cluster_and_broker_names:
+        return "cluster"
+    if is_system_topic(topic) or topic.upper().startswith(SYSTEM_TOPIC_PREFIX.upper()):
+        return "system"
+    return "user"
+
+
+async def _topic_status(admin: AdminClient, args: argparse.Namespace) -> None:
+    from cometmq.cli._message import format_time  # that module builds on this one
+
+    queues = await admin.topic_status(args.name)
+    if args.json:
+        print_json(
+            [
+                {
+                    "brokerName": q.broker_name,
+                    "queueId": q.queue_id,
+                    "minOffset": q.min_offset,
+                    "maxOffset": q.max_offset,
+                    "messages": q.messages,
+                    "lastStoreTimestamp": q.last_store_timestamp,
+                }
+                for q in queues
+            ]
+        )
+        return
+    rows = [
+        [
+            q.broker_name,
+            q.queue_id,
+            q.min_offset,
+            q.max_offset,
+            q.messages,
+            format_time(q.last_store_timestamp) if q.last_store_timestamp > 0 else "-",
+        ]
+        for q in queues
+    ]
+    print(format_table(["BROKER", "QUEUE", "MIN_OFFSET", "MAX_OFFSET", "MESSAGES", "LAST_STORE_TIME"], rows))
+    print(f"{sum(q.messages for q in queues)} messages in {len(queues)} queues")
 
 
 async def _topic_route(admin: AdminClient, args: argparse.Namespace) -> None:

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cometmq.cli._admin import whole_number
+from cometmq.cli._logs import LOG_LEVELS, add_log_file_options, setup_logging
 from cometmq.cli._loop import run_async
-from cometmq.cli._servers import LOG_LEVELS, _setup_logging, _ShutdownSignal
+from cometmq.cli._servers import _ShutdownSignal
 from cometmq.console import format_table
 from cometmq.errors import CometMQError, ConfigError
 from cometmq.javaprops import read_properties
@@ -57,8 +58,11 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
             "1, 2, …, brokerRole SLAVE). Every server is a process of its own ('cometmq namesrv',\n"
             "'cometmq broker -c DIR/broker.conf') with a directory of its own under --data-dir:\n"
             "\n"
-            "  DIR/namesrv/namesrv.conf (the access-control and tls.* keys of -c) and namesrv.log\n"
-            "  DIR/broker-a-0/broker.conf, broker.log and the broker's store (commitlog/, config/, …)\n"
+            "  DIR/namesrv/namesrv.conf (the access-control and tls.* keys of -c), namesrv.log, namesrv.out\n"
+            "  DIR/broker-a-0/broker.conf, broker.log, broker.out and the broker's store (commitlog/, …)\n"
+            "\n"
+            "Each server logs to its .log file, rotated as --log-max-size and --log-backups say; its\n"
+            ".out file keeps what it prints: its ready line, its warnings and errors, a crash's report.\n"
             "\n"
             "broker.conf is written at every start (the file given with -c first, then the keys this\n"
             "command sets); a data directory used before keeps its messages. Ports: the NameServer on\n"
@@ -166,6 +170,7 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
         choices=LOG_LEVELS,
         help="the servers' log level (their logs go to files in their directories; default: INFO)",
     )
+    add_log_file_options(up)
     up.set_defaults(func=run_cluster_up)
 
 
@@ -181,13 +186,18 @@ class Server:
     broker_id: int = 0
     process: asyncio.subprocess.Process | None = None
     address: str = ""  # host:port, from the ready line
-    log_start: int = 0  # the log's size before this run: what it printed starts there
+    out_start: int = 0  # the .out file's size before this run: what it printed starts there
     exit_status: int | None = None
     background: list[asyncio.Task[None]] = field(default_factory=list)  # held, so none is collected
 
     @property
     def log_path(self) -> Path:
         return self.directory / ("broker.log" if self.broker_name else f"{self.role}.log")
+
+    @property
+    def out_path(self) -> Path:
+        """Where what the server prints goes: a CometMQ server's .out file, etcd's log."""
+        return self.log_path if self.role == "etcd" else self.log_path.with_suffix(".out")
 
     @property
     def conf_path(self) -> Path:
@@ -197,10 +207,10 @@ class Server:
     def is_slave(self) -> bool:
         return self.role == "SLAVE"
 
-    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+    def out_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         try:
-            with self.log_path.open("rb") as f:
-                f.seek(self.log_start)
+            with self.out_path.open("rb") as f:
+                f.seek(self.out_start)
                 text = f.read().decode(errors="replace")
         except OSError:
             return ""
@@ -385,24 +395,38 @@ def _command(server: Server, args: argparse.Namespace) -> list[str]:
             args.host,
             "--port",
             str(server.port),
-            "--log-level",
-            args.log_level,
+            *_log_options(server, args),
         ]
-    return [*cometmq, "broker", "-c", str(server.conf_path), "--log-level", args.log_level]
+    return [*cometmq, "broker", "-c", str(server.conf_path), *_log_options(server, args)]
+
+
+def _log_options(server: Server, args: argparse.Namespace) -> list[str]:
+    return [
+        "--log-level",
+        args.log_level,
+        "--log-file",
+        str(server.log_path),
+        "--log-max-size",
+        str(args.log_max_size),
+        "--log-backups",
+        str(args.log_backups),
+        "--log-format",
+        args.log_format,
+    ]
 
 
 async def start(server: Server, args: argparse.Namespace) -> None:
     """Start *server* and wait for its ready line; StartFailed if it exits or is not ready in time."""
     server.directory.mkdir(parents=True, exist_ok=True)
-    server.log_start = server.log_path.stat().st_size if server.log_path.exists() else 0
-    with server.log_path.open("ab") as log_file:
+    server.out_start = server.out_path.stat().st_size if server.out_path.exists() else 0
+    with server.out_path.open("ab") as out_file:
         # Its own process group: Ctrl-C in the terminal reaches this command alone, which stops the
         # servers in order (slaves, masters, then the NameServer they unregister from).
         server.process = await asyncio.create_subprocess_exec(
             *_command(server, args),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
-            stderr=log_file,
+            stderr=out_file,
             process_group=0,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
@@ -425,8 +449,8 @@ async def start_etcd(server: Server, args: argparse.Namespace) -> None:
     server.directory.mkdir(parents=True, exist_ok=True)
     if not server.port:
         server.port = _free_port_pair(args.host)
-    server.log_start = server.log_path.stat().st_size if server.log_path.exists() else 0
-    with server.log_path.open("ab") as log_file:
+    server.out_start = server.out_path.stat().st_size if server.out_path.exists() else 0
+    with server.out_path.open("ab") as log_file:
         server.process = await asyncio.create_subprocess_exec(
             *etcd_command(server, args),
             stdin=asyncio.subprocess.DEVNULL,
@@ -462,22 +486,22 @@ async def etcd_healthy(addr: str) -> bool:
 
 
 async def _ready_line(server: Server) -> str | None:
-    """The server's first line on stdout (its ready line), also written to its log; None at end."""
+    """The server's first line on stdout (its ready line), also written to its .out file; None at end."""
     assert server.process is not None and server.process.stdout is not None
     line = await server.process.stdout.readline()
     if not line:
         return None
-    with server.log_path.open("ab") as log_file:
-        log_file.write(line)
+    with server.out_path.open("ab") as out_file:
+        out_file.write(line)
     return line.decode(errors="replace").rstrip("\n")
 
 
 async def _copy_output(server: Server) -> None:
-    """Anything else the server prints goes to its log, so it never blocks on a full pipe."""
+    """Anything else the server prints goes to its .out file, so it never blocks on a full pipe."""
     assert server.process is not None and server.process.stdout is not None
     while line := await server.process.stdout.readline():
-        with server.log_path.open("ab") as log_file:
-            log_file.write(line)
+        with server.out_path.open("ab") as out_file:
+            out_file.write(line)
 
 
 def exit_text(status: int) -> str:
@@ -647,8 +671,8 @@ async def _cluster_up(args: argparse.Namespace) -> int:
         if server.exit_status is not None:
             print(f"{server.label}: {exit_text(server.exit_status)}", flush=True)
     if failure is not None:
-        tail = failure.server.log_tail()
-        print(f"--- the end of {failure.server.log_path} ---\n{tail}\n---", file=sys.stderr, flush=True)
+        tail = failure.server.out_tail()
+        print(f"--- the end of {failure.server.out_path} ---\n{tail}\n---", file=sys.stderr, flush=True)
         raise failure
     unclean = [
         f"{s.label} {exit_text(status)}, log {s.log_path}" for s in servers if (status := s.exit_status)
@@ -670,5 +694,5 @@ def _groups_text(servers: list[Server], args: argparse.Namespace) -> str:
 
 
 def run_cluster_up(args: argparse.Namespace) -> int:
-    _setup_logging("INFO")
+    setup_logging("INFO")
     return run_async(_cluster_up(args))

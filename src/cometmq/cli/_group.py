@@ -14,6 +14,7 @@ from cometmq.cli._admin import (
     whole_number,
 )
 from cometmq.cli._message import format_time, parse_time
+from cometmq.cli._ops import add_clone_offsets_command
 from cometmq.client import AdminClient
 from cometmq.client.admin import ConsumerConnections, ResetResult
 from cometmq.console import format_table
@@ -119,7 +120,13 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "list",
         _list,
         help="list the consumer groups and their settings",
-        description="List every consumer group of the cluster's master brokers with its settings on each.",
+        description=(
+            "List every consumer group of the cluster's master brokers with its settings on each: "
+            "CONSUME, whether it may consume at all (consumeEnable); BROADCAST_READS, whether its "
+            "consumers may read in the BROADCASTING model, each of them every message, instead of "
+            "sharing the messages (consumeBroadcastEnable); RETRY_QUEUES, the queues of its retry "
+            "topic; RETRY_MAX, the deliveries a failed message gets before it becomes a dead letter."
+        ),
     )
     _cluster_option(listing)
 
@@ -194,6 +201,7 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     consumers.add_argument("group", metavar="GROUP", help="the consumer group")
     _cluster_option(consumers)
+    add_clone_offsets_command(group_commands)
 
 
 def _reset_target(text: str) -> str | int:
@@ -276,14 +284,17 @@ async def _list(admin: AdminClient, args: argparse.Namespace) -> None:
             name,
             broker,
             "yes" if config.consume_enable else "no",
-            "yes" if config.consume_broadcast_enable else "no",
+            "allowed" if config.consume_broadcast_enable else "refused",
             config.retry_queue_nums,
             config.retry_max_times,
         ]
         for name, per_broker in groups.items()
         for broker, config in sorted(per_broker.items())
     ]
-    print(format_table(["GROUP", "BROKER", "CONSUME", "BROADCAST", "RETRY_QUEUES", "RETRY_MAX"], rows))
+    # BROADCAST_READS: consumeBroadcastEnable, whether the group's consumers may use the BROADCASTING
+    # message model (each of them reads every message) rather than share the messages (CLUSTERING).
+    headers = ["GROUP", "BROKER", "CONSUME", "BROADCAST_READS", "RETRY_QUEUES", "RETRY_MAX"]
+    print(format_table(headers, rows))
 
 
 async def _delete(admin: AdminClient, args: argparse.Namespace) -> None:

@@ -14,6 +14,7 @@ from cometmq.cli._connect import add_connect_options
 from cometmq.cli._dlq import add_dlq_commands
 from cometmq.cli._group import add_group_commands
 from cometmq.cli._message import add_message_commands
+from cometmq.cli._ops import add_ops_commands
 from cometmq.cli._pipeline import add_pipeline_commands
 from cometmq.cli._servers import add_server_commands
 from cometmq.errors import BrokerError, CometMQError
@@ -26,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description=(
             "CometMQ, a message queue that speaks the RocketMQ 4.x protocol. Run the servers "
-            "(standalone, namesrv, broker), administer a running cluster (topic, cluster, group), find "
+            "(standalone, namesrv, broker), administer a running cluster (topic, cluster, group, producer, "
+            "stats), find "
             "stored messages (message), recover dead letters (dlq), manage users and ACLs (user, acl), "
             "measure a cluster (bench) or run the reference Spark pipeline (pipeline)."
         ),
@@ -40,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_message_commands(commands)
     add_dlq_commands(commands)
     add_group_commands(commands)
+    add_ops_commands(commands)
     add_auth_commands(commands)
     add_bench_commands(commands)
     add_pipeline_commands(commands)

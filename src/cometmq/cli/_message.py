@@ -1,4 +1,5 @@
-"""``cometmq message query|get``: find stored messages by key or by id, through the brokers' index."""
+"""``cometmq message query|get``: find stored messages by key or by id, through the brokers' index
+(``message send|consume`` are in :mod:`cometmq.cli._console`)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,16 @@ _TIME_HELP: Final = "epoch ms or ISO-8601 such as 2024-05-01T12:00:00 (local tim
 def add_message_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     message = commands.add_parser(
         "message",
-        help="find stored messages by key or message id",
-        description="Find stored messages through the brokers' message index (QUERY_MESSAGE) or by id.",
+        help="send and consume messages, find stored messages by key or message id",
+        description=(
+            "Send messages and print a topic's messages from the command line (send, consume), find "
+            "stored messages through the brokers' message index (query) or by id (get)."
+        ),
     )
     message_commands = message.add_subparsers(dest="message_command", metavar="COMMAND", required=True)
+    from cometmq.cli._console import add_console_commands  # it builds on this module's helpers
+
+    add_console_commands(message_commands)
 
     query = add_admin_command(
         message_commands,

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cometmq.auth.serving import ServerAccess
+from cometmq.cli._logs import add_log_options, log_startup_summary, setup_server_logging
 from cometmq.cli._loop import run_async
 from cometmq.errors import ConfigError
 from cometmq.namesrv import NameServer
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cometmq.cli")
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # BrokerRole's names, spelled here so that building the parser does not import the broker.
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
@@ -53,7 +53,7 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     standalone.add_argument("--namesrv-port", type=int, default=9876, metavar="PORT", help="default: 9876")
     standalone.add_argument("--broker-port", type=int, metavar="PORT", help="default: listenPort, else 10911")
     _add_busy_poll(standalone)
-    _add_log_level(standalone)
+    add_log_options(standalone)
     standalone.set_defaults(func=run_standalone)
 
     namesrv = commands.add_parser(
@@ -101,7 +101,7 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         help="close connections past this many at once (serverMaxConnections; default: 10000, or fewer "
         f"under a lower limit of open files: {default_max_connections()} here)",
     )
-    _add_log_level(namesrv)
+    add_log_options(namesrv)
     namesrv.set_defaults(func=run_namesrv)
 
     broker = commands.add_parser(
@@ -164,7 +164,7 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         ),
     )
     _add_busy_poll(broker)
-    _add_log_level(broker)
+    add_log_options(broker)
     broker.set_defaults(func=run_broker)
 
 
@@ -178,39 +178,6 @@ def _add_busy_poll(parser: argparse.ArgumentParser) -> None:
             "for a CPU kept busy while requests keep coming (default: busyPollMicros, else 0, never)"
         ),
     )
-
-
-def _add_log_level(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        type=str.upper,
-        choices=LOG_LEVELS,
-        help="log level of the messages written to stderr (default: INFO)",
-    )
-
-
-def _setup_logging(level: str) -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(_OneLineFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler])
-
-
-# Characters that would break a log line or forge another: C0 and C1 controls (a newline, a carriage
-# return, escape sequences), DEL, and Unicode's line and paragraph separators.
-_LINE_BREAKING = {
-    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-    for code in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)
-}
-
-
-class _OneLineFormatter(logging.Formatter):
-    """Writes each record's message on one line: names and remarks come from clients, and one holding a
-    newline would otherwise write a line of the client's choosing into the log. A traceback after the
-    message keeps its lines."""
-
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        return super().formatMessage(record).translate(_LINE_BREAKING)
 
 
 def _broker_config(args: argparse.Namespace, defaults: dict[str, object] | None = None) -> BrokerConfig:
@@ -324,6 +291,7 @@ async def _standalone(args: argparse.Namespace) -> int:
             with _port_flag(host, config.listen_port, "--broker-port"):
                 await broker.start()
             try:
+                log_startup_summary(namesrv=namesrv, broker=broker)
                 _ready(
                     f"CometMQ standalone ready: namesrv {host}:{namesrv.port}, broker {config.broker_name} "
                     f"at {host}:{broker.port}, data in {config.store_path_root_dir}"
@@ -368,6 +336,7 @@ async def _namesrv(args: argparse.Namespace) -> int:
         with _port_flag(args.host, config.listen_port, "--port"):
             await namesrv.start()
         try:
+            log_startup_summary(namesrv=namesrv)
             _ready(f"CometMQ namesrv ready: listening on {args.host}:{namesrv.port}")
             await shutdown.wait()
         finally:
@@ -388,6 +357,7 @@ async def _broker(args: argparse.Namespace) -> int:
         with _port_flag(config.bind_host, config.listen_port, "--port"):
             await broker.start()
         try:
+            log_startup_summary(broker=broker)
             _ready(
                 f"CometMQ broker ready: {config.broker_name} at {config.broker_ip1}:{broker.port} "
                 f"(cluster {config.broker_cluster_name}), namesrv {config.namesrv_addr}, "
@@ -400,15 +370,15 @@ async def _broker(args: argparse.Namespace) -> int:
 
 
 def run_standalone(args: argparse.Namespace) -> int:
-    _setup_logging(args.log_level)
+    setup_server_logging(args)
     return run_async(_standalone(args), fast_loop=True)
 
 
 def run_namesrv(args: argparse.Namespace) -> int:
-    _setup_logging(args.log_level)
+    setup_server_logging(args)
     return run_async(_namesrv(args), fast_loop=True)
 
 
 def run_broker(args: argparse.Namespace) -> int:
-    _setup_logging(args.log_level)
+    setup_server_logging(args)
     return run_async(_broker(args), fast_loop=True)

@@ -9,7 +9,7 @@ import json
 import logging
 import random
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -27,6 +27,7 @@ from cometmq.errors import (
     ProtocolError,
     RemotingTimeoutError,
 )
+from cometmq.javaprops import format_properties, parse_properties
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from cometmq.protocol.auth_headers import (
     AclRequestHeader,
@@ -37,28 +38,36 @@ from cometmq.protocol.auth_headers import (
 )
 from cometmq.protocol.broker_headers import (
     RESET_TO_LATEST,
+    CloneGroupOffsetRequestHeader,
     ConsumerGroupRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
+    ProducerGroupRequestHeader,
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
     ResetOffsetResponseHeader,
     SendMessageResponseHeader,
     TopicRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
     ViewMessageRequestHeader,
 )
+from cometmq.protocol.broker_stats import BrokerStatsData, StatsName, group_stats_key
 from cometmq.protocol.ha_status import HARuntimeInfo
 from cometmq.protocol.jsonbody import BodyError, as_object, json_object
 from cometmq.protocol.namesrv_headers import DeleteTopicFromNamesrvRequestHeader, GetRouteInfoRequestHeader
 from cometmq.protocol.naming import (
     DEFAULT_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
     PERM_READ,
     PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
     TRACE_TOPIC,
     dlq_topic,
     group_name_error,
+    is_system_topic,
     topic_name_error,
 )
 from cometmq.protocol.properties import KEY_SEPARATOR, decode_properties, encode_properties
@@ -209,6 +218,60 @@ class ConsumerConnections:
     consume_from_where: str
     subscriptions: dict[str, str]  # topic → subscription expression
     connections: list[ConsumerConnection]
+
+
+@dataclass(slots=True)
+class ProducerConnection:
+    """One producer of a group connected to the brokers (RocketMQ's Connection)."""
+
+    client_id: str
+    client_addr: str
+    language: str
+    version: int
+    broker_names: list[str] = field(default_factory=list)  # the brokers it heartbeats to
+
+
+@dataclass(slots=True)
+class GroupTraffic:
+    """A consumer group's traffic on one topic (a row of ``statsAll``)."""
+
+    group: str
+    lag: int  # messages stored but not yet consumed
+    out_tps: float  # messages pulled per second over about the last minute
+    out_today: int  # messages pulled in about the last day
+
+
+@dataclass(slots=True)
+class TopicTraffic:
+    """A topic's traffic (``statsAll``): what was stored, and each consumer group's share."""
+
+    topic: str
+    in_tps: float  # messages stored per second over about the last minute
+    in_today: int  # messages stored in about the last day
+    groups: list[GroupTraffic]
+
+
+def _progress_of(stats: Any) -> list[QueueProgress]:
+    """The queues of a ConsumeStats body."""
+    queues = []
+    for key, wrapper in (as_object(stats, "ConsumeStats").get("offsetTable") or {}).items():
+        queue_topic, broker_name, queue_id = _queue_of(key)
+        queues.append(
+            QueueProgress(
+                queue_topic,
+                broker_name,
+                queue_id,
+                int(wrapper.get("brokerOffset", 0)),
+                int(wrapper.get("consumerOffset", 0)),
+                int(wrapper.get("lastTimestamp", 0)),
+            )
+        )
+    return queues
+
+
+def _is_group_topic(topic: str) -> bool:
+    """A consumer group's retry or dead-letter topic."""
+    return topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
 
 
 def _queue_of(key: Any) -> tuple[str, str, int]:
@@ -521,6 +584,79 @@ class AdminClient(Client):
         )
         await self._instance.invoke_ok(addr, RequestCode.NOTIFY_BROKER_ROLE_CHANGED, header.encode())
 
+    async def broker_config(self, addr: str) -> dict[str, str]:
+        """The settings in effect on the broker at ``addr`` (GET_BROKER_CONFIG), by RocketMQ key."""
+        response = await self._instance.invoke_ok(addr, RequestCode.GET_BROKER_CONFIG)
+        try:
+            return parse_properties(bytes(response.body or b"").decode())
+        except UnicodeDecodeError:
+            raise ProtocolError(f"the broker at {addr} answered settings that are not UTF-8 text") from None
+
+    async def update_broker_config(self, addr: str, values: Mapping[str, str]) -> None:
+        """Change settings of the broker at ``addr`` while it runs (UPDATE_BROKER_CONFIG); the broker
+        keeps them for its next start. A CometMQ broker refuses a key that cannot change at run time
+        (BrokerError naming it) and then changes nothing."""
+        body = format_properties(values).encode()
+        await self._instance.invoke_ok(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+
+    async def broker_stats(self, addr: str, name: StatsName | str, key: str) -> BrokerStatsData:
+        """One counter of the broker at ``addr`` over about the last minute, hour and day
+        (VIEW_BROKER_STATS_DATA): ``name`` a :class:`StatsName`, ``key`` a topic or ``topic@group``.
+        BrokerError when the broker has counted nothing under them."""
+        header = ViewBrokerStatsDataRequestHeader(stats_name=str(name), stats_key=key).encode()
+        response = await self._instance.invoke_ok(addr, RequestCode.VIEW_BROKER_STATS_DATA, header)
+        return BrokerStatsData.decode(response.body)
+
+    async def traffic(
+        self, topics: list[str] | None = None, cluster: str | None = None
+    ) -> list[TopicTraffic]:
+        """What ``statsAll`` shows: per topic (``topics``, or every topic that is not a system topic),
+        messages stored per second over the last minute and in the last day, and per consumer group
+        with offsets on it the same for messages pulled, and its lag. Read from the cluster's masters
+        (VIEW_BROKER_STATS_DATA, GET_ALL_CONSUMER_OFFSET, GET_CONSUME_STATS); a counter a broker has
+        not kept counts 0."""
+        _, masters = await self.masters_of(cluster)
+        addrs = [broker.master_addr for broker in masters if broker.master_addr is not None]
+        groups_of: dict[str, set[str]] = {}
+        for addr in addrs:
+            response = await self._instance.invoke_ok(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+            for key in (fastjson.loads(response.body) or {}).get("offsetTable") or {}:
+                topic, _, group = str(key).partition("@")
+                groups_of.setdefault(topic, set()).add(group)
+        if topics is None:
+            system = frozenset(await self._system_topics())
+            topics = [
+                t
+                for t in await self.topic_list()
+                if not is_system_topic(t, system) and not _is_group_topic(t)
+            ]
+
+        async def counted(name: StatsName, key: str) -> tuple[float, int]:
+            tps, today = 0.0, 0
+            for addr in addrs:
+                try:
+                    data = await self.broker_stats(addr, name, key)
+                except BrokerError:
+                    continue
+                tps += data.minute.tps
+                today += data.today
+            return tps, today
+
+        result = []
+        for topic in sorted(topics):
+            in_tps, in_today = await counted(StatsName.TOPIC_PUT_NUMS, topic)
+            traffic = TopicTraffic(topic, in_tps, in_today, [])
+            for group in sorted(groups_of.get(topic, ())):
+                out_tps, out_today = await counted(StatsName.GROUP_GET_NUMS, group_stats_key(topic, group))
+                lag = (await self.consume_progress(group, topic, cluster)).total_lag
+                traffic.groups.append(GroupTraffic(group, lag, out_tps, out_today))
+            result.append(traffic)
+        return result
+
+    async def _system_topics(self) -> list[str]:
+        response = await self._invoke_namesrv(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)
+        return TopicList.decode(response.body).topics
+
     # messages ----------------------------------------------------------------------------------
 
     async def query_message(
@@ -773,20 +909,26 @@ class AdminClient(Client):
             )
             stats = fastjson.loads(response.body)
             tps += float(stats.get("consumeTps") or 0)
-            for key, wrapper in (stats.get("offsetTable") or {}).items():
-                queue_topic, broker_name, queue_id = _queue_of(key)
-                queues.append(
-                    QueueProgress(
-                        queue_topic,
-                        broker_name,
-                        queue_id,
-                        int(wrapper.get("brokerOffset", 0)),
-                        int(wrapper.get("consumerOffset", 0)),
-                        int(wrapper.get("lastTimestamp", 0)),
-                    )
-                )
+            queues += _progress_of(stats)
         queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
         return ConsumeProgress(group, queues, tps)
+
+    async def broker_consume_stats(self, addr: str, *, order_only: bool = False) -> list[ConsumeProgress]:
+        """Every subscription group's progress on the broker at ``addr``, on each topic it has offsets
+        for (GET_BROKER_CONSUME_STATS; ``order_only``: ordered topics only), sorted by group."""
+        header = GetConsumeStatsInBrokerHeader(is_order=order_only).encode()
+        response = await self._instance.invoke_ok(addr, RequestCode.GET_BROKER_CONSUME_STATS, header)
+        body = as_object(fastjson.loads(response.body), "ConsumeStatsList")
+        found: dict[str, ConsumeProgress] = {}
+        for groups in body.get("consumeStatsList") or ():
+            for group, per_topic in as_object(groups, "ConsumeStatsList").items():
+                progress = found.setdefault(str(group), ConsumeProgress(str(group), [], 0.0))
+                for stats in per_topic or ():
+                    progress.consume_tps += float(stats.get("consumeTps") or 0)
+                    progress.queues += _progress_of(stats)
+        for progress in found.values():
+            progress.queues.sort(key=lambda q: (q.topic, q.queue_id))
+        return [found[group] for group in sorted(found)]
 
     async def reset_offsets(
         self,
@@ -901,6 +1043,56 @@ class AdminClient(Client):
             )
         merged.connections = sorted(by_id.values(), key=lambda c: c.client_id)
         return merged
+
+    async def producer_connections(self, group: str, topic: str) -> list[ProducerConnection]:
+        """The producers of ``group`` connected to the masters holding ``topic``
+        (GET_PRODUCER_CONNECTION_LIST, as mqadmin producerConnection), each once with the brokers it
+        heartbeats to; BrokerError when no broker knows one."""
+        route = await self.topic_route(topic)
+        header = ProducerGroupRequestHeader(producer_group=group).encode()
+        by_id: dict[str, ProducerConnection] = {}
+        unknown: BrokerError | None = None
+        for broker in sorted(route.broker_datas, key=lambda b: b.broker_name):
+            if broker.master_addr is None:
+                continue
+            try:
+                response = await self._instance.invoke_ok(
+                    broker.master_addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, header
+                )
+            except BrokerError as exc:
+                unknown = exc
+                continue
+            for conn in (fastjson.loads(response.body) or {}).get("connectionSet") or ():
+                client_id = str(conn.get("clientId", ""))
+                known = by_id.get(client_id)
+                if known is None:
+                    known = by_id[client_id] = ProducerConnection(
+                        client_id,
+                        str(conn.get("clientAddr", "")),
+                        str(conn.get("language", "")),
+                        int(conn.get("version", 0)),
+                    )
+                known.broker_names.append(broker.broker_name)
+        if not by_id:
+            raise unknown or BrokerError(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        return sorted(by_id.values(), key=lambda c: c.client_id)
+
+    async def clone_group_offsets(
+        self, source: str, dest: str, topic: str, *, offline: bool = False
+    ) -> list[BrokerData]:
+        """Give group ``dest`` the offsets group ``source`` committed on ``topic``, on every master
+        holding it (CLONE_GROUP_OFFSET); ``dest`` then continues where ``source`` is. Unless
+        ``offline``, a broker skips the topic while ``source`` is online without subscribing to it (as
+        RocketMQ's). The masters asked."""
+        route = await self.topic_route(topic)
+        header = CloneGroupOffsetRequestHeader(
+            src_group=source, dest_group=dest, topic=topic, offline=offline
+        ).encode()
+        masters = [broker for broker in route.broker_datas if broker.master_addr is not None]
+        for broker in masters:
+            assert broker.master_addr is not None
+            await self._instance.invoke_ok(broker.master_addr, RequestCode.CLONE_GROUP_OFFSET, header)
+        return masters
 
     # dead letters ------------------------------------------------------------------------------
 

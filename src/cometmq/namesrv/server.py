@@ -92,6 +92,11 @@ class NameServer:
         return self.access.access_control if self.access is not None else None
 
     @property
+    def tls_mode(self) -> TlsMode:
+        """``tls.server.mode``: whether clients may, or must, connect over TLS."""
+        return self._tls_mode
+
+    @property
     def host(self) -> str:
         return self._server.host
 

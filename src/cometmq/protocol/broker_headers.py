@@ -328,3 +328,47 @@ class ResetOffsetResponseHeader(Header):
     ignore it)."""
 
     consumers_notified: JavaInt = wire("consumersNotified", default=0)
+
+
+@header
+class GetBrokerConfigResponseHeader(Header):
+    """GET_BROKER_CONFIG's answer: the version of the broker's settings as DataVersion JSON (the
+    settings themselves are the body, Java properties text)."""
+
+    version: JavaString = wire("version")
+
+
+@header
+class ProducerGroupRequestHeader(Header):
+    """GET_PRODUCER_CONNECTION_LIST: one producer group (RocketMQ's
+    GetProducerConnectionListRequestHeader)."""
+
+    producer_group: JavaString = wire("producerGroup", name_rule=group_name_error)
+
+
+@header
+class CloneGroupOffsetRequestHeader(Header):
+    """CLONE_GROUP_OFFSET: give ``dest_group`` the committed offsets of ``src_group`` on ``topic``, or
+    (no topic) on every topic ``src_group`` has offsets for. Unless ``offline``, a topic an online
+    ``src_group`` does not subscribe to is skipped, as RocketMQ's."""
+
+    src_group: JavaString = wire("srcGroup", name_rule=group_name_error)
+    dest_group: JavaString = wire("destGroup", name_rule=group_name_error)
+    topic: JavaString | None = wire("topic", default=None, name_rule=stored_topic_name_error)
+    offline: JavaBool = wire("offline", default=False)
+
+
+@header
+class ViewBrokerStatsDataRequestHeader(Header):
+    """VIEW_BROKER_STATS_DATA: one counter of the broker's statistics, by RocketMQ's stats name
+    (TOPIC_PUT_NUMS …) and key (a topic, or ``topic@group``)."""
+
+    stats_name: JavaString = wire("statsName", name_rule=text_error)
+    stats_key: JavaString = wire("statsKey", name_rule=text_error)
+
+
+@header
+class GetConsumeStatsInBrokerHeader(Header):
+    """GET_BROKER_CONSUME_STATS: every group's progress on a broker; ``is_order``: ordered topics only."""
+
+    is_order: JavaBool = wire("isOrder")

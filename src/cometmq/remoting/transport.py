@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import math
@@ -700,21 +701,26 @@ class RemotingClient:
         conn = self._connections.get(address)
         if conn is not None and conn.is_open:
             return conn
-        pending = self._connecting.get(address)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
-        self._connecting[address] = future
+        # The connecting is a task of its own that every caller waits for: one caller cancelled (a
+        # consumer seeking while it pulls) neither stops it nor hands its cancellation to the others.
+        opening = self._connecting.get(address)
+        if opening is None:
+            opening = asyncio.ensure_future(self._open(address))
+            self._connecting[address] = opening
+            opening.add_done_callback(functools.partial(self._opened, address))
         try:
-            conn = await self._open(address)
-            future.set_result(conn)
-            return conn
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # mark retrieved: nobody else may be waiting
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if opening.cancelled() and (task is None or not task.cancelling()):
+                raise ConnectionClosedError(f"connecting to {address} stopped: the client closed") from None
             raise
-        finally:
+
+    def _opened(self, address: str, opening: asyncio.Future[Connection]) -> None:
+        if self._connecting.get(address) is opening:
             del self._connecting[address]
+        if not opening.cancelled():
+            opening.exception()  # mark retrieved: nobody may be waiting any more
 
     async def _open(self, address: str) -> Connection:
         host, _, port_text = address.rpartition(":")
@@ -790,6 +796,8 @@ class RemotingClient:
         """Start closing every connection, without waiting (for code that cannot await); returns them."""
         conns = list(self._connections.values())
         self._connections.clear()
+        for opening in list(self._connecting.values()):
+            opening.cancel()
         watch, self._watch = self._watch, None
         if watch is not None:
             watch.cancel()
