@@ -359,6 +359,8 @@ class PushConsumer(Client):
         instance.add_route_listener(self._on_route_changed)
         instance.start()
         await instance.send_heartbeat()
+        if self._trace is not None:
+            await self._trace.start()
         self._workers = [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
         try:
             await self._rebalance()
@@ -370,8 +372,6 @@ class PushConsumer(Client):
         ]
         if self._needs_lock:
             self._loops.append(asyncio.create_task(self._lock_loop()))
-        if self._trace is not None:
-            await self._trace.start()
 
     async def _close(self, timeout: float) -> None:
         """Leave the group: stop pulling, wait up to ``timeout`` seconds for listener calls in

@@ -195,9 +195,8 @@ class LitePullConsumer(Client):
         self._tasks: list[asyncio.Task[None]] = []
         self._trace = None
         if trace:
-            self._trace = trace_dispatcher(
-                group, "CONSUME", namesrv, credentials, self._ssl_context, trace_topic
-            )
+            ssl_context = self._ssl_context
+            self._trace = trace_dispatcher(group, "CONSUME", namesrv, credentials, ssl_context, trace_topic)
 
     # life cycle --------------------------------------------------------------------------------
 
@@ -213,6 +212,8 @@ class LitePullConsumer(Client):
             ssl_context=self._ssl_context,
         )
         self._instance.start()
+        if self._trace is not None:
+            await self._trace.start()
         self._rebalance_wanted = asyncio.Event()
         for state in self._states.values():
             self._start_pulling(state)
@@ -221,8 +222,6 @@ class LitePullConsumer(Client):
         self._tasks.append(asyncio.create_task(self._rebalance_loop()))
         if self.auto_commit:
             self._tasks.append(asyncio.create_task(self._auto_commit_loop()))
-        if self._trace is not None:
-            await self._trace.start()
 
     async def _close(self, timeout: float) -> None:
         """Stop pulling, commit the positions (with ``auto_commit``; waiting up to ``timeout`` s for
