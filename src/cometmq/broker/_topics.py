@@ -73,6 +73,8 @@ class TopicConfigManager:
         self._add_builtin(TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS))
         for transaction_topic in (TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC):
             self._add_builtin(TopicConfig(transaction_topic, 1, 1))
+        if cfg.trace_topic_enable:
+            self._add_builtin(TopicConfig(cfg.msg_trace_topic_name, 1, 1))  # one queue, as RocketMQ's
 
     def load(self) -> None:
         loaded = load_json_table(self._path, "topicConfigTable", "topic", self._read_topic)

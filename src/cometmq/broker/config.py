@@ -21,6 +21,7 @@ from cometmq.auth.serving import AclSettings
 from cometmq.errors import ConfigError
 from cometmq.javaprops import apply_properties, converted, key_of, read_properties
 from cometmq.protocol import MAX_FRAME_SIZE
+from cometmq.protocol.naming import TRACE_TOPIC, topic_name_error
 from cometmq.protocol.topic_config import MAX_PERM, MAX_QUEUE_NUMS
 from cometmq.remoting import DEFAULT_MAX_PARTIAL_FRAME_BYTES, ServerLimits, default_max_connections
 from cometmq.remoting.tls import TLS_KEYS, TlsSettings
@@ -125,6 +126,10 @@ class BrokerConfig:
     server_max_partial_frame_bytes: int = DEFAULT_MAX_PARTIAL_FRAME_BYTES
     region_id: str = "DefaultRegion"
     trace_on: bool = True
+    # Message trace (docs/client.md#message-trace): whether the broker creates the trace topic (one
+    # queue, as RocketMQ's) at start, and its name. Off by default as in RocketMQ, on in standalone.
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = TRACE_TOPIC
     # Replication (docs/operations.md, "Replication"): RocketMQ's HA keys and their 4.9.8 defaults.
     # haListenPort: -1 is listenPort + 1 (a port the OS picks when listenPort is 0). A value given is
     # used, where RocketMQ 4.9 overwrites it with listenPort + 1.
@@ -335,6 +340,8 @@ class BrokerConfig:
                 f"serverMaxPartialFrameBytes {self.server_max_partial_frame_bytes} is less than one frame "
                 f"of the largest size ({MAX_FRAME_SIZE} bytes)"
             )
+        if self.trace_topic_enable and (problem := topic_name_error(self.msg_trace_topic_name)):
+            raise ConfigError(f"msgTraceTopicName {self.msg_trace_topic_name!r}: {problem}")
         try:
             parse_delete_when(self.delete_when)
             if not parse_delay_levels(self.message_delay_level):
@@ -439,8 +446,6 @@ ROCKETMQ_KEYS_NOT_USED = frozenset(
         "tls.test.mode.enable",
         "tls.server.authClient",
         # Features CometMQ does not have.
-        "traceTopicEnable",
-        "msgTraceTopicName",
         "clusterTopicEnable",
         "brokerTopicEnable",
         "fetchNamesrvAddrByAddressServer",

@@ -90,6 +90,9 @@ def add_message_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     get.add_argument(
         "--topic", "-t", metavar="TOPIC", help="the message's topic (default: search every topic)"
     )
+    from cometmq.cli._trace import add_trace_command  # here: it uses this module's formatting
+
+    add_trace_command(message_commands)
 
 
 def parse_time(text: str) -> int:

@@ -269,8 +269,9 @@ def _ready(line: str) -> None:
 
 
 async def _standalone(args: argparse.Namespace) -> int:
-    # The try-it-out mode has SQL92 filters on; a config file may still turn them off.
-    config = _broker_config(args, {"enablePropertyFilter": True})
+    # The try-it-out mode has SQL92 filters and the message trace topic on; a config file may still
+    # turn them off.
+    config = _broker_config(args, {"enablePropertyFilter": True, "traceTopicEnable": True})
     host = config.broker_ip1
     config.listen_host = host
     if config.tls.mode is TlsMode.ENFORCING and not config.tls.client_enable:

@@ -19,7 +19,7 @@ from cometmq.client._brokerapi import CLIENT_INNER_PRODUCER_GROUP, PullResult, P
 from cometmq.client._instance import ClientInstance, decode_answer
 from cometmq.client._lifecycle import Client
 from cometmq.client._options import check_credentials, check_positive, tls_context
-from cometmq.client.message import MessageQueue
+from cometmq.client.message import SYSFLAG_COMPRESSED, MessageQueue
 from cometmq.errors import (
     BrokerError,
     CometMQError,
@@ -64,13 +64,20 @@ from cometmq.protocol.naming import (
     PERM_READ,
     PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
+    TRACE_TOPIC,
     dlq_topic,
     group_name_error,
     is_system_topic,
     topic_name_error,
 )
 from cometmq.protocol.properties import KEY_SEPARATOR, decode_properties, encode_properties
-from cometmq.protocol.record import DecodedRecord, decode_offset_msg_id, decode_records
+from cometmq.protocol.record import (
+    DecodedRecord,
+    decode_host,
+    decode_offset_msg_id,
+    decode_records,
+    inflate_body,
+)
 from cometmq.protocol.route import (
     MASTER_ID,
     BrokerData,
@@ -83,10 +90,14 @@ from cometmq.protocol.route import (
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 from cometmq.protocol.topic_config import parse_attribute_changes
+from cometmq.protocol.trace import TraceContext, TraceType, decode_trace_contexts
 
 log = logging.getLogger("cometmq.client")
 
 _NO_END = (1 << 63) - 1  # Long.MAX_VALUE, what RocketMQ's tools send as "no end"
+_TRACE_MESSAGES_MAX = 64  # trace messages read per message id (RocketMQ's queryMsgTraceById)
+# Records of one millisecond in the order they happen.
+_TRACE_ORDER = {TraceType.Pub: 0, TraceType.EndTransaction: 1, TraceType.SubBefore: 2, TraceType.SubAfter: 3}
 # How many topics a message lookup without a topic asks about at once.
 _TOPIC_QUERY_CONCURRENCY = 16
 # The queues a topic gets on a broker where it is created without a count (mqadmin updateTopic's 8).
@@ -704,6 +715,32 @@ class AdminClient(Client):
         ]
         found.sort(key=lambda rec: rec.store_timestamp, reverse=True)
         return found[:max_num]
+
+    async def message_trace(self, msg_id: str, topic_of_trace: str = TRACE_TOPIC) -> list[TraceContext]:
+        """The trace records of message ``msg_id`` (its client id, UNIQ_KEY) in trace topic
+        ``topic_of_trace``, oldest first: how it was sent, ended (a transaction's) and consumed, as
+        clients with tracing on wrote them (docs/client.md#message-trace). Each context holds that
+        message's bean only; a bean without a client host gets the trace message's born host (the
+        host of the client that wrote it). Empty when nothing was traced."""
+        found = await self.query_message(topic_of_trace, msg_id, max_num=_TRACE_MESSAGES_MAX)
+        contexts = []
+        for rec in found:
+            host, _ = decode_host(rec.born_host)
+            try:
+                body = inflate_body(rec.body) if rec.sys_flag & SYSFLAG_COMPRESSED else rec.body
+                decoded = decode_trace_contexts(body)
+            except ProtocolError as exc:  # one writer's bad record must not hide the others'
+                log.warning("trace message %s of %s skipped: %s", rec.offset_msg_id, topic_of_trace, exc)
+                continue
+            for ctx in decoded:
+                ctx.beans = [bean for bean in ctx.beans if bean.msg_id == msg_id]
+                if not ctx.beans:
+                    continue
+                for bean in ctx.beans:
+                    bean.client_host = bean.client_host or host
+                contexts.append(ctx)
+        contexts.sort(key=lambda ctx: (ctx.timestamp, _TRACE_ORDER[ctx.trace_type]))
+        return contexts
 
     async def view_message(self, msg_id: str, topic: str | None = None) -> list[DecodedRecord]:
         """The message(s) with id ``msg_id``, newest first; empty if there is none.

@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from cometmq.protocol.route import BrokerData, ClusterInfo, TopicRouteData
     from cometmq.protocol.subscription import SubscriptionData
     from cometmq.protocol.subscription_group import SubscriptionGroupConfig
+    from cometmq.protocol.trace import TraceContext
 
 __all__ = [
     "AdminClient",
@@ -415,6 +416,8 @@ class Producer(_BlockingClient):
             poll_name_server_interval: float = ...,
             credentials: Credentials | None = ...,
             tls: bool | ssl.SSLContext = ...,
+            trace: bool = ...,
+            trace_topic: str | None = ...,
         ) -> None: ...
         @property
         def client_id(self) -> str: ...
@@ -484,6 +487,8 @@ class TransactionProducer(Producer):
             poll_name_server_interval: float = ...,
             credentials: Credentials | None = ...,
             tls: bool | ssl.SSLContext = ...,
+            trace: bool = ...,
+            trace_topic: str | None = ...,
         ) -> None: ...
 
     def send_in_transaction(
@@ -593,6 +598,8 @@ class PushConsumer(_BlockingClient):
             poll_name_server_interval: float = ...,
             credentials: Credentials | None = ...,
             tls: bool | ssl.SSLContext = ...,
+            trace: bool = ...,
+            trace_topic: str | None = ...,
         ) -> None: ...
         @property
         def assigned_queues(self) -> frozenset[MessageQueue]: ...
@@ -635,6 +642,8 @@ class LitePullConsumer(_BlockingClient):
             poll_name_server_interval: float = ...,
             credentials: Credentials | None = ...,
             tls: bool | ssl.SSLContext = ...,
+            trace: bool = ...,
+            trace_topic: str | None = ...,
         ) -> None: ...
         def assign(self, queues: Iterable[MessageQueue]) -> None: ...
         def assignment(self) -> set[MessageQueue]: ...
@@ -784,3 +793,4 @@ class AdminClient(_BlockingClient):
             self, group: str, cluster: str | None = ..., **changes: Any
         ) -> tuple[list[BrokerData], SubscriptionGroupConfig]: ...
         def view_message(self, msg_id: str, topic: str | None = ...) -> list[DecodedRecord]: ...
+        def message_trace(self, msg_id: str, topic_of_trace: str = ...) -> list[TraceContext]: ...

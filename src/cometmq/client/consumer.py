@@ -85,6 +85,7 @@ from cometmq.client.message import (
     MessageQueue,
     ReceivedMessage,
 )
+from cometmq.client.producer import trace_dispatcher
 from cometmq.errors import ClientStateError, CometMQError
 from cometmq.protocol import RequestCode, fastjson
 from cometmq.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
@@ -166,6 +167,10 @@ class PushConsumer(Client):
     ``credentials`` (:class:`cometmq.auth.Credentials`) sign every request, for servers with aclEnable;
     ``tls`` is False (plain TCP), True (TLS checked against the system's CAs and the server's name) or
     an :class:`ssl.SSLContext` of your own (a private CA, a client certificate).
+
+    ``trace`` writes trace records around each consumed batch (which message, when, how long the
+    listener took, whether it succeeded, how many times it was retried) to ``trace_topic`` (default
+    RMQ_SYS_TRACE_TOPIC), as the Java client's enableMsgTrace does (docs/client.md#message-trace).
     """
 
     kind = "push consumer"
@@ -193,6 +198,8 @@ class PushConsumer(Client):
         poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
         credentials: Credentials | None = None,
         tls: bool | ssl.SSLContext = False,
+        trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         check_group("consumer", group)
         check_credentials(credentials)
@@ -275,6 +282,11 @@ class PushConsumer(Client):
         self._current: tuple[ReceivedMessage, asyncio.Future[ConsumeResult]] | None = None
         self._current_retry = False
         self.consumed_count = 0  # messages whose listener call succeeded, for running info
+        self._trace = (
+            trace_dispatcher(group, "CONSUME", namesrv, credentials, ssl_context, trace_topic)
+            if trace
+            else None
+        )
 
     # configuration -----------------------------------------------------------------------------
 
@@ -347,6 +359,8 @@ class PushConsumer(Client):
         instance.add_route_listener(self._on_route_changed)
         instance.start()
         await instance.send_heartbeat()
+        if self._trace is not None:
+            await self._trace.start()
         self._workers = [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
         try:
             await self._rebalance()
@@ -385,6 +399,8 @@ class PushConsumer(Client):
             log.warning("cannot persist the offsets of %s: %s", self.group, exc)
         if self._needs_lock:
             await self._unlock([pq.queue for pq in pqs])
+        if self._trace is not None:
+            await self._trace.close(timeout)
         await self._instance.close()
         self._instance.unregister_consumer(self.group)
         if self._executor is not None:
@@ -818,26 +834,32 @@ class PushConsumer(Client):
                 log.exception("consuming %s failed", pq.queue)
 
     async def _call_listener(self, messages: list[ReceivedMessage]) -> ConsumeResult:
+        trace = self._trace
+        before = None if trace is None else trace.consuming(self.group, messages)
         listener = self._listener
         try:
             if listener is None:
-                result: object = await self._iterator_listener(messages)
+                answer: object = await self._iterator_listener(messages)
             elif self._executor is not None:
-                result = await asyncio.get_running_loop().run_in_executor(self._executor, listener, messages)
+                answer = await asyncio.get_running_loop().run_in_executor(self._executor, listener, messages)
             else:
-                result = listener(messages)
-            if inspect.isawaitable(result):
-                result = await result
+                answer = listener(messages)
+            if inspect.isawaitable(answer):
+                answer = await answer
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("the listener of %s failed; the messages will be consumed again", self.group)
-            return ConsumeResult.RECONSUME_LATER
-        return (
+            answer = ConsumeResult.RECONSUME_LATER
+        result = (
             ConsumeResult.RECONSUME_LATER
-            if result is ConsumeResult.RECONSUME_LATER
+            if answer is ConsumeResult.RECONSUME_LATER
             else ConsumeResult.SUCCESS
         )
+        if before is not None:
+            assert trace is not None
+            trace.consumed(before, result is ConsumeResult.SUCCESS)
+        return result
 
     async def _consume_concurrently(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:
         pq.begin_consume()

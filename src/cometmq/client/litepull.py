@@ -57,6 +57,7 @@ from cometmq.client._options import (
 )
 from cometmq.client._rebalance import REBALANCE_INTERVAL_S, allocate_averagely
 from cometmq.client.message import MessageQueue, ReceivedMessage
+from cometmq.client.producer import trace_dispatcher
 from cometmq.errors import ClientStateError, CometMQError, DataLossError
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, SubscriptionData
 
@@ -121,6 +122,9 @@ class LitePullConsumer(Client):
     ``credentials`` (:class:`cometmq.auth.Credentials`) sign every request, for servers with aclEnable;
     ``tls`` is False (plain TCP), True (TLS checked against the system's CAs and the server's name) or
     an :class:`ssl.SSLContext` of your own (a private CA, a client certificate).
+    ``trace`` writes trace records of the messages each ``poll`` hands over (SubBefore and SubAfter, as
+    the Java lite pull consumer writes them, marked successful) to ``trace_topic`` (default
+    RMQ_SYS_TRACE_TOPIC) (docs/client.md#message-trace).
     """
 
     kind = "lite pull consumer"
@@ -144,6 +148,8 @@ class LitePullConsumer(Client):
         poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
         credentials: Credentials | None = None,
         tls: bool | ssl.SSLContext = False,
+        trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         check_group("consumer", group)
         check_credentials(credentials)
@@ -187,6 +193,10 @@ class LitePullConsumer(Client):
         self._pull_from: dict[MessageQueue, int] = {}  # the broker id each queue's last pull suggested
         self._rebalance_wanted: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._trace = None
+        if trace:
+            ssl_context = self._ssl_context
+            self._trace = trace_dispatcher(group, "CONSUME", namesrv, credentials, ssl_context, trace_topic)
 
     # life cycle --------------------------------------------------------------------------------
 
@@ -202,6 +212,8 @@ class LitePullConsumer(Client):
             ssl_context=self._ssl_context,
         )
         self._instance.start()
+        if self._trace is not None:
+            await self._trace.start()
         self._rebalance_wanted = asyncio.Event()
         for state in self._states.values():
             self._start_pulling(state)
@@ -230,6 +242,8 @@ class LitePullConsumer(Client):
                 except (CometMQError, TimeoutError) as exc:
                     log.warning("%s: cannot commit offsets on close: %r", self.group, exc)
         finally:
+            if self._trace is not None:
+                await self._trace.close(timeout)
             # Closing the instance first sends UNREGISTER_CLIENT for the group it still knows.
             await self._instance.close()
             self._instance.unregister_consumer(self.group)
@@ -424,7 +438,17 @@ class LitePullConsumer(Client):
                 ready.append(state)  # round robin: one batch per queue per turn
             if state.cached < threshold:
                 state.room.set()
+        if self._trace is not None and out:
+            self._traced(out)
         return out
+
+    def _traced(self, messages: list[ReceivedMessage]) -> None:
+        """The trace records of messages handed over: a SubBefore and, at once, a successful SubAfter,
+        as RocketMQ's DefaultLitePullConsumer writes them (it cannot know how the application fares)."""
+        assert self._trace is not None
+        before = self._trace.consuming(self.group, messages)
+        if before is not None:
+            self._trace.consumed(before, True)
 
     async def read(
         self, queue: MessageQueue, start: int, end: int, *, max_batch: int = MAX_PULL_BATCH

@@ -91,13 +91,16 @@ class SendStatus(enum.IntEnum):
 class SendResult:
     """What the broker answered. ``msg_id`` is the client's unique id (UNIQ_KEY), as RocketMQ's
     clients report it; ``offset_msg_id`` is the broker's id (store host + commit-log offset). For a
-    batch both are comma-separated, one per message."""
+    batch both are comma-separated, one per message. ``region_id`` and ``trace_on`` are the broker's
+    regionId and traceOn settings (a broker with traceOn=false asks clients not to trace its sends)."""
 
     status: SendStatus
     msg_id: str
     offset_msg_id: str
     queue: MessageQueue
     queue_offset: int
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
 
 
 # flag, commitlog offset, born timestamp, born host, store timestamp, store host (docs/protocol.md#record).

@@ -31,6 +31,7 @@ from cometmq.client._instance import (
 from cometmq.client._lifecycle import RUNNING, Client
 from cometmq.client._msgid import UniqueIdGenerator
 from cometmq.client._options import check_credentials, check_group, check_positive, check_range, tls_context
+from cometmq.client._trace import TraceDispatcher, now_ms, trace_group
 from cometmq.client.message import SYSFLAG_COMPRESSED, Message, MessageQueue, SendResult, SendStatus
 from cometmq.errors import (
     BrokerError,
@@ -56,6 +57,7 @@ from cometmq.protocol.naming import (
 from cometmq.protocol.record import MAX_PROPERTIES_SIZE
 from cometmq.protocol.route import TopicRouteData
 from cometmq.protocol.taghash import java_string_hash
+from cometmq.protocol.trace import DEFAULT_REGION, MessageType
 
 __all__ = [
     "Producer",
@@ -160,6 +162,9 @@ class Producer(Client):
     ``credentials`` (:class:`cometmq.auth.Credentials`) sign every request, for servers with aclEnable;
     ``tls`` is False (plain TCP), True (TLS checked against the system's CAs and the server's name) or
     an :class:`ssl.SSLContext` of your own (a private CA, a client certificate).
+    ``trace`` writes a trace record of each send (who sent which message when, how long it took,
+    where it was stored) to ``trace_topic`` (default RMQ_SYS_TRACE_TOPIC), as the Java client's
+    enableMsgTrace and customizedTraceTopic do (docs/client.md#message-trace).
     """
 
     kind = "producer"
@@ -180,6 +185,8 @@ class Producer(Client):
         poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
         credentials: Credentials | None = None,
         tls: bool | ssl.SSLContext = False,
+        trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         check_group("producer", group)
         check_credentials(credentials)
@@ -214,6 +221,9 @@ class Producer(Client):
         # The blocking facade's sockets (no socket until its first send).
         self._lane = DirectLane(busy_poll_us=busy_poll_us, credentials=credentials, ssl_context=ssl_context)
         self._template_refresh: asyncio.Task[None] | None = None
+        self._trace = None
+        if trace:
+            self._trace = trace_dispatcher(group, "PRODUCE", namesrv, credentials, ssl_context, trace_topic)
 
     @property
     def client_id(self) -> str:
@@ -228,6 +238,8 @@ class Producer(Client):
         self._instance.add_route_listener(self._on_route_changed)
         self._instance.start()
         self._template_refresh = asyncio.create_task(self._refresh_template_topics())
+        if self._trace is not None:
+            await self._trace.start()
 
     async def _close(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for the sends started by :meth:`send_with_callback` (the callbacks
@@ -242,6 +254,8 @@ class Producer(Client):
             self._template_refresh.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._template_refresh
+        if self._trace is not None:  # after the callback sends: their records go out too
+            await self._trace.close(timeout)
         self._lane.close()
         await self._instance.close()
 
@@ -434,7 +448,12 @@ class Producer(Client):
         sent, :class:`BrokerError` when the broker refuses it (after the retries RocketMQ makes),
         and :class:`RemotingTimeoutError` / :class:`ConnectionClosedError` when no broker answered.
         """
-        return await self._deliver(self._single_request(msg), queue, sharding_key)
+        if self._trace is None:
+            return await self._deliver(self._single_request(msg), queue, sharding_key)
+        started = now_ms()
+        result = await self._deliver(self._single_request(msg), queue, sharding_key)
+        self._traced((msg,), result, started)
+        return result
 
     async def send_batch(
         self, msgs: Sequence[Message], *, queue: MessageQueue | None = None, sharding_key: str | None = None
@@ -443,7 +462,24 @@ class Producer(Client):
         queue. Batches are never compressed and cannot be delayed. The result's ``msg_id`` and
         ``offset_msg_id`` are the ids joined by ``,``; ``queue_offset`` is the first message's.
         ``queue`` and ``sharding_key`` work as in :meth:`send`."""
-        return await self._deliver(self._batch_request(msgs), queue, sharding_key)
+        if self._trace is None:
+            return await self._deliver(self._batch_request(msgs), queue, sharding_key)
+        started = now_ms()
+        result = await self._deliver(self._batch_request(msgs), queue, sharding_key)
+        self._traced(msgs, result, started)
+        return result
+
+    def _traced(
+        self,
+        msgs: Sequence[Message],
+        result: SendResult,
+        started_ms: int,
+        msg_type: MessageType = MessageType.Normal_Msg,
+    ) -> None:
+        """Queue the Pub records of a send that *result* answers."""
+        assert self._trace is not None
+        store_host = self._instance.broker_addr(result.queue.broker_name) or ""
+        self._trace.sent(self.group, msgs, result, started_ms, store_host, msg_type)
 
     def _single_request(self, msg: Message) -> _Request:
         if self._state is not RUNNING:
@@ -492,6 +528,8 @@ class Producer(Client):
         ``sharding_key`` as in :meth:`send`). An invalid message raises here, before anything is sent.
         :meth:`close` waits for these sends (up to its timeout)."""
         request = self._single_request(msg)
+        if self._trace is not None:
+            callback = self._traced_callback(msg, callback)
         # The first attempt is written now when the route and the connection are at hand: a task's
         # first step waits for the next loop step, a visible share of the end-to-end latency
         # (`cometmq bench latency`).
@@ -500,6 +538,16 @@ class Producer(Client):
         task = asyncio.get_running_loop().create_task(_call_back(sending, callback))
         self._callback_tasks.add(task)
         task.add_done_callback(self._callback_tasks.discard)
+
+    def _traced_callback(self, msg: Message, callback: SendCallback) -> SendCallback:
+        started = now_ms()
+
+        def traced(outcome: SendResult | BaseException) -> object:
+            if isinstance(outcome, SendResult):
+                self._traced((msg,), outcome, started)
+            return callback(outcome)
+
+        return traced
 
     def _write_first_attempt(
         self, request: _Request, queue: MessageQueue | None, sharding_key: str | None
@@ -536,12 +584,16 @@ class Producer(Client):
         """:meth:`send` for the blocking facade, on the caller's thread (not the loop's): the result
         when the first attempt is made and answered here, through :attr:`_lane`; else what is left of
         the send (retries, a route to look up, a busy lane), as a coroutine to run on the loop."""
+        if self._trace is not None:  # the trace queue belongs to the loop
+            return self.send(msg, queue=queue, sharding_key=sharding_key)
         return self._attempt_direct(self._single_request(msg), queue, sharding_key)
 
     def _send_batch_direct(
         self, msgs: Sequence[Message], queue: MessageQueue | None, sharding_key: str | None
     ) -> SendResult | Coroutine[Any, Any, SendResult]:
         """:meth:`send_batch` for the blocking facade, as :meth:`_send_direct`."""
+        if self._trace is not None:
+            return self.send_batch(msgs, queue=queue, sharding_key=sharding_key)
         return self._attempt_direct(self._batch_request(msgs), queue, sharding_key)
 
     def _attempt_direct(
@@ -707,6 +759,8 @@ class Producer(Client):
             answer.msg_id,
             queue if queue_id == queue.queue_id else MessageQueue(queue.topic, broker, queue_id),
             answer.queue_offset,
+            answer.msg_region or DEFAULT_REGION,
+            answer.trace_on is not False,
         )
 
 
@@ -734,6 +788,26 @@ async def _replay(outcome: RemotingCommand | CometMQError) -> RemotingCommand:
 def _check_queue_topic(topic: str, queue: MessageQueue) -> None:
     if queue.topic != topic:
         raise InvalidMessageError(f"the message goes to topic {topic!r} but the queue is of {queue.topic!r}")
+
+
+def trace_dispatcher(
+    group: str,
+    kind: str,
+    namesrv: str,
+    credentials: Credentials | None,
+    ssl_context: ssl.SSLContext | None,
+    topic: str | None,
+) -> TraceDispatcher:
+    """The trace dispatcher of a client of ``group`` (``kind``: PRODUCE or CONSUME): its records go
+    out through a producer of their own, which traces nothing (AsyncTraceDispatcher's traceProducer)."""
+    producer = Producer(
+        trace_group(group, kind),
+        namesrv,
+        credentials=credentials,
+        tls=ssl_context or False,
+        send_timeout=5.0,  # AsyncTraceDispatcher's
+    )
+    return TraceDispatcher(producer, topic)
 
 
 def select_by_hash(queues: Sequence[MessageQueue], sharding_key: str) -> MessageQueue:

@@ -62,12 +62,14 @@ from typing import Any, Self
 
 from cometmq.client._brokerapi import send_header
 from cometmq.client._lifecycle import RUNNING
+from cometmq.client._trace import now_ms
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from cometmq.client.producer import Producer, _Request
 from cometmq.errors import ClientStateError, CometMQError, InvalidMessageError, OptionError, TransactionError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from cometmq.protocol.record import decode_offset_msg_id
+from cometmq.protocol.trace import MessageType
 from cometmq.protocol.transaction import (
     PRODUCER_GROUP,
     TRANSACTION_ID,
@@ -109,6 +111,13 @@ class TransactionState(enum.Enum):
     ROLLBACK = "rollback"
     UNKNOWN = "unknown"  # not decided yet: the broker checks back later
 
+
+# Each state's name in RocketMQ's LocalTransactionState, as trace records write it.
+_LOCAL_TRANSACTION_STATE = {
+    TransactionState.COMMIT: "COMMIT_MESSAGE",
+    TransactionState.ROLLBACK: "ROLLBACK_MESSAGE",
+    TransactionState.UNKNOWN: "UNKNOW",
+}
 
 # END_TRANSACTION's commitOrRollback for each state (the sys-flag transaction types; 0 changes nothing).
 _COMMIT_OR_ROLLBACK = {
@@ -389,6 +398,18 @@ class TransactionProducer(Producer):
         transaction._pending = tuple(
             result for (_, result), answer in zip(halves, answers, strict=True) if answer is None
         )
+        if self._trace is not None:
+            for (_, half), answer in zip(halves, answers, strict=True):
+                if answer is not None:
+                    self._trace.transaction_ended(
+                        self.group,
+                        transaction._traced[half.msg_id],
+                        half.msg_id,
+                        self._instance.broker_addr(half.queue.broker_name) or "",
+                        transaction_id,
+                        _LOCAL_TRANSACTION_STATE[state],
+                        False,
+                    )
         settled = all(answer is not None and answer.code == ResponseCode.SUCCESS for answer in answers)
         if settled and not transaction._sends_failed:
             self._decisions.forget(transaction_id)
@@ -469,6 +490,16 @@ class TransactionProducer(Producer):
             failure = str(exc)
         else:
             if response.code == ResponseCode.SUCCESS:
+                if self._trace is not None:
+                    self._trace.transaction_ended(
+                        self.group,
+                        message,
+                        message.msg_id,  # its UNIQ_KEY, as the Pub record names it
+                        broker_addr,
+                        header.transaction_id or transaction_id,
+                        _LOCAL_TRANSACTION_STATE[state],
+                        True,
+                    )
                 return
             failure = f"answered {response.code}: {response.remark}"
         log.warning(
@@ -554,6 +585,7 @@ class Transaction:
         self.transaction_id = transaction_id
         """32 hex digits from the producer's id generator: every half's ``__transactionId__``."""
         self._halves: list[tuple[str, SendResult]] = []
+        self._traced: dict[str, Message] = {}  # with tracing on: each half's message, by msg id
         self._sends_failed = False  # a send failed or was retried: a half may be stored unanswered
         self._state: TransactionState | None = None
         self._pending: tuple[SendResult, ...] | None = None  # set once every END answered or failed
@@ -582,6 +614,7 @@ class Transaction:
                 raise ClientStateError(f"transaction {self.transaction_id} is {doing}; send before commit")
             raise ClientStateError(f"transaction {self.transaction_id} is ended ({self._state.name})")
         request = producer._half_request(message, self.transaction_id)
+        started = now_ms()
         attempts = producer._send_attempts
         attempts[request.uniq] = 0
         try:
@@ -593,6 +626,9 @@ class Transaction:
             if attempts.pop(request.uniq, 0) > 1:
                 self._sends_failed = True
         self._halves.append((message.topic, result))
+        if producer._trace is not None:
+            self._traced[result.msg_id] = message
+            producer._traced((message,), result, started, MessageType.Trans_Msg_Half)
         return result
 
     async def commit(self) -> None:

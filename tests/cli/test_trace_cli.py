@@ -1,0 +1,72 @@
+"""``cometmq message trace`` against a real ``cometmq standalone`` process, with traced clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from cometmq.client import AdminClient, LitePullConsumer, Message, Producer, ReceivedMessage
+from processes import ServerProcess, broker_address, cometmq
+
+from .cli_support import assert_one_line_error
+
+
+@pytest.fixture(scope="module")
+def traced(standalone: tuple[ServerProcess, str]) -> dict[str, str]:
+    """A message sent and consumed with tracing on, once all its trace records are stored."""
+    server, namesrv = standalone
+
+    async def go() -> str:
+        async with Producer("PID_cli_traced", namesrv, trace=True) as producer:
+            sent = await producer.send(Message("CliTraced", b"hello", tags="greeting", keys="k-1"))
+        consumer = LitePullConsumer("GID_cli_traced", namesrv, consume_from="first", trace=True)
+        consumer.subscribe("CliTraced")
+        async with consumer:
+            polled: list[ReceivedMessage] = []
+            while not polled:
+                polled = await consumer.poll(1.0)
+        async with AdminClient(namesrv) as admin:
+            while len(await admin.message_trace(sent.msg_id)) < 3:
+                await asyncio.sleep(0.05)
+        return sent.msg_id
+
+    msg_id = asyncio.run(asyncio.wait_for(go(), 60))
+    return {"msg_id": msg_id, "namesrv": namesrv, "broker": broker_address(server)}
+
+
+def test_the_trace_is_a_timeline_of_the_send_and_the_consumption(traced: dict[str, str]) -> None:
+    result = cometmq("message", "trace", traced["msg_id"], "-n", traced["namesrv"])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"Trace of message {traced['msg_id']} (3 records in RMQ_SYS_TRACE_TOPIC)"
+    assert lines[1].split() == ["TIME", "EVENT", "GROUP", "CLIENT", "COST", "STATUS", "DETAILS"]
+    sent, started, consumed = lines[2:]
+    assert "sent" in sent and "PID_cli_traced" in sent and "success" in sent
+    assert f"stored at {traced['broker']}" in sent and "tags greeting" in sent and "keys k-1" in sent
+    assert "consume started" in started and "GID_cli_traced" in started and "first delivery" in started
+    assert "consumed" in consumed and "GID_cli_traced" in consumed and "success" in consumed
+
+
+def test_json_gives_each_record_with_rocketmq_field_names(traced: dict[str, str]) -> None:
+    result = cometmq("message", "trace", traced["msg_id"], "-n", traced["namesrv"], "--json")
+    assert result.returncode == 0, result.stderr
+    records = json.loads(result.stdout)
+    assert [r["traceType"] for r in records] == ["Pub", "SubBefore", "SubAfter"]
+    pub = records[0]
+    assert (pub["groupName"], pub["topic"], pub["tags"], pub["keys"]) == (
+        "PID_cli_traced", "CliTraced", "greeting", "k-1",
+    )  # fmt: skip
+    assert pub["msgId"] == traced["msg_id"] and pub["storeHost"] == traced["broker"]
+    assert pub["msgType"] == "Normal_Msg" and pub["success"] is True and pub["bodyLength"] == 5
+    assert records[1]["requestId"] == records[2]["requestId"]
+
+
+def test_a_message_without_trace_records_is_an_error(traced: dict[str, str]) -> None:
+    result = cometmq("message", "trace", "0123456789ABCDEF0123456789ABCDEF", "-n", traced["namesrv"])
+    assert_one_line_error(result, "no trace record of message 0123456789ABCDEF0123456789ABCDEF")
+    other_topic = cometmq(
+        "message", "trace", traced["msg_id"], "-n", traced["namesrv"], "--trace-topic", "OtherTraces"
+    )
+    assert other_topic.returncode == 1 and "OtherTraces" in other_topic.stderr
