@@ -10,6 +10,7 @@ request beyond the one addition.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from collections import deque
 from collections.abc import Callable
@@ -22,7 +23,17 @@ RATE_WINDOWS_S = (10, 60, 600)
 class BrokerStats:
     """Messages stored and messages handed to consumers since the broker started, and their rates."""
 
-    __slots__ = ("_clock", "_snapshots", "got_by_group_topic", "got_messages", "put_by_topic", "put_messages")
+    __slots__ = (
+        "_clock",
+        "_day",
+        "_snapshots",
+        "day_starts",
+        "dlq_by_group_topic",
+        "got_by_group_topic",
+        "got_messages",
+        "put_by_topic",
+        "put_messages",
+    )
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -31,8 +42,15 @@ class BrokerStats:
         # topic -> [messages stored, their bytes]; (consumer group, topic) -> [messages pulled, bytes].
         self.put_by_topic: dict[str, list[int]] = {}
         self.got_by_group_topic: dict[tuple[str, str], list[int]] = {}
+        # (consumer group, topic the message was consumed from) -> messages sent to %DLQ%<group>.
+        self.dlq_by_group_topic: dict[tuple[str, str], int] = {}
         # (clock(), put_messages, got_messages), one a second, oldest first.
         self._snapshots: deque[tuple[float, int, int]] = deque(maxlen=max(RATE_WINDOWS_S))
+        # The totals at the start of today and of yesterday (local time; 0 before the broker started),
+        # as RocketMQ's msgPutTotalTodayMorning and friends: put today, got today, put yesterday, got
+        # yesterday.
+        self._day = datetime.date.today()
+        self.day_starts = (0, 0, 0, 0)
 
     def count_put(self, topic: str, messages: int, size: int) -> None:
         """Count *messages* stored in *topic* in one request, *size* bytes in all."""
@@ -55,6 +73,11 @@ class BrokerStats:
             totals[0] += messages
             totals[1] += size
 
+    def count_dlq(self, group: str, topic: str) -> None:
+        """Count one message of *topic* that *group* gave up on, sent to its dead-letter topic."""
+        key = (group, topic)
+        self.dlq_by_group_topic[key] = self.dlq_by_group_topic.get(key, 0) + 1
+
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's counters."""
         self.put_by_topic.pop(topic, None)
@@ -64,6 +87,10 @@ class BrokerStats:
     def sample(self) -> None:
         """Keep a snapshot of the totals (once a second, by :func:`sample_every_second`)."""
         self._snapshots.append((self._clock(), self.put_messages, self.got_messages))
+        today = datetime.date.today()
+        if today != self._day:
+            self._day = today
+            self.day_starts = (self.put_messages, self.got_messages, *self.day_starts[:2])
 
     def put_tps(self) -> str:
         """Messages stored per second over the last 10 s, 60 s and 600 s, RocketMQ's putTps."""
