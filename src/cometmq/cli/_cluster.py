@@ -42,8 +42,9 @@ ETCD_HEALTH_INTERVAL_S = 0.1
 
 # What each server prints on stdout once it serves; the address is read from it, so ports the OS
 # picks (port 0) are known too.
-_NAMESRV_READY = re.compile(r"^CometMQ namesrv ready: listening on (\S+)")
+_NAMESRV_READY = re.compile(r"^CometMQ namesrv ready: listening on ([^\s,]+)")
 _BROKER_READY = re.compile(r"^CometMQ broker ready: \S+ at (\S+) ")
+_METRICS_URL = re.compile(r", metrics (\S+)")
 
 
 def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -153,6 +154,13 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
         help="a server not ready after this long has failed to start (default: 120)",
     )
     up.add_argument(
+        "--metrics-port",
+        type=whole_number(0, 65535),
+        metavar="BASE",
+        help="serve every server's Prometheus metrics: the NameServer's on BASE, the n-th broker's on "
+        "BASE + n, as the table lists them; 0: free ports (default: no metrics)",
+    )
+    up.add_argument(
         "--stop-timeout",
         type=float,
         default=30.0,
@@ -181,6 +189,8 @@ class Server:
     broker_id: int = 0
     process: asyncio.subprocess.Process | None = None
     address: str = ""  # host:port, from the ready line
+    metrics_port: int | None = None  # None: no metrics; 0: a port the OS picks
+    metrics_url: str = ""  # from the ready line
     log_start: int = 0  # the log's size before this run: what it printed starts there
     exit_status: int | None = None
     background: list[asyncio.Task[None]] = field(default_factory=list)  # held, so none is collected
@@ -246,6 +256,12 @@ def plan(args: argparse.Namespace) -> list[Server]:
                     broker_id=broker_id,
                 )
             )
+    if args.metrics_port is not None:
+        served = [s for s in servers if s.role != "etcd"]
+        if args.metrics_port and args.metrics_port + len(served) - 1 > 65535:
+            raise ConfigError(f"--metrics-port {args.metrics_port} leaves no room for {len(served)} servers")
+        for index, server in enumerate(served):
+            server.metrics_port = args.metrics_port + index if args.metrics_port else 0
     return servers
 
 
@@ -264,6 +280,8 @@ def check_ports_free(servers: list[Server], host: str) -> None:
         ports = [server.port] if server.port else []
         if ports and (server.role == "etcd" or (server.broker_name and not server.is_slave)):
             ports.append(server.port + 1)  # a master's haListenPort, etcd's peer port
+        if server.metrics_port:
+            ports.append(server.metrics_port)
         for port in ports:
             with socket.socket() as sock:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
@@ -275,6 +293,11 @@ def check_ports_free(servers: list[Server], host: str) -> None:
                     what = "port" if port == server.port else "HA port"
                     if server.role == "etcd":
                         what = "client port" if port == server.port else "peer port"
+                    if port == server.metrics_port:
+                        raise ConfigError(
+                            f"{host}:{port} ({server.label}'s metrics port) is already in use (is another "
+                            "CometMQ running?): stop it, or choose other ports with --metrics-port"
+                        ) from None
                     raise ConfigError(
                         f"{host}:{port} ({server.label}'s {what}) is already in use (is another CometMQ "
                         f"{others}"
@@ -372,6 +395,11 @@ def _free_port_pair(host: str) -> int:
 
 
 def _command(server: Server, args: argparse.Namespace) -> list[str]:
+    metrics = ["--metrics-port", str(server.metrics_port)] if server.metrics_port is not None else []
+    return _server_command(server, args) + metrics
+
+
+def _server_command(server: Server, args: argparse.Namespace) -> list[str]:
     cometmq = [sys.executable, "-m", "cometmq"]
     if server.role == "namesrv":
         return [
@@ -416,6 +444,8 @@ async def start(server: Server, args: argparse.Namespace) -> None:
         status = await server.process.wait()
         raise StartFailed(server, exit_text(status))
     server.address = found.group(1)
+    metrics = _METRICS_URL.search(line) if line is not None else None
+    server.metrics_url = metrics.group(1) if metrics is not None else ""
     server.background.append(asyncio.get_running_loop().create_task(_copy_output(server)))
 
 
@@ -542,6 +572,7 @@ async def stop_all(servers: list[Server], timeout: float) -> None:
 
 
 def _table(servers: list[Server]) -> str:
+    metrics = any(s.metrics_url for s in servers)
     rows = [
         [
             s.label,
@@ -550,11 +581,13 @@ def _table(servers: list[Server]) -> str:
             s.broker_id if s.broker_name else "-",
             s.address,
             s.process.pid if s.process is not None else "-",
+            *([s.metrics_url or "-"] if metrics else []),
             s.log_path,
         ]
         for s in servers
     ]
-    return format_table(["SERVER", "ROLE", "BROKER", "ID", "ADDRESS", "PID", "LOG"], rows)
+    headers = ["SERVER", "ROLE", "BROKER", "ID", "ADDRESS", "PID", *(["METRICS"] if metrics else []), "LOG"]
+    return format_table(headers, rows)
 
 
 async def _start_all(servers: list[Server], args: argparse.Namespace) -> None:

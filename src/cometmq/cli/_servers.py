@@ -272,7 +272,9 @@ def _broker_config(args: argparse.Namespace, defaults: dict[str, object] | None 
 
 
 def _new_broker(
-    config: BrokerConfig, access: ServerAccess | None = None, metrics_registry: CollectorRegistry | None = None
+    config: BrokerConfig,
+    access: ServerAccess | None = None,
+    metrics_registry: CollectorRegistry | None = None,
 ) -> Broker:
     from cometmq.broker import Broker
 

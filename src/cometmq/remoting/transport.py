@@ -241,7 +241,13 @@ class Connection(asyncio.BufferedProtocol):
         self.version = request.version
         if self._handler is None:
             return
-        if self._observer is not None:
+        # Bounded: a request a handler never answers (None, and no answer later) stays until the
+        # connection closes.
+        if (
+            self._observer is not None
+            and not request.is_oneway
+            and len(self._arrived) < MAX_PENDING_REQUESTS_PER_CONNECTION
+        ):
             self._arrived[id(request)] = time.perf_counter()
         if len(self._tasks) >= MAX_PENDING_REQUESTS_PER_CONNECTION:
             self.reply(request, request.response(ResponseCode.SYSTEM_BUSY, "[OVERLOAD] too many requests"))
@@ -282,8 +288,10 @@ class Connection(asyncio.BufferedProtocol):
             self.send(request.response(ResponseCode.SYSTEM_ERROR, f"the response cannot be sent: {exc}"))
 
     def _observe(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        if response is None:  # answered later by the handler (a held pull), or never
+            return
         arrived = self._arrived.pop(id(request), None)
-        if arrived is not None and response is not None and not request.is_oneway:
+        if arrived is not None:
             assert self._observer is not None
             self._observer(request.code, response.code, time.perf_counter() - arrived)
 
