@@ -8,15 +8,19 @@ with `--metrics-port 0`, one with `--no-metrics`; a thread scrapes the first's /
 for the whole run, as Prometheus would. Then, --rounds times and alternating which server goes first,
 `cometmq bench produce` (batches of --batch, --inflight in flight) and `cometmq bench consume` (the
 topic read from its start) against each. Prints each workload's median messages/s over the rounds
-and on / off, the share of throughput kept with metrics on; and how many scrapes were answered.
+and on / off, the share of throughput kept with metrics on; the server process's CPU time per
+message (its scrapes included) and off / on, the share of throughput its CPU would allow; and how
+many scrapes were answered.
 
-The machine is noisy: compare the ratio of one run, not absolute figures across runs.
+The machine is noisy: compare the ratios of one run, not absolute figures across runs. On a machine
+shared with other work the CPU ratio is the steadier of the two.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -73,34 +77,45 @@ class _Scraper(threading.Thread):
                 self.failures += 1
 
 
-def _rate(workload: str, namesrv: str, args: argparse.Namespace) -> float:
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process *pid* so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _run(workload: str, namesrv: str, server_pid: int, args: argparse.Namespace) -> tuple[float, float]:
+    """Messages/s of one run of *workload*, and the server's CPU µs per message meanwhile."""
     flags = ["--count", str(args.count), "--size", str(args.size)]
     if workload == "produce":
         flags += ["--batch", str(args.batch), "--inflight", str(args.inflight)]
+    before = _cpu_seconds(server_pid)
     report = json.loads(_cometmq("bench", workload, "-n", namesrv, "--topic", TOPIC, *flags, "--json"))
-    return float(report["rows"][0]["msg_per_s"])
+    cpu = _cpu_seconds(server_pid) - before
+    return float(report["rows"][0]["msg_per_s"]), cpu / args.count * 1e6
 
 
-def measure(args: argparse.Namespace) -> tuple[dict[str, dict[str, list[float]]], _Scraper]:
-    """Each round's msg/s of each workload ("produce", "consume") on each server ("on", "off")."""
+Figures = dict[str, dict[str, list[tuple[float, float]]]]
+
+
+def measure(args: argparse.Namespace) -> tuple[Figures, _Scraper]:
+    """Each round's (msg/s, server CPU µs/msg) of each workload ("produce", "consume") on each server
+    ("on", "off")."""
     with tempfile.TemporaryDirectory(prefix="cometmq-bench-metrics-") as tmp:
         on, on_namesrv, url = _start_standalone(Path(tmp) / "on" / "data", "--metrics-port", "0")
         off, off_namesrv, _ = _start_standalone(Path(tmp) / "off" / "data", "--no-metrics")
         if url is None:
             raise SystemExit("the server started with --metrics-port 0 names no metrics endpoint")
-        namesrvs = {"on": on_namesrv, "off": off_namesrv}
+        servers = {"on": (on_namesrv, on.pid), "off": (off_namesrv, off.pid)}
         scraper = _Scraper(url)
         scraper.start()
-        rates: dict[str, dict[str, list[float]]] = {
-            workload: {"on": [], "off": []} for workload in ("produce", "consume")
-        }
+        rates: Figures = {workload: {"on": [], "off": []} for workload in ("produce", "consume")}
         try:
             for round_number in range(args.rounds):
                 # Off first, then on first: neither gains from running second.
                 modes = ["off", "on"] if round_number % 2 == 0 else ["on", "off"]
                 for workload in ("produce", "consume"):
                     for mode in modes:
-                        rates[workload][mode].append(_rate(workload, namesrvs[mode], args))
+                        rates[workload][mode].append(_run(workload, *servers[mode], args))
         finally:
             scraper.stopping.set()
             scraper.join()
@@ -125,10 +140,18 @@ def main() -> None:
     rates, scraper = measure(args)
     print(f"batches of {args.batch}, {args.inflight} in flight, {args.size} B bodies, {args.count} messages:")
     for workload, by_mode in rates.items():
-        off, on = (statistics.median(by_mode[mode]) for mode in ("off", "on"))
-        print(f"  {workload} metrics off: {off:,.0f} msg/s   (rounds: {[round(r) for r in by_mode['off']]})")
-        print(f"  {workload} metrics on:  {on:,.0f} msg/s   (rounds: {[round(r) for r in by_mode['on']]})")
-        print(f"{workload} on / off: {on / off:.2f}")
+        for mode in ("off", "on"):
+            runs = by_mode[mode]
+            rate = statistics.median(r for r, _ in runs)
+            cpu = statistics.median(c for _, c in runs)
+            print(
+                f"  {workload} metrics {mode}: {' ' if mode == 'on' else ''}{rate:,.0f} msg/s, server CPU "
+                f"{cpu:.2f} µs/msg   (rounds: {[round(r) for r, _ in runs]})"
+            )
+        off_rate, on_rate = (statistics.median(r for r, _ in by_mode[mode]) for mode in ("off", "on"))
+        off_cpu, on_cpu = (statistics.median(c for _, c in by_mode[mode]) for mode in ("off", "on"))
+        print(f"{workload} on / off: {on_rate / off_rate:.2f}")
+        print(f"{workload} server CPU off / on: {off_cpu / on_cpu:.2f}")
     print(f"scrapes answered: {scraper.scrapes}, failed: {scraper.failures}")
 
 
