@@ -12,16 +12,19 @@ from metrics_support import scrape, value
 from _support import (  # isort: skip (put on the path by metrics_support)
     broker_and_client,
     commit_request,
+    name_server,
     pull,
     run,
     running_broker,
     send,
     send_request,
 )
-from cometmq.broker import BrokerConfig
+from cometmq.broker import Broker, BrokerConfig
 from cometmq.metrics import MetricsExporterType
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
+from cometmq.remoting import RemotingClient
+from waiting import wait_until
 
 COMMON = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
 PROM = {"metricsExporterType": "PROM", "metricsPromExporterPort": 0}
@@ -167,5 +170,45 @@ def test_producer_and_consumer_connections_by_group_language_and_mode(tmp_path: 
             assert value(producers, **COMMON, language="python") == 1
             consumers = families["rocketmq_consumer_connections"]
             assert value(consumers, **COMMON, consumer_group="Takers", consume_mode="pull") == 1
+
+    run(scenario())
+
+
+def test_replication_lag_is_given_by_the_master_per_slave_and_by_the_slave(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with name_server() as (_, namesrv):
+            master_settings = {**PROM, "namesrvAddr": namesrv}
+            slave_settings = {**master_settings, "brokerRole": "SLAVE", "brokerId": 1}
+            async with (
+                running_broker(tmp_path / "master", **master_settings) as master,
+                running_broker(tmp_path / "slave", **slave_settings) as slave,
+            ):
+                assert master.metrics_endpoint is not None and slave.metrics_endpoint is not None
+                client = RemotingClient()
+                try:
+                    for i in range(5):
+                        await send(client, f"127.0.0.1:{master.port}", "Copied", b"m%d" % i)
+                finally:
+                    await client.close()
+                end = master.store.commitlog_max_offset
+
+                async def lag(broker: Broker, role: str) -> float | None:
+                    assert broker.metrics_endpoint is not None
+                    samples = (await scrape(broker.metrics_endpoint.url))["rocketmq_replication_lag_bytes"]
+                    found = [s.value for s in samples if s.labels["role"] == role]
+                    return found[0] if found else None
+
+                async def master_sees_no_lag() -> bool:
+                    return await lag(master, "master") == 0
+
+                # Until the slave has it all, the master counts what it lacks; then both say 0.
+                await wait_until(
+                    lambda: slave.store.commitlog_max_offset >= end, message="the slave caught up"
+                )
+                await wait_until(master_sees_no_lag, message="the master sees no lag")
+                assert await lag(slave, "slave") == 0
+                assert slave.metrics_endpoint is not None
+                (seen,) = (await scrape(slave.metrics_endpoint.url))["rocketmq_replication_lag_bytes"]
+                assert seen.labels["peer"] == f"127.0.0.1:{master.ha_port}"
 
     run(scenario())

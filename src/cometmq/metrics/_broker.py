@@ -12,16 +12,15 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from cometmq.metrics._latency import RpcLatency
-from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX, is_system_topic
+from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX, TRANS_HALF_TOPIC, is_system_topic
 
 if TYPE_CHECKING:
     from cometmq.broker import Broker
 
 # RocketMQ's common labels: the cluster, the kind of node, and the node (a broker: its brokerName).
 COMMON_LABELS = ("cluster", "node_type", "node_id")
-# RocketMQ's system consumer groups (MixAll / the tools' own), for the is_system label.
+# RocketMQ's system consumer groups (CID_RMQ_SYS_TRANS and the like), for the is_system label.
 _SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
-_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 
 
 class BrokerMetrics(Collector):
@@ -182,7 +181,7 @@ class BrokerMetrics(Collector):
             max(0, store.commitlog_max_offset - store.commitlog_flushed_offset),
         )
         transactions = broker.transactions
-        half_end = store.max_offset(_TRANS_HALF_TOPIC, 0)
+        half_end = store.max_offset(TRANS_HALF_TOPIC, 0)
         settled = transactions.settled
         half = sum(1 for _ in settled.unsettled(settled.first_unsettled, half_end)) if half_end else 0
         yield _gauge(
@@ -194,7 +193,7 @@ class BrokerMetrics(Collector):
 
     def _replication(self, common: list[str]) -> Iterator[Metric]:
         """CometMQ's own (RocketMQ 5 has none): how far each slave is behind its master, in commit-log
-        bytes, as the master sees it (label slave) or as a slave sees it (label master)."""
+        bytes, as the master sees each slave (role "master") or as a slave sees itself (role "slave")."""
         broker = self._broker
         family = GaugeMetricFamily(
             "rocketmq_replication_lag_bytes",
