@@ -9,7 +9,8 @@ from pathlib import Path
 
 from metrics_support import scrape_blocking
 
-from cometmq.cli._cluster import plan
+from cometmq.broker import BrokerConfig
+from cometmq.cli._cluster import broker_conf, plan
 from cometmq.cli._main import build_parser
 from processes import COMMAND, TEST_BROKER_CONF, subprocess_env
 from waiting import wait_until_blocking
@@ -25,6 +26,18 @@ def test_each_server_gets_base_plus_its_place_and_none_without_the_option() -> N
         ("broker-b-1", 9004),
     ]
     assert all(s.metrics_port is None for s in plan(build_parser().parse_args(["cluster", "up"])))
+
+
+def test_a_files_metrics_keys_do_not_turn_every_brokers_metrics_on(tmp_path: Path) -> None:
+    given = tmp_path / "given.conf"
+    given.write_text("metricsExporterType=PROM\n")
+    for extra, expected in (([], "DISABLE"), (["--metrics-port", "0"], "PROM")):
+        args = build_parser().parse_args(["cluster", "up", "-c", str(given), *extra])
+        broker = plan(args)[1]
+        written = tmp_path / "broker.conf"
+        written.write_text(broker_conf(broker, args, "127.0.0.1:9876"))
+        # With --metrics-port the broker's command line turns them on (and picks the port) instead.
+        assert BrokerConfig.from_file(written).metrics_exporter_type.name == expected
 
 
 def test_the_table_lists_every_servers_metrics_endpoint(tmp_path: Path) -> None:

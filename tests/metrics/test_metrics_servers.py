@@ -8,17 +8,39 @@ import asyncio
 import re
 import socket
 from pathlib import Path
+from typing import Any
 
+import pytest
 from metrics_support import scrape, scrape_blocking, value
 
 from _support import run, running_broker  # isort: skip (put on the path by metrics_support)
+from cometmq.broker import BrokerConfig
 from cometmq.client import Message, Producer
+from cometmq.errors import ConfigError
+from cometmq.metrics import MetricsExporterType
 from cometmq.namesrv import NameServer
+from cometmq.namesrv.config import NamesrvConfig
 from cometmq.protocol import RequestCode, ResponseCode
 from processes import TEST_BROKER_CONF, ServerProcess, broker_address, cometmq, start_standalone
 from waiting import wait_until_blocking
 
 METRICS_URL = re.compile(r", metrics (http://127\.0\.0\.1:\d+/metrics)$")
+
+
+@pytest.mark.parametrize("config_class", [BrokerConfig, NamesrvConfig])
+def test_rocketmq_5s_keys_choose_the_exporter_and_its_address(config_class: type[Any]) -> None:
+    config = config_class()
+    assert config.metrics_exporter_type is MetricsExporterType.DISABLE
+    assert config.metrics_prom_exporter_port == 5557
+    config.update(
+        {"metricsExporterType": "PROM", "metricsPromExporterHost": "0.0.0.0", "metricsPromExporterPort": "0"}
+    )
+    assert config.metrics_exporter_type is MetricsExporterType.PROM
+    assert (config.metrics_prom_exporter_host, config.metrics_prom_exporter_port) == ("0.0.0.0", 0)
+    with pytest.raises(ConfigError, match="metricsExporterType"):
+        config.update({"metricsExporterType": "OTLP_GRPC"})  # RocketMQ's, not CometMQ's
+    with pytest.raises(ConfigError, match="metricsPromExporterPort"):
+        config.update({"metricsPromExporterPort": "70000"})
 
 
 def test_a_name_server_counts_its_brokers_topics_and_requests(tmp_path: Path) -> None:

@@ -323,6 +323,9 @@ def broker_conf(server: Server, args: argparse.Namespace, namesrv_addr: str, etc
     }
     if etcd_addr:
         own["etcdEndpoints"] = etcd_addr
+    if server.metrics_port is None:
+        # Off unless --metrics-port: brokers sharing a file's metricsPromExporterPort would collide.
+        own["metricsExporterType"] = "DISABLE"
     header = "# Written by 'cometmq cluster up' at every start"
     source = f"; the lines of {args.config} first" if args.config else ""
     # Java properties: the last value of a key wins, so these override the file's.
