@@ -152,6 +152,16 @@ def test_dedup_bench_prints_batched_produce_with_deduplication_off_and_on_and_th
     figures(rf"on / off: {NUMBER}$", out)
 
 
+def test_metrics_bench_prints_produce_and_consume_with_metrics_off_and_on_and_their_ratios() -> None:
+    out = run_bench("metrics.py", "--count", "20000", "--rounds", "1")
+    for workload in ("produce", "consume"):
+        figures(rf"{workload} metrics off: {NUMBER} msg/s, server CPU {NUMBER} µs/msg", out)
+        figures(rf"{workload} metrics on: +{NUMBER} msg/s, server CPU {NUMBER} µs/msg", out)
+        figures(rf"^{workload} server CPU off / on: {NUMBER}$", out)
+        figures(rf"^{workload} on / off: {NUMBER}$", out)
+    assert re.search(r"^scrapes answered: \d+, failed: 0$", out, re.MULTILINE), out
+
+
 def test_sql92_bench_prints_the_cost_of_each_expression() -> None:
     out = run_bench("sql92.py", "--runs", "1000")
     figures(rf"^{NUMBER} µs per match  TAGS = 'TagA'$", out)

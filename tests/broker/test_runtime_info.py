@@ -3,6 +3,8 @@ tools read them."""
 
 from __future__ import annotations
 
+import datetime
+import time
 from pathlib import Path
 
 from _support import broker_and_client, pull, run, send_request
@@ -64,3 +66,50 @@ def test_each_rate_is_the_growth_since_the_snapshot_its_window_back() -> None:
     # window reaches the oldest there is, second 0.
     assert stats.put_tps() == f"{round(120 / 9.5, 2)} {round(620 / 59.5, 2)} {round(630 / 60.5, 2)}"
     assert stats.get_transferred_tps() == "0.0 0.0 0.0"
+
+
+def test_every_field_rocketmq_cluster_list_parses_is_there_and_numeric(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            before = int(time.time() * 1000)
+            for i in range(3):
+                sent = await client.invoke(addr, send_request("Counted", b"m-%d" % i))
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+            info = await runtime_info(client, addr)
+            # RocketMQ 4.9.8's ClusterListSubCommand reads these with Long.parseLong / Double.
+            for key in (
+                "msgPutTotalTodayMorning",
+                "msgPutTotalYesterdayMorning",
+                "msgGetTotalTodayMorning",
+                "msgGetTotalYesterdayMorning",
+                "earliestMessageTimeStamp",
+                "pageCacheLockTimeMills",
+                "sendThreadPoolQueueSize",
+                "pullThreadPoolQueueSize",
+                "sendThreadPoolQueueHeadWaitTimeMills",
+                "pullThreadPoolQueueHeadWaitTimeMills",
+                "remainHowManyDataToFlush",
+                "putMessageTimesTotal",
+                "putMessageSizeTotal",
+            ):
+                assert int(info[key]) >= 0, key
+            # A broker started today: today's counts are everything since it started.
+            assert int(info["msgPutTotalTodayNow"]) - int(info["msgPutTotalTodayMorning"]) == 3
+            assert int(info["putMessageTimesTotal"]) == 3
+            assert int(info["putMessageSizeTotal"]) == broker.stats.put_by_topic["Counted"][1]
+            assert before - 5000 <= int(info["earliestMessageTimeStamp"]) <= int(time.time() * 1000)
+            assert info["commitLogDirCapacity"].startswith("Total : ")
+
+    run(scenario())
+
+
+def test_the_day_totals_move_at_midnight() -> None:
+    stats = BrokerStats()
+    stats.put_messages, stats.got_messages = 100, 40
+    stats._day = datetime.date(2000, 1, 1)  # the broker has been running since a day long gone
+    stats.sample()
+    assert stats.day_starts == (100, 40, 0, 0)
+    stats.put_messages, stats.got_messages = 130, 50
+    stats._day = datetime.date(2000, 1, 1)
+    stats.sample()
+    assert stats.day_starts == (130, 50, 100, 40)

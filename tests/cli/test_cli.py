@@ -20,7 +20,8 @@ def test_ready_line(standalone: tuple[ServerProcess, str]) -> None:
     assert server.ready_line.startswith(
         f"CometMQ standalone ready: namesrv {namesrv}, broker broker-a at 127.0.0.1:"
     )
-    assert server.ready_line.endswith(", data in " + server.args[server.args.index("--data-dir") + 1])
+    data_dir = server.args[server.args.index("--data-dir") + 1]
+    assert f", data in {data_dir}, metrics http://127.0.0.1:" in server.ready_line
 
 
 def test_topic_round_trip(namesrv_addr: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from cometmq.remoting import RemotingClient, RemotingServer, ServerLimits
+from cometmq.remoting import RemotingClient, RemotingServer, RequestObserver, ServerLimits
 from cometmq.remoting.transport import RequestHandler
 
 
@@ -14,12 +14,13 @@ def with_server(
     scenario: Callable[[RemotingServer, RemotingClient, str], Awaitable[None]],
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
     limits: ServerLimits | None = None,
+    observer: RequestObserver | None = None,
 ) -> None:
     """Run ``scenario(server, client, address)`` against a server on a free port (10 s at most), on
-    an event loop from ``loop_factory``, with ``limits``; both are closed afterwards."""
+    an event loop from ``loop_factory``, with ``limits`` and ``observer``; both are closed afterwards."""
 
     async def main() -> None:
-        server = RemotingServer(handler, "127.0.0.1", 0, limits=limits)
+        server = RemotingServer(handler, "127.0.0.1", 0, limits=limits, observer=observer)
         await server.start()
         client = RemotingClient()
         try:

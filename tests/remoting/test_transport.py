@@ -12,6 +12,7 @@ from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeout
 from cometmq.protocol import MAX_FRAME_SIZE, FrameDecoder, RemotingCommand, ResponseCode, encode_bytes
 from cometmq.protocol.codes import ONEWAY_FLAG
 from cometmq.remoting import Connection, RemotingClient, RemotingServer
+from cometmq.remoting.transport import HandlerResult
 from waiting import wait_until
 
 
@@ -176,3 +177,43 @@ def test_closing_the_client_while_connecting_fails_the_waiters_with_a_connection
             await waiting
 
     with_server(handler, scenario)
+
+
+def test_the_observer_hears_of_every_answered_request_once_when_its_answer_is_written() -> None:
+    observed: list[tuple[int, int, float]] = []
+    held: list[tuple[Connection, RemotingCommand]] = []
+
+    async def later(request: RemotingCommand) -> RemotingCommand:
+        await asyncio.sleep(0)
+        return request.response(ResponseCode.SYSTEM_BUSY)
+
+    def handler(conn: Connection, request: RemotingCommand) -> HandlerResult:
+        if request.code == 1:
+            return request.response()  # at once
+        if request.code == 2:
+            return later(request)  # from a task
+        held.append((conn, request))  # answered later by whoever holds it, or never
+        return None
+
+    def observer(request_code: int, response_code: int, seconds: float) -> None:
+        observed.append((request_code, response_code, seconds))
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        assert (await client.invoke(addr, RemotingCommand(code=1))).code == ResponseCode.SUCCESS
+        assert (await client.invoke(addr, RemotingCommand(code=2))).code == ResponseCode.SYSTEM_BUSY
+        conn = await client.connection(addr)
+        conn.invoke_oneway(RemotingCommand(code=3))  # never answered: not observed
+        answer = asyncio.ensure_future(client.invoke(addr, RemotingCommand(code=4)))
+        await wait_until(lambda: len(held) == 2, message="both unanswered requests held")
+        server_conn, request = held[1]
+        server_conn.reply(request, request.response(ResponseCode.PULL_NOT_FOUND))
+        assert (await answer).code == ResponseCode.PULL_NOT_FOUND
+        assert [(code, response) for code, response, _ in observed] == [
+            (1, ResponseCode.SUCCESS),
+            (2, ResponseCode.SYSTEM_BUSY),
+            (4, ResponseCode.PULL_NOT_FOUND),
+        ]
+        assert all(seconds >= 0 for _, _, seconds in observed)
+        assert server_conn._arrived == {}  # nothing kept for the oneway request or the answered ones
+
+    with_server(handler, scenario, observer=observer)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -517,9 +519,17 @@ class AdminProcessor:
 
 def runtime_info(broker: Broker) -> dict[str, str]:
     store = broker.store
+    stats = broker.stats
     # One root directory, so one filesystem for both (RocketMQ reports them apart); -1.0 = unknown.
     disk_ratio = str(round(store.disk_usage_ratio(), 4))
-    transferred = broker.stats.get_transferred_tps()
+    transferred = stats.get_transferred_tps()
+    put_today, got_today, put_yesterday, got_yesterday = stats.day_starts
+    put_bytes = sum(totals[1] for totals in stats.put_by_topic.values())
+    try:
+        disk = shutil.disk_usage(broker.root_dir)
+        capacity = f"Total : {_human_bytes(disk.total)}, Free : {_human_bytes(disk.free)}."
+    except OSError:
+        capacity = "Total : 0 B, Free : 0 B."
     return {
         "commitLogDiskRatio": disk_ratio,
         "consumeQueueDiskRatio": disk_ratio,
@@ -529,9 +539,30 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "runtime": f"{int(time.time() - broker.boot_timestamp / 1000)} s",
         "commitLogMinOffset": str(store.commitlog_min_offset),
         "commitLogMaxOffset": str(store.commitlog_max_offset),
-        "msgPutTotalTodayNow": str(broker.stats.put_messages),
-        "msgGetTotalTodayNow": str(broker.stats.got_messages),
-        "putTps": broker.stats.put_tps(),
+        "msgPutTotalTodayNow": str(stats.put_messages),
+        "msgGetTotalTodayNow": str(stats.got_messages),
+        # The totals at local midnight (0 for a day the broker started in): RocketMQ's tools show
+        # today's count as TodayNow - TodayMorning, yesterday's as TodayMorning - YesterdayMorning.
+        "msgPutTotalTodayMorning": str(put_today),
+        "msgGetTotalTodayMorning": str(got_today),
+        "msgPutTotalYesterdayMorning": str(put_yesterday),
+        "msgGetTotalYesterdayMorning": str(got_yesterday),
+        "putMessageTimesTotal": str(stats.put_messages),
+        "putMessageSizeTotal": str(put_bytes),
+        "putMessageAverageSize": str(round(put_bytes / stats.put_messages, 2) if stats.put_messages else 0.0),
+        "earliestMessageTimeStamp": str(earliest_message_timestamp(broker)),
+        "remainHowManyDataToFlush": str(max(0, store.commitlog_max_offset - store.commitlog_flushed_offset)),
+        "remainHowManyDataToCommit": "0",  # no transient store pool: written bytes are committed
+        "commitLogDirCapacity": capacity,
+        # Requests are served on the event loop as they arrive: no thread pool queues them and no
+        # page-cache lock is held across a put. RocketMQ's clusterList parses these as numbers.
+        "sendThreadPoolQueueSize": "0",
+        "pullThreadPoolQueueSize": "0",
+        "sendThreadPoolQueueHeadWaitTimeMills": "0",
+        "pullThreadPoolQueueHeadWaitTimeMills": "0",
+        "pageCacheLockTimeMills": "0",
+        "startAcceptSendRequestTimeStamp": "0",
+        "putTps": stats.put_tps(),
         # RocketMQ 4's tools read the first spelling, RocketMQ 5's the second.
         "getTransferedTps": transferred,
         "getTransferredTps": transferred,
@@ -541,6 +572,31 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         # master and its slave for the slave's lag.
         "lastMessageStoreTimestamp": str(last_message_store_timestamp(broker)),
     }
+
+
+def earliest_message_timestamp(broker: Broker) -> int:
+    """Store time (ms) of the oldest message in the commit log, 0 when there is none (RocketMQ's
+    earliestMessageTimeStamp)."""
+    store = broker.store
+    if store.commitlog_max_offset <= store.commitlog_min_offset:
+        return 0
+    record = store.message_at(store.commitlog_min_offset)
+    if record is None:
+        return 0
+    try:
+        return decode_record_at(record, 0, len(record)).store_timestamp
+    except RecordError:
+        return 0
+    finally:
+        del record  # a live slice would pin the segment's mapping
+
+
+def _human_bytes(size: int) -> str:
+    """Java's MixAll.humanReadableByteCount(size, false): "1.5 GiB"."""
+    if size < 1024:
+        return f"{size} B"
+    exponent = min(6, int(math.log(size, 1024)))
+    return f"{size / 1024**exponent:.1f} {'KMGTPE'[exponent - 1]}iB"
 
 
 def last_message_store_timestamp(broker: Broker) -> int:

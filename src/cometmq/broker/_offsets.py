@@ -33,6 +33,9 @@ class ConsumerOffsetManager:
         self._file = MetadataFile(self._path)
         # RocketMQ's key "topic@group" → queue id → offset.
         self.offsets: dict[str, dict[int, int]] = {}
+        # (group, topic, queue id) -> the offset after the last message pulled (RocketMQ's pull offset
+        # table): what a group holds past its commit is its in-flight messages. Memory only.
+        self.pulled: dict[tuple[str, str, int], int] = {}
         self._dirty = False
         # "topic@group" → [monotonic second, messages committed past the previous offsets in it],
         # for the last minute only.

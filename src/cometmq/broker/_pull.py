@@ -357,9 +357,9 @@ class PullProcessor:
         response = request.response(code, result.status.name, answer.encode())
         if code == ResponseCode.SUCCESS:
             response.body_parts = result.buffers
-            self._broker.stats.count_got(
-                group.group_name, topic, result.message_count, result.buffer_total_size
-            )
+            broker = self._broker
+            broker.stats.count_got(group.group_name, topic, result.message_count, result.buffer_total_size)
+            broker.offsets.pulled[(group.group_name, topic, queue_id)] = next_begin
         return response
 
     def _copied_topic(self, topic: str, queue_id: int) -> TopicConfig | None:

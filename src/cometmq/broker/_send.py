@@ -304,6 +304,7 @@ class SendProcessor:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and self._is_dead(request, sent, header):
                 # RocketMQ's handleRetryAndDLQ: a retry past the group's max goes to %DLQ%<group>.
                 group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+                broker.stats.count_dlq(group, topic)
                 header.topic = broker.topics.dead_letter_topic(group).topic_name
                 queue_id = header.queue_id = 0
                 delay_level = 0

@@ -86,6 +86,7 @@ class SendBackProcessor:
         if original.reconsume_times >= max_times or delay_level < 0:
             target = broker.topics.dead_letter_topic(group)
             level = 0  # a dead letter waits for nobody
+            broker.stats.count_dlq(group, properties[RETRY_TOPIC])
         else:
             target = retry_config
             level = delay_level or FIRST_RETRY_DELAY_LEVEL + original.reconsume_times

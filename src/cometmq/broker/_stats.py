@@ -13,6 +13,7 @@ additions.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -46,9 +47,12 @@ class BrokerStats:
 
     __slots__ = (
         "_clock",
+        "_day",
         "_key_windows",
         "_samples",
         "_snapshots",
+        "day_starts",
+        "dlq_by_group_topic",
         "got_by_group_topic",
         "got_messages",
         "put_by_topic",
@@ -68,6 +72,13 @@ class BrokerStats:
         self._samples = 0
         # Copies of the per-key totals, oldest first: the minute's, the hour's and the day's.
         self._key_windows = [deque[_KeySnapshot](maxlen=kept) for _, kept in KEY_WINDOWS]
+        # (consumer group, topic the message was consumed from) -> messages sent to %DLQ%<group>.
+        self.dlq_by_group_topic: dict[tuple[str, str], int] = {}
+        # The totals at the start of today and of yesterday (local time; 0 before the broker started),
+        # as RocketMQ's msgPutTotalTodayMorning and friends: put today, got today, put yesterday, got
+        # yesterday.
+        self._day = datetime.date.today()
+        self.day_starts = (0, 0, 0, 0)
 
     def count_put(self, topic: str, messages: int, size: int) -> None:
         """Count *messages* stored in *topic* in one request, *size* bytes in all."""
@@ -91,6 +102,11 @@ class BrokerStats:
             totals[0] += messages
             totals[1] += size
             totals[2] += 1
+
+    def count_dlq(self, group: str, topic: str) -> None:
+        """Count one message of *topic* that *group* gave up on, sent to its dead-letter topic."""
+        key = (group, topic)
+        self.dlq_by_group_topic[key] = self.dlq_by_group_topic.get(key, 0) + 1
 
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's counters."""
@@ -120,6 +136,10 @@ class BrokerStats:
                     )
                 window.append(copy)
         self._samples += 1
+        today = datetime.date.today()
+        if today != self._day:
+            self._day = today
+            self.day_starts = (self.put_messages, self.got_messages, *self.day_starts[:2])
 
     def stats_data(self, name: str, key: str) -> BrokerStatsData | None:
         """A counter over about the last minute, hour and day (VIEW_BROKER_STATS_DATA): by RocketMQ's

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cometmq.atomic_file import write_atomic
 from cometmq.auth import AccessControl, Action, Need, Resource, ResourceType
@@ -44,6 +45,7 @@ from cometmq.broker.config import RUNTIME_SETTINGS_FILE, BrokerConfig, BrokerRol
 from cometmq.errors import CometMQError, ConfigError, RequestRefused
 from cometmq.failover import Failover
 from cometmq.javaprops import format_properties, read_properties
+from cometmq.metrics import MetricsExporterType
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import NotifyBrokerRoleChangedRequestHeader
 from cometmq.protocol.ha_status import HARuntimeInfo
@@ -52,6 +54,11 @@ from cometmq.protocol.route import DataVersion
 from cometmq.remoting import Connection, Dispatcher, RemotingClient, RemotingServer
 from cometmq.replication import HAClient, HAServer
 from cometmq.store import FlushDiskType, MessageStore
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from cometmq.metrics import BrokerMetrics, MetricsEndpoint
 
 log = logging.getLogger("cometmq.broker")
 
@@ -70,13 +77,15 @@ class Broker:
         disk_usage_probe: Callable[[Path], float] | None = None,
         slave_sync_period_s: float = SLAVE_SYNC_PERIOD_S,
         access: ServerAccess | None = None,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         """*disk_usage_probe* replaces measuring the store's filesystem (``StoreConfig``); tests
         simulate a full disk with it. *slave_sync_period_s* is how often a slave copies its master's
         metadata (RocketMQ's 10 s; tests make it shorter). *access* is the access control to use
         (``cometmq standalone`` shares one with its name server); by default one made from the
-        config. ConfigError for settings a broker cannot run with (``BrokerConfig.settle_role``,
-        ``check_access``)."""
+        config. With metricsExporterType=PROM the broker serves its metrics on their own endpoint, from
+        *metrics_registry* if given (``cometmq standalone`` adds its name server's to it). ConfigError
+        for settings a broker cannot run with (``BrokerConfig.settle_role``, ``check_access``)."""
         # The broker's own id in its group, which it registers under while a slave (a master
         # registers as 0, and settle_role sets a static master's brokerId to 0).
         self.own_id = config.broker_id
@@ -139,6 +148,9 @@ class Broker:
         # Producing exactly once: the UNIQ_KEYs of the deduplication window (a master's).
         self.deduplicator = Deduplicator(self)
         self.stats = BrokerStats()
+        self._metrics_registry = metrics_registry
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_endpoint: MetricsEndpoint | None = None
         self.boot_timestamp = int(time.time() * 1000)
         self._server: RemotingServer | None = None
         self._dispatch: Dispatcher | None = None
@@ -343,6 +355,10 @@ class Broker:
             await asyncio.get_running_loop().run_in_executor(None, self.deduplicator.rebuild)
         await self.access.start()
         self._dispatch = self._dispatcher()
+        if self.config.metrics_exporter_type is MetricsExporterType.PROM:
+            from cometmq.metrics import BrokerMetrics
+
+            self.metrics = BrokerMetrics(self)
         server = RemotingServer(
             self._dispatch,
             self.config.bind_host,
@@ -350,6 +366,7 @@ class Broker:
             busy_poll_us=self.config.busy_poll_micros,
             limits=self.config.server_limits(),
             tls=self.config.tls,
+            observer=self.metrics.rpc_latency if self.metrics is not None else None,
         )
         server.add_close_listener(self._connection_closed)
         ha_port = self.config.ha_port  # before listen_port takes the port the OS picks
@@ -357,6 +374,8 @@ class Broker:
             # Replication first: a SYNC_MASTER must never answer a send before it can wait for a slave.
             await self._start_replication(ha_port)
             await server.start()
+            if self.metrics is not None:
+                await self._start_metrics_endpoint(self.metrics)
         except BaseException:
             await server.stop()
             await self._stop_replication()
@@ -409,6 +428,19 @@ class Broker:
                 cfg.etcd_lease_ttl,
             )
             await self.election.start()
+
+    async def _start_metrics_endpoint(self, metrics: BrokerMetrics) -> None:
+        from prometheus_client import CollectorRegistry
+
+        from cometmq.metrics import start_metrics_endpoint
+
+        registry = self._metrics_registry if self._metrics_registry is not None else CollectorRegistry()
+        registry.register(metrics)
+        cfg = self.config
+        self.metrics_endpoint = await start_metrics_endpoint(
+            registry, cfg.metrics_prom_exporter_host or cfg.bind_host, cfg.metrics_prom_exporter_port
+        )
+        log.info("broker %s serves its metrics on %s", cfg.broker_name, self.metrics_endpoint.url)
 
     async def _start_replication(self, ha_port: int) -> None:
         self._ha_listen_port = ha_port
@@ -753,6 +785,9 @@ class Broker:
         if self._server is not None:
             await self._server.stop()
             self._server = None
+        if self.metrics_endpoint is not None:
+            await self.metrics_endpoint.stop()
+            self.metrics_endpoint = None
         await self._stop_replication()
         if self.config.namesrv_addr:
             await self._unregister_stale(stopping=True)

@@ -20,6 +20,7 @@ from cometmq.auth import Credentials
 from cometmq.auth.serving import AclSettings
 from cometmq.errors import ConfigError
 from cometmq.javaprops import apply_properties, converted, key_of, read_properties
+from cometmq.metrics import DEFAULT_PROM_EXPORTER_PORT, MetricsExporterType
 from cometmq.protocol import MAX_FRAME_SIZE
 from cometmq.protocol.naming import TRACE_TOPIC, topic_name_error
 from cometmq.protocol.topic_config import MAX_PERM, MAX_QUEUE_NUMS
@@ -165,6 +166,11 @@ class BrokerConfig:
     # TLS (docs/security.md): RocketMQ's tls.* keys (cometmq.remoting.tls), the ones of one source
     # (the file, the flags) taken together.
     tls: TlsSettings = field(default_factory=TlsSettings)
+    # Prometheus metrics (docs/metrics.md), RocketMQ 5's keys: PROM serves /metrics on
+    # metricsPromExporterHost (empty: the host the broker listens on) : metricsPromExporterPort.
+    metrics_exporter_type: MetricsExporterType = MetricsExporterType.DISABLE
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = DEFAULT_PROM_EXPORTER_PORT
 
     @property
     def broker_addr(self) -> str:
@@ -316,6 +322,10 @@ class BrokerConfig:
     def _check(self) -> None:
         if not 0 <= self.listen_port <= 65535:
             raise ConfigError(f"listenPort {self.listen_port} is not a port number")
+        if not 0 <= self.metrics_prom_exporter_port <= 65535:
+            raise ConfigError(
+                f"metricsPromExporterPort {self.metrics_prom_exporter_port} is not a port number"
+            )
         if self.busy_poll_micros < 0:
             raise ConfigError(f"busyPollMicros {self.busy_poll_micros} is negative")
         if self.load_summary_interval < 0:

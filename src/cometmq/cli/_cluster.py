@@ -43,8 +43,9 @@ ETCD_HEALTH_INTERVAL_S = 0.1
 
 # What each server prints on stdout once it serves; the address is read from it, so ports the OS
 # picks (port 0) are known too.
-_NAMESRV_READY = re.compile(r"^CometMQ namesrv ready: listening on (\S+)")
+_NAMESRV_READY = re.compile(r"^CometMQ namesrv ready: listening on ([^\s,]+)")
 _BROKER_READY = re.compile(r"^CometMQ broker ready: \S+ at (\S+) ")
+_METRICS_URL = re.compile(r", metrics (\S+)")
 
 
 def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -157,6 +158,13 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
         help="a server not ready after this long has failed to start (default: 120)",
     )
     up.add_argument(
+        "--metrics-port",
+        type=whole_number(0, 65535),
+        metavar="BASE",
+        help="serve every server's Prometheus metrics: the NameServer's on BASE, the n-th broker's on "
+        "BASE + n, as the table lists them; 0: free ports (default: no metrics)",
+    )
+    up.add_argument(
         "--stop-timeout",
         type=float,
         default=30.0,
@@ -187,6 +195,8 @@ class Server:
     process: asyncio.subprocess.Process | None = None
     address: str = ""  # host:port, from the ready line
     out_start: int = 0  # the .out file's size before this run: what it printed starts there
+    metrics_port: int | None = None  # None: no metrics; 0: a port the OS picks
+    metrics_url: str = ""  # from the ready line
     exit_status: int | None = None
     background: list[asyncio.Task[None]] = field(default_factory=list)  # held, so none is collected
 
@@ -256,6 +266,12 @@ def plan(args: argparse.Namespace) -> list[Server]:
                     broker_id=broker_id,
                 )
             )
+    if args.metrics_port is not None:
+        served = [s for s in servers if s.role != "etcd"]
+        if args.metrics_port and args.metrics_port + len(served) - 1 > 65535:
+            raise ConfigError(f"--metrics-port {args.metrics_port} leaves no room for {len(served)} servers")
+        for index, server in enumerate(served):
+            server.metrics_port = args.metrics_port + index if args.metrics_port else 0
     return servers
 
 
@@ -274,6 +290,8 @@ def check_ports_free(servers: list[Server], host: str) -> None:
         ports = [server.port] if server.port else []
         if ports and (server.role == "etcd" or (server.broker_name and not server.is_slave)):
             ports.append(server.port + 1)  # a master's haListenPort, etcd's peer port
+        if server.metrics_port:
+            ports.append(server.metrics_port)
         for port in ports:
             with socket.socket() as sock:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
@@ -285,6 +303,11 @@ def check_ports_free(servers: list[Server], host: str) -> None:
                     what = "port" if port == server.port else "HA port"
                     if server.role == "etcd":
                         what = "client port" if port == server.port else "peer port"
+                    if port == server.metrics_port:
+                        raise ConfigError(
+                            f"{host}:{port} ({server.label}'s metrics port) is already in use (is another "
+                            "CometMQ running?): stop it, or choose other ports with --metrics-port"
+                        ) from None
                     raise ConfigError(
                         f"{host}:{port} ({server.label}'s {what}) is already in use (is another CometMQ "
                         f"{others}"
@@ -310,6 +333,9 @@ def broker_conf(server: Server, args: argparse.Namespace, namesrv_addr: str, etc
     }
     if etcd_addr:
         own["etcdEndpoints"] = etcd_addr
+    if server.metrics_port is None:
+        # Off unless --metrics-port: brokers sharing a file's metricsPromExporterPort would collide.
+        own["metricsExporterType"] = "DISABLE"
     header = "# Written by 'cometmq cluster up' at every start"
     source = f"; the lines of {args.config} first" if args.config else ""
     # Java properties: the last value of a key wins, so these override the file's.
@@ -382,6 +408,11 @@ def _free_port_pair(host: str) -> int:
 
 
 def _command(server: Server, args: argparse.Namespace) -> list[str]:
+    metrics = ["--metrics-port", str(server.metrics_port)] if server.metrics_port is not None else []
+    return _server_command(server, args) + metrics
+
+
+def _server_command(server: Server, args: argparse.Namespace) -> list[str]:
     cometmq = [sys.executable, "-m", "cometmq"]
     if server.role == "namesrv":
         return [
@@ -440,6 +471,8 @@ async def start(server: Server, args: argparse.Namespace) -> None:
         status = await server.process.wait()
         raise StartFailed(server, exit_text(status))
     server.address = found.group(1)
+    metrics = _METRICS_URL.search(line) if line is not None else None
+    server.metrics_url = metrics.group(1) if metrics is not None else ""
     server.background.append(asyncio.get_running_loop().create_task(_copy_output(server)))
 
 
@@ -566,6 +599,7 @@ async def stop_all(servers: list[Server], timeout: float) -> None:
 
 
 def _table(servers: list[Server]) -> str:
+    metrics = any(s.metrics_url for s in servers)
     rows = [
         [
             s.label,
@@ -574,11 +608,13 @@ def _table(servers: list[Server]) -> str:
             s.broker_id if s.broker_name else "-",
             s.address,
             s.process.pid if s.process is not None else "-",
+            *([s.metrics_url or "-"] if metrics else []),
             s.log_path,
         ]
         for s in servers
     ]
-    return format_table(["SERVER", "ROLE", "BROKER", "ID", "ADDRESS", "PID", "LOG"], rows)
+    headers = ["SERVER", "ROLE", "BROKER", "ID", "ADDRESS", "PID", *(["METRICS"] if metrics else []), "LOG"]
+    return format_table(headers, rows)
 
 
 async def _start_all(servers: list[Server], args: argparse.Namespace) -> None:

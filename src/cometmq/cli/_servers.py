@@ -16,6 +16,7 @@ from cometmq.auth.serving import ServerAccess
 from cometmq.cli._logs import add_log_options, log_startup_summary, setup_server_logging
 from cometmq.cli._loop import run_async
 from cometmq.errors import ConfigError
+from cometmq.metrics import MetricsExporterType
 from cometmq.namesrv import NameServer
 from cometmq.namesrv.config import NamesrvConfig
 from cometmq.remoting import default_max_connections
@@ -24,6 +25,8 @@ from cometmq.remoting.tls import TlsMode
 # The broker (and its store) is imported only by the commands that run one, so the admin commands
 # start fast and work wherever the client does.
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from cometmq.broker import Broker, BrokerConfig
 
 log = logging.getLogger("cometmq.cli")
@@ -52,6 +55,10 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     standalone.add_argument("--namesrv-port", type=int, default=9876, metavar="PORT", help="default: 9876")
     standalone.add_argument("--broker-port", type=int, metavar="PORT", help="default: listenPort, else 10911")
+    _add_metrics_port(standalone, "default: metricsPromExporterPort, else 5557")
+    standalone.add_argument(
+        "--no-metrics", action="store_true", help="serve no metrics (metricsExporterType=DISABLE)"
+    )
     _add_busy_poll(standalone)
     add_log_options(standalone)
     standalone.set_defaults(func=run_standalone)
@@ -101,6 +108,7 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         help="close connections past this many at once (serverMaxConnections; default: 10000, or fewer "
         f"under a lower limit of open files: {default_max_connections()} here)",
     )
+    _add_metrics_port(namesrv, "turns metrics on (metricsExporterType=PROM); default: off")
     add_log_options(namesrv)
     namesrv.set_defaults(func=run_namesrv)
 
@@ -163,9 +171,19 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
             "static roles)"
         ),
     )
+    _add_metrics_port(broker, "turns metrics on (metricsExporterType=PROM); default: off")
     _add_busy_poll(broker)
     add_log_options(broker)
     broker.set_defaults(func=run_broker)
+
+
+def _add_metrics_port(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help=f"serve Prometheus metrics on http://HOST:PORT/metrics, 0: a free port ({default})",
+    )
 
 
 def _add_busy_poll(parser: argparse.ArgumentParser) -> None:
@@ -206,19 +224,39 @@ def _broker_config(args: argparse.Namespace, defaults: dict[str, object] | None 
         ("role", "broker_role"),
         ("broker_id", "broker_id"),
         ("etcd", "etcd_endpoints"),
+        ("metrics_port", "metrics_prom_exporter_port"),
     ):
         value = getattr(args, flag, None)
         if value is not None:
             overrides[attribute] = value
+    if getattr(args, "metrics_port", None) is not None:
+        overrides["metrics_exporter_type"] = "PROM"
+    if getattr(args, "no_metrics", False):
+        overrides["metrics_exporter_type"] = "DISABLE"
     config.update(overrides, source="the command line")
     config.store_path_root_dir = os.path.abspath(os.path.expanduser(config.store_path_root_dir))
     return config
 
 
-def _new_broker(config: BrokerConfig, access: ServerAccess | None = None) -> Broker:
+def _new_broker(
+    config: BrokerConfig,
+    access: ServerAccess | None = None,
+    metrics_registry: CollectorRegistry | None = None,
+) -> Broker:
     from cometmq.broker import Broker
 
-    return Broker(config, access=access)
+    return Broker(config, access=access, metrics_registry=metrics_registry)
+
+
+def _metrics_urls(server: Broker | NameServer) -> dict[str, str]:
+    """The server's metrics endpoint by name, if it serves one (for the summary and the ready line)."""
+    endpoint = server.metrics_endpoint
+    return {"metrics": endpoint.url} if endpoint is not None else {}
+
+
+def _urls_part(urls: dict[str, str]) -> str:
+    """The ready line's end naming the web addresses being served (metrics, dashboard)."""
+    return "".join(f", {name} {url}" for name, url in urls.items())
 
 
 class _ShutdownSignal:
@@ -269,9 +307,11 @@ def _ready(line: str) -> None:
 
 
 async def _standalone(args: argparse.Namespace) -> int:
-    # The try-it-out mode has SQL92 filters and the message trace topic on; a config file may still
-    # turn them off.
-    config = _broker_config(args, {"enablePropertyFilter": True, "traceTopicEnable": True})
+    # The try-it-out mode has SQL92 filters, the message trace topic and metrics on; a config file may
+    # still turn them off.
+    config = _broker_config(
+        args, {"enablePropertyFilter": True, "traceTopicEnable": True, "metricsExporterType": "PROM"}
+    )
     host = config.broker_ip1
     config.listen_host = host
     if config.tls.mode is TlsMode.ENFORCING and not config.tls.client_enable:
@@ -281,20 +321,29 @@ async def _standalone(args: argparse.Namespace) -> int:
         )
     # One set of users and ACLs, the broker's, guards both servers: a user made on one is known to both.
     access = ServerAccess(config.acl_settings(), config.broker_cluster_name)
+    # One process, one metrics endpoint: the broker serves its own and the name server's metrics.
+    registry = None
+    if config.metrics_exporter_type is MetricsExporterType.PROM:
+        from prometheus_client import CollectorRegistry
+
+        registry = CollectorRegistry()
     with _ShutdownSignal() as shutdown:
-        namesrv = NameServer(host=host, port=args.namesrv_port, access=access, tls=config.tls)
+        namesrv = NameServer(
+            host=host, port=args.namesrv_port, access=access, tls=config.tls, metrics_registry=registry
+        )
         with _port_flag(host, args.namesrv_port, "--namesrv-port"):
             await namesrv.start()
         try:
             config.namesrv_addr = f"{host}:{namesrv.port}"
-            broker = _new_broker(config, access)
+            broker = _new_broker(config, access, registry)
             with _port_flag(host, config.listen_port, "--broker-port"):
                 await broker.start()
             try:
-                log_startup_summary(namesrv=namesrv, broker=broker)
+                urls = _metrics_urls(broker)
+                log_startup_summary(namesrv=namesrv, broker=broker, urls=urls)
                 _ready(
                     f"CometMQ standalone ready: namesrv {host}:{namesrv.port}, broker {config.broker_name} "
-                    f"at {host}:{broker.port}, data in {config.store_path_root_dir}"
+                    f"at {host}:{broker.port}, data in {config.store_path_root_dir}" + _urls_part(urls)
                 )
                 await shutdown.wait()
             finally:
@@ -313,16 +362,20 @@ def _namesrv_config(args: argparse.Namespace) -> NamesrvConfig:
         ("channel_max_idle", "server_channel_max_idle_time_seconds"),
         ("max_connections", "server_max_connections"),
         ("data_dir", "auth_config_path"),
+        ("metrics_port", "metrics_prom_exporter_port"),
     ):
         value = getattr(args, flag)
         if value is not None:
             overrides[attribute] = value
+    if args.metrics_port is not None:
+        overrides["metrics_exporter_type"] = "PROM"
     config.update(overrides, source="the command line")
     return config
 
 
 async def _namesrv(args: argparse.Namespace) -> int:
     config = _namesrv_config(args)
+    metrics_on = config.metrics_exporter_type is MetricsExporterType.PROM
     with _ShutdownSignal() as shutdown:
         namesrv = NameServer(
             host=args.host,
@@ -332,12 +385,15 @@ async def _namesrv(args: argparse.Namespace) -> int:
             limits=config.server_limits(),
             access=ServerAccess(config.acl_settings(), None),
             tls=config.tls,
+            metrics_port=config.metrics_prom_exporter_port if metrics_on else None,
+            metrics_host=config.metrics_prom_exporter_host or None,
         )
         with _port_flag(args.host, config.listen_port, "--port"):
             await namesrv.start()
         try:
-            log_startup_summary(namesrv=namesrv)
-            _ready(f"CometMQ namesrv ready: listening on {args.host}:{namesrv.port}")
+            urls = _metrics_urls(namesrv)
+            log_startup_summary(namesrv=namesrv, urls=urls)
+            _ready(f"CometMQ namesrv ready: listening on {args.host}:{namesrv.port}" + _urls_part(urls))
             await shutdown.wait()
         finally:
             await namesrv.stop()
@@ -357,11 +413,12 @@ async def _broker(args: argparse.Namespace) -> int:
         with _port_flag(config.bind_host, config.listen_port, "--port"):
             await broker.start()
         try:
-            log_startup_summary(broker=broker)
+            urls = _metrics_urls(broker)
+            log_startup_summary(broker=broker, urls=urls)
             _ready(
                 f"CometMQ broker ready: {config.broker_name} at {config.broker_ip1}:{broker.port} "
                 f"(cluster {config.broker_cluster_name}), namesrv {config.namesrv_addr}, "
-                f"data in {config.store_path_root_dir}"
+                f"data in {config.store_path_root_dir}" + _urls_part(urls)
             )
             await shutdown.wait()
         finally:

@@ -14,6 +14,7 @@ from typing import Any
 from cometmq.auth.serving import AclSettings
 from cometmq.errors import ConfigError
 from cometmq.javaprops import apply_properties, key_of, read_properties
+from cometmq.metrics import DEFAULT_PROM_EXPORTER_PORT, MetricsExporterType
 from cometmq.remoting import ServerLimits, default_max_connections
 from cometmq.remoting.tls import TLS_KEYS, TlsSettings
 
@@ -39,6 +40,11 @@ class NamesrvConfig:
     init_authentication_user: str = field(default="", repr=False)
     # RocketMQ's tls.* keys (cometmq.remoting.tls), the ones of one source taken together.
     tls: TlsSettings = field(default_factory=TlsSettings)
+    # Prometheus metrics (docs/metrics.md), as a broker's: PROM serves /metrics on
+    # metricsPromExporterHost (empty: the host the name server listens on) : metricsPromExporterPort.
+    metrics_exporter_type: MetricsExporterType = MetricsExporterType.DISABLE
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = DEFAULT_PROM_EXPORTER_PORT
 
     def update(self, values: Mapping[str, Any], source: str = "the name server settings") -> None:
         """Apply settings given by RocketMQ key or attribute name; a key it does not know is ignored
@@ -50,8 +56,12 @@ class NamesrvConfig:
                 closest = difflib.get_close_matches(key, list(_ATTRIBUTE_OF_KEY), n=1)
                 hint = f" (did you mean {closest[0]}?)" if closest else ""
                 log.warning("unknown key %s in %s, ignored%s", key, source, hint)
-        if not 0 <= self.listen_port <= 65535:
-            raise ConfigError(f"listenPort {self.listen_port} is not a port number")
+        for key, port in (
+            ("listenPort", self.listen_port),
+            ("metricsPromExporterPort", self.metrics_prom_exporter_port),
+        ):
+            if not 0 <= port <= 65535:
+                raise ConfigError(f"{key} {port} is not a port number")
         if self.server_channel_max_idle_time_seconds < 0:
             raise ConfigError("serverChannelMaxIdleTimeSeconds (--channel-max-idle) must be 0 or more")
         if self.server_max_connections < 1:

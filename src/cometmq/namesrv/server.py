@@ -8,6 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from cometmq.auth import AccessControl
 from cometmq.auth.serving import ServerAccess, warn_if_open
@@ -23,6 +24,11 @@ from cometmq.protocol import RequestCode
 from cometmq.remoting import Connection, Dispatcher, RemotingServer, RequestHandler, ServerLimits
 from cometmq.remoting.tls import TlsMode, TlsSettings
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from cometmq.metrics import MetricsEndpoint, NamesrvMetrics
+
 log = logging.getLogger("cometmq.namesrv")
 
 
@@ -36,6 +42,10 @@ class NameServer:
     ``limits`` bound what clients may make it hold (idle time, connections, partial frames).
     ``access`` serves the users and ACLs requests and, with aclEnable, checks every request (none:
     neither). ``tls`` gives the ``tls.server.*`` settings (none: TLS off).
+
+    Metrics (docs/metrics.md): with ``metrics_port`` the name server serves them on
+    ``metrics_host`` (None: *host*) : ``metrics_port``; with ``metrics_registry`` it adds them to that
+    registry (``cometmq standalone``: the broker serves it), and serves that one if it has a port.
     """
 
     def __init__(
@@ -50,6 +60,9 @@ class NameServer:
         limits: ServerLimits | None = None,
         access: ServerAccess | None = None,
         tls: TlsSettings | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str | None = None,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         self.scan_interval_s = scan_interval_s
         self._clock = clock
@@ -80,7 +93,23 @@ class NameServer:
         if access is not None:
             table.update(access.admin_handlers())
         self.dispatcher = Dispatcher(table, gate=access.gate() if access is not None else None)
-        self._server = RemotingServer(self.dispatcher, host, port, limits=limits, tls=tls)
+        self.metrics: NamesrvMetrics | None = None
+        self._metrics_port = metrics_port
+        self._metrics_host = metrics_host
+        self._metrics_registry = metrics_registry
+        self.metrics_endpoint: MetricsEndpoint | None = None
+        if metrics_port is not None or metrics_registry is not None:
+            from cometmq.metrics import NamesrvMetrics
+
+            self.metrics = NamesrvMetrics(self)
+        self._server = RemotingServer(
+            self.dispatcher,
+            host,
+            port,
+            limits=limits,
+            tls=tls,
+            observer=self.metrics.rpc_latency if self.metrics is not None else None,
+        )
         self._tls_mode = tls.mode if tls is not None else TlsMode.DISABLED
         # A broker whose connection closes is dropped at once, not after the expiry time.
         self._server.add_close_listener(self.routes.connection_closed)
@@ -109,13 +138,28 @@ class NameServer:
             await self.access.start()
         try:
             await self._server.start()
+            if self.metrics is not None:
+                await self._start_metrics(self.metrics)
         except BaseException:
+            await self._server.stop()
             if self.access is not None:
                 await self.access.stop()
             raise
         warn_if_open("name server", self.host, self.port, self.access_control is not None, self._tls_mode)
         self._scan_task = asyncio.create_task(self._scan_forever(), name="namesrv-broker-expiry")
         log.info("name server listening on %s:%d", self.host, self.port)
+
+    async def _start_metrics(self, metrics: NamesrvMetrics) -> None:
+        from prometheus_client import CollectorRegistry
+
+        from cometmq.metrics import start_metrics_endpoint
+
+        registry = self._metrics_registry if self._metrics_registry is not None else CollectorRegistry()
+        registry.register(metrics)
+        if self._metrics_port is not None:
+            host = self._metrics_host or self.host
+            self.metrics_endpoint = await start_metrics_endpoint(registry, host, self._metrics_port)
+            log.info("name server serves its metrics on %s", self.metrics_endpoint.url)
 
     async def stop(self) -> None:
         if self._scan_task is not None:
@@ -124,6 +168,9 @@ class NameServer:
                 await self._scan_task
             self._scan_task = None
         await self._server.stop()
+        if self.metrics_endpoint is not None:
+            await self.metrics_endpoint.stop()
+            self.metrics_endpoint = None
         if self.access is not None:
             await self.access.stop()
         log.info("name server stopped")

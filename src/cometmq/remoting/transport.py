@@ -54,6 +54,10 @@ RequestGate = Callable[["Connection", RemotingCommand], RemotingCommand | None]
 # What signs the requests a client sends (cometmq.auth.sign with the client's credentials).
 RequestSigner = Callable[[RemotingCommand], None]
 
+# What a server tells of each request it answered: the request code, the response code, and the seconds
+# from the request's arrival to its answer being written (the rpc-latency metric, cometmq.metrics).
+RequestObserver = Callable[[int, int, float], None]
+
 # Requests in flight on one connection before the server answers SYSTEM_BUSY instead of queueing more.
 MAX_PENDING_REQUESTS_PER_CONNECTION = 65536
 
@@ -137,8 +141,12 @@ class Connection(asyncio.BufferedProtocol):
         handler: RequestHandler | None,
         read_buffer: ReadBuffer | None = None,
         poller: BusyPoller | None = None,
+        observer: RequestObserver | None = None,
     ) -> None:
         self._handler = handler
+        # None: requests are not timed (no clock read, nothing kept per request).
+        self._observer = observer
+        self._arrived: dict[int, float] = {}  # id(request) → perf_counter() at arrival, while observed
         self._decoder = FrameDecoder(read_buffer)
         self._poller = poller  # None: the loop sleeps between reads as usual (busypoll.py)
         self._transport: asyncio.Transport | None = None
@@ -234,6 +242,14 @@ class Connection(asyncio.BufferedProtocol):
         self.version = request.version
         if self._handler is None:
             return
+        # Bounded: a request a handler never answers (None, and no answer later) stays until the
+        # connection closes.
+        if (
+            self._observer is not None
+            and not request.is_oneway
+            and len(self._arrived) < MAX_PENDING_REQUESTS_PER_CONNECTION
+        ):
+            self._arrived[id(request)] = time.perf_counter()
         if len(self._tasks) >= MAX_PENDING_REQUESTS_PER_CONNECTION:
             self.reply(request, request.response(ResponseCode.SYSTEM_BUSY, "[OVERLOAD] too many requests"))
             return
@@ -261,6 +277,8 @@ class Connection(asyncio.BufferedProtocol):
     def reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         """Answer *request* with *response*, as the dispatcher answers what a handler returns; for a
         handler that answers later by itself (a held pull answered on a message's arrival)."""
+        if self._observer is not None:
+            self._observe(request, response)
         # The oneway bit is only a hint (C++ never sets it on the wire), so answer unless it is set.
         if response is None or request.is_oneway:
             return
@@ -269,6 +287,14 @@ class Connection(asyncio.BufferedProtocol):
         except ProtocolError as exc:  # e.g. a response over the frame limit: say so instead
             log.error("cannot encode the response to request code %d: %s", request.code, exc)
             self.send(request.response(ResponseCode.SYSTEM_ERROR, f"the response cannot be sent: {exc}"))
+
+    def _observe(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        if response is None:  # answered later by the handler (a held pull), or never
+            return
+        arrived = self._arrived.pop(id(request), None)
+        if arrived is not None:
+            assert self._observer is not None
+            self._observer(request.code, response.code, time.perf_counter() - arrived)
 
     def reply_error(self, request: RemotingCommand, exc: Exception) -> None:
         """Answer *request* with the error *exc*, as the dispatcher answers a handler that raised: a
@@ -468,7 +494,8 @@ class RemotingServer:
     """Accepts connections and hands every request to ``handler``; ``busy_poll_us`` > 0 keeps the loop
     polling for that long after each read or write (:mod:`cometmq.remoting.busypoll`). ``limits``
     bound what clients may make it hold (:class:`ServerLimits`). ``tls`` gives its ``tls.server.*``
-    settings (:mod:`cometmq.remoting.tls`; None: TLS off)."""
+    settings (:mod:`cometmq.remoting.tls`; None: TLS off). ``observer`` is told of every request
+    answered and how long it took (None: nothing is timed)."""
 
     def __init__(
         self,
@@ -478,8 +505,10 @@ class RemotingServer:
         busy_poll_us: int = 0,
         limits: ServerLimits | None = None,
         tls: TlsSettings | None = None,
+        observer: RequestObserver | None = None,
     ) -> None:
         self._handler = handler
+        self._observer = observer
         self._tls_mode = tls.mode if tls is not None else TlsMode.DISABLED
         # Built here: a certificate that cannot be loaded is a ConfigError before anything listens.
         self._ssl_context = tls.server_context() if tls is not None else None
@@ -512,7 +541,7 @@ class RemotingServer:
             self._refused += 1
             self._warn()
             return _Refused()
-        conn = Connection(handler or self._handler, self._read_buffer, self._poller)
+        conn = Connection(handler or self._handler, self._read_buffer, self._poller, self._observer)
         conn._held_changed = self._held_changed
         conn.add_close_listener(self._forget)
         for listener in self._close_listeners:
