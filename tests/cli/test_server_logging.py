@@ -148,7 +148,7 @@ def test_the_start_up_summary_names_the_version_ports_and_settings(
     json_standalone: tuple[ServerProcess, Path, Path],
 ) -> None:
     server, log_file, data = json_standalone
-    namesrv, broker = re.findall(r"127\.0\.0\.1:\d+", server.ready_line)
+    namesrv, broker, metrics = re.findall(r"127\.0\.0\.1:\d+", server.ready_line)
     summary = [e["message"] for e in json_entries(log_file) if e["logger"] == "cometmq.cli"]
     assert summary[0].startswith(f"CometMQ {__version__} on Python ")
     assert f"name server at {namesrv}, ACL off, TLS off" in summary
@@ -163,6 +163,7 @@ def test_the_start_up_summary_names_the_version_ports_and_settings(
         f"broker broker-a: data in {data}, ASYNC_FLUSH, busy polling off, ACL off, TLS off, "
         "load summary every 1 s"
     ) in summary
+    assert summary[-1] == f"web: metrics http://{metrics}/metrics"
 
 
 def test_the_load_line_follows_the_traffic(json_standalone: tuple[ServerProcess, Path, Path]) -> None:
