@@ -49,7 +49,7 @@ class BrokerMetrics(Collector):
         bytes_in = CounterMetricFamily(
             "rocketmq_throughput_in_total", "Bytes of the messages stored", labels=labels
         )
-        for topic, (messages, size) in stats.put_by_topic.items():
+        for topic, (messages, size, _) in stats.put_by_topic.items():
             messages_in.add_metric([*common, topic], messages)
             bytes_in.add_metric([*common, topic], size)
         labels = [*COMMON_LABELS, "topic", "consumer_group"]
@@ -59,7 +59,7 @@ class BrokerMetrics(Collector):
         bytes_out = CounterMetricFamily(
             "rocketmq_throughput_out_total", "Bytes of the messages handed to consumers", labels=labels
         )
-        for (group, topic), (messages, size) in stats.got_by_group_topic.items():
+        for (group, topic), (messages, size, _) in stats.got_by_group_topic.items():
             messages_out.add_metric([*common, topic, group], messages)
             bytes_out.add_metric([*common, topic, group], size)
         dlq = CounterMetricFamily(
