@@ -366,7 +366,7 @@ def test_broker_consume_stats_lists_every_group_s_queues_and_their_lag(tmp_path:
     run(scenario())
 
 
-def test_the_topics_of_every_group_come_from_one_pass_over_the_offsets(tmp_path: Path) -> None:
+def test_topics_by_group_gives_every_group_the_topics_topics_of_gives_it(tmp_path: Path) -> None:
     offsets = ConsumerOffsetManager(tmp_path)
     offsets.offsets.update({"T2@G1": {0: 1}, "T1@G1": {0: 1}, "T1@G2": {0: 1}})
     assert offsets.topics_by_group() == {"G1": ["T1", "T2"], "G2": ["T1"]}
