@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import pytest
@@ -24,8 +24,9 @@ from _support import (
 )
 
 from cometmq.broker import Broker
+from cometmq.broker._offsets import ConsumerOffsetManager
 from cometmq.client import AdminClient, Message, Producer
-from cometmq.errors import BrokerError
+from cometmq.errors import BrokerError, ConfigError
 from cometmq.javaprops import parse_properties
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_stats import StatsName, group_stats_key
@@ -160,6 +161,88 @@ def test_a_read_only_broker_permission_set_at_run_time_refuses_sends(tmp_path: P
     run(scenario())
 
 
+def test_a_broker_permission_set_at_run_time_reaches_the_routes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_with_name_server(tmp_path) as (namesrv, broker):
+            addr = address(broker)
+            async with AdminClient(namesrv) as admin:
+                await admin.create_topic("OpsRoutePerm", queues=2)
+                await _routed(namesrv, "OpsRoutePerm")
+
+                async def perms() -> list[int]:
+                    return [queues.perm for queues in (await admin.topic_route("OpsRoutePerm")).queue_datas]
+
+                assert await perms() == [6]
+                await admin.update_broker_config(addr, {"brokerPermission": "4"})
+                await wait_until(lambda: _equal(perms(), [4]), message="the route read only")
+                await admin.update_broker_config(addr, {"brokerPermission": "6"})
+                await wait_until(lambda: _equal(perms(), [6]), message="the route writable again")
+            # The broker's own table keeps each topic's permission.
+            topic = broker.topics.get("OpsRoutePerm")
+            assert topic is not None and topic.perm == 6
+
+    run(scenario())
+
+
+async def _equal(found: Awaitable[object], expected: object) -> bool:
+    return await found == expected
+
+
+def test_auto_create_settings_changed_at_run_time_apply_to_the_next_unknown_topic(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_with_name_server(tmp_path, autoCreateTopicEnable="false") as (namesrv, broker):
+            addr = address(broker)
+            client = RemotingClient()
+            try:
+                refused = await client.invoke(addr, send_request("OpsAutoOff", b"x"))
+                assert refused.code == ResponseCode.TOPIC_NOT_EXIST
+                async with AdminClient(namesrv) as admin:
+                    await admin.update_broker_config(
+                        addr, {"autoCreateTopicEnable": "true", "defaultTopicQueueNums": "2"}
+                    )
+                    await _routed(namesrv, "TBW102")  # clients send to unknown topics by its route
+                    sent = await client.invoke(
+                        addr, send_request("OpsAutoOn", b"x", defaultTopicQueueNums="8")
+                    )
+                    assert sent.code == ResponseCode.SUCCESS, sent.remark
+                    created = broker.topics.get("OpsAutoOn")
+                    assert created is not None and created.write_queue_nums == 2
+                    await admin.update_broker_config(addr, {"autoCreateTopicEnable": "false"})
+                assert broker.topics.get("TBW102") is None
+                refused = await client.invoke(addr, send_request("OpsAutoOffAgain", b"x"))
+                assert refused.code == ResponseCode.TOPIC_NOT_EXIST
+            finally:
+                await client.close()
+
+    run(scenario())
+
+
+def test_two_changes_of_one_key_keep_the_later_however_their_writes_are_ordered(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            write_first = broker.change_settings({"shortPollingTimeMills": "100"})
+            write_second = broker.change_settings(
+                {"shortPollingTimeMills": "900", "longPollingEnable": "false"}
+            )
+            write_second()  # two executor threads may take the lock in either order
+            write_first()
+            kept = parse_properties(broker.runtime_settings_path.read_text())
+            assert kept == {"shortPollingTimeMills": "900", "longPollingEnable": "false"}
+            assert broker.config.short_polling_time_mills == 900
+
+    run(scenario())
+
+
+def test_a_key_that_cannot_change_at_run_time_in_the_kept_settings_names_the_file(tmp_path: Path) -> None:
+    kept = tmp_path / "config" / "broker.properties"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("shortPollingTimeMills=250\nlistenPort=1\n")
+    with pytest.raises(ConfigError) as refused:
+        Broker(broker_config(tmp_path))
+    assert str(kept) in str(refused.value)
+    assert "listenPort" in str(refused.value) and "delete that line" in str(refused.value)
+
+
 def test_producer_connections_lists_the_producers_of_a_group(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_with_name_server(tmp_path, brokerName="broker-ops") as (namesrv, broker):
@@ -281,3 +364,10 @@ def test_broker_consume_stats_lists_every_group_s_queues_and_their_lag(tmp_path:
             assert all(not p.queues for p in ordered_only)
 
     run(scenario())
+
+
+def test_topics_by_group_gives_every_group_the_topics_topics_of_gives_it(tmp_path: Path) -> None:
+    offsets = ConsumerOffsetManager(tmp_path)
+    offsets.offsets.update({"T2@G1": {0: 1}, "T1@G1": {0: 1}, "T1@G2": {0: 1}})
+    assert offsets.topics_by_group() == {"G1": ["T1", "T2"], "G2": ["T1"]}
+    assert offsets.topics_by_group()["G1"] == offsets.topics_of("G1")

@@ -154,6 +154,24 @@ def test_offsets_are_written_right_after_a_delivery(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_a_delayed_message_counts_once_parked_and_once_delivered_each_under_the_topic_it_is_stored_in(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, **FAST_LEVELS) as (broker, addr, client):
+            assert (await create_topic(client, addr, "Counted", 1)).code == ResponseCode.SUCCESS
+            response = await client.invoke(addr, send_request("Counted", b"x", 0, {"DELAY": "1"}))
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            stats = broker.stats
+            assert stats.put_by_topic[SCHEDULE][0] == 1  # the parked copy
+            assert "Counted" not in stats.put_by_topic
+            assert await delivered(client, addr, "Counted", 0, 0)
+            assert (stats.put_by_topic["Counted"][0], stats.put_by_topic[SCHEDULE][0]) == (1, 1)
+            assert stats.put_messages == 2  # two records stored
+
+    run(scenario())
+
+
 def test_a_level_above_the_table_is_capped_and_a_missing_real_topic_does_not_block_its_level(
     tmp_path: Path,
 ) -> None:

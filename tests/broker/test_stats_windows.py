@@ -63,6 +63,24 @@ def test_a_topic_made_again_after_deletion_counts_from_zero() -> None:
     assert data is not None and data.minute.sum == 2
 
 
+def test_a_deleted_group_is_forgotten_and_counts_from_zero_if_made_again() -> None:
+    clock = Clock()
+    stats = BrokerStats(clock)
+    stats.count_got("G", "T", 40, 400)
+    stats.count_got("Other", "T", 3, 30)
+    stats.count_dlq("G", "%RETRY%G")
+    tick(stats, clock, 11)
+    stats.forget_group("G")
+    assert list(stats.got_by_group_topic) == [("Other", "T")]
+    assert stats.dlq_by_group_topic == {}
+    assert stats.stats_data("GROUP_GET_NUMS", "T@G") is None
+    stats.count_got("G", "T", 2, 20)
+    data = stats.stats_data("GROUP_GET_NUMS", "T@G")
+    assert data is not None and data.minute.sum == data.hour.sum == 2
+    other = stats.stats_data("GROUP_GET_NUMS", "T@Other")
+    assert other is not None and other.minute.sum == 0  # counted before the windows' first copy
+
+
 def test_broker_stats_data_round_trips_and_today_is_the_widest_window_that_counted() -> None:
     data = BrokerStatsData(StatsWindow(3, 0.05, 1.5), StatsWindow(9, 0.0025, 1.0), StatsWindow(0, 0.0, 0.0))
     assert BrokerStatsData.decode(data.encode()) == data

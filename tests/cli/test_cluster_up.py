@@ -167,12 +167,19 @@ def test_cluster_up_stops_with_the_log_of_a_broker_that_cannot_start(tmp_path: P
     bad = tmp_path / "bad.conf"
     bad.write_text("flushDiskType=sync\n")
     data = tmp_path / "cluster"
+    for master in ("broker-a-0", "broker-b-0"):  # what an earlier run printed
+        (data / master).mkdir(parents=True)
+        (data / master / "broker.out").write_text("an earlier run's output\n")
     done = cometmq(
         "cluster", "up", "--data-dir", str(data), "--namesrv-port", "0", "--base-port", "0", "-c", str(bad)
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "flushDiskType='sync' is not one of ASYNC_FLUSH, SYNC_FLUSH" in done.stderr  # its log's end
-    assert re.search(r"^cometmq: error: broker-[ab]-0 did not start: exit status 1$", done.stderr, re.M)
+    failed = re.search(r"^cometmq: error: (broker-[ab]-0) did not start: exit status 1$", done.stderr, re.M)
+    assert failed is not None
+    # Its .out file holds this start's output only.
+    out = (data / failed.group(1) / "broker.out").read_text()
+    assert "is not one of ASYNC_FLUSH" in out and "an earlier run" not in out
     assert "namesrv: exit status 0" in done.stdout  # what had started is stopped cleanly
     assert READY not in done.stdout
     assert not list(data.glob("broker-*-1"))  # no slave started without its master
@@ -206,7 +213,10 @@ def test_cluster_up_reports_a_server_that_dies_and_kills_one_that_does_not_stop(
         and "broker-a-1: killed by signal 9 (SIGKILL)" in out
     )
     assert "namesrv: exit status 0" in out
-    assert "not every server stopped cleanly: broker-a-0 killed by signal 9 (SIGKILL), log" in cluster.err()
+    assert (
+        "not every server stopped cleanly: broker-a-0 killed by signal 9 (SIGKILL), "
+        f"see {data / 'broker-a-0' / 'broker.out'}" in cluster.err()
+    )
     assert not alive(master)
 
 

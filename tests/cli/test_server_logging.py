@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cometmq import __version__
-from cometmq.cli._logs import JsonLineFormatter, OneLineFormatter, byte_size
+from cometmq.cli._logs import JsonLineFormatter, OneLineFormatter, byte_size, setup_logging
 from processes import TEST_BROKER_CONF, ServerProcess, broker_address, cometmq, start_standalone
 from waiting import wait_until_blocking
 
@@ -109,6 +109,36 @@ def test_a_log_file_is_rotated_past_its_size_keeping_the_backups_asked_for(tmp_p
     assert " INFO " not in server.log()  # stderr gets only warnings and errors
 
 
+@pytest.fixture
+def root_logger() -> Iterator[logging.Logger]:
+    """The root logger, its handlers and level restored after the test."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield root
+    for handler in root.handlers[:]:
+        root.removeHandler(handler)
+        handler.close()
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+@pytest.mark.parametrize("json_lines", [False, True])
+def test_a_lone_surrogate_is_written_escaped_to_the_log_file(
+    tmp_path: Path, root_logger: logging.Logger, json_lines: bool
+) -> None:
+    for handler in root_logger.handlers[:]:  # pytest's: setup_logging installs its own on a bare root
+        root_logger.removeHandler(handler)
+    log_file = tmp_path / "server.log"
+    setup_logging("INFO", log_file=str(log_file), json_lines=json_lines)
+    logging.getLogger("cometmq.test").info("client %s said hello", "bad\ud800id")
+    logging.getLogger("cometmq.test").info("the next record")
+    lines = log_file.read_text().splitlines()
+    assert len(lines) == 2
+    assert "bad\\ud800id" in lines[0]  # escaped, by the file (text) or by JSON
+    assert "the next record" in lines[1]
+
+
 def test_a_log_file_that_cannot_be_written_is_one_error_line(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -148,7 +178,9 @@ def test_the_start_up_summary_names_the_version_ports_and_settings(
     json_standalone: tuple[ServerProcess, Path, Path],
 ) -> None:
     server, log_file, data = json_standalone
-    namesrv, broker, metrics = re.findall(r"127\.0\.0\.1:\d+", server.ready_line)
+    ready = re.search(r"namesrv (\S+), broker \S+ at (\S+),", server.ready_line)
+    assert ready is not None, server.ready_line
+    namesrv, broker = ready.groups()
     summary = [e["message"] for e in json_entries(log_file) if e["logger"] == "cometmq.cli"]
     assert summary[0].startswith(f"CometMQ {__version__} on Python ")
     assert f"name server at {namesrv}, ACL off, TLS off" in summary
@@ -163,7 +195,8 @@ def test_the_start_up_summary_names_the_version_ports_and_settings(
         f"broker broker-a: data in {data}, ASYNC_FLUSH, busy polling off, ACL off, TLS off, "
         "load summary every 1 s"
     ) in summary
-    assert summary[-1] == f"web: metrics http://{metrics}/metrics"
+    metrics = re.search(r", metrics (\S+?)(,|$)", server.ready_line)
+    assert metrics is not None and summary[-1].startswith(f"web: metrics {metrics.group(1)}")
 
 
 def test_the_load_line_follows_the_traffic(json_standalone: tuple[ServerProcess, Path, Path]) -> None:

@@ -272,6 +272,7 @@ class AdminProcessor:
         delete = DeleteSubscriptionGroupRequestHeader.decode(request.ext_fields)
         group = delete.group_name
         broker.groups.delete(group)  # RocketMQ answers SUCCESS for an unknown group too
+        broker.stats.forget_group(group)
         if delete.remove_offset:
             broker.offsets.delete_group(group)
         return request.response()
@@ -303,9 +304,10 @@ class AdminProcessor:
         order_only = GetConsumeStatsInBrokerHeader.decode(request.ext_fields).is_order
         groups: list[dict[str, list[dict[str, Any]]]] = []
         total_diff = 0
-        for group in sorted({*broker.groups.groups, *broker.offsets.groups()}):
+        topics_of = broker.offsets.topics_by_group()
+        for group in sorted(broker.groups.groups.keys() | topics_of.keys()):
             per_topic = []
-            for topic in broker.offsets.topics_of(group):
+            for topic in topics_of.get(group, ()):
                 config = broker.topics.get(topic)
                 if config is None or (order_only and not config.order):
                     continue

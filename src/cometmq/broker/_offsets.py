@@ -144,9 +144,16 @@ class ConsumerOffsetManager:
         """The topics ``group`` has offsets for (RocketMQ's whichTopicByConsumer)."""
         return sorted(k.partition("@")[0] for k in self.offsets if k.partition("@")[2] == group)
 
-    def groups(self) -> set[str]:
-        """The groups with offsets."""
-        return {key.partition("@")[2] for key in self.offsets}
+    def topics_by_group(self) -> dict[str, list[str]]:
+        """Every group with offsets and the topics it has offsets for, sorted: ``topics_of`` for all
+        groups in one pass over the table."""
+        found: dict[str, list[str]] = {}
+        for key in self.offsets:
+            topic, _, group = key.partition("@")
+            found.setdefault(group, []).append(topic)
+        for topics in found.values():
+            topics.sort()
+        return found
 
     def delete_group(self, group: str) -> None:
         for key in [k for k in self.offsets if k.partition("@")[2] == group]:

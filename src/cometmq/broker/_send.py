@@ -294,6 +294,9 @@ class SendProcessor:
             reconsume_times=sent.reconsume_times or 0,
         )
         deduplicated = broker.deduplicator.enabled_for(topic)
+        # Counted under the topic the record is stored in, as RocketMQ's store counts: a delayed or half
+        # message under SCHEDULE_TOPIC_XXXX or the half topic, its delivery or commit under its topic.
+        stored_topic = topic
         if sent.batch:
             batch = self._batch(request, header, properties)
             if deduplicated:
@@ -315,12 +318,13 @@ class SendProcessor:
             elif delay_level > 0 and is_delayable(header.sys_flag):
                 # Parked in SCHEDULE_TOPIC_XXXX; the reply still names the real queue (RocketMQ).
                 message = broker.schedule.to_schedule(message, delay_level)
+            stored_topic = message.topic
             if deduplicated:
                 result, queue_id = broker.deduplicator.put(message, queue_id)
             else:
                 result = broker.store.put(message)
         if result.status is PutStatus.PUT_OK:
-            broker.stats.count_put(header.topic, result.count, result.wrote_bytes)
+            broker.stats.count_put(stored_topic, result.count, result.wrote_bytes)
             if wait_store and (broker.sync_flush or broker.sync_master):
                 return self._reply_when_stored(conn, request, result, queue_id)
         return self._reply(request, result, result.status, queue_id)

@@ -120,6 +120,18 @@ class BrokerStats:
                 for key in [key for key in snapshot.got if key[1] == topic]:
                     del snapshot.got[key]
 
+    def forget_group(self, group: str) -> None:
+        """Drop a deleted group's counters."""
+        for key in [key for key in self.got_by_group_topic if key[0] == group]:
+            del self.got_by_group_topic[key]
+        for key in [key for key in self.dlq_by_group_topic if key[0] == group]:
+            del self.dlq_by_group_topic[key]
+        # A group made again counts from 0: its old totals go from the windows too.
+        for window in self._key_windows:
+            for snapshot in window:
+                for key in [key for key in snapshot.got if key[0] == group]:
+                    del snapshot.got[key]
+
     def sample(self) -> None:
         """Keep a snapshot of the totals (once a second, by :func:`sample_every_second`), and every so
         many a copy of the per-key totals."""

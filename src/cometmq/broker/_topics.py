@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -58,13 +59,25 @@ class TopicConfigManager:
         self.topics[topic.topic_name] = topic
         self.system_topics.add(topic.topic_name)
 
-    def _add_builtin_topics(self) -> None:
+    def _add_default_topic(self) -> None:
         cfg = self._config
         if cfg.auto_create_topic_enable:
             queues = cfg.default_topic_queue_nums
             self._add_builtin(
                 TopicConfig(DEFAULT_TOPIC, queues, queues, PERM_INHERIT | PERM_READ | PERM_WRITE)
             )
+
+    def default_topic_changed(self) -> None:
+        """autoCreateTopicEnable or defaultTopicQueueNums changed while the broker runs: TBW102 is
+        made, remade with the new queue count, or dropped, and the table registered."""
+        self.topics.pop(DEFAULT_TOPIC, None)
+        self.system_topics.discard(DEFAULT_TOPIC)
+        self._add_default_topic()
+        self._changed()
+
+    def _add_builtin_topics(self) -> None:
+        cfg = self._config
+        self._add_default_topic()
         self._add_builtin(TopicConfig(SELF_TEST_TOPIC, 1, 1))
         self._add_builtin(TopicConfig(BENCHMARK_TOPIC, 1024, 1024))
         self._add_builtin(TopicConfig(cfg.broker_cluster_name, 16, 16, PERM_INHERIT))
@@ -87,14 +100,24 @@ class TopicConfigManager:
 
     def _read_topic(self, name: str, raw: Any) -> TopicConfig | None:
         # Built-ins come from the current settings, never from the file: with autoCreateTopicEnable
-        # turned off, a TBW102 saved while it was on must not make auto-create work again.
-        if name in self.system_topics or name == DEFAULT_TOPIC:
+        # turned off, a TBW102 saved while it was on must not make auto-create work again. The trace
+        # topic is the exception: one made before (with more queues, for clients' own trace topic)
+        # keeps its config, or its other queues and their messages would no longer be served.
+        trace_topic = self._config.msg_trace_topic_name if self._config.trace_topic_enable else None
+        if (name in self.system_topics and name != trace_topic) or name == DEFAULT_TOPIC:
             return None
         config = TopicConfig.from_json(raw)
         for topic in {name, config.topic_name}:
             check_stored_name("topic", topic, stored_topic_name_error)
         if config.queue_nums > MAX_QUEUE_NUMS:
             raise ValueError(f"the topic has {config.queue_nums} queues, above {MAX_QUEUE_NUMS}")
+        if name == trace_topic:
+            log.info(
+                "the trace topic %s keeps its stored config (%d read, %d write queues)",
+                name,
+                config.read_queue_nums,
+                config.write_queue_nums,
+            )
         return config
 
     def persist(self) -> None:
@@ -114,9 +137,16 @@ class TopicConfigManager:
             "topicConfigTable": {name: topic.to_json() for name, topic in self.topics.items()},
         }
 
-    def register_body(self) -> RegisterBrokerBody:
-        """What the broker registers with the NameServer: its whole topic table."""
-        return RegisterBrokerBody(self.data_version, dict(self.topics))
+    def register_body(self, broker_permission: int) -> RegisterBrokerBody:
+        """What the broker registers with the NameServer: its whole topic table. A broker that is not
+        both readable and writable (*broker_permission*) registers every topic with its own permission,
+        as RocketMQ's registerBrokerAll does, so that clients' routes follow it."""
+        if broker_permission & PERM_READ and broker_permission & PERM_WRITE:
+            return RegisterBrokerBody(self.data_version, dict(self.topics))
+        return RegisterBrokerBody(
+            self.data_version,
+            {name: dataclasses.replace(topic, perm=broker_permission) for name, topic in self.topics.items()},
+        )
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)

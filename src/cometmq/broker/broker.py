@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -41,7 +42,7 @@ from cometmq.broker._slave_sync import (
 from cometmq.broker._stats import BrokerStats, sample_every_second
 from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker._transaction import EndTransactionProcessor, TransactionService
-from cometmq.broker.config import RUNTIME_SETTINGS_FILE, BrokerConfig, BrokerRole
+from cometmq.broker.config import RUNTIME_KEYS, RUNTIME_SETTINGS_FILE, BrokerConfig, BrokerRole
 from cometmq.errors import CometMQError, ConfigError, RequestRefused
 from cometmq.failover import Failover
 from cometmq.javaprops import format_properties, read_properties
@@ -96,7 +97,12 @@ class Broker:
         self.runtime_settings_path = (
             Path(config.store_path_root_dir).expanduser() / "config" / RUNTIME_SETTINGS_FILE
         )
-        self._load_runtime_settings(config)
+        # Every setting changed at run time, this run's and the earlier runs', as the file keeps them.
+        # Each change writes a numbered snapshot of it; the writes run on other threads, in any order:
+        # one at a time, and never an older snapshot over a newer one.
+        self.runtime_settings = self._load_runtime_settings(config)
+        self._runtime_settings_taken = 0
+        self._runtime_settings_written = 0
         self._runtime_settings_lock = threading.Lock()
         self.config = config
         self.config_version = DataVersion()
@@ -177,17 +183,30 @@ class Broker:
             self, self._namesrv_client, min(SLAVE_SYNC_FIRST_S, slave_sync_period_s), slave_sync_period_s
         )
 
-    def _load_runtime_settings(self, config: BrokerConfig) -> None:
+    def _load_runtime_settings(self, config: BrokerConfig) -> dict[str, str]:
         path = self.runtime_settings_path
         try:
             values = read_properties(path)
         except FileNotFoundError:
-            return
+            return {}
         except OSError as exc:
             raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-        config.change_at_run_time(values, str(path))
+        # The file is the broker's own, but may hold a key from a version that let it change at run
+        # time, or be edited by hand: say which file to fix.
+        fixed = sorted(values.keys() - RUNTIME_KEYS)
+        if fixed:
+            raise ConfigError(
+                f"{path} keeps {', '.join(fixed)}, which cannot change at run time: delete "
+                f"{'that line' if len(fixed) == 1 else 'those lines'} from the file and set the value in "
+                "the broker's configuration"
+            )
+        try:
+            config.change_at_run_time(values, str(path))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}; correct or delete that line of the file") from None
         if values:
             log.info("settings changed at run time, kept in %s: %s", path, format_properties(values).strip())
+        return values
 
     def change_settings(self, values: dict[str, str]) -> Callable[[], None]:
         """Apply settings changed while the broker runs (UPDATE_BROKER_CONFIG; ConfigError as
@@ -198,30 +217,33 @@ class Broker:
         self.groups.auto_create = config.auto_create_subscription_group
         self.config_version.next_version()
         log.info("settings changed at run time: %s", format_properties(values).strip())
-        if "brokerPermission" in values:
+        if values.keys() & {"autoCreateTopicEnable", "defaultTopicQueueNums"}:
+            self.topics.default_topic_changed()  # registers the table
+        elif "brokerPermission" in values:
             self.topics.data_version.next_version()
             self.request_register()
+        self.runtime_settings.update(values)
+        self._runtime_settings_taken += 1
+        return functools.partial(
+            self._write_runtime_settings,
+            self._runtime_settings_taken,
+            format_properties(self.runtime_settings),
+        )
+
+    def _write_runtime_settings(self, snapshot: int, text: str) -> None:
         path = self.runtime_settings_path
-
-        def write() -> None:
-            # Changes may arrive faster than they are written: one write at a time, each adding its
-            # keys to what the file holds.
-            with self._runtime_settings_lock:
-                try:
-                    try:
-                        kept = read_properties(path)
-                    except FileNotFoundError:
-                        kept = {}
-                    kept.update(values)
-                    write_atomic(path, format_properties(kept).encode())
-                except OSError as exc:
-                    raise RequestRefused(
-                        ResponseCode.SYSTEM_ERROR,
-                        f"the settings are changed but cannot be kept for the next start in {path}: "
-                        f"{exc.strerror or exc}",
-                    ) from None
-
-        return write
+        with self._runtime_settings_lock:
+            if snapshot < self._runtime_settings_written:
+                return  # a later change is on disk already, with this one's keys
+            try:
+                write_atomic(path, text.encode())
+            except OSError as exc:
+                raise RequestRefused(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"the settings are changed but cannot be kept for the next start in {path}: "
+                    f"{exc.strerror or exc}",
+                ) from None
+            self._runtime_settings_written = snapshot
 
     @property
     def is_slave(self) -> bool:
@@ -830,7 +852,7 @@ class Broker:
             broker_id=self.registered_id,
             master_epoch=self._switched_epoch,
         )
-        body = self.topics.register_body().encode()
+        body = self.topics.register_body(cfg.broker_permission).encode()
         answered: RemotingCommand | None = None
         for addr in self._namesrv_addresses():
             request = RemotingCommand(code=RequestCode.REGISTER_BROKER, ext_fields=header.encode(), body=body)

@@ -63,7 +63,8 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
             "  DIR/broker-a-0/broker.conf, broker.log, broker.out and the broker's store (commitlog/, …)\n"
             "\n"
             "Each server logs to its .log file, rotated as --log-max-size and --log-backups say; its\n"
-            ".out file keeps what it prints: its ready line, its warnings and errors, a crash's report.\n"
+            ".out file keeps what it printed since its last start: its ready line, its warnings and errors,\n"
+            "a crash's report.\n"
             "\n"
             "broker.conf is written at every start (the file given with -c first, then the keys this\n"
             "command sets); a data directory used before keeps its messages. Ports: the NameServer on\n"
@@ -194,7 +195,7 @@ class Server:
     broker_id: int = 0
     process: asyncio.subprocess.Process | None = None
     address: str = ""  # host:port, from the ready line
-    out_start: int = 0  # the .out file's size before this run: what it printed starts there
+    out_start: int = 0  # etcd's log file's size before this run: what it printed starts there
     metrics_port: int | None = None  # None: no metrics; 0: a port the OS picks
     metrics_url: str = ""  # from the ready line
     exit_status: int | None = None
@@ -449,8 +450,9 @@ def _log_options(server: Server, args: argparse.Namespace) -> list[str]:
 async def start(server: Server, args: argparse.Namespace) -> None:
     """Start *server* and wait for its ready line; StartFailed if it exits or is not ready in time."""
     server.directory.mkdir(parents=True, exist_ok=True)
-    server.out_start = server.out_path.stat().st_size if server.out_path.exists() else 0
-    with server.out_path.open("ab") as out_file:
+    # Emptied at each start, so that it holds this run's output only and never grows run after run
+    # (the server's log is the .log file, rotated).
+    with server.out_path.open("wb") as out_file:
         # Its own process group: Ctrl-C in the terminal reaches this command alone, which stops the
         # servers in order (slaves, masters, then the NameServer they unregister from).
         server.process = await asyncio.create_subprocess_exec(
@@ -711,7 +713,7 @@ async def _cluster_up(args: argparse.Namespace) -> int:
         print(f"--- the end of {failure.server.out_path} ---\n{tail}\n---", file=sys.stderr, flush=True)
         raise failure
     unclean = [
-        f"{s.label} {exit_text(status)}, log {s.log_path}" for s in servers if (status := s.exit_status)
+        f"{s.label} {exit_text(status)}, see {s.out_path}" for s in servers if (status := s.exit_status)
     ]
     if unclean:
         raise CometMQError("not every server stopped cleanly: " + "; ".join(unclean))

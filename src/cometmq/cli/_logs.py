@@ -109,8 +109,10 @@ def setup_logging(
         path = Path(log_file).expanduser()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            # A lone surrogate (a JSON body may carry an escaped one) is written escaped, not lost:
+            # strict UTF-8 would drop the whole record. stderr escapes them already (Python's default).
             file = logging.handlers.RotatingFileHandler(
-                path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
+                path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8", errors="backslashreplace"
             )
         except OSError as exc:
             raise ConfigError(f"cannot write the log file {path}: {exc.strerror}") from None

@@ -87,6 +87,19 @@ def test_a_half_message_is_invisible_until_committed_and_then_delivered_once(tmp
     run(scenario())
 
 
+def test_a_committed_half_message_counts_once_as_a_half_and_once_in_its_topic(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, TOPIC, queues=1)
+            half = await send_half(client, addr, TOPIC, b"payload")
+            stats = broker.stats
+            assert stats.put_by_topic[TRANS_HALF_TOPIC][0] == 1 and TOPIC not in stats.put_by_topic
+            await settled(client, addr, half, COMMIT)
+            assert (stats.put_by_topic[TOPIC][0], stats.put_by_topic[TRANS_HALF_TOPIC][0]) == (1, 1)
+
+    run(scenario())
+
+
 def test_a_rolled_back_half_message_is_never_delivered(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (_broker, addr, client):
