@@ -36,6 +36,7 @@ from cometmq.auth import (
 from cometmq.auth._needs import TABLE
 from cometmq.errors import ConfigError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.naming import TRACE_TOPIC
 
 CLUSTER = "DefaultCluster"
 CLIENT = "10.1.2.3:50000"
@@ -415,6 +416,12 @@ def test_plain_pub_takes_the_topic_perm_else_the_default(
     plain: AccessControl, topic: str, refused: bool
 ) -> None:
     assert (refusal(plain, send(topic, PLAIN_USER)) is not None) is refused
+
+
+def test_every_plain_account_may_write_message_traces(plain: AccessControl) -> None:
+    # plainuser's default topic permission is SUB only; 4.x lets any account publish trace records.
+    assert refusal(plain, send(TRACE_TOPIC, PLAIN_USER)) is None
+    assert refusal(plain, send("other", PLAIN_USER)) is not None
 
 
 def test_plain_deny_is_a_policy_that_denies(plain: AccessControl) -> None:

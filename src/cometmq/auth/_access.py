@@ -56,6 +56,7 @@ from cometmq.auth._store import AuthStore
 from cometmq.errors import ConfigError, RequestRefused
 from cometmq.protocol.codes import ResponseCode
 from cometmq.protocol.command import RemotingCommand
+from cometmq.protocol.naming import TRACE_TOPIC
 
 log = logging.getLogger("cometmq.auth")
 
@@ -126,6 +127,9 @@ def plain_decision(account: PlainAccount, need: Need) -> Decision | None:
         return None
     if account.admin and not account.topic_perms and not account.group_perms:
         return Decision.ALLOW  # 4.x: an admin listing no permissions is not checked against any
+    if resource.type is ResourceType.TOPIC and resource.name == TRACE_TOPIC and Action.PUB in need.actions:
+        # 4.x lets every account write message traces, whatever its permissions say of the topic.
+        return Decision.ALLOW
     if resource.type is ResourceType.TOPIC:
         perms, default = account.topic_perms, account.default_topic_perm
     else:
