@@ -7,6 +7,7 @@ import asyncio
 import base64
 import datetime
 import json
+import os
 import re
 import signal
 import subprocess
@@ -324,3 +325,36 @@ def test_any_body_prints_as_one_line_of_text(body: bytes) -> None:
     assert len(line.splitlines()) <= 1
     assert not [ch for ch in line if unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp")]
     line.encode("utf-8")
+
+
+def test_a_file_larger_than_a_message_is_refused_without_sending(namesrv_addr: str, tmp_path: Path) -> None:
+    create_topic(namesrv_addr, "ConsoleHuge")
+    limit = 4 * 1024 * 1024  # the producer's max_message_size
+    huge = tmp_path / "huge.bin"
+    with huge.open("wb") as file:
+        file.truncate(limit + 1)
+    for path in (str(huge), "/dev/zero"):  # a regular file by its size; a device by what it gives
+        result = cometmq("message", "send", "-t", "ConsoleHuge", "--file", path, "-n", namesrv_addr)
+        assert error_line(result) == f"{path} holds more than the {limit} bytes a message body may have"
+    assert consume(namesrv_addr, "ConsoleHuge") == []
+
+
+def test_send_with_its_reader_gone_still_sends_and_succeeds(namesrv_addr: str) -> None:
+    create_topic(namesrv_addr, "ConsoleSendHead")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # as `| head -1` once it has its line, before anything is printed
+    try:
+        for args, stdin in ((["one"], b""), ([], b"two\nthree\n"), (["--quiet"], b"four\n")):
+            result = subprocess.run(
+                [*COMMAND, "message", "send", "-t", "ConsoleSendHead", "-n", namesrv_addr, *args],
+                input=stdin,
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                timeout=60,
+                env=subprocess_env(),
+                check=False,
+            )
+            assert (result.returncode, result.stderr) == (0, b""), result.stderr
+    finally:
+        os.close(write_end)
+    assert sorted(consume(namesrv_addr, "ConsoleSendHead")) == ["four", "one", "three", "two"]

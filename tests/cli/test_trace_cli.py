@@ -9,8 +9,13 @@ import pytest
 
 from cometmq.client import AdminClient, LitePullConsumer, Message, Producer, ReceivedMessage
 from processes import ServerProcess, broker_address, cometmq
+from waiting import wait_until
 
 from .cli_support import assert_one_line_error
+
+
+async def has_records(admin: AdminClient, msg_id: str, count: int) -> bool:
+    return len(await admin.message_trace(msg_id)) >= count
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +33,9 @@ def traced(standalone: tuple[ServerProcess, str]) -> dict[str, str]:
             while not polled:
                 polled = await consumer.poll(1.0)
         async with AdminClient(namesrv) as admin:
-            while len(await admin.message_trace(sent.msg_id)) < 3:
-                await asyncio.sleep(0.05)
+            await wait_until(
+                lambda: has_records(admin, sent.msg_id, 3), message=f"the 3 trace records of {sent.msg_id}"
+            )
         return sent.msg_id
 
     msg_id = asyncio.run(asyncio.wait_for(go(), 60))
@@ -70,3 +76,20 @@ def test_a_message_without_trace_records_is_an_error(traced: dict[str, str]) -> 
         "message", "trace", traced["msg_id"], "-n", traced["namesrv"], "--trace-topic", "OtherTraces"
     )
     assert other_topic.returncode == 1 and "OtherTraces" in other_topic.stderr
+
+
+def test_fields_clients_wrote_are_shown_escaped(standalone: tuple[ServerProcess, str]) -> None:
+    _, namesrv = standalone
+
+    async def go() -> str:
+        async with Producer("PID_cli_escaped", namesrv, trace=True) as producer:
+            sent = await producer.send(Message("CliEscaped", b"x", tags="red\x1b[31m", keys="bell\x07"))
+        async with AdminClient(namesrv) as admin:
+            await wait_until(lambda: has_records(admin, sent.msg_id, 1), message=f"the Pub of {sent.msg_id}")
+        return sent.msg_id
+
+    msg_id = asyncio.run(asyncio.wait_for(go(), 60))
+    result = cometmq("message", "trace", msg_id, "-n", namesrv)
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "tags red\\x1b[31m" in result.stdout and "keys bell\\x07" in result.stdout

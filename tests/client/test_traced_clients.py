@@ -25,7 +25,8 @@ from cometmq.client import (
     TransactionState,
     blocking,
 )
-from cometmq.client._trace import TraceDispatcher
+from cometmq.client._trace import CLOSE_MAX_S, TraceDispatcher
+from cometmq.errors import OptionError
 from cometmq.protocol.naming import TRACE_TOPIC
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.trace import MessageType, TraceBean, TraceContext, TraceType
@@ -239,3 +240,169 @@ def test_sends_a_broker_asks_not_to_trace_and_sends_to_the_trace_topic_record_no
     assert dispatcher.waiting == 0
     dispatcher.sent("PID", [Message("T", b"x", keys=[])], answered, 0, "127.0.0.1:10911")
     assert dispatcher.waiting == 1
+
+
+async def one_queue_topic_of(namesrv: str, topic: str, count: int, *, trace: bool = False) -> list[str]:
+    """The msg ids of ``count`` messages sent in one batch to ``topic``, made with one queue so that a
+    pull of 1024 takes them in one go."""
+    async with AdminClient(namesrv) as admin:
+        await admin.create_topic(topic, queues=1)
+    async with Producer(f"PID_{topic}", namesrv, trace=trace) as producer:
+        result = await producer.send_batch([Message(topic, f"m{i}".encode()) for i in range(count)])
+        if trace:
+            assert producer._trace is not None and producer._trace.dropped == 0
+    return result.msg_id.split(",")
+
+
+def test_a_batch_of_more_messages_than_the_trace_queue_holds_is_traced_whole(namesrv: str) -> None:
+    async def go() -> None:
+        msg_ids = await one_queue_topic_of(namesrv, "TracedHugeBatch", 1500, trace=True)
+        for msg_id in (msg_ids[0], msg_ids[-1]):
+            (pub,) = await records(namesrv, msg_id, TraceType.Pub)
+            assert bean(pub).topic == "TracedHugeBatch"
+
+    run(go())
+
+
+def test_a_lite_pull_poll_of_1024_messages_is_traced(namesrv: str) -> None:
+    async def go() -> None:
+        await one_queue_topic_of(namesrv, "TracedBigPoll", 1500)
+        consumer = LitePullConsumer(
+            "GID_big_poll", namesrv, consume_from="first", pull_batch_size=1024, trace=True
+        )
+        consumer.subscribe("TracedBigPoll")
+        async with consumer:
+            polled: list[ReceivedMessage] = []
+            while not polled:
+                polled = await consumer.poll(1.0)
+            assert consumer._trace is not None
+        assert len(polled) == 1024  # one pull, handed over whole: its keys are more than a message's
+        assert consumer._trace.failed == 0
+        for msg in (polled[0], polled[-1]):
+            trace = await records(namesrv, msg.msg_id, TraceType.SubBefore, TraceType.SubAfter)
+            assert [ctx.trace_type for ctx in trace] == [TraceType.SubBefore, TraceType.SubAfter]
+
+    run(go())
+
+
+def test_a_push_consumer_batch_of_1024_messages_is_traced(namesrv: str) -> None:
+    async def go() -> None:
+        await one_queue_topic_of(namesrv, "TracedBigBatch", 1500)
+        batches: list[list[ReceivedMessage]] = []
+        consumer = PushConsumer(
+            "GID_big_batch",
+            namesrv,
+            consume_from="first",
+            pull_batch_size=1024,
+            consume_batch_size=1024,
+            trace=True,
+        )
+        consumer.subscribe("TracedBigBatch")
+        consumer.listen(batches.append)
+        async with consumer:
+            await wait_until(lambda: sum(map(len, batches)) >= 1500, message="every message consumed")
+            assert consumer._trace is not None
+        biggest = max(batches, key=len)
+        assert len(biggest) == 1024
+        assert consumer._trace.failed == 0
+        for msg in (biggest[0], biggest[-1]):
+            trace = await records(namesrv, msg.msg_id, TraceType.SubBefore, TraceType.SubAfter)
+            assert [ctx.trace_type for ctx in trace] == [TraceType.SubBefore, TraceType.SubAfter]
+            assert trace[1].success and trace[1].context_code == 0
+
+    run(go())
+
+
+def test_a_message_with_more_keys_than_a_trace_message_holds_is_found_by_its_id(namesrv: str) -> None:
+    many_keys = " ".join(f"key-{n:05}" for n in range(4000))  # 40 000 bytes of keys
+
+    async def go() -> None:
+        dispatcher = TraceDispatcher(Producer("PID_many_keys", namesrv), None)
+        await dispatcher.start()
+        dispatcher.append(
+            TraceContext(
+                TraceType.Pub,
+                1,
+                group_name="PID_many_keys",
+                beans=[TraceBean(msg_id="MANYKEYS", keys=many_keys)],
+            )
+        )
+        await dispatcher.close(10.0)
+        assert dispatcher.failed == 0
+        (pub,) = await records(namesrv, "MANYKEYS", TraceType.Pub)
+        assert bean(pub).keys == many_keys
+
+    run(go())
+
+
+def test_records_appended_after_close_are_counted_as_dropped() -> None:
+    async def go() -> None:
+        dispatcher = TraceDispatcher(Producer("PID_closed_trace", "127.0.0.1:9876"), None)
+        await dispatcher.close(1.0)
+        dispatcher.append(TraceContext(TraceType.Pub, 1, beans=[TraceBean(msg_id="LATE")]))
+        dispatcher.append(
+            [TraceContext(TraceType.Pub, 1, beans=[TraceBean(msg_id=f"LATE{n}")]) for n in range(3)]
+        )
+        assert (dispatcher.dropped, dispatcher.waiting) == (4, 0)
+
+    run(go())
+
+
+def test_closing_a_traced_producer_gives_its_trace_sends_at_most_what_is_left_capped(namesrv: str) -> None:
+    async def go() -> None:
+        producer = Producer("PID_close_traced", namesrv, trace=True)
+        await producer.start()
+        assert producer._trace is not None
+        trace_producer = producer._trace._producer
+        given: list[float] = []
+        close = trace_producer.close
+
+        async def recording_close(timeout: float = 0.0) -> None:
+            given.append(timeout)
+            await close(timeout)
+
+        trace_producer.close = recording_close  # type: ignore[method-assign]
+        await producer.send(Message("TracedClose", b"x"))
+        await producer.close(30.0)
+        assert len(given) == 1 and 0 < given[0] <= CLOSE_MAX_S
+
+    run(go())
+
+
+def test_a_listener_that_raises_is_traced_as_an_exception(namesrv: str) -> None:
+    async def go() -> None:
+        async with Producer("PID_raising", namesrv) as producer:
+            sent = await producer.send(Message("TracedRaising", b"x"))
+        calls: list[int] = []
+
+        def listen(messages: list[ReceivedMessage]) -> None:
+            calls.append(messages[0].reconsume_times)
+            if len(calls) == 1:
+                raise RuntimeError("the listener fails once")
+
+        consumer = PushConsumer("GID_raising", namesrv, consume_from="first", trace=True)
+        consumer.subscribe("TracedRaising")
+        consumer.listen(listen)
+        async with consumer:
+            await wait_until(lambda: len(calls) >= 2, message="the message consumed again after a failure")
+        trace = await records(namesrv, sent.msg_id, TraceType.SubAfter, TraceType.SubAfter)
+        afters = only(trace, TraceType.SubAfter)
+        assert [(ctx.success, ctx.context_code) for ctx in afters] == [(False, 2), (True, 0)]  # EXCEPTION
+
+    run(go())
+
+
+def test_a_bad_trace_topic_or_a_group_too_long_to_trace_is_refused_naming_the_users_option() -> None:
+    with pytest.raises(OptionError, match="trace_topic 'bad topic'"):
+        Producer("PID_bad_trace_topic", "127.0.0.1:9876", trace=True, trace_topic="bad topic")
+    long_group = "G" * 240
+    for make in (
+        lambda: Producer(long_group, "127.0.0.1:9876", trace=True),
+        lambda: PushConsumer(long_group, "127.0.0.1:9876", trace=True),
+        lambda: LitePullConsumer(long_group, "127.0.0.1:9876", trace=True),
+    ):
+        with pytest.raises(OptionError) as refused:
+            make()
+        assert f"group {long_group!r} is too long for message trace" in str(refused.value)
+        assert "_INNER_TRACE_PRODUCER" not in str(refused.value)
+    Producer(long_group, "127.0.0.1:9876")  # legal without trace

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
 from remoting_support import with_server
@@ -217,3 +218,28 @@ def test_the_observer_hears_of_every_answered_request_once_when_its_answer_is_wr
         assert server_conn._arrived == {}  # nothing kept for the oneway request or the answered ones
 
     with_server(handler, scenario, observer=observer)
+
+
+def test_a_connect_that_finishes_as_the_client_closes_keeps_no_connection() -> None:
+    def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return request.response()
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        loop = asyncio.get_running_loop()
+        create_connection = loop.create_connection
+
+        async def connect_then_abort(*args: Any, **kwargs: Any) -> Any:
+            connected = await create_connection(*args, **kwargs)
+            client.abort()  # in the step the connect finishes in
+            return connected
+
+        loop.create_connection = connect_then_abort  # type: ignore[method-assign]
+        try:
+            with pytest.raises(ConnectionClosedError, match="the client closed"):
+                await client.connection(addr)
+        finally:
+            del loop.create_connection
+        assert client.open_connection(addr) is None
+        await wait_until(lambda: not server.connections, message="the server sees the connection closed")
+
+    with_server(handler, scenario)

@@ -9,6 +9,7 @@ import base64
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -183,9 +184,12 @@ async def _send(args: argparse.Namespace) -> int:
         args.group, args.namesrv, send_timeout=args.timeout, **security(args).client_options()
     ) as producer:
         if args.body is not None or args.file is not None:
-            body = args.body.encode() if args.body is not None else args.file.read_bytes()
+            if args.body is not None:
+                body = args.body.encode()
+            else:
+                body = _read_body(args.file, producer.max_message_size)
             result = await producer.send(message(body))
-            print(_sent_line(result) if not args.quiet else "sent 1 message")
+            _print_result(_sent_line(result) if not args.quiet else "sent 1 message")
             return 0
         sent = failed = 0
         window: deque[tuple[int, asyncio.Task[SendResult]]] = deque()
@@ -201,7 +205,7 @@ async def _send(args: argparse.Namespace) -> int:
                 return
             sent += 1
             if not args.quiet:
-                print(_sent_line(result), flush=True)
+                _print_result(_sent_line(result))
 
         if sys.stdin.isatty():
             print("type one message per line; Ctrl-D ends", file=sys.stderr)
@@ -212,10 +216,38 @@ async def _send(args: argparse.Namespace) -> int:
         while window:
             await settle()
     if args.quiet:
-        print(f"sent {sent} message{'' if sent == 1 else 's'}")
+        _print_result(f"sent {sent} message{'' if sent == 1 else 's'}")
     if failed:
         raise CometMQError(f"{failed} of {sent + failed} messages were not sent")
     return 0
+
+
+def _read_body(path: Path, limit: int) -> bytes:
+    """The bytes of *path*, refused when more than *limit*: a regular file by its size before reading,
+    anything else (a pipe, a device) once *limit* + 1 bytes are read."""
+    too_big = f"{path} holds more than the {limit} bytes a message body may have"
+    with path.open("rb") as file:
+        info = os.fstat(file.fileno())
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            raise CometMQError(too_big)
+        body = file.read(limit + 1)
+    if len(body) > limit:
+        raise CometMQError(too_big)
+    return body
+
+
+def _print_result(line: str) -> None:
+    """Print *line*; a reader that went away (``| head``) ends the printing, not the sends."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        _discard_stdout()
+
+
+def _discard_stdout() -> None:
+    """Send later writes to standard output, the interpreter's last flush among them, nowhere: its
+    reader went away."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 async def _stdin_lines() -> AsyncIterator[tuple[int, bytes]]:
@@ -373,10 +405,8 @@ class _Reader:
                 continue
             try:
                 print(json.dumps(message_line_json(msg)) if self._json else one_line(msg.body), flush=True)
-            except BrokenPipeError:
-                # The reader went away (``| head``): the end of the read, not an error. Later writes,
-                # the interpreter's last flush among them, go nowhere.
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except BrokenPipeError:  # the reader went away (``| head``): the end of the read, not an error
+                _discard_stdout()
                 self._stopping.set()
                 self._stop_at(batch[i:])
                 return

@@ -228,7 +228,7 @@ def describe(rec: DecodedRecord) -> str:
     width = max(len(name) for name, _ in fields) + 2
     lines = [f"{name + ':':<{width}}{value}" for name, value in fields]
     lines.append(f"Properties ({len(props)}):")
-    lines += [f"  {name}={_printable(value)}" for name, value in sorted(props.items())]
+    lines += [f"  {name}={printable(value)}" for name, value in sorted(props.items())]
     body = rec.body
     note = ""
     if rec.sys_flag & SYSFLAG_COMPRESSED:
@@ -243,7 +243,9 @@ def describe(rec: DecodedRecord) -> str:
     return "\n".join(lines)
 
 
-def _printable(value: str) -> str:
+def printable(value: str) -> str:
+    """*value* as it is when every character is printable, else with Python's string escapes (text a
+    client wrote must not reach a terminal's control sequences)."""
     return value if value.isprintable() else value.encode("unicode_escape").decode("ascii")
 
 

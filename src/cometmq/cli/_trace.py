@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from cometmq.cli._admin import add_admin_command, print_json
-from cometmq.cli._message import format_time
+from cometmq.cli._message import format_time, printable
 from cometmq.client import AdminClient
 from cometmq.console import format_table
 from cometmq.errors import CometMQError
@@ -55,22 +55,24 @@ async def _trace(admin: AdminClient, args: argparse.Namespace) -> None:
     if args.json:
         print_json([trace_json(ctx) for ctx in contexts])
         return
-    rows = [
-        [
-            format_time(ctx.timestamp) if ctx.timestamp else "-",
-            _EVENTS[ctx.trace_type],
-            ctx.group_name or "-",
-            ctx.beans[0].client_host or "-",
-            f"{ctx.cost_time} ms" if ctx.trace_type in (TraceType.Pub, TraceType.SubAfter) else "",
-            ("success" if ctx.success else "failed")
-            if ctx.trace_type in (TraceType.Pub, TraceType.SubAfter)
-            else "",
-            _details(ctx),
-        ]
-        for ctx in contexts
-    ]
-    print(f"Trace of message {args.msg_id} ({len(contexts)} records in {args.trace_topic})")
+    rows = [[printable(cell) for cell in _row(ctx)] for ctx in contexts]
+    print(f"Trace of message {printable(args.msg_id)} ({len(contexts)} records in {args.trace_topic})")
     print(format_table(["TIME", "EVENT", "GROUP", "CLIENT", "COST", "STATUS", "DETAILS"], rows))
+
+
+def _row(ctx: TraceContext) -> list[str]:
+    """One record's cells as it was written: groups, hosts, tags, keys and ids come from clients."""
+    return [
+        format_time(ctx.timestamp) if ctx.timestamp else "-",
+        _EVENTS[ctx.trace_type],
+        ctx.group_name or "-",
+        ctx.beans[0].client_host or "-",
+        f"{ctx.cost_time} ms" if ctx.trace_type in (TraceType.Pub, TraceType.SubAfter) else "",
+        ("success" if ctx.success else "failed")
+        if ctx.trace_type in (TraceType.Pub, TraceType.SubAfter)
+        else "",
+        _details(ctx),
+    ]
 
 
 def _details(ctx: TraceContext) -> str:

@@ -14,6 +14,7 @@ import itertools
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from cometmq.client._msgid import UniqueIdGenerator
@@ -27,6 +28,7 @@ from cometmq.client.message import (
 )
 from cometmq.errors import CometMQError
 from cometmq.protocol.naming import TRACE_TOPIC
+from cometmq.protocol.record import MAX_PROPERTIES_SIZE
 from cometmq.protocol.trace import (
     DEFAULT_REGION,
     ConsumeReturnType,
@@ -46,14 +48,18 @@ __all__ = ["TraceDispatcher", "now_ms", "trace_group"]
 log = logging.getLogger("cometmq.client")
 
 GROUP_PREFIX = "_INNER_TRACE_PRODUCER"  # TraceConstants.GROUP_NAME_PREFIX
-QUEUE_SIZE = 1024  # records waiting to be sent (AsyncTraceDispatcher's traceContextQueue)
+# Entries waiting to be sent (AsyncTraceDispatcher's traceContextQueue): one per send or consumed
+# batch, however many messages it holds.
+QUEUE_SIZE = 1024
 # A trace message is sent once its records reach this many bytes (RocketMQ: its 128000-byte
 # maxMessageSize less 10000), or once its first record is WAIT_S old.
 MAX_BODY = 118_000
 WAIT_S = 0.5
-# The keys of a trace message (every traced message's id) stay well within the 32 KiB a record's
-# properties may take.
-MAX_KEYS_TEXT = 16_000
+# The keys of a trace message (every traced message's id, in UTF-8 bytes with their separators) stay
+# within the properties a stored message may have, leaving room for its other properties.
+MAX_KEYS_BYTES = MAX_PROPERTIES_SIZE - 2_048
+# At close, the records still queued get at most this long to be sent (Java's flush waits 500 ms).
+CLOSE_MAX_S = 1.0
 _MSG_REGION = "MSG_REGION"
 _TRACE_ON = "TRACE_ON"
 _group_numbers = itertools.count(1)
@@ -78,11 +84,13 @@ class TraceDispatcher:
 
     def __init__(self, producer: Producer, topic: str | None, *, queue_size: int = QUEUE_SIZE) -> None:
         self.topic = topic or TRACE_TOPIC
-        self.dropped = 0  # records dropped because the queue was full
+        self.dropped = 0  # records dropped: the queue was full, or the dispatcher closed
         self.failed = 0  # trace messages that could not be sent
         self._producer = producer
-        self._queue: asyncio.Queue[TraceContext] = asyncio.Queue(queue_size)
-        self._records: list[str] = []
+        # A send's Pub records come as one list, whatever the size of its batch.
+        self._queue: asyncio.Queue[TraceContext | list[TraceContext]] = asyncio.Queue(queue_size)
+        self._closed = False
+        self._records: list[bytes] = []
         self._keys: set[str] = set()
         self._size = 0
         self._keys_size = 0
@@ -94,7 +102,9 @@ class TraceDispatcher:
         self._task = asyncio.create_task(self._run())
 
     async def close(self, timeout: float) -> None:
-        """Send what is queued, then close the producer (waiting up to ``timeout`` s for its sends)."""
+        """Send what is queued, then close the producer, waiting up to ``timeout`` s (at most
+        CLOSE_MAX_S) for its sends. Records appended later are dropped."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -103,21 +113,27 @@ class TraceDispatcher:
         while not self._queue.empty():
             self._add(self._queue.get_nowait())
         self._send()
-        await self._producer.close(timeout)
+        await self._producer.close(min(max(timeout, 0.0), CLOSE_MAX_S))
 
     @property
     def waiting(self) -> int:
-        """Records queued and not yet taken into a trace message."""
+        """Entries (a record, or a send's records) queued and not yet taken into a trace message."""
         return self._queue.qsize()
 
-    def append(self, ctx: TraceContext) -> None:
-        """Queue *ctx* to be sent, or drop it (counted) when the queue is full: never waits."""
-        try:
-            self._queue.put_nowait(ctx)
-        except asyncio.QueueFull:
-            self.dropped += 1
-            if self.dropped == 1 or self.dropped % 1000 == 0:
-                log.warning("message trace: %d record(s) dropped, the trace queue is full", self.dropped)
+    def append(self, entry: TraceContext | list[TraceContext]) -> None:
+        """Queue *entry* (a record, or the records of one send) to be sent, or drop it (counted) when
+        the queue is full or the dispatcher closed: never waits."""
+        if not self._closed:
+            try:
+                self._queue.put_nowait(entry)
+                return
+            except asyncio.QueueFull:
+                pass
+        before = self.dropped
+        self.dropped += len(entry) if isinstance(entry, list) else 1
+        if before == 0 or before // 1000 != self.dropped // 1000:
+            why = "the dispatcher is closed" if self._closed else "the trace queue is full"
+            log.warning("message trace: %d record(s) dropped, %s", self.dropped, why)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -126,29 +142,42 @@ class TraceDispatcher:
             self._add(await get())
             try:
                 async with asyncio.timeout_at(loop.time() + WAIT_S):
-                    while self._size < MAX_BODY and self._keys_size < MAX_KEYS_TEXT:
+                    while self._size < MAX_BODY:
                         self._add(await get())
             except TimeoutError:
                 pass
             self._send()
 
-    def _add(self, ctx: TraceContext) -> None:
-        record = encode_trace_context(ctx)
+    def _add(self, entry: TraceContext | list[TraceContext]) -> None:
+        """Take *entry* into the trace message being filled; a consumed batch's records bean by bean,
+        so that a large batch spreads over several trace messages."""
+        for ctx in entry if isinstance(entry, list) else (entry,):
+            if len(ctx.beans) > 1 and ctx.trace_type in (TraceType.SubBefore, TraceType.SubAfter):
+                for bean in ctx.beans:
+                    self._add_record(replace(ctx, beans=[bean]))
+            else:
+                self._add_record(ctx)
+
+    def _add_record(self, ctx: TraceContext) -> None:
+        record = encode_trace_context(ctx).encode()
         if not record:
             return
-        if self._size + len(record) > MAX_BODY or self._keys_size >= MAX_KEYS_TEXT:
+        keys = trace_keys(ctx)
+        if _keys_size(keys) > MAX_KEYS_BYTES:  # a message's own keys alone are too many
+            keys = {ctx.beans[0].msg_id}
+        added = keys - self._keys
+        if self._size + len(record) > MAX_BODY or self._keys_size + _keys_size(added) > MAX_KEYS_BYTES:
             self._send()
+            added = keys
         self._records.append(record)
         self._size += len(record)
-        for key in trace_keys(ctx):
-            if key not in self._keys:
-                self._keys.add(key)
-                self._keys_size += len(key) + 1
+        self._keys |= added
+        self._keys_size += _keys_size(added)
 
     def _send(self) -> None:
         if not self._records:
             return
-        message = Message(self.topic, "".join(self._records).encode(), keys=sorted(self._keys))
+        message = Message(self.topic, b"".join(self._records), keys=sorted(self._keys))
         self._records = []
         self._keys = set()
         self._size = self._keys_size = 0
@@ -181,6 +210,7 @@ class TraceDispatcher:
         success = result.status is SendStatus.SEND_OK
         # A batch's ids are joined by commas, one per message.
         ids = zip(result.msg_id.split(","), result.offset_msg_id.split(","), strict=False)
+        records = []
         for msg, (msg_id, offset_msg_id) in zip(messages, ids, strict=False):
             bean = TraceBean(
                 topic=msg.topic,
@@ -192,9 +222,10 @@ class TraceDispatcher:
                 body_length=len(msg.body),
                 msg_type=MessageType.Delay_Msg if msg.delay_level else msg_type,
             )
-            self.append(
+            records.append(
                 TraceContext(TraceType.Pub, started_ms, result.region_id, group, cost, success, beans=[bean])
             )
+        self.append(records)
 
     def transaction_ended(
         self,
@@ -249,11 +280,12 @@ class TraceDispatcher:
         self.append(before)
         return before
 
-    def consumed(self, before: TraceContext, success: bool) -> None:
-        """The SubAfter record of the batch *before* started: its cost per message, and whether the
-        listener succeeded (an exception counts as a failure, as in :class:`PushConsumer`)."""
+    def consumed(self, before: TraceContext, code: ConsumeReturnType) -> None:
+        """The SubAfter record of the batch *before* started: its cost per message and how the
+        listener ended (ConsumeMessageConcurrentlyService's return type: EXCEPTION when it raised,
+        FAILED when it asked to consume later); only SUCCESS counts as a success."""
         now = now_ms()
-        code = ConsumeReturnType.SUCCESS if success else ConsumeReturnType.FAILED
+        success = code is ConsumeReturnType.SUCCESS
         cost = (now - before.timestamp) // len(before.beans)
         self.append(
             TraceContext(
@@ -268,6 +300,11 @@ class TraceDispatcher:
                 before.beans,
             )
         )
+
+
+def _keys_size(keys: set[str]) -> int:
+    """The bytes *keys* take in a message's KEYS property, each with its separator."""
+    return sum(len(key.encode()) + 1 for key in keys)
 
 
 def _keys_text(msg: Message) -> str | None:

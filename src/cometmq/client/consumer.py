@@ -92,6 +92,7 @@ from cometmq.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
 from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
+from cometmq.protocol.trace import ConsumeReturnType
 
 __all__ = ["ConsumeResult", "PushConsumer"]
 
@@ -376,6 +377,7 @@ class PushConsumer(Client):
     async def _close(self, timeout: float) -> None:
         """Leave the group: stop pulling, wait up to ``timeout`` seconds for listener calls in
         progress, commit offsets, unlock (orderly), unregister and close the connections."""
+        deadline = time.monotonic() + timeout
         for task in self._loops:
             task.cancel()
         await _finish(self._loops)
@@ -385,7 +387,6 @@ class PushConsumer(Client):
         await _finish(list(self._pull_tasks.values()), cancel=True)
         if self._handoff is not None:
             self._end_handoff()
-        deadline = time.monotonic() + timeout
         for pq in pqs:
             await pq.wait_idle(max(0.0, deadline - time.monotonic()))
         await _finish(self._workers, cancel=True)
@@ -400,7 +401,7 @@ class PushConsumer(Client):
         if self._needs_lock:
             await self._unlock([pq.queue for pq in pqs])
         if self._trace is not None:
-            await self._trace.close(timeout)
+            await self._trace.close(deadline - time.monotonic())
         await self._instance.close()
         self._instance.unregister_consumer(self.group)
         if self._executor is not None:
@@ -850,15 +851,17 @@ class PushConsumer(Client):
             raise
         except Exception:
             log.exception("the listener of %s failed; the messages will be consumed again", self.group)
-            answer = ConsumeResult.RECONSUME_LATER
-        result = (
-            ConsumeResult.RECONSUME_LATER
-            if answer is ConsumeResult.RECONSUME_LATER
-            else ConsumeResult.SUCCESS
-        )
+            if before is not None:
+                assert trace is not None
+                trace.consumed(before, ConsumeReturnType.EXCEPTION)
+            return ConsumeResult.RECONSUME_LATER
+        if answer is ConsumeResult.RECONSUME_LATER:
+            result, code = ConsumeResult.RECONSUME_LATER, ConsumeReturnType.FAILED
+        else:
+            result, code = ConsumeResult.SUCCESS, ConsumeReturnType.SUCCESS
         if before is not None:
             assert trace is not None
-            trace.consumed(before, result is ConsumeResult.SUCCESS)
+            trace.consumed(before, code)
         return result
 
     async def _consume_concurrently(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:

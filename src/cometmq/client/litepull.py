@@ -60,6 +60,7 @@ from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.client.producer import trace_dispatcher
 from cometmq.errors import ClientStateError, CometMQError, DataLossError
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, SubscriptionData
+from cometmq.protocol.trace import ConsumeReturnType
 
 __all__ = ["ConsumeFrom", "LitePullConsumer"]
 
@@ -226,6 +227,7 @@ class LitePullConsumer(Client):
     async def _close(self, timeout: float) -> None:
         """Stop pulling, commit the positions (with ``auto_commit``; waiting up to ``timeout`` s for
         the brokers to confirm), leave the group, disconnect."""
+        deadline = time.monotonic() + timeout
         tasks = [*self._tasks, *(s.task for s in self._states.values() if s.task is not None)]
         for task in tasks:
             task.cancel()
@@ -243,7 +245,7 @@ class LitePullConsumer(Client):
                     log.warning("%s: cannot commit offsets on close: %r", self.group, exc)
         finally:
             if self._trace is not None:
-                await self._trace.close(timeout)
+                await self._trace.close(deadline - time.monotonic())
             # Closing the instance first sends UNREGISTER_CLIENT for the group it still knows.
             await self._instance.close()
             self._instance.unregister_consumer(self.group)
@@ -448,7 +450,7 @@ class LitePullConsumer(Client):
         assert self._trace is not None
         before = self._trace.consuming(self.group, messages)
         if before is not None:
-            self._trace.consumed(before, True)
+            self._trace.consumed(before, ConsumeReturnType.SUCCESS)
 
     async def read(
         self, queue: MessageQueue, start: int, end: int, *, max_batch: int = MAX_PULL_BATCH

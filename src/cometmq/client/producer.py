@@ -41,6 +41,7 @@ from cometmq.errors import (
     InvalidMessageError,
     MessageTooLargeError,
     NoRouteError,
+    OptionError,
     QueueNotRoutedError,
     RemotingTimeoutError,
     ResponseLostError,
@@ -50,6 +51,7 @@ from cometmq.protocol.batch import ENTRY_HEAD, PROPERTIES_LENGTH
 from cometmq.protocol.broker_headers import SendMessageRequestHeader, SendMessageResponseHeader
 from cometmq.protocol.naming import (
     DEFAULT_TOPIC,
+    GROUP_MAX_LENGTH,
     RETRY_GROUP_TOPIC_PREFIX,
     SEND_FORBIDDEN_TOPICS,
     topic_name_error,
@@ -245,6 +247,7 @@ class Producer(Client):
         """Wait up to ``timeout`` s for the sends started by :meth:`send_with_callback` (the callbacks
         of those still going then get a :class:`ClientStateError`), unregister from the brokers and
         close every connection."""
+        deadline = time.monotonic() + timeout
         if self._callback_tasks:
             _, unfinished = await asyncio.wait(self._callback_tasks, timeout=timeout)
             for task in unfinished:
@@ -255,7 +258,7 @@ class Producer(Client):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._template_refresh
         if self._trace is not None:  # after the callback sends: their records go out too
-            await self._trace.close(timeout)
+            await self._trace.close(deadline - time.monotonic())
         self._lane.close()
         await self._instance.close()
 
@@ -799,9 +802,20 @@ def trace_dispatcher(
     topic: str | None,
 ) -> TraceDispatcher:
     """The trace dispatcher of a client of ``group`` (``kind``: PRODUCE or CONSUME): its records go
-    out through a producer of their own, which traces nothing (AsyncTraceDispatcher's traceProducer)."""
+    out through a producer of their own, which traces nothing (AsyncTraceDispatcher's traceProducer).
+    Raises :class:`OptionError` for an illegal ``topic``, or a ``group`` too long to name that
+    producer's group."""
+    if topic is not None and (problem := topic_name_error(topic)) is not None:
+        raise OptionError(f"trace_topic {topic!r}: {problem}")
+    inner_group = trace_group(group, kind)
+    if len(inner_group) > GROUP_MAX_LENGTH:
+        longest = GROUP_MAX_LENGTH - (len(inner_group) - len(group))
+        raise OptionError(
+            f"group {group!r} is too long for message trace: with trace=True a group may have at most "
+            f"{longest} characters (its trace producer's group adds a prefix and a suffix to it)"
+        )
     producer = Producer(
-        trace_group(group, kind),
+        inner_group,
         namesrv,
         credentials=credentials,
         tls=ssl_context or False,

@@ -717,6 +717,9 @@ class RemotingClient:
         self._connect_timeout = connect_timeout
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        # Counts abort() calls: a connect that finished in the step abort() cancelled it in must not
+        # keep its connection (a task cancelled while running only learns of it at its next await).
+        self._aborts = 0
         # While connections are open: a task that closes them when its loop cancels it, which is
         # what asyncio.run does at its end (see _abort_when_cancelled).
         self._watch: asyncio.Task[None] | None = None
@@ -760,6 +763,7 @@ class RemotingClient:
         loop = asyncio.get_running_loop()
         host = host or "127.0.0.1"
         tls = self._ssl_context is not None
+        aborts = self._aborts
         try:
             transport, protocol = await asyncio.wait_for(
                 loop.create_connection(
@@ -774,6 +778,9 @@ class RemotingClient:
         except (OSError, TimeoutError) as exc:
             raise ConnectionClosedError(f"cannot connect to {address}: {exc or 'timed out'}") from None
         conn = await self._start_tls(transport, address, host) if tls else cast(Connection, protocol)
+        if self._aborts != aborts:
+            conn.close()
+            raise ConnectionClosedError(f"connecting to {address} stopped: the client closed")
         conn.remote_address = address
         conn.signer = self._signer
         self._connections[address] = conn
@@ -823,6 +830,7 @@ class RemotingClient:
 
     def abort(self) -> list[Connection]:
         """Start closing every connection, without waiting (for code that cannot await); returns them."""
+        self._aborts += 1
         conns = list(self._connections.values())
         self._connections.clear()
         for opening in list(self._connecting.values()):
