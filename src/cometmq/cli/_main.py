@@ -11,6 +11,7 @@ from cometmq.cli._admin import add_admin_commands
 from cometmq.cli._auth import add_auth_commands
 from cometmq.cli._bench import add_bench_commands
 from cometmq.cli._connect import add_connect_options
+from cometmq.cli._dashboard import add_dashboard_commands
 from cometmq.cli._dlq import add_dlq_commands
 from cometmq.cli._group import add_group_commands
 from cometmq.cli._message import add_message_commands
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
             "CometMQ, a message queue that speaks the RocketMQ 4.x protocol. Run the servers "
             "(standalone, namesrv, broker), administer a running cluster (topic, cluster, group), find "
             "stored messages (message), recover dead letters (dlq), manage users and ACLs (user, acl), "
+            "watch and operate it in a browser (dashboard), "
             "measure a cluster (bench) or run the reference Spark pipeline (pipeline)."
         ),
         epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
@@ -43,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_auth_commands(commands)
     add_bench_commands(commands)
     add_pipeline_commands(commands)
+    add_dashboard_commands(commands)
     return parser
 
 

@@ -24,12 +24,14 @@ from cometmq.remoting.tls import TlsMode
 # start fast and work wherever the client does.
 if TYPE_CHECKING:
     from cometmq.broker import Broker, BrokerConfig
+    from cometmq.dashboard import Dashboard
 
 log = logging.getLogger("cometmq.cli")
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # BrokerRole's names, spelled here so that building the parser does not import the broker.
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+DEFAULT_DASHBOARD_PORT = 8082  # RocketMQ Dashboard's (cometmq.dashboard.DEFAULT_PORT)
 
 
 def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,6 +55,7 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     standalone.add_argument("--namesrv-port", type=int, default=9876, metavar="PORT", help="default: 9876")
     standalone.add_argument("--broker-port", type=int, metavar="PORT", help="default: listenPort, else 10911")
     _add_busy_poll(standalone)
+    _add_dashboard_flags(standalone)
     _add_log_level(standalone)
     standalone.set_defaults(func=run_standalone)
 
@@ -180,6 +183,17 @@ def _add_busy_poll(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_dashboard_flags(standalone: argparse.ArgumentParser) -> None:
+    standalone.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=DEFAULT_DASHBOARD_PORT,
+        metavar="PORT",
+        help=f"port of the web dashboard; 0: a free one (default: {DEFAULT_DASHBOARD_PORT})",
+    )
+    standalone.add_argument("--no-dashboard", action="store_true", help="serve no web dashboard")
+
+
 def _add_log_level(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level",
@@ -296,6 +310,22 @@ def _port_flag(host: str, port: int, flag: str) -> Iterator[None]:
         ) from None
 
 
+async def _start_flagged_dashboard(
+    args: argparse.Namespace, namesrv_addr: str, host: str
+) -> Dashboard | None:
+    """The standalone's dashboard on ``host``, acting as the user of the global --access-key (None
+    with --no-dashboard)."""
+    if args.no_dashboard:
+        return None
+    from cometmq.cli._connect import security
+    from cometmq.dashboard import start_dashboard
+
+    with _port_flag(host, args.dashboard_port, "--dashboard-port (or turn it off with --no-dashboard)"):
+        return await start_dashboard(
+            namesrv_addr, host, args.dashboard_port, **security(args).client_options()
+        )
+
+
 def _ready(line: str) -> None:
     # Scripts and tests wait for this exact line on stdout; flush so a pipe sees it at once.
     print(line, flush=True)
@@ -322,13 +352,18 @@ async def _standalone(args: argparse.Namespace) -> int:
             broker = _new_broker(config, access)
             with _port_flag(host, config.listen_port, "--broker-port"):
                 await broker.start()
+            dashboard: Dashboard | None = None
             try:
+                dashboard = await _start_flagged_dashboard(args, config.namesrv_addr, host)
+                served = f", dashboard {dashboard.url}" if dashboard is not None else ""
                 _ready(
                     f"CometMQ standalone ready: namesrv {host}:{namesrv.port}, broker {config.broker_name} "
-                    f"at {host}:{broker.port}, data in {config.store_path_root_dir}"
+                    f"at {host}:{broker.port}, data in {config.store_path_root_dir}{served}"
                 )
                 await shutdown.wait()
             finally:
+                if dashboard is not None:
+                    await dashboard.stop()
                 await broker.stop()  # first, so it can still unregister from the NameServer
         finally:
             await namesrv.stop()
