@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import jinja2
 from starlette.applications import Starlette
@@ -262,7 +262,7 @@ def create_app(
         @functools.wraps(gather)
         async def endpoint(request: Request) -> Response:
             _check_origin(request)
-            form = await request.form()
+            form = await _form(request)
             back = str(form.get("back") or "/")
             if not back.startswith("/") or back.startswith("//"):
                 back = "/"
@@ -416,6 +416,9 @@ def create_app(
                 raise
             members = None
         progress = await admin.consume_progress(name, cluster=cluster_name)
+        if cluster_name is None:
+            cluster_name = (await admin.masters_of())[0]
+        state.sampler.follow(name, cluster_name)
         topics = sorted(
             {q.topic for q in progress.queues if not q.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)}
         )
@@ -594,6 +597,18 @@ def _error_text(exc: BaseException) -> str:
     if isinstance(exc, BrokerError):
         return f"{exc.remark or 'request failed'} (response code {exc.code})"
     return str(exc) or type(exc).__name__
+
+
+async def _form(request: Request) -> FormData:
+    """The fields of a posted form. The pages' forms are all URL-encoded (no file uploads), which the
+    standard library reads; Starlette's own form parser would need python-multipart."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
+        raise HTTPException(415, "a dashboard form is posted as application/x-www-form-urlencoded")
+    try:
+        text = (await request.body()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise HTTPException(400, "a form's fields must be UTF-8") from None
+    return FormData(parse_qsl(text, keep_blank_values=True))
 
 
 def _check_origin(request: Request) -> None:

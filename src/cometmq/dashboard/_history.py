@@ -109,6 +109,11 @@ class Sampler:
             self._groups_read_at = now
         await self._sample_lag(now)
 
+    def follow(self, group: str, cluster: str) -> None:
+        """Sample ``group`` of ``cluster`` from the next sample on, before the group list is read
+        again (a group made since shows its chart at once)."""
+        self._groups.setdefault(group, cluster)
+
     def _series(self, table: dict[str, Series], key: str, names: tuple[str, ...]) -> Series:
         series = table.get(key)
         if series is None:
