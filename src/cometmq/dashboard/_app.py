@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import jinja2
 from starlette.applications import Starlette
-from starlette.datastructures import FormData
+from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -608,7 +608,8 @@ async def _form(request: Request) -> FormData:
         text = (await request.body()).decode("utf-8")
     except UnicodeDecodeError:
         raise HTTPException(400, "a form's fields must be UTF-8") from None
-    return FormData(parse_qsl(text, keep_blank_values=True))
+    fields: list[tuple[str, str | UploadFile]] = list(parse_qsl(text, keep_blank_values=True))
+    return FormData(fields)
 
 
 def _check_origin(request: Request) -> None:
