@@ -121,6 +121,10 @@ def test_a_notice_comes_only_from_the_dashboard(cluster: LiveCluster) -> None:
 def test_a_form_posted_from_another_site_is_refused(cluster: LiveCluster) -> None:
     status, _ = post(cluster, "/topics", {"topic": "Forged"}, Origin="http://evil.example")
     assert status == 403
+    status, _ = post(cluster, "/topics", {"topic": "Forged"}, Origin="null")  # a sandboxed frame
+    assert status == 403
+    status, _ = post(cluster, "/topics", {"topic": "Forged"}, Referer="http://evil.example/page")
+    assert status == 403
     assert not topic_exists(cluster, "Forged")
     host = urllib.parse.urlsplit(cluster.url).netloc
     status, html = post(cluster, "/topics", {"topic": "Posted", "queues": "1"}, Origin=f"http://{host}")

@@ -613,14 +613,10 @@ async def _form(request: Request) -> FormData:
 
 
 def _check_origin(request: Request) -> None:
-    """Refuse a form posted from another site (a browser sends Origin with every POST)."""
-    origin = request.headers.get("origin")
-    if origin is None or origin == "null":
-        referer = request.headers.get("referer")
-        if referer is None:
-            return  # not a browser (curl, a script): nothing to protect against
-        origin = referer
-    if urlsplit(origin).netloc != request.headers.get("host"):
+    """Refuse a form posted from another site: browsers send the posting page's Origin (else its
+    Referer) with every form; a request with neither comes from no browser (curl, a script)."""
+    origin = request.headers.get("origin") or request.headers.get("referer")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
         raise HTTPException(403, "a form of the dashboard must be posted from the dashboard")
 
 
