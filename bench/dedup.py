@@ -41,7 +41,17 @@ def _cometmq(*args: str) -> str:
 def _start_standalone(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     log = (data_dir.parent / "standalone.log").open("w")
     server = subprocess.Popen(
-        [*COMMAND, "standalone", "--data-dir", str(data_dir), "--namesrv-port", "0", "--broker-port", "0"],
+        [
+            *COMMAND,
+            "standalone",
+            "--data-dir",
+            str(data_dir),
+            "--namesrv-port",
+            "0",
+            "--broker-port",
+            "0",
+            "--no-dashboard",
+        ],
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
