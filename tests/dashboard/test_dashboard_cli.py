@@ -5,13 +5,16 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cometmq.client import blocking
 from processes import ServerProcess, broker_address, cometmq, start_standalone
+from secured_servers import ADMIN, READER, secured_standalone
 
 _DASHBOARD = re.compile(r", dashboard (http://\S+)$")
 
@@ -23,8 +26,9 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     server.terminate()
 
 
-def page(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as response:
+def page(url: str, form: bytes | None = None) -> str:
+    """The page at *url*, after posting *form* (URL-encoded) to it if given."""
+    with urllib.request.urlopen(url, form, timeout=30) as response:
         assert response.status == 200
         return str(response.read().decode())
 
@@ -90,3 +94,23 @@ def test_a_port_in_use_is_one_line_naming_the_flag(standalone: ServerProcess, tm
         )
         line = one_line_error(result)
         assert f"127.0.0.1:{port} is already in use" in line and "--dashboard-port" in line
+
+
+def test_the_dashboard_acts_as_its_user_under_the_clusters_acl(tmp_path: Path) -> None:
+    with secured_standalone(tmp_path) as cluster:
+        for user, allowed in ((READER, False), (ADMIN, True)):
+            args = ["dashboard", "-n", cluster.namesrv, "--port", "0"]
+            args += ["--access-key", user.access_key, "--secret-key", user.secret_key]
+            server = ServerProcess(args, tmp_path / f"dashboard-{user.access_key}.log")
+            try:
+                url = server.wait_ready("CometMQ dashboard ready: ").removeprefix("CometMQ dashboard ready: ")
+                topic = f"By_{user.access_key}"
+                form = urllib.parse.urlencode({"topic": topic, "queues": "1", "back": "/topics"}).encode()
+                html = page(url + "/topics", form)
+                with blocking.AdminClient(cluster.namesrv, credentials=ADMIN) as admin:
+                    created = topic in admin.topic_list()
+                assert created is allowed
+                if not allowed:
+                    assert 'class="flash error"' in html and "response code" in html
+            finally:
+                assert server.terminate() == 0

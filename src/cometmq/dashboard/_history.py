@@ -75,12 +75,19 @@ class Sampler:
         self._groups_read_at = float("-inf")
 
     async def run(self) -> None:
-        """Sample until cancelled; a failed sample is logged and the next one is tried all the same."""
+        """Sample until cancelled. A failed sample is logged (once while it keeps failing the same
+        way) and the next one is tried all the same."""
+        failure = ""
         while True:
             try:
                 await self.sample()
+                if failure:
+                    log.info("dashboard: sampling the cluster again")
+                failure = ""
             except (CometMQError, OSError) as exc:
-                log.info("dashboard sample failed: %s", exc)
+                if str(exc) != failure:
+                    log.info("dashboard: cannot sample the cluster: %s", exc)
+                failure = str(exc) or type(exc).__name__
             await asyncio.sleep(self.interval_s)
 
     async def sample(self) -> None:
