@@ -288,14 +288,15 @@ def create_app(
                 if broker is None:
                     continue
                 for broker_id, addr in sorted(broker.broker_addrs.items()):
+                    # The label names the broker's series in /api/rates, as the sampler does.
+                    label = f"{name} {addr}"
                     rows.append(
-                        {"cluster": cluster_name, "name": name, "id": broker_id, "addr": addr, "label": None}
+                        {"cluster": cluster_name, "name": name, "id": broker_id, "addr": addr, "label": label}
                     )
         answers = await asyncio.gather(
             *(admin.broker_runtime_info(row["addr"]) for row in rows), return_exceptions=True
         )
         for row, answer in zip(rows, answers, strict=True):
-            row["label"] = f"{row['name']} {row['addr']}"
             if isinstance(answer, BaseException):
                 row["runtime"] = None
                 row["problem"] = _error_text(answer)
@@ -442,7 +443,9 @@ def create_app(
         topic_name = _text_field(form, "topic")
         to = str(form.get("to") or "")
         if to in ("earliest", "latest"):
-            result = await admin.reset_offsets(name, topic_name, to=to)  # type: ignore[arg-type]
+            result = await admin.reset_offsets(
+                name, topic_name, to="earliest" if to == "earliest" else "latest"
+            )
             where = to
         elif to == "time":
             timestamp = _parse_local_time(_text_field(form, "time"), "time")
@@ -516,7 +519,7 @@ def create_app(
             raise CometMQError(f"no message with the id {msg_id}")
         resent = await admin.resend_to_group(records[0], group_name)
         back = "/messages/view?" + urlencode({"id": msg_id, "topic": form.get("topic") or ""})
-        return back, (f"message {msg_id} resent to group {group_name} ({resent.topic}, copy {resent.msg_id})")
+        return back, f"message {msg_id} resent to group {group_name} ({resent.topic}, copy {resent.msg_id})"
 
     # dead letters -------------------------------------------------------------------------------
 

@@ -85,9 +85,10 @@ class Sampler:
                     log.info("dashboard: sampling the cluster again")
                 failure = ""
             except (CometMQError, OSError) as exc:
-                if str(exc) != failure:
-                    log.info("dashboard: cannot sample the cluster: %s", exc)
-                failure = str(exc) or type(exc).__name__
+                text = str(exc) or type(exc).__name__
+                if text != failure:
+                    log.info("dashboard: cannot sample the cluster: %s", text)
+                failure = text
             await asyncio.sleep(self.interval_s)
 
     async def sample(self) -> None:
