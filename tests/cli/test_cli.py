@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 from pathlib import Path
@@ -20,7 +21,9 @@ def test_ready_line(standalone: tuple[ServerProcess, str]) -> None:
     assert server.ready_line.startswith(
         f"CometMQ standalone ready: namesrv {namesrv}, broker broker-a at 127.0.0.1:"
     )
-    assert server.ready_line.endswith(", data in " + server.args[server.args.index("--data-dir") + 1])
+    data_dir = server.args[server.args.index("--data-dir") + 1]
+    assert f", data in {data_dir}, " in server.ready_line  # then the addresses of the web pages
+    assert re.search(r", dashboard http://127\.0\.0\.1:\d+$", server.ready_line), server.ready_line
 
 
 def test_topic_round_trip(namesrv_addr: str) -> None:

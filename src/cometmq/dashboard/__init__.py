@@ -9,7 +9,6 @@ cluster that speaks RocketMQ's protocol and a cluster's ACL applies to what it d
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 
 from cometmq.auth import Credentials
@@ -40,9 +39,9 @@ class Dashboard:
 
     async def stop(self) -> None:
         """Stop sampling and serving, and close the dashboard's clients."""
+        self._state.sampler.stop()
         self._sampling.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._sampling
+        await asyncio.wait({self._sampling})
         try:
             await self._server.stop()
         finally:

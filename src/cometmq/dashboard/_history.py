@@ -8,6 +8,7 @@ and the cluster is asked once per interval however many browsers look.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -73,12 +74,13 @@ class Sampler:
         self.group_lag: dict[str, Series] = {}  # group → lag
         self._groups: dict[str, str] = {}  # group → its cluster
         self._groups_read_at = float("-inf")
+        self._stopping = asyncio.Event()
 
     async def run(self) -> None:
-        """Sample until cancelled. A failed sample is logged (once while it keeps failing the same
+        """Sample until :meth:`stop`. A failed sample is logged (once while it keeps failing the same
         way) and the next one is tried all the same."""
         failure = ""
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self.sample()
                 if failure:
@@ -89,7 +91,14 @@ class Sampler:
                 if text != failure:
                     log.info("dashboard: cannot sample the cluster: %s", text)
                 failure = text
-            await asyncio.sleep(self.interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.interval_s)
+
+    def stop(self) -> None:
+        """End :meth:`run` after the sample in progress. Cancelling its task ends it sooner, but a
+        cancellation can be lost (Python 3.11's wait_for returns a result that arrives as it is
+        cancelled), so the loop also watches this flag."""
+        self._stopping.set()
 
     async def sample(self) -> None:
         """Take one sample of every figure."""
