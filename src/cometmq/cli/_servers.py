@@ -31,7 +31,9 @@ log = logging.getLogger("cometmq.cli")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # BrokerRole's names, spelled here so that building the parser does not import the broker.
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
-DEFAULT_DASHBOARD_PORT = 8082  # RocketMQ Dashboard's (cometmq.dashboard.DEFAULT_PORT)
+# cometmq.dashboard.DEFAULT_PORT (RocketMQ Dashboard's), spelled here so that building the parser does
+# not import the web stack.
+DEFAULT_DASHBOARD_PORT = 8082
 
 
 def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
