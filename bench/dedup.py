@@ -52,6 +52,7 @@ def _start_standalone(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
             "0",
             "--metrics-port",
             "0",
+            "--no-dashboard",
         ],
         stdout=subprocess.PIPE,
         stderr=log,

@@ -141,6 +141,8 @@ def start_standalone(data_dir: Path, conf: Path | None = None, *extra: str) -> t
         "0",
         "--metrics-port",
         "0",
+        "--dashboard-port",
+        "0",
         *extra,
     ]
     if conf is not None:

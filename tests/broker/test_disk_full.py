@@ -117,7 +117,8 @@ def test_a_full_disk_refuses_sends_with_code_14_keeps_serving_and_resumes_losing
 def start_broker(data_dir: Path, conf: Path, log_path: Path) -> ServerProcess:
     args = ["standalone", "--data-dir", str(data_dir), "--host", "127.0.0.1", "-c", str(conf)]
     server = ServerProcess(
-        [*args, "--namesrv-port", "0", "--broker-port", "0", "--metrics-port", "0"], log_path
+        [*args, "--namesrv-port", "0", "--broker-port", "0", "--metrics-port", "0", "--dashboard-port", "0"],
+        log_path,
     )
     try:
         server.wait_ready("CometMQ standalone ready:")

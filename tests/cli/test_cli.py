@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 from pathlib import Path
@@ -22,6 +23,7 @@ def test_ready_line(standalone: tuple[ServerProcess, str]) -> None:
     )
     data_dir = server.args[server.args.index("--data-dir") + 1]
     assert f", data in {data_dir}, metrics http://127.0.0.1:" in server.ready_line
+    assert re.search(r", dashboard http://127\.0\.0\.1:\d+$", server.ready_line), server.ready_line
 
 
 def test_topic_round_trip(namesrv_addr: str) -> None:

@@ -11,6 +11,7 @@ from cometmq.cli._admin import add_admin_commands
 from cometmq.cli._auth import add_auth_commands
 from cometmq.cli._bench import add_bench_commands
 from cometmq.cli._connect import add_connect_options
+from cometmq.cli._dashboard import add_dashboard_commands
 from cometmq.cli._dlq import add_dlq_commands
 from cometmq.cli._group import add_group_commands
 from cometmq.cli._message import add_message_commands
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
             "(standalone, namesrv, broker), administer a running cluster (topic, cluster, group, producer, "
             "stats), find "
             "stored messages (message), recover dead letters (dlq), manage users and ACLs (user, acl), "
+            "watch and operate it in a browser (dashboard), "
             "measure a cluster (bench) or run the reference Spark pipeline (pipeline)."
         ),
         epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
@@ -46,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_auth_commands(commands)
     add_bench_commands(commands)
     add_pipeline_commands(commands)
+    add_dashboard_commands(commands)
     return parser
 
 

@@ -28,11 +28,15 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from cometmq.broker import Broker, BrokerConfig
+    from cometmq.dashboard import Dashboard
 
 log = logging.getLogger("cometmq.cli")
 
 # BrokerRole's names, spelled here so that building the parser does not import the broker.
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+# cometmq.dashboard.DEFAULT_PORT (RocketMQ Dashboard's), spelled here so that building the parser does
+# not import the web stack.
+DEFAULT_DASHBOARD_PORT = 8082
 
 
 def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,6 +64,7 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "--no-metrics", action="store_true", help="serve no metrics (metricsExporterType=DISABLE)"
     )
     _add_busy_poll(standalone)
+    _add_dashboard_flags(standalone)
     add_log_options(standalone)
     standalone.set_defaults(func=run_standalone)
 
@@ -198,6 +203,17 @@ def _add_busy_poll(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_dashboard_flags(standalone: argparse.ArgumentParser) -> None:
+    standalone.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=DEFAULT_DASHBOARD_PORT,
+        metavar="PORT",
+        help=f"port of the web dashboard; 0: a free one (default: {DEFAULT_DASHBOARD_PORT})",
+    )
+    standalone.add_argument("--no-dashboard", action="store_true", help="serve no web dashboard")
+
+
 def _broker_config(args: argparse.Namespace, defaults: dict[str, object] | None = None) -> BrokerConfig:
     """*defaults* (broker.conf keys), then the file's settings, then every given flag on top."""
     from cometmq.broker.config import BrokerConfig
@@ -301,6 +317,22 @@ def _port_flag(host: str, port: int, flag: str) -> Iterator[None]:
         ) from None
 
 
+async def _start_flagged_dashboard(
+    args: argparse.Namespace, namesrv_addr: str, host: str
+) -> Dashboard | None:
+    """The standalone's dashboard on ``host``, acting as the user of the global --access-key (None
+    with --no-dashboard)."""
+    if args.no_dashboard:
+        return None
+    from cometmq.cli._connect import security
+    from cometmq.dashboard import start_dashboard
+
+    with _port_flag(host, args.dashboard_port, "--dashboard-port (or turn it off with --no-dashboard)"):
+        return await start_dashboard(
+            namesrv_addr, host, args.dashboard_port, **security(args).client_options()
+        )
+
+
 def _ready(line: str) -> None:
     # Scripts and tests wait for this exact line on stdout; flush so a pipe sees it at once.
     print(line, flush=True)
@@ -338,8 +370,12 @@ async def _standalone(args: argparse.Namespace) -> int:
             broker = _new_broker(config, access, registry)
             with _port_flag(host, config.listen_port, "--broker-port"):
                 await broker.start()
+            dashboard: Dashboard | None = None
             try:
+                dashboard = await _start_flagged_dashboard(args, config.namesrv_addr, host)
                 urls = _metrics_urls(broker)
+                if dashboard is not None:
+                    urls["dashboard"] = dashboard.url
                 log_startup_summary(namesrv=namesrv, broker=broker, urls=urls)
                 _ready(
                     f"CometMQ standalone ready: namesrv {host}:{namesrv.port}, broker {config.broker_name} "
@@ -347,6 +383,8 @@ async def _standalone(args: argparse.Namespace) -> int:
                 )
                 await shutdown.wait()
             finally:
+                if dashboard is not None:
+                    await dashboard.stop()
                 await broker.stop()  # first, so it can still unregister from the NameServer
         finally:
             await namesrv.stop()

@@ -68,6 +68,7 @@ from cometmq.protocol.naming import (
     dlq_topic,
     group_name_error,
     is_system_topic,
+    retry_topic,
     topic_name_error,
 )
 from cometmq.protocol.properties import KEY_SEPARATOR, decode_properties, encode_properties
@@ -124,7 +125,8 @@ _PULL_BATCH = 32
 
 @dataclass(slots=True)
 class Resent:
-    """One dead letter sent back to its original topic: where, and the new copy's offset message id."""
+    """A copy of a stored message sent again (a dead letter to its original topic, a message to a
+    group's retry topic): where, and the copy's offset message id."""
 
     topic: str
     msg_id: str
@@ -1179,16 +1181,43 @@ class AdminClient(Client):
         if not writable:
             raise CometMQError(f"topic {topic} has no writable queue on any master broker")
         addr, queues = random.choice(writable)
+        return await self._send_copy(addr, topic, random.randrange(queues), props, dead_letter)
+
+    async def resend_to_group(self, record: DecodedRecord, group: str) -> Resent:
+        """Put a copy of ``record`` into ``group``'s retry topic ``%RETRY%<group>``, as a consumer's
+        send-back does, so that the group (and only it) consumes the message once more, at once and
+        with reconsume times 0. The copy keeps the body, flag, keys, tags, properties and UNIQ_KEY and
+        names the original topic in RETRY_TOPIC; it goes to the master that stored ``record`` (else
+        any master of its topic), which creates the retry topic if the group has none yet."""
+        props = decode_properties(record.properties)
+        original_topic = props.get("RETRY_TOPIC") or record.topic
+        for name in _RETRY_BOOKKEEPING:
+            props.pop(name, None)
+        props["RETRY_TOPIC"] = original_topic
+        props.setdefault("ORIGIN_MESSAGE_ID", props.get("UNIQ_KEY") or record.offset_msg_id)
+        route = await self.topic_route(record.topic)
+        masters = sorted(b.master_addr for b in route.broker_datas if b.master_addr is not None)
+        if not masters:
+            raise CometMQError(f"topic {record.topic} has no master broker")
+        stored_by = offset_msg_id_address(record.offset_msg_id)
+        addr = stored_by if stored_by in masters else masters[0]
+        # Queue 0: a retry topic has retryQueueNums queues, one unless the group says otherwise.
+        return await self._send_copy(addr, retry_topic(group), 0, props, record)
+
+    async def _send_copy(
+        self, addr: str, topic: str, queue_id: int, props: dict[str, str], record: DecodedRecord
+    ) -> Resent:
+        """Send ``record``'s body and flags with ``props`` to queue ``queue_id`` of ``topic`` at ``addr``."""
         header = send_header(
             CLIENT_INNER_PRODUCER_GROUP,
             topic,
             encode_properties(props),
-            dead_letter.sys_flag,  # a compressed body is sent as it is stored
-            dead_letter.flag,
-            queue_id=random.randrange(queues),
+            record.sys_flag,  # a compressed body is sent as it is stored
+            record.flag,
+            queue_id=queue_id,
         )
         response = await self._instance.invoke_ok(
-            addr, RequestCode.SEND_MESSAGE_V2, header.encode(compact=True), dead_letter.body
+            addr, RequestCode.SEND_MESSAGE_V2, header.encode(compact=True), record.body
         )
         return Resent(topic, decode_answer(SendMessageResponseHeader, response).msg_id)
 
