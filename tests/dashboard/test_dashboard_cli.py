@@ -50,7 +50,7 @@ def test_the_standalone_serves_a_dashboard_named_at_the_end_of_its_ready_line(
 
 
 def test_no_dashboard_leaves_it_out(tmp_path: Path) -> None:
-    server, _ = start_standalone(tmp_path / "data", None, "--no-dashboard")
+    server, _ = start_standalone(tmp_path / "data", None, "--no-dashboard", "--no-metrics")
     try:
         assert _DASHBOARD.search(server.ready_line) is None
         assert server.ready_line.endswith(f"data in {tmp_path / 'data'}")

@@ -24,7 +24,7 @@ from cometmq.protocol import RequestCode, ResponseCode
 from processes import TEST_BROKER_CONF, ServerProcess, broker_address, cometmq, start_standalone
 from waiting import wait_until_blocking
 
-METRICS_URL = re.compile(r", metrics (http://127\.0\.0\.1:\d+/metrics)$")
+METRICS_URL = re.compile(r", metrics (http://127\.0\.0\.1:\d+/metrics)(,|$)")
 
 
 @pytest.mark.parametrize("config_class", [BrokerConfig, NamesrvConfig])
