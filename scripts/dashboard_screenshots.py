@@ -1,6 +1,7 @@
 """Take the screenshots of docs/dashboard.md: a name server, a broker and a dashboard in this process,
-some traffic (a producer at a changing rate, a slow consumer group, a few dead letters), then each
-main page in headless Chromium, saved as docs/images/dashboard-<page>.png.
+some traffic (a producer at a changing rate, a slow consumer group, a few dead letters, a message
+sent and consumed with message trace on), then each main page in headless Chromium, saved as
+docs/images/dashboard-<page>.png.
 
     .venv/bin/python scripts/dashboard_screenshots.py [--seconds 60] [--out docs/images]
 
@@ -23,7 +24,7 @@ from selenium.webdriver.chrome.service import Service
 
 from cometmq.broker import Broker
 from cometmq.broker.config import BrokerConfig
-from cometmq.client import AdminClient, Message, Producer, PushConsumer, ReceivedMessage
+from cometmq.client import AdminClient, LitePullConsumer, Message, Producer, PushConsumer, ReceivedMessage
 from cometmq.dashboard import start_dashboard
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode
@@ -110,6 +111,21 @@ async def dead_letters(broker_addr: str, payments: list[Any]) -> None:
         await client.close()
 
 
+async def traced_audit(admin: AdminClient, namesrv: str) -> str:
+    """An audit record sent by PID_audit and consumed by GID_audit, both with message trace on; its id
+    once its three trace records are stored."""
+    async with Producer("PID_audit", namesrv, trace=True) as producer:
+        sent = await producer.send(Message("Audit", b"user 42 signed in", tags="login", keys="user-42"))
+    consumer = LitePullConsumer("GID_audit", namesrv, consume_from="first", trace=True)
+    consumer.subscribe("Audit")
+    async with consumer:
+        while not await consumer.poll(1.0):
+            pass
+    while len(await admin.message_trace(sent.msg_id)) < 3:
+        await asyncio.sleep(0.1)
+    return sent.msg_id
+
+
 async def main(seconds: float, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as data:
@@ -118,7 +134,13 @@ async def main(seconds: float, out: Path) -> None:
         addr = f"127.0.0.1:{namesrv.port}"
         config = BrokerConfig()
         config.update(
-            {"storePathRootDir": data, "listenPort": 0, "listenHost": "127.0.0.1", "namesrvAddr": addr}
+            {
+                "storePathRootDir": data,
+                "listenPort": 0,
+                "listenHost": "127.0.0.1",
+                "namesrvAddr": addr,
+                "traceTopicEnable": True,  # as cometmq standalone
+            }
         )
         broker = Broker(config)
         await broker.start()
@@ -140,6 +162,7 @@ async def main(seconds: float, out: Path) -> None:
             while not await admin.dead_letters("GID_payments"):  # routed once the broker registers it
                 await asyncio.sleep(0.1)
             [order] = await admin.query_message("Orders", "order-17")
+            audit_id = await traced_audit(admin, addr)
             url = dashboard.url
             pages = [
                 ("cluster", "/", True),
@@ -150,6 +173,7 @@ async def main(seconds: float, out: Path) -> None:
                 ("messages", "/messages?by=key&topic=Orders&value=order-17", False),
                 ("message", f"/messages/view?id={order.offset_msg_id}&topic=Orders", False),
                 ("dlq", "/dlq?group=GID_payments", False),
+                ("trace", f"/trace?id={audit_id}", False),
             ]
             for name, path, charts in pages:
                 await loop.run_in_executor(

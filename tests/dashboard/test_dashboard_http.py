@@ -9,7 +9,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from dashboard_support import LiveCluster
+from dashboard_support import LiveCluster, send_traced
 
 from cometmq.client import Message, Producer
 from cometmq.errors import BrokerError
@@ -104,6 +104,19 @@ def test_message_page_escapes_what_the_client_wrote(cluster: LiveCluster) -> Non
     assert "<img" not in html and "<script>alert" not in html and "<p>" not in html
     status, html = get(cluster, "/messages?by=key&topic=Hostile&value=%3Ck%3E")
     assert status == 200 and "&lt;k&gt;" in html and "<k>" not in html
+
+
+def test_trace_page_escapes_a_tag_the_client_wrote(cluster: LiveCluster) -> None:
+    message = Message("HostileTraced", b"x", tags="<script>alert(3)</script>")
+    msg_id = send_traced(cluster, message, "PID_dash_hostile", "GID_dash_hostile")
+    status, html = get(cluster, f"/trace?id={msg_id}")
+    assert status == 200 and "tags &lt;script&gt;alert(3)&lt;/script&gt;" in html
+    assert "<script>alert" not in html
+
+
+def test_a_trace_topic_that_does_not_exist_holds_no_trace(cluster: LiveCluster) -> None:
+    status, html = get(cluster, "/trace?id=0123456789ABCDEF0123456789ABCDEF&trace_topic=NoSuchTraces")
+    assert status == 200 and 'id="no-trace"' in html and "NoSuchTraces" in html
 
 
 def test_a_binary_body_is_shown_as_hex_escapes(cluster: LiveCluster) -> None:

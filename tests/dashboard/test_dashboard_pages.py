@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard_support import LiveCluster, send_to_dead_letters
+from dashboard_support import LiveCluster, send_to_dead_letters, send_traced
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
@@ -86,7 +86,7 @@ def test_creating_a_topic_in_the_form_creates_it(browser: WebDriver, cluster: Li
     assert [(q.broker_name, q.write_queue_nums) for q in route.queue_datas] == [("broker-a", 3)]
     assert len(cells(browser, "queues")) == 3  # redirected to the topic's page
     open_page(browser, cluster, "/topics")
-    assert ["Created", "normal"] in cells(browser, "topics")
+    assert ["Created", "user"] in cells(browser, "topics")
 
 
 def test_topic_page_shows_each_queue_and_the_total(browser: WebDriver, cluster: LiveCluster) -> None:
@@ -229,3 +229,32 @@ def test_dead_letters_page_lists_and_resends(browser: WebDriver, cluster: LiveCl
 
     click(browser, browser.find_element(By.CSS_SELECTOR, "#dead-letters button.resend"))
     assert "1 skipped" in flash(browser)
+
+
+def test_trace_page_shows_the_send_and_the_consumption_of_a_traced_message(
+    browser: WebDriver, cluster: LiveCluster
+) -> None:
+    msg_id = send_traced(
+        cluster, Message("Traced", b"hello", keys="k-traced"), "PID_dash_traced", "GID_dash_traced"
+    )
+    open_page(browser, cluster, "/messages")
+    submit(browser, "search", by="key", topic="Traced", value="k-traced")
+    click(browser, browser.find_element(By.CSS_SELECTOR, "#found a.trace"))
+    assert browser.find_element(By.NAME, "id").get_attribute("value") == msg_id
+    rows = cells(browser, "timeline")
+    assert [(row[1], row[2], row[3]) for row in rows] == [
+        ("Pub", "sent", "PID_dash_traced"),
+        ("SubBefore", "consume started", "GID_dash_traced"),
+        ("SubAfter", "consumed", "GID_dash_traced"),
+    ]
+    assert rows[0][6] == "success" and f"stored at {cluster.broker_addr}" in rows[0][7]
+    assert rows[2][6] == "success"
+
+
+def test_trace_page_says_when_a_message_has_no_trace(browser: WebDriver, cluster: LiveCluster) -> None:
+    open_page(browser, cluster, "/trace")
+    submit(browser, "trace", id="0123456789ABCDEF0123456789ABCDEF")
+    assert "No trace record of message 0123456789ABCDEF0123456789ABCDEF" in (
+        browser.find_element(By.ID, "no-trace").text
+    )
+    assert not browser.find_elements(By.ID, "timeline")

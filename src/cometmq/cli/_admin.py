@@ -20,13 +20,7 @@ from cometmq.console import format_table
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.ha_status import HARuntimeInfo
-from cometmq.protocol.naming import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    RETRY_GROUP_TOPIC_PREFIX,
-    SYSTEM_TOPIC_PREFIX,
-    is_system_topic,
-    perm_text,
-)
+from cometmq.protocol.naming import perm_text, topic_kind
 from cometmq.protocol.route import MASTER_ID, BrokerData
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
@@ -310,21 +304,6 @@ async def _topic_list(admin: AdminClient, args: argparse.Namespace) -> None:
         print_json([{"topic": topic, "kind": kind} for topic, kind in kinds.items()])
     else:
         print(format_table(["TOPIC", "KIND"], [[topic, kind] for topic, kind in kinds.items()]))
-
-
-def topic_kind(topic: str, cluster_and_broker_names: set[str]) -> str:
-    """What a topic is for: ``user``, or one of the kinds of system topic: ``retry`` and
-    ``dead-letter`` (a consumer group's), ``cluster`` (a cluster's or broker's name, which RocketMQ's
-    brokers register as topics), ``system`` (the brokers' own)."""
-    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-        return "retry"
-    if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
-        return "dead-letter"
-    if topic in cluster_and_broker_names:
-        return "cluster"
-    if is_system_topic(topic) or topic.upper().startswith(SYSTEM_TOPIC_PREFIX.upper()):
-        return "system"
-    return "user"
 
 
 async def _topic_status(admin: AdminClient, args: argparse.Namespace) -> None:

@@ -25,12 +25,12 @@ from cometmq.cli._message import parse_time
 from cometmq.client import AdminClient, LitePullConsumer, Message, MessageQueue, Producer, SendStatus
 from cometmq.client.message import ReceivedMessage, SendResult
 from cometmq.errors import CometMQError
+from cometmq.protocol.naming import TOOLS_CONSUMER_GROUP
 from cometmq.protocol.subscription import SUB_ALL, parse_tag_expression
 
 DEFAULT_PRODUCER_GROUP: Final = "cometmq-console-producer"
-# The group of a read without --group: the one RocketMQ's own tools pull with (MixAll's
-# TOOLS_CONSUMER_GROUP); nothing is committed for it.
-READER_GROUP: Final = "TOOLS_CONSUMER"
+# The group of a read without --group: the one RocketMQ's own tools pull with; nothing is committed for it.
+READER_GROUP: Final = TOOLS_CONSUMER_GROUP
 # Sends from stdin kept in flight at once: the results are printed in input order all the same.
 SEND_WINDOW: Final = 32
 # How often a consumer with --group commits what it printed while it runs (and once at the end).

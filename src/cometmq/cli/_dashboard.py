@@ -17,8 +17,9 @@ def add_dashboard_commands(commands: argparse._SubParsersAction[argparse.Argumen
         help="serve a web dashboard of a cluster",
         description=(
             "Serve a web dashboard of the cluster at the NameServer: brokers and their rates, topics, "
-            "consumer groups and their lag, messages and dead letters. It acts as the user of "
-            "--access-key (and over --tls), so the cluster's ACL decides what its pages may show and do."
+            "consumer groups and their lag, messages, dead letters and message traces. It acts as the "
+            "user of --access-key (and over --tls), so the cluster's ACL decides what its pages may "
+            "show and do."
         ),
     )
     add_namesrv_option(dashboard)

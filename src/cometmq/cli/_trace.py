@@ -11,15 +11,7 @@ from cometmq.client import AdminClient
 from cometmq.console import format_table
 from cometmq.errors import CometMQError
 from cometmq.protocol.naming import TRACE_TOPIC
-from cometmq.protocol.trace import TraceContext, TraceType
-
-# What each record says happened.
-_EVENTS = {
-    TraceType.Pub: "sent",
-    TraceType.EndTransaction: "transaction ended",
-    TraceType.SubBefore: "consume started",
-    TraceType.SubAfter: "consumed",
-}
+from cometmq.protocol.trace import TraceContext, TraceEvent, trace_event
 
 
 def add_trace_command(message_commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,46 +47,14 @@ async def _trace(admin: AdminClient, args: argparse.Namespace) -> None:
     if args.json:
         print_json([trace_json(ctx) for ctx in contexts])
         return
-    rows = [[printable(cell) for cell in _row(ctx)] for ctx in contexts]
+    rows = [[printable(cell) for cell in _cells(trace_event(ctx))] for ctx in contexts]
     print(f"Trace of message {printable(args.msg_id)} ({len(contexts)} records in {args.trace_topic})")
     print(format_table(["TIME", "EVENT", "GROUP", "CLIENT", "COST", "STATUS", "DETAILS"], rows))
 
 
-def _row(ctx: TraceContext) -> list[str]:
-    """One record's cells as it was written: groups, hosts, tags, keys and ids come from clients."""
-    return [
-        format_time(ctx.timestamp) if ctx.timestamp else "-",
-        _EVENTS[ctx.trace_type],
-        ctx.group_name or "-",
-        ctx.beans[0].client_host or "-",
-        f"{ctx.cost_time} ms" if ctx.trace_type in (TraceType.Pub, TraceType.SubAfter) else "",
-        ("success" if ctx.success else "failed")
-        if ctx.trace_type in (TraceType.Pub, TraceType.SubAfter)
-        else "",
-        _details(ctx),
-    ]
-
-
-def _details(ctx: TraceContext) -> str:
-    bean = ctx.beans[0]
-    kind = ctx.trace_type
-    parts: list[str] = []
-    if kind is TraceType.Pub:
-        parts.append(f"topic {bean.topic}")
-        if bean.tags:
-            parts.append(f"tags {bean.tags}")
-        if bean.keys:
-            parts.append(f"keys {bean.keys}")
-        parts += [f"stored at {bean.store_host or '-'}", f"offset id {bean.offset_msg_id or '-'}"]
-        parts += [f"{bean.body_length} bytes", bean.msg_type.name]
-    elif kind is TraceType.EndTransaction:
-        parts += [bean.transaction_state, f"transaction {bean.transaction_id or '-'}"]
-        parts.append(f"at {bean.store_host or '-'}")
-        if bean.from_transaction_check:
-            parts.append("answering a check-back")
-    elif kind is TraceType.SubBefore:
-        parts.append(f"retry {bean.retry_times}" if bean.retry_times else "first delivery")
-    return ", ".join(parts)
+def _cells(event: TraceEvent) -> list[str]:
+    time = format_time(event.timestamp) if event.timestamp else "-"
+    return [time, event.event, event.group, event.client, event.cost, event.status, event.details]
 
 
 def trace_json(ctx: TraceContext) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """A web dashboard for a RocketMQ-protocol cluster: its brokers and rates, topics, consumer groups and
-their lag, messages and dead letters (docs/dashboard.md).
+their lag, messages, dead letters and message traces (docs/dashboard.md).
 
 It acts only through an :class:`~cometmq.client.AdminClient` and a
 :class:`~cometmq.client.Producer`, as the user their credentials name, so it works against any

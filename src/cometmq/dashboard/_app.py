@@ -32,34 +32,21 @@ from cometmq.dashboard._history import DEFAULT_INTERVAL_S, Sampler
 from cometmq.errors import BrokerError, CometMQError, RecordError
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import (
-    DLQ_GROUP_TOPIC_PREFIX,
     PERM_READ,
     PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
-    is_system_topic,
+    SYSTEM_GROUPS,
+    TOOLS_CONSUMER_GROUP,
+    TRACE_TOPIC,
     perm_text,
+    topic_kind,
 )
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import DecodedRecord, decode_host, decode_records, inflate_body
 from cometmq.protocol.subscription import SubscriptionData
+from cometmq.protocol.trace import trace_event
 
 _HERE = Path(__file__).parent
-# RocketMQ's tools group (MixAll.TOOLS_CONSUMER_GROUP): pulls that read a topic's time range commit nothing.
-TOOLS_GROUP = "TOOLS_CONSUMER"
-# Consumer groups RocketMQ's brokers make for themselves (MixAll), hidden from the group list by default.
-SYSTEM_GROUPS = frozenset(
-    {
-        TOOLS_GROUP,
-        "FILTERSRV_CONSUMER",
-        "__MONITOR_CONSUMER",
-        "SELF_TEST_C_GROUP",
-        "CID_ONS-HTTP-PROXY",
-        "CID_ONSAPI_PERMISSION",
-        "CID_ONSAPI_OWNER",
-        "CID_ONSAPI_PULL",
-        "CID_RMQ_SYS_TRANS",
-    }
-)
 MAX_MESSAGES = 100  # the most messages a search or a dead-letter list shows
 _PULL_BATCH = 32
 _COMPRESSED = 0x1  # MessageSysFlag.COMPRESSED_FLAG
@@ -150,16 +137,6 @@ def body_text(rec: DecodedRecord) -> tuple[str, str]:
 def message_id(rec: DecodedRecord) -> str:
     """The id clients show: UNIQ_KEY, else the offset message id."""
     return decode_properties(rec.properties).get("UNIQ_KEY") or rec.offset_msg_id
-
-
-def topic_kind(topic: str, cluster_names: set[str] | frozenset[str] = frozenset()) -> str:
-    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-        return "retry"
-    if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
-        return "dead letters"
-    if is_system_topic(topic, cluster_names):
-        return "system"
-    return "normal"
 
 
 def _parse_local_time(text: str, what: str) -> int:
@@ -319,7 +296,7 @@ def create_app(
         info = await admin.cluster_info()
         names = set(info.cluster_addr_table) | set(info.broker_addr_table)
         listed = [(topic, topic_kind(topic, names)) for topic in await admin.topic_list()]
-        shown = [row for row in listed if show_system or row[1] == "normal"]
+        shown = [row for row in listed if show_system or row[1] == "user"]
         return {
             "topics": shown,
             "hidden": len(listed) - len(shown),
@@ -565,7 +542,25 @@ def create_app(
             notice += f", {skipped} skipped (resent before; tick 'again' to resend them too)"
         return back, notice
 
-    # message trace: a page of its own comes with message tracing (see the navigation).
+    # message trace ------------------------------------------------------------------------------
+
+    @page("trace.html")
+    async def trace(request: Request) -> dict[str, Any]:
+        msg_id = (request.query_params.get("id") or "").strip()
+        trace_topic = (request.query_params.get("trace_topic") or "").strip() or TRACE_TOPIC
+        contexts = None
+        if msg_id:
+            try:
+                contexts = await admin.message_trace(msg_id, trace_topic)
+            except BrokerError as exc:
+                if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                    raise
+                contexts = []  # no client has traced into that topic yet
+        return {
+            "msg_id": msg_id,
+            "trace_topic": trace_topic,
+            "events": [trace_event(ctx) for ctx in contexts] if contexts is not None else None,
+        }
 
     routes = [
         Route("/", cluster),
@@ -585,6 +580,7 @@ def create_app(
         Route("/messages/resend", resend_message, methods=["POST"]),
         Route("/dlq", dead_letters),
         Route("/dlq/resend", resend_dead_letters, methods=["POST"]),
+        Route("/trace", trace),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes)
@@ -640,11 +636,11 @@ async def _read_queue(
     admin: AdminClient, queue: MessageQueue, subscription: SubscriptionData, begin_ms: int, end_ms: int | None
 ) -> list[DecodedRecord]:
     bounds = await admin.offset_bounds(queue)
-    offset = await admin.first_offset_at(queue, begin_ms, group=TOOLS_GROUP, bounds=bounds)
+    offset = await admin.first_offset_at(queue, begin_ms, group=TOOLS_CONSUMER_GROUP, bounds=bounds)
     records: list[DecodedRecord] = []
     while offset < bounds[1] and len(records) < MAX_MESSAGES:
         result = await admin.pull_records(
-            queue, offset, _PULL_BATCH, group=TOOLS_GROUP, subscription=subscription
+            queue, offset, _PULL_BATCH, group=TOOLS_CONSUMER_GROUP, subscription=subscription
         )
         if result.status is not PullStatus.FOUND:
             break

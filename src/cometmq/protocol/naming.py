@@ -53,6 +53,23 @@ SEND_FORBIDDEN_TOPICS = frozenset(
     }
 )
 
+# RocketMQ's tools group (MixAll.TOOLS_CONSUMER_GROUP): reading a topic for a tool commits nothing.
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+# Groups RocketMQ's brokers and tools use for themselves (MixAll), not groups of users' consumers.
+SYSTEM_GROUPS = frozenset(
+    {
+        TOOLS_CONSUMER_GROUP,
+        "FILTERSRV_CONSUMER",
+        "__MONITOR_CONSUMER",
+        "SELF_TEST_C_GROUP",
+        "CID_ONS-HTTP-PROXY",
+        "CID_ONSAPI_PERMISSION",
+        "CID_ONSAPI_OWNER",
+        "CID_ONSAPI_PULL",
+        "CID_RMQ_SYS_TRANS",
+    }
+)
+
 PERM_READ = 0x4
 PERM_WRITE = 0x2
 PERM_INHERIT = 0x1
@@ -157,6 +174,21 @@ def check_name(what: str, name: str, rule: NameRule) -> None:
 
 def is_system_topic(topic: str, extra: frozenset[str] | set[str] = frozenset()) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX) or topic in extra
+
+
+def topic_kind(topic: str, cluster_and_broker_names: set[str] | frozenset[str] = frozenset()) -> str:
+    """What a topic is for: ``user``, or one of the kinds of system topic: ``retry`` and
+    ``dead-letter`` (a consumer group's), ``cluster`` (a cluster's or broker's name, which RocketMQ's
+    brokers register as topics), ``system`` (the brokers' own)."""
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return "retry"
+    if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+        return "dead-letter"
+    if topic in cluster_and_broker_names:
+        return "cluster"
+    if is_system_topic(topic) or topic.upper().startswith(SYSTEM_TOPIC_PREFIX.upper()):
+        return "system"
+    return "user"
 
 
 def retry_topic(group: str) -> str:

@@ -24,10 +24,12 @@ __all__ = [
     "MessageType",
     "TraceBean",
     "TraceContext",
+    "TraceEvent",
     "TraceType",
     "decode_trace_contexts",
     "encode_trace_context",
     "encode_trace_contexts",
+    "trace_event",
     "trace_keys",
 ]
 
@@ -150,6 +152,69 @@ def encode_trace_context(ctx: TraceContext) -> str:
 def encode_trace_contexts(contexts: Iterable[TraceContext]) -> bytes:
     """A trace message's body: the records of *contexts* one after the other, in UTF-8."""
     return "".join(encode_trace_context(ctx) for ctx in contexts).encode()
+
+
+# What each record says happened.
+_EVENTS = {
+    TraceType.Pub: "sent",
+    TraceType.EndTransaction: "transaction ended",
+    TraceType.SubBefore: "consume started",
+    TraceType.SubAfter: "consumed",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    """One record of a message's trace as a line of its timeline (``cometmq message trace``, the
+    dashboard's trace page). ``timestamp`` is ms since the epoch, 0 when the record has none;
+    ``cost`` and ``status`` are empty for the records that have neither (SubBefore, EndTransaction).
+    Groups, hosts and the details hold what clients wrote: shown as text, escaped."""
+
+    trace_type: TraceType
+    timestamp: int
+    event: str
+    group: str
+    client: str
+    cost: str
+    status: str
+    details: str
+
+
+def trace_event(ctx: TraceContext) -> TraceEvent:
+    """The timeline line of *ctx*'s first bean (a context of :meth:`AdminClient.message_trace` holds
+    the one message's bean)."""
+    bean = ctx.beans[0]
+    timed = ctx.trace_type in (TraceType.Pub, TraceType.SubAfter)
+    return TraceEvent(
+        trace_type=ctx.trace_type,
+        timestamp=ctx.timestamp,
+        event=_EVENTS[ctx.trace_type],
+        group=ctx.group_name or "-",
+        client=bean.client_host or "-",
+        cost=f"{ctx.cost_time} ms" if timed else "",
+        status=("success" if ctx.success else "failed") if timed else "",
+        details=_details(ctx.trace_type, bean),
+    )
+
+
+def _details(kind: TraceType, bean: TraceBean) -> str:
+    parts: list[str] = []
+    if kind is TraceType.Pub:
+        parts.append(f"topic {bean.topic}")
+        if bean.tags:
+            parts.append(f"tags {bean.tags}")
+        if bean.keys:
+            parts.append(f"keys {bean.keys}")
+        parts += [f"stored at {bean.store_host or '-'}", f"offset id {bean.offset_msg_id or '-'}"]
+        parts += [f"{bean.body_length} bytes", bean.msg_type.name]
+    elif kind is TraceType.EndTransaction:
+        parts += [bean.transaction_state, f"transaction {bean.transaction_id or '-'}"]
+        parts.append(f"at {bean.store_host or '-'}")
+        if bean.from_transaction_check:
+            parts.append("answering a check-back")
+    elif kind is TraceType.SubBefore:
+        parts.append(f"retry {bean.retry_times}" if bean.retry_times else "first delivery")
+    return ", ".join(parts)
 
 
 def trace_keys(ctx: TraceContext) -> set[str]:
