@@ -462,10 +462,10 @@ ROCKETMQ_KEYS_NOT_USED = frozenset(
     }
 )
 
-# The keys UPDATE_BROKER_CONFIG may change (docs/operations.md, "Changing settings while a broker runs"): each is read
-# where it is used, on every request or round, so a change applies at once (the broker itself applies
-# autoCreateSubscriptionGroup, remakes TBW102 after an autoCreateTopicEnable or defaultTopicQueueNums
-# change, and registers again after a brokerPermission change). The others are
+# The keys UPDATE_BROKER_CONFIG may change (docs/operations.md, "Changing settings while a broker
+# runs"): each is read where it is used, on every request or round, so a change applies at once (the
+# broker itself applies autoCreateSubscriptionGroup, remakes TBW102 after an autoCreateTopicEnable or
+# defaultTopicQueueNums change, and registers again after a brokerPermission change). The others are
 # read once at start, or make the store's layout, ports and files: they need a restart.
 RUNTIME_KEYS: Final = frozenset(
     {
