@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -114,3 +115,29 @@ def test_the_dashboard_acts_as_its_user_under_the_clusters_acl(tmp_path: Path) -
                     assert 'class="flash error"' in html and "response code" in html
             finally:
                 assert server.terminate() == 0
+
+
+def get_status(url: str, host: str) -> int:
+    request = urllib.request.Request(url, headers={"Host": host})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_allowed_host_is_one_more_name_the_dashboard_answers_to(
+    standalone: ServerProcess, tmp_path: Path
+) -> None:
+    namesrv = re.search(r"namesrv (\S+),", standalone.ready_line)
+    assert namesrv is not None
+    args = ["dashboard", "-n", namesrv.group(1), "--port", "0", "--allowed-host", "dash.example"]
+    server = ServerProcess(args, tmp_path / "dashboard.log")
+    try:
+        url = server.wait_ready("CometMQ dashboard ready: ").removeprefix("CometMQ dashboard ready: ")
+        port = urllib.parse.urlsplit(url).port
+        assert get_status(url + "/topics", f"dash.example:{port}") == 200
+        assert get_status(url + "/topics", f"localhost:{port}") == 200
+        assert get_status(url + "/topics", f"rebound.example:{port}") == 400
+    finally:
+        assert server.terminate() == 0
