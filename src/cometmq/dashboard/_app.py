@@ -666,11 +666,12 @@ def _check_origin(request: Request, allowed_hosts: frozenset[str]) -> None:
         return
     try:
         posted_from = urlsplit(origin)
-        same = posted_from.port == request.url.port
-    except ValueError:
-        same = False
-    host = (posted_from.hostname or "") if same else ""
-    if host not in allowed_hosts and f"[{host}]" not in allowed_hosts:
+        host = posted_from.hostname or ""
+        named = f"[{host}]" if ":" in host else host  # an IPv6 address is allowed in brackets
+        from_here = named in allowed_hosts and posted_from.port == request.url.port
+    except ValueError:  # not a URL, or a port out of range
+        from_here = False
+    if not from_here:
         raise HTTPException(403, "a form of the dashboard must be posted from the dashboard")
 
 
