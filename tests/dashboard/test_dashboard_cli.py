@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +22,9 @@ _DASHBOARD = re.compile(r", dashboard (http://\S+)$")
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server, _ = start_standalone(tmp_path_factory.mktemp("standalone") / "data")
+    server, _ = start_standalone(
+        tmp_path_factory.mktemp("standalone") / "data", None, "--allowed-host", "dash.example"
+    )
     yield server
     server.terminate()
 
@@ -31,6 +34,15 @@ def page(url: str, form: bytes | None = None) -> str:
     with urllib.request.urlopen(url, form, timeout=30) as response:
         assert response.status == 200
         return str(response.read().decode())
+
+
+def get_status(url: str, host: str) -> int:
+    request = urllib.request.Request(url, headers={"Host": host})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
@@ -47,6 +59,9 @@ def test_the_standalone_serves_a_dashboard_named_at_the_end_of_its_ready_line(
     assert found is not None, standalone.ready_line
     html = page(found.group(1) + "/")
     assert broker_address(standalone) in html and "broker-a" in html
+    port = urllib.parse.urlsplit(found.group(1)).port
+    assert get_status(found.group(1) + "/topics", f"dash.example:{port}") == 200
+    assert get_status(found.group(1) + "/topics", f"rebound.example:{port}") == 400
 
 
 def test_no_dashboard_leaves_it_out(tmp_path: Path) -> None:
@@ -114,3 +129,20 @@ def test_the_dashboard_acts_as_its_user_under_the_clusters_acl(tmp_path: Path) -
                     assert 'class="flash error"' in html and "response code" in html
             finally:
                 assert server.terminate() == 0
+
+
+def test_allowed_host_is_one_more_name_the_dashboard_answers_to(
+    standalone: ServerProcess, tmp_path: Path
+) -> None:
+    namesrv = re.search(r"namesrv (\S+),", standalone.ready_line)
+    assert namesrv is not None
+    args = ["dashboard", "-n", namesrv.group(1), "--port", "0", "--allowed-host", "dash.example"]
+    server = ServerProcess(args, tmp_path / "dashboard.log")
+    try:
+        url = server.wait_ready("CometMQ dashboard ready: ").removeprefix("CometMQ dashboard ready: ")
+        port = urllib.parse.urlsplit(url).port
+        assert get_status(url + "/topics", f"dash.example:{port}") == 200
+        assert get_status(url + "/topics", f"localhost:{port}") == 200
+        assert get_status(url + "/topics", f"rebound.example:{port}") == 400
+    finally:
+        assert server.terminate() == 0

@@ -3,16 +3,24 @@ posted forms."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import logging
+import socket
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
 
-from dashboard_support import LiveCluster, send_traced
+import pytest
+from dashboard_support import LiveCluster, send_to_dead_letters, send_traced
 
 from cometmq.client import Message, Producer
+from cometmq.dashboard import _app as dashboard_app
+from cometmq.dashboard import allowed_hosts
+from cometmq.dashboard._history import MAX_GROUPS, Sampler, Series
 from cometmq.errors import BrokerError
+from cometmq.protocol.naming import PERM_READ, PERM_WRITE
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 from waiting import wait_until_blocking
 
@@ -167,3 +175,173 @@ def test_a_failed_action_says_why_on_the_page_it_came_from(cluster: LiveCluster)
 def test_a_page_the_cluster_refuses_shows_the_error(cluster: LiveCluster) -> None:
     status, html = get(cluster, "/topics/NoSuchTopic")
     assert status == 502 and 'id="error"' in html and "response code" in html
+
+
+def post_as(cluster: LiveCluster, host: str, path: str, fields: dict[str, str], **headers: str) -> int:
+    """A form posted to the dashboard's address, calling it ``host`` (the Host header)."""
+    port = urllib.parse.urlsplit(cluster.url).port
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        body = urllib.parse.urlencode(fields)
+        all_headers = {"Host": host, "Content-Type": "application/x-www-form-urlencoded", **headers}
+        connection.request("POST", path, body, all_headers)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_a_request_calling_the_dashboard_by_another_name_is_refused(cluster: LiveCluster) -> None:
+    port = urllib.parse.urlsplit(cluster.url).port
+    rebound = f"rebound.example:{port}"  # a name made to resolve to 127.0.0.1
+    fields = {"topic": "Rebound", "queues": "1"}
+    assert post_as(cluster, rebound, "/topics", fields, Origin=f"http://{rebound}") == 400
+    assert post_as(cluster, rebound, "/topics", fields) == 400
+    assert not topic_exists(cluster, "Rebound")
+    # The dashboard's own names: the address served on, and the loopback names for a loopback one.
+    for name in ("localhost", "127.0.0.1", "[::1]"):
+        assert post_as(cluster, f"{name}:{port}", "/topics", {"topic": "Fine", "queues": "1"}) == 303
+    # A page at an allowed name but another port is another site.
+    origin = f"http://localhost:{port + 1 if port != 65535 else 1}"
+    assert post_as(cluster, f"127.0.0.1:{port}", "/topics", fields, Origin=origin) == 403
+    assert post_as(cluster, f"127.0.0.1:{port}", "/topics", fields, Origin=f"http://localhost:{port}") == 303
+    assert topic_exists(cluster, "Rebound")
+
+
+def test_allowed_hosts_are_the_address_the_loopback_names_and_more() -> None:
+    assert allowed_hosts("127.0.0.1") == ["127.0.0.1", "[::1]", "localhost"]
+    assert allowed_hosts("::1") == ["127.0.0.1", "[::1]", "localhost"]
+    assert allowed_hosts("10.0.0.5", ["Dash.Example"]) == ["10.0.0.5", "dash.example"]
+
+
+def post_raw(cluster: LiveCluster, head: bytes, body: bytes = b"") -> bytes:
+    """The start of the answer to a POST of /topics with the headers ``head`` and ``body``."""
+    port = urllib.parse.urlsplit(cluster.url).port
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(b"POST /topics HTTP/1.1\r\nHost: 127.0.0.1\r\n" + head + b"\r\n" + body)
+        return conn.recv(100)
+
+
+def test_a_form_over_a_mebibyte_is_refused_unread(cluster: LiveCluster) -> None:
+    form = b"Content-Type: application/x-www-form-urlencoded\r\n"
+    # Declares a large body and sends none of it: the answer comes without waiting for it.
+    assert post_raw(cluster, form + b"Content-Length: 1073741824\r\n").startswith(b"HTTP/1.1 413 ")
+    # Sends a body without saying its length: reading stops past the most a form may be.
+    chunk = b"topic=Huge&body=" + b"x" * (1 << 20)
+    chunked = b"%x\r\n%s\r\n" % (len(chunk), chunk)  # and no last chunk
+    assert post_raw(cluster, form + b"Transfer-Encoding: chunked\r\n", chunked).startswith(b"HTTP/1.1 413 ")
+    assert not topic_exists(cluster, "Huge")
+
+
+def test_resetting_offsets_needs_the_groups_name(cluster: LiveCluster) -> None:
+    group = "GID_dashboard_http_reset"
+    cluster.run(cluster.admin.create_topic("ResetGuard", 1))
+    cluster.run(cluster.admin.create_group(SubscriptionGroupConfig(group)))
+    send(cluster, Message("ResetGuard", b"x"), Message("ResetGuard", b"y"))
+    cluster.run(cluster.admin.reset_offsets(group, "ResetGuard", to="latest"))
+    fields = {"topic": "ResetGuard", "to": "earliest"}
+    status, html = post(cluster, f"/groups/{group}/reset", fields)
+    assert status == 200 and f"type the group&#39;s name ({group})" in html
+    assert cluster.run(cluster.admin.consume_progress(group, "ResetGuard")).total_lag == 0
+    status, html = post(cluster, f"/groups/{group}/reset", {**fields, "confirm": group})
+    assert status == 200 and "reset to earliest" in html
+    assert cluster.run(cluster.admin.consume_progress(group, "ResetGuard")).total_lag == 2
+
+
+def test_fewer_queues_or_less_permission_needs_the_topics_name(cluster: LiveCluster) -> None:
+    cluster.run(cluster.admin.create_topic("Shrinking", 4))
+
+    def queues_and_perm() -> tuple[int, int, int]:
+        [data] = cluster.run(cluster.admin.topic_route("Shrinking")).queue_datas
+        return data.read_queue_nums, data.write_queue_nums, data.perm
+
+    refused = "type the topic&#39;s name (Shrinking)"
+    for fields in ({"queues": "2", "perm": "RW"}, {"queues": "4", "perm": "R"}, {"queues": "4", "perm": "W"}):
+        status, html = post(cluster, "/topics/Shrinking/update", fields)
+        assert status == 200 and refused in html, fields
+        assert queues_and_perm() == (4, 4, PERM_READ | PERM_WRITE)
+    status, html = post(cluster, "/topics/Shrinking/update", {"queues": "6", "perm": "RW"})
+    assert status == 200 and "now has 6 queues" in html  # more queues: nothing lost, no name asked
+    wait_until_blocking(lambda: queues_and_perm()[0] == 6, message="the route to show 6 queues")
+    status, html = post(
+        cluster, "/topics/Shrinking/update", {"queues": "2", "perm": "R", "confirm": "Shrinking"}
+    )
+    assert status == 200 and "now has 2 queues" in html
+    wait_until_blocking(lambda: queues_and_perm() == (2, 2, PERM_READ), message="2 read-only queues")
+
+
+def test_resend_all_resends_at_most_a_clicks_worth(
+    cluster: LiveCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = "GID_dashboard_http_many_dead"
+    cluster.run(cluster.admin.create_topic("ManyDead", 1))
+    for sent in send(cluster, *(Message("ManyDead", b"d%d" % i) for i in range(3))):
+        cluster.run(send_to_dead_letters(cluster, sent.offset_msg_id, group))
+    wait_until_blocking(
+        lambda: len(cluster.run(cluster.admin.dead_letters(group))) == 3, message="3 dead letters"
+    )
+    monkeypatch.setattr(dashboard_app, "MAX_RESEND", 2)
+    status, html = post(cluster, "/dlq/resend", {"group": group})
+    assert status == 200 and "resent 2 of 2 dead letters" in html and "click again for the rest" in html
+    status, html = post(cluster, "/dlq/resend", {"group": group})
+    assert status == 200 and "resent 1 of 3 dead letters" in html and "2 skipped" in html
+    assert "click again" not in html
+    assert sum(q.messages for q in cluster.run(cluster.admin.topic_status("ManyDead"))) == 6
+
+
+def test_dead_letters_of_a_group_that_may_not_consume_are_shown(cluster: LiveCluster) -> None:
+    group = "GID_dashboard_http_disabled"
+    cluster.run(cluster.admin.create_topic("Disabled", 1))
+    cluster.run(cluster.admin.create_group(SubscriptionGroupConfig(group, consume_enable=False)))
+    [sent] = send(cluster, Message("Disabled", b"stuck"))
+    cluster.run(send_to_dead_letters(cluster, sent.offset_msg_id, group))
+    # Read as TOOLS_CONSUMER: a pull as the group itself is refused (and would count as its consumption).
+    wait_until_blocking(lambda: cluster.run(cluster.admin.dead_letters(group)), message="the dead letter")
+    status, html = get(cluster, f"/dlq?group={group}")
+    assert status == 200 and sent.msg_id in html
+
+
+def test_a_group_not_opened_is_sampled_with_the_group_list(cluster: LiveCluster) -> None:
+    cluster.run(cluster.admin.create_group(SubscriptionGroupConfig("GID_sampled_seldom")))
+    cluster.run(cluster.admin.create_group(SubscriptionGroupConfig("GID_sampled_often")))
+    sampler = Sampler(cluster.admin, interval_s=1.0, group_list_interval_s=3600.0)
+    sampler.follow("GID_sampled_often", "DefaultCluster")
+    for _ in range(3):
+        cluster.run(sampler.sample())
+    assert len(sampler.group_lag["GID_sampled_seldom"].times) == 1
+    assert len(sampler.group_lag["GID_sampled_often"].times) == 3
+
+
+def test_groups_followed_are_capped(cluster: LiveCluster) -> None:
+    sampler = Sampler(cluster.admin)
+    for i in range(MAX_GROUPS + 5):
+        sampler.follow(f"GID_any_{i}", "DefaultCluster")
+    assert len(sampler.followed) == MAX_GROUPS
+    sampler.follow("GID_any_0", "DefaultCluster")  # one followed already is kept on
+    assert "GID_any_0" in sampler.followed and f"GID_any_{MAX_GROUPS}" not in sampler.followed
+
+
+def test_a_broker_no_longer_listed_leaves_the_rates(cluster: LiveCluster) -> None:
+    sampler = Sampler(cluster.admin)
+    sampler.broker_rates["broker-gone 127.0.0.1:1"] = Series(("in", "out"))
+    cluster.run(sampler.sample())
+    assert list(sampler.broker_rates) == [f"broker-a {cluster.broker_addr}"]
+
+
+def test_sampling_goes_on_after_an_unexpected_failure(
+    cluster: LiveCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    sampler = Sampler(cluster.admin, interval_s=0.01)
+    calls = 0
+
+    async def failing_sample() -> None:
+        nonlocal calls
+        calls += 1
+        if calls >= 5:
+            sampler.stop()
+        raise RuntimeError("a bug")
+
+    sampler.sample = failing_sample  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="cometmq.dashboard"):
+        cluster.run(sampler.run())
+    assert calls == 5
+    assert [r.getMessage() for r in caplog.records] == ["dashboard: sampling the cluster failed"]

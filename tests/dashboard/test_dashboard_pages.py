@@ -151,7 +151,7 @@ def test_group_page_shows_lag_and_resets_offsets(browser: WebDriver, cluster: Li
         lambda: int(chart.get_attribute("data-points") or 0) >= 1, message="the lag chart to get samples"
     )
 
-    submit(browser, "reset", topic="Lagging", to="earliest")
+    submit(browser, "reset", topic="Lagging", to="earliest", confirm=group)
     assert "reset to earliest: 2 queues" in flash(browser)
     after = cluster.run(cluster.admin.consume_progress(group, "Lagging"))
     assert [q.consumer_offset for q in after.queues] == [0, 0]

@@ -8,7 +8,13 @@ from cometmq.cli._admin import add_namesrv_option
 from cometmq.cli._connect import add_connect_options, security
 from cometmq.cli._logs import add_log_options, setup_server_logging
 from cometmq.cli._loop import run_async
-from cometmq.cli._servers import DEFAULT_DASHBOARD_PORT, _port_flag, _ready, _ShutdownSignal
+from cometmq.cli._servers import (
+    DEFAULT_DASHBOARD_PORT,
+    _port_flag,
+    _ready,
+    _ShutdownSignal,
+    add_allowed_host_option,
+)
 
 
 def add_dashboard_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,6 +43,7 @@ def add_dashboard_commands(commands: argparse._SubParsersAction[argparse.Argumen
         metavar="PORT",
         help=f"port to serve on; 0: a free one (default: {DEFAULT_DASHBOARD_PORT})",
     )
+    add_allowed_host_option(dashboard)
     add_connect_options(dashboard)
     add_log_options(dashboard)
     dashboard.set_defaults(func=_run_dashboard)
@@ -53,7 +60,11 @@ async def _dashboard(args: argparse.Namespace) -> int:
     with _ShutdownSignal() as shutdown:
         with _port_flag(args.host, args.port, "--port"):
             dashboard = await start_dashboard(
-                args.namesrv, args.host, args.port, **security(args).client_options()
+                args.namesrv,
+                args.host,
+                args.port,
+                more_hosts=args.allowed_host,
+                **security(args).client_options(),
             )
         try:
             _ready(f"CometMQ dashboard ready: {dashboard.url}")

@@ -212,6 +212,19 @@ def _add_dashboard_flags(standalone: argparse.ArgumentParser) -> None:
         help=f"port of the web dashboard; 0: a free one (default: {DEFAULT_DASHBOARD_PORT})",
     )
     standalone.add_argument("--no-dashboard", action="store_true", help="serve no web dashboard")
+    add_allowed_host_option(standalone)
+
+
+def add_allowed_host_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a further name the dashboard may be called by in its address, as a browser sends it (Host "
+        "header); repeatable. It answers only to the address it serves on (and to localhost, 127.0.0.1 "
+        "and [::1] when that is a loopback one), so that no other site can reach it through its name",
+    )
 
 
 def _broker_config(args: argparse.Namespace, defaults: dict[str, object] | None = None) -> BrokerConfig:
@@ -329,7 +342,11 @@ async def _start_flagged_dashboard(
 
     with _port_flag(host, args.dashboard_port, "--dashboard-port (or turn it off with --no-dashboard)"):
         return await start_dashboard(
-            namesrv_addr, host, args.dashboard_port, **security(args).client_options()
+            namesrv_addr,
+            host,
+            args.dashboard_port,
+            more_hosts=args.allowed_host,
+            **security(args).client_options(),
         )
 
 

@@ -9,7 +9,7 @@ import json
 import logging
 import random
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -73,6 +73,8 @@ from cometmq.protocol.naming import (
 )
 from cometmq.protocol.properties import KEY_SEPARATOR, decode_properties, encode_properties
 from cometmq.protocol.record import (
+    BORNHOST_V6_FLAG,
+    STOREHOST_V6_FLAG,
     DecodedRecord,
     decode_host,
     decode_offset_msg_id,
@@ -121,6 +123,8 @@ _RETRY_BOOKKEEPING = (
     "CONSUME_START_TIME",
 )
 _PULL_BATCH = 32
+# RocketMQ's tools group (MixAll.TOOLS_CONSUMER_GROUP): what reads a topic without consuming it.
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 
 
 @dataclass(slots=True)
@@ -1101,42 +1105,50 @@ class AdminClient(Client):
     async def dead_letters(self, group: str, max_num: int | None = None) -> list[DecodedRecord]:
         """The dead letters of consumer group ``group`` (topic ``%DLQ%<group>``) on every broker group
         of that topic (its master, else a slave), oldest first per queue, at most ``max_num``; empty when
-        the group has none (no such topic). Read with pulls as ``group`` that commit no offset."""
+        the group has none (no such topic). Read as :meth:`dead_letter_batches` reads them."""
+        found: list[DecodedRecord] = []
+        async for batch in self.dead_letter_batches(group):
+            found += batch
+            if max_num is not None and len(found) >= max_num:
+                return found[:max_num]
+        return found
+
+    async def dead_letter_batches(self, group: str) -> AsyncGenerator[list[DecodedRecord], None]:
+        """The dead letters of consumer group ``group`` a pull's batch at a time, queue by queue, so
+        that however many there are only one batch is held. Read with pulls that commit no offset as
+        RocketMQ's tools group, so that looking at them is not counted as the group's consumption (and
+        works for a group that may not consume)."""
         topic = dlq_topic(group)
         route = await self._instance.fetch_route(topic)  # learnt by the instance, for _brokerapi
         if route is None:
-            return []
-        found: list[DecodedRecord] = []
+            return
+        subscription = SubscriptionData(topic)
         for queue in sorted(route.queue_datas, key=lambda q: q.broker_name):
             if not queue.perm & PERM_READ:  # read from the master, else a slave (_brokerapi)
                 continue
             for queue_id in range(queue.read_queue_nums):
-                left = None if max_num is None else max_num - len(found)
-                if left is not None and left <= 0:
-                    return found
                 mq = MessageQueue(topic, queue.broker_name, queue_id)
-                found += await self._read_queue(mq, group, left)
-        return found
-
-    async def _read_queue(self, queue: MessageQueue, group: str, limit: int | None) -> list[DecodedRecord]:
-        # Undecoded pulls: a dead letter is resent as stored (compressed body included).
-        offset = await _brokerapi.min_offset(self._instance, queue)
-        end = await _brokerapi.max_offset(self._instance, queue)
-        subscription = SubscriptionData(queue.topic)
-        records: list[DecodedRecord] = []
-        while offset < end and (limit is None or len(records) < limit):
-            # No commit, no suspend.
-            result = await _brokerapi.pull(
-                self._instance, queue, group, subscription, offset, _PULL_BATCH, decode=False
-            )
-            if result.status is PullStatus.NO_NEW_MSG:
-                break
-            if result.status is PullStatus.FOUND:
-                records += decode_records(result.body)
-            if result.next_begin_offset <= offset:
-                break
-            offset = result.next_begin_offset
-        return records if limit is None else records[:limit]
+                offset = await _brokerapi.min_offset(self._instance, mq)
+                end = await _brokerapi.max_offset(self._instance, mq)
+                while offset < end:
+                    # Undecoded pulls (a dead letter is resent as stored, compressed body included);
+                    # no commit, no suspend.
+                    result = await _brokerapi.pull(
+                        self._instance,
+                        mq,
+                        TOOLS_CONSUMER_GROUP,
+                        subscription,
+                        offset,
+                        _PULL_BATCH,
+                        decode=False,
+                    )
+                    if result.status is PullStatus.NO_NEW_MSG:
+                        break
+                    if result.status is PullStatus.FOUND:
+                        yield decode_records(result.body)
+                    if result.next_begin_offset <= offset:
+                        break
+                    offset = result.next_begin_offset
 
     async def resent_copies(self, dead_letter: DecodedRecord) -> list[DecodedRecord]:
         """Copies of ``dead_letter`` that ``resend_dead_letter`` already put into its original
@@ -1212,7 +1224,8 @@ class AdminClient(Client):
             CLIENT_INNER_PRODUCER_GROUP,
             topic,
             encode_properties(props),
-            record.sys_flag,  # a compressed body is sent as it is stored
+            # A compressed body is sent as it is stored; the hosts are the receiving broker's to mark.
+            record.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG),
             record.flag,
             queue_id=queue_id,
         )

@@ -3,17 +3,20 @@ messages), plain forms that POST and redirect, and JSON for the charts.
 
 Everything shown passes through Jinja2's autoescaping: topic and group names, message properties
 and bodies come from clients. Actions check that a form was posted from the dashboard's own pages
-(the Origin header), so that another site open in the same browser cannot make them.
+(the Origin header), so that another site open in the same browser cannot make them, and every
+request must name the dashboard by one of its allowed host names (the Host header), so that a site
+whose name is made to resolve to the dashboard's address (DNS rebinding) is refused too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import functools
 import secrets
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
@@ -22,6 +25,8 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -51,6 +56,9 @@ MAX_MESSAGES = 100  # the most messages a search or a dead-letter list shows
 _PULL_BATCH = 32
 _COMPRESSED = 0x1  # MessageSysFlag.COMPRESSED_FLAG
 _FLASHES_KEPT = 100
+MAX_FORM_BYTES = 1 << 20  # the largest form a POST may carry
+# The most dead letters one click resends: they are read and resent a pull's batch at a time.
+MAX_RESEND = 1000
 
 
 class DashboardState:
@@ -197,11 +205,15 @@ def create_app(
     admin: AdminClient,
     producer_factory: Callable[[], Producer],
     *,
+    allowed_hosts: Collection[str],
     sample_interval_s: float = DEFAULT_INTERVAL_S,
 ) -> Starlette:
     """The dashboard for the cluster ``admin`` (started) talks to. ``producer_factory`` makes the
-    producer that sends test messages, when one is first sent. The charts' samples are taken while
-    ``app.state.dashboard.sampler.run()`` runs (:func:`cometmq.dashboard.start_dashboard` runs it)."""
+    producer that sends test messages, when one is first sent. Requests must name one of
+    ``allowed_hosts`` in their Host header (and a posted form's Origin one of them too). The charts'
+    samples are taken while ``app.state.dashboard.sampler.run()`` runs
+    (:func:`cometmq.dashboard.start_dashboard` runs it)."""
+    allowed = frozenset(name.lower() for name in allowed_hosts)
     state = DashboardState(admin, producer_factory, sample_interval_s)
     env = _templates()
 
@@ -238,7 +250,7 @@ def create_app(
 
         @functools.wraps(gather)
         async def endpoint(request: Request) -> Response:
-            _check_origin(request)
+            _check_origin(request, allowed)
             form = await _form(request)
             back = str(form.get("back") or "/")
             if not back.startswith("/") or back.startswith("//"):
@@ -330,6 +342,12 @@ def create_app(
         name = request.path_params["topic"]
         queues = _int_field(form, "queues", 1)
         perm = _PERMS.get(str(form.get("perm") or "RW"), PERM_READ | PERM_WRITE)
+        route = await admin.topic_route(name)
+        fewer = any(queues < max(q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas)
+        taken = any(q.perm & (PERM_READ | PERM_WRITE) & ~perm for q in route.queue_datas)
+        if (fewer or taken) and form.get("confirm") != name:
+            what = "fewer queues" if fewer else "less permission"
+            raise CometMQError(f"type the topic's name ({name}) to give it {what}")
         await admin.create_topic(name, queues, perm=perm)
         return f"/topics/{_quote(name)}", f"topic {name} now has {queues} queues, {perm_text(perm)}"
 
@@ -411,12 +429,16 @@ def create_app(
         }
 
     async def group_lag(request: Request) -> Response:
-        series = state.sampler.group_lag.get(request.path_params["group"])
+        name = request.path_params["group"]
+        state.sampler.keep_following(name)  # its chart is open
+        series = state.sampler.group_lag.get(name)
         return JSONResponse(series.to_json() if series is not None else {"t": [], "lag": []})
 
     @action
     async def reset_offsets(form: FormData, request: Request) -> tuple[str, str]:
         name = request.path_params["group"]
+        if form.get("confirm") != name:
+            raise CometMQError(f"type the group's name ({name}) to reset its offsets")
         topic_name = _text_field(form, "topic")
         to = str(form.get("to") or "")
         if to in ("earliest", "latest"):
@@ -525,21 +547,29 @@ def create_app(
         wanted = str(form.get("id") or "")  # empty: every dead letter
         force = form.get("force") == "1"
         back = f"/dlq?{urlencode({'group': group_name})}"
-        records = await admin.dead_letters(group_name)
-        if wanted:
-            records = [rec for rec in records if rec.offset_msg_id == wanted]
-            if not records:
-                raise CometMQError(f"group {group_name} has no dead letter {wanted}")
-        resent = skipped = 0
-        for rec in records:
-            if not force and await admin.resent_copies(rec):
-                skipped += 1
-                continue
-            await admin.resend_dead_letter(rec)
-            resent += 1
-        notice = f"resent {resent} of {len(records)} dead letters of {group_name}"
+        looked_at = resent = skipped = 0
+        async with contextlib.aclosing(admin.dead_letter_batches(group_name)) as batches:
+            async for batch in batches:
+                for rec in batch:
+                    if wanted and rec.offset_msg_id != wanted:
+                        continue
+                    if resent == MAX_RESEND:
+                        break
+                    looked_at += 1
+                    if not force and await admin.resent_copies(rec):
+                        skipped += 1
+                        continue
+                    await admin.resend_dead_letter(rec)
+                    resent += 1
+                if resent == MAX_RESEND or (wanted and looked_at):
+                    break
+        if wanted and not looked_at:
+            raise CometMQError(f"group {group_name} has no dead letter {wanted}")
+        notice = f"resent {resent} of {looked_at} dead letters of {group_name}"
         if skipped:
             notice += f", {skipped} skipped (resent before; tick 'again' to resend them too)"
+        if resent == MAX_RESEND:
+            notice += f"; one click resends {MAX_RESEND} at most: click again for the rest"
         return back, notice
 
     # message trace ------------------------------------------------------------------------------
@@ -583,7 +613,9 @@ def create_app(
         Route("/trace", trace),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(
+        routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=sorted(allowed))]
+    )
     app.state.dashboard = state
     return app
 
@@ -600,22 +632,42 @@ def _error_text(exc: BaseException) -> str:
 
 async def _form(request: Request) -> FormData:
     """The fields of a posted form. The pages' forms are all URL-encoded (no file uploads), which the
-    standard library reads; Starlette's own form parser would need python-multipart."""
+    standard library reads; Starlette's own form parser would need python-multipart. A body over
+    MAX_FORM_BYTES is refused, and not read further than that."""
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
         raise HTTPException(415, "a dashboard form is posted as application/x-www-form-urlencoded")
+    too_large = HTTPException(413, f"a dashboard form is at most {MAX_FORM_BYTES} bytes")
+    declared = request.headers.get("content-length", "0")
+    if not declared.isdigit() or int(declared) > MAX_FORM_BYTES:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise too_large
     try:
-        text = (await request.body()).decode("utf-8")
+        text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise HTTPException(400, "a form's fields must be UTF-8") from None
     fields: list[tuple[str, str | UploadFile]] = list(parse_qsl(text, keep_blank_values=True))
     return FormData(fields)
 
 
-def _check_origin(request: Request) -> None:
+def _check_origin(request: Request, allowed_hosts: frozenset[str]) -> None:
     """Refuse a form posted from another site: browsers send the posting page's Origin (else its
-    Referer) with every form; a request with neither comes from no browser (curl, a script)."""
+    Referer) with every form, which must name an allowed host and the port served; a request with
+    neither comes from no browser (curl, a script)."""
     origin = request.headers.get("origin") or request.headers.get("referer")
-    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+    if origin is None:
+        return
+    try:
+        posted_from = urlsplit(origin)
+        host = posted_from.hostname or ""
+        named = f"[{host}]" if ":" in host else host  # an IPv6 address is allowed in brackets
+        from_here = named in allowed_hosts and posted_from.port == request.url.port
+    except ValueError:  # not a URL, or a port out of range
+        from_here = False
+    if not from_here:
         raise HTTPException(403, "a form of the dashboard must be posted from the dashboard")
 
 
