@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from metrics_support import scrape, value
+from prometheus_client.exposition import generate_latest
 
 from _support import (  # isort: skip (put on the path by metrics_support)
     broker_and_client,
@@ -22,6 +26,7 @@ from _support import (  # isort: skip (put on the path by metrics_support)
 )
 from cometmq.broker import Broker, BrokerConfig
 from cometmq.metrics import MetricsExporterType
+from cometmq.metrics import _app as metrics_app_module
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
 from cometmq.remoting import RemotingClient
@@ -283,5 +288,25 @@ def test_replication_lag_is_given_by_the_master_per_slave_and_by_the_slave(tmp_p
                 assert slave.metrics_endpoint is not None
                 (seen,) = (await scrape(slave.metrics_endpoint.url))["rocketmq_replication_lag_bytes"]
                 assert seen.labels["peer"] == f"127.0.0.1:{master.ha_port}"
+
+    run(scenario())
+
+
+def test_a_scrape_writes_its_text_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    writers: list[int] = []
+
+    def recording(registry: Any) -> bytes:
+        writers.append(threading.get_ident())
+        return generate_latest(registry)
+
+    monkeypatch.setattr(metrics_app_module, "generate_latest", recording)
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, **PROM) as (broker, addr, client):
+            assert broker.metrics_endpoint is not None
+            await send(client, addr, "Written", b"m")
+            families = await scrape(broker.metrics_endpoint.url)
+            assert value(families["rocketmq_messages_in"], **COMMON, topic="Written") == 1
+            assert writers and threading.get_ident() not in writers
 
     run(scenario())
