@@ -47,7 +47,18 @@ def _start_standalone(data_dir: Path, *flags: str) -> tuple[subprocess.Popen[str
     """A standalone server; its NameServer address and metrics URL (None: metrics off)."""
     data_dir.mkdir(parents=True)
     log = (data_dir.parent / "standalone.log").open("w")
-    args = ["standalone", "--data-dir", str(data_dir), "--namesrv-port", "0", "--broker-port", "0", *flags]
+    # Without the dashboard: it is not what is measured, and its fixed default port may be taken.
+    args = [
+        "standalone",
+        "--data-dir",
+        str(data_dir),
+        "--namesrv-port",
+        "0",
+        "--broker-port",
+        "0",
+        "--no-dashboard",
+        *flags,
+    ]
     server = subprocess.Popen([*COMMAND, *args], stdout=subprocess.PIPE, stderr=log, text=True)
     assert server.stdout is not None
     for line in server.stdout:

@@ -3,11 +3,16 @@ labels, the values they should have, and the rpc-latency histogram."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from metrics_support import scrape, value
+from prometheus_client.exposition import generate_latest
 
 from _support import (  # isort: skip (put on the path by metrics_support)
     broker_and_client,
@@ -21,6 +26,7 @@ from _support import (  # isort: skip (put on the path by metrics_support)
 )
 from cometmq.broker import Broker, BrokerConfig
 from cometmq.metrics import MetricsExporterType
+from cometmq.metrics import _app as metrics_app_module
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
 from cometmq.remoting import RemotingClient
@@ -99,31 +105,100 @@ def test_rpc_latency_is_a_histogram_by_request_and_response_code(tmp_path: Path)
             # A request refused: its own series, by its response code.
             missing = RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "Timed"})
             refused = await client.invoke(addr, missing)
-            assert refused.code != ResponseCode.SUCCESS
-            # A pull held until its deadline is answered later, and counted then.
+            assert refused.code == ResponseCode.SYSTEM_ERROR
+            # A pull answered at once, and one held until its deadline (answered later, counted then,
+            # in a series of its own).
+            found, _ = await pull(client, addr, "Timed", 0, 0)
+            assert found.code == ResponseCode.SUCCESS
             held, _ = await pull(client, addr, "Timed", 0, 4, suspend_ms=100)
             assert held.code == ResponseCode.PULL_NOT_FOUND
 
             samples = (await scrape(broker.metrics_endpoint.url))["rocketmq_rpc_latency"]
 
-            def series(request_code: int, response_code: int) -> dict[str, float]:
-                labels = {**COMMON, "request_code": str(request_code), "response_code": str(response_code)}
+            def series(
+                request_code: str, response_code: str, long_polling: str = "false"
+            ) -> dict[str, float]:
+                labels = {
+                    **COMMON,
+                    "protocol_type": "remoting",
+                    "request_code": request_code,
+                    "response_code": response_code,
+                    "is_long_polling": long_polling,
+                    "result": "success",
+                }
                 return {
                     s.labels.get("le", s.name.rpartition("_")[2]): s.value
                     for s in samples
                     if all(s.labels.get(k) == v for k, v in labels.items())
                 }
 
-            sends = series(RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS)
+            sends = series("send_message_v2", "success")
             assert sends["count"] == sends["+Inf"] == 4
             bounds = ["1.0", "3.0", "5.0", "7.0", "10.0", "100.0", "1000.0", "2000.0", "3000.0", "+Inf"]
             cumulative = [sends[bound] for bound in bounds]
             assert cumulative == sorted(cumulative)  # each bucket holds the ones below it
             assert sends["sum"] > 0
-            assert series(RequestCode.GET_MAX_OFFSET, refused.code)["count"] == 1
-            pulls = series(RequestCode.PULL_MESSAGE, ResponseCode.PULL_NOT_FOUND)
+            assert series("get_max_offset", "system_error")["count"] == 1
+            assert series("pull_message", "success")["count"] == 1
+            assert series("pull_message", "pull_not_found") == {}
+            pulls = series("pull_message", "pull_not_found", long_polling="true")
             assert pulls["count"] == 1
             assert pulls["sum"] >= 100 * 0.5  # held for most of its 100 ms at least
+
+    run(scenario())
+
+
+def test_request_codes_the_broker_does_not_serve_share_one_row(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, **PROM) as (broker, addr, client):
+            assert broker.metrics_endpoint is not None
+            answers = await asyncio.gather(
+                *(client.invoke(addr, RemotingCommand(code=100_000 + i)) for i in range(300))
+            )
+            assert {answer.code for answer in answers} == {ResponseCode.REQUEST_CODE_NOT_SUPPORTED}
+            samples = (await scrape(broker.metrics_endpoint.url))["rocketmq_rpc_latency"]
+            counts = {
+                (s.labels["request_code"], s.labels["response_code"]): s.value
+                for s in samples
+                if s.name.endswith("_count")
+            }
+            assert counts == {("unknown", "request_code_not_supported"): 300}
+
+    run(scenario())
+
+
+def test_a_scrape_reads_a_lagging_queues_oldest_store_time_once_while_it_stays_the_oldest(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, **PROM) as (broker, addr, client):
+            assert broker.metrics_endpoint is not None
+            for i in range(3):
+                await send(client, addr, "Slow", b"m%d" % i)
+            for group in ("G1", "G2", "G3"):
+                assert (await client.invoke(addr, commit_request(group, "Slow", 0, 1))).code == 0
+            reads: list[tuple[str, int, int]] = []
+            store_time_at = broker.store.store_time_at
+
+            def counted(topic: str, queue_id: int, offset: int) -> int:
+                reads.append((topic, queue_id, offset))
+                return store_time_at(topic, queue_id, offset)
+
+            broker.store.store_time_at = counted  # type: ignore[method-assign]
+            first = await scrape(broker.metrics_endpoint.url)
+            assert reads == [("Slow", 0, 1)]  # three groups at the same offset: read once
+            second = await scrape(broker.metrics_endpoint.url)
+            assert reads == [("Slow", 0, 1)]  # nothing moved: not read again
+            lag = "rocketmq_consumer_lag_latency"
+            for group in ("G1", "G2", "G3"):
+                assert (
+                    value(second[lag], **COMMON, consumer_group=group)
+                    >= value(first[lag], **COMMON, consumer_group=group)
+                    > 0
+                )
+            assert (await client.invoke(addr, commit_request("G1", "Slow", 0, 2))).code == 0
+            await scrape(broker.metrics_endpoint.url)
+            assert reads == [("Slow", 0, 1), ("Slow", 0, 2)]
 
     run(scenario())
 
@@ -167,9 +242,12 @@ def test_producer_and_consumer_connections_by_group_language_and_mode(tmp_path: 
             assert answer.code == ResponseCode.SUCCESS, answer.remark
             families = await scrape(broker.metrics_endpoint.url)
             producers = families["rocketmq_producer_connections"]
-            assert value(producers, **COMMON, language="python") == 1
+            client_labels = {"version": "v4_9_8", "protocol_type": "remoting"}  # MQVersion's name of 409
+            assert value(producers, **COMMON, language="python", **client_labels) == 1
             consumers = families["rocketmq_consumer_connections"]
-            assert value(consumers, **COMMON, consumer_group="Takers", consume_mode="pull") == 1
+            assert (
+                value(consumers, **COMMON, consumer_group="Takers", consume_mode="pull", **client_labels) == 1
+            )
 
     run(scenario())
 
@@ -210,5 +288,25 @@ def test_replication_lag_is_given_by_the_master_per_slave_and_by_the_slave(tmp_p
                 assert slave.metrics_endpoint is not None
                 (seen,) = (await scrape(slave.metrics_endpoint.url))["rocketmq_replication_lag_bytes"]
                 assert seen.labels["peer"] == f"127.0.0.1:{master.ha_port}"
+
+    run(scenario())
+
+
+def test_a_scrape_writes_its_text_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    writers: list[int] = []
+
+    def recording(registry: Any) -> bytes:
+        writers.append(threading.get_ident())
+        return generate_latest(registry)
+
+    monkeypatch.setattr(metrics_app_module, "generate_latest", recording)
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, **PROM) as (broker, addr, client):
+            assert broker.metrics_endpoint is not None
+            await send(client, addr, "Written", b"m")
+            families = await scrape(broker.metrics_endpoint.url)
+            assert value(families["rocketmq_messages_in"], **COMMON, topic="Written") == 1
+            assert writers and threading.get_ident() not in writers
 
     run(scenario())

@@ -20,7 +20,6 @@ from cometmq.errors import ConfigError
 from cometmq.metrics import MetricsExporterType
 from cometmq.namesrv import NameServer
 from cometmq.namesrv.config import NamesrvConfig
-from cometmq.protocol import RequestCode, ResponseCode
 from processes import TEST_BROKER_CONF, ServerProcess, broker_address, cometmq, start_standalone
 from waiting import wait_until_blocking
 
@@ -61,8 +60,8 @@ def test_a_name_server_counts_its_brokers_topics_and_requests(tmp_path: Path) ->
                 families["rocketmq_rpc_latency"],
                 "rocketmq_rpc_latency_count",
                 **common,
-                request_code=str(RequestCode.REGISTER_BROKER),
-                response_code=str(ResponseCode.SUCCESS),
+                request_code="register_broker",
+                response_code="success",
             )
             assert registrations >= 1
         finally:

@@ -12,7 +12,15 @@ from remoting_support import with_server
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError, RequestRefused
 from cometmq.protocol import MAX_FRAME_SIZE, FrameDecoder, RemotingCommand, ResponseCode, encode_bytes
 from cometmq.protocol.codes import ONEWAY_FLAG
-from cometmq.remoting import Connection, RemotingClient, RemotingServer
+from cometmq.remoting import (
+    RESULT_ONEWAY,
+    RESULT_SUCCESS,
+    RESULT_WRITE_CHANNEL_FAILED,
+    Connection,
+    RemotingClient,
+    RemotingServer,
+    transport,
+)
 from cometmq.remoting.transport import HandlerResult
 from waiting import wait_until
 
@@ -181,7 +189,7 @@ def test_closing_the_client_while_connecting_fails_the_waiters_with_a_connection
 
 
 def test_the_observer_hears_of_every_answered_request_once_when_its_answer_is_written() -> None:
-    observed: list[tuple[int, int, float]] = []
+    observed: list[tuple[int, int, float, bool, str]] = []
     held: list[tuple[Connection, RemotingCommand]] = []
 
     async def later(request: RemotingCommand) -> RemotingCommand:
@@ -193,29 +201,99 @@ def test_the_observer_hears_of_every_answered_request_once_when_its_answer_is_wr
             return request.response()  # at once
         if request.code == 2:
             return later(request)  # from a task
-        held.append((conn, request))  # answered later by whoever holds it, or never
+        if request.code == 5:
+            return request.response()  # to a oneway request: not written, observed as "oneway"
+        if request.code == 4:
+            conn.answer_later(request, long_polling=True)  # a held pull, answered by whoever holds it
+        held.append((conn, request))  # code 3: never answered, and not observed
         return None
 
-    def observer(request_code: int, response_code: int, seconds: float) -> None:
-        observed.append((request_code, response_code, seconds))
+    def observer(
+        request_code: int, response_code: int, seconds: float, long_polling: bool, result: str
+    ) -> None:
+        observed.append((request_code, response_code, seconds, long_polling, result))
 
     async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
         assert (await client.invoke(addr, RemotingCommand(code=1))).code == ResponseCode.SUCCESS
         assert (await client.invoke(addr, RemotingCommand(code=2))).code == ResponseCode.SYSTEM_BUSY
         conn = await client.connection(addr)
-        conn.invoke_oneway(RemotingCommand(code=3))  # never answered: not observed
+        conn.invoke_oneway(RemotingCommand(code=3))
+        conn.invoke_oneway(RemotingCommand(code=5))
         answer = asyncio.ensure_future(client.invoke(addr, RemotingCommand(code=4)))
         await wait_until(lambda: len(held) == 2, message="both unanswered requests held")
         server_conn, request = held[1]
+        assert len(server_conn._arrived) == 1  # the held one only: the unanswered oneway is forgotten
         server_conn.reply(request, request.response(ResponseCode.PULL_NOT_FOUND))
         assert (await answer).code == ResponseCode.PULL_NOT_FOUND
-        assert [(code, response) for code, response, _ in observed] == [
-            (1, ResponseCode.SUCCESS),
-            (2, ResponseCode.SYSTEM_BUSY),
-            (4, ResponseCode.PULL_NOT_FOUND),
+        assert [(code, response, polling, result) for code, response, _, polling, result in observed] == [
+            (1, ResponseCode.SUCCESS, False, RESULT_SUCCESS),
+            (2, ResponseCode.SYSTEM_BUSY, False, RESULT_SUCCESS),
+            (5, ResponseCode.SUCCESS, False, RESULT_ONEWAY),
+            (4, ResponseCode.PULL_NOT_FOUND, True, RESULT_SUCCESS),
         ]
-        assert all(seconds >= 0 for _, _, seconds in observed)
-        assert server_conn._arrived == {}  # nothing kept for the oneway request or the answered ones
+        assert all(seconds >= 0 for _, _, seconds, _, _ in observed)
+        assert server_conn._arrived == {} and server_conn._answered_later == {}
+
+    with_server(handler, scenario, observer=observer)
+
+
+def test_an_answer_to_a_closed_connection_is_observed_as_a_failed_write() -> None:
+    observed: list[str] = []
+    held: list[tuple[Connection, RemotingCommand]] = []
+
+    def handler(conn: Connection, request: RemotingCommand) -> HandlerResult:
+        conn.answer_later(request)
+        held.append((conn, request))
+        return None
+
+    def observer(
+        request_code: int, response_code: int, seconds: float, long_polling: bool, result: str
+    ) -> None:
+        observed.append(result)
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        conn = await client.connection(addr)
+        asyncio.ensure_future(client.invoke(addr, RemotingCommand(code=1))).add_done_callback(
+            lambda future: future.exception()
+        )
+        await wait_until(lambda: held, message="the request held")
+        server_conn, request = held[0]
+        server_conn.close()
+        await conn.closed
+        server_conn.reply(request, request.response())
+        assert observed == [RESULT_WRITE_CHANNEL_FAILED]
+
+    with_server(handler, scenario, observer=observer)
+
+
+def test_requests_never_answered_do_not_stop_the_timing_of_later_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transport, "MAX_PENDING_REQUESTS_PER_CONNECTION", 4)
+    observed: list[int] = []
+    server_conns: list[Connection] = []
+
+    def handler(conn: Connection, request: RemotingCommand) -> HandlerResult:
+        server_conns.append(conn)
+        if request.code == 9:
+            conn.answer_later(request)  # and never answered
+            return None
+        return request.response()
+
+    def observer(
+        request_code: int, response_code: int, seconds: float, long_polling: bool, result: str
+    ) -> None:
+        observed.append(request_code)
+
+    async def scenario(server: RemotingServer, client: RemotingClient, addr: str) -> None:
+        conn = await client.connection(addr)
+        for _ in range(10):
+            conn.invoke_oneway(RemotingCommand(code=9))
+        await wait_until(lambda: len(server_conns) == 10, message="all held")
+        assert len(server_conns[0]._arrived) <= 4  # bounded
+        assert (await client.invoke(addr, RemotingCommand(code=1))).code == ResponseCode.SUCCESS
+        assert observed == [1]
+        assert len(server_conns[0]._arrived) <= 4
 
     with_server(handler, scenario, observer=observer)
 

@@ -306,6 +306,7 @@ class PullProcessor:
         def expire(held: HeldPull) -> None:
             conn.reply_with(request, lambda: found(held, read(held)[0]))
 
+        conn.answer_later(request, long_polling=True)
         held = broker.pull_holds.park(conn, topic, queue_id, offset, codes, answer, expire, hold_s)
         if needed >= 0:
             broker.pull_holds.wait_confirmed(held, needed)

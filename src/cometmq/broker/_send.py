@@ -492,6 +492,7 @@ class SendProcessor:
                     request, lambda: self._stored_reply(request, result, queue_id, flushed, replicated)
                 )
 
+        conn.answer_later(request)
         waiting.add_done_callback(answer)
         return None
 

@@ -255,6 +255,22 @@ class SettledHalves:
             self._base += full * 8
         return self.first_unsettled
 
+    def count_unsettled(self, start: int, end: int) -> int:
+        """How many offsets in [*start*, *end*) are not settled, without a step per offset: the bits
+        set in the bitmap's part of the range, and every offset past the bitmap."""
+        if end <= start:
+            return 0
+        base, bits = self._base, self._bits
+        start = max(start, base)
+        covered = base + len(bits) * 8
+        unsettled = max(0, end - max(start, covered))
+        first, last = start - base, min(end, covered) - base
+        if last > first:
+            window = int.from_bytes(bits[first >> 3 : (last + 7) >> 3], "little") >> (first & 7)
+            width = last - first
+            unsettled += width - (window & ((1 << width) - 1)).bit_count()
+        return unsettled
+
     def unsettled(self, start: int, end: int) -> Iterator[int]:
         """The offsets in [*start*, *end*) not settled when called, in order (whole settled bytes
         skipped in C). It reads a copy of the bitmap: the bitmap grows and shrinks while a round that

@@ -3,6 +3,7 @@ started inside the server's event loop (cometmq.webserver)."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 from collections.abc import Iterator
 
@@ -37,13 +38,26 @@ class _Merged:
         yield from families.values()
 
 
+class _Collected:
+    """Families already collected, as ``generate_latest`` reads a registry."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
 def metrics_app(registry: CollectorRegistry) -> Starlette:
     """An ASGI application answering ``GET /metrics`` with what *registry*'s collectors give now."""
     merged = _Merged(registry)
 
     async def metrics(request: Request) -> Response:
-        # On the event loop: the collectors read the servers' tables between two of their requests.
-        return Response(generate_latest(merged), media_type=CONTENT_TYPE_LATEST)
+        # Collected on the event loop: the collectors read the servers' tables between two of their
+        # requests. Written out as text in a thread: for thousands of series the text takes several
+        # times as long as the reading, and the families are copies the loop no longer touches.
+        families = _Collected(list(merged.collect()))
+        return Response(await asyncio.to_thread(generate_latest, families), media_type=CONTENT_TYPE_LATEST)
 
     return Starlette(routes=[Route("/metrics", metrics)])
 

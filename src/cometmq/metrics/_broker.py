@@ -12,6 +12,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from cometmq.metrics._latency import RpcLatency
+from cometmq.metrics._versions import version_name
 from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX, TRANS_HALF_TOPIC, is_system_topic
 
 if TYPE_CHECKING:
@@ -30,6 +31,10 @@ class BrokerMetrics(Collector):
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self.rpc_latency = RpcLatency()
+        # (topic, queue, offset) -> the store time of that message, from the last scrape: a lagging
+        # group's oldest unconsumed message is the same one scrape after scrape, and its store time
+        # costs a consume-queue and a commit-log read.
+        self._store_times: dict[tuple[str, int, int], int] = {}
 
     def collect(self) -> Iterator[Metric]:
         broker = self._broker
@@ -92,6 +97,10 @@ class BrokerMetrics(Collector):
             "Messages pulled by a consumer group but not yet committed",
             labels=labels,
         )
+        # Each queue's bounds are read once per scrape however many groups consume it.
+        bounds: dict[tuple[str, int], tuple[int, int]] = {}
+        cached_times = self._store_times
+        store_times: dict[tuple[str, int, int], int] = {}
         for key, queues in list(broker.offsets.offsets.items()):
             topic, _, group = key.partition("@")
             if broker.topics.get(topic) is None:
@@ -101,12 +110,23 @@ class BrokerMetrics(Collector):
             for queue_id, committed in list(queues.items()):
                 if committed < 0:
                     continue
-                end = store.max_offset(topic, queue_id)
+                queue = (topic, queue_id)
+                bound = bounds.get(queue)
+                if bound is None:
+                    bound = bounds[queue] = (
+                        store.min_offset(topic, queue_id),
+                        store.max_offset(topic, queue_id),
+                    )
+                start, end = bound
                 if end > committed:
                     behind += end - committed
-                    stamp = store.store_time_at(
-                        topic, queue_id, max(committed, store.min_offset(topic, queue_id))
-                    )
+                    at = (topic, queue_id, max(committed, start))
+                    stamp = store_times.get(at)
+                    if stamp is None:
+                        stamp = cached_times.get(at)
+                        if stamp is None:
+                            stamp = store.store_time_at(*at)
+                        store_times[at] = stamp
                     if stamp > 0 and (oldest == 0 or stamp < oldest):
                         oldest = stamp
                 in_flight += max(0, pulled.get((group, topic, queue_id), committed) - committed)
@@ -120,6 +140,7 @@ class BrokerMetrics(Collector):
             lag.add_metric(values, behind)
             latency.add_metric(values, max(0, now_ms - oldest) if oldest else 0)
             inflight.add_metric(values, in_flight)
+        self._store_times = store_times  # only what this scrape used: the cache cannot outgrow the table
         yield from (lag, latency, inflight)
 
     def _clients(self, common: list[str]) -> Iterator[Metric]:
@@ -127,29 +148,29 @@ class BrokerMetrics(Collector):
         producers: dict[tuple[str, str], int] = {}
         for channels in broker.producers.groups.values():
             for channel in channels.values():
-                client = (channel.language.lower(), str(channel.version))
+                client = (channel.language.lower(), version_name(channel.version))
                 producers[client] = producers.get(client, 0) + 1
         family = GaugeMetricFamily(
             "rocketmq_producer_connections",
             "Producer connections, by client language and version",
-            labels=[*COMMON_LABELS, "language", "version"],
+            labels=[*COMMON_LABELS, "language", "version", "protocol_type"],
         )
         for (language, version), count in sorted(producers.items()):
-            family.add_metric([*common, language, version], count)
+            family.add_metric([*common, language, version, "remoting"], count)
         yield family
         consumers: dict[tuple[str, str, str, str], int] = {}
         for group, info in broker.consumers.groups.items():
             mode = "push" if info.consume_type == "CONSUME_PASSIVELY" else "pull"
             for channel in info.channels.values():
-                key = (group, channel.language.lower(), str(channel.version), mode)
+                key = (group, channel.language.lower(), version_name(channel.version), mode)
                 consumers[key] = consumers.get(key, 0) + 1
         family = GaugeMetricFamily(
             "rocketmq_consumer_connections",
             "Consumer connections, by consumer group, client language and version, and consume mode",
-            labels=[*COMMON_LABELS, "consumer_group", "language", "version", "consume_mode"],
+            labels=[*COMMON_LABELS, "consumer_group", "language", "version", "consume_mode", "protocol_type"],
         )
         for (group, language, version, mode), count in sorted(consumers.items()):
-            family.add_metric([*common, group, language, version, mode], count)
+            family.add_metric([*common, group, language, version, mode, "remoting"], count)
         yield family
         yield _gauge("rocketmq_topic_number", "Topics on the broker", common, len(broker.topics.topics))
         yield _gauge(
@@ -183,7 +204,7 @@ class BrokerMetrics(Collector):
         transactions = broker.transactions
         half_end = store.max_offset(TRANS_HALF_TOPIC, 0)
         settled = transactions.settled
-        half = sum(1 for _ in settled.unsettled(settled.first_unsettled, half_end)) if half_end else 0
+        half = settled.count_unsettled(settled.first_unsettled, half_end)
         yield _gauge(
             "rocketmq_half_messages",
             "Transactional half messages neither committed nor rolled back",

@@ -3,6 +3,9 @@
 from cometmq.remoting.busypoll import BusyPoller
 from cometmq.remoting.transport import (
     DEFAULT_MAX_PARTIAL_FRAME_BYTES,
+    RESULT_ONEWAY,
+    RESULT_SUCCESS,
+    RESULT_WRITE_CHANNEL_FAILED,
     Connection,
     Dispatcher,
     PeerLogLimit,
@@ -18,6 +21,9 @@ from cometmq.remoting.transport import (
 
 __all__ = [
     "DEFAULT_MAX_PARTIAL_FRAME_BYTES",
+    "RESULT_ONEWAY",
+    "RESULT_SUCCESS",
+    "RESULT_WRITE_CHANNEL_FAILED",
     "BusyPoller",
     "Connection",
     "Dispatcher",

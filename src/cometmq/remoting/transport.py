@@ -54,9 +54,15 @@ RequestGate = Callable[["Connection", RemotingCommand], RemotingCommand | None]
 # What signs the requests a client sends (cometmq.auth.sign with the client's credentials).
 RequestSigner = Callable[[RemotingCommand], None]
 
-# What a server tells of each request it answered: the request code, the response code, and the seconds
-# from the request's arrival to its answer being written (the rpc-latency metric, cometmq.metrics).
-RequestObserver = Callable[[int, int, float], None]
+# What a server tells of each request it answered: the request code, the response code, the seconds
+# from the request's arrival to its answer being written, whether the answer was held for messages to
+# arrive (a long-polling pull), and the outcome of writing it: RESULT_SUCCESS, RESULT_ONEWAY (a oneway
+# request's answer, not written) or RESULT_WRITE_CHANNEL_FAILED (the rpc-latency metric,
+# cometmq.metrics, with RocketMQ 5's result names).
+RequestObserver = Callable[[int, int, float, bool, str], None]
+RESULT_SUCCESS: Final = "success"
+RESULT_ONEWAY: Final = "oneway"
+RESULT_WRITE_CHANNEL_FAILED: Final = "write_channel_failed"
 
 # Requests in flight on one connection before the server answers SYSTEM_BUSY instead of queueing more.
 MAX_PENDING_REQUESTS_PER_CONNECTION = 65536
@@ -146,7 +152,11 @@ class Connection(asyncio.BufferedProtocol):
         self._handler = handler
         # None: requests are not timed (no clock read, nothing kept per request).
         self._observer = observer
-        self._arrived: dict[int, float] = {}  # id(request) → perf_counter() at arrival, while observed
+        # While observed: id(request) → (the request, perf_counter() at its arrival). Holding the request
+        # keeps its id from being reused by another while the entry lives.
+        self._arrived: dict[int, tuple[RemotingCommand, float]] = {}
+        # id(request) → whether it is a held pull, for the requests a handler answers later by itself.
+        self._answered_later: dict[int, bool] = {}
         self._decoder = FrameDecoder(read_buffer)
         self._poller = poller  # None: the loop sleeps between reads as usual (busypoll.py)
         self._transport: asyncio.Transport | None = None
@@ -242,14 +252,15 @@ class Connection(asyncio.BufferedProtocol):
         self.version = request.version
         if self._handler is None:
             return
-        # Bounded: a request a handler never answers (None, and no answer later) stays until the
-        # connection closes.
-        if (
-            self._observer is not None
-            and not request.is_oneway
-            and len(self._arrived) < MAX_PENDING_REQUESTS_PER_CONNECTION
-        ):
-            self._arrived[id(request)] = time.perf_counter()
+        if self._observer is not None:
+            arrived = self._arrived
+            if len(arrived) >= MAX_PENDING_REQUESTS_PER_CONNECTION:
+                # Only requests answered later are left unanswered this long: forget the oldest (its
+                # answer goes untimed) so that those arriving now are still timed.
+                oldest = next(iter(arrived))
+                del arrived[oldest]
+                self._answered_later.pop(oldest, None)
+            arrived[id(request)] = (request, time.perf_counter())
         if len(self._tasks) >= MAX_PENDING_REQUESTS_PER_CONNECTION:
             self.reply(request, request.response(ResponseCode.SYSTEM_BUSY, "[OVERLOAD] too many requests"))
             return
@@ -277,24 +288,43 @@ class Connection(asyncio.BufferedProtocol):
     def reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         """Answer *request* with *response*, as the dispatcher answers what a handler returns; for a
         handler that answers later by itself (a held pull answered on a message's arrival)."""
-        if self._observer is not None:
-            self._observe(request, response)
         # The oneway bit is only a hint (C++ never sets it on the wire), so answer unless it is set.
         if response is None or request.is_oneway:
+            if self._observer is not None:
+                self._observe(request, response, RESULT_ONEWAY)
             return
         try:
             self.send(response)
         except ProtocolError as exc:  # e.g. a response over the frame limit: say so instead
             log.error("cannot encode the response to request code %d: %s", request.code, exc)
             self.send(request.response(ResponseCode.SYSTEM_ERROR, f"the response cannot be sent: {exc}"))
-
-    def _observe(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
-        if response is None:  # answered later by the handler (a held pull), or never
+            if self._observer is not None:
+                self._observe(request, response, RESULT_WRITE_CHANNEL_FAILED)
             return
-        arrived = self._arrived.pop(id(request), None)
-        if arrived is not None:
-            assert self._observer is not None
-            self._observer(request.code, response.code, time.perf_counter() - arrived)
+        if self._observer is not None:
+            # send() drops what a closed connection is given.
+            self._observe(request, response, RESULT_SUCCESS if self.is_open else RESULT_WRITE_CHANNEL_FAILED)
+
+    def answer_later(self, request: RemotingCommand, *, long_polling: bool = False) -> None:
+        """Say that the handler answers *request* later by itself (``reply``) although it returns None
+        now, so that the answer is timed from the request's arrival; *long_polling*: the request is a
+        pull held until messages arrive (its own rpc-latency series)."""
+        if self._observer is not None and id(request) in self._arrived:
+            self._answered_later[id(request)] = long_polling
+
+    def _observe(self, request: RemotingCommand, response: RemotingCommand | None, result: str) -> None:
+        key = id(request)
+        entry = self._arrived.get(key)
+        if entry is None or entry[0] is not request:
+            return
+        if response is None:  # answered later (answer_later), or never: then forget it
+            if key not in self._answered_later:
+                del self._arrived[key]
+            return
+        del self._arrived[key]
+        long_polling = self._answered_later.pop(key, False)
+        assert self._observer is not None
+        self._observer(request.code, response.code, time.perf_counter() - entry[1], long_polling, result)
 
     def reply_error(self, request: RemotingCommand, exc: Exception) -> None:
         """Answer *request* with the error *exc*, as the dispatcher answers a handler that raised: a

@@ -32,6 +32,24 @@ def test_the_bitmap_agrees_with_a_set(start: int, settled: list[int], advance_at
     assert list(halves.unsettled(0, 350)) == [offset for offset in range(350) if offset not in model]
 
 
+@given(
+    start=st.integers(0, 100),
+    settled=st.lists(st.integers(0, 300), max_size=200),
+    advance=st.booleans(),
+    low=st.integers(0, 400),
+    high=st.integers(0, 400),
+)
+def test_counting_the_unsettled_agrees_with_listing_them(
+    start: int, settled: list[int], advance: bool, low: int, high: int
+) -> None:
+    halves = SettledHalves(start)
+    for offset in settled:
+        halves.add(offset)
+    if advance:
+        halves.advance()
+    assert halves.count_unsettled(low, high) == sum(1 for _ in halves.unsettled(low, high))
+
+
 def test_op_record_bodies_name_one_offset_or_several() -> None:
     assert list(op_offsets(b"7")) == [7]
     assert list(op_offsets(b"1,2,30")) == [1, 2, 30]
