@@ -101,6 +101,8 @@ def test_a_port_in_use_is_one_line_naming_the_flag(standalone: ServerProcess, tm
             "0",
             "--broker-port",
             "0",
+            "--metrics-port",
+            "0",  # never the default one, which a server beside the tests may hold
             "--dashboard-port",
             port,
             "--log-level",
