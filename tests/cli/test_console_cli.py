@@ -25,7 +25,7 @@ from cometmq.client.admin import ConsumeProgress
 from processes import COMMAND, ServerProcess, broker_address, cometmq, subprocess_env
 from waiting import next_millisecond, wait_until_blocking
 
-from .cli_support import assert_one_line_error, error_line, send
+from .cli_support import assert_one_line_error, create_topic, error_line, send
 
 SENT = re.compile(r"sent (\S+) to (\S+)@broker-a:(\d+) offset (\d+)")
 
@@ -34,11 +34,6 @@ def run_with_input(*args: str, stdin: bytes) -> subprocess.CompletedProcess[byte
     return subprocess.run(
         [*COMMAND, *args], input=stdin, capture_output=True, timeout=60, env=subprocess_env(), check=False
     )
-
-
-def create_topic(namesrv: str, topic: str, queues: int = 1) -> None:
-    created = cometmq("topic", "create", topic, "--queues", str(queues), "-n", namesrv)
-    assert created.returncode == 0, created.stderr
 
 
 def consume(namesrv: str, topic: str, *options: str) -> list[str]:
