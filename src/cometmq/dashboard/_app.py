@@ -33,6 +33,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cometmq.client import AdminClient, Message, MessageQueue, Producer, PullStatus
+from cometmq.client.message import SYSFLAG_COMPRESSED
 from cometmq.dashboard._history import DEFAULT_INTERVAL_S, Sampler
 from cometmq.errors import BrokerError, CometMQError, RecordError
 from cometmq.protocol import ResponseCode
@@ -47,14 +48,13 @@ from cometmq.protocol.naming import (
     topic_kind,
 )
 from cometmq.protocol.properties import decode_properties
-from cometmq.protocol.record import DecodedRecord, decode_host, decode_records, inflate_body
+from cometmq.protocol.record import DecodedRecord, decode_records, host_text, inflate_body
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.protocol.trace import trace_event
 
 _HERE = Path(__file__).parent
 MAX_MESSAGES = 100  # the most messages a search or a dead-letter list shows
 _PULL_BATCH = 32
-_COMPRESSED = 0x1  # MessageSysFlag.COMPRESSED_FLAG
 _FLASHES_KEPT = 100
 MAX_FORM_BYTES = 1 << 20  # the largest form a POST may carry
 # The most dead letters one click resends: they are read and resent a pull's batch at a time.
@@ -115,19 +115,11 @@ def format_time(ms: int | float | None) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S}.{int(ms) % 1000:03d}"
 
 
-def host_text(raw: bytes) -> str:
-    try:
-        ip, port = decode_host(raw)
-    except ValueError:
-        return raw.hex()
-    return f"{ip}:{port}" if ":" not in ip else f"[{ip}]:{port}"
-
-
 def body_text(rec: DecodedRecord) -> tuple[str, str]:
     """(what the body is, the body for display): UTF-8 text as it is, anything else as hex escapes; a
     compressed body inflated first."""
     body, note = rec.body, ""
-    if rec.sys_flag & _COMPRESSED:
+    if rec.sys_flag & SYSFLAG_COMPRESSED:
         try:
             body, note = inflate_body(rec.body), f"zlib-compressed, {len(rec.body)} bytes stored; "
         except RecordError:
