@@ -170,6 +170,11 @@ def _text_field(form: FormData, name: str) -> str:
 _PERMS = {"RW": PERM_READ | PERM_WRITE, "R": PERM_READ, "W": PERM_WRITE}
 
 
+def _perm_field(form: FormData) -> int:
+    """The topic permission a form's ``perm`` field names (RW, R, W); read and write when it names none."""
+    return _PERMS.get(str(form.get("perm") or "RW"), PERM_READ | PERM_WRITE)
+
+
 # the application ------------------------------------------------------------------------------
 
 
@@ -312,7 +317,7 @@ def create_app(
     async def create_topic(form: FormData, request: Request) -> tuple[str, str]:
         topic = _text_field(form, "topic")
         queues = _int_field(form, "queues", 1, 8)
-        perm = _PERMS.get(str(form.get("perm") or "RW"), PERM_READ | PERM_WRITE)
+        perm = _perm_field(form)
         brokers = await admin.create_topic(topic, queues, str(form.get("cluster") or "") or None, perm)
         where = ", ".join(b.broker_name for b in brokers)
         return f"/topics/{_quote(topic)}", f"topic {topic} created with {queues} queues on {where}"
@@ -333,7 +338,7 @@ def create_app(
     async def update_topic(form: FormData, request: Request) -> tuple[str, str]:
         name = request.path_params["topic"]
         queues = _int_field(form, "queues", 1)
-        perm = _PERMS.get(str(form.get("perm") or "RW"), PERM_READ | PERM_WRITE)
+        perm = _perm_field(form)
         route = await admin.topic_route(name)
         fewer = any(queues < max(q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas)
         taken = any(q.perm & (PERM_READ | PERM_WRITE) & ~perm for q in route.queue_datas)
