@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cometmq.client import AdminClient, Message
+from cometmq.client import AdminClient, Message, Producer, SendResult
 from cometmq.dashboard import Dashboard, start_dashboard
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.record import decode_offset_msg_id
@@ -94,6 +94,16 @@ async def send_to_dead_letters(cluster: LiveCluster, offset_msg_id: str, group: 
         assert response.code == ResponseCode.SUCCESS, response.remark
     finally:
         await client.close()
+
+
+def send(cluster: LiveCluster, *messages: Message) -> list[SendResult]:
+    """Send *messages* one after the other with a producer of the tests' own group."""
+
+    async def go() -> list[SendResult]:
+        async with Producer("PID_dashboard_test", cluster.namesrv) as producer:
+            return [await producer.send(msg) for msg in messages]
+
+    return cluster.run(go())
 
 
 def send_traced(cluster: LiveCluster, message: Message, producer_group: str, consumer_group: str) -> str:
