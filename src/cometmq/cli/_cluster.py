@@ -485,12 +485,12 @@ async def start_etcd(server: Server, args: argparse.Namespace) -> None:
     if not server.port:
         server.port = _free_port_pair(args.host)
     server.out_start = server.out_path.stat().st_size if server.out_path.exists() else 0
-    with server.out_path.open("ab") as log_file:
+    with server.out_path.open("ab") as out_file:
         server.process = await asyncio.create_subprocess_exec(
             *etcd_command(server, args),
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=log_file,
+            stdout=out_file,
+            stderr=out_file,
             process_group=0,
         )
     server.address = f"{args.host}:{server.port}"
