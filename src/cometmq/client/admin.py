@@ -64,6 +64,7 @@ from cometmq.protocol.naming import (
     PERM_READ,
     PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
+    TOOLS_CONSUMER_GROUP,
     TRACE_TOPIC,
     dlq_topic,
     group_name_error,
@@ -123,8 +124,6 @@ _RETRY_BOOKKEEPING = (
     "CONSUME_START_TIME",
 )
 _PULL_BATCH = 32
-# RocketMQ's tools group (MixAll.TOOLS_CONSUMER_GROUP): what reads a topic without consuming it.
-TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 
 
 @dataclass(slots=True)
