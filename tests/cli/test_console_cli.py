@@ -45,6 +45,17 @@ def consume(namesrv: str, topic: str, *options: str) -> list[str]:
     return lines
 
 
+def running_consume(namesrv: str, topic: str, *options: str) -> subprocess.Popen[str]:
+    """``cometmq message consume`` of ``topic`` started in the background, its output piped."""
+    return subprocess.Popen(
+        [*COMMAND, "message", "consume", "-t", topic, "-n", namesrv, *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
+
+
 def progress(namesrv: str, group: str) -> ConsumeProgress:
     async def ask() -> ConsumeProgress:
         async with AdminClient(namesrv) as admin:
@@ -179,24 +190,7 @@ def test_follow_prints_a_message_sent_after_it_started(standalone: tuple[ServerP
     create_topic(namesrv, "ConsoleFollow")
     addr = broker_address(server)
     send(addr, "ConsoleFollow", b"before")
-    proc = subprocess.Popen(
-        [
-            *COMMAND,
-            "message",
-            "consume",
-            "-t",
-            "ConsoleFollow",
-            "-g",
-            "GID_follow",
-            "--follow",
-            "-n",
-            namesrv,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=subprocess_env(),
-    )
+    proc = running_consume(namesrv, "ConsoleFollow", "-g", "GID_follow", "--follow")
     lines: list[str] = []
     assert proc.stdout is not None
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
@@ -224,10 +218,7 @@ def test_a_reader_that_goes_away_ends_the_read(standalone: tuple[ServerProcess, 
     create_topic(namesrv, "ConsoleHead")
     addr = broker_address(server)
     send(addr, "ConsoleHead", b"first")
-    args = ["message", "consume", "-t", "ConsoleHead", "--follow", "--from", "earliest", "-n", namesrv]
-    proc = subprocess.Popen(
-        [*COMMAND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env()
-    )
+    proc = running_consume(namesrv, "ConsoleHead", "--follow", "--from", "earliest")
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "first\n"
