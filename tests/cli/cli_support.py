@@ -1,4 +1,5 @@
-"""What the CLI tests share: raw requests to a broker, and checking a command's one-line error."""
+"""What the CLI tests share: raw requests to a broker, creating a topic, and checking a command's one-line
+error."""
 
 from __future__ import annotations
 
@@ -7,13 +8,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cometmq.protocol import RemotingCommand
+from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.remoting import RemotingClient
+from processes import cometmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
 from _support import pull_request, send_request
 
-__all__ = ["assert_one_line_error", "error_line", "invoke", "pull_request", "send"]
+__all__ = [
+    "assert_one_line_error",
+    "commit",
+    "create_topic",
+    "error_line",
+    "invoke",
+    "pull_request",
+    "send",
+]
 
 
 def invoke(addr: str, request: RemotingCommand) -> RemotingCommand:
@@ -34,6 +44,17 @@ def send(addr: str, topic: str, body: bytes, queue_id: int = 0, **props: str) ->
     response = invoke(addr, send_request(topic, body, queue_id, props, v2=False))
     assert response.code == 0, response.remark
     return response.ext_fields["msgId"]
+
+
+def commit(addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+    """Commit ``offset`` for ``group`` on one queue with UPDATE_CONSUMER_OFFSET, as a consumer would."""
+    fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
+    assert invoke(addr, RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=fields)).code == 0
+
+
+def create_topic(namesrv: str, topic: str, queues: int = 1) -> None:
+    created = cometmq("topic", "create", topic, "--queues", str(queues), "-n", namesrv)
+    assert created.returncode == 0, created.stderr
 
 
 def error_line(result: subprocess.CompletedProcess[str], status: int = 1) -> str:

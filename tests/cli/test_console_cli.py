@@ -25,7 +25,7 @@ from cometmq.client.admin import ConsumeProgress
 from processes import COMMAND, ServerProcess, broker_address, cometmq, subprocess_env
 from waiting import next_millisecond, wait_until_blocking
 
-from .cli_support import assert_one_line_error, error_line, send
+from .cli_support import assert_one_line_error, create_topic, error_line, send
 
 SENT = re.compile(r"sent (\S+) to (\S+)@broker-a:(\d+) offset (\d+)")
 
@@ -36,11 +36,6 @@ def run_with_input(*args: str, stdin: bytes) -> subprocess.CompletedProcess[byte
     )
 
 
-def create_topic(namesrv: str, topic: str, queues: int = 1) -> None:
-    created = cometmq("topic", "create", topic, "--queues", str(queues), "-n", namesrv)
-    assert created.returncode == 0, created.stderr
-
-
 def consume(namesrv: str, topic: str, *options: str) -> list[str]:
     """The lines a consume without --follow printed; checks its summary on stderr."""
     result = cometmq("message", "consume", "-t", topic, "-n", namesrv, *options)
@@ -48,6 +43,17 @@ def consume(namesrv: str, topic: str, *options: str) -> list[str]:
     lines = result.stdout.splitlines()
     assert result.stderr.splitlines()[-1] == f"printed {len(lines)} message{'' if len(lines) == 1 else 's'}"
     return lines
+
+
+def running_consume(namesrv: str, topic: str, *options: str) -> subprocess.Popen[str]:
+    """``cometmq message consume`` of ``topic`` started in the background, its output piped."""
+    return subprocess.Popen(
+        [*COMMAND, "message", "consume", "-t", topic, "-n", namesrv, *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
 
 
 def progress(namesrv: str, group: str) -> ConsumeProgress:
@@ -184,24 +190,7 @@ def test_follow_prints_a_message_sent_after_it_started(standalone: tuple[ServerP
     create_topic(namesrv, "ConsoleFollow")
     addr = broker_address(server)
     send(addr, "ConsoleFollow", b"before")
-    proc = subprocess.Popen(
-        [
-            *COMMAND,
-            "message",
-            "consume",
-            "-t",
-            "ConsoleFollow",
-            "-g",
-            "GID_follow",
-            "--follow",
-            "-n",
-            namesrv,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=subprocess_env(),
-    )
+    proc = running_consume(namesrv, "ConsoleFollow", "-g", "GID_follow", "--follow")
     lines: list[str] = []
     assert proc.stdout is not None
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
@@ -229,10 +218,7 @@ def test_a_reader_that_goes_away_ends_the_read(standalone: tuple[ServerProcess, 
     create_topic(namesrv, "ConsoleHead")
     addr = broker_address(server)
     send(addr, "ConsoleHead", b"first")
-    args = ["message", "consume", "-t", "ConsoleHead", "--follow", "--from", "earliest", "-n", namesrv]
-    proc = subprocess.Popen(
-        [*COMMAND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env()
-    )
+    proc = running_consume(namesrv, "ConsoleHead", "--follow", "--from", "earliest")
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "first\n"

@@ -15,21 +15,11 @@ from cometmq.remoting import Connection, RemotingClient
 from processes import COMMAND, ServerProcess, broker_address, cometmq, subprocess_env
 from waiting import next_millisecond, wait_until
 
-from .cli_support import error_line, invoke, send
+from .cli_support import commit, create_topic, error_line, send
 
 
 def group(namesrv: str, *args: str) -> subprocess.CompletedProcess[str]:
     return cometmq("group", *args, "-n", namesrv)
-
-
-def commit(addr: str, group_name: str, topic: str, queue_id: int, offset: int) -> None:
-    fields = {
-        "consumerGroup": group_name,
-        "topic": topic,
-        "queueId": str(queue_id),
-        "commitOffset": str(offset),
-    }
-    assert invoke(addr, RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=fields)).code == 0
 
 
 CONSUMER_ID = "7-127.0.0.1@cli"
@@ -140,7 +130,7 @@ def test_create_list_update_delete(cluster: dict[str, str]) -> None:
 
 def test_progress_shows_offsets_lag_and_last_consume_time(cluster: dict[str, str]) -> None:
     namesrv, addr = cluster["namesrv"], cluster["addr"]
-    assert cometmq("topic", "create", "Prog", "--queues", "2", "-n", namesrv).returncode == 0
+    create_topic(namesrv, "Prog", 2)
     for i in range(4):
         send(addr, "Prog", f"p{i}".encode(), queue_id=0)
     send(addr, "Prog", b"q", queue_id=1)
@@ -169,7 +159,7 @@ def test_progress_shows_offsets_lag_and_last_consume_time(cluster: dict[str, str
 
 def test_reset_moves_offsets_and_tells_online_consumers(cluster: dict[str, str]) -> None:
     namesrv, addr = cluster["namesrv"], cluster["addr"]
-    assert cometmq("topic", "create", "Rst", "--queues", "1", "-n", namesrv).returncode == 0
+    create_topic(namesrv, "Rst")
     send(addr, "Rst", b"r0")
     send(addr, "Rst", b"r1")
     cut = next_millisecond()

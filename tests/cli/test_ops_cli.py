@@ -13,18 +13,13 @@ from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.remoting import RemotingClient
 from processes import ServerProcess, broker_address, cometmq
 
-from .cli_support import error_line, invoke, pull_request, send
+from .cli_support import commit, create_topic, error_line, invoke, pull_request, send
 
 
 @pytest.fixture(scope="module")
 def cluster(standalone: tuple[ServerProcess, str]) -> dict[str, str]:
     server, namesrv = standalone
     return {"namesrv": namesrv, "addr": broker_address(server)}
-
-
-def commit(addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
-    fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
-    assert invoke(addr, RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=fields)).code == 0
 
 
 def test_config_get_prints_broker_conf_lines_and_set_changes_one(cluster: dict[str, str]) -> None:
@@ -57,7 +52,7 @@ def test_config_set_of_a_key_fixed_at_start_is_a_one_line_error_naming_it(cluste
 
 def test_producer_connections_shows_a_group_s_producers(cluster: dict[str, str]) -> None:
     namesrv, addr = cluster["namesrv"], cluster["addr"]
-    assert cometmq("topic", "create", "OpsSent", "--queues", "1", "-n", namesrv).returncode == 0
+    create_topic(namesrv, "OpsSent")
 
     async def go() -> subprocess.CompletedProcess[str]:
         producer = RemotingClient()
@@ -83,7 +78,7 @@ def test_producer_connections_shows_a_group_s_producers(cluster: dict[str, str])
 
 def test_clone_offsets_gives_a_group_the_offsets_of_another(cluster: dict[str, str]) -> None:
     namesrv, addr = cluster["namesrv"], cluster["addr"]
-    assert cometmq("topic", "create", "OpsCloned", "--queues", "1", "-n", namesrv).returncode == 0
+    create_topic(namesrv, "OpsCloned")
     for i in range(5):
         send(addr, "OpsCloned", f"c{i}".encode())
     commit(addr, "GID_from", "OpsCloned", 0, 4)
@@ -96,7 +91,7 @@ def test_clone_offsets_gives_a_group_the_offsets_of_another(cluster: dict[str, s
 
 def test_stats_shows_rates_and_today_s_counts_per_topic_and_group(cluster: dict[str, str]) -> None:
     namesrv, addr = cluster["namesrv"], cluster["addr"]
-    assert cometmq("topic", "create", "OpsCounted", "--queues", "1", "-n", namesrv).returncode == 0
+    create_topic(namesrv, "OpsCounted")
     for i in range(3):
         send(addr, "OpsCounted", f"s{i}".encode())
     pulled = invoke(addr, pull_request("OpsCounted", 0, 0, group="GID_counted"))
@@ -119,7 +114,7 @@ def test_stats_shows_rates_and_today_s_counts_per_topic_and_group(cluster: dict[
 
 def test_broker_consume_stats_prints_each_group_s_lag_and_the_total(cluster: dict[str, str]) -> None:
     namesrv, addr = cluster["namesrv"], cluster["addr"]
-    assert cometmq("topic", "create", "OpsBehind", "--queues", "1", "-n", namesrv).returncode == 0
+    create_topic(namesrv, "OpsBehind")
     for i in range(4):
         send(addr, "OpsBehind", f"b{i}".encode())
     commit(addr, "GID_behind", "OpsBehind", 0, 1)

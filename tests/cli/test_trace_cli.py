@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from cometmq.client import AdminClient, LitePullConsumer, Message, Producer, ReceivedMessage
+from cometmq.client import AdminClient, Message, Producer
 from processes import ServerProcess, broker_address, cometmq
+from traced_messages import send_and_consume_traced
 from waiting import wait_until
 
 from .cli_support import assert_one_line_error
@@ -22,23 +23,10 @@ async def has_records(admin: AdminClient, msg_id: str, count: int) -> bool:
 def traced(standalone: tuple[ServerProcess, str]) -> dict[str, str]:
     """A message sent and consumed with tracing on, once all its trace records are stored."""
     server, namesrv = standalone
-
-    async def go() -> str:
-        async with Producer("PID_cli_traced", namesrv, trace=True) as producer:
-            sent = await producer.send(Message("CliTraced", b"hello", tags="greeting", keys="k-1"))
-        consumer = LitePullConsumer("GID_cli_traced", namesrv, consume_from="first", trace=True)
-        consumer.subscribe("CliTraced")
-        async with consumer:
-            polled: list[ReceivedMessage] = []
-            while not polled:
-                polled = await consumer.poll(1.0)
-        async with AdminClient(namesrv) as admin:
-            await wait_until(
-                lambda: has_records(admin, sent.msg_id, 3), message=f"the 3 trace records of {sent.msg_id}"
-            )
-        return sent.msg_id
-
-    msg_id = asyncio.run(asyncio.wait_for(go(), 60))
+    message = Message("CliTraced", b"hello", tags="greeting", keys="k-1")
+    msg_id = asyncio.run(
+        asyncio.wait_for(send_and_consume_traced(namesrv, message, "PID_cli_traced", "GID_cli_traced"), 60)
+    )
     return {"msg_id": msg_id, "namesrv": namesrv, "broker": broker_address(server)}
 
 

@@ -31,6 +31,7 @@ from cometmq.protocol.naming import TRACE_TOPIC
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.trace import MessageType, TraceBean, TraceContext, TraceType
 from processes import TEST_BROKER_CONF, ServerProcess, broker_address, start_standalone
+from traced_messages import poll_until_some
 from waiting import wait_until
 
 
@@ -155,9 +156,7 @@ def test_messages_a_lite_pull_consumer_polls_are_traced(namesrv: str) -> None:
         consumer = LitePullConsumer("GID_lite_traced", namesrv, consume_from="first", trace=True)
         consumer.subscribe("TracedLite")
         async with consumer:
-            polled: list[ReceivedMessage] = []
-            while not polled:
-                polled = await consumer.poll(1.0)
+            await poll_until_some(consumer)
         trace = await records(namesrv, sent.msg_id, TraceType.SubBefore, TraceType.SubAfter)
         assert [ctx.trace_type for ctx in trace] == [TraceType.SubBefore, TraceType.SubAfter]
         assert trace[1].success and trace[1].group_name == "GID_lite_traced"
@@ -272,9 +271,7 @@ def test_a_lite_pull_poll_of_1024_messages_is_traced(namesrv: str) -> None:
         )
         consumer.subscribe("TracedBigPoll")
         async with consumer:
-            polled: list[ReceivedMessage] = []
-            while not polled:
-                polled = await consumer.poll(1.0)
+            polled = await poll_until_some(consumer)
             assert consumer._trace is not None
         assert len(polled) == 1024  # one pull, handed over whole: its keys are more than a message's
         assert consumer._trace.failed == 0

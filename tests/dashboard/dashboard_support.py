@@ -11,12 +11,12 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cometmq.client import AdminClient, LitePullConsumer, Message, Producer, ReceivedMessage
+from cometmq.client import AdminClient, Message, Producer, SendResult
 from cometmq.dashboard import Dashboard, start_dashboard
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.record import decode_offset_msg_id
 from cometmq.remoting import RemotingClient
-from waiting import wait_until
+from traced_messages import send_and_consume_traced
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
 from _support import name_server, running_broker
@@ -96,6 +96,16 @@ async def send_to_dead_letters(cluster: LiveCluster, offset_msg_id: str, group: 
         await client.close()
 
 
+def send(cluster: LiveCluster, *messages: Message) -> list[SendResult]:
+    """Send *messages* one after the other with a producer of the tests' own group."""
+
+    async def go() -> list[SendResult]:
+        async with Producer("PID_dashboard_test", cluster.namesrv) as producer:
+            return [await producer.send(msg) for msg in messages]
+
+    return cluster.run(go())
+
+
 def send_traced(cluster: LiveCluster, message: Message, producer_group: str, consumer_group: str) -> str:
     """Send *message* with a traced producer of ``producer_group`` and consume it with a traced consumer
     of ``consumer_group``; returns its id once its three trace records (Pub, SubBefore, SubAfter) are
@@ -103,19 +113,6 @@ def send_traced(cluster: LiveCluster, message: Message, producer_group: str, con
 
     async def go() -> str:
         await cluster.admin.create_topic(message.topic, 1)
-        async with Producer(producer_group, cluster.namesrv, trace=True) as producer:
-            sent = await producer.send(message)
-        consumer = LitePullConsumer(consumer_group, cluster.namesrv, consume_from="first", trace=True)
-        consumer.subscribe(message.topic)
-        async with consumer:
-            polled: list[ReceivedMessage] = []
-            while not polled:
-                polled = await consumer.poll(1.0)
-
-        async def traced() -> bool:
-            return len(await cluster.admin.message_trace(sent.msg_id)) >= 3
-
-        await wait_until(traced, message=f"the 3 trace records of {sent.msg_id}")
-        return sent.msg_id
+        return await send_and_consume_traced(cluster.namesrv, message, producer_group, consumer_group)
 
     return cluster.run(go())

@@ -13,9 +13,9 @@ import urllib.request
 from typing import Any
 
 import pytest
-from dashboard_support import LiveCluster, send_to_dead_letters, send_traced
+from dashboard_support import LiveCluster, send, send_to_dead_letters, send_traced
 
-from cometmq.client import Message, Producer
+from cometmq.client import Message
 from cometmq.dashboard import _app as dashboard_app
 from cometmq.dashboard import allowed_hosts
 from cometmq.dashboard._history import MAX_GROUPS, Sampler, Series
@@ -51,14 +51,6 @@ def post(cluster: LiveCluster, path: str, fields: dict[str, str], **headers: str
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
-
-
-def send(cluster: LiveCluster, *messages: Message) -> list[Any]:
-    async def go() -> list[Any]:
-        async with Producer("PID_dashboard_http", cluster.namesrv) as producer:
-            return [await producer.send(msg) for msg in messages]
-
-    return cluster.run(go())
 
 
 def topic_exists(cluster: LiveCluster, topic: str) -> bool:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard_support import LiveCluster, send_to_dead_letters, send_traced
+from dashboard_support import LiveCluster, send, send_to_dead_letters, send_traced
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from cometmq.client import Message, Producer
+from cometmq.client import Message
 from cometmq.errors import BrokerError
 from cometmq.protocol.naming import dlq_topic, retry_topic
 from cometmq.protocol.properties import decode_properties
@@ -52,14 +52,6 @@ def click(browser: WebDriver, button: WebElement) -> None:
 def flash(browser: WebDriver) -> str:
     found = browser.find_elements(By.CSS_SELECTOR, ".flash")
     return found[0].text if found else ""
-
-
-def send(cluster: LiveCluster, *messages: Message) -> list[Any]:
-    async def go() -> list[Any]:
-        async with Producer("PID_dashboard_test", cluster.namesrv) as producer:
-            return [await producer.send(msg) for msg in messages]
-
-    return cluster.run(go())
 
 
 def test_cluster_page_shows_the_broker_and_its_rates_chart(browser: WebDriver, cluster: LiveCluster) -> None:

@@ -157,26 +157,22 @@ def _unregister_client(request: RemotingCommand, cluster: str | None) -> list[Ne
     return needs or [_need(_CLUSTER, cluster, UPDATE)]
 
 
-def _consume_stats(request: RemotingCommand, cluster: str | None) -> list[Need]:
-    fields = request.ext_fields
-    needs = [_need(_GROUP, fields.get("consumerGroup"), GET)]
-    if fields.get("topic"):
-        needs.append(_need(_TOPIC, fields["topic"], GET))
-    return needs
+def _group_and_topic(group_field: str, actions: frozenset[Action]) -> NeedsRule:
+    """*actions* on the group the request's *group_field* names, and on its topic when it names one."""
+
+    def rule(request: RemotingCommand, cluster: str | None) -> list[Need]:
+        fields = request.ext_fields
+        needs = [_need(_GROUP, fields.get(group_field), actions)]
+        if fields.get("topic"):
+            needs.append(_need(_TOPIC, fields["topic"], actions))
+        return needs
+
+    return rule
 
 
 def _reset_offset(request: RemotingCommand, cluster: str | None) -> list[Need]:
     fields = request.ext_fields
     return [_need(_GROUP, fields.get("group"), UPDATE), _need(_TOPIC, fields.get("topic"), UPDATE)]
-
-
-def _clone_group_offset(request: RemotingCommand, cluster: str | None) -> list[Need]:
-    """Update on the destination group and on the topic when one is named, as RocketMQ 5's."""
-    fields = request.ext_fields
-    needs = [_need(_GROUP, fields.get("destGroup"), UPDATE)]
-    if fields.get("topic"):
-        needs.append(_need(_TOPIC, fields["topic"], UPDATE))
-    return needs
 
 
 def _string_in(obj: Mapping[str, Any], key: str) -> str | None:
@@ -260,10 +256,11 @@ TABLE: Final[Mapping[int, NeedsRule]] = {
     _CODE.GET_EARLIEST_MSG_STORETIME: _field(_TOPIC, "topic", GET),
     _CODE.SEARCH_OFFSET_BY_TIMESTAMP: _field(_TOPIC, "topic", GET),
     _CODE.GET_TOPIC_STATS_INFO: _field(_TOPIC, "topic", GET),
-    _CODE.GET_CONSUME_STATS: _consume_stats,
+    _CODE.GET_CONSUME_STATS: _group_and_topic("consumerGroup", GET),
     _CODE.GET_CONSUMER_CONNECTION_LIST: _field(_GROUP, "consumerGroup", GET),
     _CODE.INVOKE_BROKER_TO_RESET_OFFSET: _reset_offset,
-    _CODE.CLONE_GROUP_OFFSET: _clone_group_offset,
+    # Update on the destination group (and the topic), as RocketMQ 5's.
+    _CODE.CLONE_GROUP_OFFSET: _group_and_topic("destGroup", UPDATE),
     _CODE.GET_ALL_TOPIC_CONFIG: _unnamed(_TOPIC, LIST),
     _CODE.GET_TOPICS_BY_CLUSTER: _unnamed(_TOPIC, LIST),
     _CODE.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: _unnamed(_TOPIC, LIST),

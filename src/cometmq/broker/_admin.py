@@ -9,7 +9,7 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 import cometmq
@@ -47,6 +47,7 @@ from cometmq.protocol.topic_config import TopicConfig, altered_attributes, parse
 from cometmq.remoting import Connection
 
 if TYPE_CHECKING:
+    from cometmq.broker._clients import ClientChannel
     from cometmq.broker.broker import Broker
 
 log = logging.getLogger("cometmq.broker")
@@ -351,15 +352,7 @@ class AdminProcessor:
         if info is None or not info.channels:
             raise RequestRefused(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         body = {
-            "connectionSet": [
-                {
-                    "clientAddr": channel.conn.remote_address,
-                    "clientId": channel.client_id,
-                    "language": channel.language,
-                    "version": channel.version,
-                }
-                for channel in info.channels.values()
-            ],
+            "connectionSet": _connection_set(info.channels.values()),
             "consumeFromWhere": info.consume_from_where,
             "consumeType": info.consume_type,
             "messageModel": info.message_model,
@@ -374,17 +367,7 @@ class AdminProcessor:
         if not channels:
             # RocketMQ's wording
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
-        body = {
-            "connectionSet": [
-                {
-                    "clientAddr": channel.conn.remote_address,
-                    "clientId": channel.client_id,
-                    "language": channel.language,
-                    "version": channel.version,
-                }
-                for channel in channels.values()
-            ]
-        }
+        body = {"connectionSet": _connection_set(channels.values())}
         return request.response(body=fastjson.dumps(body))
 
     def clone_group_offset(self, conn: Connection, request: RemotingCommand) -> Awaitable[RemotingCommand]:
@@ -599,6 +582,19 @@ def _human_bytes(size: int) -> str:
         return f"{size} B"
     exponent = min(6, int(math.log(size, 1024)))
     return f"{size / 1024**exponent:.1f} {'KMGTPE'[exponent - 1]}iB"
+
+
+def _connection_set(channels: Iterable[ClientChannel]) -> list[dict[str, Any]]:
+    """The ``connectionSet`` of a connection list answer (RocketMQ's Connection objects)."""
+    return [
+        {
+            "clientAddr": channel.conn.remote_address,
+            "clientId": channel.client_id,
+            "language": channel.language,
+            "version": channel.version,
+        }
+        for channel in channels
+    ]
 
 
 def last_message_store_timestamp(broker: Broker) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 from cometmq.cli._admin import whole_number
 from cometmq.cli._logs import LOG_LEVELS, add_log_file_options, setup_logging
 from cometmq.cli._loop import run_async
-from cometmq.cli._servers import _ShutdownSignal
+from cometmq.cli._servers import ShutdownSignal
 from cometmq.console import format_table
 from cometmq.errors import CometMQError, ConfigError
 from cometmq.javaprops import read_properties
@@ -485,12 +485,12 @@ async def start_etcd(server: Server, args: argparse.Namespace) -> None:
     if not server.port:
         server.port = _free_port_pair(args.host)
     server.out_start = server.out_path.stat().st_size if server.out_path.exists() else 0
-    with server.out_path.open("ab") as log_file:
+    with server.out_path.open("ab") as out_file:
         server.process = await asyncio.create_subprocess_exec(
             *etcd_command(server, args),
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=log_file,
+            stdout=out_file,
+            stderr=out_file,
             process_group=0,
         )
     server.address = f"{args.host}:{server.port}"
@@ -642,7 +642,7 @@ async def _start_all(servers: list[Server], args: argparse.Namespace) -> None:
 
 
 async def _start_or_interrupt(
-    servers: list[Server], args: argparse.Namespace, shutdown: _ShutdownSignal
+    servers: list[Server], args: argparse.Namespace, shutdown: ShutdownSignal
 ) -> bool:
     """Start every server unless Ctrl-C or SIGTERM comes first; whether they all started."""
     starting = asyncio.ensure_future(_start_all(servers, args))
@@ -687,7 +687,7 @@ async def _cluster_up(args: argparse.Namespace) -> int:
         )
     stopping = asyncio.Event()
     failure: StartFailed | None = None
-    with _ShutdownSignal() as shutdown:
+    with ShutdownSignal() as shutdown:
         try:
             if await _start_or_interrupt(servers, args, shutdown):
                 for server in servers:

@@ -404,7 +404,7 @@ class _Reader:
             if self._tags is not None and msg.tags not in self._tags:
                 continue
             try:
-                print(json.dumps(message_line_json(msg)) if self._json else one_line(msg.body), flush=True)
+                print(json.dumps(_consumed_json(msg)) if self._json else one_line(msg.body), flush=True)
             except BrokenPipeError:  # the reader went away (``| head``): the end of the read, not an error
                 _discard_stdout()
                 self._stopping.set()
@@ -449,7 +449,7 @@ def one_line(body: bytes) -> str:
     return body.decode("utf-8", "surrogateescape").translate(_ESCAPES)
 
 
-def message_line_json(msg: ReceivedMessage) -> dict[str, Any]:
+def _consumed_json(msg: ReceivedMessage) -> dict[str, Any]:
     """A consumed message, for programs: the body as text, or in base64 when it is not UTF-8."""
     try:
         body, encoding = msg.body.decode("utf-8"), "utf-8"

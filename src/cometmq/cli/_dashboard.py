@@ -10,10 +10,10 @@ from cometmq.cli._logs import add_log_options, setup_server_logging
 from cometmq.cli._loop import run_async
 from cometmq.cli._servers import (
     DEFAULT_DASHBOARD_PORT,
-    _port_flag,
-    _ready,
-    _ShutdownSignal,
+    ShutdownSignal,
     add_allowed_host_option,
+    naming_flag_if_taken,
+    print_ready_line,
 )
 
 
@@ -57,8 +57,8 @@ def _run_dashboard(args: argparse.Namespace) -> int:
 async def _dashboard(args: argparse.Namespace) -> int:
     from cometmq.dashboard import start_dashboard
 
-    with _ShutdownSignal() as shutdown:
-        with _port_flag(args.host, args.port, "--port"):
+    with ShutdownSignal() as shutdown:
+        with naming_flag_if_taken(args.host, args.port, "--port"):
             dashboard = await start_dashboard(
                 args.namesrv,
                 args.host,
@@ -67,7 +67,7 @@ async def _dashboard(args: argparse.Namespace) -> int:
                 **security(args).client_options(),
             )
         try:
-            _ready(f"CometMQ dashboard ready: {dashboard.url}")
+            print_ready_line(f"CometMQ dashboard ready: {dashboard.url}")
             await shutdown.wait()
         finally:
             await dashboard.stop()

@@ -17,7 +17,7 @@ from cometmq.client.message import SYSFLAG_COMPRESSED
 from cometmq.console import format_table
 from cometmq.errors import CometMQError, RecordError
 from cometmq.protocol.properties import decode_properties
-from cometmq.protocol.record import DecodedRecord, decode_host, inflate_body
+from cometmq.protocol.record import DecodedRecord, host_text, inflate_body
 
 PREVIEW_BYTES: Final = 256
 _TIME_HELP: Final = "epoch ms or ISO-8601 such as 2024-05-01T12:00:00 (local time unless it names a zone)"
@@ -171,14 +171,6 @@ def format_time(ms: int) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S}.{ms % 1000:03d}"
 
 
-def _host(raw: bytes) -> str:
-    try:
-        ip, port = decode_host(raw)
-    except ValueError:
-        return raw.hex()
-    return f"{ip}:{port}" if ":" not in ip else f"[{ip}]:{port}"
-
-
 def _text_or_none(data: bytes, complete: bool) -> str | None:
     """*data* as text if it is UTF-8 without control characters (a cut multi-byte character at the
     end of an incomplete preview is fine)."""
@@ -218,9 +210,9 @@ def describe(rec: DecodedRecord) -> str:
         ("Commit-log Offset", rec.commitlog_offset),
         ("Tags", props.get("TAGS", "-")),
         ("Keys", props.get("KEYS", "-")),
-        ("Born Host", _host(rec.born_host)),
+        ("Born Host", host_text(rec.born_host)),
         ("Born Time", format_time(rec.born_timestamp)),
-        ("Store Host", _host(rec.store_host)),
+        ("Store Host", host_text(rec.store_host)),
         ("Store Time", format_time(rec.store_timestamp)),
         ("Reconsume Times", rec.reconsume_times),
         ("Flag / Sys Flag", f"{rec.flag} / {rec.sys_flag:#x}"),
@@ -261,9 +253,9 @@ def message_json(rec: DecodedRecord) -> dict[str, Any]:
         "commitLogOffset": rec.commitlog_offset,
         "tags": props.get("TAGS"),
         "keys": props.get("KEYS"),
-        "bornHost": _host(rec.born_host),
+        "bornHost": host_text(rec.born_host),
         "bornTimestamp": rec.born_timestamp,
-        "storeHost": _host(rec.store_host),
+        "storeHost": host_text(rec.store_host),
         "storeTimestamp": rec.store_timestamp,
         "reconsumeTimes": rec.reconsume_times,
         "flag": rec.flag,

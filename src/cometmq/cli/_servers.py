@@ -288,7 +288,7 @@ def _urls_part(urls: dict[str, str]) -> str:
     return "".join(f", {name} {url}" for name, url in urls.items())
 
 
-class _ShutdownSignal:
+class ShutdownSignal:
     """SIGINT (Ctrl-C) and SIGTERM, caught from before start-up so a signal during a long start
     (store recovery) still ends in a clean stop."""
 
@@ -307,7 +307,7 @@ class _ShutdownSignal:
         await self._event.wait()
         log.info("shutting down")
 
-    def __enter__(self) -> _ShutdownSignal:
+    def __enter__(self) -> ShutdownSignal:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -316,7 +316,7 @@ class _ShutdownSignal:
 
 
 @contextlib.contextmanager
-def _port_flag(host: str, port: int, flag: str) -> Iterator[None]:
+def naming_flag_if_taken(host: str, port: int, flag: str) -> Iterator[None]:
     """A port already taken (most often by a server started earlier) ends the command with one line
     naming the port and the ``flag`` that chooses another."""
     try:
@@ -340,7 +340,9 @@ async def _start_flagged_dashboard(
     from cometmq.cli._connect import security
     from cometmq.dashboard import start_dashboard
 
-    with _port_flag(host, args.dashboard_port, "--dashboard-port (or turn it off with --no-dashboard)"):
+    with naming_flag_if_taken(
+        host, args.dashboard_port, "--dashboard-port (or turn it off with --no-dashboard)"
+    ):
         return await start_dashboard(
             namesrv_addr,
             host,
@@ -350,7 +352,7 @@ async def _start_flagged_dashboard(
         )
 
 
-def _ready(line: str) -> None:
+def print_ready_line(line: str) -> None:
     # Scripts and tests wait for this exact line on stdout; flush so a pipe sees it at once.
     print(line, flush=True)
 
@@ -376,16 +378,16 @@ async def _standalone(args: argparse.Namespace) -> int:
         from prometheus_client import CollectorRegistry
 
         registry = CollectorRegistry()
-    with _ShutdownSignal() as shutdown:
+    with ShutdownSignal() as shutdown:
         namesrv = NameServer(
             host=host, port=args.namesrv_port, access=access, tls=config.tls, metrics_registry=registry
         )
-        with _port_flag(host, args.namesrv_port, "--namesrv-port"):
+        with naming_flag_if_taken(host, args.namesrv_port, "--namesrv-port"):
             await namesrv.start()
         try:
             config.namesrv_addr = f"{host}:{namesrv.port}"
             broker = _new_broker(config, access, registry)
-            with _port_flag(host, config.listen_port, "--broker-port"):
+            with naming_flag_if_taken(host, config.listen_port, "--broker-port"):
                 await broker.start()
             dashboard: Dashboard | None = None
             try:
@@ -394,7 +396,7 @@ async def _standalone(args: argparse.Namespace) -> int:
                 if dashboard is not None:
                     urls["dashboard"] = dashboard.url
                 log_startup_summary(namesrv=namesrv, broker=broker, urls=urls)
-                _ready(
+                print_ready_line(
                     f"CometMQ standalone ready: namesrv {host}:{namesrv.port}, broker {config.broker_name} "
                     f"at {host}:{broker.port}, data in {config.store_path_root_dir}" + _urls_part(urls)
                 )
@@ -431,7 +433,7 @@ def _namesrv_config(args: argparse.Namespace) -> NamesrvConfig:
 async def _namesrv(args: argparse.Namespace) -> int:
     config = _namesrv_config(args)
     metrics_on = config.metrics_exporter_type is MetricsExporterType.PROM
-    with _ShutdownSignal() as shutdown:
+    with ShutdownSignal() as shutdown:
         namesrv = NameServer(
             host=args.host,
             port=config.listen_port,
@@ -443,12 +445,14 @@ async def _namesrv(args: argparse.Namespace) -> int:
             metrics_port=config.metrics_prom_exporter_port if metrics_on else None,
             metrics_host=config.metrics_prom_exporter_host or None,
         )
-        with _port_flag(args.host, config.listen_port, "--port"):
+        with naming_flag_if_taken(args.host, config.listen_port, "--port"):
             await namesrv.start()
         try:
             urls = _metrics_urls(namesrv)
             log_startup_summary(namesrv=namesrv, urls=urls)
-            _ready(f"CometMQ namesrv ready: listening on {args.host}:{namesrv.port}" + _urls_part(urls))
+            print_ready_line(
+                f"CometMQ namesrv ready: listening on {args.host}:{namesrv.port}" + _urls_part(urls)
+            )
             await shutdown.wait()
         finally:
             await namesrv.stop()
@@ -463,14 +467,14 @@ async def _broker(args: argparse.Namespace) -> int:
         raise ConfigError(
             "no NameServer address: give --namesrv-addr, namesrvAddr in the file, or $COMETMQ_NAMESRV"
         )
-    with _ShutdownSignal() as shutdown:
+    with ShutdownSignal() as shutdown:
         broker = _new_broker(config)
-        with _port_flag(config.bind_host, config.listen_port, "--port"):
+        with naming_flag_if_taken(config.bind_host, config.listen_port, "--port"):
             await broker.start()
         try:
             urls = _metrics_urls(broker)
             log_startup_summary(broker=broker, urls=urls)
-            _ready(
+            print_ready_line(
                 f"CometMQ broker ready: {config.broker_name} at {config.broker_ip1}:{broker.port} "
                 f"(cluster {config.broker_cluster_name}), namesrv {config.namesrv_addr}, "
                 f"data in {config.store_path_root_dir}" + _urls_part(urls)

@@ -45,7 +45,7 @@ async def _trace(admin: AdminClient, args: argparse.Namespace) -> None:
             "producer and consumers?)"
         )
     if args.json:
-        print_json([trace_json(ctx) for ctx in contexts])
+        print_json([_trace_json(ctx) for ctx in contexts])
         return
     rows = [[printable(cell) for cell in _cells(trace_event(ctx))] for ctx in contexts]
     print(f"Trace of message {printable(args.msg_id)} ({len(contexts)} records in {args.trace_topic})")
@@ -57,7 +57,7 @@ def _cells(event: TraceEvent) -> list[str]:
     return [time, event.event, event.group, event.client, event.cost, event.status, event.details]
 
 
-def trace_json(ctx: TraceContext) -> dict[str, Any]:
+def _trace_json(ctx: TraceContext) -> dict[str, Any]:
     """One trace record, for programs: RocketMQ's field names."""
     bean = ctx.beans[0]
     return {

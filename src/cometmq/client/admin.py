@@ -64,6 +64,7 @@ from cometmq.protocol.naming import (
     PERM_READ,
     PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
+    TOOLS_CONSUMER_GROUP,
     TRACE_TOPIC,
     dlq_topic,
     group_name_error,
@@ -123,8 +124,6 @@ _RETRY_BOOKKEEPING = (
     "CONSUME_START_TIME",
 )
 _PULL_BATCH = 32
-# RocketMQ's tools group (MixAll.TOOLS_CONSUMER_GROUP): what reads a topic without consuming it.
-TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 
 
 @dataclass(slots=True)
@@ -204,8 +203,8 @@ class ResetResult:
 
 
 @dataclass(slots=True)
-class ConsumerConnection:
-    """One online consumer of a group, as the brokers know it."""
+class ClientConnection:
+    """One client of a producer or consumer group connected to the brokers (RocketMQ's Connection)."""
 
     client_id: str
     client_addr: str
@@ -223,18 +222,7 @@ class ConsumerConnections:
     message_model: str
     consume_from_where: str
     subscriptions: dict[str, str]  # topic → subscription expression
-    connections: list[ConsumerConnection]
-
-
-@dataclass(slots=True)
-class ProducerConnection:
-    """One producer of a group connected to the brokers (RocketMQ's Connection)."""
-
-    client_id: str
-    client_addr: str
-    language: str
-    version: int
-    broker_names: list[str] = field(default_factory=list)  # the brokers it heartbeats to
+    connections: list[ClientConnection]
 
 
 @dataclass(slots=True)
@@ -1005,7 +993,7 @@ class AdminClient(Client):
         BrokerError CONSUMER_NOT_ONLINE (206) when no broker knows one."""
         _, masters = await self.masters_of(cluster)
         merged: ConsumerConnections | None = None
-        by_id: dict[str, ConsumerConnection] = {}
+        by_id: dict[str, ClientConnection] = {}
         not_online: BrokerError | None = None
         for broker in masters:
             assert broker.master_addr is not None
@@ -1032,17 +1020,7 @@ class AdminClient(Client):
                 )
             for topic, sub in (body.get("subscriptionTable") or {}).items():
                 merged.subscriptions[str(topic)] = str(sub.get("subString", "*"))
-            for conn in body.get("connectionSet") or ():
-                client_id = str(conn.get("clientId", ""))
-                known = by_id.get(client_id)
-                if known is None:
-                    known = by_id[client_id] = ConsumerConnection(
-                        client_id,
-                        str(conn.get("clientAddr", "")),
-                        str(conn.get("language", "")),
-                        int(conn.get("version", 0)),
-                    )
-                known.broker_names.append(broker.broker_name)
+            _add_connections(by_id, body, broker.broker_name)
         if merged is None:
             raise not_online or BrokerError(
                 ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
@@ -1050,13 +1028,13 @@ class AdminClient(Client):
         merged.connections = sorted(by_id.values(), key=lambda c: c.client_id)
         return merged
 
-    async def producer_connections(self, group: str, topic: str) -> list[ProducerConnection]:
+    async def producer_connections(self, group: str, topic: str) -> list[ClientConnection]:
         """The producers of ``group`` connected to the masters holding ``topic``
         (GET_PRODUCER_CONNECTION_LIST, as mqadmin producerConnection), each once with the brokers it
         heartbeats to; BrokerError when no broker knows one."""
         route = await self.topic_route(topic)
         header = ProducerGroupRequestHeader(producer_group=group).encode()
-        by_id: dict[str, ProducerConnection] = {}
+        by_id: dict[str, ClientConnection] = {}
         unknown: BrokerError | None = None
         for broker in sorted(route.broker_datas, key=lambda b: b.broker_name):
             if broker.master_addr is None:
@@ -1068,17 +1046,7 @@ class AdminClient(Client):
             except BrokerError as exc:
                 unknown = exc
                 continue
-            for conn in (fastjson.loads(response.body) or {}).get("connectionSet") or ():
-                client_id = str(conn.get("clientId", ""))
-                known = by_id.get(client_id)
-                if known is None:
-                    known = by_id[client_id] = ProducerConnection(
-                        client_id,
-                        str(conn.get("clientAddr", "")),
-                        str(conn.get("language", "")),
-                        int(conn.get("version", 0)),
-                    )
-                known.broker_names.append(broker.broker_name)
+            _add_connections(by_id, fastjson.loads(response.body) or {}, broker.broker_name)
         if not by_id:
             raise unknown or BrokerError(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
         return sorted(by_id.values(), key=lambda c: c.client_id)
@@ -1412,3 +1380,19 @@ def _json_list(body: bytes) -> list[Any]:
     if not isinstance(items, list):
         raise ProtocolError("a malformed answer: not a JSON array")
     return items
+
+
+def _add_connections(by_id: dict[str, ClientConnection], body: dict[str, Any], broker_name: str) -> None:
+    """Merge the ``connectionSet`` of a connection list answer into ``by_id``: a client connected to
+    several brokers is listed once, with each broker's name."""
+    for conn in body.get("connectionSet") or ():
+        client_id = str(conn.get("clientId", ""))
+        known = by_id.get(client_id)
+        if known is None:
+            known = by_id[client_id] = ClientConnection(
+                client_id,
+                str(conn.get("clientAddr", "")),
+                str(conn.get("language", "")),
+                int(conn.get("version", 0)),
+            )
+        known.broker_names.append(broker_name)

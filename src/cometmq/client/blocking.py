@@ -55,9 +55,9 @@ if TYPE_CHECKING:
     from cometmq.client._brokerapi import PullResult
     from cometmq.client._offsets import ConsumeFrom
     from cometmq.client.admin import (
+        ClientConnection,
         ConsumeProgress,
         ConsumerConnections,
-        ProducerConnection,
         QueueStatus,
         Resent,
         ResetResult,
@@ -744,7 +744,7 @@ class AdminClient(_BlockingClient):
         def list_groups(self, cluster: str | None = ...) -> dict[str, dict[str, SubscriptionGroupConfig]]: ...
         def masters_of(self, cluster: str | None = ...) -> tuple[str, list[BrokerData]]: ...
         def notify_role_changed(self, addr: str, master_address: str, master_epoch: int) -> None: ...
-        def producer_connections(self, group: str, topic: str) -> list[ProducerConnection]: ...
+        def producer_connections(self, group: str, topic: str) -> list[ClientConnection]: ...
         def query_message(
             self,
             topic: str,

@@ -33,6 +33,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cometmq.client import AdminClient, Message, MessageQueue, Producer, PullStatus
+from cometmq.client.message import SYSFLAG_COMPRESSED
 from cometmq.dashboard._history import DEFAULT_INTERVAL_S, Sampler
 from cometmq.errors import BrokerError, CometMQError, RecordError
 from cometmq.protocol import ResponseCode
@@ -47,14 +48,13 @@ from cometmq.protocol.naming import (
     topic_kind,
 )
 from cometmq.protocol.properties import decode_properties
-from cometmq.protocol.record import DecodedRecord, decode_host, decode_records, inflate_body
+from cometmq.protocol.record import DecodedRecord, decode_records, host_text, inflate_body
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.protocol.trace import trace_event
 
 _HERE = Path(__file__).parent
 MAX_MESSAGES = 100  # the most messages a search or a dead-letter list shows
 _PULL_BATCH = 32
-_COMPRESSED = 0x1  # MessageSysFlag.COMPRESSED_FLAG
 _FLASHES_KEPT = 100
 MAX_FORM_BYTES = 1 << 20  # the largest form a POST may carry
 # The most dead letters one click resends: they are read and resent a pull's batch at a time.
@@ -115,19 +115,11 @@ def format_time(ms: int | float | None) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S}.{int(ms) % 1000:03d}"
 
 
-def host_text(raw: bytes) -> str:
-    try:
-        ip, port = decode_host(raw)
-    except ValueError:
-        return raw.hex()
-    return f"{ip}:{port}" if ":" not in ip else f"[{ip}]:{port}"
-
-
 def body_text(rec: DecodedRecord) -> tuple[str, str]:
     """(what the body is, the body for display): UTF-8 text as it is, anything else as hex escapes; a
     compressed body inflated first."""
     body, note = rec.body, ""
-    if rec.sys_flag & _COMPRESSED:
+    if rec.sys_flag & SYSFLAG_COMPRESSED:
         try:
             body, note = inflate_body(rec.body), f"zlib-compressed, {len(rec.body)} bytes stored; "
         except RecordError:
@@ -176,6 +168,11 @@ def _text_field(form: FormData, name: str) -> str:
 
 
 _PERMS = {"RW": PERM_READ | PERM_WRITE, "R": PERM_READ, "W": PERM_WRITE}
+
+
+def _perm_field(form: FormData) -> int:
+    """The topic permission a form's ``perm`` field names (RW, R, W); read and write when it names none."""
+    return _PERMS.get(str(form.get("perm") or "RW"), PERM_READ | PERM_WRITE)
 
 
 # the application ------------------------------------------------------------------------------
@@ -320,7 +317,7 @@ def create_app(
     async def create_topic(form: FormData, request: Request) -> tuple[str, str]:
         topic = _text_field(form, "topic")
         queues = _int_field(form, "queues", 1, 8)
-        perm = _PERMS.get(str(form.get("perm") or "RW"), PERM_READ | PERM_WRITE)
+        perm = _perm_field(form)
         brokers = await admin.create_topic(topic, queues, str(form.get("cluster") or "") or None, perm)
         where = ", ".join(b.broker_name for b in brokers)
         return f"/topics/{_quote(topic)}", f"topic {topic} created with {queues} queues on {where}"
@@ -341,7 +338,7 @@ def create_app(
     async def update_topic(form: FormData, request: Request) -> tuple[str, str]:
         name = request.path_params["topic"]
         queues = _int_field(form, "queues", 1)
-        perm = _PERMS.get(str(form.get("perm") or "RW"), PERM_READ | PERM_WRITE)
+        perm = _perm_field(form)
         route = await admin.topic_route(name)
         fewer = any(queues < max(q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas)
         taken = any(q.perm & (PERM_READ | PERM_WRITE) & ~perm for q in route.queue_datas)

@@ -11,15 +11,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from cometmq.metrics._latency import RpcLatency
+from cometmq.metrics._latency import COMMON_LABELS, RpcLatency
 from cometmq.metrics._versions import version_name
 from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX, TRANS_HALF_TOPIC, is_system_topic
 
 if TYPE_CHECKING:
     from cometmq.broker import Broker
 
-# RocketMQ's common labels: the cluster, the kind of node, and the node (a broker: its brokerName).
-COMMON_LABELS = ("cluster", "node_type", "node_id")
 # RocketMQ's system consumer groups (CID_RMQ_SYS_TRANS and the like), for the is_system label.
 _SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 

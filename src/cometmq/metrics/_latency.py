@@ -10,6 +10,9 @@ from prometheus_client.core import HistogramMetricFamily
 
 from cometmq.protocol import RequestCode, ResponseCode
 
+# RocketMQ's common labels, on every series of a server: its cluster, the kind of node, and the node
+# (a broker: its brokerName; a name server: its address).
+COMMON_LABELS: Final = ("cluster", "node_type", "node_id")
 # RocketMQ 5's rpc-latency buckets (RemotingMetricsManager), in milliseconds.
 RPC_LATENCY_BUCKETS_MS: Final = (1.0, 3.0, 5.0, 7.0, 10.0, 100.0, 1000.0, 2000.0, 3000.0)
 _BOUND_TEXTS: Final = tuple(repr(bound) for bound in RPC_LATENCY_BUCKETS_MS)  # "1.0", as Prometheus writes

@@ -10,12 +10,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from cometmq.metrics._latency import RpcLatency
+from cometmq.metrics._latency import COMMON_LABELS, RpcLatency
 
 if TYPE_CHECKING:
     from cometmq.namesrv import NameServer
-
-COMMON_LABELS = ("cluster", "node_type", "node_id")
 
 
 class NamesrvMetrics(Collector):

@@ -508,3 +508,13 @@ def decode_host(raw: bytes) -> tuple[str, int]:
         raise ValueError(f"a host field is 8 or 20 bytes, not {len(raw)}")
     (port,) = _I32.unpack_from(raw, len(raw) - 4)
     return str(ipaddress.ip_address(raw[:-4])), port
+
+
+def host_text(raw: bytes) -> str:
+    """A host field as ``ip:port`` (``[ip]:port`` for IPv6) for people to read; its hex when it is not
+    8 or 20 bytes."""
+    try:
+        ip, port = decode_host(raw)
+    except ValueError:
+        return raw.hex()
+    return f"{ip}:{port}" if ":" not in ip else f"[{ip}]:{port}"

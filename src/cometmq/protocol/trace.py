@@ -266,7 +266,7 @@ def _decode_record(line: list[str]) -> TraceContext | None:
             body_length=int(line[9]),
             msg_type=MessageType(int(line[11])),
         )
-        if len(line) == 13:  # written before offsetMsgId was added
+        if len(line) == 13:  # a RocketMQ client older than offsetMsgId in Pub records
             pub.success = _parse_bool(line[12])
         elif len(line) >= 14:
             bean.offset_msg_id = line[12]
