@@ -274,7 +274,7 @@ async def _clone_offsets(admin: AdminClient, args: argparse.Namespace) -> None:
     # CLONE_GROUP_OFFSET answers success whatever it copied (as RocketMQ's): ask first whether SOURCE
     # has offsets there. Asked for every topic, GET_CONSUME_STATS lists only those it has offsets on.
     clusters = {broker.cluster for broker in (await admin.topic_route(args.topic)).broker_datas}
-    source_topics = set()
+    source_topics: set[str] = set()
     for cluster in sorted(clusters):
         source_topics |= {
             queue.topic for queue in (await admin.consume_progress(args.source, None, cluster)).queues
