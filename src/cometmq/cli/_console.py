@@ -217,6 +217,8 @@ async def _send(args: argparse.Namespace) -> int:
             await settle()
     if args.quiet:
         _print_result(f"sent {sent} message{'' if sent == 1 else 's'}")
+    elif not sent and not failed:
+        print("sent 0 messages (stdin was empty)", file=sys.stderr)
     if failed:
         raise CometMQError(f"{failed} of {sent + failed} messages were not sent")
     return 0
