@@ -33,6 +33,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cometmq.client import AdminClient, Message, MessageQueue, Producer, PullStatus
+from cometmq.console import plural
 from cometmq.dashboard._history import DEFAULT_INTERVAL_S, Sampler
 from cometmq.errors import BrokerError, CometMQError, RecordError
 from cometmq.protocol import ResponseCode
@@ -189,6 +190,7 @@ def _templates() -> jinja2.Environment:
     )
     env.filters["time"] = format_time
     env.filters["perm"] = perm_text
+    env.filters["plural"] = plural
     env.globals.update(
         urlencode=urlencode,
         message_id=message_id,
