@@ -203,6 +203,10 @@ def _templates() -> jinja2.Environment:
 Page = Callable[[Request], Awaitable[dict[str, Any]]]
 
 
+class _NotFound(CometMQError):
+    """What a page shows does not exist in the cluster (answered 404, not as a cluster failure)."""
+
+
 def create_app(
     admin: AdminClient,
     producer_factory: Callable[[], Producer],
@@ -229,6 +233,8 @@ def create_app(
                 status = 200
                 try:
                     context = await gather(request)
+                except _NotFound as exc:
+                    context, status = {"error": str(exc)}, 404
                 except (CometMQError, OSError) as exc:
                     context, status = {"error": _error_text(exc)}, 502
                 context.setdefault("error", None)
@@ -237,6 +243,7 @@ def create_app(
                 query = [(k, v) for k, v in request.query_params.multi_items() if k != "flash"]
                 context["here"] = request.url.path + (f"?{urlencode(query)}" if query else "")
                 context["interval_ms"] = int(state.sampler.interval_s * 1000)
+                context["retry"] = status == 502
                 html = env.get_template(template if status == 200 else "error.html").render(context)
                 return HTMLResponse(html, status)
 
@@ -330,7 +337,12 @@ def create_app(
     @page("topic.html")
     async def topic(request: Request) -> dict[str, Any]:
         name = request.path_params["topic"]
-        route = await admin.topic_route(name)
+        try:
+            route = await admin.topic_route(name)
+        except BrokerError as exc:
+            if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+            raise _NotFound(f"topic {name} does not exist") from None
         status = await admin.topic_status(name)
         return {
             "topic": name,
@@ -416,6 +428,8 @@ def create_app(
         progress = await admin.consume_progress(name, cluster=cluster_name)
         if cluster_name is None:
             cluster_name = (await admin.masters_of())[0]
+        if members is None and not progress.queues and not await admin.get_group(name, cluster_name):
+            raise _NotFound(f"group {name} does not exist on any broker of cluster {cluster_name}")
         state.sampler.follow(name, cluster_name)
         topics = sorted(
             {q.topic for q in progress.queues if not q.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)}
@@ -472,7 +486,10 @@ def create_app(
         topic_name = (query.get("topic") or "").strip()
         value = (query.get("value") or "").strip()
         found: list[DecodedRecord] | None = None
-        if by == "id" and value:
+        error = None
+        if "by" in query and by in ("key", "time") and not topic_name:
+            error = f"a search by {by} needs a topic"
+        elif by == "id" and value:
             found = await admin.view_message(value, topic_name or None)
         elif by == "key" and topic_name and value:
             found = await admin.query_message(topic_name, value, max_num=MAX_MESSAGES)
@@ -488,6 +505,7 @@ def create_app(
             "end": query.get("end") or "",
             "found": found,
             "limit": MAX_MESSAGES,
+            "error": error,
         }
 
     @page("message.html")
