@@ -266,10 +266,8 @@ class BrokerConfig:
         for key, text in values.items():
             # Stricter than broker.conf (Boolean.parseBoolean reads any other text as false): a value
             # set on a running broker is one the operator means, so "maybe" is a mistake to report.
-            if isinstance(getattr(self, _ATTRIBUTE_OF_KEY[key]), bool) and text.strip().lower() not in (
-                "true",
-                "false",
-            ):
+            is_boolean = isinstance(getattr(self, _ATTRIBUTE_OF_KEY[key]), bool)
+            if is_boolean and text.strip().lower() not in ("true", "false"):
                 raise ConfigError(f"{key}={text!r} is not a boolean: give true or false")
         trial = dataclasses.replace(self)
         trial.update(values, source)

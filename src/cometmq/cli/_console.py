@@ -221,7 +221,7 @@ async def _send(args: argparse.Namespace) -> int:
     elif not sent and not failed:
         print("sent 0 messages (stdin was empty)", file=sys.stderr)
     if failed:
-        raise CometMQError(f"{failed} of {sent + failed} messages were not sent")
+        raise CometMQError(f"{failed} of {counted(sent + failed, 'message')} were not sent")
     return 0
 
 

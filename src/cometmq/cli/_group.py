@@ -395,7 +395,7 @@ async def _reset(admin: AdminClient, args: argparse.Namespace) -> None:
     print(format_table(["BROKER", "QUEUE", "OLD_OFFSET", "", "NEW_OFFSET"], rows))
     told = result.consumers_notified
     print(
-        f"reset {len(result.queues)} queue(s) of topic {args.topic} for group {args.group}; "
+        f"reset {counted(len(result.queues), 'queue')} of topic {args.topic} for group {args.group}; "
         f"told {counted(told, 'online consumer')}"
     )
 

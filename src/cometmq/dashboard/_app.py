@@ -33,7 +33,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cometmq.client import AdminClient, Message, MessageQueue, Producer, PullStatus
-from cometmq.console import plural
+from cometmq.console import counted, plural
 from cometmq.dashboard._history import DEFAULT_INTERVAL_S, Sampler
 from cometmq.errors import BrokerError, CometMQError, RecordError
 from cometmq.protocol import ResponseCode
@@ -473,8 +473,8 @@ def create_app(
             back += "?" + urlencode({"cluster": form.get("cluster")})
         return (
             back,
-            f"offsets of {name} on {topic_name} reset to {where}: {len(result.queues)} queues, "
-            f"{result.consumers_notified} consumers told",
+            f"offsets of {name} on {topic_name} reset to {where}: {counted(len(result.queues), 'queue')}, "
+            f"{counted(result.consumers_notified, 'consumer')} told",
         )
 
     # messages -----------------------------------------------------------------------------------
