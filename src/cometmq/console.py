@@ -1,5 +1,6 @@
-"""Text output shared by the command line and the Spark pipeline demo: a one-line progress bar and
-aligned tables. Depends on nothing else in CometMQ, so any layer may use it."""
+"""Text output shared by the command line, the dashboard and the Spark pipeline demo: a one-line
+progress bar, aligned tables and counted nouns. Depends on nothing else in CometMQ, so any layer
+may use it."""
 
 from __future__ import annotations
 
@@ -51,6 +52,16 @@ class Progress:
         if self._live:
             self._stream.write("\r\x1b[K")
             self._stream.flush()
+
+
+def plural(noun: str, count: int) -> str:
+    """*noun* as said of *count* things: ``message`` for one, ``messages`` for any other count."""
+    return noun if count == 1 else f"{noun}s"
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 message``, ``2 messages``."""
+    return f"{count} {plural(noun, count)}"
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

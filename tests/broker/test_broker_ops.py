@@ -122,6 +122,12 @@ async def _config_answer(addr: str) -> RemotingCommand:
         ("listenPort=1\n", ResponseCode.NO_PERMISSION, "listenPort"),
         ("longPollingEnable=false\nbrokerPermission=9\n", ResponseCode.INVALID_PARAMETER, "brokerPermission"),
         ("transactionCheckMax=many\n", ResponseCode.INVALID_PARAMETER, "transactionCheckMax"),
+        ("autoCreateTopicEnable=maybe\n", ResponseCode.INVALID_PARAMETER, "autoCreateTopicEnable='maybe'"),
+        (
+            "loadSummaryIntervl=30\n",
+            ResponseCode.NO_PERMISSION,
+            "unknown key loadSummaryIntervl (did you mean",
+        ),
     ],
 )
 def test_config_set_refuses_a_key_or_value_it_cannot_take_and_changes_nothing(
@@ -241,6 +247,18 @@ def test_a_key_that_cannot_change_at_run_time_in_the_kept_settings_names_the_fil
         Broker(broker_config(tmp_path))
     assert str(kept) in str(refused.value)
     assert "listenPort" in str(refused.value) and "delete that line" in str(refused.value)
+
+
+def test_a_value_that_is_not_a_boolean_in_the_kept_settings_names_the_key_and_the_file(
+    tmp_path: Path,
+) -> None:
+    kept = tmp_path / "config" / "broker.properties"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("autoCreateTopicEnable=maybe\n")
+    with pytest.raises(ConfigError) as refused:
+        Broker(broker_config(tmp_path))
+    assert str(kept) in str(refused.value)
+    assert "autoCreateTopicEnable='maybe' is not a boolean: give true or false" in str(refused.value)
 
 
 def test_producer_connections_lists_the_producers_of_a_group(tmp_path: Path) -> None:

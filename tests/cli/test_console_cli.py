@@ -119,6 +119,13 @@ def test_send_one_message_per_line_of_stdin(namesrv_addr: str) -> None:
     assert consume(namesrv_addr, "ConsoleLines")[-2:] == ["4", "5"]
 
 
+def test_send_from_an_empty_stdin_says_nothing_was_sent(namesrv_addr: str) -> None:
+    create_topic(namesrv_addr, "ConsoleEmpty")
+    result = run_with_input("message", "send", "-t", "ConsoleEmpty", "-n", namesrv_addr, stdin=b"")
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout, result.stderr) == (b"", b"sent 0 messages (stdin was empty)\n")
+
+
 def test_a_failed_send_exits_non_zero(namesrv_addr: str) -> None:
     assert_one_line_error(
         cometmq("message", "send", "-t", "SCHEDULE_TOPIC_XXXX", "x", "-n", namesrv_addr),

@@ -97,7 +97,7 @@ def test_resend_puts_the_message_back_once_unless_forced(dead: dict[str, str]) -
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines[0].startswith("resent UNIQ_A to Pay (new offset msg id ")
-    assert lines[-1] == f"resent 1 of 1 dead letters of group {GROUP}"
+    assert lines[-1] == f"resent 1 of 1 dead letter of group {GROUP}"
 
     # Consumable from the original topic: a fresh message, the same content, no retry bookkeeping.
     copies = [r for r in pull_all(dead["addr"], "Pay") if "RESENT_FROM_DLQ" in r.properties]

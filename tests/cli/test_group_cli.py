@@ -173,7 +173,7 @@ def test_reset_moves_offsets_and_tells_online_consumers(cluster: dict[str, str])
     header, row, summary = result.stdout.strip().splitlines()
     assert header.split() == ["BROKER", "QUEUE", "OLD_OFFSET", "NEW_OFFSET"]
     assert row.split()[1:] == ["0", "3", "→", "2"]  # replays r2, the first message after the cut
-    assert summary == "reset 1 queue(s) of topic Rst for group GID_rst; told 1 online consumer"
+    assert summary == "reset 1 queue of topic Rst for group GID_rst; told 1 online consumer"
     [request] = told
     assert json.loads(request.body)["offsetTable"][0]["offset"] == 2  # the C++ (array) form
 

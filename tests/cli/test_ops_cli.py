@@ -89,6 +89,19 @@ def test_clone_offsets_gives_a_group_the_offsets_of_another(cluster: dict[str, s
     assert [(q["topic"], q["consumerOffset"], q["lag"]) for q in progress["queues"]] == [("OpsCloned", 4, 1)]
 
 
+def test_clone_offsets_from_a_group_without_offsets_on_the_topic_fails(cluster: dict[str, str]) -> None:
+    namesrv, addr = cluster["namesrv"], cluster["addr"]
+    assert cometmq("topic", "create", "OpsNotCloned", "--queues", "1", "-n", namesrv).returncode == 0
+    assert cometmq("topic", "create", "OpsElsewhere", "--queues", "1", "-n", namesrv).returncode == 0
+    send(addr, "OpsElsewhere", b"x")
+    commit(addr, "GID_elsewhere", "OpsElsewhere", 0, 1)
+    for source in ("GID_nope", "GID_elsewhere"):
+        result = cometmq(
+            "group", "clone-offsets", source, "GID_new", "--topic", "OpsNotCloned", "-n", namesrv
+        )
+        assert error_line(result) == f"group {source} has no offsets on OpsNotCloned: nothing to copy"
+
+
 def test_stats_shows_rates_and_today_s_counts_per_topic_and_group(cluster: dict[str, str]) -> None:
     namesrv, addr = cluster["namesrv"], cluster["addr"]
     create_topic(namesrv, "OpsCounted")

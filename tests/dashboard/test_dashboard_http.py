@@ -165,8 +165,39 @@ def test_a_failed_action_says_why_on_the_page_it_came_from(cluster: LiveCluster)
 
 
 def test_a_page_the_cluster_refuses_shows_the_error(cluster: LiveCluster) -> None:
+    status, html = get(cluster, "/groups/GID_any?cluster=NoSuchCluster")
+    assert status == 502 and 'id="error"' in html and "NoSuchCluster" in html and "Try again" in html
+
+
+def test_a_topic_that_does_not_exist_is_not_found(cluster: LiveCluster) -> None:
     status, html = get(cluster, "/topics/NoSuchTopic")
-    assert status == 502 and 'id="error"' in html and "response code" in html
+    assert status == 404 and "topic NoSuchTopic does not exist" in html and "Try again" not in html
+
+
+def test_a_group_without_settings_offsets_or_members_is_not_found(cluster: LiveCluster) -> None:
+    status, html = get(cluster, "/groups/GID_nowhere")
+    assert status == 404 and "group GID_nowhere does not exist on any broker" in html
+    cluster.run(cluster.admin.create_group(SubscriptionGroupConfig("GID_created_only")))
+    status, html = get(cluster, "/groups/GID_created_only")
+    assert status == 200 and 'id="error"' not in html
+
+
+def test_a_search_by_key_without_a_topic_says_a_topic_is_needed(cluster: LiveCluster) -> None:
+    status, html = get(cluster, "/messages?by=key&topic=&value=order-1")
+    assert status == 200 and "a search by key needs a topic" in html
+
+
+def test_pages_link_the_favicon(cluster: LiveCluster) -> None:
+    assert '<link rel="icon" href="/static/favicon.svg"' in get(cluster, "/topics")[1]
+    status, svg = get(cluster, "/static/favicon.svg")
+    assert status == 200 and svg.startswith("<svg")
+
+
+def test_one_message_is_counted_in_the_singular(cluster: LiveCluster) -> None:
+    cluster.run(cluster.admin.create_topic("CountedOnce", 1))
+    send(cluster, Message("CountedOnce", b"one"))
+    status, html = get(cluster, "/topics/CountedOnce")
+    assert status == 200 and '<span id="total">1</span> message stored in all.' in html
 
 
 def post_as(cluster: LiveCluster, host: str, path: str, fields: dict[str, str], **headers: str) -> int:

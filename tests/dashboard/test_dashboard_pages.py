@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard_support import LiveCluster, send, send_to_dead_letters, send_traced
+from dashboard_support import SAMPLE_INTERVAL_S, LiveCluster, send, send_to_dead_letters, send_traced
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
@@ -250,3 +250,23 @@ def test_trace_page_says_when_a_message_has_no_trace(browser: WebDriver, cluster
         browser.find_element(By.ID, "no-trace").text
     )
     assert not browser.find_elements(By.ID, "timeline")
+
+
+def test_a_chart_with_one_point_says_it_is_collecting_data(browser: WebDriver, cluster: LiveCluster) -> None:
+    group = "GID_dashboard_one_point"
+    cluster.run(cluster.admin.create_group(SubscriptionGroupConfig(group)))
+    # Every chart's JSON answered with one sample, whatever the sampler has taken by then.
+    one_point = """
+        window.fetch = function () {
+            return Promise.resolve(new Response('{"t": [1700000000], "lag": [3]}'));
+        };
+    """
+    script = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": one_point})
+    try:
+        open_page(browser, cluster, f"/groups/{group}")
+        chart = browser.find_element(By.CSS_SELECTOR, ".chart")
+        wait_until_blocking(lambda: chart.get_attribute("data-points") == "1", message="the one sample drawn")
+        assert chart.text == f"collecting data — a point every {SAMPLE_INTERVAL_S} s"
+        assert not chart.find_elements(By.TAG_NAME, "canvas")
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", script)

@@ -263,6 +263,12 @@ class BrokerConfig:
         refusal = fixed_at_start(values)
         if refusal is not None:
             raise ConfigError(refusal)
+        for key, text in values.items():
+            # Stricter than broker.conf (Boolean.parseBoolean reads any other text as false): a value
+            # set on a running broker is one the operator means, so "maybe" is a mistake to report.
+            is_boolean = isinstance(getattr(self, _ATTRIBUTE_OF_KEY[key]), bool)
+            if is_boolean and text.strip().lower() not in ("true", "false"):
+                raise ConfigError(f"{key}={text!r} is not a boolean: give true or false")
         trial = dataclasses.replace(self)
         trial.update(values, source)
         if not 0 <= trial.broker_permission <= MAX_PERM:
@@ -513,17 +519,25 @@ _STORE_SETTING_OF_ATTRIBUTE = {
 
 
 def _unknown_key_message(key: str, source: str) -> str:
-    message = f"unknown key {key} in {source}, ignored"
+    return _unknown_key(key, f" in {source}, ignored")
+
+
+def _unknown_key(key: str, where: str = "") -> str:
+    message = f"unknown key {key}{where}"
     closest = difflib.get_close_matches(key, _SUGGESTIONS, n=1)
     return f"{message} (did you mean {closest[0]}?)" if closest else message
 
 
 def fixed_at_start(keys: Iterable[str]) -> str | None:
     """Why settings with these keys cannot change while the broker runs (the keys not in
-    RUNTIME_KEYS), or None if they can."""
+    RUNTIME_KEYS, or keys the broker does not know at all), or None if they can."""
     fixed = sorted(key for key in keys if key not in RUNTIME_KEYS)
     if not fixed:
         return None
+    known = _ATTRIBUTE_OF_KEY.keys() | ROCKETMQ_KEYS_NOT_USED | TLS_KEYS
+    unknown = [key for key in fixed if key not in known]
+    if unknown:
+        return "; ".join(_unknown_key(key) for key in unknown)
     return (
         f"cannot change {', '.join(fixed)} while the broker runs: set it in the broker's configuration "
         f"and restart (keys that can change: {', '.join(sorted(RUNTIME_KEYS))})"

@@ -16,7 +16,7 @@ from typing import Any
 from cometmq.cli._connect import add_connect_options, security
 from cometmq.cli._loop import run_async
 from cometmq.client import AdminClient
-from cometmq.console import format_table
+from cometmq.console import counted, format_table
 from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.ha_status import HARuntimeInfo
@@ -337,7 +337,7 @@ async def _topic_status(admin: AdminClient, args: argparse.Namespace) -> None:
         for q in queues
     ]
     print(format_table(["BROKER", "QUEUE", "MIN_OFFSET", "MAX_OFFSET", "MESSAGES", "LAST_STORE_TIME"], rows))
-    print(f"{sum(q.messages for q in queues)} messages in {len(queues)} queues")
+    print(f"{counted(sum(q.messages for q in queues), 'message')} in {counted(len(queues), 'queue')}")
 
 
 async def _topic_route(admin: AdminClient, args: argparse.Namespace) -> None:

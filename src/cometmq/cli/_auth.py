@@ -28,7 +28,7 @@ from cometmq.auth import (
 )
 from cometmq.cli._admin import add_admin_command, print_json
 from cometmq.client import AdminClient
-from cometmq.console import format_table
+from cometmq.console import counted, format_table
 from cometmq.errors import BrokerError, CometMQError, OptionError
 
 if TYPE_CHECKING:
@@ -336,7 +336,9 @@ def _json_result(addr: str, outcome: Any, value: Any) -> dict[str, Any]:
 def _fail_if_any(results: list[tuple[str, Any]]) -> None:
     failed = [addr for addr, outcome in results if isinstance(outcome, CometMQError)]
     if failed:
-        raise CometMQError(f"{len(failed)} of {len(results)} servers did not do it: {', '.join(failed)}")
+        raise CometMQError(
+            f"{len(failed)} of {counted(len(results), 'server')} did not do it: {', '.join(failed)}"
+        )
 
 
 def _password(args: argparse.Namespace) -> str | None:

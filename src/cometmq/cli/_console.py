@@ -24,6 +24,7 @@ from cometmq.cli._loop import run_async
 from cometmq.cli._message import parse_time
 from cometmq.client import AdminClient, LitePullConsumer, Message, MessageQueue, Producer, SendStatus
 from cometmq.client.message import ReceivedMessage, SendResult
+from cometmq.console import counted
 from cometmq.errors import CometMQError
 from cometmq.protocol.naming import TOOLS_CONSUMER_GROUP
 from cometmq.protocol.subscription import SUB_ALL, parse_tag_expression
@@ -216,9 +217,11 @@ async def _send(args: argparse.Namespace) -> int:
         while window:
             await settle()
     if args.quiet:
-        _print_result(f"sent {sent} message{'' if sent == 1 else 's'}")
+        _print_result(f"sent {counted(sent, 'message')}")
+    elif not sent and not failed:
+        print("sent 0 messages (stdin was empty)", file=sys.stderr)
     if failed:
-        raise CometMQError(f"{failed} of {sent + failed} messages were not sent")
+        raise CometMQError(f"{failed} of {counted(sent + failed, 'message')} were not sent")
     return 0
 
 
@@ -322,7 +325,7 @@ async def _consume(args: argparse.Namespace) -> int:
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-    print(f"printed {reader.printed} message{'' if reader.printed == 1 else 's'}", file=sys.stderr)
+    print(f"printed {counted(reader.printed, 'message')}", file=sys.stderr)
     return 0
 
 

@@ -9,7 +9,7 @@ from cometmq.cli._admin import add_admin_command, print_json, whole_number
 from cometmq.cli._message import format_time, message_json
 from cometmq.client import AdminClient
 from cometmq.client.message import SYSFLAG_COMPRESSED
-from cometmq.console import format_table
+from cometmq.console import counted, format_table
 from cometmq.errors import CometMQError
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import DecodedRecord
@@ -173,9 +173,13 @@ async def _resend(admin: AdminClient, args: argparse.Namespace) -> None:
                 )
             else:
                 print(f"failed {o['msgId']}: {o['reason']}")
-        summary = f"resent {counts['resent']} of {len(outcomes)} dead letters of group {args.group}"
+        summary = (
+            f"resent {counts['resent']} of {counted(len(outcomes), 'dead letter')} of group {args.group}"
+        )
         if counts["skipped"]:
             summary += f", {counts['skipped']} skipped (already resent)"
         print(summary)
     if counts["failed"]:
-        raise CometMQError(f"{counts['failed']} of {len(outcomes)} dead letters could not be resent")
+        raise CometMQError(
+            f"{counts['failed']} of {counted(len(outcomes), 'dead letter')} could not be resent"
+        )

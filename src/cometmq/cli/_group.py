@@ -17,7 +17,7 @@ from cometmq.cli._message import format_time, parse_time
 from cometmq.cli._ops import add_clone_offsets_command
 from cometmq.client import AdminClient
 from cometmq.client.admin import ConsumerConnections, ResetResult
-from cometmq.console import format_table
+from cometmq.console import counted, format_table
 from cometmq.errors import BrokerError, CometMQError
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.route import BrokerData
@@ -395,8 +395,8 @@ async def _reset(admin: AdminClient, args: argparse.Namespace) -> None:
     print(format_table(["BROKER", "QUEUE", "OLD_OFFSET", "", "NEW_OFFSET"], rows))
     told = result.consumers_notified
     print(
-        f"reset {len(result.queues)} queue(s) of topic {args.topic} for group {args.group}; "
-        f"told {told} online consumer{'' if told == 1 else 's'}"
+        f"reset {counted(len(result.queues), 'queue')} of topic {args.topic} for group {args.group}; "
+        f"told {counted(told, 'online consumer')}"
     )
 
 

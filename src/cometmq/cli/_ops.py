@@ -271,6 +271,16 @@ async def _producer_connections(admin: AdminClient, args: argparse.Namespace) ->
 
 
 async def _clone_offsets(admin: AdminClient, args: argparse.Namespace) -> None:
+    # CLONE_GROUP_OFFSET answers success whatever it copied (as RocketMQ's): ask first whether SOURCE
+    # has offsets there. Asked for every topic, GET_CONSUME_STATS lists only those it has offsets on.
+    clusters = {broker.cluster for broker in (await admin.topic_route(args.topic)).broker_datas}
+    source_topics: set[str] = set()
+    for cluster in sorted(clusters):
+        source_topics |= {
+            queue.topic for queue in (await admin.consume_progress(args.source, None, cluster)).queues
+        }
+    if args.topic not in source_topics:
+        raise CometMQError(f"group {args.source} has no offsets on {args.topic}: nothing to copy")
     masters = await admin.clone_group_offsets(args.source, args.dest, args.topic, offline=args.offline)
     names = [broker.broker_name for broker in masters]
     if args.json:

@@ -8,7 +8,7 @@ from typing import Any
 from cometmq.cli._admin import add_admin_command, print_json
 from cometmq.cli._message import format_time, printable
 from cometmq.client import AdminClient
-from cometmq.console import format_table
+from cometmq.console import counted, format_table
 from cometmq.errors import CometMQError
 from cometmq.protocol.naming import TRACE_TOPIC
 from cometmq.protocol.trace import TraceContext, TraceEvent, trace_event
@@ -48,7 +48,8 @@ async def _trace(admin: AdminClient, args: argparse.Namespace) -> None:
         print_json([_trace_json(ctx) for ctx in contexts])
         return
     rows = [[printable(cell) for cell in _cells(trace_event(ctx))] for ctx in contexts]
-    print(f"Trace of message {printable(args.msg_id)} ({len(contexts)} records in {args.trace_topic})")
+    records = counted(len(contexts), "record")
+    print(f"Trace of message {printable(args.msg_id)} ({records} in {args.trace_topic})")
     print(format_table(["TIME", "EVENT", "GROUP", "CLIENT", "COST", "STATUS", "DETAILS"], rows))
 
 

@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 
 from cometmq.client import AdminClient, Message, MessageQueue, Producer, PullStatus
 from cometmq.client.message import SYSFLAG_COMPRESSED
+from cometmq.console import counted, plural
 from cometmq.dashboard._history import DEFAULT_INTERVAL_S, Sampler
 from cometmq.errors import BrokerError, CometMQError, RecordError
 from cometmq.protocol import ResponseCode
@@ -186,6 +187,7 @@ def _templates() -> jinja2.Environment:
     )
     env.filters["time"] = format_time
     env.filters["perm"] = perm_text
+    env.filters["plural"] = plural
     env.globals.update(
         urlencode=urlencode,
         message_id=message_id,
@@ -196,6 +198,10 @@ def _templates() -> jinja2.Environment:
 
 
 Page = Callable[[Request], Awaitable[dict[str, Any]]]
+
+
+class _NotFound(CometMQError):
+    """What a page shows does not exist in the cluster (answered 404, not as a cluster failure)."""
 
 
 def create_app(
@@ -224,6 +230,8 @@ def create_app(
                 status = 200
                 try:
                     context = await gather(request)
+                except _NotFound as exc:
+                    context, status = {"error": str(exc)}, 404
                 except (CometMQError, OSError) as exc:
                     context, status = {"error": _error_text(exc)}, 502
                 context.setdefault("error", None)
@@ -232,6 +240,7 @@ def create_app(
                 query = [(k, v) for k, v in request.query_params.multi_items() if k != "flash"]
                 context["here"] = request.url.path + (f"?{urlencode(query)}" if query else "")
                 context["interval_ms"] = int(state.sampler.interval_s * 1000)
+                context["retry"] = status == 502
                 html = env.get_template(template if status == 200 else "error.html").render(context)
                 return HTMLResponse(html, status)
 
@@ -325,7 +334,12 @@ def create_app(
     @page("topic.html")
     async def topic(request: Request) -> dict[str, Any]:
         name = request.path_params["topic"]
-        route = await admin.topic_route(name)
+        try:
+            route = await admin.topic_route(name)
+        except BrokerError as exc:
+            if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+            raise _NotFound(f"topic {name} does not exist") from None
         status = await admin.topic_status(name)
         return {
             "topic": name,
@@ -411,6 +425,8 @@ def create_app(
         progress = await admin.consume_progress(name, cluster=cluster_name)
         if cluster_name is None:
             cluster_name = (await admin.masters_of())[0]
+        if members is None and not progress.queues and not await admin.get_group(name, cluster_name):
+            raise _NotFound(f"group {name} does not exist on any broker of cluster {cluster_name}")
         state.sampler.follow(name, cluster_name)
         topics = sorted(
             {q.topic for q in progress.queues if not q.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)}
@@ -454,8 +470,8 @@ def create_app(
             back += "?" + urlencode({"cluster": form.get("cluster")})
         return (
             back,
-            f"offsets of {name} on {topic_name} reset to {where}: {len(result.queues)} queues, "
-            f"{result.consumers_notified} consumers told",
+            f"offsets of {name} on {topic_name} reset to {where}: {counted(len(result.queues), 'queue')}, "
+            f"{counted(result.consumers_notified, 'consumer')} told",
         )
 
     # messages -----------------------------------------------------------------------------------
@@ -467,7 +483,10 @@ def create_app(
         topic_name = (query.get("topic") or "").strip()
         value = (query.get("value") or "").strip()
         found: list[DecodedRecord] | None = None
-        if by == "id" and value:
+        error = None
+        if "by" in query and by in ("key", "time") and not topic_name:
+            error = f"a search by {by} needs a topic"
+        elif by == "id" and value:
             found = await admin.view_message(value, topic_name or None)
         elif by == "key" and topic_name and value:
             found = await admin.query_message(topic_name, value, max_num=MAX_MESSAGES)
@@ -483,6 +502,7 @@ def create_app(
             "end": query.get("end") or "",
             "found": found,
             "limit": MAX_MESSAGES,
+            "error": error,
         }
 
     @page("message.html")

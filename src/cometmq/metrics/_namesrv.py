@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 class NamesrvMetrics(Collector):
     """A prometheus_client collector of *namesrv*'s metrics: the brokers registered, the topics routed,
     and :attr:`rpc_latency` (give it to the name server's RemotingServer as its observer). A name
-    server serves every cluster: its cluster label is empty, but on the broker counts, which give the
-    cluster they count."""
+    server serves every cluster: its cluster label is empty, but on the broker and topic counts, which
+    give the cluster they count."""
 
     def __init__(self, namesrv: NameServer) -> None:
         self._namesrv = namesrv
@@ -45,8 +45,16 @@ class NamesrvMetrics(Collector):
             brokers.add_metric([cluster, "namesrv", node_id, role], count)
         yield brokers
         topics = GaugeMetricFamily(
-            "rocketmq_namesrv_topics", "Topics the name server has routes for", labels=list(COMMON_LABELS)
+            "rocketmq_namesrv_topics",
+            "Topics the name server has routes for, by the cluster of their brokers",
+            labels=list(COMMON_LABELS),
         )
-        topics.add_metric(common, len(routes.topic_queue_table))
+        cluster_of = {name: data.cluster for name, data in routes.broker_addr_table.items()}
+        topic_counts: dict[str, int] = {}
+        for queues in routes.topic_queue_table.values():
+            for cluster in {cluster_of[name] for name in queues if name in cluster_of}:
+                topic_counts[cluster] = topic_counts.get(cluster, 0) + 1
+        for cluster, count in sorted(topic_counts.items()):
+            topics.add_metric([cluster, "namesrv", node_id], count)
         yield topics
         yield self.rpc_latency.family(COMMON_LABELS, common)

@@ -13,6 +13,19 @@
     return {names: names, values: [data.t].concat(names.map(function (n) { return data[n]; }))};
   }
 
+  // Until a chart has two points uPlot has no time range to draw (one point spans years, none is
+  // an empty box): say when the next point comes instead.
+  function waiting(el) {
+    var note = el.querySelector(".collecting");
+    if (note === null) {
+      note = document.createElement("p");
+      note.className = "note collecting";
+      note.textContent = "collecting data \u2014 a point every " + interval / 1000 + " s";
+      el.appendChild(note);
+    }
+    return note;
+  }
+
   function draw(el) {
     var plot = null;
     function refresh() {
@@ -20,8 +33,15 @@
         .then(function (r) { return r.json(); })
         .then(function (json) {
           var cols = columns(json, el.dataset.key);
+          var points = cols ? cols.values[0].length : 0;
+          el.dataset.points = String(points);
+          if (plot === null && points < 2) {
+            waiting(el);
+            return;
+          }
           if (!cols) { return; }
           if (plot === null) {
+            el.removeChild(waiting(el));
             plot = new uPlot({
               width: el.clientWidth || 600,
               height: 220,
@@ -33,7 +53,6 @@
           } else {
             plot.setData(cols.values);
           }
-          el.dataset.points = String(cols.values[0].length);
         })
         .catch(function () { el.dataset.failed = "1"; });
     }
