@@ -24,6 +24,10 @@ class FakeStore:
     def disk_usage_ratio(self) -> float:
         return self.disk_ratio
 
+    @property
+    def flush_behind_bytes(self) -> int:
+        return max(0, self.commitlog_max_offset - self.commitlog_flushed_offset)
+
 
 @dataclass
 class FakeBroker:

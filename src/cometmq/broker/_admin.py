@@ -536,7 +536,7 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "putMessageSizeTotal": str(put_bytes),
         "putMessageAverageSize": str(round(put_bytes / stats.put_messages, 2) if stats.put_messages else 0.0),
         "earliestMessageTimeStamp": str(earliest_message_timestamp(broker)),
-        "remainHowManyDataToFlush": str(max(0, store.commitlog_max_offset - store.commitlog_flushed_offset)),
+        "remainHowManyDataToFlush": str(store.flush_behind_bytes),
         "remainHowManyDataToCommit": "0",  # no transient store pool: written bytes are committed
         "commitLogDirCapacity": capacity,
         # Requests are served on the event loop as they arrive: no thread pool queues them and no

@@ -76,7 +76,7 @@ class LoadSummary:
             f"connections {self._broker.connection_count}, "
             f"commit log {format_bytes(store.commitlog_max_offset - store.commitlog_min_offset)}, "
             f"disk {f'{ratio * 100:.0f} %' if ratio >= 0 else 'unknown'}, "
-            f"flush behind {format_bytes(store.commitlog_max_offset - store.commitlog_flushed_offset)}"
+            f"flush behind {format_bytes(store.flush_behind_bytes)}"
         )
 
 

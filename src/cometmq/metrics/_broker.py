@@ -197,7 +197,7 @@ class BrokerMetrics(Collector):
             "rocketmq_storage_flush_behind_bytes",
             "Commit-log bytes written but not yet flushed to disk",
             common,
-            max(0, store.commitlog_max_offset - store.commitlog_flushed_offset),
+            store.flush_behind_bytes,
         )
         transactions = broker.transactions
         half_end = store.max_offset(TRANS_HALF_TOPIC, 0)

@@ -1515,6 +1515,11 @@ class MessageStore:
         """Commit-log bytes below this offset are on disk."""
         return self._commitlog.flushed_offset
 
+    @property
+    def flush_behind_bytes(self) -> int:
+        """Commit-log bytes written but not yet on disk (RocketMQ's remainHowManyDataToFlush)."""
+        return max(0, self._commitlog.max_offset - self._commitlog.flushed_offset)
+
 
 # What get_messages's take loop returns: status, units scanned, buffers, records, bytes.
 _Taken = tuple[GetStatus, int, list[memoryview], int, int]
