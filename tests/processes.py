@@ -126,25 +126,26 @@ class ServerProcess:
 _READY = re.compile(r"namesrv (\S+), broker \S+ at (\S+),")
 
 
-def start_standalone(data_dir: Path, conf: Path | None = None, *extra: str) -> tuple[ServerProcess, str]:
-    """A standalone server on ports the OS picks (port 0, so no other process can take them between
-    choosing and binding); returns it and its NameServer address, both read from its ready line."""
-    args = [
+def standalone_args(data_dir: Path, *extra: str) -> list[str]:
+    """``cometmq standalone``'s arguments for a test: data in *data_dir*, on loopback, every port one the
+    OS picks (so a server beside the tests, on the default ports, never collides), then *extra* (a flag
+    given again there wins: argparse keeps the last)."""
+    ports = ("--namesrv-port", "--broker-port", "--metrics-port", "--dashboard-port")
+    return [
         "standalone",
         "--data-dir",
         str(data_dir),
         "--host",
         "127.0.0.1",
-        "--namesrv-port",
-        "0",
-        "--broker-port",
-        "0",
-        "--metrics-port",
-        "0",
-        "--dashboard-port",
-        "0",
+        *(part for flag in ports for part in (flag, "0")),
         *extra,
     ]
+
+
+def start_standalone(data_dir: Path, conf: Path | None = None, *extra: str) -> tuple[ServerProcess, str]:
+    """A standalone server on ports the OS picks (port 0, so no other process can take them between
+    choosing and binding); returns it and its NameServer address, both read from its ready line."""
+    args = standalone_args(data_dir, *extra)
     if conf is not None:
         args += ["-c", str(conf)]
     server = ServerProcess(args, data_dir.parent / f"{data_dir.name}-standalone.log")

@@ -16,7 +16,7 @@ from _support import create_topic, pull, send_request
 
 from cometmq.protocol import RemotingCommand, ResponseCode
 from cometmq.remoting import RemotingClient
-from processes import ServerProcess, broker_address
+from processes import ServerProcess, broker_address, standalone_args
 from small_disk import fill, mounted_tmpfs
 from waiting import wait_until
 
@@ -115,11 +115,7 @@ def test_a_full_disk_refuses_sends_with_code_14_keeps_serving_and_resumes_losing
 
 
 def start_broker(data_dir: Path, conf: Path, log_path: Path) -> ServerProcess:
-    args = ["standalone", "--data-dir", str(data_dir), "--host", "127.0.0.1", "-c", str(conf)]
-    server = ServerProcess(
-        [*args, "--namesrv-port", "0", "--broker-port", "0", "--metrics-port", "0", "--dashboard-port", "0"],
-        log_path,
-    )
+    server = ServerProcess(standalone_args(data_dir, "-c", str(conf)), log_path)
     try:
         server.wait_ready("CometMQ standalone ready:")
     except BaseException:

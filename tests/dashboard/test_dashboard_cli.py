@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cometmq.client import blocking
-from processes import ServerProcess, broker_address, cometmq, start_standalone
+from processes import ServerProcess, broker_address, cometmq, standalone_args, start_standalone
 from secured_servers import ADMIN, READER, secured_standalone
 
 _DASHBOARD = re.compile(r", dashboard (http://\S+)$")
@@ -94,19 +94,8 @@ def test_a_port_in_use_is_one_line_naming_the_flag(standalone: ServerProcess, tm
         line = one_line_error(cometmq("dashboard", "-n", namesrv.group(1), "--port", port, timeout=30))
         assert f"127.0.0.1:{port} is already in use" in line and "--port" in line
         result = cometmq(
-            "standalone",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--namesrv-port",
-            "0",
-            "--broker-port",
-            "0",
-            "--metrics-port",
-            "0",  # never the default one, which a server beside the tests may hold
-            "--dashboard-port",
-            port,
-            "--log-level",
-            "WARNING",  # the servers have started by then and say so at INFO
+            # The servers have started by then and say so at INFO.
+            *standalone_args(tmp_path / "data", "--dashboard-port", port, "--log-level", "WARNING"),
             timeout=60,
         )
         line = one_line_error(result)

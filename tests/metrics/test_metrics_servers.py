@@ -20,7 +20,14 @@ from cometmq.errors import ConfigError
 from cometmq.metrics import MetricsExporterType
 from cometmq.namesrv import NameServer
 from cometmq.namesrv.config import NamesrvConfig
-from processes import TEST_BROKER_CONF, ServerProcess, broker_address, cometmq, start_standalone
+from processes import (
+    TEST_BROKER_CONF,
+    ServerProcess,
+    broker_address,
+    cometmq,
+    standalone_args,
+    start_standalone,
+)
 from waiting import wait_until_blocking
 
 METRICS_URL = re.compile(r", metrics (http://127\.0\.0\.1:\d+/metrics)(,|$)")
@@ -126,17 +133,7 @@ def test_a_metrics_port_in_use_ends_standalone_with_one_clear_line(tmp_path: Pat
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = cometmq(
-            "standalone",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--namesrv-port",
-            "0",
-            "--broker-port",
-            "0",
-            "--metrics-port",
-            str(port),
-        )
+        result = cometmq(*standalone_args(tmp_path / "data", "--metrics-port", str(port)))
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"cometmq: error: the metrics port 127.0.0.1:{port} is already in use"), last
