@@ -26,6 +26,19 @@ def test_ready_line(standalone: tuple[ServerProcess, str]) -> None:
     assert re.search(r", dashboard http://127\.0\.0\.1:\d+$", server.ready_line), server.ready_line
 
 
+def test_a_standalone_without_flags_serves_metrics_on_5557_and_the_dashboard_on_8082() -> None:
+    from cometmq.cli._main import build_parser
+    from cometmq.cli._servers import STANDALONE_DEFAULTS, _broker_config
+    from cometmq.metrics import MetricsExporterType
+
+    args = build_parser().parse_args(["standalone"])
+    assert (args.dashboard_port, args.no_dashboard, args.no_metrics) == (8082, False, False)
+    config = _broker_config(args, STANDALONE_DEFAULTS)
+    assert config.metrics_exporter_type is MetricsExporterType.PROM
+    assert config.metrics_prom_exporter_port == 5557
+    assert config.trace_topic_enable and config.enable_property_filter
+
+
 def test_topic_round_trip(namesrv_addr: str) -> None:
     created = cometmq("topic", "create", "RoundTrip", "--queues", "4", "--namesrv", namesrv_addr)
     assert created.returncode == 0, created.stderr

@@ -37,6 +37,13 @@ BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 # cometmq.dashboard.DEFAULT_PORT (RocketMQ Dashboard's), spelled here so that building the parser does
 # not import the web stack.
 DEFAULT_DASHBOARD_PORT = 8082
+# The try-it-out mode has SQL92 filters, the message trace topic and metrics on (broker.conf keys); a
+# config file may still turn them off.
+STANDALONE_DEFAULTS: dict[str, object] = {
+    "enablePropertyFilter": True,
+    "traceTopicEnable": True,
+    "metricsExporterType": "PROM",
+}
 
 
 def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -358,11 +365,7 @@ def print_ready_line(line: str) -> None:
 
 
 async def _standalone(args: argparse.Namespace) -> int:
-    # The try-it-out mode has SQL92 filters, the message trace topic and metrics on; a config file may
-    # still turn them off.
-    config = _broker_config(
-        args, {"enablePropertyFilter": True, "traceTopicEnable": True, "metricsExporterType": "PROM"}
-    )
+    config = _broker_config(args, STANDALONE_DEFAULTS)
     host = config.broker_ip1
     config.listen_host = host
     if config.tls.mode is TlsMode.ENFORCING and not config.tls.client_enable:
