@@ -369,6 +369,17 @@ def test_consume_tps_counts_committed_progress_over_a_minute_but_not_resets(tmp_
     assert offsets.query("CG", "T", 0) == 90
 
 
+def test_deleting_a_group_or_a_topic_forgets_what_it_pulled(tmp_path: Path) -> None:
+    offsets = ConsumerOffsetManager(tmp_path)
+    for group, topic in (("CG", "T"), ("CG", "U"), ("Other", "T"), ("Other", "U")):
+        offsets.commit(group, topic, 0, 1)
+        offsets.pulled[(group, topic, 0)] = 5
+    offsets.delete_group("CG")
+    assert set(offsets.pulled) == {("Other", "T", 0), ("Other", "U", 0)}
+    offsets.delete_topic("T")
+    assert set(offsets.pulled) == {("Other", "U", 0)}
+
+
 def test_an_older_offsets_snapshot_written_late_never_replaces_a_newer_one(tmp_path: Path) -> None:
     # The periodic write runs on an executor thread; at shutdown the broker writes the table again
     # on its own. Whichever write runs last, the file ends with the newest offsets.

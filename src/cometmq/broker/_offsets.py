@@ -160,6 +160,8 @@ class ConsumerOffsetManager:
             del self.offsets[key]
             self._progress.pop(key, None)
             self._dirty = True
+        for pulled in [key for key in self.pulled if key[0] == group]:
+            del self.pulled[pulled]
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when there is none."""
@@ -169,3 +171,5 @@ class ConsumerOffsetManager:
         for key in [k for k in self.offsets if k.partition("@")[0] == topic]:
             del self.offsets[key]
             self._dirty = True
+        for pulled in [key for key in self.pulled if key[1] == topic]:
+            del self.pulled[pulled]
