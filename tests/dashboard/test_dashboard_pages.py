@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from dashboard_support import SAMPLE_INTERVAL_S, LiveCluster, send, send_to_dead_letters, send_traced
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.webdriver.support.expected_conditions import staleness_of, text_to_be_present_in_element
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from cometmq.client import Message
@@ -246,8 +247,12 @@ def test_trace_page_shows_the_send_and_the_consumption_of_a_traced_message(
 def test_trace_page_says_when_a_message_has_no_trace(browser: WebDriver, cluster: LiveCluster) -> None:
     open_page(browser, cluster, "/trace")
     submit(browser, "trace", id="0123456789ABCDEF0123456789ABCDEF")
-    assert "No trace record of message 0123456789ABCDEF0123456789ABCDEF" in (
-        browser.find_element(By.ID, "no-trace").text
+    # Read once the answer's page is in place: a node looked up while it still replaces the form's page
+    # can belong to neither.
+    WebDriverWait(browser, DEFAULT_TIMEOUT_S, ignored_exceptions=(WebDriverException,)).until(
+        text_to_be_present_in_element(
+            (By.ID, "no-trace"), "No trace record of message 0123456789ABCDEF0123456789ABCDEF"
+        )
     )
     assert not browser.find_elements(By.ID, "timeline")
 
