@@ -174,16 +174,23 @@ class ClientStateError(CometMQError):
 
 class DataLossError(CometMQError):
     """Part of a requested offset range is not in the queue: before its first offset (deleted by
-    retention) or past its end."""
+    retention) or past its end (``available_min`` is then the queue's end, its next offset)."""
 
     def __init__(self, queue: MessageQueue, wanted_start: int, available_min: int) -> None:
         self.queue = queue
         self.wanted_start = wanted_start
         self.available_min = available_min
-        super().__init__(
-            f"{queue}: messages from offset {wanted_start} on were wanted, but the queue only holds "
-            f"offsets from {available_min} on (deleted by retention?)"
-        )
+        if wanted_start < available_min:
+            where = (
+                f"offsets before {available_min} are gone from the start of the queue "
+                f"(deleted by retention?)"
+            )
+        else:
+            where = (
+                f"that is past the end of the queue, whose next offset is {available_min} "
+                f"(the topic deleted and created again?)"
+            )
+        super().__init__(f"{queue}: messages from offset {wanted_start} on were wanted, but {where}")
 
 
 class OptionError(CometMQError, ValueError):

@@ -12,6 +12,7 @@ from typing import Any
 
 from cometmq.errors import OptionError
 from cometmq.spark._columns import SYSTEM_PROPERTIES
+from cometmq.spark._offsets import offsets_behind_latest
 from cometmq.spark._schema import ARROW_SCHEMA, SCHEMA_DDL
 from cometmq.spark._source import CometMQDataSource
 from cometmq.spark._write import message_id, queue_of
@@ -23,6 +24,7 @@ __all__ = [
     "CometMQDataSource",
     "OptionError",
     "message_id",
+    "offsets_behind_latest",
     "queue_of",
     "register",
 ]

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
-from collections.abc import Coroutine, Iterable, Mapping
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from cometmq.client import AdminClient, MessageQueue
 from cometmq.client.blocking import new_event_loop
+from cometmq.errors import ConnectionClosedError, QueueNotRoutedError, RemotingTimeoutError
 from cometmq.protocol.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 from cometmq.spark._options import ConnectOptions
 
@@ -21,9 +24,13 @@ __all__ = ["Cluster"]
 
 T = TypeVar("T")
 
+log = logging.getLogger("cometmq.spark")
+
 # Queue offsets read by the connector are planned on the driver, so a pull never needs to wait:
 # a short request timeout makes a dead broker fail the task quickly (Spark retries it).
 REQUEST_TIMEOUT_S = 10.0
+# What a retried question may meet while a broker restarts or re-registers with the name server.
+PASSING_ERRORS = (ConnectionClosedError, RemotingTimeoutError, QueueNotRoutedError)
 # The group name pulls and offset queries carry; a read joins no group and commits nothing.
 READER_GROUP = "cometmq-spark-reader"
 
@@ -31,14 +38,37 @@ READER_GROUP = "cometmq-spark-reader"
 class Cluster:
     """The cluster behind NameServer(s) ``namesrv``, driven from synchronous code."""
 
-    def __init__(self, namesrv: str, connect: ConnectOptions | None = None) -> None:
+    def __init__(
+        self,
+        namesrv: str,
+        connect: ConnectOptions | None = None,
+        *,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+        retries: int = 0,
+        retry_interval_s: float = 1.0,
+    ) -> None:
         self._loop = new_event_loop()
         security = (connect or ConnectOptions()).client_options()
-        self.admin = AdminClient(namesrv, timeout=REQUEST_TIMEOUT_S, **security)
+        self.admin = AdminClient(namesrv, timeout=timeout_s, **security)
+        self.retries = retries
+        self.retry_interval_s = retry_interval_s
         self.run(self.admin.start())
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run_until_complete(coro)
+
+    def run_retrying(self, ask: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
+        """``run(ask())``, asked again up to ``retries`` times, ``retry_interval_s`` apart, when it
+        fails in a way that passes (no answer in time, a connection lost, a broker not routed)."""
+        for attempt in range(self.retries + 1):
+            try:
+                return self.run(ask())
+            except PASSING_ERRORS as exc:
+                if attempt == self.retries:
+                    raise
+                log.warning("%s failed (%s); retry %d of %d", what, exc, attempt + 1, self.retries)
+            time.sleep(self.retry_interval_s)
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         if self._loop.is_closed():
@@ -55,6 +85,13 @@ class Cluster:
     ) -> list[MessageQueue]:
         """The readable queues of ``topics`` and of every user topic ``pattern`` matches in full,
         as the name server routes them now."""
+        by_topic = await self.queues_by_topic(topics, pattern)
+        return sorted(queue for queues in by_topic.values() for queue in queues)
+
+    async def queues_by_topic(
+        self, topics: Iterable[str], pattern: re.Pattern[str] | None = None
+    ) -> dict[str, list[MessageQueue]]:
+        """:meth:`queues`, per topic: a topic of ``topics`` that no broker serves maps to []."""
         names = set(topics)
         if pattern is not None:
             names.update(
@@ -64,8 +101,9 @@ class Cluster:
                 and not is_system_topic(t)
                 and not t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
             )
-        found = await asyncio.gather(*(self.admin.readable_queues(t) for t in sorted(names)))
-        return sorted(queue for queues in found for queue in queues)
+        ordered = sorted(names)
+        found = await asyncio.gather(*(self.admin.readable_queues(t) for t in ordered))
+        return {topic: sorted(queues) for topic, queues in zip(ordered, found, strict=True)}
 
     async def bounds(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
         """(min offset, max offset) of each queue: the oldest message held, and the next to be written."""

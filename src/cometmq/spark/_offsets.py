@@ -13,7 +13,7 @@ from typing import Any
 from cometmq.client.message import MessageQueue
 from cometmq.errors import OptionError
 
-__all__ = ["EARLIEST", "LATEST", "QueueOffsets", "from_json", "to_json"]
+__all__ = ["EARLIEST", "LATEST", "QueueOffsets", "from_json", "offsets_behind_latest", "to_json"]
 
 EARLIEST = -2
 LATEST = -1
@@ -60,3 +60,26 @@ def from_json(value: dict[str, Any] | str, what: str = "offsets") -> QueueOffset
                     )
                 offsets[queue] = offset
     return offsets
+
+
+def offsets_behind_latest(source: Any) -> dict[str, float]:
+    """How far a micro-batch's end was behind the queues' ends, from a streaming query's progress
+    for this source (``query.lastProgress.sources[i]``, or its JSON dict): the metrics Spark's
+    Kafka source reports in ``metrics``, which a Python source cannot fill. ``{}`` when the
+    progress has no latest offsets (no batch ran yet)."""
+    end_text, latest_text = (
+        (source.get("endOffset"), source.get("latestOffset"))
+        if isinstance(source, dict)
+        else (source.endOffset, source.latestOffset)
+    )
+    if not end_text or not latest_text or latest_text == "null":
+        return {}
+    end = from_json(end_text, "endOffset")
+    behind = [max(0, latest - end.get(queue, latest)) for queue, latest in from_json(latest_text).items()]
+    if not behind:
+        return {}
+    return {
+        "avgOffsetsBehindLatest": sum(behind) / len(behind),
+        "maxOffsetsBehindLatest": float(max(behind)),
+        "minOffsetsBehindLatest": float(min(behind)),
+    }

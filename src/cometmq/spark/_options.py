@@ -10,15 +10,27 @@ import datetime
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from cometmq.client import security_options
 from cometmq.errors import OptionError
+from cometmq.spark._offsets import EARLIEST, LATEST, from_json
 
-__all__ = ["ConnectOptions", "ReadOptions", "WriteOptions", "parse_duration_ms", "parse_timestamp_ms"]
+__all__ = [
+    "READ_OPTION_NAMES",
+    "ConnectOptions",
+    "ReadOptions",
+    "WriteOptions",
+    "parse_duration_ms",
+    "parse_timestamp_ms",
+    "unknown_read_options",
+]
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's maxTriggerDelay default, 15m
+
+
+CONNECT_OPTION_NAMES = ("accessKey", "secretKey", "tls", "tlsCaFile", "tlsCertFile", "tlsKeyFile")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +80,21 @@ class ConnectOptions:
         )
 
 
+# Every option a read takes, as documented (Spark hands them over lower-cased): messages name them
+# so, and an option that is none of these is warned about.
+READ_OPTION_NAMES = (
+    "namesrv", "topic", "topicPattern", "subExpression", "startingOffsets", "startingOffsetsByTimestamp",
+    "startingTimestamp", "endingOffsets", "endingTimestamp", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
+    "maxTriggerDelay", "minPartitions", "failOnDataLoss", "failOnMissingTopic", "includeProperties",
+    "requestTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "pushFilters",
+    *CONNECT_OPTION_NAMES,
+)  # fmt: skip
+_DOCUMENTED = {name.lower(): name for name in READ_OPTION_NAMES}
+DEFAULT_REQUEST_TIMEOUT_MS = 10_000
+DEFAULT_FETCH_RETRIES = 3
+DEFAULT_FETCH_RETRY_INTERVAL_MS = 1000
+
+
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
     namesrv: str
@@ -75,13 +102,21 @@ class ReadOptions:
     topic_pattern: re.Pattern[str] | None
     sub_expression: str
     starting_offsets: str | None  # "earliest", "latest", JSON, or None for the default
+    starting_offsets_by_timestamp: str | None  # JSON of a store time (ms) per queue
     starting_timestamp: int | None
-    ending_offsets: str
+    ending_offsets: str | None  # "latest", JSON, or None for the default (latest; batch only)
+    ending_timestamp: int | None
     max_offsets_per_trigger: int | None
     min_offsets_per_trigger: int | None
     max_trigger_delay_ms: int
+    min_partitions: int | None
     fail_on_data_loss: bool
+    fail_on_missing_topic: bool
     include_properties: bool
+    request_timeout_ms: int
+    fetch_retries: int
+    fetch_retry_interval_ms: int
+    push_filters: bool
     connect: ConnectOptions
 
     @classmethod
@@ -98,31 +133,76 @@ class ReadOptions:
             except re.error as exc:
                 raise OptionError(f"topicPattern {pattern!r} is not a regular expression: {exc}") from None
         expression = opts.get("subexpression", "*").strip() or "*"
-        max_per_trigger = _positive_int(opts, "maxoffsetspertrigger")
-        min_per_trigger = _positive_int(opts, "minoffsetspertrigger")
+        max_per_trigger = _positive_int(opts, "maxOffsetsPerTrigger")
+        min_per_trigger = _positive_int(opts, "minOffsetsPerTrigger")
         if max_per_trigger is not None and min_per_trigger is not None and min_per_trigger > max_per_trigger:
             raise OptionError(
                 f"minOffsetsPerTrigger ({min_per_trigger}) is larger than "
                 f"maxOffsetsPerTrigger ({max_per_trigger})"
             )
-        starting_ts = opts.get("startingtimestamp")
+        ending_offsets = _offsets_spec(opts, "endingOffsets")
+        if ending_offsets == "earliest":
+            raise OptionError(
+                "endingOffsets cannot be 'earliest': the range would be empty (as in Spark's Kafka source)"
+            )
         return cls(
             namesrv=opts.get("namesrv", DEFAULT_NAMESRV).strip() or DEFAULT_NAMESRV,
             topics=topics,
             topic_pattern=compiled,
             sub_expression=expression,
-            starting_offsets=_offsets_spec(opts, "startingoffsets"),
-            starting_timestamp=parse_timestamp_ms(starting_ts, "startingTimestamp") if starting_ts else None,
-            ending_offsets=_offsets_spec(opts, "endingoffsets") or "latest",
+            starting_offsets=_offsets_spec(opts, "startingOffsets"),
+            starting_offsets_by_timestamp=_json_spec(opts, "startingOffsetsByTimestamp"),
+            starting_timestamp=_timestamp(opts, "startingTimestamp"),
+            ending_offsets=ending_offsets,
+            ending_timestamp=_timestamp(opts, "endingTimestamp"),
             max_offsets_per_trigger=max_per_trigger,
             min_offsets_per_trigger=min_per_trigger,
             max_trigger_delay_ms=parse_duration_ms(opts["maxtriggerdelay"], "maxTriggerDelay")
             if "maxtriggerdelay" in opts
             else DEFAULT_MAX_TRIGGER_DELAY_MS,
-            fail_on_data_loss=_bool(opts, "failondataloss", True),
-            include_properties=_bool(opts, "includeproperties", False),
+            min_partitions=_positive_int(opts, "minPartitions"),
+            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+            fail_on_missing_topic=_bool(opts, "failOnMissingTopic", True),
+            include_properties=_bool(opts, "includeProperties", False),
+            request_timeout_ms=_positive_int(opts, "requestTimeoutMs") or DEFAULT_REQUEST_TIMEOUT_MS,
+            fetch_retries=_whole(opts, "fetchOffset.numRetries", DEFAULT_FETCH_RETRIES),
+            fetch_retry_interval_ms=_whole(
+                opts, "fetchOffset.retryIntervalMs", DEFAULT_FETCH_RETRY_INTERVAL_MS
+            ),
+            push_filters=_bool(opts, "pushFilters", False),
             connect=ConnectOptions.parse(opts),
         )
+
+    def check_batch(self) -> None:
+        """What a batch read refuses, as Spark's Kafka source does: a start at the queues' end."""
+        if self.starting_offsets == "latest":
+            raise OptionError("startingOffsets cannot be 'latest' in a batch read: the range would be empty")
+        for name, value in (
+            ("startingOffsets", self.starting_offsets),
+            ("endingOffsets", self.ending_offsets),
+        ):
+            forbidden, word = (LATEST, "latest") if name == "startingOffsets" else (EARLIEST, "earliest")
+            if value is not None and value.startswith("{"):
+                named = [q for q, off in from_json(value, name).items() if off == forbidden]
+                if named:
+                    raise OptionError(
+                        f"{name} cannot be {forbidden} ({word}) in a batch read, as given for "
+                        f"{', '.join(map(str, sorted(named)))}"
+                    )
+
+    def check_stream(self) -> None:
+        """What a streaming read refuses: an end (a stream reads on), as Spark's Kafka source does."""
+        for name, value in (
+            ("endingOffsets", self.ending_offsets),
+            ("endingTimestamp", self.ending_timestamp),
+        ):
+            if value is not None:
+                raise OptionError(f"{name} is for batch reads only: a streaming read has no end")
+
+
+def unknown_read_options(options: Mapping[str, str]) -> list[str]:
+    """The options (as given) that a read does not take, sorted."""
+    return sorted(name for name in options if name.lower() not in _DOCUMENTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +224,7 @@ class WriteOptions:
 
 
 def _offsets_spec(opts: Mapping[str, str], name: str) -> str | None:
-    value = opts.get(name)
+    value = opts.get(name.lower())
     if value is None or not value.strip():
         return None
     value = value.strip()
@@ -152,24 +232,52 @@ def _offsets_spec(opts: Mapping[str, str], name: str) -> str | None:
         return value.lower()
     if not value.startswith("{"):
         raise OptionError(f"{name} must be 'earliest', 'latest' or JSON offsets per queue, not {value!r}")
+    from_json(value, name)
     return value
 
 
-def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
-    value = opts.get(name)
-    if value is None or not value.strip():
+def _json_spec(opts: Mapping[str, str], name: str) -> str | None:
+    """JSON per queue (checked here, kept as given): a value of -2/-1 is refused as no time."""
+    value = opts.get(name.lower(), "").strip()
+    if not value:
         return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise OptionError(f"{name} must be a whole number, not {value!r}") from None
-    if number <= 0:
+    negative = sorted(q for q, off in from_json(value, name).items() if off < 0)
+    if negative:
+        raise OptionError(f"{name}: the time of {negative[0]} must be ms since the epoch (0 or more)")
+    return value
+
+
+def _timestamp(opts: Mapping[str, str], name: str) -> int | None:
+    value = opts.get(name.lower(), "")
+    return parse_timestamp_ms(value, name) if value.strip() else None
+
+
+def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
+    number = _whole(opts, name, None)
+    if number is not None and number <= 0:
         raise OptionError(f"{name} must be positive, not {number}")
     return number
 
 
+@overload
+def _whole(opts: Mapping[str, str], name: str, default: int) -> int: ...
+@overload
+def _whole(opts: Mapping[str, str], name: str, default: None) -> int | None: ...
+def _whole(opts: Mapping[str, str], name: str, default: int | None) -> int | None:
+    value = opts.get(name.lower())
+    if value is None or not value.strip():
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise OptionError(f"{name} must be a whole number, not {value!r}") from None
+    if number < 0:
+        raise OptionError(f"{name} must be 0 or more, not {number}")
+    return number
+
+
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
-    value = opts.get(name)
+    value = opts.get(name.lower())
     if value is None:
         return default
     lowered = value.strip().lower()

@@ -13,11 +13,16 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from cometmq.client import MessageQueue, PullResult, PullStatus
-from cometmq.errors import CometMQError, DataLossError, ProtocolError, RecordError
+from cometmq.errors import CometMQError, DataLossError, ProtocolError, QueueNotRoutedError, RecordError
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.spark._cluster import READER_GROUP, Cluster
 from cometmq.spark._columns import decode_batch
-from cometmq.spark._options import ConnectOptions
+from cometmq.spark._options import (
+    DEFAULT_FETCH_RETRIES,
+    DEFAULT_FETCH_RETRY_INTERVAL_MS,
+    DEFAULT_REQUEST_TIMEOUT_MS,
+    ConnectOptions,
+)
 from cometmq.spark._schema import ARROW_SCHEMA
 
 __all__ = ["QueueRange", "read_range"]
@@ -43,14 +48,24 @@ class QueueRange:
     fail_on_data_loss: bool
     include_properties: bool
     connect: ConnectOptions = field(default_factory=ConnectOptions)
+    request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+    retries: int = DEFAULT_FETCH_RETRIES
+    retry_interval_ms: int = DEFAULT_FETCH_RETRY_INTERVAL_MS
 
 
 def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     """The rows at offsets ``[part.start, part.end)`` of ``part.queue`` that match its tag filter,
     exactly, in offset order."""
-    cluster = Cluster(part.namesrv, part.connect)
+    cluster = Cluster(
+        part.namesrv,
+        part.connect,
+        timeout_s=part.request_timeout_ms / 1000,
+        retries=part.retries,
+        retry_interval_s=part.retry_interval_ms / 1000,
+    )
     batches = _read(cluster, part)
     try:
+        cluster.run_retrying(lambda: _check_routed(cluster, part.queue), f"finding {part.queue}")
         while True:
             try:
                 batch: pa.RecordBatch = cluster.run(batches.__anext__())
@@ -64,8 +79,6 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
 
 async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordBatch, None]:
     admin, queue, end = cluster.admin, part.queue, part.end
-    if not await admin.readable_queues(queue.topic):
-        raise CometMQError(f"{queue}: the topic has no route any more (deleted?)")
     subscription = SubscriptionData.from_expression(queue.topic, part.sub_expression)
     tags = subscription.tags
     filtered = bool(tags)
@@ -135,6 +148,21 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
                 chunk_start = offset
     finally:
         await _cancel([task for _, _, task in pending])
+
+
+async def _check_routed(cluster: Cluster, queue: MessageQueue) -> None:
+    """QueueNotRoutedError saying why, unless the name server routes ``queue`` to a broker now."""
+    routed = await cluster.admin.readable_queues(queue.topic)
+    if queue in routed:
+        return
+    if not routed:
+        why = "no broker serves the topic now: it was deleted, or every broker serving it is down or"
+    else:
+        why = f"broker {queue.broker_name!r} does not serve this queue now: it is down, or"
+    raise QueueNotRoutedError(
+        f"{queue}: {why} re-registering with the name server after a restart. Spark retries the task; "
+        f"raise fetchOffset.numRetries and fetchOffset.retryIntervalMs to wait longer for it"
+    )
 
 
 async def _cancel(tasks: list[asyncio.Task[PullResult]]) -> None:

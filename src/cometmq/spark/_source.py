@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
+    Filter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -34,11 +35,12 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from cometmq.client.message import MessageQueue
-from cometmq.errors import DataLossError, OptionError
+from cometmq.errors import DataLossError, NoRouteError, OptionError
 from cometmq.spark import _offsets
 from cometmq.spark._cluster import Cluster
 from cometmq.spark._offsets import EARLIEST, LATEST, QueueOffsets
-from cometmq.spark._options import ReadOptions, WriteOptions
+from cometmq.spark._options import ReadOptions, WriteOptions, unknown_read_options
+from cometmq.spark._pushdown import Pruning
 from cometmq.spark._read import QueueRange, read_range
 from cometmq.spark._schema import SCHEMA_DDL
 from cometmq.spark._write import WriteTarget, check_columns, write_batches
@@ -57,13 +59,30 @@ class CometMQDataSource(DataSource):
         return "cometmq"
 
     def schema(self) -> str:
+        # Spark asks a read (batch or stream, never a write) for its schema in load(): the options
+        # are checked here so that a bad one fails there, not at the first action.
+        ReadOptions.parse(self.options)
+        unknown = unknown_read_options(self.options)
+        if unknown:
+            log.warning("options a read does not take, ignored: %s (see docs/spark.md)", ", ".join(unknown))
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return CometMQBatchReader(ReadOptions.parse(self.options))
+        options = ReadOptions.parse(self.options)
+        options.check_batch()
+        # Spark refuses a reader that can take filters unless spark.sql.python.filterPushdown.enabled
+        # is set: only the option pushFilters asks for one.
+        return CometMQFilteringReader(options) if options.push_filters else CometMQBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return CometMQStreamReader(ReadOptions.parse(self.options))
+        try:
+            options = ReadOptions.parse(self.options)
+            options.check_stream()
+        except OptionError as exc:
+            # PySpark's stream planner hides an error raised here behind an UnboundLocalError of its
+            # own (its clean-up uses the reader this did not return): fail at the first question.
+            return _RefusedStreamReader(exc)
+        return CometMQStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         options = WriteOptions.parse(self.options)
@@ -74,6 +93,9 @@ class CometMQDataSource(DataSource):
         options = WriteOptions.parse(self.options)
         check_columns(schema.fieldNames(), options)
         return CometMQStreamWriter(options)
+
+
+Bounds = dict[MessageQueue, tuple[int, int]]
 
 
 class _Planner:
@@ -92,58 +114,99 @@ class _Planner:
     @property
     def cluster(self) -> Cluster:
         if self._cluster is None:
-            self._cluster = Cluster(self.options.namesrv, self.options.connect)
+            options = self.options
+            self._cluster = Cluster(
+                options.namesrv,
+                options.connect,
+                timeout_s=options.request_timeout_ms / 1000,
+                retries=options.fetch_retries,
+                retry_interval_s=options.fetch_retry_interval_ms / 1000,
+            )
         return self._cluster
 
-    def queues(self) -> list[MessageQueue]:
-        options = self.options
-        return self.cluster.run(self.cluster.queues(options.topics, options.topic_pattern))
+    def queues(self, known: Iterable[str] = ()) -> list[MessageQueue]:
+        """The queues to read. A topic of the option ``topic`` that no broker serves fails the read
+        (failOnMissingTopic) or is waited for; one the read has met before (``known``) is asked for
+        again first, as its brokers may be re-registering with the name server."""
+        options, cluster = self.options, self.cluster
+        seen = set(known)
+        for attempt in range(options.fetch_retries + 1):
+            by_topic = cluster.run_retrying(
+                lambda: cluster.queues_by_topic(options.topics, options.topic_pattern), "finding the queues"
+            )
+            missing = [topic for topic in options.topics if not by_topic.get(topic)]
+            if not missing or not options.fail_on_missing_topic or not seen.intersection(missing):
+                break
+            if attempt < options.fetch_retries:
+                time.sleep(options.fetch_retry_interval_ms / 1000)
+        if missing and options.fail_on_missing_topic:
+            raise NoRouteError(_missing_topic(missing[0], missing[0] in seen, options.fetch_retries))
+        if missing:
+            log.warning("no broker serves the topic(s) %s (yet): waiting for them", ", ".join(missing))
+        return sorted(queue for queues in by_topic.values() for queue in queues)
 
-    def bounds(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
-        return self.cluster.run(self.cluster.bounds(queues))
+    def bounds(self, queues: Sequence[MessageQueue]) -> Bounds:
+        return self.cluster.run_retrying(
+            lambda: self.cluster.bounds(queues), "asking for the queues' offsets"
+        )
 
-    def resolve(self, spec: str, bounds: dict[MessageQueue, tuple[int, int]], what: str) -> QueueOffsets:
+    def offsets_at(self, bounds: Bounds, timestamp_ms: int) -> QueueOffsets:
+        return self.cluster.run_retrying(
+            lambda: self.cluster.offsets_at(bounds, timestamp_ms), "searching the queues by time"
+        )
+
+    def resolve(self, spec: str, bounds: Bounds, what: str) -> QueueOffsets:
         """Offsets per queue from ``earliest``/``latest``/JSON (with -2/-1), for every queue in
         ``bounds``; JSON must name them all (Spark's Kafka source asks the same)."""
         if spec in ("earliest", "latest"):
             pick = 0 if spec == "earliest" else 1
             return {queue: bound[pick] for queue, bound in bounds.items()}
         given = _offsets.from_json(spec, what)
-        missing = sorted(set(bounds) - set(given))
-        if missing:
-            raise OptionError(f"{what} names no offset for {', '.join(map(str, missing))}")
-        unknown = sorted(set(given) - set(bounds))
-        if unknown:
-            raise OptionError(f"{what} names queues that are not there: {', '.join(map(str, unknown))}")
+        _check_named(given, bounds, what)
         return {
             queue: bounds[queue][0] if off == EARLIEST else bounds[queue][1] if off == LATEST else off
             for queue, off in given.items()
         }
 
-    def starting(self, bounds: dict[MessageQueue, tuple[int, int]], default: str) -> QueueOffsets:
+    def starting(self, bounds: Bounds, default: str) -> QueueOffsets:
+        """Where each queue starts: startingTimestamp, else startingOffsetsByTimestamp, else
+        startingOffsets (Spark's Kafka source has the same precedence)."""
         options = self.options
         if options.starting_timestamp is not None:
-            return self.cluster.run(self.cluster.offsets_at(bounds, options.starting_timestamp))
+            return self.offsets_at(bounds, options.starting_timestamp)
+        if options.starting_offsets_by_timestamp is not None:
+            times = _offsets.from_json(options.starting_offsets_by_timestamp, "startingOffsetsByTimestamp")
+            _check_named(times, bounds, "startingOffsetsByTimestamp")
+            found = [self.offsets_at({queue: bounds[queue]}, at) for queue, at in times.items()]
+            return {queue: offset for one in found for queue, offset in one.items()}
         return self.resolve(options.starting_offsets or default, bounds, "startingOffsets")
 
-    def partition(self, queue: MessageQueue, start: int, end: int) -> InputPartition:
+    def partitions_of(self, ranges: Iterable[tuple[MessageQueue, int, int]]) -> list[InputPartition]:
+        """An input partition per non-empty range, the ranges cut up to give at least minPartitions."""
         options = self.options
-        return InputPartition(
-            QueueRange(
-                options.namesrv,
-                queue,
-                start,
-                end,
-                options.sub_expression,
-                options.fail_on_data_loss,
-                options.include_properties,
-                options.connect,
+        wanted = [(queue, start, end) for queue, start, end in ranges if end > start]
+        return [
+            InputPartition(
+                QueueRange(
+                    options.namesrv,
+                    queue,
+                    start,
+                    end,
+                    options.sub_expression,
+                    options.fail_on_data_loss,
+                    options.include_properties,
+                    options.connect,
+                    options.request_timeout_ms,
+                    options.fetch_retries,
+                    options.fetch_retry_interval_ms,
+                )
             )
-        )
+            for queue, start, end in split_ranges(wanted, options.min_partitions or 0)
+        ]
 
-    def check_loss(self, start: QueueOffsets, bounds: dict[MessageQueue, tuple[int, int]]) -> QueueOffsets:
-        """``start`` with offsets retention removed moved up to what is left (failOnDataLoss=false),
-        or :class:`DataLossError` naming the queue and offsets (failOnDataLoss=true)."""
+    def check_loss(self, start: QueueOffsets, bounds: Bounds) -> QueueOffsets:
+        """``start`` with offsets that are not in their queue moved to what is there (failOnDataLoss
+        false), or :class:`DataLossError` naming the queue and offsets (failOnDataLoss true)."""
         checked = dict(start)
         for queue, offset in start.items():
             if queue not in bounds:
@@ -153,9 +216,11 @@ class _Planner:
                 moved = low if offset < low else high
                 if self.options.fail_on_data_loss:
                     raise DataLossError(queue, offset, moved)
+                held = f"it holds {low}..{high - 1}" if high > low else f"it is empty, its next offset {high}"
+                where = "before its start" if offset < low else "past its end"
                 log.warning(
-                    "%s: offset %d is not in the queue (it holds %d..%d); continuing at %d as "
-                    "failOnDataLoss is false", queue, offset, low, high - 1, moved,
+                    "%s: offset %d is %s (%s); continuing at %d as failOnDataLoss is false",
+                    queue, offset, where, held, moved,
                 )  # fmt: skip
                 checked[queue] = moved
         return checked
@@ -172,17 +237,52 @@ class _Planner:
 
 
 class CometMQBatchReader(_Planner, DataSourceReader):
-    """``spark.read.format("cometmq")``: the messages in [startingOffsets, endingOffsets)."""
+    """``spark.read.format("cometmq")``: the messages in [start, end), the start from startingOffsets
+    (or a time), the end from endingOffsets or endingTimestamp."""
+
+    pruning: Pruning | None = None
 
     def partitions(self) -> Sequence[InputPartition]:
+        options, pruning = self.options, self.pruning or Pruning()
         try:
-            queues = self.queues()
+            queues = [queue for queue in self.queues() if pruning.keeps(queue)]
             bounds = self.bounds(queues)
-            start = self.check_loss(self.starting(bounds, "earliest"), bounds)
-            end = self.resolve(self.options.ending_offsets, bounds, "endingOffsets")
-            return [self.partition(q, start[q], end[q]) for q in queues if end[q] > start[q]]
+            start = self.starting(bounds, "earliest")
+            if options.ending_timestamp is not None:
+                end = self.offsets_at(bounds, options.ending_timestamp)
+            else:
+                end = self.resolve(options.ending_offsets or "latest", bounds, "endingOffsets")
+            _check_range(start, end, bounds)
+            start, end = self._narrowed(start, end, bounds, pruning)
+            start = self.check_loss(start, bounds)
+            return self.partitions_of((q, start[q], end[q]) for q in queues)
         finally:
             self.stop()
+
+    def _narrowed(
+        self, start: QueueOffsets, end: QueueOffsets, bounds: Bounds, pruning: Pruning
+    ) -> tuple[QueueOffsets, QueueOffsets]:
+        """``start`` and ``end`` narrowed to the pushed offset and time bounds (an empty range where
+        they leave nothing)."""
+        after = {} if pruning.time_from_ms is None else self.offsets_at(bounds, pruning.time_from_ms)
+        before = {} if pruning.time_to_ms is None else self.offsets_at(bounds, pruning.time_to_ms)
+        first, last = dict(start), dict(end)
+        for queue in start:
+            last[queue] = min(end[queue], before.get(queue, end[queue]))
+            if pruning.offset_to is not None:
+                last[queue] = min(last[queue], pruning.offset_to)
+            lowest = max(start[queue], after.get(queue, 0), pruning.offset_from or 0)
+            first[queue] = min(lowest, last[queue])
+        return first, last
+
+
+class CometMQFilteringReader(CometMQBatchReader):
+    """A batch reader that takes Spark's pushed filters (option pushFilters, with
+    ``spark.sql.python.filterPushdown.enabled`` on): see :mod:`cometmq.spark._pushdown`."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        self.pruning = Pruning()
+        return list(self.pruning.take(filters))
 
 
 class CometMQStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -208,7 +308,7 @@ class CometMQStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvail
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         checkpointed = _offsets.from_json(start, "the checkpointed offsets")
-        bounds = self.bounds(self.queues())
+        bounds = self.bounds(self.queues(known={queue.topic for queue in checkpointed}))
         self._latest = {queue: high for queue, (_, high) in bounds.items()}
         begin = self.check_loss(checkpointed, bounds)
         # A queue met for the first time (a topic grown, a broker added, a new topic matching the
@@ -242,15 +342,111 @@ class CometMQStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvail
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin = _offsets.from_json(start, "the batch's start offsets")
         finish = _offsets.from_json(end, "the batch's end offsets")
-        return [
-            self.partition(queue, begin[queue], finish[queue])
-            for queue in sorted(finish)
-            if queue in begin and finish[queue] > begin[queue]
-        ]
+        return self.partitions_of(
+            (queue, begin[queue], finish[queue]) for queue in sorted(finish) if queue in begin
+        )
 
     def commit(self, end: dict[str, Any]) -> None:
         # Spark's checkpoint is the record of progress; nothing is stored on the brokers.
         pass
+
+
+class _RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A streaming read whose options were refused: every question Spark asks raises the refusal."""
+
+    def __init__(self, error: OptionError) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict[str, Any]:
+        raise self.error
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        raise self.error
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        raise self.error
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise self.error
+
+
+def _check_named(given: QueueOffsets, bounds: Bounds, what: str) -> None:
+    """JSON offsets (or times) must name every queue read and only those; a broker that serves none
+    of a topic's queues is named as such."""
+    missing = sorted(set(bounds) - set(given))
+    if missing:
+        raise OptionError(f"{what} names no offset for {', '.join(map(str, missing))}")
+    unknown = sorted(set(given) - set(bounds))
+    if not unknown:
+        return
+    serving: dict[str, set[str]] = {}
+    for queue in bounds:
+        serving.setdefault(queue.topic, set()).add(queue.broker_name)
+    for queue in unknown:
+        brokers = serving.get(queue.topic, set())
+        if queue.broker_name not in brokers:
+            known = (
+                f"the brokers serving it: {', '.join(sorted(brokers))}" if brokers else "no broker serves it"
+            )
+            raise OptionError(
+                f"{what} names the broker {queue.broker_name!r}, which serves no queue of topic "
+                f"{queue.topic!r} ({known})"
+            )
+    raise OptionError(f"{what} names queues that are not there: {', '.join(map(str, unknown))}")
+
+
+def _check_range(start: QueueOffsets, end: QueueOffsets, bounds: Bounds) -> None:
+    """Refuse ranges that cannot be read, as Spark's Kafka source does: an end before the start, or
+    past the queue's end."""
+    for queue in sorted(start):
+        if end[queue] < start[queue]:
+            raise OptionError(
+                f"{queue}: the ending offset {end[queue]} is before the starting offset {start[queue]}"
+            )
+        if end[queue] > bounds[queue][1]:
+            raise OptionError(
+                f"{queue}: the ending offset {end[queue]} is past the end of the queue "
+                f"(its next offset is {bounds[queue][1]})"
+            )
+
+
+def _missing_topic(topic: str, known: bool, retries: int) -> str:
+    if known:
+        return (
+            f"no broker serves topic {topic!r} any more (asked {retries + 1} times): it was deleted, or "
+            f"every broker serving it is down or re-registering with the name server after a restart. "
+            f"Restart the query once it is served again, raise fetchOffset.numRetries and "
+            f"fetchOffset.retryIntervalMs to wait longer, or set failOnMissingTopic=false to wait for it"
+        )
+    return (
+        f"topic {topic!r} does not exist (no broker serves it): check its name, or set "
+        f"failOnMissingTopic=false to wait for it to be created"
+    )
+
+
+def split_ranges(
+    ranges: Sequence[tuple[MessageQueue, int, int]], min_partitions: int
+) -> list[tuple[MessageQueue, int, int]]:
+    """``ranges`` cut into at least ``min_partitions`` pieces when there are fewer ranges: each into
+    a number of pieces in proportion to its size, at least one, of sizes differing by one at most
+    (Spark's Kafka source splits its offset ranges the same way for minPartitions)."""
+    total = sum(end - start for _, start, end in ranges)
+    if len(ranges) >= min_partitions or total == 0:
+        return list(ranges)
+    pieces: list[tuple[MessageQueue, int, int]] = []
+    for queue, start, end in ranges:
+        size = end - start
+        parts = min(size, max(1, round(size * min_partitions / total)))
+        step, extra = divmod(size, parts)
+        at = start
+        for part in range(parts):
+            following = at + step + (1 if part < extra else 0)
+            pieces.append((queue, at, following))
+            at = following
+    return pieces
 
 
 def _share(available: dict[MessageQueue, int], budget: int) -> dict[MessageQueue, int]:
