@@ -182,8 +182,7 @@ class DataLossError(CometMQError):
         self.available_min = available_min
         if wanted_start < available_min:
             where = (
-                f"offsets before {available_min} are gone from the start of the queue "
-                f"(deleted by retention?)"
+                f"offsets before {available_min} are gone from the start of the queue (deleted by retention?)"
             )
         else:
             where = (
