@@ -430,9 +430,9 @@ def _missing_topic(topic: str, known: bool, retries: int) -> str:
 def split_ranges(
     ranges: Sequence[tuple[MessageQueue, int, int]], min_partitions: int
 ) -> list[tuple[MessageQueue, int, int]]:
-    """``ranges`` cut into at least ``min_partitions`` pieces when there are fewer ranges: each into
-    a number of pieces in proportion to its size, at least one, of sizes differing by one at most
-    (Spark's Kafka source splits its offset ranges the same way for minPartitions)."""
+    """``ranges`` (none empty) cut into about ``min_partitions`` pieces when there are fewer ranges:
+    each into a number of pieces in proportion to its size (rounded, at least one), of sizes
+    differing by one at most, as Spark's Kafka source cuts its offset ranges for minPartitions."""
     total = sum(end - start for _, start, end in ranges)
     if len(ranges) >= min_partitions or total == 0:
         return list(ranges)
