@@ -174,21 +174,22 @@ class ReadOptions:
         )
 
     def check_batch(self) -> None:
-        """What a batch read refuses, as Spark's Kafka source does: a start at the queues' end."""
+        """What a batch read refuses, as Spark's Kafka source does: a start at the queues' ends, an
+        end at their starts."""
         if self.starting_offsets == "latest":
             raise OptionError("startingOffsets cannot be 'latest' in a batch read: the range would be empty")
-        for name, value in (
-            ("startingOffsets", self.starting_offsets),
-            ("endingOffsets", self.ending_offsets),
+        for name, value, forbidden, word in (
+            ("startingOffsets", self.starting_offsets, LATEST, "latest"),
+            ("endingOffsets", self.ending_offsets, EARLIEST, "earliest"),
         ):
-            forbidden, word = (LATEST, "latest") if name == "startingOffsets" else (EARLIEST, "earliest")
-            if value is not None and value.startswith("{"):
-                named = [q for q, off in from_json(value, name).items() if off == forbidden]
-                if named:
-                    raise OptionError(
-                        f"{name} cannot be {forbidden} ({word}) in a batch read, as given for "
-                        f"{', '.join(map(str, sorted(named)))}"
-                    )
+            if value is None or not value.startswith("{"):
+                continue
+            named = sorted(queue for queue, offset in from_json(value, name).items() if offset == forbidden)
+            if named:
+                raise OptionError(
+                    f"{name} cannot be {forbidden} ({word}) in a batch read, as given for "
+                    f"{', '.join(map(str, named))}"
+                )
 
     def check_stream(self) -> None:
         """What a streaming read refuses: an end (a stream reads on), as Spark's Kafka source does."""
