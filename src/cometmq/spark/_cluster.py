@@ -60,15 +60,16 @@ class Cluster:
     def run_retrying(self, ask: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
         """``run(ask())``, asked again up to ``retries`` times, ``retry_interval_s`` apart, when it
         fails in a way that passes (no answer in time, a connection lost, a broker not routed)."""
-        for attempt in range(self.retries + 1):
+        retried = 0
+        while True:
             try:
                 return self.run(ask())
             except PASSING_ERRORS as exc:
-                if attempt == self.retries:
+                if retried == self.retries:
                     raise
-                log.warning("%s failed (%s); retry %d of %d", what, exc, attempt + 1, self.retries)
+                retried += 1
+                log.warning("%s failed (%s); retry %d of %d", what, exc, retried, self.retries)
             time.sleep(self.retry_interval_s)
-        raise AssertionError("unreachable")
 
     def close(self) -> None:
         if self._loop.is_closed():
