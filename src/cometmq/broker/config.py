@@ -114,9 +114,11 @@ class BrokerConfig:
     slave_read_enable: bool = False
     access_message_in_memory_max_ratio: int = 40
     offset_check_in_slave: bool = False
-    # Not a RocketMQ key: µs the event loop keeps polling after each read or write instead of sleeping
-    # (cometmq/remoting/busypoll.py); 0, the default, never. Lower latency for a busy CPU meanwhile.
-    busy_poll_micros: int = 0
+    # Not RocketMQ keys: the most µs the event loop keeps polling after each read or write instead of
+    # sleeping, a window that adapts to the gaps between requests and closes when they stop
+    # (cometmq/remoting/busypoll.py); with busyPollAdaptive=false, the whole limit every time; 0: never.
+    busy_poll_micros: int = 1000
+    busy_poll_adaptive: bool = True
     # Not a RocketMQ key: seconds between the broker's one-line load summaries in its log; 0: none.
     load_summary_interval: int = 60
     # What clients may make the broker hold (docs/operations.md, "Connection limits"). The first two
