@@ -49,6 +49,7 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--count", type=int, default=2000, help="synchronous sends measured (2000)")
+    parser.add_argument("--warmup", type=int, default=200, help="sends and messages not measured (200)")
     parser.add_argument("--rate", type=int, default=2000, help="end-to-end messages per second (2000)")
     parser.add_argument("--duration", type=float, default=5.0, help="end-to-end seconds (5)")
     parser.add_argument("--idle-seconds", type=float, default=5.0)
@@ -91,7 +92,11 @@ def cometmq_round(args: argparse.Namespace) -> dict[str, float]:
             out.update(load_at_100(server.namesrv, broker, args))
             started = cpu_seconds(broker)
             wall = time.monotonic()
-            rows = bench_latency(server.namesrv, args, "--count", str(args.count), "--rate", str(args.rate))
+            rows = bench_latency(
+                server.namesrv,
+                args,
+                *("--count", str(args.count), "--warmup", str(args.warmup), "--rate", str(args.rate)),
+            )
             out["broker_cpu_at_rate"] = (cpu_seconds(broker) - started) / (time.monotonic() - wall)
             by_name = {row["workload"]: row for row in rows}
             sync = by_name["one synchronous send at a time"]
@@ -233,10 +238,10 @@ def peer(*args: str) -> dict[str, Any]:
 
 def redis_round(args: argparse.Namespace) -> dict[str, float]:
     with redis_server() as port:
-        w3 = peer("w3", "--port", str(port), "--n", str(args.count))
+        w3 = peer("w3", "--port", str(port), "--n", str(args.count), "--warmup", str(args.warmup))
         consumer = subprocess.Popen(
             [str(PEER_PYTHON), str(PEERBENCH / "peer_redis.py"), "w4c", "--port", str(port),
-             "--rate", str(args.rate), "--duration", str(args.duration)],
+             "--rate", str(args.rate), "--duration", str(args.duration), "--warmup", str(args.warmup)],
             cwd=PEERBENCH, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
@@ -244,7 +249,10 @@ def redis_round(args: argparse.Namespace) -> dict[str, float]:
             while consumer.stdout.readline().strip() != "READY":
                 if consumer.poll() is not None:
                     raise SystemExit("the Redis W4 consumer did not start")
-            peer("w4p", "--port", str(port), "--rate", str(args.rate), "--duration", str(args.duration))
+            peer(
+                *("w4p", "--port", str(port), "--rate", str(args.rate), "--duration", str(args.duration)),
+                *("--warmup", str(args.warmup)),
+            )
             out, _ = consumer.communicate(timeout=args.duration + 60)
         finally:
             if consumer.poll() is None:
