@@ -1,9 +1,9 @@
 """Latency and CPU with the default busy polling, beside Redis in the same run.
 
     .venv/bin/python bench/polling.py [--rounds 3] [--count 5000] [--duration 10] [--no-redis]
-                                      [--broker-arg=--busy-poll-us=0 ...] [--client-arg=--busy-poll-us=0 ...]
+                                      [--variants default,off,fixed]
 
-Each round, in turn: a fresh `cometmq standalone` (default settings plus any --broker-arg), then
+Each round, for each variant in turn: a fresh `cometmq standalone`, then
 
 - **idle**: its CPU over --idle-seconds of wall time, nothing connected;
 - **100 msg/s**: `cometmq bench latency` sending 100 messages a second end to end for
@@ -13,6 +13,10 @@ Each round, in turn: a fresh `cometmq standalone` (default settings plus any --b
   CPU over the whole run;
 - **Redis** (unless --no-redis): redis-server as peerbench starts it, with peerbench's own client
   (its W3 synchronous XADD and its W4 end to end at the same rate), from /tmp/peerbench-venv.
+
+The variants: `default` (no polling flag: the broker adaptive up to 1000 µs, the clients up to
+200 µs), `off` (nothing polls), `fixed` (the broker a fixed 1000 µs, the producers a fixed 50 µs,
+the consumer not at all: the best fixed windows found on the development VM).
 
 Prints a table of medians over the rounds and the ratios CometMQ / Redis. The machine is shared and
 noisy: only the ratios of one run mean anything.
@@ -42,6 +46,16 @@ from processes import COMMAND, StandaloneServer, cpu_seconds  # noqa: E402
 PEERBENCH = Path("/work/shared/tools/peerbench")
 PEER_PYTHON = Path("/tmp/peerbench-venv/bin/python")
 
+# name → (the standalone's flags, `bench latency`'s flags)
+VARIANTS: dict[str, tuple[list[str], list[str]]] = {
+    "default": ([], []),
+    "off": (["--busy-poll-us", "0"], ["--busy-poll-us", "0", "--consumer-busy-poll-us", "0"]),
+    "fixed": (
+        ["--busy-poll-us", "1000", "--busy-poll-fixed"],
+        ["--busy-poll-us", "50", "--consumer-busy-poll-us", "0", "--busy-poll-fixed"],
+    ),
+}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(
@@ -55,15 +69,23 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--load-seconds", type=float, default=10.0, help="the 100 msg/s run (10)")
     parser.add_argument("--no-redis", action="store_true")
-    parser.add_argument("--broker-arg", action="append", default=[], help="a further standalone flag")
-    parser.add_argument("--client-arg", action="append", default=[], help="a further bench latency flag")
+    parser.add_argument(
+        "--variants", default="default", help=f"comma-separated, of {', '.join(VARIANTS)} (default)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    variants = args.variants.split(",")
+    if unknown := set(variants) - set(VARIANTS):
+        parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     redis = not args.no_redis and PEER_PYTHON.exists() and shutil_which("redis-server")
     rounds = []
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
-        result = cometmq_round(args)
+        result: dict[str, float] = {}
+        for variant in variants:
+            broker_args, client_args = VARIANTS[variant]
+            measured = cometmq_round(args, broker_args, client_args)
+            result.update({f"{variant}:{key}": value for key, value in measured.items()})
         if redis:
             result.update(redis_round(args))
         rounds.append(result)
@@ -72,30 +94,33 @@ def main() -> None:
     if args.json:
         print(json.dumps({"medians": figures, "rounds": rounds}, indent=1))
         return
-    print_report(figures, spread, len(rounds), redis=bool(redis), rate=args.rate)
+    print_report(figures, spread, len(rounds), variants, redis=bool(redis), rate=args.rate)
 
 
 def shutil_which(name: str) -> bool:
     return any((Path(d) / name).exists() for d in os.environ.get("PATH", "").split(os.pathsep))
 
 
-def cometmq_round(args: argparse.Namespace) -> dict[str, float]:
+def cometmq_round(
+    args: argparse.Namespace, broker_args: list[str], client_args: list[str]
+) -> dict[str, float]:
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        server = StandaloneServer(Path(tmp) / "data", *args.broker_arg)
+        server = StandaloneServer(Path(tmp) / "data", *broker_args)
         server.start()
         try:
             assert server.process is not None
             broker = server.process.proc.pid
             time.sleep(1.0)  # start-up's own work settles
             out["broker_idle_cpu"] = cpu_share([broker], args.idle_seconds)[0]
-            out.update(load_at_100(server.namesrv, broker, args))
+            out.update(load_at_100(server.namesrv, broker, args, client_args))
             started = cpu_seconds(broker)
             wall = time.monotonic()
             rows = bench_latency(
                 server.namesrv,
                 args,
                 *("--count", str(args.count), "--warmup", str(args.warmup), "--rate", str(args.rate)),
+                *client_args,
             )
             out["broker_cpu_at_rate"] = (cpu_seconds(broker) - started) / (time.monotonic() - wall)
             by_name = {row["workload"]: row for row in rows}
@@ -128,7 +153,6 @@ def bench_latency(namesrv: str, args: argparse.Namespace, *extra: str) -> list[d
             str(args.duration),
             "--json",
             *extra,
-            *args.client_arg,
         ],
         capture_output=True,
         text=True,
@@ -138,7 +162,9 @@ def bench_latency(namesrv: str, args: argparse.Namespace, *extra: str) -> list[d
     return rows
 
 
-def load_at_100(namesrv: str, broker: int, args: argparse.Namespace) -> dict[str, float]:
+def load_at_100(
+    namesrv: str, broker: int, args: argparse.Namespace, client_args: list[str]
+) -> dict[str, float]:
     """100 messages a second end to end (`bench latency`: its own process sends, its e2e-receive child
     consumes); the three processes' CPU over the middle of the run."""
     seconds = args.load_seconds
@@ -160,7 +186,7 @@ def load_at_100(namesrv: str, broker: int, args: argparse.Namespace) -> dict[str
             "--duration",
             str(seconds),
             "--json",
-            *args.client_arg,
+            *client_args,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -268,7 +294,13 @@ def redis_round(args: argparse.Namespace) -> dict[str, float]:
 
 
 def print_report(
-    figures: dict[str, float], spread: dict[str, tuple[float, float]], rounds: int, *, redis: bool, rate: int
+    figures: dict[str, float],
+    spread: dict[str, tuple[float, float]],
+    rounds: int,
+    variants: list[str],
+    *,
+    redis: bool,
+    rate: int,
 ) -> None:
     def cell(key: str, scale: float = 1.0, digits: int = 0) -> str:
         low, high = spread[key]
@@ -276,29 +308,36 @@ def print_report(
         return text if rounds == 1 else f"{text} ({low * scale:,.{digits}f}-{high * scale:,.{digits}f})"
 
     print(f"medians over {rounds} round(s) (min-max)")
-    print("| latency, µs | CometMQ p50 | p99 | Redis p50 | p99 | p50 ratio | p99 ratio |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| latency, µs | polling | CometMQ p50 | p99 | Redis p50 | p99 | p50 ratio | p99 ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, ours, theirs in (
         ("one synchronous send", "sync", "redis_sync"),
         ("one blocking send", "blocking", "redis_sync"),
         (f"end to end at {rate} msg/s", "e2e", "redis_e2e"),
     ):
-        row = [name, cell(f"{ours}_p50"), cell(f"{ours}_p99")]
-        if redis:
-            row += [cell(f"{theirs}_p50"), cell(f"{theirs}_p99")]
-            row += [f"{figures[f'{ours}_{p}'] / figures[f'{theirs}_{p}']:.2f}" for p in ("p50", "p99")]
-        else:
-            row += ["", "", "", ""]
-        print("| " + " | ".join(row) + " |")
+        for variant in variants:
+            key = f"{variant}:{ours}"
+            row = [name, variant, cell(f"{key}_p50"), cell(f"{key}_p99")]
+            if redis:
+                row += [cell(f"{theirs}_p50"), cell(f"{theirs}_p99")]
+                row += [f"{figures[f'{key}_{p}'] / figures[f'{theirs}_{p}']:.2f}" for p in ("p50", "p99")]
+            else:
+                row += ["", "", "", ""]
+            print("| " + " | ".join(row) + " |")
     print()
-    print("| CPU, % of one core | broker | producer | consumer |")
-    print("| --- | --- | --- | --- |")
-    print(f"| idle | {cell('broker_idle_cpu', 100, 2)} | | |")
-    print(
-        f"| 100 msg/s end to end | {cell('broker_cpu_100', 100, 1)} | {cell('producer_cpu_100', 100, 1)} "
-        f"| {cell('consumer_cpu_100', 100, 1)} |"
-    )
-    print(f"| the latency run (sync sends, then {rate} msg/s) | {cell('broker_cpu_at_rate', 100, 1)} | | |")
+    print("| CPU, % of one core | polling | broker | producer | consumer |")
+    print("| --- | --- | --- | --- | --- |")
+    for variant in variants:
+        v = f"{variant}:"
+        print(f"| idle | {variant} | {cell(v + 'broker_idle_cpu', 100, 2)} | | |")
+        print(
+            f"| 100 msg/s end to end | {variant} | {cell(v + 'broker_cpu_100', 100, 1)} "
+            f"| {cell(v + 'producer_cpu_100', 100, 1)} | {cell(v + 'consumer_cpu_100', 100, 1)} |"
+        )
+        print(
+            f"| the latency run (sync sends, then {rate} msg/s) | {variant} "
+            f"| {cell(v + 'broker_cpu_at_rate', 100, 1)} | | |"
+        )
 
 
 if __name__ == "__main__":
