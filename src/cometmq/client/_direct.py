@@ -24,6 +24,7 @@ each socket is wrapped in TLS (one ``send`` of the joined frame then, as an SSL 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import ssl
 import threading
@@ -127,7 +128,7 @@ def _poll_into(sock: socket.socket, buffer: memoryview, until_ns: int) -> int | 
         try:
             return sock.recv_into(buffer)
         except (BlockingIOError, ssl.SSLWantReadError):
-            pass
+            os.sched_yield()  # a process that is waiting for this CPU (the broker?) runs first
     return None
 
 

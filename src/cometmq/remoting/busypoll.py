@@ -34,6 +34,7 @@ while the loop polls: the loop releases it around each poll of its selector.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 
@@ -151,6 +152,9 @@ class BusyPoller:
         if loop is not self._loop:
             return  # another loop did I/O since: this one sleeps again
         if time.perf_counter_ns() < self._deadline_ns:
+            # On a machine with more runnable processes than CPUs, the one this loop waits for (its
+            # client, its broker) may be waiting for this CPU: it gets it first.
+            os.sched_yield()
             loop.call_soon(self._spin, loop)
         else:
             self._loop = None
