@@ -5,7 +5,8 @@
 
 Each round, for each variant in turn: a fresh `cometmq standalone`, then
 
-- **idle**: its CPU over --idle-seconds of wall time, nothing connected;
+- **idle**: its CPU over --idle-seconds of wall time, nothing connected; then its CPU and that of a
+  client process holding a started producer and push consumer, neither sending, over as long;
 - **100 msg/s**: `cometmq bench latency` sending 100 messages a second end to end for
   --load-seconds: the CPU of the broker, of the producer process and of the consumer process over the
   middle of that run (each from /proc/PID/stat, as a share of one core);
@@ -41,6 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from cometmq.remoting import CLIENT_LIMIT_US  # noqa: E402
 from processes import COMMAND, StandaloneServer, cpu_seconds  # noqa: E402
 
 PEERBENCH = Path("/work/shared/tools/peerbench")
@@ -112,7 +114,7 @@ def cometmq_round(
             assert server.process is not None
             broker = server.process.proc.pid
             time.sleep(1.0)  # start-up's own work settles
-            out["broker_idle_cpu"] = cpu_share([broker], args.idle_seconds)[0]
+            out.update(idle(server.namesrv, broker, args.idle_seconds, client_args))
             out.update(load_at_100(server.namesrv, broker, args, client_args))
             started = cpu_seconds(broker)
             wall = time.monotonic()
@@ -162,6 +164,55 @@ def bench_latency(namesrv: str, args: argparse.Namespace, *extra: str) -> list[d
     return rows
 
 
+# An idle client process: a producer that has sent one message and a push consumer subscribed to its
+# topic, both started, then nothing until stdin closes.
+IDLE_CLIENTS = """
+import asyncio, sys
+from cometmq.client import Message, Producer, PushConsumer
+
+async def main(namesrv, busy_poll_us):
+    async with Producer("PID_idle", namesrv, busy_poll_us=busy_poll_us) as producer:
+        await producer.send(Message("IdleBench", b"x"))
+        consumer = PushConsumer("GID_idle", namesrv, busy_poll_us=busy_poll_us)
+        consumer.subscribe("IdleBench")
+
+        async def handle(messages):
+            return None
+
+        consumer.listen(handle)
+        async with consumer:
+            print("ready", flush=True)
+            await asyncio.to_thread(sys.stdin.read)
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+def idle(namesrv: str, broker: int, seconds: float, client_args: list[str]) -> dict[str, float]:
+    """The broker's CPU with nothing connected, then its and an idle client process's, over *seconds*
+    each."""
+    out = {"broker_idle_cpu": cpu_share([broker], seconds)[0]}
+    busy_poll_us = (
+        client_args[client_args.index("--busy-poll-us") + 1] if "--busy-poll-us" in client_args else ""
+    )
+    subprocess.run([*COMMAND, "topic", "create", "IdleBench", "-n", namesrv], check=True, capture_output=True)
+    client = subprocess.Popen(
+        [sys.executable, "-c", IDLE_CLIENTS, namesrv, busy_poll_us or str(CLIENT_LIMIT_US)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert client.stdout is not None
+        if client.stdout.readline().strip() != "ready":
+            raise SystemExit("the idle clients did not start")
+        time.sleep(1.0)  # the consumer's first rebalance and pulls settle
+        out["broker_idle_clients_cpu"], out["client_idle_cpu"] = cpu_share([broker, client.pid], seconds)
+    finally:
+        client.communicate("", timeout=60)
+    return out
+
+
 def load_at_100(
     namesrv: str, broker: int, args: argparse.Namespace, client_args: list[str]
 ) -> dict[str, float]:
@@ -194,7 +245,9 @@ def load_at_100(
     )
     try:
         consumer = wait_for_child(bench.pid)
-        time.sleep(min(2.0, seconds / 4))  # the consumer is at the queues' ends and the sends have begun
+        # Its loop's socket pair, then its connections to the name server and the broker: nearly ready.
+        wait_for_sockets(consumer, 4)
+        time.sleep(min(1.0, seconds / 4))  # at the queues' ends, and the sends have begun
         broker_cpu, producer_cpu, consumer_cpu = cpu_share([broker, bench.pid, consumer], seconds / 2)
         bench.communicate(timeout=seconds + 120)
     finally:
@@ -213,6 +266,17 @@ def wait_for_child(pid: int, timeout: float = 60.0) -> int:
                 return int(children[0])
         time.sleep(0.05)
     raise SystemExit("the bench's end-to-end consumer did not start")
+
+
+def wait_for_sockets(pid: int, count: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            fds = Path(f"/proc/{pid}/fd").iterdir()
+            if sum(os.readlink(fd).startswith("socket:") for fd in fds) >= count:
+                return
+        time.sleep(0.05)
+    raise SystemExit("the bench's end-to-end consumer did not connect")
 
 
 def cpu_share(pids: list[int], seconds: float) -> list[float]:
@@ -330,6 +394,10 @@ def print_report(
     for variant in variants:
         v = f"{variant}:"
         print(f"| idle | {variant} | {cell(v + 'broker_idle_cpu', 100, 2)} | | |")
+        print(
+            f"| idle, a producer and a push consumer connected (one process) | {variant} "
+            f"| {cell(v + 'broker_idle_clients_cpu', 100, 2)} | {cell(v + 'client_idle_cpu', 100, 2)} | |"
+        )
         print(
             f"| 100 msg/s end to end | {variant} | {cell(v + 'broker_cpu_100', 100, 1)} "
             f"| {cell(v + 'producer_cpu_100', 100, 1)} | {cell(v + 'consumer_cpu_100', 100, 1)} |"

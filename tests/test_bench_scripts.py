@@ -193,7 +193,7 @@ def test_polling_bench_prints_latency_rows_and_the_cpu_of_broker_producer_and_co
     out = run_bench(
         "polling.py",
         *("--no-redis", "--count", "50", "--warmup", "10", "--rate", "200", "--duration", "1"),
-        *("--idle-seconds", "0.5", "--load-seconds", "2"),
+        *("--idle-seconds", "0.5", "--load-seconds", "4"),
     )
     for row in ("one synchronous send", "one blocking send", "end to end at 200 msg/s"):
         figures(rf"^\| {row} \| default \| {NUMBER} \| {NUMBER} \|", out)
