@@ -16,7 +16,7 @@ import uvloop
 
 from busy_polling import RecordingPoller, RecordingSelector, record_pollers
 from cometmq.protocol import RemotingCommand
-from cometmq.remoting import BusyPoller, Connection, PollWindow, RemotingClient, RemotingServer
+from cometmq.remoting import BusyPoller, Connection, PollWindow, RemotingClient, RemotingServer, busypoll
 from cometmq.remoting.busypoll import GROW_START_NS
 from waiting import wait_until
 
@@ -288,3 +288,45 @@ def test_a_server_or_client_given_a_fixed_window_keeps_the_loop_polling_after_a_
     if loop_name == "asyncio":  # uvloop polls inside libuv, out of sight
         assert selector.sleeps_inside(poller) == [], "the loop slept inside the window"
         assert selector.slept_since(poller.last_window_end_ns), "the loop sleeps again after it"
+
+
+def test_on_a_fake_clock_contention_shrinks_an_adaptive_window_and_leaves_a_fixed_one() -> None:
+    window, clock = window_on_a_fake_clock(1000)
+    for _ in range(5):
+        read_after(window, clock, 900)
+    assert window.window_ns == 800_000
+    shrunk = []
+    for _ in range(5):
+        window.contended()
+        shrunk.append(window.window_ns)
+    assert shrunk == [400_000, 200_000, 100_000, 50_000, 0]
+    fixed, _ = window_on_a_fake_clock(300, adaptive=False)
+    fixed.contended()
+    assert fixed.window_ns == 300_000
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_an_adaptive_loop_that_another_task_preempts_stops_polling(
+    monkeypatch: pytest.MonkeyPatch, adaptive: bool
+) -> None:
+    switches = iter(range(1_000_000))  # every look finds one more involuntary context switch
+    monkeypatch.setattr(busypoll, "preemptions", lambda: next(switches))
+    selector = RecordingSelector()
+    poller = RecordingPoller(1_000_000 if adaptive else 200_000, adaptive)  # 1 s, 200 ms
+
+    async def main() -> None:
+        if adaptive:
+            poller.window.window_ns = poller.window.limit_ns  # as traffic would have opened it
+        poller.wrote()
+        assert poller.spinning
+        if adaptive:
+            await wait_until(lambda: not poller.spinning, message="the end of the preempted window")
+            assert poller.window.window_ns == 500_000_000, "shrunk as after a wasted poll"
+            assert poller.spins[-1] < poller.last_window_end_ns, "ended before its time"
+        else:
+            await wait_until(lambda: len(poller.spins) > 10, message="turns that each saw a preemption")
+            assert poller.spinning, "a fixed window polls whatever else wants the CPU"
+            await wait_until(poller.spun_to_the_end, message="the end of the window")
+
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
+        runner.run(main())

@@ -34,7 +34,7 @@ from cometmq.auth import Credentials, sign
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError
 from cometmq.protocol import FrameDecoder, RemotingCommand, encode
 from cometmq.protocol.command import Buffer
-from cometmq.remoting.busypoll import PollWindow
+from cometmq.remoting.busypoll import PollWindow, preemptions
 
 __all__ = ["DirectLane"]
 
@@ -99,7 +99,7 @@ class _DirectConnection:
         if poll_until:
             poll_until = min(poll_until, int(deadline * 1e9))
         while True:
-            n = _poll_into(sock, decoder.get_buffer(), poll_until) if poll_until else None
+            n = _poll_into(sock, decoder.get_buffer(), poll_until, window) if poll_until else None
             if n is None:
                 poll_until = 0
                 remaining = deadline - time.monotonic()
@@ -120,15 +120,20 @@ class _DirectConnection:
             sock.close()
 
 
-def _poll_into(sock: socket.socket, buffer: memoryview, until_ns: int) -> int | None:
+def _poll_into(sock: socket.socket, buffer: memoryview, until_ns: int, window: PollWindow) -> int | None:
     """``recv_into`` without blocking, over and over until something comes (its size; 0 when the
-    broker closed) or ``time.monotonic_ns()`` passes *until_ns* (None)."""
+    broker closed), ``time.monotonic_ns()`` passes *until_ns* or another process wants this CPU
+    (None; *window* is told of the latter, as the event loop's poller does)."""
     sock.settimeout(0.0)
+    preempted = preemptions()
     while time.monotonic_ns() < until_ns:
         try:
             return sock.recv_into(buffer)
         except (BlockingIOError, ssl.SSLWantReadError):
             os.sched_yield()  # a process that is waiting for this CPU (the broker?) runs first
+            if window.adaptive and preemptions() != preempted:
+                window.contended()
+                return None
     return None
 
 
