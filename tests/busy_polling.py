@@ -3,7 +3,8 @@
 A loop that sleeps calls its selector with a timeout; a loop kept polling calls it with none (0).
 :class:`RecordingSelector` notes every call an asyncio loop makes, and :class:`RecordingPoller` notes
 every kick of a poller and every turn of its spinner, so a test can check that the loop did not sleep
-inside any window a kick opened, and that it sleeps again once the last window has passed. A blocking
+inside any window a kick (a read or a write the poller was told of) opened, and that it sleeps again
+once the last window has passed. A blocking
 producer's own thread polls its socket the same way (cometmq.client._direct): :func:`record_direct_reads`
 notes each of its reads and the timeout it was made with (0: a poll).
 """
@@ -14,7 +15,7 @@ import asyncio
 import selectors
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -61,18 +62,26 @@ class RecordingSelector(selectors.DefaultSelector):
 
 
 class RecordingPoller(BusyPoller):
-    """A BusyPoller that notes when it was kicked and when its spinner ran."""
+    """A BusyPoller that notes each read or write it is told of (a kick), the window that kick opened,
+    and when its spinner ran. Fixed windows unless *adaptive*."""
 
-    def __init__(self, window_us: int) -> None:
-        super().__init__(window_us)
-        self.window_ns = window_us * 1000
+    def __init__(self, limit_us: int, adaptive: bool = False) -> None:
+        super().__init__(limit_us, adaptive)
         self.kicks: list[int] = []
+        self.windows: list[int] = []  # the window (ns) each kick opened
         self.spins: list[int] = []
 
-    def kick(self) -> None:
-        # Noted before the kick: the window it opens ends no earlier than this + window_ns.
+    def wrote(self) -> None:
+        self._noted(super().wrote)
+
+    def read(self) -> None:
+        self._noted(super().read)
+
+    def _noted(self, kick: Callable[[], None]) -> None:
+        # Noted before the kick: the window it opens ends no earlier than this + its window.
         self.kicks.append(time.perf_counter_ns())
-        super().kick()
+        kick()
+        self.windows.append(self.window.window_ns)
 
     def _spin(self, loop: asyncio.AbstractEventLoop) -> None:
         super()._spin(loop)
@@ -80,11 +89,13 @@ class RecordingPoller(BusyPoller):
         self.spins.append(time.perf_counter_ns())
 
     def window_open_at(self, at_ns: int) -> bool:
-        return any(kick <= at_ns < kick + self.window_ns for kick in self.kicks)
+        return any(
+            kick <= at_ns < kick + window for kick, window in zip(self.kicks, self.windows, strict=True)
+        )
 
     @property
     def last_window_end_ns(self) -> int:
-        return self.kicks[-1] + self.window_ns
+        return max(kick + window for kick, window in zip(self.kicks, self.windows, strict=True))
 
     def spun_to_the_end(self) -> bool:
         """Stopped, its spinner having run until the last window's end (the turn that ends it)."""
@@ -92,13 +103,13 @@ class RecordingPoller(BusyPoller):
 
 
 def record_pollers(monkeypatch: pytest.MonkeyPatch) -> list[RecordingPoller]:
-    """Every poller the remoting transport makes from now on (servers, clients) is a RecordingPoller,
-    listed in the returned list in the order made."""
+    """Every poller the remoting transport makes from now on (servers, clients) is a RecordingPoller
+    (adaptive or not, as asked), listed in the returned list in the order made."""
     made: list[RecordingPoller] = []
 
     class Recorded(RecordingPoller):
-        def __init__(self, window_us: int) -> None:
-            super().__init__(window_us)
+        def __init__(self, limit_us: int, adaptive: bool = True) -> None:
+            super().__init__(limit_us, adaptive)
             made.append(self)
 
     monkeypatch.setattr(transport, "BusyPoller", Recorded)

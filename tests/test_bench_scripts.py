@@ -189,6 +189,20 @@ def test_fuzz_servers_bench_prints_each_servers_inputs_closes_crashes_memory_and
 
 
 @pytest.mark.interop
+def test_polling_bench_prints_latency_rows_and_the_cpu_of_broker_producer_and_consumer() -> None:
+    out = run_bench(
+        "polling.py",
+        *("--no-redis", "--count", "50", "--warmup", "10", "--rate", "200", "--duration", "1"),
+        *("--idle-seconds", "0.5", "--load-seconds", "4"),
+    )
+    for row in ("one synchronous send", "one blocking send", "end to end at 200 msg/s"):
+        figures(rf"^\| {row} \| default \| {NUMBER} \| {NUMBER} \|", out)
+    share = r"([\d,]+\.\d+)"  # a share of a core: 0.00 when idle is a figure too
+    assert re.search(rf"^\| idle \| default \| {share} \|", out, re.MULTILINE), out
+    load_row = rf"^\| 100 msg/s end to end \| default \| {share} \| {share} \| {share} \|"
+    assert re.search(load_row, out, re.MULTILINE), out
+
+
 def test_cpp_client_bench_sends_and_consumes_every_message() -> None:
     out = run_bench("cpp_client.py", "--count", "100", "--threads", "1")
     figures(rf"^send_sync 1 KiB, 1 producer thread\(s\) +{NUMBER}$", out)

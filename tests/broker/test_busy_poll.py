@@ -1,8 +1,10 @@
-"""Busy polling, end to end: a broker started with ``--busy-poll-us`` (or ``busyPollMicros`` in its
-broker.conf) and clients made with ``busy_poll_us`` keep their loops polling after a request, and only
-then; everything they serve or send is answered as without. Seen in the calls their loop makes to its
-selector and in the kicks of their pollers (tests/busy_polling.py); how much latency it saves is for
-``cometmq bench latency``, not for tests."""
+"""Busy polling, end to end: a broker (``--busy-poll-us``, ``busyPollMicros``) and clients
+(``busy_poll_us``) poll by default for a window that adapts to their traffic, and stop when it stops;
+pinned to a fixed window (``--busy-poll-fixed``, ``busyPollAdaptive=false``, ``busy_poll_adaptive=False``)
+they keep their loops polling for it after every request, and only then; everything they serve or send
+is answered as without. Seen in the calls their loop makes to its selector and in the kicks of their
+pollers (tests/busy_polling.py); how much latency it saves is for ``cometmq bench latency`` and
+bench/polling.py, not for tests."""
 
 from __future__ import annotations
 
@@ -25,14 +27,14 @@ from waiting import wait_until
 
 
 @pytest.mark.parametrize("window_us", [1_000_000, 0])
-def test_a_broker_given_a_window_polls_after_each_request_and_only_then(
+def test_a_broker_given_a_fixed_window_polls_after_each_request_and_only_then(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, window_us: int
 ) -> None:
     pollers = record_pollers(monkeypatch)
     selector = RecordingSelector()
 
     async def main() -> None:
-        async with running_broker(tmp_path, busyPollMicros=window_us) as broker:
+        async with running_broker(tmp_path, busyPollMicros=window_us, busyPollAdaptive="false") as broker:
             client = RemotingClient()  # no window of its own: the polling seen is the broker's
             try:
                 assert not any(p.spinning for p in pollers), "an idle broker keeps no window open"
@@ -57,18 +59,72 @@ def test_a_broker_given_a_window_polls_after_each_request_and_only_then(
         runner.run(main())
     if window_us:
         (poller,) = pollers
-        assert poller.window_ns == window_us * 1000
+        assert set(poller.windows) == {window_us * 1000}
         assert selector.sleeps_inside(poller) == [], "the loop slept inside a window"
 
 
-@pytest.mark.parametrize("how", ["flag", "broker.conf"])
-def test_a_broker_given_a_window_answers_as_without(tmp_path: Path, how: str) -> None:
+def test_an_idle_broker_stops_polling_once_its_window_has_shrunk(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pollers = record_pollers(monkeypatch)
+    selector = RecordingSelector()
+
+    async def main() -> None:
+        async with running_broker(tmp_path) as broker:  # the default settings: adaptive, up to 1000 µs
+            client = RemotingClient()  # no window of its own: the polling seen is the broker's
+            try:
+                (poller,) = pollers
+                limit_ns = poller.window.limit_ns
+                assert limit_ns == 1_000_000 and poller.window.window_ns == 0, "it starts closed"
+                assert not poller.spinning, "an idle broker does not poll"
+                # Requests one after the other, each well within the limit of the answer before (a
+                # loaded machine may stall one past it: the next ones open the window again).
+                sent = 0
+                while not poller.window.window_ns and sent < 1000:
+                    sent += 1
+                    assert (await create_topic(client, address(broker), f"BusyPollBurst{sent}", 1)).code == 0
+                assert poller.window.window_ns > 0, "requests coming one after the other opened it"
+                await wait_until(lambda: not poller.spinning, message="the window's end")
+                await wait_until(lambda: selector.slept_since(poller.last_window_end_ns), message="a sleep")
+                quiet = 0
+                while poller.window.window_ns:  # requests each longer than the limit after the last
+                    quiet += 1
+                    before = poller.window.window_ns
+                    last = poller.kicks[-1]
+                    await wait_until(lambda at=last: time.perf_counter_ns() > at + limit_ns, message="a gap")
+                    assert (await create_topic(client, address(broker), f"BusyPollQuiet{quiet}", 1)).code == 0
+                    assert poller.window.window_ns < before, "a gap longer than the limit shrank it"
+                    await wait_until(lambda: not poller.spinning, message="the shrunk window's end")
+                kicks = len(poller.kicks)
+                await wait_until(
+                    lambda: time.perf_counter_ns() > poller.kicks[-1] + limit_ns, message="a gap"
+                )
+                asked = time.perf_counter_ns()
+                assert (await create_topic(client, address(broker), "BusyPollAfter", 1)).code == 0
+                assert len(poller.kicks) > kicks, "the broker read and answered the request"
+                assert poller.window.window_ns == 0 and not poller.spinning, "closed: no polling after it"
+                await asyncio.sleep(0.01)
+                assert selector.slept_since(asked)
+                assert selector.sleeps_inside(poller) == [], "no sleep inside the windows it did open"
+            finally:
+                await client.close()
+
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
+        runner.run(main())
+
+
+@pytest.mark.parametrize("how", ["flag", "broker.conf", "off"])
+def test_a_broker_given_a_fixed_window_or_none_answers_as_with_the_adaptive_one(
+    tmp_path: Path, how: str
+) -> None:
     if how == "flag":
-        server = StandaloneServer(tmp_path / "data", "--busy-poll-us", "1000000")  # 1 s
-    else:
+        server = StandaloneServer(tmp_path / "data", "--busy-poll-us", "1000000", "--busy-poll-fixed")  # 1 s
+    elif how == "broker.conf":
         conf = tmp_path / "broker.conf"
-        conf.write_text("busyPollMicros=1000000\n")
+        conf.write_text("busyPollMicros=1000000\nbusyPollAdaptive=false\n")
         server = StandaloneServer(tmp_path / "data", "-c", str(conf))
+    else:
+        server = StandaloneServer(tmp_path / "data", "--busy-poll-us", "0")
     server.start()
     try:
 
@@ -91,9 +147,19 @@ def test_the_flag_overrides_broker_conf_and_the_file_alone_applies(tmp_path: Pat
     conf = tmp_path / "broker.conf"
     conf.write_text("busyPollMicros=300\n")
     base = [command, "--data-dir", str(tmp_path), "-c", str(conf)]
-    assert _broker_config(build_parser().parse_args(base)).busy_poll_micros == 300
-    flagged = build_parser().parse_args([*base, "--busy-poll-us", "0"])
-    assert _broker_config(flagged).busy_poll_micros == 0
+    from_file = _broker_config(build_parser().parse_args(base))
+    assert (from_file.busy_poll_micros, from_file.busy_poll_adaptive) == (300, True)
+    flagged = _broker_config(build_parser().parse_args([*base, "--busy-poll-us", "0"]))
+    assert flagged.busy_poll_micros == 0
+    fixed = _broker_config(build_parser().parse_args([*base, "--busy-poll-fixed"]))
+    assert (fixed.busy_poll_micros, fixed.busy_poll_adaptive) == (300, False)
+    conf.write_text("busyPollAdaptive=false\n")
+    assert not _broker_config(build_parser().parse_args(base)).busy_poll_adaptive
+
+
+def test_a_broker_without_settings_polls_adaptively_up_to_1000_us(tmp_path: Path) -> None:
+    config = _broker_config(build_parser().parse_args(["standalone", "--data-dir", str(tmp_path)]))
+    assert (config.busy_poll_micros, config.busy_poll_adaptive) == (1000, True)
 
 
 def test_a_negative_window_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -106,7 +172,7 @@ def test_a_negative_window_is_refused_in_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("window_us", [200_000, 0])
-def test_clients_given_a_window_poll_after_their_requests(
+def test_clients_given_a_fixed_window_poll_after_their_requests(
     monkeypatch: pytest.MonkeyPatch, server: StandaloneServer, window_us: int
 ) -> None:
     pollers = record_pollers(monkeypatch)
@@ -125,10 +191,14 @@ def test_clients_given_a_window_poll_after_their_requests(
     async def main() -> None:
         async with AdminClient(server.namesrv) as admin:
             await admin.create_topic("BusyPollC", 1)
-        async with Producer("PID_busy_c", server.namesrv, busy_poll_us=window_us) as producer:
+        async with Producer(
+            "PID_busy_c", server.namesrv, busy_poll_us=window_us, busy_poll_adaptive=False
+        ) as producer:
             result = await producer.send(Message("BusyPollC", b"x"))
             await window_after("a send")
-        async with LitePullConsumer("GID_busy_c", server.namesrv, busy_poll_us=window_us) as consumer:
+        async with LitePullConsumer(
+            "GID_busy_c", server.namesrv, busy_poll_us=window_us, busy_poll_adaptive=False
+        ) as consumer:
             got = [
                 m
                 async for batch in consumer.read(result.queue, result.queue_offset, result.queue_offset + 1)
@@ -136,7 +206,7 @@ def test_clients_given_a_window_poll_after_their_requests(
             ]
             assert [m.body for m in got] == [b"x"]
             await window_after("a pull")
-        push = PushConsumer("GID_busy_push", server.namesrv, busy_poll_us=window_us)
+        push = PushConsumer("GID_busy_push", server.namesrv, busy_poll_us=window_us, busy_poll_adaptive=False)
         push.subscribe("BusyPollC")
         async with push:  # started: heartbeats, the rebalance and its first pulls
             await window_after("a push consumer's start")
@@ -148,10 +218,30 @@ def test_clients_given_a_window_poll_after_their_requests(
     with asyncio.Runner(loop_factory=selector.new_loop) as runner:
         runner.run(main())
     assert len(pollers) == (3 if window_us else 0)
-    assert all(p.window_ns == window_us * 1000 for p in pollers)
+    assert all(set(p.windows) == {window_us * 1000} for p in pollers)
 
 
 @pytest.mark.parametrize("client", [Producer, PushConsumer, LitePullConsumer])
 def test_a_client_refuses_a_negative_window_when_made(client: Callable[..., object]) -> None:
     with pytest.raises(ValueError, match="busy_poll_us must be at least 0, not -1"):
         client("GID_busy_bad", "127.0.0.1:9876", busy_poll_us=-1)
+
+
+def test_clients_poll_adaptively_up_to_200_us_by_default_and_an_idle_one_stops(
+    monkeypatch: pytest.MonkeyPatch, server: StandaloneServer
+) -> None:
+    pollers = record_pollers(monkeypatch)
+
+    async def main() -> None:
+        async with AdminClient(server.namesrv) as admin:
+            await admin.create_topic("BusyPollD", 1)
+        assert pollers == [], "an admin client does not poll"
+        async with Producer("PID_busy_d", server.namesrv) as producer:
+            (poller,) = pollers
+            assert poller.window.limit_ns == 200_000 and poller.window.window_ns == 0
+            for i in range(50):
+                await producer.send(Message("BusyPollD", b"%d" % i))
+            # Whether a reply came soon enough to open the window depends on the machine's load.
+            await wait_until(lambda: not poller.spinning, message="the window's end")
+
+    asyncio.run(main())

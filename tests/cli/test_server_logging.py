@@ -192,8 +192,8 @@ def test_the_start_up_summary_names_the_version_ports_and_settings(
     )
     assert found is not None and int(found.group(1)) > 0, placement  # the port the OS picked
     assert (
-        f"broker broker-a: data in {data}, ASYNC_FLUSH, busy polling off, ACL off, TLS off, "
-        "load summary every 1 s"
+        f"broker broker-a: data in {data}, ASYNC_FLUSH, busy polling up to 1000 µs, adaptive, ACL off, "
+        "TLS off, load summary every 1 s"
     ) in summary
     metrics = re.search(r", metrics (\S+?)(,|$)", server.ready_line)
     assert metrics is not None and summary[-1].startswith(f"web: metrics {metrics.group(1)}")

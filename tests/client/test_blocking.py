@@ -342,7 +342,9 @@ def test_an_unanswered_blocking_send_times_out_and_the_next_one_is_answered(
     reads = record_direct_reads(monkeypatch)
     with (
         scripted_in_thread([]) as (namesrv, broker),
-        blocking.Producer("PID_blk_silent", namesrv, send_timeout=2.0, busy_poll_us=busy_poll_us) as producer,
+        blocking.Producer(
+            "PID_blk_silent", namesrv, send_timeout=2.0, busy_poll_us=busy_poll_us, busy_poll_adaptive=False
+        ) as producer,
     ):
         producer.send(Message("Scripted", b"route"))
         broker.script = [SILENT]
@@ -353,7 +355,7 @@ def test_an_unanswered_blocking_send_times_out_and_the_next_one_is_answered(
         result = producer.send(Message("Scripted", b"next"))
         assert result.status is SendStatus.SEND_OK
         assert [r.body for r in broker.sends] == [b"route", b"unanswered", b"next"]
-    # With a window, the calling thread polled the socket (reads without a timeout) until the window
+    # With a fixed window, the calling thread polled the socket (reads without a timeout) until the window
     # ended, then slept in recv until the send timed out, as without one.
     polls = [read for read in unanswered if read.timeout == 0.0]
     (blocking_read,) = [read for read in unanswered if read.timeout != 0.0]

@@ -1,7 +1,8 @@
-"""BusyPoller: the loop keeps polling (its selector is called without a timeout) for a window after each
-kick, and sleeps as before once the window has passed. What it buys (no wake-ups) is measured by
-``cometmq bench latency --busy-poll-us``, never here; here is what it does to the loop, seen in the
-calls the loop makes to its selector (tests/busy_polling.py)."""
+"""Busy polling. PollWindow: the haltpoll governor's rules for the window, on a fake clock. BusyPoller:
+the loop keeps polling (its selector is called without a timeout) for a window after each read or
+write it is told of (a kick), and sleeps as before once the window has passed. What it buys (no
+wake-ups) is measured by ``cometmq bench latency`` and bench/polling.py, never here; here is what it
+does to the loop, seen in the calls the loop makes to its selector (tests/busy_polling.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,110 @@ import uvloop
 
 from busy_polling import RecordingPoller, RecordingSelector, record_pollers
 from cometmq.protocol import RemotingCommand
-from cometmq.remoting import BusyPoller, Connection, RemotingClient, RemotingServer
+from cometmq.remoting import BusyPoller, Connection, PollWindow, RemotingClient, RemotingServer, busypoll
+from cometmq.remoting.busypoll import GROW_START_NS
 from waiting import wait_until
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.ns = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def advance_us(self, us: float) -> None:
+        self.ns += int(us * 1000)
+
+
+def window_on_a_fake_clock(limit_us: int, adaptive: bool = True) -> tuple[PollWindow, FakeClock]:
+    clock = FakeClock()
+    return PollWindow(limit_us, adaptive, clock), clock
+
+
+def read_after(window: PollWindow, clock: FakeClock, gap_us: float) -> int:
+    """A write, then a read *gap_us* later: the window (ns) after the read."""
+    window.wrote()
+    clock.advance_us(gap_us)
+    window.read()
+    return window.window_ns
+
+
+def test_on_a_fake_clock_an_adaptive_window_starts_closed_and_a_first_read_leaves_it_so() -> None:
+    window, _ = window_on_a_fake_clock(1000)
+    assert window.window_ns == 0
+    assert window.read() == 0, "no window: no time to poll until"
+    assert window.wrote() == 0
+
+
+def test_on_a_fake_clock_a_read_just_after_the_window_grows_it_from_grow_start_doubling_to_the_limit() -> (
+    None
+):
+    window, clock = window_on_a_fake_clock(1000)
+    grown = [read_after(window, clock, 900) for _ in range(6)]  # each after the window closed
+    assert grown == [50_000, 100_000, 200_000, 400_000, 800_000, 1_000_000]
+
+
+def test_on_a_fake_clock_a_read_within_the_window_leaves_it_as_it_is() -> None:
+    window, clock = window_on_a_fake_clock(1000)
+    read_after(window, clock, 30)
+    assert window.window_ns == GROW_START_NS
+    assert [read_after(window, clock, 40) for _ in range(5)] == [GROW_START_NS] * 5
+    assert window.wrote() == clock.ns + GROW_START_NS, "polling goes on a window from the write"
+
+
+def test_on_a_fake_clock_a_read_later_than_the_limit_halves_the_window_and_under_grow_start_closes_it() -> (
+    None
+):
+    window, clock = window_on_a_fake_clock(1000)
+    for _ in range(5):
+        read_after(window, clock, 999)
+    assert window.window_ns == 800_000
+    shrunk = [read_after(window, clock, 1001) for _ in range(6)]
+    assert shrunk == [400_000, 200_000, 100_000, 50_000, 0, 0]
+
+
+def test_on_a_fake_clock_a_closed_window_stays_closed_while_reads_come_later_than_the_limit() -> None:
+    window, clock = window_on_a_fake_clock(1000)
+    read_after(window, clock, 500)
+    read_after(window, clock, 5_000)
+    for gap_us in (2_000, 60_000_000, 1_001):  # an idle process: every read long after the last I/O
+        assert read_after(window, clock, gap_us) == 0
+        assert window.wrote() == 0, "a closed window polls after no write"
+    assert read_after(window, clock, 999) == GROW_START_NS, "a read just within the limit opens it again"
+
+
+def test_on_a_fake_clock_the_gap_runs_from_the_last_read_or_write() -> None:
+    window, clock = window_on_a_fake_clock(1000)
+    window.read()
+    clock.advance_us(5_000)
+    window.wrote()  # a reply written long after the read before
+    clock.advance_us(100)
+    window.read()
+    assert window.window_ns == GROW_START_NS, "100 µs after the write: a grow, not a shrink"
+    clock.advance_us(5_000)
+    window.read()
+    assert window.window_ns == 0
+
+
+def test_on_a_fake_clock_a_limit_under_grow_start_grows_straight_to_the_limit() -> None:
+    window, clock = window_on_a_fake_clock(20)
+    assert read_after(window, clock, 15) == 20_000
+    assert read_after(window, clock, 25) == 0, "later than the limit: halved under grow_start, closed"
+
+
+def test_on_a_fake_clock_a_fixed_window_is_the_limit_whatever_the_gaps() -> None:
+    window, clock = window_on_a_fake_clock(300, adaptive=False)
+    assert window.window_ns == 300_000
+    assert [read_after(window, clock, gap) for gap in (10, 310, 5_000, 60_000_000)] == [300_000] * 4
+    assert window.wrote() == clock.ns + 300_000
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_on_a_fake_clock_a_limit_of_zero_never_opens_a_window(adaptive: bool) -> None:
+    window, clock = window_on_a_fake_clock(0, adaptive)
+    assert [read_after(window, clock, gap) for gap in (0, 1, 100, 10_000)] == [0] * 4
+    assert window.wrote() == 0
 
 
 def test_a_kicked_loop_spends_its_window_polling_then_sleeps_again() -> None:
@@ -27,7 +130,7 @@ def test_a_kicked_loop_spends_its_window_polling_then_sleeps_again() -> None:
         start = time.perf_counter_ns()
         await asyncio.sleep(0.01)
         assert selector.slept_since(start), "a loop that waits for a timer sleeps"
-        poller.kick()
+        poller.wrote()
         assert poller.spinning
         await asyncio.sleep(0.01)
         await wait_until(poller.spun_to_the_end, message="the end of the window")
@@ -45,9 +148,9 @@ def test_every_kick_moves_the_end_of_the_window() -> None:
 
     async def main() -> None:
         for _ in range(4):  # each kick a tenth of the window after the one before
-            poller.kick()
+            poller.wrote()
             assert poller.spinning
-            next_kick = poller.kicks[-1] + poller.window_ns // 10
+            next_kick = poller.kicks[-1] + poller.windows[-1] // 10
             await wait_until(lambda at=next_kick: time.perf_counter_ns() >= at, message="the next kick")
         await wait_until(poller.spun_to_the_end, message="the end of the last window")
         await wait_until(lambda: selector.slept_since(poller.last_window_end_ns), message="a sleep after it")
@@ -65,7 +168,7 @@ def test_a_window_of_zero_never_polls() -> None:
     async def main() -> None:
         poller = BusyPoller(0)
         kicked = time.perf_counter_ns()
-        poller.kick()
+        poller.wrote()
         assert not poller.spinning
         await asyncio.sleep(0.01)
         assert next(selector.calls_since(kicked)).sleeps, "the next call after the kick sleeps"
@@ -83,13 +186,13 @@ def test_a_poller_kicked_on_a_loop_that_has_ended_polls_on_the_next_one() -> Non
     poller = RecordingPoller(100_000)
 
     async def kick() -> None:
-        poller.kick()
+        poller.wrote()
 
     asyncio.run(kick())  # this loop closes with its spinner still scheduled
     selector = RecordingSelector()
 
     async def kick_again() -> None:
-        poller.kick()
+        poller.wrote()
         await asyncio.sleep(0.01)
         await wait_until(poller.spun_to_the_end, message="the end of the window")
 
@@ -112,7 +215,7 @@ def test_a_loop_whose_poller_another_loop_kicked_sleeps_again() -> None:
         async def main() -> None:
             asyncio.get_running_loop().set_debug(True)
             while not first_done.is_set():
-                poller.kick()
+                poller.wrote()
                 await asyncio.sleep(0.01)
 
         try:
@@ -126,7 +229,7 @@ def test_a_loop_whose_poller_another_loop_kicked_sleeps_again() -> None:
         loop = asyncio.get_running_loop()
         loop.set_debug(True)
         loop.set_exception_handler(lambda _, context: errors.append(context.get("exception") or Exception()))
-        poller.kick()
+        poller.wrote()
         other = threading.Thread(target=other_thread)
         other.start()
         try:
@@ -144,7 +247,7 @@ def test_a_loop_whose_poller_another_loop_kicked_sleeps_again() -> None:
 
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
 @pytest.mark.parametrize(("server_us", "client_us"), [(200_000, 0), (0, 200_000), (0, 0)])
-def test_a_server_or_client_given_a_window_keeps_the_loop_polling_after_a_request(
+def test_a_server_or_client_given_a_fixed_window_keeps_the_loop_polling_after_a_request(
     monkeypatch: pytest.MonkeyPatch, loop_name: str, server_us: int, client_us: int
 ) -> None:
     pollers = record_pollers(monkeypatch)
@@ -157,9 +260,9 @@ def test_a_server_or_client_given_a_window_keeps_the_loop_polling_after_a_reques
         return request.response(remark="pong")
 
     async def main() -> int:
-        server = RemotingServer(handler, "127.0.0.1", 0, busy_poll_us=server_us)
+        server = RemotingServer(handler, "127.0.0.1", 0, busy_poll_us=server_us, busy_poll_adaptive=False)
         await server.start()
-        client = RemotingClient(busy_poll_us=client_us)
+        client = RemotingClient(busy_poll_us=client_us, busy_poll_adaptive=False)
         try:
             asked = time.perf_counter_ns()
             reply = await client.invoke(f"127.0.0.1:{server.port}", RemotingCommand(code=9), timeout=5)
@@ -180,8 +283,50 @@ def test_a_server_or_client_given_a_window_keeps_the_loop_polling_after_a_reques
         assert loop_name == "uvloop" or selector.slept_since(asked)
         return
     (poller,) = pollers
-    assert poller.window_ns == max(server_us, client_us) * 1000
+    assert set(poller.windows) == {max(server_us, client_us) * 1000}
     assert len(poller.kicks) >= 2, "kicked by the request and by its reply"
     if loop_name == "asyncio":  # uvloop polls inside libuv, out of sight
         assert selector.sleeps_inside(poller) == [], "the loop slept inside the window"
         assert selector.slept_since(poller.last_window_end_ns), "the loop sleeps again after it"
+
+
+def test_on_a_fake_clock_contention_shrinks_an_adaptive_window_and_leaves_a_fixed_one() -> None:
+    window, clock = window_on_a_fake_clock(1000)
+    for _ in range(5):
+        read_after(window, clock, 900)
+    assert window.window_ns == 800_000
+    shrunk = []
+    for _ in range(5):
+        window.contended()
+        shrunk.append(window.window_ns)
+    assert shrunk == [400_000, 200_000, 100_000, 50_000, 0]
+    fixed, _ = window_on_a_fake_clock(300, adaptive=False)
+    fixed.contended()
+    assert fixed.window_ns == 300_000
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_an_adaptive_loop_that_another_task_preempts_stops_polling(
+    monkeypatch: pytest.MonkeyPatch, adaptive: bool
+) -> None:
+    switches = iter(range(1_000_000))  # every look finds one more involuntary context switch
+    monkeypatch.setattr(busypoll, "preemptions", lambda: next(switches))
+    selector = RecordingSelector()
+    poller = RecordingPoller(1_000_000 if adaptive else 200_000, adaptive)  # 1 s, 200 ms
+
+    async def main() -> None:
+        if adaptive:
+            poller.window.window_ns = poller.window.limit_ns  # as traffic would have opened it
+        poller.wrote()
+        assert poller.spinning
+        if adaptive:
+            await wait_until(lambda: not poller.spinning, message="the end of the preempted window")
+            assert poller.window.window_ns == 500_000_000, "shrunk as after a wasted poll"
+            assert poller.spins[-1] < poller.last_window_end_ns, "ended before its time"
+        else:
+            await wait_until(lambda: len(poller.spins) > 10, message="turns that each saw a preemption")
+            assert poller.spinning, "a fixed window polls whatever else wants the CPU"
+            await wait_until(poller.spun_to_the_end, message="the end of the window")
+
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
+        runner.run(main())

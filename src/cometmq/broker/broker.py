@@ -386,6 +386,7 @@ class Broker:
             self.config.bind_host,
             self.config.listen_port,
             busy_poll_us=self.config.busy_poll_micros,
+            busy_poll_adaptive=self.config.busy_poll_adaptive,
             limits=self.config.server_limits(),
             tls=self.config.tls,
             observer=self.metrics.rpc_latency if self.metrics is not None else None,

@@ -24,7 +24,12 @@ from cometmq.metrics import DEFAULT_PROM_EXPORTER_PORT, MetricsExporterType
 from cometmq.protocol import MAX_FRAME_SIZE
 from cometmq.protocol.naming import TRACE_TOPIC, topic_name_error
 from cometmq.protocol.topic_config import MAX_PERM, MAX_QUEUE_NUMS
-from cometmq.remoting import DEFAULT_MAX_PARTIAL_FRAME_BYTES, ServerLimits, default_max_connections
+from cometmq.remoting import (
+    BROKER_LIMIT_US,
+    DEFAULT_MAX_PARTIAL_FRAME_BYTES,
+    ServerLimits,
+    default_max_connections,
+)
 from cometmq.remoting.tls import TLS_KEYS, TlsSettings
 from cometmq.replication import ReplicationConfig
 from cometmq.store import FlushDiskType, StoreConfig, parse_delay_levels, parse_delete_when
@@ -114,9 +119,11 @@ class BrokerConfig:
     slave_read_enable: bool = False
     access_message_in_memory_max_ratio: int = 40
     offset_check_in_slave: bool = False
-    # Not a RocketMQ key: µs the event loop keeps polling after each read or write instead of sleeping
-    # (cometmq/remoting/busypoll.py); 0, the default, never. Lower latency for a busy CPU meanwhile.
-    busy_poll_micros: int = 0
+    # Not RocketMQ keys: the most µs the event loop keeps polling after each read or write instead of
+    # sleeping, a window that adapts to the gaps between requests and closes when they stop
+    # (cometmq/remoting/busypoll.py); with busyPollAdaptive=false, the whole limit every time; 0: never.
+    busy_poll_micros: int = BROKER_LIMIT_US
+    busy_poll_adaptive: bool = True
     # Not a RocketMQ key: seconds between the broker's one-line load summaries in its log; 0: none.
     load_summary_interval: int = 60
     # What clients may make the broker hold (docs/operations.md, "Connection limits"). The first two

@@ -30,7 +30,7 @@ from cometmq.client import AdminClient, LitePullConsumer, Message, MessageQueue,
 from cometmq.client.litepull import MAX_PULL_BATCH
 from cometmq.console import Progress, format_table
 from cometmq.errors import CometMQError
-from cometmq.remoting import BusyPoller
+from cometmq.remoting import CLIENT_LIMIT_US, BusyPoller
 
 DEFAULT_TOPIC = "CometBench"
 BENCH_GROUP = "cometmq_bench"
@@ -139,25 +139,33 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     for flag, whose in (
         (
             "--busy-poll-us",
-            "the producers' (and the floor's) busy-poll window: keep polling for US µs after each "
-            "request or reply instead of sleeping (0, never); the broker has its own "
-            "('cometmq standalone --busy-poll-us')",
+            "the producers' (and the floor's) busy-poll limit: keep polling after each request or "
+            "reply instead of sleeping, for an adaptive window of at most US µs (0, never); the broker "
+            f"has its own ('cometmq standalone --busy-poll-us') ({CLIENT_LIMIT_US}, the clients' default)",
         ),
         (
             "--consumer-busy-poll-us",
-            "the end-to-end consumer's busy-poll window (0, never: with the broker and the producer "
-            "both polling, a third process that polls leaves a 2-CPU machine no CPU to wake on)",
+            f"the end-to-end consumer's busy-poll limit ({CLIENT_LIMIT_US}, the clients' default)",
         ),
     ):
-        latency.add_argument(flag, type=whole_number(0), default=0, metavar="US", help=whose)
+        latency.add_argument(flag, type=whole_number(0), default=CLIENT_LIMIT_US, metavar="US", help=whose)
+    latency.add_argument(
+        "--busy-poll-fixed",
+        action="store_true",
+        help="the producers, the consumer and the floor poll their whole window every time (not adaptive)",
+    )
     latency.set_defaults(func=_command(_latency))
 
     # The floor's echo process (started by 'latency'; not for direct use).
     echo = workloads.add_parser("echo-serve")
     echo.add_argument("--reply-size", type=int, required=True)
     echo.add_argument("--busy-poll-us", type=int, default=0)
+    echo.add_argument("--busy-poll-fixed", action="store_true")
     echo.set_defaults(
-        func=lambda args: run_async(_echo_serve(args.reply_size, args.busy_poll_us), fast_loop=True)
+        func=lambda args: run_async(
+            _echo_serve(args.reply_size, BusyPoller(args.busy_poll_us, not args.busy_poll_fixed)),
+            fast_loop=True,
+        )
     )
 
     # The end-to-end consumer process (started by 'latency'; not for direct use).
@@ -167,6 +175,7 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     receive.add_argument("--deadline", type=float, required=True)
     receive.add_argument("--rate", type=int, required=True)
     receive.add_argument("--busy-poll-us", type=int, default=0)
+    receive.add_argument("--busy-poll-fixed", action="store_true")
     receive.set_defaults(func=lambda args: run_async(_e2e_receive(args), fast_loop=True))
 
 
@@ -320,6 +329,7 @@ async def _latency(args: argparse.Namespace) -> dict[str, Any]:
         args.namesrv,
         send_timeout=args.timeout,
         busy_poll_us=args.busy_poll_us,
+        busy_poll_adaptive=not args.busy_poll_fixed,
         **security(args).client_options(),
     ) as producer:
         progress = Progress("sync sends", args.warmup + args.count)
@@ -370,6 +380,7 @@ def _blocking_sends(args: argparse.Namespace, bodies: list[bytes]) -> dict[str, 
         args.namesrv,
         send_timeout=args.timeout,
         busy_poll_us=args.busy_poll_us,
+        busy_poll_adaptive=not args.busy_poll_fixed,
         **security(args).client_options(),
     ) as producer:
         for i in range(args.warmup + args.count):
@@ -402,13 +413,14 @@ async def _round_trip_floor(args: argparse.Namespace) -> dict[str, Any]:
         str(_SEND_REPLY_BYTES),
         "--busy-poll-us",
         str(args.busy_poll_us),
+        *(["--busy-poll-fixed"] if args.busy_poll_fixed else []),
         stdout=subprocess.PIPE,
     )
     assert server.stdout is not None
     try:
         port = int(await server.stdout.readline())
         loop = asyncio.get_running_loop()
-        poller = BusyPoller(args.busy_poll_us)
+        poller = BusyPoller(args.busy_poll_us, not args.busy_poll_fixed)
         counter = _ReplyCounter(_SEND_REPLY_BYTES, poller)
         transport, _ = await loop.create_connection(lambda: counter, "127.0.0.1", port)
         request_size = args.size + _SEND_HEADER_BYTES
@@ -418,7 +430,7 @@ async def _round_trip_floor(args: argparse.Namespace) -> dict[str, Any]:
             reply = counter.expect(loop)
             started = time.perf_counter_ns()
             transport.write(frame)
-            poller.kick()
+            poller.wrote()
             await reply
             if i >= args.warmup:
                 samples.append(time.perf_counter_ns() - started)
@@ -448,7 +460,7 @@ class _ReplyCounter(asyncio.Protocol):
         return self._waiting
 
     def data_received(self, data: bytes) -> None:
-        self._poller.kick()
+        self._poller.read()
         self._received += len(data)
         if self._received >= self._reply_size and self._waiting is not None:
             self._received -= self._reply_size
@@ -460,11 +472,10 @@ class _ReplyCounter(asyncio.Protocol):
             self._waiting.set_exception(CometMQError("the echo process closed the connection"))
 
 
-async def _echo_serve(reply_size: int, busy_poll_us: int) -> int:
+async def _echo_serve(reply_size: int, poller: BusyPoller) -> int:
     """Answer each length-prefixed frame of the one connection with *reply_size* bytes; print the port
     first and, once the connection closes, how many frames were answered."""
     loop = asyncio.get_running_loop()
-    poller = BusyPoller(busy_poll_us)
     closed: asyncio.Future[int] = loop.create_future()
     reply = _FRAME_LENGTH.pack(reply_size - _FRAME_LENGTH.size) + bytes(reply_size - _FRAME_LENGTH.size)
 
@@ -477,7 +488,7 @@ async def _echo_serve(reply_size: int, busy_poll_us: int) -> int:
             self.transport = cast(asyncio.Transport, transport)
 
         def data_received(self, data: bytes) -> None:
-            poller.kick()
+            poller.read()
             self.buffer += data
             while len(self.buffer) >= _FRAME_LENGTH.size:
                 frame_size = _FRAME_LENGTH.size + _FRAME_LENGTH.unpack_from(self.buffer)[0]
@@ -485,6 +496,7 @@ async def _echo_serve(reply_size: int, busy_poll_us: int) -> int:
                     break
                 del self.buffer[:frame_size]
                 self.transport.write(reply)
+                poller.wrote()
                 self.answered += 1
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -520,6 +532,7 @@ async def _end_to_end(args: argparse.Namespace, producer: Producer, bodies: list
         str(args.rate),
         "--busy-poll-us",
         str(args.consumer_busy_poll_us),
+        *(["--busy-poll-fixed"] if args.busy_poll_fixed else []),
         "--json",
         stdout=subprocess.PIPE,
         env={**os.environ, **security_environ(args)},
@@ -589,6 +602,7 @@ async def _e2e_receive(args: argparse.Namespace) -> int:
         auto_commit=False,
         pull_batch_size=64,
         busy_poll_us=args.busy_poll_us,
+        busy_poll_adaptive=not args.busy_poll_fixed,
         **security(args).client_options(),
     )
     async with consumer:

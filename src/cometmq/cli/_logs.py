@@ -214,7 +214,13 @@ def log_startup_summary(
             config.namesrv_addr or "none",
             failover,
         )
-        busy_poll = f"{config.busy_poll_micros} µs" if config.busy_poll_micros else "off"
+        busy_poll = (
+            "off"
+            if not config.busy_poll_micros
+            else f"up to {config.busy_poll_micros} µs, adaptive"
+            if config.busy_poll_adaptive
+            else f"{config.busy_poll_micros} µs, fixed"
+        )
         load = f"every {config.load_summary_interval} s" if config.load_summary_interval else "off"
         log.info(
             "broker %s: data in %s, %s, busy polling %s, ACL %s, TLS %s, load summary %s",

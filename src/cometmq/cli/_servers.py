@@ -204,9 +204,17 @@ def _add_busy_poll(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="US",
         help=(
-            "keep polling the sockets for US µs after each request instead of sleeping: lower latency "
-            "for a CPU kept busy while requests keep coming (default: busyPollMicros, else 0, never)"
+            "keep polling the sockets after each request instead of sleeping, for a window that grows "
+            "while requests keep coming and closes when they stop, at most US µs; 0: never (default: "
+            "busyPollMicros, else 1000)"
         ),
+    )
+    parser.add_argument(
+        "--busy-poll-fixed",
+        action="store_const",
+        const=False,
+        dest="busy_poll_adaptive",
+        help="poll the whole --busy-poll-us window after every request (busyPollAdaptive=false)",
     )
 
 
@@ -257,6 +265,7 @@ def _broker_config(args: argparse.Namespace, defaults: dict[str, object] | None 
         ("cluster", "broker_cluster_name"),
         ("namesrv_addr", "namesrv_addr"),
         ("busy_poll_us", "busy_poll_micros"),
+        ("busy_poll_adaptive", "busy_poll_adaptive"),
         ("role", "broker_role"),
         ("broker_id", "broker_id"),
         ("etcd", "etcd_endpoints"),

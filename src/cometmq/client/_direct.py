@@ -11,9 +11,10 @@ One connection per broker address, used by one thread at a time: a thread that f
 senders never wait on each other here. The broker never sends requests to these connections (no
 heartbeat names them), so every frame read is a response.
 
-With ``busy_poll_us`` > 0 the reading thread polls the socket without blocking for that long before
-it sleeps in ``recv`` (as the event loop does, :mod:`cometmq.remoting.busypoll`): a reply that comes
-within the window wakes nobody.
+With ``busy_poll_us`` > 0 the reading thread polls the socket without blocking for a while before it
+sleeps in ``recv``, a window each connection adapts to how soon its replies come, at most
+``busy_poll_us`` µs (always that long when not ``busy_poll_adaptive``), as the event loop does
+(:mod:`cometmq.remoting.busypoll`): a reply that comes within the window wakes nobody.
 
 With credentials each request is signed here, as the loop's client signs its own; with an SSL context
 each socket is wrapped in TLS (one ``send`` of the joined frame then, as an SSL socket has no
@@ -23,6 +24,7 @@ each socket is wrapped in TLS (one ``send`` of the joined frame then, as an SSL 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import ssl
 import threading
@@ -32,6 +34,7 @@ from cometmq.auth import Credentials, sign
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError
 from cometmq.protocol import FrameDecoder, RemotingCommand, encode
 from cometmq.protocol.command import Buffer
+from cometmq.remoting.busypoll import PollWindow, preemptions
 
 __all__ = ["DirectLane"]
 
@@ -39,17 +42,17 @@ _MAX_PARTS = 512  # under IOV_MAX (1024 on Linux), the most buffers one sendmsg 
 
 
 class _DirectConnection:
-    __slots__ = ("address", "busy", "busy_poll_s", "credentials", "decoder", "opaque", "sock", "ssl_context")
+    __slots__ = ("address", "busy", "credentials", "decoder", "opaque", "poll_window", "sock", "ssl_context")
 
     def __init__(
         self,
         address: str,
-        busy_poll_us: int = 0,
+        poll_window: PollWindow,
         credentials: Credentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.address = address
-        self.busy_poll_s = busy_poll_us / 1e6
+        self.poll_window = poll_window
         self.credentials = credentials
         self.ssl_context = ssl_context
         self.busy = threading.Lock()
@@ -90,12 +93,15 @@ class _DirectConnection:
         self, sock: socket.socket, request: RemotingCommand, deadline: float
     ) -> RemotingCommand:
         decoder = self.decoder
+        window = self.poll_window
         # Polled until the window ends (never past the request's deadline), then read blocking.
-        poll_until = min(time.monotonic() + self.busy_poll_s, deadline) if self.busy_poll_s else 0.0
+        poll_until = window.wrote()
+        if poll_until:
+            poll_until = min(poll_until, int(deadline * 1e9))
         while True:
-            n = _poll_into(sock, decoder.get_buffer(), poll_until) if poll_until else None
+            n = _poll_into(sock, decoder.get_buffer(), poll_until, window) if poll_until else None
             if n is None:
-                poll_until = 0.0
+                poll_until = 0
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError
@@ -103,6 +109,7 @@ class _DirectConnection:
                 n = sock.recv_into(decoder.get_buffer())
             if n == 0:
                 raise ConnectionResetError("closed by the broker")
+            window.read()  # how soon the reply came: the next window adapts to it
             for cmd in decoder.buffer_updated(n):
                 if cmd.is_response and cmd.opaque == request.opaque:
                     return cmd
@@ -113,15 +120,20 @@ class _DirectConnection:
             sock.close()
 
 
-def _poll_into(sock: socket.socket, buffer: memoryview, until: float) -> int | None:
+def _poll_into(sock: socket.socket, buffer: memoryview, until_ns: int, window: PollWindow) -> int | None:
     """``recv_into`` without blocking, over and over until something comes (its size; 0 when the
-    broker closed) or ``time.monotonic()`` passes *until* (None)."""
+    broker closed), ``time.monotonic_ns()`` passes *until_ns* or another process wants this CPU
+    (None; *window* is told of the latter, as the event loop's poller does)."""
     sock.settimeout(0.0)
-    while time.monotonic() < until:
+    preempted = preemptions()
+    while time.monotonic_ns() < until_ns:
         try:
             return sock.recv_into(buffer)
         except (BlockingIOError, ssl.SSLWantReadError):
-            pass
+            os.sched_yield()  # a process that is waiting for this CPU (the broker?) runs first
+            if window.adaptive and preemptions() != preempted:
+                window.contended()
+                return None
     return None
 
 
@@ -168,9 +180,11 @@ class DirectLane:
         busy_poll_us: int = 0,
         credentials: Credentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        busy_poll_adaptive: bool = True,
     ) -> None:
         self._connect_timeout = connect_timeout
         self._busy_poll_us = busy_poll_us
+        self._busy_poll_adaptive = busy_poll_adaptive
         self._credentials = credentials
         self._ssl_context = ssl_context
         self._connections: dict[str, _DirectConnection] = {}
@@ -188,7 +202,12 @@ class DirectLane:
                     return None
                 conn = self._connections.setdefault(
                     address,
-                    _DirectConnection(address, self._busy_poll_us, self._credentials, self._ssl_context),
+                    _DirectConnection(
+                        address,
+                        PollWindow(self._busy_poll_us, self._busy_poll_adaptive, time.monotonic_ns),
+                        self._credentials,
+                        self._ssl_context,
+                    ),
                 )
         if not conn.busy.acquire(blocking=False):
             return None

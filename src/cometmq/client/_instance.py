@@ -163,6 +163,7 @@ class ClientInstance:
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         route_refresh_interval: float = POLL_NAMESRV_INTERVAL_S,
         busy_poll_us: int = 0,
+        busy_poll_adaptive: bool = True,
         credentials: Credentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
@@ -182,6 +183,7 @@ class ClientInstance:
             _answer_for(weakref.ref(self)),
             connect_timeout=connect_timeout,
             busy_poll_us=busy_poll_us,
+            busy_poll_adaptive=busy_poll_adaptive,
             credentials=credentials,
             ssl_context=ssl_context,
         )

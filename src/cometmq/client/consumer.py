@@ -93,6 +93,7 @@ from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_t
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 from cometmq.protocol.trace import ConsumeReturnType
+from cometmq.remoting import CLIENT_LIMIT_US
 
 __all__ = ["ConsumeResult", "PushConsumer"]
 
@@ -156,9 +157,11 @@ class PushConsumer(Client):
     (``consume_timestamp`` in ms, default half an hour ago). As in RocketMQ, a brand-new group on a
     queue whose first message is still in memory starts at 0 even with ``"last"``.
 
-    ``busy_poll_us`` > 0 keeps the event loop polling its sockets for that many µs after each request
-    or response instead of sleeping (:mod:`cometmq.remoting.busypoll`): quicker replies, for a CPU kept
-    busy while they keep coming.
+    ``busy_poll_us`` > 0 keeps the event loop polling its sockets after each request or response
+    instead of sleeping, for a window that adapts to how soon replies come, at most that many µs, and
+    closes when traffic stops (:mod:`cometmq.remoting.busypoll`); ``busy_poll_adaptive=False`` polls
+    the whole ``busy_poll_us`` every time; 0 never polls. Quicker replies, for a CPU kept busy while
+    they keep coming.
 
     ``poll_name_server_interval`` is how often (seconds) the routes are looked up again (RocketMQ's
     pollNameServerInterval): how the consumer learns of queues added or moved, and that a broker
@@ -195,7 +198,8 @@ class PushConsumer(Client):
         concurrency: int = 20,
         instance_name: str | None = None,
         offsets_dir: str | Path | None = None,
-        busy_poll_us: int = 0,
+        busy_poll_us: int = CLIENT_LIMIT_US,
+        busy_poll_adaptive: bool = True,
         poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
         credentials: Credentials | None = None,
         tls: bool | ssl.SSLContext = False,
@@ -251,6 +255,7 @@ class PushConsumer(Client):
             instance_name=instance_name,
             route_refresh_interval=poll_name_server_interval,
             busy_poll_us=busy_poll_us,
+            busy_poll_adaptive=busy_poll_adaptive,
             credentials=credentials,
             ssl_context=ssl_context,
         )

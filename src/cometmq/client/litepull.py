@@ -61,6 +61,7 @@ from cometmq.client.producer import trace_dispatcher
 from cometmq.errors import ClientStateError, CometMQError, DataLossError
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, SubscriptionData
 from cometmq.protocol.trace import ConsumeReturnType
+from cometmq.remoting import CLIENT_LIMIT_US
 
 __all__ = ["ConsumeFrom", "LitePullConsumer"]
 
@@ -115,11 +116,13 @@ class LitePullConsumer(Client):
     ``pull_batch_size`` is the most messages asked for per pull (1…1024; the broker also stops at
     256 KiB); ``pull_threshold_per_queue`` bounds the messages pulled ahead per queue;
     ``max_poll_messages`` is about the most one ``poll`` returns (whole pulled batches are handed over).
-    ``busy_poll_us`` > 0 keeps the event loop polling its sockets for that many µs after each request
-    or response instead of sleeping (:mod:`cometmq.remoting.busypoll`): quicker replies, for a CPU kept
-    busy while they keep coming. ``poll_name_server_interval`` is how often (seconds) the routes are
-    looked up again (RocketMQ's pollNameServerInterval); a pull that cannot reach its broker looks its
-    topic's route up at once, so a consumer whose master died goes on from a slave without waiting.
+    ``busy_poll_us`` > 0 keeps the event loop polling its sockets after each request or response
+    instead of sleeping, for a window that adapts to how soon replies come, at most that many µs, and
+    closes when traffic stops (:mod:`cometmq.remoting.busypoll`); ``busy_poll_adaptive=False`` polls
+    the whole ``busy_poll_us`` every time; 0 never polls. ``poll_name_server_interval`` is how often
+    (seconds) the routes are looked up again (RocketMQ's pollNameServerInterval); a pull that cannot
+    reach its broker looks its topic's route up at once, so a consumer whose master died goes on from a
+    slave without waiting.
     ``credentials`` (:class:`cometmq.auth.Credentials`) sign every request, for servers with aclEnable;
     ``tls`` is False (plain TCP), True (TLS checked against the system's CAs and the server's name) or
     an :class:`ssl.SSLContext` of your own (a private CA, a client certificate).
@@ -145,7 +148,8 @@ class LitePullConsumer(Client):
         pull_threshold_per_queue: int = 1024,
         max_poll_messages: int = 1024,
         request_timeout: float = 3.0,
-        busy_poll_us: int = 0,
+        busy_poll_us: int = CLIENT_LIMIT_US,
+        busy_poll_adaptive: bool = True,
         poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
         credentials: Credentials | None = None,
         tls: bool | ssl.SSLContext = False,
@@ -181,6 +185,7 @@ class LitePullConsumer(Client):
         self._instance_name = instance_name
         self._request_timeout = request_timeout
         self._busy_poll_us = busy_poll_us
+        self._busy_poll_adaptive = busy_poll_adaptive
         self._poll_name_server_interval = poll_name_server_interval
         self._instance: ClientInstance | None = None
         self._subscriptions: dict[str, SubscriptionData] = {}
@@ -209,6 +214,7 @@ class LitePullConsumer(Client):
             request_timeout=self._request_timeout,
             route_refresh_interval=self._poll_name_server_interval,
             busy_poll_us=self._busy_poll_us,
+            busy_poll_adaptive=self._busy_poll_adaptive,
             credentials=self._credentials,
             ssl_context=self._ssl_context,
         )

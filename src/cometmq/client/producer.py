@@ -60,6 +60,7 @@ from cometmq.protocol.record import MAX_PROPERTIES_SIZE
 from cometmq.protocol.route import TopicRouteData
 from cometmq.protocol.taghash import java_string_hash
 from cometmq.protocol.trace import DEFAULT_REGION, MessageType
+from cometmq.remoting import CLIENT_LIMIT_US
 
 __all__ = [
     "Producer",
@@ -154,10 +155,12 @@ class Producer(Client):
     ``queue_selector`` picks the queue of a ``sharding_key`` from the topic's writable queues;
     :func:`select_by_hash`, the default, picks it as RocketMQ's Java SelectMessageQueueByHash does, so
     Java and Python producers put a key on the same queue. ``busy_poll_us`` > 0 keeps the event loop
-    (and a blocking send's socket) polling for that many µs after each request or response instead of
-    sleeping (:mod:`cometmq.remoting.busypoll`): quicker replies, for a CPU kept busy while they keep
-    coming. ``poll_name_server_interval`` is how often (seconds) the routes are looked up again, which
-    is how the producer learns that a broker group's master left or came back (RocketMQ's
+    (and a blocking send's socket) polling after each request or response instead of sleeping, for a
+    window that adapts to how soon replies come, at most that many µs, and closes when traffic stops
+    (:mod:`cometmq.remoting.busypoll`); ``busy_poll_adaptive=False`` polls the whole ``busy_poll_us``
+    every time; 0 never polls. Quicker replies, for a CPU kept busy while they keep coming.
+    ``poll_name_server_interval`` is how often (seconds) the routes are looked up again, which is how
+    the producer learns that a broker group's master left or came back (RocketMQ's
     pollNameServerInterval); a send that fails on a broker that cannot be reached or answers
     SERVICE_NOT_AVAILABLE looks its topic's route up at once, so that after a failover the producer
     finds the new master within a second of its registration.
@@ -183,7 +186,8 @@ class Producer(Client):
         max_message_size: int = 4 * 1024 * 1024,
         fault_avoidance: bool = True,
         queue_selector: QueueSelector | None = None,
-        busy_poll_us: int = 0,
+        busy_poll_us: int = CLIENT_LIMIT_US,
+        busy_poll_adaptive: bool = True,
         poll_name_server_interval: float = POLL_NAMESRV_INTERVAL_S,
         credentials: Credentials | None = None,
         tls: bool | ssl.SSLContext = False,
@@ -212,6 +216,7 @@ class Producer(Client):
             request_timeout=send_timeout,
             route_refresh_interval=poll_name_server_interval,
             busy_poll_us=busy_poll_us,
+            busy_poll_adaptive=busy_poll_adaptive,
             credentials=credentials,
             ssl_context=ssl_context,
         )
@@ -221,7 +226,12 @@ class Producer(Client):
         self._valid_topics: set[str] = set()
         self._callback_tasks: set[asyncio.Task[None]] = set()
         # The blocking facade's sockets (no socket until its first send).
-        self._lane = DirectLane(busy_poll_us=busy_poll_us, credentials=credentials, ssl_context=ssl_context)
+        self._lane = DirectLane(
+            busy_poll_us=busy_poll_us,
+            credentials=credentials,
+            ssl_context=ssl_context,
+            busy_poll_adaptive=busy_poll_adaptive,
+        )
         self._template_refresh: asyncio.Task[None] | None = None
         self._trace = None
         if trace:

@@ -1,6 +1,6 @@
 """The asyncio transport around the protocol's codec: server, client, dispatch and busy polling."""
 
-from cometmq.remoting.busypoll import BusyPoller
+from cometmq.remoting.busypoll import BROKER_LIMIT_US, CLIENT_LIMIT_US, BusyPoller, PollWindow
 from cometmq.remoting.transport import (
     DEFAULT_MAX_PARTIAL_FRAME_BYTES,
     RESULT_ONEWAY,
@@ -20,6 +20,8 @@ from cometmq.remoting.transport import (
 )
 
 __all__ = [
+    "BROKER_LIMIT_US",
+    "CLIENT_LIMIT_US",
     "DEFAULT_MAX_PARTIAL_FRAME_BYTES",
     "RESULT_ONEWAY",
     "RESULT_SUCCESS",
@@ -28,6 +30,7 @@ __all__ = [
     "Connection",
     "Dispatcher",
     "PeerLogLimit",
+    "PollWindow",
     "RemotingClient",
     "RemotingServer",
     "RequestGate",

@@ -3,23 +3,72 @@
 Waking a process that sleeps costs a context switch on bare metal, and far more on a VM whose idle
 vCPUs halt at once (a KVM guest with ``guest_halt_poll_ns`` 0): the host must run the vCPU again,
 tens of µs each way on the development VM, where a synchronous send has two of them
-(docs/performance.md#busy-polling). A loop that is still polling when the next request or
-reply comes needs no wake-up. This is Linux's ``busy_poll`` (and a KVM guest's default haltpoll
-window), done by the process itself: for ``window_us`` µs after each read or write, the loop's
-selector is polled without a timeout, then it sleeps as usual. The price is a CPU kept busy while
-traffic keeps coming, so it is off by default and meant for latency-bound deployments.
+(docs/performance.md#busy-polling). A loop that is still polling when the next request or reply
+comes needs no wake-up. This is Linux's ``busy_poll`` done by the process itself: for a window after
+each read or write, the loop's selector is polled without a timeout, then it sleeps as usual.
+
+The window adapts as the Linux guest's haltpoll cpuidle governor adapts a vCPU's polling time
+(Documentation/virt/guest-halt-polling.rst and drivers/cpuidle/governors/haltpoll.c). Its facts:
+``guest_halt_poll_ns`` is the most a vCPU polls (default 200 000 ns); each vCPU keeps its own
+window, which starts at 0; when a wake-up comes after the window closed but within
+``guest_halt_poll_ns``, the window is multiplied by ``guest_halt_poll_grow`` (default 2), and set to
+at least ``guest_halt_poll_grow_start`` (default 50 000 ns) and at most ``guest_halt_poll_ns``; when it
+comes later than ``guest_halt_poll_ns``, the window is divided by ``guest_halt_poll_shrink``
+(default 2) and becomes 0 once under ``guest_halt_poll_grow_start`` (``guest_halt_poll_allow_shrink``,
+default on). :class:`PollWindow` applies the same rules with the same factors, with a read on a
+socket for the wake-up and the time since the last read or write for how long the vCPU halted:
+
+- a read within the window: the poll paid off, the window stays;
+- a read after the window closed but within the limit: the window was too short, it grows;
+- a read later than the limit: the poll was wasted, the window shrinks, down to 0, and a loop whose
+  window is 0 sleeps at once after its I/O. An idle process polls at most one window after its last
+  I/O and, a few quiet gaps later, not at all.
+
+Beyond haltpoll, which polls a vCPU nobody else can use: a process shares its CPUs. A polling loop
+yields its CPU on each turn, and when that yield lets another task run (the thread's involuntary
+context switches rise), the window ends and shrinks as after a wasted poll (:func:`preemptions`).
+
+The limit is the setting (``busyPollMicros``, ``busy_poll_us``); a fixed window (not adaptive)
+polls the whole limit after every read or write, and a limit of 0 turns polling off.
 
 The process's other threads (the broker's flush thread, a blocking client's callers) still get the GIL
-while the loop polls: the loop releases it around each poll of its selector. Lowering Python's switch
-interval as well changed nothing measurable (docs/performance.md), so it is left alone.
+while the loop polls: the loop releases it around each poll of its selector.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import resource
 import time
+from collections.abc import Callable
 
-__all__ = ["BusyPoller", "checked_window"]
+__all__ = [
+    "BROKER_LIMIT_US",
+    "CLIENT_LIMIT_US",
+    "GROW",
+    "GROW_START_NS",
+    "SHRINK",
+    "BusyPoller",
+    "PollWindow",
+    "checked_window",
+    "preemptions",
+]
+
+# The haltpoll governor's defaults (see the module's docstring).
+GROW = 2
+SHRINK = 2
+GROW_START_NS = 50_000
+
+_getrusage = resource.getrusage
+_RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
+
+# The default limits. A client's is haltpoll's guest_halt_poll_ns: a reply the broker sends at once
+# comes well within it. A broker's is longer, to span the gaps between the requests of producers
+# sending a few thousand messages a second (docs/performance.md#busy-polling); slower traffic
+# leaves its window closed.
+CLIENT_LIMIT_US = 200
+BROKER_LIMIT_US = 1000
 
 
 def checked_window(window_us: int) -> int:
@@ -29,41 +78,117 @@ def checked_window(window_us: int) -> int:
     return window_us
 
 
-class BusyPoller:
-    """Keeps the running loop polling for ``window_us`` µs after each :meth:`kick` (0: never).
+class PollWindow:
+    """How long to poll after each read or write: the haltpoll rules over a limit of *limit_us* µs
+    (0: never poll), or the whole limit every time when not *adaptive*. *clock* gives ns."""
 
-    One poller may be kicked from several loops in turn; the loop that kicked it last polls, and a loop
-    whose polling it took over goes back to sleeping as usual.
+    __slots__ = ("_clock", "_last_ns", "adaptive", "limit_ns", "window_ns")
+
+    def __init__(
+        self, limit_us: int, adaptive: bool = True, clock: Callable[[], int] = time.perf_counter_ns
+    ) -> None:
+        self.limit_ns = checked_window(limit_us) * 1000
+        self.adaptive = adaptive
+        self._clock = clock
+        # Adaptive windows start closed, as a vCPU's does: the first gap short enough opens them.
+        self.window_ns = 0 if adaptive else self.limit_ns
+        self._last_ns = 0  # when the last read or write happened (0: none yet)
+
+    def wrote(self) -> int:
+        """A write happened now: the time (ns, on the clock) polling should go on until, or 0 when
+        the window is 0."""
+        now = self._clock()
+        self._last_ns = now
+        return now + self.window_ns if self.window_ns else 0
+
+    def read(self) -> int:
+        """A read happened now: the window adapts to the gap since the last read or write, then as
+        :meth:`wrote`."""
+        now = self._clock()
+        if self.adaptive and self._last_ns:
+            self._adapt(now - self._last_ns)
+        self._last_ns = now
+        return now + self.window_ns if self.window_ns else 0
+
+    def contended(self) -> None:
+        """Another process wanted this CPU while it polled: an adaptive window shrinks as after a
+        wasted poll (a fixed one stays)."""
+        if self.adaptive and self.window_ns:
+            window = self.window_ns // SHRINK
+            self.window_ns = window if window >= GROW_START_NS else 0
+
+    def _adapt(self, gap_ns: int) -> None:
+        window, limit = self.window_ns, self.limit_ns
+        if window < gap_ns <= limit:  # came just after the window closed
+            self.window_ns = min(limit, max(GROW_START_NS, window * GROW))
+        elif gap_ns > limit and window:  # a window passed empty, and long after it
+            window //= SHRINK
+            self.window_ns = window if window >= GROW_START_NS else 0
+
+
+class BusyPoller:
+    """Keeps the running loop polling for its :class:`PollWindow` after each read or write.
+
+    One poller may be told of I/O from several loops in turn; the loop that did the last I/O polls, and
+    a loop whose polling it took over goes back to sleeping as usual.
     """
 
-    __slots__ = ("_deadline_ns", "_loop", "_window_ns")
+    __slots__ = ("_deadline_ns", "_loop", "_preempted", "window")
 
-    def __init__(self, window_us: int) -> None:
-        self._window_ns = checked_window(window_us) * 1000
+    def __init__(self, limit_us: int, adaptive: bool = True) -> None:
+        self.window = PollWindow(limit_us, adaptive)
         self._deadline_ns = 0
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop kept polling, if any
+        self._preempted = 0  # the thread's involuntary context switches when it last looked
 
     @property
     def spinning(self) -> bool:
         """Whether a loop is being kept polling now."""
         return self._loop is not None
 
-    def kick(self) -> None:
-        """Some I/O happened (on the running loop): poll for a window from now."""
-        if not self._window_ns:
-            return
-        self._deadline_ns = time.perf_counter_ns() + self._window_ns
+    def wrote(self) -> None:
+        """The running loop wrote: poll for a window from now."""
+        self._poll_until(self.window.wrote())
+
+    def read(self) -> None:
+        """The running loop read: adapt the window, then poll for it from now."""
+        self._poll_until(self.window.read())
+
+    def _poll_until(self, deadline_ns: int) -> None:
+        if deadline_ns <= self._deadline_ns:
+            return  # no window (or one ending before the running one): nothing more to do
+        self._deadline_ns = deadline_ns
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # not polling, or on a loop that has ended or been left
             self._loop = loop
+            self._preempted = preemptions()
             loop.call_soon(self._spin, loop)
 
     def _spin(self, loop: asyncio.AbstractEventLoop) -> None:
         # A callback that is ready makes the loop poll its selector with a zero timeout before it runs
         # again; rescheduling it until the deadline keeps the loop from sleeping, and nothing else.
         if loop is not self._loop:
-            return  # another loop kicked the poller since: this one sleeps again
+            return  # another loop did I/O since: this one sleeps again
         if time.perf_counter_ns() < self._deadline_ns:
+            # On a machine with more runnable processes than CPUs, the one this loop waits for (its
+            # client, its broker) may be waiting for this CPU: it gets it first, and an adaptive
+            # window ends there (see preemptions).
+            os.sched_yield()
+            if self.window.adaptive and preemptions() != self._preempted:
+                self.window.contended()
+                self._loop = None
+                self._deadline_ns = 0
+                return
             loop.call_soon(self._spin, loop)
         else:
             self._loop = None
+
+
+def preemptions() -> int:
+    """The calling thread's involuntary context switches so far (0 where Linux's RUSAGE_THREAD is
+    missing). A yield that hands the CPU to another task counts as one, so a rise while polling says
+    that other work wanted this CPU: polling on would only take CPU time from it, the process this
+    one waits for included, and cost it the prompt wake-up a sleeping process gets: on a machine
+    with more runnable processes than CPUs, polling on regardless took the p99 of a blocking send to
+    6-7 ms, against 0.3-3.8 ms without polling (docs/performance.md#busy-polling)."""
+    return _getrusage(_RUSAGE_THREAD).ru_nivcsw if _RUSAGE_THREAD is not None else 0

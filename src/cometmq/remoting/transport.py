@@ -205,7 +205,7 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self.active = True
         if self._poller is not None:
-            self._poller.kick()
+            self._poller.read()
         decoder = self._decoder
         try:
             commands = decoder.buffer_updated(nbytes)
@@ -364,8 +364,8 @@ class Connection(asyncio.BufferedProtocol):
         else:
             transport.writelines(parts)
         self.active = True
-        if self._poller is not None:  # a request's reply, or the next request, is due soon
-            self._poller.kick()
+        if self._poller is not None:  # a request's reply, or the next request, may be due soon
+            self._poller.wrote()
 
     def next_opaque(self) -> int:
         return next(self._opaque)
@@ -522,7 +522,8 @@ def _error_response(request: RemotingCommand, exc: Exception, peer: str) -> Remo
 
 class RemotingServer:
     """Accepts connections and hands every request to ``handler``; ``busy_poll_us`` > 0 keeps the loop
-    polling for that long after each read or write (:mod:`cometmq.remoting.busypoll`). ``limits``
+    polling after each read or write, for a window that adapts up to that many µs (for that long each
+    time when not ``busy_poll_adaptive``; :mod:`cometmq.remoting.busypoll`). ``limits``
     bound what clients may make it hold (:class:`ServerLimits`). ``tls`` gives its ``tls.server.*``
     settings (:mod:`cometmq.remoting.tls`; None: TLS off). ``observer`` is told of every request
     answered and how long it took (None: nothing is timed)."""
@@ -533,6 +534,7 @@ class RemotingServer:
         host: str,
         port: int,
         busy_poll_us: int = 0,
+        busy_poll_adaptive: bool = True,
         limits: ServerLimits | None = None,
         tls: TlsSettings | None = None,
         observer: RequestObserver | None = None,
@@ -543,7 +545,7 @@ class RemotingServer:
         # Built here: a certificate that cannot be loaded is a ConfigError before anything listens.
         self._ssl_context = tls.server_context() if tls is not None else None
         self._tls_listener: TlsListener | None = None
-        self._poller = BusyPoller(busy_poll_us) if busy_poll_us else None
+        self._poller = BusyPoller(busy_poll_us, busy_poll_adaptive) if busy_poll_us else None
         self.limits = limits if limits is not None else ServerLimits()
         self.host = host
         self.port = port
@@ -728,9 +730,10 @@ class _Refused(asyncio.Protocol):
 
 class RemotingClient:
     """Connections to many servers, one per address, with request/response matching by opaque;
-    ``busy_poll_us`` as for :class:`RemotingServer`. With *credentials*, every request it sends is
-    signed with them (a server with aclEnable=true checks the signature); responses never are. With
-    *ssl_context* every connection speaks TLS (the server's certificate checked as the context says)."""
+    ``busy_poll_us`` and ``busy_poll_adaptive`` as for :class:`RemotingServer`. With *credentials*,
+    every request it sends is signed with them (a server with aclEnable=true checks the signature);
+    responses never are. With *ssl_context* every connection speaks TLS (the server's certificate
+    checked as the context says)."""
 
     def __init__(
         self,
@@ -739,11 +742,12 @@ class RemotingClient:
         busy_poll_us: int = 0,
         credentials: Credentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        busy_poll_adaptive: bool = True,
     ) -> None:
         self._handler = handler
         self._signer = _signer_of(credentials) if credentials is not None else None
         self._ssl_context = ssl_context
-        self._poller = BusyPoller(busy_poll_us) if busy_poll_us else None
+        self._poller = BusyPoller(busy_poll_us, busy_poll_adaptive) if busy_poll_us else None
         self._connect_timeout = connect_timeout
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
