@@ -16,6 +16,7 @@ from cometmq.errors import ProtocolError
 
 ENTRY_HEAD = struct.Struct(">iiiii")  # total size, magic, crc, flag, body length
 PROPERTIES_LENGTH = struct.Struct(">h")
+_ENTRY_LENGTHS = struct.Struct(">i12xi")  # an entry's total size and body length
 
 
 @dataclass(slots=True)
@@ -72,3 +73,25 @@ def encode_batch_body(entries: list[BatchEntry]) -> bytes:
         parts.append(PROPERTIES_LENGTH.pack(len(props)))
         parts.append(props)
     return b"".join(parts)
+
+
+def count_batch_entries(data: bytes | memoryview) -> int:
+    """How many entries a batch body holds, each checked as ``batch_spans`` checks it; ProtocolError when
+    the body is not a well-formed batch. What a broker stores an inner batch with (INNER_NUM): one walk
+    over the entries' lengths, nothing decoded."""
+    pos = count = 0
+    end = len(data)
+    unpack_lengths = _ENTRY_LENGTHS.unpack_from
+    unpack_length = PROPERTIES_LENGTH.unpack_from
+    while pos < end:
+        if end - pos < ENTRY_HEAD.size + 2:
+            raise ProtocolError(f"batch entry at byte {pos} is truncated")
+        total, body_len = unpack_lengths(data, pos)
+        body_end = pos + ENTRY_HEAD.size + body_len
+        if body_len < 0 or pos + total > end or body_end + 2 > end:
+            raise ProtocolError(f"batch entry at byte {pos} has inconsistent lengths")
+        if unpack_length(data, body_end)[0] != pos + total - body_end - 2 or total < ENTRY_HEAD.size + 2:
+            raise ProtocolError(f"batch entry at byte {pos} has inconsistent lengths")
+        pos += total
+        count += 1
+    return count

@@ -432,7 +432,8 @@ class MessageStore:
         bq = self._batch_queues.queue(msg.topic, msg.queue_id)
         text = msg.properties
         if msg.sys_flag & INNER_BATCH_FLAG:
-            text = f"{text}{INNER_BASE_PROPERTY}\x01{bq.max_offset}\x02"
+            separator = "\x02" if text and not text.endswith("\x02") else ""
+            text = f"{text}{separator}{INNER_BASE_PROPERTY}\x01{bq.max_offset}"
         try:
             props = text.encode()
         except UnicodeEncodeError:
@@ -448,7 +449,7 @@ class MessageStore:
         except OSError as exc:
             return _failure(self._refuse_for(exc, "no room for a batch consume-queue file"))
         size = MIN_RECORD_SIZE + len(body) + len(topic.encoded) + len(props)
-        return self._append(
+        result = self._append(
             topic,
             None,
             msg,
@@ -461,6 +462,8 @@ class MessageStore:
             bq,
             count,
         )
+        result.count = count  # messages, as a batch's result counts them (the broker's stats)
+        return result
 
     def put_together(self, messages: Sequence[MessageToStore]) -> list[PutResult]:
         """Append single messages of any topics and queues as consecutive records in one write, all

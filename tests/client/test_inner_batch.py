@@ -1,0 +1,184 @@
+"""Inner-batch topics (``queue.type`` BatchCQ) end to end against a real `cometmq standalone`: a batch
+stored as one record covering N offsets, split by CometMQ's consumers with every per-message offset
+exact (poll, seek into a batch, read ranges that cut batches, commit, offsets, the time search), what a
+4.x-style pull sees, and ordinary topics unchanged."""
+
+from __future__ import annotations
+
+from client_support import run
+
+from cometmq.client import AdminClient, LitePullConsumer, Message, Producer, _brokerapi
+from cometmq.client.message import ReceivedMessage
+from cometmq.protocol.properties import decode_properties
+from cometmq.protocol.record import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, decode_records
+from cometmq.protocol.subscription import SubscriptionData
+from processes import StandaloneServer
+from waiting import wait_until
+
+
+async def create_batch_topic(server: StandaloneServer, topic: str, queues: int = 1) -> None:
+    async with AdminClient(server.namesrv) as admin:
+        await admin.create_topic(topic, queues, attributes="+queue.type=BatchCQ")
+
+
+async def send_batches(server: StandaloneServer, topic: str, batches: int, size: int) -> list[int]:
+    """Send *batches* batches of *size* messages to queue 0; the queue offsets the results name."""
+    offsets = []
+    async with Producer("PID_inner_batch", server.namesrv) as producer:
+        queue = (await producer.fetch_publish_queues(topic))[0]
+        for b in range(batches):
+            msgs = [
+                Message(topic, b"b%d-m%d" % (b, i), tags=f"t{i % 2}", keys=[f"k{b}-{i}"]) for i in range(size)
+            ]
+            result = await producer.send_batch(msgs, queue=queue)
+            offsets.append(result.queue_offset)
+    return offsets
+
+
+async def poll_until(consumer: LitePullConsumer, count: int) -> list[ReceivedMessage]:
+    got: list[ReceivedMessage] = []
+
+    async def polled() -> bool:
+        got.extend(await consumer.poll(timeout=1.0))
+        return len(got) >= count
+
+    await wait_until(polled, message=f"{count} messages polled")
+    return got
+
+
+def bodies(first: int, end: int, size: int = 10) -> list[bytes]:
+    return [b"b%d-m%d" % divmod(offset, size) for offset in range(first, end)]
+
+
+def test_a_batch_is_one_record_and_consumers_get_each_message_at_its_own_offset(
+    server: StandaloneServer,
+) -> None:
+    async def scenario() -> None:
+        await create_batch_topic(server, "IbPoll")
+        assert await send_batches(server, "IbPoll", 3, 10) == [0, 10, 20]
+        async with LitePullConsumer("GID_ib_poll", server.namesrv, consume_from="first") as consumer:
+            (queue,) = await consumer.fetch_queues("IbPoll")
+            assert (await consumer.begin_offset(queue), await consumer.end_offset(queue)) == (0, 30)
+            consumer.assign([queue])
+            got = await poll_until(consumer, 30)
+            assert [m.queue_offset for m in got] == list(range(30))
+            assert [m.body for m in got] == bodies(0, 30)
+            assert [m.tags for m in got] == [f"t{i % 2}" for i in range(10)] * 3
+            assert got[13].keys == ["k1-3"]
+            assert all(m.is_inner_batch for m in got)
+            # Each message has its own UNIQ_KEY; the ten of a batch share the record's offset id.
+            assert len({m.msg_id for m in got}) == 30
+            assert len({m.offset_msg_id for m in got}) == 3
+            assert consumer.position(queue) == 30
+
+            consumer.seek(queue, 13)  # inside the second batch
+            again = await poll_until(consumer, 17)
+            assert [m.queue_offset for m in again] == list(range(13, 30))
+            assert [m.body for m in again] == bodies(13, 30)
+
+    run(scenario())
+
+
+def test_read_ranges_that_start_and_end_inside_batches_are_exact(server: StandaloneServer) -> None:
+    async def scenario() -> None:
+        await create_batch_topic(server, "IbRead")
+        await send_batches(server, "IbRead", 4, 10)
+        async with LitePullConsumer("GID_ib_read", server.namesrv) as consumer:
+            (queue,) = await consumer.fetch_queues("IbRead")
+            for start, end in [(5, 17), (0, 40), (10, 20), (39, 40), (12, 13)]:
+                read = [m async for batch in consumer.read(queue, start, end, max_batch=4) for m in batch]
+                assert [m.queue_offset for m in read] == list(range(start, end)), (start, end)
+                assert [m.body for m in read] == bodies(start, end)
+
+    run(scenario())
+
+
+def test_commit_inside_a_batch_resumes_at_the_committed_message(server: StandaloneServer) -> None:
+    async def scenario() -> None:
+        await create_batch_topic(server, "IbCommit")
+        await send_batches(server, "IbCommit", 2, 10)
+        group = "GID_ib_commit"
+        async with LitePullConsumer(group, server.namesrv, auto_commit=False, consume_from="first") as first:
+            (queue,) = await first.fetch_queues("IbCommit")
+            first.assign([queue])
+            await poll_until(first, 20)
+            await first.commit({queue: 7})
+        async with LitePullConsumer(group, server.namesrv, auto_commit=False) as second:
+            second.assign([queue])
+            resumed = await poll_until(second, 13)
+            assert [m.queue_offset for m in resumed] == list(range(7, 20))
+        async with AdminClient(server.namesrv) as admin:
+            (progress,) = (await admin.consume_progress(group, "IbCommit")).queues
+            assert (progress.broker_offset, progress.consumer_offset, progress.lag) == (20, 7, 13)
+
+    run(scenario())
+
+
+def test_the_time_search_answers_the_first_offset_of_a_batch(server: StandaloneServer) -> None:
+    async def scenario() -> None:
+        await create_batch_topic(server, "IbTime")
+        await send_batches(server, "IbTime", 3, 10)
+        async with LitePullConsumer("GID_ib_time", server.namesrv, consume_from="first") as consumer:
+            (queue,) = await consumer.fetch_queues("IbTime")
+            consumer.assign([queue])
+            got = await poll_until(consumer, 30)
+            stamps = [got[0].store_timestamp, got[10].store_timestamp, got[20].store_timestamp]
+            assert all(m.store_timestamp == stamps[m.queue_offset // 10] for m in got)
+            offset = await consumer.offset_for_timestamp(queue, stamps[2])
+            assert offset in (10, 19, 20) if stamps[1] == stamps[2] else offset == 20
+            assert await consumer.offset_for_timestamp(queue, stamps[2] + 1000) == 29
+
+    run(scenario())
+
+
+def test_a_plain_pull_gets_the_batch_record_whole_as_a_4x_client_does(server: StandaloneServer) -> None:
+    async def scenario() -> None:
+        await create_batch_topic(server, "IbRaw")
+        await send_batches(server, "IbRaw", 2, 10)
+        async with LitePullConsumer("GID_ib_raw", server.namesrv) as consumer:
+            (queue,) = await consumer.fetch_queues("IbRaw")
+            result = await _brokerapi.pull(
+                consumer.instance, queue, "GID_ib_raw", SubscriptionData("IbRaw"), 15, 32, decode=False
+            )
+            records = decode_records(bytes(result.body))
+            assert [r.queue_offset for r in records] == [10]
+            (record,) = records
+            assert (
+                record.sys_flag & (INNER_BATCH_FLAG | NEED_UNWRAP_FLAG) == INNER_BATCH_FLAG | NEED_UNWRAP_FLAG
+            )
+            properties = decode_properties(record.properties)
+            assert (properties["INNER_NUM"], properties["INNER_BASE"]) == ("10", "10")
+            assert result.next_begin_offset == 20
+
+    run(scenario())
+
+
+def test_a_batch_to_an_ordinary_topic_stays_a_record_per_message(server: StandaloneServer) -> None:
+    async def scenario() -> None:
+        async with AdminClient(server.namesrv) as admin:
+            await admin.create_topic("IbPlain", 1)
+        await send_batches(server, "IbPlain", 1, 5)
+        async with LitePullConsumer("GID_ib_plain", server.namesrv, consume_from="first") as consumer:
+            (queue,) = await consumer.fetch_queues("IbPlain")
+            consumer.assign([queue])
+            got = await poll_until(consumer, 5)
+            assert [m.queue_offset for m in got] == list(range(5))
+            assert not any(m.is_inner_batch for m in got)
+            assert len({m.offset_msg_id for m in got}) == 5
+            assert len({m.msg_id for m in got}) == 5
+
+    run(scenario())
+
+
+def test_queue_type_cannot_change_once_the_topic_exists(server: StandaloneServer) -> None:
+    async def scenario() -> None:
+        await create_batch_topic(server, "IbFixed")
+        async with AdminClient(server.namesrv) as admin:
+            try:
+                await admin.create_topic("IbFixed", 1, attributes="+queue.type=SimpleCQ")
+            except Exception as exc:  # the broker refuses: the queues' files differ
+                assert "unchangeable attribute queue.type" in str(exc)
+            else:
+                raise AssertionError("queue.type was changed")
+
+    run(scenario())
