@@ -5,10 +5,24 @@ exact (poll, seek into a batch, read ranges that cut batches, commit, offsets, t
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 from client_support import run
 
-from cometmq.client import AdminClient, LitePullConsumer, Message, Producer, _brokerapi
-from cometmq.client.message import ReceivedMessage
+from cometmq.client import (
+    AdminClient,
+    ConsumeResult,
+    LitePullConsumer,
+    Message,
+    Producer,
+    PushConsumer,
+    _brokerapi,
+)
+from cometmq.client.message import MessageQueue, ReceivedMessage
+from cometmq.errors import CometMQError
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, decode_records
 from cometmq.protocol.subscription import SubscriptionData
@@ -180,5 +194,87 @@ def test_queue_type_cannot_change_once_the_topic_exists(server: StandaloneServer
                 assert "unchangeable attribute queue.type" in str(exc)
             else:
                 raise AssertionError("queue.type was changed")
+
+    run(scenario())
+
+
+@pytest.fixture
+def quick_retries(tmp_path: Path) -> Iterator[StandaloneServer]:
+    """A standalone server whose delay levels (and so retry delays) are all 1 s."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("messageDelayLevel=" + " ".join(["1s"] * 18) + "\n")
+    server = StandaloneServer(tmp_path / "data", "-c", str(conf))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_one_failing_message_of_a_batch_is_retried_alone_then_dead_lettered(
+    quick_retries: StandaloneServer,
+) -> None:
+    async def scenario() -> None:
+        server = quick_retries
+        group = "GID_ib_retry"
+        await create_batch_topic(server, "IbRetry")
+        await send_batches(server, "IbRetry", 2, 10)
+        deliveries: list[ReceivedMessage] = []
+
+        async def listener(messages: list[ReceivedMessage]) -> ConsumeResult:
+            deliveries.extend(messages)
+            failing = any(m.body == b"b1-m3" for m in messages)
+            return ConsumeResult.RECONSUME_LATER if failing else ConsumeResult.SUCCESS
+
+        # A message of an inner batch goes back as a copy (RocketMQ's sendMessageBackAsNormalMessage),
+        # whose reconsume times the broker counts one ahead: with 2, one retry, then the DLQ.
+        consumer = PushConsumer(group, server.namesrv, consume_from="first", max_reconsume_times=2)
+        consumer.subscribe("IbRetry", "*")
+        consumer.listen(listener)
+        async with consumer, LitePullConsumer("GID_ib_dlq_reader", server.namesrv) as reader:
+            await wait_until(
+                lambda: [m.reconsume_times for m in deliveries if m.body == b"b1-m3"] == [0, 1],
+                message="the failing message delivered, then retried once",
+            )
+
+            async def dead_letter_queue() -> MessageQueue | None:
+                try:
+                    (queue,) = await reader.fetch_queues(f"%DLQ%{group}")
+                except CometMQError:  # not routed yet
+                    return None
+                return queue if await reader.end_offset(queue) == 1 else None
+
+            dlq = await wait_until(dead_letter_queue, message="the message in the DLQ")
+            others = Counter(m.body for m in deliveries if m.body != b"b1-m3")
+            assert others == Counter(bodies(0, 20)) - Counter([b"b1-m3"])
+            original, retried = [m for m in deliveries if m.body == b"b1-m3"]
+            assert original.queue_offset == 13
+            assert retried.properties["ORIGIN_MESSAGE_ID"] == original.msg_id
+            assert retried.tags == "t1" and retried.keys == ["k1-3"]
+            (dead,) = [m async for batch in reader.read(dlq, 0, 1) for m in batch]
+            assert dead.body == b"b1-m3"
+            assert not dead.is_inner_batch
+
+    run(scenario())
+
+
+def test_a_tag_subscription_gets_no_inner_batch_as_with_rocketmq(server: StandaloneServer) -> None:
+    """RocketMQ's broker filters a batch unit by the record's own tag (a batch carries none), and its
+    client filters the split messages again: a tag subscription gets no message of an inner batch, a
+    subscription to everything gets all. A single message to the topic is its own record with its tag."""
+
+    async def scenario() -> None:
+        await create_batch_topic(server, "IbTags")
+        await send_batches(server, "IbTags", 1, 10)
+        async with Producer("PID_ib_tags", server.namesrv) as producer:
+            await producer.send(Message("IbTags", b"single", tags="t1"))
+        async with LitePullConsumer("GID_ib_tags", server.namesrv, consume_from="first") as tagged:
+            tagged.subscribe("IbTags", "t1")
+            got = await poll_until(tagged, 1)
+            assert [(m.body, m.queue_offset, m.is_inner_batch) for m in got] == [(b"single", 10, False)]
+        async with LitePullConsumer("GID_ib_all", server.namesrv, consume_from="first") as everything:
+            everything.subscribe("IbTags", "*")
+            got = await poll_until(everything, 11)
+            assert [m.queue_offset for m in got] == list(range(11))
 
     run(scenario())
