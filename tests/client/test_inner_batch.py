@@ -20,6 +20,7 @@ from cometmq.client import (
     Producer,
     PushConsumer,
     _brokerapi,
+    blocking,
 )
 from cometmq.client.message import MessageQueue, ReceivedMessage
 from cometmq.errors import CometMQError
@@ -278,3 +279,15 @@ def test_a_tag_subscription_gets_no_inner_batch_as_with_rocketmq(server: Standal
             assert [m.queue_offset for m in got] == list(range(11))
 
     run(scenario())
+
+
+def test_the_blocking_facade_sends_and_reads_inner_batches(server: StandaloneServer) -> None:
+    run(create_batch_topic(server, "IbBlocking"))
+    with blocking.Producer("PID_ib_blocking", server.namesrv) as producer:
+        (queue,) = producer.fetch_publish_queues("IbBlocking")
+        sent = producer.send_batch([Message("IbBlocking", b"x%d" % i) for i in range(6)], queue=queue)
+        assert sent.queue_offset == 0
+    with blocking.LitePullConsumer("GID_ib_blocking", server.namesrv) as consumer:
+        (queue,) = consumer.fetch_queues("IbBlocking")
+        read = [m for batch in consumer.read(queue, 2, 5) for m in batch]
+        assert [(m.queue_offset, m.body) for m in read] == [(2, b"x2"), (3, b"x3"), (4, b"x4")]
