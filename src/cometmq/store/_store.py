@@ -795,9 +795,10 @@ class MessageStore:
         # SYNC_FLUSH with pwrite, into the blocks the commit log wrote ahead (``CommitLog.warm_ahead``):
         # a record stored through the mapping faults on every page each group commit wrote back, which
         # slows the group commits (bench/store.py, its "16 producers" rows). A batch always goes with
-        # one pwrite. The record's blocks are reserved (``_reserve``): a store into the mapping
-        # cannot die of SIGBUS on a full disk (see MappedFile).
-        if count == 1 and not self._sync_flush:
+        # one pwrite, and so does an inner batch (one large record: a store into fresh pages of the
+        # mapping faults on each, bench/broker_send.py). The record's blocks are reserved
+        # (``_reserve``): a store into the mapping cannot die of SIGBUS on a full disk (see MappedFile).
+        if count == 1 and not self._sync_flush and bq is None:
             seg.mm[pos : pos + total] = records
         else:
             try:
