@@ -47,8 +47,20 @@ WORKLOADS = (
 )
 
 
-def _bench(namesrv: str, args: tuple[str, ...], count: int) -> int:
-    """msg/s of one `cometmq bench` workload."""
+_TICKS = os.sysconf("SC_CLK_TCK")
+Figures = dict[str, list[tuple[int, float]]]
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process used so far, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _bench(namesrv: str, broker_pid: int, args: tuple[str, ...], count: int) -> tuple[int, float]:
+    """msg/s of one `cometmq bench` workload, and the CPU µs per message of the standalone process (name
+    server and broker) meanwhile. (The client's is not comparable: its start-up and the making of its
+    messages, outside the timed part, weigh on it.)"""
     command = [
         sys.executable,
         "-m",
@@ -61,19 +73,21 @@ def _bench(namesrv: str, args: tuple[str, ...], count: int) -> int:
         namesrv,
         "--json",
     ]
+    broker_before = _process_cpu(broker_pid)
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=True)
+    broker_us = (_process_cpu(broker_pid) - broker_before) / count * 1e6
     (row,) = json.loads(done.stdout)["rows"]
-    return int(row["msg_per_s"])
+    return int(row["msg_per_s"]), broker_us
 
 
-def throughput(rounds: int, count: int) -> dict[str, list[int]]:
-    figures: dict[str, list[int]] = {name: [] for name, _ in WORKLOADS}
+def throughput(rounds: int, count: int) -> Figures:
+    figures: Figures = {name: [] for name, _ in WORKLOADS}
     for _ in range(rounds):
         with tempfile.TemporaryDirectory() as tmp:
             server, namesrv = start_standalone(Path(tmp) / "data")
             try:
                 for name, args in WORKLOADS:
-                    figures[name].append(_bench(namesrv, args, count))
+                    figures[name].append(_bench(namesrv, server.proc.pid, args, count))
             finally:
                 server.terminate()
     return figures
@@ -158,15 +172,21 @@ def main() -> None:
     args = parser.parse_args()
     if not args.no_throughput:
         figures = throughput(args.rounds, args.count)
-        medians = {name: statistics.median(values) for name, values in figures.items()}
-        print(f"msg/s, medians of {args.rounds} round(s) of {args.count} messages (min-max)")
-        print(f"{'workload':<24} {'msg/s':>10} {'range':>21} {'vs ordinary':>12} {'vs best peer':>13}")
+        medians = {name: statistics.median(rate for rate, _ in values) for name, values in figures.items()}
+        print(f"medians of {args.rounds} round(s) of {args.count} messages (msg/s range: min-max)")
+        print(
+            f"{'workload':<24} {'msg/s':>10} {'range':>21} {'vs ordinary':>12} {'vs best peer':>13}"
+            f" {'broker CPU µs/msg':>18}"
+        )
         for name, values in figures.items():
             peer = args.peer_w1 if name.startswith("produce") else args.peer_w2
             ordinary = medians[name.split(" ")[0]]
+            rates = [rate for rate, _ in values]
+            broker_us = statistics.median(b for _, b in values)
             print(
-                f"{name:<24} {medians[name]:>10,.0f} {min(values):>10,}-{max(values):<10,}"
+                f"{name:<24} {medians[name]:>10,.0f} {min(rates):>10,}-{max(rates):<10,}"
                 f" {medians[name] / ordinary:>11.2f}x {medians[name] / peer:>12.2f}x"
+                f" {broker_us:>18.2f}"
             )
         print(f"best peer: W1 {args.peer_w1:,} msg/s, W2 {args.peer_w2:,} msg/s")
     print()
