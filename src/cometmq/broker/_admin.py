@@ -216,11 +216,9 @@ class AdminProcessor:
                 attributes = altered_attributes(attributes, parse_attribute_changes(create.attributes))
             except ValueError as exc:  # RocketMQ refuses unknown attributes too
                 raise RequestRefused(ResponseCode.INVALID_PARAMETER, f"topic {topic}: {exc}") from None
-            if current is not None and attributes.get(
-                QUEUE_TYPE_ATTRIBUTE, SIMPLE_CQ
-            ) != current.attributes.get(
-                QUEUE_TYPE_ATTRIBUTE, SIMPLE_CQ
-            ):  # RocketMQ's queue.type is not changeable: the queues' files differ
+            queue_type = attributes.get(QUEUE_TYPE_ATTRIBUTE, SIMPLE_CQ)
+            # RocketMQ's queue.type is not changeable: the queues' files differ.
+            if current is not None and queue_type != current.attributes.get(QUEUE_TYPE_ATTRIBUTE, SIMPLE_CQ):
                 raise RequestRefused(
                     ResponseCode.INVALID_PARAMETER,
                     f"topic {topic}: attempt to update an unchangeable attribute {QUEUE_TYPE_ATTRIBUTE}",
