@@ -174,3 +174,23 @@ def test_units_past_the_commit_logs_end_are_dropped(open_store: OpenStore, tmp_p
     assert store.max_offset(TOPIC, 0) == cut.queue_offset
     assert len(units(store)) == 150
     assert put_batch(store, 0, 2).queue_offset == cut.queue_offset
+
+
+def test_a_torn_unit_ends_the_queue_at_load_and_the_log_rewrites_the_rest(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = open_store()
+    fill(store, 300)
+    assert store._flusher is not None
+    store._flusher.checkpoint_cycle()
+    fill(store, 40, first_batch=300)
+    before = units(store)
+    crash(store)
+    path = tmp_path / "store" / "batchconsumequeue" / TOPIC / "0" / f"{0:020d}"
+    with path.open("r+b") as f:
+        f.seek(320 * BCQ_UNIT_SIZE)  # a unit whose base does not follow, then garbage
+        f.write(BCQ_UNIT.pack(1, 1, 0, 0, 999_999, 1, -1, 0) + b"\xff" * 100)
+    store = open_store()
+    assert units(store) == before
+    data = path.read_bytes()
+    assert not any(data[340 * BCQ_UNIT_SIZE :])

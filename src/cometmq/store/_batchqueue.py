@@ -97,7 +97,7 @@ class BatchConsumeQueue:
                     lost.unlink()
                 break
             self.files.append(MappedFile.open(path, start, RESERVE_STEP))
-        end_unit = 0
+        written = 0  # units up to the last non-zero byte of the file the valid units end in
         for mf in self.files:
             data = os.pread(mf.fd, mf.size, 0)  # not the mapping: holes of a sparse file
             for coff, size, _tags, _ts, base, count, _c, _r in BCQ_UNIT.iter_unpack(data):
@@ -111,25 +111,26 @@ class BatchConsumeQueue:
                     break
                 self.bases.append(base)
                 self.max_offset = base + count
-                end_unit += 1
-            else:
-                continue
-            break
-        self._zero_from(end_unit)
-        self.synced_units = end_unit
+            written = (mf.start + len(data.rstrip(b"\0")) + BCQ_UNIT_SIZE - 1) // BCQ_UNIT_SIZE
+            if len(self.bases) * BCQ_UNIT_SIZE < mf.end:
+                break
+        self._cut(len(self.bases), written)
+        self.synced_units = len(self.bases)
 
-    def _zero_from(self, unit: int) -> None:
-        """Zero the units from *unit* to the end of its file and drop the files after it."""
-        keep = unit // self.units_per_file + (1 if unit % self.units_per_file else 0)
-        keep = max(keep, 1) if self.files else 0
-        while len(self.files) > keep:
+    def _cut(self, keep: int, written: int) -> None:
+        """Keep units ``[0, keep)``: zero units ``[keep, written)`` and drop the files after the one
+        holding unit ``keep - 1`` (the first file is kept)."""
+        last = (keep - 1) // self.units_per_file if keep else 0
+        while len(self.files) > last + 1:
             mf = self.files.pop()
             mf.close()
             mf.unlink()
-        if self.files and unit < len(self.files) * self.units_per_file:
+        if self.files:
             mf = self.files[-1]
-            at = unit * BCQ_UNIT_SIZE - mf.start
-            mf.write_at(at, bytes(mf.size - at))
+            begin = keep * BCQ_UNIT_SIZE - mf.start
+            end = min(mf.size, written * BCQ_UNIT_SIZE - mf.start)
+            if end > begin:
+                mf.write_at(begin, bytes(end - begin))  # not through the mapping: maybe holes
         self._reserved_units = 0
 
     # -- writing -------------------------------------------------------------------------------
@@ -194,9 +195,10 @@ class BatchConsumeQueue:
             self.restart_at(self.bases[0])
             return
         last = self.unit(count - 1)
+        written = len(self.bases)
         del self.bases[count:]
         self.max_offset = last[4] + last[5]
-        self._zero_from(count)
+        self._cut(count, written)
         self.synced_units = min(self.synced_units, count)
 
     def truncate_to_commitlog(self, end: int) -> int:
