@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cometmq.client.message import decode_pulled
 from cometmq.errors import ProtocolError
 from cometmq.protocol.batch import (
     BatchEntry,
@@ -16,6 +17,7 @@ from cometmq.protocol.batch import (
     encode_batch_body,
     unwrap_inner_batches,
 )
+from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import (
     INNER_BATCH_FLAG,
     MESSAGE_MAGIC_CODE,
@@ -97,3 +99,19 @@ def test_unwrapped_records_are_the_batchs_messages_from_the_first_offset_on(
     ]
     assert all(r.sys_flag == 0 and r.store_timestamp == 1_700_000_000_123 for r in got[1:])
     assert unwrap_inner_batches(plain, 0) is None
+
+
+@given(entries, st.integers(0, 25))
+def test_the_consumers_split_agrees_with_the_unwrapped_records(batch: list[BatchEntry], first: int) -> None:
+    """decode_pulled (the consumer's split of an inner batch) and unwrap_inner_batches (the Spark reader's)
+    give the same messages: offsets, flags, bodies, properties and the batch's store time."""
+    data = record(b"before", 9, 0) + record(
+        encode_batch_body(batch), 10, INNER_BATCH_FLAG | NEED_UNWRAP_FLAG, b"INNER_NUM\x011"
+    )
+    unwrapped = unwrap_inner_batches(data, first + 9)
+    assert unwrapped is not None
+    split = decode_pulled(data, "broker-a", first + 9)
+    plain = decode_records(unwrapped)
+    assert [(m.queue_offset, m.flag, m.body, m.properties, m.store_timestamp) for m in split] == [
+        (r.queue_offset, r.flag, r.body, decode_properties(r.properties), r.store_timestamp) for r in plain
+    ]
