@@ -4,7 +4,8 @@
 
 A broker (its store started, no sockets) takes SEND_BATCH_MESSAGE frames exactly as the native
 producer encodes them (1 KiB bodies; UNIQ_KEY and TAGS per message) through `FrameDecoder`, its
-`SendProcessor` and the encoding of each reply; then a tenth as many single SEND_MESSAGE_V2 frames. Prints
+`SendProcessor` and the encoding of each reply; the same batches to a BatchCQ topic (each stored as one
+inner-batch record); then a tenth as many single SEND_MESSAGE_V2 frames. Prints
 the CPU time per message of the thread doing that work, in user mode and in the kernel (first-touch
 page faults of the commit log), and of the whole process (the flush thread too); each figure is its
 median over --rounds rounds.
@@ -30,9 +31,11 @@ from cometmq.client import Message, Producer
 from cometmq.client._brokerapi import send_header
 from cometmq.protocol import FrameDecoder, RemotingCommand, RequestCode, encode_bytes
 from cometmq.protocol.codec import encode
+from cometmq.protocol.topic_config import TopicConfig
 from cometmq.remoting.transport import Connection
 
 TOPIC = "BenchSend"
+INNER_BATCH_TOPIC = "BenchSendInnerBatch"
 
 
 async def _peer() -> Connection:
@@ -44,21 +47,30 @@ async def _peer() -> Connection:
     return conn
 
 
-def _frames(producer: Producer, batch: int, size: int) -> tuple[bytes, bytes]:
+def _frames(producer: Producer, batch: int, size: int) -> tuple[bytes, bytes, bytes]:
     bodies = [os.urandom(size) for _ in range(16)]
-    messages = [Message(TOPIC, bodies[i % 16], tags="TagA") for i in range(batch)]
-    _, parts, _, _ = producer._encode_batch(messages)
-    header = send_header("bench", TOPIC, "", batch=True, queue_id=0).encode(compact=True)
-    batch_frame = encode_bytes(
-        RemotingCommand(code=RequestCode.SEND_BATCH_MESSAGE, ext_fields=header, body=b"".join(parts))
-    )
+    batch_frames = []
+    for topic in (TOPIC, INNER_BATCH_TOPIC):
+        messages = [Message(topic, bodies[i % 16], tags="TagA") for i in range(batch)]
+        _, parts, _, ids = producer._encode_batch(messages)
+        # The batch's own UNIQ_KEY, as the producer sends it (what makes a BatchCQ topic store one record).
+        header = send_header("bench", topic, f"UNIQ_KEY\x01{ids[0]}B\x02", batch=True, queue_id=0)
+        batch_frames.append(
+            encode_bytes(
+                RemotingCommand(
+                    code=RequestCode.SEND_BATCH_MESSAGE,
+                    ext_fields=header.encode(compact=True),
+                    body=b"".join(parts),
+                )
+            )
+        )
     body, _, text, _ = producer._prepare(Message(TOPIC, bodies[0], tags="TagA"))
     single = RemotingCommand(
         code=RequestCode.SEND_MESSAGE_V2,
         ext_fields=send_header("bench", TOPIC, text, queue_id=0).encode(compact=True),
         body=body,
     )
-    return batch_frame, encode_bytes(single)
+    return batch_frames[0], batch_frames[1], encode_bytes(single)
 
 
 def _cpu() -> tuple[float, float, float]:
@@ -96,15 +108,18 @@ def main() -> None:
         broker.groups.load()
         broker.store.start()
         try:
+            broker.topics.on_batch_topic = broker.store.declare_batch_topic
             broker.topics.create_in_send(TOPIC, "TBW102", 4)
+            broker.topics.put(TopicConfig(INNER_BATCH_TOPIC, 4, 4, attributes={"queue.type": "BatchCQ"}))
             processor = SendProcessor(broker)
             peer = asyncio.run(_peer())
             producer = Producer("bench", "127.0.0.1:9876")
-            batch_frame, single_frame = _frames(producer, args.batch, args.size)
+            batch_frame, inner_batch_frame, single_frame = _frames(producer, args.batch, args.size)
             _run(processor, peer, batch_frame, 10)  # warm-up
             rows = []
             for name, frame, frames, per_frame in (
                 (f"SEND_BATCH_MESSAGE of {args.batch}", batch_frame, args.batches, args.batch),
+                ("  the same to a BatchCQ topic", inner_batch_frame, args.batches, args.batch),
                 ("SEND_MESSAGE_V2", single_frame, args.batches * args.batch // 10, 1),
             ):
                 runs = [_run(processor, peer, frame, frames) for _ in range(args.rounds)]

@@ -181,6 +181,31 @@ def test_topic_attributes_are_set_by_create_and_changed_by_update(namesrv_addr: 
     )
 
 
+def test_a_batchcq_topic_shows_its_queue_type_in_list_and_route(namesrv_addr: str) -> None:
+    created = cometmq(
+        "topic",
+        "create",
+        "ListedBatchCQ",
+        "--queues",
+        "2",
+        "--attributes",
+        "+queue.type=BatchCQ",
+        "-n",
+        namesrv_addr,
+    )
+    assert created.returncode == 0, created.stderr
+    lines = cometmq("topic", "list", "-n", namesrv_addr).stdout.splitlines()
+    assert "ListedBatchCQ  +queue.type=BatchCQ" in lines
+    route = cometmq("topic", "route", "ListedBatchCQ", "-n", namesrv_addr).stdout
+    assert route.strip().splitlines()[-1] == "attributes: +queue.type=BatchCQ"
+    as_json = json.loads(cometmq("topic", "route", "ListedBatchCQ", "--json", "-n", namesrv_addr).stdout)
+    assert as_json["attributes"] == {"queue.type": "BatchCQ"}
+    assert_one_line_error(
+        cometmq("topic", "update", "ListedBatchCQ", "-a", "+queue.type=SimpleCQ", "-n", namesrv_addr),
+        "attempt to update an unchangeable attribute queue.type",
+    )
+
+
 def test_illegal_topic_name(namesrv_addr: str) -> None:
     result = cometmq("topic", "create", "x y", "-n", namesrv_addr)
     assert_one_line_error(result)

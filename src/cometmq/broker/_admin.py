@@ -43,7 +43,13 @@ from cometmq.protocol.broker_headers import (
 from cometmq.protocol.jsonbody import json_object
 from cometmq.protocol.naming import is_system_topic
 from cometmq.protocol.record import decode_record_at
-from cometmq.protocol.topic_config import TopicConfig, altered_attributes, parse_attribute_changes
+from cometmq.protocol.topic_config import (
+    QUEUE_TYPE_ATTRIBUTE,
+    SIMPLE_CQ,
+    TopicConfig,
+    altered_attributes,
+    parse_attribute_changes,
+)
 from cometmq.remoting import Connection
 
 if TYPE_CHECKING:
@@ -210,6 +216,13 @@ class AdminProcessor:
                 attributes = altered_attributes(attributes, parse_attribute_changes(create.attributes))
             except ValueError as exc:  # RocketMQ refuses unknown attributes too
                 raise RequestRefused(ResponseCode.INVALID_PARAMETER, f"topic {topic}: {exc}") from None
+            queue_type = attributes.get(QUEUE_TYPE_ATTRIBUTE, SIMPLE_CQ)
+            # RocketMQ's queue.type is not changeable: the queues' files differ.
+            if current is not None and queue_type != current.attributes.get(QUEUE_TYPE_ATTRIBUTE, SIMPLE_CQ):
+                raise RequestRefused(
+                    ResponseCode.INVALID_PARAMETER,
+                    f"topic {topic}: attempt to update an unchangeable attribute {QUEUE_TYPE_ATTRIBUTE}",
+                )
         config = TopicConfig(
             topic,
             create.read_queue_nums,

@@ -15,7 +15,7 @@ from cometmq.broker._schedule import delay_level_of, is_delayable
 from cometmq.broker._transaction import to_half
 from cometmq.errors import ProtocolError, RequestRefused
 from cometmq.protocol import RemotingCommand, ResponseCode
-from cometmq.protocol.batch import BatchEntry, batch_spans, decode_batch_body
+from cometmq.protocol.batch import BatchEntry, batch_spans, count_batch_entries, decode_batch_body
 from cometmq.protocol.broker_headers import SendMessageRequestHeader, SendMessageResponseHeader
 from cometmq.protocol.naming import (
     DEFAULT_TOPIC,
@@ -33,7 +33,10 @@ from cometmq.protocol.properties import (
 )
 from cometmq.protocol.record import (  # the store enforces MAX_PROPERTIES_SIZE
     BORNHOST_V6_FLAG,
+    INNER_BATCH_FLAG,
+    INNER_NUM_PROPERTY,
     MAX_PROPERTIES_SIZE,
+    NEED_UNWRAP_FLAG,
     STOREHOST_V6_FLAG,
 )
 from cometmq.protocol.taghash import java_string_hash
@@ -297,7 +300,12 @@ class SendProcessor:
         # Counted under the topic the record is stored in, as RocketMQ's store counts: a delayed or half
         # message under SCHEDULE_TOPIC_XXXX or the half topic, its delivery or commit under its topic.
         stored_topic = topic
-        if sent.batch:
+        if sent.batch and topic_config.is_batch_cq:
+            result = self._put_to_batch_queue(request, header, sent.flag, properties)
+        elif sent.batch:
+            # The batch's own UNIQ_KEY (RocketMQ 5's producers set one) asks for an inner batch, which
+            # only a BatchCQ topic stores; each message keeps its own.
+            properties.pop("UNIQ_KEY", None)
             batch = self._batch(request, header, properties)
             if deduplicated:
                 result, queue_id = broker.deduplicator.put_batch(batch)
@@ -421,6 +429,54 @@ class SendProcessor:
             properties.get("KEYS", ""),
             properties.get("UNIQ_KEY", ""),
         )
+
+    def _put_to_batch_queue(
+        self, request: RemotingCommand, header: _SendHeader, flag: int, properties: dict[str, str]
+    ) -> PutResult:
+        """A batch sent to a BatchCQ topic. With the batch's UNIQ_KEY (what a RocketMQ 5 client, and
+        CometMQ's, sets on every batch), an inner batch, as RocketMQ 5's SendMessageProcessor stores it:
+        ONE record whose body is the batch body as sent, sys flag INNER_BATCH and NEED_UNWRAP, property
+        INNER_NUM; the store gives it one unit covering its messages' offsets. Per batch, not per message:
+        the entries are counted, not decoded. Without a UNIQ_KEY (an older client), each message is its
+        own record, one unit each, as RocketMQ stores such a batch (not all or nothing then)."""
+        store = self._broker.store
+        if "UNIQ_KEY" not in properties:
+            try:
+                entries = decode_batch_body(request.body)
+            except ProtocolError as exc:
+                raise RequestRefused(
+                    ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}"
+                ) from None
+            if not entries:
+                raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
+            messages = [self._batch_message(entry, header, properties) for entry in entries]
+            results = [store.put(msg) for msg in messages]
+            failed = [r for r in results if r.status is not PutStatus.PUT_OK]
+            return failed[0] if failed else results[0]
+        data = request.body
+        limit = self._broker.config.max_message_size
+        if len(data) > limit:
+            raise RequestRefused(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the batch body size {len(data)} is over the max value {limit} bytes",
+            )
+        try:
+            count = count_batch_entries(data)
+        except ProtocolError as exc:
+            raise RequestRefused(
+                ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}"
+            ) from None
+        if not count:
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
+        if count > 0x7FFF:  # the batch unit's count is a Java short
+            raise RequestRefused(
+                ResponseCode.MESSAGE_ILLEGAL, f"an inner batch holds at most 32767 messages, not {count}"
+            )
+        properties[INNER_NUM_PROPERTY] = str(count)
+        header.sys_flag |= INNER_BATCH_FLAG | NEED_UNWRAP_FLAG
+        message = self._message(header, data, flag, properties)
+        result = store.put_inner_batch(message, count)
+        return result
 
     def _batch(
         self, request: RemotingCommand, header: _SendHeader, properties: dict[str, str]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,9 @@ class TopicConfigManager:
         # On a slave: topics its master's table no longer lists (deleted there), whose messages the
         # slave still holds but no longer serves.
         self.dropped_by_master: set[str] = set()
+        # Told each BatchCQ topic of the table, before it takes messages (the broker declares it to
+        # the store); set by the broker.
+        self.on_batch_topic: Callable[[str], None] | None = None
         self._add_builtin_topics()
 
     def _add_builtin(self, topic: TopicConfig) -> None:
@@ -159,7 +162,18 @@ class TopicConfigManager:
 
     def put(self, topic: TopicConfig) -> None:
         self.topics[topic.topic_name] = topic
+        self._declare_batch_topics((topic,))
         self._changed()
+
+    def _declare_batch_topics(self, topics: Iterable[TopicConfig]) -> None:
+        if self.on_batch_topic is not None:
+            for topic in topics:
+                if topic.is_batch_cq:
+                    self.on_batch_topic(topic.topic_name)
+
+    def declare_batch_topics(self) -> None:
+        """Tell ``on_batch_topic`` every BatchCQ topic of the table (at start)."""
+        self._declare_batch_topics(self.topics.values())
 
     def adopt(self, version: DataVersion, table: Any, source: str) -> bool:
         """A slave takes its master's table (GET_ALL_TOPIC_CONFIG's, from *source*) when its version
@@ -172,6 +186,7 @@ class TopicConfigManager:
         self.dropped_by_master -= adopted.keys()
         self.topics = {name: self.topics[name] for name in self.system_topics if name in self.topics}
         self.topics.update(adopted)
+        self._declare_batch_topics(adopted.values())
         self.data_version = DataVersion(version.timestamp, version.counter)
         self.persist()
         return True

@@ -371,6 +371,8 @@ class Broker:
         self.offsets.load()
         self.groups.load()
         self.schedule.load()
+        self.topics.on_batch_topic = self.store.declare_batch_topic
+        self.topics.declare_batch_topics()
         await asyncio.get_running_loop().run_in_executor(None, self.store.start)
         self.store.add_arrival_listener(self.pull_holds.on_arrival)
         if not self._slave:  # before sends are served

@@ -293,17 +293,24 @@ async def _topic_list(admin: AdminClient, args: argparse.Namespace) -> None:
     info = await admin.cluster_info()
     names = set(info.cluster_addr_table).union(*info.cluster_addr_table.values())
     kinds = {topic: topic_kind(topic, names) for topic in await admin.topic_list()}
+    attributes = {name: _attributes_text(values) for name, values in (await admin.topic_attributes()).items()}
     if not args.system:
         topics = [topic for topic, kind in kinds.items() if kind == "user"]
         if args.json:
             print_json(topics)
         else:
-            for topic in topics:
-                print(topic)
+            for topic in topics:  # a topic's attributes after its name, when it has any
+                print(f"{topic}  {attributes[topic]}" if topic in attributes else topic)
     elif args.json:
         print_json([{"topic": topic, "kind": kind} for topic, kind in kinds.items()])
     else:
-        print(format_table(["TOPIC", "KIND"], [[topic, kind] for topic, kind in kinds.items()]))
+        rows = [[topic, kind, attributes.get(topic, "")] for topic, kind in kinds.items()]
+        print(format_table(["TOPIC", "KIND", "ATTRIBUTES"], rows))
+
+
+def _attributes_text(attributes: dict[str, str]) -> str:
+    """A topic's attributes as they are given to ``topic create --attributes``."""
+    return ",".join(f"+{name}={value}" for name, value in sorted(attributes.items()))
 
 
 async def _topic_status(admin: AdminClient, args: argparse.Namespace) -> None:
@@ -342,8 +349,9 @@ async def _topic_status(admin: AdminClient, args: argparse.Namespace) -> None:
 
 async def _topic_route(admin: AdminClient, args: argparse.Namespace) -> None:
     route = await admin.topic_route(args.name)
+    attributes = (await admin.topic_attributes()).get(args.name, {})
     if args.json:
-        print_json(route.to_json())
+        print_json({**route.to_json(), "attributes": attributes})
         return
     brokers = {b.broker_name: b for b in route.broker_datas}
     rows = []
@@ -368,6 +376,8 @@ async def _topic_route(admin: AdminClient, args: argparse.Namespace) -> None:
             ]
         )
     print(format_table(["BROKER", "CLUSTER", "ADDRESS", "READ", "WRITE", "PERM"], rows))
+    if attributes:
+        print(f"attributes: {_attributes_text(attributes)}")
 
 
 async def _topic_delete(admin: AdminClient, args: argparse.Namespace) -> None:

@@ -30,9 +30,16 @@ from cometmq.client import AdminClient, LitePullConsumer, Message, MessageQueue,
 from cometmq.client.litepull import MAX_PULL_BATCH
 from cometmq.console import Progress, format_table
 from cometmq.errors import CometMQError
+from cometmq.protocol.topic_config import BATCH_CQ, QUEUE_TYPE_ATTRIBUTE
 from cometmq.remoting import CLIENT_LIMIT_US, BusyPoller
 
 DEFAULT_TOPIC = "CometBench"
+# The topic of --inner-batch when none is named: a BatchCQ topic cannot be made of an existing one.
+DEFAULT_INNER_BATCH_TOPIC = "CometBenchInnerBatch"
+_INNER_BATCH_HELP = (
+    "use a topic whose queue.type is BatchCQ, created so when missing "
+    f"(default topic {DEFAULT_INNER_BATCH_TOPIC}): each batch is stored as one record"
+)
 BENCH_GROUP = "cometmq_bench"
 _BODY_POOL = 256
 # The end-to-end workload stamps each body: CLOCK_MONOTONIC ns at send time and a sequence number.
@@ -82,6 +89,7 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     produce.add_argument("--count", type=whole_number(1), default=200_000, help="messages (200000)")
     produce.add_argument("--batch", type=whole_number(1), default=100, help="messages per batch (100)")
     produce.add_argument("--inflight", type=whole_number(1), default=8, help="batches in flight (8)")
+    produce.add_argument("--inner-batch", action="store_true", help=_INNER_BATCH_HELP)
     produce.set_defaults(func=_command(_produce))
 
     consume = workloads.add_parser(
@@ -101,6 +109,7 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         default=256,
         help="messages asked per pull (256)",
     )
+    consume.add_argument("--inner-batch", action="store_true", help=_INNER_BATCH_HELP)
     consume.set_defaults(func=_command(_consume))
 
     latency = workloads.add_parser(
@@ -240,9 +249,22 @@ def percentiles(samples_ns: Sequence[int]) -> dict[str, float]:
 
 
 async def _ensure_topic(args: argparse.Namespace) -> None:
+    """Create the topic when missing (a BatchCQ one with --inner-batch); with --inner-batch an existing
+    topic must be BatchCQ."""
+    inner_batch = getattr(args, "inner_batch", False)
+    if inner_batch and args.topic == DEFAULT_TOPIC:
+        args.topic = DEFAULT_INNER_BATCH_TOPIC
     async with AdminClient(args.namesrv, timeout=args.timeout, **security(args).client_options()) as admin:
         if args.topic not in await admin.topic_list():
-            await admin.create_topic(args.topic, args.queues)
+            attributes = f"+{QUEUE_TYPE_ATTRIBUTE}={BATCH_CQ}" if inner_batch else None
+            await admin.create_topic(args.topic, args.queues, attributes=attributes)
+        elif inner_batch:
+            queue_type = (await admin.topic_attributes()).get(args.topic, {}).get(QUEUE_TYPE_ATTRIBUTE)
+            if queue_type != BATCH_CQ:
+                raise CometMQError(
+                    f"topic {args.topic!r} exists and its {QUEUE_TYPE_ATTRIBUTE} is not {BATCH_CQ}: "
+                    "name another with --topic"
+                )
 
 
 async def _produce(args: argparse.Namespace) -> dict[str, Any]:
@@ -276,12 +298,21 @@ async def _produce(args: argparse.Namespace) -> dict[str, Any]:
         progress.close()
     return {
         "rows": [
-            _row(f"produce, batches of {args.batch}", args.count, args.size, seconds, latencies, "per batch")
+            _row(
+                f"produce, {'inner ' if args.inner_batch else ''}batches of {args.batch}",
+                args.count,
+                args.size,
+                seconds,
+                latencies,
+                "per batch",
+            )
         ]
     }
 
 
 async def _consume(args: argparse.Namespace) -> dict[str, Any]:
+    if args.inner_batch:
+        await _ensure_topic(args)  # the BatchCQ topic --inner-batch names, which must hold the messages
     consumer = LitePullConsumer(
         BENCH_GROUP,
         args.namesrv,
@@ -317,7 +348,8 @@ async def _consume(args: argparse.Namespace) -> dict[str, Any]:
             progress.advance(len(messages))
         seconds = time.perf_counter() - start
         progress.close()
-    return {"rows": [_row("consume from the start", received, size / max(received, 1), seconds, [], "")]}
+    what = "consume inner batches from the start" if args.inner_batch else "consume from the start"
+    return {"rows": [_row(what, received, size / max(received, 1), seconds, [], "")]}
 
 
 async def _latency(args: argparse.Namespace) -> dict[str, Any]:

@@ -174,7 +174,7 @@ async def pull(
         body = response.body_buffer  # a view of the received frame: no copy
     elif status is PullStatus.FOUND:
         try:
-            messages = decode_pulled(response.body, queue.broker_name)
+            messages = decode_pulled(response.body, queue.broker_name, offset)
         except RecordError as exc:
             raise ProtocolError(f"undecodable pull body from {queue}: {exc}") from exc
         if subscription.expression_type == EXPRESSION_TAG and subscription.tags:

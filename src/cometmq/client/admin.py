@@ -93,7 +93,7 @@ from cometmq.protocol.route import (
 )
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
-from cometmq.protocol.topic_config import parse_attribute_changes
+from cometmq.protocol.topic_config import TopicConfig, parse_attribute_changes
 from cometmq.protocol.trace import TraceContext, TraceType, decode_trace_contexts
 
 log = logging.getLogger("cometmq.client")
@@ -371,6 +371,23 @@ class AdminClient(Client):
         query = GetRouteInfoRequestHeader(topic=topic, accept_standard_json_only=True)
         response = await self._invoke_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, query.encode())
         return TopicRouteData.decode(response.body)
+
+    async def topic_attributes(self) -> dict[str, dict[str, str]]:
+        """The attributes of every topic that carries any (``queue.type``, ``deduplication``, ...), as the
+        master brokers hold them (GET_ALL_TOPIC_CONFIG); a topic's first master to answer wins."""
+        info = await self.cluster_info()
+        found: dict[str, dict[str, str]] = {}
+        for broker in sorted(info.broker_addr_table.values(), key=lambda b: b.broker_name):
+            if broker.master_addr is None:
+                continue
+            response = await self._instance.invoke_ok(broker.master_addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+            table = fastjson.loads(response.body).get("topicConfigTable") or {}
+            for name, raw in table.items():
+                if isinstance(raw, dict) and name not in found:
+                    attributes = TopicConfig.from_json(raw).attributes
+                    if attributes:
+                        found[name] = attributes
+        return found
 
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """Every queue of ``topic`` on every master holding it (GET_TOPIC_STATS_INFO): its offsets and

@@ -941,7 +941,15 @@ class PushConsumer(Client):
 
     async def _send_back(self, pq: ProcessQueue, message: ReceivedMessage, delay_level: int = 0) -> bool:
         """Hand a failed message back to the broker for a later retry (or, ``delay_level`` -1, the
-        DLQ); False when neither the send-back nor the fallback send worked."""
+        DLQ); False when neither the send-back nor the fallback send worked. A message of an inner batch
+        goes straight to the fallback: the broker's send-back takes a whole record, here the batch."""
+        if message.is_inner_batch:
+            try:
+                await self._send_as_retry_message(pq, message, dead=delay_level < 0)
+                return True
+            except CometMQError as exc:
+                log.warning("cannot send %s to the retry topic: %s", message, exc)
+                return False
         fields = ConsumerSendMsgBackRequestHeader(
             offset=message.commitlog_offset,
             group=self.group,

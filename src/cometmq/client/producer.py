@@ -473,7 +473,9 @@ class Producer(Client):
     ) -> SendResult:
         """Send messages of one topic in one request; the broker stores them consecutively in one
         queue. Batches are never compressed and cannot be delayed. The result's ``msg_id`` and
-        ``offset_msg_id`` are the ids joined by ``,``; ``queue_offset`` is the first message's.
+        ``offset_msg_id`` are the ids joined by ``,``; ``queue_offset`` is the first message's. To a
+        topic whose ``queue.type`` is ``BatchCQ`` the batch is stored as one record (an inner batch,
+        consumers split it) and ``offset_msg_id`` is that record's one id.
         ``queue`` and ``sharding_key`` work as in :meth:`send`."""
         if self._trace is None:
             return await self._deliver(self._batch_request(msgs), queue, sharding_key)
@@ -505,7 +507,9 @@ class Producer(Client):
         if self._state is not RUNNING:
             self._check_running()
         topic, parts, _, ids = self._encode_batch(msgs)
-        header = send_header(self.group, topic, "", batch=True)
+        # The batch's own UNIQ_KEY, as RocketMQ 5's producer sets it on every batch: a broker stores a
+        # batch to a BatchCQ topic as one inner-batch record when it carries one (docs/client.md).
+        header = send_header(self.group, topic, f"UNIQ_KEY\x01{self._ids.next_id()}\x02", batch=True)
         return _Request(RequestCode.SEND_BATCH_MESSAGE, topic, header, parts, ",".join(ids))
 
     async def _deliver(

@@ -57,11 +57,15 @@ __all__ = [
     "BLANK_MAGIC_CODE",
     "BORNHOST_V6_FLAG",
     "FIXED_HEAD_SIZE",
+    "INNER_BASE_PROPERTY",
+    "INNER_BATCH_FLAG",
+    "INNER_NUM_PROPERTY",
     "MAX_PROPERTIES_SIZE",
     "MAX_TOPIC_SIZE",
     "MESSAGE_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE_V2",
     "MIN_RECORD_SIZE",
+    "NEED_UNWRAP_FLAG",
     "RECORD_CRC_NAME",
     "STOREHOST_V6_FLAG",
     "DecodedRecord",
@@ -94,6 +98,13 @@ BLANK_MAGIC_CODE: Final = 0xCBD43194  # Java int -875286124
 MESSAGE_MAGIC_CODE_V2: Final = 0xDAA320AB  # RocketMQ 5.x; decoded, never written
 BORNHOST_V6_FLAG: Final = 0x10
 STOREHOST_V6_FLAG: Final = 0x20
+# RocketMQ 5's MessageSysFlag bits of a record that holds a whole batch (a BatchCQ topic's inner batch):
+# INNER_BATCH marks the record, NEED_UNWRAP tells a client to split its body into the batch's messages.
+NEED_UNWRAP_FLAG: Final = 0x40
+INNER_BATCH_FLAG: Final = 0x80
+# RocketMQ 5's MessageConst: an inner batch's message count, and the queue offset of its first message.
+INNER_NUM_PROPERTY: Final = "INNER_NUM"
+INNER_BASE_PROPERTY: Final = "INNER_BASE"
 FIXED_HEAD_SIZE: Final = 84  # everything before BODYLENGTH, with IPv4 hosts
 MIN_RECORD_SIZE: Final = 91  # empty body, topic and properties, IPv4 hosts
 MAX_TOPIC_SIZE: Final = 127  # encoded bytes: TOPICLENGTH is a signed byte

@@ -21,10 +21,15 @@ MAX_PERM: Final = 0x7
 # takes. `deduplication` is CometMQ's (true or false: whether sends to the topic are deduplicated,
 # over the broker's deduplicationEnable); the others are RocketMQ's, kept and registered but unused.
 DEDUPLICATION_ATTRIBUTE: Final = "deduplication"
+# RocketMQ 5's TopicAttributes.QUEUE_TYPE_ATTRIBUTE: SimpleCQ (the default) or BatchCQ, whose queues take a
+# batch sent as one record and one unit (docs/store.md). Not changeable once the topic exists.
+QUEUE_TYPE_ATTRIBUTE: Final = "queue.type"
+BATCH_CQ: Final = "BatchCQ"
+SIMPLE_CQ: Final = "SimpleCQ"
 TOPIC_ATTRIBUTES: Final[dict[str, frozenset[str]]] = {
     DEDUPLICATION_ATTRIBUTE: frozenset({"true", "false"}),
     "message.type": frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"}),
-    "queue.type": frozenset({"BatchCQ", "SimpleCQ"}),
+    QUEUE_TYPE_ATTRIBUTE: frozenset({BATCH_CQ, SIMPLE_CQ}),
     "cleanup.policy": frozenset({"DELETE", "COMPACTION"}),
 }
 
@@ -135,6 +140,11 @@ class TopicConfig:
             order=java_bool(obj, "order", what, default=False),
             attributes=_attributes(obj, what),
         )
+
+    @property
+    def is_batch_cq(self) -> bool:
+        """Whether the topic's queues are batch consume queues (``queue.type`` BatchCQ)."""
+        return self.attributes.get(QUEUE_TYPE_ATTRIBUTE) == BATCH_CQ
 
     @property
     def queue_nums(self) -> int:

@@ -12,13 +12,14 @@ import enum
 import logging
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from typing import Final
 
 from cometmq.errors import RecordError
 from cometmq.protocol.record import (
     BLANK_MAGIC_CODE,
+    INNER_BATCH_FLAG,
     MAX_TOPIC_SIZE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
@@ -278,12 +279,18 @@ def indexed_properties(properties: str) -> tuple[str, str, str]:
 
 
 def scan_plain_records(
-    cl: CommitLog, start: int, stop: int, queues: QueueTable, general_topic: str
+    cl: CommitLog,
+    start: int,
+    stop: int,
+    queues: QueueTable,
+    general_topic: str,
+    batch_topics: Container[str] = (),
 ) -> PlainRecords:
     """The consume-queue units and index entries of the commit log's records from *start* (a
     record boundary) up to *stop*, gathered per queue, as far as the records are the plain case: a
     valid message record with IPv4 hosts, in the segment holding *start*, not of *general_topic*,
-    whose unit is the next of its queue (or a transaction record that gets none). The first record
+    whose unit is the next of its queue (or a transaction record that gets none), not of *batch_topics*
+    (whose records get batch units) and not an inner batch. The first record
     that is not, or is not valid, ends the scan: ``walk_records`` and ``dispatch_unit`` take it from
     there and say what is wrong. Checks what ``walk_records`` checks with the record CRC off.
 
@@ -341,7 +348,8 @@ def scan_plain_records(
                 text = name.decode()
             except UnicodeDecodeError:
                 break
-            topic = topics[name] = None if text == general_topic else queues.topic(text)
+            plain = text != general_topic and text not in batch_topics
+            topic = topics[name] = queues.topic(text) if plain else None
         if properties_len:
             try:
                 properties = str(view[properties_at:end], "utf-8")
@@ -353,7 +361,7 @@ def scan_plain_records(
         if tx == 0x4 or tx == 0xC:  # PREPARED or ROLLBACK: no unit (is_dispatched)
             rel = end
             continue
-        if topic is None or queue_id < 0:
+        if topic is None or queue_id < 0 or sys_flag & INNER_BATCH_FLAG:
             break
         cq = topic.queues.get(queue_id)
         if cq is None:

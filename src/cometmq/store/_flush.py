@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
+from ._batchqueue import BatchQueueTable
 from ._commitlog import CommitLog
 from ._consumequeue import ConsumeQueue, QueueTable
 from ._index import IndexService
@@ -78,6 +79,7 @@ class FlushService:
         self,
         commitlog: CommitLog,
         queues: QueueTable,
+        batch_queues: BatchQueueTable,
         checkpoint: CheckpointFile,
         *,
         sync_mode: bool,
@@ -89,6 +91,7 @@ class FlushService:
     ) -> None:
         self._commitlog = commitlog
         self._queues = queues
+        self._batch_queues = batch_queues
         self._index = index
         self._on_failure = on_failure
         self._checkpoint = checkpoint
@@ -283,6 +286,12 @@ class FlushService:
                 # topic leaves the table first), and nothing of it needs to be durable. Missing
                 # files of a queue still in the table are a real failure.
                 if any(cq is live for live in self._queues.all_queues()):
+                    raise
+        for bq in self._batch_queues.all_queues():
+            try:
+                bq.sync()
+            except (FileNotFoundError, ValueError):  # deleted with its topic since the list was taken
+                if bq in self._batch_queues.all_queues():
                     raise
         if self._index is not None:
             self._index.sync()  # its own headers record what is on disk; not the checkpoint

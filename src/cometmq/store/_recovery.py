@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+from collections.abc import Callable
 
 from cometmq.protocol.record import DecodedRecord
 
@@ -28,6 +29,8 @@ __all__ = ["recover"]
 log = logging.getLogger("cometmq.store")
 
 QueueKey = tuple[str, int]
+# Gives a record of a BatchCQ topic its batch unit; true when the record is one (``MessageStore``).
+BatchDispatch = Callable[[DecodedRecord], object]
 
 
 def recover(
@@ -37,8 +40,11 @@ def recover(
     crashed: bool,
     tags_code_of: TagsCodeOf,
     record_crc: RecordCrcCheck = RecordCrcCheck.OFF,
+    dispatch_batch: BatchDispatch | None = None,
 ) -> None:
-    """Set the commit log's end and repair the consume queues. ``cl`` and ``queues`` are loaded."""
+    """Set the commit log's end and repair the consume queues. ``cl`` and ``queues`` are loaded.
+    *dispatch_batch* gives the records of BatchCQ topics their batch units (true when it took the
+    record); the caller trims the batch queues to the end found."""
     damaged = cl.damaged or any(cq.damaged for cq in queues.all_queues())
     if (
         not crashed
@@ -91,7 +97,7 @@ def recover(
         dispatch_from = checkpoint.dispatch_safe
         start = cl.starts[bisect.bisect_right(cl.starts, dispatch_from) - 1]
     stats = _ScanStats()
-    end = _scan(cl, queues, start, dispatch_from, None, None, tags_code_of, stats, record_crc)
+    end = _scan(cl, queues, start, dispatch_from, None, None, tags_code_of, stats, record_crc, dispatch_batch)
     if stats.gaps:
         # Those queues lack units for records before ``dispatch_from`` (their files were lost):
         # rebuild them from the first record in the log.
@@ -144,6 +150,7 @@ def _scan(
     tags_code_of: TagsCodeOf,
     stats: _ScanStats,
     record_crc: RecordCrcCheck = RecordCrcCheck.OFF,
+    dispatch_batch: BatchDispatch | None = None,
 ) -> int:
     """Verify records from *start* on, dispatching those from *dispatch_from* on to their queues;
     return the end of the valid log. With *only* set, dispatch just those queues (a rebuild) and
@@ -157,6 +164,9 @@ def _scan(
             and is_dispatched(rec.sys_flag)
             and (only is None or (rec.topic, rec.queue_id) in only)
         ):
+            if dispatch_batch is not None and only is None and dispatch_batch(rec):
+                stats.redispatched += 1
+                return
             done, _ = dispatch_unit(queues, rec, only is not None, tags_code_of)
             if done is Dispatched.WRITTEN:
                 stats.redispatched += 1

@@ -17,6 +17,9 @@ from cometmq.errors import ReplicaOffsetError, StoreError
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import (
     BORNHOST_V6_FLAG,
+    INNER_BASE_PROPERTY,
+    INNER_BATCH_FLAG,
+    INNER_NUM_PROPERTY,
     MAX_PROPERTIES_SIZE,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_SIZE,
@@ -34,6 +37,7 @@ from cometmq.protocol.record import (
 )
 from cometmq.protocol.taghash import java_string_hash
 
+from ._batchqueue import BatchConsumeQueue, BatchQueueTable
 from ._clean import CleanReport, CleanService
 from ._commitlog import CommitLog
 from ._consumequeue import SCHEDULE_TOPIC, ConsumeQueue, QueueTable, TopicQueues
@@ -161,6 +165,9 @@ class MessageStore:
         self._root = Path(config.root_dir)
         self._lock = StoreDirectoryLock(self._root)
         self._delays = parse_delay_levels(config.message_delay_level)
+        # Topics whose queues are batch consume queues (``queue.type`` BatchCQ): those the broker
+        # declares and those found on disk. Kept over restarts of the store object.
+        self._batch_topics: set[str] = set()
         self._new_files()
         self._max_body = config.max_message_size
         self._append_record_crc = config.enabled_append_prop_crc
@@ -207,6 +214,7 @@ class MessageStore:
             checkpoint = self._checkpoint.read()
             cl.load()
             self._queues.load()
+            self._batch_queues.load()
             recover(
                 cl,
                 self._queues,
@@ -214,7 +222,9 @@ class MessageStore:
                 crashed,
                 self._recovered_tags_code,
                 self._record_crc,
+                self._dispatch_batch_record,
             )
+            self._recover_batch_queues()
             if cfg.message_index_enable:
                 self._index = IndexService(self._root / "index", cfg.max_index_num, self._retire_files)
                 self._index.load(cl)
@@ -235,6 +245,7 @@ class MessageStore:
         self._flusher = FlushService(
             cl,
             self._queues,
+            self._batch_queues,
             self._checkpoint,
             sync_mode=self._sync_flush,
             interval_s=cfg.flush_interval_commitlog_ms / 1000,
@@ -294,6 +305,7 @@ class MessageStore:
         )
         self._queues = QueueTable(self._root / "consumequeue", cfg.mapped_file_size_consume_queue)
         self._topics = self._queues.topics  # the put path's first lookup, one attribute away
+        self._batch_queues = BatchQueueTable(self._root / "batchconsumequeue", self._batch_topics)
         self._checkpoint = CheckpointFile(self._root / "checkpoint")
 
     def _close_files(self) -> None:
@@ -301,6 +313,7 @@ class MessageStore:
             self._index.close()
             self._index = None
         self._queues.close()
+        self._batch_queues.close()
         self._commitlog.close()
         self._checkpoint.close()
         self._lock.release()
@@ -313,6 +326,8 @@ class MessageStore:
         Hot path (bench/store.py "put, 1 at a time"): every line here is paid per message."""
         if not self._accepting and not self._writes_resumed():
             return _failure(PutStatus.SERVICE_NOT_AVAILABLE)
+        if self._batch_topics and msg.topic in self._batch_topics:
+            return self.put_inner_batch(msg, 1)
         topic = self._topics.get(msg.topic) or self._queues.topic(msg.topic)
         body = msg.body
         sys_flag = msg.sys_flag
@@ -369,7 +384,8 @@ class MessageStore:
             batch = converted
         topic = self._queues.topic(batch.topic)
         properties = self._batch_properties(batch)
-        if topic is None or batch.queue_id < 0 or properties is None:
+        # A BatchCQ topic takes a batch as one record (``put_inner_batch``).
+        if topic is None or batch.queue_id < 0 or properties is None or batch.topic in self._batch_topics:
             return _failure(PutStatus.MESSAGE_ILLEGAL)
         if max(map(len, properties)) > MAX_PROPERTIES_SIZE:
             return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
@@ -381,6 +397,73 @@ class MessageStore:
             + sum(map(len, properties))
         )
         return self._append(topic, cq, batch, batch.flags, bodies, properties, batch.tags_codes, 0, total)
+
+    def declare_batch_topic(self, topic: str) -> None:
+        """Keep *topic*'s queues as batch consume queues from its next record on (``queue.type`` BatchCQ;
+        the broker declares such topics before they take messages)."""
+        self._batch_topics.add(topic)
+
+    def is_batch_topic(self, topic: str) -> bool:
+        return topic in self._batch_topics
+
+    def put_inner_batch(self, msg: MessageToStore, count: int) -> PutResult:
+        """Append *msg* to a BatchCQ topic as ONE record with ONE unit covering *count* queue offsets. With
+        *count* > 1, *msg* is an inner batch: its sys flag carries INNER_BATCH and NEED_UNWRAP, its body
+        is the batch body of *count* messages and its properties INNER_NUM; the store adds INNER_BASE (the
+        first message's queue offset, also the record's QUEUEOFFSET), as RocketMQ 5's
+        BatchConsumeQueue.assignQueueOffset does. With *count* 1, a plain message of such a topic.
+
+        Hot path of inner-batch sends (bench: ``cometmq bench produce --inner-batch``): per batch, not
+        per message."""
+        if not self._accepting and not self._writes_resumed():
+            return _failure(PutStatus.SERVICE_NOT_AVAILABLE)
+        topic = self._queues.topic(msg.topic)
+        body = msg.body
+        if (
+            topic is None
+            or msg.queue_id < 0
+            or not 0 < count <= 0x7FFF  # the unit's count is a Java short
+            or len(body) > self._max_body
+            or not is_dispatched(msg.sys_flag)
+            or not _storable_hosts(msg.sys_flag, msg.born_host, msg.store_host)
+        ):
+            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        self._batch_topics.add(msg.topic)
+        bq = self._batch_queues.queue(msg.topic, msg.queue_id)
+        text = msg.properties
+        if msg.sys_flag & INNER_BATCH_FLAG:
+            separator = "\x02" if text and not text.endswith("\x02") else ""
+            text = f"{text}{separator}{INNER_BASE_PROPERTY}\x01{bq.max_offset}"
+        try:
+            props = text.encode()
+        except UnicodeEncodeError:
+            return _failure(PutStatus.MESSAGE_ILLEGAL)
+        if RECORD_CRC_NAME in props:
+            props = without_record_crc_property(props)
+        if self._append_record_crc:
+            props = with_record_crc_property(props)
+        if len(props) > MAX_PROPERTIES_SIZE:
+            return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
+        try:
+            bq.prepare()
+        except OSError as exc:
+            return _failure(self._refuse_for(exc, "no room for a batch consume-queue file"))
+        size = MIN_RECORD_SIZE + len(body) + len(topic.encoded) + len(props)
+        result = self._append(
+            topic,
+            None,
+            msg,
+            (msg.flag,),
+            (body,),
+            (props,),
+            (msg.tags_code,),
+            0,
+            size,
+            bq,
+            count,
+        )
+        result.count = count  # messages, as a batch's result counts them (the broker's stats)
+        return result
 
     def put_together(self, messages: Sequence[MessageToStore]) -> list[PutResult]:
         """Append single messages of any topics and queues as consecutive records in one write, all
@@ -524,6 +607,7 @@ class MessageStore:
             topic = self._topics.get(msg.topic) or self._queues.topic(msg.topic)
             if (
                 topic is None
+                or msg.topic in self._batch_topics  # one record per message there: put_inner_batch
                 or msg.queue_id < 0
                 or len(msg.body) > self._max_body
                 or msg.store_host != store_host
@@ -616,11 +700,15 @@ class MessageStore:
         tags_codes: Sequence[int],
         prepared_transaction_offset: int,
         total: int,
+        bq: BatchConsumeQueue | None = None,
+        inner_count: int = 1,
     ) -> PutResult:
         """The one write path of put and put_batch: the records of *bodies* (*total* bytes; each with
         its flag, properties as stored and tags code, everything else from *source*) encoded, written
         in one piece, then published. *cq* is None for records that get no consume-queue unit
-        (prepared and rolled-back transactions). The callers have checked the lengths and sizes.
+        (prepared and rolled-back transactions), or when the record goes to the batch consume queue
+        *bq* (one record, *inner_count* messages, ``put_inner_batch``). The callers have checked the
+        lengths and sizes.
 
         Hot path (bench/store.py, its "put" and "put_batch" rows): a record is its packed head and
         four ready parts, joined once per call into the one copy to the log, which costs a batch less
@@ -648,7 +736,10 @@ class MessageStore:
         else:
             self._last_store_ts = now
         first = phys = seg.start + pos
-        first_queue_offset = queue_offset = cq.max_offset if cq is not None else 0
+        if cq is not None:
+            first_queue_offset = queue_offset = cq.max_offset
+        else:
+            first_queue_offset = queue_offset = bq.max_offset if bq is not None else 0
         if topic.is_schedule:
             tags_codes = self._delivery_times(properties, now, tags_codes)
         queue_id = source.queue_id
@@ -704,9 +795,10 @@ class MessageStore:
         # SYNC_FLUSH with pwrite, into the blocks the commit log wrote ahead (``CommitLog.warm_ahead``):
         # a record stored through the mapping faults on every page each group commit wrote back, which
         # slows the group commits (bench/store.py, its "16 producers" rows). A batch always goes with
-        # one pwrite. The record's blocks are reserved (``_reserve``): a store into the mapping
-        # cannot die of SIGBUS on a full disk (see MappedFile).
-        if count == 1 and not self._sync_flush:
+        # one pwrite, and so does an inner batch (one large record: a store into fresh pages of the
+        # mapping faults on each, bench/broker_send.py). The record's blocks are reserved
+        # (``_reserve``): a store into the mapping cannot die of SIGBUS on a full disk (see MappedFile).
+        if count == 1 and not self._sync_flush and bq is None:
             seg.mm[pos : pos + total] = records
         else:
             try:
@@ -717,7 +809,10 @@ class MessageStore:
         end = first + total
         if end > cl.warm_at:
             cl.warm_ahead()
-        self._publish(topic, cq, source, units, offsets, end, now, tags_codes)
+        if bq is not None:
+            self._publish_batch_unit(topic, bq, source, first, total, now, tags_codes[0], inner_count)
+        else:
+            self._publish(topic, cq, source, units, offsets, end, now, tags_codes)
         host_hex = self._host_hex.get(store_host) or self._remember_host(store_host)
         if count == 1:
             ids = f"{host_hex}{first:016X}"
@@ -758,6 +853,76 @@ class MessageStore:
         flusher = self._flusher
         if flusher is not None and end >= flusher.wake_at:
             flusher.poke()
+
+    def _publish_batch_unit(
+        self,
+        topic: TopicQueues,
+        bq: BatchConsumeQueue,
+        source: MessageToStore | MessageBatch,
+        offset: int,
+        size: int,
+        now: int,
+        tags_code: int,
+        count: int,
+    ) -> None:
+        """``_publish`` for the one record of ``put_inner_batch``: its batch unit and index entry, then the
+        commit log's end, the arrival listeners and the flush thread."""
+        bq.append(offset, size, tags_code, now, count)
+        index = self._index
+        if index is not None and isinstance(source, MessageToStore) and (source.uniq_key or source.keys):
+            index.add(topic.name, source.uniq_key, source.keys, offset, now)
+        end = offset + size
+        self._commitlog.max_offset = end
+        if self._listeners:
+            self._notify(topic.name, bq.queue_id, bq.max_offset, (tags_code,))
+        flusher = self._flusher
+        if flusher is not None and end >= flusher.wake_at:
+            flusher.poke()
+
+    def _dispatch_batch_record(
+        self, rec: DecodedRecord, retire: Callable[[list[MappedFile]], None] | None = None
+    ) -> Dispatched | None:
+        """Give *rec* its batch unit if its topic is BatchCQ (recovery, a slave): WRITTEN, or PRESENT when
+        the queue has that very unit; None when *rec* is not such a record. A unit from the record's
+        offset on that differs is cut with everything after it."""
+        if rec.topic not in self._batch_topics and not rec.sys_flag & INNER_BATCH_FLAG:
+            return None
+        self._batch_topics.add(rec.topic)
+        count = 1
+        if rec.sys_flag & INNER_BATCH_FLAG:
+            count = int(decode_properties(rec.properties).get(INNER_NUM_PROPERTY, "1") or 1)
+        bq = self._batch_queues.queue(rec.topic, rec.queue_id)
+        base = rec.queue_offset
+        if base < bq.max_offset and bq.units:
+            idx = bq.unit_index(base)
+            if idx < 0:
+                bq.restart_at(base, retire)
+            else:
+                unit = bq.unit(idx)
+                if unit[0] == rec.commitlog_offset and unit[4] == base:
+                    return Dispatched.PRESENT
+                bq.truncate_units(idx)
+        if base != bq.max_offset or not bq.units:
+            bq.restart_at(base, retire)  # the log no longer holds the queue's earlier records
+        bq.prepare()
+        bq.append(
+            rec.commitlog_offset, rec.total_size, self._recovered_tags_code(rec), rec.store_timestamp, count
+        )
+        return Dispatched.WRITTEN
+
+    def _recover_batch_queues(self) -> None:
+        """Drop batch units beyond the recovered commit log's end, and make the rest durable."""
+        end = self._commitlog.max_offset
+        for bq in self._batch_queues.all_queues():
+            dropped = bq.truncate_to_commitlog(end)
+            if dropped:
+                log.warning(
+                    "recovery: dropping %d batch unit(s) of %s/%d: beyond the commit log's end",
+                    dropped,
+                    bq.topic,
+                    bq.queue_id,
+                )
+            bq.sync_all()
 
     def _write_failed(self, seg: MappedFile, pos: int, exc: OSError) -> PutResult:
         """A put whose records could not all be written: refused, nothing published. The first
@@ -1191,6 +1356,11 @@ class MessageStore:
             at = rec.commitlog_offset
             if not is_dispatched(rec.sys_flag):
                 return
+            if self._batch_topics or rec.sys_flag & INNER_BATCH_FLAG:
+                batch_done = self._dispatch_batch_record(rec, self._retire_files)
+                if batch_done is not None:
+                    self._replicated_batch_record(rec, batch_done)
+                    return
             props = decode_properties(rec.properties)  # once, for the tags code and the index
             tags_code = self._recovered_tags_code(rec, props)
             done, cq = dispatch_unit(self._queues, rec, True, lambda _: tags_code, self._retire_files)
@@ -1239,7 +1409,9 @@ class MessageStore:
         rest). Nothing is dispatched when a queue file cannot be created or grown: the record-by-record
         walk then meets that and keeps the records before it."""
         start = self._commitlog.max_offset
-        found = scan_plain_records(self._commitlog, start, written_end, self._queues, SCHEDULE_TOPIC)
+        found = scan_plain_records(
+            self._commitlog, start, written_end, self._queues, SCHEDULE_TOPIC, self._batch_topics
+        )
         units = found.units
         try:
             for cq, packed in units.items():
@@ -1256,6 +1428,23 @@ class MessageStore:
         if found.last_store_timestamp > self._last_store_ts:
             self._last_store_ts = found.last_store_timestamp
         return found.end
+
+    def _replicated_batch_record(self, rec: DecodedRecord, done: Dispatched) -> None:
+        """A slave's bookkeeping for a record of a BatchCQ topic: its index entry, the arrival listeners
+        (a slave serves pulls), the last store time."""
+        if done is not Dispatched.WRITTEN:
+            return
+        index = self._index
+        if index is not None:
+            props = decode_properties(rec.properties)
+            uniq_key, keys = props.get("UNIQ_KEY", ""), props.get("KEYS", "")
+            if uniq_key or keys:
+                index.add(rec.topic, uniq_key, keys, rec.commitlog_offset, rec.store_timestamp)
+        bq = self._batch_queues.get(rec.topic, rec.queue_id)
+        if self._listeners and bq is not None:
+            self._notify(rec.topic, rec.queue_id, bq.max_offset, (0,))
+        if rec.store_timestamp > self._last_store_ts:
+            self._last_store_ts = rec.store_timestamp
 
     def _publish_replica(self, end: int, arrived: dict[ConsumeQueue, list[int]]) -> None:
         """``_publish`` for replicated records: their units and index entries are written; move the
@@ -1326,7 +1515,12 @@ class MessageStore:
         """Stored records from queue offset *offset* on; statuses and ``next_begin_offset`` follow
         docs/protocol.md#pull-results. Units filtered out by *tags_codes*, and records *record_filter* returns
         False for (the broker's SQL92 filter, as RocketMQ's isMatchedByCommitLog), still advance
-        ``next_begin_offset``."""
+        ``next_begin_offset``. In a BatchCQ topic, *max_count* counts messages and whole records are
+        returned (``_get_from_batch_queue``)."""
+        if self._batch_topics and topic in self._batch_topics:
+            return self._get_from_batch_queue(
+                topic, queue_id, offset, max_count, tags_codes, max_bytes, record_filter
+            )
         cq = self._queue(topic, queue_id)
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -1352,19 +1546,101 @@ class MessageStore:
         )
         return GetResult(status, offset + scanned, min_off, max_off, buffers, count, total)
 
+    def _get_from_batch_queue(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tags_codes: frozenset[int] | None,
+        max_bytes: int,
+        record_filter: Callable[[memoryview], bool] | None,
+    ) -> GetResult:
+        """``get_messages`` from a batch consume queue: the whole records from the one covering
+        *offset* on (RocketMQ 5 returns a batch whole; the client drops the messages before *offset*),
+        up to *max_count* messages and *max_bytes* (at least one record), ``next_begin_offset`` past the
+        last record looked at. Filters apply to records as RocketMQ's do: the unit's tags code (the
+        record's own TAGS) and the record's properties, not those of the messages inside a batch."""
+        bq = self._batch_queues.get(topic, queue_id)
+        if bq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off = bq.min_offset
+        max_off = bq.max_offset
+        if not bq.units:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, max_off, min_off, max_off)
+        if offset < min_off:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
+        cl = self._commitlog
+        idx = bq.unit_index(offset)
+        last = min(bq.units, idx + max(_MAX_SCAN_UNITS, max_count))
+        buffers: list[memoryview] = []
+        count = total = 0
+        next_offset = offset
+        gone = False
+        seg: MappedFile | None = None
+        run_start = run_end = -1
+        while idx < last:
+            coff, size, tags_code, _ts, base, inner = bq.unit(idx)
+            if count and (count + inner > max_count or total + size > max_bytes):
+                break
+            idx += 1
+            next_offset = base + inner
+            if tags_codes is not None and tags_code not in tags_codes:
+                continue
+            if seg is None or not seg.start <= coff < seg.end:
+                found = cl.segment_for(coff)
+                if found is None:
+                    gone = True
+                    continue
+                if run_end != run_start and seg is not None:
+                    buffers.append(seg.view[run_start - seg.start : run_end - seg.start])
+                seg = found
+                run_start = run_end = coff
+            record = seg.view[coff - seg.start : coff - seg.start + size]
+            if record_filter is not None and not record_filter(record):
+                continue
+            if coff != run_end:
+                if run_end != run_start:
+                    buffers.append(seg.view[run_start - seg.start : run_end - seg.start])
+                run_start = coff
+            run_end = coff + size
+            count += inner
+            total += size
+        if seg is not None and run_end != run_start:
+            buffers.append(seg.view[run_start - seg.start : run_end - seg.start])
+        status = _FOUND if count else GetStatus.MESSAGE_WAS_REMOVING if gone else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, next_offset, min_off, max_off, buffers, count, total)
+
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset to be written; 0 for an unknown queue."""
+        if self._batch_topics and topic in self._batch_topics:
+            bq = self._batch_queues.get(topic, queue_id)
+            return bq.max_offset if bq is not None else 0
         cq = self._queue(topic, queue_id)
         return cq.max_offset if cq is not None else 0
 
     def min_offset(self, topic: str, queue_id: int) -> int:
+        if self._batch_topics and topic in self._batch_topics:
+            bq = self._batch_queues.get(topic, queue_id)
+            return bq.min_offset if bq is not None else 0
         cq = self._queue(topic, queue_id)
         return cq.min_offset if cq is not None else 0
 
     def queue_unit(self, topic: str, queue_id: int, offset: int) -> tuple[int, int, int] | None:
         """``(commit-log offset, size, tags code)`` of one consume-queue unit; None outside
         [min, max) or when its file is missing. The broker's delivery of delayed messages reads the
-        delivery times of SCHEDULE_TOPIC_XXXX with it."""
+        delivery times of SCHEDULE_TOPIC_XXXX with it. In a BatchCQ topic, the unit of the record
+        holding the message at *offset*."""
+        if self._batch_topics and topic in self._batch_topics:
+            bq = self._batch_queues.get(topic, queue_id)
+            if bq is None or not bq.min_offset <= offset < bq.max_offset:
+                return None
+            coff, size, tags_code, _ts, _base, _count = bq.unit(bq.unit_index(offset))
+            return coff, size, tags_code
         cq = self._queue(topic, queue_id)
         return cq.unit(offset) if cq is not None else None
 
@@ -1376,6 +1652,8 @@ class MessageStore:
         """Queue offset of the first message stored at *timestamp_ms*, else of the nearer neighbour
         (the earlier one on a tie); the last message's offset if all are older; 0 without data
         (docs/protocol.md#search-by-timestamp)."""
+        if self._batch_topics and topic in self._batch_topics:
+            return self._batch_offset_by_timestamp(topic, queue_id, timestamp_ms)
         cq = self._queue(topic, queue_id)
         if cq is None or cq.max_offset <= cq.min_offset:
             return 0
@@ -1389,10 +1667,32 @@ class MessageStore:
         left = self._store_time(cq, a - 1)
         return a if right - timestamp_ms < timestamp_ms - left else a - 1
 
+    def _batch_offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """``offset_by_timestamp`` over batch units: the messages of a record share its store time."""
+        bq = self._batch_queues.get(topic, queue_id)
+        if bq is None or not bq.units:
+            return 0
+        a = bq.first_unit_at(timestamp_ms)
+        if a == bq.units:
+            return bq.max_offset - 1
+        right = bq.unit(a)[3]
+        if right == timestamp_ms or a == 0:
+            return bq.bases[a]
+        left_unit = bq.unit(a - 1)
+        if right - timestamp_ms < timestamp_ms - left_unit[3]:
+            return bq.bases[a]
+        return left_unit[4] + left_unit[5] - 1
+
     def first_offset_at(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """Queue offset of the first message stored at or after *timestamp_ms*; the queue's max offset
         if all are older (0 for an unknown queue). Binary search: store times never decrease along a
         queue."""
+        if self._batch_topics and topic in self._batch_topics:
+            bq = self._batch_queues.get(topic, queue_id)
+            if bq is None:
+                return 0
+            a = bq.first_unit_at(timestamp_ms)
+            return bq.bases[a] if a < bq.units else bq.max_offset
         cq = self._queue(topic, queue_id)
         if cq is None:
             return 0
@@ -1410,6 +1710,11 @@ class MessageStore:
         return self.store_time_at(topic, queue_id, self.min_offset(topic, queue_id))
 
     def store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
+        if self._batch_topics and topic in self._batch_topics:
+            bq = self._batch_queues.get(topic, queue_id)
+            if bq is None or not bq.min_offset <= offset < bq.max_offset:
+                return -1
+            return bq.unit(bq.unit_index(offset))[3]
         cq = self._queue(topic, queue_id)
         return self._store_time(cq, offset) if cq is not None else -1
 
@@ -1429,11 +1734,16 @@ class MessageStore:
         return index.query(self._commitlog, topic, key, max_num, begin_ms, end_ms, unique)
 
     def queue_ids(self, topic: str) -> list[int]:
+        if self._batch_topics and topic in self._batch_topics:
+            return self._batch_queues.queue_ids(topic)
         t = self._topics.get(topic)
         return sorted(t.queues) if t is not None else []
 
     def delete_topic(self, topic: str) -> None:
         """Drop the topic's consume queues and their files (its records stay in the commit log)."""
+        batch_removed = self._batch_queues.remove_topic(topic)
+        if batch_removed:
+            self._retire_files([mf for bq in batch_removed for mf in bq.files])
         removed = self._queues.remove_topic(topic)
         if not removed:
             return

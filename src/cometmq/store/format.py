@@ -62,6 +62,31 @@ point at strictly increasing commit-log offsets. A queue may begin mid-file, its
 first unit (a slave's queue begins at the queue offset of its first record): its min offset is
 that first unit.
 
+Batch consume queue
+===================
+
+The queues of a topic whose ``queue.type`` attribute is ``BatchCQ`` live under
+``<root>/batchconsumequeue/<topic>/<queueId>/`` (RocketMQ 5's BatchConsumeQueue), as arrays of 46-byte
+units, one per commit-log record, each covering the queue offsets of the messages that record holds::
+
+    0   q  commit-log offset of the record
+    8   i  record size (TOTALSIZE)
+    12  q  tags code of the record (its own TAGS property; an inner batch normally has none: 0)
+    20  q  store time of the record, ms
+    28  q  base queue offset: the queue offset of the record's first message
+    36  h  message count: the record's INNER_NUM for an inner batch, else 1
+    38  i  compacted offset, -1 (unused, as RocketMQ writes it)
+    42  i  reserved, 0
+
+Files hold 300 000 units (13 800 000 bytes) and are named by their start byte offset. A unit is valid
+iff offset >= 0, size > 0, base >= 0 and count > 0, and the units of a queue cover consecutive offsets
+(each base is the previous base plus its count): the queue's min offset is its first unit's base, its
+max offset the last unit's base plus count. A queue offset inside a unit is found by binary search over
+the bases. The record of an inner batch is stored with SYSFLAG bits INNER_BATCH (0x80) and NEED_UNWRAP
+(0x40), QUEUEOFFSET = the base, and the properties INNER_NUM (the count) and INNER_BASE (the base); its
+body is the batch as the producer sent it (``cometmq.protocol.batch``), each message in it carrying
+its own flag, body and properties.
+
 Checkpoint
 ==========
 
@@ -195,6 +220,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 __all__ = [
+    "BCQ_UNIT",
+    "BCQ_UNIT_SIZE",
     "BLANK_MIN_SIZE",
     "CHECKPOINT_SIZE",
     "CQ_UNIT",
@@ -214,6 +241,9 @@ __all__ = [
 
 CQ_UNIT: Final = struct.Struct(">qiq")
 CQ_UNIT_SIZE: Final = CQ_UNIT.size  # 20
+# commit-log offset, size, tags code, store time, base queue offset, count, compacted offset, reserved
+BCQ_UNIT: Final = struct.Struct(">qiqqqhii")
+BCQ_UNIT_SIZE: Final = BCQ_UNIT.size  # 46
 BLANK_MIN_SIZE: Final = 8  # TOTALSIZE + MAGICCODE of the blank filler
 
 _CHECKPOINT_HEAD: Final = struct.Struct(">4sHHqqq")
