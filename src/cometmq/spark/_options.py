@@ -19,6 +19,10 @@ __all__ = ["ConnectOptions", "ReadOptions", "WriteOptions", "parse_duration_ms",
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's maxTriggerDelay default, 15m
+# The sink's defaults are RocketMQ's producer's: sendMsgTimeout 3 s, retryTimesWhenSendFailed 2.
+DEFAULT_SEND_TIMEOUT_MS = 3000
+DEFAULT_SEND_RETRIES = 2
+DEFAULT_RETRY_BACKOFF_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,19 +131,33 @@ class ReadOptions:
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
+    """The sink's options. ``sendTimeout`` bounds one attempt to send a batch of rows to its queue;
+    ``retries`` is how many more attempts a failure that may pass (no answer, a broker not serving)
+    gets on that queue, ``retryBackoff`` apart."""
+
     namesrv: str
     topic: str | None  # for rows without a topic column (or with a null topic)
     producer_group: str
     connect: ConnectOptions
+    send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS
+    retries: int = DEFAULT_SEND_RETRIES
+    retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         opts = {k.lower(): v for k, v in options.items()}
+        send_timeout_ms = _duration(opts, "sendTimeout", DEFAULT_SEND_TIMEOUT_MS)
+        if send_timeout_ms <= 0:
+            raise OptionError(f"sendTimeout must be positive, not {opts['sendtimeout']!r}")
+        retries = _whole_number(opts, "retries")
         return cls(
             namesrv=opts.get("namesrv", DEFAULT_NAMESRV).strip() or DEFAULT_NAMESRV,
             topic=opts.get("topic", "").strip() or None,
             producer_group=opts.get("producergroup", "").strip() or "cometmq-spark-writer",
             connect=ConnectOptions.parse(opts),
+            send_timeout_ms=send_timeout_ms,
+            retries=DEFAULT_SEND_RETRIES if retries is None else retries,
+            retry_backoff_ms=_duration(opts, "retryBackoff", DEFAULT_RETRY_BACKOFF_MS),
         )
 
 
@@ -166,6 +184,28 @@ def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
     if number <= 0:
         raise OptionError(f"{name} must be positive, not {number}")
     return number
+
+
+def _whole_number(opts: Mapping[str, str], name: str) -> int | None:
+    """Option ``name`` (given in its documented case; looked up in lower case) as an int >= 0."""
+    value = opts.get(name.lower())
+    if value is None or not value.strip():
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise OptionError(f"{name} must be a whole number, not {value!r}") from None
+    if number < 0:
+        raise OptionError(f"{name} must not be negative, not {number}")
+    return number
+
+
+def _duration(opts: Mapping[str, str], name: str, default_ms: int) -> int:
+    """Option ``name`` (in its documented case) as milliseconds, ``default_ms`` when not given."""
+    value = opts.get(name.lower())
+    if value is None or not value.strip():
+        return default_ms
+    return parse_duration_ms(value, name)
 
 
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
