@@ -57,7 +57,7 @@ from cometmq.spark import ARROW_SCHEMA, SCHEMA_DDL  # noqa: E402
 from cometmq.spark._cluster import Cluster  # noqa: E402
 from cometmq.spark._read import QueueRange, read_range  # noqa: E402
 from cometmq.spark._schema import PROPERTIES_TYPE  # noqa: E402
-from cometmq.spark.pipeline import local_session  # noqa: E402
+from cometmq.spark.pipeline import spark_session  # noqa: E402
 from processes import ServerProcess, cpu_seconds, start_standalone  # noqa: E402
 
 TARGET = 0.70
@@ -271,7 +271,7 @@ class Job:
 def make_session(tmp: Path) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    spark = local_session(tmp, "cometmq-bench")  # the tests' light settings, cometmq registered
+    spark = spark_session(tmp, "cometmq-bench")  # the tests' light settings, cometmq registered
     spark.dataSource.register(SyntheticDataSource)
     return spark
 
