@@ -61,6 +61,21 @@ def test_messages_carry_each_rows_sharding_key_and_delay_level() -> None:
     assert [m.delay_level for m in messages] == [0, 3, 0]
 
 
+@pytest.mark.parametrize(
+    ("column", "values", "error"),
+    [
+        ("sharding_key", pa.array([7], pa.int64()), "the 'sharding_key' column must be a string, not int64"),
+        ("delay_level", pa.array(["3"]), "the 'delay_level' column must be an integer, not string"),
+    ],
+)
+def test_a_sharding_key_or_delay_level_column_of_another_type_is_refused(
+    column: str, values: pa.Array, error: str
+) -> None:
+    batch = pa.RecordBatch.from_pydict({"body": pa.array([b"a"]), column: values})
+    with pytest.raises(OptionError, match=error):
+        list(_messages(batch, WriteOptions.parse({"topic": "t"}), WriteTarget("j", 0, 0), 0))
+
+
 def test_by_queue_keeps_a_keys_rows_together_and_in_order() -> None:
     target = WriteTarget("job", 0, 0)
     keys = [f"customer-{row % 5}" for row in range(100)]

@@ -141,7 +141,14 @@ def _messages(
 ) -> Iterator[tuple[str, list[Message], list[str | None]]]:
     """The batch's rows as messages, grouped by topic (a batch send has one topic), with each
     message's sharding key (None for none)."""
-    columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+    schema = batch.schema
+    for name, is_type, kind in (
+        ("sharding_key", pa.types.is_string, "a string"),
+        ("delay_level", pa.types.is_integer, "an integer"),
+    ):
+        if name in schema.names and not is_type(schema.field(name).type):
+            raise OptionError(f"the '{name}' column must be {kind}, not {schema.field(name).type}")
+    columns = {name: batch.column(name).to_pylist() for name in schema.names}
     n = batch.num_rows
     none: list[Any] = [None] * n
     bodies = columns["body"]
