@@ -322,8 +322,6 @@ def define_jobs(
 
         return run
 
-    checkpoints = iter(range(1_000_000))
-
     def connector_stream() -> int:
         query = (
             spark.readStream.format("cometmq")
@@ -333,7 +331,7 @@ def define_jobs(
             .load()
             .writeStream.format("noop")
             .trigger(availableNow=True)
-            .option("checkpointLocation", str(tmp / f"checkpoint-{next(checkpoints)}"))
+            .option("checkpointLocation", tempfile.mkdtemp(prefix="checkpoint-", dir=tmp))
             .start()
         )
         query.awaitTermination()
@@ -479,7 +477,8 @@ def bench(args: argparse.Namespace, tmp: Path, namesrv: str, broker_pid: int | N
         with master_url(master, tmp) as url:
             started = time.perf_counter()
             spark = make_session(tmp, url)
-            print(f"SparkSession on {url} started in {time.perf_counter() - started:.1f} s", flush=True)
+            seconds = time.perf_counter() - started
+            print(f"SparkSession on {spark.sparkContext.master} started in {seconds:.1f} s", flush=True)
             try:
                 jobs = define_jobs(
                     spark, tmp, namesrv, layout, batch_rows, not args.no_stream, args.min_partitions
@@ -554,9 +553,10 @@ def report(jobs: list[Job], total: int, body_bytes: float, args: argparse.Namesp
         f"{verdict} the {TARGET:.0%} target; round by round {', '.join(f'{r:.3f}' for r in per_round)} "
         f"(median {statistics.median(per_round):.3f}).\n"
         f"Medians of {args.rounds} round(s), {total:,} messages of {args.size} bytes; MB/s of bodies.\n"
-        "CPU µs/msg: CPU time of this script's process tree (Spark's JVM and Python workers, and the "
-        "standalone server unless --namesrv) per message; of ceiling (CPU) compares those. Other load: "
-        "cores kept busy by other processes meanwhile (figures are only comparable when it is ~0)."
+        "CPU µs/msg: CPU time of this script's process tree (Spark's JVMs and Python workers, the "
+        "Spark cluster started here, and the standalone server unless --namesrv) per message; of "
+        "ceiling (CPU) compares those. Other load: cores kept busy by other processes meanwhile "
+        "(figures are only comparable when it is ~0)."
     )
     print(f"python {sys.version.split()[0]}, pyarrow {pa.__version__}, {CORES} cores")
 
