@@ -1,11 +1,14 @@
 """Read throughput of the PySpark data source (`cometmq.spark`) beside a Python source's ceiling.
 
     .venv/bin/python bench/spark.py [--messages 1000000] [--queues 4] [--rounds 3] [--namesrv HOST:PORT]
+        [--master local[2]] [--master cluster] [--master spark://HOST:PORT] [--min-partitions N]
 
 Starts a `cometmq standalone` server in a temp dir (or uses --namesrv), creates a topic of QUEUES
 queues and loads MESSAGES messages of 1 KiB into it with `Producer.send_batch` (tags, keys and
-UNIQ_KEY set as a normal producer sets them). Then, in one SparkSession (local[2]), it times jobs
-that read everything into Spark's `noop` sink:
+UNIQ_KEY set as a normal producer sets them). Then, for each master (by default `local[2]`, then
+`cluster`: a Spark standalone cluster of one worker with 2 cores started here with `spark-class`, as
+the tests start it; or a `spark://` URL of a running one), in one SparkSession on that master, it
+times jobs that read everything into Spark's `noop` sink:
 
 - `cometmq`, batch: `spark.read.format("cometmq")...load().write.format("noop").save()`;
 - `cometmq`, streaming: `readStream` from `earliest`, `trigger(availableNow=True)`, `noop` sink;
@@ -18,13 +21,16 @@ that read everything into Spark's `noop` sink:
   So the ceiling counts building those lists (timed: it runs in the job) and converting Python objects
   to Arrow, plus everything Spark does with the batches; it has no network, broker or decoding;
 - `synthetic-prebuilt`: the same source re-yielding one batch built once: no per-row Python work at
-  all (Spark's own cost of taking Arrow batches from a Python worker, and the noop sink).
+  all (Spark's own cost of taking Arrow batches from a Python worker, and the noop sink);
+- with `--min-partitions N`, `cometmq-minPartitions`: the batch read with the connector's
+  `minPartitions` option (a queue's range split over several partitions).
 
 A warm-up runs each job once (and checks schemas and row counts), then ROUNDS rounds run the jobs
-in turn; medians are reported, with the connector's ratio to the ceiling (the goal:
->= 0.70). Besides wall time, each run's CPU time is read from /proc: that of this script's process
-tree (Spark's JVM, its Python workers, and the standalone server) per message, the server's share,
-and the load other processes put on the machine meanwhile. The ratio of CPU per message is the
+in turn; medians are reported per master, with the connector's ratio to the ceiling on the same
+master (the goal: >= 0.70). Besides wall time, each run's CPU time is read from /proc: that of this
+script's process tree (Spark's JVMs, its Python workers, the standalone server and the Spark cluster
+started here) per message, the server's share, and the load other processes put on the machine
+meanwhile. The ratio of CPU per message is the
 steadier figure on a shared machine; wall-clock figures only compare when "other load" is ~0.
 `--messages 20000 --rounds 1` is a quick smoke run.
 """
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import statistics
@@ -50,6 +57,9 @@ from pyspark.sql.types import StructType
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "spark"))
+
+from spark_cluster import SparkCluster  # noqa: E402
 
 from cometmq.client import AdminClient, Message, MessageQueue, Producer  # noqa: E402
 from cometmq.console import format_table  # noqa: E402
@@ -57,7 +67,7 @@ from cometmq.spark import ARROW_SCHEMA, SCHEMA_DDL  # noqa: E402
 from cometmq.spark._cluster import Cluster  # noqa: E402
 from cometmq.spark._read import QueueRange, read_range  # noqa: E402
 from cometmq.spark._schema import PROPERTIES_TYPE  # noqa: E402
-from cometmq.spark.pipeline import local_session  # noqa: E402
+from cometmq.spark.pipeline import spark_session  # noqa: E402
 from processes import ServerProcess, cpu_seconds, start_standalone  # noqa: E402
 
 TARGET = 0.70
@@ -268,12 +278,29 @@ class Job:
     results: list[Run]
 
 
-def make_session(tmp: Path) -> Any:
+def make_session(tmp: Path, master: str) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    spark = local_session(tmp, "cometmq-bench")  # the tests' light settings, cometmq registered
+    # the tests' light settings, cometmq registered
+    spark = spark_session(tmp, "cometmq-bench", master=master)
     spark.dataSource.register(SyntheticDataSource)
     return spark
+
+
+@contextlib.contextmanager
+def master_url(master: str, tmp: Path) -> Iterator[str]:
+    """``master`` as a SparkSession takes it: ``cluster`` starts a standalone cluster for the while."""
+    if master != "cluster":
+        yield master
+        return
+    started = time.perf_counter()
+    cluster = SparkCluster(tmp / "spark-cluster")
+    try:
+        cluster.start()
+        print(f"Spark standalone cluster at {cluster.master_url} in {time.perf_counter() - started:.1f} s")
+        yield cluster.master_url
+    finally:
+        cluster.stop()
 
 
 def define_jobs(
@@ -283,15 +310,17 @@ def define_jobs(
     queues: list[tuple[MessageQueue, int, int]],
     batch_rows: int,
     stream: bool,
+    min_partitions: int | None,
 ) -> list[Job]:
     topic = queues[0][0].topic
 
-    def connector_batch() -> int:
-        reader = spark.read.format("cometmq").option("namesrv", namesrv).option("topic", topic)
-        reader.load().write.format("noop").mode("overwrite").save()
-        return -1
+    def connector_batch(**options: str) -> Callable[[], int]:
+        def run() -> int:
+            reader = spark.read.format("cometmq").option("namesrv", namesrv).option("topic", topic)
+            reader.options(**options).load().write.format("noop").mode("overwrite").save()
+            return -1
 
-    checkpoints = iter(range(1_000_000))
+        return run
 
     def connector_stream() -> int:
         query = (
@@ -302,7 +331,7 @@ def define_jobs(
             .load()
             .writeStream.format("noop")
             .trigger(availableNow=True)
-            .option("checkpointLocation", str(tmp / f"checkpoint-{next(checkpoints)}"))
+            .option("checkpointLocation", tempfile.mkdtemp(prefix="checkpoint-", dir=tmp))
             .start()
         )
         query.awaitTermination()
@@ -319,12 +348,15 @@ def define_jobs(
         return run
 
     jobs = [
-        Job("cometmq", "spark.read, noop sink", connector_batch, []),
+        Job("cometmq", "spark.read, noop sink", connector_batch(), []),
         Job("synthetic", "Python lists → Arrow (the ceiling)", synthetic(False), []),
         Job("synthetic-prebuilt", "one prebuilt batch re-yielded", synthetic(True), []),
     ]
     if stream:
         jobs.append(Job("cometmq-stream", "readStream, availableNow, noop", connector_stream, []))
+    if min_partitions is not None:
+        split = connector_batch(minPartitions=str(min_partitions))
+        jobs.append(Job("cometmq-minPartitions", f"spark.read, minPartitions {min_partitions}", split, []))
     return jobs
 
 
@@ -388,7 +420,22 @@ def main() -> None:
     )
     parser.add_argument("--no-stream", action="store_true", help="skip the streaming job")
     parser.add_argument("--dir", type=Path, default=None, help="where the temp dir goes")
+    parser.add_argument(
+        "--master",
+        action="append",
+        dest="masters",
+        metavar="MASTER",
+        help="local[N], cluster (a standalone cluster started here) or spark://HOST:PORT; "
+        "repeat for several (default: local[2], then cluster)",
+    )
+    parser.add_argument(
+        "--min-partitions",
+        type=int,
+        metavar="N",
+        help="also time the batch read with the connector's minPartitions option set to N",
+    )
     args = parser.parse_args()
+    args.masters = args.masters or ["local[2]", "cluster"]
 
     with tempfile.TemporaryDirectory(prefix="cometmq-spark-bench-", dir=args.dir) as name:
         tmp = Path(name)
@@ -426,27 +473,32 @@ def bench(args: argparse.Namespace, tmp: Path, namesrv: str, broker_pid: int | N
         flush=True,
     )
 
-    started = time.perf_counter()
-    spark = make_session(tmp)
-    print(f"SparkSession local[2] started in {time.perf_counter() - started:.1f} s", flush=True)
-    try:
-        jobs = define_jobs(spark, tmp, namesrv, layout, batch_rows, not args.no_stream)
-        warm_up(spark, jobs, namesrv, layout, batch_rows)
-        for round_no in range(1, args.rounds + 1):
-            for job in jobs:
-                result = timed(job, broker_pid)
-                job.results.append(result)
-                print(
-                    f"  round {round_no} {job.name:<18} {result.seconds:6.2f} s  "
-                    f"{total / result.seconds:>9,.0f} msg/s  "
-                    f"CPU {result.own_cpu_s / total * 1e6:5.1f} µs/msg "
-                    f"(server {result.broker_cpu_s / total * 1e6:3.1f})  "
-                    f"other load {result.others_load:.1f} cores",
-                    flush=True,
+    for master in args.masters:
+        with master_url(master, tmp) as url:
+            started = time.perf_counter()
+            spark = make_session(tmp, url)
+            seconds = time.perf_counter() - started
+            print(f"SparkSession on {spark.sparkContext.master} started in {seconds:.1f} s", flush=True)
+            try:
+                jobs = define_jobs(
+                    spark, tmp, namesrv, layout, batch_rows, not args.no_stream, args.min_partitions
                 )
-    finally:
-        spark.stop()
-    report(jobs, total, body_bytes, args)
+                warm_up(spark, jobs, namesrv, layout, batch_rows)
+                for round_no in range(1, args.rounds + 1):
+                    for job in jobs:
+                        result = timed(job, broker_pid)
+                        job.results.append(result)
+                        print(
+                            f"  round {round_no} {job.name:<21} {result.seconds:6.2f} s  "
+                            f"{total / result.seconds:>9,.0f} msg/s  "
+                            f"CPU {result.own_cpu_s / total * 1e6:5.1f} µs/msg "
+                            f"(server {result.broker_cpu_s / total * 1e6:3.1f})  "
+                            f"other load {result.others_load:.1f} cores",
+                            flush=True,
+                        )
+            finally:
+                spark.stop()
+        report(jobs, total, body_bytes, args, master)
 
 
 def median_rate(job: Job, total: int) -> float:
@@ -457,7 +509,7 @@ def median_cpu_us(job: Job, total: int) -> float:
     return statistics.median(r.own_cpu_s for r in job.results) / total * 1e6
 
 
-def report(jobs: list[Job], total: int, body_bytes: float, args: argparse.Namespace) -> None:
+def report(jobs: list[Job], total: int, body_bytes: float, args: argparse.Namespace, master: str) -> None:
     by_name = {job.name: job for job in jobs}
     ceiling = median_rate(by_name["synthetic"], total)
     ceiling_cpu = median_cpu_us(by_name["synthetic"], total)
@@ -479,7 +531,7 @@ def report(jobs: list[Job], total: int, body_bytes: float, args: argparse.Namesp
                 ", ".join(f"{total / r.seconds:,.0f}" for r in job.results),
             ]
         )
-    print()
+    print(f"\nSpark master {master}:")
     print(
         format_table(
             [
@@ -497,13 +549,14 @@ def report(jobs: list[Job], total: int, body_bytes: float, args: argparse.Namesp
         for run, ceiling_run in zip(by_name["cometmq"].results, by_name["synthetic"].results, strict=True)
     ]
     print(
-        f"\ncometmq batch read / synthetic ceiling: {ratio:.3f} (of the medians), which {verdict} the "
-        f"{TARGET:.0%} target; round by round {', '.join(f'{r:.3f}' for r in per_round)} "
+        f"\n{master}: cometmq batch read / synthetic ceiling: {ratio:.3f} (of the medians), which "
+        f"{verdict} the {TARGET:.0%} target; round by round {', '.join(f'{r:.3f}' for r in per_round)} "
         f"(median {statistics.median(per_round):.3f}).\n"
         f"Medians of {args.rounds} round(s), {total:,} messages of {args.size} bytes; MB/s of bodies.\n"
-        "CPU µs/msg: CPU time of this script's process tree (Spark's JVM and Python workers, and the "
-        "standalone server unless --namesrv) per message; of ceiling (CPU) compares those. Other load: "
-        "cores kept busy by other processes meanwhile (figures are only comparable when it is ~0)."
+        "CPU µs/msg: CPU time of this script's process tree (Spark's JVMs and Python workers, the "
+        "Spark cluster started here, and the standalone server unless --namesrv) per message; of "
+        "ceiling (CPU) compares those. Other load: cores kept busy by other processes meanwhile "
+        "(figures are only comparable when it is ~0)."
     )
     print(f"python {sys.version.split()[0]}, pyarrow {pa.__version__}, {CORES} cores")
 

@@ -23,13 +23,13 @@ def spark_env() -> dict[str, str]:
     }
 
 
-def make_session(tmp: Path) -> Any:
-    """The pipeline's local[2] SparkSession (light settings, quiet logs, CometMQ's source registered),
-    its workers running this interpreter."""
+def make_session(tmp: Path, master: str = "local[2]") -> Any:
+    """The pipeline's SparkSession (light settings, quiet logs, CometMQ's source registered), local[2]
+    or on the cluster at ``master``, its Python workers running this interpreter."""
     os.environ.update(spark_env())
-    from cometmq.spark.pipeline import local_session
+    from cometmq.spark.pipeline import spark_session
 
-    return local_session(tmp, "cometmq-tests")
+    return spark_session(tmp, "cometmq-tests", master=master)
 
 
 def run(coro: Any) -> Any:

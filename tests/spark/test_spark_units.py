@@ -916,7 +916,7 @@ def test_messages_group_rows_by_topic_with_deterministic_uniq_keys() -> None:
         }
     )
     target = WriteTarget("job", 3, 1)
-    grouped = dict(_messages(batch, WriteOptions.parse({"topic": "fallback"}), target, 10))
+    grouped = {t: m for t, m, _ in _messages(batch, WriteOptions.parse({"topic": "fallback"}), target, 10)}
     assert sorted(grouped) == ["fallback", "x"]
     x, fallback = grouped["x"], grouped["fallback"]
     assert [(m.body, m.tags, m.keys) for m in x] == [(b"a", None, ["k1", "k2"]), (b"c", None, None)]
@@ -933,10 +933,10 @@ def test_messages_refuse_a_null_body_or_a_row_without_a_topic() -> None:
     target = WriteTarget("job", 0, 0)
     null_body = pa.RecordBatch.from_pydict({"body": pa.array([b"a", None], pa.binary())})
     with pytest.raises(OptionError, match="row 6: body is null"):
-        dict(_messages(null_body, WriteOptions.parse({"topic": "t"}), target, 5))
+        list(_messages(null_body, WriteOptions.parse({"topic": "t"}), target, 5))
     no_topic = pa.RecordBatch.from_pydict({"body": pa.array([b"a"]), "topic": pa.array([None], pa.string())})
     with pytest.raises(OptionError, match="row 0: topic is null"):
-        dict(_messages(no_topic, WriteOptions.parse({}), target, 0))
+        list(_messages(no_topic, WriteOptions.parse({}), target, 0))
 
 
 def test_a_row_goes_to_the_queue_its_id_picks_on_every_attempt_and_rows_spread_over_the_queues() -> None:

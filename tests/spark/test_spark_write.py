@@ -6,11 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_support import consume_all, create_topic, send
+from spark_support import BROKER, consume_all, create_topic, send
 
+from cometmq.client import MessageQueue, ReceivedMessage, select_by_hash
 from cometmq.spark import message_id
 from cometmq.spark._write import WriteTarget
 from processes import StandaloneServer
+from waiting import wait_until_blocking
 
 
 def test_batch_write_round_trip_keeps_bodies_tags_keys_and_properties(
@@ -100,3 +102,42 @@ def test_a_dataframe_the_sink_cannot_write_is_refused_with_a_clear_error(
         reserved.write.format("cometmq").mode("append").option("namesrv", server.namesrv).option(
             "topic", "WriteBad"
         ).save()
+
+
+def test_rows_of_one_sharding_key_land_in_one_queue_in_their_order(
+    spark: Any, server: StandaloneServer
+) -> None:
+    create_topic(server.namesrv, "WriteKeyed", 4)
+    rows = [
+        (f"{customer}:{n}", customer) for n in range(200) for customer in ("ann", "bob", "cy", "dee", "eve")
+    ]
+    df = spark.createDataFrame(rows, "body string, sharding_key string").coalesce(1)
+    df.write.format("cometmq").mode("append").option("namesrv", server.namesrv).option(
+        "topic", "WriteKeyed"
+    ).save()
+    received = sorted(consume_all(server.namesrv, "WriteKeyed"), key=lambda m: (m.queue_id, m.queue_offset))
+    assert len(received) == len(rows)
+    routed = [MessageQueue("WriteKeyed", BROKER, q) for q in range(4)]
+    for customer in ("ann", "bob", "cy", "dee", "eve"):
+        own = [m for m in received if m.body.startswith(customer.encode() + b":")]
+        assert {m.queue_id for m in own} == {select_by_hash(routed, customer).queue_id}
+        assert [int(m.body.split(b":")[1]) for m in own] == list(range(200))
+
+
+def test_a_row_with_a_delay_level_arrives_after_its_delay(spark: Any, server: StandaloneServer) -> None:
+    create_topic(server.namesrv, "WriteDelayed", 1)
+    df = spark.createDataFrame([(b"now", None), (b"later", 1)], "body binary, delay_level int")
+    df.write.format("cometmq").mode("append").option("namesrv", server.namesrv).option(
+        "topic", "WriteDelayed"
+    ).save()
+
+    def both_rows() -> list[ReceivedMessage] | None:
+        received = consume_all(server.namesrv, "WriteDelayed")
+        return received if len(received) == 2 else None
+
+    received = wait_until_blocking(both_rows, message="both rows in the topic")
+    # The delayed row went through the broker's schedule topic, which leaves REAL_TOPIC on it.
+    assert {m.body: m.properties.get("REAL_TOPIC") for m in received} == {
+        b"now": None,
+        b"later": "WriteDelayed",
+    }

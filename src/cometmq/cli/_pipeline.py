@@ -10,6 +10,8 @@ from cometmq.cli._admin import add_namesrv_option, whole_number
 from cometmq.cli._connect import add_connect_options, security
 from cometmq.errors import CometMQError
 
+# pipeline.LOCAL_MASTER, not imported from there: that module needs PySpark, which may be missing.
+LOCAL_MASTER = "local[2]"
 INSTALL_HINT = "the pipeline needs PySpark and PyArrow: pip install 'cometmq[spark]'"
 
 
@@ -25,11 +27,12 @@ def add_pipeline_commands(commands: argparse._SubParsersAction[argparse.Argument
         help="send orders, aggregate them in Spark, print and check the results",
         description=(
             "Send a deterministic stream of order events (JSON, with an event time) to topic 'orders'; "
-            "a local Spark Structured Streaming job sums the revenue per category in one-minute "
+            "a Spark Structured Streaming job sums the revenue per category in one-minute "
             "event-time windows (30 s watermark) and writes each closed window to topic "
             "'orders-by-category' and to Parquet; a consumer prints the results as they arrive. "
             "At the end both outputs are compared with the totals computed in Python. Needs "
-            "PySpark (pip install 'cometmq[spark]') and Java 17+."
+            "PySpark (pip install 'cometmq[spark]') and Java 17+. Spark runs locally unless --master "
+            "names a cluster, whose executors need cometmq installed and the work directory shared."
         ),
     )
     add_namesrv_option(demo)
@@ -41,6 +44,12 @@ def add_pipeline_commands(commands: argparse._SubParsersAction[argparse.Argument
         "--rate", type=float, default=300.0, metavar="N", help="events per second, 0 for no pause (300)"
     )
     demo.add_argument("--seed", type=int, default=7, help="seed of the event generator (7)")
+    demo.add_argument(
+        "--master",
+        default=LOCAL_MASTER,
+        metavar="URL",
+        help=f"Spark's master: {LOCAL_MASTER} (the default) or a cluster's, such as spark://HOST:7077",
+    )
     demo.add_argument(
         "--workdir",
         metavar="DIR",
@@ -67,6 +76,7 @@ def _demo(args: argparse.Namespace) -> int:
             rate=args.rate,
             seed=args.seed,
             connect=security(args).connector_options(),
+            master=args.master,
         )
     except PySparkException as exc:
         text = str(exc).strip()

@@ -28,6 +28,10 @@ __all__ = [
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's maxTriggerDelay default, 15m
+# The sink's defaults are RocketMQ's producer's: sendMsgTimeout 3 s, retryTimesWhenSendFailed 2.
+DEFAULT_SEND_TIMEOUT_MS = 3000
+DEFAULT_SEND_RETRIES = 2
+DEFAULT_RETRY_BACKOFF_MS = 1000
 
 
 CONNECT_OPTION_NAMES = ("accessKey", "secretKey", "tls", "tlsCaFile", "tlsCertFile", "tlsKeyFile")
@@ -208,19 +212,32 @@ def unknown_read_options(options: Mapping[str, str]) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
+    """The sink's options. ``sendTimeout`` bounds one attempt to send a batch of rows to its queue;
+    ``retries`` is how many more attempts a failure that may pass (no answer, a broker not serving)
+    gets on that queue, ``retryBackoff`` apart."""
+
     namesrv: str
     topic: str | None  # for rows without a topic column (or with a null topic)
     producer_group: str
     connect: ConnectOptions
+    send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS
+    retries: int = DEFAULT_SEND_RETRIES
+    retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         opts = {k.lower(): v for k, v in options.items()}
+        send_timeout_ms = _duration(opts, "sendTimeout", DEFAULT_SEND_TIMEOUT_MS)
+        if send_timeout_ms <= 0:
+            raise OptionError(f"sendTimeout must be positive, not {opts['sendtimeout']!r}")
         return cls(
             namesrv=opts.get("namesrv", DEFAULT_NAMESRV).strip() or DEFAULT_NAMESRV,
             topic=opts.get("topic", "").strip() or None,
             producer_group=opts.get("producergroup", "").strip() or "cometmq-spark-writer",
             connect=ConnectOptions.parse(opts),
+            send_timeout_ms=send_timeout_ms,
+            retries=_whole(opts, "retries", DEFAULT_SEND_RETRIES),
+            retry_backoff_ms=_duration(opts, "retryBackoff", DEFAULT_RETRY_BACKOFF_MS),
         )
 
 
@@ -275,6 +292,14 @@ def _whole(opts: Mapping[str, str], name: str, default: int | None) -> int | Non
     if number < 0:
         raise OptionError(f"{name} must be 0 or more, not {number}")
     return number
+
+
+def _duration(opts: Mapping[str, str], name: str, default_ms: int) -> int:
+    """Option ``name`` (in its documented case) as milliseconds, ``default_ms`` when not given."""
+    value = opts.get(name.lower())
+    if value is None or not value.strip():
+        return default_ms
+    return parse_duration_ms(value, name)
 
 
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:

@@ -63,10 +63,10 @@ __all__ = [
     "expected_aggregates",
     "flush_event",
     "generate_events",
-    "local_session",
     "parse_result",
     "read_parquet_results",
     "run_demo",
+    "spark_session",
     "to_aggregates",
 ]
 
@@ -333,9 +333,16 @@ def parse_result(body: bytes) -> tuple[Key, WindowTotal]:
     return key, WindowTotal(Decimal(data["revenue"]), int(data["orders"]))
 
 
-def local_session(workdir: str | os.PathLike[str], app_name: str = "cometmq-pipeline") -> SparkSession:
-    """A small local SparkSession (2 cores, 1 GiB driver, quiet logs), files under ``workdir``,
-    with the ``cometmq`` format registered."""
+LOCAL_MASTER = "local[2]"
+
+
+def spark_session(
+    workdir: str | os.PathLike[str], app_name: str = "cometmq-pipeline", *, master: str = LOCAL_MASTER
+) -> SparkSession:
+    """A small SparkSession (2 cores, 1 GiB driver, quiet logs), files under ``workdir``, with the
+    ``cometmq`` format registered. ``master``: ``local[2]`` by default, or a cluster's master URL
+    (``spark://host:7077``), whose executors get 512 MiB and at most 2 cores; their Python workers
+    run ``PYSPARK_PYTHON`` (default: this interpreter), which must import cometmq where they run."""
     from pyspark.sql import SparkSession
 
     import cometmq.spark
@@ -348,9 +355,11 @@ def local_session(workdir: str | os.PathLike[str], app_name: str = "cometmq-pipe
     base.mkdir(parents=True, exist_ok=True)
     log_conf = base / "log4j2.properties"
     log_conf.write_text(_LOG4J2)
+    builder = SparkSession.builder.master(master)
+    if not master.startswith("local"):
+        builder = builder.config("spark.executor.memory", "512m").config("spark.cores.max", "2")
     spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(app_name)
+        builder.appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -367,7 +376,7 @@ def local_session(workdir: str | os.PathLike[str], app_name: str = "cometmq-pipe
 
 
 _LOG4J2 = """\
-# Written by cometmq.spark.pipeline.local_session: Spark's errors only, on stderr.
+# Written by cometmq.spark.pipeline.spark_session: Spark's errors only, on stderr.
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
 # PySpark's gateway counts as a shell: unless its logger has a level of its own, Spark sets WARN
@@ -493,6 +502,7 @@ def run_demo(
     result_timeout: float = 60.0,
     max_offsets_per_trigger: int | None = None,
     connect: Mapping[str, str] | None = None,
+    master: str = LOCAL_MASTER,
 ) -> DemoResult:
     """Run the pipeline end to end against the cluster at ``namesrv``: start the query, send
     ``events`` orders (``rate`` per second; 0 = as fast as possible) and the flush event, print the
@@ -500,8 +510,8 @@ def run_demo(
     :func:`expected_aggregates` and print a table.
 
     ``workdir`` (default: a new temporary directory) receives ``parquet/`` and ``checkpoint/``,
-    both emptied first. ``spark``: a SparkSession to use (default: :func:`local_session`, stopped at the
-    end). Topics are created when missing; every run reads only what it sent itself.
+    both emptied first. ``spark``: a SparkSession to use (default: :func:`spark_session` on ``master``,
+    stopped at the end). Topics are created when missing; every run reads only what it sent itself.
     ``max_offsets_per_trigger`` splits the orders over more micro-batches (the test uses it so
     that the watermark moves between batches). ``connect``: the connector's access control and TLS
     options (accessKey, secretKey, tls, tlsCaFile, …), used by this function's own clients too.
@@ -545,9 +555,11 @@ def run_demo(
         printer = _ResultPrinter(consumer, console)
         printer.start()
 
-        console.line(f"Starting Spark (local[2]); work directory {base}")
         if spark is None:
-            spark = local_session(base)
+            console.line(f"Starting Spark ({master}); work directory {base}")
+            spark = spark_session(base, master=master)
+        else:
+            console.line(f"Using Spark ({spark.sparkContext.master}); work directory {base}")
         query = (
             build_query(
                 spark,
