@@ -108,7 +108,7 @@ def test_write_options_default_to_rocketmqs_producer_and_read_durations() -> Non
     [
         ({"sendTimeout": "0"}, "sendTimeout must be positive"),
         ({"sendTimeout": "soon"}, "sendTimeout must be a duration"),
-        ({"retries": "-1"}, "retries must not be negative"),
+        ({"retries": "-1"}, "retries must be 0 or more"),
         ({"retries": "two"}, "retries must be a whole number"),
         ({"retryBackoff": "1 fortnight"}, "retryBackoff must be a duration"),
     ],
