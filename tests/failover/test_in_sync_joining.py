@@ -18,9 +18,8 @@ from etcd_server import EtcdServer
 from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replication"))
+from _nodes import LEASE_TTL_S
 from _stores import following, put, replication_config, serving, stores
-
-LEASE_TTL_S = 3
 
 
 class MasterNode:
