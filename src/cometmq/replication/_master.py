@@ -204,8 +204,8 @@ class HAServer:
         self._check_candidates()
 
     def in_sync_candidates(self) -> frozenset[int]:
-        """The brokerIds of the slaves connected with a hello whose acknowledgement reached this
-        master's end within the last haMaxTimeSlaveNotCatchup ms, and, if they are not members of the
+        """The brokerIds of the slaves connected with a hello whose acknowledgement reached an end this
+        master had within the last haMaxTimeSlaveNotCatchup ms, and, if they are not members of the
         in-sync set, reached their barrier. Asking again settles the candidates offered last time: one
         that dropped out since is no longer waited for."""
         now = time.monotonic()
@@ -589,7 +589,7 @@ class SlaveLink:
             self.caught_up_at = at
 
     def caught_up(self, now: float) -> bool:
-        """Whether the slave caught up with this master's end within haMaxTimeSlaveNotCatchup."""
+        """Whether the slave acknowledged an end this master had within haMaxTimeSlaveNotCatchup."""
         at = self.caught_up_at
         return at is not None and now - at <= self._config.max_time_slave_not_catchup_ms / 1000
 
