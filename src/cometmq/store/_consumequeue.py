@@ -6,6 +6,7 @@ import bisect
 import logging
 import os
 import shutil
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -24,6 +25,7 @@ SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 # a queue takes 64 KiB of disk when it gets its first unit rather than its whole file (6 MB by
 # default, for every queue of every topic), and appends pay for one posix_fallocate per 3276 units.
 RESERVE_STEP: Final = 64 << 10
+_SIZE_FIELD: Final = struct.Struct(">i")  # a unit's size, 8 bytes into it
 
 
 def encode_topic(name: str) -> bytes | None:
@@ -48,8 +50,11 @@ class ConsumeQueue:
     __slots__ = (
         "_cur_idx",
         "_first",
+        "_head_offset",
         "_limit",
         "_mm",
+        "_tail_end",
+        "_unmapped",
         "capacity",
         "damaged",
         "dir",
@@ -83,74 +88,115 @@ class ConsumeQueue:
         self._mm: MappedFile | None = None
         self._first = 0
         self._limit = 0
+        # Files ``load`` found and left unmapped, as (start, path); empty once mapped.
+        self._unmapped: list[tuple[int, Path]] = []
+        # While unmapped: the commit-log offset of the unit at ``min_offset`` and where the record of
+        # the last unit ends (both 0 for an empty queue).
+        self._head_offset = 0
+        self._tail_end = 0
 
     # -- loading -------------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Map the queue's files and find its end: one past the last unit with a non-zero size.
+        """Find the queue's files and its end: one past the last written unit (a unit's size is never
+        0, the rest of a file is zeros), found by binary search over each file's units.
 
-        Units are written in order into zero-filled files, so the end is where the non-zero bytes
-        end; holes (possible only after a power loss) are repaired by recovery.
+        Units are written in order into zero-filled files, so the written units form a prefix of
+        the last file. Only a power loss can leave holes in it; recovery then re-dispatches every
+        record from the checkpoint's ``dispatch_safe`` on, and a unit not on disk belongs to such a
+        record (units below it were synced first), so a search that stops at a hole only has
+        recovery rewrite more units.
+
+        The files are not mapped: a broker with tens of thousands of queues would run out of
+        descriptors and mappings (``vm.max_map_count``), and most queues are idle. The first use
+        maps them (``_map``); until then what recovery and retention ask of an idle queue is
+        answered from its first and last units, read here.
         """
-        found: list[tuple[int, Path]] = []
-        for path in self.dir.iterdir():
-            start = parse_file_name(path.name)
-            if start is None or start % CQ_UNIT_SIZE or not path.is_file():
-                log.warning("ignoring unexpected file %s in a consume-queue directory", path)
-                continue
-            size = path.stat().st_size
-            if size < CQ_UNIT_SIZE or size % CQ_UNIT_SIZE:
-                log.warning("removing consume-queue file %s of impossible size %d", path, size)
-                path.unlink()
-                self.damaged = True
-                continue
-            found.append((start, path))
+        found: list[tuple[int, Path, int]] = []
+        with os.scandir(self.dir) as entries:
+            for entry in entries:
+                path = Path(entry.path)
+                start = parse_file_name(entry.name)
+                if start is None or start % CQ_UNIT_SIZE or not entry.is_file():
+                    log.warning("ignoring unexpected file %s in a consume-queue directory", path)
+                    continue
+                size = entry.stat().st_size
+                if size < CQ_UNIT_SIZE or size % CQ_UNIT_SIZE:
+                    log.warning("removing consume-queue file %s of impossible size %d", path, size)
+                    path.unlink()
+                    self.damaged = True
+                    continue
+                found.append((start, path, size))
         found.sort()
-        for i, (start, path) in enumerate(found):
-            if self.files and self.files[-1].end != start:
+        for i in range(1, len(found)):
+            if found[i - 1][0] + found[i - 1][2] != found[i][0]:
                 # Units are rebuilt from the commit log by recovery; drop what follows the hole.
                 log.error(
-                    "consume queue %s has a hole before %s; dropping the files from there", self.dir, path
+                    "consume queue %s has a hole before %s; dropping the files from there",
+                    self.dir,
+                    found[i][1],
                 )
-                for _, lost in found[i:]:
+                for _, lost, _ in found[i:]:
                     lost.unlink()
+                del found[i:]
                 self.damaged = True
                 break
-            self.files.append(MappedFile.open(path, start, RESERVE_STEP))
-        self.starts = [f.start // CQ_UNIT_SIZE for f in self.files]
-        if not self.files:
+        if not found:
             return
         # Keep an existing queue's file size even if the config changed: equal-sized files keep
         # file boundaries predictable (``next_file_start``).
-        self.file_size = self.files[-1].size
+        self.file_size = found[-1][2]
         self.units_per_file = self.file_size // CQ_UNIT_SIZE
-        self.min_offset = self.starts[0]
-        self.max_offset = self.starts[0]
-        for mf in reversed(self.files):
-            # Read, not through the mapping: the file is sparse past what was reserved, and on tmpfs
-            # even reading a hole of a shared mapping needs a page, a SIGBUS on a full disk.
-            used = len(os.pread(mf.fd, mf.size, 0).rstrip(b"\0"))
+        # A queue that began mid-file (``reset``: a slave's queue starts at its first record's
+        # offset) has zero units before its first one, which are not holes.
+        first_start, first_path, first_size = found[0]
+        lead = _leading_zero_units(first_path, first_size)
+        self.max_offset = first_start // CQ_UNIT_SIZE
+        for i in range(len(found) - 1, -1, -1):
+            start, path, size = found[i]
+            used = _written_units(path, size, lead if i == 0 else 0)
             if used:
-                self.max_offset = mf.start // CQ_UNIT_SIZE + (used - 1) // CQ_UNIT_SIZE + 1
+                self.max_offset = start // CQ_UNIT_SIZE + used
                 break
         # Files that start beyond the end hold nothing.
-        while len(self.files) > 1 and self.starts[-1] > self.max_offset:
-            self._drop_last_file()
-        self.min_offset = self._first_written_unit()
-        self._set_cursor(len(self.files) - 1)
-        self._set_capacity()
+        while len(found) > 1 and found[-1][0] // CQ_UNIT_SIZE > self.max_offset:
+            found.pop()[1].unlink()
+        self.starts = [start // CQ_UNIT_SIZE for start, _, _ in found]
+        self._unmapped = [(start, path) for start, path, _ in found]
+        self.min_offset = self.starts[0] + min(lead, self.max_offset - self.starts[0])
+        self._head_offset = self._tail_end = 0
+        if self.min_offset < self.max_offset:
+            self._head_offset = self._peek(self.min_offset)[0]
+            offset, size = self._peek(self.max_offset - 1)
+            self._tail_end = offset + size
         self.synced_offset = self.max_offset
 
-    def _first_written_unit(self) -> int:
-        """The first unit of the first file that is written. A queue that began mid-file (``reset``:
-        a slave's queue starts at its first record's offset) has zero units before it, which are
-        not holes."""
-        mf = self.files[0]
-        first = self.starts[0]
-        if any(os.pread(mf.fd, CQ_UNIT_SIZE, 0)):
-            return first  # the usual case: one unit read
-        data = os.pread(mf.fd, min(mf.size, (self.max_offset - first) * CQ_UNIT_SIZE), 0)
-        return first + (len(data) - len(data.lstrip(b"\0"))) // CQ_UNIT_SIZE
+    def _peek(self, index: int) -> tuple[int, int]:
+        """``(commit-log offset, size)`` of unit *index* of an unmapped queue, read from its file."""
+        i = bisect.bisect_right(self.starts, index) - 1
+        start, path = self._unmapped[i]
+        with open(path, "rb") as f:
+            f.seek(index * CQ_UNIT_SIZE - start)
+            offset, size, _ = CQ_UNIT.unpack(f.read(CQ_UNIT_SIZE))
+        return int(offset), int(size)
+
+    def _map(self) -> None:
+        """Map the files ``load`` found, on the queue's first use."""
+        found = self._unmapped
+        if not found:
+            return
+        files: list[MappedFile] = []
+        try:
+            for start, path in found:
+                files.append(MappedFile.open(path, start, RESERVE_STEP, random_access=True))
+        except BaseException:
+            for mf in files:
+                mf.close()
+            raise
+        self._unmapped = []
+        self.files = files
+        self._set_cursor(len(files) - 1)
+        self._set_capacity()
 
     def adjust_min(self, commitlog_min: int) -> None:
         """Move ``min_offset`` to the first unit that is written and still backed by the commit log.
@@ -158,6 +204,8 @@ class ConsumeQueue:
         Zero units can lead a file when the queue was restarted mid-file (``reset``); units below
         *commitlog_min* point at deleted segments. Both form a prefix, so bisect.
         """
+        if self._unmapped and (self.min_offset == self.max_offset or self._head_offset >= commitlog_min):
+            return
         lo, hi = self.min_offset, self.max_offset
         while lo < hi:
             mid = (lo + hi) // 2
@@ -173,6 +221,10 @@ class ConsumeQueue:
     def files_before(self, commitlog_min: int) -> int:
         """How many leading files hold only units pointing below *commitlog_min* (into deleted
         commit-log segments). Never the file being appended to, nor the last one."""
+        if self._unmapped:
+            if len(self._unmapped) == 1 or self._head_offset >= commitlog_min:
+                return 0
+            self._map()
         count = 0
         # Files before the append cursor are complete, so their last unit is their newest one.
         while count < min(self._cur_idx, len(self.files) - 1):
@@ -231,6 +283,7 @@ class ConsumeQueue:
         """Reserve the blocks the next *count* units need, creating files as they fill, so that
         ``append`` cannot fail on I/O after the commit-log record is written. ``OSError`` when the
         disk has no room."""
+        self._map()
         needed = self.max_offset + count
         while self.capacity < needed:
             last = self.files[-1] if self.files else None
@@ -255,7 +308,7 @@ class ConsumeQueue:
             start_unit = self.max_offset - self.max_offset % self.units_per_file
         self.dir.mkdir(parents=True, exist_ok=True)
         start = start_unit * CQ_UNIT_SIZE
-        mf = MappedFile.create(self.dir / file_name(start), start, self.file_size, RESERVE_STEP)
+        mf = MappedFile.create(self.dir / file_name(start), start, self.file_size, RESERVE_STEP, True)
         self.files.append(mf)
         self.starts.append(start_unit)
         self._set_capacity()
@@ -282,6 +335,7 @@ class ConsumeQueue:
         at once."""
         if new_max >= self.max_offset:
             return
+        self._map()
         idx = bisect.bisect_right(self.starts, new_max) - 1
         if idx < 0:
             self.reset(new_max, retire)
@@ -305,6 +359,8 @@ class ConsumeQueue:
         """Drop the trailing units that are holes or whose records reach past commit-log offset *end*
         (*retire* as for ``truncate``); return how many. Units point at increasing offsets, so those
         form a suffix: bisect for it."""
+        if self._unmapped and self._tail_end <= end:
+            return 0
         lo, hi = self.min_offset, self.max_offset
         while lo < hi:
             mid = (lo + hi) // 2
@@ -320,6 +376,7 @@ class ConsumeQueue:
 
     def reset(self, start: int, retire: Callable[[list[MappedFile]], None] | None = None) -> None:
         """Delete every file; the queue continues empty at unit *start* (*retire* as for ``truncate``)."""
+        self._map()
         while self.files:
             self._drop_last_file(retire)
         self.min_offset = self.max_offset = self.synced_offset = start
@@ -342,6 +399,8 @@ class ConsumeQueue:
     def _file_for(self, index: int) -> MappedFile | None:
         if self._first <= index < self._limit:
             return self._mm
+        if self._unmapped:
+            self._map()
         idx = bisect.bisect_right(self.starts, index) - 1
         if idx < 0:
             return None
@@ -398,6 +457,39 @@ class ConsumeQueue:
         self._set_cursor(-1)
 
 
+def _leading_zero_units(path: Path, size: int) -> int:
+    """How many units of zeros the file begins with (all of them if it holds none)."""
+    with open(path, "rb") as f:
+        if any(f.read(CQ_UNIT_SIZE)):
+            return 0  # the usual case: one unit read
+        f.seek(0)
+        data = f.read(size)
+    return (len(data) - len(data.lstrip(b"\0"))) // CQ_UNIT_SIZE
+
+
+def _written_units(path: Path, size: int, lead: int) -> int:
+    """One past the file's last unit: the written units follow *lead* units of zeros and none has
+    size 0, so bisect for the first unit of size 0 after them (one read of the size field per step,
+    not the whole file). 0 for a file holding none."""
+    units = size // CQ_UNIT_SIZE
+    if lead >= units:
+        return 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        lo, hi = lead, units
+        while lo < hi:
+            mid = (lo + hi) // 2
+            # Read, not through a mapping: the file is sparse past what was reserved, and on tmpfs
+            # even reading a hole of a shared mapping needs a page, a SIGBUS on a full disk.
+            if _SIZE_FIELD.unpack(os.pread(fd, 4, mid * CQ_UNIT_SIZE + 8))[0] != 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+    finally:
+        os.close(fd)
+
+
 class TopicQueues:
     """Per-topic state kept hot for the put path: the encoded name, as a record stores it, and the
     queues."""
@@ -425,17 +517,18 @@ class QueueTable:
 
     def load(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        for tdir in sorted(self.dir.iterdir()):
+        # scandir: its entries know whether they are directories without a stat each.
+        for tdir in sorted(os.scandir(self.dir), key=lambda e: e.name):
             encoded = encode_topic(tdir.name)
             if encoded is None or not tdir.is_dir():
-                log.warning("ignoring unexpected entry %s in the consume-queue directory", tdir)
+                log.warning("ignoring unexpected entry %s in the consume-queue directory", tdir.path)
                 continue
-            topic = TopicQueues(tdir.name, encoded, tdir)
-            for qdir in sorted(tdir.iterdir()):
+            topic = TopicQueues(tdir.name, encoded, Path(tdir.path))
+            for qdir in sorted(os.scandir(tdir.path), key=lambda e: e.name):
                 if not qdir.is_dir() or not qdir.name.isdigit() or not qdir.name.isascii():
-                    log.warning("ignoring unexpected entry %s in the consume-queue directory", qdir)
+                    log.warning("ignoring unexpected entry %s in the consume-queue directory", qdir.path)
                     continue
-                cq = ConsumeQueue(topic.name, int(qdir.name), qdir, self.file_size)
+                cq = ConsumeQueue(topic.name, int(qdir.name), Path(qdir.path), self.file_size)
                 cq.load()
                 topic.queues[cq.queue_id] = cq
             self.topics[topic.name] = topic
