@@ -25,7 +25,10 @@ SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 # a queue takes 64 KiB of disk when it gets its first unit rather than its whole file (6 MB by
 # default, for every queue of every topic), and appends pay for one posix_fallocate per 3276 units.
 RESERVE_STEP: Final = 64 << 10
+NEVER: Final = 1 << 62
 _SIZE_FIELD: Final = struct.Struct(">i")  # a unit's size, 8 bytes into it
+# Loading reads this much of a queue file first (a page: 204 units), and more only for longer queues.
+_FIRST_READ: Final = 4096 - 4096 % CQ_UNIT_SIZE
 
 
 def encode_topic(name: str) -> bytes | None:
@@ -69,10 +72,10 @@ class ConsumeQueue:
         "units_per_file",
     )
 
-    def __init__(self, topic: str, queue_id: int, directory: Path, file_size: int) -> None:
+    def __init__(self, topic: str, queue_id: int, directory: str, file_size: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self.dir = directory
+        self.dir = directory  # a str: a Path for each of 80 000 queues takes seconds at start
         self.file_size = file_size
         self.units_per_file = file_size // CQ_UNIT_SIZE
         self.files: list[MappedFile] = []
@@ -89,7 +92,7 @@ class ConsumeQueue:
         self._first = 0
         self._limit = 0
         # Files ``load`` found and left unmapped, as (start, path); empty once mapped.
-        self._unmapped: list[tuple[int, Path]] = []
+        self._unmapped: list[tuple[int, str]] = []
         # While unmapped: the commit-log offset of the unit at ``min_offset`` and where the record of
         # the last unit ends (both 0 for an empty queue).
         self._head_offset = 0
@@ -99,34 +102,36 @@ class ConsumeQueue:
 
     def load(self) -> None:
         """Find the queue's files and its end: one past the last written unit (a unit's size is never
-        0, the rest of a file is zeros), found by binary search over each file's units.
+        0, the rest of a file is zeros).
 
-        Units are written in order into zero-filled files, so the written units form a prefix of
-        the last file. Only a power loss can leave holes in it; recovery then re-dispatches every
-        record from the checkpoint's ``dispatch_safe`` on, and a unit not on disk belongs to such a
-        record (units below it were synced first), so a search that stops at a hole only has
-        recovery rewrite more units.
+        Units are written in order into zero-filled files, so the written units of the last file
+        form a run after its leading zero units (those occur only in the first file of a queue that
+        began mid-file: ``reset``, a slave's queue starts at its first record's offset). The run is
+        read in one piece when the file's data (up to where ``SEEK_HOLE`` finds a hole) fits in
+        64 KiB, and found by binary search over the units' size fields otherwise. Only a power loss
+        can leave holes in the run; recovery then re-dispatches every record from the checkpoint's
+        ``dispatch_safe`` on, and a unit not on disk belongs to such a record (units below it were
+        synced first), so a search that stops at a hole only has recovery rewrite more units.
 
         The files are not mapped: a broker with tens of thousands of queues would run out of
         descriptors and mappings (``vm.max_map_count``), and most queues are idle. The first use
         maps them (``_map``); until then what recovery and retention ask of an idle queue is
         answered from its first and last units, read here.
         """
-        found: list[tuple[int, Path, int]] = []
+        found: list[tuple[int, str, int]] = []
         with os.scandir(self.dir) as entries:
             for entry in entries:
-                path = Path(entry.path)
                 start = parse_file_name(entry.name)
                 if start is None or start % CQ_UNIT_SIZE or not entry.is_file():
-                    log.warning("ignoring unexpected file %s in a consume-queue directory", path)
+                    log.warning("ignoring unexpected file %s in a consume-queue directory", entry.path)
                     continue
                 size = entry.stat().st_size
                 if size < CQ_UNIT_SIZE or size % CQ_UNIT_SIZE:
-                    log.warning("removing consume-queue file %s of impossible size %d", path, size)
-                    path.unlink()
+                    log.warning("removing consume-queue file %s of impossible size %d", entry.path, size)
+                    os.unlink(entry.path)
                     self.damaged = True
                     continue
-                found.append((start, path, size))
+                found.append((start, entry.path, size))
         found.sort()
         for i in range(1, len(found)):
             if found[i - 1][0] + found[i - 1][2] != found[i][0]:
@@ -137,7 +142,7 @@ class ConsumeQueue:
                     found[i][1],
                 )
                 for _, lost, _ in found[i:]:
-                    lost.unlink()
+                    os.unlink(lost)
                 del found[i:]
                 self.damaged = True
                 break
@@ -147,38 +152,26 @@ class ConsumeQueue:
         # file boundaries predictable (``next_file_start``).
         self.file_size = found[-1][2]
         self.units_per_file = self.file_size // CQ_UNIT_SIZE
-        # A queue that began mid-file (``reset``: a slave's queue starts at its first record's
-        # offset) has zero units before its first one, which are not holes.
-        first_start, first_path, first_size = found[0]
-        lead = _leading_zero_units(first_path, first_size)
-        self.max_offset = first_start // CQ_UNIT_SIZE
+        first_unit = found[0][0] // CQ_UNIT_SIZE
+        self.min_offset = self.max_offset = first_unit
+        self._head_offset = self._tail_end = 0
         for i in range(len(found) - 1, -1, -1):
             start, path, size = found[i]
-            used = _written_units(path, size, lead if i == 0 else 0)
-            if used:
-                self.max_offset = start // CQ_UNIT_SIZE + used
+            lead, end, head, tail = _scan_file(path, size, first_file=i == 0)
+            if end > lead:
+                self.max_offset = start // CQ_UNIT_SIZE + end
+                self._tail_end = tail
+                if i > 0:  # files before the last are full; the first may lead with zeros
+                    lead, _, head, _ = _scan_file(found[0][1], found[0][2], first_file=True)
+                self.min_offset = first_unit + lead
+                self._head_offset = head
                 break
         # Files that start beyond the end hold nothing.
         while len(found) > 1 and found[-1][0] // CQ_UNIT_SIZE > self.max_offset:
-            found.pop()[1].unlink()
+            os.unlink(found.pop()[1])
         self.starts = [start // CQ_UNIT_SIZE for start, _, _ in found]
         self._unmapped = [(start, path) for start, path, _ in found]
-        self.min_offset = self.starts[0] + min(lead, self.max_offset - self.starts[0])
-        self._head_offset = self._tail_end = 0
-        if self.min_offset < self.max_offset:
-            self._head_offset = self._peek(self.min_offset)[0]
-            offset, size = self._peek(self.max_offset - 1)
-            self._tail_end = offset + size
         self.synced_offset = self.max_offset
-
-    def _peek(self, index: int) -> tuple[int, int]:
-        """``(commit-log offset, size)`` of unit *index* of an unmapped queue, read from its file."""
-        i = bisect.bisect_right(self.starts, index) - 1
-        start, path = self._unmapped[i]
-        with open(path, "rb") as f:
-            f.seek(index * CQ_UNIT_SIZE - start)
-            offset, size, _ = CQ_UNIT.unpack(f.read(CQ_UNIT_SIZE))
-        return int(offset), int(size)
 
     def _map(self) -> None:
         """Map the files ``load`` found, on the queue's first use."""
@@ -188,7 +181,7 @@ class ConsumeQueue:
         files: list[MappedFile] = []
         try:
             for start, path in found:
-                files.append(MappedFile.open(path, start, RESERVE_STEP, random_access=True))
+                files.append(MappedFile.open(Path(path), start, RESERVE_STEP, random_access=True))
         except BaseException:
             for mf in files:
                 mf.close()
@@ -306,9 +299,9 @@ class ConsumeQueue:
             start_unit = self.files[-1].end // CQ_UNIT_SIZE
         else:
             start_unit = self.max_offset - self.max_offset % self.units_per_file
-        self.dir.mkdir(parents=True, exist_ok=True)
+        os.makedirs(self.dir, exist_ok=True)
         start = start_unit * CQ_UNIT_SIZE
-        mf = MappedFile.create(self.dir / file_name(start), start, self.file_size, RESERVE_STEP, True)
+        mf = MappedFile.create(Path(self.dir, file_name(start)), start, self.file_size, RESERVE_STEP, True)
         self.files.append(mf)
         self.starts.append(start_unit)
         self._set_capacity()
@@ -457,81 +450,137 @@ class ConsumeQueue:
         self._set_cursor(-1)
 
 
-def _leading_zero_units(path: Path, size: int) -> int:
-    """How many units of zeros the file begins with (all of them if it holds none)."""
-    with open(path, "rb") as f:
-        if any(f.read(CQ_UNIT_SIZE)):
-            return 0  # the usual case: one unit read
-        f.seek(0)
-        data = f.read(size)
-    return (len(data) - len(data.lstrip(b"\0"))) // CQ_UNIT_SIZE
+def _scan_file(path: str, size: int, first_file: bool) -> tuple[int, int, int, int]:
+    """``(lead, end, head, tail)`` of a consume-queue file: how many zero units lead it (0 unless
+    *first_file*), one past its last written unit (``end <= lead``: none written), the commit-log
+    offset of its first written unit and where the record of its last one ends.
 
-
-def _written_units(path: Path, size: int, lead: int) -> int:
-    """One past the file's last unit: the written units follow *lead* units of zeros and none has
-    size 0, so bisect for the first unit of size 0 after them (one read of the size field per step,
-    not the whole file). 0 for a file holding none."""
-    units = size // CQ_UNIT_SIZE
-    if lead >= units:
-        return 0
+    One read of the file's first page answers for a queue holding fewer units than a page does;
+    a longer run is found by binary search over the units' size fields. Read, not through a mapping:
+    the file is sparse past what was reserved, and on tmpfs even reading a hole of a shared mapping
+    needs a page, a SIGBUS on a full disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        lo, hi = lead, units
-        while lo < hi:
-            mid = (lo + hi) // 2
-            # Read, not through a mapping: the file is sparse past what was reserved, and on tmpfs
-            # even reading a hole of a shared mapping needs a page, a SIGBUS on a full disk.
-            if _SIZE_FIELD.unpack(os.pread(fd, 4, mid * CQ_UNIT_SIZE + 8))[0] != 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        units = size // CQ_UNIT_SIZE
+        page = os.pread(fd, min(size, _FIRST_READ), 0)
+        lead = 0
+        if first_file and not any(page[:CQ_UNIT_SIZE]):  # a queue that began mid-file: rare
+            data = os.pread(fd, size, 0)
+            lead = (len(data) - len(data.lstrip(b"\0"))) // CQ_UNIT_SIZE
+            if lead == units:
+                return lead, lead, 0, 0
+        in_page = len(page) // CQ_UNIT_SIZE
+        if lead < in_page and _size_at(fd, page, in_page - 1) == 0:
+            end = _bisect_end(fd, page, lead, in_page)  # the run ends in the first page
+        else:
+            end = _bisect_end(fd, page, max(lead, in_page), units)
+        if end <= lead:
+            return lead, lead, 0, 0
+        head, _, _ = CQ_UNIT.unpack(_unit(fd, page, lead))
+        offset, record_size, _ = CQ_UNIT.unpack(_unit(fd, page, end - 1))
+        return lead, end, int(head), int(offset) + int(record_size)
     finally:
         os.close(fd)
 
 
+def _unit(fd: int, page: bytes, index: int) -> bytes:
+    """Unit *index* of the file: from *page* (its first bytes) when that holds it."""
+    at = index * CQ_UNIT_SIZE
+    if at + CQ_UNIT_SIZE <= len(page):
+        return page[at : at + CQ_UNIT_SIZE]
+    return os.pread(fd, CQ_UNIT_SIZE, at)
+
+
+def _size_at(fd: int, page: bytes, index: int) -> int:
+    at = index * CQ_UNIT_SIZE + 8  # the size field
+    if at + 4 <= len(page):
+        return int(_SIZE_FIELD.unpack_from(page, at)[0])
+    return int(_SIZE_FIELD.unpack(os.pread(fd, 4, at))[0])
+
+
+def _bisect_end(fd: int, page: bytes, lo: int, hi: int) -> int:
+    """The first unit of size 0 in ``[lo, hi)`` (*hi* if none), where the written units, none of
+    size 0, form a run from *lo* on."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _size_at(fd, page, mid) != 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 class TopicQueues:
     """Per-topic state kept hot for the put path: the encoded name, as a record stores it, and the
-    queues."""
+    queues loaded so far."""
 
-    __slots__ = ("dir", "encoded", "is_schedule", "name", "queues", "record_field")
+    __slots__ = ("_on_disk", "dir", "encoded", "is_schedule", "name", "queues", "record_field")
 
-    def __init__(self, name: str, encoded: bytes, directory: Path) -> None:
+    def __init__(self, name: str, encoded: bytes, directory: Path, on_disk: set[int] | None = None) -> None:
         self.name = name
         self.encoded = encoded
         self.record_field = topic_field(encoded)  # TOPICLENGTH + TOPIC
         self.dir = directory
         self.is_schedule = name == SCHEDULE_TOPIC
         self.queues: dict[int, ConsumeQueue] = {}
+        # Ids of queues with a directory that are not loaded yet; None until the directory is listed.
+        self._on_disk = on_disk
+
+    def on_disk(self) -> set[int]:
+        """Ids of the queues found on disk and not loaded yet (the topic's directory is listed on
+        the first call)."""
+        if self._on_disk is None:
+            found: set[int] = set()
+            try:
+                entries = list(os.scandir(self.dir))
+            except FileNotFoundError:
+                entries = []
+            for qdir in entries:
+                if not qdir.is_dir() or not qdir.name.isdigit() or not qdir.name.isascii():
+                    log.warning("ignoring unexpected entry %s in the consume-queue directory", qdir.path)
+                    continue
+                found.add(int(qdir.name))
+            self._on_disk = found - self.queues.keys()
+        return self._on_disk
+
+    def queue_ids(self) -> set[int]:
+        return self.queues.keys() | self.on_disk()
 
 
 class QueueTable:
-    """All consume queues under ``<root>/consumequeue``."""
+    """All consume queues under ``<root>/consumequeue``.
 
-    __slots__ = ("dir", "file_size", "topics")
+    Queues are loaded on first use (``queue``), not at start: a start then costs one directory
+    listing however many queues there are. A queue loaded late gets what start-up would have done
+    to it: the units of records at or past ``stale_from`` dropped (records recovery or a truncation
+    cut from the log: a queue not loaded got no unit since), its min offset moved to the commit
+    log's first offset (``commitlog_min``), and when its files are damaged, ``on_damaged`` (set by
+    the store once it runs: it rebuilds the queue from the commit log)."""
+
+    __slots__ = ("commitlog_min", "dir", "file_size", "on_damaged", "stale_from", "topics")
 
     def __init__(self, directory: Path, file_size: int) -> None:
         self.dir = directory
         self.file_size = file_size
         self.topics: dict[str, TopicQueues] = {}
+        self.stale_from = NEVER
+        self.commitlog_min: Callable[[], int] = lambda: 0
+        self.on_damaged: Callable[[ConsumeQueue], None] | None = None
 
     def load(self) -> None:
+        """Find the topics (their directories); their queues load on first use."""
         self.dir.mkdir(parents=True, exist_ok=True)
         # scandir: its entries know whether they are directories without a stat each.
-        for tdir in sorted(os.scandir(self.dir), key=lambda e: e.name):
+        for tdir in os.scandir(self.dir):
             encoded = encode_topic(tdir.name)
             if encoded is None or not tdir.is_dir():
                 log.warning("ignoring unexpected entry %s in the consume-queue directory", tdir.path)
                 continue
-            topic = TopicQueues(tdir.name, encoded, Path(tdir.path))
-            for qdir in sorted(os.scandir(tdir.path), key=lambda e: e.name):
-                if not qdir.is_dir() or not qdir.name.isdigit() or not qdir.name.isascii():
-                    log.warning("ignoring unexpected entry %s in the consume-queue directory", qdir.path)
-                    continue
-                cq = ConsumeQueue(topic.name, int(qdir.name), Path(qdir.path), self.file_size)
-                cq.load()
-                topic.queues[cq.queue_id] = cq
-            self.topics[topic.name] = topic
+            self.topics[tdir.name] = TopicQueues(tdir.name, encoded, self.dir / tdir.name)
+
+    def has_queues(self) -> bool:
+        """Whether any queue exists, loaded or on disk."""
+        return any(t.queues or t.on_disk() for t in list(self.topics.values()))
 
     def topic(self, name: str) -> TopicQueues | None:
         """The topic's state, created (without touching the disk) if the name is storable."""
@@ -540,17 +589,38 @@ class QueueTable:
             encoded = encode_topic(name)
             if encoded is None:
                 return None
-            topic = self.topics[name] = TopicQueues(name, encoded, self.dir / name)
+            # A new topic: nothing of it is on disk.
+            topic = self.topics[name] = TopicQueues(name, encoded, self.dir / name, on_disk=set())
         return topic
 
     def queue(self, topic: TopicQueues, queue_id: int) -> ConsumeQueue:
+        """The queue, loaded from disk on first use, or created (without touching the disk)."""
         cq = topic.queues.get(queue_id)
         if cq is None:
-            cq = ConsumeQueue(topic.name, queue_id, topic.dir / str(queue_id), self.file_size)
+            cq = ConsumeQueue(topic.name, queue_id, os.path.join(topic.dir, str(queue_id)), self.file_size)
+            on_disk = topic.on_disk()
+            if queue_id in on_disk:
+                on_disk.discard(queue_id)
+                cq.load()
+                cq.truncate_to_commitlog(self.stale_from)
+                cq.adjust_min(self.commitlog_min())
             topic.queues[queue_id] = cq
+            if cq.damaged and self.on_damaged is not None:
+                self.on_damaged(cq)
+        return cq
+
+    def loaded_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue if it exists (loaded now if it is on disk), else None."""
+        t = self.topics.get(topic)
+        if t is None:
+            return None
+        cq = t.queues.get(queue_id)
+        if cq is None and queue_id in t.on_disk():
+            cq = self.queue(t, queue_id)
         return cq
 
     def all_queues(self) -> list[ConsumeQueue]:
+        """The loaded queues (those on disk not loaded yet have nothing to sync, trim or clean)."""
         # list() over dict views is done in C without running Python code, so it is atomic with
         # respect to the writer thread mutating the dicts.
         return [cq for topic in list(self.topics.values()) for cq in list(topic.queues.values())]
