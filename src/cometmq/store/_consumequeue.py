@@ -106,16 +106,16 @@ class ConsumeQueue:
 
         Units are written in order into zero-filled files, so the written units of the last file
         form a run after its leading zero units (those occur only in the first file of a queue that
-        began mid-file: ``reset``, a slave's queue starts at its first record's offset). The run is
-        read in one piece when the file's data (up to where ``SEEK_HOLE`` finds a hole) fits in
-        64 KiB, and found by binary search over the units' size fields otherwise. Only a power loss
-        can leave holes in the run; recovery then re-dispatches every record from the checkpoint's
-        ``dispatch_safe`` on, and a unit not on disk belongs to such a record (units below it were
-        synced first), so a search that stops at a hole only has recovery rewrite more units.
+        began mid-file: ``reset``, a slave's queue starts at its first record's offset). Its end is
+        read from the file's first page when it lies there, and found by binary search over the
+        units' size fields otherwise (``_scan_file``). Only a power loss can leave holes in the run;
+        recovery then re-dispatches every record from the checkpoint's ``dispatch_safe`` on, and a
+        unit not on disk belongs to such a record (units below it were synced first), so a search
+        that stops at a hole only has recovery rewrite more units.
 
-        The files are not mapped: a broker with tens of thousands of queues would run out of
-        descriptors and mappings (``vm.max_map_count``), and most queues are idle. The first use
-        maps them (``_map``); until then what recovery and retention ask of an idle queue is
+        The files are not mapped: an offset query needs none, and a broker with tens of thousands
+        of queues would run out of descriptors and mappings (``vm.max_map_count``). The first read
+        or append maps them (``_map``); until then what trimming and retention ask of the queue is
         answered from its first and last units, read here.
         """
         found: list[tuple[int, str, int]] = []
