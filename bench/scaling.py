@@ -382,13 +382,15 @@ def create_files_s(directory: Path, queues: int) -> float:
 
 def curve_queues(args: argparse.Namespace, base: Path) -> None:
     data = base / "queues"
-    shutil.rmtree(data, ignore_errors=True)
-    broker = Broker(data)
     produce: dict[int, list[float]] = {q: [] for q in args.queues}
     consume: dict[int, list[float]] = {q: [] for q in args.queues}
     files: dict[int, list[float]] = {q: [] for q in args.queues}
-    try:
-        for r in range(args.rounds):
+    for r in range(args.rounds):
+        # A fresh broker a round: a used queue keeps a descriptor per file, and rounds of 8 000 new
+        # queues each would add up past the default `ulimit -n`.
+        shutil.rmtree(data, ignore_errors=True)
+        broker = Broker(data)
+        try:
             for queues in args.queues:  # alternating within a round: the ends see the same machine
                 p, c = asyncio.run(
                     _produce_consume(broker, f"Q{queues}R{r}", queues, args.count, args.batch, args.size)
@@ -397,9 +399,9 @@ def curve_queues(args: argparse.Namespace, base: Path) -> None:
                 consume[queues].append(c)
                 used = min(queues, -(-args.count // args.batch))  # queues that got a batch
                 files[queues].append(create_files_s(base / "files", used))
-    finally:
-        broker.stop()
-        shutil.rmtree(data, ignore_errors=True)
+        finally:
+            broker.stop()
+            shutil.rmtree(data, ignore_errors=True)
     low = min(args.queues)
     rows = [
         [
