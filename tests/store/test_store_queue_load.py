@@ -44,6 +44,9 @@ def test_a_started_store_loads_no_queue_until_one_is_used(tmp_path: Path) -> Non
         assert store.queue_ids("T") == [0, 1]  # queue 2 never got a message: no directory
         assert store.max_offset("T", 1) == 12
         assert [cq.queue_id for cq in store._queues.all_queues()] == [1]
+        # Looking a unit up loads the queue but maps none of its files.
+        assert store.queue_unit("T", 1, 11) is not None
+        assert store._queues.all_queues()[0].files == []
         assert store.put(make_msg("T", 0, b"0-3")).queue_offset == 3
         assert {q: bodies(store, "T", q) for q in (0, 1)} == expected({0: 4, 1: 12})
     finally:

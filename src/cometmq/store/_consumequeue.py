@@ -404,6 +404,16 @@ class ConsumeQueue:
         """``(commit-log offset, size, tags code)`` of unit *index*, None outside [min, max)."""
         if not self.min_offset <= index < self.max_offset:
             return None
+        if self._unmapped:
+            # One unit needs no mapping (an offset or time lookup, an admin request going over every
+            # queue): read it, and keep the queue's files closed.
+            start, path = self._unmapped[bisect.bisect_right(self.starts, index) - 1]
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                off, size, tags = CQ_UNIT.unpack(os.pread(fd, CQ_UNIT_SIZE, index * CQ_UNIT_SIZE - start))
+            finally:
+                os.close(fd)
+            return int(off), int(size), int(tags)
         mf = self._file_for(index)
         if mf is None:
             return None
