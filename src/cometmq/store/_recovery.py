@@ -22,15 +22,17 @@ from ._dispatch import (
     is_dispatched,
     walk_records,
 )
+from ._mappedfile import MappedFile
 from .format import Checkpoint
 
-__all__ = ["recover"]
+__all__ = ["rebuild_queue", "recover"]
 
 log = logging.getLogger("cometmq.store")
 
 QueueKey = tuple[str, int]
 # Gives a record of a BatchCQ topic its batch unit; true when the record is one (``MessageStore``).
 BatchDispatch = Callable[[DecodedRecord], object]
+Retire = Callable[[list[MappedFile]], None]
 
 
 def recover(
@@ -82,7 +84,7 @@ def recover(
     # The checkpoint vouches for units of records below dispatch_safe; with no consume queue at
     # all they were deleted (the way operators ask for a rebuild), so redo everything.
     queues_lost = (
-        checkpoint is not None and checkpoint.dispatch_safe > cl.min_offset and not queues.all_queues()
+        checkpoint is not None and checkpoint.dispatch_safe > cl.min_offset and not queues.has_queues()
     )
     if (
         checkpoint is not None
@@ -185,6 +187,8 @@ def _scan(
 
 
 def _trim_queues(queues: QueueTable, end: int, commitlog_min: int) -> int:
+    """Trim the loaded queues to the recovered *end*; queues loaded later are trimmed then."""
+    queues.stale_from = min(queues.stale_from, end)
     dropped = 0
     for cq in queues.all_queues():
         dropped += _trim_queue(cq, end)
@@ -235,3 +239,23 @@ def _clean_end_plausible(cl: CommitLog, cp: Checkpoint) -> bool:
         return True
     rel = end - seg.start
     return not any(seg.view[rel : rel + 4])
+
+
+def rebuild_queue(
+    cl: CommitLog, cq: ConsumeQueue, queues: QueueTable, tags_code_of: TagsCodeOf, retire: Retire
+) -> None:
+    """Rewrite a queue whose files were found damaged when it was loaded after start-up (queues
+    load on first use) from the whole commit log; its old files go to *retire*."""
+    log.warning("rebuilding consume queue %s/%d from the start of the commit log", cq.topic, cq.queue_id)
+    cq.reset(0, retire)
+    _scan(
+        cl,
+        queues,
+        cl.min_offset,
+        cl.min_offset,
+        cl.max_offset,
+        {(cq.topic, cq.queue_id)},
+        tags_code_of,
+        _ScanStats(),
+    )
+    cq.damaged = False
