@@ -254,7 +254,9 @@ class CometMQBatchReader(_Planner, DataSourceReader):
                 end = self.resolve(options.ending_offsets or "latest", bounds, "endingOffsets")
             _check_range(start, end, bounds)
             start, end = self._narrowed(start, end, bounds, pruning)
-            start = self.check_loss(start, bounds)
+            # Loss is only what the pushed offset and time bounds still ask for: a lost offset they
+            # exclude is one Spark would have dropped anyway, and a range they empty is not read.
+            start |= self.check_loss({q: start[q] for q in queues if end[q] > start[q]}, bounds)
             return self.partitions_of((q, start[q], end[q]) for q in queues)
         finally:
             self.stop()
