@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from pyspark.sql.datasource import Filter, GreaterThanOrEqual, LessThan
+from pyspark.sql.datasource import EqualTo, Filter, GreaterThanOrEqual, LessThan
 
 from cometmq.client.message import MessageQueue
-from cometmq.errors import DataLossError
+from cometmq.errors import DataLossError, OptionError
 from cometmq.spark._source import CometMQDataSource, CometMQFilteringReader
 
 QUEUES = [MessageQueue("Plan", "broker-a", queue_id) for queue_id in range(4)]
@@ -47,3 +47,14 @@ def test_lost_offsets_the_offset_filter_keeps_are_still_loss() -> None:
         [LessThan(("queue_offset",), 150)], startingOffsets=every_queue_at(50), failOnDataLoss="false"
     )
     assert ranges == [(queue.queue_id, 100, 150) for queue in QUEUES]
+
+
+def test_a_queue_filter_reads_the_kept_queues_from_offsets_json_naming_every_queue() -> None:
+    ranges = planned([EqualTo(("queue_id",), 2)], startingOffsets=every_queue_at(150))
+    assert ranges == [(2, 150, 200)]
+
+
+def test_offsets_json_is_still_checked_against_every_queue_under_a_queue_filter() -> None:
+    only_two = json.dumps({"Plan": {"broker-a": {"2": 150}}})
+    with pytest.raises(OptionError, match="names no offset for"):
+        planned([EqualTo(("queue_id",), 2)], startingOffsets=only_two)
