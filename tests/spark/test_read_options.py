@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.datasource import (
+    CaseInsensitiveDict,
     EqualTo,
     GreaterThan,
     GreaterThanOrEqual,
@@ -101,8 +102,18 @@ def test_times_per_queue_must_not_be_negative() -> None:
 
 
 def test_unknown_options_are_named_as_given_and_known_ones_in_any_case_are_not() -> None:
-    given_options = {"topic": "t", "MaxOffsetsPerTrigger": "5", "maxOffsetPerTrigger": "5", "kafka.x": "1"}
-    assert unknown_read_options(given_options) == ["kafka.x", "maxOffsetPerTrigger"]
+    given_options = {"topic": "t", "MaxOffsetsPerTrigger": "5", "colour": "red", "kafka.x": "1"}
+    assert unknown_read_options(given_options) == ["colour", "kafka.x"]
+
+
+def test_an_unknown_option_spark_lower_cased_is_shown_with_the_documented_option_it_is_close_to() -> None:
+    given_options = CaseInsensitiveDict(
+        {"topic": "t", "maxOffsetPerTrigger": "5", "startingOffset": "earliest"}
+    )
+    assert unknown_read_options(given_options) == [
+        "maxoffsetpertrigger (did you mean maxOffsetsPerTrigger?)",
+        "startingoffset (did you mean startingOffsets?)",
+    ]
 
 
 def test_the_schema_asked_at_load_checks_the_options_and_warns_about_unknown_ones_once(
@@ -113,7 +124,10 @@ def test_the_schema_asked_at_load_checks_the_options_and_warns_about_unknown_one
     with caplog.at_level(logging.WARNING, logger="cometmq.spark"):
         CometMQDataSource({"topic": "t", "startingOffset": "earliest", "colour": "red"}).schema()
     warnings = [r.getMessage() for r in caplog.records if "does not take" in r.getMessage()]
-    assert warnings == ["options a read does not take, ignored: colour, startingOffset (see docs/spark.md)"]
+    assert warnings == [
+        "options a read does not take, ignored: colour, startingOffset (did you mean startingOffsets?) "
+        "(see docs/spark.md)"
+    ]
 
 
 def test_a_refused_streaming_read_raises_the_refusal_at_spark_s_first_question() -> None:

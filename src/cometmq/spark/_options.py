@@ -7,6 +7,7 @@ case-insensitive dict with lower-cased keys; every value is a string.
 from __future__ import annotations
 
 import datetime
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -206,8 +207,14 @@ class ReadOptions:
 
 
 def unknown_read_options(options: Mapping[str, str]) -> list[str]:
-    """The options (as given) that a read does not take, sorted."""
-    return sorted(name for name in options if name.lower() not in _DOCUMENTED)
+    """The options a read does not take, sorted, each as given with the documented option its name
+    is close to: Spark hands the options over lower-cased, so ``startingoffset (did you mean
+    startingOffsets?)`` shows the spelling to use."""
+    unknown = []
+    for name in sorted(name for name in options if name.lower() not in _DOCUMENTED):
+        close = difflib.get_close_matches(name.lower(), _DOCUMENTED, n=1, cutoff=0.8)
+        unknown.append(f"{name} (did you mean {_DOCUMENTED[close[0]]}?)" if close else name)
+    return unknown
 
 
 @dataclass(frozen=True, slots=True)
