@@ -101,6 +101,35 @@ def test_times_per_queue_must_not_be_negative() -> None:
         parse(startingOffsetsByTimestamp=json.dumps({"t": {"broker-a": {"0": -2}}}))
 
 
+@pytest.mark.parametrize(
+    ("option", "error"),
+    [
+        ({"minPartitions": "10001"}, "minPartitions must be at most 10000, not 10001"),
+        ({"fetchOffset.numRetries": "1000"}, "fetchOffset.numRetries must be at most 100, not 1000"),
+        ({"requestTimeoutMs": "86400001"}, "requestTimeoutMs must be at most 86400000"),
+        ({"fetchOffset.retryIntervalMs": "86400001"}, "fetchOffset.retryIntervalMs must be at most 86400000"),
+    ],
+)
+def test_counts_and_waits_above_their_cap_are_refused_naming_the_option_and_the_cap(
+    option: dict[str, str], error: str
+) -> None:
+    with pytest.raises(OptionError, match=error):
+        parse(**option)
+
+
+def test_counts_and_waits_at_their_cap_are_taken() -> None:
+    options = parse(
+        minPartitions="10000",
+        **{
+            "fetchOffset.numRetries": "100",
+            "requestTimeoutMs": "86400000",
+            "fetchOffset.retryIntervalMs": "86400000",
+        },
+    )
+    assert (options.min_partitions, options.fetch_retries) == (10_000, 100)
+    assert options.request_timeout_ms == options.fetch_retry_interval_ms == 86_400_000
+
+
 def test_unknown_options_are_named_as_given_and_known_ones_in_any_case_are_not() -> None:
     given_options = {"topic": "t", "MaxOffsetsPerTrigger": "5", "colour": "red", "kafka.x": "1"}
     assert unknown_read_options(given_options) == ["colour", "kafka.x"]

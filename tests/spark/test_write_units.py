@@ -111,6 +111,9 @@ def test_write_options_default_to_rocketmqs_producer_and_read_durations() -> Non
         ({"retries": "-1"}, "retries must be 0 or more"),
         ({"retries": "two"}, "retries must be a whole number"),
         ({"retryBackoff": "1 fortnight"}, "retryBackoff must be a duration"),
+        ({"retries": "101"}, "retries must be at most 100, not 101"),
+        ({"sendTimeout": "25h"}, r"sendTimeout \(in ms\) must be at most 86400000, not 90000000"),
+        ({"retryBackoff": "2 days"}, r"retryBackoff \(in ms\) must be at most 86400000"),
     ],
 )
 def test_bad_write_options_are_refused_by_their_documented_name(options: dict[str, str], error: str) -> None:
