@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -198,3 +200,23 @@ def test_a_send_failing_more_than_retries_times_fails_the_task(monkeypatch: pyte
         write_batches(options, WriteTarget("j", 0, 0), iter([batch]))
     assert "2 attempts failed" in str(caught.value.__notes__)
     assert FakeProducer.last.attempts == [b"x", b"x"]
+
+
+def test_when_several_sends_fail_the_first_failure_fails_the_task_and_the_others_are_retrieved(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    class EveryQueueFailing(FakeProducer):
+        queues = [MessageQueue("t", "broker-a", q) for q in range(8)]
+
+        async def send_batch(self, chunk: Sequence[Message], *, queue: MessageQueue) -> None:
+            raise RemotingTimeoutError(f"no answer from {queue}")
+
+    monkeypatch.setattr(_write, "Producer", EveryQueueFailing)
+    keys = [f"key-{i}" for i in range(64)]
+    batch = pa.RecordBatch.from_pydict({"body": pa.array([b"x"] * 64), "sharding_key": pa.array(keys)})
+    options = WriteOptions.parse({"topic": "t", "retries": "0"})
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        with pytest.raises(RemotingTimeoutError, match="no answer from"):
+            write_batches(options, WriteTarget("j", 0, 0), iter([batch]))
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []
