@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,6 +21,8 @@ from waiting import wait_until_blocking
 WORKER_CORES = 2
 WORKER_MEMORY = "1g"  # executors take 512m (pipeline.spark_session)
 START_TIMEOUT_S = 120.0
+# Far more than an executor takes to start on a loaded machine, far less than a test's timeout.
+EXECUTOR_WAIT_S = 60.0
 
 
 def spark_home() -> Path:
@@ -71,6 +74,17 @@ class SparkCluster:
         with urllib.request.urlopen(url, timeout=10) as answer:
             state: dict[str, Any] = json.load(answer)
             return state
+
+    def check_executors_given(self) -> None:
+        """AssertionError if an application has waited for an executor longer than
+        EXECUTOR_WAIT_S: the worker cannot start one (its memory or cores, or a crash in its log)."""
+        now_ms = time.time() * 1000
+        for app in self.state()["activeapps"]:
+            if app["state"] == "WAITING" and now_ms - app["starttime"] > EXECUTOR_WAIT_S * 1000:
+                raise AssertionError(
+                    f"application {app['name']} ({app['id']}) has had no executor for "
+                    f"{EXECUTOR_WAIT_S:g} s; see {self.workdir}/worker.log and {self.workdir}/work"
+                )
 
     def application_names(self) -> list[str]:
         """The names of the applications the master has run or runs."""

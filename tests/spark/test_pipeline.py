@@ -8,6 +8,7 @@ import io
 import sys
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -155,6 +156,27 @@ def test_pipeline_aggregates_equal_python(spark: Any, server: StandaloneServer, 
     assert f"OK: {len(expected)} windows" in report
     assert f"Using Spark ({spark.sparkContext.master}); work directory" in report  # the session given
     assert "NO" not in report.split()
+
+
+def test_the_demo_names_the_master_of_the_session_it_got_not_the_one_it_asked_for(
+    server: StandaloneServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class RunningElsewhere:
+        sparkContext = SimpleNamespace(master="spark://10.0.0.7:7077")
+
+        def stop(self) -> None:
+            pass
+
+    def stop_before_the_query(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("stopped before the query")
+
+    monkeypatch.setattr(pipeline, "spark_session", lambda base, master: RunningElsewhere())
+    monkeypatch.setattr(pipeline, "build_query", stop_before_the_query)
+    out = io.StringIO()
+    with pytest.raises(RuntimeError, match="stopped before the query"):
+        pipeline.run_demo(server.namesrv, tmp_path, master="local[2]", out=out, progress=False)
+    assert "Using Spark (spark://10.0.0.7:7077)" in out.getvalue()
+    assert "local[2]" not in out.getvalue()
 
 
 # The command's errors ----------------------------------------------------------------------------

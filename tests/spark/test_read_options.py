@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.datasource import (
+    CaseInsensitiveDict,
     EqualTo,
     GreaterThan,
     GreaterThanOrEqual,
@@ -100,9 +101,48 @@ def test_times_per_queue_must_not_be_negative() -> None:
         parse(startingOffsetsByTimestamp=json.dumps({"t": {"broker-a": {"0": -2}}}))
 
 
+@pytest.mark.parametrize(
+    ("option", "error"),
+    [
+        ({"minPartitions": "10001"}, "minPartitions must be at most 10000, not 10001"),
+        ({"fetchOffset.numRetries": "1000"}, "fetchOffset.numRetries must be at most 100, not 1000"),
+        ({"requestTimeoutMs": "86400001"}, "requestTimeoutMs must be at most 86400000"),
+        ({"fetchOffset.retryIntervalMs": "86400001"}, "fetchOffset.retryIntervalMs must be at most 86400000"),
+    ],
+)
+def test_counts_and_waits_above_their_cap_are_refused_naming_the_option_and_the_cap(
+    option: dict[str, str], error: str
+) -> None:
+    with pytest.raises(OptionError, match=error):
+        parse(**option)
+
+
+def test_counts_and_waits_at_their_cap_are_taken() -> None:
+    options = parse(
+        minPartitions="10000",
+        **{
+            "fetchOffset.numRetries": "100",
+            "requestTimeoutMs": "86400000",
+            "fetchOffset.retryIntervalMs": "86400000",
+        },
+    )
+    assert (options.min_partitions, options.fetch_retries) == (10_000, 100)
+    assert options.request_timeout_ms == options.fetch_retry_interval_ms == 86_400_000
+
+
 def test_unknown_options_are_named_as_given_and_known_ones_in_any_case_are_not() -> None:
-    given_options = {"topic": "t", "MaxOffsetsPerTrigger": "5", "maxOffsetPerTrigger": "5", "kafka.x": "1"}
-    assert unknown_read_options(given_options) == ["kafka.x", "maxOffsetPerTrigger"]
+    given_options = {"topic": "t", "MaxOffsetsPerTrigger": "5", "colour": "red", "kafka.x": "1"}
+    assert unknown_read_options(given_options) == ["colour", "kafka.x"]
+
+
+def test_an_unknown_option_spark_lower_cased_is_shown_with_the_documented_option_it_is_close_to() -> None:
+    given_options = CaseInsensitiveDict(
+        {"topic": "t", "maxOffsetPerTrigger": "5", "startingOffset": "earliest"}
+    )
+    assert unknown_read_options(given_options) == [
+        "maxoffsetpertrigger (did you mean maxOffsetsPerTrigger?)",
+        "startingoffset (did you mean startingOffsets?)",
+    ]
 
 
 def test_the_schema_asked_at_load_checks_the_options_and_warns_about_unknown_ones_once(
@@ -113,7 +153,10 @@ def test_the_schema_asked_at_load_checks_the_options_and_warns_about_unknown_one
     with caplog.at_level(logging.WARNING, logger="cometmq.spark"):
         CometMQDataSource({"topic": "t", "startingOffset": "earliest", "colour": "red"}).schema()
     warnings = [r.getMessage() for r in caplog.records if "does not take" in r.getMessage()]
-    assert warnings == ["options a read does not take, ignored: colour, startingOffset (see docs/spark.md)"]
+    assert warnings == [
+        "options a read does not take, ignored: colour, startingOffset (did you mean startingOffsets?) "
+        "(see docs/spark.md)"
+    ]
 
 
 def test_a_refused_streaming_read_raises_the_refusal_at_spark_s_first_question() -> None:

@@ -5,12 +5,14 @@ message sizes must still give every offset of the range once, in order."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from spark_support import BROKER, create_topic, send
 
-from cometmq.client import MessageQueue
+from cometmq.client import AdminClient, MessageQueue
+from cometmq.errors import RemotingTimeoutError
 from cometmq.spark._read import QueueRange, read_range
 from cometmq.spark._schema import ARROW_SCHEMA
 from processes import StandaloneServer
@@ -53,3 +55,36 @@ def test_a_tag_filtered_range_reads_only_the_matching_messages(server: Standalon
     table = read(server, "ReadTagged", 100, 4900, "TagB")
     assert table.column("queue_offset").to_pylist() == list(range(2500, 4900))
     assert set(table.column("tags").to_pylist()) == {"TagB"}
+
+
+def test_a_pull_without_an_answer_in_time_is_asked_again_with_the_fetch_retries(
+    server: StandaloneServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create_topic(server.namesrv, "ReadTimedOut", 1)
+    send(server.namesrv, "ReadTimedOut", {0: [b"m%d" % i for i in range(10)]})
+    real_pull = AdminClient.pull_records
+    asked: list[int] = []
+
+    async def first_pull_unanswered(
+        self: AdminClient, queue: MessageQueue, offset: int, *args: Any, **kw: Any
+    ) -> Any:
+        asked.append(offset)
+        if len(asked) == 1:
+            raise RemotingTimeoutError("no answer in time (injected)")
+        return await real_pull(self, queue, offset, *args, **kw)
+
+    monkeypatch.setattr(AdminClient, "pull_records", first_pull_unanswered)
+    part = QueueRange(
+        server.namesrv,
+        MessageQueue("ReadTimedOut", BROKER, 0),
+        0,
+        10,
+        "*",
+        True,
+        False,
+        retries=1,
+        retry_interval_ms=0,
+    )
+    table = pa.Table.from_batches(list(read_range(part)), ARROW_SCHEMA)
+    assert asked == [0, 0]
+    assert table.column("body").to_pylist() == [b"m%d" % i for i in range(10)]

@@ -3,10 +3,12 @@ fixture, drivers in their own processes, executors in the worker's JVMs and Pyth
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +22,10 @@ from processes import COMMAND, StandaloneServer, subprocess_env
 from waiting import wait_until_blocking
 
 HERE = Path(__file__).parent
-# Each driver starts a JVM and gets an executor from the worker: slow on a loaded machine.
-DRIVER_TIMEOUT_S = 600
-pytestmark = pytest.mark.timeout(2 * DRIVER_TIMEOUT_S)
+# A driver starts a JVM and gets an executor from the worker: slow on a loaded machine, but a driver
+# that crashes or an application that gets no executor fails its test at once (watch()).
+DRIVER_TIMEOUT_S = 180
+pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +38,11 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
         cluster.stop()
 
 
-def start_driver(script: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    """A driver process (``script`` in this directory), its output appended to ``log``."""
+def start(command: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """``command`` (a driver) in its own process group, its output appended to ``log``."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, str(HERE / script), *args],
+            command,
             env={**subprocess_env(), **spark_env()},
             cwd=HERE,
             start_new_session=True,  # its own process group: the JVM and Python workers die with it
@@ -48,17 +51,57 @@ def start_driver(script: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
         )
 
 
-def finish(driver: subprocess.Popen[bytes], log: Path) -> str:
+def start_driver(script: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """A driver process (``script`` in this directory), its output appended to ``log``."""
+    return start([sys.executable, str(HERE / script), *args], log)
+
+
+def watch(driver: subprocess.Popen[bytes], log: Path, cluster: SparkCluster) -> None:
+    """AssertionError with the driver's output if it exited, or if an application of the cluster has
+    been waiting for an executor for long (the worker cannot give one: its log says why)."""
+    if driver.poll() is not None:
+        raise AssertionError(f"the driver exited ({driver.returncode}):\n{output_of(log)}")
+    cluster.check_executors_given()
+
+
+def finish(driver: subprocess.Popen[bytes], log: Path, cluster: SparkCluster) -> str:
     """Wait for ``driver`` to exit; its output. A driver still running after the timeout is killed."""
+
+    def exited() -> bool:
+        cluster.check_executors_given()
+        return driver.poll() is not None
+
     try:
-        returncode = driver.wait(timeout=DRIVER_TIMEOUT_S)
+        wait_until_blocking(
+            exited,
+            message="the driver to finish",
+            timeout=DRIVER_TIMEOUT_S,
+            interval=0.2,
+        )
     finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
-    output = log.read_text(errors="replace")
-    assert returncode == 0, output[-4000:]
-    return output
+        kill(driver)
+    assert driver.returncode == 0, output_of(log)
+    return log.read_text(errors="replace")
+
+
+def kill(driver: subprocess.Popen[bytes]) -> None:
+    if driver.poll() is None:
+        os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+
+
+def output_of(log: Path) -> str:
+    return log.read_text(errors="replace")[-4000:]
+
+
+def unlisted_files(out: Path) -> set[str]:
+    """The Parquet files in ``out`` that no committed micro-batch lists in the sink's
+    ``_spark_metadata`` log: those of a batch being written, or of one killed."""
+    listed = set()
+    for entry in (out / "_spark_metadata").glob("[0-9]*"):  # N and N.compact, not the temporary ones
+        for line in entry.read_text().splitlines()[1:]:  # after the version line, a file per line
+            listed.add(Path(urllib.parse.urlparse(json.loads(line)["path"]).path).name)
+    return {path.name for path in out.glob("part-*") if path.name not in listed}
 
 
 def test_a_batch_read_runs_on_the_clusters_executors(
@@ -72,7 +115,7 @@ def test_a_batch_read_runs_on_the_clusters_executors(
         "batch_driver.py", log, server.namesrv, "ClusterBatch", str(tmp_path / "out"), "--master",
         spark_cluster.master_url,
     )  # fmt: skip
-    output = finish(driver, log)
+    output = finish(driver, log, spark_cluster)
     assert f"master {spark_cluster.master_url} application cometmq-tests" in output
     assert "cometmq-tests" in spark_cluster.application_names()
     table = pq.read_table(tmp_path / "out").to_pylist()
@@ -98,19 +141,28 @@ def test_a_stream_whose_driver_is_killed_mid_batch_writes_every_message_once_on_
         spark_cluster.master_url,
     ]
     driver = start_driver("stream_driver.py", log, *arguments)
+
+    def half_written_batch() -> int | None:
+        """The micro-batch being written (after at least one committed), once some of its Parquet
+        files are in the output directory: a kill then leaves files _spark_metadata does not list."""
+        watch(driver, log, spark_cluster)
+        batch = batch_in_flight(checkpoint)
+        return batch if batch is not None and batch >= 1 and unlisted_files(out) else None
+
     try:
         batch = wait_until_blocking(
-            lambda: (b := batch_in_flight(checkpoint)) is not None and b >= 2 and b,
-            message="batch 2 in flight",
-            timeout=DRIVER_TIMEOUT_S,
-            interval=0.005,
+            half_written_batch, message="a micro-batch half written", timeout=DRIVER_TIMEOUT_S, interval=0.005
         )
     finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
+        kill(driver)
     assert batch_in_flight(checkpoint) == batch  # the killed batch was logged, never committed
-    finish(start_driver("stream_driver.py", log, *arguments, "--available-now"), log)
+    killed_files = unlisted_files(out)
+    assert killed_files
+    finish(start_driver("stream_driver.py", log, *arguments, "--available-now"), log, spark_cluster)
     assert batch_in_flight(checkpoint) is None
+    # The killed batch's files stay in the directory, unlisted: another tool reading every file there
+    # would see its rows twice; Spark reads only what _spark_metadata lists.
+    assert killed_files <= unlisted_files(out)
     rows = parquet_rows(spark, out)  # the files _spark_metadata lists: not the killed batch's
     assert sorted(rows) == sorted(
         (q, i, body) for q, queued in bodies.items() for i, body in enumerate(queued)
@@ -120,15 +172,12 @@ def test_a_stream_whose_driver_is_killed_mid_batch_writes_every_message_once_on_
 def test_the_pipeline_demo_runs_on_the_cluster_and_says_so(
     spark_cluster: SparkCluster, server: StandaloneServer, tmp_path: Path
 ) -> None:
-    demo = subprocess.run(
+    log = tmp_path / "demo.log"
+    demo = start(
         [*COMMAND, "pipeline", "demo", "-n", server.namesrv, "--master", spark_cluster.master_url,
          "--events", "400", "--rate", "0", "--workdir", str(tmp_path)],
-        env={**subprocess_env(), **spark_env()},
-        capture_output=True,
-        text=True,
-        timeout=DRIVER_TIMEOUT_S,
-        check=False,
+        log,
     )  # fmt: skip
-    assert demo.returncode == 0, demo.stdout + demo.stderr
-    assert f"Starting Spark ({spark_cluster.master_url})" in demo.stdout
-    assert "OK: " in demo.stdout
+    output = finish(demo, log, spark_cluster)
+    assert f"Using Spark ({spark_cluster.master_url})" in output
+    assert "OK: " in output

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -111,6 +113,9 @@ def test_write_options_default_to_rocketmqs_producer_and_read_durations() -> Non
         ({"retries": "-1"}, "retries must be 0 or more"),
         ({"retries": "two"}, "retries must be a whole number"),
         ({"retryBackoff": "1 fortnight"}, "retryBackoff must be a duration"),
+        ({"retries": "101"}, "retries must be at most 100, not 101"),
+        ({"sendTimeout": "25h"}, r"sendTimeout \(in ms\) must be at most 86400000, not 90000000"),
+        ({"retryBackoff": "2 days"}, r"retryBackoff \(in ms\) must be at most 86400000"),
     ],
 )
 def test_bad_write_options_are_refused_by_their_documented_name(options: dict[str, str], error: str) -> None:
@@ -195,3 +200,23 @@ def test_a_send_failing_more_than_retries_times_fails_the_task(monkeypatch: pyte
         write_batches(options, WriteTarget("j", 0, 0), iter([batch]))
     assert "2 attempts failed" in str(caught.value.__notes__)
     assert FakeProducer.last.attempts == [b"x", b"x"]
+
+
+def test_when_several_sends_fail_the_first_failure_fails_the_task_and_the_others_are_retrieved(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    class EveryQueueFailing(FakeProducer):
+        queues = [MessageQueue("t", "broker-a", q) for q in range(8)]
+
+        async def send_batch(self, chunk: Sequence[Message], *, queue: MessageQueue) -> None:
+            raise RemotingTimeoutError(f"no answer from {queue}")
+
+    monkeypatch.setattr(_write, "Producer", EveryQueueFailing)
+    keys = [f"key-{i}" for i in range(64)]
+    batch = pa.RecordBatch.from_pydict({"body": pa.array([b"x"] * 64), "sharding_key": pa.array(keys)})
+    options = WriteOptions.parse({"topic": "t", "retries": "0"})
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        with pytest.raises(RemotingTimeoutError, match="no answer from"):
+            write_batches(options, WriteTarget("j", 0, 0), iter([batch]))
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 import re
-import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -58,18 +57,22 @@ class Cluster:
         return self._loop.run_until_complete(coro)
 
     def run_retrying(self, ask: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
-        """``run(ask())``, asked again up to ``retries`` times, ``retry_interval_s`` apart, when it
+        """``run(retrying(ask, what))``."""
+        return self.run(self.retrying(ask, what))
+
+    async def retrying(self, ask: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
+        """``await ask()``, asked again up to ``retries`` times, ``retry_interval_s`` apart, when it
         fails in a way that passes (no answer in time, a connection lost, a broker not routed)."""
         retried = 0
         while True:
             try:
-                return self.run(ask())
+                return await ask()
             except PASSING_ERRORS as exc:
                 if retried == self.retries:
                     raise
                 retried += 1
                 log.warning("%s failed (%s); retry %d of %d", what, exc, retried, self.retries)
-            time.sleep(self.retry_interval_s)
+            await asyncio.sleep(self.retry_interval_s)
 
     def close(self) -> None:
         if self._loop.is_closed():

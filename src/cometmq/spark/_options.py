@@ -7,6 +7,7 @@ case-insensitive dict with lower-cased keys; every value is a string.
 from __future__ import annotations
 
 import datetime
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,11 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's maxTriggerDelay default
 DEFAULT_SEND_TIMEOUT_MS = 3000
 DEFAULT_SEND_RETRIES = 2
 DEFAULT_RETRY_BACKOFF_MS = 1000
+# Bounds on what a user sets, so that a typo (an extra zero or three) fails at once rather than
+# planning millions of partitions, retrying for hours or waiting for weeks.
+MAX_MIN_PARTITIONS = 10_000
+MAX_RETRIES = 100
+MAX_WAIT_MS = 86_400_000  # a day: timeouts, retry intervals and backoffs
 
 
 CONNECT_OPTION_NAMES = ("accessKey", "secretKey", "tls", "tlsCaFile", "tlsCertFile", "tlsKeyFile")
@@ -164,14 +170,15 @@ class ReadOptions:
             max_trigger_delay_ms=parse_duration_ms(opts["maxtriggerdelay"], "maxTriggerDelay")
             if "maxtriggerdelay" in opts
             else DEFAULT_MAX_TRIGGER_DELAY_MS,
-            min_partitions=_positive_int(opts, "minPartitions"),
+            min_partitions=_positive_int(opts, "minPartitions", MAX_MIN_PARTITIONS),
             fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             fail_on_missing_topic=_bool(opts, "failOnMissingTopic", True),
             include_properties=_bool(opts, "includeProperties", False),
-            request_timeout_ms=_positive_int(opts, "requestTimeoutMs") or DEFAULT_REQUEST_TIMEOUT_MS,
-            fetch_retries=_whole(opts, "fetchOffset.numRetries", DEFAULT_FETCH_RETRIES),
+            request_timeout_ms=_positive_int(opts, "requestTimeoutMs", MAX_WAIT_MS)
+            or DEFAULT_REQUEST_TIMEOUT_MS,
+            fetch_retries=_whole(opts, "fetchOffset.numRetries", DEFAULT_FETCH_RETRIES, MAX_RETRIES),
             fetch_retry_interval_ms=_whole(
-                opts, "fetchOffset.retryIntervalMs", DEFAULT_FETCH_RETRY_INTERVAL_MS
+                opts, "fetchOffset.retryIntervalMs", DEFAULT_FETCH_RETRY_INTERVAL_MS, MAX_WAIT_MS
             ),
             push_filters=_bool(opts, "pushFilters", False),
             connect=ConnectOptions.parse(opts),
@@ -206,8 +213,14 @@ class ReadOptions:
 
 
 def unknown_read_options(options: Mapping[str, str]) -> list[str]:
-    """The options (as given) that a read does not take, sorted."""
-    return sorted(name for name in options if name.lower() not in _DOCUMENTED)
+    """The options a read does not take, sorted, each as given with the documented option its name
+    is close to: Spark hands the options over lower-cased, so ``startingoffset (did you mean
+    startingOffsets?)`` shows the spelling to use."""
+    unknown = []
+    for name in sorted(name for name in options if name.lower() not in _DOCUMENTED):
+        close = difflib.get_close_matches(name.lower(), _DOCUMENTED, n=1, cutoff=0.8)
+        unknown.append(f"{name} (did you mean {_DOCUMENTED[close[0]]}?)" if close else name)
+    return unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +249,7 @@ class WriteOptions:
             producer_group=opts.get("producergroup", "").strip() or "cometmq-spark-writer",
             connect=ConnectOptions.parse(opts),
             send_timeout_ms=send_timeout_ms,
-            retries=_whole(opts, "retries", DEFAULT_SEND_RETRIES),
+            retries=_whole(opts, "retries", DEFAULT_SEND_RETRIES, MAX_RETRIES),
             retry_backoff_ms=_duration(opts, "retryBackoff", DEFAULT_RETRY_BACKOFF_MS),
         )
 
@@ -270,18 +283,18 @@ def _timestamp(opts: Mapping[str, str], name: str) -> int | None:
     return parse_timestamp_ms(value, name) if value.strip() else None
 
 
-def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
-    number = _whole(opts, name, None)
+def _positive_int(opts: Mapping[str, str], name: str, most: int | None = None) -> int | None:
+    number = _whole(opts, name, None, most)
     if number is not None and number <= 0:
         raise OptionError(f"{name} must be positive, not {number}")
     return number
 
 
 @overload
-def _whole(opts: Mapping[str, str], name: str, default: int) -> int: ...
+def _whole(opts: Mapping[str, str], name: str, default: int, most: int | None = None) -> int: ...
 @overload
-def _whole(opts: Mapping[str, str], name: str, default: None) -> int | None: ...
-def _whole(opts: Mapping[str, str], name: str, default: int | None) -> int | None:
+def _whole(opts: Mapping[str, str], name: str, default: None, most: int | None = None) -> int | None: ...
+def _whole(opts: Mapping[str, str], name: str, default: int | None, most: int | None = None) -> int | None:
     value = opts.get(name.lower())
     if value is None or not value.strip():
         return default
@@ -291,15 +304,24 @@ def _whole(opts: Mapping[str, str], name: str, default: int | None) -> int | Non
         raise OptionError(f"{name} must be a whole number, not {value!r}") from None
     if number < 0:
         raise OptionError(f"{name} must be 0 or more, not {number}")
+    _check_at_most(name, number, most)
     return number
 
 
+def _check_at_most(name: str, number: int, most: int | None) -> None:
+    if most is not None and number > most:
+        raise OptionError(f"{name} must be at most {most}, not {number}")
+
+
 def _duration(opts: Mapping[str, str], name: str, default_ms: int) -> int:
-    """Option ``name`` (in its documented case) as milliseconds, ``default_ms`` when not given."""
+    """Option ``name`` (in its documented case) as milliseconds, ``default_ms`` when not given; a
+    day at most."""
     value = opts.get(name.lower())
     if value is None or not value.strip():
         return default_ms
-    return parse_duration_ms(value, name)
+    millis = parse_duration_ms(value, name)
+    _check_at_most(f"{name} (in ms)", millis, MAX_WAIT_MS)
+    return millis
 
 
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:

@@ -85,9 +85,15 @@ async def _read(cluster: Cluster, part: QueueRange) -> AsyncGenerator[pa.RecordB
     filtered = bool(tags)
 
     def pull_at(offset: int, count: int) -> asyncio.Task[PullResult]:
-        # Answered at once (no long polling): the range was planned from offsets that exist.
+        # Answered at once (no long polling): the range was planned from offsets that exist. A pull
+        # with no answer in time is asked again, as the driver's questions are (fetchOffset.*).
         return asyncio.ensure_future(
-            admin.pull_records(queue, offset, count, group=READER_GROUP, subscription=subscription)
+            cluster.retrying(
+                lambda: admin.pull_records(
+                    queue, offset, count, group=READER_GROUP, subscription=subscription
+                ),
+                f"pulling {queue} at offset {offset}",
+            )
         )
 
     # Pulls in flight, in offset order, each as (first offset, planned end, task). Without a tag

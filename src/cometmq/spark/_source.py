@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,31 +155,37 @@ class _Planner:
             lambda: self.cluster.offsets_at(bounds, timestamp_ms), "searching the queues by time"
         )
 
-    def resolve(self, spec: str, bounds: Bounds, what: str) -> QueueOffsets:
+    def resolve(
+        self, spec: str, bounds: Bounds, what: str, named: Collection[MessageQueue] | None = None
+    ) -> QueueOffsets:
         """Offsets per queue from ``earliest``/``latest``/JSON (with -2/-1), for every queue in
-        ``bounds``; JSON must name them all (Spark's Kafka source asks the same)."""
+        ``bounds``. JSON must name every queue of ``named`` (default: those of ``bounds``), as Spark's
+        Kafka source asks; the queues a pushed filter left out of ``bounds`` are named but not read."""
         if spec in ("earliest", "latest"):
             pick = 0 if spec == "earliest" else 1
             return {queue: bound[pick] for queue, bound in bounds.items()}
         given = _offsets.from_json(spec, what)
-        _check_named(given, bounds, what)
+        _check_named(given, bounds if named is None else named, what)
         return {
             queue: bounds[queue][0] if off == EARLIEST else bounds[queue][1] if off == LATEST else off
             for queue, off in given.items()
+            if queue in bounds
         }
 
-    def starting(self, bounds: Bounds, default: str) -> QueueOffsets:
+    def starting(
+        self, bounds: Bounds, default: str, named: Collection[MessageQueue] | None = None
+    ) -> QueueOffsets:
         """Where each queue starts: startingTimestamp, else startingOffsetsByTimestamp, else
-        startingOffsets (Spark's Kafka source has the same precedence)."""
+        startingOffsets (Spark's Kafka source has the same precedence); ``named`` as for resolve."""
         options = self.options
         if options.starting_timestamp is not None:
             return self.offsets_at(bounds, options.starting_timestamp)
         if options.starting_offsets_by_timestamp is not None:
             times = _offsets.from_json(options.starting_offsets_by_timestamp, "startingOffsetsByTimestamp")
-            _check_named(times, bounds, "startingOffsetsByTimestamp")
-            found = [self.offsets_at({queue: bounds[queue]}, at) for queue, at in times.items()]
+            _check_named(times, bounds if named is None else named, "startingOffsetsByTimestamp")
+            found = [self.offsets_at({q: bounds[q]}, at) for q, at in times.items() if q in bounds]
             return {queue: offset for one in found for queue, offset in one.items()}
-        return self.resolve(options.starting_offsets or default, bounds, "startingOffsets")
+        return self.resolve(options.starting_offsets or default, bounds, "startingOffsets", named)
 
     def partitions_of(self, ranges: Iterable[tuple[MessageQueue, int, int]]) -> list[InputPartition]:
         """An input partition per non-empty range, the ranges cut up to give at least minPartitions."""
@@ -245,16 +251,19 @@ class CometMQBatchReader(_Planner, DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         options, pruning = self.options, self.pruning or Pruning()
         try:
-            queues = [queue for queue in self.queues() if pruning.keeps(queue)]
+            every = self.queues()
+            queues = [queue for queue in every if pruning.keeps(queue)]
             bounds = self.bounds(queues)
-            start = self.starting(bounds, "earliest")
+            start = self.starting(bounds, "earliest", every)
             if options.ending_timestamp is not None:
                 end = self.offsets_at(bounds, options.ending_timestamp)
             else:
-                end = self.resolve(options.ending_offsets or "latest", bounds, "endingOffsets")
+                end = self.resolve(options.ending_offsets or "latest", bounds, "endingOffsets", every)
             _check_range(start, end, bounds)
             start, end = self._narrowed(start, end, bounds, pruning)
-            start = self.check_loss(start, bounds)
+            # Loss is only what the pushed offset and time bounds still ask for: a lost offset they
+            # exclude is one Spark would have dropped anyway, and a range they empty is not read.
+            start |= self.check_loss({q: start[q] for q in queues if end[q] > start[q]}, bounds)
             return self.partitions_of((q, start[q], end[q]) for q in queues)
         finally:
             self.stop()
@@ -373,17 +382,17 @@ class _RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         raise self.error
 
 
-def _check_named(given: QueueOffsets, bounds: Bounds, what: str) -> None:
-    """JSON offsets (or times) must name every queue read and only those; a broker that serves none
-    of a topic's queues is named as such."""
-    missing = sorted(set(bounds) - set(given))
+def _check_named(given: QueueOffsets, queues: Collection[MessageQueue], what: str) -> None:
+    """JSON offsets (or times) must name every queue of ``queues`` and only those; a broker that
+    serves none of a topic's queues is named as such."""
+    missing = sorted(set(queues) - set(given))
     if missing:
         raise OptionError(f"{what} names no offset for {', '.join(map(str, missing))}")
-    unknown = sorted(set(given) - set(bounds))
+    unknown = sorted(set(given) - set(queues))
     if not unknown:
         return
     serving: dict[str, set[str]] = {}
-    for queue in bounds:
+    for queue in queues:
         serving.setdefault(queue.topic, set()).add(queue.broker_name)
     for queue in unknown:
         brokers = serving.get(queue.topic, set())

@@ -117,11 +117,10 @@ async def _write(options: WriteOptions, target: WriteTarget, batches: Iterator[p
                 for queue, queued in _by_queue(messages, queues, sharding_keys).items():
                     for chunk in _chunks(queued):
                         while len(in_flight) >= SENDS_IN_FLIGHT:
-                            done, in_flight = await asyncio.wait(
-                                in_flight, return_when=asyncio.FIRST_COMPLETED
-                            )
+                            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
                             for task in done:
                                 task.result()
+                            in_flight -= done
                         send = _send(producer, queue, chunk, options, after=last_send.get(queue))
                         last_send[queue] = task = asyncio.ensure_future(send)
                         in_flight.add(task)
@@ -132,6 +131,9 @@ async def _write(options: WriteOptions, target: WriteTarget, batches: Iterator[p
     finally:
         for task in in_flight:
             task.cancel()
+        # Every outcome is taken, so that the other sends' failures after the first are not logged
+        # as "Task exception was never retrieved".
+        await asyncio.gather(*in_flight, return_exceptions=True)
         await producer.close()
     return row
 

@@ -556,10 +556,10 @@ def run_demo(
         printer.start()
 
         if spark is None:
-            console.line(f"Starting Spark ({master}); work directory {base}")
+            console.line("Starting Spark")
             spark = spark_session(base, master=master)
-        else:
-            console.line(f"Using Spark ({spark.sparkContext.master}); work directory {base}")
+        # getOrCreate may hand back a session already running elsewhere: name the master it uses.
+        console.line(f"Using Spark ({spark.sparkContext.master}); work directory {base}")
         query = (
             build_query(
                 spark,
