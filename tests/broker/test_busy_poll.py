@@ -26,7 +26,7 @@ from processes import StandaloneServer, cometmq
 from waiting import wait_until
 
 
-@pytest.mark.parametrize("window_us", [1_000_000, 0])
+@pytest.mark.parametrize("window_us", [20_000, 0])
 def test_a_broker_given_a_fixed_window_polls_after_each_request_and_only_then(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, window_us: int
 ) -> None:
@@ -118,10 +118,10 @@ def test_a_broker_given_a_fixed_window_or_none_answers_as_with_the_adaptive_one(
     tmp_path: Path, how: str
 ) -> None:
     if how == "flag":
-        server = StandaloneServer(tmp_path / "data", "--busy-poll-us", "1000000", "--busy-poll-fixed")  # 1 s
+        server = StandaloneServer(tmp_path / "data", "--busy-poll-us", "1000", "--busy-poll-fixed")
     elif how == "broker.conf":
         conf = tmp_path / "broker.conf"
-        conf.write_text("busyPollMicros=1000000\nbusyPollAdaptive=false\n")
+        conf.write_text("busyPollMicros=1000\nbusyPollAdaptive=false\n")
         server = StandaloneServer(tmp_path / "data", "-c", str(conf))
     else:
         server = StandaloneServer(tmp_path / "data", "--busy-poll-us", "0")
@@ -171,7 +171,21 @@ def test_a_negative_window_is_refused_in_one_line(tmp_path: Path) -> None:
         _broker_config(args)
 
 
-@pytest.mark.parametrize("window_us", [200_000, 0])
+def test_a_window_over_the_cap_is_refused_in_one_line_naming_the_key_and_the_cap(tmp_path: Path) -> None:
+    result = cometmq("standalone", "--data-dir", str(tmp_path / "data"), "--busy-poll-us", "100001")
+    assert result.returncode != 0
+    assert "busyPollMicros 100001 is over its cap of 100000 µs" in result.stderr
+    assert "Traceback" not in result.stderr
+    conf = tmp_path / "broker.conf"
+    conf.write_text("busyPollMicros=3600000000\n")
+    args = build_parser().parse_args(["broker", "--data-dir", str(tmp_path), "-c", str(conf)])
+    with pytest.raises(ConfigError, match="busyPollMicros 3600000000 is over its cap of 100000 µs"):
+        _broker_config(args)
+    conf.write_text("busyPollMicros=100000\n")
+    assert _broker_config(build_parser().parse_args(["broker", "--data-dir", str(tmp_path), "-c", str(conf)]))
+
+
+@pytest.mark.parametrize("window_us", [20_000, 0])
 def test_clients_given_a_fixed_window_poll_after_their_requests(
     monkeypatch: pytest.MonkeyPatch, server: StandaloneServer, window_us: int
 ) -> None:
@@ -223,8 +237,15 @@ def test_clients_given_a_fixed_window_poll_after_their_requests(
 
 @pytest.mark.parametrize("client", [Producer, PushConsumer, LitePullConsumer])
 def test_a_client_refuses_a_negative_window_when_made(client: Callable[..., object]) -> None:
-    with pytest.raises(ValueError, match="busy_poll_us must be at least 0, not -1"):
+    with pytest.raises(ValueError, match=r"busy_poll_us must be within 0\.\.100000, not -1"):
         client("GID_busy_bad", "127.0.0.1:9876", busy_poll_us=-1)
+
+
+@pytest.mark.parametrize("client", [Producer, PushConsumer, LitePullConsumer])
+def test_a_client_refuses_a_window_over_the_cap_when_made(client: Callable[..., object]) -> None:
+    with pytest.raises(ValueError, match=r"busy_poll_us must be within 0\.\.100000, not 100001"):
+        client("GID_busy_bad", "127.0.0.1:9876", busy_poll_us=100_001)
+    client("GID_busy_cap", "127.0.0.1:9876", busy_poll_us=100_000)
 
 
 def test_clients_poll_adaptively_up_to_200_us_by_default_and_an_idle_one_stops(

@@ -48,6 +48,7 @@ __all__ = [
     "CLIENT_LIMIT_US",
     "GROW",
     "GROW_START_NS",
+    "MAX_LIMIT_US",
     "SHRINK",
     "BusyPoller",
     "PollWindow",
@@ -69,12 +70,16 @@ _RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
 # leaves its window closed.
 CLIENT_LIMIT_US = 200
 BROKER_LIMIT_US = 1000
+# The longest limit taken: 0.1 s, 500 times haltpoll's default. Past it a window is no longer a wait
+# for a reply or a request due soon but a CPU kept busy for nothing.
+MAX_LIMIT_US = 100_000
 
 
-def checked_window(window_us: int) -> int:
-    """*window_us* if it is a window a poller takes (0 or more µs); ValueError otherwise."""
-    if window_us < 0:
-        raise ValueError("the busy-poll window must be 0 µs or more")
+def checked_window(window_us: int, key: str = "busy_poll_us") -> int:
+    """*window_us* if it is a limit a poller takes (0 to MAX_LIMIT_US µs); a ValueError naming *key*
+    otherwise."""
+    if not 0 <= window_us <= MAX_LIMIT_US:
+        raise ValueError(f"{key} must be within 0..{MAX_LIMIT_US} µs, not {window_us}")
     return window_us
 
 
