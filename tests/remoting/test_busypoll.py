@@ -45,6 +45,12 @@ def read_after(window: PollWindow, clock: FakeClock, gap_us: float) -> int:
     return window.window_ns
 
 
+def read_after_sleeping(window: PollWindow, clock: FakeClock, slept_us: float) -> int:
+    """A write, then a read *slept_us* after the window it opened closed (haltpoll's block_ns): the
+    window (ns) after the read."""
+    return read_after(window, clock, window.window_ns / 1000 + slept_us)
+
+
 def test_on_a_fake_clock_an_adaptive_window_starts_closed_and_a_first_read_leaves_it_so() -> None:
     window, _ = window_on_a_fake_clock(1000)
     assert window.window_ns == 0
@@ -56,7 +62,7 @@ def test_on_a_fake_clock_a_read_just_after_the_window_grows_it_from_grow_start_d
     None
 ):
     window, clock = window_on_a_fake_clock(1000)
-    grown = [read_after(window, clock, 900) for _ in range(6)]  # each after the window closed
+    grown = [read_after_sleeping(window, clock, 900) for _ in range(6)]  # each a sleep within the limit
     assert grown == [50_000, 100_000, 200_000, 400_000, 800_000, 1_000_000]
 
 
@@ -73,9 +79,9 @@ def test_on_a_fake_clock_a_read_later_than_the_limit_halves_the_window_and_under
 ):
     window, clock = window_on_a_fake_clock(1000)
     for _ in range(5):
-        read_after(window, clock, 999)
+        read_after_sleeping(window, clock, 999)
     assert window.window_ns == 800_000
-    shrunk = [read_after(window, clock, 1001) for _ in range(6)]
+    shrunk = [read_after_sleeping(window, clock, 1001) for _ in range(6)]
     assert shrunk == [400_000, 200_000, 100_000, 50_000, 0, 0]
 
 
@@ -102,10 +108,26 @@ def test_on_a_fake_clock_the_gap_runs_from_the_last_read_or_write() -> None:
     assert window.window_ns == 0
 
 
+def test_on_a_fake_clock_the_window_adapts_to_the_sleep_after_it_as_haltpoll_to_block_ns() -> None:
+    window, clock = window_on_a_fake_clock(1000)
+    for _ in range(4):
+        read_after_sleeping(window, clock, 900)
+    assert window.window_ns == 400_000
+    assert read_after(window, clock, 450) == 400_000, "polled 400 µs, slept 50: not longer than the window"
+    assert read_after(window, clock, 1_200) == 800_000, (
+        "slept 800 µs: longer than the window, within the limit"
+    )
+    assert read_after(window, clock, 1_500) == 800_000, "slept 700 µs, not longer than the window"
+    assert read_after(window, clock, 1_900) == 400_000, "slept 1100 µs, longer than the limit"
+    assert read_after(window, clock, 1_300) == 800_000, "slept 900 µs: a grow, 1300 µs after the write"
+
+
 def test_on_a_fake_clock_a_limit_under_grow_start_grows_straight_to_the_limit() -> None:
     window, clock = window_on_a_fake_clock(20)
     assert read_after(window, clock, 15) == 20_000
-    assert read_after(window, clock, 25) == 0, "later than the limit: halved under grow_start, closed"
+    assert read_after_sleeping(window, clock, 25) == 0, (
+        "a sleep over the limit: halved under grow_start, closed"
+    )
 
 
 def test_on_a_fake_clock_a_fixed_window_is_the_limit_whatever_the_gaps() -> None:

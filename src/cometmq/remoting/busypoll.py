@@ -10,19 +10,24 @@ each read or write, the loop's selector is polled without a timeout, then it sle
 The window adapts as the Linux guest's haltpoll cpuidle governor adapts a vCPU's polling time
 (Documentation/virt/guest-halt-polling.rst and drivers/cpuidle/governors/haltpoll.c). Its facts:
 ``guest_halt_poll_ns`` is the most a vCPU polls (default 200 000 ns); each vCPU keeps its own
-window, which starts at 0; when a wake-up comes after the window closed but within
-``guest_halt_poll_ns``, the window is multiplied by ``guest_halt_poll_grow`` (default 2), and set to
-at least ``guest_halt_poll_grow_start`` (default 50 000 ns) and at most ``guest_halt_poll_ns``; when it
-comes later than ``guest_halt_poll_ns``, the window is divided by ``guest_halt_poll_shrink``
-(default 2) and becomes 0 once under ``guest_halt_poll_grow_start`` (``guest_halt_poll_allow_shrink``,
-default on). :class:`PollWindow` applies the same rules with the same factors, with a read on a
-socket for the wake-up and the time since the last read or write for how long the vCPU halted:
+window (``poll_limit_ns``), which starts at 0. An idle vCPU polls for its window, then halts; a
+wake-up during the poll changes nothing; after a halt, the governor adapts on ``block_ns``, the time
+the vCPU was halted (the wake-up's delay after the window closed, not after the vCPU went idle):
+when the window < ``block_ns`` <= ``guest_halt_poll_ns``, the window is multiplied by
+``guest_halt_poll_grow`` (default 2), and set to at least ``guest_halt_poll_grow_start`` (default
+50 000 ns) and at most ``guest_halt_poll_ns``; when ``block_ns`` > ``guest_halt_poll_ns``, it is
+divided by ``guest_halt_poll_shrink`` (default 2) and becomes 0 once under
+``guest_halt_poll_grow_start`` (when ``guest_halt_poll_allow_shrink``, default on); otherwise it stays.
+:class:`PollWindow` applies the same rules with the same factors, with a read on a socket for the
+wake-up and the time from the end of the window after the last read or write to that read for
+``block_ns``:
 
 - a read within the window: the poll paid off, the window stays;
-- a read after the window closed but within the limit: the window was too short, it grows;
-- a read later than the limit: the poll was wasted, the window shrinks, down to 0, and a loop whose
-  window is 0 sleeps at once after its I/O. An idle process polls at most one window after its last
-  I/O and, a few quiet gaps later, not at all.
+- a read after the window closed, the process having slept longer than the window but not longer
+  than the limit: the window was too short, it grows;
+- a read after a sleep longer than the limit: no window would have caught it, the window shrinks,
+  down to 0, and a loop whose window is 0 sleeps at once after its I/O. An idle process polls at
+  most one window after its last I/O and, a few quiet gaps later, not at all.
 
 Beyond haltpoll, which polls a vCPU nobody else can use: a process shares its CPUs. A polling loop
 yields its CPU on each turn, and when that yield lets another task run (the thread's involuntary
@@ -87,7 +92,7 @@ class PollWindow:
     """How long to poll after each read or write: the haltpoll rules over a limit of *limit_us* µs
     (0: never poll), or the whole limit every time when not *adaptive*. *clock* gives ns."""
 
-    __slots__ = ("_clock", "_last_ns", "adaptive", "limit_ns", "window_ns")
+    __slots__ = ("_clock", "_polled_until_ns", "adaptive", "limit_ns", "window_ns")
 
     def __init__(
         self, limit_us: int, adaptive: bool = True, clock: Callable[[], int] = time.perf_counter_ns
@@ -95,38 +100,47 @@ class PollWindow:
         self.limit_ns = checked_window(limit_us) * 1000
         self.adaptive = adaptive
         self._clock = clock
-        # Adaptive windows start closed, as a vCPU's does: the first gap short enough opens them.
+        # Adaptive windows start closed, as a vCPU's does: the first short sleep opens them.
         self.window_ns = 0 if adaptive else self.limit_ns
-        self._last_ns = 0  # when the last read or write happened (0: none yet)
+        # When polling stopped after the last read or write, the process sleeping from then on
+        # (0: no I/O yet).
+        self._polled_until_ns = 0
 
     def wrote(self) -> int:
         """A write happened now: the time (ns, on the clock) polling should go on until, or 0 when
         the window is 0."""
-        now = self._clock()
-        self._last_ns = now
-        return now + self.window_ns if self.window_ns else 0
+        return self._poll_from(self._clock())
 
-    def read(self) -> int:
-        """A read happened now: the window adapts to the gap since the last read or write, then as
-        :meth:`wrote`."""
+    def read(self, poll: bool = True) -> int:
+        """A read happened now: an adaptive window adapts to how long the process slept before it
+        (haltpoll's block_ns: from the end of the window after the last read or write; nothing when
+        the read came within that window), then as :meth:`wrote` when *poll*, else no window (0)."""
         now = self._clock()
-        if self.adaptive and self._last_ns:
-            self._adapt(now - self._last_ns)
-        self._last_ns = now
-        return now + self.window_ns if self.window_ns else 0
+        if self.adaptive and self._polled_until_ns and now > self._polled_until_ns:
+            self._adapt(now - self._polled_until_ns)
+        if poll:
+            return self._poll_from(now)
+        self._polled_until_ns = now
+        return 0
 
     def contended(self) -> None:
-        """Another process wanted this CPU while it polled: an adaptive window shrinks as after a
-        wasted poll (a fixed one stays)."""
+        """Another process wanted this CPU while it polled: polling stops now, and an adaptive window
+        shrinks as after a wasted poll (a fixed one stays)."""
+        self._polled_until_ns = min(self._polled_until_ns, self._clock())
         if self.adaptive and self.window_ns:
             window = self.window_ns // SHRINK
             self.window_ns = window if window >= GROW_START_NS else 0
 
-    def _adapt(self, gap_ns: int) -> None:
+    def _poll_from(self, now: int) -> int:
+        window = self.window_ns
+        self._polled_until_ns = now + window
+        return now + window if window else 0
+
+    def _adapt(self, slept_ns: int) -> None:
         window, limit = self.window_ns, self.limit_ns
-        if window < gap_ns <= limit:  # came just after the window closed
+        if window < slept_ns <= limit:  # the window was too short to catch it
             self.window_ns = min(limit, max(GROW_START_NS, window * GROW))
-        elif gap_ns > limit and window:  # a window passed empty, and long after it
+        elif slept_ns > limit and window:  # slept longer than any window could poll
             window //= SHRINK
             self.window_ns = window if window >= GROW_START_NS else 0
 
@@ -155,9 +169,9 @@ class BusyPoller:
         """The running loop wrote: poll for a window from now."""
         self._poll_until(self.window.wrote())
 
-    def read(self) -> None:
-        """The running loop read: adapt the window, then poll for it from now."""
-        self._poll_until(self.window.read())
+    def read(self, poll: bool = True) -> None:
+        """The running loop read: adapt the window, then, when *poll*, poll for it from now."""
+        self._poll_until(self.window.read(poll))
 
     def _poll_until(self, deadline_ns: int) -> None:
         if deadline_ns <= self._deadline_ns:
