@@ -318,6 +318,48 @@ def test_a_server_or_client_given_a_fixed_window_keeps_the_loop_polling_after_a_
         assert selector.slept_since(poller.last_window_end_ns), "the loop sleeps again after it"
 
 
+def test_on_a_fake_clock_a_read_that_polls_on_adapts_the_window_and_opens_none() -> None:
+    window, clock = window_on_a_fake_clock(1000)
+    window.wrote()
+    clock.advance_us(300)
+    assert window.read(poll=False) == 0, "no window after it"
+    assert window.window_ns == GROW_START_NS, "a sleep of 300 µs: it grew"
+    clock.advance_us(2_000)
+    assert window.wrote() == clock.ns + GROW_START_NS, "the next write opens it"
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_a_clients_read_that_leaves_no_request_unanswered_opens_no_window(
+    monkeypatch: pytest.MonkeyPatch, adaptive: bool
+) -> None:
+    pollers = record_pollers(monkeypatch)
+
+    def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.response(remark="pong")
+
+    async def main() -> None:
+        server = RemotingServer(handler, "127.0.0.1", 0)  # no poller of its own
+        await server.start()
+        client = RemotingClient(busy_poll_us=20_000, busy_poll_adaptive=adaptive)
+        (poller,) = pollers
+        poller.window.window_ns = poller.window.limit_ns  # as traffic would have opened it
+        try:
+            for _ in range(3):
+                reply = await client.invoke(f"127.0.0.1:{server.port}", RemotingCommand(code=9), timeout=5)
+                assert reply.remark == "pong"
+            await wait_until(lambda: not poller.spinning, message="the end of the last request's window")
+        finally:
+            await client.close()
+            await server.stop()
+
+    asyncio.run(main())
+    (poller,) = pollers
+    assert len(poller.reads) >= 3, "each reply was read"
+    for at, kick in enumerate(poller.kicks):
+        if kick in poller.reads:  # the reply: polling goes on until the request's window ends, no longer
+            assert at > 0 and poller.polling_until[at] <= poller.polling_until[at - 1]
+
+
 def test_on_a_fake_clock_contention_shrinks_an_adaptive_window_and_leaves_a_fixed_one() -> None:
     window, clock = window_on_a_fake_clock(1000)
     for _ in range(5):

@@ -98,6 +98,7 @@ class _DirectConnection:
         poll_until = window.wrote()
         if poll_until:
             poll_until = min(poll_until, int(deadline * 1e9))
+        first_read = True
         while True:
             n = _poll_into(sock, decoder.get_buffer(), poll_until, window) if poll_until else None
             if n is None:
@@ -109,7 +110,9 @@ class _DirectConnection:
                 n = sock.recv_into(decoder.get_buffer())
             if n == 0:
                 raise ConnectionResetError("closed by the broker")
-            window.read()  # how soon the reply came: the next window adapts to it
+            if first_read:  # how soon the reply came: the next window adapts to it (no window after it)
+                window.read(poll=False)
+                first_read = False
             for cmd in decoder.buffer_updated(n):
                 if cmd.is_response and cmd.opaque == request.opaque:
                     return cmd

@@ -148,6 +148,7 @@ class Connection(asyncio.BufferedProtocol):
         read_buffer: ReadBuffer | None = None,
         poller: BusyPoller | None = None,
         observer: RequestObserver | None = None,
+        client: bool = False,
     ) -> None:
         self._handler = handler
         # None: requests are not timed (no clock read, nothing kept per request).
@@ -159,6 +160,9 @@ class Connection(asyncio.BufferedProtocol):
         self._answered_later: dict[int, bool] = {}
         self._decoder = FrameDecoder(read_buffer)
         self._poller = poller  # None: the loop sleeps between reads as usual (busypoll.py)
+        # A client's connection (RemotingClient): a read polls on only while requests it sent are
+        # unanswered; the next thing due after the last reply is this end's own next request.
+        self._client = client
         self._transport: asyncio.Transport | None = None
         # Set by every read and write, cleared by the server's idle sweep (RemotingServer).
         self.active = True
@@ -204,8 +208,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.active = True
-        if self._poller is not None:
-            self._poller.read()
+        poller = self._poller
+        if poller is not None and not self._client:
+            poller.read()  # before the requests read are answered: their replies' windows follow
         decoder = self._decoder
         try:
             commands = decoder.buffer_updated(nbytes)
@@ -223,6 +228,8 @@ class Connection(asyncio.BufferedProtocol):
                     future.set_result(cmd)
             else:
                 self._dispatch(cmd)
+        if poller is not None and self._client:
+            poller.read(poll=bool(self._pending))
 
     def _tell_held(self) -> None:
         self._held = self._decoder.held
@@ -803,7 +810,7 @@ class RemotingClient:
                 loop.create_connection(
                     # With TLS: a placeholder until the handshake (whose failure is told apart from a
                     # failure to connect: a server with TLS off closes at the ClientHello).
-                    asyncio.Protocol if tls else lambda: Connection(self._handler, poller=self._poller),
+                    asyncio.Protocol if tls else self._new_connection,
                     host,
                     port,
                 ),
@@ -822,10 +829,13 @@ class RemotingClient:
             self._watch = loop.create_task(_abort_when_cancelled(weakref.ref(self)))
         return conn
 
+    def _new_connection(self) -> Connection:
+        return Connection(self._handler, poller=self._poller, client=True)
+
     async def _start_tls(self, plain: asyncio.BaseTransport, address: str, host: str) -> Connection:
         """A connection over TLS on the connected transport *plain*."""
         assert self._ssl_context is not None
-        conn = Connection(self._handler, poller=self._poller)
+        conn = self._new_connection()
         try:
             transport = await asyncio.get_running_loop().start_tls(
                 cast(asyncio.WriteTransport, plain),
