@@ -381,6 +381,7 @@ def test_an_adaptive_loop_that_another_task_preempts_stops_polling(
 ) -> None:
     switches = iter(range(1_000_000))  # every look finds one more involuntary context switch
     monkeypatch.setattr(busypoll, "preemptions", lambda: next(switches))
+    monkeypatch.setattr(busypoll, "yield_cpu", lambda: True)  # after every yield, slow as when preempted
     selector = RecordingSelector()
     poller = RecordingPoller(100_000 if adaptive else 20_000, adaptive)  # 100 ms, 20 ms
 
@@ -400,3 +401,37 @@ def test_an_adaptive_loop_that_another_task_preempts_stops_polling(
 
     with asyncio.Runner(loop_factory=selector.new_loop) as runner:
         runner.run(main())
+
+
+def test_on_a_fake_clock_a_yield_is_slow_past_20_us(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    took_us = [5.0, 20.0, 21.0, 3_000.0]
+    monkeypatch.setattr(busypoll, "_clock", clock)
+    monkeypatch.setattr(busypoll, "_sched_yield", lambda: clock.advance_us(took_us.pop(0)))
+    assert [busypoll.yield_cpu() for _ in range(4)] == [False, False, True, True]
+
+
+def test_a_polling_loop_looks_for_preemptions_only_after_a_slow_yield(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    looks: list[int] = []
+    switches = iter(range(1_000_000))  # every look would find one more involuntary context switch
+
+    def preemptions() -> int:
+        looks.append(1)
+        return next(switches)
+
+    slow = iter([False] * 50 + [True] * 1_000_000)  # the 51st turn's yield is slow
+    monkeypatch.setattr(busypoll, "preemptions", preemptions)
+    monkeypatch.setattr(busypoll, "yield_cpu", lambda: next(slow))
+    poller = RecordingPoller(100_000, adaptive=True)
+
+    async def main() -> None:
+        poller.window.window_ns = poller.window.limit_ns  # as traffic would have opened it
+        poller.wrote()
+        await wait_until(lambda: not poller.spinning, message="the end of the preempted window")
+
+    asyncio.run(main())
+    assert len(poller.spins) == 51, "fast yields went on polling, the slow one ended the window"
+    assert len(looks) == 2, "the window's start and the slow yield"
+    assert poller.window.window_ns == 50_000_000

@@ -24,7 +24,6 @@ each socket is wrapped in TLS (one ``send`` of the joined frame then, as an SSL 
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import ssl
 import threading
@@ -34,7 +33,7 @@ from cometmq.auth import Credentials, sign
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError
 from cometmq.protocol import FrameDecoder, RemotingCommand, encode
 from cometmq.protocol.command import Buffer
-from cometmq.remoting.busypoll import PollWindow, preemptions
+from cometmq.remoting.busypoll import PollWindow, preemptions, yield_cpu
 
 __all__ = ["DirectLane"]
 
@@ -133,8 +132,8 @@ def _poll_into(sock: socket.socket, buffer: memoryview, until_ns: int, window: P
         try:
             return sock.recv_into(buffer)
         except (BlockingIOError, ssl.SSLWantReadError):
-            os.sched_yield()  # a process that is waiting for this CPU (the broker?) runs first
-            if window.adaptive and preemptions() != preempted:
+            # A process that is waiting for this CPU (the broker?) runs first.
+            if yield_cpu() and window.adaptive and preemptions() != preempted:
                 window.contended()
                 return None
     return None

@@ -30,8 +30,9 @@ wake-up and the time from the end of the window after the last read or write to 
   most one window after its last I/O and, a few quiet gaps later, not at all.
 
 Beyond haltpoll, which polls a vCPU nobody else can use: a process shares its CPUs. A polling loop
-yields its CPU on each turn, and when that yield lets another task run (the thread's involuntary
-context switches rise), the window ends and shrinks as after a wasted poll (:func:`preemptions`).
+yields its CPU on each turn, and when that yield lets another task run (the yield took over 20 µs
+and the thread's involuntary context switches rose), the window ends and shrinks as after a wasted
+poll (:func:`yield_cpu`, :func:`preemptions`).
 
 The limit is the setting (``busyPollMicros``, ``busy_poll_us``); a fixed window (not adaptive)
 polls the whole limit after every read or write, and a limit of 0 turns polling off.
@@ -59,6 +60,7 @@ __all__ = [
     "PollWindow",
     "checked_window",
     "preemptions",
+    "yield_cpu",
 ]
 
 # The haltpoll governor's defaults (see the module's docstring).
@@ -67,6 +69,11 @@ SHRINK = 2
 GROW_START_NS = 50_000
 
 _getrusage = resource.getrusage
+_clock = time.perf_counter_ns
+_sched_yield = os.sched_yield
+# A sched_yield with nothing else runnable on its CPU returns within a few µs; one that took longer
+# most likely let another task run.
+SLOW_YIELD_NS = 20_000
 _RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
 
 # The default limits. A client's is haltpoll's guest_halt_poll_ns: a reply the broker sends at once
@@ -192,8 +199,7 @@ class BusyPoller:
             # On a machine with more runnable processes than CPUs, the one this loop waits for (its
             # client, its broker) may be waiting for this CPU: it gets it first, and an adaptive
             # window ends there (see preemptions).
-            os.sched_yield()
-            if self.window.adaptive and preemptions() != self._preempted:
+            if yield_cpu() and self.window.adaptive and preemptions() != self._preempted:
                 self.window.contended()
                 self._loop = None
                 self._deadline_ns = 0
@@ -201,6 +207,15 @@ class BusyPoller:
             loop.call_soon(self._spin, loop)
         else:
             self._loop = None
+
+
+def yield_cpu() -> bool:
+    """Yield this thread's CPU to any task waiting for it; whether that took over SLOW_YIELD_NS (then
+    :func:`preemptions` tells whether another task ran: a getrusage paid only after a slow yield, not
+    on every turn of a polling loop)."""
+    started = _clock()
+    _sched_yield()
+    return _clock() - started > SLOW_YIELD_NS
 
 
 def preemptions() -> int:
