@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -72,6 +73,7 @@ class RecordingPoller(BusyPoller):
         self.opened: list[int] = []  # the window (ns) each kick opened: 0 for a read asked not to poll
         self.reads: list[int] = []  # the kicks that were reads
         self.polling_until: list[int] = []  # after each kick, when the polling it asked for ends
+        self.holds: list[int] = []  # when hold_until was called with work still pending
         self.spins: list[int] = []
 
     def wrote(self) -> None:
@@ -82,6 +84,11 @@ class RecordingPoller(BusyPoller):
         self.reads.append(self.kicks[-1])
         if not poll:
             self.opened[-1] = 0
+
+    def hold_until(self, done: asyncio.Future[Any]) -> None:
+        if not done.done():
+            self.holds.append(time.perf_counter_ns())
+        super().hold_until(done)
 
     def _noted(self, kick: Callable[[], None]) -> None:
         # Noted before the kick: the window it opens ends no earlier than this + its window.

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from _support import address, create_topic, running_broker
+from _support import address, create_topic, running_broker, send
 
 from busy_polling import RecordingSelector, record_pollers
 from cometmq.cli._main import build_parser
@@ -111,6 +111,27 @@ def test_an_idle_broker_stops_polling_once_its_window_has_shrunk(
 
     with asyncio.Runner(loop_factory=selector.new_loop) as runner:
         runner.run(main())
+
+
+def test_a_sync_flush_broker_stops_polling_while_its_flush_thread_works_for_a_send(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pollers = record_pollers(monkeypatch)
+
+    async def main() -> None:
+        async with running_broker(tmp_path, flushDiskType="SYNC_FLUSH") as broker:
+            client = RemotingClient()
+            try:
+                (poller,) = pollers
+                await create_topic(client, address(broker), "BusyPollFlush", 1)
+                for i in range(10):
+                    await send(client, address(broker), "BusyPollFlush", b"%d" % i)
+                    assert not poller.holding, "answered: the flush is done, polling may go on"
+                assert poller.holds, "a send waiting for its flush held the broker's polling"
+            finally:
+                await client.close()
+
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("how", ["flag", "broker.conf", "off"])

@@ -435,3 +435,26 @@ def test_a_polling_loop_looks_for_preemptions_only_after_a_slow_yield(
     assert len(poller.spins) == 51, "fast yields went on polling, the slow one ended the window"
     assert len(looks) == 2, "the window's start and the slow yield"
     assert poller.window.window_ns == 50_000_000
+
+
+def test_a_loop_waiting_for_work_it_handed_to_another_thread_does_not_poll_until_it_is_done() -> None:
+    poller = BusyPoller(50_000, adaptive=False)
+
+    async def main() -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        poller.wrote()
+        assert poller.spinning
+        poller.hold_until(done)
+        assert not poller.spinning and poller.holding, "polling ends at once"
+        poller.read()
+        poller.wrote()
+        assert not poller.spinning, "reads and writes meanwhile open no window"
+        done.set_result(None)
+        await asyncio.sleep(0)  # the future's callbacks run
+        assert not poller.holding
+        poller.wrote()
+        assert poller.spinning, "the next write polls again"
+        poller.hold_until(done)
+        assert poller.spinning and not poller.holding, "work done already holds nothing"
+
+    asyncio.run(main())

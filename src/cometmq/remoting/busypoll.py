@@ -37,8 +37,13 @@ poll (:func:`yield_cpu`, :func:`preemptions`).
 The limit is the setting (``busyPollMicros``, ``busy_poll_us``); a fixed window (not adaptive)
 polls the whole limit after every read or write, and a limit of 0 turns polling off.
 
-The process's other threads (the broker's flush thread, a blocking client's callers) still get the GIL
-while the loop polls: the loop releases it around each poll of its selector.
+The GIL: a polling loop releases it around each poll of its selector and each yield, but takes it
+straight back, and another thread of the process that waits for it is woken too late to take it
+first: it gets the GIL only when the switch interval (``sys.getswitchinterval()``, 5 ms) forces a
+hand-off (measured: p99 2.7-2.9 ms late, docs/performance.md#busy-polling). So a loop that hands work
+to another thread of its own process and waits for it (the broker's flush thread after a SYNC_FLUSH
+send) stops polling until that work is done (:meth:`BusyPoller.hold_until`) and sleeps in its
+selector, leaving the GIL to that thread.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ import os
 import resource
 import time
 from collections.abc import Callable
+from typing import Any
 
 __all__ = [
     "BROKER_LIMIT_US",
@@ -159,18 +165,24 @@ class BusyPoller:
     a loop whose polling it took over goes back to sleeping as usual.
     """
 
-    __slots__ = ("_deadline_ns", "_loop", "_preempted", "window")
+    __slots__ = ("_deadline_ns", "_holds", "_loop", "_preempted", "window")
 
     def __init__(self, limit_us: int, adaptive: bool = True) -> None:
         self.window = PollWindow(limit_us, adaptive)
         self._deadline_ns = 0
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop kept polling, if any
         self._preempted = 0  # the thread's involuntary context switches when it last looked
+        self._holds = 0  # handed-off work not done yet (hold_until): no polling while there is any
 
     @property
     def spinning(self) -> bool:
         """Whether a loop is being kept polling now."""
         return self._loop is not None
+
+    @property
+    def holding(self) -> bool:
+        """Whether work handed to another thread (:meth:`hold_until`) keeps the loop from polling."""
+        return self._holds > 0
 
     def wrote(self) -> None:
         """The running loop wrote: poll for a window from now."""
@@ -180,8 +192,22 @@ class BusyPoller:
         """The running loop read: adapt the window, then, when *poll*, poll for it from now."""
         self._poll_until(self.window.read(poll))
 
+    def hold_until(self, done: asyncio.Future[Any]) -> None:
+        """Another thread of the process works for the running loop until *done* (the broker's flush
+        thread after a flush request) and needs the GIL for it: the loop stops polling, and does not
+        poll again until *done* is, so that the GIL is free whenever that thread asks for it."""
+        if done.done():
+            return
+        self._holds += 1
+        self._loop = None
+        self._deadline_ns = 0
+        done.add_done_callback(self._release)
+
+    def _release(self, _: asyncio.Future[Any]) -> None:
+        self._holds -= 1
+
     def _poll_until(self, deadline_ns: int) -> None:
-        if deadline_ns <= self._deadline_ns:
+        if self._holds or deadline_ns <= self._deadline_ns:
             return  # no window (or one ending before the running one): nothing more to do
         self._deadline_ns = deadline_ns
         loop = asyncio.get_running_loop()

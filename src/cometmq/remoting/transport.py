@@ -21,7 +21,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from cometmq.errors import (
     ConnectionClosedError,
@@ -311,6 +311,12 @@ class Connection(asyncio.BufferedProtocol):
         if self._observer is not None:
             # send() drops what a closed connection is given.
             self._observe(request, response, RESULT_SUCCESS if self.is_open else RESULT_WRITE_CHANNEL_FAILED)
+
+    def hold_polling_until(self, done: asyncio.Future[Any]) -> None:
+        """Another thread of the process works for this connection's loop until *done* and needs the
+        GIL for it: no busy polling until then (:meth:`BusyPoller.hold_until`)."""
+        if self._poller is not None:
+            self._poller.hold_until(done)
 
     def answer_later(self, request: RemotingCommand, *, long_polling: bool = False) -> None:
         """Say that the handler answers *request* later by itself (``reply``) although it returns None
