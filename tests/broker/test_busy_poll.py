@@ -45,12 +45,14 @@ def test_a_broker_given_a_fixed_window_polls_after_each_request_and_only_then(
                     assert pollers == [] and selector.slept_since(asked)
                     return
                 (poller,) = pollers
-                assert poller.spinning and poller.kicks[0] >= asked, "the request opened a window"
+                assert poller.kicks[0] >= asked and poller.opened[0] == window_us * 1000, (
+                    "the request opened one"
+                )
                 await wait_until(poller.spun_to_the_end, message="the end of the request's window")
                 await wait_until(lambda: selector.slept_since(poller.last_window_end_ns), message="a sleep")
                 kicks = len(poller.kicks)
                 assert (await create_topic(client, address(broker), "BusyPollB", 1)).code == 0
-                assert poller.spinning and len(poller.kicks) > kicks, "the next request opened another"
+                assert any(poller.opened[kicks:]), "the next request opened another"
                 await wait_until(poller.spun_to_the_end, message="the end of the next request's window")
             finally:
                 await client.close()
@@ -90,14 +92,17 @@ def test_an_idle_broker_stops_polling_once_its_window_has_shrunk(
                 while poller.window.window_ns:  # requests each longer than the limit after the last
                     quiet += 1
                     before = poller.window.window_ns
-                    last = poller.kicks[-1]
-                    await wait_until(lambda at=last: time.perf_counter_ns() > at + limit_ns, message="a gap")
+                    # A sleep longer than the limit after the last window closed.
+                    closed = poller.kicks[-1] + before
+                    await wait_until(
+                        lambda at=closed: time.perf_counter_ns() > at + limit_ns, message="a gap"
+                    )
                     assert (await create_topic(client, address(broker), f"BusyPollQuiet{quiet}", 1)).code == 0
                     assert poller.window.window_ns < before, "a gap longer than the limit shrank it"
                     await wait_until(lambda: not poller.spinning, message="the shrunk window's end")
                 kicks = len(poller.kicks)
                 await wait_until(
-                    lambda: time.perf_counter_ns() > poller.kicks[-1] + limit_ns, message="a gap"
+                    lambda: time.perf_counter_ns() > poller.kicks[-1] + 2 * limit_ns, message="a gap"
                 )
                 asked = time.perf_counter_ns()
                 assert (await create_topic(client, address(broker), "BusyPollAfter", 1)).code == 0
@@ -213,13 +218,15 @@ def test_clients_given_a_fixed_window_poll_after_their_requests(
     pollers = record_pollers(monkeypatch)
     selector = RecordingSelector()
 
-    async def window_after(request: str) -> None:
-        """The client's own poller (made last) was kicked by *request* and kept its loop polling."""
+    async def window_after(request: str, asked: int) -> None:
+        """The client's own poller (made last) was kicked by *request*, made at *asked*, and kept its
+        loop polling."""
         if not window_us:
             assert pollers == [], f"{request}: no window, no poller"
             return
         poller = pollers[-1]
-        assert poller.spinning, f"{request}: the window is open"
+        opened = [w for kick, w in zip(poller.kicks, poller.opened, strict=True) if kick >= asked]
+        assert window_us * 1000 in opened, f"{request}: a window opened"
         await wait_until(poller.spun_to_the_end, message=f"the end of the window after {request}")
         assert selector.sleeps_inside(poller) == [], f"{request}: the loop slept inside the window"
 
@@ -229,22 +236,25 @@ def test_clients_given_a_fixed_window_poll_after_their_requests(
         async with Producer(
             "PID_busy_c", server.namesrv, busy_poll_us=window_us, busy_poll_adaptive=False
         ) as producer:
+            asked = time.perf_counter_ns()
             result = await producer.send(Message("BusyPollC", b"x"))
-            await window_after("a send")
+            await window_after("a send", asked)
         async with LitePullConsumer(
             "GID_busy_c", server.namesrv, busy_poll_us=window_us, busy_poll_adaptive=False
         ) as consumer:
+            asked = time.perf_counter_ns()
             got = [
                 m
                 async for batch in consumer.read(result.queue, result.queue_offset, result.queue_offset + 1)
                 for m in batch
             ]
             assert [m.body for m in got] == [b"x"]
-            await window_after("a pull")
+            await window_after("a pull", asked)
         push = PushConsumer("GID_busy_push", server.namesrv, busy_poll_us=window_us, busy_poll_adaptive=False)
         push.subscribe("BusyPollC")
+        asked = time.perf_counter_ns()
         async with push:  # started: heartbeats, the rebalance and its first pulls
-            await window_after("a push consumer's start")
+            await window_after("a push consumer's start", asked)
         if not window_us:
             asked = time.perf_counter_ns()
             await asyncio.sleep(0.01)
@@ -281,9 +291,12 @@ def test_clients_poll_adaptively_up_to_200_us_by_default_and_an_idle_one_stops(
         async with Producer("PID_busy_d", server.namesrv) as producer:
             (poller,) = pollers
             assert poller.window.limit_ns == 200_000 and poller.window.window_ns == 0
+            poller.window.window_ns = poller.window.limit_ns  # as replies soon after the window open it
             for i in range(50):
                 await producer.send(Message("BusyPollD", b"%d" % i))
-            # Whether a reply came soon enough to open the window depends on the machine's load.
             await wait_until(lambda: not poller.spinning, message="the window's end")
+            last = poller.kicks.index(poller.reads[-1])
+            assert poller.opened[last] == 0, "the last reply left nothing pending and opened no window"
+            assert poller.polling_until[last] <= poller.polling_until[last - 1], "nor made one longer"
 
     asyncio.run(main())
