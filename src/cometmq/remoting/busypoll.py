@@ -16,11 +16,11 @@ the vCPU was halted (the wake-up's delay after the window closed, not after the 
 when the window < ``block_ns`` <= ``guest_halt_poll_ns``, the window is multiplied by
 ``guest_halt_poll_grow`` (default 2), and set to at least ``guest_halt_poll_grow_start`` (default
 50 000 ns) and at most ``guest_halt_poll_ns``; when ``block_ns`` > ``guest_halt_poll_ns``, it is
-divided by ``guest_halt_poll_shrink`` (default 2) and becomes 0 once under
-``guest_halt_poll_grow_start`` (when ``guest_halt_poll_allow_shrink``, default on); otherwise it stays.
-:class:`PollWindow` applies the same rules with the same factors, with a read on a socket for the
-wake-up and the time from the end of the window after the last read or write to that read for
-``block_ns``:
+divided by ``guest_halt_poll_shrink`` (default 2; when ``guest_halt_poll_allow_shrink``, default
+on); otherwise it stays. :class:`PollWindow` applies the same rules with the same factors, with a
+read on a socket for the wake-up and the time from the end of the window after the last read or
+write to that read for ``block_ns``; a window halved under ``guest_halt_poll_grow_start`` becomes 0
+at once, so that an idle process stops polling after a few quiet gaps:
 
 - a read within the window: the poll paid off, the window stays;
 - a read after the window closed, the process having slept longer than the window but not longer
@@ -39,11 +39,12 @@ polls the whole limit after every read or write, and a limit of 0 turns polling 
 
 The GIL: a polling loop releases it around each poll of its selector and each yield, but takes it
 straight back, and another thread of the process that waits for it is woken too late to take it
-first: it gets the GIL only when the switch interval (``sys.getswitchinterval()``, 5 ms) forces a
-hand-off (measured: p99 2.7-2.9 ms late, docs/performance.md#busy-polling). So a loop that hands work
-to another thread of its own process and waits for it (the broker's flush thread after a SYNC_FLUSH
-send) stops polling until that work is done (:meth:`BusyPoller.hold_until`) and sleeps in its
-selector, leaving the GIL to that thread.
+first: it often gets the GIL only when the switch interval (``sys.getswitchinterval()``, 5 ms)
+forces a hand-off, milliseconds late (bench/gil_handoff.py, docs/performance.md#busy-polling). So a
+loop that hands work to another thread of its own process and waits for it (the broker's flush
+thread after a SYNC_FLUSH send) stops polling until that work is done (:meth:`BusyPoller.hold_until`)
+and sleeps in its selector, leaving the GIL to that thread. Other threads (an ASYNC_FLUSH flush, a
+blocking client's callers) still wait for the forced hand-off while the loop polls.
 """
 
 from __future__ import annotations
