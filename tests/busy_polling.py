@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -68,20 +69,34 @@ class RecordingPoller(BusyPoller):
     def __init__(self, limit_us: int, adaptive: bool = False) -> None:
         super().__init__(limit_us, adaptive)
         self.kicks: list[int] = []
-        self.windows: list[int] = []  # the window (ns) each kick opened
+        self.windows: list[int] = []  # the window (ns) after each kick
+        self.opened: list[int] = []  # the window (ns) each kick opened: 0 for a read asked not to poll
+        self.reads: list[int] = []  # the kicks that were reads
+        self.polling_until: list[int] = []  # after each kick, when the polling it asked for ends
+        self.holds: list[int] = []  # when hold_until was called with work still pending
         self.spins: list[int] = []
 
     def wrote(self) -> None:
         self._noted(super().wrote)
 
-    def read(self) -> None:
-        self._noted(super().read)
+    def read(self, poll: bool = True) -> None:
+        self._noted(lambda: super(RecordingPoller, self).read(poll))
+        self.reads.append(self.kicks[-1])
+        if not poll:
+            self.opened[-1] = 0
+
+    def hold_until(self, done: asyncio.Future[Any]) -> None:
+        if not done.done():
+            self.holds.append(time.perf_counter_ns())
+        super().hold_until(done)
 
     def _noted(self, kick: Callable[[], None]) -> None:
         # Noted before the kick: the window it opens ends no earlier than this + its window.
         self.kicks.append(time.perf_counter_ns())
         kick()
         self.windows.append(self.window.window_ns)
+        self.opened.append(self.window.window_ns)
+        self.polling_until.append(self._deadline_ns)
 
     def _spin(self, loop: asyncio.AbstractEventLoop) -> None:
         super()._spin(loop)
@@ -90,12 +105,12 @@ class RecordingPoller(BusyPoller):
 
     def window_open_at(self, at_ns: int) -> bool:
         return any(
-            kick <= at_ns < kick + window for kick, window in zip(self.kicks, self.windows, strict=True)
+            kick <= at_ns < kick + window for kick, window in zip(self.kicks, self.opened, strict=True)
         )
 
     @property
     def last_window_end_ns(self) -> int:
-        return max(kick + window for kick, window in zip(self.kicks, self.windows, strict=True))
+        return max(kick + window for kick, window in zip(self.kicks, self.opened, strict=True))
 
     def spun_to_the_end(self) -> bool:
         """Stopped, its spinner having run until the last window's end (the turn that ends it)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from _support import address, create_topic, running_broker
+from _support import address, create_topic, running_broker, send
 
 from busy_polling import RecordingSelector, record_pollers
 from cometmq.cli._main import build_parser
@@ -26,7 +26,7 @@ from processes import StandaloneServer, cometmq
 from waiting import wait_until
 
 
-@pytest.mark.parametrize("window_us", [1_000_000, 0])
+@pytest.mark.parametrize("window_us", [20_000, 0])
 def test_a_broker_given_a_fixed_window_polls_after_each_request_and_only_then(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, window_us: int
 ) -> None:
@@ -45,12 +45,14 @@ def test_a_broker_given_a_fixed_window_polls_after_each_request_and_only_then(
                     assert pollers == [] and selector.slept_since(asked)
                     return
                 (poller,) = pollers
-                assert poller.spinning and poller.kicks[0] >= asked, "the request opened a window"
+                assert poller.kicks[0] >= asked and poller.opened[0] == window_us * 1000, (
+                    "the request opened one"
+                )
                 await wait_until(poller.spun_to_the_end, message="the end of the request's window")
                 await wait_until(lambda: selector.slept_since(poller.last_window_end_ns), message="a sleep")
                 kicks = len(poller.kicks)
                 assert (await create_topic(client, address(broker), "BusyPollB", 1)).code == 0
-                assert poller.spinning and len(poller.kicks) > kicks, "the next request opened another"
+                assert any(poller.opened[kicks:]), "the next request opened another"
                 await wait_until(poller.spun_to_the_end, message="the end of the next request's window")
             finally:
                 await client.close()
@@ -90,14 +92,17 @@ def test_an_idle_broker_stops_polling_once_its_window_has_shrunk(
                 while poller.window.window_ns:  # requests each longer than the limit after the last
                     quiet += 1
                     before = poller.window.window_ns
-                    last = poller.kicks[-1]
-                    await wait_until(lambda at=last: time.perf_counter_ns() > at + limit_ns, message="a gap")
+                    # A sleep longer than the limit after the last window closed.
+                    closed = poller.kicks[-1] + before
+                    await wait_until(
+                        lambda at=closed: time.perf_counter_ns() > at + limit_ns, message="a gap"
+                    )
                     assert (await create_topic(client, address(broker), f"BusyPollQuiet{quiet}", 1)).code == 0
                     assert poller.window.window_ns < before, "a gap longer than the limit shrank it"
                     await wait_until(lambda: not poller.spinning, message="the shrunk window's end")
                 kicks = len(poller.kicks)
                 await wait_until(
-                    lambda: time.perf_counter_ns() > poller.kicks[-1] + limit_ns, message="a gap"
+                    lambda: time.perf_counter_ns() > poller.kicks[-1] + 2 * limit_ns, message="a gap"
                 )
                 asked = time.perf_counter_ns()
                 assert (await create_topic(client, address(broker), "BusyPollAfter", 1)).code == 0
@@ -113,15 +118,36 @@ def test_an_idle_broker_stops_polling_once_its_window_has_shrunk(
         runner.run(main())
 
 
+def test_a_sync_flush_broker_stops_polling_while_its_flush_thread_works_for_a_send(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pollers = record_pollers(monkeypatch)
+
+    async def main() -> None:
+        async with running_broker(tmp_path, flushDiskType="SYNC_FLUSH") as broker:
+            client = RemotingClient()
+            try:
+                (poller,) = pollers
+                await create_topic(client, address(broker), "BusyPollFlush", 1)
+                for i in range(10):
+                    await send(client, address(broker), "BusyPollFlush", b"%d" % i)
+                    assert not poller.holding, "answered: the flush is done, polling may go on"
+                assert poller.holds, "a send waiting for its flush held the broker's polling"
+            finally:
+                await client.close()
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("how", ["flag", "broker.conf", "off"])
 def test_a_broker_given_a_fixed_window_or_none_answers_as_with_the_adaptive_one(
     tmp_path: Path, how: str
 ) -> None:
     if how == "flag":
-        server = StandaloneServer(tmp_path / "data", "--busy-poll-us", "1000000", "--busy-poll-fixed")  # 1 s
+        server = StandaloneServer(tmp_path / "data", "--busy-poll-us", "1000", "--busy-poll-fixed")
     elif how == "broker.conf":
         conf = tmp_path / "broker.conf"
-        conf.write_text("busyPollMicros=1000000\nbusyPollAdaptive=false\n")
+        conf.write_text("busyPollMicros=1000\nbusyPollAdaptive=false\n")
         server = StandaloneServer(tmp_path / "data", "-c", str(conf))
     else:
         server = StandaloneServer(tmp_path / "data", "--busy-poll-us", "0")
@@ -171,20 +197,36 @@ def test_a_negative_window_is_refused_in_one_line(tmp_path: Path) -> None:
         _broker_config(args)
 
 
-@pytest.mark.parametrize("window_us", [200_000, 0])
+def test_a_window_over_the_cap_is_refused_in_one_line_naming_the_key_and_the_cap(tmp_path: Path) -> None:
+    result = cometmq("standalone", "--data-dir", str(tmp_path / "data"), "--busy-poll-us", "100001")
+    assert result.returncode != 0
+    assert "busyPollMicros 100001 is over its cap of 100000 µs" in result.stderr
+    assert "Traceback" not in result.stderr
+    conf = tmp_path / "broker.conf"
+    conf.write_text("busyPollMicros=3600000000\n")
+    args = build_parser().parse_args(["broker", "--data-dir", str(tmp_path), "-c", str(conf)])
+    with pytest.raises(ConfigError, match="busyPollMicros 3600000000 is over its cap of 100000 µs"):
+        _broker_config(args)
+    conf.write_text("busyPollMicros=100000\n")
+    assert _broker_config(build_parser().parse_args(["broker", "--data-dir", str(tmp_path), "-c", str(conf)]))
+
+
+@pytest.mark.parametrize("window_us", [20_000, 0])
 def test_clients_given_a_fixed_window_poll_after_their_requests(
     monkeypatch: pytest.MonkeyPatch, server: StandaloneServer, window_us: int
 ) -> None:
     pollers = record_pollers(monkeypatch)
     selector = RecordingSelector()
 
-    async def window_after(request: str) -> None:
-        """The client's own poller (made last) was kicked by *request* and kept its loop polling."""
+    async def window_after(request: str, asked: int) -> None:
+        """The client's own poller (made last) was kicked by *request*, made at *asked*, and kept its
+        loop polling."""
         if not window_us:
             assert pollers == [], f"{request}: no window, no poller"
             return
         poller = pollers[-1]
-        assert poller.spinning, f"{request}: the window is open"
+        opened = [w for kick, w in zip(poller.kicks, poller.opened, strict=True) if kick >= asked]
+        assert window_us * 1000 in opened, f"{request}: a window opened"
         await wait_until(poller.spun_to_the_end, message=f"the end of the window after {request}")
         assert selector.sleeps_inside(poller) == [], f"{request}: the loop slept inside the window"
 
@@ -194,22 +236,25 @@ def test_clients_given_a_fixed_window_poll_after_their_requests(
         async with Producer(
             "PID_busy_c", server.namesrv, busy_poll_us=window_us, busy_poll_adaptive=False
         ) as producer:
+            asked = time.perf_counter_ns()
             result = await producer.send(Message("BusyPollC", b"x"))
-            await window_after("a send")
+            await window_after("a send", asked)
         async with LitePullConsumer(
             "GID_busy_c", server.namesrv, busy_poll_us=window_us, busy_poll_adaptive=False
         ) as consumer:
+            asked = time.perf_counter_ns()
             got = [
                 m
                 async for batch in consumer.read(result.queue, result.queue_offset, result.queue_offset + 1)
                 for m in batch
             ]
             assert [m.body for m in got] == [b"x"]
-            await window_after("a pull")
+            await window_after("a pull", asked)
         push = PushConsumer("GID_busy_push", server.namesrv, busy_poll_us=window_us, busy_poll_adaptive=False)
         push.subscribe("BusyPollC")
+        asked = time.perf_counter_ns()
         async with push:  # started: heartbeats, the rebalance and its first pulls
-            await window_after("a push consumer's start")
+            await window_after("a push consumer's start", asked)
         if not window_us:
             asked = time.perf_counter_ns()
             await asyncio.sleep(0.01)
@@ -223,8 +268,15 @@ def test_clients_given_a_fixed_window_poll_after_their_requests(
 
 @pytest.mark.parametrize("client", [Producer, PushConsumer, LitePullConsumer])
 def test_a_client_refuses_a_negative_window_when_made(client: Callable[..., object]) -> None:
-    with pytest.raises(ValueError, match="busy_poll_us must be at least 0, not -1"):
+    with pytest.raises(ValueError, match=r"busy_poll_us must be within 0\.\.100000, not -1"):
         client("GID_busy_bad", "127.0.0.1:9876", busy_poll_us=-1)
+
+
+@pytest.mark.parametrize("client", [Producer, PushConsumer, LitePullConsumer])
+def test_a_client_refuses_a_window_over_the_cap_when_made(client: Callable[..., object]) -> None:
+    with pytest.raises(ValueError, match=r"busy_poll_us must be within 0\.\.100000, not 100001"):
+        client("GID_busy_bad", "127.0.0.1:9876", busy_poll_us=100_001)
+    client("GID_busy_cap", "127.0.0.1:9876", busy_poll_us=100_000)
 
 
 def test_clients_poll_adaptively_up_to_200_us_by_default_and_an_idle_one_stops(
@@ -239,9 +291,12 @@ def test_clients_poll_adaptively_up_to_200_us_by_default_and_an_idle_one_stops(
         async with Producer("PID_busy_d", server.namesrv) as producer:
             (poller,) = pollers
             assert poller.window.limit_ns == 200_000 and poller.window.window_ns == 0
+            poller.window.window_ns = poller.window.limit_ns  # as replies soon after the window open it
             for i in range(50):
                 await producer.send(Message("BusyPollD", b"%d" % i))
-            # Whether a reply came soon enough to open the window depends on the machine's load.
             await wait_until(lambda: not poller.spinning, message="the window's end")
+            last = poller.kicks.index(poller.reads[-1])
+            assert poller.opened[last] == 0, "the last reply left nothing pending and opened no window"
+            assert poller.polling_until[last] <= poller.polling_until[last - 1], "nor made one longer"
 
     asyncio.run(main())

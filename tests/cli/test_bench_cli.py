@@ -212,6 +212,10 @@ def test_median_rows_takes_each_figure_on_its_own() -> None:
         (["consume", "--pull-batch", "2000"], "argument --pull-batch: '2000' is not a whole number"),
         (["latency", "--rate", "0"], "argument --rate: '0' is not a whole number of at least 1"),
         (["consume", "--rounds", "0"], "argument --rounds: '0' is not a whole number of at least 1"),
+        (
+            ["latency", "--busy-poll-us", "100001"],
+            "argument --busy-poll-us: '100001' is not a whole number of at least 0 and at most 100000",
+        ),
     ],
 )
 def test_values_a_workload_cannot_run_with_are_usage_errors(args: list[str], error: str) -> None:

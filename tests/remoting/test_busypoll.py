@@ -45,6 +45,12 @@ def read_after(window: PollWindow, clock: FakeClock, gap_us: float) -> int:
     return window.window_ns
 
 
+def read_after_sleeping(window: PollWindow, clock: FakeClock, slept_us: float) -> int:
+    """A write, then a read *slept_us* after the window it opened closed (haltpoll's block_ns): the
+    window (ns) after the read."""
+    return read_after(window, clock, window.window_ns / 1000 + slept_us)
+
+
 def test_on_a_fake_clock_an_adaptive_window_starts_closed_and_a_first_read_leaves_it_so() -> None:
     window, _ = window_on_a_fake_clock(1000)
     assert window.window_ns == 0
@@ -56,7 +62,7 @@ def test_on_a_fake_clock_a_read_just_after_the_window_grows_it_from_grow_start_d
     None
 ):
     window, clock = window_on_a_fake_clock(1000)
-    grown = [read_after(window, clock, 900) for _ in range(6)]  # each after the window closed
+    grown = [read_after_sleeping(window, clock, 900) for _ in range(6)]  # each a sleep within the limit
     assert grown == [50_000, 100_000, 200_000, 400_000, 800_000, 1_000_000]
 
 
@@ -73,9 +79,9 @@ def test_on_a_fake_clock_a_read_later_than_the_limit_halves_the_window_and_under
 ):
     window, clock = window_on_a_fake_clock(1000)
     for _ in range(5):
-        read_after(window, clock, 999)
+        read_after_sleeping(window, clock, 999)
     assert window.window_ns == 800_000
-    shrunk = [read_after(window, clock, 1001) for _ in range(6)]
+    shrunk = [read_after_sleeping(window, clock, 1001) for _ in range(6)]
     assert shrunk == [400_000, 200_000, 100_000, 50_000, 0, 0]
 
 
@@ -102,10 +108,26 @@ def test_on_a_fake_clock_the_gap_runs_from_the_last_read_or_write() -> None:
     assert window.window_ns == 0
 
 
+def test_on_a_fake_clock_the_window_adapts_to_the_sleep_after_it_as_haltpoll_to_block_ns() -> None:
+    window, clock = window_on_a_fake_clock(1000)
+    for _ in range(4):
+        read_after_sleeping(window, clock, 900)
+    assert window.window_ns == 400_000
+    assert read_after(window, clock, 450) == 400_000, "polled 400 µs, slept 50: not longer than the window"
+    assert read_after(window, clock, 1_200) == 800_000, (
+        "slept 800 µs: longer than the window, within the limit"
+    )
+    assert read_after(window, clock, 1_500) == 800_000, "slept 700 µs, not longer than the window"
+    assert read_after(window, clock, 1_900) == 400_000, "slept 1100 µs, longer than the limit"
+    assert read_after(window, clock, 1_300) == 800_000, "slept 900 µs: a grow, 1300 µs after the write"
+
+
 def test_on_a_fake_clock_a_limit_under_grow_start_grows_straight_to_the_limit() -> None:
     window, clock = window_on_a_fake_clock(20)
     assert read_after(window, clock, 15) == 20_000
-    assert read_after(window, clock, 25) == 0, "later than the limit: halved under grow_start, closed"
+    assert read_after_sleeping(window, clock, 25) == 0, (
+        "a sleep over the limit: halved under grow_start, closed"
+    )
 
 
 def test_on_a_fake_clock_a_fixed_window_is_the_limit_whatever_the_gaps() -> None:
@@ -124,7 +146,7 @@ def test_on_a_fake_clock_a_limit_of_zero_never_opens_a_window(adaptive: bool) ->
 
 def test_a_kicked_loop_spends_its_window_polling_then_sleeps_again() -> None:
     selector = RecordingSelector()
-    poller = RecordingPoller(200_000)  # 200 ms
+    poller = RecordingPoller(20_000)  # 20 ms
 
     async def main() -> None:
         start = time.perf_counter_ns()
@@ -144,7 +166,7 @@ def test_a_kicked_loop_spends_its_window_polling_then_sleeps_again() -> None:
 
 def test_every_kick_moves_the_end_of_the_window() -> None:
     selector = RecordingSelector()
-    poller = RecordingPoller(1_000_000)  # 1 s
+    poller = RecordingPoller(50_000)  # 50 ms
 
     async def main() -> None:
         for _ in range(4):  # each kick a tenth of the window after the one before
@@ -177,9 +199,13 @@ def test_a_window_of_zero_never_polls() -> None:
         runner.run(main())
 
 
-def test_a_negative_window_is_refused() -> None:
-    with pytest.raises(ValueError, match="0 µs or more"):
-        BusyPoller(-1)
+@pytest.mark.parametrize("limit_us", [-1, 100_001, 3_600_000_000])
+def test_a_limit_outside_0_to_the_cap_is_refused_naming_the_key(limit_us: int) -> None:
+    with pytest.raises(ValueError, match=rf"busy_poll_us must be within 0\.\.100000 µs, not {limit_us}"):
+        BusyPoller(limit_us)
+    with pytest.raises(ValueError, match="busy_poll_us must be within"):
+        PollWindow(limit_us)
+    assert BusyPoller(busypoll.MAX_LIMIT_US).window.limit_ns == 100_000_000
 
 
 def test_a_poller_kicked_on_a_loop_that_has_ended_polls_on_the_next_one() -> None:
@@ -206,9 +232,11 @@ def test_a_loop_whose_poller_another_loop_kicked_sleeps_again() -> None:
     # Two loops in two threads kick one poller in turn. Neither may schedule anything on the other
     # (asyncio's debug mode raises if a callback is scheduled from another thread than its loop's),
     # and the first goes back to sleeping once the second has taken the poller over. A window of an
-    # hour: nothing but the takeover can end the first loop's polling within the test.
+    # hour, past the cap a setting may take (it polls only until the other loop's first kick): nothing
+    # but the takeover can end the first loop's polling within the test.
     errors: list[BaseException] = []
-    poller = RecordingPoller(3_600_000_000)
+    poller = RecordingPoller(0)
+    poller.window.limit_ns = poller.window.window_ns = 3_600_000_000_000
     first_done = threading.Event()
 
     def other_thread() -> None:
@@ -246,7 +274,7 @@ def test_a_loop_whose_poller_another_loop_kicked_sleeps_again() -> None:
 
 
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
-@pytest.mark.parametrize(("server_us", "client_us"), [(200_000, 0), (0, 200_000), (0, 0)])
+@pytest.mark.parametrize(("server_us", "client_us"), [(20_000, 0), (0, 20_000), (0, 0)])
 def test_a_server_or_client_given_a_fixed_window_keeps_the_loop_polling_after_a_request(
     monkeypatch: pytest.MonkeyPatch, loop_name: str, server_us: int, client_us: int
 ) -> None:
@@ -268,7 +296,6 @@ def test_a_server_or_client_given_a_fixed_window_keeps_the_loop_polling_after_a_
             reply = await client.invoke(f"127.0.0.1:{server.port}", RemotingCommand(code=9), timeout=5)
             assert reply.remark == "pong"
             for poller in pollers:
-                assert poller.spinning, "the reply left the window open"
                 await wait_until(poller.spun_to_the_end, message="the end of the window")
             await asyncio.sleep(0.01)
             return asked
@@ -288,6 +315,48 @@ def test_a_server_or_client_given_a_fixed_window_keeps_the_loop_polling_after_a_
     if loop_name == "asyncio":  # uvloop polls inside libuv, out of sight
         assert selector.sleeps_inside(poller) == [], "the loop slept inside the window"
         assert selector.slept_since(poller.last_window_end_ns), "the loop sleeps again after it"
+
+
+def test_on_a_fake_clock_a_read_that_polls_on_adapts_the_window_and_opens_none() -> None:
+    window, clock = window_on_a_fake_clock(1000)
+    window.wrote()
+    clock.advance_us(300)
+    assert window.read(poll=False) == 0, "no window after it"
+    assert window.window_ns == GROW_START_NS, "a sleep of 300 µs: it grew"
+    clock.advance_us(2_000)
+    assert window.wrote() == clock.ns + GROW_START_NS, "the next write opens it"
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_a_clients_read_that_leaves_no_request_unanswered_opens_no_window(
+    monkeypatch: pytest.MonkeyPatch, adaptive: bool
+) -> None:
+    pollers = record_pollers(monkeypatch)
+
+    def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.response(remark="pong")
+
+    async def main() -> None:
+        server = RemotingServer(handler, "127.0.0.1", 0)  # no poller of its own
+        await server.start()
+        client = RemotingClient(busy_poll_us=20_000, busy_poll_adaptive=adaptive)
+        (poller,) = pollers
+        poller.window.window_ns = poller.window.limit_ns  # as traffic would have opened it
+        try:
+            for _ in range(3):
+                reply = await client.invoke(f"127.0.0.1:{server.port}", RemotingCommand(code=9), timeout=5)
+                assert reply.remark == "pong"
+            await wait_until(lambda: not poller.spinning, message="the end of the last request's window")
+        finally:
+            await client.close()
+            await server.stop()
+
+    asyncio.run(main())
+    (poller,) = pollers
+    assert len(poller.reads) >= 3, "each reply was read"
+    for at, kick in enumerate(poller.kicks):
+        if kick in poller.reads:  # the reply: polling goes on until the request's window ends, no longer
+            assert at > 0 and poller.polling_until[at] <= poller.polling_until[at - 1]
 
 
 def test_on_a_fake_clock_contention_shrinks_an_adaptive_window_and_leaves_a_fixed_one() -> None:
@@ -311,8 +380,9 @@ def test_an_adaptive_loop_that_another_task_preempts_stops_polling(
 ) -> None:
     switches = iter(range(1_000_000))  # every look finds one more involuntary context switch
     monkeypatch.setattr(busypoll, "preemptions", lambda: next(switches))
+    monkeypatch.setattr(busypoll, "yield_cpu", lambda: True)  # after every yield, slow as when preempted
     selector = RecordingSelector()
-    poller = RecordingPoller(1_000_000 if adaptive else 200_000, adaptive)  # 1 s, 200 ms
+    poller = RecordingPoller(100_000 if adaptive else 20_000, adaptive)  # 100 ms, 20 ms
 
     async def main() -> None:
         if adaptive:
@@ -321,12 +391,69 @@ def test_an_adaptive_loop_that_another_task_preempts_stops_polling(
         assert poller.spinning
         if adaptive:
             await wait_until(lambda: not poller.spinning, message="the end of the preempted window")
-            assert poller.window.window_ns == 500_000_000, "shrunk as after a wasted poll"
+            assert poller.window.window_ns == 50_000_000, "shrunk as after a wasted poll"
             assert poller.spins[-1] < poller.last_window_end_ns, "ended before its time"
         else:
-            await wait_until(lambda: len(poller.spins) > 10, message="turns that each saw a preemption")
-            assert poller.spinning, "a fixed window polls whatever else wants the CPU"
+            # Every turn saw a preemption, and the window still ran to its end.
             await wait_until(poller.spun_to_the_end, message="the end of the window")
+            assert len(poller.spins) > 1
 
     with asyncio.Runner(loop_factory=selector.new_loop) as runner:
         runner.run(main())
+
+
+def test_on_a_fake_clock_a_yield_is_slow_past_20_us(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    took_us = [5.0, 20.0, 21.0, 3_000.0]
+    monkeypatch.setattr(busypoll, "_clock", clock)
+    monkeypatch.setattr(busypoll, "_sched_yield", lambda: clock.advance_us(took_us.pop(0)))
+    assert [busypoll.yield_cpu() for _ in range(4)] == [False, False, True, True]
+
+
+def test_a_polling_loop_looks_for_preemptions_only_after_a_slow_yield(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    looks: list[int] = []
+    switches = iter(range(1_000_000))  # every look would find one more involuntary context switch
+
+    def preemptions() -> int:
+        looks.append(1)
+        return next(switches)
+
+    slow = iter([False] * 50 + [True] * 1_000_000)  # the 51st turn's yield is slow
+    monkeypatch.setattr(busypoll, "preemptions", preemptions)
+    monkeypatch.setattr(busypoll, "yield_cpu", lambda: next(slow))
+    poller = RecordingPoller(100_000, adaptive=True)
+
+    async def main() -> None:
+        poller.window.window_ns = poller.window.limit_ns  # as traffic would have opened it
+        poller.wrote()
+        await wait_until(lambda: not poller.spinning, message="the end of the preempted window")
+
+    asyncio.run(main())
+    assert len(poller.spins) == 51, "fast yields went on polling, the slow one ended the window"
+    assert len(looks) == 2, "the window's start and the slow yield"
+    assert poller.window.window_ns == 50_000_000
+
+
+def test_a_loop_waiting_for_work_it_handed_to_another_thread_does_not_poll_until_it_is_done() -> None:
+    poller = BusyPoller(50_000, adaptive=False)
+
+    async def main() -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        poller.wrote()
+        assert poller.spinning
+        poller.hold_until(done)
+        assert not poller.spinning and poller.holding, "polling ends at once"
+        poller.read()
+        poller.wrote()
+        assert not poller.spinning, "reads and writes meanwhile open no window"
+        done.set_result(None)
+        await asyncio.sleep(0)  # the future's callbacks run
+        assert not poller.holding
+        poller.wrote()
+        assert poller.spinning, "the next write polls again"
+        poller.hold_until(done)
+        assert poller.spinning and not poller.holding, "work done already holds nothing"
+
+    asyncio.run(main())

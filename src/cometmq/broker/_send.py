@@ -549,6 +549,8 @@ class SendProcessor:
                 )
 
         conn.answer_later(request)
+        if flushed is not None and not flushed.done():
+            conn.hold_polling_until(flushed)  # the flush thread needs the GIL to get it done
         waiting.add_done_callback(answer)
         return None
 

@@ -27,6 +27,7 @@ from cometmq.protocol.topic_config import MAX_PERM, MAX_QUEUE_NUMS
 from cometmq.remoting import (
     BROKER_LIMIT_US,
     DEFAULT_MAX_PARTIAL_FRAME_BYTES,
+    MAX_LIMIT_US,
     ServerLimits,
     default_max_connections,
 )
@@ -341,6 +342,8 @@ class BrokerConfig:
             )
         if self.busy_poll_micros < 0:
             raise ConfigError(f"busyPollMicros {self.busy_poll_micros} is negative")
+        if self.busy_poll_micros > MAX_LIMIT_US:
+            raise ConfigError(f"busyPollMicros {self.busy_poll_micros} is over its cap of {MAX_LIMIT_US} µs")
         if self.load_summary_interval < 0:
             raise ConfigError(f"loadSummaryInterval {self.load_summary_interval} is negative")
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:

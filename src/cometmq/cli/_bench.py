@@ -31,7 +31,7 @@ from cometmq.client.litepull import MAX_PULL_BATCH
 from cometmq.console import Progress, format_table
 from cometmq.errors import CometMQError
 from cometmq.protocol.topic_config import BATCH_CQ, QUEUE_TYPE_ATTRIBUTE
-from cometmq.remoting import CLIENT_LIMIT_US, BusyPoller
+from cometmq.remoting import CLIENT_LIMIT_US, MAX_LIMIT_US, BusyPoller
 
 DEFAULT_TOPIC = "CometBench"
 # The topic of --inner-batch when none is named: a BatchCQ topic cannot be made of an existing one.
@@ -157,7 +157,9 @@ def add_bench_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
             f"the end-to-end consumer's busy-poll limit ({CLIENT_LIMIT_US}, the clients' default)",
         ),
     ):
-        latency.add_argument(flag, type=whole_number(0), default=CLIENT_LIMIT_US, metavar="US", help=whose)
+        latency.add_argument(
+            flag, type=whole_number(0, MAX_LIMIT_US), default=CLIENT_LIMIT_US, metavar="US", help=whose
+        )
     latency.add_argument(
         "--busy-poll-fixed",
         action="store_true",

@@ -24,7 +24,6 @@ each socket is wrapped in TLS (one ``send`` of the joined frame then, as an SSL 
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import ssl
 import threading
@@ -34,7 +33,7 @@ from cometmq.auth import Credentials, sign
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError
 from cometmq.protocol import FrameDecoder, RemotingCommand, encode
 from cometmq.protocol.command import Buffer
-from cometmq.remoting.busypoll import PollWindow, preemptions
+from cometmq.remoting.busypoll import PollWindow, preemptions, yield_cpu
 
 __all__ = ["DirectLane"]
 
@@ -98,6 +97,7 @@ class _DirectConnection:
         poll_until = window.wrote()
         if poll_until:
             poll_until = min(poll_until, int(deadline * 1e9))
+        first_read = True
         while True:
             n = _poll_into(sock, decoder.get_buffer(), poll_until, window) if poll_until else None
             if n is None:
@@ -109,7 +109,9 @@ class _DirectConnection:
                 n = sock.recv_into(decoder.get_buffer())
             if n == 0:
                 raise ConnectionResetError("closed by the broker")
-            window.read()  # how soon the reply came: the next window adapts to it
+            if first_read:  # how soon the reply came: the next window adapts to it (no window after it)
+                window.read(poll=False)
+                first_read = False
             for cmd in decoder.buffer_updated(n):
                 if cmd.is_response and cmd.opaque == request.opaque:
                     return cmd
@@ -130,8 +132,8 @@ def _poll_into(sock: socket.socket, buffer: memoryview, until_ns: int, window: P
         try:
             return sock.recv_into(buffer)
         except (BlockingIOError, ssl.SSLWantReadError):
-            os.sched_yield()  # a process that is waiting for this CPU (the broker?) runs first
-            if window.adaptive and preemptions() != preempted:
+            # A process that is waiting for this CPU (the broker?) runs first.
+            if yield_cpu() and window.adaptive and preemptions() != preempted:
                 window.contended()
                 return None
     return None

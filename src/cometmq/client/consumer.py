@@ -93,7 +93,7 @@ from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_t
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SubscriptionData
 from cometmq.protocol.trace import ConsumeReturnType
-from cometmq.remoting import CLIENT_LIMIT_US
+from cometmq.remoting import CLIENT_LIMIT_US, MAX_LIMIT_US
 
 __all__ = ["ConsumeResult", "PushConsumer"]
 
@@ -220,7 +220,7 @@ class PushConsumer(Client):
         check_range("max_offset_span", max_offset_span, 1, 65535)
         check_range("max_reconsume_times", max_reconsume_times, -1)  # -1: RocketMQ's default
         check_range("concurrency", concurrency, 1, 1000)
-        check_range("busy_poll_us", busy_poll_us, 0)
+        check_range("busy_poll_us", busy_poll_us, 0, MAX_LIMIT_US)
         check_range("poll_name_server_interval", poll_name_server_interval, *POLL_NAMESRV_INTERVAL_RANGE_S)
         super().__init__()
         self.group = group

@@ -61,7 +61,7 @@ from cometmq.client.producer import trace_dispatcher
 from cometmq.errors import ClientStateError, CometMQError, DataLossError
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, SubscriptionData
 from cometmq.protocol.trace import ConsumeReturnType
-from cometmq.remoting import CLIENT_LIMIT_US
+from cometmq.remoting import CLIENT_LIMIT_US, MAX_LIMIT_US
 
 __all__ = ["ConsumeFrom", "LitePullConsumer"]
 
@@ -167,7 +167,7 @@ class LitePullConsumer(Client):
         check_range("pull_threshold_per_queue", pull_threshold_per_queue, 1)
         check_range("max_poll_messages", max_poll_messages, 1)
         check_positive("request_timeout", request_timeout)
-        check_range("busy_poll_us", busy_poll_us, 0)
+        check_range("busy_poll_us", busy_poll_us, 0, MAX_LIMIT_US)
         check_range("poll_name_server_interval", poll_name_server_interval, *POLL_NAMESRV_INTERVAL_RANGE_S)
         super().__init__()
         self.group = group

@@ -60,7 +60,7 @@ from cometmq.protocol.record import MAX_PROPERTIES_SIZE
 from cometmq.protocol.route import TopicRouteData
 from cometmq.protocol.taghash import java_string_hash
 from cometmq.protocol.trace import DEFAULT_REGION, MessageType
-from cometmq.remoting import CLIENT_LIMIT_US
+from cometmq.remoting import CLIENT_LIMIT_US, MAX_LIMIT_US
 
 __all__ = [
     "Producer",
@@ -201,7 +201,7 @@ class Producer(Client):
         check_range("retry_times", retry_times, 0)
         check_range("compress_over", compress_over, 0)
         check_range("max_message_size", max_message_size, 1)
-        check_range("busy_poll_us", busy_poll_us, 0)
+        check_range("busy_poll_us", busy_poll_us, 0, MAX_LIMIT_US)
         check_range("poll_name_server_interval", poll_name_server_interval, *POLL_NAMESRV_INTERVAL_RANGE_S)
         super().__init__()
         self.group = group

@@ -21,7 +21,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from cometmq.errors import (
     ConnectionClosedError,
@@ -148,6 +148,7 @@ class Connection(asyncio.BufferedProtocol):
         read_buffer: ReadBuffer | None = None,
         poller: BusyPoller | None = None,
         observer: RequestObserver | None = None,
+        client: bool = False,
     ) -> None:
         self._handler = handler
         # None: requests are not timed (no clock read, nothing kept per request).
@@ -159,6 +160,9 @@ class Connection(asyncio.BufferedProtocol):
         self._answered_later: dict[int, bool] = {}
         self._decoder = FrameDecoder(read_buffer)
         self._poller = poller  # None: the loop sleeps between reads as usual (busypoll.py)
+        # A client's connection (RemotingClient): a read polls on only while requests it sent are
+        # unanswered; the next thing due after the last reply is this end's own next request.
+        self._client = client
         self._transport: asyncio.Transport | None = None
         # Set by every read and write, cleared by the server's idle sweep (RemotingServer).
         self.active = True
@@ -204,8 +208,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.active = True
-        if self._poller is not None:
-            self._poller.read()
+        poller = self._poller
+        if poller is not None and not self._client:
+            poller.read()  # before the requests read are answered: their replies' windows follow
         decoder = self._decoder
         try:
             commands = decoder.buffer_updated(nbytes)
@@ -223,6 +228,8 @@ class Connection(asyncio.BufferedProtocol):
                     future.set_result(cmd)
             else:
                 self._dispatch(cmd)
+        if poller is not None and self._client:
+            poller.read(poll=bool(self._pending))
 
     def _tell_held(self) -> None:
         self._held = self._decoder.held
@@ -304,6 +311,12 @@ class Connection(asyncio.BufferedProtocol):
         if self._observer is not None:
             # send() drops what a closed connection is given.
             self._observe(request, response, RESULT_SUCCESS if self.is_open else RESULT_WRITE_CHANNEL_FAILED)
+
+    def hold_polling_until(self, done: asyncio.Future[Any]) -> None:
+        """Another thread of the process works for this connection's loop until *done* and needs the
+        GIL for it: no busy polling until then (:meth:`BusyPoller.hold_until`)."""
+        if self._poller is not None:
+            self._poller.hold_until(done)
 
     def answer_later(self, request: RemotingCommand, *, long_polling: bool = False) -> None:
         """Say that the handler answers *request* later by itself (``reply``) although it returns None
@@ -803,7 +816,7 @@ class RemotingClient:
                 loop.create_connection(
                     # With TLS: a placeholder until the handshake (whose failure is told apart from a
                     # failure to connect: a server with TLS off closes at the ClientHello).
-                    asyncio.Protocol if tls else lambda: Connection(self._handler, poller=self._poller),
+                    asyncio.Protocol if tls else self._new_connection,
                     host,
                     port,
                 ),
@@ -822,10 +835,13 @@ class RemotingClient:
             self._watch = loop.create_task(_abort_when_cancelled(weakref.ref(self)))
         return conn
 
+    def _new_connection(self) -> Connection:
+        return Connection(self._handler, poller=self._poller, client=True)
+
     async def _start_tls(self, plain: asyncio.BaseTransport, address: str, host: str) -> Connection:
         """A connection over TLS on the connected transport *plain*."""
         assert self._ssl_context is not None
-        conn = Connection(self._handler, poller=self._poller)
+        conn = self._new_connection()
         try:
             transport = await asyncio.get_running_loop().start_tls(
                 cast(asyncio.WriteTransport, plain),
