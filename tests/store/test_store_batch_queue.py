@@ -3,9 +3,11 @@ offset inside a batch, limits counted in messages, and recovery of the units fro
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from store_testlib import SMALL_COMMITLOG, crash, make_msg
 
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
@@ -194,3 +196,36 @@ def test_a_torn_unit_ends_the_queue_at_load_and_the_log_rewrites_the_rest(
     assert units(store) == before
     data = path.read_bytes()
     assert not any(data[340 * BCQ_UNIT_SIZE :])
+
+
+def test_a_records_inner_batch_flag_does_not_make_an_ordinary_topic_batchcq(open_store: OpenStore) -> None:
+    """Whether a topic is BatchCQ is the store's to know (declared, or its directory), not a record's: a
+    flagged record of an ordinary topic stays in the ordinary queue through a crash recovery."""
+    store = open_store()
+    for k, sys_flag in enumerate((0, INNER, 0)):
+        assert store.put(make_msg("Plain", 0, b"plain %d" % k, sys_flag=sys_flag)).status is PutStatus.PUT_OK
+    crash(store)
+    store = open_store()
+    assert not store.is_batch_topic("Plain")
+    assert (store.min_offset("Plain", 0), store.max_offset("Plain", 0)) == (0, 3)
+    result = store.get_messages("Plain", 0, 0, 32)
+    assert [r.queue_offset for r in decode_records(b"".join(result.buffers))] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("inner_num", ["abc", "40000", "-3", "0", ""])
+def test_a_rebuilt_unit_whose_inner_num_is_not_a_count_covers_one_offset(
+    open_store: OpenStore, tmp_path: Path, caplog: pytest.LogCaptureFixture, inner_num: str
+) -> None:
+    store = open_store()
+    store.declare_batch_topic(TOPIC)
+    body = encode_batch_body([BatchEntry(0, b"m", "") for _ in range(4)])
+    msg = make_msg(TOPIC, 0, body, f"INNER_NUM\x01{inner_num}", sys_flag=INNER)
+    assert store.put_inner_batch(msg, 4).status is PutStatus.PUT_OK
+    crash(store)
+    path = tmp_path / "store" / "batchconsumequeue" / TOPIC / "0" / f"{0:020d}"
+    path.write_bytes(bytes(path.stat().st_size))  # the unit never reached the disk: rebuilt from the log
+    with caplog.at_level(logging.WARNING, logger="cometmq.store"):
+        store = open_store()
+    assert [unit[4:] for unit in units(store)] == [(0, 1)]
+    (warning,) = [r for r in caplog.records if "INNER_NUM" in r.getMessage()]
+    assert warning.exc_info is None and repr(inner_num) in warning.getMessage()

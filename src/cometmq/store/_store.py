@@ -123,6 +123,25 @@ def _sealed(parts: list[bytes | memoryview], offsets: list[int], total: int) -> 
     return records
 
 
+def _inner_count(rec: DecodedRecord) -> int:
+    """The message count of an inner-batch record: its INNER_NUM, a whole number in 1..32767 (a unit's
+    count is a Java short). A record whose INNER_NUM is anything else is a unit of one message, with a
+    warning, so that one malformed record cannot stop a recovery or a slave."""
+    text = decode_properties(rec.properties).get(INNER_NUM_PROPERTY, "")
+    count = int(text) if text.isascii() and text.isdigit() else 0
+    if 0 < count <= 0x7FFF:
+        return count
+    log.warning(
+        "the inner-batch record of %s/%d at commit-log offset %d has INNER_NUM %r, not a count in "
+        "1..32767; its unit covers one offset",
+        rec.topic,
+        rec.queue_id,
+        rec.commitlog_offset,
+        text,
+    )
+    return 1
+
+
 def _failure(status: PutStatus) -> PutResult:
     return PutResult(status, -1, -1, 0, 0, "", 0)
 
@@ -225,6 +244,8 @@ class MessageStore:
                 self._dispatch_batch_record,
             )
             self._recover_batch_queues()
+            for topic in list(self._batch_topics):
+                self._move_to_batch_queues(topic)
             if cfg.message_index_enable:
                 self._index = IndexService(self._root / "index", cfg.max_index_num, self._retire_files)
                 self._index.load(cl)
@@ -399,9 +420,41 @@ class MessageStore:
         return self._append(topic, cq, batch, batch.flags, bodies, properties, batch.tags_codes, 0, total)
 
     def declare_batch_topic(self, topic: str) -> None:
-        """Keep *topic*'s queues as batch consume queues from its next record on (``queue.type`` BatchCQ;
-        the broker declares such topics before they take messages)."""
+        """Keep *topic*'s queues as batch consume queues (``queue.type`` BatchCQ; the broker declares such
+        topics before they take messages). Units the topic already has in ordinary consume queues (a
+        slave given its master's records before its master's topic table) move to batch queues, so
+        that the queues are the master's whatever came first."""
+        if topic in self._batch_topics:
+            return
         self._batch_topics.add(topic)
+        if self._running:
+            self._move_to_batch_queues(topic)
+
+    def _move_to_batch_queues(self, topic: str) -> None:
+        """Give each unit of *topic*'s ordinary consume queues a batch unit of one message, then drop
+        the ordinary queues. A queue whose batch queue already has units keeps those."""
+        tq = self._queues.topics.get(topic)
+        if tq is None or not tq.queues:
+            return
+        for cq in tq.queues.values():
+            bq = self._batch_queues.queue(topic, cq.queue_id)
+            if bq.units or cq.max_offset <= cq.min_offset:
+                continue
+            bq.restart_at(cq.min_offset, self._retire_files)
+            for index in range(cq.min_offset, cq.max_offset):
+                unit = cq.unit(index)
+                if unit is None:
+                    break
+                coff, size, tags_code = unit
+                bq.prepare()
+                bq.append(coff, size, tags_code, self._commitlog.store_timestamp_at(coff), 1)
+            log.info(
+                "%s/%d: %d unit(s) moved from the consume queue to the batch consume queue (a BatchCQ topic)",
+                topic,
+                cq.queue_id,
+                bq.units,
+            )
+        self._retire_queues(self._queues.remove_topic(topic))
 
     def is_batch_topic(self, topic: str) -> bool:
         return topic in self._batch_topics
@@ -884,13 +937,12 @@ class MessageStore:
     ) -> Dispatched | None:
         """Give *rec* its batch unit if its topic is BatchCQ (recovery, a slave): WRITTEN, or PRESENT when
         the queue has that very unit; None when *rec* is not such a record. A unit from the record's
-        offset on that differs is cut with everything after it."""
-        if rec.topic not in self._batch_topics and not rec.sys_flag & INNER_BATCH_FLAG:
+        offset on that differs is cut with everything after it. Whether a topic is BatchCQ is the
+        store's to know (declared, or found on disk), never a record's flag: a record's flag only says
+        how many offsets its unit covers."""
+        if rec.topic not in self._batch_topics:
             return None
-        self._batch_topics.add(rec.topic)
-        count = 1
-        if rec.sys_flag & INNER_BATCH_FLAG:
-            count = int(decode_properties(rec.properties).get(INNER_NUM_PROPERTY, "1") or 1)
+        count = _inner_count(rec) if rec.sys_flag & INNER_BATCH_FLAG else 1
         bq = self._batch_queues.queue(rec.topic, rec.queue_id)
         base = rec.queue_offset
         if base < bq.max_offset and bq.units:
@@ -1356,7 +1408,11 @@ class MessageStore:
             at = rec.commitlog_offset
             if not is_dispatched(rec.sys_flag):
                 return
-            if self._batch_topics or rec.sys_flag & INNER_BATCH_FLAG:
+            if rec.sys_flag & INNER_BATCH_FLAG and rec.topic not in self._batch_topics:
+                # Only the master's inner-batch path sets the flag (it clears a client's), so the record
+                # says its topic is BatchCQ before the master's topic table reaches this slave.
+                self.declare_batch_topic(rec.topic)
+            if self._batch_topics:
                 batch_done = self._dispatch_batch_record(rec, self._retire_files)
                 if batch_done is not None:
                     self._replicated_batch_record(rec, batch_done)
@@ -1744,7 +1800,9 @@ class MessageStore:
         batch_removed = self._batch_queues.remove_topic(topic)
         if batch_removed:
             self._retire_files([mf for bq in batch_removed for mf in bq.files])
-        removed = self._queues.remove_topic(topic)
+        self._retire_queues(self._queues.remove_topic(topic))
+
+    def _retire_queues(self, removed: list[ConsumeQueue]) -> None:
         if not removed:
             return
         if self._flusher is not None:
