@@ -229,3 +229,31 @@ def test_a_rebuilt_unit_whose_inner_num_is_not_a_count_covers_one_offset(
     assert [unit[4:] for unit in units(store)] == [(0, 1)]
     (warning,) = [r for r in caplog.records if "INNER_NUM" in r.getMessage()]
     assert warning.exc_info is None and repr(inner_num) in warning.getMessage()
+
+
+@pytest.mark.parametrize("with_ordinary_topic", [False, True], ids=["batch topics only", "mixed topics"])
+def test_a_crash_recovery_redispatches_from_the_checkpoint_not_the_whole_log(
+    open_store: OpenStore, caplog: pytest.LogCaptureFixture, with_ordinary_topic: bool
+) -> None:
+    store = open_store()
+    store.declare_batch_topic(TOPIC)
+    for k in range(300):  # several segments
+        put_batch(store, 10 * k, 1 + k % 7)
+        if with_ordinary_topic and k % 3 == 0:
+            assert store.put(make_msg("Plain", 0, b"plain %d" % k)).status is PutStatus.PUT_OK
+    assert store._flusher is not None
+    store._flusher.checkpoint_cycle()
+    safe = store._checkpoint.read().dispatch_safe
+    fill(store, 20, first_batch=300)
+    before = units(store)
+    plain_end = store.max_offset("Plain", 0)
+    crash(store)
+    with caplog.at_level(logging.WARNING, logger="cometmq.store"):
+        store = open_store()
+    (scan,) = [r for r in caplog.records if r.getMessage().startswith("recovery: scanned commit log")]
+    assert scan.args is not None
+    start, _end, _records, rewritten = scan.args[:4]  # type: ignore[index]
+    assert 0 < start <= safe
+    assert rewritten == 0  # the units written before the crash are in the page cache: present, not rewritten
+    assert units(store) == before
+    assert store.max_offset("Plain", 0) == plain_end

@@ -242,6 +242,7 @@ class MessageStore:
                 self._recovered_tags_code,
                 self._record_crc,
                 self._dispatch_batch_record,
+                len(self._batch_queues.queues),
             )
             self._recover_batch_queues()
             for topic in list(self._batch_topics):
