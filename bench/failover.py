@@ -3,8 +3,9 @@
     .venv/bin/python bench/failover.py [--failovers 20] [--lease-ttl 5] [--producers 2] [--dir PATH] [--quick]
 
 One broker group of three brokers (brokerId 1, 2, 3, SYNC_MASTER, default settings but for small store
-files; the lease TTL is etcdLeaseTtl's default unless --lease-ttl says otherwise), each a `cometmq
-broker` process, a `cometmq namesrv` and one etcd member, data in a temp dir under --dir. --producers
+files and deduplication on, so a send retried after a slow first attempt is stored once; the lease TTL
+is etcdLeaseTtl's default unless --lease-ttl says otherwise), each a `cometmq broker` process, a
+`cometmq namesrv` and one etcd member, data in a temp dir under --dir. --producers
 CometMQ producers send one message after the other the whole time, and a consumer group reads
 everything. Each round kills the master with SIGKILL and measures, as the producers see it, the time
 from the kill to the first SEND_OK after it (which only the new master can give); then the killed
@@ -13,7 +14,7 @@ set.
 
 It prints each round, then the median and the maximum over the rounds, and the acknowledged messages:
 how many, how many the final master does not hold exactly once (the bench fails unless 0), and how many
-it holds twice (a send retried after its first attempt was stored without being acknowledged); then
+it holds twice (0 with deduplication on; a retried send stored again would show here); then
 that the consumer group received every acknowledged message, and how many it was given more than once.
 --quick runs 2 rounds.
 

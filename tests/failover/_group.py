@@ -1,6 +1,7 @@
 """One broker group in failover mode, each server a ``cometmq`` process of its own: a name server and
-three brokers (brokerId 1, 2, 3, SYNC_MASTER) electing their master through a real etcd; producers
-recording every send the brokers acknowledged, and a consumer group reading everything.
+three brokers (brokerId 1, 2, 3, SYNC_MASTER, deduplicating sends) electing their master through a
+real etcd; producers recording every send the brokers acknowledged, and a consumer group reading
+everything.
 
 The process-level failover tests (tests/failover/test_failover_*.py) and bench/failover.py build on
 this. Every wait is on a condition; the generous timeouts only bound a run that would hang.
@@ -197,6 +198,10 @@ class FailoverGroup:
             "etcdLeaseTtl": lease_ttl_s,
             "mappedFileSizeCommitLog": SEGMENT_SIZE,
             "mappedFileSizeConsumeQueue": 60_000,
+            # A producer whose attempt got no answer in time (half its send timeout, a SYNC_MASTER
+            # waiting for its slaves on a loaded machine) sends again to the same queue: only a broker
+            # that deduplicates stores an acknowledged message exactly once, as the tests check.
+            "deduplicationEnable": "true",
             **settings,
         }
         self.namesrv_process: ServerProcess | None = None

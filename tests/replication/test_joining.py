@@ -11,7 +11,7 @@ from pathlib import Path
 from _stores import following, put, replication_config, serving, stores
 from test_in_sync import scripted_slave
 
-from cometmq.protocol.ha import encode_hello, encode_report
+from cometmq.protocol.ha import ChunkDecoder, HelloAnswerDecoder, encode_hello, encode_report
 from cometmq.store import PutStatus
 from waiting import wait_until
 
@@ -87,5 +87,61 @@ def test_a_joiner_that_disconnects_leaves_the_wait_unless_it_was_offered_since_t
                 assert not waiting.done()  # until the election asks again
                 assert server.in_sync_candidates() == frozenset()
                 assert await waiting is PutStatus.PUT_OK
+
+    asyncio.run(scenario())
+
+
+def test_a_slave_acknowledging_one_message_behind_a_steady_stream_of_sends_is_offered(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        with stores(tmp_path, "m") as (master,):
+            master.begin_epoch(1)
+            async with serving(master, replication_config(1)) as server:
+                server.set_in_sync(frozenset({1}))
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                try:
+                    writer.write(encode_hello(2, 1))
+                    answer = HelloAnswerDecoder()
+                    while answer.feed(await reader.read(1 << 16)) is None:
+                        pass
+                    writer.write(encode_report(0))
+                    chunks = ChunkDecoder(confirmed=True)
+                    pending = answer.rest
+                    received = acknowledged = 0
+                    for n in range(5000):
+                        end = put(master, f"message {n}")
+                        while received < end:
+                            for offset, body in chunks.feed(pending or await reader.read(1 << 16)):
+                                received = max(received, offset + len(body))
+                            pending = b""
+                        # The slave holds every message but acknowledges the one before the last: each
+                        # acknowledgement reaches the master after the next message was shipped.
+                        writer.write(encode_report(acknowledged))
+                        acknowledged = end
+                        if server.in_sync_candidates() == {2}:
+                            break
+                    assert server.in_sync_candidates() == {2}, f"not offered after {n + 1} messages"
+                finally:
+                    writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_candidate_is_offered_again_until_the_in_sync_set_holds_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        with stores(tmp_path, "m", "s2") as (master, s2):
+            master.begin_epoch(1)
+            async with AsyncExitStack() as stack:
+                server = await stack.enter_async_context(serving(master, replication_config(1)))
+                server.set_in_sync(frozenset({1}))
+                offers: list[frozenset[int]] = []
+                server.on_candidates_changed = lambda: offers.append(server.in_sync_candidates())
+                await stack.enter_async_context(following(s2, server, replication_config(2)))
+                await wait_until(lambda: frozenset({2}) in offers, message="slave 2 offered")
+                # The proposal naming slave 2 was lost: the set committed is still {1}.
+                offered = len(offers)
+                await wait_until(lambda: len(offers) > offered, message="slave 2 offered again")
+                assert offers[-1] == {2}
+                server.set_in_sync(frozenset({1, 2}))
+                assert server.in_sync_candidates() == {2}
 
     asyncio.run(scenario())

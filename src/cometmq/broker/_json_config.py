@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
+
+import orjson
 
 from cometmq.atomic_file import read_with_backup, write_atomic
 from cometmq.protocol import fastjson
@@ -118,7 +119,13 @@ def _load(path: Path) -> tuple[Path, bytes, dict[str, Any]] | None:
 
 
 def save_json_config(path: Path, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True).encode())
+    # orjson: the standard library's encoder falls back to pure Python when it indents, about a
+    # second for a table of 10 000 topics, which every creation of a topic would pay.
+    write_atomic(path, orjson.dumps(obj, option=_JSON_FILE_OPTIONS))
+
+
+# Indented with sorted keys, as RocketMQ writes its files; integer keys (queue ids) as strings.
+_JSON_FILE_OPTIONS: Final = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
 class MetadataFile:

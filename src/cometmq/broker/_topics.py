@@ -49,6 +49,9 @@ class TopicConfigManager:
         # Lets the NameServer tell whether a registration changed anything.
         self.data_version = DataVersion(timestamp=int(time.time() * 1000))
         self.topics: dict[str, TopicConfig] = {}
+        # Each topic's JSON object, with the config it was made from: a table of 10 000 topics is
+        # written whole at every creation, and building every object again would be most of it.
+        self._json: dict[str, tuple[TopicConfig, dict[str, Any]]] = {}
         self.system_topics: set[str] = set()
         # On a slave: topics its master's table no longer lists (deleted there), whose messages the
         # slave still holds but no longer serves.
@@ -137,8 +140,15 @@ class TopicConfigManager:
         """TopicConfigSerializeWrapper: what the NameServer registration and GET_ALL_TOPIC_CONFIG carry."""
         return {
             "dataVersion": self.data_version.to_json(),
-            "topicConfigTable": {name: topic.to_json() for name, topic in self.topics.items()},
+            "topicConfigTable": {name: self._topic_json(name, topic) for name, topic in self.topics.items()},
         }
+
+    def _topic_json(self, name: str, topic: TopicConfig) -> dict[str, Any]:
+        # Configs are replaced, never changed in place, so the same object has the same JSON.
+        cached = self._json.get(name)
+        if cached is None or cached[0] is not topic:
+            cached = self._json[name] = (topic, topic.to_json())
+        return cached[1]
 
     def register_body(self, broker_permission: int) -> RegisterBrokerBody:
         """What the broker registers with the NameServer: its whole topic table. A broker that is not
@@ -192,6 +202,7 @@ class TopicConfigManager:
         return True
 
     def delete(self, topic: str) -> bool:
+        self._json.pop(topic, None)
         if self.topics.pop(topic, None) is None:
             return False
         self._changed()

@@ -15,6 +15,7 @@ port follows the server's TLS mode, as the broker's remoting port does.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import enum
 import logging
@@ -55,6 +56,11 @@ _WRITE_SIZE = 1024 * 1024
 MAX_HA_CONNECTIONS: Final = 64
 # How often a line about one peer host is logged: a refused slave reconnects every few seconds.
 HOST_LOG_INTERVAL_S: Final = 60.0
+
+# The ends shipped and not yet acknowledged that a link remembers: the last of each 1/_SHIPPED_GRAINS of
+# haMaxTimeSlaveNotCatchup, for two windows at most (a catch-up older than the window counts for
+# nothing). A slave is then seen caught up a grain late at worst, whatever the rate of sends.
+_SHIPPED_GRAINS: Final = 256
 
 # Checks a slave's AUTH: (the slave's address, its access key, the content it signed, its signature) →
 # None if it may replicate, else why not.
@@ -198,8 +204,8 @@ class HAServer:
         self._check_candidates()
 
     def in_sync_candidates(self) -> frozenset[int]:
-        """The brokerIds of the slaves connected with a hello whose acknowledgement reached this
-        master's end within the last haMaxTimeSlaveNotCatchup ms, and, if they are not members of the
+        """The brokerIds of the slaves connected with a hello whose acknowledgement reached an end this
+        master had within the last haMaxTimeSlaveNotCatchup ms, and, if they are not members of the
         in-sync set, reached their barrier. Asking again settles the candidates offered last time: one
         that dropped out since is no longer waited for."""
         now = time.monotonic()
@@ -305,14 +311,21 @@ class HAServer:
             if self.on_confirmed is not None:
                 self.on_confirmed(confirmed)
 
-    def _check_candidates(self) -> None:
+    def _check_candidates(self, *, until_committed: bool = False) -> None:
+        """Tell ``on_candidates_changed`` when the candidates changed; *until_committed*: also while a
+        candidate is not in the in-sync set, so that an offer is made again until the set holds it
+        rather than once (its proposal may have been lost: etcd refused the swap, or the election
+        asked before the slave reached its barrier)."""
         now = time.monotonic()
         self._drop_joiners(now)
         candidates = self._candidates_now(now)
-        if candidates != self._candidates:
-            self._candidates = candidates
-            if self.on_candidates_changed is not None:
-                self.on_candidates_changed()
+        changed = candidates != self._candidates
+        self._candidates = candidates
+        in_sync = self._in_sync
+        if until_committed and in_sync is not None:
+            changed = changed or not candidates <= in_sync
+        if changed and self.on_candidates_changed is not None:
+            self.on_candidates_changed()
 
     async def _watch_candidates(self) -> None:
         # A slave leaves the candidates when its last catch-up grows older than the window, which no
@@ -320,7 +333,7 @@ class HAServer:
         interval = min(1.0, self._config.max_time_slave_not_catchup_ms / 4000)
         while True:
             await asyncio.sleep(interval)
-            self._check_candidates()
+            self._check_candidates(until_committed=True)
 
     def identified(self, link: SlaveLink, broker_id: int, expected_epoch: int) -> bytes | None:
         """A slave's hello: the answer to write, or None when the slave expects another epoch (its link
@@ -470,8 +483,8 @@ class HAServer:
             now = time.monotonic()
             if offset >= end:
                 link.caught_up_at = now
-            elif 0 <= link.shipped_end <= offset:
-                link.caught_up_at = link.shipped_at  # it holds all this master had then
+            else:
+                link.caught_up_to(offset)
             self._maybe_join(link, now)
             self._check_candidates()
         if self._in_sync is None:
@@ -520,10 +533,13 @@ class SlaveLink:
         # Opened with a hello: chunk headers carry the confirmed offset.
         self.handshake = False
         self.sent_confirmed = -1
-        # The end of the commit log when the sender last shipped all of it, and when (monotonic): a
-        # slave acknowledging that end had caught up then.
-        self.shipped_end = -1
-        self.shipped_at = 0.0
+        # (end, when): the sender had shipped all of the commit log, up to end, at that monotonic time;
+        # a slave acknowledging that end had caught up then. More than the last such end: under a
+        # steady stream of sends each acknowledgement arrives after the next message was shipped, and
+        # the last end alone would never be reached.
+        self._shipped: collections.deque[tuple[int, float]] = collections.deque(maxlen=2 * _SHIPPED_GRAINS)
+        self._grain_s = config.max_time_slave_not_catchup_ms / 1000 / _SHIPPED_GRAINS
+        self._grain_start = 0.0
         self.caught_up_at: float | None = None
         self.state = _State.CATCHING_UP
         self.rate = ByteRate()
@@ -552,8 +568,28 @@ class SlaveLink:
     def close(self) -> None:
         self._writer.close()
 
+    def shipped_all(self, end: int) -> None:
+        """The sender has shipped the whole commit log, up to *end*."""
+        shipped = self._shipped
+        now = time.monotonic()
+        if shipped and (shipped[-1][0] == end or now - self._grain_start < self._grain_s):
+            shipped[-1] = (end, now)
+        else:
+            shipped.append((end, now))
+            self._grain_start = now
+
+    def caught_up_to(self, offset: int) -> None:
+        """The slave acknowledged *offset* below this master's end: it caught up when this master's
+        end, all shipped, was *offset* or less."""
+        shipped = self._shipped
+        at = None
+        while shipped and shipped[0][0] <= offset:
+            at = shipped.popleft()[1]
+        if at is not None and (self.caught_up_at is None or at > self.caught_up_at):
+            self.caught_up_at = at
+
     def caught_up(self, now: float) -> bool:
-        """Whether the slave caught up with this master's end within haMaxTimeSlaveNotCatchup."""
+        """Whether the slave acknowledged an end this master had within haMaxTimeSlaveNotCatchup."""
         at = self.caught_up_at
         return at is not None and now - at <= self._config.max_time_slave_not_catchup_ms / 1000
 
@@ -690,7 +726,7 @@ class SlaveLink:
                 parts.clear()  # the views pin commit-log mappings: dropped as soon as they are written
                 if size < _WRITE_SIZE:
                     self._server.shipped()
-                    self.shipped_end, self.shipped_at = next_offset + size, time.monotonic()
+                    self.shipped_all(next_offset + size)
                 next_offset += size
                 self.next_offset = next_offset
                 self.drained_to = -1
@@ -699,7 +735,7 @@ class SlaveLink:
                 await writer.drain()
                 continue
             self.drained_to = next_offset
-            self.shipped_end, self.shipped_at = next_offset, time.monotonic()
+            self.shipped_all(next_offset)
             wait = last_write + heartbeat_s - loop.time()
             if wait <= 0 or (self.handshake and server.confirmed_offset() > self.sent_confirmed):
                 writer.write(header(next_offset, 0))  # heartbeat, or the confirmed offset rose

@@ -6,6 +6,7 @@ import bisect
 import logging
 import os
 import shutil
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -24,6 +25,10 @@ SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 # a queue takes 64 KiB of disk when it gets its first unit rather than its whole file (6 MB by
 # default, for every queue of every topic), and appends pay for one posix_fallocate per 3276 units.
 RESERVE_STEP: Final = 64 << 10
+NEVER: Final = 1 << 62
+_SIZE_FIELD: Final = struct.Struct(">i")  # a unit's size, 8 bytes into it
+# Loading reads this much of a queue file first (a page: 204 units), and more only for longer queues.
+_FIRST_READ: Final = 4096 - 4096 % CQ_UNIT_SIZE
 
 
 def encode_topic(name: str) -> bytes | None:
@@ -48,8 +53,11 @@ class ConsumeQueue:
     __slots__ = (
         "_cur_idx",
         "_first",
+        "_head_offset",
         "_limit",
         "_mm",
+        "_tail_end",
+        "_unmapped",
         "capacity",
         "damaged",
         "dir",
@@ -64,10 +72,10 @@ class ConsumeQueue:
         "units_per_file",
     )
 
-    def __init__(self, topic: str, queue_id: int, directory: Path, file_size: int) -> None:
+    def __init__(self, topic: str, queue_id: int, directory: str, file_size: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self.dir = directory
+        self.dir = directory  # a str: a Path for each of 80 000 queues takes seconds at start
         self.file_size = file_size
         self.units_per_file = file_size // CQ_UNIT_SIZE
         self.files: list[MappedFile] = []
@@ -83,74 +91,105 @@ class ConsumeQueue:
         self._mm: MappedFile | None = None
         self._first = 0
         self._limit = 0
+        # Files ``load`` found and left unmapped, as (start, path); empty once mapped.
+        self._unmapped: list[tuple[int, str]] = []
+        # While unmapped: the commit-log offset of the unit at ``min_offset`` and where the record of
+        # the last unit ends (both 0 for an empty queue).
+        self._head_offset = 0
+        self._tail_end = 0
 
     # -- loading -------------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Map the queue's files and find its end: one past the last unit with a non-zero size.
+        """Find the queue's files and its end: one past the last written unit (a unit's size is never
+        0, the rest of a file is zeros).
 
-        Units are written in order into zero-filled files, so the end is where the non-zero bytes
-        end; holes (possible only after a power loss) are repaired by recovery.
+        Units are written in order into zero-filled files, so the written units of the last file
+        form a run after its leading zero units (those occur only in the first file of a queue that
+        began mid-file: ``reset``, a slave's queue starts at its first record's offset). Its end is
+        read from the file's first page when it lies there, and found by binary search over the
+        units' size fields otherwise (``_scan_file``). Only a power loss can leave holes in the run;
+        recovery then re-dispatches every record from the checkpoint's ``dispatch_safe`` on, and a
+        unit not on disk belongs to such a record (units below it were synced first), so a search
+        that stops at a hole only has recovery rewrite more units.
+
+        The files are not mapped: an offset query needs none, and a broker with tens of thousands
+        of queues would run out of descriptors and mappings (``vm.max_map_count``). The first read
+        or append maps them (``_map``); until then what trimming and retention ask of the queue is
+        answered from its first and last units, read here.
         """
-        found: list[tuple[int, Path]] = []
-        for path in self.dir.iterdir():
-            start = parse_file_name(path.name)
-            if start is None or start % CQ_UNIT_SIZE or not path.is_file():
-                log.warning("ignoring unexpected file %s in a consume-queue directory", path)
-                continue
-            size = path.stat().st_size
-            if size < CQ_UNIT_SIZE or size % CQ_UNIT_SIZE:
-                log.warning("removing consume-queue file %s of impossible size %d", path, size)
-                path.unlink()
-                self.damaged = True
-                continue
-            found.append((start, path))
+        found: list[tuple[int, str, int]] = []
+        with os.scandir(self.dir) as entries:
+            for entry in entries:
+                start = parse_file_name(entry.name)
+                if start is None or start % CQ_UNIT_SIZE or not entry.is_file():
+                    log.warning("ignoring unexpected file %s in a consume-queue directory", entry.path)
+                    continue
+                size = entry.stat().st_size
+                if size < CQ_UNIT_SIZE or size % CQ_UNIT_SIZE:
+                    log.warning("removing consume-queue file %s of impossible size %d", entry.path, size)
+                    os.unlink(entry.path)
+                    self.damaged = True
+                    continue
+                found.append((start, entry.path, size))
         found.sort()
-        for i, (start, path) in enumerate(found):
-            if self.files and self.files[-1].end != start:
+        for i in range(1, len(found)):
+            if found[i - 1][0] + found[i - 1][2] != found[i][0]:
                 # Units are rebuilt from the commit log by recovery; drop what follows the hole.
                 log.error(
-                    "consume queue %s has a hole before %s; dropping the files from there", self.dir, path
+                    "consume queue %s has a hole before %s; dropping the files from there",
+                    self.dir,
+                    found[i][1],
                 )
-                for _, lost in found[i:]:
-                    lost.unlink()
+                for _, lost, _ in found[i:]:
+                    os.unlink(lost)
+                del found[i:]
                 self.damaged = True
                 break
-            self.files.append(MappedFile.open(path, start, RESERVE_STEP))
-        self.starts = [f.start // CQ_UNIT_SIZE for f in self.files]
-        if not self.files:
+        if not found:
             return
         # Keep an existing queue's file size even if the config changed: equal-sized files keep
         # file boundaries predictable (``next_file_start``).
-        self.file_size = self.files[-1].size
+        self.file_size = found[-1][2]
         self.units_per_file = self.file_size // CQ_UNIT_SIZE
-        self.min_offset = self.starts[0]
-        self.max_offset = self.starts[0]
-        for mf in reversed(self.files):
-            # Read, not through the mapping: the file is sparse past what was reserved, and on tmpfs
-            # even reading a hole of a shared mapping needs a page, a SIGBUS on a full disk.
-            used = len(os.pread(mf.fd, mf.size, 0).rstrip(b"\0"))
-            if used:
-                self.max_offset = mf.start // CQ_UNIT_SIZE + (used - 1) // CQ_UNIT_SIZE + 1
+        first_unit = found[0][0] // CQ_UNIT_SIZE
+        self.min_offset = self.max_offset = first_unit
+        self._head_offset = self._tail_end = 0
+        for i in range(len(found) - 1, -1, -1):
+            start, path, size = found[i]
+            lead, end, head, tail = _scan_file(path, size, first_file=i == 0)
+            if end > lead:
+                self.max_offset = start // CQ_UNIT_SIZE + end
+                self._tail_end = tail
+                if i > 0:  # files before the last are full; the first may lead with zeros
+                    lead, _, head, _ = _scan_file(found[0][1], found[0][2], first_file=True)
+                self.min_offset = first_unit + lead
+                self._head_offset = head
                 break
         # Files that start beyond the end hold nothing.
-        while len(self.files) > 1 and self.starts[-1] > self.max_offset:
-            self._drop_last_file()
-        self.min_offset = self._first_written_unit()
-        self._set_cursor(len(self.files) - 1)
-        self._set_capacity()
+        while len(found) > 1 and found[-1][0] // CQ_UNIT_SIZE > self.max_offset:
+            os.unlink(found.pop()[1])
+        self.starts = [start // CQ_UNIT_SIZE for start, _, _ in found]
+        self._unmapped = [(start, path) for start, path, _ in found]
         self.synced_offset = self.max_offset
 
-    def _first_written_unit(self) -> int:
-        """The first unit of the first file that is written. A queue that began mid-file (``reset``:
-        a slave's queue starts at its first record's offset) has zero units before it, which are
-        not holes."""
-        mf = self.files[0]
-        first = self.starts[0]
-        if any(os.pread(mf.fd, CQ_UNIT_SIZE, 0)):
-            return first  # the usual case: one unit read
-        data = os.pread(mf.fd, min(mf.size, (self.max_offset - first) * CQ_UNIT_SIZE), 0)
-        return first + (len(data) - len(data.lstrip(b"\0"))) // CQ_UNIT_SIZE
+    def _map(self) -> None:
+        """Map the files ``load`` found, on the queue's first use."""
+        found = self._unmapped
+        if not found:
+            return
+        files: list[MappedFile] = []
+        try:
+            for start, path in found:
+                files.append(MappedFile.open(Path(path), start, RESERVE_STEP, random_access=True))
+        except BaseException:
+            for mf in files:
+                mf.close()
+            raise
+        self._unmapped = []
+        self.files = files
+        self._set_cursor(len(files) - 1)
+        self._set_capacity()
 
     def adjust_min(self, commitlog_min: int) -> None:
         """Move ``min_offset`` to the first unit that is written and still backed by the commit log.
@@ -158,6 +197,8 @@ class ConsumeQueue:
         Zero units can lead a file when the queue was restarted mid-file (``reset``); units below
         *commitlog_min* point at deleted segments. Both form a prefix, so bisect.
         """
+        if self._unmapped and (self.min_offset == self.max_offset or self._head_offset >= commitlog_min):
+            return
         lo, hi = self.min_offset, self.max_offset
         while lo < hi:
             mid = (lo + hi) // 2
@@ -173,6 +214,10 @@ class ConsumeQueue:
     def files_before(self, commitlog_min: int) -> int:
         """How many leading files hold only units pointing below *commitlog_min* (into deleted
         commit-log segments). Never the file being appended to, nor the last one."""
+        if self._unmapped:
+            if len(self._unmapped) == 1 or self._head_offset >= commitlog_min:
+                return 0
+            self._map()
         count = 0
         # Files before the append cursor are complete, so their last unit is their newest one.
         while count < min(self._cur_idx, len(self.files) - 1):
@@ -231,6 +276,7 @@ class ConsumeQueue:
         """Reserve the blocks the next *count* units need, creating files as they fill, so that
         ``append`` cannot fail on I/O after the commit-log record is written. ``OSError`` when the
         disk has no room."""
+        self._map()
         needed = self.max_offset + count
         while self.capacity < needed:
             last = self.files[-1] if self.files else None
@@ -253,9 +299,9 @@ class ConsumeQueue:
             start_unit = self.files[-1].end // CQ_UNIT_SIZE
         else:
             start_unit = self.max_offset - self.max_offset % self.units_per_file
-        self.dir.mkdir(parents=True, exist_ok=True)
+        os.makedirs(self.dir, exist_ok=True)
         start = start_unit * CQ_UNIT_SIZE
-        mf = MappedFile.create(self.dir / file_name(start), start, self.file_size, RESERVE_STEP)
+        mf = MappedFile.create(Path(self.dir, file_name(start)), start, self.file_size, RESERVE_STEP, True)
         self.files.append(mf)
         self.starts.append(start_unit)
         self._set_capacity()
@@ -282,6 +328,7 @@ class ConsumeQueue:
         at once."""
         if new_max >= self.max_offset:
             return
+        self._map()
         idx = bisect.bisect_right(self.starts, new_max) - 1
         if idx < 0:
             self.reset(new_max, retire)
@@ -305,6 +352,8 @@ class ConsumeQueue:
         """Drop the trailing units that are holes or whose records reach past commit-log offset *end*
         (*retire* as for ``truncate``); return how many. Units point at increasing offsets, so those
         form a suffix: bisect for it."""
+        if self._unmapped and self._tail_end <= end:
+            return 0
         lo, hi = self.min_offset, self.max_offset
         while lo < hi:
             mid = (lo + hi) // 2
@@ -320,6 +369,7 @@ class ConsumeQueue:
 
     def reset(self, start: int, retire: Callable[[list[MappedFile]], None] | None = None) -> None:
         """Delete every file; the queue continues empty at unit *start* (*retire* as for ``truncate``)."""
+        self._map()
         while self.files:
             self._drop_last_file(retire)
         self.min_offset = self.max_offset = self.synced_offset = start
@@ -342,6 +392,8 @@ class ConsumeQueue:
     def _file_for(self, index: int) -> MappedFile | None:
         if self._first <= index < self._limit:
             return self._mm
+        if self._unmapped:
+            self._map()
         idx = bisect.bisect_right(self.starts, index) - 1
         if idx < 0:
             return None
@@ -352,6 +404,16 @@ class ConsumeQueue:
         """``(commit-log offset, size, tags code)`` of unit *index*, None outside [min, max)."""
         if not self.min_offset <= index < self.max_offset:
             return None
+        if self._unmapped:
+            # One unit needs no mapping (an offset or time lookup, an admin request going over every
+            # queue): read it, and keep the queue's files closed.
+            start, path = self._unmapped[bisect.bisect_right(self.starts, index) - 1]
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                off, size, tags = CQ_UNIT.unpack(os.pread(fd, CQ_UNIT_SIZE, index * CQ_UNIT_SIZE - start))
+            finally:
+                os.close(fd)
+            return int(off), int(size), int(tags)
         mf = self._file_for(index)
         if mf is None:
             return None
@@ -398,47 +460,137 @@ class ConsumeQueue:
         self._set_cursor(-1)
 
 
+def _scan_file(path: str, size: int, first_file: bool) -> tuple[int, int, int, int]:
+    """``(lead, end, head, tail)`` of a consume-queue file: how many zero units lead it (0 unless
+    *first_file*), one past its last written unit (``end <= lead``: none written), the commit-log
+    offset of its first written unit and where the record of its last one ends.
+
+    One read of the file's first page answers for a queue holding fewer units than a page does;
+    a longer run is found by binary search over the units' size fields. Read, not through a mapping:
+    the file is sparse past what was reserved, and on tmpfs even reading a hole of a shared mapping
+    needs a page, a SIGBUS on a full disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        units = size // CQ_UNIT_SIZE
+        page = os.pread(fd, min(size, _FIRST_READ), 0)
+        lead = 0
+        if first_file and not any(page[:CQ_UNIT_SIZE]):  # a queue that began mid-file: rare
+            data = os.pread(fd, size, 0)
+            lead = (len(data) - len(data.lstrip(b"\0"))) // CQ_UNIT_SIZE
+            if lead == units:
+                return lead, lead, 0, 0
+        in_page = len(page) // CQ_UNIT_SIZE
+        if lead < in_page and _size_at(fd, page, in_page - 1) == 0:
+            end = _bisect_end(fd, page, lead, in_page)  # the run ends in the first page
+        else:
+            end = _bisect_end(fd, page, max(lead, in_page), units)
+        if end <= lead:
+            return lead, lead, 0, 0
+        head, _, _ = CQ_UNIT.unpack(_unit(fd, page, lead))
+        offset, record_size, _ = CQ_UNIT.unpack(_unit(fd, page, end - 1))
+        return lead, end, int(head), int(offset) + int(record_size)
+    finally:
+        os.close(fd)
+
+
+def _unit(fd: int, page: bytes, index: int) -> bytes:
+    """Unit *index* of the file: from *page* (its first bytes) when that holds it."""
+    at = index * CQ_UNIT_SIZE
+    if at + CQ_UNIT_SIZE <= len(page):
+        return page[at : at + CQ_UNIT_SIZE]
+    return os.pread(fd, CQ_UNIT_SIZE, at)
+
+
+def _size_at(fd: int, page: bytes, index: int) -> int:
+    at = index * CQ_UNIT_SIZE + 8  # the size field
+    if at + 4 <= len(page):
+        return int(_SIZE_FIELD.unpack_from(page, at)[0])
+    return int(_SIZE_FIELD.unpack(os.pread(fd, 4, at))[0])
+
+
+def _bisect_end(fd: int, page: bytes, lo: int, hi: int) -> int:
+    """The first unit of size 0 in ``[lo, hi)`` (*hi* if none), where the written units, none of
+    size 0, form a run from *lo* on."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _size_at(fd, page, mid) != 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 class TopicQueues:
     """Per-topic state kept hot for the put path: the encoded name, as a record stores it, and the
-    queues."""
+    queues loaded so far."""
 
-    __slots__ = ("dir", "encoded", "is_schedule", "name", "queues", "record_field")
+    __slots__ = ("_on_disk", "dir", "encoded", "is_schedule", "name", "queues", "record_field")
 
-    def __init__(self, name: str, encoded: bytes, directory: Path) -> None:
+    def __init__(self, name: str, encoded: bytes, directory: Path, on_disk: set[int] | None = None) -> None:
         self.name = name
         self.encoded = encoded
         self.record_field = topic_field(encoded)  # TOPICLENGTH + TOPIC
         self.dir = directory
         self.is_schedule = name == SCHEDULE_TOPIC
         self.queues: dict[int, ConsumeQueue] = {}
+        # Ids of queues with a directory that are not loaded yet; None until the directory is listed.
+        self._on_disk = on_disk
+
+    def on_disk(self) -> set[int]:
+        """Ids of the queues found on disk and not loaded yet (the topic's directory is listed on
+        the first call)."""
+        if self._on_disk is None:
+            found: set[int] = set()
+            try:
+                entries = list(os.scandir(self.dir))
+            except FileNotFoundError:
+                entries = []
+            for qdir in entries:
+                if not qdir.is_dir() or not qdir.name.isdigit() or not qdir.name.isascii():
+                    log.warning("ignoring unexpected entry %s in the consume-queue directory", qdir.path)
+                    continue
+                found.add(int(qdir.name))
+            self._on_disk = found - self.queues.keys()
+        return self._on_disk
+
+    def queue_ids(self) -> set[int]:
+        return self.queues.keys() | self.on_disk()
 
 
 class QueueTable:
-    """All consume queues under ``<root>/consumequeue``."""
+    """All consume queues under ``<root>/consumequeue``.
 
-    __slots__ = ("dir", "file_size", "topics")
+    Queues are loaded on first use (``queue``), not at start: a start then costs one directory
+    listing however many queues there are. A queue loaded late gets what start-up would have done
+    to it: the units of records at or past ``stale_from`` dropped (records recovery or a truncation
+    cut from the log: a queue not loaded got no unit since), its min offset moved to the commit
+    log's first offset (``commitlog_min``), and when its files are damaged, ``on_damaged`` (set by
+    the store once it runs: it rebuilds the queue from the commit log)."""
+
+    __slots__ = ("commitlog_min", "dir", "file_size", "on_damaged", "stale_from", "topics")
 
     def __init__(self, directory: Path, file_size: int) -> None:
         self.dir = directory
         self.file_size = file_size
         self.topics: dict[str, TopicQueues] = {}
+        self.stale_from = NEVER
+        self.commitlog_min: Callable[[], int] = lambda: 0
+        self.on_damaged: Callable[[ConsumeQueue], None] | None = None
 
     def load(self) -> None:
+        """Find the topics (their directories); their queues load on first use."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        for tdir in sorted(self.dir.iterdir()):
+        # scandir: its entries know whether they are directories without a stat each.
+        for tdir in os.scandir(self.dir):
             encoded = encode_topic(tdir.name)
             if encoded is None or not tdir.is_dir():
-                log.warning("ignoring unexpected entry %s in the consume-queue directory", tdir)
+                log.warning("ignoring unexpected entry %s in the consume-queue directory", tdir.path)
                 continue
-            topic = TopicQueues(tdir.name, encoded, tdir)
-            for qdir in sorted(tdir.iterdir()):
-                if not qdir.is_dir() or not qdir.name.isdigit() or not qdir.name.isascii():
-                    log.warning("ignoring unexpected entry %s in the consume-queue directory", qdir)
-                    continue
-                cq = ConsumeQueue(topic.name, int(qdir.name), qdir, self.file_size)
-                cq.load()
-                topic.queues[cq.queue_id] = cq
-            self.topics[topic.name] = topic
+            self.topics[tdir.name] = TopicQueues(tdir.name, encoded, self.dir / tdir.name)
+
+    def has_queues(self) -> bool:
+        """Whether any queue exists, loaded or on disk."""
+        return any(t.queues or t.on_disk() for t in list(self.topics.values()))
 
     def topic(self, name: str) -> TopicQueues | None:
         """The topic's state, created (without touching the disk) if the name is storable."""
@@ -447,17 +599,38 @@ class QueueTable:
             encoded = encode_topic(name)
             if encoded is None:
                 return None
-            topic = self.topics[name] = TopicQueues(name, encoded, self.dir / name)
+            # A new topic: nothing of it is on disk.
+            topic = self.topics[name] = TopicQueues(name, encoded, self.dir / name, on_disk=set())
         return topic
 
     def queue(self, topic: TopicQueues, queue_id: int) -> ConsumeQueue:
+        """The queue, loaded from disk on first use, or created (without touching the disk)."""
         cq = topic.queues.get(queue_id)
         if cq is None:
-            cq = ConsumeQueue(topic.name, queue_id, topic.dir / str(queue_id), self.file_size)
+            cq = ConsumeQueue(topic.name, queue_id, os.path.join(topic.dir, str(queue_id)), self.file_size)
+            on_disk = topic.on_disk()
+            if queue_id in on_disk:
+                on_disk.discard(queue_id)
+                cq.load()
+                cq.truncate_to_commitlog(self.stale_from)
+                cq.adjust_min(self.commitlog_min())
             topic.queues[queue_id] = cq
+            if cq.damaged and self.on_damaged is not None:
+                self.on_damaged(cq)
+        return cq
+
+    def loaded_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue if it exists (loaded now if it is on disk), else None."""
+        t = self.topics.get(topic)
+        if t is None:
+            return None
+        cq = t.queues.get(queue_id)
+        if cq is None and queue_id in t.on_disk():
+            cq = self.queue(t, queue_id)
         return cq
 
     def all_queues(self) -> list[ConsumeQueue]:
+        """The loaded queues (those on disk not loaded yet have nothing to sync, trim or clean)."""
         # list() over dict views is done in C without running Python code, so it is atomic with
         # respect to the writer thread mutating the dicts.
         return [cq for topic in list(self.topics.values()) for cq in list(topic.queues.values())]

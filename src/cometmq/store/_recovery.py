@@ -22,9 +22,10 @@ from ._dispatch import (
     is_dispatched,
     walk_records,
 )
+from ._mappedfile import MappedFile
 from .format import Checkpoint
 
-__all__ = ["recover"]
+__all__ = ["rebuild_queue", "recover"]
 
 log = logging.getLogger("cometmq.store")
 
@@ -32,6 +33,7 @@ QueueKey = tuple[str, int]
 # Gives a record of a BatchCQ topic its batch unit (WRITTEN or PRESENT); None when the record is not one
 # (``MessageStore``).
 BatchDispatch = Callable[[DecodedRecord], Dispatched | None]
+Retire = Callable[[list[MappedFile]], None]
 
 
 def recover(
@@ -87,7 +89,7 @@ def recover(
         checkpoint is not None
         and checkpoint.dispatch_safe > cl.min_offset
         and not batch_queues
-        and not queues.all_queues()
+        and not queues.has_queues()
     )
     if (
         checkpoint is not None
@@ -193,6 +195,8 @@ def _scan(
 
 
 def _trim_queues(queues: QueueTable, end: int, commitlog_min: int) -> int:
+    """Trim the loaded queues to the recovered *end*; queues loaded later are trimmed then."""
+    queues.stale_from = min(queues.stale_from, end)
     dropped = 0
     for cq in queues.all_queues():
         dropped += _trim_queue(cq, end)
@@ -243,3 +247,23 @@ def _clean_end_plausible(cl: CommitLog, cp: Checkpoint) -> bool:
         return True
     rel = end - seg.start
     return not any(seg.view[rel : rel + 4])
+
+
+def rebuild_queue(
+    cl: CommitLog, cq: ConsumeQueue, queues: QueueTable, tags_code_of: TagsCodeOf, retire: Retire
+) -> None:
+    """Rewrite a queue whose files were found damaged when it was loaded after start-up (queues
+    load on first use) from the whole commit log; its old files go to *retire*."""
+    log.warning("rebuilding consume queue %s/%d from the start of the commit log", cq.topic, cq.queue_id)
+    cq.reset(0, retire)
+    _scan(
+        cl,
+        queues,
+        cl.min_offset,
+        cl.min_offset,
+        cl.max_offset,
+        {(cq.topic, cq.queue_id)},
+        tags_code_of,
+        _ScanStats(),
+    )
+    cq.damaged = False

@@ -67,7 +67,7 @@ from ._model import (
     QueryResult,
     StoreConfig,
 )
-from ._recovery import recover
+from ._recovery import rebuild_queue, recover
 from .format import CQ_UNIT, CQ_UNIT_SIZE, Checkpoint
 
 __all__ = ["ArrivalListener", "MessageStore", "parse_delay_levels"]
@@ -234,6 +234,7 @@ class MessageStore:
             cl.load()
             self._queues.load()
             self._batch_queues.load()
+            self._queues.commitlog_min = lambda: cl.min_offset
             recover(
                 cl,
                 self._queues,
@@ -250,6 +251,7 @@ class MessageStore:
             if cfg.message_index_enable:
                 self._index = IndexService(self._root / "index", cfg.max_index_num, self._retire_files)
                 self._index.load(cl)
+            self._queues.on_damaged = self._rebuild_queue
             cl.ensure_segment()
             self._load_epochs()
             self._checkpoint.write(
@@ -305,6 +307,9 @@ class MessageStore:
             log.exception("store shutdown could not flush; the next start will recover")
         finally:
             self._close_files()
+
+    def _rebuild_queue(self, cq: ConsumeQueue) -> None:
+        rebuild_queue(self._commitlog, cq, self._queues, self._recovered_tags_code, self._retire_files)
 
     def _load_epochs(self) -> None:
         """Read the epoch file, without the entries that begin beyond the recovered log's end (a
@@ -435,10 +440,12 @@ class MessageStore:
         """Give each unit of *topic*'s ordinary consume queues a batch unit of one message, then drop
         the ordinary queues. A queue whose batch queue already has units keeps those."""
         tq = self._queues.topics.get(topic)
-        if tq is None or not tq.queues:
+        queue_ids = tq.queue_ids() if tq is not None else set()
+        if tq is None or not queue_ids:
             return
-        for cq in tq.queues.values():
-            bq = self._batch_queues.queue(topic, cq.queue_id)
+        for queue_id in sorted(queue_ids):
+            cq = self._queues.queue(tq, queue_id)
+            bq = self._batch_queues.queue(topic, queue_id)
             if bq.units or cq.max_offset <= cq.min_offset:
                 continue
             bq.restart_at(cq.min_offset, self._retire_files)
@@ -1342,6 +1349,7 @@ class MessageStore:
                     self._retire_files(cl.truncate_to(offset))
                     for cq in self._queues.all_queues():
                         units += cq.truncate_to_commitlog(offset, self._retire_files)
+                    self._queues.stale_from = min(self._queues.stale_from, offset)
                     if self._index is not None:
                         entries = self._index.truncate_from(offset)
             except OSError as exc:
@@ -1556,8 +1564,7 @@ class MessageStore:
     # -- reading -------------------------------------------------------------------------------
 
     def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        t = self._topics.get(topic)
-        return t.queues.get(queue_id) if t is not None else None
+        return self._queues.loaded_queue(topic, queue_id)
 
     def get_messages(
         self,
@@ -1794,7 +1801,7 @@ class MessageStore:
         if self._batch_topics and topic in self._batch_topics:
             return self._batch_queues.queue_ids(topic)
         t = self._topics.get(topic)
-        return sorted(t.queues) if t is not None else []
+        return sorted(t.queue_ids()) if t is not None else []
 
     def delete_topic(self, topic: str) -> None:
         """Drop the topic's consume queues and their files (its records stay in the commit log)."""
