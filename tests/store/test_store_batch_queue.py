@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from store_testlib import SMALL_COMMITLOG, crash, make_msg
 
+from cometmq.errors import StoreError
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, decode_records
@@ -257,3 +258,28 @@ def test_a_crash_recovery_redispatches_from_the_checkpoint_not_the_whole_log(
     assert rewritten == 0  # the units written before the crash are in the page cache: present, not rewritten
     assert units(store) == before
     assert store.max_offset("Plain", 0) == plain_end
+
+
+def test_a_batch_queue_file_of_another_size_stops_the_start_and_stays(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = open_store()
+    fill(store, 5)
+    store.shutdown()
+    path = tmp_path / "store" / "batchconsumequeue" / TOPIC / "0" / f"{0:020d}"
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+    with pytest.raises(StoreError, match="is not one this store writes"):
+        open_store()
+    assert path.exists()
+
+
+def test_truncating_the_log_drops_the_batch_units_of_the_records_cut(open_store: OpenStore) -> None:
+    """A slave's tail its new master does not have: the batch queues follow the cut, as the others do."""
+    store = open_store()
+    results = fill(store, 20)
+    cut = results[12]
+    store.truncate_to(cut.commitlog_offset)
+    assert store.max_offset(TOPIC, 0) == cut.queue_offset
+    assert len(units(store)) == 12
+    assert put_batch(store, 0, 3).queue_offset == cut.queue_offset

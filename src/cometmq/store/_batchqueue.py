@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from cometmq.errors import StoreError
+
 from ._consumequeue import RESERVE_STEP, encode_topic
 from ._mappedfile import MappedFile
 from .format import BCQ_UNIT, BCQ_UNIT_SIZE, file_name, parse_file_name
@@ -35,6 +37,16 @@ _unpack_from: Final = BCQ_UNIT.unpack_from
 
 # (commit-log offset, size, tags code, store time, base queue offset, message count)
 BatchUnit = tuple[int, int, int, int, int, int]
+# Closes dropped files once no reader can hold their mappings (the store's flush thread).
+Retire = Callable[[list[MappedFile]], None]
+
+
+def _close(dropped: list[MappedFile], retire: Retire | None) -> None:
+    if retire is not None:
+        retire(dropped)
+    else:  # start-up: no reader yet
+        for mf in dropped:
+            mf.close()
 
 
 class BatchConsumeQueue:
@@ -81,7 +93,9 @@ class BatchConsumeQueue:
     def load(self) -> None:
         """Map the queue's files and read its units up to the first that is not valid (RocketMQ's
         recover: offset >= 0, size > 0, base >= 0, count > 0), or that does not continue its
-        predecessor's offsets; anything after it is zeroed."""
+        predecessor's offsets; anything after it is zeroed. A file that is not where or how large this
+        store writes them stops the start (StoreError), as RocketMQ's load does: deleting it would lose
+        units that recovery does not rebuild (those below the checkpoint)."""
         paths = sorted(
             (start, path)
             for path in self.dir.iterdir()
@@ -89,13 +103,15 @@ class BatchConsumeQueue:
         )
         file_bytes = self.units_per_file * BCQ_UNIT_SIZE
         for i, (start, path) in enumerate(paths):
-            if start != i * file_bytes or path.stat().st_size != file_bytes:
-                log.error(
-                    "batch consume queue %s: unexpected file %s; dropping it and the rest", self.dir, path
+            size = path.stat().st_size
+            if start != i * file_bytes or size != file_bytes:
+                self.close()
+                raise StoreError(
+                    f"batch consume queue file {path} is not one this store writes: it holds {size} bytes "
+                    f"from queue byte {start}, where a file of {file_bytes} bytes from byte {i * file_bytes} "
+                    "was expected; move it (or the queue's directory) away to start, knowing that its "
+                    "units are then lost"
                 )
-                for _, lost in paths[i:]:
-                    lost.unlink()
-                break
             self.files.append(MappedFile.open(path, start, RESERVE_STEP))
         written = 0  # units up to the last non-zero byte of the file the valid units end in
         for mf in self.files:
@@ -117,14 +133,17 @@ class BatchConsumeQueue:
         self._cut(len(self.bases), written)
         self.synced_units = len(self.bases)
 
-    def _cut(self, keep: int, written: int) -> None:
+    def _cut(self, keep: int, written: int, retire: Retire | None = None) -> None:
         """Keep units ``[0, keep)``: zero units ``[keep, written)`` and drop the files after the one
-        holding unit ``keep - 1`` (the first file is kept)."""
+        holding unit ``keep - 1`` (the first file is kept), closed through *retire* when given (a
+        reader may still hold their mappings)."""
         last = (keep - 1) // self.units_per_file if keep else 0
+        dropped = []
         while len(self.files) > last + 1:
             mf = self.files.pop()
-            mf.close()
             mf.unlink()
+            dropped.append(mf)
+        _close(dropped, retire)
         if self.files:
             mf = self.files[-1]
             begin = keep * BCQ_UNIT_SIZE - mf.start
@@ -171,43 +190,39 @@ class BatchConsumeQueue:
         self.bases.append(base)
         self.max_offset = base + count
 
-    def restart_at(self, base: int, retire: Callable[[list[MappedFile]], None] | None = None) -> None:
+    def restart_at(self, base: int, retire: Retire | None = None) -> None:
         """Drop every unit; the next one covers offsets from *base* on."""
         dropped = self.files
         self.files = []
         for mf in dropped:
             mf.unlink()
-        if retire is not None:
-            retire(dropped)
-        else:
-            for mf in dropped:
-                mf.close()
+        _close(dropped, retire)
         self.bases = array("q")
         self.max_offset = base
         self.synced_units = 0
         self._reserved_units = 0
 
-    def truncate_units(self, count: int) -> None:
+    def truncate_units(self, count: int, retire: Retire | None = None) -> None:
         """Keep the first *count* units."""
         if count >= len(self.bases):
             return
         if count == 0:
-            self.restart_at(self.bases[0])
+            self.restart_at(self.bases[0], retire)
             return
         last = self.unit(count - 1)
         written = len(self.bases)
         del self.bases[count:]
         self.max_offset = last[4] + last[5]
-        self._cut(count, written)
+        self._cut(count, written, retire)
         self.synced_units = min(self.synced_units, count)
 
-    def truncate_to_commitlog(self, end: int) -> int:
+    def truncate_to_commitlog(self, end: int, retire: Retire | None = None) -> int:
         """Drop the trailing units whose records reach past commit-log offset *end*; how many."""
         keep = len(self.bases)
         while keep and (unit := self.unit(keep - 1))[0] + unit[1] > end:
             keep -= 1
         dropped = len(self.bases) - keep
-        self.truncate_units(keep)
+        self.truncate_units(keep, retire)
         return dropped
 
     # -- reading -------------------------------------------------------------------------------

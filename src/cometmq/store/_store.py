@@ -961,7 +961,7 @@ class MessageStore:
                 unit = bq.unit(idx)
                 if unit[0] == rec.commitlog_offset and unit[4] == base:
                     return Dispatched.PRESENT
-                bq.truncate_units(idx)
+                bq.truncate_units(idx, retire)
         if base != bq.max_offset or not bq.units:
             bq.restart_at(base, retire)  # the log no longer holds the queue's earlier records
         bq.prepare()
@@ -1349,6 +1349,8 @@ class MessageStore:
                     self._retire_files(cl.truncate_to(offset))
                     for cq in self._queues.all_queues():
                         units += cq.truncate_to_commitlog(offset, self._retire_files)
+                    for bq in self._batch_queues.all_queues():
+                        units += bq.truncate_to_commitlog(offset, self._retire_files)
                     self._queues.stale_from = min(self._queues.stale_from, offset)
                     if self._index is not None:
                         entries = self._index.truncate_from(offset)
