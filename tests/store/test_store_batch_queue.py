@@ -4,6 +4,7 @@ offset inside a batch, limits counted in messages, and recovery of the units fro
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,8 +16,9 @@ from cometmq.protocol.batch import BatchEntry, encode_batch_body
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, decode_records
 from cometmq.protocol.taghash import java_string_hash
-from cometmq.store import GetStatus, MessageStore, PutResult, PutStatus
+from cometmq.store import GetStatus, MessageStore, PutResult, PutStatus, _batchqueue
 from cometmq.store.format import BCQ_UNIT, BCQ_UNIT_SIZE
+from retention_fakes import HOUR_MS, InjectedDiskUsage, at_hour
 
 OpenStore = Callable[..., MessageStore]
 TOPIC = "Batched"
@@ -283,3 +285,66 @@ def test_truncating_the_log_drops_the_batch_units_of_the_records_cut(open_store:
     assert store.max_offset(TOPIC, 0) == cut.queue_offset
     assert len(units(store)) == 12
     assert put_batch(store, 0, 3).queue_offset == cut.queue_offset
+
+
+def test_retention_deletes_batch_queue_files_below_the_logs_start_and_moves_min_offset(
+    open_store: OpenStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_batchqueue, "UNITS_PER_FILE", 10)
+    root = tmp_path / "store"
+    store = open_store(disk_usage_probe=InjectedDiskUsage(0.10))
+    results = []
+    body = encode_batch_body([BatchEntry(0, b"x" * 1000, "") for _ in range(4)])
+    for _ in range(60):
+        msg = make_msg(TOPIC, 0, body, "INNER_NUM\x014", sys_flag=INNER)
+        results.append(store.put_inner_batch(msg, 4))
+    queue_dir = root / "batchconsumequeue" / TOPIC / "0"
+    assert len(list(queue_dir.iterdir())) == 6
+    now = at_hour(4)
+    segments = sorted((root / "commitlog").iterdir())
+    for path in segments[:-1]:
+        ns = (now - 100 * HOUR_MS) * 1_000_000
+        os.utime(path, ns=(ns, ns))
+    report = store.clean(now)
+    cl_min = store.commitlog_min_offset
+    assert report.commitlog_deleted and cl_min > 0
+    first_kept = next(r for r in results if r.commitlog_offset >= cl_min)
+    assert store.min_offset(TOPIC, 0) == first_kept.queue_offset
+    # Whole files whose units all point below the log's start are gone, never the last one.
+    whole_files_gone = sum(1 for k in range(0, 60, 10) if results[k + 9].commitlog_offset < cl_min)
+    assert whole_files_gone > 0
+    assert [p.name for p in report.consumequeue_deleted] == [
+        f"{k * 10 * BCQ_UNIT_SIZE:020d}" for k in range(whole_files_gone)
+    ]
+    assert len(list(queue_dir.iterdir())) == 6 - whole_files_gone
+    got = store.get_messages(TOPIC, 0, store.min_offset(TOPIC, 0), 8)
+    assert got.status is GetStatus.FOUND
+    assert decode_records(b"".join(got.buffers))[0].queue_offset == first_kept.queue_offset
+    assert store.get_messages(TOPIC, 0, 0, 8).status is GetStatus.OFFSET_TOO_SMALL
+    before = units(store)
+    assert put_batch(store, 0, 2).queue_offset == 240
+    store.shutdown()
+    store = open_store(disk_usage_probe=InjectedDiskUsage(0.10))
+    assert store.min_offset(TOPIC, 0) == first_kept.queue_offset
+    assert units(store)[: len(before)] == before
+    assert store.max_offset(TOPIC, 0) == 242
+
+
+def test_a_queue_loads_by_reading_its_written_units_not_its_whole_file(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store()
+    fill(store, 5)
+    before = units(store)
+    store.shutdown()
+    read: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, length: int, offset: int) -> bytes:
+        read.append(length)
+        return real_pread(fd, length, offset)
+
+    monkeypatch.setattr(_batchqueue.os, "pread", pread)
+    store = open_store()
+    assert units(store) == before
+    assert sum(read) < 5 * BCQ_UNIT_SIZE + 4 * 40  # the units, and a binary search's 4-byte reads

@@ -971,9 +971,11 @@ class MessageStore:
         return Dispatched.WRITTEN
 
     def _recover_batch_queues(self) -> None:
-        """Drop batch units beyond the recovered commit log's end, and make the rest durable."""
+        """Drop batch units beyond the recovered commit log's end, make the rest durable, and start each
+        queue at its first unit the log still holds."""
         end = self._commitlog.max_offset
         for bq in self._batch_queues.all_queues():
+            bq.adjust_min(self._commitlog.min_offset)
             dropped = bq.truncate_to_commitlog(end)
             if dropped:
                 log.warning(
@@ -1838,7 +1840,14 @@ class MessageStore:
             return CleanReport(ratio, False, False, False, True, self._commitlog.min_offset)
         self._last_disk_check = time.monotonic()
         self._out_of_space = None  # as _check_disk: the next put that needs room tries again
-        report = self._cleaner.run(now, self._commitlog, self._queues, self._retire_files, self._index)
+        report = self._cleaner.run(
+            now,
+            self._commitlog,
+            self._queues,
+            self._retire_files,
+            self._index,
+            self._batch_queues.all_queues(),
+        )
         self._update_accepting()
         return report
 
