@@ -291,3 +291,25 @@ def test_the_blocking_facade_sends_and_reads_inner_batches(server: StandaloneSer
         (queue,) = consumer.fetch_queues("IbBlocking")
         read = [m for batch in consumer.read(queue, 2, 5) for m in batch]
         assert [(m.queue_offset, m.body) for m in read] == [(2, b"x2"), (3, b"x3"), (4, b"x4")]
+
+
+def test_a_producer_without_inner_batches_sends_a_batch_as_messages_with_their_own_ids(
+    server: StandaloneServer,
+) -> None:
+    """``inner_batches=False`` (for Apache RocketMQ brokers) sends no batch UNIQ_KEY: even a BatchCQ topic
+    stores such a batch one record per message, each with its own id, as RocketMQ stores it."""
+
+    async def scenario() -> None:
+        await create_batch_topic(server, "IbNoInner")
+        async with Producer("PID_ib_no_inner", server.namesrv, inner_batches=False) as producer:
+            (queue,) = await producer.fetch_publish_queues("IbNoInner")
+            sent = [Message("IbNoInner", b"m%d" % i) for i in range(4)]
+            await producer.send_batch(sent, queue=queue)
+        async with LitePullConsumer("GID_ib_no_inner", server.namesrv, consume_from="first") as consumer:
+            consumer.assign([queue])
+            got = await poll_until(consumer, 4)
+            assert [(m.queue_offset, m.body) for m in got] == [(i, b"m%d" % i) for i in range(4)]
+            assert not any(m.is_inner_batch for m in got)
+            assert len({m.offset_msg_id for m in got}) == len({m.msg_id for m in got}) == 4
+
+    run(scenario())

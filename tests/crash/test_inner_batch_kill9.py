@@ -1,6 +1,7 @@
-"""kill -9 of a real broker while producers send inner batches to a BatchCQ topic, then a restart on the
-same data directory: every acknowledged batch is there whole at the offsets its send was answered with,
-each queue's offsets are contiguous, and new batches continue each queue.
+"""kill -9 of a real broker while producers send inner batches to a BatchCQ topic and single messages to
+an ordinary topic, then a restart on the same data directory: every acknowledged batch is there whole at
+the offsets its send was answered with, each queue's offsets are contiguous, new batches continue each
+queue, and the ordinary topic keeps every acknowledged message at its offset.
 
 The batch consume queue is rebuilt from the commit log past the checkpoint as the plain one is: the
 flush thread's checkpoint lags the log by up to a second, so the restart re-dispatches the batches
@@ -23,6 +24,7 @@ from cometmq.errors import CometMQError
 pytestmark = pytest.mark.timeout(240)
 
 TOPIC = "CrashBatchTopic"
+PLAIN = "CrashPlainTopic"
 QUEUES = 2
 PRODUCERS = 4
 BATCH = 16
@@ -37,6 +39,8 @@ class Crash:
     acked: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     segments: int = 0
     queues: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)  # offset, body
+    plain_acked: dict[int, bytes] = field(default_factory=dict)  # queue offset -> body
+    plain: list[tuple[int, bytes]] = field(default_factory=list)  # offset, body
 
 
 async def _producer(crash: Crash, producer: int, queue: MessageQueue, enough: asyncio.Event) -> None:
@@ -54,15 +58,31 @@ async def _producer(crash: Crash, producer: int, queue: MessageQueue, enough: as
                 enough.set()
 
 
+async def _plain_producer(crash: Crash, queue: MessageQueue) -> None:
+    async with Producer("PID_crash_plain", crash.server.namesrv, send_timeout=5) as sender:
+        seq = 0
+        while True:
+            body = expected_body(PRODUCERS, seq)
+            try:
+                result = await sender.send(Message(PLAIN, body), queue=queue)
+            except CometMQError:
+                return  # the broker is gone
+            crash.plain_acked[result.queue_offset] = body
+            seq += 1
+
+
 async def _send_until_killed(crash: Crash) -> None:
     async with AdminClient(crash.server.namesrv) as admin:
         await admin.create_topic(TOPIC, QUEUES, attributes="+queue.type=BatchCQ")
+        await admin.create_topic(PLAIN, 1)
     async with Producer("PID_crash_batch_route", crash.server.namesrv) as probe:
         queues = await probe.fetch_publish_queues(TOPIC)
+        (plain_queue,) = await probe.fetch_publish_queues(PLAIN)
     enough = asyncio.Event()
     producers = [
         asyncio.ensure_future(_producer(crash, p, queues[p % QUEUES], enough)) for p in range(PRODUCERS)
     ]
+    producers.append(asyncio.ensure_future(_plain_producer(crash, plain_queue)))
     waiting = asyncio.ensure_future(enough.wait())
     await asyncio.wait([waiting, *producers], timeout=120, return_when=asyncio.FIRST_COMPLETED)
     assert enough.is_set(), f"only {len(crash.acked)} batches acknowledged"
@@ -77,6 +97,11 @@ async def _read_all(crash: Crash) -> None:
             crash.queues[queue.queue_id] = [
                 (m.queue_offset, m.body) async for batch in reader.read(queue, begin, end) for m in batch
             ]
+        (queue,) = await reader.fetch_queues(PLAIN)
+        begin, end = await reader.begin_offset(queue), await reader.end_offset(queue)
+        crash.plain = [
+            (m.queue_offset, m.body) async for batch in reader.read(queue, begin, end) for m in batch
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +157,11 @@ def test_new_batches_continue_each_queue(crash: Crash) -> None:
                 assert result.queue_offset == len(crash.queues[queue.queue_id])
 
     asyncio.run(scenario())
+
+
+def test_the_ordinary_topic_beside_keeps_every_acknowledged_message(crash: Crash) -> None:
+    assert crash.plain_acked
+    read = dict(crash.plain)
+    assert [offset for offset, _ in crash.plain] == list(range(len(crash.plain)))
+    for offset, body in crash.plain_acked.items():
+        assert read[offset] == body

@@ -216,6 +216,32 @@ def test_the_keys_of_the_window_are_rebuilt_at_start(tmp_path: Path) -> None:
     run(main())
 
 
+def test_the_rebuild_takes_a_batchcq_topics_single_messages_and_passes_over_its_inner_batches(
+    tmp_path: Path,
+) -> None:
+    """An inner batch is not deduplicated: its record's UNIQ_KEY (the batch's) is no key, and the rebuild
+    reads its record once, not once per message."""
+
+    async def main() -> None:
+        async with broker_and_client(tmp_path, deduplicationEnable="true") as (_, addr, client):
+            await create_topic(client, addr, "Batched", 1, attributes="+queue.type=BatchCQ")
+            first = await _send(client, addr, "Batched", "S1")
+            entries = [BatchEntry(0, b"m%d" % i, "") for i in range(50)]
+            request = send_request(
+                "Batched", encode_batch_body(entries), 0, {"UNIQ_KEY": "BATCHKEY"}, m="true"
+            )
+            assert _answer(await client.invoke(addr, request))[2] == 1
+            last = await _send(client, addr, "Batched", "S2")
+            assert last[2] == 51
+        async with broker_and_client(tmp_path, deduplicationEnable="true") as (broker, addr, client):
+            assert len(broker.deduplicator) == 2
+            assert await _send(client, addr, "Batched", "S1") == first
+            assert await _send(client, addr, "Batched", "S2") == last
+            assert (await _send(client, addr, "Batched", "BATCHKEY"))[2] == 52  # a key of its own: stored
+
+    run(main())
+
+
 def test_a_promoted_slave_answers_a_repeat_of_what_its_old_master_stored(tmp_path: Path) -> None:
     def role_changed(master_address: str, epoch: int) -> RemotingCommand:
         header = NotifyBrokerRoleChangedRequestHeader(master_address=master_address, master_epoch=epoch)

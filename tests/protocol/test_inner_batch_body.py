@@ -3,6 +3,8 @@ ones (the Spark reader): property tests against the decoders they must agree wit
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,8 +12,8 @@ from hypothesis import strategies as st
 from cometmq.client.message import decode_pulled
 from cometmq.errors import ProtocolError
 from cometmq.protocol.batch import (
+    ENTRY_HEAD,
     BatchEntry,
-    batch_spans,
     count_batch_entries,
     decode_batch_body,
     encode_batch_body,
@@ -48,10 +50,9 @@ def test_count_agrees_with_the_decoder_on_well_formed_bodies(batch: list[BatchEn
     assert count_batch_entries(encode_batch_body(batch)) == len(batch)
 
 
-@given(st.binary(max_size=200))
-def test_count_accepts_exactly_what_batch_spans_accepts(data: bytes) -> None:
+def count_accepts_exactly_what_the_decoder_accepts(data: bytes) -> None:
     try:
-        expected: int | None = sum(1 for _ in batch_spans(data))
+        expected: int | None = len(decode_batch_body(data))
     except ProtocolError:
         expected = None
     if expected is None:
@@ -59,6 +60,44 @@ def test_count_accepts_exactly_what_batch_spans_accepts(data: bytes) -> None:
             count_batch_entries(data)
     else:
         assert count_batch_entries(data) == expected
+
+
+@given(st.binary(max_size=200))
+def test_count_accepts_exactly_what_the_decoder_accepts(data: bytes) -> None:
+    count_accepts_exactly_what_the_decoder_accepts(data)
+
+
+def entry(body: bytes, properties: bytes) -> bytes:
+    total = ENTRY_HEAD.size + len(body) + 2 + len(properties)
+    return ENTRY_HEAD.pack(total, 0, 0, 0, len(body)) + body + struct.pack(">H", len(properties)) + properties
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [b"a\x01" + b"x" * 40_000 + b"\x02", b"a\x01" + b"x" * 32_766, b"\xff\xfe\x01v", b"k\x01\xc3"],
+    ids=["over 32767 bytes", "32768 bytes", "not UTF-8", "cut UTF-8"],
+)
+def test_count_refuses_an_entry_the_decoder_refuses(properties: bytes) -> None:
+    data = entry(b"ok", b"") + entry(b"hello", properties)
+    count_accepts_exactly_what_the_decoder_accepts(data)
+    with pytest.raises(ProtocolError):
+        count_batch_entries(data)
+
+
+def test_a_record_whose_batch_cannot_be_split_stays_whole() -> None:
+    plain = record(b"before", 9, 0)
+    unsplittable = entry(b"hello", b"a\x01" + b"x" * 40_000)  # PROPERTIESLENGTH negative as an int16
+    wrapped = record(unsplittable, 10, INNER_BATCH_FLAG | NEED_UNWRAP_FLAG)
+    good = record(encode_batch_body([BatchEntry(0, b"m", "")] * 2), 11, INNER_BATCH_FLAG | NEED_UNWRAP_FLAG)
+    unwrapped = unwrap_inner_batches(plain + wrapped + good, 0)
+    assert unwrapped is not None
+    records = decode_records(unwrapped)
+    assert [(r.queue_offset, r.body) for r in records] == [
+        (9, b"before"),
+        (10, unsplittable),
+        (11, b"m"),
+        (12, b"m"),
+    ]
 
 
 def record(body: bytes, queue_offset: int, sys_flag: int, properties: bytes = b"") -> bytes:

@@ -87,3 +87,52 @@ def test_an_empty_slave_begins_its_batch_queue_at_its_first_record(tmp_path: Pat
             assert mine.unit(0)[0] >= slave.commitlog_min_offset
 
     asyncio.run(scenario())
+
+
+def test_a_slave_that_learns_the_topic_type_after_its_records_has_the_masters_queues(tmp_path: Path) -> None:
+    """The master's topic table reaches a slave some seconds after the master's records may: single
+    messages that came first, in ordinary queues then, move to the batch queue when the first inner
+    batch arrives (queue 0) or when the topic is declared (queue 1, singles only)."""
+
+    async def scenario() -> None:
+        with stores(tmp_path, "master", "slave") as (master, slave):
+            master.begin_epoch(1)
+            master.declare_batch_topic(BATCHED)
+            for k in range(3):
+                for queue_id in (0, 1):
+                    assert (
+                        master.put(make_msg(BATCHED, queue_id, b"single %d" % k)).status is PutStatus.PUT_OK
+                    )
+            put(master, "plain")
+            put_inner_batch(master, 4, 0)
+            async with replicating(master, 1, slave, 2):
+                await wait_until(lambda: slave.replica_end() == master.replica_end(), message="the copy")
+                assert slave.is_batch_topic(BATCHED)
+                slave.declare_batch_topic(BATCHED)  # the master's topic table, later
+                put_inner_batch(master, 2, 1)
+                await wait_until(lambda: slave.replica_end() == master.replica_end(), message="the rest")
+            for queue_id, end in ((0, 7), (1, 5)):
+                assert (slave.min_offset(BATCHED, queue_id), slave.max_offset(BATCHED, queue_id)) == (0, end)
+                assert master.max_offset(BATCHED, queue_id) == end
+            assert texts(slave) == texts(master) == ["plain"]
+        assert unit_files(tmp_path / "slave") == unit_files(tmp_path / "master") != {}
+        assert not (tmp_path / "slave" / "consumequeue" / BATCHED).exists()
+
+    asyncio.run(scenario())
+
+
+def test_a_slave_declared_after_single_messages_only_moves_them_to_its_batch_queue(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        with stores(tmp_path, "master", "slave") as (master, slave):
+            master.begin_epoch(1)
+            master.declare_batch_topic(BATCHED)
+            for k in range(5):
+                assert master.put(make_msg(BATCHED, 0, b"single %d" % k)).status is PutStatus.PUT_OK
+            async with replicating(master, 1, slave, 2):
+                await wait_until(lambda: slave.replica_end() == master.replica_end(), message="the copy")
+            assert not slave.is_batch_topic(BATCHED)
+            slave.declare_batch_topic(BATCHED)
+            assert (slave.min_offset(BATCHED, 0), slave.max_offset(BATCHED, 0)) == (0, 5)
+        assert unit_files(tmp_path / "slave") == unit_files(tmp_path / "master") != {}
+
+    asyncio.run(scenario())

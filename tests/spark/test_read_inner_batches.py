@@ -9,6 +9,7 @@ import pytest
 from spark_support import BROKER, run, send
 
 from cometmq.client import AdminClient, MessageQueue
+from cometmq.spark import _columns, _read
 from cometmq.spark._read import QueueRange, read_range
 from cometmq.spark._schema import ARROW_SCHEMA
 from processes import StandaloneServer
@@ -41,3 +42,25 @@ def test_a_range_cutting_batches_reads_exactly_its_offsets(
     assert table.column("body").to_pylist() == batched[start:end]
     assert set(table.column("tags").to_pylist()) <= {"T", None}
     assert len(set(table.column("msg_id").to_pylist())) == end - start
+
+
+def test_an_ordinary_topics_read_does_not_look_for_inner_batches(
+    server: StandaloneServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inner batches are unwrapped only when a record's sys flag says so: an ordinary topic's pulls pay a
+    column test, not a second walk over their records."""
+
+    def unwrap(data: bytes, first_offset: int) -> bytes | None:
+        raise AssertionError("unwrap_inner_batches called for an ordinary topic")
+
+    async def create() -> None:
+        async with AdminClient(server.namesrv) as admin:
+            await admin.create_topic("ReadPlainNoUnwrap", 1)
+
+    run(create())
+    send(server.namesrv, "ReadPlainNoUnwrap", {0: [b"p%03d" % i for i in range(100)]}, chunk=10)
+    for module in (_columns, _read):  # wherever the reader would call it from
+        monkeypatch.setattr(module, "unwrap_inner_batches", unwrap, raising=False)
+    part = QueueRange(server.namesrv, MessageQueue("ReadPlainNoUnwrap", BROKER, 0), 3, 97, "*", True, False)
+    table = pa.Table.from_batches(list(read_range(part)), ARROW_SCHEMA)
+    assert table.column("queue_offset").to_pylist() == list(range(3, 97))

@@ -3,17 +3,22 @@ offset inside a batch, limits counted in messages, and recovery of the units fro
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from store_testlib import SMALL_COMMITLOG, crash, make_msg
 
+from cometmq.errors import StoreError
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, decode_records
 from cometmq.protocol.taghash import java_string_hash
-from cometmq.store import GetStatus, MessageStore, PutResult, PutStatus
+from cometmq.store import GetStatus, MessageStore, PutResult, PutStatus, _batchqueue
 from cometmq.store.format import BCQ_UNIT, BCQ_UNIT_SIZE
+from retention_fakes import HOUR_MS, InjectedDiskUsage, at_hour
 
 OpenStore = Callable[..., MessageStore]
 TOPIC = "Batched"
@@ -194,3 +199,152 @@ def test_a_torn_unit_ends_the_queue_at_load_and_the_log_rewrites_the_rest(
     assert units(store) == before
     data = path.read_bytes()
     assert not any(data[340 * BCQ_UNIT_SIZE :])
+
+
+def test_a_records_inner_batch_flag_does_not_make_an_ordinary_topic_batchcq(open_store: OpenStore) -> None:
+    """Whether a topic is BatchCQ is the store's to know (declared, or its directory), not a record's: a
+    flagged record of an ordinary topic stays in the ordinary queue through a crash recovery."""
+    store = open_store()
+    for k, sys_flag in enumerate((0, INNER, 0)):
+        assert store.put(make_msg("Plain", 0, b"plain %d" % k, sys_flag=sys_flag)).status is PutStatus.PUT_OK
+    crash(store)
+    store = open_store()
+    assert not store.is_batch_topic("Plain")
+    assert (store.min_offset("Plain", 0), store.max_offset("Plain", 0)) == (0, 3)
+    result = store.get_messages("Plain", 0, 0, 32)
+    assert [r.queue_offset for r in decode_records(b"".join(result.buffers))] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("inner_num", ["abc", "40000", "-3", "0", ""])
+def test_a_rebuilt_unit_whose_inner_num_is_not_a_count_covers_one_offset(
+    open_store: OpenStore, tmp_path: Path, caplog: pytest.LogCaptureFixture, inner_num: str
+) -> None:
+    store = open_store()
+    store.declare_batch_topic(TOPIC)
+    body = encode_batch_body([BatchEntry(0, b"m", "") for _ in range(4)])
+    msg = make_msg(TOPIC, 0, body, f"INNER_NUM\x01{inner_num}", sys_flag=INNER)
+    assert store.put_inner_batch(msg, 4).status is PutStatus.PUT_OK
+    crash(store)
+    path = tmp_path / "store" / "batchconsumequeue" / TOPIC / "0" / f"{0:020d}"
+    path.write_bytes(bytes(path.stat().st_size))  # the unit never reached the disk: rebuilt from the log
+    with caplog.at_level(logging.WARNING, logger="cometmq.store"):
+        store = open_store()
+    assert [unit[4:] for unit in units(store)] == [(0, 1)]
+    (warning,) = [r for r in caplog.records if "INNER_NUM" in r.getMessage()]
+    assert warning.exc_info is None and repr(inner_num) in warning.getMessage()
+
+
+@pytest.mark.parametrize("with_ordinary_topic", [False, True], ids=["batch topics only", "mixed topics"])
+def test_a_crash_recovery_redispatches_from_the_checkpoint_not_the_whole_log(
+    open_store: OpenStore, caplog: pytest.LogCaptureFixture, with_ordinary_topic: bool
+) -> None:
+    store = open_store()
+    store.declare_batch_topic(TOPIC)
+    for k in range(300):  # several segments
+        put_batch(store, 10 * k, 1 + k % 7)
+        if with_ordinary_topic and k % 3 == 0:
+            assert store.put(make_msg("Plain", 0, b"plain %d" % k)).status is PutStatus.PUT_OK
+    assert store._flusher is not None
+    store._flusher.checkpoint_cycle()
+    safe = store._checkpoint.read().dispatch_safe
+    fill(store, 20, first_batch=300)
+    before = units(store)
+    plain_end = store.max_offset("Plain", 0)
+    crash(store)
+    with caplog.at_level(logging.WARNING, logger="cometmq.store"):
+        store = open_store()
+    (scan,) = [r for r in caplog.records if r.getMessage().startswith("recovery: scanned commit log")]
+    assert scan.args is not None
+    start, _end, _records, rewritten = scan.args[:4]  # type: ignore[index]
+    assert 0 < start <= safe
+    assert rewritten == 0  # the units written before the crash are in the page cache: present, not rewritten
+    assert units(store) == before
+    assert store.max_offset("Plain", 0) == plain_end
+
+
+def test_a_batch_queue_file_of_another_size_stops_the_start_and_stays(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = open_store()
+    fill(store, 5)
+    store.shutdown()
+    path = tmp_path / "store" / "batchconsumequeue" / TOPIC / "0" / f"{0:020d}"
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+    with pytest.raises(StoreError, match="is not one this store writes"):
+        open_store()
+    assert path.exists()
+
+
+def test_truncating_the_log_drops_the_batch_units_of_the_records_cut(open_store: OpenStore) -> None:
+    """A slave's tail its new master does not have: the batch queues follow the cut, as the others do."""
+    store = open_store()
+    results = fill(store, 20)
+    cut = results[12]
+    store.truncate_to(cut.commitlog_offset)
+    assert store.max_offset(TOPIC, 0) == cut.queue_offset
+    assert len(units(store)) == 12
+    assert put_batch(store, 0, 3).queue_offset == cut.queue_offset
+
+
+def test_retention_deletes_batch_queue_files_below_the_logs_start_and_moves_min_offset(
+    open_store: OpenStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_batchqueue, "UNITS_PER_FILE", 10)
+    root = tmp_path / "store"
+    store = open_store(disk_usage_probe=InjectedDiskUsage(0.10))
+    results = []
+    body = encode_batch_body([BatchEntry(0, b"x" * 1000, "") for _ in range(4)])
+    for _ in range(60):
+        msg = make_msg(TOPIC, 0, body, "INNER_NUM\x014", sys_flag=INNER)
+        results.append(store.put_inner_batch(msg, 4))
+    queue_dir = root / "batchconsumequeue" / TOPIC / "0"
+    assert len(list(queue_dir.iterdir())) == 6
+    now = at_hour(4)
+    segments = sorted((root / "commitlog").iterdir())
+    for path in segments[:-1]:
+        ns = (now - 100 * HOUR_MS) * 1_000_000
+        os.utime(path, ns=(ns, ns))
+    report = store.clean(now)
+    cl_min = store.commitlog_min_offset
+    assert report.commitlog_deleted and cl_min > 0
+    first_kept = next(r for r in results if r.commitlog_offset >= cl_min)
+    assert store.min_offset(TOPIC, 0) == first_kept.queue_offset
+    # Whole files whose units all point below the log's start are gone, never the last one.
+    whole_files_gone = sum(1 for k in range(0, 60, 10) if results[k + 9].commitlog_offset < cl_min)
+    assert whole_files_gone > 0
+    assert [p.name for p in report.consumequeue_deleted] == [
+        f"{k * 10 * BCQ_UNIT_SIZE:020d}" for k in range(whole_files_gone)
+    ]
+    assert len(list(queue_dir.iterdir())) == 6 - whole_files_gone
+    got = store.get_messages(TOPIC, 0, store.min_offset(TOPIC, 0), 8)
+    assert got.status is GetStatus.FOUND
+    assert decode_records(b"".join(got.buffers))[0].queue_offset == first_kept.queue_offset
+    assert store.get_messages(TOPIC, 0, 0, 8).status is GetStatus.OFFSET_TOO_SMALL
+    before = units(store)
+    assert put_batch(store, 0, 2).queue_offset == 240
+    store.shutdown()
+    store = open_store(disk_usage_probe=InjectedDiskUsage(0.10))
+    assert store.min_offset(TOPIC, 0) == first_kept.queue_offset
+    assert units(store)[: len(before)] == before
+    assert store.max_offset(TOPIC, 0) == 242
+
+
+def test_a_queue_loads_by_reading_its_written_units_not_its_whole_file(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store()
+    fill(store, 5)
+    before = units(store)
+    store.shutdown()
+    read: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, length: int, offset: int) -> bytes:
+        read.append(length)
+        return real_pread(fd, length, offset)
+
+    monkeypatch.setattr(_batchqueue.os, "pread", pread)
+    store = open_store()
+    assert units(store) == before
+    assert sum(read) < 5 * BCQ_UNIT_SIZE + 4 * 40  # the units, and a binary search's 4-byte reads

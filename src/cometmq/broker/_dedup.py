@@ -32,7 +32,7 @@ from cometmq.protocol.properties import (
     decode_properties,
     property_finder,
 )
-from cometmq.protocol.record import decode_record_at
+from cometmq.protocol.record import INNER_BATCH_FLAG, INNER_NUM_PROPERTY, decode_record_at
 from cometmq.protocol.topic_config import DEDUPLICATION_ATTRIBUTE
 from cometmq.protocol.transaction import REAL_QUEUE_ID
 from cometmq.store import MessageBatch, MessageToStore, PutResult, PutStatus
@@ -279,7 +279,10 @@ class Deduplicator:
         self, topic: str, queue_id: int, first: int, end: int
     ) -> Iterator[tuple[int, str, bytes, _Stored]]:
         store = self._broker.store
-        for offset in range(first, end):
+        next_offset = first
+        while next_offset < end:
+            offset = next_offset
+            next_offset += 1
             unit = store.queue_unit(topic, queue_id, offset)
             record = store.message_at(unit[0]) if unit is not None else None
             if record is None:
@@ -289,6 +292,13 @@ class Deduplicator:
             except RecordError:
                 continue
             properties = decode_properties(decoded.properties)
+            if decoded.sys_flag & INNER_BATCH_FLAG:
+                # An inner batch is not deduplicated (its UNIQ_KEY is the batch's, not a message's): one
+                # look at its record, then on past the offsets it covers.
+                count = properties.get(INNER_NUM_PROPERTY, "")
+                if count.isascii() and count.isdigit():
+                    next_offset = max(next_offset, decoded.queue_offset + int(count))
+                continue
             key = properties.get("UNIQ_KEY", "")
             if not key:
                 continue

@@ -33,7 +33,14 @@ from cometmq.errors import RecordError, RequestRefused
 from cometmq.protocol import ResponseCode
 from cometmq.protocol.naming import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from cometmq.protocol.properties import decode_properties, encode_properties
-from cometmq.protocol.record import DecodedRecord, decode_record_at
+from cometmq.protocol.record import (
+    INNER_BASE_PROPERTY,
+    INNER_BATCH_FLAG,
+    INNER_NUM_PROPERTY,
+    NEED_UNWRAP_FLAG,
+    DecodedRecord,
+    decode_record_at,
+)
 from cometmq.protocol.taghash import java_string_hash
 from cometmq.protocol.transaction import REAL_QUEUE_ID, REAL_TOPIC, TransactionType, transaction_type
 from cometmq.store import MessageToStore, PutStatus, parse_delay_levels
@@ -52,6 +59,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("cometmq.broker")
+
+_INNER_BATCH_FLAGS = INNER_BATCH_FLAG | NEED_UNWRAP_FLAG
+_INNER_BATCH_PROPERTIES = frozenset((INNER_NUM_PROPERTY, INNER_BASE_PROPERTY))
 
 # Units delivered per level before the event loop gets a turn (a backlog after a long stop).
 _ROUND_MAX = 256
@@ -136,15 +146,19 @@ def copy_of_record(
     message, a consumer's send-back, a committed or discarded half message): its body as stored (a
     compressed body stays compressed, its sys flag says so), flag, sys flag (unless *sys_flag* is
     given), born time and host, with *properties*, whose TAGS, KEYS and UNIQ_KEY give the tags code
-    and the index keys."""
+    and the index keys. A copy is never an inner batch: a copied inner-batch record (a 4.x consumer's
+    send-back of the batch it got as one message) is stored as one ordinary message holding the batch
+    body, without its inner-batch flags and properties, in whatever topic it goes to."""
     tags = properties.get("TAGS")
+    if INNER_NUM_PROPERTY in properties or INNER_BASE_PROPERTY in properties:
+        properties = {k: v for k, v in properties.items() if k not in _INNER_BATCH_PROPERTIES}
     return MessageToStore(
         topic=topic,
         queue_id=queue_id,
         flag=rec.flag,
         body=rec.body,
         properties=encode_properties(properties),
-        sys_flag=rec.sys_flag if sys_flag is None else sys_flag,
+        sys_flag=(rec.sys_flag if sys_flag is None else sys_flag) & ~_INNER_BATCH_FLAGS,
         born_timestamp=rec.born_timestamp,
         born_host=rec.born_host,
         store_host=store_host,

@@ -129,6 +129,9 @@ MASTERSHIP_NOT_TRUSTED: Final = (
     "in-sync member can vouch for a message; the message was not stored"
 )
 _HOST_V6_FLAGS: Final = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
+# Flags only the broker sets: the layout of the host fields, and an inner batch (its own send path below),
+# whose flag makes every reader unwrap the body.
+_BROKER_FLAGS: Final = _HOST_V6_FLAGS | INNER_BATCH_FLAG | NEED_UNWRAP_FLAG
 
 
 def _is_transactional(properties: dict[str, str]) -> bool:
@@ -278,6 +281,14 @@ class SendProcessor:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
             )
+        if transactional and topic_config.is_batch_cq:
+            # A BatchCQ topic takes no half message: its commit, a copy into a batch queue, could not be
+            # stored, and the message would be lost after the producer heard SEND_OK.
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the topic[{topic}] is a BatchCQ topic (queue.type=BatchCQ), which takes no transactional "
+                "message; send it to a topic whose queue.type is SimpleCQ",
+            )
         queue_nums = topic_config.queue_nums
         if queue_id < 0:
             queue_id = random.randrange(topic_config.write_queue_nums or 1)
@@ -289,8 +300,9 @@ class SendProcessor:
         header = _SendHeader(
             topic=topic,
             queue_id=queue_id,
-            # The host flags describe the record's layout, which the broker decides (IPv4 hosts).
-            sys_flag=sent.sys_flag & ~_HOST_V6_FLAGS,
+            # The host flags describe the record's layout, which the broker decides (IPv4 hosts); the
+            # inner-batch flags are set by ``_put_to_batch_queue`` only, never taken from a client.
+            sys_flag=sent.sys_flag & ~_BROKER_FLAGS,
             born_timestamp=sent.born_timestamp or int(time.time() * 1000),
             born_host=host_bytes(conn.remote_address),
             store_host=broker.store_host,

@@ -419,6 +419,7 @@ class Producer(_BlockingClient):
             tls: bool | ssl.SSLContext = ...,
             trace: bool = ...,
             trace_topic: str | None = ...,
+            inner_batches: bool = ...,
         ) -> None: ...
         @property
         def client_id(self) -> str: ...
@@ -491,6 +492,7 @@ class TransactionProducer(Producer):
             tls: bool | ssl.SSLContext = ...,
             trace: bool = ...,
             trace_topic: str | None = ...,
+            inner_batches: bool = ...,
         ) -> None: ...
 
     def send_in_transaction(

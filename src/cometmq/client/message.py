@@ -381,7 +381,8 @@ def _decode_slow(
 def _unwrapped(batch: ReceivedMessage, first_offset: int) -> list[ReceivedMessage]:
     """The messages of an inner-batch record from *first_offset* on: each its own flag, body and
     properties, the record's everything else (RocketMQ 5's MessageDecoder.decodeMessage), the record's
-    sys flag included, which tells such a message (``is_inner_batch``).
+    sys flag included, which tells such a message (``is_inner_batch``). A record whose body is not a
+    well-formed batch is delivered whole, one message, with a warning.
 
     Hot path of inner-batch consume (``cometmq bench consume --inner-batch``): per message, an object, a
     tuple and two slices."""
@@ -413,5 +414,15 @@ def _unwrapped(batch: ReceivedMessage, first_offset: int) -> list[ReceivedMessag
                 append(m)
             offset += 1
     except ProtocolError as exc:
-        raise RecordError(f"inner batch at commit-log offset {coff}: {exc}") from None
+        # Delivered whole, as one message (``is_inner_batch``), rather than wedging the queue.
+        log.warning(
+            "%s/%d: the inner batch at queue offset %d (commit-log offset %d) cannot be split (%s); "
+            "delivered as one message",
+            topic,
+            queue_id,
+            batch.queue_offset,
+            coff,
+            exc,
+        )
+        return [batch]
     return messages

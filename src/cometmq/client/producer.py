@@ -170,6 +170,9 @@ class Producer(Client):
     ``trace`` writes a trace record of each send (who sent which message when, how long it took,
     where it was stored) to ``trace_topic`` (default RMQ_SYS_TRACE_TOPIC), as the Java client's
     enableMsgTrace and customizedTraceTopic do (docs/client.md#message-trace).
+    ``inner_batches`` gives each batch its own UNIQ_KEY, so that a BatchCQ topic stores it as one
+    record; set it False against Apache RocketMQ brokers, which stamp the batch's key on each of its
+    messages.
     """
 
     kind = "producer"
@@ -193,6 +196,7 @@ class Producer(Client):
         tls: bool | ssl.SSLContext = False,
         trace: bool = False,
         trace_topic: str | None = None,
+        inner_batches: bool = True,
     ) -> None:
         check_group("producer", group)
         check_credentials(credentials)
@@ -209,6 +213,7 @@ class Producer(Client):
         self.retry_times = retry_times
         self.compress_over = compress_over
         self.max_message_size = max_message_size
+        self.inner_batches = inner_batches
         self.queue_selector: QueueSelector = queue_selector or select_by_hash
         self._instance = ClientInstance(
             namesrv,
@@ -509,7 +514,10 @@ class Producer(Client):
         topic, parts, _, ids = self._encode_batch(msgs)
         # The batch's own UNIQ_KEY, as RocketMQ 5's producer sets it on every batch: a broker stores a
         # batch to a BatchCQ topic as one inner-batch record when it carries one (docs/client.md).
-        header = send_header(self.group, topic, f"UNIQ_KEY\x01{self._ids.next_id()}\x02", batch=True)
+        # Apache RocketMQ brokers append a batch's properties to each of its messages, so there every
+        # message would get the batch's key: ``inner_batches=False`` leaves it out.
+        properties = f"UNIQ_KEY\x01{self._ids.next_id()}\x02" if self.inner_batches else ""
+        header = send_header(self.group, topic, properties, batch=True)
         return _Request(RequestCode.SEND_BATCH_MESSAGE, topic, header, parts, ",".join(ids))
 
     async def _deliver(

@@ -87,9 +87,11 @@ def encode_batch_body(entries: list[BatchEntry]) -> bytes:
 
 
 def count_batch_entries(data: bytes) -> int:
-    """How many entries a batch body holds, each checked as ``batch_spans`` checks it; ProtocolError when
-    the body is not a well-formed batch. What a broker stores an inner batch with (INNER_NUM): one walk
-    over the entries' lengths, nothing decoded.
+    """How many entries a batch body holds, each checked as ``batch_spans`` and ``decode_batch_body``
+    check it (PROPERTIESLENGTH a signed int16, so at most ``MAX_PROPERTIES_SIZE``; properties UTF-8):
+    ProtocolError when the body is not a well-formed batch, so that every reader can split what a
+    broker stores. What a broker stores an inner batch with (INNER_NUM): one walk over the entries'
+    lengths, only non-empty properties decoded.
 
     Per entry on the inner-batch send path (bench/broker_send.py): one struct read, two byte reads."""
     pos = count = 0
@@ -101,16 +103,23 @@ def count_batch_entries(data: bytes) -> int:
             raise ProtocolError(f"batch entry at byte {pos} is truncated")
         total, body_len = unpack_lengths(data, pos)
         next_pos = pos + total
-        body_end = next_pos - total + ENTRY_HEAD.size + body_len
-        # PROPERTIESLENGTH (int16) must be what is left of the entry after the body.
+        body_end = pos + ENTRY_HEAD.size + body_len
+        # PROPERTIESLENGTH (int16, not negative: its high bit clear) must be what is left of the entry
+        # after the body.
         if (
             body_len < 0
             or total < fixed
             or next_pos > end
             or body_end + 2 > next_pos
+            or data[body_end] > 0x7F
             or (data[body_end] << 8 | data[body_end + 1]) != next_pos - body_end - 2
         ):
             raise ProtocolError(f"batch entry at byte {pos} has inconsistent lengths")
+        if next_pos > body_end + 2:
+            try:
+                data[body_end + 2 : next_pos].decode()
+            except UnicodeDecodeError:
+                raise ProtocolError(f"batch entry at byte {pos} has properties that are not UTF-8") from None
         pos = next_pos
         count += 1
     return count
@@ -125,9 +134,9 @@ def unwrap_inner_batches(data: bytes, first_offset: int) -> bytes | None:
     """Stored records laid end to end (a pull body) with each inner-batch record replaced by one plain
     record per message from queue offset *first_offset* on, as a 4.x client would have received them
     from an ordinary topic: the message's flag, body and properties, the batch record's other fields,
-    QUEUEOFFSET the batch's base + i, SYSFLAG without the inner-batch bits. None when *data* holds no
-    inner batch (the usual case: one walk over the records' sizes). RecordError or ProtocolError for
-    malformed bytes."""
+    QUEUEOFFSET the batch's base + i, SYSFLAG without the inner-batch bits; an inner-batch record whose
+    body is not a well-formed batch stays as it is. None when *data* holds no inner batch (the usual
+    case: one walk over the records' sizes). RecordError for malformed records."""
     unpack = _SIZE_AND_SYS_FLAG.unpack_from
     pos = 0
     end = len(data)
@@ -146,13 +155,17 @@ def unwrap_inner_batches(data: bytes, first_offset: int) -> bytes | None:
     done = 0
     for start in wrapped:
         record = decode_record_at(view, start, end)
+        try:
+            spans = list(batch_spans(record.body))
+        except ProtocolError:
+            continue  # a record no reader can split stays whole, a message of its own
         parts.append(data[done:start])
         done = start + record.total_size
         topic = topic_field(record.topic.encode())
         sys_flag = record.sys_flag & ~_INNER_BATCH_FLAGS
         body = record.body
         offset = record.queue_offset
-        for flag, body_start, body_end, props_end in batch_spans(body):
+        for flag, body_start, body_end, props_end in spans:
             if offset >= first_offset:
                 message = body[body_start:body_end]
                 props = body[body_end + 2 : props_end]

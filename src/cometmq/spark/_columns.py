@@ -21,10 +21,13 @@ import pyarrow.compute as pc
 from cometmq.client.message import SYSFLAG_COMPRESSED
 from cometmq.client.producer import RESERVED_PROPERTIES
 from cometmq.errors import RecordError
+from cometmq.protocol.batch import unwrap_inner_batches
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import (
+    INNER_BATCH_FLAG,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_SIZE,
+    NEED_UNWRAP_FLAG,
     inflate_body,
     iter_records,
     offset_msg_id,
@@ -59,6 +62,7 @@ _TWO = pa.scalar(2, _I32)
 _HEAD_SIZE = pa.scalar(_BODY_AT, _I32)
 _V6_FLAGS = pa.scalar(_HOST_V6_FLAGS, _I32)
 _COMPRESSED = pa.scalar(SYSFLAG_COMPRESSED, _I32)
+_INNER_BATCH = pa.scalar(INNER_BATCH_FLAG | NEED_UNWRAP_FLAG, _I32)
 _MAGIC = pa.scalar(MESSAGE_MAGIC_CODE, pa.uint32())
 _EMPTY = pa.scalar("", pa.string())
 _NULL_STRING = pa.scalar(None, pa.string())
@@ -139,8 +143,11 @@ def decode_batch(
     end: int,
     tags: Collection[str] = (),
     include_properties: bool = False,
+    unwrap_from: int = 0,
 ) -> DecodedBatch | None:
-    """Decode the records of pull bodies of queue ``topic@broker:queue_id``; None for no records.
+    """Decode the records of pull bodies of queue ``topic@broker:queue_id``; None for no records. A
+    BatchCQ topic's inner batches, one record each, become a row per message from queue offset
+    *unwrap_from* on (a batch may straddle the range's start); those from *end* on are left out too.
 
     Malformed bytes raise :class:`RecordError`.
     """
@@ -148,6 +155,12 @@ def decode_batch(
     fields = _split(data, topic_length) or _decode_generally(data)
     if fields is None:
         return None
+    if pc.any(pc.equal(pc.bit_wise_and(fields.sys_flags, _INNER_BATCH), _INNER_BATCH)).as_py():
+        # Only then the records are walked again: an ordinary topic pays this one column test.
+        data = unwrap_inner_batches(data, unwrap_from) or b""
+        fields = _split(data, topic_length) or _decode_generally(data)
+        if fields is None:
+            return None
     all_offsets = fields.queue_offsets
     count = len(all_offsets)
     keep = count if all_offsets[-1].as_py() < end else pc.sum(pc.less(all_offsets, end)).as_py()

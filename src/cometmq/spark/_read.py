@@ -14,7 +14,6 @@ import pyarrow as pa
 
 from cometmq.client import MessageQueue, PullResult, PullStatus
 from cometmq.errors import CometMQError, DataLossError, ProtocolError, QueueNotRoutedError, RecordError
-from cometmq.protocol.batch import unwrap_inner_batches
 from cometmq.protocol.subscription import SubscriptionData
 from cometmq.spark._cluster import READER_GROUP, Cluster
 from cometmq.spark._columns import decode_batch
@@ -205,9 +204,6 @@ def _lost_from(result: PullResult, offset: int, end: int, filtered: bool) -> int
 def _decode(data: bytes, part: QueueRange, expected_first: int, tags: frozenset[str]) -> pa.RecordBatch:
     queue = part.queue
     try:
-        # A BatchCQ topic's inner batches, one record each, become a row per message; those before the
-        # range's start (a batch may straddle it) are left out, those from its end on by decode_batch.
-        data = unwrap_inner_batches(data, expected_first) or data
         decoded = decode_batch(
             data,
             queue.topic,
@@ -216,6 +212,7 @@ def _decode(data: bytes, part: QueueRange, expected_first: int, tags: frozenset[
             end=part.end,
             tags=tags,
             include_properties=part.include_properties,
+            unwrap_from=expected_first,
         )
     except (RecordError, zlib.error) as exc:
         raise ProtocolError(f"undecodable pull body from {queue}: {exc}") from exc

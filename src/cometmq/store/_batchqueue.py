@@ -18,8 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from cometmq.errors import StoreError
+
 from ._consumequeue import RESERVE_STEP, encode_topic
-from ._mappedfile import MappedFile
+from ._mappedfile import MappedFile, unlink_oldest_first
 from .format import BCQ_UNIT, BCQ_UNIT_SIZE, file_name, parse_file_name
 
 __all__ = ["BatchConsumeQueue", "BatchQueueTable", "BatchUnit"]
@@ -30,11 +32,36 @@ log = logging.getLogger("cometmq.store")
 UNITS_PER_FILE: Final = 300_000
 # RocketMQ writes -1 (INVALID_POS) into a unit's compactedOffset.
 _NO_COMPACTED_OFFSET: Final = -1
+_SIZE_AT: Final = 8  # a unit's size field (int32), after its commit-log offset (int64)
 _pack_into: Final = BCQ_UNIT.pack_into
 _unpack_from: Final = BCQ_UNIT.unpack_from
 
 # (commit-log offset, size, tags code, store time, base queue offset, message count)
 BatchUnit = tuple[int, int, int, int, int, int]
+# Closes dropped files once no reader can hold their mappings (the store's flush thread).
+Retire = Callable[[list[MappedFile]], None]
+
+
+def _written_units(fd: int, units: int) -> int:
+    """How many units of a file of *units* are written: units are written in order into a zeroed
+    file and a written unit's size is never 0, so a binary search over the size fields finds the
+    end without reading the file (a few 4-byte reads)."""
+    low, high = 0, units
+    while low < high:
+        mid = (low + high) // 2
+        if os.pread(fd, 4, mid * BCQ_UNIT_SIZE + _SIZE_AT) != b"\0\0\0\0":
+            low = mid + 1
+        else:
+            high = mid
+    return low
+
+
+def _close(dropped: list[MappedFile], retire: Retire | None) -> None:
+    if retire is not None:
+        retire(dropped)
+    else:  # start-up: no reader yet
+        for mf in dropped:
+            mf.close()
 
 
 class BatchConsumeQueue:
@@ -44,6 +71,8 @@ class BatchConsumeQueue:
     first record is mid-queue) starts over at unit 0 with that base."""
 
     __slots__ = (
+        "_head_files",
+        "_live",
         "_reserved_units",
         "bases",
         "dir",
@@ -67,10 +96,15 @@ class BatchConsumeQueue:
         self.max_offset = 0
         self.synced_units = 0
         self._reserved_units = 0  # units below this land in reserved blocks
+        # Files retention deleted from the head: ``files[0]`` is file number ``_head_files`` of the
+        # queue, and unit index i (of ``bases``) is unit ``i % units_per_file`` of ``files[i //
+        # units_per_file]``, since whole files go.
+        self._head_files = 0
+        self._live = 0  # index of the first unit whose record the commit log still holds
 
     @property
     def min_offset(self) -> int:
-        return self.bases[0] if self.bases else self.max_offset
+        return self.bases[self._live] if self._live < len(self.bases) else self.max_offset
 
     @property
     def units(self) -> int:
@@ -81,25 +115,33 @@ class BatchConsumeQueue:
     def load(self) -> None:
         """Map the queue's files and read its units up to the first that is not valid (RocketMQ's
         recover: offset >= 0, size > 0, base >= 0, count > 0), or that does not continue its
-        predecessor's offsets; anything after it is zeroed."""
+        predecessor's offsets; anything after it is zeroed. A file that is not where or how large this
+        store writes them stops the start (StoreError), as RocketMQ's load does: deleting it would lose
+        units that recovery does not rebuild (those below the checkpoint)."""
         paths = sorted(
             (start, path)
             for path in self.dir.iterdir()
             if (start := parse_file_name(path.name)) is not None and path.is_file()
         )
         file_bytes = self.units_per_file * BCQ_UNIT_SIZE
+        first = paths[0][0] - paths[0][0] % file_bytes if paths else 0  # retention deleted those before
+        self._head_files = first // file_bytes
         for i, (start, path) in enumerate(paths):
-            if start != i * file_bytes or path.stat().st_size != file_bytes:
-                log.error(
-                    "batch consume queue %s: unexpected file %s; dropping it and the rest", self.dir, path
+            size = path.stat().st_size
+            if start != first + i * file_bytes or size != file_bytes:
+                self.close()
+                raise StoreError(
+                    f"batch consume queue file {path} is not one this store writes: it holds {size} bytes "
+                    f"from queue byte {start}, where a file of {file_bytes} bytes from byte "
+                    f"{first + i * file_bytes} was expected; move it (or the queue's directory) away to "
+                    "start, knowing that its units are then lost"
                 )
-                for _, lost in paths[i:]:
-                    lost.unlink()
-                break
             self.files.append(MappedFile.open(path, start, RESERVE_STEP))
-        written = 0  # units up to the last non-zero byte of the file the valid units end in
-        for mf in self.files:
-            data = os.pread(mf.fd, mf.size, 0)  # not the mapping: holes of a sparse file
+        written = 0  # units up to the end of the written units of the file the valid units end in
+        for i, mf in enumerate(self.files):
+            # Only the written units are read (not the mapping: holes of a sparse file).
+            used = _written_units(mf.fd, self.units_per_file)
+            data = os.pread(mf.fd, used * BCQ_UNIT_SIZE, 0)
             for coff, size, _tags, _ts, base, count, _c, _r in BCQ_UNIT.iter_unpack(data):
                 if (
                     coff < 0
@@ -111,24 +153,28 @@ class BatchConsumeQueue:
                     break
                 self.bases.append(base)
                 self.max_offset = base + count
-            written = (mf.start + len(data.rstrip(b"\0")) + BCQ_UNIT_SIZE - 1) // BCQ_UNIT_SIZE
-            if len(self.bases) * BCQ_UNIT_SIZE < mf.end:
+            written = i * self.units_per_file + used
+            if len(self.bases) < (i + 1) * self.units_per_file:
                 break
         self._cut(len(self.bases), written)
         self.synced_units = len(self.bases)
 
-    def _cut(self, keep: int, written: int) -> None:
+    def _cut(self, keep: int, written: int, retire: Retire | None = None) -> None:
         """Keep units ``[0, keep)``: zero units ``[keep, written)`` and drop the files after the one
-        holding unit ``keep - 1`` (the first file is kept)."""
+        holding unit ``keep - 1`` (the first file is kept), closed through *retire* when given (a
+        reader may still hold their mappings)."""
         last = (keep - 1) // self.units_per_file if keep else 0
+        dropped = []
         while len(self.files) > last + 1:
             mf = self.files.pop()
-            mf.close()
             mf.unlink()
+            dropped.append(mf)
+        _close(dropped, retire)
         if self.files:
             mf = self.files[-1]
-            begin = keep * BCQ_UNIT_SIZE - mf.start
-            end = min(mf.size, written * BCQ_UNIT_SIZE - mf.start)
+            file_start = last * self.units_per_file * BCQ_UNIT_SIZE
+            begin = keep * BCQ_UNIT_SIZE - file_start
+            end = min(mf.size, written * BCQ_UNIT_SIZE - file_start)
             if end > begin:
                 mf.write_at(begin, bytes(end - begin))  # not through the mapping: maybe holes
         self._reserved_units = 0
@@ -141,24 +187,26 @@ class BatchConsumeQueue:
         unit = len(self.bases)
         if unit < self._reserved_units:
             return
-        idx = unit // self.units_per_file
+        upf = self.units_per_file
+        idx = unit // upf
         if idx >= len(self.files):
             self.dir.mkdir(parents=True, exist_ok=True)
-            start = idx * self.units_per_file * BCQ_UNIT_SIZE
-            size = self.units_per_file * BCQ_UNIT_SIZE
+            start = (self._head_files + idx) * upf * BCQ_UNIT_SIZE
+            size = upf * BCQ_UNIT_SIZE
             self.files.append(MappedFile.create(self.dir / file_name(start), start, size, RESERVE_STEP))
         mf = self.files[idx]
-        mf.reserve((unit + 1) * BCQ_UNIT_SIZE - mf.start)
-        self._reserved_units = (mf.start + mf.reserved_to) // BCQ_UNIT_SIZE
+        mf.reserve((unit % upf + 1) * BCQ_UNIT_SIZE)
+        self._reserved_units = idx * upf + mf.reserved_to // BCQ_UNIT_SIZE
 
     def append(self, commitlog_offset: int, size: int, tags_code: int, store_time: int, count: int) -> None:
         """One unit for a record at *commitlog_offset* holding *count* messages from ``max_offset`` on."""
         unit = len(self.bases)
-        mf = self.files[unit // self.units_per_file]
+        upf = self.units_per_file
+        mf = self.files[unit // upf]
         base = self.max_offset
         _pack_into(
             mf.mm,
-            unit * BCQ_UNIT_SIZE - mf.start,
+            unit % upf * BCQ_UNIT_SIZE,
             commitlog_offset,
             size,
             tags_code,
@@ -171,50 +219,51 @@ class BatchConsumeQueue:
         self.bases.append(base)
         self.max_offset = base + count
 
-    def restart_at(self, base: int, retire: Callable[[list[MappedFile]], None] | None = None) -> None:
+    def restart_at(self, base: int, retire: Retire | None = None) -> None:
         """Drop every unit; the next one covers offsets from *base* on."""
         dropped = self.files
         self.files = []
         for mf in dropped:
             mf.unlink()
-        if retire is not None:
-            retire(dropped)
-        else:
-            for mf in dropped:
-                mf.close()
+        _close(dropped, retire)
         self.bases = array("q")
         self.max_offset = base
         self.synced_units = 0
         self._reserved_units = 0
+        self._head_files = 0
+        self._live = 0
 
-    def truncate_units(self, count: int) -> None:
+    def truncate_units(self, count: int, retire: Retire | None = None) -> None:
         """Keep the first *count* units."""
         if count >= len(self.bases):
             return
         if count == 0:
-            self.restart_at(self.bases[0])
+            self.restart_at(self.bases[0], retire)
             return
         last = self.unit(count - 1)
         written = len(self.bases)
         del self.bases[count:]
+        self._live = min(self._live, count)
         self.max_offset = last[4] + last[5]
-        self._cut(count, written)
+        self._cut(count, written, retire)
         self.synced_units = min(self.synced_units, count)
 
-    def truncate_to_commitlog(self, end: int) -> int:
+    def truncate_to_commitlog(self, end: int, retire: Retire | None = None) -> int:
         """Drop the trailing units whose records reach past commit-log offset *end*; how many."""
         keep = len(self.bases)
         while keep and (unit := self.unit(keep - 1))[0] + unit[1] > end:
             keep -= 1
         dropped = len(self.bases) - keep
-        self.truncate_units(keep)
+        self.truncate_units(keep, retire)
         return dropped
 
     # -- reading -------------------------------------------------------------------------------
 
     def unit(self, index: int) -> BatchUnit:
-        mf = self.files[index // self.units_per_file]
-        coff, size, tags, ts, base, count, _c, _r = _unpack_from(mf.mm, index * BCQ_UNIT_SIZE - mf.start)
+        upf = self.units_per_file
+        coff, size, tags, ts, base, count, _c, _r = _unpack_from(
+            self.files[index // upf].mm, index % upf * BCQ_UNIT_SIZE
+        )
         return coff, size, tags, ts, base, count
 
     def unit_index(self, offset: int) -> int:
@@ -231,6 +280,41 @@ class BatchConsumeQueue:
             else:
                 high = mid
         return low
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def adjust_min(self, commitlog_min: int) -> None:
+        """Move ``min_offset`` to the first unit whose record starts at or after *commitlog_min* (the
+        records before are in deleted segments; their units form a prefix)."""
+        low, high = self._live, len(self.bases)
+        while low < high:
+            mid = (low + high) // 2
+            if self.unit(mid)[0] < commitlog_min:
+                low = mid + 1
+            else:
+                high = mid
+        self._live = low
+
+    def drop_files_before(self, commitlog_min: int, retire: Retire) -> list[MappedFile]:
+        """Delete the leading files whose units all point below *commitlog_min*, never the last one,
+        with their units' bases, and move ``min_offset`` (``adjust_min``); the files deleted."""
+        upf = self.units_per_file
+        count = 0
+        while count < len(self.files) - 1 and self.unit((count + 1) * upf - 1)[0] < commitlog_min:
+            count += 1
+        dropped = unlink_oldest_first(self.files[:count])
+        if dropped:
+            gone = len(dropped) * upf
+            # New objects, not ``del``: the flush thread may be iterating the old list (``sync``).
+            self.files = self.files[len(dropped) :]
+            self.bases = self.bases[gone:]
+            self._head_files += len(dropped)
+            self._live = max(0, self._live - gone)
+            self.synced_units = max(0, self.synced_units - gone)
+            self._reserved_units = max(0, self._reserved_units - gone)
+            retire(dropped)
+        self.adjust_min(commitlog_min)
+        return dropped
 
     # -- flushing (flush thread) ---------------------------------------------------------------
 
@@ -277,7 +361,7 @@ class BatchQueueTable:
                 if not qdir.is_dir() or not qdir.name.isdigit() or not qdir.name.isascii():
                     log.warning("ignoring unexpected entry %s in the batch consume-queue directory", qdir)
                     continue
-                bq = BatchConsumeQueue(tdir.name, int(qdir.name), qdir)
+                bq = BatchConsumeQueue(tdir.name, int(qdir.name), qdir, UNITS_PER_FILE)
                 bq.load()
                 self.queues[(tdir.name, bq.queue_id)] = bq
 
@@ -288,7 +372,7 @@ class BatchQueueTable:
         bq = self.queues.get((topic, queue_id))
         if bq is None:
             bq = self.queues[(topic, queue_id)] = BatchConsumeQueue(
-                topic, queue_id, self.dir / topic / str(queue_id)
+                topic, queue_id, self.dir / topic / str(queue_id), UNITS_PER_FILE
             )
         return bq
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
+from ._batchqueue import BatchConsumeQueue
 from ._commitlog import CommitLog
 from ._consumequeue import QueueTable
 from ._mappedfile import MappedFile, unlink_oldest_first
@@ -156,6 +157,7 @@ class CleanService:
         queues: QueueTable,
         retire: Retire,
         index: IndexFiles | None,
+        batch_queues: Iterable[BatchConsumeQueue] = (),
     ) -> CleanReport:
         guard = self.guard
         ratio = guard.check()
@@ -173,6 +175,7 @@ class CleanService:
         if cl_min > self._last_min:
             self._last_min = cl_min
             report.consumequeue_deleted = self._delete_queue_files(cl_min, queues, retire)
+            report.consumequeue_deleted += self._delete_batch_queue_files(cl_min, batch_queues, retire)
             if index is not None:
                 report.index_files_deleted = index.delete_files_before(cl_min)
         return report
@@ -209,6 +212,18 @@ class CleanService:
         if deleted:
             retire(deleted)
         return [seg.path for seg in deleted]
+
+    def _delete_batch_queue_files(
+        self, cl_min: int, batch_queues: Iterable[BatchConsumeQueue], retire: Retire
+    ) -> list[Path]:
+        deleted = [mf.path for bq in batch_queues for mf in bq.drop_files_before(cl_min, retire)]
+        if deleted:
+            log.info(
+                "retention: deleted %d batch consume-queue file(s) pointing below commit-log offset %d",
+                len(deleted),
+                cl_min,
+            )
+        return deleted
 
     def _delete_queue_files(self, cl_min: int, queues: QueueTable, retire: Retire) -> list[Path]:
         deleted: list[MappedFile] = []

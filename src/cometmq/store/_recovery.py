@@ -30,8 +30,9 @@ __all__ = ["rebuild_queue", "recover"]
 log = logging.getLogger("cometmq.store")
 
 QueueKey = tuple[str, int]
-# Gives a record of a BatchCQ topic its batch unit; true when the record is one (``MessageStore``).
-BatchDispatch = Callable[[DecodedRecord], object]
+# Gives a record of a BatchCQ topic its batch unit (WRITTEN or PRESENT); None when the record is not one
+# (``MessageStore``).
+BatchDispatch = Callable[[DecodedRecord], Dispatched | None]
 Retire = Callable[[list[MappedFile]], None]
 
 
@@ -43,10 +44,11 @@ def recover(
     tags_code_of: TagsCodeOf,
     record_crc: RecordCrcCheck = RecordCrcCheck.OFF,
     dispatch_batch: BatchDispatch | None = None,
+    batch_queues: int = 0,
 ) -> None:
     """Set the commit log's end and repair the consume queues. ``cl`` and ``queues`` are loaded.
-    *dispatch_batch* gives the records of BatchCQ topics their batch units (true when it took the
-    record); the caller trims the batch queues to the end found."""
+    *dispatch_batch* gives the records of BatchCQ topics their batch units; the caller trims the batch
+    queues (*batch_queues* of them loaded) to the end found."""
     damaged = cl.damaged or any(cq.damaged for cq in queues.all_queues())
     if (
         not crashed
@@ -82,9 +84,12 @@ def recover(
         log.warning("no usable clean checkpoint; recovering as after a crash")
     start = dispatch_from = cl.min_offset
     # The checkpoint vouches for units of records below dispatch_safe; with no consume queue at
-    # all they were deleted (the way operators ask for a rebuild), so redo everything.
+    # all, ordinary or batch, they were deleted (the way operators ask for a rebuild), so redo everything.
     queues_lost = (
-        checkpoint is not None and checkpoint.dispatch_safe > cl.min_offset and not queues.has_queues()
+        checkpoint is not None
+        and checkpoint.dispatch_safe > cl.min_offset
+        and not batch_queues
+        and not queues.has_queues()
     )
     if (
         checkpoint is not None
@@ -115,7 +120,7 @@ def recover(
     cl.set_end(end)
     dropped_units = _trim_queues(queues, end, cl.min_offset)
     log.warning(
-        "recovery: scanned commit log [%d, %d): %d records, %d consume-queue units rewritten; "
+        "recovery: scanned commit log [%d, %d): %d records, %d consume-queue or batch units rewritten; "
         "tail after %d zeroed, %d later segment(s) deleted, %d dangling consume-queue unit(s) dropped",
         start,
         end,
@@ -166,9 +171,12 @@ def _scan(
             and is_dispatched(rec.sys_flag)
             and (only is None or (rec.topic, rec.queue_id) in only)
         ):
-            if dispatch_batch is not None and only is None and dispatch_batch(rec):
-                stats.redispatched += 1
-                return
+            if dispatch_batch is not None and only is None:
+                batch_done = dispatch_batch(rec)
+                if batch_done is not None:
+                    if batch_done is Dispatched.WRITTEN:
+                        stats.redispatched += 1
+                    return
             done, _ = dispatch_unit(queues, rec, only is not None, tags_code_of)
             if done is Dispatched.WRITTEN:
                 stats.redispatched += 1

@@ -123,6 +123,25 @@ def _sealed(parts: list[bytes | memoryview], offsets: list[int], total: int) -> 
     return records
 
 
+def _inner_count(rec: DecodedRecord) -> int:
+    """The message count of an inner-batch record: its INNER_NUM, a whole number in 1..32767 (a unit's
+    count is a Java short). A record whose INNER_NUM is anything else is a unit of one message, with a
+    warning, so that one malformed record cannot stop a recovery or a slave."""
+    text = decode_properties(rec.properties).get(INNER_NUM_PROPERTY, "")
+    count = int(text) if text.isascii() and text.isdigit() else 0
+    if 0 < count <= 0x7FFF:
+        return count
+    log.warning(
+        "the inner-batch record of %s/%d at commit-log offset %d has INNER_NUM %r, not a count in "
+        "1..32767; its unit covers one offset",
+        rec.topic,
+        rec.queue_id,
+        rec.commitlog_offset,
+        text,
+    )
+    return 1
+
+
 def _failure(status: PutStatus) -> PutResult:
     return PutResult(status, -1, -1, 0, 0, "", 0)
 
@@ -224,8 +243,11 @@ class MessageStore:
                 self._recovered_tags_code,
                 self._record_crc,
                 self._dispatch_batch_record,
+                len(self._batch_queues.queues),
             )
             self._recover_batch_queues()
+            for topic in list(self._batch_topics):
+                self._move_to_batch_queues(topic)
             if cfg.message_index_enable:
                 self._index = IndexService(self._root / "index", cfg.max_index_num, self._retire_files)
                 self._index.load(cl)
@@ -404,9 +426,43 @@ class MessageStore:
         return self._append(topic, cq, batch, batch.flags, bodies, properties, batch.tags_codes, 0, total)
 
     def declare_batch_topic(self, topic: str) -> None:
-        """Keep *topic*'s queues as batch consume queues from its next record on (``queue.type`` BatchCQ;
-        the broker declares such topics before they take messages)."""
+        """Keep *topic*'s queues as batch consume queues (``queue.type`` BatchCQ; the broker declares such
+        topics before they take messages). Units the topic already has in ordinary consume queues (a
+        slave given its master's records before its master's topic table) move to batch queues, so
+        that the queues are the master's whatever came first."""
+        if topic in self._batch_topics:
+            return
         self._batch_topics.add(topic)
+        if self._running:
+            self._move_to_batch_queues(topic)
+
+    def _move_to_batch_queues(self, topic: str) -> None:
+        """Give each unit of *topic*'s ordinary consume queues a batch unit of one message, then drop
+        the ordinary queues. A queue whose batch queue already has units keeps those."""
+        tq = self._queues.topics.get(topic)
+        queue_ids = tq.queue_ids() if tq is not None else set()
+        if tq is None or not queue_ids:
+            return
+        for queue_id in sorted(queue_ids):
+            cq = self._queues.queue(tq, queue_id)
+            bq = self._batch_queues.queue(topic, queue_id)
+            if bq.units or cq.max_offset <= cq.min_offset:
+                continue
+            bq.restart_at(cq.min_offset, self._retire_files)
+            for index in range(cq.min_offset, cq.max_offset):
+                unit = cq.unit(index)
+                if unit is None:
+                    break
+                coff, size, tags_code = unit
+                bq.prepare()
+                bq.append(coff, size, tags_code, self._commitlog.store_timestamp_at(coff), 1)
+            log.info(
+                "%s/%d: %d unit(s) moved from the consume queue to the batch consume queue (a BatchCQ topic)",
+                topic,
+                cq.queue_id,
+                bq.units,
+            )
+        self._retire_queues(self._queues.remove_topic(topic))
 
     def is_batch_topic(self, topic: str) -> bool:
         return topic in self._batch_topics
@@ -889,13 +945,12 @@ class MessageStore:
     ) -> Dispatched | None:
         """Give *rec* its batch unit if its topic is BatchCQ (recovery, a slave): WRITTEN, or PRESENT when
         the queue has that very unit; None when *rec* is not such a record. A unit from the record's
-        offset on that differs is cut with everything after it."""
-        if rec.topic not in self._batch_topics and not rec.sys_flag & INNER_BATCH_FLAG:
+        offset on that differs is cut with everything after it. Whether a topic is BatchCQ is the
+        store's to know (declared, or found on disk), never a record's flag: a record's flag only says
+        how many offsets its unit covers."""
+        if rec.topic not in self._batch_topics:
             return None
-        self._batch_topics.add(rec.topic)
-        count = 1
-        if rec.sys_flag & INNER_BATCH_FLAG:
-            count = int(decode_properties(rec.properties).get(INNER_NUM_PROPERTY, "1") or 1)
+        count = _inner_count(rec) if rec.sys_flag & INNER_BATCH_FLAG else 1
         bq = self._batch_queues.queue(rec.topic, rec.queue_id)
         base = rec.queue_offset
         if base < bq.max_offset and bq.units:
@@ -906,7 +961,7 @@ class MessageStore:
                 unit = bq.unit(idx)
                 if unit[0] == rec.commitlog_offset and unit[4] == base:
                     return Dispatched.PRESENT
-                bq.truncate_units(idx)
+                bq.truncate_units(idx, retire)
         if base != bq.max_offset or not bq.units:
             bq.restart_at(base, retire)  # the log no longer holds the queue's earlier records
         bq.prepare()
@@ -916,9 +971,11 @@ class MessageStore:
         return Dispatched.WRITTEN
 
     def _recover_batch_queues(self) -> None:
-        """Drop batch units beyond the recovered commit log's end, and make the rest durable."""
+        """Drop batch units beyond the recovered commit log's end, make the rest durable, and start each
+        queue at its first unit the log still holds."""
         end = self._commitlog.max_offset
         for bq in self._batch_queues.all_queues():
+            bq.adjust_min(self._commitlog.min_offset)
             dropped = bq.truncate_to_commitlog(end)
             if dropped:
                 log.warning(
@@ -1294,6 +1351,8 @@ class MessageStore:
                     self._retire_files(cl.truncate_to(offset))
                     for cq in self._queues.all_queues():
                         units += cq.truncate_to_commitlog(offset, self._retire_files)
+                    for bq in self._batch_queues.all_queues():
+                        units += bq.truncate_to_commitlog(offset, self._retire_files)
                     self._queues.stale_from = min(self._queues.stale_from, offset)
                     if self._index is not None:
                         entries = self._index.truncate_from(offset)
@@ -1362,7 +1421,11 @@ class MessageStore:
             at = rec.commitlog_offset
             if not is_dispatched(rec.sys_flag):
                 return
-            if self._batch_topics or rec.sys_flag & INNER_BATCH_FLAG:
+            if rec.sys_flag & INNER_BATCH_FLAG and rec.topic not in self._batch_topics:
+                # Only the master's inner-batch path sets the flag (it clears a client's), so the record
+                # says its topic is BatchCQ before the master's topic table reaches this slave.
+                self.declare_batch_topic(rec.topic)
+            if self._batch_topics:
                 batch_done = self._dispatch_batch_record(rec, self._retire_files)
                 if batch_done is not None:
                     self._replicated_batch_record(rec, batch_done)
@@ -1749,7 +1812,9 @@ class MessageStore:
         batch_removed = self._batch_queues.remove_topic(topic)
         if batch_removed:
             self._retire_files([mf for bq in batch_removed for mf in bq.files])
-        removed = self._queues.remove_topic(topic)
+        self._retire_queues(self._queues.remove_topic(topic))
+
+    def _retire_queues(self, removed: list[ConsumeQueue]) -> None:
         if not removed:
             return
         if self._flusher is not None:
@@ -1775,7 +1840,14 @@ class MessageStore:
             return CleanReport(ratio, False, False, False, True, self._commitlog.min_offset)
         self._last_disk_check = time.monotonic()
         self._out_of_space = None  # as _check_disk: the next put that needs room tries again
-        report = self._cleaner.run(now, self._commitlog, self._queues, self._retire_files, self._index)
+        report = self._cleaner.run(
+            now,
+            self._commitlog,
+            self._queues,
+            self._retire_files,
+            self._index,
+            self._batch_queues.all_queues(),
+        )
         self._update_accepting()
         return report
 
