@@ -216,7 +216,7 @@ class MessageStore:
             self._queues.load()
             self._batch_queues.load()
             self._queues.commitlog_min = lambda: cl.min_offset
-            recover(
+            self._last_store_ts = recover(
                 cl,
                 self._queues,
                 checkpoint,
@@ -1820,6 +1820,11 @@ class MessageStore:
     @property
     def commitlog_min_offset(self) -> int:
         return self._commitlog.min_offset
+
+    @property
+    def last_store_timestamp(self) -> int:
+        """Store time (ms) of the commit log's last record, 0 when it has none."""
+        return self._last_store_ts
 
     @property
     def commitlog_max_offset(self) -> int:
