@@ -154,13 +154,3 @@ def test_incremental_registration_keeps_other_topics() -> None:
     routes.register_broker(broker_name="a", body=_body("T1", "T2", counter=1), now=0.0, **common)
     routes.register_broker(broker_name="a", body=_body("T3", counter=2), now=1.0, **common)
     assert routes.all_topics().topics == ["T1", "T2", "T3"]
-
-
-def test_a_whole_table_after_a_first_incremental_registration_is_merged_at_the_same_version() -> None:
-    # A name server that restarted hears first a registration holding only the topic just created;
-    # the broker's next registration is its whole table at that same DataVersion.
-    routes = RouteInfoManager()
-    common = {"cluster": "C", "broker_id": 0, "ha_server_addr": "", "connection": None, "broker_addr": "a:1"}
-    routes.register_broker(broker_name="a", body=_body("T3", counter=7), now=0.0, **common)
-    routes.register_broker(broker_name="a", body=_body("T1", "T2", "T3", counter=7), now=1.0, **common)
-    assert routes.all_topics().topics == ["T1", "T2", "T3"]

@@ -98,6 +98,7 @@ class RouteInfoManager:
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
 
         broker_data = self.broker_addr_table.get(broker_name)
+        first_of_group = broker_data is None
         if broker_data is None:
             broker_data = BrokerData(cluster, broker_name)
             self.broker_addr_table[broker_name] = broker_data
@@ -106,16 +107,16 @@ class RouteInfoManager:
             if addr == broker_addr and other_id != broker_id:
                 del broker_data.broker_addrs[other_id]
                 del self.registering_connection[(broker_name, other_id)]
+        first_of_addr = holder != broker_addr
         broker_data.broker_addrs[broker_id] = broker_addr
         self.registering_connection[(broker_name, broker_id)] = connection
 
         previous = self.broker_live_table.get(broker_addr)
-        if broker_id == MASTER_ID:
-            # Queue data comes from the master only. Topics missing from the body are kept: brokers
-            # register just the topics they have created (RocketMQ's registerIncrementBrokerData).
-            # Merged whatever the DataVersion, unlike RocketMQ's NameServer: after a restart of this
-            # server, a broker's first registration may be such a partial one, and its whole table
-            # then comes at the same version.
+        if broker_id == MASTER_ID and (
+            first_of_group or first_of_addr or previous is None or previous.data_version != body.data_version
+        ):
+            # Queue data comes from the master only. Topics missing from the body are kept: Java 4.9
+            # brokers register just the one topic they have created (registerIncrementBrokerData).
             for config in body.topic_configs.values():
                 self.topic_queue_table.setdefault(config.topic_name, {})[broker_name] = QueueData(
                     broker_name,
