@@ -82,6 +82,28 @@ def test_a_created_topic_is_registered_alone_and_the_name_server_keeps_the_other
     asyncio.run(scenario())
 
 
+def test_over_a_new_connection_the_whole_table_is_registered_again(tmp_path: Path) -> None:
+    # A NameServer forgets a broker whose connection closed (and everything when it restarts): the
+    # registration after a topic change then cannot hold that topic only.
+    async def scenario() -> None:
+        namesrv = NameServer("127.0.0.1", 0)
+        await namesrv.start()
+        addr = f"127.0.0.1:{namesrv.port}"
+        async with running_broker(tmp_path, namesrvAddr=addr, registerNameServerPeriod=60_000) as broker:
+            client = RemotingClient()
+            await create_topic(client, address(broker), "First", 2)
+            await wait_until(lambda: is_routed(addr, "First"), message="First routed")
+            broker._namesrv_client.close_connection(addr)
+            await wait_until(lambda: not_routed(addr, "First"), message="the broker forgotten")
+            await create_topic(client, address(broker), "Second", 2)
+            await wait_until(lambda: is_routed(addr, "Second"), message="Second routed")
+            await client.close()
+            assert await is_routed(addr, "First")
+        await namesrv.stop()
+
+    asyncio.run(scenario())
+
+
 def test_broker_conf_is_read_with_rocketmq_keys_and_flags_override_it(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text(

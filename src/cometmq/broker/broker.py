@@ -175,6 +175,10 @@ class Broker:
         # role or setting change, or after a registration a NameServer did not take.
         self._topics_to_register: set[str] = set()
         self._whole_table_wanted = False
+        # Per NameServer, the connection the whole table last went over. A NameServer forgets a
+        # broker whose connection closed (and all of it when it restarts), and merges a registration
+        # only when its DataVersion is new: over any other connection, the whole table goes again.
+        self._table_registered_over: dict[str, Connection] = {}
         # Ids this broker registered under before a role switch, to unregister on the next registration.
         self._stale_ids: set[int] = set()
         self._tasks: list[asyncio.Task[None]] = []
@@ -859,8 +863,8 @@ class Broker:
         return [addr.strip() for addr in self.config.namesrv_addr.split(";") if addr.strip()]
 
     async def register_all(self, topics: Iterable[str] | None = None) -> bool:
-        """Register with every NameServer: the whole topic table, or only *topics*. Whether every
-        NameServer took it."""
+        """Register with every NameServer: the whole topic table, or only *topics* with those that
+        have the whole table already (over the same connection). Whether every NameServer took it."""
         cfg = self.config
         header = RegisterBrokerRequestHeader(
             broker_name=cfg.broker_name,
@@ -870,10 +874,24 @@ class Broker:
             broker_id=self.registered_id,
             master_epoch=self._switched_epoch,
         )
-        body = self.topics.register_body(cfg.broker_permission, topics).encode()
+        whole: bytes | None = None
+        changed = (
+            None if topics is None else self.topics.register_body(cfg.broker_permission, topics).encode()
+        )
         answered: RemotingCommand | None = None
         taken = True
         for addr in self._namesrv_addresses():
+            connection = self._namesrv_client.open_connection(addr)
+            if (
+                changed is not None
+                and connection is not None
+                and self._table_registered_over.get(addr) is connection
+            ):
+                body = changed
+            else:
+                if whole is None:
+                    whole = self.topics.register_body(cfg.broker_permission).encode()
+                body = whole
             request = RemotingCommand(code=RequestCode.REGISTER_BROKER, ext_fields=header.encode(), body=body)
             try:
                 response = await self._namesrv_client.invoke(addr, request, timeout=6.0)
@@ -884,7 +902,12 @@ class Broker:
             if response.code != ResponseCode.SUCCESS:
                 log.warning("the NameServer %s refused the registration: %s", addr, response.remark)
                 taken = False
-            elif answered is None:
+                continue
+            if body is whole:
+                connection = self._namesrv_client.open_connection(addr)
+                if connection is not None:
+                    self._table_registered_over[addr] = connection
+            if answered is None:
                 answered = response
         if answered is not None and self.is_slave and not cfg.failover:
             self._learn_master(answered)
