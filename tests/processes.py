@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +72,21 @@ def cometmq(
 class ServerProcess:
     """A ``cometmq`` server command in the background; stdout is read for its ready line."""
 
-    def __init__(self, args: list[str], log_path: Path) -> None:
+    def __init__(
+        self, args: list[str], log_path: Path, preexec_fn: Callable[[], object] | None = None
+    ) -> None:
+        """*preexec_fn* runs in the child before the server starts (a resource limit, say)."""
         self.args = args
         self.log_path = log_path
         self._log = log_path.open("ab")
         # stderr (the log) goes to a file, so a chatty server can never block on a full pipe.
         self.proc = subprocess.Popen(
-            [*COMMAND, *args], stdout=subprocess.PIPE, stderr=self._log, env=subprocess_env(), text=False
+            [*COMMAND, *args],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=subprocess_env(),
+            text=False,
+            preexec_fn=preexec_fn,
         )
         self.ready_line = ""
 
@@ -142,13 +151,19 @@ def standalone_args(data_dir: Path, *extra: str) -> list[str]:
     ]
 
 
-def start_standalone(data_dir: Path, conf: Path | None = None, *extra: str) -> tuple[ServerProcess, str]:
+def start_standalone(
+    data_dir: Path,
+    conf: Path | None = None,
+    *extra: str,
+    preexec_fn: Callable[[], object] | None = None,
+) -> tuple[ServerProcess, str]:
     """A standalone server on ports the OS picks (port 0, so no other process can take them between
-    choosing and binding); returns it and its NameServer address, both read from its ready line."""
+    choosing and binding); returns it and its NameServer address, both read from its ready line.
+    *preexec_fn* as ``ServerProcess``'s."""
     args = standalone_args(data_dir, *extra)
     if conf is not None:
         args += ["-c", str(conf)]
-    server = ServerProcess(args, data_dir.parent / f"{data_dir.name}-standalone.log")
+    server = ServerProcess(args, data_dir.parent / f"{data_dir.name}-standalone.log", preexec_fn)
     try:
         server.wait_ready("CometMQ standalone ready:")
     except BaseException:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _support import address, broker_and_client, create_topic, is_routed, run, running_broker
@@ -15,6 +16,7 @@ from cometmq.broker import BrokerConfig
 from cometmq.client import AdminClient
 from cometmq.errors import ConfigError
 from cometmq.namesrv import NameServer
+from cometmq.namesrv.route_info import RegisterResult, RouteInfoManager
 from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.remoting import RemotingClient
 from cometmq.store import FlushDiskType
@@ -44,6 +46,59 @@ def test_periodic_registration_keeps_the_broker_alive(
                 assert await is_routed(addr, "Kept")
             else:
                 await wait_until(lambda: not_routed(addr, "Kept"), message="the broker expired")
+        await namesrv.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_created_topic_is_registered_alone_and_the_name_server_keeps_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bodies: list[set[str]] = []
+    register_broker = RouteInfoManager.register_broker
+
+    def recording(routes: RouteInfoManager, **fields: Any) -> RegisterResult:
+        bodies.append(set(fields["body"].topic_configs))
+        return register_broker(routes, **fields)
+
+    monkeypatch.setattr(RouteInfoManager, "register_broker", recording)
+
+    async def scenario() -> None:
+        namesrv = NameServer("127.0.0.1", 0)
+        await namesrv.start()
+        addr = f"127.0.0.1:{namesrv.port}"
+        async with running_broker(tmp_path, namesrvAddr=addr, registerNameServerPeriod=60_000) as broker:
+            assert bodies and "TBW102" in bodies[0]  # the whole table at start
+            client = RemotingClient()
+            for topic in ("First", "Second"):
+                await create_topic(client, address(broker), topic, 2)
+                await wait_until(lambda topic=topic: is_routed(addr, topic), message=f"{topic} routed")
+            await client.close()
+            assert bodies[-1] == {"Second"}
+            for topic in ("First", "TBW102"):
+                assert await is_routed(addr, topic), topic
+        await namesrv.stop()
+
+    asyncio.run(scenario())
+
+
+def test_over_a_new_connection_the_whole_table_is_registered_again(tmp_path: Path) -> None:
+    # A NameServer forgets a broker whose connection closed (and everything when it restarts): the
+    # registration after a topic change then cannot hold that topic only.
+    async def scenario() -> None:
+        namesrv = NameServer("127.0.0.1", 0)
+        await namesrv.start()
+        addr = f"127.0.0.1:{namesrv.port}"
+        async with running_broker(tmp_path, namesrvAddr=addr, registerNameServerPeriod=60_000) as broker:
+            client = RemotingClient()
+            await create_topic(client, address(broker), "First", 2)
+            await wait_until(lambda: is_routed(addr, "First"), message="First routed")
+            broker._namesrv_client.close_connection(addr)
+            await wait_until(lambda: not_routed(addr, "First"), message="the broker forgotten")
+            await create_topic(client, address(broker), "Second", 2)
+            await wait_until(lambda: is_routed(addr, "Second"), message="Second routed")
+            await client.close()
+            assert await is_routed(addr, "First")
         await namesrv.stop()
 
     asyncio.run(scenario())

@@ -113,3 +113,24 @@ def test_the_day_totals_move_at_midnight() -> None:
     stats._day = datetime.date(2000, 1, 1)
     stats.sample()
     assert stats.day_starts == (130, 50, 100, 40)
+
+
+def test_the_last_store_time_is_the_commit_logs_last_record_after_its_topic_is_deleted_and_a_restart(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (_, addr, client):
+            assert (await runtime_info(client, addr))["lastMessageStoreTimestamp"] == "0"
+            sent = await client.invoke(addr, send_request("Gone", b"last"))
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            _, records = await pull(client, addr, "Gone", 0, 0)
+            stored = str(records[0].store_timestamp)
+            assert (await runtime_info(client, addr))["lastMessageStoreTimestamp"] == stored
+            delete = RemotingCommand(code=RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": "Gone"})
+            assert (await client.invoke(addr, delete)).code == ResponseCode.SUCCESS
+            # The record stays in the commit log: it is still the newest message stored.
+            assert (await runtime_info(client, addr))["lastMessageStoreTimestamp"] == stored
+        async with broker_and_client(tmp_path) as (_, addr, client):
+            assert (await runtime_info(client, addr))["lastMessageStoreTimestamp"] == stored
+
+    run(scenario())

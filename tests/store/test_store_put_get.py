@@ -480,3 +480,18 @@ def test_a_batch_whose_write_fails_part_way_is_refused_and_leaves_nothing(tmp_pa
     assert result["after_crash"] == ["a0", "a1", "a2", "a3"]
     assert result["bodies"] == ["a0", "a1", "a2", "a3", "c0", "c1", "c2", "c3"]
     assert "cannot write to the commit log" in done.stderr and "short write" in done.stderr
+
+
+@pytest.mark.parametrize("how", ["clean", "crash"])
+def test_the_last_store_time_is_read_back_from_the_log_at_start(open_store: OpenStore, how: str) -> None:
+    store = open_store()
+    assert store.last_store_timestamp == 0
+    for i in range(200):  # several segments: the last record is not in the first one
+        store.put(make_msg(f"T{i % 3}", 0, b"x" * 500))
+    last = store.store_time_at("T1", 0, store.max_offset("T1", 0) - 1)
+    assert store.last_store_timestamp == last > 0
+    if how == "crash":
+        crash(store)
+    else:
+        store.shutdown()
+    assert open_store().last_store_timestamp == last

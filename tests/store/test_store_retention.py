@@ -206,6 +206,30 @@ def test_the_last_file_of_a_queue_is_kept_even_if_all_it_points_at_is_gone(
     assert bodies(store, "Old", 0, 150) == [b"next"]
 
 
+def test_queue_files_of_a_queue_not_loaded_since_the_start_go_without_loading_it(
+    open_store: OpenStore, root: Path
+) -> None:
+    store = open_store(disk_usage_probe=InjectedDiskUsage(0.10))
+    idle = fill(store, 250, topic="Idle")  # three files, all pointing into the first segments
+    fill(store, 100, topic="Busy")
+    store.shutdown()
+    idle_files = queue_files(root, "Idle", 0)
+    assert len(idle_files) == 3
+
+    store = open_store(disk_usage_probe=InjectedDiskUsage(0.10))  # "Idle" is not loaded again
+    segs = segment_files(root)
+    now = at_hour(4)
+    age(segs, 100, now)
+    report = store.clean(now)
+    assert idle[-1].commitlog_offset < store.commitlog_min_offset
+    assert report.consumequeue_deleted == idle_files[:2]  # never the last file
+    assert queue_files(root, "Idle", 0) == idle_files[2:]
+    # Loaded afterwards, the queue starts past what the pass deleted.
+    assert store.min_offset("Idle", 0) == store.max_offset("Idle", 0) == 250
+    assert store.put(make_msg("Idle", body=b"next")).queue_offset == 250
+    assert bodies(store, "Idle", 0, 250) == [b"next"]
+
+
 def test_index_files_pointing_only_into_deleted_segments_go(open_store: OpenStore, root: Path) -> None:
     store = open_store(disk_usage_probe=InjectedDiskUsage(0.10), max_index_num=50)
     for i in range(300):

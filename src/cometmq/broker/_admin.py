@@ -567,8 +567,8 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "flushDiskType": broker.config.flush_disk_type.value,
         "brokerRole": broker.role.value,  # the role now (a switch changes it)
         # Not RocketMQ's: with commitLogMaxOffset, what `cometmq cluster list` compares between a
-        # master and its slave for the slave's lag.
-        "lastMessageStoreTimestamp": str(last_message_store_timestamp(broker)),
+        # master and its slave for the slave's lag: the commit log's last record's store time.
+        "lastMessageStoreTimestamp": str(broker.store.last_store_timestamp),
     }
 
 
@@ -608,19 +608,3 @@ def _connection_set(channels: Iterable[ClientChannel]) -> list[dict[str, Any]]:
         }
         for channel in channels
     ]
-
-
-def last_message_store_timestamp(broker: Broker) -> int:
-    """Store time (ms) of the newest message a consume queue of the broker's topics leads to; 0 when
-    there is none. The newest message is the one furthest into the commit log (store times never go
-    back along it), found from each queue's last unit: one lookup per queue, for an admin request."""
-    store = broker.store
-    newest_offset = -1
-    newest: tuple[str, int, int] | None = None
-    for topic in list(broker.topics.topics):
-        for queue_id in store.queue_ids(topic):
-            last = store.max_offset(topic, queue_id) - 1
-            unit = store.queue_unit(topic, queue_id, last)
-            if unit is not None and unit[0] > newest_offset:
-                newest_offset, newest = unit[0], (topic, queue_id, last)
-    return max(0, store.store_time_at(*newest)) if newest is not None else 0

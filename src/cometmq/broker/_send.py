@@ -77,6 +77,10 @@ _FAILURE_REMARKS = {
         "record CRC, if the broker adds one: enabledAppendPropCRC)"
     ),
     PutStatus.SERVICE_NOT_AVAILABLE: "the store is not available (shutting down)",
+    PutStatus.CREATE_MAPPED_FILE_FAILED: (
+        "create mapped file failed: the broker has no file descriptor left to open the queue's file "
+        "(raise its RLIMIT_NOFILE: ulimit -n, systemd's LimitNOFILE)"
+    ),
 }
 
 _STATUS_CODES = {
@@ -86,6 +90,7 @@ _STATUS_CODES = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
     PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+    PutStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,  # as RocketMQ answers it
     PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
     PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }

@@ -39,10 +39,14 @@ DLQ_QUEUE_NUMS = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
 
 class TopicConfigManager:
     def __init__(
-        self, config: BrokerConfig, config_dir: Path, on_change: Callable[[], None] | None = None
+        self,
+        config: BrokerConfig,
+        config_dir: Path,
+        on_change: Callable[[str | None], None] | None = None,
     ) -> None:
         self._config = config
-        # Called after every change of the table (the broker registers with the NameServer then).
+        # Called after every change of the table with the topic changed, or None when the whole table
+        # should be registered (the broker registers with the NameServer then).
         self._on_change = on_change
         self._path = config_dir / "topics.json"
         self._file = MetadataFile(self._path)
@@ -79,7 +83,7 @@ class TopicConfigManager:
         self.topics.pop(DEFAULT_TOPIC, None)
         self.system_topics.discard(DEFAULT_TOPIC)
         self._add_default_topic()
-        self._changed()
+        self._changed(None)
 
     def _add_builtin_topics(self) -> None:
         cfg = self._config
@@ -150,30 +154,35 @@ class TopicConfigManager:
             cached = self._json[name] = (topic, topic.to_json())
         return cached[1]
 
-    def register_body(self, broker_permission: int) -> RegisterBrokerBody:
-        """What the broker registers with the NameServer: its whole topic table. A broker that is not
-        both readable and writable (*broker_permission*) registers every topic with its own permission,
-        as RocketMQ's registerBrokerAll does, so that clients' routes follow it."""
-        if broker_permission & PERM_READ and broker_permission & PERM_WRITE:
-            return RegisterBrokerBody(self.data_version, dict(self.topics))
-        return RegisterBrokerBody(
-            self.data_version,
-            {name: dataclasses.replace(topic, perm=broker_permission) for name, topic in self.topics.items()},
-        )
+    def register_body(self, broker_permission: int, names: Iterable[str] | None = None) -> RegisterBrokerBody:
+        """What the broker registers with the NameServer: its whole topic table, or only the topics
+        *names* that still exist (after a creation or update, as RocketMQ's
+        registerIncrementBrokerData: the NameServer keeps the topics a body leaves out). A broker that
+        is not both readable and writable (*broker_permission*) registers every topic with its own
+        permission, as RocketMQ's registerBrokerAll does, so that clients' routes follow it."""
+        if names is None:
+            topics = dict(self.topics)
+        else:
+            topics = {name: self.topics[name] for name in names if name in self.topics}
+        if not (broker_permission & PERM_READ and broker_permission & PERM_WRITE):
+            topics = {
+                name: dataclasses.replace(topic, perm=broker_permission) for name, topic in topics.items()
+            }
+        return RegisterBrokerBody(self.data_version, topics)
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)
 
-    def _changed(self) -> None:
+    def _changed(self, topic: str | None) -> None:
         self.data_version.next_version()
         self.persist()
         if self._on_change is not None:
-            self._on_change()
+            self._on_change(topic)
 
     def put(self, topic: TopicConfig) -> None:
         self.topics[topic.topic_name] = topic
         self._declare_batch_topics((topic,))
-        self._changed()
+        self._changed(topic.topic_name)
 
     def _declare_batch_topics(self, topics: Iterable[TopicConfig]) -> None:
         if self.on_batch_topic is not None:
@@ -205,7 +214,7 @@ class TopicConfigManager:
         self._json.pop(topic, None)
         if self.topics.pop(topic, None) is None:
             return False
-        self._changed()
+        self._changed(topic)
         return True
 
     def create_in_send(self, topic: str, default_topic: str, request_queue_nums: int) -> TopicConfig | None:

@@ -9,7 +9,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -141,7 +141,7 @@ class Broker:
         # Failover mode: the election on etcd that decides this broker's role (made at start).
         self.election: Failover | None = None
         # Every topic change is registered with the NameServer soon, not only on the 30 s period.
-        self.topics = TopicConfigManager(config, config_dir, on_change=lambda: self.request_register())
+        self.topics = TopicConfigManager(config, config_dir, on_change=self._topic_changed)
         self.offsets = ConsumerOffsetManager(config_dir)
         self.groups = SubscriptionGroupManager(config_dir, config.auto_create_subscription_group)
         self.consumers = ConsumerManager()
@@ -170,6 +170,15 @@ class Broker:
             credentials=config.inner_client_credentials, ssl_context=self._client_tls
         )
         self._register_wanted = asyncio.Event()
+        # Topics created, updated or deleted since the last registration, registered alone (RocketMQ's
+        # registerIncrementBrokerData) unless the whole table is due: at start, on the period, after a
+        # role or setting change, or after a registration a NameServer did not take.
+        self._topics_to_register: set[str] = set()
+        self._whole_table_wanted = False
+        # Per NameServer, the connection the whole table last went over. A NameServer forgets a
+        # broker whose connection closed (and all of it when it restarts), and merges a registration
+        # only when its DataVersion is new: over any other connection, the whole table goes again.
+        self._table_registered_over: dict[str, Connection] = {}
         # Ids this broker registered under before a role switch, to unregister on the next registration.
         self._stale_ids: set[int] = set()
         self._tasks: list[asyncio.Task[None]] = []
@@ -439,8 +448,8 @@ class Broker:
             )
         if self.is_slave and not self.config.failover:
             self._start_slave_sync()
-        if self.config.namesrv_addr:
-            await self.register_all()
+        if self.config.namesrv_addr and not await self.register_all():
+            self._whole_table_wanted = True
         if self.config.failover:
             cfg = self.config
             self.election = Failover(
@@ -839,13 +848,23 @@ class Broker:
     # NameServer registration ------------------------------------------------------------------
 
     def request_register(self) -> None:
-        """Register with the NameServer soon (after a topic change), not only on the 30 s period."""
+        """Register the whole topic table with the NameServer soon, not only on the 30 s period."""
+        self._whole_table_wanted = True
         self._register_wanted.set()
+
+    def _topic_changed(self, topic: str | None) -> None:
+        if topic is None:
+            self.request_register()
+        else:
+            self._topics_to_register.add(topic)
+            self._register_wanted.set()
 
     def _namesrv_addresses(self) -> list[str]:
         return [addr.strip() for addr in self.config.namesrv_addr.split(";") if addr.strip()]
 
-    async def register_all(self) -> None:
+    async def register_all(self, topics: Iterable[str] | None = None) -> bool:
+        """Register with every NameServer: the whole topic table, or only *topics* with those that
+        have the whole table already (over the same connection). Whether every NameServer took it."""
         cfg = self.config
         header = RegisterBrokerRequestHeader(
             broker_name=cfg.broker_name,
@@ -855,21 +874,44 @@ class Broker:
             broker_id=self.registered_id,
             master_epoch=self._switched_epoch,
         )
-        body = self.topics.register_body(cfg.broker_permission).encode()
+        whole: bytes | None = None
+        changed = (
+            None if topics is None else self.topics.register_body(cfg.broker_permission, topics).encode()
+        )
         answered: RemotingCommand | None = None
+        taken = True
         for addr in self._namesrv_addresses():
+            connection = self._namesrv_client.open_connection(addr)
+            if (
+                changed is not None
+                and connection is not None
+                and self._table_registered_over.get(addr) is connection
+            ):
+                body = changed
+            else:
+                if whole is None:
+                    whole = self.topics.register_body(cfg.broker_permission).encode()
+                body = whole
             request = RemotingCommand(code=RequestCode.REGISTER_BROKER, ext_fields=header.encode(), body=body)
             try:
                 response = await self._namesrv_client.invoke(addr, request, timeout=6.0)
             except (CometMQError, OSError) as exc:
                 log.warning("registering with the NameServer %s failed: %s", addr, exc)
+                taken = False
                 continue
             if response.code != ResponseCode.SUCCESS:
                 log.warning("the NameServer %s refused the registration: %s", addr, response.remark)
-            elif answered is None:
+                taken = False
+                continue
+            if body is whole:
+                connection = self._namesrv_client.open_connection(addr)
+                if connection is not None:
+                    self._table_registered_over[addr] = connection
+            if answered is None:
                 answered = response
         if answered is not None and self.is_slave and not cfg.failover:
             self._learn_master(answered)
+        return taken
 
     def _learn_master(self, answer: RemotingCommand) -> None:
         """A slave's master from the first NameServer's answer, as RocketMQ's slave takes it: the
@@ -907,19 +949,34 @@ class Broker:
 
     async def _register_loop(self) -> None:
         period = self.config.register_name_server_period / 1000
+        loop = asyncio.get_running_loop()
+        whole_table_due = loop.time() + period
         while True:
             # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that comes as the event is
             # set, and stop() would wait for this task for ever.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(period):
+                async with asyncio.timeout_at(whole_table_due):
                     await self._register_wanted.wait()
             self._register_wanted.clear()
+            # A registration only the NameServer's version check would drop is harmless; one that
+            # leaves out topics a NameServer has not taken yet is not: after any failure, the whole
+            # table goes next.
+            if self._whole_table_wanted or loop.time() >= whole_table_due:
+                topics: set[str] | None = None
+                whole_table_due = loop.time() + period
+            else:
+                topics = self._topics_to_register
+            self._whole_table_wanted = False
+            self._topics_to_register = set()
             if self.config.namesrv_addr:
                 try:
                     await self._unregister_stale()
-                    await self.register_all()
+                    taken = await self.register_all(topics)
                 except Exception:  # one bad round must not end registration for good
                     log.exception("registering with the NameServer failed")
+                    taken = False
+                if not taken:
+                    self._whole_table_wanted = True
 
     async def _housekeeping_loop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -11,6 +11,7 @@ import logging.handlers
 import os
 import platform
 import re
+import resource
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -182,12 +183,14 @@ def log_startup_summary(
     server's and the broker's addresses, the broker's role, data directory, flush mode, busy polling,
     access control and TLS, and the web addresses in *urls* (name → URL: metrics, dashboard)."""
     loop = type(asyncio.get_running_loop()).__module__.partition(".")[0]
+    open_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     log.info(
-        "CometMQ %s on Python %s (%s event loop), pid %d",
+        "CometMQ %s on Python %s (%s event loop), pid %d, open files up to %s",
         __version__,
         platform.python_version(),
         loop,
         os.getpid(),
+        "unlimited" if open_files == resource.RLIM_INFINITY else open_files,
     )
     if namesrv is not None:
         log.info(

@@ -8,8 +8,10 @@ import contextlib
 import errno
 import logging
 import os
+import resource
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cometmq.auth.serving import ServerAccess
@@ -497,16 +499,39 @@ async def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def raise_open_files_limit() -> None:
+    """Raise the soft limit of open files (RLIMIT_NOFILE) to the hard one: each consume queue in use
+    and each connection holds descriptors, and the soft limit is often 1 024. Before any config is
+    made, so the connection limit's default follows. With no hard limit, up to the kernel's
+    per-process ceiling (fs.nr_open)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        try:
+            target = int(Path("/proc/sys/fs/nr_open").read_text())
+        except (OSError, ValueError):
+            return
+    if soft != resource.RLIM_INFINITY and soft >= target:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError) as exc:
+        log.warning("cannot raise the limit of open files from %d to %d: %s", soft, target, exc)
+
+
 def run_standalone(args: argparse.Namespace) -> int:
     setup_server_logging(args)
+    raise_open_files_limit()
     return run_async(_standalone(args), fast_loop=True)
 
 
 def run_namesrv(args: argparse.Namespace) -> int:
     setup_server_logging(args)
+    raise_open_files_limit()
     return run_async(_namesrv(args), fast_loop=True)
 
 
 def run_broker(args: argparse.Namespace) -> int:
     setup_server_logging(args)
+    raise_open_files_limit()
     return run_async(_broker(args), fast_loop=True)

@@ -235,10 +235,11 @@ class CleanService:
                     deleted += dropped
                     retire(dropped)
             cq.adjust_min(cl_min)
-        if deleted:
+        paths = [mf.path for mf in deleted] + queues.delete_unloaded_files_before(cl_min)
+        if paths:
             log.info(
                 "retention: deleted %d consume-queue file(s) pointing below commit-log offset %d",
-                len(deleted),
+                len(paths),
                 cl_min,
             )
-        return [mf.path for mf in deleted]
+        return paths

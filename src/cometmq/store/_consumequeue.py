@@ -635,6 +635,36 @@ class QueueTable:
         # respect to the writer thread mutating the dicts.
         return [cq for topic in list(self.topics.values()) for cq in list(topic.queues.values())]
 
+    def delete_unloaded_files_before(self, commitlog_min: int) -> list[Path]:
+        """Retention for the queues on disk that are not loaded (idle since the start): delete each
+        one's leading files whose last unit points below *commitlog_min*, never its last file, as
+        ``files_before`` does for a loaded queue. One unit is read per file; no queue is loaded.
+        On the writer's thread, like loading, so no queue is loaded meanwhile."""
+        deleted: list[Path] = []
+        for topic in list(self.topics.values()):
+            for queue_id in list(topic.on_disk()):
+                qdir = Path(topic.dir, str(queue_id))
+                try:
+                    names = sorted(
+                        entry.name for entry in os.scandir(qdir) if parse_file_name(entry.name) is not None
+                    )
+                except FileNotFoundError:
+                    continue
+                for name in names[:-1]:  # sorted by start: the names have a fixed width
+                    path = qdir / name
+                    fd = os.open(path, os.O_RDONLY)
+                    try:
+                        off, size, _ = CQ_UNIT.unpack(
+                            os.pread(fd, CQ_UNIT_SIZE, self.file_size - CQ_UNIT_SIZE)
+                        )
+                    finally:
+                        os.close(fd)
+                    if size <= 0 or off >= commitlog_min:
+                        break
+                    path.unlink()
+                    deleted.append(path)
+        return deleted
+
     def remove_topic(self, name: str) -> list[ConsumeQueue]:
         """Forget a topic and delete its directory; the caller closes the returned queues' files."""
         topic = self.topics.pop(name, None)

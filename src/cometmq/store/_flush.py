@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -33,6 +34,8 @@ log = logging.getLogger("cometmq.store")
 
 # RocketMQ's flushIntervalConsumeQueue: consume queues (and so the checkpoint) are synced this often.
 QUEUE_FLUSH_INTERVAL_S: Final = 1.0
+# The process (EMFILE) or the system (ENFILE) has no file descriptor left to open a file with.
+OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE})
 NEVER: Final = 1 << 62
 
 
@@ -111,6 +114,8 @@ class FlushService:
         self._expiry_timers: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
         self._retired: list[ConsumeQueue | MappedFile] = []
         self._checkpoint_due = False
+        # Whether the last cycle stopped for lack of file descriptors (logged once per spell).
+        self._out_of_descriptors = False
         # Set once a sync fails, never cleared: after a failed fdatasync Linux may have dropped the
         # dirty pages, and a later successful one proves nothing about them (PostgreSQL's "fsyncgate").
         self.failure: str | None = None
@@ -320,7 +325,13 @@ class FlushService:
                     self._checkpoint_due = False
                     self.checkpoint_cycle()
                     next_queue_flush = time.monotonic() + QUEUE_FLUSH_INTERVAL_S
+                    if self._out_of_descriptors:
+                        self._out_of_descriptors = False
+                        log.warning("the store flush has file descriptors again")
             except OSError as exc:
+                if exc.errno in OUT_OF_DESCRIPTORS:
+                    self._descriptors_ran_out(exc)
+                    continue
                 # The data may not be on disk, and will not get there by retrying: say so to every
                 # waiter now (the broker answers FLUSH_DISK_TIMEOUT, never SEND_OK) and let the
                 # store refuse further writes. The thread keeps running for the rest.
@@ -335,6 +346,17 @@ class FlushService:
                 self._release_waiters(flushed=False)
             except Exception:
                 log.exception("store flush cycle failed")
+
+    def _descriptors_ran_out(self, exc: OSError) -> None:
+        # Only a new file's directory could not be opened for its sync (its data was synced before):
+        # nothing failed to reach the disk, so this is no failure of the store. The cycle, and the
+        # checkpoint that would vouch for that file, are retried on the next wake; SYNC_FLUSH replies
+        # waiting now are told their flush did not complete.
+        if not self._out_of_descriptors:
+            self._out_of_descriptors = True
+            log.error("the store flush is waiting for a file descriptor (%s); raise RLIMIT_NOFILE", exc)
+        self._checkpoint_due = True
+        self._release_waiters(flushed=False)
 
 
 def _expire(fut: asyncio.Future[bool]) -> None:

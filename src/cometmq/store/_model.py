@@ -200,6 +200,9 @@ class PutStatus(enum.Enum):
     # SYNC_MASTER's group transfer (cometmq.replication): stored on the master, not confirmed by a slave.
     FLUSH_SLAVE_TIMEOUT = 6
     SLAVE_NOT_AVAILABLE = 7
+    # RocketMQ's CREATE_MAPEDFILE_FAILED: a file the message needs could not be opened (no file
+    # descriptor left); that one put is refused, the store keeps taking others.
+    CREATE_MAPPED_FILE_FAILED = 8
 
 
 @dataclass(slots=True)

@@ -45,10 +45,12 @@ def recover(
     record_crc: RecordCrcCheck = RecordCrcCheck.OFF,
     dispatch_batch: BatchDispatch | None = None,
     batch_queues: int = 0,
-) -> None:
+) -> int:
     """Set the commit log's end and repair the consume queues. ``cl`` and ``queues`` are loaded.
-    *dispatch_batch* gives the records of BatchCQ topics their batch units; the caller trims the batch
-    queues (*batch_queues* of them loaded) to the end found."""
+    *dispatch_batch* gives the records of BatchCQ topics their batch units (true when it took the
+    record); the caller trims the batch queues (*batch_queues* of them loaded) to the end found. Returns
+    the store time of the log's last record (0 when it has none): every way through reads the segment
+    holding it."""
     damaged = cl.damaged or any(cq.damaged for cq in queues.all_queues())
     if (
         not crashed
@@ -58,12 +60,13 @@ def recover(
         and _clean_end_plausible(cl, checkpoint)
     ):
         end = checkpoint.commitlog_flushed
-        valid_end = _verify_last_segment(cl, queues, end, tags_code_of, record_crc)
+        verified = _ScanStats()
+        valid_end = _verify_last_segment(cl, queues, end, tags_code_of, verified, record_crc)
         if valid_end == end:
             cl.set_end(end)
             _trim_queues(queues, end, cl.min_offset)
             log.info("store opened after a clean shutdown; commit log ends at %d", end)
-            return
+            return verified.last_store_timestamp
         log.warning(
             "the clean-shutdown checkpoint ends the commit log at %d, but its valid records end at %d",
             end,
@@ -75,7 +78,7 @@ def recover(
         log.info("creating a new store in %s", cl.dir.parent)
         cl.set_end(0)
         _trim_queues(queues, 0, 0)  # consume queues without a log point at nothing
-        return
+        return 0
     if crashed:
         log.warning("store was not shut down cleanly (abort file present); recovering")
     elif damaged:
@@ -136,15 +139,17 @@ def recover(
             seg.sync()
     for cq in queues.all_queues():
         cq.sync_all()
+    return stats.last_store_timestamp
 
 
 class _ScanStats:
-    __slots__ = ("gaps", "records", "redispatched")
+    __slots__ = ("gaps", "last_store_timestamp", "records", "redispatched")
 
     def __init__(self) -> None:
         self.records = 0
         self.redispatched = 0
         self.gaps: set[QueueKey] = set()
+        self.last_store_timestamp = 0  # of the last record walked (store times never go back)
 
 
 def _scan(
@@ -166,6 +171,7 @@ def _scan(
     def on_record(rec: DecodedRecord) -> None:
         if only is None:
             stats.records += 1
+            stats.last_store_timestamp = rec.store_timestamp
         if (
             rec.commitlog_offset >= dispatch_from
             and is_dispatched(rec.sys_flag)
@@ -222,7 +228,12 @@ def _trim_queue(cq: ConsumeQueue, end: int) -> int:
 
 
 def _verify_last_segment(
-    cl: CommitLog, queues: QueueTable, end: int, tags_code_of: TagsCodeOf, record_crc: RecordCrcCheck
+    cl: CommitLog,
+    queues: QueueTable,
+    end: int,
+    tags_code_of: TagsCodeOf,
+    stats: _ScanStats,
+    record_crc: RecordCrcCheck,
 ) -> int:
     """Where the valid records of the segment holding the log's last byte end (*end* if all are).
 
@@ -232,7 +243,7 @@ def _verify_last_segment(
     if end <= cl.min_offset:
         return end
     start = cl.starts[bisect.bisect_right(cl.starts, end - 1) - 1]
-    return _scan(cl, queues, start, end, end, None, tags_code_of, _ScanStats(), record_crc)
+    return _scan(cl, queues, start, end, end, None, tags_code_of, stats, record_crc)
 
 
 def _clean_end_plausible(cl: CommitLog, cp: Checkpoint) -> bool:

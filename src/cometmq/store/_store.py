@@ -52,7 +52,7 @@ from ._dispatch import (
     whole_records,
 )
 from ._epochs import EPOCH_FILE_NAME, EpochEntry, EpochFile, check_history, clipped
-from ._flush import CheckpointFile, FlushService
+from ._flush import OUT_OF_DESCRIPTORS, CheckpointFile, FlushService
 from ._index import IndexService, is_record_boundary
 from ._lock import StoreDirectoryLock
 from ._mappedfile import MappedFile, fsync_dir
@@ -235,7 +235,7 @@ class MessageStore:
             self._queues.load()
             self._batch_queues.load()
             self._queues.commitlog_min = lambda: cl.min_offset
-            recover(
+            self._last_store_ts = recover(
                 cl,
                 self._queues,
                 checkpoint,
@@ -1040,7 +1040,11 @@ class MessageStore:
         """The answer to a put that failed with *exc*. Out of space (ENOSPC, EDQUOT): writes are
         refused (SERVICE_NOT_AVAILABLE, what RocketMQ answers on a full disk) until the next look at
         the disk, which a refused put takes after ``_REFUSED_RECHECK_S``; logged once, not for every
-        put. Any other error: UNKNOWN_ERROR."""
+        put. No file descriptor left: CREATE_MAPPED_FILE_FAILED, for this put only. Any other error:
+        UNKNOWN_ERROR."""
+        if exc.errno in OUT_OF_DESCRIPTORS:
+            log.error("%s: %s; raise the broker's RLIMIT_NOFILE", what, exc)
+            return PutStatus.CREATE_MAPPED_FILE_FAILED
         if exc.errno not in _OUT_OF_SPACE:
             log.error("%s: %s", what, exc)
             return PutStatus.UNKNOWN_ERROR
@@ -1892,6 +1896,11 @@ class MessageStore:
     @property
     def commitlog_min_offset(self) -> int:
         return self._commitlog.min_offset
+
+    @property
+    def last_store_timestamp(self) -> int:
+        """Store time (ms) of the commit log's last record, 0 when it has none."""
+        return self._last_store_ts
 
     @property
     def commitlog_max_offset(self) -> int:
