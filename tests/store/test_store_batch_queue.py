@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from store_testlib import SMALL_COMMITLOG, crash, make_msg
+from store_testlib import crash, cut_commit_log, make_msg
 
 from cometmq.errors import StoreError
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
@@ -174,13 +174,7 @@ def test_units_past_the_commit_logs_end_are_dropped(open_store: OpenStore, tmp_p
     results = fill(store, 200)
     store.shutdown()
     cut = results[150]
-    for path in (root / "commitlog").iterdir():
-        if int(path.name) > cut.commitlog_offset:
-            path.unlink()
-    with (root / "commitlog" / f"{cut.commitlog_offset - cut.commitlog_offset % SMALL_COMMITLOG:020d}").open(
-        "r+b"
-    ) as f:
-        f.truncate(cut.commitlog_offset % SMALL_COMMITLOG)
+    cut_commit_log(root, cut.commitlog_offset)
     (root / "abort").touch()
     store = open_store()
     assert store.max_offset(TOPIC, 0) == cut.queue_offset
