@@ -346,13 +346,8 @@ async def _produce_consume(
     async def puller() -> None:
         nonlocal received
         for topic, queue_id in work:
-            offset = 0
-            while True:
-                _, records = await pull(client, broker.addr, topic, queue_id, offset, group="ScalingBench")
-                if not records:
-                    break
-                received += len(records)
-                offset = records[-1].queue_offset + 1
+            pulled = await _pull_queue(client, broker, topic, queue_id)
+            received += pulled  # not ``received += await ...``, which reads ``received`` before awaiting
 
     try:
         begin = time.perf_counter()
@@ -603,23 +598,24 @@ async def _produce_only(broker: Broker, topic: str, count: int, batch: int, size
     return count
 
 
+async def _pull_queue(client: RemotingClient, broker: Broker, topic: str, queue_id: int) -> int:
+    """Pull one queue over the wire from offset 0 to its end; how many messages it held."""
+    offset = received = 0
+    while True:
+        _, records = await pull(client, broker.addr, topic, queue_id, offset, group="ScalingBench")
+        if not records:
+            return received
+        received += len(records)
+        offset = records[-1].queue_offset + 1
+
+
 async def _pull_all(broker: Broker, topic: str, count: int) -> float:
-    received = 0
     client = RemotingClient()
-
-    async def puller(queue_id: int) -> None:
-        nonlocal received
-        offset = 0
-        while True:
-            _, records = await pull(client, broker.addr, topic, queue_id, offset, group="ScalingBench")
-            if not records:
-                return
-            received += len(records)
-            offset = records[-1].queue_offset + 1
-
     try:
         begin = time.perf_counter()
-        await asyncio.gather(*(puller(q) for q in range(QUEUES_PER_TOPIC)))
+        received = sum(
+            await asyncio.gather(*(_pull_queue(client, broker, topic, q) for q in range(QUEUES_PER_TOPIC)))
+        )
         seconds = time.perf_counter() - begin
     finally:
         await client.close()

@@ -187,7 +187,7 @@ class DataLossError(CometMQError):
         else:
             where = (
                 f"that is past the end of the queue, whose next offset is {available_min} "
-                f"(the topic deleted and created again?)"
+                "(the topic deleted and created again?)"
             )
         super().__init__(f"{queue}: messages from offset {wanted_start} on were wanted, but {where}")
 

@@ -13,6 +13,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cometmq.client import LitePullConsumer
+from cometmq.client.message import ReceivedMessage
 from cometmq.namesrv import NameServer
 from cometmq.protocol import RemotingCommand, RequestCode
 from cometmq.protocol import ResponseCode as Code
@@ -21,6 +23,7 @@ from cometmq.protocol.route import DataVersion, RegisterBrokerBody
 from cometmq.protocol.topic_config import TopicConfig
 from cometmq.remoting import Connection, RemotingClient, RemotingServer
 from processes import StandaloneServer, broker_address
+from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker"))
 from _support import send_request
@@ -155,3 +158,15 @@ def open_sockets() -> set[str]:
         if target.startswith("socket:"):
             sockets.add(target)
     return sockets
+
+
+async def poll_until(consumer: LitePullConsumer, count: int) -> list[ReceivedMessage]:
+    """Poll until ``count`` messages arrived."""
+    got: list[ReceivedMessage] = []
+
+    async def polled() -> bool:
+        got.extend(await consumer.poll(timeout=1.0))
+        return len(got) >= count
+
+    await wait_until(polled, message=f"{count} messages polled")
+    return got

@@ -6,11 +6,8 @@ exact (poll, seek into a batch, read ranges that cut batches, commit, offsets, t
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from client_support import run
+from client_support import poll_until, run
 
 from cometmq.client import (
     AdminClient,
@@ -48,17 +45,6 @@ async def send_batches(server: StandaloneServer, topic: str, batches: int, size:
             result = await producer.send_batch(msgs, queue=queue)
             offsets.append(result.queue_offset)
     return offsets
-
-
-async def poll_until(consumer: LitePullConsumer, count: int) -> list[ReceivedMessage]:
-    got: list[ReceivedMessage] = []
-
-    async def polled() -> bool:
-        got.extend(await consumer.poll(timeout=1.0))
-        return len(got) >= count
-
-    await wait_until(polled, message=f"{count} messages polled")
-    return got
 
 
 def bodies(first: int, end: int, size: int = 10) -> list[bytes]:
@@ -197,19 +183,6 @@ def test_queue_type_cannot_change_once_the_topic_exists(server: StandaloneServer
                 raise AssertionError("queue.type was changed")
 
     run(scenario())
-
-
-@pytest.fixture
-def quick_retries(tmp_path: Path) -> Iterator[StandaloneServer]:
-    """A standalone server whose delay levels (and so retry delays) are all 1 s."""
-    conf = tmp_path / "broker.conf"
-    conf.write_text("messageDelayLevel=" + " ".join(["1s"] * 18) + "\n")
-    server = StandaloneServer(tmp_path / "data", "-c", str(conf))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_one_failing_message_of_a_batch_is_retried_alone_then_dead_lettered(

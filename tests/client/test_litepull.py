@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from client_support import run, send_to_queue
+from client_support import poll_until, run, send_to_queue
 
 from cometmq.client import AdminClient, LitePullConsumer
 from cometmq.client._offsets import start_offset
@@ -27,18 +27,6 @@ from waiting import wait_until
 async def create_topic(server: StandaloneServer, topic: str, queues: int) -> None:
     async with AdminClient(server.namesrv) as admin:
         await admin.create_topic(topic, queues)
-
-
-async def poll_until(consumer: LitePullConsumer, count: int) -> list[ReceivedMessage]:
-    """Poll until ``count`` messages arrived."""
-    got: list[ReceivedMessage] = []
-
-    async def polled() -> bool:
-        got.extend(await consumer.poll(timeout=1.0))
-        return len(got) >= count
-
-    await wait_until(polled, message=f"{count} messages polled")
-    return got
 
 
 def by_queue(messages: list[ReceivedMessage]) -> dict[int, list[ReceivedMessage]]:

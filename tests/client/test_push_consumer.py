@@ -82,19 +82,6 @@ def broker(standalone: StandaloneServer) -> Iterator[Broker]:
     yield Broker(standalone)
 
 
-@pytest.fixture
-def quick_retries(tmp_path: Path) -> Iterator[StandaloneServer]:
-    """A standalone server whose delay levels (and so retry delays) are all 1 s."""
-    conf = tmp_path / "broker.conf"
-    conf.write_text("messageDelayLevel=" + " ".join(["1s"] * 18) + "\n")
-    server = StandaloneServer(tmp_path / "data", "-c", str(conf))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 class Recorder:
     """An async listener that records what it got (and by whom), in global arrival order."""
 

@@ -50,6 +50,16 @@ def small_config(root: Path, **kw: object) -> StoreConfig:
     return cfg
 
 
+def cut_commit_log(root: Path, offset: int) -> None:
+    """End the (``small_config``) commit log under *root* at *offset*, as if its tail never reached the
+    disk: the segments after the one holding *offset* deleted, that one truncated there."""
+    for path in (root / "commitlog").iterdir():
+        if int(path.name) > offset:
+            path.unlink()
+    with (root / "commitlog" / f"{offset - offset % SMALL_COMMITLOG:020d}").open("r+b") as f:
+        f.truncate(offset % SMALL_COMMITLOG)
+
+
 def crash(store: MessageStore) -> None:
     """Simulate kill -9 in-process: stop the flush thread without the final flush and checkpoint,
     close the files, leave ``abort``. Everything written stays in the page cache, as after a real

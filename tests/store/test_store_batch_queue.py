@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from store_testlib import SMALL_COMMITLOG, crash, make_msg
+from store_testlib import crash, cut_commit_log, make_msg
 
 from cometmq.errors import StoreError
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
@@ -141,16 +141,23 @@ def test_clean_restart_keeps_the_queues_and_the_topic_type(open_store: OpenStore
     assert put_batch(store, 0, 2, queue_id=1).queue_offset == before[-1][4] + before[-1][5]
 
 
-def test_units_lost_after_the_checkpoint_are_rebuilt_from_the_log(
-    open_store: OpenStore, tmp_path: Path
-) -> None:
+def crash_with_40_units_past_the_checkpoint(open_store: OpenStore) -> list[tuple[int, ...]]:
+    """Fill queue 0 with 340 batches over several segments, the checkpoint taken after the first 300, and
+    crash the store; the units it held."""
     store = open_store()
-    fill(store, 300)  # several segments
+    fill(store, 300)
     assert store._flusher is not None
     store._flusher.checkpoint_cycle()
     fill(store, 40, first_batch=300)
     before = units(store)
     crash(store)
+    return before
+
+
+def test_units_lost_after_the_checkpoint_are_rebuilt_from_the_log(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    before = crash_with_40_units_past_the_checkpoint(open_store)
     # The last 40 units never reached the disk (their pages were lost, as by a power loss).
     path = tmp_path / "store" / "batchconsumequeue" / TOPIC / "0" / f"{0:020d}"
     with path.open("r+b") as f:
@@ -167,13 +174,7 @@ def test_units_past_the_commit_logs_end_are_dropped(open_store: OpenStore, tmp_p
     results = fill(store, 200)
     store.shutdown()
     cut = results[150]
-    for path in (root / "commitlog").iterdir():
-        if int(path.name) > cut.commitlog_offset:
-            path.unlink()
-    with (root / "commitlog" / f"{cut.commitlog_offset - cut.commitlog_offset % SMALL_COMMITLOG:020d}").open(
-        "r+b"
-    ) as f:
-        f.truncate(cut.commitlog_offset % SMALL_COMMITLOG)
+    cut_commit_log(root, cut.commitlog_offset)
     (root / "abort").touch()
     store = open_store()
     assert store.max_offset(TOPIC, 0) == cut.queue_offset
@@ -184,13 +185,7 @@ def test_units_past_the_commit_logs_end_are_dropped(open_store: OpenStore, tmp_p
 def test_a_torn_unit_ends_the_queue_at_load_and_the_log_rewrites_the_rest(
     open_store: OpenStore, tmp_path: Path
 ) -> None:
-    store = open_store()
-    fill(store, 300)
-    assert store._flusher is not None
-    store._flusher.checkpoint_cycle()
-    fill(store, 40, first_batch=300)
-    before = units(store)
-    crash(store)
+    before = crash_with_40_units_past_the_checkpoint(open_store)
     path = tmp_path / "store" / "batchconsumequeue" / TOPIC / "0" / f"{0:020d}"
     with path.open("r+b") as f:
         f.seek(320 * BCQ_UNIT_SIZE)  # a unit whose base does not follow, then garbage

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from store_testlib import SMALL_COMMITLOG, bodies, crash, make_msg
+from store_testlib import SMALL_COMMITLOG, bodies, crash, cut_commit_log, make_msg
 
 from cometmq.protocol.taghash import java_string_hash
 from cometmq.store import MessageStore, PutResult
@@ -176,11 +176,7 @@ def test_consume_queue_units_past_the_end_are_dropped(open_store: OpenStore, tmp
     store.shutdown()
     # The commit log loses its tail while the consume queues still point into it.
     cut = results[100]
-    for path in (root / "commitlog").iterdir():
-        if int(path.name) > cut.commitlog_offset:
-            path.unlink()
-    with segment_path(root, cut.commitlog_offset).open("r+b") as f:
-        f.truncate(cut.commitlog_offset % SMALL_COMMITLOG)
+    cut_commit_log(root, cut.commitlog_offset)
     (root / "abort").touch()
     store = open_store()
     assert store.commitlog_max_offset == cut.commitlog_offset

@@ -471,12 +471,7 @@ class SendProcessor:
             failed = [r for r in results if r.status is not PutStatus.PUT_OK]
             return failed[0] if failed else results[0]
         data = request.body
-        limit = self._broker.config.max_message_size
-        if len(data) > limit:
-            raise RequestRefused(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the batch body size {len(data)} is over the max value {limit} bytes",
-            )
+        self._check_batch_size(data)
         try:
             count = count_batch_entries(data)
         except ProtocolError as exc:
@@ -492,19 +487,21 @@ class SendProcessor:
         properties[INNER_NUM_PROPERTY] = str(count)
         header.sys_flag |= INNER_BATCH_FLAG | NEED_UNWRAP_FLAG
         message = self._message(header, data, flag, properties)
-        result = store.put_inner_batch(message, count)
-        return result
+        return store.put_inner_batch(message, count)
 
-    def _batch(
-        self, request: RemotingCommand, header: _SendHeader, properties: dict[str, str]
-    ) -> MessageBatch:
-        data = request.body
+    def _check_batch_size(self, data: bytes) -> None:
         limit = self._broker.config.max_message_size
         if len(data) > limit:  # RocketMQ's limit is on the whole batch, which bounds its count too
             raise RequestRefused(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the batch body size {len(data)} is over the max value {limit} bytes",
             )
+
+    def _batch(
+        self, request: RemotingCommand, header: _SendHeader, properties: dict[str, str]
+    ) -> MessageBatch:
+        data = request.body
+        self._check_batch_size(data)
         try:
             batch = None
             if _INDEXED_NAMES.isdisjoint(properties):

@@ -943,36 +943,30 @@ class PushConsumer(Client):
         """Hand a failed message back to the broker for a later retry (or, ``delay_level`` -1, the
         DLQ); False when neither the send-back nor the fallback send worked. A message of an inner batch
         goes straight to the fallback: the broker's send-back takes a whole record, here the batch."""
-        if message.is_inner_batch:
+        if not message.is_inner_batch:
+            fields = ConsumerSendMsgBackRequestHeader(
+                offset=message.commitlog_offset,
+                group=self.group,
+                delay_level=delay_level,
+                origin_msg_id=message.msg_id,
+                origin_topic=message.topic,
+                max_reconsume_times=self._retry_limit,
+            ).encode()
             try:
-                await self._send_as_retry_message(pq, message, dead=delay_level < 0)
+                await self._instance.invoke_ok(
+                    broker_addr_of(self._instance, pq.queue),
+                    RequestCode.CONSUMER_SEND_MSG_BACK,
+                    fields,
+                    timeout=SEND_BACK_TIMEOUT_S,
+                )
                 return True
             except CometMQError as exc:
-                log.warning("cannot send %s to the retry topic: %s", message, exc)
-                return False
-        fields = ConsumerSendMsgBackRequestHeader(
-            offset=message.commitlog_offset,
-            group=self.group,
-            delay_level=delay_level,
-            origin_msg_id=message.msg_id,
-            origin_topic=message.topic,
-            max_reconsume_times=self._retry_limit,
-        ).encode()
-        try:
-            await self._instance.invoke_ok(
-                broker_addr_of(self._instance, pq.queue),
-                RequestCode.CONSUMER_SEND_MSG_BACK,
-                fields,
-                timeout=SEND_BACK_TIMEOUT_S,
-            )
-            return True
-        except CometMQError as exc:
-            log.warning("send-back of %s failed (%s); sending it to the retry topic instead", message, exc)
+                log.warning("send-back of %s failed (%s); sending it to the retry topic", message, exc)
         try:
             await self._send_as_retry_message(pq, message, dead=delay_level < 0)
             return True
         except CometMQError as exc:
-            log.warning("cannot send %s to the retry topic either: %s", message, exc)
+            log.warning("cannot send %s to the retry topic: %s", message, exc)
             return False
 
     async def _send_as_retry_message(self, pq: ProcessQueue, message: ReceivedMessage, dead: bool) -> None:

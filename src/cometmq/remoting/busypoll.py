@@ -250,6 +250,6 @@ def preemptions() -> int:
     missing). A yield that hands the CPU to another task counts as one, so a rise while polling says
     that other work wanted this CPU: polling on would only take CPU time from it, the process this
     one waits for included, and cost it the prompt wake-up a sleeping process gets: on a machine
-    with more runnable processes than CPUs, polling on regardless took the p99 of a blocking send to
-    6-7 ms, against 0.3-3.8 ms without polling (docs/performance.md#busy-polling)."""
+    with more runnable processes than CPUs, polling on regardless raises the tail latency of a blocking
+    send well above no polling at all (docs/performance.md#busy-polling)."""
     return _getrusage(_RUSAGE_THREAD).ru_nivcsw if _RUSAGE_THREAD is not None else 0

@@ -272,10 +272,15 @@ class BatchConsumeQueue:
 
     def first_unit_at(self, timestamp_ms: int) -> int:
         """Index of the first unit stored at or after *timestamp_ms*; ``units`` if all are older."""
-        low, high = 0, len(self.bases)
+        return self._first_unit_reaching(3, timestamp_ms, 0)
+
+    def _first_unit_reaching(self, field: int, value: int, low: int) -> int:
+        """Index of the first unit from *low* on whose *field* is at least *value*, by bisection: the
+        field (commit-log offset, store time) does not decrease along the queue."""
+        high = len(self.bases)
         while low < high:
             mid = (low + high) // 2
-            if self.unit(mid)[3] < timestamp_ms:
+            if self.unit(mid)[field] < value:
                 low = mid + 1
             else:
                 high = mid
@@ -286,14 +291,7 @@ class BatchConsumeQueue:
     def adjust_min(self, commitlog_min: int) -> None:
         """Move ``min_offset`` to the first unit whose record starts at or after *commitlog_min* (the
         records before are in deleted segments; their units form a prefix)."""
-        low, high = self._live, len(self.bases)
-        while low < high:
-            mid = (low + high) // 2
-            if self.unit(mid)[0] < commitlog_min:
-                low = mid + 1
-            else:
-                high = mid
-        self._live = low
+        self._live = self._first_unit_reaching(0, commitlog_min, self._live)
 
     def drop_files_before(self, commitlog_min: int, retire: Retire) -> list[MappedFile]:
         """Delete the leading files whose units all point below *commitlog_min*, never the last one,

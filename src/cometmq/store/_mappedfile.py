@@ -57,8 +57,7 @@ class MappedFile:
         self.mm = mmap.mmap(fd, size)
         if random_access:
             # No read-around on a fault: the first store into a page of a fresh file otherwise makes
-            # the kernel fill the pages around it too, about 2 ms for a 6 MB consume-queue file
-            # against some 10 µs for the one page.
+            # the kernel fill the pages around it too, far slower than the one page (docs/store.md).
             self.mm.madvise(mmap.MADV_RANDOM)
         self.view = memoryview(self.mm)
         self.needs_dir_sync = False
