@@ -212,11 +212,21 @@ def test_cpp_client_bench_sends_and_consumes_every_message() -> None:
 
 def test_spark_bench_reads_through_the_connector_and_the_ceiling(tmp_path: Path) -> None:
     out = run_bench(
-        "spark.py", "--messages", "2000", "--rounds", "1", "--no-stream", "--dir", str(tmp_path), timeout=280
+        "spark.py",
+        "--messages",
+        "2000",
+        "--rounds",
+        "1",
+        "--no-stream",
+        "--master",
+        "local[2]",  # the standalone-cluster master is tested in tests/spark/test_spark_cluster.py
+        "--dir",
+        str(tmp_path),
+        timeout=280,
     )
     for job in ("cometmq", "synthetic", "synthetic-prebuilt"):
         figures(rf"^  round 1 {job} +{NUMBER} s +{NUMBER} msg/s", out)
-    figures(rf"^cometmq batch read / synthetic ceiling: {NUMBER} \(of the medians\)", out)
+    figures(rf"^local\[2\]: cometmq batch read / synthetic ceiling: {NUMBER} \(of the medians\)", out)
 
 
 def test_replication_bench_prints_each_mode_beside_no_replication_and_the_slave_copy(tmp_path: Path) -> None:
