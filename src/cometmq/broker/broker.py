@@ -607,11 +607,13 @@ class Broker:
             # had, until the election commits more.
             self.in_sync = frozenset({self.own_id})
             await self._start_ha_server()
+            # The keys are rebuilt from the final log before the role says master, so that nobody who
+            # sees is_slave false meets the slave's table or a send stored twice.
+            await asyncio.get_running_loop().run_in_executor(None, self.deduplicator.rebuild)
             self._switched_epoch = epoch
             self._slave = False
             self.sync_master = self.master_role is BrokerRole.SYNC_MASTER
             self.master_addr = None
-            await asyncio.get_running_loop().run_in_executor(None, self.deduplicator.rebuild)
             self._switch_table()
             limit = self.read_limit()
             if limit is not None:  # pulls held for what this broker's old master had confirmed
