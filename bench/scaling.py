@@ -54,9 +54,9 @@ from processes import ServerProcess, cpu_seconds, standalone_args  # noqa: E402
 
 QUEUES_PER_TOPIC = 8
 HOST = encode_host("127.0.0.1", 50000)
-# Topics stored per store session while building a data directory: every queue written in a session
-# holds a descriptor, and a process may have few (ulimit -n).
-TOPICS_PER_SESSION = 500
+# Topics stored per opening of the store while building a data directory: every queue written while it
+# is open holds a descriptor, and a process may have few (ulimit -n).
+TOPICS_PER_OPENING = 500
 
 
 def topic_name(i: int) -> str:
@@ -96,11 +96,11 @@ def build_data_dir(data_dir: Path, topics: int, body_size: int = 100) -> None:
 def _store_one_message_per_queue(data_dir: Path, topics: int, body_size: int) -> None:
     body = os.urandom(body_size)
     props = encode_properties({"UNIQ_KEY": "0" * 32, "TAGS": "TagA"})
-    for first in range(0, topics, TOPICS_PER_SESSION):
+    for first in range(0, topics, TOPICS_PER_OPENING):
         store = MessageStore(StoreConfig(data_dir))
         store.start()
         try:
-            for i in range(first, min(topics, first + TOPICS_PER_SESSION)):
+            for i in range(first, min(topics, first + TOPICS_PER_OPENING)):
                 name = topic_name(i)
                 for q in range(QUEUES_PER_TOPIC):
                     store.put(

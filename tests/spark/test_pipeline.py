@@ -154,7 +154,7 @@ def test_pipeline_aggregates_equal_python(spark: Any, server: StandaloneServer, 
     report = out.getvalue()
     assert report.count(" window ") == len(expected)  # each printed as it arrived
     assert f"OK: {len(expected)} windows" in report
-    assert f"Using Spark ({spark.sparkContext.master}); work directory" in report  # the session given
+    assert f"Using Spark ({spark.sparkContext.master}); work directory" in report  # the SparkSession given
     assert "NO" not in report.split()
 
 

@@ -558,7 +558,7 @@ def run_demo(
         if spark is None:
             console.line("Starting Spark")
             spark = spark_session(base, master=master)
-        # getOrCreate may hand back a session already running elsewhere: name the master it uses.
+        # getOrCreate may hand back a SparkSession already running elsewhere: name the master it uses.
         console.line(f"Using Spark ({spark.sparkContext.master}); work directory {base}")
         query = (
             build_query(
