@@ -159,3 +159,25 @@ def test_a_stored_inner_batch_that_cannot_be_split_is_delivered_whole(tmp_path: 
             ]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("properties", [{"UNIQ_KEY": "BATCH01"}, {}], ids=["inner batch", "one record each"])
+def test_a_batch_to_a_batchcq_topic_over_the_size_limit_is_refused(
+    tmp_path: Path, properties: dict[str, str]
+) -> None:
+    """The size limit is on the whole batch body, with or without a UNIQ_KEY, as for an ordinary topic."""
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, maxMessageSize=1024) as (broker, addr, client):
+            assert (
+                await create_topic(client, addr, "Batched", 1, attributes="+queue.type=BatchCQ")
+            ).code == 0
+            body = encode_batch_body([BatchEntry(0, b"x" * 600, "") for _ in range(2)])
+            request = send_request("Batched", body, 0, properties, m="true")
+            request.code = RequestCode.SEND_BATCH_MESSAGE
+            response = await client.invoke(addr, request)
+            assert response.code == ResponseCode.MESSAGE_ILLEGAL
+            assert "over the max value 1024" in (response.remark or "")
+            assert broker.store.max_offset("Batched", 0) == 0
+
+    asyncio.run(scenario())

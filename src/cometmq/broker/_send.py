@@ -53,6 +53,14 @@ from cometmq.store import MessageBatch, MessageToStore, PutResult, PutStatus
 if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
+
+def _refused_batch(malformed: ProtocolError | None) -> RequestRefused:
+    """The refusal of a batch body that does not decode (``malformed``) or holds no message (None)."""
+    if malformed is None:
+        return RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
+    return RequestRefused(ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {malformed}")
+
+
 # Properties the store indexes or keeps per message: a batch whose request carries them takes the
 # general path, where they are merged name by name.
 _INDEXED_NAMES = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "DELAY", "TRAN_MSG", "WAIT"})
@@ -457,29 +465,18 @@ class SendProcessor:
         the entries are counted, not decoded. Without a UNIQ_KEY (an older client), each message is its
         own record, one unit each, as RocketMQ stores such a batch (not all or nothing then)."""
         store = self._broker.store
-        if "UNIQ_KEY" not in properties:
-            try:
-                entries = decode_batch_body(request.body)
-            except ProtocolError as exc:
-                raise RequestRefused(
-                    ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}"
-                ) from None
-            if not entries:
-                raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
-            messages = [self._batch_message(entry, header, properties) for entry in entries]
-            results = [store.put(msg) for msg in messages]
-            failed = [r for r in results if r.status is not PutStatus.PUT_OK]
-            return failed[0] if failed else results[0]
         data = request.body
         self._check_batch_size(data)
+        if "UNIQ_KEY" not in properties:
+            results = [store.put(msg) for msg in self._batch_messages(data, header, properties)]
+            failed = [r for r in results if r.status is not PutStatus.PUT_OK]
+            return failed[0] if failed else results[0]
         try:
             count = count_batch_entries(data)
         except ProtocolError as exc:
-            raise RequestRefused(
-                ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}"
-            ) from None
+            raise _refused_batch(exc) from None
         if not count:
-            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
+            raise _refused_batch(None)
         if count > 0x7FFF:  # the batch unit's count is a Java short
             raise RequestRefused(
                 ResponseCode.MESSAGE_ILLEGAL, f"an inner batch holds at most 32767 messages, not {count}"
@@ -502,22 +499,31 @@ class SendProcessor:
     ) -> MessageBatch:
         data = request.body
         self._check_batch_size(data)
-        try:
-            batch = None
-            if _INDEXED_NAMES.isdisjoint(properties):
+        if _INDEXED_NAMES.isdisjoint(properties):
+            try:
                 batch = _batch_columns(data, header, encode_properties(properties).encode())
-            if batch is None:
-                messages = [
-                    self._batch_message(entry, header, properties) for entry in decode_batch_body(data)
-                ]
-                batch = MessageBatch.of(messages)
-        except ProtocolError as exc:
-            raise RequestRefused(
-                ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}"
-            ) from None
-        if batch is None or not batch.bodies:
-            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
+            except ProtocolError as exc:
+                raise _refused_batch(exc) from None
+            if batch is not None:
+                if not batch.bodies:
+                    raise _refused_batch(None)
+                return batch
+        batch = MessageBatch.of(self._batch_messages(data, header, properties))
+        if batch is None:
+            raise _refused_batch(None)
         return batch
+
+    def _batch_messages(
+        self, data: bytes, header: _SendHeader, properties: dict[str, str]
+    ) -> list[MessageToStore]:
+        """Each message of a batch body, decoded one by one: the batch path for indexed properties."""
+        try:
+            messages = [self._batch_message(entry, header, properties) for entry in decode_batch_body(data)]
+        except ProtocolError as exc:
+            raise _refused_batch(exc) from None
+        if not messages:
+            raise _refused_batch(None)
+        return messages
 
     def _batch_message(
         self, entry: BatchEntry, header: _SendHeader, properties: dict[str, str]
