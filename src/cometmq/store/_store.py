@@ -366,16 +366,9 @@ class MessageStore:
             or not _storable_hosts(sys_flag, msg.born_host, msg.store_host)
         ):
             return _failure(PutStatus.MESSAGE_ILLEGAL)
-        try:
-            props = msg.properties.encode()
-        except UnicodeEncodeError:  # lone surrogates: not representable in the record
-            return _failure(PutStatus.MESSAGE_ILLEGAL)
-        if RECORD_CRC_NAME in props:
-            props = without_record_crc_property(props)
-        if self._append_record_crc:
-            props = with_record_crc_property(props)
-        if len(props) > MAX_PROPERTIES_SIZE:
-            return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
+        props = self._record_properties(msg.properties)
+        if isinstance(props, PutStatus):
+            return _failure(props)
         cq: ConsumeQueue | None = None
         if is_dispatched(sys_flag):  # prepared/rollback transaction records get no unit (RocketMQ)
             cq = topic.queues.get(queue_id) or self._queues.queue(topic, queue_id)
@@ -391,6 +384,21 @@ class MessageStore:
             msg.prepared_transaction_offset,
             size,
         )
+
+    def _record_properties(self, text: str) -> bytes | PutStatus:
+        """One message's properties as its record stores them (UTF-8, the record CRC property as this
+        store is configured), or why they cannot be stored."""
+        try:
+            props = text.encode()
+        except UnicodeEncodeError:  # lone surrogates: not representable in the record
+            return PutStatus.MESSAGE_ILLEGAL
+        if RECORD_CRC_NAME in props:
+            props = without_record_crc_property(props)
+        if self._append_record_crc:
+            props = with_record_crc_property(props)
+        if len(props) > MAX_PROPERTIES_SIZE:
+            return PutStatus.PROPERTIES_SIZE_EXCEEDED
+        return props
 
     def put_batch(self, batch: MessageBatch | Sequence[MessageToStore]) -> PutResult:
         """Append messages of one topic and queue as consecutive records and queue offsets, in one
@@ -495,16 +503,9 @@ class MessageStore:
         if msg.sys_flag & INNER_BATCH_FLAG:
             separator = "\x02" if text and not text.endswith("\x02") else ""
             text = f"{text}{separator}{INNER_BASE_PROPERTY}\x01{bq.max_offset}"
-        try:
-            props = text.encode()
-        except UnicodeEncodeError:
-            return _failure(PutStatus.MESSAGE_ILLEGAL)
-        if RECORD_CRC_NAME in props:
-            props = without_record_crc_property(props)
-        if self._append_record_crc:
-            props = with_record_crc_property(props)
-        if len(props) > MAX_PROPERTIES_SIZE:
-            return _failure(PutStatus.PROPERTIES_SIZE_EXCEEDED)
+        props = self._record_properties(text)
+        if isinstance(props, PutStatus):
+            return _failure(props)
         try:
             bq.prepare()
         except OSError as exc:
@@ -675,16 +676,9 @@ class MessageStore:
                 or not _storable_hosts(msg.sys_flag, msg.born_host, msg.store_host)
             ):
                 return PutStatus.MESSAGE_ILLEGAL
-            try:
-                props = msg.properties.encode()
-            except UnicodeEncodeError:
-                return PutStatus.MESSAGE_ILLEGAL
-            if RECORD_CRC_NAME in props:
-                props = without_record_crc_property(props)
-            if self._append_record_crc:
-                props = with_record_crc_property(props)
-            if len(props) > MAX_PROPERTIES_SIZE:
-                return PutStatus.PROPERTIES_SIZE_EXCEEDED
+            props = self._record_properties(msg.properties)
+            if isinstance(props, PutStatus):
+                return props
             topics.append(topic)
             queues.append(
                 (topic.queues.get(msg.queue_id) or self._queues.queue(topic, msg.queue_id))
