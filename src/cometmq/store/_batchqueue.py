@@ -20,7 +20,7 @@ from typing import Final
 
 from cometmq.errors import StoreError
 
-from ._consumequeue import RESERVE_STEP, encode_topic
+from ._consumequeue import RESERVE_STEP, encode_topic, written_end
 from ._mappedfile import MappedFile, unlink_oldest_first
 from .format import BCQ_UNIT, BCQ_UNIT_SIZE, file_name, parse_file_name
 
@@ -32,7 +32,6 @@ log = logging.getLogger("cometmq.store")
 UNITS_PER_FILE: Final = 300_000
 # RocketMQ writes -1 (INVALID_POS) into a unit's compactedOffset.
 _NO_COMPACTED_OFFSET: Final = -1
-_SIZE_AT: Final = 8  # a unit's size field (int32), after its commit-log offset (int64)
 _pack_into: Final = BCQ_UNIT.pack_into
 _unpack_from: Final = BCQ_UNIT.unpack_from
 
@@ -40,20 +39,6 @@ _unpack_from: Final = BCQ_UNIT.unpack_from
 BatchUnit = tuple[int, int, int, int, int, int]
 # Closes dropped files once no reader can hold their mappings (the store's flush thread).
 Retire = Callable[[list[MappedFile]], None]
-
-
-def _written_units(fd: int, units: int) -> int:
-    """How many units of a file of *units* are written: units are written in order into a zeroed
-    file and a written unit's size is never 0, so a binary search over the size fields finds the
-    end without reading the file (a few 4-byte reads)."""
-    low, high = 0, units
-    while low < high:
-        mid = (low + high) // 2
-        if os.pread(fd, 4, mid * BCQ_UNIT_SIZE + _SIZE_AT) != b"\0\0\0\0":
-            low = mid + 1
-        else:
-            high = mid
-    return low
 
 
 def _close(dropped: list[MappedFile], retire: Retire | None) -> None:
@@ -140,7 +125,7 @@ class BatchConsumeQueue:
         written = 0  # units up to the end of the written units of the file the valid units end in
         for i, mf in enumerate(self.files):
             # Only the written units are read (not the mapping: holes of a sparse file).
-            used = _written_units(mf.fd, self.units_per_file)
+            used = written_end(mf.fd, 0, self.units_per_file, BCQ_UNIT_SIZE)
             data = os.pread(mf.fd, used * BCQ_UNIT_SIZE, 0)
             for coff, size, _tags, _ts, base, count, _c, _r in BCQ_UNIT.iter_unpack(data):
                 if (

@@ -16,7 +16,7 @@ from cometmq.protocol.record import MAX_TOPIC_SIZE, topic_field
 from ._mappedfile import MappedFile
 from .format import CQ_UNIT, CQ_UNIT_SIZE, file_name, parse_file_name
 
-__all__ = ["ConsumeQueue", "QueueTable", "TopicQueues", "encode_topic"]
+__all__ = ["ConsumeQueue", "QueueTable", "TopicQueues", "encode_topic", "written_end"]
 
 log = logging.getLogger("cometmq.store")
 
@@ -481,9 +481,9 @@ def _scan_file(path: str, size: int, first_file: bool) -> tuple[int, int, int, i
                 return lead, lead, 0, 0
         in_page = len(page) // CQ_UNIT_SIZE
         if lead < in_page and _size_at(fd, page, in_page - 1) == 0:
-            end = _bisect_end(fd, page, lead, in_page)  # the run ends in the first page
+            end = written_end(fd, lead, in_page, CQ_UNIT_SIZE, page)  # the run ends in the first page
         else:
-            end = _bisect_end(fd, page, max(lead, in_page), units)
+            end = written_end(fd, max(lead, in_page), units, CQ_UNIT_SIZE, page)
         if end <= lead:
             return lead, lead, 0, 0
         head, _, _ = CQ_UNIT.unpack(_unit(fd, page, lead))
@@ -501,19 +501,24 @@ def _unit(fd: int, page: bytes, index: int) -> bytes:
     return os.pread(fd, CQ_UNIT_SIZE, at)
 
 
-def _size_at(fd: int, page: bytes, index: int) -> int:
-    at = index * CQ_UNIT_SIZE + 8  # the size field
+def _size_at(fd: int, page: bytes, index: int, unit_size: int = CQ_UNIT_SIZE) -> int:
+    """The size field of unit *index* of a queue file of *unit_size*-byte units: from *page* (the
+    file's first bytes) when that holds it. Both queue formats put the size (int32) 8 bytes into a
+    unit, after the commit-log offset."""
+    at = index * unit_size + 8
     if at + 4 <= len(page):
         return int(_SIZE_FIELD.unpack_from(page, at)[0])
     return int(_SIZE_FIELD.unpack(os.pread(fd, 4, at))[0])
 
 
-def _bisect_end(fd: int, page: bytes, lo: int, hi: int) -> int:
-    """The first unit of size 0 in ``[lo, hi)`` (*hi* if none), where the written units, none of
-    size 0, form a run from *lo* on."""
+def written_end(fd: int, lo: int, hi: int, unit_size: int, page: bytes = b"") -> int:
+    """The first unit of size 0 in ``[lo, hi)`` (*hi* if none) of a queue file of *unit_size*-byte
+    units, where the written units, none of size 0, form a run from *lo* on: units are written in
+    order into a zeroed file, so a binary search over the size fields finds the end without reading
+    the file (a few 4-byte reads)."""
     while lo < hi:
         mid = (lo + hi) // 2
-        if _size_at(fd, page, mid) != 0:
+        if _size_at(fd, page, mid, unit_size) != 0:
             lo = mid + 1
         else:
             hi = mid
