@@ -52,12 +52,14 @@ def small_config(root: Path, **kw: object) -> StoreConfig:
 
 def cut_commit_log(root: Path, offset: int) -> None:
     """End the (``small_config``) commit log under *root* at *offset*, as if its tail never reached the
-    disk: the segments after the one holding *offset* deleted, that one truncated there."""
+    disk: the segments after the one holding *offset* deleted, that one truncated there, and ``abort``
+    left, as by the crash that lost the tail."""
     for path in (root / "commitlog").iterdir():
         if int(path.name) > offset:
             path.unlink()
     with (root / "commitlog" / f"{offset - offset % SMALL_COMMITLOG:020d}").open("r+b") as f:
         f.truncate(offset % SMALL_COMMITLOG)
+    (root / "abort").touch()
 
 
 def crash(store: MessageStore) -> None:

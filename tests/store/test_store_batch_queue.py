@@ -175,7 +175,6 @@ def test_units_past_the_commit_logs_end_are_dropped(open_store: OpenStore, tmp_p
     store.shutdown()
     cut = results[150]
     cut_commit_log(root, cut.commitlog_offset)
-    (root / "abort").touch()
     store = open_store()
     assert store.max_offset(TOPIC, 0) == cut.queue_offset
     assert len(units(store)) == 150

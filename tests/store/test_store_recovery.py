@@ -177,7 +177,6 @@ def test_consume_queue_units_past_the_end_are_dropped(open_store: OpenStore, tmp
     # The commit log loses its tail while the consume queues still point into it.
     cut = results[100]
     cut_commit_log(root, cut.commitlog_offset)
-    (root / "abort").touch()
     store = open_store()
     assert store.commitlog_max_offset == cut.commitlog_offset
     assert snapshot(store) == expected_prefix(results, cut.commitlog_offset)
