@@ -143,5 +143,8 @@ def test_a_candidate_is_offered_again_until_the_in_sync_set_holds_it(tmp_path: P
                 assert offers[-1] == {2}
                 server.set_in_sync(frozenset({1, 2}))
                 assert server.in_sync_candidates() == {2}
+                settled = len(offers)
+                server._check_candidates(until_committed=True)  # the watch's periodic check
+                assert len(offers) == settled  # the set holds slave 2: no offer again
 
     asyncio.run(scenario())
