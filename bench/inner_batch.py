@@ -33,7 +33,7 @@ from cometmq.client.message import decode_pulled
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
 from cometmq.protocol.record import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, encode_host
 from cometmq.store import MessageStore, MessageToStore, StoreConfig
-from processes import start_standalone
+from processes import cpu_seconds, start_standalone
 
 # The best peers' figures as docs/performance.md records them (RabbitMQ Streams' W1, Redis's W2).
 RECORDED_W1 = 354_517
@@ -47,14 +47,7 @@ WORKLOADS = (
 )
 
 
-_TICKS = os.sysconf("SC_CLK_TCK")
 Figures = dict[str, list[tuple[int, float]]]
-
-
-def _process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a process used so far, from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def _bench(namesrv: str, broker_pid: int, args: tuple[str, ...], count: int) -> tuple[int, float]:
@@ -73,9 +66,9 @@ def _bench(namesrv: str, broker_pid: int, args: tuple[str, ...], count: int) -> 
         namesrv,
         "--json",
     ]
-    broker_before = _process_cpu(broker_pid)
+    broker_before = cpu_seconds(broker_pid)
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=True)
-    broker_us = (_process_cpu(broker_pid) - broker_before) / count * 1e6
+    broker_us = (cpu_seconds(broker_pid) - broker_before) / count * 1e6
     (row,) = json.loads(done.stdout)["rows"]
     return int(row["msg_per_s"]), broker_us
 

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from cometmq.client import Message, MessageQueue, Producer
@@ -80,45 +80,51 @@ def no_fsync() -> Iterator[None]:
 def build_data_dir(data_dir: Path, topics: int, body_size: int = 100) -> None:
     """A standalone's data directory with *topics* topics of 8 queues, one message in each queue,
     written through the store (quicker than through a broker) and listed in config/topics.json."""
+    body = os.urandom(body_size)
+    props = encode_properties({"UNIQ_KEY": "0" * 32, "TAGS": "TagA"})
     with no_fsync():
-        _store_one_message_per_queue(data_dir, topics, body_size)
-    table = {
-        topic_name(i): TopicConfig(topic_name(i), QUEUES_PER_TOPIC, QUEUES_PER_TOPIC).to_json()
-        for i in range(topics)
-    }
+        for first in range(0, topics, TOPICS_PER_OPENING):
+            names = [topic_name(i) for i in range(first, min(topics, first + TOPICS_PER_OPENING))]
+            queues = [(name, q) for name in names for q in range(QUEUES_PER_TOPIC)]
+            put_through_store(data_dir, queues, body, props, tags_code=2598919)
+    write_topic_table(data_dir, [topic_name(i) for i in range(topics)])
+
+
+def put_through_store(
+    data_dir: Path, queues: Iterable[tuple[str, int]], body: bytes, properties: str, tags_code: int
+) -> None:
+    """One message of *body* into each (topic, queue id) of *queues*, in turn, through one opening
+    of the store on *data_dir*."""
+    store = MessageStore(StoreConfig(data_dir))
+    store.start()
+    try:
+        for topic, queue_id in queues:
+            store.put(
+                MessageToStore(
+                    topic=topic,
+                    queue_id=queue_id,
+                    flag=0,
+                    body=body,
+                    properties=properties,
+                    sys_flag=0,
+                    born_timestamp=int(time.time() * 1000),
+                    born_host=HOST,
+                    store_host=HOST,
+                    tags_code=tags_code,
+                )
+            )
+    finally:
+        store.shutdown()
+
+
+def write_topic_table(data_dir: Path, names: list[str]) -> None:
+    """config/topics.json listing *names*, each with 8 queues."""
+    table = {name: TopicConfig(name, QUEUES_PER_TOPIC, QUEUES_PER_TOPIC).to_json() for name in names}
     config_dir = data_dir / "config"
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "topics.json").write_text(
         json.dumps({"dataVersion": {"counter": 1, "timestamp": 0}, "topicConfigTable": table})
     )
-
-
-def _store_one_message_per_queue(data_dir: Path, topics: int, body_size: int) -> None:
-    body = os.urandom(body_size)
-    props = encode_properties({"UNIQ_KEY": "0" * 32, "TAGS": "TagA"})
-    for first in range(0, topics, TOPICS_PER_OPENING):
-        store = MessageStore(StoreConfig(data_dir))
-        store.start()
-        try:
-            for i in range(first, min(topics, first + TOPICS_PER_OPENING)):
-                name = topic_name(i)
-                for q in range(QUEUES_PER_TOPIC):
-                    store.put(
-                        MessageToStore(
-                            topic=name,
-                            queue_id=q,
-                            flag=0,
-                            body=body,
-                            properties=props,
-                            sys_flag=0,
-                            born_timestamp=int(time.time() * 1000),
-                            born_host=HOST,
-                            store_host=HOST,
-                            tags_code=2598919,
-                        )
-                    )
-        finally:
-            store.shutdown()
 
 
 class Broker:
@@ -633,30 +639,9 @@ def fill_commit_log(data: Path, gib: float) -> None:
     body = os.urandom(64 << 10)
     count = int(gib * (1 << 30)) // (len(body) + 200)
     with no_fsync():
-        store = MessageStore(StoreConfig(data))
-        store.start()
-        try:
-            for i in range(count):
-                store.put(
-                    MessageToStore(
-                        topic="Restart",
-                        queue_id=i % QUEUES_PER_TOPIC,
-                        flag=0,
-                        body=body,
-                        properties="",
-                        sys_flag=0,
-                        born_timestamp=int(time.time() * 1000),
-                        born_host=HOST,
-                        store_host=HOST,
-                        tags_code=0,
-                    )
-                )
-        finally:
-            store.shutdown()
-    config_dir = data / "config"
-    config_dir.mkdir(parents=True, exist_ok=True)
-    table = {"Restart": TopicConfig("Restart", QUEUES_PER_TOPIC, QUEUES_PER_TOPIC).to_json()}
-    (config_dir / "topics.json").write_text(json.dumps({"topicConfigTable": table}))
+        queues = (("Restart", i % QUEUES_PER_TOPIC) for i in range(count))
+        put_through_store(data, queues, body, "", tags_code=0)
+    write_topic_table(data, ["Restart"])
 
 
 async def _keep_sending(broker: Broker, seconds: float) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator, Coroutine
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -170,3 +170,16 @@ async def poll_until(consumer: LitePullConsumer, count: int) -> list[ReceivedMes
 
     await wait_until(polled, message=f"{count} messages polled")
     return got
+
+
+@contextmanager
+def standalone_with_conf(tmp_path: Path, conf_text: str) -> Iterator[StandaloneServer]:
+    """A standalone server in *tmp_path* whose broker.conf is *conf_text*, started, stopped after."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text(conf_text)
+    server = StandaloneServer(tmp_path / "data", "-c", str(conf))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from client_support import standalone_with_conf
 
 from processes import StandaloneServer
 
@@ -13,11 +14,5 @@ from processes import StandaloneServer
 @pytest.fixture
 def quick_retries(tmp_path: Path) -> Iterator[StandaloneServer]:
     """A standalone server whose delay levels (and so retry delays) are all 1 s."""
-    conf = tmp_path / "broker.conf"
-    conf.write_text("messageDelayLevel=" + " ".join(["1s"] * 18) + "\n")
-    server = StandaloneServer(tmp_path / "data", "-c", str(conf))
-    server.start()
-    try:
+    with standalone_with_conf(tmp_path, "messageDelayLevel=" + " ".join(["1s"] * 18) + "\n") as server:
         yield server
-    finally:
-        server.stop()

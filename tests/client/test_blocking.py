@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -16,9 +17,11 @@ from client_support import DROP, SILENT, ScriptedBroker, open_sockets, scripted,
 
 from busy_polling import record_direct_reads
 from cometmq.client import blocking
+from cometmq.client._direct import _poll_into
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from cometmq.errors import BrokerError, ClientStateError, RemotingTimeoutError
 from cometmq.protocol import ResponseCode as Code
+from cometmq.remoting import PollWindow, busypoll
 from processes import StandaloneServer
 from waiting import wait_until_blocking
 
@@ -435,3 +438,21 @@ def test_a_garbage_collected_blocking_producer_closes_its_sockets(server: Standa
         lambda: open_sockets() <= sockets_before, message="the collected producer's sockets closing"
     )
     assert blocking.loop_thread() is None
+
+
+def test_a_blocking_read_s_polling_ends_when_another_task_takes_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The calling thread polls its socket as the event loop does: after a yield that let another task
+    run, an adaptive window stops polling there (the caller sleeps in recv) and shrinks."""
+    yields: list[int] = []
+    switches = iter(range(1_000_000))  # every look finds one more involuntary context switch
+    monkeypatch.setattr(busypoll, "preemptions", lambda: next(switches))
+    monkeypatch.setattr(busypoll, "yield_cpu", lambda: yields.append(1) or True)
+    window = PollWindow(100_000, adaptive=True, clock=time.monotonic_ns)  # 100 ms
+    window.window_ns = window.limit_ns  # as traffic would have opened it
+    quiet, other = socket.socketpair()
+    with quiet, other:
+        assert _poll_into(quiet, memoryview(bytearray(64)), window.wrote(), window) is None
+    assert len(yields) == 1, "the first preempted yield ended the poll"
+    assert window.window_ns == 50_000_000, "shrunk as after a wasted poll"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client_support import SILENT, ScriptedBroker, run, scripted, serving
+from client_support import SILENT, ScriptedBroker, run, scripted, serving, standalone_with_conf
 
 from cometmq.client import (
     AdminClient,
@@ -289,14 +289,8 @@ def test_the_blocking_facade_passes_close_timeout_through_and_closes_once() -> N
 
 @pytest.fixture
 def sql_server(tmp_path: Path) -> Iterator[StandaloneServer]:
-    conf = tmp_path / "broker.conf"
-    conf.write_text("enablePropertyFilter=true\n")
-    server = StandaloneServer(tmp_path / "data", "-c", str(conf))
-    server.start()
-    try:
+    with standalone_with_conf(tmp_path, "enablePropertyFilter=true\n") as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_a_lite_pull_consumer_subscribed_with_sql92_receives_only_the_matching_messages(

@@ -4,6 +4,7 @@ answered by a fake (no broker, no Spark session)."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from pyspark.sql.datasource import EqualTo, Filter, GreaterThanOrEqual, LessThan
@@ -58,3 +59,15 @@ def test_offsets_json_is_still_checked_against_every_queue_under_a_queue_filter(
     only_two = json.dumps({"Plan": {"broker-a": {"2": 150}}})
     with pytest.raises(OptionError, match="names no offset for"):
         planned([EqualTo(("queue_id",), 2)], startingOffsets=only_two)
+
+
+def test_a_lost_start_is_described_as_before_the_queue_s_start_when_loss_is_allowed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="cometmq.spark"):
+        planned([], startingOffsets=every_queue_at(50), failOnDataLoss="false")
+    assert (
+        "Plan@broker-a:2: offset 50 is before its start (it holds 100..199); continuing at 100 as "
+        "failOnDataLoss is false"
+    ) in caplog.text
+    assert "past its end" not in caplog.text

@@ -33,7 +33,7 @@ from cometmq.auth import Credentials, sign
 from cometmq.errors import ConnectionClosedError, ProtocolError, RemotingTimeoutError
 from cometmq.protocol import FrameDecoder, RemotingCommand, encode
 from cometmq.protocol.command import Buffer
-from cometmq.remoting.busypoll import PollWindow, preemptions, yield_cpu
+from cometmq.remoting.busypoll import PollWindow, preemptions
 
 __all__ = ["DirectLane"]
 
@@ -133,8 +133,7 @@ def _poll_into(sock: socket.socket, buffer: memoryview, until_ns: int, window: P
             return sock.recv_into(buffer)
         except (BlockingIOError, ssl.SSLWantReadError):
             # A process that is waiting for this CPU (the broker?) runs first.
-            if yield_cpu() and window.adaptive and preemptions() != preempted:
-                window.contended()
+            if window.gave_way(preempted):
                 return None
     return None
 

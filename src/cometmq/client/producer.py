@@ -516,7 +516,7 @@ class Producer(Client):
         # batch to a BatchCQ topic as one inner-batch record when it carries one (docs/client.md).
         # Apache RocketMQ brokers append a batch's properties to each of its messages, so there every
         # message would get the batch's key: ``inner_batches=False`` leaves it out.
-        properties = f"UNIQ_KEY\x01{self._ids.next_id()}\x02" if self.inner_batches else ""
+        properties = _UNIQ_PREFIX + self._ids.next_id() + "\x02" if self.inner_batches else ""
         header = send_header(self.group, topic, properties, batch=True)
         return _Request(RequestCode.SEND_BATCH_MESSAGE, topic, header, parts, ",".join(ids))
 

@@ -145,6 +145,15 @@ class PollWindow:
             window = self.window_ns // SHRINK
             self.window_ns = window if window >= GROW_START_NS else 0
 
+    def gave_way(self, preempted: int) -> bool:
+        """Yield this thread's CPU once, on a turn of a polling loop; True when the window is adaptive
+        and another task took the CPU (the thread's :func:`preemptions` have risen past *preempted*,
+        counted when polling began): polling stops then (:meth:`contended`)."""
+        if yield_cpu() and self.adaptive and preemptions() != preempted:
+            self.contended()
+            return True
+        return False
+
     def _poll_from(self, now: int) -> int:
         window = self.window_ns
         self._polled_until_ns = now + window
@@ -226,8 +235,7 @@ class BusyPoller:
             # On a machine with more runnable processes than CPUs, the one this loop waits for (its
             # client, its broker) may be waiting for this CPU: it gets it first, and an adaptive
             # window ends there (see preemptions).
-            if yield_cpu() and self.window.adaptive and preemptions() != self._preempted:
-                self.window.contended()
+            if self.window.gave_way(self._preempted):
                 self._loop = None
                 self._deadline_ns = 0
                 return
