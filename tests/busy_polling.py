@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import selectors
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,9 +23,16 @@ from typing import Any
 import pytest
 
 from cometmq.client import _direct
-from cometmq.remoting import BusyPoller, transport
+from cometmq.remoting import BusyPoller, busypoll, transport
 
-__all__ = ["RecordingPoller", "RecordingSelector", "SocketRead", "record_direct_reads", "record_pollers"]
+__all__ = [
+    "RecordingPoller",
+    "RecordingSelector",
+    "SocketRead",
+    "patch_in_this_thread",
+    "record_direct_reads",
+    "record_pollers",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,3 +162,17 @@ def record_direct_reads(monkeypatch: pytest.MonkeyPatch) -> list[SocketRead]:
 
     monkeypatch.setattr(_direct, "_connect", recording_connect)
     return reads
+
+
+def patch_in_this_thread(monkeypatch: pytest.MonkeyPatch, name: str, fake: Callable[[], Any]) -> None:
+    """Replace busypoll's *name* (``preemptions``, ``yield_cpu``, ``_clock``, ``_sched_yield``) by
+    *fake* for the calling thread only. A patch of a module is process-wide: a loop an earlier test left
+    polling on its own thread keeps the real function, so it neither eats the fake's answers nor is
+    counted by them."""
+    real = getattr(busypoll, name)
+    this_thread = threading.get_ident()
+
+    def patched() -> Any:
+        return fake() if threading.get_ident() == this_thread else real()
+
+    monkeypatch.setattr(busypoll, name, patched)

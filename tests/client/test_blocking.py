@@ -15,13 +15,13 @@ from typing import TypeVar
 import pytest
 from client_support import DROP, SILENT, ScriptedBroker, open_sockets, scripted, send_to_queue
 
-from busy_polling import record_direct_reads
+from busy_polling import patch_in_this_thread, record_direct_reads
 from cometmq.client import blocking
 from cometmq.client._direct import _poll_into
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from cometmq.errors import BrokerError, ClientStateError, RemotingTimeoutError
 from cometmq.protocol import ResponseCode as Code
-from cometmq.remoting import PollWindow, busypoll
+from cometmq.remoting import PollWindow
 from processes import StandaloneServer
 from waiting import wait_until_blocking
 
@@ -447,8 +447,8 @@ def test_a_blocking_read_s_polling_ends_when_another_task_takes_the_cpu(
     run, an adaptive window stops polling there (the caller sleeps in recv) and shrinks."""
     yields: list[int] = []
     switches = iter(range(1_000_000))  # every look finds one more involuntary context switch
-    monkeypatch.setattr(busypoll, "preemptions", lambda: next(switches))
-    monkeypatch.setattr(busypoll, "yield_cpu", lambda: yields.append(1) or True)
+    patch_in_this_thread(monkeypatch, "preemptions", lambda: next(switches))
+    patch_in_this_thread(monkeypatch, "yield_cpu", lambda: yields.append(1) or True)
     window = PollWindow(100_000, adaptive=True, clock=time.monotonic_ns)  # 100 ms
     window.window_ns = window.limit_ns  # as traffic would have opened it
     quiet, other = socket.socketpair()

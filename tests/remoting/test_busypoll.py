@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 import uvloop
 
-from busy_polling import RecordingPoller, RecordingSelector, record_pollers
+from busy_polling import RecordingPoller, RecordingSelector, patch_in_this_thread, record_pollers
 from cometmq.protocol import RemotingCommand
 from cometmq.remoting import BusyPoller, Connection, PollWindow, RemotingClient, RemotingServer, busypoll
 from cometmq.remoting.busypoll import GROW_START_NS
@@ -379,8 +379,8 @@ def test_an_adaptive_loop_that_another_task_preempts_stops_polling(
     monkeypatch: pytest.MonkeyPatch, adaptive: bool
 ) -> None:
     switches = iter(range(1_000_000))  # every look finds one more involuntary context switch
-    monkeypatch.setattr(busypoll, "preemptions", lambda: next(switches))
-    monkeypatch.setattr(busypoll, "yield_cpu", lambda: True)  # after every yield, slow as when preempted
+    patch_in_this_thread(monkeypatch, "preemptions", lambda: next(switches))
+    patch_in_this_thread(monkeypatch, "yield_cpu", lambda: True)  # after every yield, slow as when preempted
     selector = RecordingSelector()
     poller = RecordingPoller(100_000 if adaptive else 20_000, adaptive)  # 100 ms, 20 ms
 
@@ -405,8 +405,8 @@ def test_an_adaptive_loop_that_another_task_preempts_stops_polling(
 def test_on_a_fake_clock_a_yield_is_slow_past_20_us(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
     took_us = [5.0, 20.0, 21.0, 3_000.0]
-    monkeypatch.setattr(busypoll, "_clock", clock)
-    monkeypatch.setattr(busypoll, "_sched_yield", lambda: clock.advance_us(took_us.pop(0)))
+    patch_in_this_thread(monkeypatch, "_clock", clock)
+    patch_in_this_thread(monkeypatch, "_sched_yield", lambda: clock.advance_us(took_us.pop(0)))
     assert [busypoll.yield_cpu() for _ in range(4)] == [False, False, True, True]
 
 
@@ -415,14 +415,9 @@ def test_a_polling_loop_looks_for_preemptions_only_after_a_slow_yield(
 ) -> None:
     looks: list[int] = []
     switches = iter(range(1_000_000))  # every look would find one more involuntary context switch
-
-    def preemptions() -> int:
-        looks.append(1)
-        return next(switches)
-
     slow = iter([False] * 50 + [True] * 1_000_000)  # the 51st turn's yield is slow
-    monkeypatch.setattr(busypoll, "preemptions", preemptions)
-    monkeypatch.setattr(busypoll, "yield_cpu", lambda: next(slow))
+    patch_in_this_thread(monkeypatch, "preemptions", lambda: looks.append(1) or next(switches))
+    patch_in_this_thread(monkeypatch, "yield_cpu", lambda: next(slow))
     poller = RecordingPoller(100_000, adaptive=True)
 
     async def main() -> None:
