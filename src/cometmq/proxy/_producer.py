@@ -12,6 +12,7 @@ EndTransaction (source SERVER_CHECK) goes back to the broker that asked.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ class Producing:
         self._clients = clients
         self._halves: dict[tuple[str, str], _HalfMessage] = {}  # (topic, transaction id) → place
         self._checked_topics: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # sends ---------------------------------------------------------------------------------
 
@@ -212,10 +214,19 @@ class Producing:
     def on_settings(self, session: ClientSession) -> None:
         """A client's settings are known: a producer's topics become producer groups the brokers check
         half messages back with."""
-        for topic in session.topics:
-            if topic not in self._checked_topics:
-                self._checked_topics.add(topic)
-                self._brokers.register_transaction_member(_CheckRelay(topic, self))
+        new_topics = [topic for topic in session.topics if topic not in self._checked_topics]
+        for topic in new_topics:
+            self._checked_topics.add(topic)
+            self._brokers.register_transaction_member(_CheckRelay(topic, self))
+        if new_topics:
+            # A broker checks back only the members of a group it heard from: tell every broker now.
+            task = asyncio.get_running_loop().create_task(self._announce_groups())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _announce_groups(self) -> None:
+        await self._brokers.learn_brokers()
+        await self._brokers.send_heartbeat()
 
     def relay_check(
         self,

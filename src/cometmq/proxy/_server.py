@@ -14,6 +14,9 @@ from cometmq.proxy._service import MessagingService
 
 log = logging.getLogger("cometmq.proxy")
 
+# The largest request the proxy reads (RocketMQ proxy's grpcMaxInboundMessageSize): bigger than any body
+# it takes, so that a too large one is answered MESSAGE_BODY_TOO_LARGE rather than cut off by gRPC.
+MAX_INBOUND_MESSAGE_BYTES = 130 * 1024 * 1024
 # How long stop() lets calls in progress (a long-polling receive) finish before cancelling them.
 STOP_GRACE_S = 1.0
 
@@ -44,7 +47,12 @@ class ProxyServer:
         return self.config.advertised_address
 
     async def start(self) -> None:
-        server = grpc.aio.server()
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", -1),
+            ]
+        )
         service = MessagingService(self._context)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
         listen = f"{self.config.host}:{self.config.port}"
