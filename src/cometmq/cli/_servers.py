@@ -427,18 +427,24 @@ async def _start_flagged_dashboard(
         )
 
 
-async def _start_proxy(args: argparse.Namespace, config: BrokerConfig) -> ProxyServer | None:
+async def _start_proxy(
+    args: argparse.Namespace, config: BrokerConfig, access: ServerAccess
+) -> ProxyServer | None:
     """The standalone's RocketMQ 5 proxy (None with --proxy-port 0), serving TLS as the broker does."""
     if args.proxy_port == 0:
         return None
-    from cometmq.proxy import ProxyConfig, ProxyServer, server_certificate
+    from cometmq.proxy import ProxyConfig, ProxyServer
 
+    # It reaches the broker as the broker reaches its name server: the inner credentials, its TLS.
     proxy = ProxyServer(
         ProxyConfig(
             namesrv_addr=config.namesrv_addr,
             host=config.broker_ip1,
             port=args.proxy_port,
-            server_certificate=server_certificate(config.tls),
+            server_tls=config.tls,
+            credentials=config.inner_client_credentials,
+            client_ssl_context=config.tls.client_context(),
+            access_control=access.access_control,
         )
     )
     with naming_flag_if_taken(config.broker_ip1, args.proxy_port, "--proxy-port (or turn it off with 0)"):
@@ -482,7 +488,7 @@ async def _standalone(args: argparse.Namespace) -> int:
             dashboard: Dashboard | None = None
             proxy: ProxyServer | None = None
             try:
-                proxy = await _start_proxy(args, config)
+                proxy = await _start_proxy(args, config, access)
                 dashboard = await _start_flagged_dashboard(args, config.namesrv_addr, host)
                 urls = _metrics_urls(broker)
                 if dashboard is not None:
@@ -582,7 +588,7 @@ async def _broker(args: argparse.Namespace) -> int:
 
 
 async def _proxy(args: argparse.Namespace) -> int:
-    from cometmq.proxy import ProxyConfig, ProxyServer, server_certificate
+    from cometmq.proxy import ProxyConfig, ProxyServer
 
     namesrv = args.namesrv or os.environ.get("COMETMQ_NAMESRV", "")
     if not namesrv:
@@ -596,14 +602,14 @@ async def _proxy(args: argparse.Namespace) -> int:
         port=args.port,
         credentials=options["credentials"],
         client_ssl_context=ssl.create_default_context() if client_tls is True else client_tls or None,
-        server_certificate=server_certificate(tls),
+        server_tls=tls,
     )
     with ShutdownSignal() as shutdown:
         proxy = ProxyServer(config)
         with naming_flag_if_taken(args.host, args.port, "--port"):
             await proxy.start()
         try:
-            scheme = "TLS" if config.server_certificate is not None else "plaintext"
+            scheme = "plaintext" if tls.mode is TlsMode.DISABLED else "TLS"
             print_ready_line(f"CometMQ proxy ready: gRPC at {proxy.address} ({scheme}), namesrv {namesrv}")
             await shutdown.wait()
         finally:

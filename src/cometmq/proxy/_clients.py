@@ -22,10 +22,12 @@ from typing import Any, Final
 
 import grpc
 
+from cometmq.auth import Need
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageQueue
 from cometmq.protocol.naming import SYSTEM_GROUPS, group_name_error
 from cometmq.protocol.subscription import EXPRESSION_TAG, SubscriptionData
+from cometmq.proxy._access import PUB, Authorizer, consuming, on_topic
 from cometmq.proxy._convert import Refusal, check_topic, duration_of_ms
 from cometmq.proxy._metadata import GroupSettings, Metadata
 from cometmq.proxy._pb import definition_pb2 as v2
@@ -36,6 +38,8 @@ from cometmq.proxy._status import Context, ok, status
 log = logging.getLogger("cometmq.proxy")
 
 CLIENT_ID_KEY: Final = "x-mq-client-id"
+# The gRPC status a Telemetry stream is ended with for a refused settings command (INVALID_ARGUMENT else).
+_ABORT_CODES: Final[dict[int, Any]] = {v2.UNAUTHORIZED: grpc.StatusCode.PERMISSION_DENIED}
 # A client whose Telemetry stream is closed and that made no heartbeat for this long is forgotten
 # (RocketMQ proxy's grpcClientIdleTimeMills); how often that is looked for.
 CLIENT_IDLE_S: Final = 120.0
@@ -72,6 +76,16 @@ def check_group(group: str) -> None:
         raise Refusal(v2.ILLEGAL_CONSUMER_GROUP, f"group {group!r}: {problem}")
     if group in SYSTEM_GROUPS:
         raise Refusal(v2.ILLEGAL_CONSUMER_GROUP, f"group {group!r} is a system group clients may not use")
+
+
+def settings_needs(settings: v2.Settings) -> list[Need]:
+    """What a client's settings say it will do: publish to its topics, or consume its subscriptions."""
+    if settings.HasField("publishing"):
+        return [on_topic(topic.name, PUB) for topic in settings.publishing.topics]
+    group = settings.subscription.group.name
+    return [
+        need for entry in settings.subscription.subscriptions for need in consuming(entry.topic.name, group)
+    ]
 
 
 def subscription_data(entry: v2.SubscriptionEntry) -> SubscriptionData:
@@ -127,8 +141,11 @@ class _ConsumerGroup:
 
 
 class Clients:
-    def __init__(self, brokers: ClientInstance, metadata: Metadata, routes: Routes) -> None:
+    def __init__(
+        self, brokers: ClientInstance, metadata: Metadata, routes: Routes, authorizer: Authorizer
+    ) -> None:
         self._brokers = brokers
+        self._authorizer = authorizer
         self._metadata = metadata
         self._routes = routes
         self._sessions: dict[str, ClientSession] = {}
@@ -243,8 +260,10 @@ class Clients:
                     continue  # thread stack traces and verify results: the proxy asks for neither
                 try:
                     self._check(command.settings)
+                    self._authorizer.check(context, settings_needs(command.settings))
                 except Refusal as refusal:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal.message)
+                    code = _ABORT_CODES.get(refusal.code, grpc.StatusCode.INVALID_ARGUMENT)
+                    await context.abort(code, refusal.message)
                 session = self._update(client_id, command.settings)
                 session.outbox = outbox
                 on_settings(session)

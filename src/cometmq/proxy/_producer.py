@@ -43,7 +43,7 @@ from cometmq.proxy._convert import (
 from cometmq.proxy._pb import definition_pb2 as v2
 from cometmq.proxy._pb import service_pb2 as pb
 from cometmq.proxy._routes import Routes, WriteQueue
-from cometmq.proxy._status import Context, code_of_response, ok, status
+from cometmq.proxy._status import Context, code_of_response, ok, peer_address, status
 
 log = logging.getLogger("cometmq.proxy")
 
@@ -66,13 +66,6 @@ class _HalfMessage:
     expires_at: float
 
 
-def _peer_host(context: Context) -> str:
-    """The client's address as gRPC names it (``ipv4:1.2.3.4:5678``), as ``1.2.3.4:5678``."""
-    peer = str(context.peer() or "")
-    scheme, _, rest = peer.partition(":")
-    return rest if scheme in ("ipv4", "ipv6") else peer
-
-
 class Producing:
     def __init__(self, brokers: ClientInstance, routes: Routes, clients: Clients) -> None:
         self._brokers = brokers
@@ -91,7 +84,7 @@ class Producing:
         check_topic(topic)
         if any(message.topic.name != topic for message in request.messages):
             raise Refusal(v2.MESSAGE_CORRUPTED, "the messages of one send must all be of one topic")
-        peer = _peer_host(context)
+        peer = peer_address(context)
         outgoing = [outgoing_message(message, topic, peer) for message in request.messages]
         route = await self._routes.route(topic)
         topic_type = await self._routes.message_type(topic, route)
