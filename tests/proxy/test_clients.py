@@ -5,6 +5,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from cometmq.client import blocking
+from cometmq.client.admin import ConsumerConnections
+from cometmq.errors import BrokerError
 from cometmq.proxy import definition_pb2 as v2
 from cometmq.proxy import service_pb2 as pb
 from conftest import (
@@ -15,6 +18,7 @@ from conftest import (
     new_client_id,
     producer_settings,
 )
+from waiting import wait_until_blocking
 
 
 def exchange(stub: Stub, client_id: str, command: pb.TelemetryCommand) -> pb.TelemetryCommand:
@@ -104,3 +108,23 @@ def test_termination_forgets_the_client(proxied: ProxiedStandalone, stub: Stub) 
     assert stub.Heartbeat(pb.HeartbeatRequest(), metadata=metadata).status.code == v2.UNRECOGNIZED_CLIENT_TYPE
     again = stub.NotifyClientTermination(pb.NotifyClientTerminationRequest(), metadata=metadata)
     assert again.status.code == v2.UNRECOGNIZED_CLIENT_TYPE
+
+
+def test_consumer_group_of_a_client_is_registered_with_the_brokers(
+    proxied: ProxiedStandalone, stub: Stub
+) -> None:
+    topic = proxied.new_topic()
+    group = "proxy-registered-group"
+    exchange(stub, new_client_id(), consumer_settings(group, topic))
+
+    def registered() -> ConsumerConnections | None:
+        with blocking.AdminClient(proxied.namesrv) as admin:
+            try:
+                return admin.consumer_connections(group)
+            except BrokerError:
+                return None  # CONSUMER_NOT_ONLINE until the proxy's heartbeat arrived
+
+    connections = wait_until_blocking(registered, message="the proxy's consumer registered")
+    assert connections is not None
+    assert connections.consume_type == "CONSUME_ACTIVELY"  # a simple consumer
+    assert connections.subscriptions == {topic: "*"}

@@ -334,7 +334,15 @@ class Clients:
         group.members.add(session.client_id)
         for entry in settings.subscription.subscriptions:
             group.subscriptions[entry.topic.name] = subscription_data(entry)
-        self._spawn(self._brokers.send_heartbeat())
+        self._spawn(self._announce(list(group.subscriptions)))
+
+    async def _announce(self, topics: list[str]) -> None:
+        """Heartbeat the brokers of *topics* now, rather than at the next round, so that a group's
+        consumers are listed from the start."""
+        for topic in topics:
+            with contextlib.suppress(Refusal):
+                await self._routes.route(topic)  # the brokers a heartbeat goes to are the routes' ones
+        await self._brokers.send_heartbeat()
 
     def _leave_group(self, session: ClientSession) -> None:
         group = self._groups.get(session.group)
