@@ -160,16 +160,25 @@ class Producing:
                 "the broker at %s answered a half message with no offset id: %r", broker_addr, offset_msg_id
             )
             return
-        now = time.monotonic()
-        self._forget_expired(now)
-        self._halves[(topic, transaction_id)] = _HalfMessage(
-            broker_addr, queue_offset, commit_log_offset, now + TRANSACTION_DATA_TTL_S
-        )
+        self._remember((topic, transaction_id), broker_addr, queue_offset, commit_log_offset)
 
-    def _forget_expired(self, now: float) -> None:
-        expired = [key for key, half in self._halves.items() if half.expires_at <= now]
-        for key in expired:
-            del self._halves[key]
+    def _remember(
+        self, key: tuple[str, str], broker_addr: str, tran_state_table_offset: int, commit_log_offset: int
+    ) -> None:
+        """Keep a half message's place for TRANSACTION_DATA_TTL_S. The places stay in the order they
+        expire in (one TTL for all, a place remembered again moves to the end), so forgetting the
+        expired ones looks at no more than those and the first one still valid."""
+        now = time.monotonic()
+        halves = self._halves
+        while halves:
+            first = next(iter(halves))
+            if halves[first].expires_at > now:
+                break
+            del halves[first]
+        halves.pop(key, None)
+        halves[key] = _HalfMessage(
+            broker_addr, tran_state_table_offset, commit_log_offset, now + TRANSACTION_DATA_TTL_S
+        )
 
     async def end_transaction(
         self, request: pb.EndTransactionRequest, context: Context
@@ -233,12 +242,8 @@ class Producing:
         if not sessions:
             log.debug("no client publishing %s is connected to check transaction %s", topic, transaction_id)
             return
-        self._forget_expired(time.monotonic())
-        self._halves[(topic, transaction_id)] = _HalfMessage(
-            broker_addr,
-            request.tran_state_table_offset,
-            request.commit_log_offset,
-            time.monotonic() + TRANSACTION_DATA_TTL_S,
+        self._remember(
+            (topic, transaction_id), broker_addr, request.tran_state_table_offset, request.commit_log_offset
         )
         command = pb.TelemetryCommand(
             recover_orphaned_transaction_command=pb.RecoverOrphanedTransactionCommand(
