@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
+import time
 
 import grpc
 
@@ -78,7 +80,8 @@ class ProxyServer:
         self.config = config
         self._brokers = ClientInstance(
             config.namesrv_addr,
-            instance_name=f"proxy-{config.host}-{config.port}",
+            # Unique per process and start, as clients' ids must be; named so in the brokers' lists.
+            instance_name=f"proxy#{os.getpid()}#{time.monotonic_ns()}",
             request_timeout=config.request_timeout_s,
             credentials=config.credentials,
             ssl_context=config.client_ssl_context,
