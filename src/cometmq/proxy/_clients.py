@@ -28,7 +28,7 @@ from cometmq.client.message import MessageQueue
 from cometmq.protocol.naming import SYSTEM_GROUPS, group_name_error
 from cometmq.protocol.subscription import EXPRESSION_TAG, SubscriptionData
 from cometmq.proxy._access import PUB, Authorizer, consuming, on_topic
-from cometmq.proxy._convert import Refusal, check_topic, duration_of_ms
+from cometmq.proxy._convert import MAX_BODY_SIZE, Refusal, check_topic, duration_of_ms
 from cometmq.proxy._metadata import GroupSettings, Metadata
 from cometmq.proxy._pb import definition_pb2 as v2
 from cometmq.proxy._pb import service_pb2 as pb
@@ -50,7 +50,6 @@ PRODUCER_MAX_ATTEMPTS: Final = 3
 PRODUCER_BACKOFF_INITIAL_MS: Final = 10
 PRODUCER_BACKOFF_MAX_MS: Final = 1000
 PRODUCER_BACKOFF_MULTIPLIER: Final = 2.0
-MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
 CONSUMER_RECEIVE_BATCH_SIZE: Final = 32
 CONSUMER_LONG_POLLING_TIMEOUT_MS: Final = 20_000
 # A consumer's redelivery delays, attempt by attempt (RocketMQ's CustomizedRetryPolicy default): 1 s, 5 s,
@@ -187,7 +186,7 @@ class Clients:
                 )
             )
             merged.publishing.validate_message_type = True
-            merged.publishing.max_body_size = MAX_MESSAGE_SIZE
+            merged.publishing.max_body_size = MAX_BODY_SIZE
         elif settings.HasField("subscription"):
             group = await self.group_settings(settings.subscription)
             merged.subscription.receive_batch_size = CONSUMER_RECEIVE_BATCH_SIZE
@@ -269,7 +268,10 @@ class Clients:
                 on_settings(session)
                 merged = await self.merged_settings(command.settings)
                 outbox.put_nowait(pb.TelemetryCommand(status=ok(), settings=merged))
-            await outbox.join()  # the client closed its side: what is queued for it still goes out
+            # The client closed its side: what is queued for it still goes out, unless writing fails.
+            flushed = asyncio.ensure_future(outbox.join())
+            await asyncio.wait({flushed, writer}, return_when=asyncio.FIRST_COMPLETED)
+            flushed.cancel()
         finally:
             if session is not None and session.outbox is outbox:
                 session.outbox = None
