@@ -95,10 +95,15 @@ class Producing:
             raise Refusal(v2.FORBIDDEN, f"topic {topic} has no writable queue")
         # RocketMQ's proxy places a send of several messages by none's group.
         queue = self._routes.select(queues, outgoing[0].message_group if len(outgoing) == 1 else "")
-        if len(outgoing) == 1:
-            entries = [await self._send_one(topic, queue, outgoing[0])]
-        else:
-            entries = await self._send_batch(topic, queue, outgoing)
+        try:
+            if len(outgoing) == 1:
+                entries = [await self._send_one(topic, queue, outgoing[0])]
+            else:
+                entries = await self._send_batch(topic, queue, outgoing)
+        except CometMQError as exc:
+            # A broker gone: the client's retry (its backoff policy) finds the route without it.
+            await self._brokers.refresh_route_if_unreachable(topic, exc)
+            raise
         overall = entries[0].status
         if len({entry.status.code for entry in entries}) > 1:
             overall = status(v2.MULTIPLE_RESULTS, "MULTIPLE_RESULTS")
