@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
 import os
 import time
@@ -12,6 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from cometmq.auth import Credentials
 from cometmq.client import blocking
 from cometmq.proxy import definition_pb2 as v2
 from cometmq.proxy import service_pb2 as pb
@@ -66,6 +69,21 @@ def client_metadata(client_id: str) -> list[tuple[str, str]]:
 
 def new_client_id() -> str:
     return f"test-client-{os.getpid()}-{next(_names)}"
+
+
+def signed(credentials: Credentials | None, secret: str | None = None) -> list[tuple[str, str]]:
+    """A 5.x client's metadata, signed as *credentials* (with *secret* in place of its secret key)."""
+    metadata = client_metadata(new_client_id())
+    if credentials is None:
+        return metadata
+    date_time = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    key = (secret or credentials.secret_key).encode()
+    signature = hmac.new(key, date_time.encode(), hashlib.sha1).hexdigest()
+    authorization = (
+        f"MQv2-HMAC-SHA1 Credential={credentials.access_key}, SignedHeaders=x-mq-date-time, "
+        f"Signature={signature}"
+    )
+    return [*metadata, ("x-mq-date-time", date_time), ("authorization", authorization)]
 
 
 def message(topic: str, body: bytes = b"hello", **system: object) -> v2.Message:

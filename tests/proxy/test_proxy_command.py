@@ -12,8 +12,9 @@ import pytest
 from cometmq.client import blocking
 from cometmq.proxy import definition_pb2 as v2
 from cometmq.proxy import service_pb2 as pb
-from conftest import Stub, client_metadata, message, new_client_id
+from conftest import Stub, client_metadata, message, new_client_id, signed
 from processes import ServerProcess, cometmq, free_port, proxy_address, standalone_args, start_standalone
+from secured_servers import ACL_TOPIC, PLAIN_ACL, READER, WRITER, write_conf
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +68,32 @@ def test_standalone_names_the_flag_of_a_proxy_port_taken(tmp_path: Path) -> None
         result = cometmq(*standalone_args(tmp_path / "data", "--proxy-port", str(port)))
     assert result.returncode != 0
     assert "--proxy-port" in result.stderr
+
+
+def test_proxy_command_checks_signatures_against_its_access_control_file(
+    cluster: tuple[ServerProcess, str], tmp_path: Path
+) -> None:
+    _, namesrv = cluster
+    with blocking.AdminClient(namesrv) as admin:
+        admin.create_topic(ACL_TOPIC, 2)
+    (tmp_path / "plain_acl.yml").write_text(PLAIN_ACL)
+    conf = write_conf(
+        tmp_path / "proxy.conf",
+        aclEnable="true",
+        plainAclFile=str(tmp_path / "plain_acl.yml"),
+        authConfigPath=str(tmp_path / "auth"),
+    )
+    proxy = ServerProcess(
+        ["proxy", "--namesrv", namesrv, "--port", "0", "-c", str(conf)], tmp_path / "proxy.log"
+    )
+    try:
+        assert "signatures checked" in proxy.wait_ready("CometMQ proxy ready:")
+        with grpc.insecure_channel(proxy_address(proxy)) as channel:
+            stub = Stub(channel)  # type: ignore[no-untyped-call]
+            request = pb.SendMessageRequest(messages=[message(ACL_TOPIC)])
+            assert stub.SendMessage(request, metadata=signed(None)).status.code == v2.UNAUTHORIZED
+            assert stub.SendMessage(request, metadata=signed(READER)).status.code == v2.UNAUTHORIZED
+            allowed = stub.SendMessage(request, metadata=signed(WRITER))
+            assert allowed.status.code == v2.OK, allowed.status
+    finally:
+        assert proxy.terminate() == 0

@@ -3,9 +3,6 @@ certificate, reaches its broker over TLS, and checks each call's signature again
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,10 +16,9 @@ from cometmq.proxy import service_pb2 as pb
 from conftest import (
     ProxiedStandalone,
     Stub,
-    client_metadata,
     message,
-    new_client_id,
     producer_settings,
+    signed,
     start_proxied,
 )
 from secured_servers import ACL_TOPIC, ADMIN, READER, WRITER, secured_conf
@@ -55,21 +51,6 @@ def stub(secured: ProxiedStandalone, certificates: Certificates) -> Iterator[Stu
     credentials = grpc.ssl_channel_credentials(root_certificates=Path(certificates.ca).read_bytes())
     with grpc.secure_channel(secured.proxy, credentials) as channel:
         yield Stub(channel)  # type: ignore[no-untyped-call]
-
-
-def signed(credentials: Credentials | None, secret: str | None = None) -> list[tuple[str, str]]:
-    """A 5.x client's metadata, signed as *credentials* (with *secret* in place of its secret key)."""
-    metadata = client_metadata(new_client_id())
-    if credentials is None:
-        return metadata
-    date_time = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    key = (secret or credentials.secret_key).encode()
-    signature = hmac.new(key, date_time.encode(), hashlib.sha1).hexdigest()
-    authorization = (
-        f"MQv2-HMAC-SHA1 Credential={credentials.access_key}, SignedHeaders=x-mq-date-time, "
-        f"Signature={signature}"
-    )
-    return [*metadata, ("x-mq-date-time", date_time), ("authorization", authorization)]
 
 
 def send(stub: Stub, metadata: list[tuple[str, str]]) -> pb.SendMessageResponse:
