@@ -446,14 +446,16 @@ class PopService:
             return
         records: list[DecodedRecord] = []
         # An order pop hands out again, first, the messages whose invisible time passed unacked.
-        for offset in list(state.redeliver[:want]) if pop.order else ():
+        again = state.redeliver[:want] if pop.order else []
+        took_all_again = len(again) == len(state.redeliver)
+        for offset in again:
             record = self._record_at(topic, queue_id, offset)
             if record is None:  # cleaned from the store meanwhile: nothing to hand out
                 self.journal.append(PopJournal.ack_record(key, offset))
                 continue
             records.append(record)
         cursor = state.cursor
-        if not state.redeliver or not pop.order:
+        if took_all_again and len(records) < want:
             result = self._read(
                 topic,
                 queue_id,
@@ -642,7 +644,7 @@ class PopService:
         header = PeekMessageRequestHeader.decode(request.ext_fields)
         config = self._readable_topic(header.topic, "peeking")
         self._check_queue(config, header.queue_id)
-        self._group_retry_max_times(header.consumer_group, create=False)
+        self._group_retry_max_times(header.consumer_group, create=True)
         want = min(header.max_msg_nums, MAX_POP_MESSAGES)
         count = config.read_queue_nums
         queues = [header.queue_id] if header.queue_id >= 0 else list(range(count))
@@ -724,7 +726,7 @@ class PopService:
         header = PollingInfoRequestHeader.decode(request.ext_fields)
         config = self._readable_topic(header.topic, "peeking")
         self._check_queue(config, header.queue_id)
-        self._group_retry_max_times(header.consumer_group, create=False)
+        self._group_retry_max_times(header.consumer_group, create=True)
         count = self._held_count.get((header.topic, header.consumer_group, header.queue_id), 0)
         return request.response(ext_fields=PollingInfoResponseHeader(polling_num=count).encode())
 
