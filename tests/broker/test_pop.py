@@ -311,3 +311,48 @@ def test_an_order_pop_hands_unacked_messages_out_again_in_order_then_dead_letter
             assert broker.store.max_offset("%DLQ%CG", 0) == 1
 
     run(scenario())
+
+
+def test_the_in_flight_state_is_replayed_at_a_restart_and_follows_deleted_groups(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            await create_topic(client, addr, "Gone", 1)
+            for n in range(3):
+                await send(client, addr, "Orders", b"%d" % n, 0)
+            await send(client, addr, "Gone", b"x", 0)
+            _, records = await pop(client, broker, "Orders")
+            await pop(client, broker, "Gone")
+            assert (await client.invoke(addr, ack_request(records[1]))).code == ResponseCode.SUCCESS
+            deleted = RemotingCommand(code=RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": "Gone"})
+            assert (await client.invoke(addr, deleted)).code == ResponseCode.SUCCESS
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            states = broker.pop.journal.states
+            assert set(states) == {("CG", "Orders", 0)}
+            assert sorted(states[("CG", "Orders", 0)].inflight) == [0, 2]
+            assert broker.offsets.query("CG", "Orders", 0) == 0
+            assert (await client.invoke(addr, ack_request(records[0]))).code == ResponseCode.SUCCESS
+            assert broker.offsets.query("CG", "Orders", 0) == 2
+            removed = RemotingCommand(
+                code=RequestCode.DELETE_SUBSCRIPTIONGROUP, ext_fields={"groupName": "CG"}
+            )
+            assert (await client.invoke(addr, removed)).code == ResponseCode.SUCCESS
+            assert not broker.pop.journal.states
+
+    run(scenario())
+
+
+def test_a_torn_journal_tail_is_cut_and_the_rest_kept(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            await send(client, addr, "Orders", b"kept", 0)
+            await pop(client, broker, "Orders")
+            journal = broker.pop.journal.path
+        with journal.open("ab") as torn:
+            torn.write(b'0badc0de {"op":"ack","g":"CG","t":"Orders","q":0,"o":0}\n{"op":')
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            assert sorted(broker.pop.journal.states[("CG", "Orders", 0)].inflight) == [0]
+            assert b"0badc0de" not in journal.read_bytes()
+
+    run(scenario())

@@ -250,6 +250,7 @@ class AdminProcessor:
         broker.topics.delete(topic)
         broker.stats.forget_topic(topic)
         broker.offsets.delete_topic(topic)
+        broker.pop.forget_topic(topic)
         broker.store.delete_topic(topic)
         return request.response()
 
@@ -287,6 +288,7 @@ class AdminProcessor:
         group = delete.group_name
         broker.groups.delete(group)  # RocketMQ answers SUCCESS for an unknown group too
         broker.stats.forget_group(group)
+        broker.pop.forget_group(group)
         if delete.remove_offset:
             broker.offsets.delete_group(group)
         return request.response()

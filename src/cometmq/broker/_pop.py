@@ -119,7 +119,6 @@ class _Pop:
     init_mode: int
     codes: frozenset[int] | None
     accept: RecordFilter | None
-    retry_max_times: int
 
 
 @dataclasses.dataclass(slots=True)
@@ -178,16 +177,14 @@ class PopService:
             self._commit(key, state)
 
     def start(self) -> None:
-        """Revive messages as their invisible time passes, and wake held pops on arrivals."""
-        if not self._listening:
-            self._broker.store.add_arrival_listener(self._on_arrival)
-            self._listening = True
+        """Revive messages as their invisible time passes."""
         self._running = True
         self._arm_revive()
         if not self.journal.sync_each_write:
             self._sync_task = asyncio.ensure_future(self._sync_every_second())
 
     async def stop(self) -> None:
+        """Stop reviving, and answer the held pops while their connections are open."""
         self._running = False
         if self._revive_timer is not None:
             self._revive_timer.cancel()
@@ -196,10 +193,18 @@ class PopService:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        self._answer_held()
+
+    def close(self) -> None:
+        """Close the journal (synced) once no request is served any more."""
+        self._answer_held()  # any held since stop(): their connections are closed
+        self.journal.close()
+
+    def _answer_held(self) -> None:
         for held in {held for watchers in self._held.values() for held in watchers}:
             self._unpark(held)
-            held.conn.reply_with(held.request, held.expire)
-        self.journal.close()
+            if held.conn.is_open:
+                held.conn.reply_with(held.request, held.expire)
 
     async def _sync_every_second(self) -> None:
         loop = asyncio.get_running_loop()
@@ -242,7 +247,7 @@ class PopService:
                 f"topicConfig.readQueueNums:[{config.read_queue_nums}]",
             )
 
-    def _group_retry_max_times(self, group: str, *, create: bool) -> int:
+    def _check_group(self, group: str, *, create: bool) -> None:
         groups = self._broker.groups
         config = groups.find_or_create(group) if create else groups.get(group)
         if config is None:
@@ -251,7 +256,6 @@ class PopService:
             )
         if not config.consume_enable:
             raise RequestRefused(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
-        return config.retry_max_times
 
     # -- POP_MESSAGE ----------------------------------------------------------------------------
 
@@ -280,7 +284,7 @@ class PopService:
             )
         config = self._readable_topic(header.topic)
         self._check_queue(config, header.queue_id)
-        retry_max_times = self._group_retry_max_times(header.consumer_group, create=True)
+        self._check_group(header.consumer_group, create=True)
         codes, accept = self._filter(header.consumer_group, header.topic, header.exp_type, header.exp)
         pop = _Pop(
             header.consumer_group,
@@ -292,7 +296,6 @@ class PopService:
             header.init_mode,
             codes,
             accept,
-            retry_max_times,
         )
         popped = self._pop(pop)
         if popped.records:
@@ -577,7 +580,7 @@ class PopService:
 
     def ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = AckMessageRequestHeader.decode(request.ext_fields)
-        self._group_retry_max_times(header.consumer_group, create=False)
+        self._check_group(header.consumer_group, create=False)
         key, info = self._handle_target(
             header.consumer_group, header.topic, header.queue_id, header.offset, header.extra_info
         )
@@ -625,7 +628,7 @@ class PopService:
                 ResponseCode.INVALID_PARAMETER,
                 f"invisibleTime {header.invisible_time} ms is out of range: 0..{MAX_INVISIBLE_TIME_MS} ms",
             )
-        self._group_retry_max_times(header.consumer_group, create=False)
+        self._check_group(header.consumer_group, create=False)
         key, info = self._handle_target(
             header.consumer_group, header.topic, header.queue_id, header.offset, header.extra_info
         )
@@ -644,7 +647,7 @@ class PopService:
         header = PeekMessageRequestHeader.decode(request.ext_fields)
         config = self._readable_topic(header.topic, "peeking")
         self._check_queue(config, header.queue_id)
-        self._group_retry_max_times(header.consumer_group, create=True)
+        self._check_group(header.consumer_group, create=True)
         want = min(header.max_msg_nums, MAX_POP_MESSAGES)
         count = config.read_queue_nums
         queues = [header.queue_id] if header.queue_id >= 0 else list(range(count))
@@ -672,7 +675,7 @@ class PopService:
         header = NotificationRequestHeader.decode(request.ext_fields)
         config = self._readable_topic(header.topic, "peeking")
         self._check_queue(config, header.queue_id)
-        self._group_retry_max_times(header.consumer_group, create=True)
+        self._check_group(header.consumer_group, create=True)
         group, topic = header.consumer_group, header.topic
 
         def answer(has_msg: bool, full: bool = False) -> RemotingCommand:
@@ -726,7 +729,7 @@ class PopService:
         header = PollingInfoRequestHeader.decode(request.ext_fields)
         config = self._readable_topic(header.topic, "peeking")
         self._check_queue(config, header.queue_id)
-        self._group_retry_max_times(header.consumer_group, create=True)
+        self._check_group(header.consumer_group, create=True)
         count = self._held_count.get((header.topic, header.consumer_group, header.queue_id), 0)
         return request.response(ext_fields=PollingInfoResponseHeader(polling_num=count).encode())
 
@@ -742,6 +745,9 @@ class PopService:
         expire: Callable[[], RemotingCommand],
         poll_time_ms: int,
     ) -> None:
+        if not self._listening:  # a broker nobody pops from pays nothing per stored message
+            self._broker.store.add_arrival_listener(self._on_arrival)
+            self._listening = True
         held = _Held(conn, request, polling_key, watched, attempt, expire)
         for topic in watched:
             self._held.setdefault(topic, {})[held] = None
@@ -921,8 +927,14 @@ class PopService:
     # -- groups and topics going away -----------------------------------------------------------
 
     def forget_group(self, group: str) -> None:
+        """The group was deleted: its messages in flight are nobody's."""
         if any(key[0] == group for key in self.journal.states):
-            self.journal.append(PopJournal.drop_record(group))
+            self.journal.append(PopJournal.drop_group_record(group))
+
+    def forget_topic(self, topic: str) -> None:
+        """The topic was deleted: a topic made again under its name starts its queues at 0."""
+        if any(key[1] == topic for key in self.journal.states):
+            self.journal.append(PopJournal.drop_topic_record(topic))
 
 
 def _split_records(buffer: memoryview) -> list[memoryview]:

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import os
+import threading
 import zlib
 from pathlib import Path
 from typing import Any, Final
@@ -103,6 +104,8 @@ class PopJournal:
         self._size = 0
         self._size_at_compaction = 0
         self._unsynced = False
+        # The periodic sync runs on another thread: it must not meet a descriptor closed or replaced.
+        self._fd_lock = threading.Lock()
 
     # -- start and stop -------------------------------------------------------------------------
 
@@ -137,10 +140,11 @@ class PopJournal:
         self.compact_if_due(force=good > 0)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            self.sync()
-            os.close(self._fd)
-            self._fd = -1
+        self.sync()
+        with self._fd_lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -163,9 +167,10 @@ class PopJournal:
         self.compact_if_due()
 
     def sync(self) -> None:
-        if self._unsynced and self._fd >= 0:
-            self._unsynced = False
-            os.fsync(self._fd)
+        with self._fd_lock:
+            if self._unsynced and self._fd >= 0:
+                self._unsynced = False
+                os.fsync(self._fd)
 
     def compact_if_due(self, *, force: bool = False) -> None:
         grown = self._size - self._size_at_compaction
@@ -183,17 +188,18 @@ class PopJournal:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temporary, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-        if self._fd >= 0:
-            os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self._size = self._size_at_compaction = live
-        self._unsynced = False
+        with self._fd_lock:
+            os.replace(temporary, self.path)
+            directory = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+            if self._fd >= 0:
+                os.close(self._fd)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            self._size = self._size_at_compaction = live
+            self._unsynced = False
 
     # -- records --------------------------------------------------------------------------------
     # pop: {"op": "pop", "g", "t", "q", "c": cursor after, "o": [offsets], "pt", "it", "ord", "ck"}
@@ -201,7 +207,7 @@ class PopJournal:
     # chg: {"op": "chg", "g", "t", "q", "o", "pt", "it"}: a new invisible time from pt on
     # exp: {"op": "exp", "g", "t", "q", "o", "n"}: an order pop's message to deliver again, n-th time
     # state: {"op": "state", "g", "t", "q", "c", "f": [[o, pt, it, ord, ck]], "rd": [o], "n": [[o, n]]}
-    # drop: {"op": "drop", "g"}: every state of the group forgotten (the group was deleted)
+    # drop: {"op": "drop", "g"} or {"op": "drop", "t"}: every state of a deleted group or topic forgotten
 
     @staticmethod
     def pop_record(
@@ -234,8 +240,12 @@ class PopJournal:
         return {"op": "exp", "g": key[0], "t": key[1], "q": key[2], "o": offset, "n": count}
 
     @staticmethod
-    def drop_record(group: str) -> dict[str, Any]:
+    def drop_group_record(group: str) -> dict[str, Any]:
         return {"op": "drop", "g": group}
+
+    @staticmethod
+    def drop_topic_record(topic: str) -> dict[str, Any]:
+        return {"op": "drop", "t": topic}
 
     @staticmethod
     def _state_record(key: QueueKey, state: QueueState) -> dict[str, Any]:
@@ -253,8 +263,9 @@ class PopJournal:
     def _apply(self, record: dict[str, Any]) -> None:
         op = record["op"]
         if op == "drop":
-            group = str(record["g"])
-            for dropped in [key for key in self.states if key[0] == group]:
+            field, name = ("g", 0) if "g" in record else ("t", 1)
+            gone = str(record[field])
+            for dropped in [key for key in self.states if key[name] == gone]:
                 del self.states[dropped]
             return
         key: QueueKey = (str(record["g"]), str(record["t"]), int(record["q"]))

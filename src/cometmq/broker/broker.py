@@ -427,6 +427,7 @@ class Broker:
             await self.access.stop()
             # A broker that cannot listen serves nothing: it gives its data directory (and the lock on
             # it) up, so that a retry in this process, on another port, can have it.
+            self.pop.close()
             await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
             raise
         self._server = server
@@ -834,6 +835,7 @@ class Broker:
         if self._server is not None:
             await self._server.stop()
             self._server = None
+        self.pop.close()
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()
             self.metrics_endpoint = None
