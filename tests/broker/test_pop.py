@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
+import pytest
 from _pop_support import (
     ack_request,
     change_request,
@@ -20,6 +21,7 @@ from _pop_support import (
 )
 from _support import address, broker_and_client, create_topic, pull, run, send
 
+from cometmq.broker import _pop
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.pop import (
     BatchAck,
@@ -354,5 +356,37 @@ def test_a_torn_journal_tail_is_cut_and_the_rest_kept(tmp_path: Path) -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
             assert sorted(broker.pop.journal.states[("CG", "Orders", 0)].inflight) == [0]
             assert b"0badc0de" not in journal.read_bytes()
+
+    run(scenario())
+
+
+def test_an_sql92_filter_pops_only_matching_messages(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, enablePropertyFilter="true") as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            for amount in (5, 50, 500):
+                await send(client, addr, "Orders", b"%d" % amount, 0, amount=str(amount))
+            _, records = await pop(client, broker, "Orders", exp="amount > 10", exp_type="SQL92")
+            assert [r.body for r in records] == [b"50", b"500"]
+            bad = await client.invoke(addr, pop_request("Orders", exp="amount >", exp_type="SQL92"))
+            assert bad.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+
+    run(scenario())
+
+
+def test_pops_beyond_the_held_limit_are_answered_polling_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_pop, "MAX_HELD_PER_QUEUE", 1)
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            held = asyncio.ensure_future(pop(client, broker, "Orders", poll_ms=60_000))
+            await wait_until(lambda: broker.pop._held_count, message="the first pop held")
+            full = await client.invoke(addr, pop_request("Orders", poll_ms=60_000))
+            assert full.code == ResponseCode.POLLING_FULL
+            await send(client, addr, "Orders", b"for the first", 0)
+            assert [r.body for r in (await held)[1]] == [b"for the first"]
 
     run(scenario())

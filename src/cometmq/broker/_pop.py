@@ -284,6 +284,13 @@ class PopService:
             )
         config = self._readable_topic(header.topic)
         self._check_queue(config, header.queue_id)
+        if self._broker.store.is_batch_topic(header.topic):
+            # A record holds many messages there, and a receipt handle names one queue offset.
+            return request.response(
+                ResponseCode.INVALID_PARAMETER,
+                f"topic[{header.topic}] is a BatchCQ topic (queue.type=BatchCQ): POP consumption does not "
+                "serve it; pull it instead",
+            )
         self._check_group(header.consumer_group, create=True)
         codes, accept = self._filter(header.consumer_group, header.topic, header.exp_type, header.exp)
         pop = _Pop(
