@@ -85,3 +85,43 @@ def test_messages_in_flight_survive_kill9(tmp_path: Path, flush: str) -> None:
         asyncio.run(after())
     finally:
         server.stop()
+
+
+def test_an_order_pop_in_flight_survives_kill9_and_keeps_its_queue_in_order(tmp_path: Path) -> None:
+    server = CrashableServer(tmp_path / "data", broker_conf(tmp_path / "broker.conf"))
+    server.start()
+    try:
+        first: list[DecodedRecord] = []
+
+        async def before() -> None:
+            client = RemotingClient()
+            try:
+                assert (await create_topic(client, server.broker, TOPIC, 1)).code == 0
+                for n in range(3):
+                    sent, _ = await send(client, server.broker, TOPIC, 0, b"m%d" % n, {})
+                    assert sent.code == ResponseCode.SUCCESS
+                first.extend(await _pop(client, server.broker, max_nums=2, order=True, invisible_ms=600_000))
+                assert [r.body for r in first] == [b"m0", b"m1"]
+            finally:
+                await client.close()
+
+        asyncio.run(before())
+        server.kill9()
+        server.start()
+
+        async def after() -> None:
+            client = RemotingClient()
+            try:
+                assert await _pop(client, server.broker, order=True) == []  # still blocked
+                for record in first:
+                    await _ok(client, server.broker, change_request(record, 0))
+                again: list[DecodedRecord] = []
+                while not again:
+                    again = await _pop(client, server.broker, order=True, poll_ms=20_000)
+                assert [(r.body, r.reconsume_times) for r in again] == [(b"m0", 1), (b"m1", 1), (b"m2", 0)]
+            finally:
+                await client.close()
+
+        asyncio.run(after())
+    finally:
+        server.stop()
