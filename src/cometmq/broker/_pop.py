@@ -237,12 +237,10 @@ class PopService:
             )
         return config
 
-    def _check_queue(
-        self, config: TopicConfig, queue_id: int, code: int = ResponseCode.INVALID_PARAMETER
-    ) -> None:
+    def _check_queue(self, config: TopicConfig, queue_id: int) -> None:
         if queue_id >= config.read_queue_nums:
             raise RequestRefused(
-                code,
+                ResponseCode.INVALID_PARAMETER,
                 f"queueId[{queue_id}] is illegal, topic:[{config.topic_name}] "
                 f"topicConfig.readQueueNums:[{config.read_queue_nums}]",
             )
@@ -474,15 +472,10 @@ class PopService:
                 None if is_retry else pop.codes,
                 None if is_retry else pop.accept,
             )
-            if result.status in (
-                GetStatus.FOUND,
-                GetStatus.NO_MATCHED_MESSAGE,
-                GetStatus.OFFSET_FOUND_NULL,
-                GetStatus.MESSAGE_WAS_REMOVING,
-                GetStatus.OFFSET_TOO_SMALL,
-                GetStatus.OFFSET_OVERFLOW_BADLY,
-            ):
-                cursor = max(cursor, result.next_begin_offset)
+            if result.status is not GetStatus.NO_MATCHED_LOGIC_QUEUE:  # a queue with no file yet stays
+                # Past what was read and what the filter skipped; or corrected into the queue when
+                # the cursor had fallen out of it (retention below, a truncated log above).
+                cursor = result.next_begin_offset
             for buffer in result.buffers:
                 records.extend(iter_records(buffer))
             popped.rest_num += max(0, result.max_offset - cursor)
@@ -658,24 +651,23 @@ class PopService:
         want = min(header.max_msg_nums, MAX_POP_MESSAGES)
         count = config.read_queue_nums
         queues = [header.queue_id] if header.queue_id >= 0 else list(range(count))
-        records: list[bytes] = []
-        rest = 0
+        buffers: list[memoryview] = []
+        found = rest = 0
         for queue_id in queues:
             key = (header.consumer_group, header.topic, queue_id)
             state = self.journal.states.get(key)
-            committed = self._broker.offsets.query(*key)
-            offset = state.cursor if state is not None else max(committed, 0)
-            if len(records) < want:
-                result = self._read(header.topic, queue_id, offset, want - len(records), None, None)
-                for buffer in result.buffers:
-                    records.extend(bytes(record) for record in _split_records(buffer))
+            offset = state.cursor if state is not None else max(self._broker.offsets.query(*key), 0)
+            if found < want:
+                result = self._read(header.topic, queue_id, offset, want - found, None, None)
+                buffers += result.buffers
+                found += result.message_count
                 offset = max(offset, result.next_begin_offset)
             rest += max(0, self._broker.store.max_offset(header.topic, queue_id) - offset)
         answer = PopMessageResponseHeader(pop_time=_now_ms(), invisible_time=0, revive_qid=0, rest_num=rest)
-        if not records:
+        if not found:
             return request.response(ResponseCode.PULL_NOT_FOUND, "NO_MESSAGE_IN_QUEUE", answer.encode())
         response = request.response(ResponseCode.SUCCESS, "FOUND", answer.encode())
-        response.body_parts = records
+        response.body_parts = buffers  # the records as stored, as a pull sends them
         return response
 
     def notification(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
@@ -942,18 +934,6 @@ class PopService:
         """The topic was deleted: a topic made again under its name starts its queues at 0."""
         if any(key[1] == topic for key in self.journal.states):
             self.journal.append(PopJournal.drop_topic_record(topic))
-
-
-def _split_records(buffer: memoryview) -> list[memoryview]:
-    records = []
-    pos = 0
-    while pos + 4 <= len(buffer):
-        size = int.from_bytes(buffer[pos : pos + 4], "big")
-        if size <= 0:
-            break
-        records.append(buffer[pos : pos + size])
-        pos += size
-    return records
 
 
 def _delivered(
