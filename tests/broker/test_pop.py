@@ -390,3 +390,30 @@ def test_pops_beyond_the_held_limit_are_answered_polling_full(
             assert [r.body for r in (await held)[1]] == [b"for the first"]
 
     run(scenario())
+
+
+def test_a_popped_retry_can_be_sent_to_the_dlq_by_send_back_then_acked(tmp_path: Path) -> None:
+    """RocketMQ 5's ForwardMessageToDeadLetterQueue: CONSUMER_SEND_MSG_BACK with delay level -1 of the
+    popped message's commit-log offset, then its ack."""
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            await send(client, addr, "Orders", b"poison", 0)
+            await pop(client, broker, "Orders", invisible_ms=200)
+            _, (retried,) = await pop(client, broker, "Orders", poll_ms=20_000)
+            assert real_topic(retried) == "%RETRY%CG_Orders"
+            fields = {
+                "offset": str(retried.commitlog_offset),
+                "group": "CG",
+                "delayLevel": "-1",
+                "originTopic": "Orders",
+            }
+            back = await client.invoke(
+                addr, RemotingCommand(code=RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=fields)
+            )
+            assert back.code == ResponseCode.SUCCESS, back.remark
+            assert (await client.invoke(addr, ack_request(retried))).code == ResponseCode.SUCCESS
+            assert broker.store.max_offset("%DLQ%CG", 0) == 1
+
+    run(scenario())
