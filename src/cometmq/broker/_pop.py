@@ -836,7 +836,6 @@ class PopService:
             return
         now = _now_ms()
         heap = self._revive_heap
-        woken: set[str] = set()
         while heap and heap[0][0] <= now:
             _, _, key, offset, pop_time = heapq.heappop(heap)
             state = self.journal.states.get(key)
@@ -849,11 +848,6 @@ class PopService:
                 log.exception("reviving %s@%d offset %d of group %s failed", key[1], key[2], offset, key[0])
                 entry.invisible_time += REVIVE_RETRY_MS  # in memory only: tried again shortly
                 heapq.heappush(heap, (entry.visible_at, next(self._order), key, offset, entry.pop_time))
-                continue
-            self._commit(key, state)
-            woken.add(key[1])
-        for topic in woken:
-            self._wake_soon(topic)
         self._arm_revive()
 
     def _revive(self, key: QueueKey, state: QueueState, offset: int, entry: InFlight) -> None:
@@ -862,21 +856,37 @@ class PopService:
         max_times = group_config.retry_max_times if group_config is not None else DEFAULT_RETRY_MAX_TIMES
         record = self._record_at(topic, queue_id, offset)
         if record is None:  # cleaned from the store meanwhile: nothing left to deliver
-            self.journal.append(PopJournal.ack_record(key, offset))
+            self._settle(key, [offset])
             return
         if entry.order:
             count = state.counts.get(offset, 0)
-            if count >= max_times:
-                self._dead_letter(group, topic, record, count)
-                self.journal.append(PopJournal.ack_record(key, offset))
-            else:
+            if count < max_times:  # handed out again, in its place
                 self.journal.append(PopJournal.expired_record(key, offset, count + 1))
-            return
-        if record.reconsume_times >= max_times:
-            self._dead_letter(group, topic, record, record.reconsume_times)
+                self._commit(key, state)
+                self._wake_soon(topic)
+                return
+            end = self._dead_letter(group, topic, record, count)
+        elif record.reconsume_times >= max_times:
+            end = self._dead_letter(group, topic, record, record.reconsume_times)
         else:
-            self._retry(group, topic, record, entry)
-        self.journal.append(PopJournal.ack_record(key, offset))
+            end = self._retry(group, topic, record, entry)
+        if not self._broker.sync_flush:
+            self._settle(key, [offset])
+            return
+        # SYNC_FLUSH: the original is settled only once its copy is on disk, so that no power loss
+        # keeps the settlement and loses the copy. Meanwhile it stays in flight, out of the heap.
+        flushed = self._broker.store.when_flushed(end)
+        flushed.add_done_callback(lambda done: self._copy_flushed(done, key, offset, entry))
+
+    def _copy_flushed(self, done: asyncio.Future[bool], key: QueueKey, offset: int, entry: InFlight) -> None:
+        state = self.journal.states.get(key)
+        if state is None or state.inflight.get(offset) is not entry:
+            return  # acked or dropped meanwhile
+        if not done.cancelled() and done.result():
+            self._settle(key, [offset])
+        else:  # not on disk: revived again shortly (a second copy: at least once)
+            entry.invisible_time += REVIVE_RETRY_MS
+            self._remember(key, offset, entry)
 
     def _subscribed_topic(self, group: str, topic: str, record: DecodedRecord) -> str:
         prefix = f"{RETRY_GROUP_TOPIC_PREFIX}{group}_"
@@ -884,7 +894,7 @@ class PopService:
             return decode_properties(record.properties).get(RETRY_TOPIC) or topic[len(prefix) :]
         return topic
 
-    def _retry(self, group: str, topic: str, record: DecodedRecord, entry: InFlight) -> None:
+    def _retry(self, group: str, topic: str, record: DecodedRecord, entry: InFlight) -> int:
         broker = self._broker
         subscribed = self._subscribed_topic(group, topic, record)
         retry = broker.topics.create_retry_topic(pop_retry_topic(subscribed, group), 1)
@@ -898,9 +908,9 @@ class PopService:
         message = copy_of_record(
             record, properties, retry.topic_name, queue_id, broker.store_host, record.reconsume_times + 1
         )
-        self._put(message)
+        return self._put(message)
 
-    def _dead_letter(self, group: str, topic: str, record: DecodedRecord, reconsume_times: int) -> None:
+    def _dead_letter(self, group: str, topic: str, record: DecodedRecord, reconsume_times: int) -> int:
         broker = self._broker
         subscribed = self._subscribed_topic(group, topic, record)
         dlq = broker.topics.dead_letter_topic(group)
@@ -913,15 +923,18 @@ class PopService:
         message = copy_of_record(
             record, properties, dlq.topic_name, 0, broker.store_host, reconsume_times + 1
         )
-        self._put(message)
+        end = self._put(message)
         broker.stats.count_dlq(group, subscribed)
+        return end
 
-    def _put(self, message: MessageToStore) -> None:
+    def _put(self, message: MessageToStore) -> int:
+        """Store a revived copy; its commit-log end offset."""
         store = self._broker.store
         result = store.put(message)
         if result.status is not PutStatus.PUT_OK:
             raise RuntimeError(store.write_refusal or result.status.name)
         self._broker.stats.count_put(message.topic, 1, result.wrote_bytes)
+        return result.commitlog_end_offset
 
     # -- groups and topics going away -----------------------------------------------------------
 
