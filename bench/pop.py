@@ -95,10 +95,10 @@ def main() -> None:
         cpu = statistics.median(cpu for _, cpu in figures[kind])
         medians[kind] = (rate, cpu)
         print(f"{label:<34} {rate:>9.0f} {cpu:>14.1f}")
-    ratio = medians["pop"][0] / medians["pull"][0]
-    print(
-        f"pop / pull: {ratio:.2f} of the rate, {medians['pop'][1] / medians['pull'][1]:.1f}x the broker CPU"
-    )
+    rate_ratio = medians["pop"][0] / medians["pull"][0]
+    # The CPU clock ticks every 10 ms: a short pull round may read 0.
+    cpu_ratio = f"{medians['pop'][1] / medians['pull'][1]:.1f}x" if medians["pull"][1] else "n/a"
+    print(f"pop / pull: {rate_ratio:.2f} of the rate, {cpu_ratio} the broker CPU")
 
 
 if __name__ == "__main__":

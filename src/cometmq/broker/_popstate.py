@@ -16,13 +16,14 @@ journal is compacted by writing the live state alone to a new file, fsync'd, the
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import threading
 import zlib
 from pathlib import Path
 from typing import Any, Final
+
+import orjson
 
 log = logging.getLogger("cometmq.broker")
 
@@ -76,7 +77,8 @@ class QueueState:
 
 
 def _line(record: dict[str, Any]) -> bytes:
-    text = json.dumps(record, separators=(",", ":")).encode()
+    # One line per ack: orjson, several times faster than json here (bench/pop.py).
+    text = orjson.dumps(record)
     return b"%08x %s\n" % (zlib.crc32(text), text)
 
 
@@ -87,7 +89,7 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     try:
         if int(line[:8], 16) != zlib.crc32(text):
             return None
-        record = json.loads(text)
+        record = orjson.loads(text)
     except ValueError:
         return None
     return record if isinstance(record, dict) else None
