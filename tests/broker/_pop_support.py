@@ -35,6 +35,7 @@ def pop_request(
     exp: str | None = None,
     exp_type: str | None = None,
     init_mode: int = 0,
+    attempt_id: str | None = None,
 ) -> RemotingCommand:
     header = PopMessageRequestHeader(
         consumer_group=group,
@@ -48,6 +49,7 @@ def pop_request(
         exp_type=exp_type,
         exp=exp,
         order=order,
+        attempt_id=attempt_id,
     )
     return RemotingCommand(code=RequestCode.POP_MESSAGE, ext_fields=header.encode())
 

@@ -417,3 +417,25 @@ def test_a_popped_retry_can_be_sent_to_the_dlq_by_send_back_then_acked(tmp_path:
             assert broker.store.max_offset("%DLQ%CG", 0) == 1
 
     run(scenario())
+
+
+def test_an_order_pop_repeated_with_its_attempt_id_gets_the_same_messages_again(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Fifo", 1)
+            for n in range(3):
+                await send(client, addr, "Fifo", b"%d" % n, 0)
+            _, lost = await pop(client, broker, "Fifo", order=True, max_nums=2, attempt_id="a1")
+            _, again = await pop(client, broker, "Fifo", order=True, max_nums=2, attempt_id="a1")
+            assert [r.body for r in again] == [r.body for r in lost] == [b"0", b"1"]
+            assert [r.reconsume_times for r in again] == [0, 0]  # the lost answer was no delivery
+            other, none = await pop(client, broker, "Fifo", order=True, attempt_id="a2")
+            assert other.code == ResponseCode.POLLING_TIMEOUT and none == []
+            stale = await client.invoke(addr, ack_request(lost[0]))
+            assert stale.code == ResponseCode.NO_MESSAGE
+            for record in again:
+                assert (await client.invoke(addr, ack_request(record))).code == ResponseCode.SUCCESS
+            _, rest = await pop(client, broker, "Fifo", order=True, attempt_id="a3")
+            assert [r.body for r in rest] == [b"2"]
+
+    run(scenario())

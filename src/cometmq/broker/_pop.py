@@ -119,6 +119,7 @@ class _Pop:
     init_mode: int
     codes: frozenset[int] | None
     accept: RecordFilter | None
+    attempt_id: str | None
 
 
 @dataclasses.dataclass(slots=True)
@@ -301,6 +302,7 @@ class PopService:
             header.init_mode,
             codes,
             accept,
+            header.attempt_id if header.order else None,
         )
         popped = self._pop(pop)
         if popped.records:
@@ -450,12 +452,19 @@ class PopService:
         key = (pop.group, topic, queue_id)
         state = self._state(key, pop.init_mode)
         if pop.order and state.blocked:
-            popped.rest_num += self._rest(pop.group, topic, queue_id)
-            return
+            if not pop.attempt_id or any(e.attempt_id != pop.attempt_id for e in state.inflight.values()):
+                popped.rest_num += self._rest(pop.group, topic, queue_id)
+                return
+            # The same attempt again (RocketMQ's attemptId: its answer was lost on the way): the
+            # same messages, under new receipt handles (a later pop time, even within the same ms).
+            again = sorted(state.inflight)[:want]
+            popped.pop_time = max(popped.pop_time, 1 + max(e.pop_time for e in state.inflight.values()))
+            took_all_again = False
+        else:
+            # An order pop hands out again, first, the messages whose invisible time passed unacked.
+            again = state.redeliver[:want] if pop.order else []
+            took_all_again = len(again) == len(state.redeliver)
         records: list[DecodedRecord] = []
-        # An order pop hands out again, first, the messages whose invisible time passed unacked.
-        again = state.redeliver[:want] if pop.order else []
-        took_all_again = len(again) == len(state.redeliver)
         for offset in again:
             record = self._record_at(topic, queue_id, offset)
             if record is None:  # cleaned from the store meanwhile: nothing to hand out
@@ -483,7 +492,9 @@ class PopService:
             return
         offsets = [record.queue_offset for record in records]
         self.journal.append(
-            PopJournal.pop_record(key, cursor, offsets, popped.pop_time, pop.invisible_time, pop.order)
+            PopJournal.pop_record(
+                key, cursor, offsets, popped.pop_time, pop.invisible_time, pop.order, pop.attempt_id
+            )
         )
         self._broker.offsets.pulled[key] = cursor
         if not records:

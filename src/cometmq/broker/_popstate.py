@@ -42,6 +42,8 @@ class InFlight:
     order: bool
     # Offset of the first message its pop took from this queue: the receipt handle's ckQueueOffset.
     ck_offset: int
+    # An order pop's attemptId: the same attempt again (its answer was lost) gets the same messages.
+    attempt_id: str | None = None
 
     @property
     def visible_at(self) -> int:
@@ -74,6 +76,18 @@ class QueueState:
         self.counts.pop(offset, None)
         if offset in self.redeliver:
             self.redeliver.remove(offset)
+
+
+def _in_flight(
+    pop_time: Any, invisible_time: Any, order: Any, ck_offset: Any, attempt_id: Any = None
+) -> InFlight:
+    return InFlight(
+        int(pop_time),
+        int(invisible_time),
+        bool(order),
+        int(ck_offset),
+        None if attempt_id is None else str(attempt_id),
+    )
 
 
 def _line(record: dict[str, Any]) -> bytes:
@@ -204,21 +218,29 @@ class PopJournal:
             self._unsynced = False
 
     # -- records --------------------------------------------------------------------------------
-    # pop: {"op": "pop", "g", "t", "q", "c": cursor after, "o": [offsets], "pt", "it", "ord", "ck"}
+    # pop: {"op": "pop", "g", "t", "q", "c": cursor after, "o": [offsets], "pt", "it", "ord", "ck", "aid"?}
     # ack: {"op": "ack", "g", "t", "q", "o": offset}: settled (acked, revived or dead-lettered)
     # chg: {"op": "chg", "g", "t", "q", "o", "pt", "it"}: a new invisible time from pt on
     # exp: {"op": "exp", "g", "t", "q", "o", "n"}: an order pop's message to deliver again, n-th time
-    # state: {"op": "state", "g", "t", "q", "c", "f": [[o, pt, it, ord, ck]], "rd": [o], "n": [[o, n]]}
+    # state: {"op": "state", "g", "t", "q", "c", "f": [[o, pt, it, ord, ck, aid]], "rd": [o], "n": [[o, n]]}
     # drop: {"op": "drop", "g"} or {"op": "drop", "t"}: every state of a deleted group or topic forgotten
 
     @staticmethod
     def pop_record(
-        key: QueueKey, cursor: int, offsets: list[int], pop_time: int, invisible_time: int, order: bool
+        key: QueueKey,
+        cursor: int,
+        offsets: list[int],
+        pop_time: int,
+        invisible_time: int,
+        order: bool,
+        attempt_id: str | None = None,
     ) -> dict[str, Any]:
         group, topic, queue_id = key
         ck = offsets[0] if offsets else cursor
         record = {"op": "pop", "g": group, "t": topic, "q": queue_id, "c": cursor, "o": offsets}
         record.update(pt=pop_time, it=invisible_time, ord=order, ck=ck)
+        if attempt_id:
+            record["aid"] = attempt_id
         return record
 
     @staticmethod
@@ -257,7 +279,10 @@ class PopJournal:
             "t": key[1],
             "q": key[2],
             "c": state.cursor,
-            "f": [[o, e.pop_time, e.invisible_time, e.order, e.ck_offset] for o, e in state.inflight.items()],
+            "f": [
+                [o, e.pop_time, e.invisible_time, e.order, e.ck_offset, e.attempt_id]
+                for o, e in state.inflight.items()
+            ],
             "rd": state.redeliver,
             "n": [[o, n] for o, n in state.counts.items()],
         }
@@ -274,10 +299,7 @@ class PopJournal:
         if op == "state":
             self.states[key] = QueueState(
                 int(record["c"]),
-                {
-                    int(o): InFlight(int(pt), int(it), bool(order), int(ck))
-                    for o, pt, it, order, ck in record["f"]
-                },
+                {int(f[0]): _in_flight(*f[1:]) for f in record["f"]},
                 sorted(int(o) for o in record["rd"]),
                 {int(o): int(n) for o, n in record["n"]},
             )
@@ -286,12 +308,12 @@ class PopJournal:
         if op == "pop":
             if state is None:
                 state = self.states[key] = QueueState(int(record["c"]))
-            entry_of = (int(record["pt"]), int(record["it"]), bool(record["ord"]), int(record["ck"]))
+            fields = (record["pt"], record["it"], record["ord"], record["ck"], record.get("aid"))
             for offset in record["o"]:
                 offset = int(offset)
                 if offset in state.redeliver:
                     state.redeliver.remove(offset)
-                state.inflight[offset] = InFlight(*entry_of)
+                state.inflight[offset] = _in_flight(*fields)
             state.cursor = max(state.cursor, int(record["c"]))
             return
         if state is None:
