@@ -19,9 +19,19 @@ from _pop_support import (
     pop_request,
     real_topic,
 )
-from _support import address, broker_and_client, create_topic, pull, run, send
+from _support import (
+    address,
+    broker_and_client,
+    create_topic,
+    name_server,
+    pull,
+    run,
+    running_broker,
+    send,
+)
 
 from cometmq.broker import _pop
+from cometmq.client import SimpleConsumer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.pop import (
     BatchAck,
@@ -35,6 +45,7 @@ from cometmq.protocol.pop import (
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import decode_records
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
+from cometmq.remoting import RemotingClient
 from waiting import wait_until
 
 
@@ -437,5 +448,36 @@ def test_an_order_pop_repeated_with_its_attempt_id_gets_the_same_messages_again(
                 assert (await client.invoke(addr, ack_request(record))).code == ResponseCode.SUCCESS
             _, rest = await pop(client, broker, "Fifo", order=True, attempt_id="a3")
             assert [r.body for r in rest] == [b"2"]
+
+    run(scenario())
+
+
+def test_a_simple_consumer_receives_from_every_broker_of_its_topic(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with (
+            name_server() as (_, ns_addr),
+            running_broker(tmp_path / "a", namesrvAddr=ns_addr, brokerName="broker-a") as first,
+            running_broker(tmp_path / "b", namesrvAddr=ns_addr, brokerName="broker-b") as second,
+        ):
+            client = RemotingClient()
+            try:
+                for broker, body in ((first, b"from a"), (second, b"from b")):
+                    await create_topic(client, address(broker), "Spread", 2)
+                    await send(client, address(broker), "Spread", body, 1)
+                    await broker.register_all()
+            finally:
+                await client.close()
+            async with SimpleConsumer("GID_spread", ns_addr, subscriptions={"Spread": "*"}) as consumer:
+                got = []
+                while len(got) < 2:
+                    got += await consumer.receive(8, 30, await_duration=10)
+                assert sorted((m.broker_name, m.body) for m in got) == [
+                    ("broker-a", b"from a"),
+                    ("broker-b", b"from b"),
+                ]
+                for message in got:
+                    await consumer.ack(message)
+            assert first.offsets.query("GID_spread", "Spread", 1) == 1
+            assert second.offsets.query("GID_spread", "Spread", 1) == 1
 
     run(scenario())

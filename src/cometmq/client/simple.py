@@ -203,7 +203,8 @@ class SimpleConsumer(Client):
         return await self._pop(topic, broker_name, max_messages, invisible_ms, round(wait * 1000))
 
     async def _targets(self) -> list[tuple[str, str]]:
-        """Each subscribed topic with each broker that has readable queues of it."""
+        """Each subscribed topic with each broker that has readable queues of it and a master (a
+        slave serves no pops)."""
         instance = self.instance
         targets = []
         for topic in self._subscriptions:
@@ -211,7 +212,11 @@ class SimpleConsumer(Client):
             if route is None:
                 continue
             for data in sorted(route.queue_datas, key=lambda q: q.broker_name):
-                if data.perm & PERM_READ and data.read_queue_nums > 0:
+                if (
+                    data.perm & PERM_READ
+                    and data.read_queue_nums > 0
+                    and instance.broker_addr(data.broker_name)
+                ):
                     targets.append((topic, data.broker_name))
         return targets
 
