@@ -15,7 +15,9 @@ journal is compacted by writing the live state alone to a new file, fsync'd, the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import threading
@@ -24,6 +26,9 @@ from pathlib import Path
 from typing import Any, Final
 
 import orjson
+
+from cometmq.errors import RequestRefused
+from cometmq.protocol import ResponseCode
 
 log = logging.getLogger("cometmq.broker")
 
@@ -148,12 +153,13 @@ class PopJournal:
             pos = good = end + 1
         if good < len(data):
             log.warning("%s: cutting %d bytes of a torn or corrupt tail", self.path, len(data) - good)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.ftruncate(self._fd, good)
-        os.lseek(self._fd, good, os.SEEK_SET)
+        if data:
+            os.truncate(self.path, good)
         self._size = good
         self._size_at_compaction = good
-        self.compact_if_due(force=good > 0)
+        # Rewritten at every start (and opened for appending): the file is then whole, live state
+        # only, and its directory entry on disk (a new file's too).
+        self.compact_if_due(force=True)
 
     def close(self) -> None:
         self.sync()
@@ -169,17 +175,26 @@ class PopJournal:
         SYNC_FLUSH the write is fsync'd before this returns; otherwise by :meth:`sync`, which the
         broker calls every second (a killed process loses nothing written; a machine crash loses at
         most that second, as for the commit log)."""
+        if self._fd >= 0:
+            data = b"".join(_line(record) for record in records)
+            try:
+                if os.write(self._fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, "a short write")
+                if self.sync_each_write:
+                    os.fsync(self._fd)
+            except OSError as exc:
+                # Nothing of it may stay: a torn line amid later ones would end the replay there.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self._size)
+                raise RequestRefused(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"cannot write the POP journal {self.path}: {exc.strerror or exc}",
+                ) from None
+            self._size += len(data)
+            self._unsynced = not self.sync_each_write
+        # Applied once written: a change the journal does not have is not made.
         for record in records:
             self._apply(record)
-        if self._fd < 0:
-            return
-        data = b"".join(_line(record) for record in records)
-        os.write(self._fd, data)
-        self._size += len(data)
-        if self.sync_each_write:
-            os.fsync(self._fd)
-        else:
-            self._unsynced = True
         self.compact_if_due()
 
     def sync(self) -> None:

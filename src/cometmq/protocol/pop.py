@@ -62,6 +62,8 @@ __all__ = [
     "decode_batch_ack_body",
     "encode_batch_ack_body",
     "pop_retry_topic",
+    "real_topic",
+    "retry_mark",
 ]
 
 # RocketMQ's broker refuses a pop asking for more than 32 messages (INVALID_PARAMETER).
