@@ -5,12 +5,15 @@ keeps the state."""
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from cometmq.broker._popstate import JOURNAL_NAME, PopJournal, QueueKey, QueueState
+from cometmq.errors import RequestRefused
 
 KEYS: list[QueueKey] = [("G1", "T", 0), ("G1", "T", 1), ("G2", "%RETRY%G2_T", 0)]
 
@@ -91,10 +94,10 @@ def test_a_corrupt_line_ends_the_replay_and_is_cut(tmp_path: Path) -> None:
     assert b'"op":"ack"' not in journal.path.read_bytes()
 
 
-def test_compaction_rewrites_the_live_state_alone(tmp_path: Path, monkeypatch: object) -> None:
+def test_compaction_rewrites_the_live_state_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from cometmq.broker import _popstate
 
-    monkeypatch.setattr(_popstate, "COMPACT_AFTER_BYTES", 4096)  # type: ignore[attr-defined]
+    monkeypatch.setattr(_popstate, "COMPACT_AFTER_BYTES", 4096)
     journal = PopJournal(tmp_path, sync_each_write=False)
     journal.open()
     key = KEYS[0]
@@ -107,3 +110,21 @@ def test_compaction_rewrites_the_live_state_alone(tmp_path: Path, monkeypatch: o
     assert journal.path.stat().st_size < 4096
     assert _replayed(tmp_path) == expected
     assert expected[key].inflight[200].attempt_id == "a1"
+
+
+def test_a_write_that_fails_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    journal = PopJournal(tmp_path, sync_each_write=False)
+    journal.open()
+    key = KEYS[0]
+    journal.append(PopJournal.pop_record(key, 1, [0], 1, 30_000, False))
+    before = (copy.deepcopy(journal.states), journal.path.read_bytes())
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, data[:5]))  # the disk fills up
+    with pytest.raises(RequestRefused) as refused:
+        journal.append(PopJournal.ack_record(key, 0))
+    monkeypatch.setattr(os, "write", real_write)
+    assert "cannot write the POP journal" in refused.value.remark
+    assert (journal.states, journal.path.read_bytes()) == before
+    journal.append(PopJournal.ack_record(key, 0))
+    journal.close()
+    assert not _replayed(tmp_path)[key].inflight
