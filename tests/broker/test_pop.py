@@ -481,3 +481,24 @@ def test_a_simple_consumer_receives_from_every_broker_of_its_topic(tmp_path: Pat
             assert second.offsets.query("GID_spread", "Spread", 1) == 1
 
     run(scenario())
+
+
+def test_order_pops_give_each_message_group_to_one_consumer_at_a_time(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Fifo", 2)
+            # A FIFO producer puts a message group in one queue (by its __SHARDINGKEY's hash).
+            for n in range(2):
+                await send(client, addr, "Fifo", b"red-%d" % n, 0, __SHARDINGKEY="red")
+                await send(client, addr, "Fifo", b"blue-%d" % n, 1, __SHARDINGKEY="blue")
+            _, (first,) = await pop(client, broker, "Fifo", order=True, max_nums=1)
+            _, (second,) = await pop(client, broker, "Fifo", order=True, max_nums=1)
+            groups = {decode_properties(r.properties)["__SHARDINGKEY"] for r in (first, second)}
+            assert groups == {"red", "blue"} and first.body.endswith(b"-0") and second.body.endswith(b"-0")
+            blocked, _ = await pop(client, broker, "Fifo", order=True)
+            assert blocked.code == ResponseCode.POLLING_TIMEOUT
+            assert (await client.invoke(addr, ack_request(first))).code == ResponseCode.SUCCESS
+            _, (next_one,) = await pop(client, broker, "Fifo", order=True)
+            assert next_one.body == first.body[:-1] + b"1"
+
+    run(scenario())
