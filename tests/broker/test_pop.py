@@ -33,6 +33,7 @@ from _support import (
 from cometmq.broker import _pop
 from cometmq.client import SimpleConsumer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from cometmq.protocol.broker_headers import ResetOffsetRequestHeader
 from cometmq.protocol.pop import (
     BatchAck,
     ChangeInvisibleTimeResponseHeader,
@@ -500,5 +501,28 @@ def test_order_pops_give_each_message_group_to_one_consumer_at_a_time(tmp_path: 
             assert (await client.invoke(addr, ack_request(first))).code == ResponseCode.SUCCESS
             _, (next_one,) = await pop(client, broker, "Fifo", order=True)
             assert next_one.body == first.body[:-1] + b"1"
+
+    run(scenario())
+
+
+def test_an_offset_reset_moves_pops_and_forgets_what_was_in_flight(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            for n in range(3):
+                await send(client, addr, "Orders", b"%d" % n, 0)
+            _, first = await pop(client, broker, "Orders")
+            assert len(first) == 3
+            reset = ResetOffsetRequestHeader(
+                topic="Orders", group="CG", timestamp=0, is_force=True, queue_id=0, offset=1
+            )
+            answer = await client.invoke(
+                addr,
+                RemotingCommand(code=RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext_fields=reset.encode()),
+            )
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            _, again = await pop(client, broker, "Orders")
+            assert [r.body for r in again] == [b"1", b"2"]
+            assert (await client.invoke(addr, ack_request(first[0]))).code == ResponseCode.NO_MESSAGE
 
     run(scenario())

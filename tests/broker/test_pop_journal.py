@@ -30,6 +30,7 @@ operations = st.one_of(
     st.tuples(st.just("ack"), keys, offsets),
     st.tuples(st.just("chg"), keys, offsets, st.integers(0, 10**6)),
     st.tuples(st.just("exp"), keys, offsets, st.integers(1, 5)),
+    st.tuples(st.just("rst"), keys, offsets),
     st.tuples(st.just("drop"), st.sampled_from(["G1", "G2"])),
 )
 
@@ -46,6 +47,8 @@ def _record(operation: tuple[object, ...], now: int) -> dict[str, object]:
         return PopJournal.change_record(operation[1], operation[2], now, operation[3])  # type: ignore[arg-type]
     if kind == "exp":
         return PopJournal.expired_record(operation[1], operation[2], operation[3])  # type: ignore[arg-type]
+    if kind == "rst":
+        return PopJournal.reset_record(operation[1], operation[2])  # type: ignore[arg-type]
     return PopJournal.drop_group_record(operation[1])  # type: ignore[arg-type]
 
 

@@ -469,6 +469,7 @@ class AdminProcessor:
             old_table[queue_key(topic, name, qid)] = current
             new_table[queue_key(topic, name, qid)] = target
             broker.offsets.reset(group, topic, qid, target)
+            broker.pop.reset(group, topic, qid, target)
         notified = self._tell_consumers(group, topic, timestamp, new_table)
         log.info(
             "offsets of group %s on %s reset (timestamp %d): %s; %d consumer(s) told",

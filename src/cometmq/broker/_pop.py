@@ -949,6 +949,14 @@ class PopService:
 
     # -- groups and topics going away -----------------------------------------------------------
 
+    def reset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """An administrator reset the group's offset of the queue: pops go on from *offset*, and what
+        was in flight there is forgotten (RocketMQ's resetPopOffset)."""
+        key = (group, topic, queue_id)
+        if key in self.journal.states:
+            self.journal.append(PopJournal.reset_record(key, offset))
+            self._wake_soon(topic)
+
     def forget_group(self, group: str) -> None:
         """The group was deleted: its messages in flight are nobody's."""
         if any(key[0] == group for key in self.journal.states):

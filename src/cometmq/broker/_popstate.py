@@ -237,6 +237,7 @@ class PopJournal:
     # ack: {"op": "ack", "g", "t", "q", "o": offset}: settled (acked, revived or dead-lettered)
     # chg: {"op": "chg", "g", "t", "q", "o", "pt", "it"}: a new invisible time from pt on
     # exp: {"op": "exp", "g", "t", "q", "o", "n"}: an order pop's message to deliver again, n-th time
+    # rst: {"op": "rst", "g", "t", "q", "c"}: an administrator's reset: cursor c, nothing in flight
     # state: {"op": "state", "g", "t", "q", "c", "f": [[o, pt, it, ord, ck, aid]], "rd": [o], "n": [[o, n]]}
     # drop: {"op": "drop", "g"} or {"op": "drop", "t"}: every state of a deleted group or topic forgotten
 
@@ -277,6 +278,10 @@ class PopJournal:
     @staticmethod
     def expired_record(key: QueueKey, offset: int, count: int) -> dict[str, Any]:
         return {"op": "exp", "g": key[0], "t": key[1], "q": key[2], "o": offset, "n": count}
+
+    @staticmethod
+    def reset_record(key: QueueKey, cursor: int) -> dict[str, Any]:
+        return {"op": "rst", "g": key[0], "t": key[1], "q": key[2], "c": cursor}
 
     @staticmethod
     def drop_group_record(group: str) -> dict[str, Any]:
@@ -333,6 +338,9 @@ class PopJournal:
             return
         if state is None:
             return  # a change to a queue whose state was dropped
+        if op == "rst":
+            self.states[key] = QueueState(int(record["c"]))
+            return
         offset = int(record["o"])
         if op == "ack":
             state.settle(offset)
