@@ -100,6 +100,9 @@ DEFAULT_RETRY_MAX_TIMES: Final = 16
 DLQ_ORIGIN_TOPIC: Final = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID: Final = "DLQ_ORIGIN_MESSAGE_ID"
 _RECORD_CRC_PROPERTY: Final = "__CRC32#"
+# A property's name as it appears in a properties text (RocketMQ's name\x01value\x02...).
+_POP_CK_NAME: Final = f"{POP_CK}\x01"
+_FIRST_POP_TIME_NAME: Final = f"{FIRST_POP_TIME}\x01"
 
 
 def _now_ms() -> int:
@@ -975,12 +978,19 @@ def _delivered(
     subscribed to (a retried message's too, as RocketMQ's popResponseReturnActualRetryTopic=false),
     with its receipt handle in POP_CK, its first pop time, and its reconsume times (an order pop's
     count of redeliveries)."""
-    properties = decode_properties(record.properties)
-    properties.pop(_RECORD_CRC_PROPERTY, None)  # the record is rewritten: its record CRC no longer holds
-    properties[POP_CK] = str(handle)
-    properties.setdefault(FIRST_POP_TIME, str(handle.pop_time))
+    stored = record.properties
+    if _POP_CK_NAME in stored or _RECORD_CRC_PROPERTY in stored:
+        properties = decode_properties(stored)
+        properties.pop(_RECORD_CRC_PROPERTY, None)  # the record is rewritten: its record CRC no longer holds
+        properties[POP_CK] = str(handle)
+        properties.setdefault(FIRST_POP_TIME, str(handle.pop_time))
+        text = encode_properties(properties)
+    else:  # the usual record: the two properties appended to its text (bench/pop.py)
+        text = f"{stored}\x02{POP_CK}\x01{handle}" if stored else f"{POP_CK}\x01{handle}"
+        if _FIRST_POP_TIME_NAME not in stored:
+            text = f"{text}\x02{FIRST_POP_TIME}\x01{handle.pop_time}"
     topic = subscribed_topic.encode()
-    encoded = encode_properties(properties).encode()
+    encoded = text.encode()
     buffer = bytearray(record_size(len(record.body), len(topic), len(encoded)))
     encode_record_into(
         buffer,
