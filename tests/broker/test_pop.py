@@ -526,3 +526,23 @@ def test_an_offset_reset_moves_pops_and_forgets_what_was_in_flight(tmp_path: Pat
             assert (await client.invoke(addr, ack_request(first[0]))).code == ResponseCode.NO_MESSAGE
 
     run(scenario())
+
+
+def test_a_pop_held_for_a_closed_connection_is_forgotten(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            leaving = RemotingClient()
+            held = asyncio.ensure_future(
+                leaving.invoke(addr, pop_request("Orders", poll_ms=60_000), timeout=60)
+            )
+            await wait_until(lambda: broker.pop._held_count, message="the pop held")
+            await leaving.close()
+            await wait_until(lambda: not broker.pop._held_count, message="the held pop forgotten")
+            held.cancel()
+            await asyncio.gather(held, return_exceptions=True)
+            await send(client, addr, "Orders", b"for whoever asks next", 0)
+            _, records = await pop(client, broker, "Orders")
+            assert [r.body for r in records] == [b"for whoever asks next"]
+
+    run(scenario())

@@ -788,6 +788,12 @@ class PopService:
             del self._held_count[held.polling_key]
         return True
 
+    def drop_connection(self, conn: Connection) -> None:
+        """Forget the pops and notifications held for a connection that closed (nobody to answer)."""
+        if self._held_count:
+            for held in {held for watchers in self._held.values() for held in watchers if held.conn is conn}:
+                self._unpark(held)
+
     def _expire(self, held: _Held) -> None:
         if self._unpark(held) and held.conn.is_open:
             held.conn.reply_with(held.request, held.expire)

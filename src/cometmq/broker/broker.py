@@ -810,6 +810,7 @@ class Broker:
 
     def _connection_closed(self, conn: Connection) -> None:
         self.pull_holds.drop_connection(conn)
+        self.pop.drop_connection(conn)
         self.producers.remove_connection(conn)
         for group in self.consumers.remove_connection(conn):
             self.consumers.notify_ids_changed(group)
