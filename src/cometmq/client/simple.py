@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import logging
 import ssl
 import time
 from collections.abc import Mapping
@@ -61,8 +60,6 @@ from cometmq.protocol.pop import (
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, SubscriptionData
 
 __all__ = ["SimpleConsumer"]
-
-log = logging.getLogger("cometmq.client")
 
 # The longest invisible duration a receive or a change may ask for (the broker's bound: 12 hours).
 MAX_INVISIBLE_DURATION_S = 12 * 3600.0
