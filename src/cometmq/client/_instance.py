@@ -41,6 +41,7 @@ from cometmq.protocol.broker_headers import (
     UnregisterClientRequestHeader,
 )
 from cometmq.protocol.headers import Header
+from cometmq.protocol.jsonbody import MAX_HEARTBEAT_GROUPS
 from cometmq.protocol.namesrv_headers import GetRouteInfoRequestHeader
 from cometmq.protocol.naming import DEFAULT_TOPIC, PERM_READ, PERM_WRITE
 from cometmq.protocol.record import decode_records
@@ -452,6 +453,11 @@ class ClientInstance:
         self._transaction_members[member.group] = member
         self._learns_brokers = True
 
+    def unregister_transaction_member(self, group: str) -> None:
+        """Stop taking the check-backs of *group* and stop naming it in heartbeats."""
+        self._transaction_members.pop(group, None)
+        self._producer_groups.discard(group)
+
     async def learn_brokers(self) -> None:
         """Learn the address of every broker the name server knows (GET_BROKER_CLUSTER_INFO), so that
         heartbeats reach the brokers of topics this client never looked up; forget the brokers that are
@@ -513,27 +519,37 @@ class ClientInstance:
             return sorted({addr for addrs in self._broker_addrs.values() for addr in addrs.values()})
         return sorted({addrs[MASTER_ID] for addrs in self._broker_addrs.values() if MASTER_ID in addrs})
 
-    def heartbeat_body(self) -> bytes:
-        data = {
-            "clientID": self.client_id,
-            "producerDataSet": [{"groupName": group} for group in sorted(self._producer_groups)],
-            "consumerDataSet": [consumer.consumer_data() for consumer in self._consumers.values()],
-        }
-        return json.dumps(data, separators=(",", ":")).encode()
+    def heartbeat_bodies(self) -> list[bytes]:
+        """The HeartbeatData bodies naming every group of this client, each with at most
+        MAX_HEARTBEAT_GROUPS groups: a broker refuses a bigger body whole. A broker registers each group
+        a body names and forgets none it omits, so several bodies register what one would."""
+        groups: list[tuple[str, dict[str, Any]]] = [
+            *(("producerDataSet", {"groupName": group}) for group in sorted(self._producer_groups)),
+            *(("consumerDataSet", consumer.consumer_data()) for consumer in self._consumers.values()),
+        ]
+        bodies: list[bytes] = []
+        for start in range(0, max(len(groups), 1), MAX_HEARTBEAT_GROUPS):
+            data: dict[str, Any] = {"clientID": self.client_id, "producerDataSet": [], "consumerDataSet": []}
+            for key, group_data in groups[start : start + MAX_HEARTBEAT_GROUPS]:
+                data[key].append(group_data)
+            bodies.append(json.dumps(data, separators=(",", ":")).encode())
+        return bodies
 
     async def send_heartbeat(self) -> None:
         """Tell the brokers which groups this client is in: every broker when it has consumers, the
-        masters otherwise."""
+        masters otherwise. A broker refusing a body (a group it will not take) is warned about: the
+        groups of that body stay unregistered there."""
         if not self._producer_groups and not self._consumers:
             return
-        body = self.heartbeat_body()
-        addrs = self._heartbeat_addrs()
+        sends = [(addr, body) for body in self.heartbeat_bodies() for addr in self._heartbeat_addrs()]
         results = await asyncio.gather(
-            *(self.invoke_ok(addr, RequestCode.HEART_BEAT, body=body) for addr in addrs),
+            *(self.invoke_ok(addr, RequestCode.HEART_BEAT, body=body) for addr, body in sends),
             return_exceptions=True,
         )
-        for addr, result in zip(addrs, results, strict=True):
-            if isinstance(result, BaseException):
+        for (addr, _), result in zip(sends, results, strict=True):
+            if isinstance(result, BrokerError):
+                log.warning("the broker at %s refuses a heartbeat: %s", addr, result)
+            elif isinstance(result, BaseException):
                 log.info("heartbeat to %s failed: %s", addr, result)
 
     async def _unregister_everywhere(self) -> None:

@@ -23,8 +23,11 @@ from typing import Any, Final
 import grpc
 
 from cometmq.auth import Need
+from cometmq.broker.sql92 import compile_sql92
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageQueue
+from cometmq.errors import Sql92Error
+from cometmq.protocol.jsonbody import MAX_HEARTBEAT_SUBSCRIPTIONS
 from cometmq.protocol.naming import SYSTEM_GROUPS, group_name_error
 from cometmq.protocol.subscription import EXPRESSION_TAG, SubscriptionData
 from cometmq.proxy._access import PUB, Authorizer, consuming, on_topic
@@ -44,6 +47,10 @@ _ABORT_CODES: Final[dict[int, Any]] = {v2.UNAUTHORIZED: grpc.StatusCode.PERMISSI
 # (RocketMQ proxy's grpcClientIdleTimeMills); how often that is looked for.
 CLIENT_IDLE_S: Final = 120.0
 SWEEP_INTERVAL_S: Final = 10.0
+# The most topics one client's settings may name, and the most topics one consumer group's clients may
+# subscribe together: the brokers refuse a heartbeat whose group subscribes more.
+MAX_SETTINGS_TOPICS: Final = MAX_HEARTBEAT_SUBSCRIPTIONS
+MAX_GROUP_SUBSCRIPTIONS: Final = MAX_HEARTBEAT_SUBSCRIPTIONS
 
 # RocketMQ proxy's defaults (ProxyConfig) for what it tells the clients.
 PRODUCER_MAX_ATTEMPTS: Final = 3
@@ -87,6 +94,22 @@ def settings_needs(settings: v2.Settings) -> list[Need]:
     ]
 
 
+def check_filter(entry: v2.SubscriptionEntry) -> None:
+    """ILLEGAL_FILTER_EXPRESSION for a filter the brokers would refuse: one SQL92 expression they cannot
+    compile would make them refuse the heartbeat naming it, and with it every other group it names."""
+    expression = entry.expression
+    if expression.type == v2.SQL:
+        try:
+            compile_sql92(expression.expression)
+        except Sql92Error as exc:
+            raise Refusal(
+                v2.ILLEGAL_FILTER_EXPRESSION,
+                f"the SQL92 filter of topic {entry.topic.name} does not compile: {exc}",
+            ) from None
+    elif expression.type != v2.TAG:
+        raise Refusal(v2.ILLEGAL_FILTER_EXPRESSION, f"filter type {expression.type} is neither TAG nor SQL")
+
+
 def subscription_data(entry: v2.SubscriptionEntry) -> SubscriptionData:
     """A 5.x subscription as a 4.x heartbeat carries it."""
     kind = "SQL92" if entry.expression.type == v2.SQL else EXPRESSION_TAG
@@ -116,8 +139,27 @@ class _ConsumerGroup:
 
     group: str
     consume_type: str
-    members: set[str] = field(default_factory=set)
+    # The members' client ids, each with the topics it subscribes; the group subscribes them all.
+    members: dict[str, list[v2.SubscriptionEntry]] = field(default_factory=dict)
     subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
+
+    def topics_without(self, client_id: str) -> set[str]:
+        """The topics the other members subscribe."""
+        return {
+            entry.topic.name
+            for member, entries in self.members.items()
+            if member != client_id
+            for entry in entries
+        }
+
+    def resubscribe(self) -> None:
+        """Subscribe what the members subscribe, and no more (a member gone or resubscribed leaves
+        nothing behind)."""
+        self.subscriptions = {
+            entry.topic.name: subscription_data(entry)
+            for entries in self.members.values()
+            for entry in entries
+        }
 
     def consumer_data(self) -> dict[str, Any]:
         return {
@@ -151,6 +193,20 @@ class Clients:
         self._groups: dict[str, _ConsumerGroup] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_sweep = time.monotonic()
+        self._publishers_changed: list[Callable[[], None]] = []
+
+    def on_publishers_changed(self, callback: Callable[[], None]) -> None:
+        """Call *callback* whenever the topics the clients publish may have changed."""
+        self._publishers_changed.append(callback)
+
+    def published_topics(self) -> set[str]:
+        """The topics any known client publishes."""
+        return {topic for session in self._sessions.values() for topic in session.topics}
+
+    def _publishers_may_have_changed(self, session: ClientSession) -> None:
+        if session.settings.HasField("publishing"):
+            for callback in self._publishers_changed:
+                callback()
 
     def session(self, client_id: str) -> ClientSession | None:
         return self._sessions.get(client_id)
@@ -213,14 +269,27 @@ class Clients:
                 masters += self._routes.master_addrs(await self._routes.route(entry.topic.name))
         return await self._metadata.group_settings(subscription.group.name, sorted(set(masters)))
 
-    def _check(self, settings: v2.Settings) -> None:
+    def _check(self, client_id: str, settings: v2.Settings) -> None:
         if settings.HasField("publishing"):
+            _check_topic_count(len(settings.publishing.topics))
             for topic in settings.publishing.topics:
                 check_topic(topic.name)
         elif settings.HasField("subscription"):
-            check_group(settings.subscription.group.name)
+            group = settings.subscription.group.name
+            check_group(group)
+            _check_topic_count(len(settings.subscription.subscriptions))
             for entry in settings.subscription.subscriptions:
                 check_topic(entry.topic.name)
+                check_filter(entry)
+            joined = self._groups.get(group)
+            topics = joined.topics_without(client_id) if joined is not None else set()
+            topics.update(entry.topic.name for entry in settings.subscription.subscriptions)
+            if len(topics) > MAX_GROUP_SUBSCRIPTIONS:
+                raise Refusal(
+                    v2.BAD_REQUEST,
+                    f"group {group}'s clients would subscribe {len(topics)} topics, over the max "
+                    f"{MAX_GROUP_SUBSCRIPTIONS}",
+                )
         else:
             raise Refusal(v2.BAD_REQUEST, "there is no publishing or subscription data in settings")
 
@@ -230,9 +299,13 @@ class Clients:
             session = self._sessions[client_id] = ClientSession(client_id, settings)
         else:
             self._leave_group(session)
+            was_publishing = session.settings.HasField("publishing")
             session.settings = settings
+            if was_publishing:
+                self._publishers_may_have_changed(session)
         if settings.HasField("subscription"):
             self._join_group(session)
+        self._publishers_may_have_changed(session)
         return session
 
     # the calls -----------------------------------------------------------------------------
@@ -241,11 +314,9 @@ class Clients:
         self,
         requests: AsyncIterator[pb.TelemetryCommand],
         context: Context,
-        on_settings: Callable[[ClientSession], None],
     ) -> None:
         """Serve one Telemetry stream until the client closes it: settings in, settings out, and any
-        command the proxy has for the client meanwhile. ``on_settings(session)`` learns each client's
-        settings (the producers' topics, for transaction checks)."""
+        command the proxy has for the client meanwhile."""
         try:
             client_id = client_id_of(context)
         except Refusal as refusal:
@@ -258,14 +329,13 @@ class Clients:
                 if command.WhichOneof("command") != "settings":
                     continue  # thread stack traces and verify results: the proxy asks for neither
                 try:
-                    self._check(command.settings)
+                    self._check(client_id, command.settings)
                     self._authorizer.check(context, settings_needs(command.settings))
                 except Refusal as refusal:
                     code = _ABORT_CODES.get(refusal.code, grpc.StatusCode.INVALID_ARGUMENT)
                     await context.abort(code, refusal.message)
                 session = self._update(client_id, command.settings)
                 session.outbox = outbox
-                on_settings(session)
                 merged = await self.merged_settings(command.settings)
                 outbox.put_nowait(pb.TelemetryCommand(status=ok(), settings=merged))
             # The client closed its side: what is queued for it still goes out, unless writing fails.
@@ -310,6 +380,7 @@ class Clients:
             if session.outbox is None and now - session.last_seen > CLIENT_IDLE_S:
                 del self._sessions[session.client_id]
                 self._leave_group(session)
+                self._publishers_may_have_changed(session)
 
     async def notify_client_termination(
         self, request: pb.NotifyClientTerminationRequest, context: Context
@@ -320,6 +391,7 @@ class Clients:
                 status=status(v2.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
             )
         self._leave_group(session)
+        self._publishers_may_have_changed(session)
         return pb.NotifyClientTerminationResponse(status=ok())
 
     # consumer groups on the brokers --------------------------------------------------------
@@ -333,9 +405,8 @@ class Clients:
             )
             group = self._groups[session.group] = _ConsumerGroup(session.group, consume_type)
             self._brokers.register_consumer(group)
-        group.members.add(session.client_id)
-        for entry in settings.subscription.subscriptions:
-            group.subscriptions[entry.topic.name] = subscription_data(entry)
+        group.members[session.client_id] = list(settings.subscription.subscriptions)
+        group.resubscribe()
         self._spawn(self._announce(list(group.subscriptions)))
 
     async def _announce(self, topics: list[str]) -> None:
@@ -350,7 +421,8 @@ class Clients:
         group = self._groups.get(session.group)
         if group is None:
             return
-        group.members.discard(session.client_id)
+        group.members.pop(session.client_id, None)
+        group.resubscribe()
         if not group.members:
             del self._groups[session.group]
             self._brokers.unregister_consumer(session.group)
@@ -359,3 +431,8 @@ class Clients:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _check_topic_count(count: int) -> None:
+    if count > MAX_SETTINGS_TOPICS:
+        raise Refusal(v2.BAD_REQUEST, f"the settings name {count} topics, over the max {MAX_SETTINGS_TOPICS}")

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from cometmq.client.instance import ClientInstance, decode_answer, send_header
 from cometmq.client.message import ReceivedMessage
@@ -31,7 +32,7 @@ from cometmq.protocol.broker_headers import (
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.record import decode_offset_msg_id
 from cometmq.protocol.transaction import TransactionType
-from cometmq.proxy._clients import Clients, ClientSession
+from cometmq.proxy._clients import Clients
 from cometmq.proxy._convert import (
     TIMER_DELIVER_MS,
     OutgoingMessage,
@@ -73,8 +74,10 @@ class Producing:
         self._routes = routes
         self._clients = clients
         self._halves: dict[tuple[str, str], _HalfMessage] = {}  # (topic, transaction id) → place
-        self._checked_topics: set[str] = set()
+        # The published topics looked at: True for those registered as producer groups.
+        self._check_groups: dict[str, bool] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        clients.on_publishers_changed(self._follow_publishers)
 
     # sends ---------------------------------------------------------------------------------
 
@@ -128,6 +131,9 @@ class Producing:
         if message.sys_flag == TransactionType.PREPARED:
             transaction_id = answer.transaction_id or message.message_id
             self._remember_half(topic, transaction_id, queue.addr, answer.queue_offset, answer.msg_id)
+            if not self._check_groups.get(topic):  # a topic created after its producers connected
+                self._register_check_group(topic)
+                self._spawn(self._announce_groups())
         return pb.SendResultEntry(
             status=ok(),
             message_id=message.message_id,
@@ -222,20 +228,45 @@ class Producing:
             )
         return pb.EndTransactionResponse(status=ok())
 
-    def on_settings(self, session: ClientSession) -> None:
-        """A client's settings are known: a producer's topics become producer groups the brokers check
-        half messages back with."""
-        new_topics = [topic for topic in session.topics if topic not in self._checked_topics]
+    def _follow_publishers(self) -> None:
+        """Keep a producer group, for the brokers' check-backs, for each published topic that takes
+        transactional messages (TRANSACTION or MIXED, as RocketMQ's producers register them), while any
+        client publishes it. Other topics are not registered: a heartbeat names at most 256 groups."""
+        published = self._clients.published_topics()
+        for topic in [topic for topic in self._check_groups if topic not in published]:
+            if self._check_groups.pop(topic):
+                self._brokers.unregister_transaction_member(topic)
+        new_topics = [topic for topic in published if topic not in self._check_groups]
         for topic in new_topics:
-            self._checked_topics.add(topic)
-            self._brokers.register_transaction_member(_CheckRelay(topic, self))
+            self._check_groups[topic] = False
         if new_topics:
-            # A broker checks back only the members of a group it heard from: tell every broker now.
-            task = asyncio.get_running_loop().create_task(self._announce_groups())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._register_check_groups(new_topics))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _register_check_groups(self, topics: list[str]) -> None:
+        registered = False
+        for topic in topics:
+            try:
+                topic_type = await self._routes.message_type(topic, await self._routes.route(topic))
+            except Refusal:
+                continue  # no such topic yet: registered by its first half message (_send_one)
+            # A topic whose type cannot be read may take transactional messages.
+            if topic in self._check_groups and topic_type in (None, "TRANSACTION", "MIXED"):
+                self._register_check_group(topic)
+                registered = True
+        if registered:
+            await self._announce_groups()
+
+    def _register_check_group(self, topic: str) -> None:
+        self._check_groups[topic] = True
+        self._brokers.register_transaction_member(_CheckRelay(topic, self))
 
     async def _announce_groups(self) -> None:
+        """A broker checks back only the members of a group it heard from: tell every broker now."""
         await self._brokers.learn_brokers()
         await self._brokers.send_heartbeat()
 

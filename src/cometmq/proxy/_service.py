@@ -73,7 +73,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
 
     async def Telemetry(self, requests: AsyncIterator[pb.TelemetryCommand], context: Context) -> None:
-        await self._proxy.clients.telemetry(requests, context, self._producing.on_settings)
+        await self._proxy.clients.telemetry(requests, context)
 
     async def SendMessage(self, request: pb.SendMessageRequest, context: Context) -> pb.SendMessageResponse:
         needs = [on_topic(request.messages[0].topic.name, PUB)] if request.messages else []
