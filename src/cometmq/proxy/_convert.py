@@ -8,7 +8,6 @@ record becomes a v2.Message with its system properties filled from the record an
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import zlib
 from dataclasses import dataclass
@@ -211,13 +210,26 @@ def _millis(stamp: Timestamp) -> int:
 
 def _plain_body(body: bytes, encoding: int) -> bytes:
     """The body as stored: a GZIP-encoded one is unpacked (4.x consumers inflate only zlib streams, so the
-    proxy stores bodies plain)."""
+    proxy stores bodies plain), never to more than MAX_BODY_SIZE + 1 bytes: a small body may inflate to
+    gigabytes."""
     if encoding != v2.GZIP:
         return body
+    plain = bytearray()
+    packed = body
     try:
-        return gzip.decompress(body)
-    except (OSError, EOFError, zlib.error):
+        while packed and len(plain) <= MAX_BODY_SIZE:  # gzip members one after the other, as gunzip reads
+            member = zlib.decompressobj(wbits=31)
+            plain += member.decompress(packed, MAX_BODY_SIZE + 1 - len(plain))
+            if not member.eof and not member.unconsumed_tail:
+                raise Refusal(v2.MESSAGE_CORRUPTED, "the body is marked GZIP but its gzip data is cut short")
+            packed = member.unused_data
+    except zlib.error:
         raise Refusal(v2.MESSAGE_CORRUPTED, "the body is marked GZIP but is no gzip data") from None
+    if len(plain) > MAX_BODY_SIZE:
+        raise Refusal(
+            v2.MESSAGE_BODY_TOO_LARGE, f"the GZIP body inflates to over the max {MAX_BODY_SIZE} bytes"
+        )
+    return bytes(plain)
 
 
 def _user_properties(given: object) -> dict[str, str]:
