@@ -143,6 +143,9 @@ def _with_user_property(topic: str, key: str) -> v2.Message:
             v2.ILLEGAL_MESSAGE_GROUP,
         ),
         (lambda topic: message(topic, body_encoding=v2.GZIP), v2.MESSAGE_CORRUPTED),
+        (lambda topic: _with_message_id(topic, "id\x01TAGS\x02injected"), v2.ILLEGAL_MESSAGE_ID),
+        (lambda topic: message(topic, trace_context="t\x02TIMER_DELIVER_MS\x011"), v2.BAD_REQUEST),
+        (lambda topic: message(topic, born_host="host\x01"), v2.BAD_REQUEST),
     ],
     ids=[
         "empty body",
@@ -154,6 +157,9 @@ def _with_user_property(topic: str, key: str) -> v2.Message:
         "key with a space",
         "message group too long",
         "body not gzip",
+        "separator in the message id",
+        "separator in the trace context",
+        "separator in the born host",
     ],
 )
 def test_bad_message_is_refused_with_its_code(
@@ -188,3 +194,9 @@ def test_several_messages_are_sent_as_one_batch(proxied: ProxiedStandalone, stub
     assert offsets == list(range(offsets[0], offsets[0] + 3))
     for index, entry in enumerate(response.entries):
         assert stored(proxied, entry.message_id, topic).body == f"m{index}".encode()
+
+
+def _with_message_id(topic: str, message_id: str) -> v2.Message:
+    sent = message(topic)
+    sent.system_properties.message_id = message_id
+    return sent

@@ -145,6 +145,8 @@ def outgoing_message(message: v2.Message, producer_group: str, peer_host: str) -
     user_bytes = sum(len(key.encode()) + len(value.encode()) for key, value in properties.items())
     if not system.message_id.strip():
         raise Refusal(v2.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
+    if _has_control_character(system.message_id):
+        raise Refusal(v2.ILLEGAL_MESSAGE_ID, "message id cannot contain a control character")
     properties[UNIQ_KEY] = system.message_id
     if system.HasField("tag"):
         _check_tag(system.tag)
@@ -189,9 +191,13 @@ def outgoing_message(message: v2.Message, producer_group: str, peer_host: str) -
         _check_message_group(group)
         properties[SHARDING_KEY] = group
     if system.HasField("trace_context") and system.trace_context:
+        if _has_control_character(system.trace_context):
+            raise Refusal(v2.BAD_REQUEST, "the trace context cannot contain a control character")
         properties[TRACE_CONTEXT] = system.trace_context
     properties[PRODUCER_GROUP] = producer_group
     born_host = system.born_host.strip() or peer_host
+    if _has_control_character(born_host):
+        raise Refusal(v2.BAD_REQUEST, "the born host cannot contain a control character")
     if born_host:
         properties[BORN_HOST] = born_host
     born_ms = _millis(system.born_timestamp) if system.HasField("born_timestamp") else 0
