@@ -108,6 +108,17 @@ def test_message_of_another_type_than_the_topic_is_refused(proxied: ProxiedStand
     assert "NORMAL" in response.status.message and "FIFO" in response.status.message
 
 
+def test_type_check_goes_by_what_the_message_carries(proxied: ProxiedStandalone, stub: Stub) -> None:
+    normal = proxied.new_topic()
+    declared_normal = message(normal, message_type=v2.NORMAL, message_group="g")  # a FIFO message
+    assert send(stub, declared_normal).status.code == v2.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    fifo = proxied.new_topic("+message.type=FIFO")
+    declared_fifo = message(fifo, message_type=v2.FIFO, message_group="g")
+    assert send(stub, declared_fifo).status.code == v2.OK
+    undeclared_fifo = message(fifo, message_type=v2.NORMAL, message_group="g")
+    assert send(stub, undeclared_fifo).status.code == v2.OK
+
+
 def test_missing_topic_is_topic_not_found(stub: Stub) -> None:
     response = send(stub, message("proxy-send-no-such-topic"))
     assert response.status.code == v2.TOPIC_NOT_FOUND

@@ -126,7 +126,7 @@ class OutgoingMessage:
     body: bytes
     sys_flag: int
     born_timestamp_ms: int
-    message_type: int  # a v2.MessageType
+    message_type: int  # the v2.MessageType its properties make, whatever type the client declared
     message_group: str
 
 
@@ -167,9 +167,8 @@ def outgoing_message(message: v2.Message, producer_group: str, peer_host: str) -
             v2.MESSAGE_PROPERTIES_TOO_LARGE,
             f"user properties, tag and keys take {user_bytes} bytes, over the max {MAX_USER_PROPERTY_BYTES}",
         )
-    message_type = system.message_type
     sys_flag = 0
-    if message_type == v2.TRANSACTION:
+    if system.message_type == v2.TRANSACTION:
         properties[TRANSACTION_PREPARED] = "true"
         sys_flag = TransactionType.PREPARED
         if system.HasField("orphaned_transaction_recovery_duration"):
@@ -203,6 +202,9 @@ def outgoing_message(message: v2.Message, producer_group: str, peer_host: str) -
     born_ms = _millis(system.born_timestamp) if system.HasField("born_timestamp") else 0
     if born_ms > 0:
         properties[BORN_TIMESTAMP] = str(born_ms)
+    # RocketMQ's proxy checks a send against its topic's type by the type the properties make
+    # (parseFromMessageProperty), not by the one the client declares.
+    message_type = message_type_of(properties)
     return OutgoingMessage(system.message_id, properties, body, sys_flag, born_ms, message_type, group)
 
 
