@@ -100,8 +100,10 @@ class Producing:
         # RocketMQ's proxy places a send of several messages by none's group.
         queue = self._routes.select(queues, outgoing[0].message_group if len(outgoing) == 1 else "")
         try:
-            if len(outgoing) == 1:
-                entries = [await self._send_one(topic, queue, outgoing[0])]
+            # A broker keeps the messages of a batch as they come, delivery times or not (RocketMQ's
+            # too): messages with one are sent one by one. The 5.x clients send one message a call.
+            if len(outgoing) == 1 or any(TIMER_DELIVER_MS in message.properties for message in outgoing):
+                entries = [await self._send_one(topic, queue, message) for message in outgoing]
             else:
                 entries = await self._send_batch(topic, queue, outgoing)
         except CometMQError as exc:
