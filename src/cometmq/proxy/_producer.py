@@ -34,6 +34,7 @@ from cometmq.protocol.record import decode_offset_msg_id
 from cometmq.protocol.transaction import TransactionType
 from cometmq.proxy._clients import Clients
 from cometmq.proxy._convert import (
+    MAX_BODY_SIZE,
     TIMER_DELIVER_MS,
     OutgoingMessage,
     Refusal,
@@ -52,6 +53,8 @@ log = logging.getLogger("cometmq.proxy")
 # How long a half message's place is kept for its EndTransaction (RocketMQ proxy's
 # transactionDataExpireMillis); the check-back settles one whose EndTransaction never came.
 TRANSACTION_DATA_TTL_S: Final = 30.0
+# The most messages one SendMessage may carry (the 5.x clients send one; a bound of this proxy's).
+MAX_MESSAGES_PER_SEND: Final = 1024
 # END_TRANSACTION's commitOrRollback for each v2 resolution.
 _COMMIT_OR_ROLLBACK: Final = {
     v2.COMMIT: TransactionType.COMMIT,
@@ -88,8 +91,22 @@ class Producing:
         check_topic(topic)
         if any(message.topic.name != topic for message in request.messages):
             raise Refusal(v2.MESSAGE_CORRUPTED, "the messages of one send must all be of one topic")
+        if len(request.messages) > MAX_MESSAGES_PER_SEND:
+            raise Refusal(
+                v2.BAD_REQUEST,
+                f"{len(request.messages)} messages in one send, over the max {MAX_MESSAGES_PER_SEND}",
+            )
         peer = peer_address(context)
-        outgoing = [outgoing_message(message, topic, peer) for message in request.messages]
+        outgoing: list[OutgoingMessage] = []
+        body_bytes = 0
+        for message in request.messages:
+            outgoing.append(outgoing_message(message, topic, peer))
+            body_bytes += len(outgoing[-1].body)
+            if body_bytes > MAX_BODY_SIZE:  # the most a broker takes in one batch (maxMessageSize)
+                raise Refusal(
+                    v2.MESSAGE_BODY_TOO_LARGE,
+                    f"the bodies of one send take more than the max {MAX_BODY_SIZE} bytes",
+                )
         route = await self._routes.route(topic)
         topic_type = await self._routes.message_type(topic, route)
         for message in outgoing:

@@ -14,15 +14,18 @@ from cometmq.client.instance import ClientInstance
 from cometmq.errors import ConfigError
 from cometmq.proxy._config import ProxyConfig
 from cometmq.proxy._context import ProxyContext
+from cometmq.proxy._convert import MAX_BODY_SIZE
 from cometmq.proxy._pb import service_pb2_grpc
 from cometmq.proxy._service import MessagingService
 from cometmq.remoting.tls import ClientAuth, TlsMode, TlsSettings
 
 log = logging.getLogger("cometmq.proxy")
 
-# The largest request the proxy reads (RocketMQ proxy's grpcMaxInboundMessageSize): bigger than any body
-# it takes, so that a too large one is answered MESSAGE_BODY_TOO_LARGE rather than cut off by gRPC.
-MAX_INBOUND_MESSAGE_BYTES = 130 * 1024 * 1024
+# The largest request the proxy reads: twice the largest body a broker takes (maxMessageSize, 4 MiB), so
+# that a body somewhat over it is answered MESSAGE_BODY_TOO_LARGE, as the clients expect, while a request
+# far over it is cut off by gRPC (RESOURCE_EXHAUSTED) before the proxy holds it. RocketMQ's proxy reads up
+# to 130 MiB (grpcMaxInboundMessageSize).
+MAX_INBOUND_MESSAGE_BYTES = 2 * MAX_BODY_SIZE
 # How long stop() lets calls in progress (a long-polling receive) finish before cancelling them.
 STOP_GRACE_S = 1.0
 
