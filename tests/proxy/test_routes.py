@@ -62,3 +62,15 @@ def test_missing_topic_is_topic_not_found(stub: Stub) -> None:
 @pytest.mark.parametrize("topic", ["", "bad topic", "rmq_sys_wheel_timer"])
 def test_illegal_topic_is_refused(stub: Stub, topic: str) -> None:
     assert query(stub, topic).status.code == v2.ILLEGAL_TOPIC
+
+
+def test_route_asked_with_too_many_endpoints_is_refused(proxied: ProxiedStandalone, stub: Stub) -> None:
+    addresses = [v2.Address(host=f"10.0.0.{index}", port=8081) for index in range(17)]
+    response = stub.QueryRoute(
+        pb.QueryRouteRequest(
+            topic=v2.Resource(name=proxied.new_topic()),
+            endpoints=v2.Endpoints(scheme=v2.IPv4, addresses=addresses),
+        )
+    )
+    assert response.status.code == v2.BAD_REQUEST
+    assert "17 endpoint addresses" in response.status.message

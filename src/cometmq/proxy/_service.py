@@ -4,7 +4,7 @@ the access check of what it does."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from cometmq.auth import Need
 from cometmq.proxy._access import PUB, PUB_OR_SUB, SUB, consuming, on_group, on_topic
@@ -16,6 +16,10 @@ from cometmq.proxy._pb import service_pb2_grpc
 from cometmq.proxy._producer import Producing
 from cometmq.proxy._receive import Receiving
 from cometmq.proxy._status import Context, ok, respond, status, unimplemented
+
+# The most addresses a QueryRoute may name as the proxy's endpoints (a client names the one or few it
+# was given).
+MAX_ROUTE_ENDPOINTS: Final = 16
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
@@ -48,6 +52,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def _query_route(self, request: pb.QueryRouteRequest, context: Context) -> pb.QueryRouteResponse:
         check_topic(request.topic.name)
+        if len(request.endpoints.addresses) > MAX_ROUTE_ENDPOINTS:
+            # Each queue of the answer repeats them: a long list would make a huge answer.
+            raise Refusal(
+                v2.BAD_REQUEST,
+                f"{len(request.endpoints.addresses)} endpoint addresses, over the max {MAX_ROUTE_ENDPOINTS}",
+            )
         endpoints = request.endpoints if request.endpoints.addresses else self._own_endpoints()
         queues = await self._proxy.routes.queues(request.topic, endpoints)
         return pb.QueryRouteResponse(status=ok(), message_queues=queues)
