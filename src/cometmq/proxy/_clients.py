@@ -43,9 +43,7 @@ log = logging.getLogger("cometmq.proxy")
 CLIENT_ID_KEY: Final = "x-mq-client-id"
 # The gRPC status a Telemetry stream is ended with for a refused settings command (INVALID_ARGUMENT else).
 _ABORT_CODES: Final[dict[int, Any]] = {v2.UNAUTHORIZED: grpc.StatusCode.PERMISSION_DENIED}
-# A client whose Telemetry stream is closed and that made no heartbeat for this long is forgotten
-# (RocketMQ proxy's grpcClientIdleTimeMills); how often that is looked for.
-CLIENT_IDLE_S: Final = 120.0
+# How often the idle clients are looked for, at most.
 SWEEP_INTERVAL_S: Final = 10.0
 # The most topics one client's settings may name, and the most topics one consumer group's clients may
 # subscribe together: the brokers refuse a heartbeat whose group subscribes more.
@@ -183,7 +181,12 @@ class _ConsumerGroup:
 
 class Clients:
     def __init__(
-        self, brokers: ClientInstance, metadata: Metadata, routes: Routes, authorizer: Authorizer
+        self,
+        brokers: ClientInstance,
+        metadata: Metadata,
+        routes: Routes,
+        authorizer: Authorizer,
+        idle_s: float,
     ) -> None:
         self._brokers = brokers
         self._authorizer = authorizer
@@ -192,7 +195,8 @@ class Clients:
         self._sessions: dict[str, ClientSession] = {}
         self._groups: dict[str, _ConsumerGroup] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._last_sweep = time.monotonic()
+        self._idle_s = idle_s
+        self._sweeper: asyncio.Task[None] | None = None
         self._publishers_changed: list[Callable[[], None]] = []
 
     def on_publishers_changed(self, callback: Callable[[], None]) -> None:
@@ -360,7 +364,6 @@ class Clients:
                 outbox.task_done()
 
     async def heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
-        self._forget_idle()
         session = self._sessions.get(client_id_of(context))
         if session is None:
             return pb.HeartbeatResponse(
@@ -371,13 +374,26 @@ class Clients:
             check_group(request.group.name)
         return pb.HeartbeatResponse(status=ok())
 
+    def start(self) -> None:
+        """Forget idle clients from now on (a client killed never says goodbye)."""
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(min(SWEEP_INTERVAL_S, self._idle_s / 2))
+            self._forget_idle()
+
     def _forget_idle(self) -> None:
         now = time.monotonic()
-        if now - self._last_sweep < SWEEP_INTERVAL_S:
-            return
-        self._last_sweep = now
         for session in list(self._sessions.values()):
-            if session.outbox is None and now - session.last_seen > CLIENT_IDLE_S:
+            if session.outbox is None and now - session.last_seen > self._idle_s:
                 del self._sessions[session.client_id]
                 self._leave_group(session)
                 self._publishers_may_have_changed(session)

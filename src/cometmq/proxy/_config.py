@@ -28,6 +28,9 @@ class ProxyConfig:
     client_ssl_context: ssl.SSLContext | None = None
     access_control: AccessControl | None = None
     request_timeout_s: float = 3.0
+    # A client whose Telemetry stream is closed and that sent no heartbeat since is forgotten after this long
+    # (RocketMQ proxy's grpcClientIdleTimeMills).
+    client_idle_s: float = 120.0
 
     @property
     def advertised_address(self) -> str:

@@ -28,5 +28,5 @@ class ProxyContext:
         metadata = Metadata(brokers)
         routes = Routes(brokers, metadata)
         authorizer = Authorizer(config.access_control)
-        clients = Clients(brokers, metadata, routes, authorizer)
+        clients = Clients(brokers, metadata, routes, authorizer, config.client_idle_s)
         return cls(config, brokers, metadata, routes, clients, authorizer)

@@ -125,9 +125,11 @@ class ProxyServer:
         await server.start()
         self._server = server
         self._brokers.start()
+        self._context.clients.start()
         log.info("proxy serving gRPC on %s, name servers %s", self.address, self.config.namesrv_addr)
 
     async def stop(self) -> None:
+        await self._context.clients.stop()
         if self._server is not None:
             await self._server.stop(STOP_GRACE_S)
             self._server = None
