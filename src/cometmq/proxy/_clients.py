@@ -43,6 +43,9 @@ log = logging.getLogger("cometmq.proxy")
 CLIENT_ID_KEY: Final = "x-mq-client-id"
 # The gRPC status a Telemetry stream is ended with for a refused settings command (INVALID_ARGUMENT else).
 _ABORT_CODES: Final[dict[int, Any]] = {v2.UNAUTHORIZED: grpc.StatusCode.PERMISSION_DENIED}
+# The most commands waiting to be written to one client's Telemetry stream: a client that stops reading
+# it is given no more (a transaction check not passed on is asked again by the broker).
+OUTBOX_COMMANDS: Final = 1024
 # How often the idle clients are looked for, at most.
 SWEEP_INTERVAL_S: Final = 10.0
 # The most topics one client's settings may name, and the most topics one consumer group's clients may
@@ -220,12 +223,12 @@ class Clients:
         return [s for s in self._sessions.values() if s.outbox is not None and topic in s.topics]
 
     def send_to_one(self, sessions: list[ClientSession], command: pb.TelemetryCommand) -> bool:
-        """Write *command* to one of *sessions* (chosen at random, spreading the checks); whether any."""
-        if not sessions:
+        """Write *command* to one of *sessions* (chosen at random, spreading the checks) whose stream
+        takes more; whether any did."""
+        open_outboxes = [s.outbox for s in sessions if s.outbox is not None and not s.outbox.full()]
+        if not open_outboxes:
             return False
-        outbox = random.choice(sessions).outbox
-        assert outbox is not None
-        outbox.put_nowait(command)
+        random.choice(open_outboxes).put_nowait(command)
         return True
 
     # settings ------------------------------------------------------------------------------
@@ -325,7 +328,7 @@ class Clients:
             client_id = client_id_of(context)
         except Refusal as refusal:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal.message)
-        outbox: asyncio.Queue[pb.TelemetryCommand] = asyncio.Queue()
+        outbox: asyncio.Queue[pb.TelemetryCommand] = asyncio.Queue(OUTBOX_COMMANDS)
         writer = asyncio.create_task(self._write(outbox, context))
         session: ClientSession | None = None
         try:
@@ -341,7 +344,7 @@ class Clients:
                 session = self._update(client_id, command.settings)
                 session.outbox = outbox
                 merged = await self.merged_settings(command.settings)
-                outbox.put_nowait(pb.TelemetryCommand(status=ok(), settings=merged))
+                await outbox.put(pb.TelemetryCommand(status=ok(), settings=merged))
             # The client closed its side: what is queued for it still goes out, unless writing fails.
             flushed = asyncio.ensure_future(outbox.join())
             await asyncio.wait({flushed, writer}, return_when=asyncio.FIRST_COMPLETED)

@@ -31,6 +31,8 @@ class ProxyConfig:
     # A client whose Telemetry stream is closed and that sent no heartbeat since is forgotten after this long
     # (RocketMQ proxy's grpcClientIdleTimeMills).
     client_idle_s: float = 120.0
+    # The most calls one client connection may have in progress at once (a long-polling receive is one).
+    max_concurrent_streams: int = 1024
 
     @property
     def advertised_address(self) -> str:

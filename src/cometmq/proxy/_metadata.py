@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Generic, TypeVar
 
 from cometmq.client.instance import ClientInstance
@@ -27,6 +28,8 @@ log = logging.getLogger("cometmq.proxy")
 
 # How long a master's tables are used before they are fetched again.
 METADATA_TTL_S: Final = 5.0
+# The most names remembered as missing (those older than METADATA_TTL_S are dropped when it is reached).
+MAX_MISSES: Final = 4096
 # The type of a topic without the ``message.type`` attribute (RocketMQ's TopicConfig.getTopicMessageType).
 DEFAULT_MESSAGE_TYPE: Final = "NORMAL"
 # RocketMQ 5's SubscriptionGroupConfig field marking a FIFO consumer group.
@@ -71,54 +74,53 @@ class _Expiring(Generic[T]):
 class Metadata:
     def __init__(self, brokers: ClientInstance) -> None:
         self._brokers = brokers
-        self._topics = _Expiring(self._fetch_topics)
-        self._groups = _Expiring(self._fetch_groups)
+        # The tables as the masters answer them; an entry is read when a call asks for it.
+        self._topics = _Expiring(partial(self._table, RequestCode.GET_ALL_TOPIC_CONFIG, "topicConfigTable"))
+        self._groups = _Expiring(
+            partial(self._table, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, "subscriptionGroupTable")
+        )
+        # When a name was last missing from a master's table, fetched anew for it: a name that is on no
+        # master (a group the brokers create on first use) costs one fetch per METADATA_TTL_S, not one a call.
+        self._misses: dict[tuple[str, str, str], float] = {}
 
-    async def _table(self, addr: str, code: int, key: str) -> dict[str, Any]:
+    async def _table(self, code: int, key: str, addr: str) -> dict[str, Any]:
         response = await self._brokers.invoke_ok(addr, code)
         try:
             return as_object(json_object(response.body, key).get(key) or {}, key)
         except BodyError as exc:
             raise CometMQError(f"unreadable {key} from {addr}: {exc.remark}") from None
 
-    async def _fetch_topics(self, addr: str) -> dict[str, str]:
-        table = await self._table(addr, RequestCode.GET_ALL_TOPIC_CONFIG, "topicConfigTable")
-        types: dict[str, str] = {}
-        for name, raw in table.items():
-            if isinstance(raw, dict):
-                with contextlib.suppress(BodyError):
-                    attributes = TopicConfig.from_json(raw).attributes
-                    types[str(name)] = attributes.get(MESSAGE_TYPE_ATTRIBUTE, DEFAULT_MESSAGE_TYPE)
-        return types
-
-    async def _fetch_groups(self, addr: str) -> dict[str, GroupSettings]:
-        table = await self._table(
-            addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, "subscriptionGroupTable"
-        )
-        groups: dict[str, GroupSettings] = {}
-        for name, raw in table.items():
-            if isinstance(raw, dict):
-                try:
-                    config = SubscriptionGroupConfig.from_json(raw)
-                    fifo = java_bool(raw, CONSUME_MESSAGE_ORDERLY, "SubscriptionGroupConfig", default=False)
-                except BodyError:
-                    continue
-                groups[str(name)] = GroupSettings(config.retry_max_times, fifo)
-        return groups
+    async def _entry(self, tables: _Expiring[dict[str, Any]], kind: str, addr: str, name: str) -> Any:
+        """*name*'s entry in *addr*'s table, the table fetched anew when the entry is missing (a topic or
+        group created since), unless it was missing from a fresh table within METADATA_TTL_S."""
+        found = (await tables.get(addr)).get(name)
+        if found is not None:
+            return found
+        now = time.monotonic()
+        key = (kind, addr, name)
+        if now - self._misses.get(key, -METADATA_TTL_S) < METADATA_TTL_S:
+            return None
+        found = (await tables.get(addr, fresh=True)).get(name)
+        if found is None:
+            if len(self._misses) >= MAX_MISSES:
+                self._misses = {k: t for k, t in self._misses.items() if now - t < METADATA_TTL_S}
+            self._misses[key] = now
+        return found
 
     async def topic_message_type(self, topic: str, master_addrs: list[str]) -> str | None:
         """The ``message.type`` of *topic* (NORMAL when it has no such attribute) on the first of its
         masters that answers; None when none knows it (the type is then not checked)."""
         for addr in master_addrs:
             try:
-                found = (await self._topics.get(addr)).get(topic)
-                if found is None:  # a topic created since the table was read: the route has it already
-                    found = (await self._topics.get(addr, fresh=True)).get(topic)
+                raw = await self._entry(self._topics, "topic", addr, topic)
             except CometMQError as exc:
                 log.info("cannot read the topic configs of %s: %s", addr, exc)
                 continue
-            if found is not None:
-                return found
+            if isinstance(raw, dict):
+                with contextlib.suppress(BodyError):
+                    return TopicConfig.from_json(raw).attributes.get(
+                        MESSAGE_TYPE_ATTRIBUTE, DEFAULT_MESSAGE_TYPE
+                    )
         return None
 
     async def group_settings(self, group: str, master_addrs: list[str]) -> GroupSettings:
@@ -126,12 +128,13 @@ class Metadata:
         on none (a group the broker creates on first use has them)."""
         for addr in master_addrs:
             try:
-                found = (await self._groups.get(addr)).get(group)
-                if found is None:  # perhaps created since the table was read
-                    found = (await self._groups.get(addr, fresh=True)).get(group)
+                raw = await self._entry(self._groups, "group", addr, group)
             except CometMQError as exc:
                 log.info("cannot read the subscription groups of %s: %s", addr, exc)
                 continue
-            if found is not None:
-                return found
+            if isinstance(raw, dict):
+                with contextlib.suppress(BodyError):
+                    config = SubscriptionGroupConfig.from_json(raw)
+                    fifo = java_bool(raw, CONSUME_MESSAGE_ORDERLY, "SubscriptionGroupConfig", default=False)
+                    return GroupSettings(config.retry_max_times, fifo)
         return GroupSettings()

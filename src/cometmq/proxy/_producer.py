@@ -111,7 +111,7 @@ class Producing:
         topic_type = await self._routes.message_type(topic, route)
         for message in outgoing:
             check_message_type(topic, topic_type, message.message_type)
-        queues = self._routes.write_queues(route)
+        queues = self._routes.write_queues(topic, route)
         if not queues:
             raise Refusal(v2.FORBIDDEN, f"topic {topic} has no writable queue")
         # RocketMQ's proxy places a send of several messages by none's group.
@@ -309,7 +309,8 @@ class Producing:
                 message=incoming_message(message), transaction_id=transaction_id
             )
         )
-        self._clients.send_to_one(sessions, command)
+        if not self._clients.send_to_one(sessions, command):
+            log.debug("no client publishing %s takes the check of transaction %s now", topic, transaction_id)
 
 
 class _CheckRelay:

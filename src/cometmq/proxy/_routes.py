@@ -76,6 +76,8 @@ class Routes:
         self._brokers = brokers
         self._metadata = metadata
         self._round_robin = itertools.count()
+        # Each topic's writable queues, with the route they were read from (a refresh replaces it).
+        self._write_queues: dict[str, tuple[TopicRouteData, list[WriteQueue]]] = {}
 
     async def route(self, topic: str) -> TopicRouteData:
         """The topic's route (cached by the ClientInstance); TOPIC_NOT_FOUND when no broker holds it."""
@@ -126,8 +128,18 @@ class Routes:
                         queue_id += 1
         return queues
 
-    def write_queues(self, route: TopicRouteData) -> list[WriteQueue]:
-        """The queues a send may go to: every writable queue of a broker group with a master."""
+    def write_queues(self, topic: str, route: TopicRouteData) -> list[WriteQueue]:
+        """The queues a send to *topic* may go to: every writable queue of a broker group with a master
+        in its *route* (worked out once per route)."""
+        cached = self._write_queues.get(topic)
+        if cached is not None and cached[0] is route:
+            return cached[1]
+        queues = self._read_write_queues(route)
+        self._write_queues[topic] = (route, queues)
+        return queues
+
+    @staticmethod
+    def _read_write_queues(route: TopicRouteData) -> list[WriteQueue]:
         masters = {b.broker_name: b.master_addr for b in route.broker_datas if b.master_addr is not None}
         return [
             WriteQueue(data.broker_name, queue_id, masters[data.broker_name])

@@ -26,6 +26,13 @@ log = logging.getLogger("cometmq.proxy")
 # far over it is cut off by gRPC (RESOURCE_EXHAUSTED) before the proxy holds it. RocketMQ's proxy reads up
 # to 130 MiB (grpcMaxInboundMessageSize).
 MAX_INBOUND_MESSAGE_BYTES = 2 * MAX_BODY_SIZE
+# The server pings a connection quiet for this long, and closes it when the ping is not answered in the
+# timeout: a client gone without a word (its host down) holds no stream open for ever.
+KEEPALIVE_MS = 60_000
+KEEPALIVE_TIMEOUT_MS = 20_000
+# How often a client may ping, with or without calls in progress (the Java client: every 5 minutes,
+# without calls too); gRPC's default refuses pings without calls and closes such a connection.
+CLIENT_PING_INTERVAL_MS = 30_000
 # How long stop() lets calls in progress (a long-polling receive) finish before cancelling them.
 STOP_GRACE_S = 1.0
 
@@ -105,6 +112,14 @@ class ProxyServer:
             options=[
                 ("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", -1),
+                # A connection with no call for as long as a client is kept idle is closed (RocketMQ
+                # proxy's maxConnectionIdle of grpcClientIdleTimeMills).
+                ("grpc.max_connection_idle_ms", int(self.config.client_idle_s * 1000)),
+                ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+                ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", CLIENT_PING_INTERVAL_MS),
+                ("grpc.max_concurrent_streams", self.config.max_concurrent_streams),
                 # grpc shares a port with any other process asking so (SO_REUSEPORT); a second proxy on a
                 # taken port must fail as every other server's port does.
                 ("grpc.so_reuseport", 0),
