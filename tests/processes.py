@@ -153,6 +153,40 @@ def standalone_args(data_dir: Path, *extra: str) -> list[str]:
     ]
 
 
+# An argument standing for a port :func:`start_server` chooses (:func:`free_port`), for a flag whose 0
+# does not mean "a port the OS picks".
+FREE_PORT = "<free port>"
+# What a server says when a port it was given is taken; how often start_server chooses again.
+_PORT_TAKEN = "is already in use"
+PORT_ATTEMPTS = 5
+
+
+def start_server(
+    args: list[str], log_path: Path, prefix: str, preexec_fn: Callable[[], object] | None = None
+) -> ServerProcess:
+    """A server of *args* once ready (its line starting with *prefix*), each :data:`FREE_PORT` among
+    *args* a port chosen here. Another process may take a chosen port before the server binds it: the
+    server then exits saying so, and is started again on other ports (at most PORT_ATTEMPTS times).
+    *preexec_fn* as ``ServerProcess``'s."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        chosen = [str(free_port()) if arg == FREE_PORT else arg for arg in args]
+        logged_before = log_path.stat().st_size if log_path.exists() else 0
+        server = ServerProcess(chosen, log_path, preexec_fn)
+        try:
+            server.wait_ready(prefix)
+            return server
+        except AssertionError:
+            server.terminate()
+            said = log_path.read_bytes()[logged_before:].decode(errors="replace")
+            taken = server.proc.returncode != 0 and _PORT_TAKEN in said
+            if not (taken and chosen != args and attempt < PORT_ATTEMPTS):
+                raise
+        except BaseException:
+            server.terminate()
+            raise
+    raise AssertionError("unreachable")
+
+
 def start_standalone(
     data_dir: Path,
     conf: Path | None = None,
@@ -160,24 +194,21 @@ def start_standalone(
     preexec_fn: Callable[[], object] | None = None,
 ) -> tuple[ServerProcess, str]:
     """A standalone server on ports the OS picks (port 0, so no other process can take them between
-    choosing and binding); returns it and its NameServer address, both read from its ready line.
-    *preexec_fn* as ``ServerProcess``'s."""
+    choosing and binding) or, for :data:`FREE_PORT` in *extra*, ports chosen as :func:`start_server`
+    does; returns it and its NameServer address, both read from its ready line. *preexec_fn* as
+    ``ServerProcess``'s."""
     args = standalone_args(data_dir, *extra)
     if conf is not None:
         args += ["-c", str(conf)]
-    server = ServerProcess(args, data_dir.parent / f"{data_dir.name}-standalone.log", preexec_fn)
-    try:
-        server.wait_ready("CometMQ standalone ready:")
-    except BaseException:
-        server.terminate()
-        raise
+    log_path = data_dir.parent / f"{data_dir.name}-standalone.log"
+    server = start_server(args, log_path, "CometMQ standalone ready:", preexec_fn)
     return server, _ready_addresses(server)[0]
 
 
 def proxy_args() -> list[str]:
-    """The extra arguments of a standalone that serves its RocketMQ 5 proxy, on a free port (0 turns the
-    proxy off, so the port is chosen here)."""
-    return ["--proxy-port", str(free_port())]
+    """The extra arguments of a standalone that serves its RocketMQ 5 proxy, for :func:`start_standalone`:
+    on a free port it chooses (the proxy's port 0 turns it off)."""
+    return ["--proxy-port", FREE_PORT]
 
 
 def proxy_address(server: ServerProcess) -> str:

@@ -10,6 +10,7 @@ import grpc
 import pytest
 from proxy_support import Stub, client_metadata, message, new_client_id, signed
 
+import processes
 from cometmq.client import blocking
 from cometmq.proxy import definition_pb2 as v2
 from cometmq.proxy import service_pb2 as pb
@@ -19,6 +20,7 @@ from processes import (
     cometmq,
     free_port,
     proxy_address,
+    proxy_args,
     standalone_args,
     start_standalone,
 )
@@ -76,6 +78,23 @@ def test_standalone_names_the_flag_of_a_proxy_port_taken(tmp_path: Path) -> None
         result = cometmq(*standalone_args(tmp_path / "data", "--proxy-port", str(port)))
     assert result.returncode != 0
     assert "--proxy-port" in result.stderr
+
+
+def test_standalone_whose_chosen_proxy_port_is_taken_meanwhile_starts_on_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken_port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", taken_port))
+        taken.listen()
+        ports = iter([taken_port, free_port()])
+        monkeypatch.setattr(processes, "free_port", lambda: next(ports))
+        process, _ = start_standalone(tmp_path / "data", None, *proxy_args())
+    try:
+        assert proxy_address(process) != f"127.0.0.1:{taken_port}"
+        assert "is already in use" in process.log()  # the first start, on the port taken
+    finally:
+        process.terminate()
 
 
 def test_proxy_command_checks_signatures_against_its_access_control_file(
