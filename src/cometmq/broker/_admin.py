@@ -28,6 +28,7 @@ from cometmq.protocol.broker_headers import (
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
+    GetTopicConfigRequestHeader,
     OffsetResponseHeader,
     ProducerGroupRequestHeader,
     QueryMessageRequestHeader,
@@ -44,9 +45,11 @@ from cometmq.protocol.jsonbody import json_object
 from cometmq.protocol.naming import is_system_topic
 from cometmq.protocol.record import decode_record_at
 from cometmq.protocol.topic_config import (
+    MESSAGE_TYPE_ATTRIBUTE,
     QUEUE_TYPE_ATTRIBUTE,
     SIMPLE_CQ,
     TopicConfig,
+    TopicMessageType,
     altered_attributes,
     parse_attribute_changes,
 )
@@ -100,6 +103,14 @@ class AdminProcessor:
 
     def get_all_topic_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return request.response(body=fastjson.dumps(self._broker.topics.serialize_wrapper()))
+
+    def get_topic_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """One topic's TopicConfig (RocketMQ 5's TopicConfigAndQueueMapping, without a mapping)."""
+        topic = GetTopicConfigRequestHeader.decode(request.ext_fields).topic
+        config = self._broker.topics.get(topic)
+        if config is None:
+            raise RequestRefused(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
+        return request.response(body=fastjson.dumps(config.to_json()))
 
     def get_all_subscription_group_config(
         self, conn: Connection, request: RemotingCommand
@@ -213,9 +224,13 @@ class AdminProcessor:
         attributes = current.attributes if current is not None else {}
         if create.attributes:
             try:
-                attributes = altered_attributes(attributes, parse_attribute_changes(create.attributes))
+                changes = parse_attribute_changes(create.attributes)
+                attributes = altered_attributes(attributes, changes)
             except ValueError as exc:  # RocketMQ refuses unknown attributes too
                 raise RequestRefused(ResponseCode.INVALID_PARAMETER, f"topic {topic}: {exc}") from None
+            # As a RocketMQ 5 broker with its default enableMixedMessageType=false.
+            if changes.get(MESSAGE_TYPE_ATTRIBUTE) == TopicMessageType.MIXED.value:
+                raise RequestRefused(ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
             queue_type = attributes.get(QUEUE_TYPE_ATTRIBUTE, SIMPLE_CQ)
             # RocketMQ's queue.type is not changeable: the queues' files differ.
             if current is not None and queue_type != current.attributes.get(QUEUE_TYPE_ATTRIBUTE, SIMPLE_CQ):

@@ -340,6 +340,7 @@ class Broker:
                 RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
                 RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
                 RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+                RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
                 RequestCode.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
                 RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
                 RequestCode.GET_MAX_OFFSET: admin.get_max_offset,

@@ -65,6 +65,7 @@ class RequestCode(enum.IntEnum):
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    GET_TOPIC_CONFIG = 351  # RocketMQ 5's: one topic's TopicConfig, as a proxy reads its message type
     GET_BROKER_HA_STATUS = 907  # RocketMQ 5's; a 4.x broker does not answer it
     NOTIFY_BROKER_ROLE_CHANGED = 1008  # RocketMQ 5's: switch a broker's role (cometmq broker promote)
     # RocketMQ 5's users and ACLs (ACL 2.0)
