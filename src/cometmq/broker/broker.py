@@ -40,6 +40,7 @@ from cometmq.broker._slave_sync import (
     slave_refusals,
 )
 from cometmq.broker._stats import BrokerStats, sample_every_second
+from cometmq.broker._timer import TimerMessageService
 from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker._transaction import EndTransactionProcessor, TransactionService
 from cometmq.broker.config import RUNTIME_KEYS, RUNTIME_SETTINGS_FILE, BrokerConfig, BrokerRole
@@ -149,6 +150,8 @@ class Broker:
         self.pull_holds = PullHoldService()
         # Delayed messages: parking in SCHEDULE_TOPIC_XXXX, delivery when due, delayOffset.json.
         self.schedule = ScheduleMessageService(self, config.message_delay_level, config_dir)
+        # Timer messages: parking in rmq_sys_wheel_timer, delivery when due, timerProgress.json.
+        self.timer = TimerMessageService(self, config_dir)
         # Half messages: their settled state, the check-back, transactionChecks.json.
         self.transactions = TransactionService(self, config_dir)
         # Producing exactly once: the UNIQ_KEYs of the deduplication window (a master's).
@@ -381,6 +384,7 @@ class Broker:
         self.offsets.load()
         self.groups.load()
         self.schedule.load()
+        self.timer.load()
         self.topics.on_batch_topic = self.store.declare_batch_topic
         self.topics.declare_batch_topics()
         await asyncio.get_running_loop().run_in_executor(None, self.store.start)
@@ -428,6 +432,7 @@ class Broker:
         )
         # Only now: delivered copies carry the final store host (their offset message ids name it).
         self.schedule.start()
+        self.timer.start()
         self.transactions.start()
         log.info(
             "broker %s (cluster %s) listening on %s:%d, advertised as %s, data in %s",
@@ -620,6 +625,7 @@ class Broker:
             if limit is not None:  # pulls held for what this broker's old master had confirmed
                 self.pull_holds.on_confirmed(limit)
             self.schedule.start()
+            self.timer.start()
             self.transactions.start()
             log.info("broker %s is now the master of its group (epoch %d)", self.config.broker_name, epoch)
             if was_slave:
@@ -646,6 +652,7 @@ class Broker:
             if self._ha_bound:
                 await self._start_ha_server()
             await self.schedule.stop()
+            await self.timer.stop()
             await self.transactions.stop()
             await self._stop_ha_client()
             self.epoch = epoch
@@ -833,12 +840,14 @@ class Broker:
         # A metadata file that cannot be written (disk error) is logged; the others are still
         # written and the store still shuts down cleanly (flushed, checkpointed, abort file removed).
         await self.schedule.stop()
+        await self.timer.stop()
         await self.transactions.stop()  # its progress is in the consumer offsets written next
         self.offsets.persist(force=True)
         self.topics.persist()
         self.groups.persist()
         for name, manager in (
             ("delay offsets", self.schedule),
+            ("timer progress", self.timer),
             ("consumer offsets", self.offsets),
             ("topics", self.topics),
             ("subscription groups", self.groups),
