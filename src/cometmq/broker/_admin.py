@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import cometmq
 from cometmq.broker._groups import SubscriptionGroupConfig
+from cometmq.broker._timer import TIMER_PROGRESS_KEY
 from cometmq.broker.config import fixed_at_start
 from cometmq.errors import ConfigError, RecordError, RequestRefused
 from cometmq.javaprops import format_properties, parse_properties
@@ -125,8 +126,12 @@ class AdminProcessor:
         return request.response(body=fastjson.dumps({"offsetTable": table}, numeric_keys_unquoted=True))
 
     def get_all_delay_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        # delayOffset.json as it would be written now; fastjson writes the level keys unquoted.
-        table = {"offsetTable": dict(sorted(self._broker.schedule.offsets.items()))}
+        # delayOffset.json as it would be written now; fastjson writes the level keys unquoted. The timer
+        # progress rides along for a CometMQ slave (a RocketMQ slave reads offsetTable only).
+        table = {
+            "offsetTable": dict(sorted(self._broker.schedule.offsets.items())),
+            TIMER_PROGRESS_KEY: self._broker.timer.progress_json(),
+        }
         return request.response(body=fastjson.dumps(table, numeric_keys_unquoted=True))
 
     def get_broker_runtime_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

@@ -67,6 +67,7 @@ __all__ = [
     "TIMER_DELAY_SEC",
     "TIMER_DELIVER_MS",
     "TIMER_OUT_MS",
+    "TIMER_PROGRESS_KEY",
     "TIMER_REQUEST_PROPERTIES",
     "TimerMessageService",
     "drop_timer_properties",
@@ -86,6 +87,9 @@ TIMER_ROLL_TIMES: Final = "TIMER_ROLL_TIMES"
 # What a sender sets to ask for a delivery time, in RocketMQ's order of precedence.
 _ASKING: Final = (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS)
 TIMER_REQUEST_PROPERTIES: Final = frozenset(_ASKING)
+
+# The timer progress in a CometMQ master's GET_ALL_DELAY_OFFSET answer, beside RocketMQ's offsetTable.
+TIMER_PROGRESS_KEY: Final = "timerProgress"
 
 # Units read, delivered or rolled before the event loop gets a turn (a backlog after a long stop).
 _ROUND_MAX = 256
@@ -155,6 +159,13 @@ def from_timer(rec: DecodedRecord, store_host: bytes, now_ms: int) -> MessageToS
     return copy_of_record(rec, properties, topic, queue_id, store_host, rec.reconsume_times)
 
 
+def _settled_of(progress: object) -> SettledHalves:
+    """The settled units a progress object (``{"base": B, "settled": base64}``) names."""
+    if not isinstance(progress, dict):
+        raise TypeError("the timer progress is not a JSON object")
+    return SettledHalves.restored(int(progress["base"]), base64.b64decode(progress["settled"], validate=True))
+
+
 def rolled(rec: DecodedRecord, store_host: bytes) -> MessageToStore:
     """The parked record *rec* parked again at the end of the timer queue, its roll counted."""
     properties = decode_properties(rec.properties)
@@ -209,14 +220,30 @@ class TimerMessageService:
         if obj is None:
             return
         try:
-            base = int(obj["base"])
-            bits = base64.b64decode(obj["settled"], validate=True)
-            self.settled = SettledHalves.restored(base, bits)
+            self.settled = _settled_of(obj)
         except (KeyError, TypeError, ValueError) as exc:
             log.error("%s is unreadable (%s); every timer message still in the queue is due again",
                       self._path, exc)  # fmt: skip
             return
-        self._scanned = base
+        self._scanned = self.settled.snapshot()[0]
+
+    def adopt(self, progress: object, source: str) -> None:
+        """A slave takes its master's progress (from *source*) and writes it when it changed, ready for
+        the day it is made a master. ValueError when it is not a progress object."""
+        if self._task is not None:  # delivering: this broker's own progress is the truth
+            return
+        try:
+            settled = _settled_of(progress)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"the timer progress from {source} is unreadable: {exc}") from None
+        if settled.snapshot() != self.settled.snapshot() or self.write_pending:
+            self.settled = settled
+            self._scanned = settled.snapshot()[0]
+            self._progress.save()
+
+    def progress_json(self) -> dict[str, object]:
+        """The progress as timerProgress.json holds it."""
+        return self._snapshot()
 
     def start(self) -> None:
         """Start delivering (the store must be started); a slave does not deliver."""
