@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 from _support import address, broker_and_client, create_topic, pull, run, running_broker, send_request
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cometmq.broker import _timer
+from cometmq.broker._transaction import SettledHalves
+from cometmq.errors import RequestRefused
 from cometmq.protocol import RemotingCommand, ResponseCode
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
 from cometmq.protocol.properties import decode_properties, encode_properties
@@ -233,3 +237,35 @@ def test_nothing_is_delivered_before_its_time_whatever_the_round(tmp_path: Path)
             assert next_due == due and broker.store.max_offset("Patient", 0) == 0
 
     run(scenario())
+
+
+@given(
+    name=st.sampled_from(["TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"]),
+    text=st.one_of(st.integers(-(2**63), 2**63).map(str), st.text(max_size=12)),
+)
+def test_any_timer_property_value_is_a_time_no_timer_or_one_refusal(name: str, text: str) -> None:
+    now = 1_700_000_000_000
+    try:
+        due = _timer.timer_delivery_ms({name: text}, now, 3 * 86_400)
+    except RequestRefused as refused:
+        assert refused.code == ResponseCode.MESSAGE_ILLEGAL
+        assert refused.remark.startswith("timer message illegal: ")
+        return
+    assert text.lstrip("+-").isascii() and text.lstrip("+-").isdigit()
+    value = int(text)
+    asked = {"TIMER_DELIVER_MS": value, "TIMER_DELAY_SEC": now + value * 1000, "TIMER_DELAY_MS": now + value}
+    assert due == (asked[name] if asked[name] > now else None)
+    assert due is None or due - now <= 3 * 86_400_000
+
+
+@given(st.lists(st.integers(0, 200), max_size=60), st.integers(0, 200))
+def test_the_settled_units_survive_their_snapshot(offsets: list[int], below: int) -> None:
+    settled = SettledHalves()
+    for offset in offsets:
+        settled.add(offset)
+    settled.advance()
+    restored = SettledHalves.restored(*settled.snapshot())
+    assert [o in restored for o in range(256)] == [o in settled for o in range(256)]
+    restored.settle_below(below)
+    assert all(o in restored for o in range(below))
+    assert [o in restored for o in range(below, 256)] == [o in settled for o in range(below, 256)]

@@ -37,6 +37,7 @@ import contextlib
 import heapq
 import logging
 import math
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -53,6 +54,7 @@ from cometmq.broker._schedule import (
 from cometmq.broker._transaction import SettledHalves
 from cometmq.errors import RecordError, RequestRefused
 from cometmq.protocol import ResponseCode
+from cometmq.protocol.jsonbody import JAVA_LONG_MAX, JAVA_LONG_MIN
 from cometmq.protocol.naming import TIMER_TOPIC
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import DecodedRecord, decode_record_at
@@ -91,6 +93,8 @@ TIMER_REQUEST_PROPERTIES: Final = frozenset(_ASKING)
 # The timer progress in a CometMQ master's GET_ALL_DELAY_OFFSET answer, beside RocketMQ's offsetTable.
 TIMER_PROGRESS_KEY: Final = "timerProgress"
 
+_JAVA_LONG_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
+
 # Units read, delivered or rolled before the event loop gets a turn (a backlog after a long stop).
 _ROUND_MAX = 256
 # The longest sleep without looking: due times are wall-clock ms, sleeps are monotonic.
@@ -119,12 +123,12 @@ def timer_delivery_ms(properties: dict[str, str], now_ms: int, max_delay_sec: in
             break
     else:
         return None
-    try:
-        value = int(text)
-    except ValueError:
+    # Java's Long.parseLong: an optional sign and digits, in a long's range (no blanks, no "1_000").
+    value = int(text) if _JAVA_LONG_TEXT.fullmatch(text) else None
+    if value is None or not JAVA_LONG_MIN <= value <= JAVA_LONG_MAX:
         raise RequestRefused(
             ResponseCode.MESSAGE_ILLEGAL, f"timer message illegal: {name} {text!r} is not a whole number"
-        ) from None
+        )
     if name == TIMER_DELAY_SEC:
         deliver_ms = now_ms + value * 1000
     elif name == TIMER_DELAY_MS:
@@ -179,7 +183,7 @@ class TimerMessageService:
     def __init__(self, broker: Broker, config_dir: Path) -> None:
         self._broker = broker
         self._path = config_dir / "timerProgress.json"
-        self._progress = DeliveryProgress(broker, self._path, self._snapshot)
+        self._progress = DeliveryProgress(broker, self._path, self.progress_json)
         self.settled = SettledHalves()
         # (delivery time, queue offset, commit-log offset) of each unit read and not settled when
         # pushed; a unit settled since (rolled) is dropped when it comes to the top.
@@ -241,10 +245,6 @@ class TimerMessageService:
             self._scanned = settled.snapshot()[0]
             self._progress.save()
 
-    def progress_json(self) -> dict[str, object]:
-        """The progress as timerProgress.json holds it."""
-        return self._snapshot()
-
     def start(self) -> None:
         """Start delivering (the store must be started); a slave does not deliver."""
         broker = self._broker
@@ -288,7 +288,8 @@ class TimerMessageService:
         """Timer messages read and not delivered yet."""
         return sum(1 for _, offset, _ in self._waiting if offset not in self.settled)
 
-    def _snapshot(self) -> dict[str, object]:
+    def progress_json(self) -> dict[str, object]:
+        """The progress as timerProgress.json holds it."""
         base, bits = self.settled.snapshot()
         return {"base": base, "settled": base64.b64encode(bits).decode()}
 
