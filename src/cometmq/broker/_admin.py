@@ -233,8 +233,10 @@ class AdminProcessor:
                 attributes = altered_attributes(attributes, changes)
             except ValueError as exc:  # RocketMQ refuses unknown attributes too
                 raise RequestRefused(ResponseCode.INVALID_PARAMETER, f"topic {topic}: {exc}") from None
-            # As a RocketMQ 5 broker with its default enableMixedMessageType=false.
-            if changes.get(MESSAGE_TYPE_ATTRIBUTE) == TopicMessageType.MIXED.value:
+            if (
+                changes.get(MESSAGE_TYPE_ATTRIBUTE) == TopicMessageType.MIXED.value
+                and not broker.config.enable_mixed_message_type
+            ):
                 raise RequestRefused(ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
             queue_type = attributes.get(QUEUE_TYPE_ATTRIBUTE, SIMPLE_CQ)
             # RocketMQ's queue.type is not changeable: the queues' files differ.

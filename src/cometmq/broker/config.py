@@ -87,6 +87,8 @@ class BrokerConfig:
     # a delivery time may be (3 days, RocketMQ's default).
     timer_wheel_enable: bool = True
     timer_max_delay_sec: int = 3 * 86_400
+    # RocketMQ 5: whether a topic may be created or changed with message.type MIXED.
+    enable_mixed_message_type: bool = False
     # Transactional messages (broker/_transaction.py): a half message is checked back once it is
     # older than transactionTimeOut ms, every transactionCheckInterval ms (RocketMQ 5's period; 4.x
     # had 60 s), and discarded after transactionCheckMax checks; rejectTransactionMessage refuses them.
@@ -501,6 +503,7 @@ RUNTIME_KEYS: Final = frozenset(
         "transactionCheckMax",
         "timerWheelEnable",
         "timerMaxDelaySec",
+        "enableMixedMessageType",
         "longPollingEnable",
         "shortPollingTimeMills",
         "enablePropertyFilter",
