@@ -1,27 +1,25 @@
 """Requests that are not valid protobuf: answered INVALID_ARGUMENT naming the request type, with one log
 line, rather than by grpc's UNKNOWN with a traceback per request.
 
-gRPC decodes a request before the servicer sees it and gives a failing decoder no way to answer; so each
-decoder here hands on what it could not decode as :class:`Malformed`, and each call's handler refuses it.
+gRPC decodes a request before the servicer sees it and gives a failing decoder no way to answer; so the
+server's :class:`TolerantDecoding` interceptor gives each call a decoder that hands on what it could not
+decode as :class:`Malformed`, and a handler that refuses it.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import grpc
 from google.protobuf.message import DecodeError
 
-from cometmq.proxy._pb import service_pb2_grpc
 from cometmq.proxy._status import Context
 
 log = logging.getLogger("cometmq.proxy")
-
-SERVICE = "apache.rocketmq.v2.MessagingService"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,34 +80,34 @@ def _checking(behavior: Callable[..., Any], request_streaming: bool) -> Callable
     return unary
 
 
-class _Collector:
-    """Takes the method handlers the generated code registers, for :func:`add_service` to wrap."""
+class TolerantDecoding(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Serves each call with its handler's decoder made :func:`_tolerant` and its behavior refusing what
+    that decoder could not decode (each method's handler wrapped once)."""
 
-    handlers: dict[str, Any]
+    def __init__(self) -> None:
+        self._handlers: dict[str, Any] = {}
 
-    def add_generic_rpc_handlers(self, handlers: object) -> None:
-        pass
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
+    ) -> Any:
+        method = handler_call_details.method
+        handler = self._handlers.get(method)
+        if handler is None:
+            handler = await continuation(handler_call_details)
+            if handler is None or handler.request_deserializer is None:
+                return handler  # a method not served: grpc answers UNIMPLEMENTED
+            handler = self._handlers[method] = _tolerant_handler(handler)
+        return handler
 
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
-        self.handlers = handlers
 
-
-def add_service(servicer: service_pb2_grpc.MessagingServiceServicer, server: grpc.aio.Server) -> None:
-    """Serve *servicer* on *server* as the generated code does, each request decoded by
-    :func:`_tolerant`."""
-    collector = _Collector()
-    service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, collector)  # type: ignore[no-untyped-call]
-    handlers: dict[str, Any] = {}
-    for method, handler in collector.handlers.items():
-        kind = (
-            ("stream" if handler.request_streaming else "unary")
-            + "_"
-            + ("stream" if handler.response_streaming else "unary")
-        )
-        type_name = handler.request_deserializer.__self__.DESCRIPTOR.name
-        handlers[method] = handler._replace(
-            request_deserializer=_tolerant(handler.request_deserializer, type_name),
-            **{kind: _checking(getattr(handler, kind), handler.request_streaming)},
-        )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-    server.add_registered_method_handlers(SERVICE, handlers)
+def _tolerant_handler(handler: Any) -> Any:
+    kind = (
+        ("stream" if handler.request_streaming else "unary")
+        + "_"
+        + ("stream" if handler.response_streaming else "unary")
+    )
+    type_name = handler.request_deserializer.__self__.DESCRIPTOR.name
+    return handler._replace(
+        request_deserializer=_tolerant(handler.request_deserializer, type_name),
+        **{kind: _checking(getattr(handler, kind), handler.request_streaming)},
+    )

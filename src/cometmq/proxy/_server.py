@@ -15,7 +15,8 @@ from cometmq.errors import ConfigError
 from cometmq.proxy._config import ProxyConfig
 from cometmq.proxy._context import ProxyContext
 from cometmq.proxy._convert import MAX_BODY_SIZE
-from cometmq.proxy._decoding import add_service
+from cometmq.proxy._decoding import TolerantDecoding
+from cometmq.proxy._pb import service_pb2_grpc
 from cometmq.proxy._service import MessagingService
 from cometmq.remoting.tls import ClientAuth, TlsMode, TlsSettings
 
@@ -109,6 +110,7 @@ class ProxyServer:
 
     async def start(self) -> None:
         server = grpc.aio.server(
+            interceptors=[TolerantDecoding()],
             options=[
                 ("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", -1),
@@ -123,10 +125,10 @@ class ProxyServer:
                 # grpc shares a port with any other process asking so (SO_REUSEPORT); a second proxy on a
                 # taken port must fail as every other server's port does.
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         service = MessagingService(self._context)
-        add_service(service, server)
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
         listen = f"{self.config.host}:{self.config.port}"
         credentials = server_credentials(self.config.server_tls)
         try:
