@@ -22,8 +22,9 @@ from cometmq.proxy import service_pb2 as pb
 from waiting import wait_until_blocking
 
 
-def exchange(stub: Stub, command: pb.TelemetryCommand) -> pb.TelemetryCommand:
-    [answer] = list(stub.Telemetry(iter([command]), metadata=client_metadata(new_client_id())))
+def exchange(stub: Stub, command: pb.TelemetryCommand, client_id: str | None = None) -> pb.TelemetryCommand:
+    metadata = client_metadata(client_id or new_client_id())
+    [answer] = list(stub.Telemetry(iter([command]), metadata=metadata))
     return answer
 
 
@@ -33,6 +34,20 @@ def sql_settings(group: str, topic: str, expression: str) -> pb.TelemetryCommand
         v2.FilterExpression(type=v2.SQL, expression=expression)
     )
     return command
+
+
+def terminate(stub: Stub, client_id: str) -> None:
+    request = pb.NotifyClientTerminationRequest()
+    assert stub.NotifyClientTermination(request, metadata=client_metadata(client_id)).status.code == v2.OK
+
+
+def check_back_members(namesrv: str, topic: str) -> int:
+    """How many clients the brokers know in the producer group named after *topic*."""
+    with blocking.AdminClient(namesrv) as admin:
+        try:
+            return len(admin.producer_connections(topic, topic))
+        except BrokerError:
+            return 0  # "the producer group[...] not exist"
 
 
 def wait_registered(namesrv: str, group: str) -> ConsumerConnections:
@@ -110,3 +125,40 @@ def test_more_groups_than_one_heartbeat_takes_are_all_registered(proxied: Proxie
             exchange(stub, consumer_settings(group, topic))
     for group in (groups[0], groups[-1]):
         wait_registered(proxied.namesrv, group)
+
+
+def test_only_published_topics_taking_transactions_are_check_back_groups(
+    proxied: ProxiedStandalone, stub: Stub
+) -> None:
+    transactional, normal = proxied.new_topic("+message.type=TRANSACTION"), proxied.new_topic()
+    client_id = new_client_id()
+    exchange(stub, producer_settings(transactional, normal), client_id)
+    wait_until_blocking(
+        lambda: check_back_members(proxied.namesrv, transactional), message="the check-back group registered"
+    )
+    assert check_back_members(proxied.namesrv, normal) == 0  # decided in the same round
+    terminate(stub, client_id)
+    wait_until_blocking(
+        lambda: check_back_members(proxied.namesrv, transactional) == 0,
+        message="the check-back group left once nobody publishes the topic",
+    )
+
+
+def test_consumer_group_left_by_its_last_client_is_unregistered(
+    proxied: ProxiedStandalone, stub: Stub
+) -> None:
+    group = "proxy-group-left"
+    client_id = new_client_id()
+    exchange(stub, consumer_settings(group, proxied.new_topic()), client_id)
+    wait_registered(proxied.namesrv, group)
+    terminate(stub, client_id)
+
+    def unregistered() -> bool:
+        with blocking.AdminClient(proxied.namesrv) as admin:
+            try:
+                admin.consumer_connections(group)
+            except BrokerError:
+                return True
+            return False
+
+    wait_until_blocking(unregistered, message="the group unregistered at the broker")

@@ -17,7 +17,7 @@ import re
 import ssl
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 from cometmq.auth import Credentials
@@ -221,7 +221,7 @@ class ClientInstance:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self._unregister_everywhere()
+        await self.unregister_groups(self._producer_groups, self._consumers)
         await self.remoting.close()
 
     async def _every(self, interval: float, job: Callable[[], Any]) -> None:
@@ -552,13 +552,18 @@ class ClientInstance:
             elif isinstance(result, BaseException):
                 log.info("heartbeat to %s failed: %s", addr, result)
 
-    async def _unregister_everywhere(self) -> None:
+    async def unregister_groups(
+        self, producer_groups: Iterable[str] = (), consumer_groups: Iterable[str] = ()
+    ) -> None:
+        """Tell the brokers this client heartbeats that it has left *producer_groups* and
+        *consumer_groups* (rather than letting them find out when its heartbeats naming them stop);
+        failures are ignored."""
         headers = [
             UnregisterClientRequestHeader(client_id=self.client_id, producer_group=group)
-            for group in self._producer_groups
+            for group in producer_groups
         ] + [
             UnregisterClientRequestHeader(client_id=self.client_id, consumer_group=group)
-            for group in self._consumers
+            for group in consumer_groups
         ]
         if not headers:
             return

@@ -111,6 +111,10 @@ def check_filter(entry: v2.SubscriptionEntry) -> None:
         raise Refusal(v2.ILLEGAL_FILTER_EXPRESSION, f"filter type {expression.type} is neither TAG nor SQL")
 
 
+def _group_of(settings: v2.Settings) -> str:
+    return settings.subscription.group.name if settings.HasField("subscription") else ""
+
+
 def subscription_data(entry: v2.SubscriptionEntry) -> SubscriptionData:
     """A 5.x subscription as a 4.x heartbeat carries it."""
     kind = "SQL92" if entry.expression.type == v2.SQL else EXPRESSION_TAG
@@ -127,7 +131,7 @@ class ClientSession:
 
     @property
     def group(self) -> str:
-        return self.settings.subscription.group.name if self.settings.HasField("subscription") else ""
+        return _group_of(self.settings)
 
     @property
     def topics(self) -> list[str]:
@@ -210,10 +214,9 @@ class Clients:
         """The topics any known client publishes."""
         return {topic for session in self._sessions.values() for topic in session.topics}
 
-    def _publishers_may_have_changed(self, session: ClientSession) -> None:
-        if session.settings.HasField("publishing"):
-            for callback in self._publishers_changed:
-                callback()
+    def _publishers_may_have_changed(self) -> None:
+        for callback in self._publishers_changed:
+            callback()
 
     def session(self, client_id: str) -> ClientSession | None:
         return self._sessions.get(client_id)
@@ -305,14 +308,12 @@ class Clients:
         if session is None:
             session = self._sessions[client_id] = ClientSession(client_id, settings)
         else:
-            self._leave_group(session)
-            was_publishing = session.settings.HasField("publishing")
+            if session.group != _group_of(settings):  # the same group keeps its registration
+                self._leave_group(session)
             session.settings = settings
-            if was_publishing:
-                self._publishers_may_have_changed(session)
         if settings.HasField("subscription"):
             self._join_group(session)
-        self._publishers_may_have_changed(session)
+        self._publishers_may_have_changed()
         return session
 
     # the calls -----------------------------------------------------------------------------
@@ -395,11 +396,12 @@ class Clients:
 
     def _forget_idle(self) -> None:
         now = time.monotonic()
-        for session in list(self._sessions.values()):
-            if session.outbox is None and now - session.last_seen > self._idle_s:
-                del self._sessions[session.client_id]
-                self._leave_group(session)
-                self._publishers_may_have_changed(session)
+        idle = [s for s in self._sessions.values() if s.outbox is None and now - s.last_seen > self._idle_s]
+        for session in idle:
+            del self._sessions[session.client_id]
+            self._leave_group(session)
+        if idle:
+            self._publishers_may_have_changed()
 
     async def notify_client_termination(
         self, request: pb.NotifyClientTerminationRequest, context: Context
@@ -410,7 +412,7 @@ class Clients:
                 status=status(v2.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
             )
         self._leave_group(session)
-        self._publishers_may_have_changed(session)
+        self._publishers_may_have_changed()
         return pb.NotifyClientTerminationResponse(status=ok())
 
     # consumer groups on the brokers --------------------------------------------------------
@@ -445,6 +447,7 @@ class Clients:
         if not group.members:
             del self._groups[session.group]
             self._brokers.unregister_consumer(session.group)
+            self._spawn(self._brokers.unregister_groups(consumer_groups=[session.group]))
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.ensure_future(work)

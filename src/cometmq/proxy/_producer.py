@@ -252,9 +252,12 @@ class Producing:
         transactional messages (TRANSACTION or MIXED, as RocketMQ's producers register them), while any
         client publishes it. Other topics are not registered: a heartbeat names at most 256 groups."""
         published = self._clients.published_topics()
-        for topic in [topic for topic in self._check_groups if topic not in published]:
-            if self._check_groups.pop(topic):
-                self._brokers.unregister_transaction_member(topic)
+        dropped = [topic for topic in self._check_groups if topic not in published]
+        unregistered = [topic for topic in dropped if self._check_groups.pop(topic)]
+        for topic in unregistered:
+            self._brokers.unregister_transaction_member(topic)
+        if unregistered:
+            self._spawn(self._brokers.unregister_groups(producer_groups=unregistered))
         new_topics = [topic for topic in published if topic not in self._check_groups]
         for topic in new_topics:
             self._check_groups[topic] = False
