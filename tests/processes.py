@@ -133,13 +133,15 @@ class ServerProcess:
 
 
 _READY = re.compile(r"namesrv (\S+), broker \S+ at (\S+),")
+_PROXY_READY = re.compile(r"(?:, proxy|gRPC at) ([^\s,]+)")
 
 
 def standalone_args(data_dir: Path, *extra: str) -> list[str]:
     """``cometmq standalone``'s arguments for a test: data in *data_dir*, on loopback, every port one the
-    OS picks (so a server beside the tests, on the default ports, never collides), then *extra* (a flag
-    given again there wins: argparse keeps the last)."""
-    ports = ("--namesrv-port", "--broker-port", "--metrics-port", "--dashboard-port")
+    OS picks (so a server beside the tests, on the default ports, never collides) and no RocketMQ 5 proxy
+    (its port 0; :func:`proxy_args` asks for one), then *extra* (a flag given again there wins: argparse
+    keeps the last)."""
+    ports = ("--namesrv-port", "--broker-port", "--metrics-port", "--dashboard-port", "--proxy-port")
     return [
         "standalone",
         "--data-dir",
@@ -170,6 +172,19 @@ def start_standalone(
         server.terminate()
         raise
     return server, _ready_addresses(server)[0]
+
+
+def proxy_args() -> list[str]:
+    """The extra arguments of a standalone that serves its RocketMQ 5 proxy, on a free port (0 turns the
+    proxy off, so the port is chosen here)."""
+    return ["--proxy-port", str(free_port())]
+
+
+def proxy_address(server: ServerProcess) -> str:
+    """The gRPC address of the proxy a standalone server's (or ``cometmq proxy``'s) ready line names."""
+    found = _PROXY_READY.search(server.ready_line)
+    assert found is not None, server.ready_line
+    return found.group(1)
 
 
 def broker_address(server: ServerProcess) -> str:

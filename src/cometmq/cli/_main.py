@@ -28,8 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description=(
             "CometMQ, a message queue that speaks the RocketMQ 4.x protocol. Run the servers "
-            "(standalone, namesrv, broker), administer a running cluster (topic, cluster, group, producer, "
-            "stats), find "
+            "(standalone, namesrv, broker, and the RocketMQ 5 gRPC proxy), administer a running cluster "
+            "(topic, cluster, group, producer, stats), find "
             "stored messages (message), recover dead letters (dlq), manage users and ACLs (user, acl), "
             "watch and operate it in a browser (dashboard), "
             "measure a cluster (bench) or run the reference Spark pipeline (pipeline)."

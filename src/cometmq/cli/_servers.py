@@ -1,4 +1,4 @@
-"""``cometmq standalone | namesrv | broker``: run the server roles until Ctrl-C or SIGTERM."""
+"""``cometmq standalone | namesrv | broker | proxy``: run the server roles until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
@@ -10,19 +10,22 @@ import logging
 import os
 import resource
 import signal
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cometmq.auth.serving import ServerAccess
+from cometmq.cli._connect import security
 from cometmq.cli._logs import add_log_options, log_startup_summary, setup_server_logging
 from cometmq.cli._loop import run_async
 from cometmq.errors import ConfigError
+from cometmq.javaprops import read_properties
 from cometmq.metrics import MetricsExporterType
 from cometmq.namesrv import NameServer
 from cometmq.namesrv.config import NamesrvConfig
 from cometmq.remoting import default_max_connections
-from cometmq.remoting.tls import TlsMode
+from cometmq.remoting.tls import TlsMode, TlsSettings
 
 # The broker (and its store) is imported only by the commands that run one, so the admin commands
 # start fast and work wherever the client does.
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
 
     from cometmq.broker import Broker, BrokerConfig
     from cometmq.dashboard import Dashboard
+    from cometmq.proxy import ProxyServer
 
 log = logging.getLogger("cometmq.cli")
 
@@ -39,6 +43,9 @@ BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 # cometmq.dashboard.DEFAULT_PORT (RocketMQ Dashboard's), spelled here so that building the parser does
 # not import the web stack.
 DEFAULT_DASHBOARD_PORT = 8082
+# cometmq.proxy.DEFAULT_PROXY_PORT (RocketMQ proxy's), spelled here so that building the parser does not
+# import grpc.
+DEFAULT_PROXY_PORT = 8081
 # The try-it-out mode has SQL92 filters, the message trace topic and metrics on (broker.conf keys); a
 # config file may still turn them off.
 STANDALONE_DEFAULTS: dict[str, object] = {
@@ -74,6 +81,14 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     _add_busy_poll(standalone)
     _add_dashboard_flags(standalone)
+    standalone.add_argument(
+        "--proxy-port",
+        type=int,
+        default=DEFAULT_PROXY_PORT,
+        metavar="PORT",
+        help="port of the RocketMQ 5 gRPC proxy, for the 5.x clients (TLS under the broker's tls.server.* "
+        f"settings); 0: serve no proxy (default: {DEFAULT_PROXY_PORT})",
+    )
     add_log_options(standalone)
     standalone.set_defaults(func=run_standalone)
 
@@ -189,6 +204,48 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     _add_busy_poll(broker)
     add_log_options(broker)
     broker.set_defaults(func=run_broker)
+    _add_proxy_command(commands)
+
+
+def _add_proxy_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    proxy = commands.add_parser(
+        "proxy",
+        help="run the RocketMQ 5 gRPC proxy in front of a cluster",
+        description=(
+            "Serve RocketMQ 5's gRPC protocol (apache.rocketmq.v2.MessagingService) to the 5.x clients "
+            "(Java, Go, C#, C++, Rust, Node.js, Python), in front of the brokers the name servers at "
+            "--namesrv know. Its own requests to the cluster are signed with --access-key and go over "
+            "--tls as a client's do."
+        ),
+    )
+    proxy.add_argument(
+        "-n",
+        "--namesrv",
+        metavar="HOST:PORT[;...]",
+        help="the cluster's name server(s) (default: $COMETMQ_NAMESRV)",
+    )
+    proxy.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0: every address)",
+    )
+    proxy.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PROXY_PORT,
+        metavar="PORT",
+        help=f"gRPC port; 0: a free one (default: {DEFAULT_PROXY_PORT}, RocketMQ proxy's)",
+    )
+    proxy.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="a properties file with the broker's tls.server.* keys: tls.server.mode other than disabled "
+        "serves TLS with tls.server.certPath and tls.server.keyPath",
+    )
+    add_log_options(proxy)
+    proxy.set_defaults(func=run_proxy)
 
 
 def _add_metrics_port(parser: argparse.ArgumentParser, default: str) -> None:
@@ -370,6 +427,25 @@ async def _start_flagged_dashboard(
         )
 
 
+async def _start_proxy(args: argparse.Namespace, config: BrokerConfig) -> ProxyServer | None:
+    """The standalone's RocketMQ 5 proxy (None with --proxy-port 0), serving TLS as the broker does."""
+    if args.proxy_port == 0:
+        return None
+    from cometmq.proxy import ProxyConfig, ProxyServer, server_certificate
+
+    proxy = ProxyServer(
+        ProxyConfig(
+            namesrv_addr=config.namesrv_addr,
+            host=config.broker_ip1,
+            port=args.proxy_port,
+            server_certificate=server_certificate(config.tls),
+        )
+    )
+    with naming_flag_if_taken(config.broker_ip1, args.proxy_port, "--proxy-port (or turn it off with 0)"):
+        await proxy.start()
+    return proxy
+
+
 def print_ready_line(line: str) -> None:
     # Scripts and tests wait for this exact line on stdout; flush so a pipe sees it at once.
     print(line, flush=True)
@@ -404,21 +480,27 @@ async def _standalone(args: argparse.Namespace) -> int:
             with naming_flag_if_taken(host, config.listen_port, "--broker-port"):
                 await broker.start()
             dashboard: Dashboard | None = None
+            proxy: ProxyServer | None = None
             try:
+                proxy = await _start_proxy(args, config)
                 dashboard = await _start_flagged_dashboard(args, config.namesrv_addr, host)
                 urls = _metrics_urls(broker)
                 if dashboard is not None:
                     urls["dashboard"] = dashboard.url
                 log_startup_summary(namesrv=namesrv, broker=broker, urls=urls)
+                proxy_part = f", proxy {proxy.address}" if proxy is not None else ""
                 print_ready_line(
                     f"CometMQ standalone ready: namesrv {host}:{namesrv.port}, broker {config.broker_name} "
-                    f"at {host}:{broker.port}, data in {config.store_path_root_dir}" + _urls_part(urls)
+                    f"at {host}:{broker.port}{proxy_part}, data in {config.store_path_root_dir}"
+                    + _urls_part(urls)
                 )
                 await shutdown.wait()
             finally:
                 if dashboard is not None:
                     await dashboard.stop()
-                await broker.stop()  # first, so it can still unregister from the NameServer
+                if proxy is not None:
+                    await proxy.stop()
+                await broker.stop()  # after the proxy, so it can still unregister from the NameServer
         finally:
             await namesrv.stop()
     return 0
@@ -499,6 +581,36 @@ async def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _proxy(args: argparse.Namespace) -> int:
+    from cometmq.proxy import ProxyConfig, ProxyServer, server_certificate
+
+    namesrv = args.namesrv or os.environ.get("COMETMQ_NAMESRV", "")
+    if not namesrv:
+        raise ConfigError("no NameServer address: give --namesrv or $COMETMQ_NAMESRV")
+    tls = TlsSettings.from_properties(read_properties(args.config)) if args.config else TlsSettings()
+    options = security(args).client_options()
+    client_tls = options["tls"]
+    config = ProxyConfig(
+        namesrv_addr=namesrv,
+        host=args.host,
+        port=args.port,
+        credentials=options["credentials"],
+        client_ssl_context=ssl.create_default_context() if client_tls is True else client_tls or None,
+        server_certificate=server_certificate(tls),
+    )
+    with ShutdownSignal() as shutdown:
+        proxy = ProxyServer(config)
+        with naming_flag_if_taken(args.host, args.port, "--port"):
+            await proxy.start()
+        try:
+            scheme = "TLS" if config.server_certificate is not None else "plaintext"
+            print_ready_line(f"CometMQ proxy ready: gRPC at {proxy.address} ({scheme}), namesrv {namesrv}")
+            await shutdown.wait()
+        finally:
+            await proxy.stop()
+    return 0
+
+
 def raise_open_files_limit() -> None:
     """Raise the soft limit of open files (RLIMIT_NOFILE) to the hard one: each consume queue in use
     and each connection holds descriptors, and the soft limit is often 1 024. Before any config is
@@ -535,3 +647,8 @@ def run_broker(args: argparse.Namespace) -> int:
     setup_server_logging(args)
     raise_open_files_limit()
     return run_async(_broker(args), fast_loop=True)
+
+
+def run_proxy(args: argparse.Namespace) -> int:
+    setup_server_logging(args)
+    return run_async(_proxy(args), fast_loop=True)

@@ -65,6 +65,14 @@ class RequestCode(enum.IntEnum):
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    # RocketMQ 5's POP consumption
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    BATCH_ACK_MESSAGE = 200151
     GET_BROKER_HA_STATUS = 907  # RocketMQ 5's; a 4.x broker does not answer it
     NOTIFY_BROKER_ROLE_CHANGED = 1008  # RocketMQ 5's: switch a broker's role (cometmq broker promote)
     # RocketMQ 5's users and ACLs (ACL 2.0)
@@ -106,6 +114,9 @@ class ResponseCode(enum.IntEnum):
     INVALID_PARAMETER = 29  # RocketMQ 5's
     CONSUMER_NOT_ONLINE = 206
     CONSUME_MSG_TIMEOUT = 207
+    NO_MESSAGE = 208  # RocketMQ 5's POP: no such message to ack / change
+    POLLING_FULL = 209  # too many pops held on one queue
+    POLLING_TIMEOUT = 210  # a held pop found nothing in its poll time
 
 
 class LanguageCode(enum.IntEnum):

@@ -1,0 +1,1 @@
+"""Code generated from src/cometmq/proxy/protos by scripts/generate-grpc.sh: do not edit."""
