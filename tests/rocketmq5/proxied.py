@@ -7,9 +7,15 @@ import re
 import signal
 from pathlib import Path
 
-from processes import TEST_BROKER_CONF, ServerProcess, StandaloneServer, cometmq, free_port
-
-PROXY_READY = re.compile(r"CometMQ proxy ready: gRPC at (\S+) ")
+from processes import (
+    TEST_BROKER_CONF,
+    ServerProcess,
+    StandaloneServer,
+    cometmq,
+    free_port,
+    proxy_address,
+    proxy_args,
+)
 
 
 def admin(namesrv: str, *args: str) -> str:
@@ -29,9 +35,13 @@ class ProxiedStandalone(StandaloneServer):
     """``cometmq standalone`` with its proxy on a port chosen once, so a restart serves the same endpoint."""
 
     def __init__(self, data_dir: Path, *extra: str) -> None:
-        self.proxy_port = free_port()
-        super().__init__(data_dir, "--proxy-port", str(self.proxy_port), *extra)
-        self.endpoints = f"127.0.0.1:{self.proxy_port}"
+        super().__init__(data_dir, *proxy_args(), *extra)
+        self.endpoints = ""
+
+    def start(self) -> None:
+        super().start()
+        assert self.process is not None
+        self.endpoints = proxy_address(self.process)
 
     def kill9(self) -> None:
         assert self.process is not None
@@ -65,9 +75,8 @@ class ProxiedCluster:
             self.proxy = ServerProcess(
                 ["proxy", "--namesrv", self.namesrv, "--port", "0"], workdir / "proxy.log"
             )
-            found = PROXY_READY.search(self.proxy.wait_ready("CometMQ proxy ready:"))
-            assert found is not None, self.proxy.ready_line
-            self.endpoints = found.group(1)
+            self.proxy.wait_ready("CometMQ proxy ready:")
+            self.endpoints = proxy_address(self.proxy)
         except BaseException:
             self.stop()
             raise
