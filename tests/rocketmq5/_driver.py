@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -52,8 +53,13 @@ def emit(event: str, **fields: Any) -> None:
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:
-    code = getattr(exc, "code", None)
-    return {"type": type(exc).__name__, "message": str(exc), "code": int(code) if code else None}
+    """An exception as an event's fields: its type, text, status code and the line that raised it."""
+    code = getattr(exc, "code", None)  # the client's v2.Code; a gRPC error's code() is its StatusCode
+    if callable(code):
+        code = code().name
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
+    return {"type": type(exc).__name__, "message": str(exc), "code": code, "where": where}
 
 
 def finish(ok: bool, **summary: Any) -> None:
@@ -94,8 +100,10 @@ def new_message(args: argparse.Namespace, index: int) -> Message:
         message.keys = f"{args.keys_prefix}{index}"
     if args.message_groups:
         message.message_group = f"group-{index % args.message_groups}"
-    if args.delay_ms is not None:
-        message.delivery_timestamp = int(time.time() * 1000) + args.delay_ms
+    if args.delay_s is not None:
+        # Seconds: 5.1.2 sends this number as the seconds of the delivery timestamp (its example does
+        # too), while a received message's delivery_timestamp is in milliseconds.
+        message.delivery_timestamp = int(time.time()) + args.delay_s
     for prop in args.property:
         key, _, value = prop.partition("=")
         message.add_property(key, value)
@@ -118,9 +126,10 @@ def produce(args: argparse.Namespace) -> None:
         for index in range(args.count):
             message = new_message(args, index)
             receipt = producer.send(message)
-            queue = receipt.message_queue
-            emit("sent", index=index, message_id=receipt.message_id, queue_id=queue.queue_id,
-                 broker=queue.broker.name, offset=receipt.offset)  # fmt: skip
+            # The client's MessageQueue shows its broker and queue id only as text: broker.topic.queue.
+            broker, _, queue_id = str(receipt.message_queue).partition(".")
+            emit("sent", index=index, message_id=receipt.message_id, broker=broker,
+                 queue_id=int(queue_id.rpartition(".")[2]), offset=receipt.offset)  # fmt: skip
             sent += 1
     except Exception as exc:
         emit("error", index=sent, **error_fields(exc))
@@ -337,7 +346,7 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--topic", required=True)
         sub.add_argument("--access-key", default="")
         sub.add_argument("--secret-key", default="")
-        sub.add_argument("--request-timeout", type=float, default=10.0, help="seconds per call")
+        sub.add_argument("--request-timeout", type=int, default=10, help="seconds per call")
         sub.add_argument("--timeout", type=float, default=60.0, help="seconds for the whole scenario")
         return sub
 
@@ -349,7 +358,7 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--keys-prefix", help="one key per message: <prefix><index>")
         sub.add_argument("--message-groups", type=int, default=0,
                          help="FIFO: message i in message group group-<i mod N>")  # fmt: skip
-        sub.add_argument("--delay-ms", type=int, help="delivery timestamp = now + this")
+        sub.add_argument("--delay-s", type=int, help="delivery timestamp = now + this many seconds")
         sub.add_argument("--property", action="append", default=[], metavar="KEY=VALUE")
 
     message_options(scenario("produce", produce, "send --count messages, one at a time"))

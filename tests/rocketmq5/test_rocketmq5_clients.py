@@ -108,7 +108,7 @@ def test_a_delay_message_is_received_not_before_its_delivery_time(
     consumer_group = group(proxied, "GID_delay5")
     with client.start("simple-consume", name, "--group", consumer_group, "--until-acked", "1") as consumer:
         consumer.wait_for("started")
-        client.produce(name, "--delay-ms", "3000")
+        client.produce(name, "--delay-s", "3")
         consumer.result()
     [received] = consumer.named("received")
     assert received["delivery_timestamp"] is not None
