@@ -57,6 +57,7 @@ class ProxiedCluster:
 
     def __init__(self, workdir: Path, broker_conf: str = "") -> None:
         self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
         self.conf = workdir / "broker.conf"
         self.conf.write_text(TEST_BROKER_CONF + broker_conf)
         self.brokers: dict[str, ServerProcess | None] = dict.fromkeys(self.BROKERS)
