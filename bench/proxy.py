@@ -16,10 +16,9 @@ in odd ones, so a slow spell of the machine touches all alike:
 - CometMQ consume: CometMQ's ``PushConsumer`` (pulls, offsets committed by the client: RocketMQ 4.x's
   way), a listener that returns at once, until --count are consumed.
 
-Each figure is the median over the rounds of msg/s (timed by the client from its first send or first
-received message, without its start) and of the server's CPU time per message (user + system of the
-standalone process, proxy included, over the whole row: for the 5.x rows it includes the client's start,
-routes and heartbeats, a fixed cost that --count spreads). The ratios set the 5.x row against the
+Each figure is the median over the rounds of msg/s and of the server's CPU time per message (user +
+system of the standalone process, proxy included), both over the same span: from the first send, or the
+first messages received, to the last, the clients' start left out. The ratios set the 5.x row against the
 CometMQ row of the same kind: the 5.x client is Python too, so the msg/s ratio says what client and
 proxy hop cost together; the server's CPU per message says what the proxy adds on the server.
 
@@ -63,22 +62,26 @@ class Bench:
         assert server.process is not None
         self.pid = server.process.proc.pid
 
-    def driver(self, scenario: str, topic: str, *extra: str) -> float:
-        """Runs a 5.x bench scenario; its msg/s."""
+    def driver(self, scenario: str, topic: str, *extra: str) -> tuple[float, float]:
+        """Runs a 5.x bench scenario: its msg/s and the server's CPU µs per message from its clock on."""
         count = ("--count", str(self.count))
         with Client5(
             scenario, self.server.endpoints, "--topic", topic, *count, *extra, workdir=self.workdir
         ) as run:
+            run.wait_for("clock", timeout=self.timeout)
+            cpu = cpu_seconds(self.pid)
             done = run.finish(timeout=self.timeout)
+            cpu = cpu_seconds(self.pid) - cpu
         if not done["ok"]:
             raise SystemExit(f"bench failed: {scenario} {done}\n{run.diagnostics()}")
-        return float(done["rate"])
+        return float(done["rate"]), cpu / self.count * 1e6
 
-    async def send_direct(self, topic: str) -> float:
+    async def send_direct(self, topic: str) -> tuple[float, float]:
         body = b"x" * self.body_size
         async with Producer(f"PID_{topic}", self.server.namesrv) as producer:
             await producer.send(Message(topic, body))  # route and connection ready before the clock
             remaining = self.count - 1
+            cpu = cpu_seconds(self.pid)
             started = time.perf_counter()
 
             async def sender() -> None:
@@ -88,17 +91,19 @@ class Bench:
                     await producer.send(Message(topic, body))
 
             await asyncio.gather(*(sender() for _ in range(self.inflight)))
-            return (self.count - 1) / (time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            cpu = cpu_seconds(self.pid) - cpu
+        return (self.count - 1) / elapsed, cpu / (self.count - 1) * 1e6
 
-    async def consume_direct(self, topic: str) -> float:
+    async def consume_direct(self, topic: str) -> tuple[float, float]:
         consumed = 0
-        first: float | None = None
+        clock: tuple[float, float] | None = None  # when the first messages came: (perf_counter, server CPU)
         finished = asyncio.Event()
 
         async def listener(messages: list[ReceivedMessage]) -> ConsumeResult:
-            nonlocal consumed, first
-            if first is None:
-                first = time.perf_counter()
+            nonlocal consumed, clock
+            if clock is None:
+                clock = time.perf_counter(), cpu_seconds(self.pid)
             consumed += len(messages)
             if consumed >= self.count:
                 finished.set()
@@ -110,24 +115,27 @@ class Bench:
         await consumer.start()
         try:
             await asyncio.wait_for(finished.wait(), self.timeout)
+            elapsed, cpu = time.perf_counter(), cpu_seconds(self.pid)
         finally:
             await consumer.close()
-        assert first is not None
-        return consumed / (time.perf_counter() - first)
+        assert clock is not None
+        return consumed / (elapsed - clock[0]), (cpu - clock[1]) / consumed * 1e6
 
     def row(self, name: str, topic: str) -> tuple[float, float]:
         """One row on *topic*: (msg/s, the server's CPU µs per message)."""
-        cpu_before = cpu_seconds(self.pid)
         if name == "5.x send":
             sizes = ("--body-size", str(self.body_size), "--inflight", str(self.inflight))
-            rate = self.driver("bench-produce", topic, *sizes)
-        elif name == "CometMQ send":
-            rate = asyncio.run(self.send_direct(topic))
-        elif name == "5.x receive+ack":
-            rate = self.driver("bench-consume", topic, "--group", f"GID_{topic}")
-        else:
-            rate = asyncio.run(self.consume_direct(topic))
-        return rate, (cpu_seconds(self.pid) - cpu_before) / self.count * 1e6
+            return self.driver("bench-produce", topic, *sizes)
+        if name == "CometMQ send":
+            return asyncio.run(self.send_direct(topic))
+        if name == "5.x receive+ack":
+            return self.driver("bench-consume", topic, "--group", f"GID_{topic}")
+        return asyncio.run(self.consume_direct(topic))
+
+
+def ratio(value: float, peer: float) -> str:
+    # A short run's CPU time can be below the clock's tick (10 ms): 0 s.
+    return f"{value / peer:.2f}x" if peer else "n/a"
 
 
 def main() -> None:
@@ -186,7 +194,9 @@ def main() -> None:
         print(f"{name:<22} {rate:>10,.0f} {cpu:>18,.1f}")
     for name, peer in PEERS.items():
         (rate, cpu), (peer_rate, peer_cpu) = medians[name], medians[peer]
-        print(f"{name} / {peer}: msg/s {rate / peer_rate:.2f}x, server CPU per message {cpu / peer_cpu:.2f}x")
+        print(
+            f"{name} / {peer}: msg/s {ratio(rate, peer_rate)}, server CPU per message {ratio(cpu, peer_cpu)}"
+        )
 
 
 if __name__ == "__main__":

@@ -276,7 +276,8 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> None:
 
 
 def bench_produce(args: argparse.Namespace) -> None:
-    """--count sends of --body-size bytes, --inflight at a time (send_async); the rate in ``done``."""
+    """--count sends of --body-size bytes, --inflight at a time (send_async); the rate in ``done``, timed
+    from the ``clock`` event."""
     producer = Producer(configuration(args), (args.topic,))
     started(producer)
     window = threading.Semaphore(args.inflight)
@@ -296,6 +297,7 @@ def bench_produce(args: argparse.Namespace) -> None:
                 all_done.set()
 
     body = b"x" * args.body_size
+    emit("clock")
     start = time.perf_counter()
     for _ in range(args.count):
         window.acquire()
@@ -311,8 +313,8 @@ def bench_produce(args: argparse.Namespace) -> None:
 
 
 def bench_consume(args: argparse.Namespace) -> None:
-    """Receive and ack (ack_async) until --count messages are acked; the rate in ``done``, timed from the
-    first message received."""
+    """Receive and ack until --count messages are acked; the rate in ``done``, timed from the ``clock``
+    event, when the first messages have been received."""
     consumer = SimpleConsumer(
         configuration(args), args.group, {args.topic: FilterExpression()}, await_duration=5
     )
@@ -323,6 +325,7 @@ def bench_consume(args: argparse.Namespace) -> None:
     while acked < args.count and time.monotonic() < deadline:
         messages = consumer.receive(args.max_messages, 30)
         if messages and start is None:
+            emit("clock")
             start = time.perf_counter()
         for message in messages:
             consumer.ack(message)
