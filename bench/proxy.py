@@ -13,14 +13,18 @@ in odd ones, so a slow spell of the machine touches all alike:
   straight to the broker (SEND_MESSAGE_V2);
 - 5.x receive+ack: the official ``SimpleConsumer`` (bench-consume): ``receive(32, 30 s)`` then ``ack`` of
   each message, until --count are acked;
-- CometMQ consume: CometMQ's ``PushConsumer`` (pulls, offsets committed by the client: RocketMQ 4.x's
-  way), a listener that returns at once, until --count are consumed.
+- CometMQ receive+ack: CometMQ's ``SimpleConsumer`` in this process, the same calls straight to the
+  broker (POP_MESSAGE of up to 32, ACK_MESSAGE of each), on the CometMQ send row's topic;
+- CometMQ consume: CometMQ's ``PushConsumer`` (pulls of 32, offsets committed by the client: RocketMQ
+  4.x's way, no call per message), a listener that returns at once, until --count are consumed, on the
+  same topic: the ceiling of consuming.
 
 Each figure is the median over the rounds of msg/s and of the server's CPU time per message (user +
 system of the standalone process, proxy included), both over the same span: from the first send, or the
-first messages received, to the last, the clients' start left out. The ratios set the 5.x row against the
-CometMQ row of the same kind: the 5.x client is Python too, so the msg/s ratio says what client and
-proxy hop cost together; the server's CPU per message says what the proxy adds on the server.
+first messages received, to the last, the clients' start left out. The ratios set each 5.x row against the
+CometMQ row making the same calls straight to the broker: the 5.x client is Python too, so the msg/s
+ratio says what client and proxy hop cost together; the server's CPU per message says what the proxy
+adds on the server.
 
 The machine is noisy: compare the ratios of one run, not absolute figures across runs.
 """
@@ -35,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cometmq.client import ConsumeResult, Message, Producer, PushConsumer
+from cometmq.client import ConsumeResult, Message, Producer, PushConsumer, SimpleConsumer
 from cometmq.client.message import ReceivedMessage
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,9 +50,9 @@ from proxied import ProxiedStandalone, admin  # noqa: E402
 
 from processes import TEST_BROKER_CONF, cpu_seconds  # noqa: E402
 
-ROWS = ("5.x send", "CometMQ send", "5.x receive+ack", "CometMQ consume")
-# The row a 5.x row is set against.
-PEERS = {"5.x send": "CometMQ send", "5.x receive+ack": "CometMQ consume"}
+ROWS = ("5.x send", "CometMQ send", "5.x receive+ack", "CometMQ receive+ack", "CometMQ consume")
+# The row a 5.x row is set against: the same calls, straight to the broker.
+PEERS = {"5.x send": "CometMQ send", "5.x receive+ack": "CometMQ receive+ack"}
 
 
 class Bench:
@@ -121,6 +125,26 @@ class Bench:
         assert clock is not None
         return consumed / (elapsed - clock[0]), (cpu - clock[1]) / consumed * 1e6
 
+    async def receive_direct(self, topic: str) -> tuple[float, float]:
+        acked = 0
+        clock: tuple[float, float] | None = None  # as consume_direct's
+        async with SimpleConsumer(
+            f"GID_simple_{topic}", self.server.namesrv, subscriptions={topic: "*"}, consume_from="first",
+            await_duration=5,
+        ) as consumer:  # fmt: skip
+            deadline = time.monotonic() + self.timeout
+            while acked < self.count and time.monotonic() < deadline:
+                messages = await consumer.receive(max_messages=32, invisible_duration=30)
+                if messages and clock is None:
+                    clock = time.perf_counter(), cpu_seconds(self.pid)
+                for message in messages:
+                    await consumer.ack(message)
+                    acked += 1
+            elapsed, cpu = time.perf_counter(), cpu_seconds(self.pid)
+        if clock is None or acked < self.count:
+            raise SystemExit(f"bench failed: {acked} of {self.count} messages received and acked")
+        return acked / (elapsed - clock[0]), (cpu - clock[1]) / acked * 1e6
+
     def row(self, name: str, topic: str) -> tuple[float, float]:
         """One row on *topic*: (msg/s, the server's CPU µs per message)."""
         if name == "5.x send":
@@ -130,6 +154,8 @@ class Bench:
             return asyncio.run(self.send_direct(topic))
         if name == "5.x receive+ack":
             return self.driver("bench-consume", topic, "--group", f"GID_{topic}")
+        if name == "CometMQ receive+ack":
+            return asyncio.run(self.receive_direct(topic))
         return asyncio.run(self.consume_direct(topic))
 
 
@@ -178,7 +204,11 @@ def main() -> None:
                 order = [("5.x send", "5x"), ("CometMQ send", "Direct")]
                 for sends in order if round_number % 2 == 0 else order[::-1]:
                     figures[sends[0]].append(bench.row(sends[0], topics[sends[1]]))
-                order = [("5.x receive+ack", "5x"), ("CometMQ consume", "Direct")]
+                order = [
+                    ("5.x receive+ack", "5x"),
+                    ("CometMQ receive+ack", "Direct"),
+                    ("CometMQ consume", "Direct"),
+                ]
                 for reads in order if round_number % 2 == 0 else order[::-1]:
                     figures[reads[0]].append(bench.row(reads[0], topics[reads[1]]))
         finally:
