@@ -100,10 +100,12 @@ def new_message(args: argparse.Namespace, index: int) -> Message:
         message.keys = f"{args.keys_prefix}{index}"
     if args.message_groups:
         message.message_group = f"group-{index % args.message_groups}"
+    # 5.1.2 sends the number given as the seconds of the delivery timestamp: its example gives seconds,
+    # its own tests milliseconds (a received message's delivery_timestamp is in milliseconds).
     if args.delay_s is not None:
-        # Seconds: 5.1.2 sends this number as the seconds of the delivery timestamp (its example does
-        # too), while a received message's delivery_timestamp is in milliseconds.
         message.delivery_timestamp = int(time.time()) + args.delay_s
+    if args.delay_ms is not None:
+        message.delivery_timestamp = int(time.time() * 1000) + args.delay_ms
     for prop in args.property:
         key, _, value = prop.partition("=")
         message.add_property(key, value)
@@ -361,7 +363,8 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--keys-prefix", help="one key per message: <prefix><index>")
         sub.add_argument("--message-groups", type=int, default=0,
                          help="FIFO: message i in message group group-<i mod N>")  # fmt: skip
-        sub.add_argument("--delay-s", type=int, help="delivery timestamp = now + this many seconds")
+        sub.add_argument("--delay-s", type=int, help="delivery timestamp = now + this, in seconds")
+        sub.add_argument("--delay-ms", type=int, help="delivery timestamp = now + this, in milliseconds")
         sub.add_argument("--property", action="append", default=[], metavar="KEY=VALUE")
 
     message_options(scenario("produce", produce, "send --count messages, one at a time"))
