@@ -73,8 +73,8 @@ def configuration(args: argparse.Namespace) -> ClientConfiguration:
     )
 
 
-def message_fields(message: Any, with_body: bool = True) -> dict[str, Any]:
-    fields = {
+def message_fields(message: Any) -> dict[str, Any]:
+    return {
         "message_id": message.message_id,
         "topic": message.topic,
         "tag": message.tag,
@@ -84,10 +84,8 @@ def message_fields(message: Any, with_body: bool = True) -> dict[str, Any]:
         "delivery_attempt": message.delivery_attempt,
         "born_timestamp": message.born_timestamp,
         "properties": dict(message.properties or {}),
+        "body": message.body.decode("utf-8", errors="replace"),
     }
-    if with_body:
-        fields["body"] = message.body.decode("utf-8", errors="replace")
-    return fields
 
 
 def new_message(args: argparse.Namespace, index: int) -> Message:

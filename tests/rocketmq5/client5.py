@@ -50,11 +50,13 @@ class Client5:
         self.events: list[Event] = []
         self._buffer = b""
         self._stderr = (self.home / "stderr").open("wb")
+        env = {**subprocess_env(), "HOME": str(self.home)}
+        env.pop("PYTHONPATH", None)  # CometMQ's sources: nothing the 5.x client's venv should see
         self.proc = subprocess.Popen(
             [str(PYTHON5), str(DRIVER), scenario, "--endpoints", endpoints, *args],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            env={**subprocess_env(), "HOME": str(self.home)},
+            env=env,
         )
 
     def __enter__(self) -> Client5:
