@@ -92,6 +92,21 @@ def test_fifo_messages_of_each_message_group_arrive_in_send_order(
     assert in_message_groups(consumer.named("received")) == FIFO_ORDER
 
 
+def test_a_fifo_message_not_acked_holds_back_the_next_of_its_group_until_it_comes_again(
+    proxied: Servers, client: Scenarios
+) -> None:
+    name = topic(proxied, "FifoHeld5", "FIFO")
+    client.produce(name, "--count", "2", "--message-groups", "1")
+    # One message a receive; each first delivery is left unacked, its invisible duration cut to 1 s: the
+    # message comes again before the next of its group is delivered at all.
+    consumer = client.simple_consume(
+        name, group(proxied, "GID_fifoheld5", "--fifo"), "--max-messages", "1", "--ack-from-attempt", "2",
+        "--change-invisible", "1", "--until-acked", "2",
+    )  # fmt: skip
+    received = [(e["body"], e["delivery_attempt"]) for e in consumer.named("received")]
+    assert received == [("msg-0", 1), ("msg-0", 2), ("msg-1", 1), ("msg-1", 2)]
+
+
 def test_a_fifo_send_to_a_normal_topic_is_refused(proxied: Servers, client: Scenarios) -> None:
     name = topic(proxied, "NotFifo5", "NORMAL")
     with client.start("produce", name, "--message-groups", "1") as producer:
