@@ -206,7 +206,11 @@ def simple_consume(args: argparse.Namespace) -> None:
         try:
             messages = consumer.receive(args.max_messages, args.invisible)
         except Exception as exc:  # the server restarting, say: the next receive tries again
-            emit("receive-error", **error_fields(exc))
+            fields = error_fields(exc)
+            if fields["code"] == "UNIMPLEMENTED":  # a proxy that does not serve ReceiveMessage never will
+                emit("error", **fields)
+                break
+            emit("receive-error", **fields)
             time.sleep(0.2)
             continue
         for message in messages:
