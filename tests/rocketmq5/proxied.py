@@ -32,7 +32,7 @@ def kill9(server: ServerProcess) -> None:
 
 
 class ProxiedStandalone(StandaloneServer):
-    """``cometmq standalone`` with its proxy on a port chosen once, so a restart serves the same endpoint."""
+    """``cometmq standalone`` serving its proxy at ``endpoints`` (a port chosen once: a restart keeps it)."""
 
     def __init__(self, data_dir: Path, *extra: str) -> None:
         super().__init__(data_dir, *proxy_args(), *extra)
@@ -42,11 +42,6 @@ class ProxiedStandalone(StandaloneServer):
         super().start()
         assert self.process is not None
         self.endpoints = proxy_address(self.process)
-
-    def kill9(self) -> None:
-        assert self.process is not None
-        kill9(self.process)
-        self.process = None
 
 
 class ProxiedCluster:
