@@ -27,6 +27,11 @@ class ProxyConfig:
     server_certificate: tuple[bytes, bytes] | None = None  # (private key PEM, certificate chain PEM)
     request_timeout_s: float = 3.0
 
+    @property
+    def advertised_address(self) -> str:
+        """Where clients reach the proxy (once started, with the port it took)."""
+        return f"{self.host}:{self.port}"
+
 
 def server_certificate(tls: TlsSettings) -> tuple[bytes, bytes] | None:
     """The (private key, certificate chain) PEM pair a proxy serves TLS with under a broker's TLS settings;

@@ -19,13 +19,12 @@ STOP_GRACE_S = 1.0
 
 
 class ProxyServer:
-    """``apache.rocketmq.v2.MessagingService`` on ``config.host:config.port`` (0: a free port, see
-    :attr:`port` once started), in front of the brokers the name servers at ``config.namesrv_addr``
-    know."""
+    """``apache.rocketmq.v2.MessagingService`` on ``config.host:config.port`` (0: a free port, which
+    :attr:`port` and ``config.port`` say once started), in front of the brokers the name servers at
+    ``config.namesrv_addr`` know."""
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
-        self.port = config.port
         self._brokers = ClientInstance(
             config.namesrv_addr,
             instance_name=f"proxy-{config.host}-{config.port}",
@@ -33,12 +32,16 @@ class ProxyServer:
             credentials=config.credentials,
             ssl_context=config.client_ssl_context,
         )
-        self._context = ProxyContext(config=config, brokers=self._brokers)
+        self._context = ProxyContext.create(config, self._brokers)
         self._server: grpc.aio.Server | None = None
 
     @property
+    def port(self) -> int:
+        return self.config.port
+
+    @property
     def address(self) -> str:
-        return f"{self.config.host}:{self.port}"
+        return self.config.advertised_address
 
     async def start(self) -> None:
         server = grpc.aio.server()
@@ -52,7 +55,7 @@ class ProxyServer:
             port = server.add_insecure_port(listen)
         if port == 0:  # grpc reports a port it cannot bind as 0 rather than raising
             raise OSError(98, f"cannot listen on {listen}")
-        self.port = port
+        self.config.port = port
         await server.start()
         self._server = server
         self._brokers.start()

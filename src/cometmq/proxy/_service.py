@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from cometmq.proxy._context import ProxyContext
+from cometmq.proxy._convert import check_topic
+from cometmq.proxy._pb import definition_pb2 as v2
 from cometmq.proxy._pb import service_pb2 as pb
 from cometmq.proxy._pb import service_pb2_grpc
+from cometmq.proxy._producer import Producing
 from cometmq.proxy._receive import Receiving
-from cometmq.proxy._status import Context, unimplemented
+from cometmq.proxy._status import Context, ok, respond, unimplemented
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
@@ -17,32 +20,45 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     def __init__(self, proxy: ProxyContext) -> None:
         self._proxy = proxy
+        self._producing = Producing(proxy.brokers, proxy.routes, proxy.clients)
         self._receiving = Receiving(proxy)
 
     async def QueryRoute(self, request: pb.QueryRouteRequest, context: Context) -> pb.QueryRouteResponse:
-        await unimplemented(context, "QueryRoute")
+        return await respond(pb.QueryRouteResponse, self._query_route(request, context))
+
+    async def _query_route(self, request: pb.QueryRouteRequest, context: Context) -> pb.QueryRouteResponse:
+        check_topic(request.topic.name)
+        endpoints = request.endpoints if request.endpoints.addresses else self._own_endpoints()
+        queues = await self._proxy.routes.queues(request.topic, endpoints)
+        return pb.QueryRouteResponse(status=ok(), message_queues=queues)
+
+    def _own_endpoints(self) -> v2.Endpoints:
+        """The proxy's address, for a client that did not say which it used."""
+        host, _, port = self._proxy.config.advertised_address.rpartition(":")
+        scheme = v2.IPv4 if host.replace(".", "").isdigit() else v2.DOMAIN_NAME
+        return v2.Endpoints(scheme=scheme, addresses=[v2.Address(host=host, port=int(port))])
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
-        await unimplemented(context, "Heartbeat")
+        return await respond(pb.HeartbeatResponse, self._proxy.clients.heartbeat(request, context))
 
     async def SendMessage(self, request: pb.SendMessageRequest, context: Context) -> pb.SendMessageResponse:
-        await unimplemented(context, "SendMessage")
+        return await respond(pb.SendMessageResponse, self._producing.send_message(request, context))
 
     async def EndTransaction(
         self, request: pb.EndTransactionRequest, context: Context
     ) -> pb.EndTransactionResponse:
-        await unimplemented(context, "EndTransaction")
+        return await respond(pb.EndTransactionResponse, self._producing.end_transaction(request, context))
 
-    async def Telemetry(
-        self, requests: AsyncIterator[pb.TelemetryCommand], context: Context
-    ) -> AsyncIterator[pb.TelemetryCommand]:
-        await unimplemented(context, "Telemetry")
-        yield pb.TelemetryCommand()
+    async def Telemetry(self, requests: AsyncIterator[pb.TelemetryCommand], context: Context) -> None:
+        await self._proxy.clients.telemetry(requests, context, self._producing.on_settings)
 
     async def NotifyClientTermination(
         self, request: pb.NotifyClientTerminationRequest, context: Context
     ) -> pb.NotifyClientTerminationResponse:
-        await unimplemented(context, "NotifyClientTermination")
+        return await respond(
+            pb.NotifyClientTerminationResponse,
+            self._proxy.clients.notify_client_termination(request, context),
+        )
 
     async def RecallMessage(
         self, request: pb.RecallMessageRequest, context: Context

@@ -1,0 +1,332 @@
+"""The 5.x clients connected to the proxy: their settings, their Telemetry streams, their heartbeats.
+
+A client is known by its id (gRPC metadata ``x-mq-client-id``, sent with every call). Its first Telemetry
+command carries its settings (a producer's topics, a consumer's group and subscriptions); the proxy
+answers with the settings the client is to use, merged as RocketMQ's proxy merges them
+(GrpcClientSettingsManager): the retry policy, the body size limit, the group's FIFO flag and attempts.
+The stream stays open for the proxy's commands to the client (RecoverOrphanedTransactionCommand).
+Consumer groups are registered with the brokers through the proxy's own heartbeats while a client of
+theirs is connected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import grpc
+
+from cometmq.client.instance import ClientInstance
+from cometmq.client.message import MessageQueue
+from cometmq.protocol.naming import SYSTEM_GROUPS, group_name_error
+from cometmq.protocol.subscription import EXPRESSION_TAG, SubscriptionData
+from cometmq.proxy._convert import Refusal, check_topic, duration_of_ms
+from cometmq.proxy._metadata import GroupSettings, Metadata
+from cometmq.proxy._pb import definition_pb2 as v2
+from cometmq.proxy._pb import service_pb2 as pb
+from cometmq.proxy._routes import Routes
+from cometmq.proxy._status import Context, ok, status
+
+log = logging.getLogger("cometmq.proxy")
+
+CLIENT_ID_KEY: Final = "x-mq-client-id"
+# A client whose Telemetry stream is closed and that made no heartbeat for this long is forgotten
+# (RocketMQ proxy's grpcClientIdleTimeMills); how often that is looked for.
+CLIENT_IDLE_S: Final = 120.0
+SWEEP_INTERVAL_S: Final = 10.0
+
+# RocketMQ proxy's defaults (ProxyConfig) for what it tells the clients.
+PRODUCER_MAX_ATTEMPTS: Final = 3
+PRODUCER_BACKOFF_INITIAL_MS: Final = 10
+PRODUCER_BACKOFF_MAX_MS: Final = 1000
+PRODUCER_BACKOFF_MULTIPLIER: Final = 2.0
+MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
+CONSUMER_RECEIVE_BATCH_SIZE: Final = 32
+CONSUMER_LONG_POLLING_TIMEOUT_MS: Final = 20_000
+# A consumer's redelivery delays, attempt by attempt (RocketMQ's CustomizedRetryPolicy default): 1 s, 5 s,
+# 10 s, 30 s, 1 to 10 min, 20 min, 30 min, 1 h, 2 h.
+CONSUMER_BACKOFF_MS: Final = (
+    1_000, 5_000, 10_000, 30_000, *(minutes * 60_000 for minutes in range(1, 11)),
+    1_200_000, 1_800_000, 3_600_000, 7_200_000,
+)  # fmt: skip
+
+
+def client_id_of(context: Context) -> str:
+    """The calling client's id; CLIENT_ID_REQUIRED without one."""
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_ID_KEY and value:
+            return str(value)
+    raise Refusal(v2.CLIENT_ID_REQUIRED, f"the call carries no client id (gRPC metadata {CLIENT_ID_KEY})")
+
+
+def check_group(group: str) -> None:
+    """ILLEGAL_CONSUMER_GROUP for a name no group may have, or a system group."""
+    problem = group_name_error(group)
+    if problem is not None:
+        raise Refusal(v2.ILLEGAL_CONSUMER_GROUP, f"group {group!r}: {problem}")
+    if group in SYSTEM_GROUPS:
+        raise Refusal(v2.ILLEGAL_CONSUMER_GROUP, f"group {group!r} is a system group clients may not use")
+
+
+def subscription_data(entry: v2.SubscriptionEntry) -> SubscriptionData:
+    """A 5.x subscription as a 4.x heartbeat carries it."""
+    kind = "SQL92" if entry.expression.type == v2.SQL else EXPRESSION_TAG
+    return SubscriptionData.from_expression(entry.topic.name, entry.expression.expression, kind)
+
+
+@dataclass(eq=False)
+class ClientSession:
+    client_id: str
+    settings: v2.Settings
+    # The open Telemetry stream's commands to the client, written in order by the stream's writer.
+    outbox: asyncio.Queue[pb.TelemetryCommand] | None = None
+    last_seen: float = field(default_factory=time.monotonic)
+
+    @property
+    def group(self) -> str:
+        return self.settings.subscription.group.name if self.settings.HasField("subscription") else ""
+
+    @property
+    def topics(self) -> list[str]:
+        return [topic.name for topic in self.settings.publishing.topics]
+
+
+@dataclass(eq=False)
+class _ConsumerGroup:
+    """A consumer group as the proxy's heartbeats register it with the brokers (ConsumerMember)."""
+
+    group: str
+    consume_type: str
+    members: set[str] = field(default_factory=set)
+    subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
+
+    def consumer_data(self) -> dict[str, Any]:
+        return {
+            "groupName": self.group,
+            "consumeType": self.consume_type,
+            "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "subscriptionDataSet": [sub.to_json() for sub in self.subscriptions.values()],
+            "unitMode": False,
+        }
+
+    def on_ids_changed(self) -> None:
+        pass  # the brokers assign nothing to 5.x consumers: they pop
+
+    def on_reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        pass  # popped queues continue from the group's offsets on the broker
+
+    def running_info(self) -> dict[str, Any]:
+        return {"properties": {"consumeType": self.consume_type, "messageModel": "CLUSTERING"}}
+
+
+class Clients:
+    def __init__(self, brokers: ClientInstance, metadata: Metadata, routes: Routes) -> None:
+        self._brokers = brokers
+        self._metadata = metadata
+        self._routes = routes
+        self._sessions: dict[str, ClientSession] = {}
+        self._groups: dict[str, _ConsumerGroup] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._last_sweep = time.monotonic()
+
+    def session(self, client_id: str) -> ClientSession | None:
+        return self._sessions.get(client_id)
+
+    def producer_streams(self, topic: str) -> list[ClientSession]:
+        """The clients with an open Telemetry stream that publish to *topic*."""
+        return [s for s in self._sessions.values() if s.outbox is not None and topic in s.topics]
+
+    def send_to_one(self, sessions: list[ClientSession], command: pb.TelemetryCommand) -> bool:
+        """Write *command* to one of *sessions* (chosen at random, spreading the checks); whether any."""
+        if not sessions:
+            return False
+        outbox = random.choice(sessions).outbox
+        assert outbox is not None
+        outbox.put_nowait(command)
+        return True
+
+    # settings ------------------------------------------------------------------------------
+
+    async def merged_settings(self, settings: v2.Settings) -> v2.Settings:
+        """The settings a client is told to use, from the ones it sent (RocketMQ proxy's merge)."""
+        merged = v2.Settings()
+        merged.CopyFrom(settings)
+        if settings.HasField("publishing"):
+            merged.backoff_policy.CopyFrom(
+                v2.RetryPolicy(
+                    max_attempts=PRODUCER_MAX_ATTEMPTS,
+                    exponential_backoff=v2.ExponentialBackoff(
+                        initial=duration_of_ms(PRODUCER_BACKOFF_INITIAL_MS),
+                        max=duration_of_ms(PRODUCER_BACKOFF_MAX_MS),
+                        multiplier=PRODUCER_BACKOFF_MULTIPLIER,
+                    ),
+                )
+            )
+            merged.publishing.validate_message_type = True
+            merged.publishing.max_body_size = MAX_MESSAGE_SIZE
+        elif settings.HasField("subscription"):
+            group = await self.group_settings(settings.subscription)
+            merged.subscription.receive_batch_size = CONSUMER_RECEIVE_BATCH_SIZE
+            merged.subscription.long_polling_timeout.CopyFrom(
+                duration_of_ms(CONSUMER_LONG_POLLING_TIMEOUT_MS)
+            )
+            merged.subscription.fifo = group.fifo
+            merged.backoff_policy.CopyFrom(
+                v2.RetryPolicy(
+                    max_attempts=group.retry_max_times + 1,
+                    customized_backoff=v2.CustomizedBackoff(
+                        next=[duration_of_ms(ms) for ms in CONSUMER_BACKOFF_MS]
+                    ),
+                )
+            )
+        merged.metric.CopyFrom(v2.Metric(on=False))
+        return merged
+
+    async def group_settings(self, subscription: v2.Subscription) -> GroupSettings:
+        """The settings of a subscription's group, read from the masters of its topics."""
+        masters: list[str] = []
+        for entry in subscription.subscriptions:
+            with contextlib.suppress(Refusal):
+                masters += self._routes.master_addrs(await self._routes.route(entry.topic.name))
+        return await self._metadata.group_settings(subscription.group.name, sorted(set(masters)))
+
+    def _check(self, settings: v2.Settings) -> None:
+        if settings.HasField("publishing"):
+            for topic in settings.publishing.topics:
+                check_topic(topic.name)
+        elif settings.HasField("subscription"):
+            check_group(settings.subscription.group.name)
+            for entry in settings.subscription.subscriptions:
+                check_topic(entry.topic.name)
+        else:
+            raise Refusal(v2.BAD_REQUEST, "there is no publishing or subscription data in settings")
+
+    def _update(self, client_id: str, settings: v2.Settings) -> ClientSession:
+        session = self._sessions.get(client_id)
+        if session is None:
+            session = self._sessions[client_id] = ClientSession(client_id, settings)
+        else:
+            self._leave_group(session)
+            session.settings = settings
+        if settings.HasField("subscription"):
+            self._join_group(session)
+        return session
+
+    # the calls -----------------------------------------------------------------------------
+
+    async def telemetry(
+        self,
+        requests: AsyncIterator[pb.TelemetryCommand],
+        context: Context,
+        on_settings: Callable[[ClientSession], None],
+    ) -> None:
+        """Serve one Telemetry stream until the client closes it: settings in, settings out, and any
+        command the proxy has for the client meanwhile. ``on_settings(session)`` learns each client's
+        settings (the producers' topics, for transaction checks)."""
+        try:
+            client_id = client_id_of(context)
+        except Refusal as refusal:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal.message)
+        outbox: asyncio.Queue[pb.TelemetryCommand] = asyncio.Queue()
+        writer = asyncio.create_task(self._write(outbox, context))
+        session: ClientSession | None = None
+        try:
+            async for command in requests:
+                if command.WhichOneof("command") != "settings":
+                    continue  # thread stack traces and verify results: the proxy asks for neither
+                try:
+                    self._check(command.settings)
+                except Refusal as refusal:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal.message)
+                session = self._update(client_id, command.settings)
+                session.outbox = outbox
+                on_settings(session)
+                merged = await self.merged_settings(command.settings)
+                outbox.put_nowait(pb.TelemetryCommand(status=ok(), settings=merged))
+            await outbox.join()  # the client closed its side: what is queued for it still goes out
+        finally:
+            if session is not None and session.outbox is outbox:
+                session.outbox = None
+                session.last_seen = time.monotonic()
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+
+    @staticmethod
+    async def _write(outbox: asyncio.Queue[pb.TelemetryCommand], context: Context) -> None:
+        while True:
+            command = await outbox.get()
+            try:
+                await context.write(command)
+            finally:
+                outbox.task_done()
+
+    async def heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
+        self._forget_idle()
+        session = self._sessions.get(client_id_of(context))
+        if session is None:
+            return pb.HeartbeatResponse(
+                status=status(v2.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
+            )
+        session.last_seen = time.monotonic()
+        if session.settings.HasField("subscription"):
+            check_group(request.group.name)
+        return pb.HeartbeatResponse(status=ok())
+
+    def _forget_idle(self) -> None:
+        now = time.monotonic()
+        if now - self._last_sweep < SWEEP_INTERVAL_S:
+            return
+        self._last_sweep = now
+        for session in list(self._sessions.values()):
+            if session.outbox is None and now - session.last_seen > CLIENT_IDLE_S:
+                del self._sessions[session.client_id]
+                self._leave_group(session)
+
+    async def notify_client_termination(
+        self, request: pb.NotifyClientTerminationRequest, context: Context
+    ) -> pb.NotifyClientTerminationResponse:
+        session = self._sessions.pop(client_id_of(context), None)
+        if session is None:
+            return pb.NotifyClientTerminationResponse(
+                status=status(v2.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
+            )
+        self._leave_group(session)
+        return pb.NotifyClientTerminationResponse(status=ok())
+
+    # consumer groups on the brokers --------------------------------------------------------
+
+    def _join_group(self, session: ClientSession) -> None:
+        settings = session.settings
+        group = self._groups.get(session.group)
+        if group is None:
+            consume_type = (
+                "CONSUME_PASSIVELY" if settings.client_type == v2.PUSH_CONSUMER else "CONSUME_ACTIVELY"
+            )
+            group = self._groups[session.group] = _ConsumerGroup(session.group, consume_type)
+            self._brokers.register_consumer(group)
+        group.members.add(session.client_id)
+        for entry in settings.subscription.subscriptions:
+            group.subscriptions[entry.topic.name] = subscription_data(entry)
+        self._spawn(self._brokers.send_heartbeat())
+
+    def _leave_group(self, session: ClientSession) -> None:
+        group = self._groups.get(session.group)
+        if group is None:
+            return
+        group.members.discard(session.client_id)
+        if not group.members:
+            del self._groups[session.group]
+            self._brokers.unregister_consumer(session.group)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
