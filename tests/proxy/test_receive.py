@@ -152,6 +152,24 @@ async def ack(
     return response
 
 
+async def make_visible(
+    stub: service_pb2_grpc.MessagingServiceStub, group: str, topic: str, message: v2.Message
+) -> None:
+    """Hand *message* back to be delivered again a second from now (a consumer's negative ack)."""
+    changed = await stub.ChangeInvisibleDuration(
+        pb.ChangeInvisibleDurationRequest(
+            group=resource(group),
+            topic=resource(topic),
+            receipt_handle=message.system_properties.receipt_handle,
+            invisible_duration=seconds(1),
+            message_id=message.system_properties.message_id,
+        ),
+        metadata=METADATA,
+        timeout=10,
+    )
+    assert changed.status.code == v2.Code.OK, changed.status
+
+
 # ReceiveMessage ----------------------------------------------------------------------------------------
 
 
@@ -360,19 +378,7 @@ def test_a_message_not_acked_in_time_comes_again_with_its_delivery_attempt_count
             await from_first_message(stub, group, topic)
             [first] = await receive_until(stub, receive_request(group, topic), 1)
             assert first.system_properties.delivery_attempt == 1
-            # Made visible again at once rather than after the receive's invisible time.
-            changed = await stub.ChangeInvisibleDuration(
-                pb.ChangeInvisibleDurationRequest(
-                    group=resource(group),
-                    topic=resource(topic),
-                    receipt_handle=first.system_properties.receipt_handle,
-                    invisible_duration=seconds(1),
-                    message_id=msg_id,
-                ),
-                metadata=METADATA,
-                timeout=10,
-            )
-            assert changed.status.code == v2.Code.OK
+            await make_visible(stub, group, topic, first)  # at once, not after its invisible time
             [again] = await receive_until(stub, receive_request(group, topic), 1)
             assert again.system_properties.message_id == msg_id
             assert again.body == b"again"
@@ -534,6 +540,19 @@ def test_offsets_and_pulls_of_one_queue(proxied: ProxiedStandalone) -> None:
             assert [r.message.system_properties.queue_offset for r in pulled[1:4]] == [2, 3, 4]
             assert pulled[-1].next_offset == 5
 
+            beyond = [
+                r
+                async for r in stub.PullMessage(
+                    pb.PullMessageRequest(
+                        group=resource(group), message_queue=queue, offset=100, batch_size=10
+                    ),
+                    metadata=METADATA,
+                    timeout=10,
+                )
+            ]
+            assert [r.WhichOneof("content") for r in beyond] == ["status", "next_offset"]
+            assert beyond[0].status.code == v2.Code.ILLEGAL_OFFSET
+
             updated = await stub.UpdateOffset(
                 pb.UpdateOffsetRequest(group=resource(group), message_queue=queue, offset=3),
                 metadata=METADATA,
@@ -634,20 +653,33 @@ def test_a_fifo_message_not_acked_in_time_comes_again_first_with_its_attempt_cou
             await from_first_message(stub, group, topic, queues=1)
             [first] = await receive_until(stub, receive_request(group, topic, batch=1), 1)
             assert first.body == b"m0"
-            changed = await stub.ChangeInvisibleDuration(
-                pb.ChangeInvisibleDurationRequest(
-                    group=resource(group),
-                    topic=resource(topic),
-                    receipt_handle=first.system_properties.receipt_handle,
-                    invisible_duration=seconds(1),
-                    message_id=first.system_properties.message_id,
-                ),
-                metadata=METADATA,
-                timeout=10,
-            )
-            assert changed.status.code == v2.Code.OK
+            await make_visible(stub, group, topic, first)  # at once, not after its invisible time
             [again] = await receive_until(stub, receive_request(group, topic, batch=1), 1)
             assert again.body == b"m0"
             assert again.system_properties.delivery_attempt == 2
+
+    run(scenario())
+
+
+def test_a_message_past_its_groups_attempts_goes_to_the_dead_letter_queue(proxied: ProxiedStandalone) -> None:
+    async def scenario() -> None:
+        topic, group = unique("RecvTries"), unique("GID_recv_tries")
+        await create_topic(proxied, topic)
+        async with AdminClient(proxied.namesrv) as admin:
+            await admin.create_group(SubscriptionGroupConfig(group_name=group, retry_max_times=1))
+        [msg_id] = await send(proxied, Message(topic, b"fails twice"))
+        async with proxy_of(proxied) as stub:
+            await from_first_message(stub, group, topic)
+            for attempt in (1, 2):
+                [message] = await receive_until(stub, receive_request(group, topic), 1)
+                assert message.system_properties.delivery_attempt == attempt
+                await make_visible(stub, group, topic, message)
+        async with AdminClient(proxied.namesrv) as admin:
+            letters = await wait_until(lambda: admin.dead_letters(group), message="the dead letter")
+        assert [letter.body for letter in letters] == [b"fails twice"]
+        assert {letter.topic for letter in letters} == {f"%DLQ%{group}"}
+        async with proxy_of(proxied) as stub:
+            status, messages = await receive(stub, receive_request(group, topic))
+        assert (status.code, messages) == (v2.Code.MESSAGE_NOT_FOUND, []), msg_id
 
     run(scenario())
