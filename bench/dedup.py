@@ -53,6 +53,8 @@ def _start_standalone(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
             "--metrics-port",
             "0",
             "--no-dashboard",
+            "--proxy-port",
+            "0",
         ],
         stdout=subprocess.PIPE,
         stderr=log,

@@ -47,7 +47,7 @@ def _start_standalone(data_dir: Path, *flags: str) -> tuple[subprocess.Popen[str
     """A standalone server; its NameServer address and metrics URL (None: metrics off)."""
     data_dir.mkdir(parents=True)
     log = (data_dir.parent / "standalone.log").open("w")
-    # Without the dashboard: it is not what is measured, and its fixed default port may be taken.
+    # Without the dashboard and the proxy: not what is measured, and their fixed default ports may be taken.
     args = [
         "standalone",
         "--data-dir",
@@ -57,6 +57,8 @@ def _start_standalone(data_dir: Path, *flags: str) -> tuple[subprocess.Popen[str
         "--broker-port",
         "0",
         "--no-dashboard",
+        "--proxy-port",
+        "0",
         *flags,
     ]
     server = subprocess.Popen([*COMMAND, *args], stdout=subprocess.PIPE, stderr=log, text=True)

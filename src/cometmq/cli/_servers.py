@@ -25,7 +25,7 @@ from cometmq.metrics import MetricsExporterType
 from cometmq.namesrv import NameServer
 from cometmq.namesrv.config import NamesrvConfig
 from cometmq.remoting import default_max_connections
-from cometmq.remoting.tls import TlsMode, TlsSettings
+from cometmq.remoting.tls import TlsMode
 
 # The broker (and its store) is imported only by the commands that run one, so the admin commands
 # start fast and work wherever the client does.
@@ -43,6 +43,8 @@ BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 # cometmq.dashboard.DEFAULT_PORT (RocketMQ Dashboard's), spelled here so that building the parser does
 # not import the web stack.
 DEFAULT_DASHBOARD_PORT = 8082
+# Where ``cometmq proxy`` keeps its users and ACLs unless authConfigPath says otherwise.
+DEFAULT_PROXY_AUTH_DIR = Path.home() / ".cometmq" / "proxy"
 # cometmq.proxy.DEFAULT_PROXY_PORT (RocketMQ proxy's), spelled here so that building the parser does not
 # import grpc.
 DEFAULT_PROXY_PORT = 8081
@@ -241,8 +243,10 @@ def _add_proxy_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "-c",
         "--config",
         metavar="FILE",
-        help="a properties file with the broker's tls.server.* keys: tls.server.mode other than disabled "
-        "serves TLS with tls.server.certPath and tls.server.keyPath",
+        help="a properties file: the broker's tls.server.* keys (a mode other than disabled serves TLS with "
+        "tls.server.certPath and tls.server.keyPath), and the name server's access-control keys (aclEnable "
+        "checks every client's signature and permissions against the users of plainAclFile and "
+        f"authConfigPath, default {DEFAULT_PROXY_AUTH_DIR}; initAuthenticationUser)",
     )
     add_log_options(proxy)
     proxy.set_defaults(func=run_proxy)
@@ -427,18 +431,24 @@ async def _start_flagged_dashboard(
         )
 
 
-async def _start_proxy(args: argparse.Namespace, config: BrokerConfig) -> ProxyServer | None:
+async def _start_proxy(
+    args: argparse.Namespace, config: BrokerConfig, access: ServerAccess
+) -> ProxyServer | None:
     """The standalone's RocketMQ 5 proxy (None with --proxy-port 0), serving TLS as the broker does."""
     if args.proxy_port == 0:
         return None
-    from cometmq.proxy import ProxyConfig, ProxyServer, server_certificate
+    from cometmq.proxy import ProxyConfig, ProxyServer
 
+    # It reaches the broker as the broker reaches its name server: the inner credentials, its TLS.
     proxy = ProxyServer(
         ProxyConfig(
             namesrv_addr=config.namesrv_addr,
             host=config.broker_ip1,
             port=args.proxy_port,
-            server_certificate=server_certificate(config.tls),
+            server_tls=config.tls,
+            credentials=config.inner_client_credentials,
+            client_ssl_context=config.tls.client_context(),
+            access_control=access.access_control,
         )
     )
     with naming_flag_if_taken(config.broker_ip1, args.proxy_port, "--proxy-port (or turn it off with 0)"):
@@ -482,7 +492,7 @@ async def _standalone(args: argparse.Namespace) -> int:
             dashboard: Dashboard | None = None
             proxy: ProxyServer | None = None
             try:
-                proxy = await _start_proxy(args, config)
+                proxy = await _start_proxy(args, config, access)
                 dashboard = await _start_flagged_dashboard(args, config.namesrv_addr, host)
                 urls = _metrics_urls(broker)
                 if dashboard is not None:
@@ -582,12 +592,17 @@ async def _broker(args: argparse.Namespace) -> int:
 
 
 async def _proxy(args: argparse.Namespace) -> int:
-    from cometmq.proxy import ProxyConfig, ProxyServer, server_certificate
+    from cometmq.proxy import ProxyConfig, ProxyServer
 
     namesrv = args.namesrv or os.environ.get("COMETMQ_NAMESRV", "")
     if not namesrv:
         raise ConfigError("no NameServer address: give --namesrv or $COMETMQ_NAMESRV")
-    tls = TlsSettings.from_properties(read_properties(args.config)) if args.config else TlsSettings()
+    # The file takes a name server's keys: TLS, and users and ACLs of the proxy's own (a plain_acl.yml
+    # shared with the brokers, say), kept under its own directory unless authConfigPath says otherwise.
+    settings = NamesrvConfig(auth_config_path=str(DEFAULT_PROXY_AUTH_DIR))
+    if args.config:
+        settings.update(read_properties(args.config), source=args.config)
+    access = ServerAccess(settings.acl_settings(), None)
     options = security(args).client_options()
     client_tls = options["tls"]
     config = ProxyConfig(
@@ -596,18 +611,26 @@ async def _proxy(args: argparse.Namespace) -> int:
         port=args.port,
         credentials=options["credentials"],
         client_ssl_context=ssl.create_default_context() if client_tls is True else client_tls or None,
-        server_certificate=server_certificate(tls),
+        server_tls=settings.tls,
+        access_control=access.access_control,
     )
     with ShutdownSignal() as shutdown:
-        proxy = ProxyServer(config)
-        with naming_flag_if_taken(args.host, args.port, "--port"):
-            await proxy.start()
+        await access.start()
         try:
-            scheme = "TLS" if config.server_certificate is not None else "plaintext"
-            print_ready_line(f"CometMQ proxy ready: gRPC at {proxy.address} ({scheme}), namesrv {namesrv}")
-            await shutdown.wait()
+            proxy = ProxyServer(config)
+            with naming_flag_if_taken(args.host, args.port, "--port"):
+                await proxy.start()
+            try:
+                scheme = "plaintext" if settings.tls.mode is TlsMode.DISABLED else "TLS"
+                checked = ", clients' signatures checked" if config.access_control is not None else ""
+                print_ready_line(
+                    f"CometMQ proxy ready: gRPC at {proxy.address} ({scheme}{checked}), namesrv {namesrv}"
+                )
+                await shutdown.wait()
+            finally:
+                await proxy.stop()
         finally:
-            await proxy.stop()
+            await access.stop()
     return 0
 
 

@@ -7,7 +7,7 @@ cluster, or inside ``cometmq standalone``). The generated protobuf modules are r
 tools that speak to it.
 """
 
-from cometmq.proxy._config import DEFAULT_PROXY_PORT, ProxyConfig, server_certificate
+from cometmq.proxy._config import DEFAULT_PROXY_PORT, ProxyConfig
 from cometmq.proxy._pb import definition_pb2, service_pb2, service_pb2_grpc
 from cometmq.proxy._server import ProxyServer
 
@@ -16,7 +16,6 @@ __all__ = [
     "ProxyConfig",
     "ProxyServer",
     "definition_pb2",
-    "server_certificate",
     "service_pb2",
     "service_pb2_grpc",
 ]

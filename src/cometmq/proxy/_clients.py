@@ -22,11 +22,13 @@ from typing import Any, Final
 
 import grpc
 
+from cometmq.auth import Need
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageQueue
 from cometmq.protocol.naming import SYSTEM_GROUPS, group_name_error
 from cometmq.protocol.subscription import EXPRESSION_TAG, SubscriptionData
-from cometmq.proxy._convert import Refusal, check_topic, duration_of_ms
+from cometmq.proxy._access import PUB, Authorizer, consuming, on_topic
+from cometmq.proxy._convert import MAX_BODY_SIZE, Refusal, check_topic, duration_of_ms
 from cometmq.proxy._metadata import GroupSettings, Metadata
 from cometmq.proxy._pb import definition_pb2 as v2
 from cometmq.proxy._pb import service_pb2 as pb
@@ -36,6 +38,8 @@ from cometmq.proxy._status import Context, ok, status
 log = logging.getLogger("cometmq.proxy")
 
 CLIENT_ID_KEY: Final = "x-mq-client-id"
+# The gRPC status a Telemetry stream is ended with for a refused settings command (INVALID_ARGUMENT else).
+_ABORT_CODES: Final[dict[int, Any]] = {v2.UNAUTHORIZED: grpc.StatusCode.PERMISSION_DENIED}
 # A client whose Telemetry stream is closed and that made no heartbeat for this long is forgotten
 # (RocketMQ proxy's grpcClientIdleTimeMills); how often that is looked for.
 CLIENT_IDLE_S: Final = 120.0
@@ -46,7 +50,6 @@ PRODUCER_MAX_ATTEMPTS: Final = 3
 PRODUCER_BACKOFF_INITIAL_MS: Final = 10
 PRODUCER_BACKOFF_MAX_MS: Final = 1000
 PRODUCER_BACKOFF_MULTIPLIER: Final = 2.0
-MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
 CONSUMER_RECEIVE_BATCH_SIZE: Final = 32
 CONSUMER_LONG_POLLING_TIMEOUT_MS: Final = 20_000
 # A consumer's redelivery delays, attempt by attempt (RocketMQ's CustomizedRetryPolicy default): 1 s, 5 s,
@@ -72,6 +75,16 @@ def check_group(group: str) -> None:
         raise Refusal(v2.ILLEGAL_CONSUMER_GROUP, f"group {group!r}: {problem}")
     if group in SYSTEM_GROUPS:
         raise Refusal(v2.ILLEGAL_CONSUMER_GROUP, f"group {group!r} is a system group clients may not use")
+
+
+def settings_needs(settings: v2.Settings) -> list[Need]:
+    """What a client's settings say it will do: publish to its topics, or consume its subscriptions."""
+    if settings.HasField("publishing"):
+        return [on_topic(topic.name, PUB) for topic in settings.publishing.topics]
+    group = settings.subscription.group.name
+    return [
+        need for entry in settings.subscription.subscriptions for need in consuming(entry.topic.name, group)
+    ]
 
 
 def subscription_data(entry: v2.SubscriptionEntry) -> SubscriptionData:
@@ -127,8 +140,11 @@ class _ConsumerGroup:
 
 
 class Clients:
-    def __init__(self, brokers: ClientInstance, metadata: Metadata, routes: Routes) -> None:
+    def __init__(
+        self, brokers: ClientInstance, metadata: Metadata, routes: Routes, authorizer: Authorizer
+    ) -> None:
         self._brokers = brokers
+        self._authorizer = authorizer
         self._metadata = metadata
         self._routes = routes
         self._sessions: dict[str, ClientSession] = {}
@@ -170,7 +186,7 @@ class Clients:
                 )
             )
             merged.publishing.validate_message_type = True
-            merged.publishing.max_body_size = MAX_MESSAGE_SIZE
+            merged.publishing.max_body_size = MAX_BODY_SIZE
         elif settings.HasField("subscription"):
             group = await self.group_settings(settings.subscription)
             merged.subscription.receive_batch_size = CONSUMER_RECEIVE_BATCH_SIZE
@@ -243,14 +259,19 @@ class Clients:
                     continue  # thread stack traces and verify results: the proxy asks for neither
                 try:
                     self._check(command.settings)
+                    self._authorizer.check(context, settings_needs(command.settings))
                 except Refusal as refusal:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal.message)
+                    code = _ABORT_CODES.get(refusal.code, grpc.StatusCode.INVALID_ARGUMENT)
+                    await context.abort(code, refusal.message)
                 session = self._update(client_id, command.settings)
                 session.outbox = outbox
                 on_settings(session)
                 merged = await self.merged_settings(command.settings)
                 outbox.put_nowait(pb.TelemetryCommand(status=ok(), settings=merged))
-            await outbox.join()  # the client closed its side: what is queued for it still goes out
+            # The client closed its side: what is queued for it still goes out, unless writing fails.
+            flushed = asyncio.ensure_future(outbox.join())
+            await asyncio.wait({flushed, writer}, return_when=asyncio.FIRST_COMPLETED)
+            flushed.cancel()
         finally:
             if session is not None and session.outbox is outbox:
                 session.outbox = None
@@ -315,7 +336,15 @@ class Clients:
         group.members.add(session.client_id)
         for entry in settings.subscription.subscriptions:
             group.subscriptions[entry.topic.name] = subscription_data(entry)
-        self._spawn(self._brokers.send_heartbeat())
+        self._spawn(self._announce(list(group.subscriptions)))
+
+    async def _announce(self, topics: list[str]) -> None:
+        """Heartbeat the brokers of *topics* now, rather than at the next round, so that a group's
+        consumers are listed from the start."""
+        for topic in topics:
+            with contextlib.suppress(Refusal):
+                await self._routes.route(topic)  # the brokers a heartbeat goes to are the routes' ones
+        await self._brokers.send_heartbeat()
 
     def _leave_group(self, session: ClientSession) -> None:
         group = self._groups.get(session.group)

@@ -67,6 +67,8 @@ MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 MAX_USER_PROPERTIES: Final = 128
 MAX_USER_PROPERTY_BYTES: Final = 16 * 1024
 MAX_MESSAGE_GROUP_BYTES: Final = 64
+# The last second a google.protobuf.Timestamp may hold (9999-12-31T23:59:59Z).
+MAX_TIMESTAMP_SECONDS: Final = 253_402_300_799
 # The longest a half message may ask to be spared check-backs (maxTransactionRecoverySecond).
 MAX_TRANSACTION_RECOVERY_S: Final = 3600
 
@@ -179,7 +181,10 @@ def outgoing_message(message: v2.Message, producer_group: str, peer_host: str) -
                 )
             properties[CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(seconds, 0))
     if system.HasField("delivery_timestamp"):
-        properties[TIMER_DELIVER_MS] = str(system.delivery_timestamp.ToMilliseconds())
+        deliver_ms = _millis(system.delivery_timestamp)
+        if deliver_ms <= 0:
+            raise Refusal(v2.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {deliver_ms} ms is before 1970")
+        properties[TIMER_DELIVER_MS] = str(deliver_ms)
     group = system.message_group if system.HasField("message_group") else ""
     if group:
         _check_message_group(group)
@@ -190,10 +195,18 @@ def outgoing_message(message: v2.Message, producer_group: str, peer_host: str) -
     born_host = system.born_host.strip() or peer_host
     if born_host:
         properties[BORN_HOST] = born_host
-    born_ms = system.born_timestamp.ToMilliseconds() if system.HasField("born_timestamp") else 0
+    born_ms = _millis(system.born_timestamp) if system.HasField("born_timestamp") else 0
     if born_ms > 0:
         properties[BORN_TIMESTAMP] = str(born_ms)
     return OutgoingMessage(system.message_id, properties, body, sys_flag, born_ms, message_type, group)
+
+
+def _millis(stamp: Timestamp) -> int:
+    """A timestamp in ms since the epoch. One whose seconds lie past the protobuf range (year 9999) holds
+    milliseconds: the official Python client 5.1.2 writes a delivery time given in ms into ``seconds``."""
+    if stamp.seconds > MAX_TIMESTAMP_SECONDS:
+        return int(stamp.seconds)
+    return int(stamp.seconds) * 1000 + int(stamp.nanos) // 1_000_000
 
 
 def _plain_body(body: bytes, encoding: int) -> bytes:

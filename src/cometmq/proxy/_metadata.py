@@ -51,10 +51,11 @@ class _Expiring(Generic[T]):
         self._fetch = fetch
         self._values: dict[str, tuple[float, asyncio.Future[T]]] = {}
 
-    async def get(self, addr: str) -> T:
+    async def get(self, addr: str, *, fresh: bool = False) -> T:
+        """The value of *addr*, fetched anew when older than METADATA_TTL_S (or *fresh* asks it)."""
         now = time.monotonic()
         held = self._values.get(addr)
-        if held is not None and now - held[0] < METADATA_TTL_S:
+        if held is not None and now - held[0] < METADATA_TTL_S and not (fresh and held[1].done()):
             future = held[1]
         else:
             future = asyncio.ensure_future(self._fetch(addr))
@@ -111,6 +112,8 @@ class Metadata:
         for addr in master_addrs:
             try:
                 found = (await self._topics.get(addr)).get(topic)
+                if found is None:  # a topic created since the table was read: the route has it already
+                    found = (await self._topics.get(addr, fresh=True)).get(topic)
             except CometMQError as exc:
                 log.info("cannot read the topic configs of %s: %s", addr, exc)
                 continue
@@ -124,6 +127,8 @@ class Metadata:
         for addr in master_addrs:
             try:
                 found = (await self._groups.get(addr)).get(group)
+                if found is None:  # perhaps created since the table was read
+                    found = (await self._groups.get(addr, fresh=True)).get(group)
             except CometMQError as exc:
                 log.info("cannot read the subscription groups of %s: %s", addr, exc)
                 continue

@@ -12,6 +12,7 @@ EndTransaction (source SERVER_CHECK) goes back to the broker that asked.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ from cometmq.proxy._convert import (
 from cometmq.proxy._pb import definition_pb2 as v2
 from cometmq.proxy._pb import service_pb2 as pb
 from cometmq.proxy._routes import Routes, WriteQueue
-from cometmq.proxy._status import Context, code_of_response, ok, status
+from cometmq.proxy._status import Context, code_of_response, ok, peer_address, status
 
 log = logging.getLogger("cometmq.proxy")
 
@@ -65,13 +66,6 @@ class _HalfMessage:
     expires_at: float
 
 
-def _peer_host(context: Context) -> str:
-    """The client's address as gRPC names it (``ipv4:1.2.3.4:5678``), as ``1.2.3.4:5678``."""
-    peer = str(context.peer() or "")
-    scheme, _, rest = peer.partition(":")
-    return rest if scheme in ("ipv4", "ipv6") else peer
-
-
 class Producing:
     def __init__(self, brokers: ClientInstance, routes: Routes, clients: Clients) -> None:
         self._brokers = brokers
@@ -79,6 +73,7 @@ class Producing:
         self._clients = clients
         self._halves: dict[tuple[str, str], _HalfMessage] = {}  # (topic, transaction id) → place
         self._checked_topics: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # sends ---------------------------------------------------------------------------------
 
@@ -89,7 +84,7 @@ class Producing:
         check_topic(topic)
         if any(message.topic.name != topic for message in request.messages):
             raise Refusal(v2.MESSAGE_CORRUPTED, "the messages of one send must all be of one topic")
-        peer = _peer_host(context)
+        peer = peer_address(context)
         outgoing = [outgoing_message(message, topic, peer) for message in request.messages]
         route = await self._routes.route(topic)
         topic_type = await self._routes.message_type(topic, route)
@@ -100,10 +95,15 @@ class Producing:
             raise Refusal(v2.FORBIDDEN, f"topic {topic} has no writable queue")
         # RocketMQ's proxy places a send of several messages by none's group.
         queue = self._routes.select(queues, outgoing[0].message_group if len(outgoing) == 1 else "")
-        if len(outgoing) == 1:
-            entries = [await self._send_one(topic, queue, outgoing[0])]
-        else:
-            entries = await self._send_batch(topic, queue, outgoing)
+        try:
+            if len(outgoing) == 1:
+                entries = [await self._send_one(topic, queue, outgoing[0])]
+            else:
+                entries = await self._send_batch(topic, queue, outgoing)
+        except CometMQError as exc:
+            # A broker gone: the client's retry (its backoff policy) finds the route without it.
+            await self._brokers.refresh_route_if_unreachable(topic, exc)
+            raise
         overall = entries[0].status
         if len({entry.status.code for entry in entries}) > 1:
             overall = status(v2.MULTIPLE_RESULTS, "MULTIPLE_RESULTS")
@@ -165,16 +165,25 @@ class Producing:
                 "the broker at %s answered a half message with no offset id: %r", broker_addr, offset_msg_id
             )
             return
-        now = time.monotonic()
-        self._forget_expired(now)
-        self._halves[(topic, transaction_id)] = _HalfMessage(
-            broker_addr, queue_offset, commit_log_offset, now + TRANSACTION_DATA_TTL_S
-        )
+        self._remember((topic, transaction_id), broker_addr, queue_offset, commit_log_offset)
 
-    def _forget_expired(self, now: float) -> None:
-        expired = [key for key, half in self._halves.items() if half.expires_at <= now]
-        for key in expired:
-            del self._halves[key]
+    def _remember(
+        self, key: tuple[str, str], broker_addr: str, tran_state_table_offset: int, commit_log_offset: int
+    ) -> None:
+        """Keep a half message's place for TRANSACTION_DATA_TTL_S. The places stay in the order they
+        expire in (one TTL for all, a place remembered again moves to the end), so forgetting the
+        expired ones looks at no more than those and the first one still valid."""
+        now = time.monotonic()
+        halves = self._halves
+        while halves:
+            first = next(iter(halves))
+            if halves[first].expires_at > now:
+                break
+            del halves[first]
+        halves.pop(key, None)
+        halves[key] = _HalfMessage(
+            broker_addr, tran_state_table_offset, commit_log_offset, now + TRANSACTION_DATA_TTL_S
+        )
 
     async def end_transaction(
         self, request: pb.EndTransactionRequest, context: Context
@@ -212,10 +221,19 @@ class Producing:
     def on_settings(self, session: ClientSession) -> None:
         """A client's settings are known: a producer's topics become producer groups the brokers check
         half messages back with."""
-        for topic in session.topics:
-            if topic not in self._checked_topics:
-                self._checked_topics.add(topic)
-                self._brokers.register_transaction_member(_CheckRelay(topic, self))
+        new_topics = [topic for topic in session.topics if topic not in self._checked_topics]
+        for topic in new_topics:
+            self._checked_topics.add(topic)
+            self._brokers.register_transaction_member(_CheckRelay(topic, self))
+        if new_topics:
+            # A broker checks back only the members of a group it heard from: tell every broker now.
+            task = asyncio.get_running_loop().create_task(self._announce_groups())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _announce_groups(self) -> None:
+        await self._brokers.learn_brokers()
+        await self._brokers.send_heartbeat()
 
     def relay_check(
         self,
@@ -229,12 +247,8 @@ class Producing:
         if not sessions:
             log.debug("no client publishing %s is connected to check transaction %s", topic, transaction_id)
             return
-        self._forget_expired(time.monotonic())
-        self._halves[(topic, transaction_id)] = _HalfMessage(
-            broker_addr,
-            request.tran_state_table_offset,
-            request.commit_log_offset,
-            time.monotonic() + TRANSACTION_DATA_TTL_S,
+        self._remember(
+            (topic, transaction_id), broker_addr, request.tran_state_table_offset, request.commit_log_offset
         )
         command = pb.TelemetryCommand(
             recover_orphaned_transaction_command=pb.RecoverOrphanedTransactionCommand(

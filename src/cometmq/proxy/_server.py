@@ -2,20 +2,73 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import socket
+import time
 
 import grpc
 
 from cometmq.client.instance import ClientInstance
+from cometmq.errors import ConfigError
 from cometmq.proxy._config import ProxyConfig
 from cometmq.proxy._context import ProxyContext
 from cometmq.proxy._pb import service_pb2_grpc
 from cometmq.proxy._service import MessagingService
+from cometmq.remoting.tls import ClientAuth, TlsMode, TlsSettings
 
 log = logging.getLogger("cometmq.proxy")
 
+# The largest request the proxy reads (RocketMQ proxy's grpcMaxInboundMessageSize): bigger than any body
+# it takes, so that a too large one is answered MESSAGE_BODY_TOO_LARGE rather than cut off by gRPC.
+MAX_INBOUND_MESSAGE_BYTES = 130 * 1024 * 1024
 # How long stop() lets calls in progress (a long-polling receive) finish before cancelling them.
 STOP_GRACE_S = 1.0
+
+
+def _read(path: str, key: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {key}={path} for the proxy's TLS: {exc.strerror or exc}") from None
+
+
+def server_credentials(tls: TlsSettings) -> grpc.ServerCredentials | None:
+    """The gRPC credentials of a proxy serving TLS under a broker's ``tls.server.*`` settings; None when
+    their mode is disabled. gRPC cannot tell TLS from plaintext on one port: permissive serves TLS as
+    enforcing does. ``tls.server.need.client.auth`` asks clients for a certificate signed by
+    ``tls.server.trustCertPath`` (require: refuses one without)."""
+    if tls.mode is TlsMode.DISABLED:
+        return None
+    if tls.server_key_password:
+        raise ConfigError(
+            "the proxy cannot read an encrypted key (tls.server.keyPassword): give it a plain one"
+        )
+    pair = (
+        _read(tls.server_key_path, "tls.server.keyPath"),
+        _read(tls.server_cert_path, "tls.server.certPath"),
+    )
+    if tls.need_client_auth is ClientAuth.NONE:
+        return grpc.ssl_server_credentials([pair])
+    return grpc.ssl_server_credentials(
+        [pair],
+        root_certificates=_read(tls.server_trust_cert_path, "tls.server.trustCertPath"),
+        require_client_auth=tls.need_client_auth is ClientAuth.REQUIRE,
+    )
+
+
+def _bind_error(host: str, port: int, exc: RuntimeError) -> OSError | ConfigError:
+    """What grpc's failure to bind *host*:*port* was: an address in use (an OSError, as a socket's
+    bind raises it, for the CLI to name the flag), else a ConfigError carrying grpc's words."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as probed:
+            if probed.errno == errno.EADDRINUSE:
+                return OSError(errno.EADDRINUSE, f"{host}:{port} is in use")
+    return ConfigError(f"the proxy cannot listen on {host}:{port}: {exc}")
 
 
 class ProxyServer:
@@ -27,7 +80,8 @@ class ProxyServer:
         self.config = config
         self._brokers = ClientInstance(
             config.namesrv_addr,
-            instance_name=f"proxy-{config.host}-{config.port}",
+            # Unique per process and start, as clients' ids must be; named so in the brokers' lists.
+            instance_name=f"proxy#{os.getpid()}#{time.monotonic_ns()}",
             request_timeout=config.request_timeout_s,
             credentials=config.credentials,
             ssl_context=config.client_ssl_context,
@@ -44,17 +98,26 @@ class ProxyServer:
         return self.config.advertised_address
 
     async def start(self) -> None:
-        server = grpc.aio.server()
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", -1),
+                # grpc shares a port with any other process asking so (SO_REUSEPORT); a second proxy on a
+                # taken port must fail as every other server's port does.
+                ("grpc.so_reuseport", 0),
+            ]
+        )
         service = MessagingService(self._context)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
         listen = f"{self.config.host}:{self.config.port}"
-        if self.config.server_certificate is not None:
-            credentials = grpc.ssl_server_credentials([self.config.server_certificate])
-            port = server.add_secure_port(listen, credentials)
-        else:
-            port = server.add_insecure_port(listen)
-        if port == 0:  # grpc reports a port it cannot bind as 0 rather than raising
-            raise OSError(98, f"cannot listen on {listen}")
+        credentials = server_credentials(self.config.server_tls)
+        try:
+            if credentials is not None:
+                port = server.add_secure_port(listen, credentials)
+            else:
+                port = server.add_insecure_port(listen)
+        except RuntimeError as exc:  # grpc's one error for any address it cannot bind
+            raise _bind_error(self.config.host, self.config.port, exc) from None
         self.config.port = port
         await server.start()
         self._server = server

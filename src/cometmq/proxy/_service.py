@@ -1,17 +1,24 @@
-"""MessagingService: each gRPC call of ``apache.rocketmq.v2.MessagingService`` to the part serving it."""
+"""MessagingService: each gRPC call of ``apache.rocketmq.v2.MessagingService`` to the part serving it, after
+the access check of what it does."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
+from cometmq.auth import Need
+from cometmq.proxy._access import PUB, PUB_OR_SUB, SUB, consuming, on_group, on_topic
 from cometmq.proxy._context import ProxyContext
-from cometmq.proxy._convert import check_topic
+from cometmq.proxy._convert import Refusal, check_topic
 from cometmq.proxy._pb import definition_pb2 as v2
 from cometmq.proxy._pb import service_pb2 as pb
 from cometmq.proxy._pb import service_pb2_grpc
 from cometmq.proxy._producer import Producing
 from cometmq.proxy._receive import Receiving
-from cometmq.proxy._status import Context, ok, respond, unimplemented
+from cometmq.proxy._status import Context, ok, respond, status, unimplemented
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
@@ -23,8 +30,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._producing = Producing(proxy.brokers, proxy.routes, proxy.clients)
         self._receiving = Receiving(proxy)
 
+    async def _checked(
+        self,
+        context: Context,
+        needs: list[Need],
+        serve: Callable[[Request, Context], Awaitable[Response]],
+        request: Request,
+    ) -> Response:
+        self._proxy.authorizer.check(context, needs)
+        return await serve(request, context)
+
+    # routes, clients, sends ------------------------------------------------------------------
+
     async def QueryRoute(self, request: pb.QueryRouteRequest, context: Context) -> pb.QueryRouteResponse:
-        return await respond(pb.QueryRouteResponse, self._query_route(request, context))
+        needs = [on_topic(request.topic.name, PUB_OR_SUB)]
+        return await respond(pb.QueryRouteResponse, self._checked(context, needs, self._query_route, request))
 
     async def _query_route(self, request: pb.QueryRouteRequest, context: Context) -> pb.QueryRouteResponse:
         check_topic(request.topic.name)
@@ -39,26 +59,33 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return v2.Endpoints(scheme=scheme, addresses=[v2.Address(host=host, port=int(port))])
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
-        return await respond(pb.HeartbeatResponse, self._proxy.clients.heartbeat(request, context))
-
-    async def SendMessage(self, request: pb.SendMessageRequest, context: Context) -> pb.SendMessageResponse:
-        return await respond(pb.SendMessageResponse, self._producing.send_message(request, context))
-
-    async def EndTransaction(
-        self, request: pb.EndTransactionRequest, context: Context
-    ) -> pb.EndTransactionResponse:
-        return await respond(pb.EndTransactionResponse, self._producing.end_transaction(request, context))
-
-    async def Telemetry(self, requests: AsyncIterator[pb.TelemetryCommand], context: Context) -> None:
-        await self._proxy.clients.telemetry(requests, context, self._producing.on_settings)
+        needs = [on_group(request.group.name, SUB)] if request.group.name else []
+        serve = self._proxy.clients.heartbeat
+        return await respond(pb.HeartbeatResponse, self._checked(context, needs, serve, request))
 
     async def NotifyClientTermination(
         self, request: pb.NotifyClientTerminationRequest, context: Context
     ) -> pb.NotifyClientTerminationResponse:
+        needs = [on_group(request.group.name, SUB)] if request.group.name else []
+        serve = self._proxy.clients.notify_client_termination
         return await respond(
-            pb.NotifyClientTerminationResponse,
-            self._proxy.clients.notify_client_termination(request, context),
+            pb.NotifyClientTerminationResponse, self._checked(context, needs, serve, request)
         )
+
+    async def Telemetry(self, requests: AsyncIterator[pb.TelemetryCommand], context: Context) -> None:
+        await self._proxy.clients.telemetry(requests, context, self._producing.on_settings)
+
+    async def SendMessage(self, request: pb.SendMessageRequest, context: Context) -> pb.SendMessageResponse:
+        needs = [on_topic(request.messages[0].topic.name, PUB)] if request.messages else []
+        serve = self._producing.send_message
+        return await respond(pb.SendMessageResponse, self._checked(context, needs, serve, request))
+
+    async def EndTransaction(
+        self, request: pb.EndTransactionRequest, context: Context
+    ) -> pb.EndTransactionResponse:
+        needs = [on_topic(request.topic.name, PUB)]
+        serve = self._producing.end_transaction
+        return await respond(pb.EndTransactionResponse, self._checked(context, needs, serve, request))
 
     async def RecallMessage(
         self, request: pb.RecallMessageRequest, context: Context
@@ -70,45 +97,77 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     ) -> pb.SyncLiteSubscriptionResponse:
         await unimplemented(context, "SyncLiteSubscription")
 
-    # The consuming calls: _receive.py.
+    # the consuming calls: _receive.py --------------------------------------------------------
 
     async def QueryAssignment(
         self, request: pb.QueryAssignmentRequest, context: Context
     ) -> pb.QueryAssignmentResponse:
-        return await self._receiving.query_assignment(request, context)
+        needs = consuming(request.topic.name, request.group.name)
+        serve = self._receiving.query_assignment
+        return await respond(pb.QueryAssignmentResponse, self._checked(context, needs, serve, request))
 
     async def ReceiveMessage(
         self, request: pb.ReceiveMessageRequest, context: Context
     ) -> AsyncIterator[pb.ReceiveMessageResponse]:
+        try:
+            self._proxy.authorizer.check(
+                context, consuming(request.message_queue.topic.name, request.group.name)
+            )
+        except Refusal as refusal:
+            yield pb.ReceiveMessageResponse(status=status(refusal.code, refusal.message))
+            return
         async for response in self._receiving.receive_message(request, context):
             yield response
 
     async def AckMessage(self, request: pb.AckMessageRequest, context: Context) -> pb.AckMessageResponse:
-        return await self._receiving.ack_message(request, context)
+        needs = consuming(request.topic.name, request.group.name)
+        serve = self._receiving.ack_message
+        return await respond(pb.AckMessageResponse, self._checked(context, needs, serve, request))
 
     async def ChangeInvisibleDuration(
         self, request: pb.ChangeInvisibleDurationRequest, context: Context
     ) -> pb.ChangeInvisibleDurationResponse:
-        return await self._receiving.change_invisible_duration(request, context)
+        needs = consuming(request.topic.name, request.group.name)
+        serve = self._receiving.change_invisible_duration
+        return await respond(
+            pb.ChangeInvisibleDurationResponse, self._checked(context, needs, serve, request)
+        )
 
     async def ForwardMessageToDeadLetterQueue(
         self, request: pb.ForwardMessageToDeadLetterQueueRequest, context: Context
     ) -> pb.ForwardMessageToDeadLetterQueueResponse:
-        return await self._receiving.forward_message_to_dead_letter_queue(request, context)
+        needs = consuming(request.topic.name, request.group.name)
+        serve = self._receiving.forward_message_to_dead_letter_queue
+        return await respond(
+            pb.ForwardMessageToDeadLetterQueueResponse, self._checked(context, needs, serve, request)
+        )
 
     async def PullMessage(
         self, request: pb.PullMessageRequest, context: Context
     ) -> AsyncIterator[pb.PullMessageResponse]:
+        try:
+            self._proxy.authorizer.check(
+                context, consuming(request.message_queue.topic.name, request.group.name)
+            )
+        except Refusal as refusal:
+            yield pb.PullMessageResponse(status=status(refusal.code, refusal.message))
+            return
         async for response in self._receiving.pull_message(request, context):
             yield response
 
     async def UpdateOffset(
         self, request: pb.UpdateOffsetRequest, context: Context
     ) -> pb.UpdateOffsetResponse:
-        return await self._receiving.update_offset(request, context)
+        needs = consuming(request.message_queue.topic.name, request.group.name)
+        serve = self._receiving.update_offset
+        return await respond(pb.UpdateOffsetResponse, self._checked(context, needs, serve, request))
 
     async def GetOffset(self, request: pb.GetOffsetRequest, context: Context) -> pb.GetOffsetResponse:
-        return await self._receiving.get_offset(request, context)
+        needs = consuming(request.message_queue.topic.name, request.group.name)
+        serve = self._receiving.get_offset
+        return await respond(pb.GetOffsetResponse, self._checked(context, needs, serve, request))
 
     async def QueryOffset(self, request: pb.QueryOffsetRequest, context: Context) -> pb.QueryOffsetResponse:
-        return await self._receiving.query_offset(request, context)
+        needs = [on_topic(request.message_queue.topic.name, SUB)]
+        serve = self._receiving.query_offset
+        return await respond(pb.QueryOffsetResponse, self._checked(context, needs, serve, request))

@@ -3,6 +3,7 @@ for what the protocol has no answer for (a call not served, a Telemetry stream r
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
 from typing import Any, NoReturn, TypeVar
 
@@ -12,6 +13,8 @@ from cometmq.errors import BrokerError, CometMQError, ConnectionClosedError, Rem
 from cometmq.protocol import ResponseCode
 from cometmq.proxy._convert import Refusal
 from cometmq.proxy._pb import definition_pb2 as v2
+
+log = logging.getLogger("cometmq.proxy")
 
 Context = Any  # grpc.aio.ServicerContext: grpcio ships no type information
 
@@ -69,7 +72,19 @@ async def respond(response_type: type[R], work: Awaitable[R]) -> R:
         failed = status(refusal.code, refusal.message)
     except CometMQError as exc:
         failed = status_of_error(exc)
+    except grpc.aio.AbortError:  # the call ended with a gRPC status already (ServicerContext.abort)
+        raise
+    except Exception as exc:  # a bug: the client still gets an answer, the log the details
+        log.exception("a call of the proxy failed")
+        failed = status(v2.INTERNAL_SERVER_ERROR, f"the proxy failed: {exc!r}")
     return response_type(status=failed)  # type: ignore[call-arg]
+
+
+def peer_address(context: Context) -> str:
+    """The client's ``host:port`` as gRPC names its peer (``ipv4:1.2.3.4:5678``, ``ipv6:[::1]:5678``)."""
+    peer = str(context.peer() or "")
+    scheme, _, rest = peer.partition(":")
+    return rest if scheme in ("ipv4", "ipv6") else peer
 
 
 async def unimplemented(context: Context, call: str) -> NoReturn:
