@@ -12,8 +12,7 @@ code the clients act on, never as a gRPC error.
 The receipt handle a client holds is the broker's (the ``POP_CK`` of the popped message, RocketMQ's
 ExtraInfoUtil text), a space, and the message's commit-log offset, as RocketMQ's proxy writes it: the
 broker, queue, offset and retry mark an ack needs are in the broker's part, and the commit-log offset is
-what a forward to the dead-letter queue names the message by (docs/protocol.md, "The proxy's consuming
-calls").
+what a forward to the dead-letter queue names the message by (docs/protocol.md#proxy-consuming).
 """
 
 from __future__ import annotations
@@ -27,20 +26,22 @@ import time
 from collections.abc import AsyncIterator
 from typing import Final
 
-from cometmq.client.instance import decode_answer
-from cometmq.client.message import ReceivedMessage, decode_pulled
+from cometmq.client import PullResult, PullStatus
+from cometmq.client.instance import (
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    commit_offset,
+    decode_answer,
+    max_offset,
+    min_offset,
+    offset_for_timestamp,
+    pull,
+    query_offset,
+)
+from cometmq.client.message import MessageQueue, ReceivedMessage, decode_pulled
 from cometmq.errors import CometMQError, RecordError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from cometmq.protocol.broker_headers import (
-    ConsumerSendMsgBackRequestHeader,
-    OffsetResponseHeader,
-    PullMessageRequestHeader,
-    PullMessageResponseHeader,
-    QueryConsumerOffsetRequestHeader,
-    QueueRequestHeader,
-    SearchOffsetRequestHeader,
-    UpdateConsumerOffsetRequestHeader,
-)
+from cometmq.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
 from cometmq.protocol.naming import PERM_READ
 from cometmq.protocol.pop import (
     MAX_POP_MESSAGES,
@@ -92,10 +93,6 @@ MAX_PULL_SUSPEND_MS: Final = 15_000
 MAX_PULL_MESSAGES: Final = 32
 
 _SEPARATOR: Final = " "  # MessageConst.KEY_SEPARATOR, between a receipt handle's fields
-
-# PullSysFlag bits (docs/protocol.md#pull-sysflag).
-_PULL_SUSPEND: Final = 0x2
-_PULL_SUBSCRIPTION: Final = 0x4
 
 # The broker codes that say a handle no longer names a message in flight (acked, revived, changed).
 _STALE_HANDLE_CODES: Final = frozenset({ResponseCode.NO_MESSAGE, ResponseCode.MESSAGE_ILLEGAL})
@@ -613,11 +610,16 @@ class Receiving:
 
     # PullMessage, UpdateOffset, GetOffset, QueryOffset ----------------------------------------------
 
-    async def _queue(self, queue: v2.MessageQueue) -> str:
+    async def _queue(self, queue: v2.MessageQueue) -> MessageQueue:
+        """The queue a request names, its broker known from the topic's route."""
         check_topic(queue.topic.name)
         if queue.id < 0:
             raise Refusal(v2.BAD_REQUEST, f"queue id {queue.id} names no queue")
-        return queue.topic.name
+        if not self._brokers.knows_broker(queue.broker.name):
+            await self._proxy.routes.route(queue.topic.name)
+        if not self._brokers.knows_broker(queue.broker.name):
+            raise Refusal(v2.BAD_REQUEST, f"no broker {queue.broker.name} serves topic {queue.topic.name}")
+        return MessageQueue(queue.topic.name, queue.broker.name, queue.id)
 
     async def pull_message(
         self, request: pb.PullMessageRequest, context: Context
@@ -625,56 +627,43 @@ class Receiving:
         """A status, the messages from the offset on, then the offset to pull next. The group's offset
         is neither read nor committed (UpdateOffset commits it)."""
         try:
-            found, messages, next_offset = await self._pull(request)
+            result = await self._pull(request)
         except Refusal as refusal:
             yield pb.PullMessageResponse(status=status(refusal.code, refusal.message))
             return
-        yield pb.PullMessageResponse(status=found)
-        for message in messages:
+        except CometMQError as exc:
+            yield pb.PullMessageResponse(status=status_of_error(exc))
+            return
+        if result.status is PullStatus.FOUND:
+            yield pb.PullMessageResponse(status=ok())
+        elif result.status is PullStatus.OFFSET_ILLEGAL:
+            yield pb.PullMessageResponse(
+                status=status(v2.ILLEGAL_OFFSET, f"offset {request.offset} is outside the queue")
+            )
+        else:
+            yield pb.PullMessageResponse(status=status(v2.MESSAGE_NOT_FOUND, "no new message"))
+        for message in result.messages:
             yield pb.PullMessageResponse(message=incoming_message(message))
-        yield pb.PullMessageResponse(next_offset=next_offset)
+        yield pb.PullMessageResponse(next_offset=result.next_begin_offset)
 
-    async def _pull(self, request: pb.PullMessageRequest) -> tuple[v2.Status, list[ReceivedMessage], int]:
+    async def _pull(self, request: pb.PullMessageRequest) -> PullResult:
         check_group(request.group.name)
-        queue = request.message_queue
-        topic = await self._queue(queue)
+        queue = await self._queue(request.message_queue)
         if request.offset < 0:
             raise Refusal(v2.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-        subscription = _subscription(topic, request.filter_expression)
+        subscription = _subscription(queue.topic, request.filter_expression)
         suspend_ms = min(max(request.long_polling_timeout.ToMilliseconds(), 0), MAX_PULL_SUSPEND_MS)
-        pull = PullMessageRequestHeader(
-            consumer_group=request.group.name,
-            topic=topic,
-            queue_id=queue.id,
-            queue_offset=request.offset,
-            max_msg_nums=max(1, min(request.batch_size, MAX_PULL_MESSAGES)),
-            sys_flag=_PULL_SUBSCRIPTION | (_PULL_SUSPEND if suspend_ms else 0),
-            commit_offset=0,
-            suspend_timeout_millis=suspend_ms,
-            subscription=subscription.sub_string,
-            sub_version=0,
-            expression_type=subscription.expression_type,
+        return await pull(
+            self._brokers,
+            queue,
+            request.group.name,
+            subscription,
+            request.offset,
+            max(1, min(request.batch_size, MAX_PULL_MESSAGES)),
+            sys_flag=PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms else 0),
+            suspend_ms=suspend_ms,
+            timeout=suspend_ms / 1000 + self._brokers.request_timeout,
         )
-        timeout = suspend_ms / 1000 + self._brokers.request_timeout
-        response = await self._invoke(
-            queue.broker.name, topic, RequestCode.PULL_MESSAGE, pull.encode(), timeout
-        )
-        messages: list[ReceivedMessage] = []
-        if response.code == ResponseCode.SUCCESS:
-            found = ok()
-            try:
-                messages = decode_pulled(response.body, queue.broker.name, request.offset)
-            except RecordError as exc:
-                raise Refusal(v2.INTERNAL_SERVER_ERROR, f"undecodable pull answer: {exc}") from None
-            if subscription.tags:
-                messages = [m for m in messages if m.tags in subscription.tags]
-        elif response.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
-            found = status(v2.MESSAGE_NOT_FOUND, "no new message")
-        elif response.code == ResponseCode.PULL_OFFSET_MOVED:
-            found = status(v2.ILLEGAL_OFFSET, f"offset {request.offset} is outside the queue")
-        else:
-            raise _broker_refusal(response)
-        return found, messages, decode_answer(PullMessageResponseHeader, response).next_begin_offset
 
     async def update_offset(
         self, request: pb.UpdateOffsetRequest, context: Context
@@ -684,14 +673,10 @@ class Receiving:
     async def _update_offset(self, request: pb.UpdateOffsetRequest) -> pb.UpdateOffsetResponse:
         """The group's offset of the queue, stored as UPDATE_CONSUMER_OFFSET stores it."""
         check_group(request.group.name)
-        queue = request.message_queue
-        topic = await self._queue(queue)
+        queue = await self._queue(request.message_queue)
         if request.offset < 0:
             raise Refusal(v2.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-        update = UpdateConsumerOffsetRequestHeader(
-            consumer_group=request.group.name, topic=topic, queue_id=queue.id, commit_offset=request.offset
-        )
-        await self._ask(queue.broker.name, topic, RequestCode.UPDATE_CONSUMER_OFFSET, update.encode())
+        await commit_offset(self._brokers, queue, request.group.name, request.offset)
         return pb.UpdateOffsetResponse(status=ok())
 
     async def get_offset(self, request: pb.GetOffsetRequest, context: Context) -> pb.GetOffsetResponse:
@@ -700,19 +685,11 @@ class Receiving:
     async def _get_offset(self, request: pb.GetOffsetRequest) -> pb.GetOffsetResponse:
         """The group's offset of the queue; OFFSET_NOT_FOUND when the broker has none for it."""
         check_group(request.group.name)
-        queue = request.message_queue
-        topic = await self._queue(queue)
-        query = QueryConsumerOffsetRequestHeader(
-            consumer_group=request.group.name, topic=topic, queue_id=queue.id
-        )
-        response = await self._invoke(
-            queue.broker.name, topic, RequestCode.QUERY_CONSUMER_OFFSET, query.encode()
-        )
-        if response.code == ResponseCode.QUERY_NOT_FOUND:
-            raise Refusal(v2.OFFSET_NOT_FOUND, response.remark or "the group has no offset in this queue")
-        if response.code != ResponseCode.SUCCESS:
-            raise _broker_refusal(response)
-        return pb.GetOffsetResponse(status=ok(), offset=decode_answer(OffsetResponseHeader, response).offset)
+        queue = await self._queue(request.message_queue)
+        offset = await query_offset(self._brokers, queue, request.group.name)
+        if offset is None:
+            raise Refusal(v2.OFFSET_NOT_FOUND, f"group {request.group.name} has no offset in {queue}")
+        return pb.GetOffsetResponse(status=ok(), offset=offset)
 
     async def query_offset(self, request: pb.QueryOffsetRequest, context: Context) -> pb.QueryOffsetResponse:
         return await respond(pb.QueryOffsetResponse, self._query_offset(request))
@@ -720,20 +697,14 @@ class Receiving:
     async def _query_offset(self, request: pb.QueryOffsetRequest) -> pb.QueryOffsetResponse:
         """The queue's first offset (BEGINNING), its next one (END), or the one stored nearest a time
         (TIMESTAMP), as GET_MIN_OFFSET, GET_MAX_OFFSET and SEARCH_OFFSET_BY_TIMESTAMP answer."""
-        queue = request.message_queue
-        topic = await self._queue(queue)
+        queue = await self._queue(request.message_queue)
         policy = request.query_offset_policy
         if policy == v2.TIMESTAMP:
             if not request.HasField("timestamp"):
                 raise Refusal(v2.BAD_REQUEST, "a TIMESTAMP query names no timestamp")
-            code = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
-            fields = SearchOffsetRequestHeader(
-                topic=topic, queue_id=queue.id, timestamp=request.timestamp.ToMilliseconds()
-            ).encode()
+            offset = await offset_for_timestamp(self._brokers, queue, request.timestamp.ToMilliseconds())
+        elif policy == v2.END:
+            offset = await max_offset(self._brokers, queue)
         else:
-            code = RequestCode.GET_MAX_OFFSET if policy == v2.END else RequestCode.GET_MIN_OFFSET
-            fields = QueueRequestHeader(topic=topic, queue_id=queue.id).encode()
-        response = await self._ask(queue.broker.name, topic, code, fields)
-        return pb.QueryOffsetResponse(
-            status=ok(), offset=decode_answer(OffsetResponseHeader, response).offset
-        )
+            offset = await min_offset(self._brokers, queue)
+        return pb.QueryOffsetResponse(status=ok(), offset=offset)
