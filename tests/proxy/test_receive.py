@@ -61,10 +61,11 @@ async def create_topic(server: ProxiedStandalone, topic: str, queues: int = 4) -
 
 
 async def from_first_message(
-    stub: service_pb2_grpc.MessagingServiceStub, group: str, topic: str, queues: int = 4
+    stub: service_pb2_grpc.MessagingServiceStub, group: str, topic: str, queues: int = 4, broker: str = ""
 ) -> None:
-    """Commit offset 0 of every queue for *group*: its receives start at the queues' first messages
-    (a group with no offset starts where the broker's init mode says, which is not what is tested)."""
+    """Commit offset 0 of every queue (of *broker*, else of the first one assigned) for *group*: its
+    receives start at the queues' first messages (a group with no offset starts where the broker's init
+    mode says, which is not what is tested)."""
     assignment = await stub.QueryAssignment(
         pb.QueryAssignmentRequest(
             topic=resource(topic),
@@ -74,9 +75,10 @@ async def from_first_message(
         metadata=METADATA,
         timeout=10,
     )
-    broker = assignment.assignments[0].message_queue.broker
+    brokers = [a.message_queue.broker for a in assignment.assignments]
+    assigned = next(b for b in brokers if b.name == broker) if broker else brokers[0]
     for queue_id in range(queues):
-        queue = v2.MessageQueue(topic=resource(topic), id=queue_id, broker=broker)
+        queue = v2.MessageQueue(topic=resource(topic), id=queue_id, broker=assigned)
         update = pb.UpdateOffsetRequest(group=resource(group), message_queue=queue, offset=0)
         answer = await stub.UpdateOffset(update, metadata=METADATA, timeout=10)
         assert answer.status.code == v2.Code.OK, answer.status

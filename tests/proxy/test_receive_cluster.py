@@ -1,0 +1,116 @@
+"""The consuming calls of a proxy in front of two brokers: a receive pops the broker its queue names, and
+an ack finds the broker by its receipt handle."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+import grpc
+import pytest
+from test_receive import (
+    METADATA,
+    ack,
+    from_first_message,
+    receive_request,
+    receive_until,
+    resource,
+    run,
+    send,
+    unique,
+)
+
+from cometmq.client import AdminClient, Message
+from cometmq.proxy import ProxyConfig, ProxyServer, definition_pb2, service_pb2, service_pb2_grpc
+from cometmq.proxy._receive import ReceiptHandle
+from processes import TEST_BROKER_CONF, ServerProcess, free_port
+
+v2 = definition_pb2
+pb = service_pb2
+
+
+class TwoBrokers:
+    def __init__(self, namesrv: str) -> None:
+        self.namesrv = namesrv
+
+
+@pytest.fixture(scope="module")
+def two_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoBrokers]:
+    """A name server and brokers broker-a and broker-b, each a process of its own."""
+    base = tmp_path_factory.mktemp("two-brokers")
+    conf = base / "broker.conf"
+    conf.write_text(TEST_BROKER_CONF)
+    port = free_port()
+    namesrv = f"127.0.0.1:{port}"
+    servers = [ServerProcess(["namesrv", "--host", "127.0.0.1", "--port", str(port)], base / "namesrv.log")]
+    try:
+        servers[0].wait_ready("CometMQ namesrv ready:")
+        for name in ("broker-a", "broker-b"):
+            args = ["broker", "--namesrv-addr", namesrv, "-c", str(conf), "--data-dir", str(base / name)]
+            args += ["--host", "127.0.0.1", "--port", str(free_port()), "--broker-name", name]
+            servers.append(ServerProcess(args, base / f"{name}.log"))
+            servers[-1].wait_ready("CometMQ broker ready:")
+        yield TwoBrokers(namesrv)
+    finally:
+        for server in reversed(servers):
+            server.terminate()
+
+
+@contextlib.asynccontextmanager
+async def proxy_in_front(cluster: TwoBrokers) -> AsyncIterator[service_pb2_grpc.MessagingServiceStub]:
+    proxy = ProxyServer(ProxyConfig(namesrv_addr=cluster.namesrv, port=0))
+    await proxy.start()
+    try:
+        async with grpc.aio.insecure_channel(proxy.address) as channel:
+            yield service_pb2_grpc.MessagingServiceStub(channel)
+    finally:
+        await proxy.stop()
+
+
+def test_each_brokers_messages_are_received_from_it_and_acked_at_it(two_brokers: TwoBrokers) -> None:
+    async def scenario() -> None:
+        topic, group = unique("RecvTwo"), unique("GID_recv_two")
+        async with AdminClient(two_brokers.namesrv) as admin:
+            await admin.create_topic(topic, 2)
+        await send(two_brokers, *(Message(topic, b"m%d" % i) for i in range(8)))
+        async with proxy_in_front(two_brokers) as stub:
+            assignment = await stub.QueryAssignment(
+                pb.QueryAssignmentRequest(
+                    topic=resource(topic),
+                    group=resource(group),
+                    endpoints=v2.Endpoints(addresses=[v2.Address(host="127.0.0.1", port=1)]),
+                ),
+                metadata=METADATA,
+                timeout=10,
+            )
+            assert assignment.status.code == v2.OK
+            brokers = sorted(a.message_queue.broker.name for a in assignment.assignments)
+            assert brokers == ["broker-a", "broker-b"]
+            assert {a.message_queue.id for a in assignment.assignments} == {-1}
+            received: list[bytes] = []
+            for broker in brokers:
+                await from_first_message(stub, group, topic, queues=2, broker=broker)
+                got = await receive_until(stub, receive_request(group, topic, broker=broker), 4)
+                handles = [ReceiptHandle.parse(m.system_properties.receipt_handle) for m in got]
+                assert {handle.extra_info.broker_name for handle in handles} == {broker}
+                answer = await ack(stub, group, topic, *got)
+                assert answer.status.code == v2.OK, answer
+                received += [m.body for m in got]
+        assert sorted(received) == [b"m%d" % i for i in range(8)]
+
+    run(scenario())
+
+
+def test_a_receive_naming_no_broker_is_served_by_one_that_has_the_topic(two_brokers: TwoBrokers) -> None:
+    async def scenario() -> None:
+        topic, group = unique("RecvAny"), unique("GID_recv_any")
+        async with AdminClient(two_brokers.namesrv) as admin:
+            await admin.create_topic(topic, 1)
+        await send(two_brokers, *(Message(topic, b"m%d" % i) for i in range(4)))
+        async with proxy_in_front(two_brokers) as stub:
+            for broker in ("broker-a", "broker-b"):
+                await from_first_message(stub, group, topic, queues=1, broker=broker)
+            got = await receive_until(stub, receive_request(group, topic, broker="broker-x"), 4)
+        assert sorted(m.body for m in got) == [b"m%d" % i for i in range(4)]
+
+    run(scenario())
