@@ -13,7 +13,15 @@ from cometmq.client import blocking
 from cometmq.proxy import definition_pb2 as v2
 from cometmq.proxy import service_pb2 as pb
 from conftest import Stub, client_metadata, message, new_client_id, signed
-from processes import ServerProcess, cometmq, free_port, proxy_address, standalone_args, start_standalone
+from processes import (
+    TEST_BROKER_CONF,
+    ServerProcess,
+    cometmq,
+    free_port,
+    proxy_address,
+    standalone_args,
+    start_standalone,
+)
 from secured_servers import ACL_TOPIC, PLAIN_ACL, READER, WRITER, write_conf
 
 
@@ -97,3 +105,24 @@ def test_proxy_command_checks_signatures_against_its_access_control_file(
             assert allowed.status.code == v2.OK, allowed.status
     finally:
         assert proxy.terminate() == 0
+
+
+def test_cluster_up_runs_a_proxy_in_front_of_its_brokers(tmp_path: Path) -> None:
+    conf = tmp_path / "small.conf"
+    conf.write_text(TEST_BROKER_CONF)
+    ports = ["--namesrv-port", "0", "--base-port", "0", "--proxy-port", "0"]
+    args = ["cluster", "up", "--groups", "2", "--slaves", "0", *ports, "--data-dir", str(tmp_path / "c")]
+    cluster = ServerProcess([*args, "-c", str(conf)], tmp_path / "cluster.log")
+    try:
+        line = cluster.wait_ready("CometMQ cluster ready:", timeout=90)
+        namesrv = line.split("namesrv ", 1)[1].split(",", 1)[0]
+        with blocking.AdminClient(namesrv) as admin:
+            admin.create_topic("proxy-cluster-topic", 2)
+        with grpc.insecure_channel(proxy_address(cluster)) as channel:
+            stub = Stub(channel)  # type: ignore[no-untyped-call]
+            route = stub.QueryRoute(pb.QueryRouteRequest(topic=v2.Resource(name="proxy-cluster-topic")))
+            assert route.status.code == v2.OK
+            assert {queue.broker.name for queue in route.message_queues} == {"broker-a", "broker-b"}
+    finally:
+        assert cluster.terminate(timeout=90) == 0
+    assert (tmp_path / "c" / "proxy" / "proxy.log").exists()

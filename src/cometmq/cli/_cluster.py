@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import json
 import logging
 import math
 import os
@@ -45,6 +46,7 @@ ETCD_HEALTH_INTERVAL_S = 0.1
 # picks (port 0) are known too.
 _NAMESRV_READY = re.compile(r"^CometMQ namesrv ready: listening on ([^\s,]+)")
 _BROKER_READY = re.compile(r"^CometMQ broker ready: \S+ at (\S+) ")
+_PROXY_READY = re.compile(r"^CometMQ proxy ready: gRPC at (\S+) ")
 _METRICS_URL = re.compile(r", metrics (\S+)")
 
 
@@ -82,7 +84,10 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
             "--etcd runs the groups in failover mode: an etcd (Debian's etcd-server) on --etcd-port and\n"
             "the port after it, data in DIR/etcd/, and in each group 1 + --slaves brokers with brokerId\n"
             "1, 2, … and etcdEndpoints set, all equal: etcd elects each group's master (--role says\n"
-            "how it acknowledges), and elects another when it dies. etcd stops last."
+            "how it acknowledges), and elects another when it dies. etcd stops last.\n"
+            "\n"
+            "--proxy-port runs the RocketMQ 5 gRPC proxy too ('cometmq proxy', DIR/proxy/), in front of\n"
+            "the brokers, for the 5.x clients: started last, stopped first."
         ),
     )
     up.add_argument(
@@ -166,6 +171,13 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
         "BASE + n, as the table lists them; 0: free ports (default: no metrics)",
     )
     up.add_argument(
+        "--proxy-port",
+        type=whole_number(0, 65535),
+        metavar="PORT",
+        help="run the RocketMQ 5 gRPC proxy on PORT too (RocketMQ's: 8081); 0: a free port "
+        "(default: no proxy)",
+    )
+    up.add_argument(
         "--stop-timeout",
         type=float,
         default=30.0,
@@ -187,8 +199,9 @@ def add_cluster_up_command(cluster_commands: argparse._SubParsersAction[argparse
 class Server:
     """One server of the cluster and its process."""
 
-    label: str  # "namesrv", "etcd", "broker-a-0": the name of its directory too
-    role: str  # "namesrv", "etcd", a master role or "SLAVE" (failover mode: every broker a master role)
+    label: str  # "namesrv", "etcd", "broker-a-0", "proxy": the name of its directory too
+    role: str  # "namesrv", "etcd", "proxy", a master role or "SLAVE" (failover mode: every broker a master
+    # role)
     directory: Path
     port: int  # as configured; 0: the OS picks it
     broker_name: str = ""
@@ -198,6 +211,8 @@ class Server:
     out_start: int = 0  # etcd's log file's size before this run: what it printed starts there
     metrics_port: int | None = None  # None: no metrics; 0: a port the OS picks
     metrics_url: str = ""  # from the ready line
+    namesrv: str = ""  # the proxy's: the NameServer it asks for routes
+    environment: dict[str, str] = field(default_factory=dict)  # more than this command's own
     exit_status: int | None = None
     background: list[asyncio.Task[None]] = field(default_factory=list)  # held, so none is collected
 
@@ -212,7 +227,7 @@ class Server:
 
     @property
     def conf_path(self) -> Path:
-        return self.directory / ("namesrv.conf" if self.role == "namesrv" else "broker.conf")
+        return self.directory / ("broker.conf" if self.broker_name else f"{self.role}.conf")
 
     @property
     def is_slave(self) -> bool:
@@ -267,8 +282,10 @@ def plan(args: argparse.Namespace) -> list[Server]:
                     broker_id=broker_id,
                 )
             )
+    if args.proxy_port is not None:
+        servers.append(Server("proxy", "proxy", root / "proxy", args.proxy_port))
     if args.metrics_port is not None:
-        served = [s for s in servers if s.role != "etcd"]
+        served = [s for s in servers if s.role not in ("etcd", "proxy")]
         if args.metrics_port and args.metrics_port + len(served) - 1 > 65535:
             raise ConfigError(f"--metrics-port {args.metrics_port} leaves no room for {len(served)} servers")
         for index, server in enumerate(served):
@@ -358,6 +375,35 @@ def namesrv_conf(args: argparse.Namespace) -> str:
     )
 
 
+def proxy_conf(args: argparse.Namespace, server: Server) -> str:
+    """The proxy's proxy.conf: the name server's keys (its clients' access control and TLS are the
+    cluster's), its users kept in its own directory."""
+    return namesrv_conf(args) + f"authConfigPath={server.directory}\n"
+
+
+def proxy_environment(args: argparse.Namespace) -> dict[str, str]:
+    """How the proxy reaches the brokers of a cluster locked by the file given with -c: as the brokers'
+    inner user (innerClientAuthenticationCredentials), over TLS when the brokers' own connections use
+    it (tls.enable), trusting tls.client.trustCertPath. In its environment: a secret stays off the
+    command line."""
+    given = read_properties(args.config) if args.config else {}
+    environment: dict[str, str] = {}
+    inner = given.get("innerClientAuthenticationCredentials", "")
+    if inner:
+        try:
+            keys = json.loads(inner)
+            environment |= {"COMETMQ_ACCESS_KEY": keys["accessKey"], "COMETMQ_SECRET_KEY": keys["secretKey"]}
+        except (ValueError, KeyError, TypeError):
+            raise ConfigError(
+                "innerClientAuthenticationCredentials is not JSON {accessKey, secretKey}"
+            ) from None
+    if given.get("tls.enable", "false").lower() == "true":
+        environment["COMETMQ_TLS"] = "1"
+        if given.get("tls.client.trustCertPath"):
+            environment["COMETMQ_TLS_CA"] = given["tls.client.trustCertPath"]
+    return environment
+
+
 def etcd_binary() -> str:
     """The etcd program: on PATH, else Debian's; ConfigError saying how to install it."""
     found = shutil.which("etcd") or (ETCD_BINARY if os.access(ETCD_BINARY, os.X_OK) else None)
@@ -415,6 +461,20 @@ def _command(server: Server, args: argparse.Namespace) -> list[str]:
 
 def _server_command(server: Server, args: argparse.Namespace) -> list[str]:
     cometmq = [sys.executable, "-m", "cometmq"]
+    if server.role == "proxy":
+        return [
+            *cometmq,
+            "proxy",
+            "-c",
+            str(server.conf_path),
+            "--namesrv",
+            server.namesrv,
+            "--host",
+            args.host,
+            "--port",
+            str(server.port),
+            *_log_options(server, args),
+        ]
     if server.role == "namesrv":
         return [
             *cometmq,
@@ -461,9 +521,9 @@ async def start(server: Server, args: argparse.Namespace) -> None:
             stdout=asyncio.subprocess.PIPE,
             stderr=out_file,
             process_group=0,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **server.environment, "PYTHONUNBUFFERED": "1"},
         )
-    ready = _NAMESRV_READY if server.role == "namesrv" else _BROKER_READY
+    ready = {"namesrv": _NAMESRV_READY, "proxy": _PROXY_READY}.get(server.role, _BROKER_READY)
     try:
         line = await asyncio.wait_for(_ready_line(server), args.start_timeout)
     except TimeoutError:
@@ -588,10 +648,11 @@ async def stop(server: Server, timeout: float) -> int:
 
 
 async def stop_all(servers: list[Server], timeout: float) -> None:
-    """Stop the started servers: slaves, then masters, then the NameServer, then etcd (the brokers
-    give their etcd leases back as they stop)."""
+    """Stop the started servers: the proxy, slaves, then masters, then the NameServer, then etcd (the
+    brokers give their etcd leases back as they stop)."""
     started = [s for s in servers if s.process is not None]
     for stage in (
+        [s for s in started if s.role == "proxy"],
         [s for s in started if s.is_slave],
         [s for s in started if s.broker_name and not s.is_slave],
         [s for s in started if s.role == "namesrv"],
@@ -639,6 +700,12 @@ async def _start_all(servers: list[Server], args: argparse.Namespace) -> None:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+    for proxy in (s for s in servers if s.role == "proxy"):
+        proxy.directory.mkdir(parents=True, exist_ok=True)
+        proxy.conf_path.write_text(proxy_conf(args, proxy), encoding="utf-8")
+        proxy.namesrv = namesrv.address
+        proxy.environment = proxy_environment(args)
+        await start(proxy, args)
 
 
 async def _start_or_interrupt(
@@ -694,8 +761,9 @@ async def _cluster_up(args: argparse.Namespace) -> int:
                     server.background.append(asyncio.get_running_loop().create_task(_watch(server, stopping)))
                 print(_table(servers), flush=True)
                 # Scripts and tests wait for this line; flushed so a pipe sees it at once.
+                proxy = "".join(f", proxy {s.address}" for s in servers if s.role == "proxy")
                 print(
-                    f"CometMQ cluster ready: namesrv {servers[0].address}, cluster {args.cluster}, "
+                    f"CometMQ cluster ready: namesrv {servers[0].address}{proxy}, cluster {args.cluster}, "
                     f"{_groups_text(servers, args)}, data in {servers[0].directory.parent}; Ctrl-C stops it",
                     flush=True,
                 )

@@ -33,6 +33,7 @@ from cometmq.protocol.record import decode_offset_msg_id
 from cometmq.protocol.transaction import TransactionType
 from cometmq.proxy._clients import Clients, ClientSession
 from cometmq.proxy._convert import (
+    TIMER_DELIVER_MS,
     OutgoingMessage,
     Refusal,
     check_message_type,
@@ -118,7 +119,10 @@ class Producing:
             queue.addr, RequestCode.SEND_MESSAGE_V2, header.encode(compact=True), message.body
         )
         if response.code != ResponseCode.SUCCESS:
-            return pb.SendResultEntry(status=status(code_of_response(response.code), response.remark or ""))
+            code = code_of_response(response.code)
+            if response.code == ResponseCode.MESSAGE_ILLEGAL and TIMER_DELIVER_MS in message.properties:
+                code = v2.ILLEGAL_DELIVERY_TIME  # a delivery time beyond the broker's timerMaxDelaySec
+            return pb.SendResultEntry(status=status(code, response.remark or ""))
         answer = decode_answer(SendMessageResponseHeader, response)
         transaction_id = ""
         if message.sys_flag == TransactionType.PREPARED:
