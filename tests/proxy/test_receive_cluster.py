@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -24,36 +25,53 @@ from cometmq.client import AdminClient, Message
 from cometmq.proxy import ProxyConfig, ProxyServer, definition_pb2, service_pb2, service_pb2_grpc
 from cometmq.proxy._receive import ReceiptHandle
 from processes import TEST_BROKER_CONF, ServerProcess, free_port
+from waiting import wait_until
 
 v2 = definition_pb2
 pb = service_pb2
 
 
 class TwoBrokers:
-    def __init__(self, namesrv: str) -> None:
-        self.namesrv = namesrv
+    """A name server and brokers broker-a and broker-b, each a process of its own."""
+
+    def __init__(self, base: Path) -> None:
+        conf = base / "broker.conf"
+        conf.write_text(TEST_BROKER_CONF)
+        port = free_port()
+        self.namesrv = f"127.0.0.1:{port}"
+        args = ["namesrv", "--host", "127.0.0.1", "--port", str(port)]
+        self.servers = {"namesrv": ServerProcess(args, base / "namesrv.log")}
+        try:
+            self.servers["namesrv"].wait_ready("CometMQ namesrv ready:")
+            for name in ("broker-a", "broker-b"):
+                args = [
+                    "broker",
+                    "--namesrv-addr",
+                    self.namesrv,
+                    "-c",
+                    str(conf),
+                    "--data-dir",
+                    str(base / name),
+                ]
+                args += ["--host", "127.0.0.1", "--port", str(free_port()), "--broker-name", name]
+                self.servers[name] = ServerProcess(args, base / f"{name}.log")
+                self.servers[name].wait_ready("CometMQ broker ready:")
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for server in reversed(self.servers.values()):
+            server.terminate()
 
 
 @pytest.fixture(scope="module")
 def two_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoBrokers]:
-    """A name server and brokers broker-a and broker-b, each a process of its own."""
-    base = tmp_path_factory.mktemp("two-brokers")
-    conf = base / "broker.conf"
-    conf.write_text(TEST_BROKER_CONF)
-    port = free_port()
-    namesrv = f"127.0.0.1:{port}"
-    servers = [ServerProcess(["namesrv", "--host", "127.0.0.1", "--port", str(port)], base / "namesrv.log")]
+    cluster = TwoBrokers(tmp_path_factory.mktemp("two-brokers"))
     try:
-        servers[0].wait_ready("CometMQ namesrv ready:")
-        for name in ("broker-a", "broker-b"):
-            args = ["broker", "--namesrv-addr", namesrv, "-c", str(conf), "--data-dir", str(base / name)]
-            args += ["--host", "127.0.0.1", "--port", str(free_port()), "--broker-name", name]
-            servers.append(ServerProcess(args, base / f"{name}.log"))
-            servers[-1].wait_ready("CometMQ broker ready:")
-        yield TwoBrokers(namesrv)
+        yield cluster
     finally:
-        for server in reversed(servers):
-            server.terminate()
+        cluster.stop()
 
 
 @contextlib.asynccontextmanager
@@ -114,3 +132,37 @@ def test_a_receive_naming_no_broker_is_served_by_one_that_has_the_topic(two_brok
         assert sorted(m.body for m in got) == [b"m%d" % i for i in range(4)]
 
     run(scenario())
+
+
+def test_a_receive_naming_a_broker_that_left_is_served_by_one_still_there(tmp_path: Path) -> None:
+    cluster = TwoBrokers(tmp_path)
+
+    async def scenario() -> None:
+        topic, group = unique("RecvLeft"), unique("GID_recv_left")
+        async with AdminClient(cluster.namesrv) as admin:
+            await admin.create_topic(topic, 1)
+        await send(cluster, *(Message(topic, b"m%d" % i) for i in range(4)))
+        async with proxy_in_front(cluster) as stub:
+            await from_first_message(stub, group, topic, queues=1, broker="broker-a")
+            assert cluster.servers.pop("broker-b").terminate() == 0  # it unregisters as it stops
+
+            async def served_from_broker_a() -> list[v2.Message]:
+                responses = [
+                    r
+                    async for r in stub.ReceiveMessage(
+                        receive_request(group, topic, broker="broker-b"), metadata=METADATA, timeout=30
+                    )
+                ]
+                return [r.message for r in responses if r.WhichOneof("content") == "message"]
+
+            # The first receives may still go to the broker that left (the proxy's route names it until
+            # a failure to reach it refreshes the route).
+            got = await wait_until(served_from_broker_a, message="a receive served by broker-a", interval=0.2)
+        assert {
+            ReceiptHandle.parse(m.system_properties.receipt_handle).extra_info.broker_name for m in got
+        } == {"broker-a"}
+
+    try:
+        run(scenario())
+    finally:
+        cluster.stop()

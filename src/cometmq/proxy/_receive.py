@@ -232,6 +232,8 @@ class Receiving:
         try:
             return await self._brokers.invoke(addr, code, fields, timeout=timeout)
         except CometMQError as exc:
+            # A broker gone: the client's next receive finds the route without it.
+            await self._brokers.refresh_route_if_unreachable(topic, exc)
             failed = status_of_error(exc)
             raise Refusal(failed.code, failed.message) from None
 
@@ -632,6 +634,7 @@ class Receiving:
             yield pb.PullMessageResponse(status=status(refusal.code, refusal.message))
             return
         except CometMQError as exc:
+            await self._brokers.refresh_route_if_unreachable(request.message_queue.topic.name, exc)
             yield pb.PullMessageResponse(status=status_of_error(exc))
             return
         if result.status is PullStatus.FOUND:
