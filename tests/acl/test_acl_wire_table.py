@@ -47,6 +47,7 @@ from cometmq.protocol.broker_headers import (
     ViewBrokerStatsDataRequestHeader,
     ViewMessageRequestHeader,
 )
+from cometmq.protocol.headers import Header
 from cometmq.protocol.namesrv_headers import (
     BrokerNameRequestHeader,
     BrokerRequestHeader,
@@ -57,6 +58,14 @@ from cometmq.protocol.namesrv_headers import (
     KVConfigKeyRequestHeader,
     PutKVConfigRequestHeader,
     RegisterBrokerRequestHeader,
+)
+from cometmq.protocol.pop import (
+    AckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
+    NotificationRequestHeader,
+    PeekMessageRequestHeader,
+    PollingInfoRequestHeader,
+    PopMessageRequestHeader,
 )
 from cometmq.remoting import RemotingClient
 from header_requests import command, create_topic_request, pull_request, send_request
@@ -128,6 +137,37 @@ def _heartbeat(n: Names) -> RemotingCommand:
         ],
     }
     return command(RequestCode.HEART_BEAT, {}, body)
+
+
+def _pop(code: RequestCode, n: Names) -> RemotingCommand:
+    """A POP request of *code* for the case's topic and group, built with its typed header."""
+    handle = "0 1700000000000 30000 0 0 broker-a 0 0"
+    headers: dict[int, Header] = {
+        R.POP_MESSAGE: PopMessageRequestHeader(
+            consumer_group=n.group,
+            topic=n.topic,
+            queue_id=-1,
+            max_msg_nums=1,
+            invisible_time=30_000,
+            poll_time=0,
+            born_time=0,
+            init_mode=0,
+        ),
+        R.ACK_MESSAGE: AckMessageRequestHeader(
+            consumer_group=n.group, topic=n.topic, queue_id=0, extra_info=handle, offset=0
+        ),
+        R.CHANGE_MESSAGE_INVISIBLETIME: ChangeInvisibleTimeRequestHeader(
+            consumer_group=n.group, topic=n.topic, queue_id=0, extra_info=handle, offset=0, invisible_time=1
+        ),
+        R.PEEK_MESSAGE: PeekMessageRequestHeader(
+            topic=n.topic, queue_id=0, max_msg_nums=1, consumer_group=n.group
+        ),
+        R.NOTIFICATION: NotificationRequestHeader(
+            consumer_group=n.group, topic=n.topic, queue_id=-1, poll_time=0, born_time=0
+        ),
+        R.POLLING_INFO: PollingInfoRequestHeader(consumer_group=n.group, topic=n.topic, queue_id=0),
+    }
+    return command(code, headers[code])
 
 
 def _lock(code: RequestCode) -> Callable[[Names], RemotingCommand]:
@@ -290,6 +330,42 @@ BROKER_CASES = [
     ),
     Case(
         R.PULL_MESSAGE, "broker", lambda n: pull_request(n.retry, n.group), needs(("Group", "Sub")), "retry"
+    ),
+    # POP consumption: the topic does not exist, so the allowed user is answered TOPIC_NOT_EXIST.
+    Case(
+        R.POP_MESSAGE, "broker", lambda n: _pop(R.POP_MESSAGE, n), needs(("Topic", "Sub"), ("Group", "Sub"))
+    ),
+    Case(
+        R.ACK_MESSAGE, "broker", lambda n: _pop(R.ACK_MESSAGE, n), needs(("Topic", "Sub"), ("Group", "Sub"))
+    ),
+    Case(
+        R.CHANGE_MESSAGE_INVISIBLETIME,
+        "broker",
+        lambda n: _pop(R.CHANGE_MESSAGE_INVISIBLETIME, n),
+        needs(("Topic", "Sub"), ("Group", "Sub")),
+    ),
+    Case(
+        R.PEEK_MESSAGE, "broker", lambda n: _pop(R.PEEK_MESSAGE, n), needs(("Topic", "Sub"), ("Group", "Sub"))
+    ),
+    Case(
+        R.NOTIFICATION, "broker", lambda n: _pop(R.NOTIFICATION, n), needs(("Topic", "Sub"), ("Group", "Sub"))
+    ),
+    Case(
+        R.POLLING_INFO, "broker", lambda n: _pop(R.POLLING_INFO, n), needs(("Topic", "Get"), ("Group", "Get"))
+    ),
+    Case(
+        R.BATCH_ACK_MESSAGE,
+        "broker",
+        lambda n: command(
+            R.BATCH_ACK_MESSAGE,
+            {},
+            {
+                "acks": [
+                    {"c": n.group, "t": n.topic, "r": "0", "so": 0, "q": 0, "pt": 1, "it": 1, "b": "AQ=="}
+                ]
+            },
+        ),
+        needs(("Topic", "Sub"), ("Group", "Sub")),
     ),
     Case(
         R.QUERY_MESSAGE,

@@ -56,6 +56,14 @@ from cometmq.protocol.namesrv_headers import (
     PutKVConfigRequestHeader,
     RegisterBrokerRequestHeader,
 )
+from cometmq.protocol.pop import (
+    AckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
+    NotificationRequestHeader,
+    PeekMessageRequestHeader,
+    PollingInfoRequestHeader,
+    PopMessageRequestHeader,
+)
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 from header_requests import command, create_topic_header, pull_header, send_header
 
@@ -117,6 +125,26 @@ END = EndTransactionRequestHeader(
 )
 
 # (code, header, compact, body, needs)
+_HANDLE = "0 1700000000000 30000 0 0 broker-a 0 0"
+POP = PopMessageRequestHeader(
+    consumer_group="cg",
+    topic="t",
+    queue_id=-1,
+    max_msg_nums=32,
+    invisible_time=30_000,
+    poll_time=0,
+    born_time=0,
+    init_mode=0,
+)
+ACK = AckMessageRequestHeader(consumer_group="cg", topic="t", queue_id=0, extra_info=_HANDLE, offset=0)
+RETRY_ACK = dataclasses.replace(ACK, topic="%RETRY%cg_t")
+CHANGE = ChangeInvisibleTimeRequestHeader(
+    consumer_group="cg", topic="t", queue_id=0, extra_info=_HANDLE, offset=0, invisible_time=1000
+)
+PEEK = PeekMessageRequestHeader(topic="t", queue_id=0, max_msg_nums=1, consumer_group="cg")
+NOTIFY = NotificationRequestHeader(consumer_group="cg", topic="t", queue_id=-1, poll_time=0, born_time=0)
+POLLING = PollingInfoRequestHeader(consumer_group="cg", topic="t", queue_id=0)
+
 CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
     (C.SEND_MESSAGE, send_header("t"), False, None, [topic("t", PUB)]),
     # To a retry topic: Sub on its group, and on the producer group named (RocketMQ's need).
@@ -132,6 +160,21 @@ CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
         [group("cg", SUB)],
     ),
     (C.PULL_MESSAGE, pull_header("t"), False, None, [topic("t", SUB), group("cg", SUB)]),
+    # POP consumption: a redelivered message's POP retry topic stands for its topic.
+    (C.POP_MESSAGE, POP, False, None, [topic("t", SUB), group("cg", SUB)]),
+    (C.ACK_MESSAGE, ACK, False, None, [topic("t", SUB), group("cg", SUB)]),
+    (C.ACK_MESSAGE, RETRY_ACK, False, None, [topic("t", SUB), group("cg", SUB)]),
+    (C.CHANGE_MESSAGE_INVISIBLETIME, CHANGE, False, None, [topic("t", SUB), group("cg", SUB)]),
+    (C.PEEK_MESSAGE, PEEK, False, None, [topic("t", SUB), group("cg", SUB)]),
+    (C.NOTIFICATION, NOTIFY, False, None, [topic("t", SUB), group("cg", SUB)]),
+    (C.POLLING_INFO, POLLING, False, None, [topic("t", GET), group("cg", GET)]),
+    (
+        C.BATCH_ACK_MESSAGE,
+        None,
+        False,
+        {"acks": [{"c": "cg", "t": "t", "r": "1", "so": 0, "q": 0, "pt": 1, "it": 1, "b": "AQ=="}]},
+        [topic("t", SUB), group("cg", SUB)],
+    ),
     (C.PULL_MESSAGE, pull_header("%RETRY%cg"), False, None, [group("cg", SUB)]),
     # Another group's retry topic is that group's, whatever group the header names.
     (C.PULL_MESSAGE, pull_header("%RETRY%other"), False, None, [group("other", SUB), group("cg", SUB)]),

@@ -23,6 +23,7 @@ from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol import auth_headers as ah
 from cometmq.protocol import broker_headers as bh
 from cometmq.protocol import namesrv_headers as nh
+from cometmq.protocol import pop as ph
 from cometmq.protocol.headers import Header, wire_fields
 from cometmq.remoting import RemotingClient, transport
 from cometmq.remoting.transport import Dispatcher
@@ -148,6 +149,28 @@ BROKER_ROWS: dict[int, Row] = {
     ),
     RequestCode.PULL_MESSAGE: Row(bh.PullMessageRequestHeader, bad_fields=({"queueId": "1"},)),
     # Naming no half message, or with a commitOrRollback that is none of 0, 8 and 12.
+    # POP consumption: the valid header's invisibleTime 0 is refused too, so nothing is held or popped.
+    RequestCode.POP_MESSAGE: Row(
+        ph.PopMessageRequestHeader,
+        bad_fields=({"queueId": "1"}, {"maxMsgNums": "33"}, {"invisibleTime": "60000", "initMode": "2"}),
+    ),
+    RequestCode.ACK_MESSAGE: Row(ph.AckMessageRequestHeader, bad_fields=({"extraInfo": "0 0 0 0 0 b 0 0"},)),
+    RequestCode.BATCH_ACK_MESSAGE: Row(
+        bad_bodies=(
+            b"{",
+            b"[]",
+            b'{"acks":[]}',
+            _json({"acks": "x"}),
+            _json({"acks": [{"c": "G"}]}),
+            _json({"acks": [{"c": "G", "t": "Good", "so": 0, "q": 0, "pt": 0, "it": 0, "b": "!"}]}),
+        )
+    ),
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: Row(
+        ph.ChangeInvisibleTimeRequestHeader, bad_fields=({"invisibleTime": "-1"},)
+    ),
+    RequestCode.PEEK_MESSAGE: Row(ph.PeekMessageRequestHeader, bad_fields=({"queueId": "1"},)),
+    RequestCode.NOTIFICATION: Row(ph.NotificationRequestHeader, bad_fields=({"queueId": "1"},)),
+    RequestCode.POLLING_INFO: Row(ph.PollingInfoRequestHeader, bad_fields=({"queueId": "1"},)),
     RequestCode.END_TRANSACTION: Row(
         bh.EndTransactionRequestHeader,
         bad_fields=({"commitOrRollback": "8"}, {"commitOrRollback": "12"}, {"commitOrRollback": "5"}),
@@ -477,6 +500,8 @@ def test_numbers_at_the_edges_of_their_java_range_never_fail_a_handler(
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (_, addr, client):
             await create_topic(client, addr, "Good", 1)
+            # Something to pop: a NOTIFICATION at the edge of its pollTime is answered at once.
+            assert (await client.invoke(addr, send_request("Good", b"m"))).code == ResponseCode.SUCCESS
             problems = await _unreadable_answers(client, addr, BROKER_ROWS)
             info = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO))
             assert info.code == ResponseCode.SUCCESS

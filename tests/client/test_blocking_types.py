@@ -24,7 +24,13 @@ from cometmq.client import blocking
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = Path(__file__).with_name("typing_samples") / "blocking_usage.py"
-CLASSES = [blocking.Producer, blocking.PushConsumer, blocking.LitePullConsumer, blocking.AdminClient]
+CLASSES = [
+    blocking.Producer,
+    blocking.PushConsumer,
+    blocking.LitePullConsumer,
+    blocking.SimpleConsumer,
+    blocking.AdminClient,
+]
 
 # Public members of the asyncio clients the facade declares nothing for. (What a blocking class
 # defines for real -- close, closed, aio, Producer.send and send_batch -- needs no entry here: real
@@ -214,6 +220,7 @@ DEFINED_AT_RUN_TIME = {
     "Producer": {"send", "send_batch", "_check_direct_call", "_finish"},
     "PushConsumer": set(),
     "LitePullConsumer": set(),
+    "SimpleConsumer": set(),
     "AdminClient": set(),
 }
 

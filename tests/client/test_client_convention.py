@@ -26,6 +26,7 @@ from cometmq.client import (
     PushConsumer,
     ReceivedMessage,
     SendResult,
+    SimpleConsumer,
     TransactionProducer,
     TransactionState,
     blocking,
@@ -36,7 +37,7 @@ from cometmq.remoting import Connection
 from processes import StandaloneServer
 from waiting import wait_until
 
-Client = Producer | PushConsumer | LitePullConsumer | AdminClient
+Client = Producer | PushConsumer | LitePullConsumer | SimpleConsumer | AdminClient
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,11 @@ KINDS = [
     Kind("producer", lambda ns: Producer("PID_conv", ns), lambda p: p.send(Message("ConvTopic", b"x"))),
     Kind("push consumer", _push_consumer, _next_message),
     Kind("lite pull consumer", lambda ns: LitePullConsumer("GID_conv_lite", ns), lambda c: c.poll(0)),
+    Kind(
+        "simple consumer",
+        lambda ns: SimpleConsumer("GID_conv_simple", ns, subscriptions={"ConvTopic": "*"}),
+        lambda c: c.receive(1, await_duration=0),
+    ),
     Kind("admin client", AdminClient, lambda a: a.topic_list()),
     Kind(
         "transaction producer",
@@ -145,6 +151,7 @@ MAKERS: dict[str, Callable[..., object]] = {
     "Producer": lambda **options: Producer("PID_opts", "127.0.0.1:1", **options),
     "PushConsumer": lambda **options: PushConsumer("GID_opts", "127.0.0.1:1", **options),
     "LitePullConsumer": lambda **options: LitePullConsumer("GID_opts", "127.0.0.1:1", **options),
+    "SimpleConsumer": lambda **options: SimpleConsumer("GID_opts", "127.0.0.1:1", **options),
     "AdminClient": lambda **options: AdminClient("127.0.0.1:1", **options),
 }
 
@@ -174,6 +181,9 @@ BAD_OPTIONS = [
     ("LitePullConsumer", "request_timeout", float("nan"), "more than 0 seconds"),
     ("LitePullConsumer", "consume_from", "earliest", "one of 'first', 'last', 'timestamp'"),
     ("LitePullConsumer", "poll_name_server_interval", float("nan"), "within 0.1..3600"),
+    ("SimpleConsumer", "await_duration", -1.0, "within 0..120.0"),
+    ("SimpleConsumer", "consume_from", "timestamp", "one of 'first', 'last'"),
+    ("SimpleConsumer", "request_timeout", 0.0, "more than 0 seconds"),
     ("AdminClient", "timeout", 0.0, "more than 0 seconds"),
     ("AdminClient", "connect_timeout", -1.0, "more than 0 seconds"),
 ]
@@ -193,8 +203,12 @@ def test_a_bad_option_raises_a_value_error_naming_it_and_its_range(
     assert isinstance(raised.value, OptionError)
 
 
-@pytest.mark.parametrize("cls", [Producer, PushConsumer, LitePullConsumer], ids=lambda cls: cls.__name__)
-def test_a_bad_group_name_is_an_option_error(cls: type[Producer | PushConsumer | LitePullConsumer]) -> None:
+@pytest.mark.parametrize(
+    "cls", [Producer, PushConsumer, LitePullConsumer, SimpleConsumer], ids=lambda cls: cls.__name__
+)
+def test_a_bad_group_name_is_an_option_error(
+    cls: type[Producer | PushConsumer | LitePullConsumer | SimpleConsumer],
+) -> None:
     async def make() -> object:
         return cls("bad group!", "127.0.0.1:1")
 

@@ -41,6 +41,7 @@ from cometmq.protocol import FrameDecoder, RemotingCommand, RequestCode, Respons
 from cometmq.protocol.batch import BatchEntry, encode_batch_body
 from cometmq.protocol.codec import decode_frame, encode_bytes
 from cometmq.protocol.codes import RESPONSE_FLAG
+from cometmq.protocol.pop import BatchAck, RetryMark, encode_batch_ack_body
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.route import DataVersion, RegisterBrokerBody
 from cometmq.protocol.topic_config import TopicConfig
@@ -191,6 +192,10 @@ _CLIENT_CONFIG = {
     },
 }
 _QUEUE = {"topic": TOPIC, "queueId": "0"}
+# Requests a broker may hold (long polling) instead of answering at once.
+_HELD_CODES = frozenset({RequestCode.PULL_MESSAGE, RequestCode.POP_MESSAGE, RequestCode.NOTIFICATION})
+# A receipt handle of the message at offset 0 of _QUEUE (RocketMQ's ExtraInfoUtil text).
+_HANDLE = "0 1700000000000 60000 0 0 broker-fuzz 0 0"
 _CREATE_TOPIC = {
     "topic": "FuzzCreated",
     "defaultTopic": "TBW102",
@@ -261,6 +266,38 @@ def broker_seeds() -> list[Seed]:
         ),
         _built(code.PULL_MESSAGE, _pull_fields(0)),
         _built(code.PULL_MESSAGE, _pull_fields(50)),
+        # POP consumption: a pop (never held: pollTime 0), then an ack, a change and a batch ack of a
+        # handle that may or may not be in flight.
+        _built(
+            code.POP_MESSAGE,
+            {
+                "consumerGroup": GROUP,
+                "topic": TOPIC,
+                "queueId": "-1",
+                "maxMsgNums": "4",
+                "invisibleTime": "60000",
+                "pollTime": "0",
+                "bornTime": "0",
+                "initMode": "0",
+                "expType": "TAG",
+                "exp": "*",
+            },
+        ),
+        _built(code.ACK_MESSAGE, {"consumerGroup": GROUP, **_QUEUE, "extraInfo": _HANDLE, "offset": "0"}),
+        _built(
+            code.CHANGE_MESSAGE_INVISIBLETIME,
+            {"consumerGroup": GROUP, **_QUEUE, "extraInfo": _HANDLE, "offset": "0", "invisibleTime": "1000"},
+        ),
+        _built(
+            code.BATCH_ACK_MESSAGE,
+            body=encode_batch_ack_body(
+                "broker-fuzz",
+                [BatchAck(GROUP, TOPIC, RetryMark.TOPIC, 0, 0, 0, 1700000000000, 60000, (0, 1))],
+            ),
+        ),
+        _built(code.PEEK_MESSAGE, {"consumerGroup": GROUP, **_QUEUE, "maxMsgNums": "4"}),
+        _built(code.NOTIFICATION, {"consumerGroup": GROUP, **_QUEUE, "pollTime": "0", "bornTime": "0"}),
+        _built(code.POLLING_INFO, {"consumerGroup": GROUP, **_QUEUE}),
         _built(
             code.CONSUMER_SEND_MSG_BACK,
             {"offset": "0", "group": GROUP, "delayLevel": "0", "originMsgId": "X", "originTopic": TOPIC},
@@ -536,7 +573,7 @@ class Mutator:
         name, _, mutate = rng.choices(self.kinds, self._weights)[0]
         self._opaque = index % _OPAQUES + 1
         data, whole = mutate(rng, seed)
-        answered = name in _ANSWERED and seed.code != RequestCode.PULL_MESSAGE
+        answered = name in _ANSWERED and seed.code not in _HELD_CODES
         return Input(index, f"{name}({seed.origin})", data, whole, self._opaque if answered else None)
 
     # structured: the request rebuilt from its parts, something in them changed
@@ -562,6 +599,8 @@ class Mutator:
         return seed.frame, True
 
     def _binary(self, rng: random.Random, seed: Seed) -> tuple[bytes, bool]:
+        if seed.code > 0x7FFF:  # RocketMQ 5's six-digit codes have no binary header: sent as they are
+            return seed.frame, True
         command = RemotingCommand(
             code=seed.code,
             ext_fields=dict(seed.ext_fields),

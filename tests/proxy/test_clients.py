@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-
-from cometmq.client import blocking
-from cometmq.client.admin import ConsumerConnections
-from cometmq.errors import BrokerError
-from cometmq.proxy import definition_pb2 as v2
-from cometmq.proxy import service_pb2 as pb
-from conftest import (
+from proxy_support import (
     ProxiedStandalone,
     Stub,
     client_metadata,
@@ -18,6 +12,12 @@ from conftest import (
     new_client_id,
     producer_settings,
 )
+
+from cometmq.client import blocking
+from cometmq.client.admin import ConsumerConnections
+from cometmq.errors import BrokerError
+from cometmq.proxy import definition_pb2 as v2
+from cometmq.proxy import service_pb2 as pb
 from waiting import wait_until_blocking
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from proxy_support import Stub, client_metadata, message, new_client_id, signed
 
 from cometmq.client import blocking
 from cometmq.proxy import definition_pb2 as v2
 from cometmq.proxy import service_pb2 as pb
-from conftest import Stub, client_metadata, message, new_client_id, signed
 from processes import (
     TEST_BROKER_CONF,
     ServerProcess,

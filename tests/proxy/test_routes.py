@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from proxy_support import ProxiedStandalone, Stub
 
 from cometmq.proxy import definition_pb2 as v2
 from cometmq.proxy import service_pb2 as pb
-from conftest import ProxiedStandalone, Stub
 
 
 def query(stub: Stub, topic: str, host: str = "127.0.0.1", port: int = 8081) -> pb.QueryRouteResponse:

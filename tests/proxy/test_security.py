@@ -8,12 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-
-from cometmq.auth import Credentials
-from cometmq.client import blocking
-from cometmq.proxy import definition_pb2 as v2
-from cometmq.proxy import service_pb2 as pb
-from conftest import (
+from proxy_support import (
     ProxiedStandalone,
     Stub,
     message,
@@ -21,6 +16,11 @@ from conftest import (
     signed,
     start_proxied,
 )
+
+from cometmq.auth import Credentials
+from cometmq.client import blocking
+from cometmq.proxy import definition_pb2 as v2
+from cometmq.proxy import service_pb2 as pb
 from secured_servers import ACL_TOPIC, ADMIN, READER, WRITER, secured_conf
 from tls_support import Certificates, make_certificates
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from proxy_support import ProxiedStandalone, Stub, client_metadata, message, new_client_id
 
 from cometmq.client import blocking
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import DecodedRecord
 from cometmq.proxy import definition_pb2 as v2
 from cometmq.proxy import service_pb2 as pb
-from conftest import ProxiedStandalone, Stub, client_metadata, message, new_client_id
 from waiting import wait_until_blocking
 
 

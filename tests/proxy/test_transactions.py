@@ -9,11 +9,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-
-from cometmq.client import blocking
-from cometmq.proxy import definition_pb2 as v2
-from cometmq.proxy import service_pb2 as pb
-from conftest import (
+from proxy_support import (
     ProxiedStandalone,
     Stub,
     client_metadata,
@@ -22,6 +18,10 @@ from conftest import (
     producer_settings,
     start_proxied,
 )
+
+from cometmq.client import blocking
+from cometmq.proxy import definition_pb2 as v2
+from cometmq.proxy import service_pb2 as pb
 from secured_servers import write_conf
 from waiting import DEFAULT_TIMEOUT_S, wait_until_blocking
 

@@ -30,6 +30,7 @@ from cometmq.protocol.jsonbody import (
     json_object,
 )
 from cometmq.protocol.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from cometmq.protocol.pop import MAX_BATCH_ACKS
 
 _TOPIC: Final = ResourceType.TOPIC
 _GROUP: Final = ResourceType.GROUP
@@ -215,6 +216,38 @@ def _lock_batch(request: RemotingCommand, cluster: str | None) -> list[Need]:
     ]
 
 
+def _popped(topic: str | None, group: str | None, actions: frozenset[Action]) -> list[Need]:
+    """A POP consumer's request: *actions* on the topic and the group. Its group's POP retry topic
+    ``%RETRY%<group>_<topic>`` (where an ack names a redelivered message) stands for the topic."""
+    prefix = f"{RETRY_GROUP_TOPIC_PREFIX}{group}_"
+    if group is not None and topic is not None and topic.startswith(prefix):
+        topic = topic[len(prefix) :]
+    return [*on_topic(topic, actions), _need(_GROUP, group, actions)]
+
+
+def _pop(actions: frozenset[Action]) -> NeedsRule:
+    """POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, PEEK_MESSAGE, NOTIFICATION and
+    POLLING_INFO: the header's topic and consumer group (RocketMQ 5's @RocketMQAction)."""
+
+    def rule(request: RemotingCommand, cluster: str | None) -> list[Need]:
+        fields = request.ext_fields
+        return _popped(fields.get("topic"), fields.get("consumerGroup"), actions)
+
+    return rule
+
+
+def _batch_ack(request: RemotingCommand, cluster: str | None) -> list[Need]:
+    """Sub on the topic and group of each ack of a BatchAckMessageRequestBody."""
+    what = "BatchAckMessageRequestBody"
+    acks = java_list(json_object(request.body, what), "acks", what, max_items=MAX_BATCH_ACKS)
+    needs = []
+    for ack in acks:
+        fields = as_object(ack, "BatchAck")
+        group = _string_in(fields, "c") or _string_in(fields, "consumerGroup")
+        needs += _popped(_string_in(fields, "t") or _string_in(fields, "topic"), group, SUB)
+    return needs
+
+
 def _body_group(key: str, actions: frozenset[Action]) -> NeedsRule:
     """A need on the group a JSON body names (SubscriptionGroupConfig, CheckClientRequestBody)."""
 
@@ -234,6 +267,13 @@ TABLE: Final[Mapping[int, NeedsRule]] = {
     _CODE.END_TRANSACTION: _end_transaction,
     _CODE.CONSUMER_SEND_MSG_BACK: _send_back,
     _CODE.PULL_MESSAGE: _topic_and_group("topic", "consumerGroup", SUB),
+    _CODE.POP_MESSAGE: _pop(SUB),
+    _CODE.ACK_MESSAGE: _pop(SUB),
+    _CODE.BATCH_ACK_MESSAGE: _batch_ack,
+    _CODE.CHANGE_MESSAGE_INVISIBLETIME: _pop(SUB),
+    _CODE.PEEK_MESSAGE: _pop(SUB),
+    _CODE.NOTIFICATION: _pop(SUB),
+    _CODE.POLLING_INFO: _pop(GET),
     _CODE.QUERY_MESSAGE: _topic("topic", SUB_GET),
     _CODE.VIEW_MESSAGE_BY_ID: _cluster(GET),
     # clients

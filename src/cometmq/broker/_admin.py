@@ -250,6 +250,7 @@ class AdminProcessor:
         broker.topics.delete(topic)
         broker.stats.forget_topic(topic)
         broker.offsets.delete_topic(topic)
+        broker.pop.forget_topic(topic)
         broker.store.delete_topic(topic)
         return request.response()
 
@@ -287,6 +288,7 @@ class AdminProcessor:
         group = delete.group_name
         broker.groups.delete(group)  # RocketMQ answers SUCCESS for an unknown group too
         broker.stats.forget_group(group)
+        broker.pop.forget_group(group)
         if delete.remove_offset:
             broker.offsets.delete_group(group)
         return request.response()
@@ -467,6 +469,7 @@ class AdminProcessor:
             old_table[queue_key(topic, name, qid)] = current
             new_table[queue_key(topic, name, qid)] = target
             broker.offsets.reset(group, topic, qid, target)
+            broker.pop.reset(group, topic, qid, target)
         notified = self._tell_consumers(group, topic, timestamp, new_table)
         log.info(
             "offsets of group %s on %s reset (timestamp %d): %s; %d consumer(s) told",

@@ -17,6 +17,7 @@ from cometmq.errors import RecordError
 from cometmq.protocol import RemotingCommand, ResponseCode
 from cometmq.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
 from cometmq.protocol.naming import PERM_WRITE, retry_topic
+from cometmq.protocol.pop import pop_retry_topic
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import DecodedRecord, decode_record_at
 from cometmq.remoting import Connection
@@ -145,13 +146,18 @@ class SendBackProcessor:
         """Why the message at the offset a consumer named may not be copied into its group's retry
         topic, or None. The copy is readable by the group, so the message must be one the consumer
         was delivered: of the topic it names (originTopic, whose Sub the access check asked for), or a
-        retry of that topic for this group. A request naming no originTopic (the C++ client's) is
+        retry of that topic for this group (in ``%RETRY%<group>``, or a POP consumer's
+        ``%RETRY%<group>_<topic>``). A request naming no originTopic (the C++ client's) is
         held to the message's own topic: the sender must be allowed to read it."""
         if origin_topic:
             topic = original.topic
-            if topic == origin_topic or (
-                topic == retry_topic(group)
-                and decode_properties(original.properties).get(RETRY_TOPIC) == origin_topic
+            if (
+                topic == origin_topic
+                or topic == pop_retry_topic(origin_topic, group)  # a POP consumer's redelivery
+                or (
+                    topic == retry_topic(group)
+                    and decode_properties(original.properties).get(RETRY_TOPIC) == origin_topic
+                )
             ):
                 return None
             return (

@@ -27,6 +27,7 @@ from cometmq.broker._load import log_load_summaries
 from cometmq.broker._locks import QueueLockProcessor
 from cometmq.broker._longpoll import PullHoldService
 from cometmq.broker._offsets import ConsumerOffsetManager
+from cometmq.broker._pop import PopService
 from cometmq.broker._pull import PullProcessor
 from cometmq.broker._schedule import ScheduleMessageService
 from cometmq.broker._send import MASTERSHIP_NOT_TRUSTED, SendProcessor, host_bytes
@@ -147,6 +148,8 @@ class Broker:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.pull_holds = PullHoldService()
+        # POP consumption: messages in flight, their revive, held pops (pop/inflight.journal).
+        self.pop = PopService(self)
         # Delayed messages: parking in SCHEDULE_TOPIC_XXXX, delivery when due, delayOffset.json.
         self.schedule = ScheduleMessageService(self, config.message_delay_level, config_dir)
         # Half messages: their settled state, the check-back, transactionChecks.json.
@@ -327,6 +330,13 @@ class Broker:
                 RequestCode.SEND_MESSAGE_V2: send.send_message_v2,
                 RequestCode.SEND_BATCH_MESSAGE: send.send_message_v2,
                 RequestCode.PULL_MESSAGE: pull.pull_message,
+                RequestCode.POP_MESSAGE: self.pop.pop_message,
+                RequestCode.ACK_MESSAGE: self.pop.ack_message,
+                RequestCode.BATCH_ACK_MESSAGE: self.pop.batch_ack_message,
+                RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.pop.change_message_invisible_time,
+                RequestCode.PEEK_MESSAGE: self.pop.peek_message,
+                RequestCode.NOTIFICATION: self.pop.notification,
+                RequestCode.POLLING_INFO: self.pop.polling_info,
                 RequestCode.CONSUMER_SEND_MSG_BACK: send_back.consumer_send_msg_back,
                 RequestCode.END_TRANSACTION: end_transaction.end_transaction,
                 RequestCode.HEART_BEAT: consumers.heart_beat,
@@ -384,6 +394,7 @@ class Broker:
         self.topics.declare_batch_topics()
         await asyncio.get_running_loop().run_in_executor(None, self.store.start)
         self.store.add_arrival_listener(self.pull_holds.on_arrival)
+        await asyncio.get_running_loop().run_in_executor(None, self.pop.open)
         if not self._slave:  # before sends are served
             await asyncio.get_running_loop().run_in_executor(None, self.deduplicator.rebuild)
         await self.access.start()
@@ -416,6 +427,7 @@ class Broker:
             await self.access.stop()
             # A broker that cannot listen serves nothing: it gives its data directory (and the lock on
             # it) up, so that a retry in this process, on another port, can have it.
+            self.pop.close()
             await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
             raise
         self._server = server
@@ -427,6 +439,7 @@ class Broker:
         )
         # Only now: delivered copies carry the final store host (their offset message ids name it).
         self.schedule.start()
+        self.pop.start()
         self.transactions.start()
         log.info(
             "broker %s (cluster %s) listening on %s:%d, advertised as %s, data in %s",
@@ -797,6 +810,7 @@ class Broker:
 
     def _connection_closed(self, conn: Connection) -> None:
         self.pull_holds.drop_connection(conn)
+        self.pop.drop_connection(conn)
         self.producers.remove_connection(conn)
         for group in self.consumers.remove_connection(conn):
             self.consumers.notify_ids_changed(group)
@@ -813,6 +827,7 @@ class Broker:
         self._tasks = []
         await self._stop_slave_sync()
         self.pull_holds.wake_all()
+        await self.pop.stop()  # held pops answered while their connections are open
         if self.ha_server is not None:
             # While the clients are still connected: SYNC sends waiting for a slave are answered
             # FLUSH_SLAVE_TIMEOUT (stored, not confirmed), later ones SLAVE_NOT_AVAILABLE, rather than
@@ -821,6 +836,7 @@ class Broker:
         if self._server is not None:
             await self._server.stop()
             self._server = None
+        self.pop.close()
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()
             self.metrics_endpoint = None

@@ -8,6 +8,7 @@ from cometmq.client.consumer import ConsumeResult, PushConsumer
 from cometmq.client.litepull import LitePullConsumer
 from cometmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
 from cometmq.client.producer import Producer, QueueSelector, select_by_hash
+from cometmq.client.simple import SimpleConsumer
 from cometmq.client.transaction import (
     Transaction,
     TransactionProducer,
@@ -42,6 +43,7 @@ __all__ = [
     "ReceivedMessage",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
     "Transaction",
     "TransactionProducer",
     "TransactionSendResult",

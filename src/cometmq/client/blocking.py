@@ -1,10 +1,10 @@
 """Blocking clients for scripts, notebooks and Spark executors.
 
-``Producer``, ``PushConsumer``, ``LitePullConsumer`` and ``AdminClient`` here take the same arguments
-as their asyncio counterparts and have the same methods, synchronous: each call runs the asyncio
-method on one event loop shared by every blocking client of the process, in a daemon thread named
-``cometmq-client-loop``. The thread starts with the first blocking client and stops when the last one
-is closed (or garbage-collected: a client that is dropped without ``close()`` is closed then, so its
+``Producer``, ``PushConsumer``, ``LitePullConsumer``, ``SimpleConsumer`` and ``AdminClient`` here take
+the same arguments as their asyncio counterparts and have the same methods, synchronous: each call runs
+the asyncio method on one event loop shared by every blocking client of the process, in a daemon thread
+named ``cometmq-client-loop``. The thread starts with the first blocking client and stops when the last
+one is closed (or garbage-collected: a client that is dropped without ``close()`` is closed then, so its
 sockets never leak).
 
     >>> from cometmq.client.blocking import LitePullConsumer
@@ -82,6 +82,7 @@ __all__ = [
     "LitePullConsumer",
     "Producer",
     "PushConsumer",
+    "SimpleConsumer",
     "Transaction",
     "TransactionProducer",
 ]
@@ -672,6 +673,44 @@ class LitePullConsumer(_BlockingClient):
         def seek_to_end(self, queue: MessageQueue) -> None: ...
         def start(self) -> None: ...
         def subscribe(self, topic: str, expression: str = ..., *, sql92: bool = ...) -> None: ...
+        def unsubscribe(self, topic: str) -> None: ...
+
+
+class SimpleConsumer(_BlockingClient):
+    """Blocking :class:`cometmq.client.simple.SimpleConsumer`: ``receive``, ``ack``,
+    ``change_invisible_duration``, ``subscribe`` and the rest, with the same names."""
+
+    _target = "cometmq.client.simple:SimpleConsumer"
+
+    if TYPE_CHECKING:
+        # For type checkers only, as in Producer.
+        def __init__(
+            self,
+            group: str,
+            namesrv: str,
+            *,
+            subscriptions: Mapping[str, str] | None = ...,
+            await_duration: float = ...,
+            fifo: bool = ...,
+            consume_from: str = ...,
+            instance_name: str | None = ...,
+            request_timeout: float = ...,
+            poll_name_server_interval: float = ...,
+            credentials: Credentials | None = ...,
+            tls: bool | ssl.SSLContext = ...,
+        ) -> None: ...
+        def ack(self, message: ReceivedMessage) -> None: ...
+        def change_invisible_duration(self, message: ReceivedMessage, duration: float) -> None: ...
+        def receive(
+            self,
+            max_messages: int = ...,
+            invisible_duration: float = ...,
+            *,
+            await_duration: float | None = ...,
+        ) -> list[ReceivedMessage]: ...
+        def start(self) -> None: ...
+        def subscribe(self, topic: str, expression: str = ..., *, sql92: bool = ...) -> None: ...
+        def subscriptions(self) -> dict[str, str]: ...
         def unsubscribe(self, topic: str) -> None: ...
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from cometmq.errors import ProtocolError, RecordError
 from cometmq.protocol.batch import batch_spans
+from cometmq.protocol.pop import POP_CK
 from cometmq.protocol.properties import KEY_SEPARATOR, decode_properties
 from cometmq.protocol.record import (
     INNER_BATCH_FLAG,
@@ -258,6 +259,22 @@ class ReceivedMessage:
     def delay_level(self) -> int:
         """The DELAY property (0 when the message was not delayed)."""
         return int(self.properties.get(PROPERTY_DELAY, "0") or 0)
+
+    @property
+    def receipt_handle(self) -> str | None:
+        """What settles a message a :class:`~cometmq.client.SimpleConsumer` received (its ``POP_CK``
+        property, RocketMQ's receipt handle); None for a message pulled or pushed."""
+        return self.properties.get(POP_CK)
+
+    def set_receipt_handle(self, handle: str) -> None:
+        """Replace the receipt handle (a changed invisible duration gives a new one)."""
+        self.properties[POP_CK] = handle
+
+    @property
+    def delivery_attempt(self) -> int:
+        """How many times the message has been delivered, this time included: its reconsume times + 1
+        (RocketMQ 5's deliveryAttempt)."""
+        return self.reconsume_times + 1
 
     @property
     def born_host(self) -> str:

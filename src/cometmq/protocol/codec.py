@@ -485,6 +485,10 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
+    if not -0x8000 <= cmd.code <= 0x7FFF:
+        # RocketMQ's binary header keeps the code in 16 bits: RocketMQ 5's six-digit codes (POP_MESSAGE
+        # 200050 ...) travel only in JSON headers.
+        raise ProtocolError(f"request code {cmd.code} does not fit the ROCKETMQ header's 16-bit code")
     remark = cmd.remark.encode() if cmd.remark else b""
     parts = []
     for key, value in cmd.ext_fields.items():
