@@ -12,25 +12,23 @@ import contextlib
 import hashlib
 import itertools
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from proxy_support import ProxiedStandalone, client_metadata, new_client_id
 
 from cometmq.client import AdminClient, Message, Producer
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
-from cometmq.proxy import definition_pb2, service_pb2, service_pb2_grpc
+from cometmq.proxy import ProxyConfig, ProxyServer, definition_pb2, service_pb2, service_pb2_grpc
 from waiting import wait_until
-
-if TYPE_CHECKING:
-    from conftest import ProxiedStandalone
 
 v2 = definition_pb2
 pb = service_pb2
 T = TypeVar("T")
 
-METADATA = (("x-mq-client-id", "proxyrecv-test@1"), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"))
+METADATA = client_metadata(new_client_id())
 _names = itertools.count()
 
 
@@ -46,6 +44,18 @@ def seconds(value: float) -> Duration:
     duration = Duration()
     duration.FromMilliseconds(int(value * 1000))
     return duration
+
+
+@contextlib.asynccontextmanager
+async def proxy_in_process(namesrv: str) -> AsyncIterator[service_pb2_grpc.MessagingServiceStub]:
+    """A proxy of this test's own, in this process, in front of the name server at *namesrv*, and a stub."""
+    proxy = ProxyServer(ProxyConfig(namesrv_addr=namesrv, port=0))
+    await proxy.start()
+    try:
+        async with grpc.aio.insecure_channel(proxy.address) as channel:
+            yield service_pb2_grpc.MessagingServiceStub(channel)
+    finally:
+        await proxy.stop()
 
 
 @contextlib.asynccontextmanager

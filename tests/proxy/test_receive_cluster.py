@@ -3,16 +3,15 @@ an ack finds the broker by its receipt handle."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 from test_receive import (
     METADATA,
     ack,
     from_first_message,
+    proxy_in_process,
     receive_request,
     receive_until,
     resource,
@@ -22,7 +21,7 @@ from test_receive import (
 )
 
 from cometmq.client import AdminClient, Message
-from cometmq.proxy import ProxyConfig, ProxyServer, definition_pb2, service_pb2, service_pb2_grpc
+from cometmq.proxy import definition_pb2, service_pb2
 from cometmq.proxy._receive import ReceiptHandle
 from processes import TEST_BROKER_CONF, ServerProcess, free_port
 from waiting import wait_until
@@ -74,24 +73,13 @@ def two_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoBrokers
         cluster.stop()
 
 
-@contextlib.asynccontextmanager
-async def proxy_in_front(cluster: TwoBrokers) -> AsyncIterator[service_pb2_grpc.MessagingServiceStub]:
-    proxy = ProxyServer(ProxyConfig(namesrv_addr=cluster.namesrv, port=0))
-    await proxy.start()
-    try:
-        async with grpc.aio.insecure_channel(proxy.address) as channel:
-            yield service_pb2_grpc.MessagingServiceStub(channel)
-    finally:
-        await proxy.stop()
-
-
 def test_each_brokers_messages_are_received_from_it_and_acked_at_it(two_brokers: TwoBrokers) -> None:
     async def scenario() -> None:
         topic, group = unique("RecvTwo"), unique("GID_recv_two")
         async with AdminClient(two_brokers.namesrv) as admin:
             await admin.create_topic(topic, 2)
         await send(two_brokers, *(Message(topic, b"m%d" % i) for i in range(8)))
-        async with proxy_in_front(two_brokers) as stub:
+        async with proxy_in_process(two_brokers.namesrv) as stub:
             assignment = await stub.QueryAssignment(
                 pb.QueryAssignmentRequest(
                     topic=resource(topic),
@@ -125,7 +113,7 @@ def test_a_receive_naming_no_broker_is_served_by_one_that_has_the_topic(two_brok
         async with AdminClient(two_brokers.namesrv) as admin:
             await admin.create_topic(topic, 1)
         await send(two_brokers, *(Message(topic, b"m%d" % i) for i in range(4)))
-        async with proxy_in_front(two_brokers) as stub:
+        async with proxy_in_process(two_brokers.namesrv) as stub:
             for broker in ("broker-a", "broker-b"):
                 await from_first_message(stub, group, topic, queues=1, broker=broker)
             got = await receive_until(stub, receive_request(group, topic, broker="broker-x"), 4)
@@ -142,7 +130,7 @@ def test_a_receive_naming_a_broker_that_left_is_served_by_one_still_there(tmp_pa
         async with AdminClient(cluster.namesrv) as admin:
             await admin.create_topic(topic, 1)
         await send(cluster, *(Message(topic, b"m%d" % i) for i in range(4)))
-        async with proxy_in_front(cluster) as stub:
+        async with proxy_in_process(cluster.namesrv) as stub:
             await from_first_message(stub, group, topic, queues=1, broker="broker-a")
             assert cluster.servers.pop("broker-b").terminate() == 0  # it unregisters as it stops
 

@@ -10,31 +10,27 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
-import grpc
 import pytest
+from proxy_support import ProxiedStandalone, consumer_settings
 from test_receive import (
     METADATA,
     ack,
     create_topic,
     from_first_message,
+    proxy_in_process,
     receive,
     receive_request,
     receive_until,
-    resource,
     run,
     send,
     unique,
 )
 
 from cometmq.client import Message
-from cometmq.proxy import ProxyConfig, ProxyServer, _receive, definition_pb2, service_pb2, service_pb2_grpc
+from cometmq.proxy import _receive, definition_pb2, service_pb2, service_pb2_grpc
 from cometmq.proxy._receive import ReceiptHandle
 from waiting import wait_until
-
-if TYPE_CHECKING:
-    from conftest import ProxiedStandalone
 
 v2 = definition_pb2
 pb = service_pb2
@@ -48,34 +44,12 @@ def quick_renewals(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @contextlib.asynccontextmanager
-async def own_proxy(proxied: ProxiedStandalone) -> AsyncIterator[service_pb2_grpc.MessagingServiceStub]:
-    proxy = ProxyServer(ProxyConfig(namesrv_addr=proxied.namesrv, port=0))
-    await proxy.start()
-    try:
-        async with grpc.aio.insecure_channel(proxy.address) as channel:
-            yield service_pb2_grpc.MessagingServiceStub(channel)
-    finally:
-        await proxy.stop()
-
-
-@contextlib.asynccontextmanager
 async def connected(
     stub: service_pb2_grpc.MessagingServiceStub, group: str, topic: str
 ) -> AsyncIterator[None]:
     """A push consumer's Telemetry stream, open (its settings sent and answered) until the block ends."""
     call = stub.Telemetry(metadata=METADATA)
-    settings = v2.Settings(
-        client_type=v2.PUSH_CONSUMER,
-        subscription=v2.Subscription(
-            group=resource(group),
-            subscriptions=[
-                v2.SubscriptionEntry(
-                    topic=resource(topic), expression=v2.FilterExpression(type=v2.TAG, expression="*")
-                )
-            ],
-        ),
-    )
-    await call.write(pb.TelemetryCommand(settings=settings))
+    await call.write(consumer_settings(group, topic, client_type=v2.PUSH_CONSUMER))
     answer = await call.read()
     assert answer.status.code == v2.OK, answer
     try:
@@ -108,7 +82,7 @@ def test_a_connected_consumers_message_is_renewed_and_acked_with_its_first_handl
         topic, group = unique("RenewKept"), unique("GID_renew_kept")
         await create_topic(proxied, topic)
         await send(proxied, Message(topic, b"slow work"))
-        async with own_proxy(proxied) as stub, connected(stub, group, topic):
+        async with proxy_in_process(proxied.namesrv) as stub, connected(stub, group, topic):
             await from_first_message(stub, group, topic)
             [message] = await receive_until(stub, auto_renew_request(group, topic), 1)
             await past_its_invisible_time(message)
@@ -125,7 +99,7 @@ def test_the_message_of_a_consumer_without_telemetry_is_not_renewed(proxied: Pro
         topic, group = unique("RenewGone"), unique("GID_renew_gone")
         await create_topic(proxied, topic)
         [msg_id] = await send(proxied, Message(topic, b"orphan"))
-        async with own_proxy(proxied) as stub:
+        async with proxy_in_process(proxied.namesrv) as stub:
             await from_first_message(stub, group, topic)
             [message] = await receive_until(stub, auto_renew_request(group, topic), 1)
             await past_its_invisible_time(message)
