@@ -34,6 +34,7 @@ from cometmq.protocol.broker_headers import (
     EndTransactionRequestHeader,
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
+    GetTopicConfigRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
     ProducerGroupRequestHeader,
     QueryConsumerOffsetRequestHeader,
@@ -480,6 +481,12 @@ BROKER_CASES = [
         R.GET_TOPIC_STATS_INFO,
         "broker",
         lambda n: command(R.GET_TOPIC_STATS_INFO, TopicRequestHeader(topic=n.topic)),
+        needs(("Topic", "Get")),
+    ),
+    Case(
+        R.GET_TOPIC_CONFIG,
+        "broker",
+        lambda n: command(R.GET_TOPIC_CONFIG, GetTopicConfigRequestHeader(topic=n.topic)),
         needs(("Topic", "Get")),
     ),
     Case(

@@ -29,6 +29,7 @@ from cometmq.protocol.broker_headers import (
     EndTransactionRequestHeader,
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
+    GetTopicConfigRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
     ProducerGroupRequestHeader,
     QueryConsumerOffsetRequestHeader,
@@ -361,6 +362,7 @@ CASES: list[tuple[int, Header | None, bool, Any, list[Need]]] = [
         [topic("t", GET)],
     ),
     (C.GET_TOPIC_STATS_INFO, TopicRequestHeader(topic="t"), False, None, [topic("t", GET)]),
+    (C.GET_TOPIC_CONFIG, GetTopicConfigRequestHeader(topic="t"), False, None, [topic("t", GET)]),
     (C.GET_CONSUME_STATS, GetConsumeStatsRequestHeader(consumer_group="cg"), False, None, [group("cg", GET)]),
     (
         C.GET_CONSUME_STATS,

@@ -191,6 +191,7 @@ BROKER_ROWS: dict[int, Row] = {
     ),
     RequestCode.DELETE_TOPIC_IN_BROKER: Row(bh.TopicRequestHeader),
     RequestCode.GET_TOPIC_STATS_INFO: Row(bh.TopicRequestHeader),
+    RequestCode.GET_TOPIC_CONFIG: Row(bh.GetTopicConfigRequestHeader),
     RequestCode.GET_MAX_OFFSET: Row(bh.QueueRequestHeader),
     RequestCode.GET_MIN_OFFSET: Row(bh.QueueRequestHeader),
     RequestCode.GET_EARLIEST_MSG_STORETIME: Row(bh.QueueRequestHeader),

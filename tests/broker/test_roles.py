@@ -129,6 +129,14 @@ def test_topics_groups_and_offsets_made_on_the_master_are_copied_to_the_slave(tm
             parked = await client.invoke(master_addr, send_request("Orders", b"later", 0, {"DELAY": "1"}))
             assert parked.code == ResponseCode.SUCCESS
             await wait_until(lambda: master.schedule.offsets.get(1) == 1, message="the delayed message sent")
+            # A timer message settles the first unit of the master's timer queue when delivered.
+            timed = await client.invoke(
+                master_addr, send_request("Orders", b"timed", 0, {"TIMER_DELAY_MS": "50"})
+            )
+            assert timed.code == ResponseCode.SUCCESS
+            await wait_until(
+                lambda: master.timer.settled.first_unsettled == 1, message="the timer message sent"
+            )
             # An offset committed to the slave alone (while its master was away) is kept.
             await wait_until(lambda: "Orders" in slave.topics.topics, message="the topic copied")
             kept = await client.invoke(slave_addr, commit_request("Audit", "Orders", 2, 7))
@@ -136,6 +144,9 @@ def test_topics_groups_and_offsets_made_on_the_master_are_copied_to_the_slave(tm
 
             await wait_until(lambda: "Billing" in slave.groups.groups, message="the group copied")
             await wait_until(lambda: slave.schedule.offsets == {1: 1}, message="the delay offset copied")
+            await wait_until(
+                lambda: slave.timer.settled.first_unsettled == 1, message="the timer progress copied"
+            )
 
             async def offset_on_slave(group: str, queue_id: int) -> int:
                 response = await client.invoke(slave_addr, query_offset_request(group, "Orders", queue_id))
@@ -161,6 +172,10 @@ def test_topics_groups_and_offsets_made_on_the_master_are_copied_to_the_slave(tm
                 in json.loads((config_dir / "subscriptionGroup.json").read_text())["subscriptionGroupTable"]
             )
             assert json.loads((config_dir / "delayOffset.json").read_text()) == {"offsetTable": {"1": 1}}
+            assert json.loads((config_dir / "timerProgress.json").read_text()) == {
+                "base": 0,
+                "settled": "AQ==",
+            }
             await client.close()
 
     run(scenario())

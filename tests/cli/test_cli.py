@@ -206,6 +206,28 @@ def test_a_batchcq_topic_shows_its_queue_type_in_list_and_route(namesrv_addr: st
     )
 
 
+def test_a_topic_message_type_round_trips_through_create_update_list_and_route(namesrv_addr: str) -> None:
+    created = cometmq("topic", "create", "Typed", "--attributes", "+message.type=FIFO", "-n", namesrv_addr)
+    assert created.returncode == 0, created.stderr
+    assert "Typed  +message.type=FIFO" in cometmq("topic", "list", "-n", namesrv_addr).stdout.splitlines()
+    updated = cometmq("topic", "update", "Typed", "-a", "+message.type=DELAY", "-n", namesrv_addr)
+    assert updated.returncode == 0, updated.stderr
+    route = cometmq("topic", "route", "Typed", "-n", namesrv_addr).stdout
+    assert route.strip().splitlines()[-1] == "attributes: +message.type=DELAY"
+    as_json = json.loads(cometmq("topic", "route", "Typed", "--json", "-n", namesrv_addr).stdout)
+    assert as_json["attributes"] == {"message.type": "DELAY"}
+    # RocketMQ's broker refuses MIXED unless enableMixedMessageType, which is off by default.
+    assert_one_line_error(
+        cometmq("topic", "update", "Typed", "-a", "+message.type=MIXED", "-n", namesrv_addr),
+        "MIXED message type is not supported.",
+    )
+    assert_one_line_error(
+        cometmq("topic", "update", "Typed", "-a", "+message.type=fifo", "-n", namesrv_addr),
+        "topic attribute message.type takes DELAY or FIFO or MIXED or NORMAL or TRANSACTION or "
+        "UNSPECIFIED, not 'fifo'",
+    )
+
+
 def test_illegal_topic_name(namesrv_addr: str) -> None:
     result = cometmq("topic", "create", "x y", "-n", namesrv_addr)
     assert_one_line_error(result)

@@ -86,6 +86,31 @@ def test_send_a_body_from_the_arguments(namesrv_addr: str) -> None:
     assert message["properties"]["color"] == "red" and message["properties"]["size"] == "L"
 
 
+def test_send_timer_messages_with_a_delay_or_a_delivery_time(namesrv_addr: str) -> None:
+    create_topic(namesrv_addr, "ConsoleTimer")
+    before = int(datetime.datetime.now().timestamp() * 1000)
+    delayed = cometmq("message", "send", "-t", "ConsoleTimer", "delayed", "--delay", "1s", "-n", namesrv_addr)
+    assert delayed.returncode == 0, delayed.stderr
+    at = datetime.datetime.fromtimestamp((before + 1500) / 1000).isoformat(timespec="milliseconds")
+    timed = cometmq("message", "send", "-t", "ConsoleTimer", "timed", "--deliver-at", at, "-n", namesrv_addr)
+    assert timed.returncode == 0, timed.stderr
+
+    lines = wait_until_blocking(
+        lambda: len(found := consume(namesrv_addr, "ConsoleTimer", "--format", "json")) == 2 and found,
+        message="both timer messages delivered",
+    )
+    got = {m["body"]: m for m in map(json.loads, lines)}
+    assert got["delayed"]["storeTimestamp"] >= before + 1000
+    assert got["timed"]["storeTimestamp"] >= before + 1500
+    assert int(got["timed"]["properties"]["TIMER_DELIVER_MS"]) == before + 1500
+
+    bad = cometmq("message", "send", "-t", "ConsoleTimer", "x", "--delay", "soon", "-n", namesrv_addr)
+    assert bad.returncode == 2
+    assert bad.stderr.splitlines()[-1].endswith(
+        "argument --delay: 'soon' is not a delay such as 1500ms, 30s, 5m, 2h or 1d"
+    )
+
+
 def test_send_a_file_as_one_message(namesrv_addr: str, tmp_path: Path) -> None:
     create_topic(namesrv_addr, "ConsoleFile")
     payload = b"line one\nline two\n\xff\x00 binary\\"

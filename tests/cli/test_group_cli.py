@@ -82,20 +82,22 @@ def test_create_list_update_delete(cluster: dict[str, str]) -> None:
     created = group(namesrv, "create", "GID_admin", "--retry-max-times", "3", "--no-broadcast")
     assert created.returncode == 0, created.stderr
     assert created.stdout.startswith("created group GID_admin on ")
-    assert "retry max times 3, retry queues 1, broadcast refused, consume enabled" in created.stdout
+    assert "retry max times 3, retry queues 1, broadcast refused, consume enabled, fifo no" in created.stdout
 
     listed = group(namesrv, "list")
     header, *rows = listed.stdout.strip().splitlines()
-    assert header.split() == ["GROUP", "BROKER", "CONSUME", "BROADCAST_READS", "RETRY_QUEUES", "RETRY_MAX"]
+    assert header.split() == [
+        "GROUP", "BROKER", "CONSUME", "FIFO", "BROADCAST_READS", "RETRY_QUEUES", "RETRY_MAX"
+    ]  # fmt: skip
     [row] = [r.split() for r in rows if r.startswith("GID_admin ")]
-    assert row[2:] == ["yes", "refused", "1", "3"]
+    assert row[2:] == ["yes", "no", "refused", "1", "3"]
 
     assert error_line(group(namesrv, "create", "GID_admin")) == (
         "group GID_admin exists already (on " + row[1] + "); update changes its settings"
     )
     updated = group(namesrv, "update", "GID_admin", "--retry-max-times", "5", "--no-consume-enable")
     assert updated.returncode == 0, updated.stderr
-    assert "retry max times 5, retry queues 1, broadcast refused, consume disabled" in updated.stdout
+    assert "retry max times 5, retry queues 1, broadcast refused, consume disabled, fifo no" in updated.stdout
     [config] = [
         c for c in json.loads(group(namesrv, "list", "--json").stdout) if c["groupName"] == "GID_admin"
     ]
@@ -106,7 +108,8 @@ def test_create_list_update_delete(cluster: dict[str, str]) -> None:
     )
 
     assert error_line(group(namesrv, "update", "GID_admin")) == (
-        "nothing to change: give --retry-max-times, --retry-queues, --[no-]broadcast or --[no-]consume-enable"
+        "nothing to change: give --retry-max-times, --retry-queues, --[no-]broadcast, "
+        "--[no-]consume-enable or --[no-]fifo"
     )
     assert error_line(group(namesrv, "update", "GID_none", "--broadcast")) == (
         "group GID_none does not exist (create makes it)"
@@ -239,3 +242,25 @@ def test_consumers_lists_the_online_consumers_and_their_subscriptions(cluster: d
     [connection] = info["connections"]
     assert (connection["clientId"], connection["language"]) == (CONSUMER_ID, "CPP")
     assert connection["clientAddr"].startswith("127.0.0.1:")
+
+
+def test_fifo_group_round_trip(cluster: dict[str, str]) -> None:
+    namesrv = cluster["namesrv"]
+    created = group(namesrv, "create", "GID_fifo", "--fifo")
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.rstrip().endswith("fifo yes")
+
+    def listed_config() -> dict[str, object]:
+        [config] = [
+            c for c in json.loads(group(namesrv, "list", "--json").stdout) if c["groupName"] == "GID_fifo"
+        ]
+        return config
+
+    assert listed_config()["consumeMessageOrderly"] is True
+    [row] = [r.split() for r in group(namesrv, "list").stdout.splitlines() if r.startswith("GID_fifo ")]
+    assert row[3] == "yes"
+
+    updated = group(namesrv, "update", "GID_fifo", "--no-fifo")
+    assert updated.returncode == 0, updated.stderr
+    assert updated.stdout.rstrip().endswith("fifo no")
+    assert listed_config()["consumeMessageOrderly"] is False

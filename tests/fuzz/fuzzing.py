@@ -317,6 +317,7 @@ def broker_seeds() -> list[Seed]:
         _built(code.DELETE_TOPIC_IN_BROKER, {"topic": "FuzzCreated"}),
         _built(code.GET_ALL_TOPIC_CONFIG),
         _built(code.GET_TOPIC_STATS_INFO, {"topic": TOPIC}),
+        _built(code.GET_TOPIC_CONFIG, {"topic": TOPIC}),
         _built(code.GET_MAX_OFFSET, _QUEUE),
         _built(code.GET_MIN_OFFSET, _QUEUE),
         _built(code.SEARCH_OFFSET_BY_TIMESTAMP, {**_QUEUE, "timestamp": "1700000000000"}),

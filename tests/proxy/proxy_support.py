@@ -16,7 +16,7 @@ from cometmq.client import blocking
 from cometmq.proxy import definition_pb2 as v2
 from cometmq.proxy import service_pb2 as pb
 from cometmq.proxy import service_pb2_grpc
-from processes import ServerProcess, proxy_address, proxy_args, start_standalone
+from processes import ServerProcess, broker_address, proxy_address, proxy_args, start_standalone
 
 Stub = service_pb2_grpc.MessagingServiceStub
 
@@ -33,6 +33,9 @@ class ProxiedStandalone:
         """A topic of its own for a test (``attributes``: RocketMQ 5's ``+name=value`` changes)."""
         topic = f"proxy-topic-{os.getpid()}-{next(_names)}"
         with blocking.AdminClient(self.namesrv) as admin:
+            if attributes and "message.type=MIXED" in attributes:
+                # A broker takes MIXED only with enableMixedMessageType (off by default, as RocketMQ's).
+                admin.update_broker_config(broker_address(self.process), {"enableMixedMessageType": "true"})
             admin.create_topic(topic, queues, attributes=attributes)
         return topic
 

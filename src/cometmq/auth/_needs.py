@@ -296,6 +296,7 @@ TABLE: Final[Mapping[int, NeedsRule]] = {
     _CODE.GET_EARLIEST_MSG_STORETIME: _field(_TOPIC, "topic", GET),
     _CODE.SEARCH_OFFSET_BY_TIMESTAMP: _field(_TOPIC, "topic", GET),
     _CODE.GET_TOPIC_STATS_INFO: _field(_TOPIC, "topic", GET),
+    _CODE.GET_TOPIC_CONFIG: _field(_TOPIC, "topic", GET),
     _CODE.GET_CONSUME_STATS: _group_and_topic("consumerGroup", GET),
     _CODE.GET_CONSUMER_CONNECTION_LIST: _field(_GROUP, "consumerGroup", GET),
     _CODE.INVOKE_BROKER_TO_RESET_OFFSET: _reset_offset,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import cometmq
 from cometmq.broker._groups import SubscriptionGroupConfig
+from cometmq.broker._timer import TIMER_PROGRESS_KEY
 from cometmq.broker.config import fixed_at_start
 from cometmq.errors import ConfigError, RecordError, RequestRefused
 from cometmq.javaprops import format_properties, parse_properties
@@ -28,6 +29,7 @@ from cometmq.protocol.broker_headers import (
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
+    GetTopicConfigRequestHeader,
     OffsetResponseHeader,
     ProducerGroupRequestHeader,
     QueryMessageRequestHeader,
@@ -44,9 +46,11 @@ from cometmq.protocol.jsonbody import json_object
 from cometmq.protocol.naming import is_system_topic
 from cometmq.protocol.record import decode_record_at
 from cometmq.protocol.topic_config import (
+    MESSAGE_TYPE_ATTRIBUTE,
     QUEUE_TYPE_ATTRIBUTE,
     SIMPLE_CQ,
     TopicConfig,
+    TopicMessageType,
     altered_attributes,
     parse_attribute_changes,
 )
@@ -101,6 +105,14 @@ class AdminProcessor:
     def get_all_topic_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return request.response(body=fastjson.dumps(self._broker.topics.serialize_wrapper()))
 
+    def get_topic_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """One topic's TopicConfig (RocketMQ 5's TopicConfigAndQueueMapping, without a mapping)."""
+        topic = GetTopicConfigRequestHeader.decode(request.ext_fields).topic
+        config = self._broker.topics.get(topic)
+        if config is None:
+            raise RequestRefused(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
+        return request.response(body=fastjson.dumps(config.to_json()))
+
     def get_all_subscription_group_config(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
@@ -114,8 +126,12 @@ class AdminProcessor:
         return request.response(body=fastjson.dumps({"offsetTable": table}, numeric_keys_unquoted=True))
 
     def get_all_delay_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        # delayOffset.json as it would be written now; fastjson writes the level keys unquoted.
-        table = {"offsetTable": dict(sorted(self._broker.schedule.offsets.items()))}
+        # delayOffset.json as it would be written now; fastjson writes the level keys unquoted. The timer
+        # progress rides along for a CometMQ slave (a RocketMQ slave reads offsetTable only).
+        table = {
+            "offsetTable": dict(sorted(self._broker.schedule.offsets.items())),
+            TIMER_PROGRESS_KEY: self._broker.timer.progress_json(),
+        }
         return request.response(body=fastjson.dumps(table, numeric_keys_unquoted=True))
 
     def get_broker_runtime_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -213,9 +229,15 @@ class AdminProcessor:
         attributes = current.attributes if current is not None else {}
         if create.attributes:
             try:
-                attributes = altered_attributes(attributes, parse_attribute_changes(create.attributes))
+                changes = parse_attribute_changes(create.attributes)
+                attributes = altered_attributes(attributes, changes)
             except ValueError as exc:  # RocketMQ refuses unknown attributes too
                 raise RequestRefused(ResponseCode.INVALID_PARAMETER, f"topic {topic}: {exc}") from None
+            if (
+                changes.get(MESSAGE_TYPE_ATTRIBUTE) == TopicMessageType.MIXED.value
+                and not broker.config.enable_mixed_message_type
+            ):
+                raise RequestRefused(ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
             queue_type = attributes.get(QUEUE_TYPE_ATTRIBUTE, SIMPLE_CQ)
             # RocketMQ's queue.type is not changeable: the queues' files differ.
             if current is not None and queue_type != current.attributes.get(QUEUE_TYPE_ATTRIBUTE, SIMPLE_CQ):

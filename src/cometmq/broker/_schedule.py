@@ -25,8 +25,9 @@ import enum
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cometmq.broker._json_config import MetadataFile, load_json_table, read_entries
 from cometmq.errors import RecordError, RequestRefused
@@ -49,11 +50,15 @@ if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
 __all__ = [
+    "DeliveryProgress",
+    "Outcome",
     "ScheduleMessageService",
     "copy_of_record",
     "delay_level_of",
+    "deliver_parked",
     "from_schedule",
     "is_delayable",
+    "parked",
     "real_queue",
     "to_schedule",
 ]
@@ -81,13 +86,17 @@ def to_schedule(msg: MessageToStore, level: int, max_level: int) -> MessageToSto
     if level < 1 or max_level < 1:
         raise ValueError(f"delay level {level} is not in 1..{max_level}")
     level = min(level, max_level)
+    return parked(msg, SCHEDULE_TOPIC, level - 1, {"DELAY": str(level)})
+
+
+def parked(msg: MessageToStore, topic: str, queue_id: int, extra: dict[str, str]) -> MessageToStore:
+    """*msg* stored in *topic* / *queue_id* instead of its own, which ``REAL_TOPIC`` / ``REAL_QID``
+    keep, with the *extra* properties (a delay level, a delivery time) added."""
     properties = decode_properties(msg.properties)
-    properties["DELAY"] = str(level)
+    properties.update(extra)
     properties[REAL_TOPIC] = msg.topic
     properties[REAL_QUEUE_ID] = str(msg.queue_id)
-    return dataclasses.replace(
-        msg, topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=encode_properties(properties)
-    )
+    return dataclasses.replace(msg, topic=topic, queue_id=queue_id, properties=encode_properties(properties))
 
 
 def delay_level_of(properties: dict[str, str]) -> int:
@@ -175,13 +184,111 @@ def is_delayable(sys_flag: int) -> bool:
     return transaction_type(sys_flag) in (TransactionType.NOT_TYPE, TransactionType.COMMIT)
 
 
-class _Outcome(enum.Enum):
-    DONE = 0  # delivered, or skipped for good: the level moves on
-    RETRY = 1  # the store refused for now: the level waits and tries the same unit again
+class Outcome(enum.Enum):
+    """What became of one parked message's delivery."""
+
+    DONE = 0  # delivered, or skipped for good: delivery moves on
+    RETRY = 1  # the store refused for now: delivery waits and tries the same message again
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def deliver_parked(
+    broker: Broker, commitlog_offset: int, rebuild: Callable[[DecodedRecord], MessageToStore], where: str
+) -> tuple[Outcome, int]:
+    """Put a copy of the parked record at *commitlog_offset*, made by *rebuild*, for its real topic: the
+    re-put path of delayed and timer messages (*where* names the unit in log lines). (DONE, the
+    copy's commit-log end) when delivered; (DONE, 0) when skipped for good — the record gone, not
+    rebuildable, its real topic missing, the copy refused as illegal; (RETRY, 0) while the store
+    refuses writes."""
+    view = broker.store.message_at(commitlog_offset)
+    if view is None:  # retention took it, as RocketMQ skips a message it cannot look up
+        log.warning("%s: record %d is gone; skipped", where, commitlog_offset)
+        return Outcome.DONE, 0
+    try:
+        rec = decode_record_at(view, 0, len(view))
+        msg = rebuild(rec)
+    except (RecordError, ValueError) as exc:
+        log.error("%s: cannot rebuild the message (%s); skipped", where, exc)
+        return Outcome.DONE, 0
+    finally:
+        del view  # a live slice would pin the segment's mapping
+    if msg.topic == TRANS_HALF_TOPIC or broker.topics.get(msg.topic) is None:
+        log.warning(
+            "%s: real topic %s does not exist; message %s dropped", where, msg.topic, rec.offset_msg_id
+        )
+        return Outcome.DONE, 0
+    result = broker.store.put(msg)
+    if result.status is PutStatus.PUT_OK:
+        broker.stats.count_put(msg.topic, 1, result.wrote_bytes)
+        return Outcome.DONE, result.commitlog_end_offset
+    if result.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
+        log.error("%s: the store refuses message %s for %s (%s); skipped",
+                  where, rec.offset_msg_id, msg.topic, result.status.name)  # fmt: skip
+        return Outcome.DONE, 0
+    return Outcome.RETRY, 0
+
+
+class DeliveryProgress:
+    """A delivery-progress file (delayOffset.json, the timer's progress) that never claims a copy the
+    disk may not hold: written by its own task, after each change (``want``) at most every
+    ``_PERSIST_MIN_INTERVAL_S``, once the store has flushed every copy delivered before it
+    (``delivered_end``); and at a stop. After a crash the copies delivered since the last write are
+    delivered again: at least once, as RocketMQ."""
+
+    def __init__(self, broker: Broker, path: Path, snapshot: Callable[[], Any]) -> None:
+        self._broker = broker
+        self.file = MetadataFile(path)
+        self._snapshot = snapshot
+        self._wanted = asyncio.Event()
+        self.delivered_end = 0  # commit-log end of the last delivered copy
+        self._writing: asyncio.Future[bool] | None = None
+
+    def want(self) -> None:
+        """The progress changed: write it when the copies are on disk."""
+        self._wanted.set()
+
+    def save(self) -> None:
+        """Write the file now; a failure is logged once (``MetadataFile``): ``file.pending``."""
+        self.file.save(self._snapshot())
+
+    async def finish(self) -> None:
+        """The last write, at a stop (the task running ``run`` cancelled, the store still running)."""
+        if self._writing is not None:  # a write cancelled while its thread still runs
+            with contextlib.suppress(Exception):
+                await self._writing
+            self._writing = None
+        if not await self._broker.store.wait_flushed(self.delivered_end):
+            log.error("delivered messages are not flushed; writing %s anyway", self.file.path.name)
+        self.save()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        path = self.file.path
+        while True:
+            await self._wanted.wait()
+            self._wanted.clear()
+            snapshot = self._snapshot()
+            # The progress may only claim copies that are on disk, or a power loss could lose them.
+            if not await self._broker.store.wait_flushed(self.delivered_end):
+                log.error("delivered messages are not flushed; %s not written", path.name)
+                self._wanted.set()
+                await asyncio.sleep(_RETRY_S)
+                continue
+            # Shielded: a stop cancels this task, not the write, and waits for the write instead.
+            self._writing = loop.run_in_executor(None, self.file.save, snapshot)
+            try:
+                written = await asyncio.shield(self._writing)
+            except Exception:  # a bug, not the disk: keep the loop alive and try again
+                log.exception("writing %s failed", path)
+                written = False
+            self._writing = None
+            if not written:  # logged once by MetadataFile; the progress stays right in memory
+                self._wanted.set()
+                await asyncio.sleep(_RETRY_S)
+            await asyncio.sleep(_PERSIST_MIN_INTERVAL_S)
 
 
 class ScheduleMessageService:
@@ -190,15 +297,12 @@ class ScheduleMessageService:
     def __init__(self, broker: Broker, delay_level_spec: str, config_dir: Path) -> None:
         self._broker = broker
         self._path = config_dir / "delayOffset.json"
-        self._file = MetadataFile(self._path)
+        self._progress = DeliveryProgress(broker, self._path, self._snapshot)
         self.delays_ms = parse_delay_levels(delay_level_spec)  # index level - 1
         # Delay level → next SCHEDULE_TOPIC_XXXX queue offset to deliver (RocketMQ's offsetTable).
         self.offsets: dict[int, int] = {}
         self._wake = asyncio.Event()
         self._planned_wake_ms = math.inf  # when the delivery task means to look next
-        self._persist_wanted = asyncio.Event()
-        self._delivered_end = 0  # commit-log end of the last delivered copy
-        self._writing: asyncio.Future[bool] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self._listening = False
@@ -232,7 +336,7 @@ class ScheduleMessageService:
         self._started = True
         self._tasks = [
             asyncio.ensure_future(self._deliver_loop()),
-            asyncio.ensure_future(self._persist_loop()),
+            asyncio.ensure_future(self._progress.run()),
         ]
 
     async def stop(self) -> None:
@@ -244,13 +348,7 @@ class ScheduleMessageService:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        if self._writing is not None:  # a write cancelled while its thread still runs
-            with contextlib.suppress(Exception):
-                await self._writing
-            self._writing = None
-        if not await self._broker.store.wait_flushed(self._delivered_end):
-            log.error("delivered delayed messages are not flushed; writing %s anyway", self._path.name)
-        self.persist()
+        await self._progress.finish()
 
     def adopt(self, table: object, source: str) -> None:
         """A slave takes its master's offsets (GET_ALL_DELAY_OFFSET's, from *source*) and writes them
@@ -263,12 +361,12 @@ class ScheduleMessageService:
 
     def persist(self) -> None:
         """Write the offsets file; a failure is logged once (``MetadataFile``): ``write_pending``."""
-        self._file.save(self._snapshot())
+        self._progress.save()
 
     @property
     def write_pending(self) -> bool:
         """Whether the file is older than the table (its last write failed)."""
-        return self._file.pending
+        return self._progress.file.pending
 
     def _snapshot(self) -> dict[str, dict[str, int]]:
         return {"offsetTable": {str(level): offset for level, offset in sorted(self.offsets.items())}}
@@ -336,7 +434,7 @@ class ScheduleMessageService:
                     if now < due <= longest:
                         next_due = float(due)
                         break
-                    if self._deliver_one(level, offset, commitlog_offset) is _Outcome.RETRY:
+                    if self._deliver_one(level, offset, commitlog_offset) is Outcome.RETRY:
                         next_due = now + _RETRY_S * 1000
                         break
                 else:  # its consume-queue file is missing; nothing to deliver there
@@ -346,7 +444,7 @@ class ScheduleMessageService:
             # Also when a unit raised: what was delivered before it must not be delivered again.
             if offset != start:
                 self.offsets[level] = offset
-                self._persist_wanted.set()
+                self._progress.want()
         return next_due, more
 
     def _corrected(self, level: int, offset: int, min_off: int, max_off: int) -> int:
@@ -363,67 +461,18 @@ class ScheduleMessageService:
             return max_off
         return offset
 
-    def _deliver_one(self, level: int, offset: int, commitlog_offset: int) -> _Outcome:
+    def _deliver_one(self, level: int, offset: int, commitlog_offset: int) -> Outcome:
         broker = self._broker
-        view = broker.store.message_at(commitlog_offset)
-        if view is None:  # retention took it, as RocketMQ skips a message it cannot look up
-            log.warning(
-                "delay level %d offset %d: record %d is gone; skipped", level, offset, commitlog_offset
-            )
-            return _Outcome.DONE
-        try:
-            rec = decode_record_at(view, 0, len(view))
-            msg = from_schedule(rec, broker.store_host)
-        except (RecordError, ValueError) as exc:
-            log.error(
-                "delay level %d offset %d: cannot rebuild the message (%s); skipped", level, offset, exc
-            )
-            return _Outcome.DONE
-        finally:
-            del view  # a live slice would pin the segment's mapping
-        if msg.topic == TRANS_HALF_TOPIC or broker.topics.get(msg.topic) is None:
-            log.warning("delay level %d offset %d: real topic %s does not exist; message %s dropped",
-                        level, offset, msg.topic, rec.offset_msg_id)  # fmt: skip
-            return _Outcome.DONE
-        result = broker.store.put(msg)
-        if result.status is PutStatus.PUT_OK:
-            broker.stats.count_put(msg.topic, 1, result.wrote_bytes)
-            self._delivered_end = result.commitlog_end_offset
-            self._retry_logged.discard(level)
-            return _Outcome.DONE
-        if result.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
-            log.error("delay level %d offset %d: the store refuses message %s for %s (%s); skipped",
-                      level, offset, rec.offset_msg_id, msg.topic, result.status.name)  # fmt: skip
-            return _Outcome.DONE
-        if level not in self._retry_logged:  # disk full or shutting down: wait, lose nothing
+        where = f"delay level {level} offset {offset}"
+        outcome, end = deliver_parked(
+            broker, commitlog_offset, lambda rec: from_schedule(rec, broker.store_host), where
+        )
+        if outcome is Outcome.DONE:
+            if end:
+                self._progress.delivered_end = end
+                self._retry_logged.discard(level)
+        elif level not in self._retry_logged:  # disk full or shutting down: wait, lose nothing
             self._retry_logged.add(level)
             log.warning("delay level %d: delivery waits, the store refuses writes (%s)",
-                        level, broker.store.write_refusal or result.status.name)  # fmt: skip
-        return _Outcome.RETRY
-
-    # -- persistence ---------------------------------------------------------------------------
-
-    async def _persist_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._persist_wanted.wait()
-            self._persist_wanted.clear()
-            snapshot = self._snapshot()
-            # The offsets may only claim copies that are on disk, or a power loss could lose them.
-            if not await self._broker.store.wait_flushed(self._delivered_end):
-                log.error("delivered delayed messages are not flushed; %s not written", self._path.name)
-                self._persist_wanted.set()
-                await asyncio.sleep(_RETRY_S)
-                continue
-            # Shielded: a stop cancels this task, not the write, and waits for the write instead.
-            self._writing = loop.run_in_executor(None, self._file.save, snapshot)
-            try:
-                written = await asyncio.shield(self._writing)
-            except Exception:  # a bug, not the disk: keep the loop alive and try again
-                log.exception("writing %s failed", self._path)
-                written = False
-            self._writing = None
-            if not written:  # logged once by MetadataFile; the offsets stay right in memory
-                self._persist_wanted.set()
-                await asyncio.sleep(_RETRY_S)
-            await asyncio.sleep(_PERSIST_MIN_INTERVAL_S)
+                        level, broker.store.write_refusal or "a put was refused")  # fmt: skip
+        return outcome

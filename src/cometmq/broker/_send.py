@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from cometmq.broker._groups import max_reconsume_times
 from cometmq.broker._schedule import delay_level_of, is_delayable
+from cometmq.broker._timer import TIMER_REQUEST_PROPERTIES, drop_timer_properties
 from cometmq.broker._transaction import to_half
 from cometmq.errors import ProtocolError, RequestRefused
 from cometmq.protocol import RemotingCommand, ResponseCode
@@ -63,7 +64,9 @@ def _refused_batch(malformed: ProtocolError | None) -> RequestRefused:
 
 # Properties the store indexes or keeps per message: a batch whose request carries them takes the
 # general path, where they are merged name by name.
-_INDEXED_NAMES = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "DELAY", "TRAN_MSG", "WAIT"})
+_INDEXED_NAMES = (
+    frozenset({"TAGS", "KEYS", "UNIQ_KEY", "DELAY", "TRAN_MSG", "WAIT"}) | TIMER_REQUEST_PROPERTIES
+)
 _SEPARATOR = PROPERTY_SEPARATOR.encode()
 _KEY_SEPARATOR = KEY_SEPARATOR.encode()
 _find_indexed_properties = property_finder("TAGS", "KEYS", "UNIQ_KEY")
@@ -171,7 +174,8 @@ def _batch_columns(data: bytes, header: _SendHeader, suffix: bytes) -> MessageBa
     which keeps Java's merge (a later name wins) without a dict per message, and TAGS, KEYS and
     UNIQ_KEY are found in the bytes (one regex scan of a message's properties, cheaper than three
     ``rfind`` searches). None when the general path must decide: properties that are not UTF-8, or a
-    message that may name WAIT, DELAY or TRAN_MSG. bench/broker_send.py measures this path against
+    message that may name WAIT, DELAY, TRAN_MSG or a timer property (TIMER_DELIVER_MS, TIMER_DELAY_SEC,
+    TIMER_DELAY_MS, all starting with TIMER_DEL). bench/broker_send.py measures this path against
     one MessageToStore per message."""
     batch = MessageBatch(
         header.topic,
@@ -225,7 +229,12 @@ def _batch_columns(data: bytes, header: _SendHeader, suffix: bytes) -> MessageBa
     # Checked on all messages at once (a separator between them keeps a cut UTF-8 sequence invalid).
     # The store refuses properties that are not UTF-8 too; the general path says which entry.
     everything = _SEPARATOR.join(stored)
-    if b"WAIT\x01" in everything or b"DELAY\x01" in everything or b"TRAN_MSG\x01" in everything:
+    if (
+        b"WAIT\x01" in everything
+        or b"DELAY\x01" in everything
+        or b"TRAN_MSG\x01" in everything
+        or b"TIMER_DEL" in everything
+    ):
         return None  # maybe only a name ending in one of these; the general path tells
     if not _pairs_well_formed(everything):
         # A pair without its one name-value separator, or with two: the general path skips or
@@ -286,6 +295,11 @@ class SendProcessor:
             if refused is not None:
                 return request.response(*refused)
         delay_level = delay_level_of(properties)
+        if delay_level > 0:  # the level wins over a delivery time (RocketMQ's checkIfTimerMessage)
+            drop_timer_properties(properties)
+            deliver_ms = None
+        else:  # a half message's delivery time is checked now and applies when it is committed
+            deliver_ms = broker.timer.delivery_time(properties)
         wait_store = properties.pop("WAIT", "true").lower() != "false"
         properties["CLUSTER"] = config.broker_cluster_name
         # Everything above is checked before an unknown topic is auto-created.
@@ -344,6 +358,7 @@ class SendProcessor:
                 header.topic = broker.topics.dead_letter_topic(group).topic_name
                 queue_id = header.queue_id = 0
                 delay_level = 0
+                deliver_ms = None
                 properties.pop("DELAY", None)
             message = self._message(header, request.body, sent.flag, properties)
             if transactional:  # a DELAY applies when it is committed
@@ -351,6 +366,9 @@ class SendProcessor:
             elif delay_level > 0 and is_delayable(header.sys_flag):
                 # Parked in SCHEDULE_TOPIC_XXXX; the reply still names the real queue (RocketMQ).
                 message = broker.schedule.to_schedule(message, delay_level)
+            elif deliver_ms is not None and is_delayable(header.sys_flag):
+                # Parked in rmq_sys_wheel_timer; the reply names the real queue, as for DELAY.
+                message = broker.timer.to_timer(message, deliver_ms)
             stored_topic = message.topic
             if deduplicated:
                 result, queue_id = broker.deduplicator.put(message, queue_id)
@@ -540,6 +558,13 @@ class SendProcessor:
             raise RequestRefused(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"a message of the batch has delay level {merged['DELAY']}: batches cannot be delayed",
+            )
+        asked = sorted(TIMER_REQUEST_PROPERTIES.intersection(merged))
+        if asked:  # RocketMQ would ignore them and deliver at once; refused, so nothing comes early
+            raise RequestRefused(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"a message of the batch names {', '.join(asked)}: batches cannot be timer messages; "
+                "send timer messages one by one",
             )
         return self._message(header, entry.body, entry.flag, merged)
 

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from cometmq.broker._timer import TIMER_PROGRESS_KEY
 from cometmq.errors import CometMQError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from cometmq.protocol.namesrv_headers import RegisterBrokerResponseHeader
@@ -192,6 +193,9 @@ class SlaveSynchronize:
 
     def _adopt_delay_offsets(self, body: dict[str, Any], source: str) -> None:
         self._broker.schedule.adopt(body.get("offsetTable") or {}, source)
+        progress = body.get(TIMER_PROGRESS_KEY)
+        if progress is not None:  # a CometMQ master's
+            self._broker.timer.adopt(progress, source)
 
     def _adopt_groups(self, body: dict[str, Any], source: str) -> bool:
         version = DataVersion.from_json(body.get("dataVersion") or {})

@@ -22,6 +22,7 @@ from cometmq.protocol.naming import (
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
+    TIMER_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
@@ -94,6 +95,7 @@ class TopicConfigManager:
         self._add_builtin(TopicConfig(cfg.broker_name, 1, 1, PERM_INHERIT))
         self._add_builtin(TopicConfig(OFFSET_MOVED_EVENT, 1, 1))
         self._add_builtin(TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS))
+        self._add_builtin(TopicConfig(TIMER_TOPIC, 1, 1))
         for transaction_topic in (TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC):
             self._add_builtin(TopicConfig(transaction_topic, 1, 1))
         if cfg.trace_topic_enable:

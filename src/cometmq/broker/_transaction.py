@@ -218,6 +218,27 @@ class SettledHalves:
         first_byte = self._bits[0] if self._bits else 0
         return self._base + ((~first_byte & (first_byte + 1)).bit_length() - 1)
 
+    @classmethod
+    def restored(cls, base: int, bits: bytes) -> SettledHalves:
+        """The settled offsets ``snapshot`` gave (no kinds). ValueError for a base not a multiple of 8."""
+        if base < 0 or base % 8:
+            raise ValueError(f"bitmap base {base} is not a multiple of 8")
+        settled = cls(base)
+        settled._bits = bytearray(bits)
+        return settled
+
+    def snapshot(self) -> tuple[int, bytes]:
+        """(base, bitmap from it): every offset below the base is settled, and those whose bit is set."""
+        return self._base, bytes(self._bits)
+
+    def settle_below(self, offset: int) -> None:
+        """Settle every offset below *offset* (retention took them)."""
+        if offset >= self._base + len(self._bits) * 8:  # no bit left to keep
+            self._base = offset - offset % 8
+            self._bits, self._committed, self._rolled_back = bytearray(), bytearray(), bytearray()
+        for earlier in range(self._base, offset):
+            self.add(earlier)
+
     def __contains__(self, offset: int) -> bool:
         index = offset - self._base
         return index < 0 or _bit(self._bits, index)
@@ -871,6 +892,10 @@ class EndTransactionProcessor:
             level = delay_level_of(properties)
             if level > 0:  # delayed as a plain send of it would be
                 copy = broker.schedule.to_schedule(copy, level)
+            else:  # a delivery time is reckoned from the commit, as RocketMQ's put of the copy does
+                deliver_ms = broker.timer.delivery_time(properties)
+                if deliver_ms is not None:
+                    copy = broker.timer.to_timer(copy, deliver_ms)
         settlement = Settlement.COMMIT if copy is not None else Settlement.ROLLBACK
         results = service.settle(end.tran_state_table_offset, settlement, copy)
         status = results[0].status

@@ -41,6 +41,7 @@ from cometmq.broker._slave_sync import (
     slave_refusals,
 )
 from cometmq.broker._stats import BrokerStats, sample_every_second
+from cometmq.broker._timer import TimerMessageService
 from cometmq.broker._topics import TopicConfigManager
 from cometmq.broker._transaction import EndTransactionProcessor, TransactionService
 from cometmq.broker.config import RUNTIME_KEYS, RUNTIME_SETTINGS_FILE, BrokerConfig, BrokerRole
@@ -152,6 +153,8 @@ class Broker:
         self.pop = PopService(self)
         # Delayed messages: parking in SCHEDULE_TOPIC_XXXX, delivery when due, delayOffset.json.
         self.schedule = ScheduleMessageService(self, config.message_delay_level, config_dir)
+        # Timer messages: parking in rmq_sys_wheel_timer, delivery when due, timerProgress.json.
+        self.timer = TimerMessageService(self, config_dir)
         # Half messages: their settled state, the check-back, transactionChecks.json.
         self.transactions = TransactionService(self, config_dir)
         # Producing exactly once: the UNIQ_KEYs of the deduplication window (a master's).
@@ -350,6 +353,7 @@ class Broker:
                 RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
                 RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
                 RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+                RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
                 RequestCode.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
                 RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
                 RequestCode.GET_MAX_OFFSET: admin.get_max_offset,
@@ -390,6 +394,7 @@ class Broker:
         self.offsets.load()
         self.groups.load()
         self.schedule.load()
+        self.timer.load()
         self.topics.on_batch_topic = self.store.declare_batch_topic
         self.topics.declare_batch_topics()
         await asyncio.get_running_loop().run_in_executor(None, self.store.start)
@@ -439,6 +444,7 @@ class Broker:
         )
         # Only now: delivered copies carry the final store host (their offset message ids name it).
         self.schedule.start()
+        self.timer.start()
         self.pop.start()
         self.transactions.start()
         log.info(
@@ -632,6 +638,7 @@ class Broker:
             if limit is not None:  # pulls held for what this broker's old master had confirmed
                 self.pull_holds.on_confirmed(limit)
             self.schedule.start()
+            self.timer.start()
             self.transactions.start()
             log.info("broker %s is now the master of its group (epoch %d)", self.config.broker_name, epoch)
             if was_slave:
@@ -658,6 +665,7 @@ class Broker:
             if self._ha_bound:
                 await self._start_ha_server()
             await self.schedule.stop()
+            await self.timer.stop()
             await self.transactions.stop()
             await self._stop_ha_client()
             self.epoch = epoch
@@ -848,12 +856,14 @@ class Broker:
         # A metadata file that cannot be written (disk error) is logged; the others are still
         # written and the store still shuts down cleanly (flushed, checkpointed, abort file removed).
         await self.schedule.stop()
+        await self.timer.stop()
         await self.transactions.stop()  # its progress is in the consumer offsets written next
         self.offsets.persist(force=True)
         self.topics.persist()
         self.groups.persist()
         for name, manager in (
             ("delay offsets", self.schedule),
+            ("timer progress", self.timer),
             ("consumer offsets", self.offsets),
             ("topics", self.topics),
             ("subscription groups", self.groups),

@@ -83,6 +83,12 @@ class BrokerConfig:
     force_verify_prop_crc: bool = False
     # Delay of each level of delayed messages (DELAY=1 is the first); see broker/_schedule.py.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    # RocketMQ 5's timer messages (broker/_timer.py): whether they are taken at all, and how far ahead
+    # a delivery time may be (3 days, RocketMQ's default).
+    timer_wheel_enable: bool = True
+    timer_max_delay_sec: int = 3 * 86_400
+    # RocketMQ 5: whether a topic may be created or changed with message.type MIXED.
+    enable_mixed_message_type: bool = False
     # Transactional messages (broker/_transaction.py): a half message is checked back once it is
     # older than transactionTimeOut ms, every transactionCheckInterval ms (RocketMQ 5's period; 4.x
     # had 60 s), and discarded after transactionCheckMax checks; rejectTransactionMessage refuses them.
@@ -403,6 +409,8 @@ class BrokerConfig:
             ("transactionTimeOut", self.transaction_time_out, 7 * day_ms),
             ("transactionCheckInterval", self.transaction_check_interval, day_ms),
             ("transactionCheckMax", self.transaction_check_max, 10_000),
+            # Ten years: a delivery time is a Java long of ms either way, this only keeps typos out.
+            ("timerMaxDelaySec", self.timer_max_delay_sec, 3650 * 86_400),
         ):
             if not 1 <= value <= most:
                 raise ConfigError(f"{key} {value} is not in 1..{most}")
@@ -493,6 +501,9 @@ RUNTIME_KEYS: Final = frozenset(
         "transactionTimeOut",
         "transactionCheckInterval",
         "transactionCheckMax",
+        "timerWheelEnable",
+        "timerMaxDelaySec",
+        "enableMixedMessageType",
         "longPollingEnable",
         "shortPollingTimeMills",
         "enablePropertyFilter",

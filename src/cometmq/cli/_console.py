@@ -71,6 +71,18 @@ def _property(text: str) -> tuple[str, str]:
     return name, value
 
 
+_DURATION_UNITS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(text: str) -> int:
+    """A delay on the command line: a whole number with a unit (1500ms, 30s, 5m, 2h, 1d) → ms."""
+    value = text.strip().lower()
+    for unit in sorted(_DURATION_UNITS, key=len, reverse=True):
+        if value.endswith(unit) and value[: -len(unit)].isdigit():
+            return int(value[: -len(unit)]) * _DURATION_UNITS[unit]
+    raise argparse.ArgumentTypeError(f"{text!r} is not a delay such as 1500ms, 30s, 5m, 2h or 1d")
+
+
 def _start_point(text: str) -> str | int:
     value = text.strip().lower()
     if value in ("earliest", "latest"):
@@ -113,6 +125,20 @@ def add_console_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         help=f"the producer group (default {DEFAULT_PRODUCER_GROUP})",
     )
     send.add_argument("--quiet", "-q", action="store_true", help="print only the number of messages sent")
+    when = send.add_mutually_exclusive_group()
+    when.add_argument(
+        "--deliver-at",
+        type=parse_time,
+        metavar="TIME",
+        help="a timer message: consumers get it at TIME (epoch ms or ISO-8601, local time unless it "
+        "names a zone), at most the broker's timerMaxDelaySec ahead (3 days by default)",
+    )
+    when.add_argument(
+        "--delay",
+        type=_duration_ms,
+        metavar="DURATION",
+        help="a timer message: consumers get each message DURATION after it is sent (1500ms, 30s, 5m, 2h)",
+    )
     source = send.add_mutually_exclusive_group()
     source.add_argument("body", nargs="?", metavar="BODY", help="the body of one message (UTF-8)")
     source.add_argument(
@@ -179,7 +205,17 @@ def _run_send(args: argparse.Namespace) -> int:
 
 async def _send(args: argparse.Namespace) -> int:
     def message(body: bytes) -> Message:
-        return Message(args.topic, body, tags=args.tags, keys=args.keys, properties=dict(args.properties))
+        deliver_at = args.deliver_at
+        if args.delay is not None:
+            deliver_at = time.time_ns() // 1_000_000 + args.delay
+        return Message(
+            args.topic,
+            body,
+            tags=args.tags,
+            keys=args.keys,
+            properties=dict(args.properties),
+            deliver_at_ms=deliver_at,
+        )
 
     async with Producer(
         args.group, args.namesrv, send_timeout=args.timeout, **security(args).client_options()

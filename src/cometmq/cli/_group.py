@@ -29,6 +29,7 @@ _SETTINGS: Final = {
     "retry_queues": "retry_queue_nums",
     "broadcast": "consume_broadcast_enable",
     "consume_enable": "consume_enable",
+    "fifo": "consume_message_orderly",
 }
 
 _RESET_DESCRIPTION: Final = (
@@ -69,6 +70,15 @@ def _settings_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
         "--consume-enable",
         action=argparse.BooleanOptionalAction,
         help=said("whether the group may consume at all; --no-consume-enable refuses its pulls", "yes"),
+    )
+    parser.add_argument(
+        "--fifo",
+        action=argparse.BooleanOptionalAction,
+        help=said(
+            "whether the group consumes FIFO (RocketMQ 5's consumeMessageOrderly): a queue's messages "
+            "go to one consumer at a time, each message group in order",
+            "no",
+        ),
     )
     _cluster_option(parser)
 
@@ -122,7 +132,8 @@ def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="list the consumer groups and their settings",
         description=(
             "List every consumer group of the cluster's master brokers with its settings on each: "
-            "CONSUME, whether it may consume at all (consumeEnable); BROADCAST_READS, whether its "
+            "CONSUME, whether it may consume at all (consumeEnable); FIFO, whether it consumes "
+            "FIFO (consumeMessageOrderly); BROADCAST_READS, whether its "
             "consumers may read in the BROADCASTING model, each of them every message, instead of "
             "sharing the messages (consumeBroadcastEnable); RETRY_QUEUES, the queues of its retry "
             "topic; RETRY_MAX, the deliveries a failed message gets before it becomes a dead letter."
@@ -224,7 +235,8 @@ def _describe(config: SubscriptionGroupConfig) -> str:
     return (
         f"retry max times {config.retry_max_times}, retry queues {config.retry_queue_nums}, "
         f"broadcast {'allowed' if config.consume_broadcast_enable else 'refused'}, "
-        f"consume {'enabled' if config.consume_enable else 'disabled'}"
+        f"consume {'enabled' if config.consume_enable else 'disabled'}, "
+        f"fifo {'yes' if config.consume_message_orderly else 'no'}"
     )
 
 
@@ -252,8 +264,8 @@ async def _update(admin: AdminClient, args: argparse.Namespace) -> None:
     changes = _changes(args)
     if not changes:
         raise CometMQError(
-            "nothing to change: give --retry-max-times, --retry-queues, --[no-]broadcast "
-            "or --[no-]consume-enable"
+            "nothing to change: give --retry-max-times, --retry-queues, --[no-]broadcast, "
+            "--[no-]consume-enable or --[no-]fifo"
         )
     masters, config = await admin.update_group(args.group, cluster=args.cluster, **changes)
     if args.json:
@@ -284,6 +296,7 @@ async def _list(admin: AdminClient, args: argparse.Namespace) -> None:
             name,
             broker,
             "yes" if config.consume_enable else "no",
+            "yes" if config.consume_message_orderly else "no",
             "allowed" if config.consume_broadcast_enable else "refused",
             config.retry_queue_nums,
             config.retry_max_times,
@@ -293,7 +306,7 @@ async def _list(admin: AdminClient, args: argparse.Namespace) -> None:
     ]
     # BROADCAST_READS: consumeBroadcastEnable, whether the group's consumers may use the BROADCASTING
     # message model (each of them reads every message) rather than share the messages (CLUSTERING).
-    headers = ["GROUP", "BROKER", "CONSUME", "BROADCAST_READS", "RETRY_QUEUES", "RETRY_MAX"]
+    headers = ["GROUP", "BROKER", "CONSUME", "FIFO", "BROADCAST_READS", "RETRY_QUEUES", "RETRY_MAX"]
     print(format_table(headers, rows))
 
 

@@ -220,7 +220,9 @@ class TraceDispatcher:
                 keys=_keys_text(msg),
                 store_host=store_host,
                 body_length=len(msg.body),
-                msg_type=MessageType.Delay_Msg if msg.delay_level else msg_type,
+                msg_type=MessageType.Delay_Msg
+                if msg.delay_level or msg.deliver_at_ms is not None
+                else msg_type,
             )
             records.append(
                 TraceContext(TraceType.Pub, started_ms, result.region_id, group, cost, success, beans=[bean])

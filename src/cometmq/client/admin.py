@@ -44,6 +44,7 @@ from cometmq.protocol.broker_headers import (
     DeleteSubscriptionGroupRequestHeader,
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
+    GetTopicConfigRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
     ProducerGroupRequestHeader,
     QueryMessageRequestHeader,
@@ -388,6 +389,19 @@ class AdminClient(Client):
                     if attributes:
                         found[name] = attributes
         return found
+
+    async def topic_config(self, topic: str, broker_addr: str | None = None) -> TopicConfig:
+        """``topic``'s TopicConfig as the broker at ``broker_addr`` holds it, or the first master of
+        its route (GET_TOPIC_CONFIG): its queues, perm and attributes, ``message_type`` among them.
+        BrokerError TOPIC_NOT_EXIST when that broker lacks the topic."""
+        if broker_addr is None:
+            masters = [b.master_addr for b in (await self.topic_route(topic)).broker_datas if b.master_addr]
+            if not masters:
+                raise BrokerError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} has no master broker")
+            broker_addr = min(masters)
+        header = GetTopicConfigRequestHeader(topic=topic).encode()
+        response = await self._instance.invoke_ok(broker_addr, RequestCode.GET_TOPIC_CONFIG, header)
+        return TopicConfig.from_json(json_object(response.body, "TopicConfig"))
 
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """Every queue of ``topic`` on every master holding it (GET_TOPIC_STATS_INFO): its offsets and

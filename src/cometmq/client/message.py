@@ -40,6 +40,10 @@ __all__ = [
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_DELAY = "DELAY"
+# RocketMQ 5's timer messages: the delivery time asked for (epoch ms), and the one the broker parked the
+# message until (also for a delay asked relative to the send).
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
@@ -57,7 +61,9 @@ class Message:
     or several given as a list (stored space-separated, as RocketMQ does). ``properties`` are user
     properties; names RocketMQ reserves (``KEYS``, ``TAGS``, ``DELAY``, ``UNIQ_KEY``, …) are set through
     the other fields. ``delay_level`` 1 to 18 parks the message until its level's delay has passed
-    (1s 5s 10s 30s 1m … 2h).
+    (1s 5s 10s 30s 1m … 2h). ``deliver_at_ms`` (epoch ms, RocketMQ 5's delivery timestamp) parks it
+    until then instead: consumers get it not before that time, which may be up to the broker's
+    ``timerMaxDelaySec`` (3 days by default) ahead; a time already past delivers at once.
     """
 
     topic: str
@@ -67,6 +73,7 @@ class Message:
     properties: dict[str, str] = field(default_factory=dict)
     delay_level: int = 0
     flag: int = 0
+    deliver_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -259,6 +266,17 @@ class ReceivedMessage:
     def delay_level(self) -> int:
         """The DELAY property (0 when the message was not delayed)."""
         return int(self.properties.get(PROPERTY_DELAY, "0") or 0)
+
+    @property
+    def deliver_at_ms(self) -> int | None:
+        """When a timer message was to be delivered (epoch ms): the time its producer asked for, or
+        the broker's reckoning of a delay asked relative to the send; None for any other message."""
+        properties = self.properties
+        text = properties.get(PROPERTY_TIMER_DELIVER_MS) or properties.get(PROPERTY_TIMER_OUT_MS)
+        try:
+            return int(text) if text else None
+        except ValueError:
+            return None
 
     @property
     def receipt_handle(self) -> str | None:

@@ -82,6 +82,8 @@ RESERVED_PROPERTIES = frozenset(
         "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "MAX_RECONSUME_TIMES",
         "CONSUME_START_TIME", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
         "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
+        "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL",
     }
 )  # fmt: skip
 
@@ -343,8 +345,8 @@ class Producer(Client):
             if not RESERVED_PROPERTIES.isdisjoint(props):
                 names = sorted(RESERVED_PROPERTIES.intersection(props))
                 raise InvalidMessageError(
-                    f"property names {names} are reserved by RocketMQ: set tags, keys and delay_level "
-                    "through the Message fields"
+                    f"property names {names} are reserved by RocketMQ: set tags, keys, delay_level "
+                    "and deliver_at_ms through the Message fields"
                 )
             for name, value in props.items():
                 if not name.strip() or not isinstance(value, str):
@@ -372,6 +374,14 @@ class Producer(Client):
             if delay < 0:
                 raise InvalidMessageError(f"delay level {delay} is negative: 0 is no delay, 1 the shortest")
             text += "\x02DELAY\x01" + str(delay)
+            pairs += 1
+        deliver_at = msg.deliver_at_ms
+        if deliver_at is not None:
+            if delay:
+                raise InvalidMessageError("a message has a delay_level or a deliver_at_ms, not both")
+            if isinstance(deliver_at, bool) or not isinstance(deliver_at, int) or deliver_at < 0:
+                raise InvalidMessageError(f"deliver_at_ms {deliver_at!r} is not a time in epoch ms")
+            text += "\x02TIMER_DELIVER_MS\x01" + str(deliver_at)
             pairs += 1
         # One separator check for the whole text: a \x01 or \x02 inside tags, keys or a property
         # would shift every property after it for every client that reads the message.
@@ -424,7 +434,7 @@ class Producer(Client):
             body = msg.body
             if msg.topic != topic:
                 raise InvalidMessageError(f"a batch goes to one topic: {topic!r} and {msg.topic!r} are mixed")
-            if msg.delay_level:
+            if msg.delay_level or msg.deliver_at_ms is not None:
                 raise InvalidMessageError("messages of a batch cannot be delayed (RocketMQ refuses them)")
             if not body:
                 raise InvalidMessageError(f"message {index} of the batch to {topic!r} has an empty body")

@@ -236,6 +236,15 @@ class TopicRequestHeader(Header):
 
 
 @header
+class GetTopicConfigRequestHeader(Header):
+    """GET_TOPIC_CONFIG (RocketMQ 5's). ``lo`` asks for the logic-queue mapping too, which CometMQ does
+    not have: it is read and has no effect."""
+
+    topic: JavaString = wire("topic", name_rule=stored_topic_name_error)
+    lo: JavaBool | None = wire("lo", default=None)
+
+
+@header
 class CreateTopicRequestHeader(Header):
     """UPDATE_AND_CREATE_TOPIC. Every field but ``topicSysFlag`` and ``attributes`` is required, as
     RocketMQ's; a Java broker reads a missing ``topicSysFlag`` as 0. ``attributes`` is RocketMQ 5's

@@ -65,6 +65,7 @@ class RequestCode(enum.IntEnum):
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    GET_TOPIC_CONFIG = 351  # RocketMQ 5's: one topic's TopicConfig, as a proxy reads its message type
     # RocketMQ 5's POP consumption
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051

@@ -18,6 +18,9 @@ class SubscriptionGroupConfig:
     consume_enable: bool = True
     consume_from_min_enable: bool = True
     consume_broadcast_enable: bool = True
+    # RocketMQ 5: the group consumes FIFO — an order pop hands a queue's messages to one consumer and
+    # holds the queue until they are settled (docs/protocol.md#subscription-groups).
+    consume_message_orderly: bool = False
     retry_queue_nums: int = 1
     retry_max_times: int = 16
     broker_id: int = 0
@@ -30,6 +33,7 @@ class SubscriptionGroupConfig:
             "consumeBroadcastEnable": self.consume_broadcast_enable,
             "consumeEnable": self.consume_enable,
             "consumeFromMinEnable": self.consume_from_min_enable,
+            "consumeMessageOrderly": self.consume_message_orderly,
             "groupName": self.group_name,
             "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
             "retryMaxTimes": self.retry_max_times,
@@ -51,6 +55,7 @@ class SubscriptionGroupConfig:
             consume_enable=flag("consumeEnable"),
             consume_from_min_enable=flag("consumeFromMinEnable"),
             consume_broadcast_enable=flag("consumeBroadcastEnable"),
+            consume_message_orderly=java_bool(obj, "consumeMessageOrderly", what, default=False),
             # 0: the group's failed messages are dropped, not retried (as RocketMQ).
             retry_queue_nums=java_int(
                 obj, "retryQueueNums", what, default=1, minimum=0, maximum=MAX_QUEUE_NUMS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -17,6 +18,21 @@ MAX_QUEUE_NUMS: Final = 1024
 # A topic's perm holds RocketMQ's three bits, read, write and inherit (PermName.isValid: below 8).
 MAX_PERM: Final = 0x7
 
+
+class TopicMessageType(enum.Enum):
+    """RocketMQ 5's TopicMessageType: the messages a topic is for (attribute ``message.type``). A 5.x
+    client sends FIFO, delay and transactional messages only to a topic whose route accepts them."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    NORMAL = "NORMAL"
+    FIFO = "FIFO"
+    DELAY = "DELAY"
+    TRANSACTION = "TRANSACTION"
+    MIXED = "MIXED"
+
+
+MESSAGE_TYPE_ATTRIBUTE: Final = "message.type"
+
 # Topic attributes (RocketMQ 5's TopicConfig.attributes): each name a topic may carry and the values it
 # takes. `deduplication` is CometMQ's (true or false: whether sends to the topic are deduplicated,
 # over the broker's deduplicationEnable); the others are RocketMQ's, kept and registered but unused.
@@ -28,7 +44,7 @@ BATCH_CQ: Final = "BatchCQ"
 SIMPLE_CQ: Final = "SimpleCQ"
 TOPIC_ATTRIBUTES: Final[dict[str, frozenset[str]]] = {
     DEDUPLICATION_ATTRIBUTE: frozenset({"true", "false"}),
-    "message.type": frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"}),
+    MESSAGE_TYPE_ATTRIBUTE: frozenset(kind.value for kind in TopicMessageType),
     QUEUE_TYPE_ATTRIBUTE: frozenset({BATCH_CQ, SIMPLE_CQ}),
     "cleanup.policy": frozenset({"DELETE", "COMPACTION"}),
 }
@@ -145,6 +161,18 @@ class TopicConfig:
     def is_batch_cq(self) -> bool:
         """Whether the topic's queues are batch consume queues (``queue.type`` BatchCQ)."""
         return self.attributes.get(QUEUE_TYPE_ATTRIBUTE) == BATCH_CQ
+
+    @property
+    def message_type(self) -> TopicMessageType:
+        """The topic's ``message.type``; NORMAL when it carries none (RocketMQ's getTopicMessageType).
+        A value this broker does not know (another broker's table) reads as UNSPECIFIED."""
+        value = self.attributes.get(MESSAGE_TYPE_ATTRIBUTE)
+        if value is None:
+            return TopicMessageType.NORMAL
+        try:
+            return TopicMessageType(value)
+        except ValueError:
+            return TopicMessageType.UNSPECIFIED
 
     @property
     def queue_nums(self) -> int:
