@@ -430,38 +430,44 @@ class Receiving:
 
     async def _renew_while_held(self) -> None:
         """Every RENEW_PERIOD_S, renew what becomes visible soon; done when nothing is held."""
-        while self._renewals:
-            await asyncio.sleep(RENEW_PERIOD_S)
-            now = int(time.time() * 1000)
-            due = [
-                (key, renewal)
-                for key, renewal in self._renewals.items()
-                if renewal.handle.extra_info.visible_at - now <= RENEW_AHEAD_MS
-            ]
-            for key, renewal in due:
-                client_id, group, message_id = key
-                if not self._connected(client_id) or now - renewal.received_ms >= RENEW_MAX_MS:
-                    del self._renewals[key]  # it becomes visible in its time, for another consumer
-                    continue
-                try:
-                    renewed = await self._change(
-                        group, renewal.topic, renewal.handle, AUTO_RENEW_INVISIBLE_MS
-                    )
-                except Refusal as refusal:
-                    if refusal.code == v2.INVALID_RECEIPT_HANDLE:
-                        self._renewals.pop(key, None)  # settled or delivered again meanwhile
-                    else:
-                        log.info(
-                            "cannot renew message %s of %s for %s: %s",
-                            message_id,
-                            renewal.topic,
-                            group,
-                            refusal.message,
-                        )
-                    continue
-                if self._renewals.get(key) is renewal:
-                    renewal.handle = renewed
-        self._renewing = None
+        try:
+            while self._renewals:
+                await asyncio.sleep(RENEW_PERIOD_S)
+                now = int(time.time() * 1000)
+                due = [
+                    (key, renewal)
+                    for key, renewal in self._renewals.items()
+                    if renewal.handle.extra_info.visible_at - now <= RENEW_AHEAD_MS
+                ]
+                for key, renewal in due:
+                    await self._renew_one(key, renewal, now)
+        finally:
+            self._renewing = None
+
+    async def _renew_one(self, key: tuple[str, str, str], renewal: _Renewal, now: int) -> None:
+        client_id, group, message_id = key
+        if not self._connected(client_id) or now - renewal.received_ms >= RENEW_MAX_MS:
+            self._renewals.pop(key, None)  # it becomes visible in its time, for another consumer
+            return
+        try:
+            renewed = await self._change(group, renewal.topic, renewal.handle, AUTO_RENEW_INVISIBLE_MS)
+        except Refusal as refusal:
+            if refusal.code == v2.INVALID_RECEIPT_HANDLE:
+                self._renewals.pop(key, None)  # settled or delivered again meanwhile
+            else:
+                log.info(
+                    "cannot renew message %s of %s for %s: %s",
+                    message_id,
+                    renewal.topic,
+                    group,
+                    refusal.message,
+                )
+            return
+        except CometMQError as exc:
+            log.info("cannot renew message %s of %s for %s: %s", message_id, renewal.topic, group, exc)
+            return
+        if self._renewals.get(key) is renewal:  # not settled while the change was on its way
+            renewal.handle = renewed
 
     # AckMessage -------------------------------------------------------------------------------------
 
