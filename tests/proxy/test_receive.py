@@ -22,6 +22,7 @@ from proxy_support import ProxiedStandalone, client_metadata, new_client_id
 from cometmq.client import AdminClient, Message, Producer
 from cometmq.protocol.subscription_group import SubscriptionGroupConfig
 from cometmq.proxy import ProxyConfig, ProxyServer, definition_pb2, service_pb2, service_pb2_grpc
+from cometmq.proxy._convert import duration_of_ms
 from waiting import wait_until
 
 v2 = definition_pb2
@@ -41,9 +42,7 @@ def unique(prefix: str) -> str:
 
 
 def seconds(value: float) -> Duration:
-    duration = Duration()
-    duration.FromMilliseconds(int(value * 1000))
-    return duration
+    return duration_of_ms(int(value * 1000))
 
 
 @contextlib.asynccontextmanager
