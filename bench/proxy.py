@@ -188,7 +188,7 @@ def main() -> None:
         try:
             bench = Bench(server, args, workdir)
             for round_number in range(args.rounds):
-                # A topic per round and kind, written by the send row, read by the consume row after it.
+                # A topic per round and kind, written by its send row, read by the consuming rows after it.
                 topics = {kind: f"Bench{kind}{round_number}" for kind in ("5x", "Direct")}
                 for topic in topics.values():
                     admin(
