@@ -327,6 +327,44 @@ def test_an_order_pop_hands_unacked_messages_out_again_in_order_then_dead_letter
     run(scenario())
 
 
+def test_a_plain_pop_takes_what_an_order_pop_left_to_deliver_again(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Fifo", 1)
+            for n in range(2):
+                await send(client, addr, "Fifo", b"%d" % n, 0)
+            _, first = await pop(client, broker, "Fifo", order=True, max_nums=2)
+            for record in first:  # their invisible time ends now: both to be delivered again
+                assert (await client.invoke(addr, change_request(record, 0))).code == ResponseCode.SUCCESS
+            state = broker.pop.journal.states[("CG", "Fifo", 0)]
+            await wait_until(lambda: state.redeliver == [0, 1], message="both left to deliver again")
+            _, plain = await pop(client, broker, "Fifo", poll_ms=20_000)
+            assert [(r.body, r.reconsume_times) for r in plain] == [(b"0", 1), (b"1", 1)]
+            for record in plain:
+                assert (await client.invoke(addr, ack_request(record))).code == ResponseCode.SUCCESS
+            assert broker.offsets.query("CG", "Fifo", 0) == 2
+
+    run(scenario())
+
+
+def test_an_order_pop_takes_what_a_plain_pop_left_in_the_retry_topic(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Fifo", 1)
+            await send(client, addr, "Fifo", b"revived", 0)
+            _, (plain,) = await pop(client, broker, "Fifo")
+            assert (await client.invoke(addr, change_request(plain, 0))).code == ResponseCode.SUCCESS
+            await wait_until(
+                lambda: broker.store.max_offset("%RETRY%CG_Fifo", 0) == 1, message="the copy in the retry topic"
+            )
+            _, ordered = await pop(client, broker, "Fifo", order=True, poll_ms=20_000)
+            assert [(r.body, r.reconsume_times) for r in ordered] == [(b"revived", 1)]
+            assert real_topic(ordered[0]) == "%RETRY%CG_Fifo"
+            assert (await client.invoke(addr, ack_request(ordered[0]))).code == ResponseCode.SUCCESS
+
+    run(scenario())
+
+
 def test_the_in_flight_state_is_replayed_at_a_restart_and_follows_deleted_groups(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):

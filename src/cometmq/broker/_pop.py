@@ -325,7 +325,7 @@ class PopService:
             code = ResponseCode.SUCCESS if again.records else ResponseCode.POLLING_TIMEOUT
             return self._pop_answer(request, pop, again, code)
 
-        watched = (pop.topic,) if pop.order else (pop.topic, pop_retry_topic(pop.topic, pop.group))
+        watched = (pop.topic, pop_retry_topic(pop.topic, pop.group))
         self._park(conn, request, polling_key, watched, attempt, expire, header.poll_time)
         return None
 
@@ -379,13 +379,14 @@ class PopService:
         now = _now_ms()
         popped = _Popped(now, POP_ORDER_REVIVE_QUEUE if pop.order else 0)
         sources: list[tuple[str, bool]] = [(pop.topic, False)]
-        if not pop.order:
-            retry = pop_retry_topic(pop.topic, pop.group)
-            if broker.topics.get(retry) is not None:
-                if random.randrange(100) < POP_FROM_RETRY_PERCENT:
-                    sources.insert(0, (retry, True))
-                else:
-                    sources.append((retry, True))
+        retry = pop_retry_topic(pop.topic, pop.group)
+        if broker.topics.get(retry) is not None:
+            # RocketMQ's order pops skip the retry topic; here they read it after the topic, so that a
+            # message revived while the group popped plainly is not stranded once it pops in order.
+            if not pop.order and random.randrange(100) < POP_FROM_RETRY_PERCENT:
+                sources.insert(0, (retry, True))
+            else:
+                sources.append((retry, True))
         for topic, is_retry in sources:
             config = broker.topics.get(topic)
             if config is None:
@@ -464,8 +465,9 @@ class PopService:
             popped.pop_time = max(popped.pop_time, 1 + max(e.pop_time for e in state.inflight.values()))
             took_all_again = False
         else:
-            # An order pop hands out again, first, the messages whose invisible time passed unacked.
-            again = state.redeliver[:want] if pop.order else []
+            # The messages an order pop left unacked past their invisible time go out again first, to
+            # any pop of the group (a plain one too: else the queue would be stuck for it).
+            again = state.redeliver[:want]
             took_all_again = len(again) == len(state.redeliver)
         records: list[DecodedRecord] = []
         for offset in again:
@@ -510,7 +512,7 @@ class PopService:
         counts = state.counts
         for record in records:
             self._remember(key, record.queue_offset, entry)
-            reconsume = counts.get(record.queue_offset, 0) if pop.order else record.reconsume_times
+            reconsume = counts.get(record.queue_offset, record.reconsume_times)
             handle = ExtraInfo(
                 ck_offset,
                 popped.pop_time,
@@ -704,7 +706,7 @@ class PopService:
         polling_key = (topic, group, header.queue_id)
         if self._held_count.get(polling_key, 0) >= MAX_HELD_PER_QUEUE:
             return answer(False, True)
-        watched = (topic,) if header.order else (topic, pop_retry_topic(topic, group))
+        watched = (topic, pop_retry_topic(topic, group))
         self._park(
             conn,
             request,
@@ -717,7 +719,7 @@ class PopService:
         return None
 
     def _has_messages(self, group: str, topic: str, queue_id: int, order: bool) -> bool:
-        sources = [topic] if order else [pop_retry_topic(topic, group), topic]
+        sources = [pop_retry_topic(topic, group), topic]
         store = self._broker.store
         for source in sources:
             config = self._broker.topics.get(source)
