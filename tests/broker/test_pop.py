@@ -355,7 +355,8 @@ def test_an_order_pop_takes_what_a_plain_pop_left_in_the_retry_topic(tmp_path: P
             _, (plain,) = await pop(client, broker, "Fifo")
             assert (await client.invoke(addr, change_request(plain, 0))).code == ResponseCode.SUCCESS
             await wait_until(
-                lambda: broker.store.max_offset("%RETRY%CG_Fifo", 0) == 1, message="the copy in the retry topic"
+                lambda: broker.store.max_offset("%RETRY%CG_Fifo", 0) == 1,
+                message="the copy in the retry topic",
             )
             _, ordered = await pop(client, broker, "Fifo", order=True, poll_ms=20_000)
             assert [(r.body, r.reconsume_times) for r in ordered] == [(b"revived", 1)]
