@@ -35,6 +35,9 @@ from cometmq.client import SimpleConsumer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import ResetOffsetRequestHeader
 from cometmq.protocol.pop import (
+    MAX_BATCH_ACK_OFFSETS,
+    MAX_BATCH_ACKS,
+    MAX_BITSET_BYTES,
     BatchAck,
     ChangeInvisibleTimeResponseHeader,
     NotificationResponseHeader,
@@ -267,6 +270,33 @@ def test_a_batch_ack_settles_the_offsets_its_bitset_names(tmp_path: Path) -> Non
             state = broker.pop.journal.states[("CG", "Orders", 0)]
             assert sorted(state.inflight) == [1, 3]
             assert broker.offsets.query("CG", "Orders", 0) == 1
+
+    run(scenario())
+
+
+def test_a_batch_ack_naming_more_than_pops_can_take_is_refused_with_a_remark(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+
+            async def batch_ack(*acks: BatchAck) -> RemotingCommand:
+                body = encode_batch_ack_body(broker.config.broker_name, list(acks))
+                return await client.invoke(
+                    addr, RemotingCommand(code=RequestCode.BATCH_ACK_MESSAGE, body=body)
+                )
+
+            def ack(offsets: tuple[int, ...]) -> BatchAck:
+                return BatchAck("CG", "Orders", RetryMark.TOPIC, 0, 0, 0, 1, 60_000, offsets)
+
+            wide = await batch_ack(ack((MAX_BITSET_BYTES * 8,)))
+            assert wide.code == ResponseCode.INVALID_PARAMETER
+            assert f"above {MAX_BITSET_BYTES}" in (wide.remark or "")
+            per_ack = MAX_BATCH_ACK_OFFSETS // MAX_BATCH_ACKS + 1
+            many = await batch_ack(*[ack(tuple(range(per_ack)))] * MAX_BATCH_ACKS)
+            assert many.code == ResponseCode.INVALID_PARAMETER
+            assert f"above {MAX_BATCH_ACK_OFFSETS}" in (many.remark or "")
+            fine = await batch_ack(*[ack(tuple(range(per_ack - 1)))] * MAX_BATCH_ACKS)
+            assert fine.code == ResponseCode.SUCCESS, fine.remark
 
     run(scenario())
 

@@ -58,7 +58,7 @@ from cometmq.protocol.pop import (
     PollingInfoResponseHeader,
     PopMessageRequestHeader,
     PopMessageResponseHeader,
-    decode_batch_ack_body,
+    batch_ack_request_body,
     pop_retry_topic,
     real_topic,
     retry_mark,
@@ -605,7 +605,7 @@ class PopService:
         return request.response()
 
     def batch_ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        _, acks = decode_batch_ack_body(request.body)
+        _, acks = batch_ack_request_body(request)
         if not acks:
             return request.response(ResponseCode.NO_MESSAGE, "the batch ack names no messages")
         for ack in acks:
