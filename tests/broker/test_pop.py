@@ -161,6 +161,25 @@ def test_a_shorter_invisible_time_brings_the_message_back_sooner(tmp_path: Path)
     run(scenario())
 
 
+def test_the_revive_heap_keeps_to_what_is_in_flight(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            await send(client, addr, "Orders", b"renewed", 0)
+            _, (record,) = await pop(client, broker, "Orders", invisible_ms=600_000)
+            handle = handle_of(record)
+            # Each change leaves the heap entry of the handle it replaces behind.
+            for _ in range(2 * _pop.REVIVE_HEAP_SLACK):
+                changed = await client.invoke(addr, change_request(record, 600_000, handle=str(handle)))
+                assert changed.code == ResponseCode.SUCCESS, changed.remark
+                answer = ChangeInvisibleTimeResponseHeader.decode(changed.ext_fields)
+                handle = dataclasses.replace(handle, pop_time=answer.pop_time)
+                assert len(broker.pop._revive_heap) <= 2 + _pop.REVIVE_HEAP_SLACK
+            assert (await client.invoke(addr, ack_request(record, handle=str(handle)))).code == 0
+
+    run(scenario())
+
+
 def test_bad_receipt_handles_and_unknown_groups_are_refused_with_rocketmqs_codes(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path, autoCreateSubscriptionGroup="false") as (broker, addr, client):

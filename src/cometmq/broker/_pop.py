@@ -93,6 +93,8 @@ POP_FROM_RETRY_PERCENT: Final = 20
 MAX_POP_LATENESS_MS: Final = 500
 # A revive that could not store its copy is tried again this much later.
 REVIVE_RETRY_MS: Final = 1000
+# The revive heap is rebuilt once it holds more than twice the messages in flight plus this many.
+REVIVE_HEAP_SLACK: Final = 1024
 # A group without a config (deleted while messages were in flight) gets RocketMQ's default.
 DEFAULT_RETRY_MAX_TIMES: Final = 16
 
@@ -160,6 +162,7 @@ class PopService:
         # (visible at, n, key, offset, pop time): in-flight messages by when their invisible time ends;
         # entries of messages settled or changed since are skipped when they come up.
         self._revive_heap: list[tuple[int, int, QueueKey, int, int]] = []
+        self._revive_heap_limit = REVIVE_HEAP_SLACK  # rebuilt from the live state past this
         self._order = itertools.count()
         self._revive_timer: asyncio.TimerHandle | None = None
         self._revive_timer_at = 0
@@ -175,9 +178,8 @@ class PopService:
     def open(self) -> None:
         """Replay the journal (blocking: run it off the loop, before requests are served)."""
         self.journal.open()
+        self._rebuild_revive_heap()
         for key, state in self.journal.states.items():
-            for offset, entry in state.inflight.items():
-                self._remember(key, offset, entry)
             self._commit(key, state)
 
     def start(self) -> None:
@@ -833,8 +835,23 @@ class PopService:
 
     def _remember(self, key: QueueKey, offset: int, entry: InFlight) -> None:
         heapq.heappush(self._revive_heap, (entry.visible_at, next(self._order), key, offset, entry.pop_time))
+        if len(self._revive_heap) > self._revive_heap_limit:
+            self._rebuild_revive_heap()
         if self._running:
             self._arm_revive()
+
+    def _rebuild_revive_heap(self) -> None:
+        """The heap of what is in flight now: acks and changes leave their entries behind, which
+        would otherwise pile up with throughput times invisible time."""
+        heap = [
+            (entry.visible_at, next(self._order), key, offset, entry.pop_time)
+            for key, state in self.journal.states.items()
+            for offset, entry in state.inflight.items()
+            if not entry.reviving
+        ]
+        heapq.heapify(heap)
+        self._revive_heap = heap
+        self._revive_heap_limit = 2 * len(heap) + REVIVE_HEAP_SLACK
 
     def _arm_revive(self) -> None:
         if not self._revive_heap or not self._running:
@@ -857,19 +874,26 @@ class PopService:
             )
             return
         now = _now_ms()
-        heap = self._revive_heap
-        while heap and heap[0][0] <= now:
-            _, _, key, offset, pop_time = heapq.heappop(heap)
+        while self._revive_heap and self._revive_heap[0][0] <= now:
+            _, _, key, offset, pop_time = heapq.heappop(self._revive_heap)
             state = self.journal.states.get(key)
             entry = state.inflight.get(offset) if state is not None else None
-            if state is None or entry is None or entry.pop_time != pop_time or entry.visible_at > now:
-                continue  # settled, or given a new invisible time
+            if (
+                state is None
+                or entry is None
+                or entry.reviving
+                or entry.pop_time != pop_time
+                or entry.visible_at > now
+            ):
+                continue  # settled, given a new invisible time, or its copy on its way to disk
             try:
                 self._revive(key, state, offset, entry)
             except Exception:
                 log.exception("reviving %s@%d offset %d of group %s failed", key[1], key[2], offset, key[0])
                 entry.invisible_time += REVIVE_RETRY_MS  # in memory only: tried again shortly
-                heapq.heappush(heap, (entry.visible_at, next(self._order), key, offset, entry.pop_time))
+                heapq.heappush(
+                    self._revive_heap, (entry.visible_at, next(self._order), key, offset, entry.pop_time)
+                )
         self._arm_revive()
 
     def _revive(self, key: QueueKey, state: QueueState, offset: int, entry: InFlight) -> None:
@@ -897,6 +921,7 @@ class PopService:
             return
         # SYNC_FLUSH: the original is settled only once its copy is on disk, so that no power loss
         # keeps the settlement and loses the copy. Meanwhile it stays in flight, out of the heap.
+        entry.reviving = True
         flushed = self._broker.store.when_flushed(end)
         flushed.add_done_callback(lambda done: self._copy_flushed(done, key, offset, entry))
 
@@ -907,6 +932,7 @@ class PopService:
         if not done.cancelled() and done.result():
             self._settle(key, [offset])
         else:  # not on disk: revived again shortly (a second copy: at least once)
+            entry.reviving = False
             entry.invisible_time += REVIVE_RETRY_MS
             self._remember(key, offset, entry)
 

@@ -49,6 +49,9 @@ class InFlight:
     ck_offset: int
     # An order pop's attemptId: the same attempt again (its answer was lost) gets the same messages.
     attempt_id: str | None = None
+    # Its revived copy is being written (SYNC_FLUSH waits for the disk before settling it): no ack,
+    # change or second revive meanwhile. Not journaled: after a crash it is revived again.
+    reviving: bool = False
 
     @property
     def visible_at(self) -> int:
