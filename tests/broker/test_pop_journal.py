@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cometmq.broker._popstate import JOURNAL_NAME, PopJournal, QueueKey, QueueState
+from cometmq.broker._popstate import JOURNAL_NAME, InFlight, PopJournal, QueueKey, QueueState
 from cometmq.errors import RequestRefused
 
 KEYS: list[QueueKey] = [("G1", "T", 0), ("G1", "T", 1), ("G2", "%RETRY%G2_T", 0)]
@@ -131,3 +132,31 @@ def test_a_write_that_fails_changes_nothing(tmp_path: Path, monkeypatch: pytest.
     journal.append(PopJournal.ack_record(key, 0))
     journal.close()
     assert not _replayed(tmp_path)[key].inflight
+
+
+@given(st.lists(operations, max_size=30))
+def test_the_low_water_mark_is_the_lowest_offset_not_settled(
+    tmp_path_factory: object, ops: list[tuple[object, ...]]
+) -> None:
+    journal = PopJournal(tmp_path_factory.mktemp("journal"), sync_each_write=False)  # type: ignore[attr-defined]
+    journal.open()
+    for n, operation in enumerate(ops):
+        journal.append(_record(operation, 1_700_000_000_000 + n))
+        for state in journal.states.values():
+            assert state.low_water() == min([state.cursor, *state.inflight, *state.redeliver])
+    journal.close()
+
+
+class _NoScan(dict[int, InFlight]):
+    def __iter__(self) -> Iterator[int]:
+        raise AssertionError("every offset in flight scanned")
+
+
+def test_the_low_water_mark_does_not_scan_what_is_in_flight() -> None:
+    state = QueueState(1000)
+    for offset in range(1000):
+        state.put_in_flight(offset, InFlight(0, 30_000, False, 0))
+    state.inflight = _NoScan(state.inflight)
+    for offset in range(999):
+        state.settle(offset)
+        assert state.low_water() == offset + 1

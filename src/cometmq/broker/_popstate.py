@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import heapq
 import logging
 import os
 import threading
@@ -64,12 +65,27 @@ class QueueState:
     inflight: dict[int, InFlight] = dataclasses.field(default_factory=dict)
     redeliver: list[int] = dataclasses.field(default_factory=list)  # sorted; order pops only
     counts: dict[int, int] = dataclasses.field(default_factory=dict)  # order pops: redeliveries so far
+    # The offsets put in flight, a heap whose entries no longer in flight are dropped as they reach
+    # its top: the lowest in flight without a scan of them all at every pop and ack.
+    _inflight_heap: list[int] = dataclasses.field(default_factory=list, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._inflight_heap = sorted(self.inflight)
+
+    def put_in_flight(self, offset: int, entry: InFlight) -> None:
+        if offset in self.redeliver:
+            self.redeliver.remove(offset)
+        self.inflight[offset] = entry
+        heapq.heappush(self._inflight_heap, offset)
 
     def low_water(self) -> int:
         """The lowest queue offset not settled: the group's consume offset of the queue."""
         low = self.cursor
-        if self.inflight:
-            low = min(low, min(self.inflight))
+        heap = self._inflight_heap
+        while heap and heap[0] not in self.inflight:
+            heapq.heappop(heap)
+        if heap:
+            low = min(low, heap[0])
         if self.redeliver:
             low = min(low, self.redeliver[0])
         return low
@@ -333,10 +349,7 @@ class PopJournal:
                 state = self.states[key] = QueueState(int(record["c"]))
             fields = (record["pt"], record["it"], record["ord"], record["ck"], record.get("aid"))
             for offset in record["o"]:
-                offset = int(offset)
-                if offset in state.redeliver:
-                    state.redeliver.remove(offset)
-                state.inflight[offset] = _in_flight(*fields)
+                state.put_in_flight(int(offset), _in_flight(*fields))
             state.cursor = max(state.cursor, int(record["c"]))
             return
         if state is None:
