@@ -492,6 +492,64 @@ def test_pops_beyond_the_held_limit_are_answered_polling_full(
     run(scenario())
 
 
+def test_pops_beyond_the_brokers_held_limit_are_answered_polling_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_pop, "MAX_HELD", 2)
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            held = [
+                asyncio.ensure_future(pop(client, broker, "Orders", group=group, poll_ms=60_000))
+                for group in ("G1", "G2")
+            ]
+            await wait_until(lambda: len(broker.pop._held_count) == 2, message="two pops held")
+            full = await client.invoke(addr, pop_request("Orders", group="G3", poll_ms=60_000))
+            assert full.code == ResponseCode.POLLING_FULL
+            noticed = await client.invoke(addr, notification_request("Orders", group="G3", poll_ms=60_000))
+            assert NotificationResponseHeader.decode(noticed.ext_fields).polling_full
+            await send(client, addr, "Orders", b"for both", 0)
+            for each in held:
+                assert [r.body for r in (await each)[1]] == [b"for both"]
+
+    run(scenario())
+
+
+def test_a_queue_with_too_many_messages_in_flight_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_pop, "MAX_IN_FLIGHT_PER_QUEUE", 2)
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            for n in range(3):
+                await send(client, addr, "Orders", b"%d" % n, 0)
+            _, first = await pop(client, broker, "Orders", max_nums=2)
+            skipped, none = await pop(client, broker, "Orders")
+            assert skipped.code == ResponseCode.POLLING_TIMEOUT and none == []
+            assert PopMessageResponseHeader.decode(skipped.ext_fields).rest_num == 1
+            assert (await client.invoke(addr, ack_request(first[0]))).code == ResponseCode.SUCCESS
+            _, rest = await pop(client, broker, "Orders")
+            assert [r.body for r in rest] == [b"2"]
+
+    run(scenario())
+
+
+def test_an_attempt_id_longer_than_128_characters_is_refused(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (_, addr, client):
+            await create_topic(client, addr, "Fifo", 1)
+            long = await client.invoke(addr, pop_request("Fifo", order=True, attempt_id="a" * 129))
+            assert long.code == ResponseCode.INVALID_PARAMETER
+            assert "attemptId" in (long.remark or "")
+            fine = await client.invoke(addr, pop_request("Fifo", order=True, attempt_id="a" * 128))
+            assert fine.code == ResponseCode.POLLING_TIMEOUT
+
+    run(scenario())
+
+
 def test_a_popped_retry_can_be_sent_to_the_dlq_by_send_back_then_acked(tmp_path: Path) -> None:
     """RocketMQ 5's ForwardMessageToDeadLetterQueue: CONSUMER_SEND_MSG_BACK with delay level -1 of the
     popped message's commit-log offset, then its ack."""

@@ -116,6 +116,25 @@ def test_compaction_rewrites_the_live_state_alone(tmp_path: Path, monkeypatch: p
     assert expected[key].inflight[200].attempt_id == "a1"
 
 
+def test_a_mostly_live_journal_is_not_written_out_to_decide_against_compacting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cometmq.broker import _popstate
+
+    monkeypatch.setattr(_popstate, "COMPACT_AFTER_BYTES", 4096)
+    journal = PopJournal(tmp_path, sync_each_write=False)
+    journal.open()
+    written = []
+    state_record = PopJournal._state_record
+    monkeypatch.setattr(
+        PopJournal, "_state_record", staticmethod(lambda *a: written.append(a) or state_record(*a))
+    )
+    for offset in range(1000):  # all in flight: nothing to compact away
+        journal.append(PopJournal.pop_record(KEYS[0], offset + 1, [offset], offset, 30_000, False))
+    assert written == []
+    journal.close()
+
+
 def test_a_write_that_fails_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     journal = PopJournal(tmp_path, sync_each_write=False)
     journal.open()

@@ -87,6 +87,13 @@ MAX_INVISIBLE_TIME_MS: Final = 12 * 3600 * 1000
 MAX_POLL_TIME_MS: Final = 120_000
 # RocketMQ's popPollingSize: pops held at once per topic, group and queue; more are answered POLLING_FULL.
 MAX_HELD_PER_QUEUE: Final = 1024
+# RocketMQ's maxPopPollingSize: pops and notifications held at once on the broker; more: POLLING_FULL.
+MAX_HELD: Final = 100_000
+# RocketMQ's popInflightMessageThreshold (which RocketMQ applies only when enablePopMessageThreshold is
+# set; here always): a group's queue with this many messages in flight is skipped by its pops.
+MAX_IN_FLIGHT_PER_QUEUE: Final = 10_000
+# The longest attemptId an order pop may name (RocketMQ's clients send a UUID).
+MAX_ATTEMPT_ID_CHARS: Final = 128
 # RocketMQ's popFromRetryProbability: the share of pops (%) that read the retry topic first.
 POP_FROM_RETRY_PERCENT: Final = 20
 # RocketMQ refuses a pop whose pollTime ran out on its way by more than this (isTimeoutTooMuch).
@@ -168,6 +175,7 @@ class PopService:
         self._revive_timer_at = 0
         self._held: dict[str, dict[_Held, None]] = {}  # by watched topic
         self._held_count: dict[tuple[str, str, int], int] = {}
+        self._held_total = 0
         self._wake_pending: set[str] = set()
         self._sync_task: asyncio.Task[None] | None = None
         self._listening = False
@@ -282,6 +290,11 @@ class PopService:
                 ResponseCode.INVALID_PARAMETER,
                 f"invisibleTime {header.invisible_time} ms is out of range: 1..{MAX_INVISIBLE_TIME_MS} ms",
             )
+        if header.attempt_id is not None and len(header.attempt_id) > MAX_ATTEMPT_ID_CHARS:
+            return request.response(
+                ResponseCode.INVALID_PARAMETER,
+                f"attemptId of {len(header.attempt_id)} characters is longer than {MAX_ATTEMPT_ID_CHARS}",
+            )
         if header.init_mode not in (ConsumeInitMode.MIN, ConsumeInitMode.MAX):
             return request.response(
                 ResponseCode.INVALID_PARAMETER, f"initMode {header.init_mode} is neither 0 (MIN) nor 1 (MAX)"
@@ -315,7 +328,7 @@ class PopService:
         polling_key = (pop.topic, pop.group, pop.queue_id)
         if header.poll_time <= 0:
             return self._pop_answer(request, pop, popped, ResponseCode.POLLING_TIMEOUT)
-        if self._held_count.get(polling_key, 0) >= MAX_HELD_PER_QUEUE:
+        if self._polling_full(polling_key):
             return self._pop_answer(request, pop, popped, ResponseCode.POLLING_FULL)
 
         def attempt() -> RemotingCommand | None:
@@ -457,6 +470,9 @@ class PopService:
     ) -> None:
         key = (pop.group, topic, queue_id)
         state = self._state(key, pop.init_mode)
+        if len(state.inflight) >= MAX_IN_FLIGHT_PER_QUEUE:
+            popped.rest_num += self._rest(pop.group, topic, queue_id)
+            return
         if pop.order and state.blocked:
             if not pop.attempt_id or any(e.attempt_id != pop.attempt_id for e in state.inflight.values()):
                 popped.rest_num += self._rest(pop.group, topic, queue_id)
@@ -706,7 +722,7 @@ class PopService:
         if has_messages() or header.poll_time <= 0:
             return answer(has_messages())
         polling_key = (topic, group, header.queue_id)
-        if self._held_count.get(polling_key, 0) >= MAX_HELD_PER_QUEUE:
+        if self._polling_full(polling_key):
             return answer(False, True)
         watched = (topic, pop_retry_topic(topic, group))
         self._park(
@@ -752,6 +768,9 @@ class PopService:
 
     # -- holding --------------------------------------------------------------------------------
 
+    def _polling_full(self, polling_key: tuple[str, str, int]) -> bool:
+        return self._held_total >= MAX_HELD or self._held_count.get(polling_key, 0) >= MAX_HELD_PER_QUEUE
+
     def _park(
         self,
         conn: Connection,
@@ -769,6 +788,7 @@ class PopService:
         for topic in watched:
             self._held.setdefault(topic, {})[held] = None
         self._held_count[polling_key] = self._held_count.get(polling_key, 0) + 1
+        self._held_total += 1
         delay = min(poll_time_ms, MAX_POLL_TIME_MS) / 1000
         held.timer = asyncio.get_running_loop().call_later(delay, self._expire, held)
         conn.answer_later(request, long_polling=True)
@@ -785,6 +805,7 @@ class PopService:
                 watchers.pop(held, None)
                 if not watchers:
                     del self._held[topic]
+        self._held_total -= 1
         left = self._held_count[held.polling_key] - 1
         if left:
             self._held_count[held.polling_key] = left

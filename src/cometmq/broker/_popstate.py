@@ -38,6 +38,10 @@ JOURNAL_NAME: Final = "inflight.journal"
 # than a quarter of the file.
 COMPACT_AFTER_BYTES: Final = 4 * 1024 * 1024
 
+# A state line's typical size without its entries, and an in-flight entry's in it (an attemptId more).
+_QUEUE_LINE_BYTES: Final = 100
+_ENTRY_BYTES: Final = 60
+
 QueueKey = tuple[str, str, int]  # (group, topic, queue id); the topic a message was popped from
 
 
@@ -226,11 +230,11 @@ class PopJournal:
         grown = self._size - self._size_at_compaction
         if not force and grown < COMPACT_AFTER_BYTES:
             return
-        lines = [_line(self._state_record(key, state)) for key, state in self.states.items()]
-        live = sum(len(line) for line in lines)
-        if not force and live * 4 > self._size:
+        if not force and self._live_bytes_estimate() * 4 > self._size:
             self._size_at_compaction = self._size  # mostly live: look again after as much growth
             return
+        lines = [_line(self._state_record(key, state)) for key, state in self.states.items()]
+        live = sum(len(line) for line in lines)
         temporary = self.path.with_name(JOURNAL_NAME + ".compacting")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
@@ -250,6 +254,14 @@ class PopJournal:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
             self._size = self._size_at_compaction = live
             self._unsynced = False
+
+    def _live_bytes_estimate(self) -> int:
+        """About the size of the live state's lines, counted rather than written out: the check
+        runs every 4 MB appended, and the state may be large and mostly live."""
+        entries = sum(
+            len(state.inflight) + len(state.redeliver) + len(state.counts) for state in self.states.values()
+        )
+        return _QUEUE_LINE_BYTES * len(self.states) + _ENTRY_BYTES * entries
 
     # -- records --------------------------------------------------------------------------------
     # pop: {"op": "pop", "g", "t", "q", "c": cursor after, "o": [offsets], "pt", "it", "ord", "ck", "aid"?}
