@@ -233,6 +233,31 @@ def test_a_held_pop_is_answered_when_a_message_arrives(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_an_arrival_wakes_the_held_pops_it_can_serve_in_the_order_they_came(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            held = []
+            for n in range(10):
+                held.append(asyncio.ensure_future(pop(client, broker, "Orders", poll_ms=60_000)))
+                await wait_until(lambda n=n: broker.pop._held_total == n + 1, message=f"pop {n} held")
+            reads = []
+            take = broker.pop._pop
+            broker.pop._pop = lambda pop: reads.append(pop) or take(pop)  # type: ignore[method-assign]
+            await send(client, addr, "Orders", b"one", 0)
+            _, records = await held[0]
+            assert [r.body for r in records] == [b"one"]
+            await wait_until(lambda: len(reads) == 2, message="the second held pop tried")
+            assert broker.pop._held_total == 9 and not any(each.done() for each in held[1:])
+            await send(client, addr, "Orders", b"two", 0)
+            _, records = await held[1]
+            assert [r.body for r in records] == [b"two"]
+            assert len(reads) == 4  # the pop it served, and the next one finding nothing
+            del broker.pop._pop
+
+    run(scenario())
+
+
 def test_a_notification_says_whether_there_is_something_to_pop(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):

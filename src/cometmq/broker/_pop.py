@@ -155,6 +155,7 @@ class _Held:
     request: RemotingCommand
     polling_key: tuple[str, str, int]  # (topic, group, queue id), POLLING_INFO's count
     watched: tuple[str, ...]  # the topics whose arrivals wake it
+    alike: tuple[object, ...]  # held requests that would find the same (see _wake)
     attempt: Callable[[], RemotingCommand | None]  # the answer if it has one now
     expire: Callable[[], RemotingCommand]  # the answer at its deadline
     timer: asyncio.TimerHandle | None = None
@@ -341,7 +342,9 @@ class PopService:
             return self._pop_answer(request, pop, again, code)
 
         watched = (pop.topic, pop_retry_topic(pop.topic, pop.group))
-        self._park(conn, request, polling_key, watched, attempt, expire, header.poll_time)
+        # Held pops alike in all that decides what they find: once one finds nothing, so would the rest.
+        alike = ("pop", pop.group, pop.topic, pop.queue_id, pop.order, header.exp_type, header.exp)
+        self._park(conn, request, polling_key, watched, alike, attempt, expire, header.poll_time)
         return None
 
     def _filter(
@@ -730,6 +733,7 @@ class PopService:
             request,
             polling_key,
             watched,
+            ("notification", group, topic, header.queue_id, header.order),
             lambda: answer(True) if has_messages() else None,
             lambda: answer(has_messages()),
             header.poll_time,
@@ -777,6 +781,7 @@ class PopService:
         request: RemotingCommand,
         polling_key: tuple[str, str, int],
         watched: tuple[str, ...],
+        alike: tuple[object, ...],
         attempt: Callable[[], RemotingCommand | None],
         expire: Callable[[], RemotingCommand],
         poll_time_ms: int,
@@ -784,7 +789,7 @@ class PopService:
         if not self._listening:  # a broker nobody pops from pays nothing per stored message
             self._broker.store.add_arrival_listener(self._on_arrival)
             self._listening = True
-        held = _Held(conn, request, polling_key, watched, attempt, expire)
+        held = _Held(conn, request, polling_key, watched, alike, attempt, expire)
         for topic in watched:
             self._held.setdefault(topic, {})[held] = None
         self._held_count[polling_key] = self._held_count.get(polling_key, 0) + 1
@@ -835,10 +840,13 @@ class PopService:
             asyncio.get_running_loop().call_soon(self._wake, topic)
 
     def _wake(self, topic: str) -> None:
+        """Try the held requests in the order they came, each kind until one finds nothing: what
+        arrived is then taken, and the rest of that kind stay held without reading."""
         self._wake_pending.discard(topic)
+        found_nothing: set[tuple[object, ...]] = set()
         for held in list(self._held.get(topic, ())):
-            if held.timer is None:
-                continue  # answered meanwhile through another topic it watches
+            if held.timer is None or held.alike in found_nothing:
+                continue  # answered meanwhile through another topic it watches, or nothing for it
             if not held.conn.is_open:
                 self._unpark(held)
                 continue
@@ -848,7 +856,9 @@ class PopService:
                 self._unpark(held)
                 held.conn.reply_error(held.request, exc)
                 continue
-            if response is not None:
+            if response is None:
+                found_nothing.add(held.alike)
+            else:
                 self._unpark(held)
                 held.conn.reply(held.request, response)
 
