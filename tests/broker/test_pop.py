@@ -126,6 +126,47 @@ def test_after_retry_max_times_redeliveries_a_message_goes_to_the_dlq(tmp_path: 
     run(scenario())
 
 
+def test_a_backlog_of_due_revives_is_taken_a_batch_per_loop_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_pop, "REVIVE_BATCH", 2)
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            for n in range(5):
+                await send(client, addr, "Orders", b"%d" % n, 0)
+            _, records = await pop(client, broker, "Orders", invisible_ms=600_000)
+            assert len(records) == 5
+            steps: list[int] = []  # revives per call of _revive_due
+            service = broker.pop
+            revive_due, revive = service._revive_due, service._revive
+
+            def counted_due() -> None:
+                steps.append(0)
+                revive_due()
+
+            def counted(*args: object) -> None:
+                steps[-1] += 1
+                revive(*args)  # type: ignore[arg-type]
+
+            service._revive_due = counted_due  # type: ignore[method-assign]
+            service._revive = counted  # type: ignore[method-assign]
+            # All five come due at once, as after a broker was down past their invisible time.
+            clock = _pop._now_ms
+            monkeypatch.setattr(_pop, "_now_ms", lambda: clock() + 3_600_000)
+            assert service._revive_timer is not None
+            service._revive_timer.cancel()
+            service._revive_timer = None
+            service._arm_revive()
+            await wait_until(
+                lambda: broker.store.max_offset("%RETRY%CG_Orders", 0) == 5, message="five revived"
+            )
+            assert sum(steps) == 5 and max(steps) == 2
+
+    run(scenario())
+
+
 def test_change_invisible_time_answers_a_new_handle_and_retires_the_old(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):

@@ -102,6 +102,9 @@ MAX_POP_LATENESS_MS: Final = 500
 REVIVE_RETRY_MS: Final = 1000
 # The revive heap is rebuilt once it holds more than twice the messages in flight plus this many.
 REVIVE_HEAP_SLACK: Final = 1024
+# The most revive-heap entries one loop step takes: a backlog (a broker down past many invisible
+# times) does not hold up requests.
+REVIVE_BATCH: Final = 1000
 # A group without a config (deleted while messages were in flight) gets RocketMQ's default.
 DEFAULT_RETRY_MAX_TIMES: Final = 16
 
@@ -905,7 +908,9 @@ class PopService:
             )
             return
         now = _now_ms()
-        while self._revive_heap and self._revive_heap[0][0] <= now:
+        for _ in range(REVIVE_BATCH):
+            if not self._revive_heap or self._revive_heap[0][0] > now:
+                break
             _, _, key, offset, pop_time = heapq.heappop(self._revive_heap)
             state = self.journal.states.get(key)
             entry = state.inflight.get(offset) if state is not None else None
@@ -925,6 +930,12 @@ class PopService:
                 heapq.heappush(
                     self._revive_heap, (entry.visible_at, next(self._order), key, offset, entry.pop_time)
                 )
+        else:
+            if self._revive_heap and self._revive_heap[0][0] <= now:
+                # More are due: the rest in the next step, after the requests waiting meanwhile.
+                self._revive_timer_at = now
+                self._revive_timer = asyncio.get_running_loop().call_later(0, self._revive_due)
+                return
         self._arm_revive()
 
     def _revive(self, key: QueueKey, state: QueueState, offset: int, entry: InFlight) -> None:
