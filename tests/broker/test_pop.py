@@ -510,6 +510,40 @@ def test_the_in_flight_state_is_replayed_at_a_restart_and_follows_deleted_groups
     run(scenario())
 
 
+def test_a_master_made_slave_drops_its_pop_state_and_pops_from_the_committed_offset_as_master_again(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, brokerId=1) as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            for n in range(2):
+                await send(client, addr, "Orders", b"%d" % n, 0)
+            _, first = await pop(client, broker, "Orders", max_nums=1)
+            assert (await client.invoke(addr, ack_request(first[0]))).code == ResponseCode.SUCCESS
+            _, in_flight = await pop(client, broker, "Orders")
+            assert [r.body for r in in_flight] == [b"1"]
+            held = asyncio.ensure_future(pop(client, broker, "Orders", poll_ms=60_000))
+            await wait_until(lambda: broker.pop._held_total, message="a pop held")
+            await broker.become_slave(None, None, 0)
+            refused, _ = await held
+            assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in (refused.remark or "")
+            assert broker.pop.journal.states == {} and broker.pop._revive_heap == []
+            # As its master would have: the group consumed message 0 only.
+            broker.offsets.commit("CG", "Orders", 0, 1)
+            await broker.become_master(broker.epoch + 2)
+            stale = await client.invoke(addr, ack_request(in_flight[0]))
+            assert stale.code == ResponseCode.NO_MESSAGE
+            _, again = await pop(client, broker, "Orders")
+            assert [r.body for r in again] == [b"1"]
+            pop_time = handle_of(again[0]).pop_time
+        # Nor does a restart bring the state dropped back: only the pop since.
+        async with running_broker(tmp_path, brokerId=1) as broker:
+            inflight = broker.pop.journal.states[("CG", "Orders", 0)].inflight
+            assert [(offset, entry.pop_time) for offset, entry in inflight.items()] == [(1, pop_time)]
+
+    run(scenario())
+
+
 def test_a_torn_journal_tail_is_cut_and_the_rest_kept(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):

@@ -190,6 +190,8 @@ class PopService:
     def open(self) -> None:
         """Replay the journal (blocking: run it off the loop, before requests are served)."""
         self.journal.open()
+        if self._broker.is_slave:
+            self._forget_all()
         self._rebuild_revive_heap()
         for key, state in self.journal.states.items():
             self._commit(key, state)
@@ -235,10 +237,7 @@ class PopService:
     def _readable_topic(self, topic: str, what: str = "popping") -> TopicConfig:
         broker = self._broker
         if broker.is_slave:
-            raise RequestRefused(
-                ResponseCode.SERVICE_NOT_AVAILABLE,
-                f"broker {broker.config.broker_name} is a slave: POP consumption is served by its master",
-            )
+            raise RequestRefused(ResponseCode.SERVICE_NOT_AVAILABLE, self._slave_remark())
         if not broker.config.broker_permission & PERM_READ:
             raise RequestRefused(
                 ResponseCode.NO_PERMISSION,
@@ -1035,6 +1034,25 @@ class PopService:
         if key in self.journal.states:
             self.journal.append(PopJournal.reset_record(key, offset))
             self._wake_soon(topic)
+
+    def follow_master(self) -> None:
+        """The broker became a slave: what it had in flight is its old mastership's. The consume
+        offsets it copies from its master are the truth from now on, and should it be master again,
+        its pops start from them (what is in flight at a master that fails is delivered again)."""
+        for held in {held for watchers in self._held.values() for held in watchers}:
+            self._unpark(held)
+            if held.conn.is_open:
+                refusal = held.request.response(ResponseCode.SERVICE_NOT_AVAILABLE, self._slave_remark())
+                held.conn.reply(held.request, refusal)
+        self._forget_all()
+        self._rebuild_revive_heap()
+
+    def _forget_all(self) -> None:
+        if self.journal.states:
+            self.journal.append(PopJournal.drop_all_record())
+
+    def _slave_remark(self) -> str:
+        return f"broker {self._broker.config.broker_name} is a slave: POP consumption is served by its master"
 
     def forget_group(self, group: str) -> None:
         """The group was deleted: its messages in flight are nobody's."""

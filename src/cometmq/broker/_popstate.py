@@ -270,7 +270,8 @@ class PopJournal:
     # exp: {"op": "exp", "g", "t", "q", "o", "n"}: an order pop's message to deliver again, n-th time
     # rst: {"op": "rst", "g", "t", "q", "c"}: an administrator's reset: cursor c, nothing in flight
     # state: {"op": "state", "g", "t", "q", "c", "f": [[o, pt, it, ord, ck, aid]], "rd": [o], "n": [[o, n]]}
-    # drop: {"op": "drop", "g"} or {"op": "drop", "t"}: every state of a deleted group or topic forgotten
+    # drop: {"op": "drop", "g"} or {"op": "drop", "t"}: every state of a deleted group or topic forgotten;
+    #       {"op": "drop"}: every state (the broker became a slave: its master's offsets are the truth)
 
     @staticmethod
     def pop_record(
@@ -323,6 +324,10 @@ class PopJournal:
         return {"op": "drop", "t": topic}
 
     @staticmethod
+    def drop_all_record() -> dict[str, Any]:
+        return {"op": "drop"}
+
+    @staticmethod
     def _state_record(key: QueueKey, state: QueueState) -> dict[str, Any]:
         return {
             "op": "state",
@@ -341,6 +346,9 @@ class PopJournal:
     def _apply(self, record: dict[str, Any]) -> None:
         op = record["op"]
         if op == "drop":
+            if "g" not in record and "t" not in record:
+                self.states.clear()
+                return
             field, name = ("g", 0) if "g" in record else ("t", 1)
             gone = str(record[field])
             for dropped in [key for key in self.states if key[name] == gone]:
