@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,7 @@ from _support import (
 )
 
 from cometmq.broker import _pop
+from cometmq.broker._popstate import JOURNAL_NAME
 from cometmq.client import SimpleConsumer
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import ResetOffsetRequestHeader
@@ -540,6 +543,33 @@ def test_a_master_made_slave_drops_its_pop_state_and_pops_from_the_committed_off
         async with running_broker(tmp_path, brokerId=1) as broker:
             inflight = broker.pop.journal.states[("CG", "Orders", 0)].inflight
             assert [(offset, entry.pop_time) for offset, entry in inflight.items()] == [(1, pop_time)]
+
+    run(scenario())
+
+
+def test_under_sync_flush_pops_and_acks_are_answered_once_a_sync_off_the_loop_has_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, flushDiskType="SYNC_FLUSH") as (broker, addr, client):
+            journal = broker.pop.journal
+            loop_thread = threading.current_thread()
+            syncs: list[tuple[int, bool]] = []  # (bytes appended by then, on the loop's thread)
+            fsync = os.fsync
+
+            def recorded(fd: int) -> None:
+                fsync(fd)
+                if os.readlink(f"/proc/self/fd/{fd}").endswith(JOURNAL_NAME):
+                    syncs.append((journal.appended, threading.current_thread() is loop_thread))
+
+            monkeypatch.setattr(os, "fsync", recorded)
+            await create_topic(client, addr, "Orders", 1)
+            await send(client, addr, "Orders", b"kept", 0)
+            _, (record,) = await pop(client, broker, "Orders")
+            assert syncs[-1][0] == journal.appended
+            assert (await client.invoke(addr, ack_request(record))).code == ResponseCode.SUCCESS
+            assert syncs[-1][0] == journal.appended
+            assert not any(on_loop for _, on_loop in syncs)
 
     run(scenario())
 

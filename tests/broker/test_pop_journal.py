@@ -54,7 +54,7 @@ def _record(operation: tuple[object, ...], now: int) -> dict[str, object]:
 
 
 def _replayed(directory: Path) -> dict[QueueKey, QueueState]:
-    journal = PopJournal(directory, sync_each_write=False)
+    journal = PopJournal(directory, sync_flush=False)
     journal.open()
     journal.close()
     return journal.states
@@ -65,7 +65,7 @@ def test_a_tail_cut_anywhere_keeps_exactly_the_whole_lines_before_it(
     tmp_path_factory: object, ops: list[tuple[object, ...]], data: st.DataObject
 ) -> None:
     directory = tmp_path_factory.mktemp("journal")  # type: ignore[attr-defined]
-    journal = PopJournal(directory, sync_each_write=False)
+    journal = PopJournal(directory, sync_flush=False)
     journal.open()
     # The state after each whole line: (bytes of the file, states).
     history = [(0, {})]
@@ -84,7 +84,7 @@ def test_a_tail_cut_anywhere_keeps_exactly_the_whole_lines_before_it(
 
 
 def test_a_corrupt_line_ends_the_replay_and_is_cut(tmp_path: Path) -> None:
-    journal = PopJournal(tmp_path, sync_each_write=True)
+    journal = PopJournal(tmp_path, sync_flush=True)
     journal.open()
     key = KEYS[0]
     journal.append(PopJournal.pop_record(key, 3, [0, 1, 2], 1, 30_000, False))
@@ -102,7 +102,7 @@ def test_compaction_rewrites_the_live_state_alone(tmp_path: Path, monkeypatch: p
     from cometmq.broker import _popstate
 
     monkeypatch.setattr(_popstate, "COMPACT_AFTER_BYTES", 4096)
-    journal = PopJournal(tmp_path, sync_each_write=False)
+    journal = PopJournal(tmp_path, sync_flush=False)
     journal.open()
     key = KEYS[0]
     for offset in range(200):
@@ -122,7 +122,7 @@ def test_a_mostly_live_journal_is_not_written_out_to_decide_against_compacting(
     from cometmq.broker import _popstate
 
     monkeypatch.setattr(_popstate, "COMPACT_AFTER_BYTES", 4096)
-    journal = PopJournal(tmp_path, sync_each_write=False)
+    journal = PopJournal(tmp_path, sync_flush=False)
     journal.open()
     written = []
     state_record = PopJournal._state_record
@@ -136,7 +136,7 @@ def test_a_mostly_live_journal_is_not_written_out_to_decide_against_compacting(
 
 
 def test_a_write_that_fails_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    journal = PopJournal(tmp_path, sync_each_write=False)
+    journal = PopJournal(tmp_path, sync_flush=False)
     journal.open()
     key = KEYS[0]
     journal.append(PopJournal.pop_record(key, 1, [0], 1, 30_000, False))
@@ -157,7 +157,7 @@ def test_a_write_that_fails_changes_nothing(tmp_path: Path, monkeypatch: pytest.
 def test_the_low_water_mark_is_the_lowest_offset_not_settled(
     tmp_path_factory: object, ops: list[tuple[object, ...]]
 ) -> None:
-    journal = PopJournal(tmp_path_factory.mktemp("journal"), sync_each_write=False)  # type: ignore[attr-defined]
+    journal = PopJournal(tmp_path_factory.mktemp("journal"), sync_flush=False)  # type: ignore[attr-defined]
     journal.open()
     for n, operation in enumerate(ops):
         journal.append(_record(operation, 1_700_000_000_000 + n))

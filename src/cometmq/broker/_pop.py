@@ -169,7 +169,7 @@ class PopService:
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        self.journal = PopJournal(broker.root_dir / "pop", sync_each_write=broker.sync_flush)
+        self.journal = PopJournal(broker.root_dir / "pop", sync_flush=broker.sync_flush)
         # (visible at, n, key, offset, pop time): in-flight messages by when their invisible time ends;
         # entries of messages settled or changed since are skipped when they come up.
         self._revive_heap: list[tuple[int, int, QueueKey, int, int]] = []
@@ -182,6 +182,10 @@ class PopService:
         self._held_total = 0
         self._wake_pending: set[str] = set()
         self._sync_task: asyncio.Task[None] | None = None
+        # SYNC_FLUSH: answers waiting for the journal on disk as far as their change (its position),
+        # and the fsync under way for them.
+        self._sync_waiters: list[tuple[int, Connection, RemotingCommand, RemotingCommand]] = []
+        self._syncing: asyncio.Future[None] | None = None
         self._listening = False
         self._running = False
 
@@ -200,8 +204,8 @@ class PopService:
         """Revive messages as their invisible time passes."""
         self._running = True
         self._arm_revive()
-        if not self.journal.sync_each_write:
-            self._sync_task = asyncio.ensure_future(self._sync_every_second())
+        # Under SYNC_FLUSH too: for the changes no answer waits for (revives, a queue's first pop).
+        self._sync_task = asyncio.ensure_future(self._sync_every_second())
 
     async def stop(self) -> None:
         """Stop reviving, and answer the held pops while their connections are open."""
@@ -214,6 +218,8 @@ class PopService:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         self._answer_held()
+        while self._syncing is not None or self._sync_waiters:
+            await asyncio.gather(self._sync_soon(), return_exceptions=True)
 
     def close(self) -> None:
         """Close the journal (synced) once no request is served any more."""
@@ -224,13 +230,69 @@ class PopService:
         for held in {held for watchers in self._held.values() for held in watchers}:
             self._unpark(held)
             if held.conn.is_open:
-                held.conn.reply_with(held.request, held.expire)
+                self._reply_with(held.conn, held.request, held.expire)
 
     async def _sync_every_second(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(1.0)
             await loop.run_in_executor(None, self.journal.sync)
+
+    # -- answers once the journal has their changes (SYNC_FLUSH) --------------------------------
+
+    def _when_synced(
+        self, conn: Connection, request: RemotingCommand, response: RemotingCommand | None
+    ) -> RemotingCommand | None:
+        """*response*; or, under SYNC_FLUSH while the journal is not on disk as far as now, None, and
+        *response* sent once it is (a group commit: one fsync, off the loop, for every request
+        that wrote meanwhile)."""
+        journal = self.journal
+        if response is None or not journal.sync_flush or journal.synced >= journal.appended:
+            return response
+        conn.answer_later(request)
+        self._sync_waiters.append((journal.appended, conn, request, response))
+        self._sync_soon()
+        return None
+
+    def _reply(self, conn: Connection, request: RemotingCommand, response: RemotingCommand) -> None:
+        answer = self._when_synced(conn, request, response)
+        if answer is not None:
+            conn.reply(request, answer)
+
+    def _reply_with(
+        self, conn: Connection, request: RemotingCommand, build: Callable[[], RemotingCommand]
+    ) -> None:
+        try:
+            response = build()
+        except Exception as exc:
+            conn.reply_error(request, exc)
+        else:
+            self._reply(conn, request, response)
+
+    def _sync_soon(self) -> asyncio.Future[None]:
+        if self._syncing is None:
+            self._syncing = asyncio.get_running_loop().run_in_executor(None, self.journal.sync)
+            self._syncing.add_done_callback(self._synced)
+        return self._syncing
+
+    def _synced(self, done: asyncio.Future[None]) -> None:
+        self._syncing = None
+        error = None if done.cancelled() else done.exception()
+        if error is not None:
+            log.error("cannot fsync the POP journal %s: %s", self.journal.path, error)
+        waiters, self._sync_waiters = self._sync_waiters, []
+        for position, conn, request, response in waiters:
+            if error is not None:
+                response = request.response(
+                    ResponseCode.SYSTEM_ERROR, f"cannot fsync the POP journal {self.journal.path}: {error}"
+                )
+            elif position > self.journal.synced:
+                self._sync_waiters.append((position, conn, request, response))
+                continue
+            if conn.is_open:
+                conn.reply(request, response)
+        if self._sync_waiters:
+            self._sync_soon()
 
     # -- checks shared by the handlers ----------------------------------------------------------
 
@@ -275,6 +337,9 @@ class PopService:
     # -- POP_MESSAGE ----------------------------------------------------------------------------
 
     def pop_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return self._when_synced(conn, request, self._pop_message(conn, request))
+
+    def _pop_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         header = PopMessageRequestHeader.decode(request.ext_fields)
         now = _now_ms()
         if header.born_time > 0 and now - header.born_time - header.poll_time > MAX_POP_LATENESS_MS:
@@ -617,7 +682,10 @@ class PopService:
             )
         return entry
 
-    def ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return self._when_synced(conn, request, self._ack_message(conn, request))
+
+    def _ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = AckMessageRequestHeader.decode(request.ext_fields)
         self._check_group(header.consumer_group, create=False)
         key, info = self._handle_target(
@@ -627,7 +695,10 @@ class PopService:
         self._settle(key, [header.offset])
         return request.response()
 
-    def batch_ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def batch_ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return self._when_synced(conn, request, self._batch_ack_message(conn, request))
+
+    def _batch_ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         _, acks = batch_ack_request_body(request)
         if not acks:
             return request.response(ResponseCode.NO_MESSAGE, "the batch ack names no messages")
@@ -660,7 +731,12 @@ class PopService:
         if was_blocked and not state.blocked:
             self._wake_soon(key[1])  # an order queue unblocked
 
-    def change_message_invisible_time(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def change_message_invisible_time(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        return self._when_synced(conn, request, self._change_message_invisible_time(conn, request))
+
+    def _change_message_invisible_time(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = ChangeInvisibleTimeRequestHeader.decode(request.ext_fields)
         if not 0 <= header.invisible_time <= MAX_INVISIBLE_TIME_MS:
             return request.response(
@@ -828,7 +904,7 @@ class PopService:
 
     def _expire(self, held: _Held) -> None:
         if self._unpark(held) and held.conn.is_open:
-            held.conn.reply_with(held.request, held.expire)
+            self._reply_with(held.conn, held.request, held.expire)
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
         # The store's arrival listener: one dict lookup per stored message when nothing is held.
@@ -862,7 +938,7 @@ class PopService:
                 found_nothing.add(held.alike)
             else:
                 self._unpark(held)
-                held.conn.reply(held.request, response)
+                self._reply(held.conn, held.request, response)
 
     # -- revive ---------------------------------------------------------------------------------
 

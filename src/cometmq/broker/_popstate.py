@@ -140,14 +140,17 @@ def _parse(line: bytes) -> dict[str, Any] | None:
 class PopJournal:
     """The states of every popped queue, and their journal (see the module docstring)."""
 
-    def __init__(self, directory: Path, *, sync_each_write: bool) -> None:
+    def __init__(self, directory: Path, *, sync_flush: bool) -> None:
         self.path = directory / JOURNAL_NAME
         self.states: dict[QueueKey, QueueState] = {}
-        self.sync_each_write = sync_each_write
+        self.sync_flush = sync_flush
         self._fd = -1
         self._size = 0
         self._size_at_compaction = 0
-        self._unsynced = False
+        # Bytes appended since open, and how many of them are on disk: a SYNC_FLUSH answer waits
+        # for ``synced`` to reach the ``appended`` of its change.
+        self.appended = 0
+        self.synced = 0
         # The periodic sync runs on another thread: it must not meet a descriptor closed or replaced.
         self._fd_lock = threading.Lock()
 
@@ -194,17 +197,15 @@ class PopJournal:
     # -- writing --------------------------------------------------------------------------------
 
     def append(self, *records: dict[str, Any]) -> None:
-        """Apply *records* to the states and append them to the journal, in one write. With
-        SYNC_FLUSH the write is fsync'd before this returns; otherwise by :meth:`sync`, which the
-        broker calls every second (a killed process loses nothing written; a machine crash loses at
-        most that second, as for the commit log)."""
+        """Apply *records* to the states and append them to the journal, in one write, fsync'd by
+        :meth:`sync`: with SYNC_FLUSH before the request is answered (one fsync for the requests
+        that wrote meanwhile), otherwise every second (a killed process loses nothing written; a
+        machine crash loses at most that second, as for the commit log)."""
         if self._fd >= 0:
             data = b"".join(_line(record) for record in records)
             try:
                 if os.write(self._fd, data) != len(data):
                     raise OSError(errno.ENOSPC, "a short write")
-                if self.sync_each_write:
-                    os.fsync(self._fd)
             except OSError as exc:
                 # Nothing of it may stay: a torn line amid later ones would end the replay there.
                 with contextlib.suppress(OSError):
@@ -214,17 +215,19 @@ class PopJournal:
                     f"cannot write the POP journal {self.path}: {exc.strerror or exc}",
                 ) from None
             self._size += len(data)
-            self._unsynced = not self.sync_each_write
+            self.appended += len(data)
         # Applied once written: a change the journal does not have is not made.
         for record in records:
             self._apply(record)
         self.compact_if_due()
 
     def sync(self) -> None:
+        """fsync what was appended (blocking: the broker runs it off its loop)."""
         with self._fd_lock:
-            if self._unsynced and self._fd >= 0:
-                self._unsynced = False
+            appended = self.appended  # written whole before it was counted
+            if self.synced < appended and self._fd >= 0:
                 os.fsync(self._fd)
+                self.synced = appended
 
     def compact_if_due(self, *, force: bool = False) -> None:
         grown = self._size - self._size_at_compaction
@@ -253,7 +256,7 @@ class PopJournal:
                 os.close(self._fd)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
             self._size = self._size_at_compaction = live
-            self._unsynced = False
+            self.synced = self.appended
 
     def _live_bytes_estimate(self) -> int:
         """About the size of the live state's lines, counted rather than written out: the check
