@@ -574,6 +574,32 @@ def test_under_sync_flush_pops_and_acks_are_answered_once_a_sync_off_the_loop_ha
     run(scenario())
 
 
+def test_under_sync_flush_a_message_whose_copy_is_being_revived_cannot_be_acked(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, flushDiskType="SYNC_FLUSH") as (broker, addr, client):
+            await create_topic(client, addr, "Orders", 1)
+            await send(client, addr, "Orders", b"late", 0)
+            _, (record,) = await pop(client, broker, "Orders")
+            on_disk: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            broker.store.when_flushed = lambda end: on_disk  # type: ignore[method-assign]
+            expired = await client.invoke(addr, change_request(record, 0))
+            assert expired.code == ResponseCode.SUCCESS
+            answer = ChangeInvisibleTimeResponseHeader.decode(expired.ext_fields)
+            handle = str(dataclasses.replace(handle_of(record), pop_time=answer.pop_time, invisible_time=0))
+            await wait_until(
+                lambda: broker.store.max_offset("%RETRY%CG_Orders", 0) == 1, message="the copy stored"
+            )
+            late = await client.invoke(addr, ack_request(record, handle=handle))
+            assert late.code == ResponseCode.NO_MESSAGE
+            on_disk.set_result(True)
+            state = broker.pop.journal.states[("CG", "Orders", 0)]
+            await wait_until(lambda: not state.inflight, message="the original settled")
+            _, (copy,) = await pop(client, broker, "Orders")
+            assert copy.body == b"late" and copy.reconsume_times == 1
+
+    run(scenario())
+
+
 def test_a_torn_journal_tail_is_cut_and_the_rest_kept(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):

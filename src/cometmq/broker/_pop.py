@@ -672,7 +672,7 @@ class PopService:
     def _in_flight(self, key: QueueKey, offset: int, info: ExtraInfo) -> InFlight:
         state = self.journal.states.get(key)
         entry = state.inflight.get(offset) if state is not None else None
-        if entry is None or entry.pop_time != info.pop_time:
+        if entry is None or entry.pop_time != info.pop_time or entry.reviving:
             group, topic, queue_id = key
             raise RequestRefused(
                 ResponseCode.NO_MESSAGE,
@@ -718,7 +718,7 @@ class PopService:
         for index in ack.offsets_from_start:
             offset = ack.start_offset + index
             entry = state.inflight.get(offset)
-            if entry is not None and entry.pop_time == ack.pop_time:
+            if entry is not None and entry.pop_time == ack.pop_time and not entry.reviving:
                 offsets.append(offset)
         if offsets:
             self._settle(key, offsets)
