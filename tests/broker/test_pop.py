@@ -590,8 +590,8 @@ def test_under_sync_flush_a_message_whose_copy_is_being_revived_cannot_be_acked(
                 lambda: broker.store.max_offset("%RETRY%CG_Orders", 0) == 1, message="the copy stored"
             )
             late = await client.invoke(addr, ack_request(record, handle=handle))
+            on_disk.set_result(True)  # first: a stop would wait for it
             assert late.code == ResponseCode.NO_MESSAGE
-            on_disk.set_result(True)
             state = broker.pop.journal.states[("CG", "Orders", 0)]
             await wait_until(lambda: not state.inflight, message="the original settled")
             _, (copy,) = await pop(client, broker, "Orders")
