@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import os
 import threading
 from pathlib import Path
@@ -596,6 +597,25 @@ def test_under_sync_flush_a_message_whose_copy_is_being_revived_cannot_be_acked(
             await wait_until(lambda: not state.inflight, message="the original settled")
             _, (copy,) = await pop(client, broker, "Orders")
             assert copy.body == b"late" and copy.reconsume_times == 1
+
+    run(scenario())
+
+
+def test_the_every_second_journal_sync_goes_on_after_a_failure(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path) as broker:
+            journal = broker.pop.journal
+            calls = []
+            sync = journal.sync
+
+            def failing_once() -> None:
+                calls.append(None)
+                if len(calls) == 1:
+                    raise OSError(errno.EIO, "Input/output error")
+                sync()
+
+            journal.sync = failing_once  # type: ignore[method-assign]
+            await wait_until(lambda: len(calls) >= 2, message="a sync after the failed one")
 
     run(scenario())
 

@@ -5,6 +5,7 @@ keeps the state."""
 from __future__ import annotations
 
 import copy
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,3 +180,51 @@ def test_the_low_water_mark_does_not_scan_what_is_in_flight() -> None:
     for offset in range(999):
         state.settle(offset)
         assert state.low_water() == offset + 1
+
+
+def _no_compacting_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = os.open
+
+    def refusing(path: object, flags: int, *args: int) -> int:
+        if str(path).endswith(".compacting"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, flags, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refusing)
+
+
+def test_a_compaction_that_fails_keeps_the_journal_in_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cometmq.broker import _popstate
+
+    journal = PopJournal(tmp_path, sync_flush=False)
+    journal.open()
+    monkeypatch.setattr(_popstate, "COMPACT_AFTER_BYTES", 1024)
+    _no_compacting_file(monkeypatch)
+    key = KEYS[0]
+    for offset in range(100):
+        journal.append(PopJournal.pop_record(key, offset + 1, [offset], offset, 30_000, False))
+        journal.append(PopJournal.ack_record(key, offset))
+    journal.append(PopJournal.pop_record(key, 101, [100], 100, 30_000, False))
+    expected = copy.deepcopy(journal.states)
+    journal.close()
+    assert journal.path.stat().st_size > 1024  # never compacted
+    monkeypatch.undo()
+    assert _replayed(tmp_path) == expected
+
+
+def test_a_journal_that_cannot_be_compacted_at_open_still_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = PopJournal(tmp_path, sync_flush=True)
+    journal.open()
+    journal.append(PopJournal.pop_record(KEYS[0], 2, [0, 1], 1, 30_000, False))
+    journal.close()
+    _no_compacting_file(monkeypatch)
+    reopened = PopJournal(tmp_path, sync_flush=True)
+    reopened.open()
+    reopened.append(PopJournal.ack_record(KEYS[0], 0))
+    reopened.close()
+    monkeypatch.undo()
+    assert sorted(_replayed(tmp_path)[KEYS[0]].inflight) == [1]

@@ -236,7 +236,10 @@ class PopService:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(1.0)
-            await loop.run_in_executor(None, self.journal.sync)
+            try:
+                await loop.run_in_executor(None, self.journal.sync)
+            except OSError as exc:  # tried again in a second: the disk may come back
+                log.error("cannot fsync the POP journal %s: %s", self.journal.path, exc)
 
     # -- answers once the journal has their changes (SYNC_FLUSH) --------------------------------
 

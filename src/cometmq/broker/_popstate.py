@@ -236,27 +236,42 @@ class PopJournal:
         if not force and self._live_bytes_estimate() * 4 > self._size:
             self._size_at_compaction = self._size  # mostly live: look again after as much growth
             return
-        lines = [_line(self._state_record(key, state)) for key, state in self.states.items()]
-        live = sum(len(line) for line in lines)
         temporary = self.path.with_name(JOURNAL_NAME + ".compacting")
+        try:
+            self._compact(temporary)
+        except OSError as exc:
+            # The journal as it is stays whole and in use: compaction is tried again after as much
+            # growth, and a broker starting on a full disk starts.
+            log.error("cannot compact the POP journal %s, appending to it as it is: %s", self.path, exc)
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            self._size_at_compaction = self._size
+            if self._fd < 0:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _compact(self, temporary: Path) -> None:
+        lines = [_line(self._state_record(key, state)) for key, state in self.states.items()]
+        data = b"".join(lines)
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, b"".join(lines))
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, "a short write")
             os.fsync(fd)
         finally:
             os.close(fd)
         with self._fd_lock:
             os.replace(temporary, self.path)
-            directory = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+            # Appends go to the file now at the path, whatever happens next.
             if self._fd >= 0:
                 os.close(self._fd)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-            self._size = self._size_at_compaction = live
+            self._size = self._size_at_compaction = len(data)
             self.synced = self.appended
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
     def _live_bytes_estimate(self) -> int:
         """About the size of the live state's lines, counted rather than written out: the check
