@@ -775,6 +775,32 @@ def test_an_order_pop_repeated_with_its_attempt_id_gets_the_same_messages_again(
     run(scenario())
 
 
+def test_an_order_pop_repeated_over_several_queues_gives_every_handle_the_answers_pop_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frozen = _pop._now_ms()
+    monkeypatch.setattr(_pop, "_now_ms", lambda: frozen)  # every pop in the same ms
+    monkeypatch.setattr(_pop.random, "randrange", lambda n: 0)  # queue 0 taken first
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await create_topic(client, addr, "Fifo", 2)
+            for queue_id in (0, 1):
+                await send(client, addr, "Fifo", b"q%d" % queue_id, queue_id)
+            _, first = await pop(client, broker, "Fifo", order=True, attempt_id="a1")
+            assert sorted(r.body for r in first) == [b"q0", b"q1"]
+            # Queue 1's message gets a later pop time than queue 0's.
+            (on_queue_1,) = [r for r in first if r.queue_id == 1]
+            assert (await client.invoke(addr, change_request(on_queue_1, 60_000))).code == 0
+            response, again = await pop(client, broker, "Fifo", order=True, attempt_id="a1")
+            pop_time = PopMessageResponseHeader.decode(response.ext_fields).pop_time
+            assert [handle_of(r).pop_time for r in again] == [pop_time, pop_time]
+            for record in again:
+                assert (await client.invoke(addr, ack_request(record))).code == ResponseCode.SUCCESS
+
+    run(scenario())
+
+
 def test_a_simple_consumer_receives_from_every_broker_of_its_topic(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with (

@@ -475,22 +475,32 @@ class PopService:
                 sources.insert(0, (retry, True))
             else:
                 sources.append((retry, True))
+        plan: list[tuple[str, bool, int]] = []  # (topic, is retry, queue id), in the order taken
         for topic, is_retry in sources:
             config = broker.topics.get(topic)
             if config is None:
                 continue
             if pop.queue_id >= 0 and not is_retry:
-                queues = [pop.queue_id]
+                plan.append((topic, is_retry, pop.queue_id))
             else:
                 count = config.read_queue_nums
                 start = random.randrange(count) if count else 0
-                queues = [(start + i) % count for i in range(count)]
-            for queue_id in queues:
-                want = pop.max_nums - len(popped.records)
-                if want <= 0:
-                    popped.rest_num += self._rest(pop.group, topic, queue_id)
-                    continue
-                self._pop_queue(pop, topic, queue_id, want, is_retry, popped)
+                plan += [(topic, is_retry, (start + i) % count) for i in range(count)]
+        if pop.order and pop.attempt_id:
+            # The same attempt again (RocketMQ's attemptId: its answer was lost on the way) gets the
+            # same messages under new receipt handles: a pop time later than any of theirs (even
+            # within the same ms), set before any handle of this answer is made.
+            for topic, _, queue_id in plan:
+                state = self.journal.states.get((pop.group, topic, queue_id))
+                for entry in state.inflight.values() if state is not None else ():
+                    if entry.attempt_id == pop.attempt_id:
+                        popped.pop_time = max(popped.pop_time, entry.pop_time + 1)
+        for topic, is_retry, queue_id in plan:
+            want = pop.max_nums - len(popped.records)
+            if want <= 0:
+                popped.rest_num += self._rest(pop.group, topic, queue_id)
+                continue
+            self._pop_queue(pop, topic, queue_id, want, is_retry, popped)
         return popped
 
     def _rest(self, group: str, topic: str, queue_id: int) -> int:
@@ -550,10 +560,7 @@ class PopService:
             if not pop.attempt_id or any(e.attempt_id != pop.attempt_id for e in state.inflight.values()):
                 popped.rest_num += self._rest(pop.group, topic, queue_id)
                 return
-            # The same attempt again (RocketMQ's attemptId: its answer was lost on the way): the
-            # same messages, under new receipt handles (a later pop time, even within the same ms).
-            again = sorted(state.inflight)[:want]
-            popped.pop_time = max(popped.pop_time, 1 + max(e.pop_time for e in state.inflight.values()))
+            again = sorted(state.inflight)[:want]  # the same attempt again: see _pop
             took_all_again = False
         else:
             # The messages an order pop left unacked past their invisible time go out again first, to
