@@ -8,6 +8,8 @@ import dataclasses
 import errno
 import os
 import threading
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,8 @@ from _support import (
 
 from cometmq.broker import _pop
 from cometmq.broker._popstate import JOURNAL_NAME
-from cometmq.client import SimpleConsumer
+from cometmq.client import SimpleConsumer, simple
+from cometmq.errors import BrokerError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import ResetOffsetRequestHeader
 from cometmq.protocol.pop import (
@@ -828,6 +831,37 @@ def test_a_simple_consumer_receives_from_every_broker_of_its_topic(tmp_path: Pat
                     await consumer.ack(message)
             assert first.offsets.query("GID_spread", "Spread", 1) == 1
             assert second.offsets.query("GID_spread", "Spread", 1) == 1
+
+    run(scenario())
+
+
+def test_a_pop_arriving_too_late_is_refused_and_the_simple_consumer_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        async with (
+            name_server() as (_, ns_addr),
+            running_broker(tmp_path, namesrvAddr=ns_addr) as broker,
+        ):
+            client = RemotingClient()
+            try:
+                await create_topic(client, address(broker), "Late", 1)
+                await send(client, address(broker), "Late", b"waiting", 0)
+                await broker.register_all()
+                born = int(time.time() * 1000) - 10_000
+                late = await client.invoke(address(broker), pop_request("Late", born_time=born))
+                assert late.code == ResponseCode.POLLING_TIMEOUT
+                assert "timeout too much" in (late.remark or "") and "ms" in (late.remark or "")
+            finally:
+                await client.close()
+            # A consumer whose clock is 10 s behind the broker's.
+            behind = types.SimpleNamespace(time=lambda: time.time() - 10)
+            monkeypatch.setattr(simple, "time", behind)
+            async with SimpleConsumer("CG", ns_addr, subscriptions={"Late": "*"}) as consumer:
+                with pytest.raises(BrokerError) as raised:
+                    await consumer.receive(8, 30, await_duration=0)
+                assert raised.value.code == ResponseCode.POLLING_TIMEOUT
+                assert "timeout too much" in str(raised.value)
 
     run(scenario())
 

@@ -45,6 +45,7 @@ from cometmq.protocol.pop import (
     MAX_POP_MESSAGES,
     POP_CK,
     POP_ORDER_REVIVE_QUEUE,
+    TIMEOUT_TOO_MUCH,
     AckMessageRequestHeader,
     BatchAck,
     ChangeInvisibleTimeRequestHeader,
@@ -345,10 +346,13 @@ class PopService:
     def _pop_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         header = PopMessageRequestHeader.decode(request.ext_fields)
         now = _now_ms()
-        if header.born_time > 0 and now - header.born_time - header.poll_time > MAX_POP_LATENESS_MS:
+        late = now - header.born_time - header.poll_time
+        if header.born_time > 0 and late > MAX_POP_LATENESS_MS:
             return request.response(
                 ResponseCode.POLLING_TIMEOUT,
-                f"the broker[{self._broker.config.broker_ip1}] pop message is timeout too much",
+                f"the broker[{self._broker.config.broker_ip1}] {TIMEOUT_TOO_MUCH}: it arrived {late} ms "
+                f"after its bornTime + pollTime, more than {MAX_POP_LATENESS_MS} ms (the client's clock "
+                "behind the broker's, or the request slow on its way)",
             )
         if header.max_msg_nums > MAX_POP_MESSAGES:
             return request.response(

@@ -50,6 +50,7 @@ __all__ = [
     "MAX_POP_MESSAGES",
     "POP_CK",
     "POP_ORDER_REVIVE_QUEUE",
+    "TIMEOUT_TOO_MUCH",
     "AckMessageRequestHeader",
     "BatchAck",
     "ChangeInvisibleTimeRequestHeader",
@@ -78,6 +79,10 @@ MAX_POP_MESSAGES: Final = 32
 POP_ORDER_REVIVE_QUEUE: Final = 999
 # The most acks one BATCH_ACK_MESSAGE body may list (RocketMQ sets none; a client batches one pop's).
 MAX_BATCH_ACKS: Final = 1024
+
+# The words of the remark RocketMQ's broker answers (with POLLING_TIMEOUT, the code of a pop that found
+# nothing) to a pop that arrived more than 500 ms after its bornTime + pollTime (isTimeoutTooMuch).
+TIMEOUT_TOO_MUCH: Final = "pop message is timeout too much"
 
 # Message properties (RocketMQ's MessageConst): the receipt handle, and when the message was first popped.
 POP_CK: Final = "POP_CK"
