@@ -435,13 +435,16 @@ def test_an_order_pop_hands_unacked_messages_out_again_in_order_then_dead_letter
             await create_topic(client, addr, "Fifo", 1)
             for n in range(3):
                 await send(client, addr, "Fifo", b"%d" % n, 0)
-            _, first = await pop(client, broker, "Fifo", order=True, max_nums=2, invisible_ms=200)
+            _, first = await pop(client, broker, "Fifo", order=True, max_nums=2)
             assert [(r.body, r.reconsume_times) for r in first] == [(b"0", 0), (b"1", 0)]
-            # Message 0 is acked, 1 is not: after the invisible time only 1 comes back, before 2.
+            # Message 0 is acked, 1 is not: after its invisible time only 1 comes back, before 2.
             assert (await client.invoke(addr, ack_request(first[0]))).code == ResponseCode.SUCCESS
-            _, second = await pop(client, broker, "Fifo", order=True, poll_ms=20_000, invisible_ms=200)
+            assert (await client.invoke(addr, change_request(first[1], 0))).code == ResponseCode.SUCCESS
+            _, second = await pop(client, broker, "Fifo", order=True, poll_ms=20_000)
             assert [(r.body, r.reconsume_times) for r in second] == [(b"1", 1), (b"2", 0)]
             # Neither acked: 1 has had its one redelivery and goes to the DLQ; 2 comes back.
+            for record in second:
+                assert (await client.invoke(addr, change_request(record, 0))).code == ResponseCode.SUCCESS
             _, third = await pop(client, broker, "Fifo", order=True, poll_ms=20_000)
             assert [(r.body, r.reconsume_times) for r in third] == [(b"2", 1)]
             assert broker.store.max_offset("%DLQ%CG", 0) == 1
