@@ -11,6 +11,7 @@ import threading
 import time
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _pop_support import (
@@ -922,12 +923,24 @@ def test_a_pop_held_for_a_closed_connection_is_forgotten(tmp_path: Path) -> None
                 leaving.invoke(addr, pop_request("Orders", poll_ms=60_000), timeout=60)
             )
             await wait_until(lambda: broker.pop._held_count, message="the pop held")
+            staying = asyncio.ensure_future(pop(client, broker, "Orders", group="Other", poll_ms=60_000))
+            await wait_until(lambda: broker.pop._held_total == 2, message="the other pop held")
+            scans = []
+
+            class Watched(dict[str, dict[object, None]]):
+                def values(self) -> Any:
+                    scans.append(None)
+                    return super().values()
+
+            broker.pop._held = Watched(broker.pop._held)  # type: ignore[assignment]
             await leaving.close()
-            await wait_until(lambda: not broker.pop._held_count, message="the held pop forgotten")
+            await wait_until(lambda: broker.pop._held_total == 1, message="the held pop forgotten")
+            assert scans == []  # found by its connection, not among every held pop
             held.cancel()
             await asyncio.gather(held, return_exceptions=True)
             await send(client, addr, "Orders", b"for whoever asks next", 0)
             _, records = await pop(client, broker, "Orders")
             assert [r.body for r in records] == [b"for whoever asks next"]
+            assert [r.body for r in (await staying)[1]] == [b"for whoever asks next"]
 
     run(scenario())

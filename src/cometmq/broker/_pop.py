@@ -179,6 +179,7 @@ class PopService:
         self._revive_timer: asyncio.TimerHandle | None = None
         self._revive_timer_at = 0
         self._held: dict[str, dict[_Held, None]] = {}  # by watched topic
+        self._held_by_conn: dict[Connection, dict[_Held, None]] = {}
         self._held_count: dict[tuple[str, str, int], int] = {}
         self._held_total = 0
         self._wake_pending: set[str] = set()
@@ -884,6 +885,7 @@ class PopService:
         held = _Held(conn, request, polling_key, watched, alike, attempt, expire)
         for topic in watched:
             self._held.setdefault(topic, {})[held] = None
+        self._held_by_conn.setdefault(conn, {})[held] = None
         self._held_count[polling_key] = self._held_count.get(polling_key, 0) + 1
         self._held_total += 1
         delay = min(poll_time_ms, MAX_POLL_TIME_MS) / 1000
@@ -902,6 +904,10 @@ class PopService:
                 watchers.pop(held, None)
                 if not watchers:
                     del self._held[topic]
+        mine = self._held_by_conn[held.conn]
+        del mine[held]
+        if not mine:
+            del self._held_by_conn[held.conn]
         self._held_total -= 1
         left = self._held_count[held.polling_key] - 1
         if left:
@@ -912,9 +918,8 @@ class PopService:
 
     def drop_connection(self, conn: Connection) -> None:
         """Forget the pops and notifications held for a connection that closed (nobody to answer)."""
-        if self._held_count:
-            for held in {held for watchers in self._held.values() for held in watchers if held.conn is conn}:
-                self._unpark(held)
+        for held in list(self._held_by_conn.get(conn, ())):
+            self._unpark(held)
 
     def _expire(self, held: _Held) -> None:
         if self._unpark(held) and held.conn.is_open:
