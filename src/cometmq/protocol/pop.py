@@ -351,9 +351,22 @@ def _bitset_bytes(indexes: tuple[int, ...]) -> bytes:
     return bytes(data)
 
 
-def _bitset_indexes(data: bytes) -> tuple[int, ...]:
-    # Set bits only, lowest first: a sparse bit set costs its set bits, not its width.
+# A bit set wider than this names offsets no pop can have taken (32 messages a pop, a filter skipping
+# some between them).
+MAX_BITSET_BYTES: Final = 512
+# The most offsets one body may ack: every ack a whole pop's.
+MAX_BATCH_ACK_OFFSETS: Final = MAX_BATCH_ACKS * MAX_POP_MESSAGES
+
+
+def _bitset_indexes(data: bytes, most: int) -> tuple[int, ...]:
+    """The set bits of *data*, lowest first: counted first (refused past *most*), then only they are
+    enumerated, so that a bit set costs its set bits, not its width."""
     bits = int.from_bytes(data, "little")  # BitSet.toByteArray: bit i is bit i % 8 of byte i // 8
+    if bits.bit_count() > most:
+        raise RequestRefused(
+            ResponseCode.INVALID_PARAMETER,
+            f"the BatchAckMessageRequestBody acks more than {MAX_BATCH_ACK_OFFSETS} offsets",
+        )
     indexes = []
     while bits:
         lowest = bits & -bits
@@ -362,19 +375,12 @@ def _bitset_indexes(data: bytes) -> tuple[int, ...]:
     return tuple(indexes)
 
 
-# A bit set wider than this names offsets no pop can have taken (32 messages a pop, a filter skipping
-# some between them).
-MAX_BITSET_BYTES: Final = 512
-# The most offsets one body may ack: every ack a whole pop's.
-MAX_BATCH_ACK_OFFSETS: Final = MAX_BATCH_ACKS * MAX_POP_MESSAGES
-
-
 def _field(obj: dict[str, Any], short: str, long: str) -> str:
     """The key of a BatchAck field: its short JSON name, or the long alternate fastjson also reads."""
     return short if short in obj or long not in obj else long
 
 
-def _decode_batch_ack(value: Any) -> BatchAck:
+def _decode_batch_ack(value: Any, most_offsets: int) -> BatchAck:
     what = "BatchAck"
     obj = as_object(value, what)
     retry_text = java_string(obj, _field(obj, "r", "retry"), what, default=RetryMark.TOPIC.value)
@@ -402,7 +408,7 @@ def _decode_batch_ack(value: Any) -> BatchAck:
         revive_queue_id=java_int(obj, _field(obj, "rq", "reviveQueueId"), what, default=0),
         pop_time=java_long(obj, _field(obj, "pt", "popTime"), what),
         invisible_time=java_long(obj, _field(obj, "it", "invisibleTime"), what),
-        offsets_from_start=_bitset_indexes(raw),
+        offsets_from_start=_bitset_indexes(raw, most_offsets),
     )
 
 
@@ -413,16 +419,12 @@ def decode_batch_ack_body(body: bytes) -> tuple[str | None, list[BatchAck]]:
     broker_name = obj.get("brokerName")
     if broker_name is not None and not isinstance(broker_name, str):
         raise BodyError("the BatchAckMessageRequestBody field brokerName is not a Java String")
-    acks = [
-        _decode_batch_ack(item)
-        for item in java_list(obj, "acks", "BatchAckMessageRequestBody", max_items=MAX_BATCH_ACKS)
-    ]
-    offsets = sum(len(ack.offsets_from_start) for ack in acks)
-    if offsets > MAX_BATCH_ACK_OFFSETS:
-        raise RequestRefused(
-            ResponseCode.INVALID_PARAMETER,
-            f"the BatchAckMessageRequestBody acks {offsets} offsets, above {MAX_BATCH_ACK_OFFSETS}",
-        )
+    acks = []
+    left = MAX_BATCH_ACK_OFFSETS
+    for item in java_list(obj, "acks", "BatchAckMessageRequestBody", max_items=MAX_BATCH_ACKS):
+        ack = _decode_batch_ack(item, left)
+        left -= len(ack.offsets_from_start)
+        acks.append(ack)
     return broker_name, acks
 
 
