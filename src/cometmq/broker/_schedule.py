@@ -200,34 +200,36 @@ def deliver_parked(
 ) -> tuple[Outcome, int]:
     """Put a copy of the parked record at *commitlog_offset*, made by *rebuild*, for its real topic: the
     re-put path of delayed and timer messages (*where* names the unit in log lines). (DONE, the
-    copy's commit-log end) when delivered; (DONE, 0) when skipped for good — the record gone, not
-    rebuildable, its real topic missing, the copy refused as illegal; (RETRY, 0) while the store
-    refuses writes."""
-    view = broker.store.message_at(commitlog_offset)
+    copy's commit-log end) when delivered; (DONE, the commit log's end) when skipped for good — the
+    record gone, not rebuildable, its real topic missing, the copy refused as illegal —, so that a
+    progress claiming the unit settled waits for the unit's own record to be flushed; (RETRY, 0)
+    while the store refuses writes."""
+    store = broker.store
+    view = store.message_at(commitlog_offset)
     if view is None:  # retention took it, as RocketMQ skips a message it cannot look up
         log.warning("%s: record %d is gone; skipped", where, commitlog_offset)
-        return Outcome.DONE, 0
+        return Outcome.DONE, store.commitlog_max_offset
     try:
         rec = decode_record_at(view, 0, len(view))
         msg = rebuild(rec)
     except (RecordError, ValueError) as exc:
         log.error("%s: cannot rebuild the message (%s); skipped", where, exc)
-        return Outcome.DONE, 0
+        return Outcome.DONE, store.commitlog_max_offset
     finally:
         del view  # a live slice would pin the segment's mapping
     if msg.topic == TRANS_HALF_TOPIC or broker.topics.get(msg.topic) is None:
         log.warning(
             "%s: real topic %s does not exist; message %s dropped", where, msg.topic, rec.offset_msg_id
         )
-        return Outcome.DONE, 0
-    result = broker.store.put(msg)
+        return Outcome.DONE, store.commitlog_max_offset
+    result = store.put(msg)
     if result.status is PutStatus.PUT_OK:
         broker.stats.count_put(msg.topic, 1, result.wrote_bytes)
         return Outcome.DONE, result.commitlog_end_offset
     if result.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
         log.error("%s: the store refuses message %s for %s (%s); skipped",
                   where, rec.offset_msg_id, msg.topic, result.status.name)  # fmt: skip
-        return Outcome.DONE, 0
+        return Outcome.DONE, store.commitlog_max_offset
     return Outcome.RETRY, 0
 
 

@@ -21,10 +21,14 @@ as delayOffset.json is written). A start rebuilds the heap from the store: every
 base on that the bitmap does not settle is read again for its ``TIMER_OUT_MS``. After a crash the
 copies delivered since the last write are delivered again: at least once, as RocketMQ.
 
-A unit still waiting while many settled units pile up after it would keep the bitmap, and the scan at
-start, growing; once more than ``_ROLL_SLACK`` settled units lie between the first unsettled unit and
-the end of the queue, the oldest waiting units are *rolled*: put again at the queue's end
-(``TIMER_ROLL_TIMES`` + 1, as RocketMQ rolls a message beyond its wheel) and settled at their old place.
+A waiting unit is *rolled* (put again at the queue's end, ``TIMER_ROLL_TIMES`` + 1, as RocketMQ rolls a
+message beyond its wheel, and settled at its old place) for two reasons. Its stored copy grows old:
+once older than half the commit log's retention (``fileReservedTime``), at most two days (RocketMQ's
+timerRollWindowSlot), it is rolled, so retention never deletes the only copy of a message still to
+come. And settled units pile up after it: once more than ``_ROLL_SLACK`` settled units, and twice as
+many as there are waiting units, lie between the first unsettled unit and the end of the queue, the
+oldest waiting units are rolled, which keeps the bitmap and the scan at start short while re-putting
+at most one waiting unit per two units settled.
 
 A slave delivers nothing: its master does, and the copies reach it with the rest of the commit log.
 """
@@ -102,8 +106,11 @@ _MAX_SLEEP_S = 1.0
 # After a put the store refused for now (disk full, shutting down), delivery waits this long.
 _RETRY_S = 1.0
 # Settled units allowed between the first unsettled unit and the queue's end before rolling (a bit
-# each in the progress file).
+# each in the progress file), at least; twice the waiting units when they are more.
 _ROLL_SLACK = 32_768
+# The oldest a waiting unit's stored copy may grow before it is rolled: half the retention, at most
+# RocketMQ's timerRollWindowSlot (two days).
+_ROLL_AGE_MAX_MS = 2 * 86_400_000
 
 
 def _now_ms() -> int:
@@ -186,8 +193,11 @@ class TimerMessageService:
         self._progress = DeliveryProgress(broker, self._path, self.progress_json)
         self.settled = SettledHalves()
         # (delivery time, queue offset, commit-log offset) of each unit read and not settled when
-        # pushed; a unit settled since (rolled) is dropped when it comes to the top.
+        # pushed; ``_stale`` of them were settled since (rolled): dropped when they come to the top,
+        # or all at once when they outnumber the live ones.
         self._waiting: list[tuple[int, int, int]] = []
+        self._stale = 0
+        self._age_check_ms = 0  # no waiting unit's stored copy is too old before this time
         self._scanned = 0  # the next queue offset to read
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -276,6 +286,8 @@ class TimerMessageService:
         await self._progress.finish()
         # A broker made master again rebuilds the heap from the store, as at a start.
         self._waiting = []
+        self._stale = 0
+        self._age_check_ms = 0
         self._scanned = self.settled.first_unsettled
 
     @property
@@ -286,7 +298,7 @@ class TimerMessageService:
     @property
     def waiting(self) -> int:
         """Timer messages read and not delivered yet."""
-        return sum(1 for _, offset, _ in self._waiting if offset not in self.settled)
+        return len(self._waiting) - self._stale
 
     def progress_json(self) -> dict[str, object]:
         """The progress as timerProgress.json holds it."""
@@ -326,7 +338,7 @@ class TimerMessageService:
         more_to_read = self._read_arrivals()
         delivered, retry_at, more_due = self._deliver(now)
         changed = delivered
-        rolled_any, more_to_roll = self._roll()
+        rolled_any, more_to_roll = self._roll(now)
         changed = changed or rolled_any
         if changed:
             self.settled.advance()
@@ -344,6 +356,8 @@ class TimerMessageService:
             due = None if unit is None else self._due_of(offset, unit[0])
             if unit is None or due is None:
                 self.settled.add(offset)
+                # The progress may claim it once its record (before the log's end) is flushed.
+                self._progress.delivered_end = store.commitlog_max_offset
                 continue
             heapq.heappush(self._waiting, (due, offset, unit[0]))
         self._scanned = max(self._scanned, stop)
@@ -379,6 +393,7 @@ class TimerMessageService:
             _, offset, commitlog_offset = waiting[0]
             if offset in self.settled:
                 heapq.heappop(waiting)
+                self._stale -= 1
                 continue
             outcome, end = deliver_parked(
                 broker,
@@ -394,39 +409,68 @@ class TimerMessageService:
                 return settled_any, now + int(_RETRY_S * 1000), False
             heapq.heappop(waiting)
             self._retry_logged = False
-            if end:
-                self._progress.delivered_end = end
+            self._progress.delivered_end = end
             self.settled.add(offset)
             settled_any = True
             count += 1
         return settled_any, None, False
 
-    def _roll(self) -> tuple[bool, bool]:
-        """Roll the oldest waiting units while too many settled units follow them (at most
-        ``_ROUND_MAX``): (whether any was rolled, whether more should be)."""
+    def _roll(self, now: int) -> tuple[bool, bool]:
+        """Roll the oldest waiting units while too many settled units follow them or while their
+        stored copy is too old (at most ``_ROUND_MAX``): (whether any was rolled, whether more should
+        be)."""
         settled = self.settled
         first = settled.advance()
-        slack = (self._scanned - first) - settled.count_unsettled(first, self._scanned)
-        if slack <= _ROLL_SLACK:
+        live = self.waiting
+        # Every unit read and not settled is in the heap: the rest of [first, scanned) is settled.
+        slack = (self._scanned - first) - live
+        slack_max = max(_ROLL_SLACK, 2 * live)
+        by_slack = slack > slack_max
+        if not by_slack and now < self._age_check_ms:
             return False, False
         broker = self._broker
+        age_max = min(_ROLL_AGE_MAX_MS, broker.config.file_reserved_time * 3_600_000 // 2)
         count = 0
         for offset in settled.unsettled(first, self._scanned):
-            if count >= _ROUND_MAX or slack <= _ROLL_SLACK // 2:
-                break
+            if count >= _ROUND_MAX:
+                return True, True
+            by_slack = by_slack and slack > slack_max // 2
             unit = broker.store.queue_unit(TIMER_TOPIC, 0, offset)
+            if not by_slack and unit is not None:
+                stored_ms = self._stored_ms(unit[0])
+                if stored_ms is not None and stored_ms + age_max > now:
+                    self._age_check_ms = stored_ms + age_max
+                    break
             if unit is not None:
                 outcome, end = deliver_parked(
                     broker, unit[0], lambda rec: rolled(rec, broker.store_host), f"timer offset {offset}"
                 )
                 if outcome is Outcome.RETRY:
                     return count > 0, False
-                if end:
-                    self._progress.delivered_end = end
+                self._progress.delivered_end = end
             settled.add(offset)
+            self._stale += 1
             count += 1
             # The settled units between this one and the next unsettled one stop counting.
             new_first = settled.advance()
             slack -= new_first - first - 1
             first = new_first
-        return count > 0, slack > _ROLL_SLACK
+        else:  # nothing old is left waiting: what arrives from now on is younger
+            self._age_check_ms = now + age_max
+        if self._stale > len(self._waiting) - self._stale:
+            self._waiting = [entry for entry in self._waiting if entry[1] not in settled]
+            heapq.heapify(self._waiting)
+            self._stale = 0
+        return count > 0, False
+
+    def _stored_ms(self, commitlog_offset: int) -> int | None:
+        """When the record at *commitlog_offset* was stored; None for a record gone or unreadable."""
+        view = self._broker.store.message_at(commitlog_offset)
+        if view is None:
+            return None
+        try:
+            return decode_record_at(view, 0, len(view)).store_timestamp
+        except RecordError:
+            return None
+        finally:
+            del view
