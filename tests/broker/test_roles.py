@@ -619,3 +619,25 @@ def test_runtime_info_gives_the_role_and_the_newest_messages_store_time(tmp_path
             assert info["commitLogMaxOffset"] == str(slave.store.commitlog_max_offset)
 
     run(scenario())
+
+
+def test_a_slave_keeps_its_own_delivery_progress_until_it_holds_the_copies_its_master_counts(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with running(tmp_path, brokerRole="SLAVE", brokerId=1) as slave:
+            log_end = slave.store.commitlog_max_offset
+            ahead = {
+                "offsetTable": {"1": 5},
+                "timerProgress": {"base": 0, "settled": "Aw=="},
+                "deliveredEnd": log_end + 100,
+            }
+            slave.slave_sync._adopt_delay_offsets(ahead, "a master ahead of it")
+            assert slave.schedule.offsets == {} and 0 not in slave.timer.settled
+            slave.slave_sync._adopt_delay_offsets(
+                {**ahead, "deliveredEnd": log_end}, "a master it caught up with"
+            )
+            assert slave.schedule.offsets == {1: 5}
+            assert slave.timer.settled.first_unsettled == 2
+
+    run(scenario())

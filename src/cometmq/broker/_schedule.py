@@ -370,6 +370,11 @@ class ScheduleMessageService:
         """Whether the file is older than the table (its last write failed)."""
         return self._progress.file.pending
 
+    @property
+    def delivered_end(self) -> int:
+        """The commit-log end of the last copy delivered (0 before the first)."""
+        return self._progress.delivered_end
+
     def _snapshot(self) -> dict[str, dict[str, int]]:
         return {"offsetTable": {str(level): offset for level, offset in sorted(self.offsets.items())}}
 

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
 __all__ = [
+    "DELIVERED_END_KEY",
     "TIMER_DELAY_MS",
     "TIMER_DELAY_SEC",
     "TIMER_DELIVER_MS",
@@ -94,8 +95,11 @@ TIMER_ROLL_TIMES: Final = "TIMER_ROLL_TIMES"
 _ASKING: Final = (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS)
 TIMER_REQUEST_PROPERTIES: Final = frozenset(_ASKING)
 
-# The timer progress in a CometMQ master's GET_ALL_DELAY_OFFSET answer, beside RocketMQ's offsetTable.
+# The timer progress in a CometMQ master's GET_ALL_DELAY_OFFSET answer, beside RocketMQ's offsetTable,
+# and the commit-log end of the last copy either delivered: a slave whose log ends before it keeps
+# its own progress rather than claim copies it does not hold yet.
 TIMER_PROGRESS_KEY: Final = "timerProgress"
+DELIVERED_END_KEY: Final = "deliveredEnd"
 
 _JAVA_LONG_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
 
@@ -294,6 +298,11 @@ class TimerMessageService:
     def write_pending(self) -> bool:
         """Whether the progress file is older than the progress (its last write failed)."""
         return self._progress.file.pending
+
+    @property
+    def delivered_end(self) -> int:
+        """The commit-log end of the last copy delivered or rolled (0 before the first)."""
+        return self._progress.delivered_end
 
     @property
     def waiting(self) -> int:
