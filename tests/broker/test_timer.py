@@ -354,3 +354,32 @@ def test_a_unit_skipped_for_good_holds_the_progress_file_until_its_record_is_flu
             assert broker.timer._progress.delivered_end >= unit[0] + unit[1]
 
     run(scenario())
+
+
+def test_a_start_rebuilds_the_waiting_units_from_their_consume_queue_units_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        client = RemotingClient()
+        due = now_ms() + 3_600_000
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            assert (await create_topic(client, addr, "Rebuilt", 1)).code == 0
+            for i in range(3):
+                sent = await send(client, addr, "Rebuilt", b"%d" % i, TIMER_DELIVER_MS=str(due + i))
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+            # Each unit's tags code is its delivery time.
+            units = [broker.store.queue_unit(TIMER, 0, i) for i in range(3)]
+            assert [unit and unit[2] for unit in units] == [due, due + 1, due + 2]
+
+        def no_record_read(self: _timer.TimerMessageService, offset: int, commitlog_offset: int) -> int:
+            raise AssertionError(f"the record of unit {offset} was read")
+
+        monkeypatch.setattr(_timer.TimerMessageService, "_due_of", no_record_read)
+        async with running_broker(tmp_path) as broker:
+            await wait_until(lambda: broker.timer.waiting == 3, message="the units read")
+            assert broker.timer.deliver_due(due + 1) == (due + 2, False)
+            assert broker.store.max_offset("Rebuilt", 0) == 2
+        await client.close()
+
+    run(scenario())

@@ -18,7 +18,9 @@ Which units are settled (delivered, skipped for good, rolled) is a bitmap over q
 first one not settled (``SettledHalves``, the structure half messages use). The bitmap is the progress,
 written to ``config/timerProgress.json`` once the delivered copies are flushed (``DeliveryProgress``,
 as delayOffset.json is written). A start rebuilds the heap from the store: every unit from the file's
-base on that the bitmap does not settle is read again for its ``TIMER_OUT_MS``. After a crash the
+base on that the bitmap does not settle is pushed again with its delivery time, which its consume-queue
+unit carries as its tags code (a unit whose tags code is a tag's hash, from a store written before
+units carried it, has its record read for ``TIMER_OUT_MS``). After a crash the
 copies delivered since the last write are delivered again: at least once, as RocketMQ.
 
 A waiting unit is *rolled* (put again at the queue's end, ``TIMER_ROLL_TIMES`` + 1, as RocketMQ rolls a
@@ -102,6 +104,8 @@ TIMER_PROGRESS_KEY: Final = "timerProgress"
 DELIVERED_END_KEY: Final = "deliveredEnd"
 
 _JAVA_LONG_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
+# A unit's tags code above this is no tag's hash (a Java int) but a delivery time.
+_JAVA_INT_MAX: Final = 2**31 - 1
 
 # Units read, delivered or rolled before the event loop gets a turn (a backlog after a long stop).
 _ROUND_MAX = 256
@@ -185,7 +189,9 @@ def rolled(rec: DecodedRecord, store_host: bytes) -> MessageToStore:
     """The parked record *rec* parked again at the end of the timer queue, its roll counted."""
     properties = decode_properties(rec.properties)
     properties[TIMER_ROLL_TIMES] = str(int(properties.get(TIMER_ROLL_TIMES, "0") or 0) + 1)
-    return copy_of_record(rec, properties, TIMER_TOPIC, 0, store_host, rec.reconsume_times)
+    copy = copy_of_record(rec, properties, TIMER_TOPIC, 0, store_host, rec.reconsume_times)
+    copy.tags_code = int(properties.get(TIMER_OUT_MS, ""))
+    return copy
 
 
 class TimerMessageService:
@@ -227,8 +233,11 @@ class TimerMessageService:
 
     @staticmethod
     def to_timer(msg: MessageToStore, deliver_ms: int) -> MessageToStore:
-        """*msg* parked until *deliver_ms*: queue 0 of ``rmq_sys_wheel_timer``."""
-        return parked(msg, TIMER_TOPIC, 0, {TIMER_OUT_MS: str(deliver_ms)})
+        """*msg* parked until *deliver_ms*: queue 0 of ``rmq_sys_wheel_timer``, its unit's tags code the
+        delivery time (as a delay level's unit carries its own), so a start rebuilds from the units."""
+        timed = parked(msg, TIMER_TOPIC, 0, {TIMER_OUT_MS: str(deliver_ms)})
+        timed.tags_code = deliver_ms
+        return timed
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -362,7 +371,12 @@ class TimerMessageService:
         stop = min(end, self._scanned + _ROUND_MAX)
         for offset in self.settled.unsettled(self._scanned, stop):
             unit = store.queue_unit(TIMER_TOPIC, 0, offset)
-            due = None if unit is None else self._due_of(offset, unit[0])
+            if unit is None:
+                due = None
+            elif unit[2] > _JAVA_INT_MAX:  # no tag's hash: the delivery time
+                due = unit[2]
+            else:  # a unit stored before units carried their time
+                due = self._due_of(offset, unit[0])
             if unit is None or due is None:
                 self.settled.add(offset)
                 # The progress may claim it once its record (before the log's end) is flushed.
