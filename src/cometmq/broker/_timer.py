@@ -217,19 +217,23 @@ class TimerMessageService:
 
     # -- sends -----------------------------------------------------------------------------------
 
-    def delivery_time(self, properties: dict[str, str]) -> int | None:
-        """``timer_delivery_ms`` with this broker's settings; RequestRefused (SYSTEM_ERROR) for a timer
-        message when timerWheelEnable is false, as RocketMQ's WHEEL_TIMER_NOT_ENABLE."""
+    def delivery_time(self, properties: dict[str, str], *, at_commit: bool = False) -> int | None:
+        """``timer_delivery_ms`` with this broker's settings; RequestRefused (SYSTEM_ERROR) for any
+        message with a timer property when timerWheelEnable is false, before its value is looked at,
+        as RocketMQ's WHEEL_TIMER_NOT_ENABLE. At the commit of a half message (*at_commit*) neither
+        is checked again: the half was checked when it was sent, and a setting changed since must
+        not make its commit fail."""
         if TIMER_REQUEST_PROPERTIES.isdisjoint(properties):  # a plain send pays this test only
             return None
         config = self._broker.config
-        deliver_ms = timer_delivery_ms(properties, _now_ms(), config.timer_max_delay_sec)
-        if deliver_ms is not None and not config.timer_wheel_enable:
+        if at_commit:
+            return timer_delivery_ms(properties, _now_ms(), JAVA_LONG_MAX)
+        if not config.timer_wheel_enable:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
-                "timer messages are not enabled on this broker (timerWheelEnable=false)",
+                "accurate timer message is not enabled on this broker (timerWheelEnable is false)",
             )
-        return deliver_ms
+        return timer_delivery_ms(properties, _now_ms(), config.timer_max_delay_sec)
 
     @staticmethod
     def to_timer(msg: MessageToStore, deliver_ms: int) -> MessageToStore:

@@ -900,7 +900,7 @@ class EndTransactionProcessor:
             if level > 0:  # delayed as a plain send of it would be
                 copy = broker.schedule.to_schedule(copy, level)
             else:  # a delivery time is reckoned from the commit, as RocketMQ's put of the copy does
-                deliver_ms = broker.timer.delivery_time(properties)
+                deliver_ms = broker.timer.delivery_time(properties, at_commit=True)
                 if deliver_ms is not None:
                     copy = broker.timer.to_timer(copy, deliver_ms)
         settlement = Settlement.COMMIT if copy is not None else Settlement.ROLLBACK

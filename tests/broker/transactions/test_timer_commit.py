@@ -51,3 +51,21 @@ def test_a_committed_half_message_is_delivered_not_before_its_time_after_the_com
             assert record.body == b"tx" and decode_properties(record.properties)["TIMER_OUT_MS"] == str(due)
 
     run(scenario())
+
+
+def test_a_half_message_checked_when_sent_is_committed_whatever_the_timer_settings_became(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path, timerMaxDelaySec="7200") as (_, addr, client):
+            assert (await create_topic(client, addr, "TxSettings", 1)).code == 0
+            half = await send_half(client, addr, "TxSettings", b"tx", TIMER_DELAY_SEC="3600")
+        # Restarted with a shorter horizon and the timer turned off: the commit still parks the copy.
+        settings = {"timerMaxDelaySec": "60", "timerWheelEnable": "false"}
+        async with broker_and_client(tmp_path, **settings) as (broker, addr, client):
+            ended = await client.invoke(addr, end_request(half, COMMIT))
+            assert ended.code == ResponseCode.SUCCESS, ended.remark
+            assert broker.store.max_offset("rmq_sys_wheel_timer", 0) == 1
+            assert await records_of(client, addr, "TxSettings") == []
+
+    run(scenario())
