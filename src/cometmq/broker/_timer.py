@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import heapq
 import logging
 import math
@@ -412,6 +413,7 @@ class TimerMessageService:
         the store refused, whether more are due)."""
         broker = self._broker
         waiting = self._waiting
+        rebuild = functools.partial(from_timer, store_host=broker.store_host, now_ms=now)
         settled_any = False
         count = 0
         while waiting and waiting[0][0] <= now:
@@ -422,12 +424,7 @@ class TimerMessageService:
                 heapq.heappop(waiting)
                 self._stale -= 1
                 continue
-            outcome, end = deliver_parked(
-                broker,
-                commitlog_offset,
-                lambda rec: from_timer(rec, broker.store_host, now),
-                f"timer offset {offset}",
-            )
+            outcome, end = deliver_parked(broker, commitlog_offset, rebuild, "timer", offset)
             if outcome is Outcome.RETRY:
                 if not self._retry_logged:  # disk full or shutting down: wait, lose nothing
                     self._retry_logged = True
@@ -456,6 +453,7 @@ class TimerMessageService:
         if not by_slack and now < self._age_check_ms:
             return False, False
         broker = self._broker
+        roll = functools.partial(rolled, store_host=broker.store_host)
         age_max = min(_ROLL_AGE_MAX_MS, broker.config.file_reserved_time * 3_600_000 // 2)
         count = 0
         for offset in settled.unsettled(first, self._scanned):
@@ -469,9 +467,7 @@ class TimerMessageService:
                     self._age_check_ms = stored_ms + age_max
                     break
             if unit is not None:
-                outcome, end = deliver_parked(
-                    broker, unit[0], lambda rec: rolled(rec, broker.store_host), f"timer offset {offset}"
-                )
+                outcome, end = deliver_parked(broker, unit[0], roll, "timer", offset)
                 if outcome is Outcome.RETRY:
                     return count > 0, False
                 self._progress.delivered_end = end
