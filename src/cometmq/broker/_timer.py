@@ -446,6 +446,10 @@ class TimerMessageService:
         settled = self.settled
         first = settled.advance()
         live = self.waiting
+        if self._stale > live:  # entries of rolled units outnumber the live ones: drop them
+            self._waiting = [entry for entry in self._waiting if entry[1] not in settled]
+            heapq.heapify(self._waiting)
+            self._stale = 0
         # Every unit read and not settled is in the heap: the rest of [first, scanned) is settled.
         slack = (self._scanned - first) - live
         slack_max = max(_ROLL_SLACK, 2 * live)
@@ -480,10 +484,6 @@ class TimerMessageService:
             first = new_first
         else:  # nothing old is left waiting: what arrives from now on is younger
             self._age_check_ms = now + age_max
-        if self._stale > len(self._waiting) - self._stale:
-            self._waiting = [entry for entry in self._waiting if entry[1] not in settled]
-            heapq.heapify(self._waiting)
-            self._stale = 0
         return count > 0, False
 
     def _stored_ms(self, commitlog_offset: int) -> int | None:
