@@ -641,3 +641,24 @@ def test_a_slave_keeps_its_own_delivery_progress_until_it_holds_the_copies_its_m
             assert slave.timer.settled.first_unsettled == 2
 
     run(scenario())
+
+
+def test_a_restarted_master_counts_its_whole_log_as_delivered_for_its_slaves(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running(tmp_path) as master:
+            client = RemotingClient()
+            addr = address(master)
+            assert (await create_topic(client, addr, "Orders", 1)).code == ResponseCode.SUCCESS
+            await send(client, addr, "Orders", b"one", 0)
+            await client.close()
+        # Its progress files may count copies a slave has not received: until it delivers again,
+        # a slave must hold the whole log it restarted with before it adopts them.
+        async with running(tmp_path) as master:
+            client = RemotingClient()
+            response = await client.invoke(
+                address(master), RemotingCommand(code=RequestCode.GET_ALL_DELAY_OFFSET)
+            )
+            assert fastjson.loads(response.body)["deliveredEnd"] == master.store.commitlog_max_offset > 0
+            await client.close()
+
+    run(scenario())

@@ -255,6 +255,11 @@ class DeliveryProgress:
         self.delivered_end = 0  # commit-log end of the last delivered copy
         self._writing: asyncio.Future[bool] | None = None
 
+    def started(self, log_end: int) -> None:
+        """Delivery starts with the commit log ending at *log_end*: the progress read from the file
+        may count copies up to there (what a slave must hold before it adopts the progress)."""
+        self.delivered_end = max(self.delivered_end, log_end)
+
     def want(self) -> None:
         """The progress changed: write it when the copies are on disk."""
         self._wanted.set()
@@ -344,6 +349,7 @@ class ScheduleMessageService:
             self._broker.store.add_arrival_listener(self._on_arrival)
             self._listening = True
         self._started = True
+        self._progress.started(self._broker.store.commitlog_max_offset)
         self._tasks = [
             asyncio.ensure_future(self._deliver_loop()),
             asyncio.ensure_future(self._progress.run()),
@@ -380,7 +386,8 @@ class ScheduleMessageService:
 
     @property
     def delivered_end(self) -> int:
-        """The commit-log end of the last copy delivered (0 before the first)."""
+        """The commit-log end of the last copy delivered, or of the log when delivery started (0 on a
+        broker that never delivered)."""
         return self._progress.delivered_end
 
     def _snapshot(self) -> dict[str, dict[str, int]]:

@@ -289,6 +289,7 @@ class TimerMessageService:
         if not self._listening:  # once: a broker turned master again starts delivering again
             store.add_arrival_listener(self._on_arrival)
             self._listening = True
+        self._progress.started(store.commitlog_max_offset)
         self._task = asyncio.ensure_future(self._deliver_loop())
         self._progress_task = asyncio.ensure_future(self._progress.run())
 
@@ -315,7 +316,8 @@ class TimerMessageService:
 
     @property
     def delivered_end(self) -> int:
-        """The commit-log end of the last copy delivered or rolled (0 before the first)."""
+        """The commit-log end of the last copy delivered or rolled, or of the log when delivery
+        started (0 on a broker that never delivered)."""
         return self._progress.delivered_end
 
     @property
