@@ -105,6 +105,9 @@ TIMER_PROGRESS_KEY: Final = "timerProgress"
 DELIVERED_END_KEY: Final = "deliveredEnd"
 
 _JAVA_LONG_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
+# Queue offsets stay below this (2**48 units), so a heap key delivery time * _OFFSET_SPAN + offset
+# orders by time, then offset.
+_OFFSET_SPAN: Final = 1 << 48
 # A unit's tags code above this is no tag's hash (a Java int) but a delivery time.
 _JAVA_INT_MAX: Final = 2**31 - 1
 
@@ -203,10 +206,11 @@ class TimerMessageService:
         self._path = config_dir / "timerProgress.json"
         self._progress = DeliveryProgress(broker, self._path, self.progress_json)
         self.settled = SettledHalves()
-        # (delivery time, queue offset, commit-log offset) of each unit read and not settled when
-        # pushed; ``_stale`` of them were settled since (rolled): dropped when they come to the top,
-        # or all at once when they outnumber the live ones.
-        self._waiting: list[tuple[int, int, int]] = []
+        # A heap of delivery time * _OFFSET_SPAN + queue offset, of each unit read and not settled
+        # when pushed (one int each, about a third of a tuple's memory); ``_stale`` of them were
+        # settled since (rolled): dropped when they come to the top, or all at once when they
+        # outnumber the live ones.
+        self._waiting: list[int] = []
         self._stale = 0
         self._age_check_ms = 0  # no waiting unit's stored copy is too old before this time
         self._scanned = 0  # the next queue offset to read
@@ -368,7 +372,8 @@ class TimerMessageService:
         if changed:
             self.settled.advance()
             self._progress.want()
-        next_due = retry_at if retry_at is not None else (self._waiting[0][0] if self._waiting else math.inf)
+        waiting = self._waiting
+        next_due = retry_at if retry_at is not None else (waiting[0] // _OFFSET_SPAN if waiting else math.inf)
         return float(next_due), more_to_read or more_due or more_to_roll
 
     def _read_arrivals(self) -> bool:
@@ -389,7 +394,7 @@ class TimerMessageService:
                 # The progress may claim it once its record (before the log's end) is flushed.
                 self._progress.delivered_end = store.commitlog_max_offset
                 continue
-            heapq.heappush(self._waiting, (due, offset, unit[0]))
+            heapq.heappush(self._waiting, due * _OFFSET_SPAN + offset)
         self._scanned = max(self._scanned, stop)
         return stop < end
 
@@ -418,15 +423,21 @@ class TimerMessageService:
         rebuild = functools.partial(from_timer, store_host=broker.store_host, now_ms=now)
         settled_any = False
         count = 0
-        while waiting and waiting[0][0] <= now:
+        due_below = (now + 1) * _OFFSET_SPAN  # the keys of the units due by now
+        while waiting and waiting[0] < due_below:
             if count >= _ROUND_MAX:
                 return settled_any, None, True
-            _, offset, commitlog_offset = waiting[0]
+            offset = waiting[0] % _OFFSET_SPAN
             if offset in self.settled:
                 heapq.heappop(waiting)
                 self._stale -= 1
                 continue
-            outcome, end = deliver_parked(broker, commitlog_offset, rebuild, "timer", offset)
+            unit = broker.store.queue_unit(TIMER_TOPIC, 0, offset)
+            if unit is None:  # its consume-queue file is gone; nothing to deliver
+                log.error("timer offset %d: no consume-queue unit; skipped", offset)
+                outcome, end = Outcome.DONE, broker.store.commitlog_max_offset
+            else:
+                outcome, end = deliver_parked(broker, unit[0], rebuild, "timer", offset)
             if outcome is Outcome.RETRY:
                 if not self._retry_logged:  # disk full or shutting down: wait, lose nothing
                     self._retry_logged = True
@@ -449,7 +460,7 @@ class TimerMessageService:
         first = settled.advance()
         live = self.waiting
         if self._stale > live:  # entries of rolled units outnumber the live ones: drop them
-            self._waiting = [entry for entry in self._waiting if entry[1] not in settled]
+            self._waiting = [key for key in self._waiting if key % _OFFSET_SPAN not in settled]
             heapq.heapify(self._waiting)
             self._stale = 0
         # Every unit read and not settled is in the heap: the rest of [first, scanned) is settled.
