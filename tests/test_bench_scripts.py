@@ -312,3 +312,22 @@ def test_transactions_bench_prints_transactional_beside_plain_sends_and_dedup_on
     # sends in a row.
     assert sent == [3202.0] * 4 + [4803.0] * 2
     assert list(tmp_path.iterdir()) == []  # the server's directory is gone
+
+
+def test_proxy_bench_prints_the_5x_client_through_the_proxy_beside_cometmq_direct(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "rocketmq5"))
+    from client5 import client5_missing
+
+    missing = client5_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    out = run_bench("proxy.py", "--count", "100", "--rounds", "1")
+    # msg/s, then the server's CPU µs per message, which a short run's clock ticks may round to 0 (the
+    # ratio to it is then n/a)
+    for row in ("5.x send", "CometMQ send", "5.x receive+ack", "CometMQ receive+ack", "CometMQ consume"):
+        figures(rf"^{re.escape(row)} +{NUMBER} +[\d,.]+$", out)
+    ratios = rf"msg/s {NUMBER}x, server CPU per message (?:[\d.]+x|n/a)$"
+    figures(rf"^5\.x send / CometMQ send: {ratios}", out)
+    figures(rf"^5\.x receive\+ack / CometMQ receive\+ack: {ratios}", out)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from _support import address
 
 from cometmq.broker import Broker
@@ -36,7 +34,10 @@ def pop_request(
     exp_type: str | None = None,
     init_mode: int = 0,
     attempt_id: str | None = None,
+    born_time: int = 0,
 ) -> RemotingCommand:
+    """A pop request; without a *born_time* (0) the broker skips its lateness check, which a loaded
+    machine could fail (a request more than 500 ms on its way)."""
     header = PopMessageRequestHeader(
         consumer_group=group,
         topic=topic,
@@ -44,7 +45,7 @@ def pop_request(
         max_msg_nums=max_nums,
         invisible_time=invisible_ms,
         poll_time=poll_ms,
-        born_time=int(time.time() * 1000),
+        born_time=born_time,
         init_mode=init_mode,
         exp_type=exp_type,
         exp=exp,
@@ -104,7 +105,7 @@ def notification_request(
         topic=topic,
         queue_id=-1,
         poll_time=poll_ms,
-        born_time=int(time.time() * 1000),
+        born_time=0,  # as pop_request's
         order=order,
     )
     return RemotingCommand(code=RequestCode.NOTIFICATION, ext_fields=header.encode())

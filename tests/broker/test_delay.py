@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _support import address, broker_and_client, create_topic, pull, run, running_broker, send_request
@@ -258,11 +259,11 @@ def test_a_unit_that_raises_keeps_the_progress_made_before_it(
             real = service._deliver_one
             failed: list[int] = []
 
-            def fails_once_at_offset_1(level: int, offset: int, commitlog_offset: int) -> object:
+            def fails_once_at_offset_1(level: int, offset: int, *rest: Any) -> object:
                 if offset == 1 and not failed:
                     failed.append(offset)
                     raise OSError("injected failure")
-                return real(level, offset, commitlog_offset)
+                return real(level, offset, *rest)
 
             monkeypatch.setattr(service, "_deliver_one", fails_once_at_offset_1)
             later = int(time.time() * 1000) + 2 * 3_600_000

@@ -330,8 +330,12 @@ def test_get_all_delay_offset_answers_the_delivery_progress(tmp_path: Path) -> N
             )
             response = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_ALL_DELAY_OFFSET))
             assert response.code == 0
-            # fastjson: level keys unquoted; a CometMQ master's timer progress beside (no unit yet).
-            assert response.body == b'{"offsetTable":{1:1},"timerProgress":{"base":0,"settled":""}}'
+            # fastjson: level keys unquoted; a CometMQ master's timer progress beside (no unit yet), and
+            # where the delivered copy ends.
+            end = broker.store.commitlog_max_offset
+            assert response.body == (
+                b'{"offsetTable":{1:1},"timerProgress":{"base":0,"settled":""},"deliveredEnd":%d}' % end
+            )
 
     run(scenario())
 

@@ -619,3 +619,46 @@ def test_runtime_info_gives_the_role_and_the_newest_messages_store_time(tmp_path
             assert info["commitLogMaxOffset"] == str(slave.store.commitlog_max_offset)
 
     run(scenario())
+
+
+def test_a_slave_keeps_its_own_delivery_progress_until_it_holds_the_copies_its_master_counts(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with running(tmp_path, brokerRole="SLAVE", brokerId=1) as slave:
+            log_end = slave.store.commitlog_max_offset
+            ahead = {
+                "offsetTable": {"1": 5},
+                "timerProgress": {"base": 0, "settled": "Aw=="},
+                "deliveredEnd": log_end + 100,
+            }
+            slave.slave_sync._adopt_delay_offsets(ahead, "a master ahead of it")
+            assert slave.schedule.offsets == {} and 0 not in slave.timer.settled
+            slave.slave_sync._adopt_delay_offsets(
+                {**ahead, "deliveredEnd": log_end}, "a master it caught up with"
+            )
+            assert slave.schedule.offsets == {1: 5}
+            assert slave.timer.settled.first_unsettled == 2
+
+    run(scenario())
+
+
+def test_a_restarted_master_counts_its_whole_log_as_delivered_for_its_slaves(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running(tmp_path) as master:
+            client = RemotingClient()
+            addr = address(master)
+            assert (await create_topic(client, addr, "Orders", 1)).code == ResponseCode.SUCCESS
+            await send(client, addr, "Orders", b"one", 0)
+            await client.close()
+        # Its progress files may count copies a slave has not received: until it delivers again,
+        # a slave must hold the whole log it restarted with before it adopts them.
+        async with running(tmp_path) as master:
+            client = RemotingClient()
+            response = await client.invoke(
+                address(master), RemotingCommand(code=RequestCode.GET_ALL_DELAY_OFFSET)
+            )
+            assert fastjson.loads(response.body)["deliveredEnd"] == master.store.commitlog_max_offset > 0
+            await client.close()
+
+    run(scenario())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 from pathlib import Path
 
@@ -148,9 +149,13 @@ def test_refusals_name_what_is_wrong(tmp_path: Path) -> None:
             direct = await send(client, addr, TIMER, b"x")
             assert direct.code == ResponseCode.NO_PERMISSION
         async with broker_and_client(tmp_path, timerWheelEnable="false") as (_, addr, client):
-            off = await send(client, addr, "Refused", b"x", TIMER_DELAY_SEC="1")
-            assert off.code == ResponseCode.SYSTEM_ERROR
-            assert off.remark == "timer messages are not enabled on this broker (timerWheelEnable=false)"
+            # Any timer property is refused, whatever its value, as RocketMQ's WHEEL_TIMER_NOT_ENABLE.
+            for value in ("1", "0", "soon"):
+                off = await send(client, addr, "Refused", b"x", TIMER_DELAY_SEC=value)
+                assert (off.code, off.remark) == (
+                    ResponseCode.SYSTEM_ERROR,
+                    "accurate timer message is not enabled on this broker (timerWheelEnable is false)",
+                )
 
     run(scenario())
 
@@ -269,3 +274,116 @@ def test_the_settled_units_survive_their_snapshot(offsets: list[int], below: int
     restored.settle_below(below)
     assert all(o in restored for o in range(below))
     assert [o in restored for o in range(below, 256)] == [o in settled for o in range(below, 256)]
+
+
+def test_a_unit_waiting_longer_than_half_the_retention_is_rolled_and_outlives_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        settings = {"fileReservedTime": "48", "deleteWhen": "04", "mappedFileSizeCommitLog": "65536"}
+        async with broker_and_client(tmp_path, **settings) as (broker, addr, client):
+            for topic in ("Distant", "Filler"):
+                assert (await create_topic(client, addr, topic, 1)).code == 0
+            sent_ms = now_ms()
+            far = await send(client, addr, "Distant", b"far", TIMER_DELAY_SEC=str(3 * 86_400 - 60))
+            assert far.code == ResponseCode.SUCCESS, far.remark
+            for _ in range(100):  # the segment holding the parked copy fills up
+                await send(client, addr, "Filler", b"f" * 1000)
+            await wait_until(lambda: broker.timer.waiting == 1, message="the unit read")
+            # 25 hours on, the copy is older than half the 48 hours of retention: rolled.
+            broker.timer.deliver_due(sent_ms + 25 * 3_600_000)
+            assert broker.store.max_offset(TIMER, 0) == 2
+            await wait_until(lambda: broker.timer.waiting == 1, message="the rolled copy read")
+            _, parked = await pull(client, addr, TIMER, 0, 0)
+            assert [r.body for r in parked] == [b"far", b"far"]
+            assert props(parked[1])["TIMER_ROLL_TIMES"] == "1"
+            assert props(parked[1])["TIMER_OUT_MS"] == props(parked[0])["TIMER_OUT_MS"]
+            rolled_at = parked[1].commitlog_offset
+            for _ in range(100):
+                await send(client, addr, "Filler", b"f" * 1000)
+            # A retention pass 49 hours after the send deletes the segments before the rolled copy.
+            clean_at = time.localtime(sent_ms / 1000 + 49 * 3600)
+            clean_ms = int(time.mktime((*clean_at[:3], 4, 30, 0, 0, 0, -1)) * 1000)
+            for segment in broker.store._commitlog.segments:
+                if segment.start + segment.size <= rolled_at:
+                    old = (clean_ms - 49 * 3_600_000) / 1000
+                    os.utime(segment.path, (old, old))
+            report = broker.store.clean(clean_ms)
+            assert broker.store.commitlog_min_offset > parked[0].commitlog_offset, report
+            broker.timer.deliver_due(sent_ms + 3 * 86_400_000)
+            assert [r.body for r in await delivered(client, addr, "Distant")] == [b"far"]
+
+    run(scenario())
+
+
+def test_rolling_re_puts_at_most_one_waiting_unit_per_two_settled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_timer, "_ROLL_SLACK", 8)
+
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            assert (await create_topic(client, addr, "Mixed", 1)).code == 0
+            for i in range(20):
+                far = await send(client, addr, "Mixed", b"far-%d" % i, TIMER_DELAY_SEC="3600")
+                assert far.code == ResponseCode.SUCCESS, far.remark
+            for i in range(200):
+                near = await send(client, addr, "Mixed", b"near-%d" % i, TIMER_DELAY_MS="1")
+                assert near.code == ResponseCode.SUCCESS, near.remark
+            await wait_until(
+                lambda: broker.store.max_offset("Mixed", 0) == 200, message="the near messages delivered"
+            )
+            await wait_until(lambda: not broker.timer.deliver_due()[1], message="nothing more to roll")
+            rolled = broker.store.max_offset(TIMER, 0) - 220
+            assert 0 < rolled <= 200 // 2
+            assert broker.timer.waiting == 20
+            # Entries of rolled units left in the heap never outnumber the waiting ones.
+            assert len(broker.timer._waiting) <= 2 * broker.timer.waiting
+
+    run(scenario())
+
+
+def test_a_unit_skipped_for_good_holds_the_progress_file_until_its_record_is_flushed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            assert (await create_topic(client, addr, "Vanishing", 1)).code == 0
+            due = now_ms() + 3_600_000
+            sent = await send(client, addr, "Vanishing", b"x", TIMER_DELIVER_MS=str(due))
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            await wait_until(lambda: broker.timer.waiting == 1, message="the unit read")
+            unit = broker.store.queue_unit(TIMER, 0, 0)
+            assert unit is not None
+            broker.topics.delete("Vanishing")
+            broker.timer.deliver_due(due)  # no real topic: settled without a copy
+            assert 0 in broker.timer.settled and broker.store.max_offset("Vanishing", 0) == 0
+            # The progress file is written once the log is flushed to at least past the unit.
+            assert broker.timer._progress.delivered_end >= unit[0] + unit[1]
+
+    run(scenario())
+
+
+def test_a_start_rebuilds_the_waiting_units_from_their_consume_queue_units_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        client = RemotingClient()
+        due = now_ms() + 3_600_000
+        async with running_broker(tmp_path) as broker:
+            addr = address(broker)
+            assert (await create_topic(client, addr, "Rebuilt", 1)).code == 0
+            for i in range(3):
+                sent = await send(client, addr, "Rebuilt", b"%d" % i, TIMER_DELIVER_MS=str(due + i))
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+            # Each unit's tags code is its delivery time.
+            units = [broker.store.queue_unit(TIMER, 0, i) for i in range(3)]
+            assert [unit and unit[2] for unit in units] == [due, due + 1, due + 2]
+
+        def no_record_read(self: _timer.TimerMessageService, offset: int, commitlog_offset: int) -> int:
+            raise AssertionError(f"the record of unit {offset} was read")
+
+        monkeypatch.setattr(_timer.TimerMessageService, "_due_of", no_record_read)
+        async with running_broker(tmp_path) as broker:
+            await wait_until(lambda: broker.timer.waiting == 3, message="the units read")
+            assert broker.timer.deliver_due(due + 1) == (due + 2, False)
+            assert broker.store.max_offset("Rebuilt", 0) == 2
+        await client.close()
+
+    run(scenario())

@@ -101,6 +101,9 @@ def test_send_timer_messages_with_a_delay_or_a_delivery_time(namesrv_addr: str) 
     )
     got = {m["body"]: m for m in map(json.loads, lines)}
     assert got["delayed"]["storeTimestamp"] >= before + 1000
+    # --delay asks the broker's clock (TIMER_DELAY_MS), not the sender's, for a time.
+    assert got["delayed"]["properties"]["TIMER_DELAY_MS"] == "1000"
+    assert "TIMER_DELIVER_MS" not in got["delayed"]["properties"]
     assert got["timed"]["storeTimestamp"] >= before + 1500
     assert int(got["timed"]["properties"]["TIMER_DELIVER_MS"]) == before + 1500
 

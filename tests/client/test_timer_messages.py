@@ -45,10 +45,15 @@ def test_what_the_producer_and_the_broker_refuse(server: StandaloneServer) -> No
         async with AdminClient(server.namesrv) as admin:
             await admin.create_topic("TimerRefused", 1)
         async with Producer("PID_timer_refused", server.namesrv) as producer:
-            with pytest.raises(InvalidMessageError, match="delay_level or a deliver_at_ms, not both"):
+            one_of = "one of delay_level, deliver_at_ms and delay_ms"
+            with pytest.raises(InvalidMessageError, match=one_of):
                 await producer.send(Message("TimerRefused", b"x", delay_level=1, deliver_at_ms=now_ms()))
+            with pytest.raises(InvalidMessageError, match=one_of):
+                await producer.send(Message("TimerRefused", b"x", deliver_at_ms=now_ms(), delay_ms=5))
             with pytest.raises(InvalidMessageError, match="is not a time in epoch ms"):
                 await producer.send(Message("TimerRefused", b"x", deliver_at_ms=-1))
+            with pytest.raises(InvalidMessageError, match="delay_ms -1 is not a number of ms"):
+                await producer.send(Message("TimerRefused", b"x", delay_ms=-1))
             with pytest.raises(InvalidMessageError, match="reserved by RocketMQ"):
                 await producer.send(Message("TimerRefused", b"x", properties={"TIMER_DELAY_SEC": "5"}))
             with pytest.raises(InvalidMessageError, match="cannot be delayed"):

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from cometmq.errors import HeaderError
 from cometmq.protocol.jsonbody import BodyError
 from cometmq.protocol.pop import (
+    MAX_BITSET_BYTES,
     AckMessageRequestHeader,
     BatchAck,
     ExtraInfo,
@@ -116,3 +117,10 @@ def test_a_batch_ack_body_accepts_the_long_field_names() -> None:
 def test_a_bad_batch_ack_body_is_refused(body: bytes) -> None:
     with pytest.raises(BodyError):
         decode_batch_ack_body(body)
+
+
+@given(st.frozensets(st.integers(min_value=0, max_value=MAX_BITSET_BYTES * 8 - 1), max_size=64))
+def test_a_batch_ack_bitset_names_exactly_its_set_bits(indexes: frozenset[int]) -> None:
+    ack = BatchAck("g", "t", RetryMark.TOPIC, 0, 0, 0, 1, 1, tuple(sorted(indexes)))
+    _, (decoded,) = decode_batch_ack_body(encode_batch_ack_body(None, [ack]))
+    assert decoded == ack

@@ -31,6 +31,7 @@ from waiting import wait_until_blocking
 OpenStore = Callable[..., MessageStore]
 TOPICS = ("A", "B")
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
+TIMER = "rmq_sys_wheel_timer"
 QUEUES = 3
 
 
@@ -42,8 +43,8 @@ def started(root: Path, **kw: object) -> MessageStore:
 
 def put_some(store: MessageStore, rng: random.Random, count: int, max_body: int = 6000) -> None:
     """*count* messages of random sizes over two topics and three queues, singly and in batches,
-    with index keys; now and then a delayed message (its unit's tags code is its delivery time) or a
-    prepared transaction message (no unit)."""
+    with index keys; now and then a delayed or a timer message (its unit's tags code is its delivery
+    time) or a prepared transaction message (no unit)."""
     done = 0
     while done < count:
         topic = rng.choice(TOPICS)
@@ -68,6 +69,10 @@ def put_some(store: MessageStore, rng: random.Random, count: int, max_body: int 
             msgs = [make_msg(SCHEDULE, queue_id, b"later", properties=delay)]
         elif n == 1 and kind == 1:
             msgs = [make_msg(topic, queue_id, b"prepared", sys_flag=0x4)]
+        elif n == 1 and kind == 2:
+            due = rng.randrange(1 << 40, 1 << 41)
+            timed = encode_properties({"TIMER_OUT_MS": str(due), "TAGS": "t"})
+            msgs = [make_msg(TIMER, 0, b"timed", properties=timed, tags_code=due)]
         res = store.put(msgs[0]) if n == 1 else store.put_batch(msgs)
         assert res.status is PutStatus.PUT_OK
         done += n
@@ -128,7 +133,7 @@ def assert_replica_of(master: MessageStore, master_root: Path, slave: MessageSto
     assert end == master.replica_end()
     assert slave.commitlog_max_offset == master.commitlog_max_offset
     assert log_bytes(slave_root, start, end) == log_bytes(master_root, start, end)
-    for topic in (*TOPICS, SCHEDULE):
+    for topic in (*TOPICS, SCHEDULE, TIMER):
         for queue_id in range(QUEUES):
             low = slave.min_offset(topic, queue_id)
             high = slave.max_offset(topic, queue_id)

@@ -30,7 +30,7 @@ from cometmq.protocol.jsonbody import (
     json_object,
 )
 from cometmq.protocol.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
-from cometmq.protocol.pop import MAX_BATCH_ACKS
+from cometmq.protocol.pop import batch_ack_request_body
 
 _TOPIC: Final = ResourceType.TOPIC
 _GROUP: Final = ResourceType.GROUP
@@ -238,13 +238,10 @@ def _pop(actions: frozenset[Action]) -> NeedsRule:
 
 def _batch_ack(request: RemotingCommand, cluster: str | None) -> list[Need]:
     """Sub on the topic and group of each ack of a BatchAckMessageRequestBody."""
-    what = "BatchAckMessageRequestBody"
-    acks = java_list(json_object(request.body, what), "acks", what, max_items=MAX_BATCH_ACKS)
+    _, acks = batch_ack_request_body(request)
     needs = []
     for ack in acks:
-        fields = as_object(ack, "BatchAck")
-        group = _string_in(fields, "c") or _string_in(fields, "consumerGroup")
-        needs += _popped(_string_in(fields, "t") or _string_in(fields, "topic"), group, SUB)
+        needs += _popped(ack.topic, ack.consumer_group, SUB)
     return needs
 
 

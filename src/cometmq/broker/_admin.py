@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import cometmq
 from cometmq.broker._groups import SubscriptionGroupConfig
-from cometmq.broker._timer import TIMER_PROGRESS_KEY
+from cometmq.broker._timer import DELIVERED_END_KEY, TIMER_PROGRESS_KEY
 from cometmq.broker.config import fixed_at_start
 from cometmq.errors import ConfigError, RecordError, RequestRefused
 from cometmq.javaprops import format_properties, parse_properties
@@ -127,10 +127,13 @@ class AdminProcessor:
 
     def get_all_delay_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         # delayOffset.json as it would be written now; fastjson writes the level keys unquoted. The timer
-        # progress rides along for a CometMQ slave (a RocketMQ slave reads offsetTable only).
+        # progress and where the delivered copies end ride along for a CometMQ slave (a RocketMQ slave
+        # reads offsetTable only).
+        broker = self._broker
         table = {
-            "offsetTable": dict(sorted(self._broker.schedule.offsets.items())),
-            TIMER_PROGRESS_KEY: self._broker.timer.progress_json(),
+            "offsetTable": dict(sorted(broker.schedule.offsets.items())),
+            TIMER_PROGRESS_KEY: broker.timer.progress_json(),
+            DELIVERED_END_KEY: max(broker.schedule.delivered_end, broker.timer.delivered_end),
         }
         return request.response(body=fastjson.dumps(table, numeric_keys_unquoted=True))
 

@@ -45,6 +45,7 @@ from cometmq.protocol.pop import (
     MAX_POP_MESSAGES,
     POP_CK,
     POP_ORDER_REVIVE_QUEUE,
+    TIMEOUT_TOO_MUCH,
     AckMessageRequestHeader,
     BatchAck,
     ChangeInvisibleTimeRequestHeader,
@@ -58,7 +59,7 @@ from cometmq.protocol.pop import (
     PollingInfoResponseHeader,
     PopMessageRequestHeader,
     PopMessageResponseHeader,
-    decode_batch_ack_body,
+    batch_ack_request_body,
     pop_retry_topic,
     real_topic,
     retry_mark,
@@ -87,12 +88,24 @@ MAX_INVISIBLE_TIME_MS: Final = 12 * 3600 * 1000
 MAX_POLL_TIME_MS: Final = 120_000
 # RocketMQ's popPollingSize: pops held at once per topic, group and queue; more are answered POLLING_FULL.
 MAX_HELD_PER_QUEUE: Final = 1024
+# RocketMQ's maxPopPollingSize: pops and notifications held at once on the broker; more: POLLING_FULL.
+MAX_HELD: Final = 100_000
+# RocketMQ's popInflightMessageThreshold (which RocketMQ applies only when enablePopMessageThreshold is
+# set; here always): a group's queue with this many messages in flight is skipped by its pops.
+MAX_IN_FLIGHT_PER_QUEUE: Final = 10_000
+# The longest attemptId an order pop may name (RocketMQ's clients send a UUID).
+MAX_ATTEMPT_ID_CHARS: Final = 128
 # RocketMQ's popFromRetryProbability: the share of pops (%) that read the retry topic first.
 POP_FROM_RETRY_PERCENT: Final = 20
 # RocketMQ refuses a pop whose pollTime ran out on its way by more than this (isTimeoutTooMuch).
 MAX_POP_LATENESS_MS: Final = 500
 # A revive that could not store its copy is tried again this much later.
 REVIVE_RETRY_MS: Final = 1000
+# The revive heap is rebuilt once it holds more than twice the messages in flight plus this many.
+REVIVE_HEAP_SLACK: Final = 1024
+# The most revive-heap entries one loop step takes: a backlog (a broker down past many invisible
+# times) does not hold up requests.
+REVIVE_BATCH: Final = 1000
 # A group without a config (deleted while messages were in flight) gets RocketMQ's default.
 DEFAULT_RETRY_MAX_TIMES: Final = 16
 
@@ -146,6 +159,7 @@ class _Held:
     request: RemotingCommand
     polling_key: tuple[str, str, int]  # (topic, group, queue id), POLLING_INFO's count
     watched: tuple[str, ...]  # the topics whose arrivals wake it
+    alike: tuple[object, ...]  # held requests that would find the same (see _wake)
     attempt: Callable[[], RemotingCommand | None]  # the answer if it has one now
     expire: Callable[[], RemotingCommand]  # the answer at its deadline
     timer: asyncio.TimerHandle | None = None
@@ -156,17 +170,24 @@ class PopService:
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        self.journal = PopJournal(broker.root_dir / "pop", sync_each_write=broker.sync_flush)
+        self.journal = PopJournal(broker.root_dir / "pop", sync_flush=broker.sync_flush)
         # (visible at, n, key, offset, pop time): in-flight messages by when their invisible time ends;
         # entries of messages settled or changed since are skipped when they come up.
         self._revive_heap: list[tuple[int, int, QueueKey, int, int]] = []
+        self._revive_heap_limit = REVIVE_HEAP_SLACK  # rebuilt from the live state past this
         self._order = itertools.count()
         self._revive_timer: asyncio.TimerHandle | None = None
         self._revive_timer_at = 0
         self._held: dict[str, dict[_Held, None]] = {}  # by watched topic
+        self._held_by_conn: dict[Connection, dict[_Held, None]] = {}
         self._held_count: dict[tuple[str, str, int], int] = {}
+        self._held_total = 0
         self._wake_pending: set[str] = set()
         self._sync_task: asyncio.Task[None] | None = None
+        # SYNC_FLUSH: answers waiting for the journal on disk as far as their change (its position),
+        # and the fsync under way for them.
+        self._sync_waiters: list[tuple[int, Connection, RemotingCommand, RemotingCommand]] = []
+        self._syncing: asyncio.Future[None] | None = None
         self._listening = False
         self._running = False
 
@@ -175,17 +196,18 @@ class PopService:
     def open(self) -> None:
         """Replay the journal (blocking: run it off the loop, before requests are served)."""
         self.journal.open()
+        if self._broker.is_slave:
+            self._forget_all()
+        self._rebuild_revive_heap()
         for key, state in self.journal.states.items():
-            for offset, entry in state.inflight.items():
-                self._remember(key, offset, entry)
             self._commit(key, state)
 
     def start(self) -> None:
         """Revive messages as their invisible time passes."""
         self._running = True
         self._arm_revive()
-        if not self.journal.sync_each_write:
-            self._sync_task = asyncio.ensure_future(self._sync_every_second())
+        # Under SYNC_FLUSH too: for the changes no answer waits for (revives, a queue's first pop).
+        self._sync_task = asyncio.ensure_future(self._sync_every_second())
 
     async def stop(self) -> None:
         """Stop reviving, and answer the held pops while their connections are open."""
@@ -198,6 +220,8 @@ class PopService:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         self._answer_held()
+        while self._syncing is not None or self._sync_waiters:
+            await asyncio.gather(self._sync_soon(), return_exceptions=True)
 
     def close(self) -> None:
         """Close the journal (synced) once no request is served any more."""
@@ -208,23 +232,79 @@ class PopService:
         for held in {held for watchers in self._held.values() for held in watchers}:
             self._unpark(held)
             if held.conn.is_open:
-                held.conn.reply_with(held.request, held.expire)
+                self._reply_with(held.conn, held.request, held.expire)
 
     async def _sync_every_second(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(1.0)
-            await loop.run_in_executor(None, self.journal.sync)
+            try:
+                await loop.run_in_executor(None, self.journal.sync)
+            except OSError as exc:  # tried again in a second: the disk may come back
+                log.error("cannot fsync the POP journal %s: %s", self.journal.path, exc)
+
+    # -- answers once the journal has their changes (SYNC_FLUSH) --------------------------------
+
+    def _when_synced(
+        self, conn: Connection, request: RemotingCommand, response: RemotingCommand | None
+    ) -> RemotingCommand | None:
+        """*response*; or, under SYNC_FLUSH while the journal is not on disk as far as now, None, and
+        *response* sent once it is (a group commit: one fsync, off the loop, for every request
+        that wrote meanwhile)."""
+        journal = self.journal
+        if response is None or not journal.sync_flush or journal.synced >= journal.appended:
+            return response
+        conn.answer_later(request)
+        self._sync_waiters.append((journal.appended, conn, request, response))
+        self._sync_soon()
+        return None
+
+    def _reply(self, conn: Connection, request: RemotingCommand, response: RemotingCommand) -> None:
+        answer = self._when_synced(conn, request, response)
+        if answer is not None:
+            conn.reply(request, answer)
+
+    def _reply_with(
+        self, conn: Connection, request: RemotingCommand, build: Callable[[], RemotingCommand]
+    ) -> None:
+        try:
+            response = build()
+        except Exception as exc:
+            conn.reply_error(request, exc)
+        else:
+            self._reply(conn, request, response)
+
+    def _sync_soon(self) -> asyncio.Future[None]:
+        if self._syncing is None:
+            self._syncing = asyncio.get_running_loop().run_in_executor(None, self.journal.sync)
+            self._syncing.add_done_callback(self._synced)
+        return self._syncing
+
+    def _synced(self, done: asyncio.Future[None]) -> None:
+        self._syncing = None
+        error = None if done.cancelled() else done.exception()
+        if error is not None:
+            log.error("cannot fsync the POP journal %s: %s", self.journal.path, error)
+        waiters, self._sync_waiters = self._sync_waiters, []
+        for position, conn, request, response in waiters:
+            if error is not None:
+                response = request.response(
+                    ResponseCode.SYSTEM_ERROR, f"cannot fsync the POP journal {self.journal.path}: {error}"
+                )
+            elif position > self.journal.synced:
+                self._sync_waiters.append((position, conn, request, response))
+                continue
+            if conn.is_open:
+                conn.reply(request, response)
+        if self._sync_waiters:
+            self._sync_soon()
 
     # -- checks shared by the handlers ----------------------------------------------------------
 
     def _readable_topic(self, topic: str, what: str = "popping") -> TopicConfig:
         broker = self._broker
         if broker.is_slave:
-            raise RequestRefused(
-                ResponseCode.SERVICE_NOT_AVAILABLE,
-                f"broker {broker.config.broker_name} is a slave: POP consumption is served by its master",
-            )
+            raise RequestRefused(ResponseCode.SERVICE_NOT_AVAILABLE, self._slave_remark())
         if not broker.config.broker_permission & PERM_READ:
             raise RequestRefused(
                 ResponseCode.NO_PERMISSION,
@@ -262,12 +342,18 @@ class PopService:
     # -- POP_MESSAGE ----------------------------------------------------------------------------
 
     def pop_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return self._when_synced(conn, request, self._pop_message(conn, request))
+
+    def _pop_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         header = PopMessageRequestHeader.decode(request.ext_fields)
         now = _now_ms()
-        if header.born_time > 0 and now - header.born_time - header.poll_time > MAX_POP_LATENESS_MS:
+        late = now - header.born_time - header.poll_time
+        if header.born_time > 0 and late > MAX_POP_LATENESS_MS:
             return request.response(
                 ResponseCode.POLLING_TIMEOUT,
-                f"the broker[{self._broker.config.broker_ip1}] pop message is timeout too much",
+                f"the broker[{self._broker.config.broker_ip1}] {TIMEOUT_TOO_MUCH}: it arrived {late} ms "
+                f"after its bornTime + pollTime, more than {MAX_POP_LATENESS_MS} ms (the client's clock "
+                "behind the broker's, or the request slow on its way)",
             )
         if header.max_msg_nums > MAX_POP_MESSAGES:
             return request.response(
@@ -279,6 +365,11 @@ class PopService:
             return request.response(
                 ResponseCode.INVALID_PARAMETER,
                 f"invisibleTime {header.invisible_time} ms is out of range: 1..{MAX_INVISIBLE_TIME_MS} ms",
+            )
+        if header.attempt_id is not None and len(header.attempt_id) > MAX_ATTEMPT_ID_CHARS:
+            return request.response(
+                ResponseCode.INVALID_PARAMETER,
+                f"attemptId of {len(header.attempt_id)} characters is longer than {MAX_ATTEMPT_ID_CHARS}",
             )
         if header.init_mode not in (ConsumeInitMode.MIN, ConsumeInitMode.MAX):
             return request.response(
@@ -313,7 +404,7 @@ class PopService:
         polling_key = (pop.topic, pop.group, pop.queue_id)
         if header.poll_time <= 0:
             return self._pop_answer(request, pop, popped, ResponseCode.POLLING_TIMEOUT)
-        if self._held_count.get(polling_key, 0) >= MAX_HELD_PER_QUEUE:
+        if self._polling_full(polling_key):
             return self._pop_answer(request, pop, popped, ResponseCode.POLLING_FULL)
 
         def attempt() -> RemotingCommand | None:
@@ -325,8 +416,10 @@ class PopService:
             code = ResponseCode.SUCCESS if again.records else ResponseCode.POLLING_TIMEOUT
             return self._pop_answer(request, pop, again, code)
 
-        watched = (pop.topic,) if pop.order else (pop.topic, pop_retry_topic(pop.topic, pop.group))
-        self._park(conn, request, polling_key, watched, attempt, expire, header.poll_time)
+        watched = (pop.topic, pop_retry_topic(pop.topic, pop.group))
+        # Held pops alike in all that decides what they find: once one finds nothing, so would the rest.
+        alike = ("pop", pop.group, pop.topic, pop.queue_id, pop.order, header.exp_type, header.exp)
+        self._park(conn, request, polling_key, watched, alike, attempt, expire, header.poll_time)
         return None
 
     def _filter(
@@ -379,29 +472,40 @@ class PopService:
         now = _now_ms()
         popped = _Popped(now, POP_ORDER_REVIVE_QUEUE if pop.order else 0)
         sources: list[tuple[str, bool]] = [(pop.topic, False)]
-        if not pop.order:
-            retry = pop_retry_topic(pop.topic, pop.group)
-            if broker.topics.get(retry) is not None:
-                if random.randrange(100) < POP_FROM_RETRY_PERCENT:
-                    sources.insert(0, (retry, True))
-                else:
-                    sources.append((retry, True))
+        retry = pop_retry_topic(pop.topic, pop.group)
+        if broker.topics.get(retry) is not None:
+            # RocketMQ's order pops skip the retry topic; here they read it after the topic, so that a
+            # message revived while the group popped plainly is not stranded once it pops in order.
+            if not pop.order and random.randrange(100) < POP_FROM_RETRY_PERCENT:
+                sources.insert(0, (retry, True))
+            else:
+                sources.append((retry, True))
+        plan: list[tuple[str, bool, int]] = []  # (topic, is retry, queue id), in the order taken
         for topic, is_retry in sources:
             config = broker.topics.get(topic)
             if config is None:
                 continue
             if pop.queue_id >= 0 and not is_retry:
-                queues = [pop.queue_id]
+                plan.append((topic, is_retry, pop.queue_id))
             else:
                 count = config.read_queue_nums
                 start = random.randrange(count) if count else 0
-                queues = [(start + i) % count for i in range(count)]
-            for queue_id in queues:
-                want = pop.max_nums - len(popped.records)
-                if want <= 0:
-                    popped.rest_num += self._rest(pop.group, topic, queue_id)
-                    continue
-                self._pop_queue(pop, topic, queue_id, want, is_retry, popped)
+                plan += [(topic, is_retry, (start + i) % count) for i in range(count)]
+        if pop.order and pop.attempt_id:
+            # The same attempt again (RocketMQ's attemptId: its answer was lost on the way) gets the
+            # same messages under new receipt handles: a pop time later than any of theirs (even
+            # within the same ms), set before any handle of this answer is made.
+            for topic, _, queue_id in plan:
+                state = self.journal.states.get((pop.group, topic, queue_id))
+                for entry in state.inflight.values() if state is not None else ():
+                    if entry.attempt_id == pop.attempt_id:
+                        popped.pop_time = max(popped.pop_time, entry.pop_time + 1)
+        for topic, is_retry, queue_id in plan:
+            want = pop.max_nums - len(popped.records)
+            if want <= 0:
+                popped.rest_num += self._rest(pop.group, topic, queue_id)
+                continue
+            self._pop_queue(pop, topic, queue_id, want, is_retry, popped)
         return popped
 
     def _rest(self, group: str, topic: str, queue_id: int) -> int:
@@ -454,18 +558,19 @@ class PopService:
     ) -> None:
         key = (pop.group, topic, queue_id)
         state = self._state(key, pop.init_mode)
+        if len(state.inflight) >= MAX_IN_FLIGHT_PER_QUEUE:
+            popped.rest_num += self._rest(pop.group, topic, queue_id)
+            return
         if pop.order and state.blocked:
             if not pop.attempt_id or any(e.attempt_id != pop.attempt_id for e in state.inflight.values()):
                 popped.rest_num += self._rest(pop.group, topic, queue_id)
                 return
-            # The same attempt again (RocketMQ's attemptId: its answer was lost on the way): the
-            # same messages, under new receipt handles (a later pop time, even within the same ms).
-            again = sorted(state.inflight)[:want]
-            popped.pop_time = max(popped.pop_time, 1 + max(e.pop_time for e in state.inflight.values()))
+            again = sorted(state.inflight)[:want]  # the same attempt again: see _pop
             took_all_again = False
         else:
-            # An order pop hands out again, first, the messages whose invisible time passed unacked.
-            again = state.redeliver[:want] if pop.order else []
+            # The messages an order pop left unacked past their invisible time go out again first, to
+            # any pop of the group (a plain one too: else the queue would be stuck for it).
+            again = state.redeliver[:want]
             took_all_again = len(again) == len(state.redeliver)
         records: list[DecodedRecord] = []
         for offset in again:
@@ -510,7 +615,7 @@ class PopService:
         counts = state.counts
         for record in records:
             self._remember(key, record.queue_offset, entry)
-            reconsume = counts.get(record.queue_offset, 0) if pop.order else record.reconsume_times
+            reconsume = counts.get(record.queue_offset, record.reconsume_times)
             handle = ExtraInfo(
                 ck_offset,
                 popped.pop_time,
@@ -582,7 +687,7 @@ class PopService:
     def _in_flight(self, key: QueueKey, offset: int, info: ExtraInfo) -> InFlight:
         state = self.journal.states.get(key)
         entry = state.inflight.get(offset) if state is not None else None
-        if entry is None or entry.pop_time != info.pop_time:
+        if entry is None or entry.pop_time != info.pop_time or entry.reviving:
             group, topic, queue_id = key
             raise RequestRefused(
                 ResponseCode.NO_MESSAGE,
@@ -592,7 +697,10 @@ class PopService:
             )
         return entry
 
-    def ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return self._when_synced(conn, request, self._ack_message(conn, request))
+
+    def _ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = AckMessageRequestHeader.decode(request.ext_fields)
         self._check_group(header.consumer_group, create=False)
         key, info = self._handle_target(
@@ -602,8 +710,11 @@ class PopService:
         self._settle(key, [header.offset])
         return request.response()
 
-    def batch_ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        _, acks = decode_batch_ack_body(request.body)
+    def batch_ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return self._when_synced(conn, request, self._batch_ack_message(conn, request))
+
+    def _batch_ack_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        _, acks = batch_ack_request_body(request)
         if not acks:
             return request.response(ResponseCode.NO_MESSAGE, "the batch ack names no messages")
         for ack in acks:
@@ -622,7 +733,7 @@ class PopService:
         for index in ack.offsets_from_start:
             offset = ack.start_offset + index
             entry = state.inflight.get(offset)
-            if entry is not None and entry.pop_time == ack.pop_time:
+            if entry is not None and entry.pop_time == ack.pop_time and not entry.reviving:
                 offsets.append(offset)
         if offsets:
             self._settle(key, offsets)
@@ -635,7 +746,12 @@ class PopService:
         if was_blocked and not state.blocked:
             self._wake_soon(key[1])  # an order queue unblocked
 
-    def change_message_invisible_time(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def change_message_invisible_time(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        return self._when_synced(conn, request, self._change_message_invisible_time(conn, request))
+
+    def _change_message_invisible_time(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = ChangeInvisibleTimeRequestHeader.decode(request.ext_fields)
         if not 0 <= header.invisible_time <= MAX_INVISIBLE_TIME_MS:
             return request.response(
@@ -702,14 +818,15 @@ class PopService:
         if has_messages() or header.poll_time <= 0:
             return answer(has_messages())
         polling_key = (topic, group, header.queue_id)
-        if self._held_count.get(polling_key, 0) >= MAX_HELD_PER_QUEUE:
+        if self._polling_full(polling_key):
             return answer(False, True)
-        watched = (topic,) if header.order else (topic, pop_retry_topic(topic, group))
+        watched = (topic, pop_retry_topic(topic, group))
         self._park(
             conn,
             request,
             polling_key,
             watched,
+            ("notification", group, topic, header.queue_id, header.order),
             lambda: answer(True) if has_messages() else None,
             lambda: answer(has_messages()),
             header.poll_time,
@@ -717,7 +834,7 @@ class PopService:
         return None
 
     def _has_messages(self, group: str, topic: str, queue_id: int, order: bool) -> bool:
-        sources = [topic] if order else [pop_retry_topic(topic, group), topic]
+        sources = [pop_retry_topic(topic, group), topic]
         store = self._broker.store
         for source in sources:
             config = self._broker.topics.get(source)
@@ -748,12 +865,16 @@ class PopService:
 
     # -- holding --------------------------------------------------------------------------------
 
+    def _polling_full(self, polling_key: tuple[str, str, int]) -> bool:
+        return self._held_total >= MAX_HELD or self._held_count.get(polling_key, 0) >= MAX_HELD_PER_QUEUE
+
     def _park(
         self,
         conn: Connection,
         request: RemotingCommand,
         polling_key: tuple[str, str, int],
         watched: tuple[str, ...],
+        alike: tuple[object, ...],
         attempt: Callable[[], RemotingCommand | None],
         expire: Callable[[], RemotingCommand],
         poll_time_ms: int,
@@ -761,10 +882,12 @@ class PopService:
         if not self._listening:  # a broker nobody pops from pays nothing per stored message
             self._broker.store.add_arrival_listener(self._on_arrival)
             self._listening = True
-        held = _Held(conn, request, polling_key, watched, attempt, expire)
+        held = _Held(conn, request, polling_key, watched, alike, attempt, expire)
         for topic in watched:
             self._held.setdefault(topic, {})[held] = None
+        self._held_by_conn.setdefault(conn, {})[held] = None
         self._held_count[polling_key] = self._held_count.get(polling_key, 0) + 1
+        self._held_total += 1
         delay = min(poll_time_ms, MAX_POLL_TIME_MS) / 1000
         held.timer = asyncio.get_running_loop().call_later(delay, self._expire, held)
         conn.answer_later(request, long_polling=True)
@@ -781,6 +904,11 @@ class PopService:
                 watchers.pop(held, None)
                 if not watchers:
                     del self._held[topic]
+        mine = self._held_by_conn[held.conn]
+        del mine[held]
+        if not mine:
+            del self._held_by_conn[held.conn]
+        self._held_total -= 1
         left = self._held_count[held.polling_key] - 1
         if left:
             self._held_count[held.polling_key] = left
@@ -790,13 +918,12 @@ class PopService:
 
     def drop_connection(self, conn: Connection) -> None:
         """Forget the pops and notifications held for a connection that closed (nobody to answer)."""
-        if self._held_count:
-            for held in {held for watchers in self._held.values() for held in watchers if held.conn is conn}:
-                self._unpark(held)
+        for held in list(self._held_by_conn.get(conn, ())):
+            self._unpark(held)
 
     def _expire(self, held: _Held) -> None:
         if self._unpark(held) and held.conn.is_open:
-            held.conn.reply_with(held.request, held.expire)
+            self._reply_with(held.conn, held.request, held.expire)
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
         # The store's arrival listener: one dict lookup per stored message when nothing is held.
@@ -810,10 +937,13 @@ class PopService:
             asyncio.get_running_loop().call_soon(self._wake, topic)
 
     def _wake(self, topic: str) -> None:
+        """Try the held requests in the order they came, each kind until one finds nothing: what
+        arrived is then taken, and the rest of that kind stay held without reading."""
         self._wake_pending.discard(topic)
+        found_nothing: set[tuple[object, ...]] = set()
         for held in list(self._held.get(topic, ())):
-            if held.timer is None:
-                continue  # answered meanwhile through another topic it watches
+            if held.timer is None or held.alike in found_nothing:
+                continue  # answered meanwhile through another topic it watches, or nothing for it
             if not held.conn.is_open:
                 self._unpark(held)
                 continue
@@ -823,16 +953,33 @@ class PopService:
                 self._unpark(held)
                 held.conn.reply_error(held.request, exc)
                 continue
-            if response is not None:
+            if response is None:
+                found_nothing.add(held.alike)
+            else:
                 self._unpark(held)
-                held.conn.reply(held.request, response)
+                self._reply(held.conn, held.request, response)
 
     # -- revive ---------------------------------------------------------------------------------
 
     def _remember(self, key: QueueKey, offset: int, entry: InFlight) -> None:
         heapq.heappush(self._revive_heap, (entry.visible_at, next(self._order), key, offset, entry.pop_time))
+        if len(self._revive_heap) > self._revive_heap_limit:
+            self._rebuild_revive_heap()
         if self._running:
             self._arm_revive()
+
+    def _rebuild_revive_heap(self) -> None:
+        """The heap of what is in flight now: acks and changes leave their entries behind, which
+        would otherwise pile up with throughput times invisible time."""
+        heap = [
+            (entry.visible_at, next(self._order), key, offset, entry.pop_time)
+            for key, state in self.journal.states.items()
+            for offset, entry in state.inflight.items()
+            if not entry.reviving
+        ]
+        heapq.heapify(heap)
+        self._revive_heap = heap
+        self._revive_heap_limit = 2 * len(heap) + REVIVE_HEAP_SLACK
 
     def _arm_revive(self) -> None:
         if not self._revive_heap or not self._running:
@@ -855,19 +1002,34 @@ class PopService:
             )
             return
         now = _now_ms()
-        heap = self._revive_heap
-        while heap and heap[0][0] <= now:
-            _, _, key, offset, pop_time = heapq.heappop(heap)
+        for _ in range(REVIVE_BATCH):
+            if not self._revive_heap or self._revive_heap[0][0] > now:
+                break
+            _, _, key, offset, pop_time = heapq.heappop(self._revive_heap)
             state = self.journal.states.get(key)
             entry = state.inflight.get(offset) if state is not None else None
-            if state is None or entry is None or entry.pop_time != pop_time or entry.visible_at > now:
-                continue  # settled, or given a new invisible time
+            if (
+                state is None
+                or entry is None
+                or entry.reviving
+                or entry.pop_time != pop_time
+                or entry.visible_at > now
+            ):
+                continue  # settled, given a new invisible time, or its copy on its way to disk
             try:
                 self._revive(key, state, offset, entry)
             except Exception:
                 log.exception("reviving %s@%d offset %d of group %s failed", key[1], key[2], offset, key[0])
                 entry.invisible_time += REVIVE_RETRY_MS  # in memory only: tried again shortly
-                heapq.heappush(heap, (entry.visible_at, next(self._order), key, offset, entry.pop_time))
+                heapq.heappush(
+                    self._revive_heap, (entry.visible_at, next(self._order), key, offset, entry.pop_time)
+                )
+        else:
+            if self._revive_heap and self._revive_heap[0][0] <= now:
+                # More are due: the rest in the next step, after the requests waiting meanwhile.
+                self._revive_timer_at = now
+                self._revive_timer = asyncio.get_running_loop().call_later(0, self._revive_due)
+                return
         self._arm_revive()
 
     def _revive(self, key: QueueKey, state: QueueState, offset: int, entry: InFlight) -> None:
@@ -895,6 +1057,7 @@ class PopService:
             return
         # SYNC_FLUSH: the original is settled only once its copy is on disk, so that no power loss
         # keeps the settlement and loses the copy. Meanwhile it stays in flight, out of the heap.
+        entry.reviving = True
         flushed = self._broker.store.when_flushed(end)
         flushed.add_done_callback(lambda done: self._copy_flushed(done, key, offset, entry))
 
@@ -905,6 +1068,7 @@ class PopService:
         if not done.cancelled() and done.result():
             self._settle(key, [offset])
         else:  # not on disk: revived again shortly (a second copy: at least once)
+            entry.reviving = False
             entry.invisible_time += REVIVE_RETRY_MS
             self._remember(key, offset, entry)
 
@@ -965,6 +1129,25 @@ class PopService:
         if key in self.journal.states:
             self.journal.append(PopJournal.reset_record(key, offset))
             self._wake_soon(topic)
+
+    def follow_master(self) -> None:
+        """The broker became a slave: what it had in flight is its old mastership's. The consume
+        offsets it copies from its master are the truth from now on, and should it be master again,
+        its pops start from them (what is in flight at a master that fails is delivered again)."""
+        for held in {held for watchers in self._held.values() for held in watchers}:
+            self._unpark(held)
+            if held.conn.is_open:
+                refusal = held.request.response(ResponseCode.SERVICE_NOT_AVAILABLE, self._slave_remark())
+                held.conn.reply(held.request, refusal)
+        self._forget_all()
+        self._rebuild_revive_heap()
+
+    def _forget_all(self) -> None:
+        if self.journal.states:
+            self.journal.append(PopJournal.drop_all_record())
+
+    def _slave_remark(self) -> str:
+        return f"broker {self._broker.config.broker_name} is a slave: POP consumption is served by its master"
 
     def forget_group(self, group: str) -> None:
         """The group was deleted: its messages in flight are nobody's."""

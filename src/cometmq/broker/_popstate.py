@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import heapq
 import logging
 import os
 import threading
@@ -37,6 +38,10 @@ JOURNAL_NAME: Final = "inflight.journal"
 # than a quarter of the file.
 COMPACT_AFTER_BYTES: Final = 4 * 1024 * 1024
 
+# A state line's typical size without its entries, and an in-flight entry's in it (an attemptId more).
+_QUEUE_LINE_BYTES: Final = 100
+_ENTRY_BYTES: Final = 60
+
 QueueKey = tuple[str, str, int]  # (group, topic, queue id); the topic a message was popped from
 
 
@@ -49,6 +54,9 @@ class InFlight:
     ck_offset: int
     # An order pop's attemptId: the same attempt again (its answer was lost) gets the same messages.
     attempt_id: str | None = None
+    # Its revived copy is being written (SYNC_FLUSH waits for the disk before settling it): no ack,
+    # change or second revive meanwhile. Not journaled: after a crash it is revived again.
+    reviving: bool = False
 
     @property
     def visible_at(self) -> int:
@@ -61,12 +69,27 @@ class QueueState:
     inflight: dict[int, InFlight] = dataclasses.field(default_factory=dict)
     redeliver: list[int] = dataclasses.field(default_factory=list)  # sorted; order pops only
     counts: dict[int, int] = dataclasses.field(default_factory=dict)  # order pops: redeliveries so far
+    # The offsets put in flight, a heap whose entries no longer in flight are dropped as they reach
+    # its top: the lowest in flight without a scan of them all at every pop and ack.
+    _inflight_heap: list[int] = dataclasses.field(default_factory=list, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._inflight_heap = sorted(self.inflight)
+
+    def put_in_flight(self, offset: int, entry: InFlight) -> None:
+        if offset in self.redeliver:
+            self.redeliver.remove(offset)
+        self.inflight[offset] = entry
+        heapq.heappush(self._inflight_heap, offset)
 
     def low_water(self) -> int:
         """The lowest queue offset not settled: the group's consume offset of the queue."""
         low = self.cursor
-        if self.inflight:
-            low = min(low, min(self.inflight))
+        heap = self._inflight_heap
+        while heap and heap[0] not in self.inflight:
+            heapq.heappop(heap)
+        if heap:
+            low = min(low, heap[0])
         if self.redeliver:
             low = min(low, self.redeliver[0])
         return low
@@ -117,14 +140,17 @@ def _parse(line: bytes) -> dict[str, Any] | None:
 class PopJournal:
     """The states of every popped queue, and their journal (see the module docstring)."""
 
-    def __init__(self, directory: Path, *, sync_each_write: bool) -> None:
+    def __init__(self, directory: Path, *, sync_flush: bool) -> None:
         self.path = directory / JOURNAL_NAME
         self.states: dict[QueueKey, QueueState] = {}
-        self.sync_each_write = sync_each_write
+        self.sync_flush = sync_flush
         self._fd = -1
         self._size = 0
         self._size_at_compaction = 0
-        self._unsynced = False
+        # Bytes appended since open, and how many of them are on disk: a SYNC_FLUSH answer waits
+        # for ``synced`` to reach the ``appended`` of its change.
+        self.appended = 0
+        self.synced = 0
         # The periodic sync runs on another thread: it must not meet a descriptor closed or replaced.
         self._fd_lock = threading.Lock()
 
@@ -171,17 +197,15 @@ class PopJournal:
     # -- writing --------------------------------------------------------------------------------
 
     def append(self, *records: dict[str, Any]) -> None:
-        """Apply *records* to the states and append them to the journal, in one write. With
-        SYNC_FLUSH the write is fsync'd before this returns; otherwise by :meth:`sync`, which the
-        broker calls every second (a killed process loses nothing written; a machine crash loses at
-        most that second, as for the commit log)."""
+        """Apply *records* to the states and append them to the journal, in one write, fsync'd by
+        :meth:`sync`: with SYNC_FLUSH before the request is answered (one fsync for the requests
+        that wrote meanwhile), otherwise every second (a killed process loses nothing written; a
+        machine crash loses at most that second, as for the commit log)."""
         if self._fd >= 0:
             data = b"".join(_line(record) for record in records)
             try:
                 if os.write(self._fd, data) != len(data):
                     raise OSError(errno.ENOSPC, "a short write")
-                if self.sync_each_write:
-                    os.fsync(self._fd)
             except OSError as exc:
                 # Nothing of it may stay: a torn line amid later ones would end the replay there.
                 with contextlib.suppress(OSError):
@@ -191,46 +215,71 @@ class PopJournal:
                     f"cannot write the POP journal {self.path}: {exc.strerror or exc}",
                 ) from None
             self._size += len(data)
-            self._unsynced = not self.sync_each_write
+            self.appended += len(data)
         # Applied once written: a change the journal does not have is not made.
         for record in records:
             self._apply(record)
         self.compact_if_due()
 
     def sync(self) -> None:
+        """fsync what was appended (blocking: the broker runs it off its loop)."""
         with self._fd_lock:
-            if self._unsynced and self._fd >= 0:
-                self._unsynced = False
+            appended = self.appended  # written whole before it was counted
+            if self.synced < appended and self._fd >= 0:
                 os.fsync(self._fd)
+                self.synced = appended
 
     def compact_if_due(self, *, force: bool = False) -> None:
         grown = self._size - self._size_at_compaction
         if not force and grown < COMPACT_AFTER_BYTES:
             return
-        lines = [_line(self._state_record(key, state)) for key, state in self.states.items()]
-        live = sum(len(line) for line in lines)
-        if not force and live * 4 > self._size:
+        if not force and self._live_bytes_estimate() * 4 > self._size:
             self._size_at_compaction = self._size  # mostly live: look again after as much growth
             return
         temporary = self.path.with_name(JOURNAL_NAME + ".compacting")
+        try:
+            self._compact(temporary)
+        except OSError as exc:
+            # The journal as it is stays whole and in use: compaction is tried again after as much
+            # growth, and a broker starting on a full disk starts.
+            log.error("cannot compact the POP journal %s, appending to it as it is: %s", self.path, exc)
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            self._size_at_compaction = self._size
+            if self._fd < 0:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _compact(self, temporary: Path) -> None:
+        lines = [_line(self._state_record(key, state)) for key, state in self.states.items()]
+        data = b"".join(lines)
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, b"".join(lines))
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, "a short write")
             os.fsync(fd)
         finally:
             os.close(fd)
         with self._fd_lock:
             os.replace(temporary, self.path)
-            directory = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+            # Appends go to the file now at the path, whatever happens next.
             if self._fd >= 0:
                 os.close(self._fd)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-            self._size = self._size_at_compaction = live
-            self._unsynced = False
+            self._size = self._size_at_compaction = len(data)
+            self.synced = self.appended
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+    def _live_bytes_estimate(self) -> int:
+        """About the size of the live state's lines, counted rather than written out: the check
+        runs every 4 MB appended, and the state may be large and mostly live."""
+        entries = sum(
+            len(state.inflight) + len(state.redeliver) + len(state.counts) for state in self.states.values()
+        )
+        return _QUEUE_LINE_BYTES * len(self.states) + _ENTRY_BYTES * entries
 
     # -- records --------------------------------------------------------------------------------
     # pop: {"op": "pop", "g", "t", "q", "c": cursor after, "o": [offsets], "pt", "it", "ord", "ck", "aid"?}
@@ -239,7 +288,8 @@ class PopJournal:
     # exp: {"op": "exp", "g", "t", "q", "o", "n"}: an order pop's message to deliver again, n-th time
     # rst: {"op": "rst", "g", "t", "q", "c"}: an administrator's reset: cursor c, nothing in flight
     # state: {"op": "state", "g", "t", "q", "c", "f": [[o, pt, it, ord, ck, aid]], "rd": [o], "n": [[o, n]]}
-    # drop: {"op": "drop", "g"} or {"op": "drop", "t"}: every state of a deleted group or topic forgotten
+    # drop: {"op": "drop", "g"} or {"op": "drop", "t"}: every state of a deleted group or topic forgotten;
+    #       {"op": "drop"}: every state (the broker became a slave: its master's offsets are the truth)
 
     @staticmethod
     def pop_record(
@@ -292,6 +342,10 @@ class PopJournal:
         return {"op": "drop", "t": topic}
 
     @staticmethod
+    def drop_all_record() -> dict[str, Any]:
+        return {"op": "drop"}
+
+    @staticmethod
     def _state_record(key: QueueKey, state: QueueState) -> dict[str, Any]:
         return {
             "op": "state",
@@ -310,6 +364,9 @@ class PopJournal:
     def _apply(self, record: dict[str, Any]) -> None:
         op = record["op"]
         if op == "drop":
+            if "g" not in record and "t" not in record:
+                self.states.clear()
+                return
             field, name = ("g", 0) if "g" in record else ("t", 1)
             gone = str(record[field])
             for dropped in [key for key in self.states if key[name] == gone]:
@@ -330,10 +387,7 @@ class PopJournal:
                 state = self.states[key] = QueueState(int(record["c"]))
             fields = (record["pt"], record["it"], record["ord"], record["ck"], record.get("aid"))
             for offset in record["o"]:
-                offset = int(offset)
-                if offset in state.redeliver:
-                    state.redeliver.remove(offset)
-                state.inflight[offset] = _in_flight(*fields)
+                state.put_in_flight(int(offset), _in_flight(*fields))
             state.cursor = max(state.cursor, int(record["c"]))
             return
         if state is None:

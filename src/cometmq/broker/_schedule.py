@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
+import functools
 import logging
 import math
 import time
@@ -196,38 +197,46 @@ def _now_ms() -> int:
 
 
 def deliver_parked(
-    broker: Broker, commitlog_offset: int, rebuild: Callable[[DecodedRecord], MessageToStore], where: str
+    broker: Broker,
+    commitlog_offset: int,
+    rebuild: Callable[[DecodedRecord], MessageToStore],
+    queue: str,
+    offset: int,
 ) -> tuple[Outcome, int]:
     """Put a copy of the parked record at *commitlog_offset*, made by *rebuild*, for its real topic: the
-    re-put path of delayed and timer messages (*where* names the unit in log lines). (DONE, the
-    copy's commit-log end) when delivered; (DONE, 0) when skipped for good — the record gone, not
-    rebuildable, its real topic missing, the copy refused as illegal; (RETRY, 0) while the store
-    refuses writes."""
-    view = broker.store.message_at(commitlog_offset)
+    re-put path of delayed and timer messages (*queue* and *offset* name the unit in log lines, built
+    into text only when a line is logged: this runs once per delivered message). (DONE, the
+    copy's commit-log end) when delivered; (DONE, the commit log's end) when skipped for good — the
+    record gone, not rebuildable, its real topic missing, the copy refused as illegal —, so that a
+    progress claiming the unit settled waits for the unit's own record to be flushed; (RETRY, 0)
+    while the store refuses writes."""
+    store = broker.store
+    view = store.message_at(commitlog_offset)
     if view is None:  # retention took it, as RocketMQ skips a message it cannot look up
-        log.warning("%s: record %d is gone; skipped", where, commitlog_offset)
-        return Outcome.DONE, 0
+        log.warning("%s offset %d: record %d is gone; skipped", queue, offset, commitlog_offset)
+        return Outcome.DONE, store.commitlog_max_offset
     try:
         rec = decode_record_at(view, 0, len(view))
         msg = rebuild(rec)
     except (RecordError, ValueError) as exc:
-        log.error("%s: cannot rebuild the message (%s); skipped", where, exc)
-        return Outcome.DONE, 0
+        log.error("%s offset %d: cannot rebuild the message (%s); skipped", queue, offset, exc)
+        return Outcome.DONE, store.commitlog_max_offset
     finally:
         del view  # a live slice would pin the segment's mapping
     if msg.topic == TRANS_HALF_TOPIC or broker.topics.get(msg.topic) is None:
         log.warning(
-            "%s: real topic %s does not exist; message %s dropped", where, msg.topic, rec.offset_msg_id
-        )
-        return Outcome.DONE, 0
-    result = broker.store.put(msg)
+            "%s offset %d: real topic %s does not exist; message %s dropped",
+            queue, offset, msg.topic, rec.offset_msg_id,
+        )  # fmt: skip
+        return Outcome.DONE, store.commitlog_max_offset
+    result = store.put(msg)
     if result.status is PutStatus.PUT_OK:
         broker.stats.count_put(msg.topic, 1, result.wrote_bytes)
         return Outcome.DONE, result.commitlog_end_offset
     if result.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
-        log.error("%s: the store refuses message %s for %s (%s); skipped",
-                  where, rec.offset_msg_id, msg.topic, result.status.name)  # fmt: skip
-        return Outcome.DONE, 0
+        log.error("%s offset %d: the store refuses message %s for %s (%s); skipped",
+                  queue, offset, rec.offset_msg_id, msg.topic, result.status.name)  # fmt: skip
+        return Outcome.DONE, store.commitlog_max_offset
     return Outcome.RETRY, 0
 
 
@@ -245,6 +254,11 @@ class DeliveryProgress:
         self._wanted = asyncio.Event()
         self.delivered_end = 0  # commit-log end of the last delivered copy
         self._writing: asyncio.Future[bool] | None = None
+
+    def started(self, log_end: int) -> None:
+        """Delivery starts with the commit log ending at *log_end*: the progress read from the file
+        may count copies up to there (what a slave must hold before it adopts the progress)."""
+        self.delivered_end = max(self.delivered_end, log_end)
 
     def want(self) -> None:
         """The progress changed: write it when the copies are on disk."""
@@ -299,6 +313,7 @@ class ScheduleMessageService:
         self._path = config_dir / "delayOffset.json"
         self._progress = DeliveryProgress(broker, self._path, self._snapshot)
         self.delays_ms = parse_delay_levels(delay_level_spec)  # index level - 1
+        self._labels = [f"delay level {level}" for level in range(1, len(self.delays_ms) + 1)]
         # Delay level → next SCHEDULE_TOPIC_XXXX queue offset to deliver (RocketMQ's offsetTable).
         self.offsets: dict[int, int] = {}
         self._wake = asyncio.Event()
@@ -334,6 +349,7 @@ class ScheduleMessageService:
             self._broker.store.add_arrival_listener(self._on_arrival)
             self._listening = True
         self._started = True
+        self._progress.started(self._broker.store.commitlog_max_offset)
         self._tasks = [
             asyncio.ensure_future(self._deliver_loop()),
             asyncio.ensure_future(self._progress.run()),
@@ -367,6 +383,12 @@ class ScheduleMessageService:
     def write_pending(self) -> bool:
         """Whether the file is older than the table (its last write failed)."""
         return self._progress.file.pending
+
+    @property
+    def delivered_end(self) -> int:
+        """The commit-log end of the last copy delivered, or of the log when delivery started (0 on a
+        broker that never delivered)."""
+        return self._progress.delivered_end
 
     def _snapshot(self) -> dict[str, dict[str, int]]:
         return {"offsetTable": {str(level): offset for level, offset in sorted(self.offsets.items())}}
@@ -406,13 +428,16 @@ class ScheduleMessageService:
         now = _now_ms() if now_ms is None else now_ms
         next_due: float = math.inf
         busy = False
+        rebuild = functools.partial(from_schedule, store_host=self._broker.store_host)
         for level in range(1, self.max_level + 1):
-            due, more = self._deliver_level(level, now)
+            due, more = self._deliver_level(level, now, rebuild)
             next_due = min(next_due, due)
             busy = busy or more
         return next_due, busy
 
-    def _deliver_level(self, level: int, now: int) -> tuple[float, bool]:
+    def _deliver_level(
+        self, level: int, now: int, rebuild: Callable[[DecodedRecord], MessageToStore]
+    ) -> tuple[float, bool]:
         store = self._broker.store
         queue_id = level - 1
         max_off = store.max_offset(SCHEDULE_TOPIC, queue_id)
@@ -434,7 +459,7 @@ class ScheduleMessageService:
                     if now < due <= longest:
                         next_due = float(due)
                         break
-                    if self._deliver_one(level, offset, commitlog_offset) is Outcome.RETRY:
+                    if self._deliver_one(level, offset, commitlog_offset, rebuild) is Outcome.RETRY:
                         next_due = now + _RETRY_S * 1000
                         break
                 else:  # its consume-queue file is missing; nothing to deliver there
@@ -461,12 +486,15 @@ class ScheduleMessageService:
             return max_off
         return offset
 
-    def _deliver_one(self, level: int, offset: int, commitlog_offset: int) -> Outcome:
+    def _deliver_one(
+        self,
+        level: int,
+        offset: int,
+        commitlog_offset: int,
+        rebuild: Callable[[DecodedRecord], MessageToStore],
+    ) -> Outcome:
         broker = self._broker
-        where = f"delay level {level} offset {offset}"
-        outcome, end = deliver_parked(
-            broker, commitlog_offset, lambda rec: from_schedule(rec, broker.store_host), where
-        )
+        outcome, end = deliver_parked(broker, commitlog_offset, rebuild, self._labels[level - 1], offset)
         if outcome is Outcome.DONE:
             if end:
                 self._progress.delivered_end = end

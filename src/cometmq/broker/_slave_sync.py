@@ -9,7 +9,9 @@ start and then every 10 s, whenever the NameServer names a master (docs/operatio
 - topics and groups replace the slave's tables when their dataVersion differs, and are written;
 - consumer offsets are merged: the master's entry for a ``topic@group`` wins, the slave keeps the
   others (what consumers committed to it while the master was away);
-- delay offsets replace the slave's delayOffset.json.
+- delay offsets (and a CometMQ master's timer progress) replace the slave's delayOffset.json (and
+  timerProgress.json) once the slave's commit log holds every copy they count as delivered; until
+  then the slave keeps its own, so that, made a master, it delivers again what it never received.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from cometmq.broker._timer import TIMER_PROGRESS_KEY
+from cometmq.broker._timer import DELIVERED_END_KEY, TIMER_PROGRESS_KEY
 from cometmq.errors import CometMQError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from cometmq.protocol.namesrv_headers import RegisterBrokerResponseHeader
@@ -192,6 +194,9 @@ class SlaveSynchronize:
         self._broker.offsets.merge(body.get("offsetTable") or {}, source)
 
     def _adopt_delay_offsets(self, body: dict[str, Any], source: str) -> None:
+        delivered_end = body.get(DELIVERED_END_KEY)
+        if isinstance(delivered_end, int) and self._broker.store.commitlog_max_offset < delivered_end:
+            return  # the delivered copies have not all reached this slave yet: next round
         self._broker.schedule.adopt(body.get("offsetTable") or {}, source)
         progress = body.get(TIMER_PROGRESS_KEY)
         if progress is not None:  # a CometMQ master's

@@ -18,13 +18,19 @@ Which units are settled (delivered, skipped for good, rolled) is a bitmap over q
 first one not settled (``SettledHalves``, the structure half messages use). The bitmap is the progress,
 written to ``config/timerProgress.json`` once the delivered copies are flushed (``DeliveryProgress``,
 as delayOffset.json is written). A start rebuilds the heap from the store: every unit from the file's
-base on that the bitmap does not settle is read again for its ``TIMER_OUT_MS``. After a crash the
+base on that the bitmap does not settle is pushed again with its delivery time, which its consume-queue
+unit carries as its tags code (a unit whose tags code is a tag's hash, from a store written before
+units carried it, has its record read for ``TIMER_OUT_MS``). After a crash the
 copies delivered since the last write are delivered again: at least once, as RocketMQ.
 
-A unit still waiting while many settled units pile up after it would keep the bitmap, and the scan at
-start, growing; once more than ``_ROLL_SLACK`` settled units lie between the first unsettled unit and
-the end of the queue, the oldest waiting units are *rolled*: put again at the queue's end
-(``TIMER_ROLL_TIMES`` + 1, as RocketMQ rolls a message beyond its wheel) and settled at their old place.
+A waiting unit is *rolled* (put again at the queue's end, ``TIMER_ROLL_TIMES`` + 1, as RocketMQ rolls a
+message beyond its wheel, and settled at its old place) for two reasons. Its stored copy grows old:
+once older than half the commit log's retention (``fileReservedTime``), at most two days (RocketMQ's
+timerRollWindowSlot), it is rolled, so retention never deletes the only copy of a message still to
+come. And settled units pile up after it: once more than ``_ROLL_SLACK`` settled units, and twice as
+many as there are waiting units, lie between the first unsettled unit and the end of the queue, the
+oldest waiting units are rolled, which keeps the bitmap and the scan at start short while re-putting
+at most one waiting unit per two units settled.
 
 A slave delivers nothing: its master does, and the copies reach it with the rest of the commit log.
 """
@@ -34,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import heapq
 import logging
 import math
@@ -65,6 +72,7 @@ if TYPE_CHECKING:
     from cometmq.broker.broker import Broker
 
 __all__ = [
+    "DELIVERED_END_KEY",
     "TIMER_DELAY_MS",
     "TIMER_DELAY_SEC",
     "TIMER_DELIVER_MS",
@@ -90,10 +98,18 @@ TIMER_ROLL_TIMES: Final = "TIMER_ROLL_TIMES"
 _ASKING: Final = (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS)
 TIMER_REQUEST_PROPERTIES: Final = frozenset(_ASKING)
 
-# The timer progress in a CometMQ master's GET_ALL_DELAY_OFFSET answer, beside RocketMQ's offsetTable.
+# The timer progress in a CometMQ master's GET_ALL_DELAY_OFFSET answer, beside RocketMQ's offsetTable,
+# and the commit-log end of the last copy either delivered: a slave whose log ends before it keeps
+# its own progress rather than claim copies it does not hold yet.
 TIMER_PROGRESS_KEY: Final = "timerProgress"
+DELIVERED_END_KEY: Final = "deliveredEnd"
 
 _JAVA_LONG_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
+# Queue offsets stay below this (2**48 units), so a heap key delivery time * _OFFSET_SPAN + offset
+# orders by time, then offset.
+_OFFSET_SPAN: Final = 1 << 48
+# A unit's tags code above this is no tag's hash (a Java int) but a delivery time.
+_JAVA_INT_MAX: Final = 2**31 - 1
 
 # Units read, delivered or rolled before the event loop gets a turn (a backlog after a long stop).
 _ROUND_MAX = 256
@@ -102,8 +118,11 @@ _MAX_SLEEP_S = 1.0
 # After a put the store refused for now (disk full, shutting down), delivery waits this long.
 _RETRY_S = 1.0
 # Settled units allowed between the first unsettled unit and the queue's end before rolling (a bit
-# each in the progress file).
+# each in the progress file), at least; twice the waiting units when they are more.
 _ROLL_SLACK = 32_768
+# The oldest a waiting unit's stored copy may grow before it is rolled: half the retention, at most
+# RocketMQ's timerRollWindowSlot (two days).
+_ROLL_AGE_MAX_MS = 2 * 86_400_000
 
 
 def _now_ms() -> int:
@@ -174,7 +193,9 @@ def rolled(rec: DecodedRecord, store_host: bytes) -> MessageToStore:
     """The parked record *rec* parked again at the end of the timer queue, its roll counted."""
     properties = decode_properties(rec.properties)
     properties[TIMER_ROLL_TIMES] = str(int(properties.get(TIMER_ROLL_TIMES, "0") or 0) + 1)
-    return copy_of_record(rec, properties, TIMER_TOPIC, 0, store_host, rec.reconsume_times)
+    copy = copy_of_record(rec, properties, TIMER_TOPIC, 0, store_host, rec.reconsume_times)
+    copy.tags_code = int(properties.get(TIMER_OUT_MS, ""))
+    return copy
 
 
 class TimerMessageService:
@@ -185,9 +206,13 @@ class TimerMessageService:
         self._path = config_dir / "timerProgress.json"
         self._progress = DeliveryProgress(broker, self._path, self.progress_json)
         self.settled = SettledHalves()
-        # (delivery time, queue offset, commit-log offset) of each unit read and not settled when
-        # pushed; a unit settled since (rolled) is dropped when it comes to the top.
-        self._waiting: list[tuple[int, int, int]] = []
+        # A heap of delivery time * _OFFSET_SPAN + queue offset, of each unit read and not settled
+        # when pushed (one int each, about a third of a tuple's memory); ``_stale`` of them were
+        # settled since (rolled): dropped when they come to the top, or all at once when they
+        # outnumber the live ones.
+        self._waiting: list[int] = []
+        self._stale = 0
+        self._age_check_ms = 0  # no waiting unit's stored copy is too old before this time
         self._scanned = 0  # the next queue offset to read
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -197,24 +222,31 @@ class TimerMessageService:
 
     # -- sends -----------------------------------------------------------------------------------
 
-    def delivery_time(self, properties: dict[str, str]) -> int | None:
-        """``timer_delivery_ms`` with this broker's settings; RequestRefused (SYSTEM_ERROR) for a timer
-        message when timerWheelEnable is false, as RocketMQ's WHEEL_TIMER_NOT_ENABLE."""
+    def delivery_time(self, properties: dict[str, str], *, at_commit: bool = False) -> int | None:
+        """``timer_delivery_ms`` with this broker's settings; RequestRefused (SYSTEM_ERROR) for any
+        message with a timer property when timerWheelEnable is false, before its value is looked at,
+        as RocketMQ's WHEEL_TIMER_NOT_ENABLE. At the commit of a half message (*at_commit*) neither
+        is checked again: the half was checked when it was sent, and a setting changed since must
+        not make its commit fail."""
         if TIMER_REQUEST_PROPERTIES.isdisjoint(properties):  # a plain send pays this test only
             return None
         config = self._broker.config
-        deliver_ms = timer_delivery_ms(properties, _now_ms(), config.timer_max_delay_sec)
-        if deliver_ms is not None and not config.timer_wheel_enable:
+        if at_commit:
+            return timer_delivery_ms(properties, _now_ms(), JAVA_LONG_MAX)
+        if not config.timer_wheel_enable:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
-                "timer messages are not enabled on this broker (timerWheelEnable=false)",
+                "accurate timer message is not enabled on this broker (timerWheelEnable is false)",
             )
-        return deliver_ms
+        return timer_delivery_ms(properties, _now_ms(), config.timer_max_delay_sec)
 
     @staticmethod
     def to_timer(msg: MessageToStore, deliver_ms: int) -> MessageToStore:
-        """*msg* parked until *deliver_ms*: queue 0 of ``rmq_sys_wheel_timer``."""
-        return parked(msg, TIMER_TOPIC, 0, {TIMER_OUT_MS: str(deliver_ms)})
+        """*msg* parked until *deliver_ms*: queue 0 of ``rmq_sys_wheel_timer``, its unit's tags code the
+        delivery time (as a delay level's unit carries its own), so a start rebuilds from the units."""
+        timed = parked(msg, TIMER_TOPIC, 0, {TIMER_OUT_MS: str(deliver_ms)})
+        timed.tags_code = deliver_ms
+        return timed
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -261,6 +293,7 @@ class TimerMessageService:
         if not self._listening:  # once: a broker turned master again starts delivering again
             store.add_arrival_listener(self._on_arrival)
             self._listening = True
+        self._progress.started(store.commitlog_max_offset)
         self._task = asyncio.ensure_future(self._deliver_loop())
         self._progress_task = asyncio.ensure_future(self._progress.run())
 
@@ -276,6 +309,8 @@ class TimerMessageService:
         await self._progress.finish()
         # A broker made master again rebuilds the heap from the store, as at a start.
         self._waiting = []
+        self._stale = 0
+        self._age_check_ms = 0
         self._scanned = self.settled.first_unsettled
 
     @property
@@ -284,9 +319,15 @@ class TimerMessageService:
         return self._progress.file.pending
 
     @property
+    def delivered_end(self) -> int:
+        """The commit-log end of the last copy delivered or rolled, or of the log when delivery
+        started (0 on a broker that never delivered)."""
+        return self._progress.delivered_end
+
+    @property
     def waiting(self) -> int:
         """Timer messages read and not delivered yet."""
-        return sum(1 for _, offset, _ in self._waiting if offset not in self.settled)
+        return len(self._waiting) - self._stale
 
     def progress_json(self) -> dict[str, object]:
         """The progress as timerProgress.json holds it."""
@@ -326,12 +367,13 @@ class TimerMessageService:
         more_to_read = self._read_arrivals()
         delivered, retry_at, more_due = self._deliver(now)
         changed = delivered
-        rolled_any, more_to_roll = self._roll()
+        rolled_any, more_to_roll = self._roll(now)
         changed = changed or rolled_any
         if changed:
             self.settled.advance()
             self._progress.want()
-        next_due = retry_at if retry_at is not None else (self._waiting[0][0] if self._waiting else math.inf)
+        waiting = self._waiting
+        next_due = retry_at if retry_at is not None else (waiting[0] // _OFFSET_SPAN if waiting else math.inf)
         return float(next_due), more_to_read or more_due or more_to_roll
 
     def _read_arrivals(self) -> bool:
@@ -341,11 +383,18 @@ class TimerMessageService:
         stop = min(end, self._scanned + _ROUND_MAX)
         for offset in self.settled.unsettled(self._scanned, stop):
             unit = store.queue_unit(TIMER_TOPIC, 0, offset)
-            due = None if unit is None else self._due_of(offset, unit[0])
+            if unit is None:
+                due = None
+            elif unit[2] > _JAVA_INT_MAX:  # no tag's hash: the delivery time
+                due = unit[2]
+            else:  # a unit stored before units carried their time
+                due = self._due_of(offset, unit[0])
             if unit is None or due is None:
                 self.settled.add(offset)
+                # The progress may claim it once its record (before the log's end) is flushed.
+                self._progress.delivered_end = store.commitlog_max_offset
                 continue
-            heapq.heappush(self._waiting, (due, offset, unit[0]))
+            heapq.heappush(self._waiting, due * _OFFSET_SPAN + offset)
         self._scanned = max(self._scanned, stop)
         return stop < end
 
@@ -371,21 +420,24 @@ class TimerMessageService:
         the store refused, whether more are due)."""
         broker = self._broker
         waiting = self._waiting
+        rebuild = functools.partial(from_timer, store_host=broker.store_host, now_ms=now)
         settled_any = False
         count = 0
-        while waiting and waiting[0][0] <= now:
+        due_below = (now + 1) * _OFFSET_SPAN  # the keys of the units due by now
+        while waiting and waiting[0] < due_below:
             if count >= _ROUND_MAX:
                 return settled_any, None, True
-            _, offset, commitlog_offset = waiting[0]
+            offset = waiting[0] % _OFFSET_SPAN
             if offset in self.settled:
                 heapq.heappop(waiting)
+                self._stale -= 1
                 continue
-            outcome, end = deliver_parked(
-                broker,
-                commitlog_offset,
-                lambda rec: from_timer(rec, broker.store_host, now),
-                f"timer offset {offset}",
-            )
+            unit = broker.store.queue_unit(TIMER_TOPIC, 0, offset)
+            if unit is None:  # its consume-queue file is gone; nothing to deliver
+                log.error("timer offset %d: no consume-queue unit; skipped", offset)
+                outcome, end = Outcome.DONE, broker.store.commitlog_max_offset
+            else:
+                outcome, end = deliver_parked(broker, unit[0], rebuild, "timer", offset)
             if outcome is Outcome.RETRY:
                 if not self._retry_logged:  # disk full or shutting down: wait, lose nothing
                     self._retry_logged = True
@@ -394,39 +446,67 @@ class TimerMessageService:
                 return settled_any, now + int(_RETRY_S * 1000), False
             heapq.heappop(waiting)
             self._retry_logged = False
-            if end:
-                self._progress.delivered_end = end
+            self._progress.delivered_end = end
             self.settled.add(offset)
             settled_any = True
             count += 1
         return settled_any, None, False
 
-    def _roll(self) -> tuple[bool, bool]:
-        """Roll the oldest waiting units while too many settled units follow them (at most
-        ``_ROUND_MAX``): (whether any was rolled, whether more should be)."""
+    def _roll(self, now: int) -> tuple[bool, bool]:
+        """Roll the oldest waiting units while too many settled units follow them or while their
+        stored copy is too old (at most ``_ROUND_MAX``): (whether any was rolled, whether more should
+        be)."""
         settled = self.settled
         first = settled.advance()
-        slack = (self._scanned - first) - settled.count_unsettled(first, self._scanned)
-        if slack <= _ROLL_SLACK:
+        live = self.waiting
+        if self._stale > live:  # entries of rolled units outnumber the live ones: drop them
+            self._waiting = [key for key in self._waiting if key % _OFFSET_SPAN not in settled]
+            heapq.heapify(self._waiting)
+            self._stale = 0
+        # Every unit read and not settled is in the heap: the rest of [first, scanned) is settled.
+        slack = (self._scanned - first) - live
+        slack_max = max(_ROLL_SLACK, 2 * live)
+        by_slack = slack > slack_max
+        if not by_slack and now < self._age_check_ms:
             return False, False
         broker = self._broker
+        roll = functools.partial(rolled, store_host=broker.store_host)
+        age_max = min(_ROLL_AGE_MAX_MS, broker.config.file_reserved_time * 3_600_000 // 2)
         count = 0
         for offset in settled.unsettled(first, self._scanned):
-            if count >= _ROUND_MAX or slack <= _ROLL_SLACK // 2:
-                break
+            if count >= _ROUND_MAX:
+                return True, True
+            by_slack = by_slack and slack > slack_max // 2
             unit = broker.store.queue_unit(TIMER_TOPIC, 0, offset)
+            if not by_slack and unit is not None:
+                stored_ms = self._stored_ms(unit[0])
+                if stored_ms is not None and stored_ms + age_max > now:
+                    self._age_check_ms = stored_ms + age_max
+                    break
             if unit is not None:
-                outcome, end = deliver_parked(
-                    broker, unit[0], lambda rec: rolled(rec, broker.store_host), f"timer offset {offset}"
-                )
+                outcome, end = deliver_parked(broker, unit[0], roll, "timer", offset)
                 if outcome is Outcome.RETRY:
                     return count > 0, False
-                if end:
-                    self._progress.delivered_end = end
+                self._progress.delivered_end = end
             settled.add(offset)
+            self._stale += 1
             count += 1
             # The settled units between this one and the next unsettled one stop counting.
             new_first = settled.advance()
             slack -= new_first - first - 1
             first = new_first
-        return count > 0, slack > _ROLL_SLACK
+        else:  # nothing old is left waiting: what arrives from now on is younger
+            self._age_check_ms = now + age_max
+        return count > 0, False
+
+    def _stored_ms(self, commitlog_offset: int) -> int | None:
+        """When the record at *commitlog_offset* was stored; None for a record gone or unreadable."""
+        view = self._broker.store.message_at(commitlog_offset)
+        if view is None:
+            return None
+        try:
+            return decode_record_at(view, 0, len(view)).store_timestamp
+        except RecordError:
+            return None
+        finally:
+            del view

@@ -267,8 +267,10 @@ class SettledHalves:
         return None
 
     def advance(self) -> int:
-        """Drop the whole bytes of settled offsets at the start; H."""
-        full = len(self._bits) - len(self._bits.lstrip(b"\xff"))
+        """Drop the whole bytes of settled offsets at the start; H. Costs the bytes dropped, not the
+        bitmap: a bytearray drops its head in place."""
+        partial = _NOT_ALL_SETTLED.search(self._bits)
+        full = len(self._bits) if partial is None else partial.start()
         if full:
             del self._bits[:full]
             del self._committed[:full]
@@ -294,12 +296,17 @@ class SettledHalves:
 
     def unsettled(self, start: int, end: int) -> Iterator[int]:
         """The offsets in [*start*, *end*) not settled when called, in order (whole settled bytes
-        skipped in C). It reads a copy of the bitmap: the bitmap grows and shrinks while a round that
-        walks it waits for its turn, which a buffer exported to ``finditer`` would forbid."""
-        base, bits = self._base, bytes(self._bits)
-        start = max(start, base)
+        skipped in C). It reads a copy of the bitmap's bytes over the range: the bitmap grows and
+        shrinks while a round that walks it waits for its turn, which a buffer exported to
+        ``finditer`` would forbid."""
+        start = max(start, self._base)
+        if end <= start:
+            return
+        first_byte = (start - self._base) >> 3
+        bits = self._bits[first_byte : (end - self._base + 7) >> 3]
+        base = self._base + first_byte * 8
         covered = base + len(bits) * 8
-        for match in _NOT_ALL_SETTLED.finditer(bits, (start - base) >> 3):
+        for match in _NOT_ALL_SETTLED.finditer(bits):
             first = base + match.start() * 8
             if first >= end:
                 return
@@ -893,7 +900,7 @@ class EndTransactionProcessor:
             if level > 0:  # delayed as a plain send of it would be
                 copy = broker.schedule.to_schedule(copy, level)
             else:  # a delivery time is reckoned from the commit, as RocketMQ's put of the copy does
-                deliver_ms = broker.timer.delivery_time(properties)
+                deliver_ms = broker.timer.delivery_time(properties, at_commit=True)
                 if deliver_ms is not None:
                     copy = broker.timer.to_timer(copy, deliver_ms)
         settlement = Settlement.COMMIT if copy is not None else Settlement.ROLLBACK

@@ -662,6 +662,7 @@ class Broker:
             self._switched_epoch = 0
             self._switch_table()  # refuse sends before anything else
             self.deduplicator.clear()  # rebuilt from the log when this broker is master again
+            self.pop.follow_master()
             if self._ha_bound:
                 await self._start_ha_server()
             await self.schedule.stop()

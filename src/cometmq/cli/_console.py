@@ -137,7 +137,8 @@ def add_console_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         "--delay",
         type=_duration_ms,
         metavar="DURATION",
-        help="a timer message: consumers get each message DURATION after it is sent (1500ms, 30s, 5m, 2h)",
+        help="a timer message: consumers get each message DURATION after the broker stores it (1500ms, "
+        "30s, 5m, 2h)",
     )
     source = send.add_mutually_exclusive_group()
     source.add_argument("body", nargs="?", metavar="BODY", help="the body of one message (UTF-8)")
@@ -205,16 +206,14 @@ def _run_send(args: argparse.Namespace) -> int:
 
 async def _send(args: argparse.Namespace) -> int:
     def message(body: bytes) -> Message:
-        deliver_at = args.deliver_at
-        if args.delay is not None:
-            deliver_at = time.time_ns() // 1_000_000 + args.delay
         return Message(
             args.topic,
             body,
             tags=args.tags,
             keys=args.keys,
             properties=dict(args.properties),
-            deliver_at_ms=deliver_at,
+            deliver_at_ms=args.deliver_at,
+            delay_ms=args.delay,
         )
 
     async with Producer(

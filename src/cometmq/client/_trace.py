@@ -221,7 +221,7 @@ class TraceDispatcher:
                 store_host=store_host,
                 body_length=len(msg.body),
                 msg_type=MessageType.Delay_Msg
-                if msg.delay_level or msg.deliver_at_ms is not None
+                if msg.delay_level or msg.deliver_at_ms is not None or msg.delay_ms is not None
                 else msg_type,
             )
             records.append(

@@ -1,8 +1,33 @@
 """A cluster as a 4.x client reaches it, for servers that act as one (the RocketMQ 5 proxy): the shared
 :class:`ClientInstance` (routes from the name servers, one remoting connection per broker, heartbeats,
-check-backs of transactions), the typed decoding of broker answers and the one send header."""
+check-backs of transactions), the typed decoding of broker answers, the one send header, and the
+requests of offset-based consumers (a pull and the queue's offsets)."""
 
-from cometmq.client._brokerapi import send_header
+from cometmq.client._brokerapi import (
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    commit_offset,
+    max_offset,
+    min_offset,
+    offset_for_timestamp,
+    pull,
+    query_offset,
+    send_header,
+)
 from cometmq.client._instance import ClientInstance, ConsumerMember, TransactionMember, decode_answer
 
-__all__ = ["ClientInstance", "ConsumerMember", "TransactionMember", "decode_answer", "send_header"]
+__all__ = [
+    "PULL_SUBSCRIPTION",
+    "PULL_SUSPEND",
+    "ClientInstance",
+    "ConsumerMember",
+    "TransactionMember",
+    "commit_offset",
+    "decode_answer",
+    "max_offset",
+    "min_offset",
+    "offset_for_timestamp",
+    "pull",
+    "query_offset",
+    "send_header",
+]

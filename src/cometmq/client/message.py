@@ -63,7 +63,9 @@ class Message:
     the other fields. ``delay_level`` 1 to 18 parks the message until its level's delay has passed
     (1s 5s 10s 30s 1m … 2h). ``deliver_at_ms`` (epoch ms, RocketMQ 5's delivery timestamp) parks it
     until then instead: consumers get it not before that time, which may be up to the broker's
-    ``timerMaxDelaySec`` (3 days by default) ahead; a time already past delivers at once.
+    ``timerMaxDelaySec`` (3 days by default) ahead; a time already past delivers at once. ``delay_ms``
+    (RocketMQ's TIMER_DELAY_MS) parks it for that long after the broker stores it, whatever the
+    sender's clock says.
     """
 
     topic: str
@@ -74,6 +76,7 @@ class Message:
     delay_level: int = 0
     flag: int = 0
     deliver_at_ms: int | None = None
+    delay_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -346,7 +346,7 @@ class Producer(Client):
                 names = sorted(RESERVED_PROPERTIES.intersection(props))
                 raise InvalidMessageError(
                     f"property names {names} are reserved by RocketMQ: set tags, keys, delay_level "
-                    "and deliver_at_ms through the Message fields"
+                    "deliver_at_ms and delay_ms through the Message fields"
                 )
             for name, value in props.items():
                 if not name.strip() or not isinstance(value, str):
@@ -376,12 +376,18 @@ class Producer(Client):
             text += "\x02DELAY\x01" + str(delay)
             pairs += 1
         deliver_at = msg.deliver_at_ms
-        if deliver_at is not None:
-            if delay:
-                raise InvalidMessageError("a message has a delay_level or a deliver_at_ms, not both")
-            if isinstance(deliver_at, bool) or not isinstance(deliver_at, int) or deliver_at < 0:
-                raise InvalidMessageError(f"deliver_at_ms {deliver_at!r} is not a time in epoch ms")
-            text += "\x02TIMER_DELIVER_MS\x01" + str(deliver_at)
+        delay_ms = msg.delay_ms
+        if deliver_at is not None or delay_ms is not None:
+            if (deliver_at is not None) + (delay_ms is not None) + bool(delay) > 1:
+                raise InvalidMessageError("a message has one of delay_level, deliver_at_ms and delay_ms")
+            if deliver_at is not None:
+                if isinstance(deliver_at, bool) or not isinstance(deliver_at, int) or deliver_at < 0:
+                    raise InvalidMessageError(f"deliver_at_ms {deliver_at!r} is not a time in epoch ms")
+                text += "\x02TIMER_DELIVER_MS\x01" + str(deliver_at)
+            else:
+                if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
+                    raise InvalidMessageError(f"delay_ms {delay_ms!r} is not a number of ms")
+                text += "\x02TIMER_DELAY_MS\x01" + str(delay_ms)
             pairs += 1
         # One separator check for the whole text: a \x01 or \x02 inside tags, keys or a property
         # would shift every property after it for every client that reads the message.
@@ -434,7 +440,7 @@ class Producer(Client):
             body = msg.body
             if msg.topic != topic:
                 raise InvalidMessageError(f"a batch goes to one topic: {topic!r} and {msg.topic!r} are mixed")
-            if msg.delay_level or msg.deliver_at_ms is not None:
+            if msg.delay_level or msg.deliver_at_ms is not None or msg.delay_ms is not None:
                 raise InvalidMessageError("messages of a batch cannot be delayed (RocketMQ refuses them)")
             if not body:
                 raise InvalidMessageError(f"message {index} of the batch to {topic!r} has an empty body")

@@ -50,6 +50,7 @@ from cometmq.protocol import RequestCode, ResponseCode
 from cometmq.protocol.naming import PERM_READ
 from cometmq.protocol.pop import (
     MAX_POP_MESSAGES,
+    TIMEOUT_TOO_MUCH,
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
@@ -175,7 +176,9 @@ class SimpleConsumer(Client):
         """Up to ``max_messages`` (1…32) messages of the subscribed topics, each invisible to every
         other receive for ``invisible_duration`` seconds: ack it (:meth:`ack`) within that time, or it
         is delivered again. When there is nothing to receive, waits up to ``await_duration`` seconds
-        (default: the consumer's) for messages to arrive; an empty list after that."""
+        (default: the consumer's) for messages to arrive; an empty list after that. :class:`BrokerError`
+        (POLLING_TIMEOUT, "timeout too much") when the broker found the request too late to serve: this
+        machine's clock is behind the broker's, or the request was slow on its way."""
         self._check_running()
         check_range("max_messages", max_messages, 1, MAX_POP_MESSAGES)
         check_range("invisible_duration", invisible_duration, 0.001, MAX_INVISIBLE_DURATION_S)
@@ -242,7 +245,7 @@ class SimpleConsumer(Client):
         except CometMQError as exc:
             await instance.refresh_route_if_unreachable(topic, exc)
             raise
-        if response.code in _NOTHING:
+        if response.code in _NOTHING and TIMEOUT_TOO_MUCH not in (response.remark or ""):
             return []
         if response.code != ResponseCode.SUCCESS:
             raise BrokerError(response.code, response.remark)

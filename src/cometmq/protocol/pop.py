@@ -26,7 +26,10 @@ import dataclasses
 import enum
 from typing import Any, Final
 
+from cometmq.errors import RequestRefused
 from cometmq.protocol import fastjson
+from cometmq.protocol.codes import ResponseCode
+from cometmq.protocol.command import RemotingCommand
 from cometmq.protocol.headers import Header, JavaBool, JavaInt, JavaLong, JavaString, header, wire
 from cometmq.protocol.jsonbody import (
     BodyError,
@@ -42,9 +45,12 @@ from cometmq.protocol.naming import RETRY_GROUP_TOPIC_PREFIX, group_name_error, 
 __all__ = [
     "FIRST_POP_TIME",
     "MAX_BATCH_ACKS",
+    "MAX_BATCH_ACK_OFFSETS",
+    "MAX_BITSET_BYTES",
     "MAX_POP_MESSAGES",
     "POP_CK",
     "POP_ORDER_REVIVE_QUEUE",
+    "TIMEOUT_TOO_MUCH",
     "AckMessageRequestHeader",
     "BatchAck",
     "ChangeInvisibleTimeRequestHeader",
@@ -59,6 +65,7 @@ __all__ = [
     "PopMessageRequestHeader",
     "PopMessageResponseHeader",
     "RetryMark",
+    "batch_ack_request_body",
     "decode_batch_ack_body",
     "encode_batch_ack_body",
     "pop_retry_topic",
@@ -72,6 +79,10 @@ MAX_POP_MESSAGES: Final = 32
 POP_ORDER_REVIVE_QUEUE: Final = 999
 # The most acks one BATCH_ACK_MESSAGE body may list (RocketMQ sets none; a client batches one pop's).
 MAX_BATCH_ACKS: Final = 1024
+
+# The words of the remark RocketMQ's broker answers (with POLLING_TIMEOUT, the code of a pop that found
+# nothing) to a pop that arrived more than 500 ms after its bornTime + pollTime (isTimeoutTooMuch).
+TIMEOUT_TOO_MUCH: Final = "pop message is timeout too much"
 
 # Message properties (RocketMQ's MessageConst): the receipt handle, and when the message was first popped.
 POP_CK: Final = "POP_CK"
@@ -340,12 +351,28 @@ def _bitset_bytes(indexes: tuple[int, ...]) -> bytes:
     return bytes(data)
 
 
-def _bitset_indexes(data: bytes) -> tuple[int, ...]:
-    return tuple(i * 8 + bit for i, byte in enumerate(data) for bit in range(8) if byte >> bit & 1)
+# A bit set wider than this names offsets no pop can have taken (32 messages a pop, a filter skipping
+# some between them).
+MAX_BITSET_BYTES: Final = 512
+# The most offsets one body may ack: every ack a whole pop's.
+MAX_BATCH_ACK_OFFSETS: Final = MAX_BATCH_ACKS * MAX_POP_MESSAGES
 
 
-# A bit set wider than this names offsets no pop can have taken (at most 32 messages a pop).
-_MAX_BITSET_BYTES: Final = 8192
+def _bitset_indexes(data: bytes, most: int) -> tuple[int, ...]:
+    """The set bits of *data*, lowest first: counted first (refused past *most*), then only they are
+    enumerated, so that a bit set costs its set bits, not its width."""
+    bits = int.from_bytes(data, "little")  # BitSet.toByteArray: bit i is bit i % 8 of byte i // 8
+    if bits.bit_count() > most:
+        raise RequestRefused(
+            ResponseCode.INVALID_PARAMETER,
+            f"the BatchAckMessageRequestBody acks more than {MAX_BATCH_ACK_OFFSETS} offsets",
+        )
+    indexes = []
+    while bits:
+        lowest = bits & -bits
+        indexes.append(lowest.bit_length() - 1)
+        bits ^= lowest
+    return tuple(indexes)
 
 
 def _field(obj: dict[str, Any], short: str, long: str) -> str:
@@ -353,7 +380,7 @@ def _field(obj: dict[str, Any], short: str, long: str) -> str:
     return short if short in obj or long not in obj else long
 
 
-def _decode_batch_ack(value: Any) -> BatchAck:
+def _decode_batch_ack(value: Any, most_offsets: int) -> BatchAck:
     what = "BatchAck"
     obj = as_object(value, what)
     retry_text = java_string(obj, _field(obj, "r", "retry"), what, default=RetryMark.TOPIC.value)
@@ -366,8 +393,12 @@ def _decode_batch_ack(value: Any) -> BatchAck:
         raw = base64.b64decode(bits, validate=True)
     except ValueError:
         raise BodyError(f"the {what} field b is not base64") from None
-    if len(raw) > _MAX_BITSET_BYTES:
-        raise BodyError(f"the {what} field b holds {len(raw)} bytes, above {_MAX_BITSET_BYTES}")
+    if len(raw) > MAX_BITSET_BYTES:
+        raise RequestRefused(
+            ResponseCode.INVALID_PARAMETER,
+            f"the {what} bit set b holds {len(raw)} bytes, above {MAX_BITSET_BYTES}: "
+            f"it names offsets no pop of at most {MAX_POP_MESSAGES} messages took",
+        )
     return BatchAck(
         consumer_group=java_string(obj, _field(obj, "c", "consumerGroup"), what, name_rule=group_name_error),
         topic=java_string(obj, _field(obj, "t", "topic"), what, name_rule=stored_topic_name_error),
@@ -377,7 +408,7 @@ def _decode_batch_ack(value: Any) -> BatchAck:
         revive_queue_id=java_int(obj, _field(obj, "rq", "reviveQueueId"), what, default=0),
         pop_time=java_long(obj, _field(obj, "pt", "popTime"), what),
         invisible_time=java_long(obj, _field(obj, "it", "invisibleTime"), what),
-        offsets_from_start=_bitset_indexes(raw),
+        offsets_from_start=_bitset_indexes(raw, most_offsets),
     )
 
 
@@ -388,8 +419,29 @@ def decode_batch_ack_body(body: bytes) -> tuple[str | None, list[BatchAck]]:
     broker_name = obj.get("brokerName")
     if broker_name is not None and not isinstance(broker_name, str):
         raise BodyError("the BatchAckMessageRequestBody field brokerName is not a Java String")
-    acks = java_list(obj, "acks", "BatchAckMessageRequestBody", max_items=MAX_BATCH_ACKS)
-    return broker_name, [_decode_batch_ack(item) for item in acks]
+    acks = []
+    left = MAX_BATCH_ACK_OFFSETS
+    for item in java_list(obj, "acks", "BatchAckMessageRequestBody", max_items=MAX_BATCH_ACKS):
+        ack = _decode_batch_ack(item, left)
+        left -= len(ack.offsets_from_start)
+        acks.append(ack)
+    return broker_name, acks
+
+
+def batch_ack_request_body(request: RemotingCommand) -> tuple[str | None, list[BatchAck]]:
+    """:func:`decode_batch_ack_body` of a BATCH_ACK_MESSAGE *request*, decoded once for the access
+    check and the handler, which see the request one after the other in the same step."""
+    global _last_batch_ack
+    last = _last_batch_ack
+    if last is not None and last[0] is request:
+        return last[1]
+    _last_batch_ack = None
+    decoded = decode_batch_ack_body(request.body)
+    _last_batch_ack = (request, decoded)
+    return decoded
+
+
+_last_batch_ack: tuple[RemotingCommand, tuple[str | None, list[BatchAck]]] | None = None
 
 
 def encode_batch_ack_body(broker_name: str | None, acks: list[BatchAck]) -> bytes:

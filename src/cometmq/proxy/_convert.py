@@ -323,7 +323,10 @@ def duration_of_ms(ms: int) -> Duration:
 def incoming_message(received: ReceivedMessage) -> v2.Message:
     """A stored message as the 5.x clients receive it: user properties apart, the system properties
     from the record (RocketMQ proxy's GrpcConverter.buildMessage). The delivery attempt is the record's
-    reconsume times + 1; a popped message's POP_CK property is its receipt handle."""
+    reconsume times + 1 (an order pop's broker writes its count of deliveries there); a popped
+    message's receipt handle is its POP_CK property, a space and its commit-log offset, as RocketMQ's
+    proxy hands it out (ConsumerProcessor.createHandle): the offset is what a forward to the dead-letter
+    queue names the message by."""
     properties = received.properties
     system = v2.SystemProperties(
         message_id=properties.get(UNIQ_KEY) or received.offset_msg_id,
@@ -352,7 +355,7 @@ def incoming_message(received: ReceivedMessage) -> v2.Message:
     if SHARDING_KEY in properties:
         system.message_group = properties[SHARDING_KEY]
     if POP_CK in properties:
-        system.receipt_handle = properties[POP_CK]
+        system.receipt_handle = f"{properties[POP_CK]} {received.commitlog_offset}"
     if TRACE_CONTEXT in properties:
         system.trace_context = properties[TRACE_CONTEXT]
     if DLQ_ORIGIN_TOPIC in properties and DLQ_ORIGIN_MESSAGE_ID in properties:

@@ -99,6 +99,7 @@ class ProxyServer:
         )
         self._context = ProxyContext.create(config, self._brokers)
         self._server: grpc.aio.Server | None = None
+        self._service: MessagingService | None = None
 
     @property
     def port(self) -> int:
@@ -127,7 +128,7 @@ class ProxyServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        service = MessagingService(self._context)
+        service = self._service = MessagingService(self._context)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
         listen = f"{self.config.host}:{self.config.port}"
         credentials = server_credentials(self.config.server_tls)
@@ -150,4 +151,7 @@ class ProxyServer:
         if self._server is not None:
             await self._server.stop(STOP_GRACE_S)
             self._server = None
+        if self._service is not None:
+            await self._service.close()
+            self._service = None
         await self._brokers.close()

@@ -34,6 +34,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._producing = Producing(proxy.brokers, proxy.routes, proxy.clients)
         self._receiving = Receiving(proxy)
 
+    async def close(self) -> None:
+        """Stop what runs between calls (the renewal of push consumers' messages)."""
+        await self._receiving.close()
+
     async def _checked(
         self,
         context: Context,

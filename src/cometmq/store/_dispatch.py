@@ -283,12 +283,12 @@ def scan_plain_records(
     start: int,
     stop: int,
     queues: QueueTable,
-    general_topic: str,
+    general_topics: Container[str],
     batch_topics: Container[str] = (),
 ) -> PlainRecords:
     """The consume-queue units and index entries of the commit log's records from *start* (a
     record boundary) up to *stop*, gathered per queue, as far as the records are the plain case: a
-    valid message record with IPv4 hosts, in the segment holding *start*, not of *general_topic*,
+    valid message record with IPv4 hosts, in the segment holding *start*, not of *general_topics*,
     whose unit is the next of its queue (or a transaction record that gets none), not of *batch_topics*
     (whose records get batch units) and not an inner batch. The first record
     that is not, or is not valid, ends the scan: ``walk_records`` and ``dispatch_unit`` take it from
@@ -348,7 +348,7 @@ def scan_plain_records(
                 text = name.decode()
             except UnicodeDecodeError:
                 break
-            plain = text != general_topic and text not in batch_topics
+            plain = text not in general_topics and text not in batch_topics
             topic = topics[name] = queues.topic(text) if plain else None
         if properties_len:
             try:

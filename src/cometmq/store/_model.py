@@ -73,7 +73,8 @@ class MessageToStore:
 
     *tags_code* must be ``java_string_hash(TAGS)`` (0 without a tag): crash recovery recomputes it
     that way from the stored properties. In SCHEDULE_TOPIC_XXXX the store ignores it and uses the
-    delivery time (store time + delay of the DELAY level).
+    delivery time (store time + delay of the DELAY level); in rmq_sys_wheel_timer it must be the
+    TIMER_OUT_MS property (the delivery time), which recovery reads back.
 
     *keys* and *uniq_key* must equal the KEYS and UNIQ_KEY properties ("" without them): the index
     takes them from here on put, and recovery recomputes them from the record.

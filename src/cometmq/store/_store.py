@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from cometmq.errors import ReplicaOffsetError, StoreError
+from cometmq.protocol.naming import TIMER_TOPIC
 from cometmq.protocol.properties import decode_properties
 from cometmq.protocol.record import (
     BORNHOST_V6_FLAG,
@@ -94,6 +95,10 @@ _FOUND: Final = GetStatus.FOUND
 # A refused put measures the disk again at most this often, so writes resume soon after space is back.
 _REFUSED_RECHECK_S: Final = 1.0
 _OUT_OF_SPACE: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
+# The topics whose units carry a delivery time as their tags code, not the hash of TAGS: the delay
+# levels' (their level's delay after the store time) and the timer's (its TIMER_OUT_MS property).
+_TIMED_TOPICS: Final = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
+_TIMER_OUT_MS: Final = "TIMER_OUT_MS"
 
 
 def _storable_hosts(sys_flag: int, born_host: bytes, store_host: bytes) -> bool:
@@ -1132,6 +1137,9 @@ class MessageStore:
         code = java_string_hash(tag) if tag else 0
         if rec.topic == SCHEDULE_TOPIC:
             code = self._delivery_time(rec.properties, rec.store_timestamp, code)
+        elif rec.topic == TIMER_TOPIC:  # the broker gives a timer unit its delivery time
+            with contextlib.suppress(KeyError, ValueError):
+                code = int((decode_properties(rec.properties) if props is None else props)[_TIMER_OUT_MS])
         return code
 
     # -- replication: a master's reads, a slave's write path -----------------------------------
@@ -1477,7 +1485,7 @@ class MessageStore:
         walk then meets that and keeps the records before it."""
         start = self._commitlog.max_offset
         found = scan_plain_records(
-            self._commitlog, start, written_end, self._queues, SCHEDULE_TOPIC, self._batch_topics
+            self._commitlog, start, written_end, self._queues, _TIMED_TOPICS, self._batch_topics
         )
         units = found.units
         try:

@@ -16,8 +16,12 @@ from cometmq.protocol.transaction import Settlement
     start=st.integers(0, 100),
     settled=st.lists(st.integers(0, 300), max_size=200),
     advance_at=st.integers(0, 200),
+    low=st.integers(0, 400),
+    high=st.integers(0, 400),
 )
-def test_the_bitmap_agrees_with_a_set(start: int, settled: list[int], advance_at: int) -> None:
+def test_the_bitmap_agrees_with_a_set(
+    start: int, settled: list[int], advance_at: int, low: int, high: int
+) -> None:
     halves = SettledHalves(start)
     model = set(range(start))
     for i, offset in enumerate(settled):
@@ -30,6 +34,7 @@ def test_the_bitmap_agrees_with_a_set(start: int, settled: list[int], advance_at
     assert first == halves.first_unsettled == expected_first
     assert [offset for offset in range(400) if offset in halves] == sorted(model | set(range(first)))
     assert list(halves.unsettled(0, 350)) == [offset for offset in range(350) if offset not in model]
+    assert list(halves.unsettled(low, high)) == [o for o in range(low, high) if o not in model and o >= first]
 
 
 @given(
