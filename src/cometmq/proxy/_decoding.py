@@ -56,26 +56,27 @@ async def _checked_stream(requests: AsyncIterator[Any], context: Context) -> Asy
         yield request
 
 
+async def _checked(request: Any, context: Context, request_streaming: bool) -> Any:
+    """*request* once known to be decoded: a Malformed one refused, a stream's checked as it is read."""
+    if request_streaming:
+        return _checked_stream(request, context)
+    if isinstance(request, Malformed):
+        await _refuse(context, request)
+    return request
+
+
 def _checking(behavior: Callable[..., Any], request_streaming: bool) -> Callable[..., Any]:
-    """*behavior* refusing a Malformed request first (or each one of a request stream)."""
+    """*behavior* refusing what could not be decoded."""
     if inspect.isasyncgenfunction(behavior):
 
         async def streaming(request: Any, context: Context) -> AsyncIterator[Any]:
-            if request_streaming:
-                request = _checked_stream(request, context)
-            elif isinstance(request, Malformed):
-                await _refuse(context, request)
-            async for response in behavior(request, context):
+            async for response in behavior(await _checked(request, context, request_streaming), context):
                 yield response
 
         return streaming
 
     async def unary(request: Any, context: Context) -> Any:
-        if request_streaming:
-            request = _checked_stream(request, context)
-        elif isinstance(request, Malformed):
-            await _refuse(context, request)
-        return await behavior(request, context)
+        return await behavior(await _checked(request, context, request_streaming), context)
 
     return unary
 
