@@ -15,8 +15,7 @@ from cometmq.errors import ConfigError
 from cometmq.proxy._config import ProxyConfig
 from cometmq.proxy._context import ProxyContext
 from cometmq.proxy._convert import MAX_BODY_SIZE
-from cometmq.proxy._decoding import TolerantDecoding
-from cometmq.proxy._pb import service_pb2_grpc
+from cometmq.proxy._decoding import add_service
 from cometmq.proxy._service import MessagingService
 from cometmq.remoting.tls import ClientAuth, TlsMode, TlsSettings
 
@@ -111,7 +110,6 @@ class ProxyServer:
 
     async def start(self) -> None:
         server = grpc.aio.server(
-            interceptors=[TolerantDecoding()],
             options=[
                 ("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", -1),
@@ -129,7 +127,7 @@ class ProxyServer:
             ],
         )
         service = self._service = MessagingService(self._context)
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+        add_service(service, server)
         listen = f"{self.config.host}:{self.config.port}"
         credentials = server_credentials(self.config.server_tls)
         try:
