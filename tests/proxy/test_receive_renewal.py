@@ -29,7 +29,7 @@ from test_receive import (
 
 from cometmq.client import Message
 from cometmq.proxy import _receive, definition_pb2, service_pb2, service_pb2_grpc
-from cometmq.proxy._receive import ReceiptHandle
+from cometmq.proxy._receive import parse_receipt_handle
 from waiting import wait_until
 
 v2 = definition_pb2
@@ -67,7 +67,7 @@ def auto_renew_request(group: str, topic: str) -> pb.ReceiveMessageRequest:
 
 
 async def past_its_invisible_time(message: v2.Message) -> None:
-    visible_at = ReceiptHandle.parse(message.system_properties.receipt_handle).extra_info.visible_at
+    visible_at = parse_receipt_handle(message.system_properties.receipt_handle).visible_at
     await wait_until(
         lambda: time.time() * 1000 > visible_at + 1_000,
         message="the receive's invisible time to pass",
