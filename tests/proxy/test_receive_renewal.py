@@ -16,7 +16,6 @@ from proxy_support import ProxiedStandalone, consumer_settings
 from test_receive import (
     METADATA,
     ack,
-    create_topic,
     from_first_message,
     proxy_in_process,
     receive,
@@ -24,7 +23,7 @@ from test_receive import (
     receive_until,
     run,
     send,
-    unique,
+    topic_and_group,
 )
 
 from cometmq.client import Message
@@ -79,8 +78,7 @@ def test_a_connected_consumers_message_is_renewed_and_acked_with_its_first_handl
     proxied: ProxiedStandalone,
 ) -> None:
     async def scenario() -> None:
-        topic, group = unique("RenewKept"), unique("GID_renew_kept")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RenewKept")
         await send(proxied, Message(topic, b"slow work"))
         async with proxy_in_process(proxied.namesrv) as stub, connected(stub, group, topic):
             await from_first_message(stub, group, topic)
@@ -96,8 +94,7 @@ def test_a_connected_consumers_message_is_renewed_and_acked_with_its_first_handl
 
 def test_the_message_of_a_consumer_without_telemetry_is_not_renewed(proxied: ProxiedStandalone) -> None:
     async def scenario() -> None:
-        topic, group = unique("RenewGone"), unique("GID_renew_gone")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RenewGone")
         [msg_id] = await send(proxied, Message(topic, b"orphan"))
         async with proxy_in_process(proxied.namesrv) as stub:
             await from_first_message(stub, group, topic)
