@@ -80,6 +80,20 @@ def test_a_popped_message_is_invisible_until_acked(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_an_ack_with_rocketmq_proxys_nine_field_handle_settles_the_message(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await one_queue(client, addr, "Orders", [b"proxied"])
+            _, (record,) = await pop(client, broker, "Orders")
+            # RocketMQ's proxy names the message by its commit-log offset in a ninth field.
+            proxied = dataclasses.replace(handle_of(record), commitlog_offset=4096)
+            acked = await client.invoke(addr, ack_request(record, handle=str(proxied)))
+            assert acked.code == ResponseCode.SUCCESS, acked.remark
+            assert broker.offsets.query("CG", "Orders", 0) == 1
+
+    run(scenario())
+
+
 def test_an_unacked_message_comes_back_from_the_retry_topic_with_its_attempt_counted(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
