@@ -38,7 +38,8 @@ from _support import (
 
 from cometmq.broker import _pop
 from cometmq.broker._popstate import JOURNAL_NAME
-from cometmq.client import SimpleConsumer, simple
+from cometmq.client import SimpleConsumer, _popapi
+from cometmq.client.instance import changed_handle
 from cometmq.errors import BrokerError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import ResetOffsetRequestHeader
@@ -61,6 +62,15 @@ from cometmq.remoting import RemotingClient
 from waiting import wait_until
 
 
+async def one_queue(
+    client: RemotingClient, addr: str, topic: str, bodies: list[bytes], **properties: str
+) -> None:
+    """*topic*, of one queue, holding a message of each of *bodies* with *properties*."""
+    await create_topic(client, addr, topic, 1)
+    for body in bodies:
+        await send(client, addr, topic, body, 0, **properties)
+
+
 def test_a_popped_message_is_invisible_until_acked(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
@@ -81,11 +91,24 @@ def test_a_popped_message_is_invisible_until_acked(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_an_ack_with_rocketmq_proxys_nine_field_handle_settles_the_message(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_and_client(tmp_path) as (broker, addr, client):
+            await one_queue(client, addr, "Orders", [b"proxied"])
+            _, (record,) = await pop(client, broker, "Orders")
+            # RocketMQ's proxy names the message by its commit-log offset in a ninth field.
+            proxied = dataclasses.replace(handle_of(record), commitlog_offset=4096)
+            acked = await client.invoke(addr, ack_request(record, handle=str(proxied)))
+            assert acked.code == ResponseCode.SUCCESS, acked.remark
+            assert broker.offsets.query("CG", "Orders", 0) == 1
+
+    run(scenario())
+
+
 def test_an_unacked_message_comes_back_from_the_retry_topic_with_its_attempt_counted(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
-            await create_topic(client, addr, "Orders", 1)
-            await send(client, addr, "Orders", b"pay", 0, UNIQ_KEY="U1", TAGS="t")
+            await one_queue(client, addr, "Orders", [b"pay"], UNIQ_KEY="U1", TAGS="t")
             _, first = await pop(client, broker, "Orders", invisible_ms=300)
             assert [r.reconsume_times for r in first] == [0]
             # Redelivered once the invisible time passes: from %RETRY%CG_Orders, under the topic.
@@ -112,8 +135,7 @@ def test_after_retry_max_times_redeliveries_a_message_goes_to_the_dlq(tmp_path: 
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
             broker.groups.put(SubscriptionGroupConfig("CG", retry_max_times=2))
-            await create_topic(client, addr, "Orders", 1)
-            await send(client, addr, "Orders", b"doomed", 0, UNIQ_KEY="U9")
+            await one_queue(client, addr, "Orders", [b"doomed"], UNIQ_KEY="U9")
             attempts = []
             for _ in range(3):
                 _, records = await pop(client, broker, "Orders", poll_ms=20_000, invisible_ms=200)
@@ -178,19 +200,18 @@ def test_a_backlog_of_due_revives_is_taken_a_batch_per_loop_step(
 def test_change_invisible_time_answers_a_new_handle_and_retires_the_old(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
-            await create_topic(client, addr, "Orders", 1)
-            await send(client, addr, "Orders", b"slow", 0)
+            await one_queue(client, addr, "Orders", [b"slow"])
             _, records = await pop(client, broker, "Orders", invisible_ms=60_000)
             record = records[0]
-            old = handle_of(record)
+            first = handle_of(record)
             changed = await client.invoke(addr, change_request(record, 120_000))
             assert changed.code == ResponseCode.SUCCESS, changed.remark
             answer = ChangeInvisibleTimeResponseHeader.decode(changed.ext_fields)
-            assert answer.invisible_time == 120_000 and answer.pop_time > old.pop_time
-            new = dataclasses.replace(old, pop_time=answer.pop_time, invisible_time=answer.invisible_time)
+            assert answer.invisible_time == 120_000 and answer.pop_time > first.pop_time
+            renewed = changed_handle(first, answer)
             refused = await client.invoke(addr, ack_request(record))
             assert refused.code == ResponseCode.NO_MESSAGE
-            acked = await client.invoke(addr, ack_request(record, handle=str(new)))
+            acked = await client.invoke(addr, ack_request(record, handle=str(renewed)))
             assert acked.code == ResponseCode.SUCCESS, acked.remark
 
     run(scenario())
@@ -199,8 +220,7 @@ def test_change_invisible_time_answers_a_new_handle_and_retires_the_old(tmp_path
 def test_a_shorter_invisible_time_brings_the_message_back_sooner(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
-            await create_topic(client, addr, "Orders", 1)
-            await send(client, addr, "Orders", b"nack", 0)
+            await one_queue(client, addr, "Orders", [b"nack"])
             _, records = await pop(client, broker, "Orders", invisible_ms=600_000)
             changed = await client.invoke(addr, change_request(records[0], 0))
             assert changed.code == ResponseCode.SUCCESS
@@ -233,8 +253,7 @@ def test_bad_receipt_handles_and_unknown_groups_are_refused_with_rocketmqs_codes
     async def scenario() -> None:
         async with broker_and_client(tmp_path, autoCreateSubscriptionGroup="false") as (broker, addr, client):
             broker.groups.put(SubscriptionGroupConfig("CG"))
-            await create_topic(client, addr, "Orders", 1)
-            await send(client, addr, "Orders", b"x", 0)
+            await one_queue(client, addr, "Orders", [b"x"])
             _, records = await pop(client, broker, "Orders")
             record = records[0]
             garbled = await client.invoke(addr, ack_request(record, handle="not a handle"))
@@ -324,8 +343,7 @@ def test_a_notification_says_whether_there_is_something_to_pop(tmp_path: Path) -
 def test_a_peek_reads_without_popping(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
-            await create_topic(client, addr, "Orders", 1)
-            await send(client, addr, "Orders", b"look", 0)
+            await one_queue(client, addr, "Orders", [b"look"])
             peeked = await client.invoke(addr, peek_request("Orders"))
             assert peeked.code == ResponseCode.SUCCESS
             assert [r.body for r in decode_records(peeked.body)] == [b"look"]
@@ -340,9 +358,7 @@ def test_a_peek_reads_without_popping(tmp_path: Path) -> None:
 def test_a_batch_ack_settles_the_offsets_its_bitset_names(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
-            await create_topic(client, addr, "Orders", 1)
-            for n in range(4):
-                await send(client, addr, "Orders", b"m%d" % n, 0)
+            await one_queue(client, addr, "Orders", [b"m%d" % n for n in range(4)])
             response, records = await pop(client, broker, "Orders")
             header = PopMessageResponseHeader.decode(response.ext_fields)
             info = handle_of(records[0])
@@ -409,9 +425,7 @@ def test_a_tag_filter_pops_only_matching_messages(tmp_path: Path) -> None:
 def test_an_order_pop_keeps_a_queue_blocked_until_its_messages_are_acked(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
-            await create_topic(client, addr, "Fifo", 1)
-            for n in range(3):
-                await send(client, addr, "Fifo", b"%d" % n, 0, __SHARDINGKEY="g1")
+            await one_queue(client, addr, "Fifo", [b"%d" % n for n in range(3)], __SHARDINGKEY="g1")
             _, first = await pop(client, broker, "Fifo", order=True, max_nums=2)
             assert [r.body for r in first] == [b"0", b"1"]
             assert handle_of(first[0]).is_order
@@ -433,9 +447,7 @@ def test_an_order_pop_hands_unacked_messages_out_again_in_order_then_dead_letter
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
             broker.groups.put(SubscriptionGroupConfig("CG", retry_max_times=1))
-            await create_topic(client, addr, "Fifo", 1)
-            for n in range(3):
-                await send(client, addr, "Fifo", b"%d" % n, 0)
+            await one_queue(client, addr, "Fifo", [b"%d" % n for n in range(3)])
             _, first = await pop(client, broker, "Fifo", order=True, max_nums=2)
             assert [(r.body, r.reconsume_times) for r in first] == [(b"0", 0), (b"1", 0)]
             # Message 0 is acked, 1 is not: after its invisible time only 1 comes back, before 2.
@@ -630,8 +642,7 @@ def test_the_every_second_journal_sync_goes_on_after_a_failure(tmp_path: Path) -
 def test_a_torn_journal_tail_is_cut_and_the_rest_kept(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
-            await create_topic(client, addr, "Orders", 1)
-            await send(client, addr, "Orders", b"kept", 0)
+            await one_queue(client, addr, "Orders", [b"kept"])
             await pop(client, broker, "Orders")
             journal = broker.pop.journal.path
         with journal.open("ab") as torn:
@@ -739,8 +750,7 @@ def test_a_popped_retry_can_be_sent_to_the_dlq_by_send_back_then_acked(tmp_path:
 
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
-            await create_topic(client, addr, "Orders", 1)
-            await send(client, addr, "Orders", b"poison", 0)
+            await one_queue(client, addr, "Orders", [b"poison"])
             await pop(client, broker, "Orders", invisible_ms=200)
             _, (retried,) = await pop(client, broker, "Orders", poll_ms=20_000)
             assert real_topic(retried) == "%RETRY%CG_Orders"
@@ -763,9 +773,7 @@ def test_a_popped_retry_can_be_sent_to_the_dlq_by_send_back_then_acked(tmp_path:
 def test_an_order_pop_repeated_with_its_attempt_id_gets_the_same_messages_again(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
-            await create_topic(client, addr, "Fifo", 1)
-            for n in range(3):
-                await send(client, addr, "Fifo", b"%d" % n, 0)
+            await one_queue(client, addr, "Fifo", [b"%d" % n for n in range(3)])
             _, lost = await pop(client, broker, "Fifo", order=True, max_nums=2, attempt_id="a1")
             _, again = await pop(client, broker, "Fifo", order=True, max_nums=2, attempt_id="a1")
             assert [r.body for r in again] == [r.body for r in lost] == [b"0", b"1"]
@@ -860,7 +868,7 @@ def test_a_pop_arriving_too_late_is_refused_and_the_simple_consumer_says_so(
                 await client.close()
             # A consumer whose clock is 10 s behind the broker's.
             behind = types.SimpleNamespace(time=lambda: time.time() - 10)
-            monkeypatch.setattr(simple, "time", behind)
+            monkeypatch.setattr(_popapi, "time", behind)
             async with SimpleConsumer("CG", ns_addr, subscriptions={"Late": "*"}) as consumer:
                 with pytest.raises(BrokerError) as raised:
                     await consumer.receive(8, 30, await_duration=0)
@@ -894,9 +902,7 @@ def test_order_pops_give_each_message_group_to_one_consumer_at_a_time(tmp_path: 
 def test_an_offset_reset_moves_pops_and_forgets_what_was_in_flight(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with broker_and_client(tmp_path) as (broker, addr, client):
-            await create_topic(client, addr, "Orders", 1)
-            for n in range(3):
-                await send(client, addr, "Orders", b"%d" % n, 0)
+            await one_queue(client, addr, "Orders", [b"%d" % n for n in range(3)])
             _, first = await pop(client, broker, "Orders")
             assert len(first) == 3
             reset = ResetOffsetRequestHeader(

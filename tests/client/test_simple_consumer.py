@@ -30,6 +30,13 @@ async def _send(
             await producer.send(Message(topic, body, keys=keys or []))
 
 
+def _consumer(
+    server: StandaloneServer, topic: str, group: str, expression: str = "*", *, fifo: bool = False
+) -> SimpleConsumer:
+    """A consumer of *group* subscribed to *topic* with *expression*."""
+    return SimpleConsumer(group, server.namesrv, subscriptions={topic: expression}, fifo=fifo)
+
+
 async def _receive_all(
     consumer: SimpleConsumer, count: int, invisible: float = 30.0
 ) -> list[ReceivedMessage]:
@@ -43,9 +50,7 @@ def test_received_messages_are_acked_and_never_come_back(server: StandaloneServe
     async def scenario() -> None:
         await _topic(server, "SimpleAck")
         await _send(server, "SimpleAck", [b"a", b"b", b"c"])
-        async with SimpleConsumer(
-            "GID_simple_ack", server.namesrv, subscriptions={"SimpleAck": "*"}
-        ) as consumer:
+        async with _consumer(server, "SimpleAck", "GID_simple_ack") as consumer:
             messages = await _receive_all(consumer, 3)
             assert sorted(m.body for m in messages) == [b"a", b"b", b"c"]
             for message in messages:
@@ -63,9 +68,7 @@ def test_received_messages_are_acked_and_never_come_back(server: StandaloneServe
 def test_a_receive_waits_for_a_message_to_arrive(server: StandaloneServer) -> None:
     async def scenario() -> None:
         await _topic(server, "SimpleWait")
-        async with SimpleConsumer(
-            "GID_simple_wait", server.namesrv, subscriptions={"SimpleWait": "*"}
-        ) as consumer:
+        async with _consumer(server, "SimpleWait", "GID_simple_wait") as consumer:
             waiting = asyncio.ensure_future(consumer.receive(4, await_duration=60))
             await _send(server, "SimpleWait", [b"late"])
             assert [m.body for m in await waiting] == [b"late"]
@@ -79,9 +82,7 @@ def test_an_unacked_message_is_delivered_again_then_dead_lettered(server: Standa
         async with AdminClient(server.namesrv) as admin:
             await admin.create_group(SubscriptionGroupConfig("GID_simple_retry", retry_max_times=2))
         await _send(server, "SimpleRetry", [b"flaky"], keys=["k1"])
-        async with SimpleConsumer(
-            "GID_simple_retry", server.namesrv, subscriptions={"SimpleRetry": "*"}
-        ) as consumer:
+        async with _consumer(server, "SimpleRetry", "GID_simple_retry") as consumer:
             attempts = []
             ids = set()
             for _ in range(3):
@@ -106,9 +107,7 @@ def test_changing_the_invisible_duration_renews_the_handle(server: StandaloneSer
     async def scenario() -> None:
         await _topic(server, "SimpleChange", 1)
         await _send(server, "SimpleChange", [b"long job"])
-        async with SimpleConsumer(
-            "GID_simple_change", server.namesrv, subscriptions={"SimpleChange": "*"}
-        ) as consumer:
+        async with _consumer(server, "SimpleChange", "GID_simple_change") as consumer:
             (message,) = await _receive_all(consumer, 1, invisible=30)
             old = message.receipt_handle
             await consumer.change_invisible_duration(message, 120)
@@ -123,9 +122,7 @@ def test_a_fifo_consumer_gets_a_queue_one_batch_at_a_time_in_order(server: Stand
     async def scenario() -> None:
         await _topic(server, "SimpleFifo", 1)
         await _send(server, "SimpleFifo", [b"1", b"2", b"3"])
-        async with SimpleConsumer(
-            "GID_simple_fifo", server.namesrv, subscriptions={"SimpleFifo": "*"}, fifo=True
-        ) as consumer:
+        async with _consumer(server, "SimpleFifo", "GID_simple_fifo", fifo=True) as consumer:
             first = await consumer.receive(2, 30, await_duration=20)
             assert [m.body for m in first] == [b"1", b"2"]
             assert await consumer.receive(2, 30, await_duration=0) == []  # blocked until acked
@@ -143,9 +140,7 @@ def test_a_tag_filter_receives_only_matching_messages(server: StandaloneServer) 
         async with Producer("PID_simple_tags", server.namesrv) as producer:
             for tag in ("keep", "drop", "keep"):
                 await producer.send(Message("SimpleTags", tag.encode(), tags=tag))
-        async with SimpleConsumer(
-            "GID_simple_tags", server.namesrv, subscriptions={"SimpleTags": "keep"}
-        ) as consumer:
+        async with _consumer(server, "SimpleTags", "GID_simple_tags", "keep") as consumer:
             messages = await _receive_all(consumer, 2)
             assert [m.tags for m in messages] == ["keep", "keep"]
 

@@ -34,12 +34,23 @@ longs = st.integers(min_value=0, max_value=2**62)
     st.from_regex(r"[A-Za-z0-9_-]{1,20}", fullmatch=True),
     st.integers(0, 1023),
     longs,
+    st.none() | longs,
 )
-def test_a_receipt_handle_round_trips_through_its_text(
-    ck: int, pop: int, invisible: int, revive: int, retry: RetryMark, broker: str, queue: int, offset: int
+def test_a_receipt_handle_round_trips_through_its_text_with_or_without_a_commit_log_offset(
+    ck: int,
+    pop: int,
+    invisible: int,
+    revive: int,
+    retry: RetryMark,
+    broker: str,
+    queue: int,
+    offset: int,
+    commitlog_offset: int | None,
 ) -> None:
-    info = ExtraInfo(ck, pop, invisible, revive, retry, broker, queue, offset)
-    assert ExtraInfo.parse(str(info)) == info
+    info = ExtraInfo(ck, pop, invisible, revive, retry, broker, queue, offset, commitlog_offset)
+    text = str(info)
+    assert len(text.split(" ")) == (8 if commitlog_offset is None else 9)
+    assert ExtraInfo.parse(text) == info
 
 
 def test_a_receipt_handle_is_rocketmqs_space_separated_extra_info() -> None:
@@ -53,8 +64,29 @@ def test_a_receipt_handle_is_rocketmqs_space_separated_extra_info() -> None:
     assert ExtraInfo.parse("5 1 2 999 0 b 0 5").is_order
 
 
+def test_rocketmq_proxys_handle_carries_the_commit_log_offset_as_a_ninth_field() -> None:
+    info = ExtraInfo.parse("5 1700000000000 30000 0 0 broker-a 3 7 4096")
+    assert (info.broker_name, info.queue_id, info.queue_offset) == ("broker-a", 3, 7)
+    assert info.commitlog_offset == 4096
+    assert ExtraInfo.parse("5 1700000000000 30000 0 0 broker-a 3 7").commitlog_offset is None
+
+
+def test_trailing_separators_are_dropped_as_javas_split_drops_them() -> None:
+    assert ExtraInfo.parse("5 1 2 0 0 b 0 7  ") == ExtraInfo.parse("5 1 2 0 0 b 0 7")
+
+
 @pytest.mark.parametrize(
-    "text", ["", "1 2 3", "a 1 2 3 0 b 0 5", "1 2 3 4 9 b 0 5", "1 2 3 4 0  0 5", "1 2 3 4 0 b 0 5 6"]
+    "text",
+    [
+        "",
+        "1 2 3",
+        "a 1 2 3 0 b 0 5",
+        "1 2 3 4 9 b 0 5",
+        "1 2 3 4 0  0 5",
+        "1 2 3 4 0 b 0 5 x",
+        "1 2 3 4 0 b 0 5 6 7",
+        " 1 2 3 4 0 b 0 5",
+    ],
 )
 def test_a_malformed_receipt_handle_is_refused(text: str) -> None:
     with pytest.raises(ValueError):

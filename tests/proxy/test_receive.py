@@ -69,21 +69,35 @@ async def create_topic(server: ProxiedStandalone, topic: str, queues: int = 4) -
         await admin.create_topic(topic, queues)
 
 
+async def topic_and_group(server: ProxiedStandalone, name: str, queues: int = 4) -> tuple[str, str]:
+    """A topic of the test's own, created with *queues* queues, and a group name of its own."""
+    topic, group = unique(name), unique(f"GID_{name}")
+    await create_topic(server, topic, queues)
+    return topic, group
+
+
+# Where a client reached the proxy, as a QueryAssignment names it (the proxy answers with these endpoints).
+SOME_ENDPOINTS = v2.Endpoints(addresses=[v2.Address(host="127.0.0.1", port=1)])
+
+
+async def query_assignment(
+    stub: service_pb2_grpc.MessagingServiceStub,
+    group: str,
+    topic: str,
+    endpoints: v2.Endpoints = SOME_ENDPOINTS,
+) -> pb.QueryAssignmentResponse:
+    request = pb.QueryAssignmentRequest(topic=resource(topic), group=resource(group), endpoints=endpoints)
+    answer: pb.QueryAssignmentResponse = await stub.QueryAssignment(request, metadata=METADATA, timeout=10)
+    return answer
+
+
 async def from_first_message(
     stub: service_pb2_grpc.MessagingServiceStub, group: str, topic: str, queues: int = 4, broker: str = ""
 ) -> None:
     """Commit offset 0 of every queue (of *broker*, else of the first one assigned) for *group*: its
     receives start at the queues' first messages (a group with no offset starts where the broker's init
     mode says, which is not what is tested)."""
-    assignment = await stub.QueryAssignment(
-        pb.QueryAssignmentRequest(
-            topic=resource(topic),
-            group=resource(group),
-            endpoints=v2.Endpoints(addresses=[v2.Address(host="127.0.0.1", port=1)]),
-        ),
-        metadata=METADATA,
-        timeout=10,
-    )
+    assignment = await query_assignment(stub, group, topic)
     brokers = [a.message_queue.broker for a in assignment.assignments]
     assigned = next(b for b in brokers if b.name == broker) if broker else brokers[0]
     for queue_id in range(queues):
@@ -188,8 +202,7 @@ def test_receive_streams_a_status_then_the_messages_with_their_system_properties
     proxied: ProxiedStandalone,
 ) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvProps"), unique("GID_recv_props")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RecvProps")
         sent = Message(
             topic,
             b"hello",
@@ -226,8 +239,7 @@ def test_receive_of_a_topic_with_nothing_to_deliver_answers_message_not_found(
     proxied: ProxiedStandalone,
 ) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvEmpty"), unique("GID_recv_empty")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RecvEmpty")
         async with proxy_of(proxied) as stub:
             status, messages = await receive(stub, receive_request(group, topic))
         assert status.code == v2.Code.MESSAGE_NOT_FOUND
@@ -238,8 +250,7 @@ def test_receive_of_a_topic_with_nothing_to_deliver_answers_message_not_found(
 
 def test_a_held_receive_answers_with_a_message_sent_while_it_waits(proxied: ProxiedStandalone) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvHeld"), unique("GID_recv_held")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RecvHeld")
         async with proxy_of(proxied) as stub:
             await from_first_message(stub, group, topic)
             held = asyncio.ensure_future(receive(stub, receive_request(group, topic, polling_s=20)))
@@ -254,8 +265,7 @@ def test_a_held_receive_answers_with_a_message_sent_while_it_waits(proxied: Prox
 
 def test_receive_delivers_only_the_tags_asked_for(proxied: ProxiedStandalone) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvTags"), unique("GID_recv_tags")
-        await create_topic(proxied, topic, queues=1)
+        topic, group = await topic_and_group(proxied, "RecvTags", queues=1)
         await send(proxied, *(Message(topic, b"%d" % i, tags="TagA" if i % 2 else "TagB") for i in range(6)))
         async with proxy_of(proxied) as stub:
             await from_first_message(stub, group, topic, queues=1)
@@ -306,8 +316,7 @@ def test_a_receive_the_proxy_cannot_serve_is_answered_with_the_code_clients_expe
     code: int,
 ) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvBad"), unique("GID_recv_bad")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RecvBad")
         request = receive_request(group, topic)
         if change is not None:
             change(request)
@@ -325,8 +334,7 @@ def test_a_receive_the_proxy_cannot_serve_is_answered_with_the_code_clients_expe
 
 def test_ack_answers_each_entry_and_refuses_a_handle_it_cannot_read(proxied: ProxiedStandalone) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvAck"), unique("GID_recv_ack")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RecvAck")
         await send(proxied, Message(topic, b"a"), Message(topic, b"b"))
         async with proxy_of(proxied) as stub:
             await from_first_message(stub, group, topic)
@@ -351,8 +359,7 @@ def test_change_invisible_duration_answers_a_new_handle_that_settles_the_message
     proxied: ProxiedStandalone,
 ) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvChange"), unique("GID_recv_change")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RecvChange")
         await send(proxied, Message(topic, b"slow"))
         async with proxy_of(proxied) as stub:
             await from_first_message(stub, group, topic)
@@ -382,8 +389,7 @@ def test_a_message_not_acked_in_time_comes_again_with_its_delivery_attempt_count
     proxied: ProxiedStandalone,
 ) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvAgain"), unique("GID_recv_again")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RecvAgain")
         [msg_id] = await send(proxied, Message(topic, b"again"))
         async with proxy_of(proxied) as stub:
             await from_first_message(stub, group, topic)
@@ -406,8 +412,7 @@ def test_forward_to_the_dead_letter_queue_moves_the_message_to_the_groups_dlq(
     proxied: ProxiedStandalone,
 ) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvDlq"), unique("GID_recv_dlq")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RecvDlq")
         [msg_id] = await send(proxied, Message(topic, b"poison"))
         async with proxy_of(proxied) as stub:
             await from_first_message(stub, group, topic)
@@ -434,8 +439,7 @@ def test_forward_to_the_dead_letter_queue_moves_the_message_to_the_groups_dlq(
 
 def test_forward_of_a_handle_without_its_commit_log_offset_is_refused(proxied: ProxiedStandalone) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvDlqBad"), unique("GID_recv_dlq_bad")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RecvDlqBad")
         async with proxy_of(proxied) as stub:
             forwarded = await stub.ForwardMessageToDeadLetterQueue(
                 pb.ForwardMessageToDeadLetterQueueRequest(
@@ -459,24 +463,13 @@ def test_query_assignment_gives_a_group_that_is_not_fifo_one_queue_per_broker(
     proxied: ProxiedStandalone,
 ) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvAssign"), unique("GID_recv_assign")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RecvAssign")
         endpoints = v2.Endpoints(
             scheme=v2.AddressScheme.IPv4, addresses=[v2.Address(host="127.0.0.1", port=8081)]
         )
         async with proxy_of(proxied) as stub:
-            answer = await stub.QueryAssignment(
-                pb.QueryAssignmentRequest(topic=resource(topic), group=resource(group), endpoints=endpoints),
-                metadata=METADATA,
-                timeout=10,
-            )
-            missing = await stub.QueryAssignment(
-                pb.QueryAssignmentRequest(
-                    topic=resource("NoSuchTopicForAssign"), group=resource(group), endpoints=endpoints
-                ),
-                metadata=METADATA,
-                timeout=10,
-            )
+            answer = await query_assignment(stub, group, topic, endpoints)
+            missing = await query_assignment(stub, group, "NoSuchTopicForAssign", endpoints)
         assert answer.status.code == v2.Code.OK
         [assignment] = answer.assignments
         queue = assignment.message_queue
@@ -495,19 +488,10 @@ def test_query_assignment_gives_a_group_that_is_not_fifo_one_queue_per_broker(
 
 def test_offsets_and_pulls_of_one_queue(proxied: ProxiedStandalone) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvPull"), unique("GID_recv_pull")
-        await create_topic(proxied, topic, queues=1)
+        topic, group = await topic_and_group(proxied, "RecvPull", queues=1)
         await send(proxied, *(Message(topic, b"m%d" % i) for i in range(5)))
         async with proxy_of(proxied) as stub:
-            route = await stub.QueryAssignment(
-                pb.QueryAssignmentRequest(
-                    topic=resource(topic),
-                    group=resource(group),
-                    endpoints=v2.Endpoints(addresses=[v2.Address(host="127.0.0.1", port=1)]),
-                ),
-                metadata=METADATA,
-                timeout=10,
-            )
+            route = await query_assignment(stub, group, topic)
             queue = v2.MessageQueue()
             queue.CopyFrom(route.assignments[0].message_queue)
             queue.id = 0
@@ -585,17 +569,19 @@ def test_offsets_and_pulls_of_one_queue(proxied: ProxiedStandalone) -> None:
 async def assigned_queue_ids(
     stub: service_pb2_grpc.MessagingServiceStub, group: str, topic: str
 ) -> list[int]:
-    answer = await stub.QueryAssignment(
-        pb.QueryAssignmentRequest(
-            topic=resource(topic),
-            group=resource(group),
-            endpoints=v2.Endpoints(addresses=[v2.Address(host="127.0.0.1", port=1)]),
-        ),
-        metadata=METADATA,
-        timeout=10,
-    )
+    answer = await query_assignment(stub, group, topic)
     assert answer.status.code == v2.Code.OK, answer.status
     return [assignment.message_queue.id for assignment in answer.assignments]
+
+
+async def fifo_queue(proxied: ProxiedStandalone, name: str, count: int) -> tuple[str, str]:
+    """A topic of one queue holding *count* messages of one message group, and a FIFO group on it."""
+    topic, group = await topic_and_group(proxied, name, queues=1)
+    await create_fifo_group(proxied, group, topic)
+    await send(
+        proxied, *(Message(topic, b"m%d" % i, properties={"__SHARDINGKEY": "g"}) for i in range(count))
+    )
+    return topic, group
 
 
 async def create_fifo_group(proxied: ProxiedStandalone, group: str, topic: str) -> None:
@@ -613,8 +599,7 @@ async def create_fifo_group(proxied: ProxiedStandalone, group: str, topic: str) 
 
 def test_query_assignment_gives_a_fifo_group_each_queue(proxied: ProxiedStandalone) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvFifoAssign"), unique("GID_recv_fifo_assign")
-        await create_topic(proxied, topic, queues=3)
+        topic, group = await topic_and_group(proxied, "RecvFifoAssign", queues=3)
         async with proxy_of(proxied) as stub:
             assert await assigned_queue_ids(stub, group, topic) == [-1]
         await create_fifo_group(proxied, group, topic)
@@ -628,12 +613,7 @@ def test_a_fifo_group_gets_a_queue_in_order_and_nothing_more_of_it_until_it_acks
     proxied: ProxiedStandalone,
 ) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvFifo"), unique("GID_recv_fifo")
-        await create_topic(proxied, topic, queues=1)
-        await create_fifo_group(proxied, group, topic)
-        await send(
-            proxied, *(Message(topic, b"m%d" % i, properties={"__SHARDINGKEY": "g"}) for i in range(3))
-        )
+        topic, group = await fifo_queue(proxied, "RecvFifo", 3)
         async with proxy_of(proxied) as stub:
             await from_first_message(stub, group, topic, queues=1)
             first = await receive_until(stub, receive_request(group, topic, batch=2), 2)
@@ -654,12 +634,7 @@ def test_a_fifo_message_not_acked_in_time_comes_again_first_with_its_attempt_cou
     proxied: ProxiedStandalone,
 ) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvFifoAgain"), unique("GID_recv_fifo_again")
-        await create_topic(proxied, topic, queues=1)
-        await create_fifo_group(proxied, group, topic)
-        await send(
-            proxied, *(Message(topic, b"m%d" % i, properties={"__SHARDINGKEY": "g"}) for i in range(2))
-        )
+        topic, group = await fifo_queue(proxied, "RecvFifoAgain", 2)
         async with proxy_of(proxied) as stub:
             await from_first_message(stub, group, topic, queues=1)
             [first] = await receive_until(stub, receive_request(group, topic, batch=1), 1)
@@ -674,8 +649,7 @@ def test_a_fifo_message_not_acked_in_time_comes_again_first_with_its_attempt_cou
 
 def test_a_message_past_its_groups_attempts_goes_to_the_dead_letter_queue(proxied: ProxiedStandalone) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvTries"), unique("GID_recv_tries")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RecvTries")
         async with AdminClient(proxied.namesrv) as admin:
             await admin.create_group(SubscriptionGroupConfig(group_name=group, retry_max_times=1))
         [msg_id] = await send(proxied, Message(topic, b"fails twice"))

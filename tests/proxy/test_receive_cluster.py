@@ -12,17 +12,17 @@ from test_receive import (
     ack,
     from_first_message,
     proxy_in_process,
+    query_assignment,
     receive_request,
     receive_until,
-    resource,
     run,
     send,
-    unique,
+    topic_and_group,
 )
 
-from cometmq.client import AdminClient, Message
+from cometmq.client import Message
 from cometmq.proxy import definition_pb2, service_pb2
-from cometmq.proxy._receive import ReceiptHandle
+from cometmq.proxy._receive import parse_receipt_handle
 from processes import TEST_BROKER_CONF, ServerProcess, free_port
 from waiting import wait_until
 
@@ -73,22 +73,19 @@ def two_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoBrokers
         cluster.stop()
 
 
+async def topic_with_messages(cluster: TwoBrokers, name: str, queues: int, count: int) -> tuple[str, str]:
+    """A topic of *queues* queues on each broker holding messages m0, m1, ... (*count* in all), and a
+    group's name."""
+    topic, group = await topic_and_group(cluster, name, queues)
+    await send(cluster, *(Message(topic, b"m%d" % i) for i in range(count)))
+    return topic, group
+
+
 def test_each_brokers_messages_are_received_from_it_and_acked_at_it(two_brokers: TwoBrokers) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvTwo"), unique("GID_recv_two")
-        async with AdminClient(two_brokers.namesrv) as admin:
-            await admin.create_topic(topic, 2)
-        await send(two_brokers, *(Message(topic, b"m%d" % i) for i in range(8)))
+        topic, group = await topic_with_messages(two_brokers, "RecvTwo", 2, 8)
         async with proxy_in_process(two_brokers.namesrv) as stub:
-            assignment = await stub.QueryAssignment(
-                pb.QueryAssignmentRequest(
-                    topic=resource(topic),
-                    group=resource(group),
-                    endpoints=v2.Endpoints(addresses=[v2.Address(host="127.0.0.1", port=1)]),
-                ),
-                metadata=METADATA,
-                timeout=10,
-            )
+            assignment = await query_assignment(stub, group, topic)
             assert assignment.status.code == v2.OK
             brokers = sorted(a.message_queue.broker.name for a in assignment.assignments)
             assert brokers == ["broker-a", "broker-b"]
@@ -97,8 +94,8 @@ def test_each_brokers_messages_are_received_from_it_and_acked_at_it(two_brokers:
             for broker in brokers:
                 await from_first_message(stub, group, topic, queues=2, broker=broker)
                 got = await receive_until(stub, receive_request(group, topic, broker=broker), 4)
-                handles = [ReceiptHandle.parse(m.system_properties.receipt_handle) for m in got]
-                assert {handle.extra_info.broker_name for handle in handles} == {broker}
+                handles = [parse_receipt_handle(m.system_properties.receipt_handle) for m in got]
+                assert {handle.broker_name for handle in handles} == {broker}
                 answer = await ack(stub, group, topic, *got)
                 assert answer.status.code == v2.OK, answer
                 received += [m.body for m in got]
@@ -109,10 +106,7 @@ def test_each_brokers_messages_are_received_from_it_and_acked_at_it(two_brokers:
 
 def test_a_receive_naming_no_broker_is_served_by_one_that_has_the_topic(two_brokers: TwoBrokers) -> None:
     async def scenario() -> None:
-        topic, group = unique("RecvAny"), unique("GID_recv_any")
-        async with AdminClient(two_brokers.namesrv) as admin:
-            await admin.create_topic(topic, 1)
-        await send(two_brokers, *(Message(topic, b"m%d" % i) for i in range(4)))
+        topic, group = await topic_with_messages(two_brokers, "RecvAny", 1, 4)
         async with proxy_in_process(two_brokers.namesrv) as stub:
             for broker in ("broker-a", "broker-b"):
                 await from_first_message(stub, group, topic, queues=1, broker=broker)
@@ -126,10 +120,7 @@ def test_a_receive_naming_a_broker_that_left_is_served_by_one_still_there(tmp_pa
     cluster = TwoBrokers(tmp_path)
 
     async def scenario() -> None:
-        topic, group = unique("RecvLeft"), unique("GID_recv_left")
-        async with AdminClient(cluster.namesrv) as admin:
-            await admin.create_topic(topic, 1)
-        await send(cluster, *(Message(topic, b"m%d" % i) for i in range(4)))
+        topic, group = await topic_with_messages(cluster, "RecvLeft", 1, 4)
         async with proxy_in_process(cluster.namesrv) as stub:
             await from_first_message(stub, group, topic, queues=1, broker="broker-a")
             assert cluster.servers.pop("broker-b").terminate() == 0  # it unregisters as it stops
@@ -146,9 +137,9 @@ def test_a_receive_naming_a_broker_that_left_is_served_by_one_still_there(tmp_pa
             # The first receives may still go to the broker that left (the proxy's route names it until
             # a failure to reach it refreshes the route).
             got = await wait_until(served_from_broker_a, message="a receive served by broker-a", interval=0.2)
-        assert {
-            ReceiptHandle.parse(m.system_properties.receipt_handle).extra_info.broker_name for m in got
-        } == {"broker-a"}
+        assert {parse_receipt_handle(m.system_properties.receipt_handle).broker_name for m in got} == {
+            "broker-a"
+        }
 
     try:
         run(scenario())

@@ -16,7 +16,6 @@ from proxy_support import ProxiedStandalone, consumer_settings
 from test_receive import (
     METADATA,
     ack,
-    create_topic,
     from_first_message,
     proxy_in_process,
     receive,
@@ -24,12 +23,12 @@ from test_receive import (
     receive_until,
     run,
     send,
-    unique,
+    topic_and_group,
 )
 
 from cometmq.client import Message
 from cometmq.proxy import _receive, definition_pb2, service_pb2, service_pb2_grpc
-from cometmq.proxy._receive import ReceiptHandle
+from cometmq.proxy._receive import parse_receipt_handle
 from waiting import wait_until
 
 v2 = definition_pb2
@@ -67,7 +66,7 @@ def auto_renew_request(group: str, topic: str) -> pb.ReceiveMessageRequest:
 
 
 async def past_its_invisible_time(message: v2.Message) -> None:
-    visible_at = ReceiptHandle.parse(message.system_properties.receipt_handle).extra_info.visible_at
+    visible_at = parse_receipt_handle(message.system_properties.receipt_handle).visible_at
     await wait_until(
         lambda: time.time() * 1000 > visible_at + 1_000,
         message="the receive's invisible time to pass",
@@ -79,8 +78,7 @@ def test_a_connected_consumers_message_is_renewed_and_acked_with_its_first_handl
     proxied: ProxiedStandalone,
 ) -> None:
     async def scenario() -> None:
-        topic, group = unique("RenewKept"), unique("GID_renew_kept")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RenewKept")
         await send(proxied, Message(topic, b"slow work"))
         async with proxy_in_process(proxied.namesrv) as stub, connected(stub, group, topic):
             await from_first_message(stub, group, topic)
@@ -96,8 +94,7 @@ def test_a_connected_consumers_message_is_renewed_and_acked_with_its_first_handl
 
 def test_the_message_of_a_consumer_without_telemetry_is_not_renewed(proxied: ProxiedStandalone) -> None:
     async def scenario() -> None:
-        topic, group = unique("RenewGone"), unique("GID_renew_gone")
-        await create_topic(proxied, topic)
+        topic, group = await topic_and_group(proxied, "RenewGone")
         [msg_id] = await send(proxied, Message(topic, b"orphan"))
         async with proxy_in_process(proxied.namesrv) as stub:
             await from_first_message(stub, group, topic)

@@ -15,10 +15,8 @@ of them may share a topic's queues. docs/client.md, "SimpleConsumer", describes 
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import ssl
-import time
 from collections.abc import Mapping
 
 from cometmq.auth import Credentials
@@ -37,26 +35,20 @@ from cometmq.client._options import (
     check_range,
     tls_context,
 )
-from cometmq.client.message import ReceivedMessage, decode_pulled
+from cometmq.client._popapi import ack_header, change_invisible_header, changed_handle, pop_header, popped
+from cometmq.client.message import ReceivedMessage
 from cometmq.errors import (
-    BrokerError,
     ClientStateError,
     CometMQError,
-    ProtocolError,
     QueueNotRoutedError,
-    RecordError,
 )
-from cometmq.protocol import RequestCode, ResponseCode
+from cometmq.protocol import RequestCode
 from cometmq.protocol.naming import PERM_READ
 from cometmq.protocol.pop import (
     MAX_POP_MESSAGES,
-    TIMEOUT_TOO_MUCH,
-    AckMessageRequestHeader,
-    ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
     ConsumeInitMode,
     ExtraInfo,
-    PopMessageRequestHeader,
 )
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, SubscriptionData
 
@@ -66,8 +58,6 @@ __all__ = ["SimpleConsumer"]
 MAX_INVISIBLE_DURATION_S = 12 * 3600.0
 # The longest a receive may wait for messages to arrive (the broker holds a pop at most 120 s).
 MAX_AWAIT_DURATION_S = 120.0
-# Answers of a pop that found nothing.
-_NOTHING = frozenset({ResponseCode.POLLING_TIMEOUT, ResponseCode.POLLING_FULL, ResponseCode.PULL_NOT_FOUND})
 
 
 class SimpleConsumer(Client):
@@ -225,18 +215,13 @@ class SimpleConsumer(Client):
     ) -> list[ReceivedMessage]:
         instance = self.instance
         addr = self._master(broker_name)
-        subscription = self._subscriptions[topic]
-        header = PopMessageRequestHeader(
-            consumer_group=self.group,
-            topic=topic,
-            queue_id=-1,
-            max_msg_nums=max_messages,
-            invisible_time=invisible_ms,
-            poll_time=poll_ms,
-            born_time=int(time.time() * 1000),
+        header = pop_header(
+            self.group,
+            self._subscriptions[topic],
+            max_messages,
+            invisible_ms,
+            poll_ms,
             init_mode=ConsumeInitMode.MIN if self.consume_from == "first" else ConsumeInitMode.MAX,
-            exp_type=subscription.expression_type,
-            exp=subscription.sub_string,
             order=self.fifo,
         )
         timeout = poll_ms / 1000 + self._request_timeout
@@ -245,14 +230,7 @@ class SimpleConsumer(Client):
         except CometMQError as exc:
             await instance.refresh_route_if_unreachable(topic, exc)
             raise
-        if response.code in _NOTHING and TIMEOUT_TOO_MUCH not in (response.remark or ""):
-            return []
-        if response.code != ResponseCode.SUCCESS:
-            raise BrokerError(response.code, response.remark)
-        try:
-            return decode_pulled(response.body, broker_name)
-        except RecordError as exc:
-            raise ProtocolError(f"undecodable pop answer from {broker_name}: {exc}") from exc
+        return popped(response, broker_name)
 
     def _master(self, broker_name: str) -> str:
         addr = self.instance.broker_addr(broker_name)
@@ -277,13 +255,7 @@ class SimpleConsumer(Client):
         it will be, or was, delivered again)."""
         self._check_running()
         info = self._handle(message)
-        header = AckMessageRequestHeader(
-            consumer_group=self.group,
-            topic=info.real_topic(message.topic, self.group),
-            queue_id=info.queue_id,
-            extra_info=str(info),
-            offset=info.queue_offset,
-        )
+        header = ack_header(self.group, message.topic, info)
         await self.instance.invoke_ok(
             self._master(info.broker_name), RequestCode.ACK_MESSAGE, header.encode()
         )
@@ -295,17 +267,9 @@ class SimpleConsumer(Client):
         self._check_running()
         check_range("duration", duration, 0, MAX_INVISIBLE_DURATION_S)
         info = self._handle(message)
-        header = ChangeInvisibleTimeRequestHeader(
-            consumer_group=self.group,
-            topic=info.real_topic(message.topic, self.group),
-            queue_id=info.queue_id,
-            extra_info=str(info),
-            offset=info.queue_offset,
-            invisible_time=round(duration * 1000),
-        )
+        header = change_invisible_header(self.group, message.topic, info, round(duration * 1000))
         response = await self.instance.invoke_ok(
             self._master(info.broker_name), RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header.encode()
         )
         answer = decode_answer(ChangeInvisibleTimeResponseHeader, response)
-        renewed = dataclasses.replace(info, pop_time=answer.pop_time, invisible_time=answer.invisible_time)
-        message.set_receipt_handle(str(renewed))
+        message.set_receipt_handle(str(changed_handle(info, answer)))

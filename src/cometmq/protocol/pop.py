@@ -16,7 +16,9 @@ happened (epoch ms) and ``invisibleTime`` for how long (ms) the message stays in
 is 999 for an order pop (RocketMQ's POP_ORDER_REVIVE_QUEUE) and a revive queue otherwise; ``retry`` is
 ``0`` for the topic itself, ``1`` for its POP retry topic ``%RETRY%<group>_<topic>`` and ``2`` for
 RocketMQ's v2 retry topic ``%RETRY%<group>+<topic>``; then the broker's name, the queue and the
-message's queue offset.
+message's queue offset. RocketMQ's proxy appends a ninth, the message's commit-log offset (its
+ReceiptHandle), and hands that text to its clients and to the broker alike; both forms are read.
+As Java's ``String.split`` does, trailing separators are dropped before the fields are counted.
 """
 
 from __future__ import annotations
@@ -130,14 +132,19 @@ class ExtraInfo:
     broker_name: str
     queue_id: int
     queue_offset: int
+    commitlog_offset: int | None = None  # the ninth field of RocketMQ's proxy, when present
 
     @classmethod
     def parse(cls, text: str) -> ExtraInfo:
         """The receipt handle *text*; ValueError says what is wrong with it."""
         # Parsed once per ack: split and int(), no per-field loop (bench/pop.py).
-        parts = text.split(_SEPARATOR)
-        if len(parts) != 8:
-            raise ValueError(f"a receipt handle has 8 fields separated by spaces, not {len(parts)}")
+        parts = text.rstrip(_SEPARATOR).split(_SEPARATOR)
+        if len(parts) == 9:
+            commitlog_text: str | None = parts.pop()
+        elif len(parts) == 8:
+            commitlog_text = None
+        else:
+            raise ValueError(f"a receipt handle has 8 or 9 fields separated by spaces, not {len(parts)}")
         ck, pop_time, invisible, revive, retry_text, broker_name, queue_id, queue_offset = parts
         retry = _RETRY_MARKS.get(retry_text)
         if retry is None:
@@ -154,6 +161,7 @@ class ExtraInfo:
                 broker_name,
                 int(queue_id),
                 int(queue_offset),
+                None if commitlog_text is None else int(commitlog_text),
             )
         except ValueError:
             raise ValueError(
@@ -161,7 +169,7 @@ class ExtraInfo:
             ) from None
 
     def __str__(self) -> str:
-        return _SEPARATOR.join(
+        text = _SEPARATOR.join(
             (
                 str(self.ck_queue_offset),
                 str(self.pop_time),
@@ -173,6 +181,9 @@ class ExtraInfo:
                 str(self.queue_offset),
             )
         )
+        if self.commitlog_offset is None:
+            return text
+        return f"{text}{_SEPARATOR}{self.commitlog_offset}"
 
     @property
     def is_order(self) -> bool:

@@ -30,29 +30,29 @@ from cometmq.client import PullResult, PullStatus
 from cometmq.client.instance import (
     PULL_SUBSCRIPTION,
     PULL_SUSPEND,
+    ack_header,
+    change_invisible_header,
+    changed_handle,
     commit_offset,
     decode_answer,
     max_offset,
     min_offset,
     offset_for_timestamp,
+    pop_header,
+    popped,
     pull,
     query_offset,
 )
-from cometmq.client.message import MessageQueue, ReceivedMessage, decode_pulled
-from cometmq.errors import CometMQError, RecordError
+from cometmq.client.message import MessageQueue, ReceivedMessage
+from cometmq.errors import BrokerError, CometMQError, ProtocolError
 from cometmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from cometmq.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
 from cometmq.protocol.naming import PERM_READ
 from cometmq.protocol.pop import (
     MAX_POP_MESSAGES,
     POP_CK,
-    AckMessageRequestHeader,
-    ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
-    ConsumeInitMode,
     ExtraInfo,
-    PopMessageRequestHeader,
-    retry_mark,
 )
 from cometmq.protocol.route import MASTER_ID, TopicRouteData
 from cometmq.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, SubscriptionData
@@ -67,7 +67,7 @@ from cometmq.proxy._status import Context, code_of_response, ok, respond, status
 
 log = logging.getLogger("cometmq.proxy")
 
-__all__ = ["ReceiptHandle", "Receiving"]
+__all__ = ["Receiving", "check_live", "parse_receipt_handle"]
 
 # RocketMQ proxy's defaults (ProxyConfig): the long-polling window a receive may ask for, the shortest
 # invisible time a receive may set, the longest any call may set, and the invisible time of a receive
@@ -92,41 +92,24 @@ CLIENT_REQUEST_TIMEOUT_MS: Final = 3_000
 MAX_PULL_SUSPEND_MS: Final = 15_000
 MAX_PULL_MESSAGES: Final = 32
 
-_SEPARATOR: Final = " "  # MessageConst.KEY_SEPARATOR, between a receipt handle's fields
-
 # The broker codes that say a handle no longer names a message in flight (acked, revived, changed).
 _STALE_HANDLE_CODES: Final = frozenset({ResponseCode.NO_MESSAGE, ResponseCode.MESSAGE_ILLEGAL})
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ReceiptHandle:
-    """A receipt handle as the proxy hands it out: the broker's handle and the message's commit-log
-    offset (-1 when a client sent the broker's handle alone)."""
+def parse_receipt_handle(text: str) -> ExtraInfo:
+    """A receipt handle a client sent: the broker's, with or without the commit-log offset the proxy
+    appends; :class:`Refusal` (INVALID_RECEIPT_HANDLE) says what is wrong with it."""
+    try:
+        return ExtraInfo.parse(text)
+    except ValueError as exc:
+        raise Refusal(v2.INVALID_RECEIPT_HANDLE, f"the receipt handle cannot be read: {exc}") from None
 
-    extra_info: ExtraInfo
-    commitlog_offset: int = -1
 
-    @classmethod
-    def parse(cls, text: str) -> ReceiptHandle:
-        """The handle *text*; :class:`Refusal` (INVALID_RECEIPT_HANDLE) says what is wrong with it."""
-        head, _, tail = text.rpartition(_SEPARATOR)
-        try:
-            if head.count(_SEPARATOR) != 7:
-                return cls(ExtraInfo.parse(text))
-            if not tail.isdigit() or len(tail) > 19:
-                raise ValueError(f"the commit-log offset {tail[:24]!r} is not a number")
-            return cls(ExtraInfo.parse(head), int(tail))
-        except ValueError as exc:
-            raise Refusal(v2.INVALID_RECEIPT_HANDLE, f"the receipt handle cannot be read: {exc}") from None
-
-    def __str__(self) -> str:
-        return f"{self.extra_info}{_SEPARATOR}{self.commitlog_offset}"
-
-    def check_live(self) -> None:
-        """Refuse a handle whose invisible time is over: its message may be another consumer's by now
-        (RocketMQ's proxy refuses it before asking the broker)."""
-        if self.extra_info.visible_at <= time.time() * 1000:
-            raise Refusal(v2.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
+def check_live(handle: ExtraInfo) -> None:
+    """Refuse a handle whose invisible time is over: its message may be another consumer's by now
+    (RocketMQ's proxy refuses it before asking the broker)."""
+    if handle.visible_at <= time.time() * 1000:
+        raise Refusal(v2.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
 
 
 def _broker_refusal(response: RemotingCommand) -> Refusal:
@@ -175,7 +158,7 @@ class _Renewal:
     """A message of an auto-renew receive, kept invisible while its consumer is connected."""
 
     topic: str
-    handle: ReceiptHandle  # the latest, which the proxy settles the message with
+    handle: ExtraInfo  # the latest, which the proxy settles the message with
     received_ms: int
 
 
@@ -187,8 +170,10 @@ def _client_id(context: Context) -> str:
         return ""
 
 
-def _handle_of(popped: ReceivedMessage) -> ReceiptHandle:
-    return ReceiptHandle(ExtraInfo.parse(popped.properties[POP_CK]), popped.commitlog_offset)
+def _handle_of(message: ReceivedMessage) -> ExtraInfo:
+    return dataclasses.replace(
+        ExtraInfo.parse(message.properties[POP_CK]), commitlog_offset=message.commitlog_offset
+    )
 
 
 class Receiving:
@@ -338,35 +323,28 @@ class Receiving:
         broker_name = request.message_queue.broker.name
         if broker_name not in brokers:
             broker_name = brokers[next(self._next_broker) % len(brokers)]
-        pop = PopMessageRequestHeader(
-            consumer_group=group,
-            topic=topic,
-            queue_id=-1,  # every queue of the topic on the broker, as RocketMQ's proxy pops
-            max_msg_nums=max(1, min(request.batch_size, MAX_POP_MESSAGES)),
-            invisible_time=invisible_ms,
-            poll_time=polling_ms,
-            born_time=int(time.time() * 1000),
-            init_mode=ConsumeInitMode.MAX,
-            exp_type=subscription.expression_type,
-            exp=subscription.sub_string,
+        pop = pop_header(
+            group,
+            subscription,
+            max(1, min(request.batch_size, MAX_POP_MESSAGES)),
+            invisible_ms,
+            polling_ms,
             order=settings.fifo,
             attempt_id=request.attempt_id if request.HasField("attempt_id") else None,
         )
         timeout = polling_ms / 1000 + self._brokers.request_timeout
         response = await self._invoke(broker_name, topic, RequestCode.POP_MESSAGE, pop.encode(), timeout)
-        if response.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
-            return []
         if response.code == ResponseCode.POLLING_FULL:
             raise Refusal(v2.TOO_MANY_REQUESTS, "polling full")
-        if response.code != ResponseCode.SUCCESS:
-            raise _broker_refusal(response)
         try:
-            popped = decode_pulled(response.body, broker_name)
-        except RecordError as exc:
-            raise Refusal(
-                v2.INTERNAL_SERVER_ERROR, f"undecodable pop answer from {broker_name}: {exc}"
-            ) from None
-        delivered = await self._deliverable(group, topic, subscription, settings.retry_max_times + 1, popped)
+            messages = popped(response, broker_name)
+        except BrokerError:
+            raise _broker_refusal(response) from None
+        except ProtocolError as exc:
+            raise Refusal(v2.INTERNAL_SERVER_ERROR, str(exc)) from None
+        delivered = await self._deliverable(
+            group, topic, subscription, settings.retry_max_times + 1, messages
+        )
         client_id = _client_id(context)
         if request.auto_renew and client_id:
             self._renew(client_id, group, topic, delivered)
@@ -378,7 +356,7 @@ class Receiving:
         topic: str,
         subscription: SubscriptionData,
         max_attempts: int,
-        popped: list[ReceivedMessage],
+        messages: list[ReceivedMessage],
     ) -> list[v2.Message]:
         """The popped messages the client is to see. As RocketMQ's PopMessageResultFilterImpl: one of a
         tag the subscription does not name (the broker filters by tag hash, and two tags can share
@@ -386,7 +364,7 @@ class Receiving:
         the dead-letter queue."""
         delivered: list[v2.Message] = []
         settling = []
-        for message in popped:
+        for message in messages:
             if POP_CK not in message.properties:
                 raise Refusal(
                     v2.INTERNAL_SERVER_ERROR, f"the broker popped message {message.msg_id} without a POP_CK"
@@ -411,18 +389,18 @@ class Receiving:
         now = int(time.time() * 1000)
         for message in delivered:
             system = message.system_properties
-            handle = ReceiptHandle.parse(system.receipt_handle)
+            handle = parse_receipt_handle(system.receipt_handle)
             self._renewals[(client_id, group, system.message_id)] = _Renewal(topic, handle, now)
         if delivered and self._renewing is None:
             self._renewing = asyncio.ensure_future(self._renew_while_held())
 
-    def _settled_by(self, client_id: str, group: str, message_id: str, receipt_handle: str) -> ReceiptHandle:
+    def _settled_by(self, client_id: str, group: str, message_id: str, receipt_handle: str) -> ExtraInfo:
         """The handle that settles a message a client names by *receipt_handle*: the latest renewal's when
         the proxy renews it (and no longer does, the client having taken it over), else the client's."""
         renewal = self._renewals.pop((client_id, group, message_id), None)
         if renewal is not None:
             return renewal.handle
-        return ReceiptHandle.parse(receipt_handle)
+        return parse_receipt_handle(receipt_handle)
 
     def _connected(self, client_id: str) -> bool:
         session = self._proxy.clients.session(client_id)
@@ -437,7 +415,7 @@ class Receiving:
                 due = [
                     (key, renewal)
                     for key, renewal in self._renewals.items()
-                    if renewal.handle.extra_info.visible_at - now <= RENEW_AHEAD_MS
+                    if renewal.handle.visible_at - now <= RENEW_AHEAD_MS
                 ]
                 for key, renewal in due:
                     await self._renew_one(key, renewal, now)
@@ -501,22 +479,15 @@ class Receiving:
     ) -> v2.Status:
         try:
             handle = self._settled_by(client_id, group, entry.message_id, entry.receipt_handle)
-            handle.check_live()
+            check_live(handle)
             await self._ack(group, topic, handle)
         except Refusal as refusal:
             return status(refusal.code, refusal.message)
         return ok()
 
-    async def _ack(self, group: str, topic: str, handle: ReceiptHandle) -> None:
-        info = handle.extra_info
-        ack = AckMessageRequestHeader(
-            consumer_group=group,
-            topic=info.real_topic(topic, group),
-            queue_id=info.queue_id,
-            extra_info=str(info),
-            offset=info.queue_offset,
-        )
-        await self._ask(info.broker_name, topic, RequestCode.ACK_MESSAGE, ack.encode())
+    async def _ack(self, group: str, topic: str, handle: ExtraInfo) -> None:
+        ack = ack_header(group, topic, handle)
+        await self._ask(handle.broker_name, topic, RequestCode.ACK_MESSAGE, ack.encode())
 
     # ChangeInvisibleDuration ------------------------------------------------------------------------
 
@@ -535,41 +506,17 @@ class Receiving:
         topic, group = _topic_and_group(request.topic, request.group)
         invisible_ms = _check_invisible_time(request.invisible_duration.ToMilliseconds())
         handle = self._settled_by(_client_id(context), group, request.message_id, request.receipt_handle)
-        handle.check_live()
+        check_live(handle)
         receipt_handle = str(await self._change(group, topic, handle, invisible_ms))
         return pb.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=receipt_handle)
 
-    async def _change(
-        self, group: str, topic: str, handle: ReceiptHandle, invisible_ms: int
-    ) -> ReceiptHandle:
+    async def _change(self, group: str, topic: str, handle: ExtraInfo, invisible_ms: int) -> ExtraInfo:
         """CHANGE_MESSAGE_INVISIBLETIME of the message *handle* names; its new handle."""
-        info = handle.extra_info
-        real_topic = info.real_topic(topic, group)
-        change = ChangeInvisibleTimeRequestHeader(
-            consumer_group=group,
-            topic=real_topic,
-            queue_id=info.queue_id,
-            extra_info=str(info),
-            offset=info.queue_offset,
-            invisible_time=invisible_ms,
-        )
+        change = change_invisible_header(group, topic, handle, invisible_ms)
         response = await self._ask(
-            info.broker_name, topic, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, change.encode()
+            handle.broker_name, topic, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, change.encode()
         )
-        answer = decode_answer(ChangeInvisibleTimeResponseHeader, response)
-        # The new handle names the message alone, its offset the checkpoint's start, as RocketMQ's
-        # client builds it from the answer (MQClientAPIImpl.changeInvisibleTimeAsync).
-        renewed = ExtraInfo(
-            ck_queue_offset=info.queue_offset,
-            pop_time=answer.pop_time,
-            invisible_time=answer.invisible_time,
-            revive_qid=answer.revive_qid,
-            retry=retry_mark(real_topic),
-            broker_name=info.broker_name,
-            queue_id=info.queue_id,
-            queue_offset=info.queue_offset,
-        )
-        return ReceiptHandle(renewed, handle.commitlog_offset)
+        return changed_handle(handle, decode_answer(ChangeInvisibleTimeResponseHeader, response))
 
     # ForwardMessageToDeadLetterQueue ----------------------------------------------------------------
 
@@ -588,21 +535,18 @@ class Receiving:
         await self._to_dead_letter_queue(group, topic, handle, request.message_id)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
-    async def _to_dead_letter_queue(
-        self, group: str, topic: str, handle: ReceiptHandle, message_id: str
-    ) -> None:
-        if handle.commitlog_offset < 0:
+    async def _to_dead_letter_queue(self, group: str, topic: str, handle: ExtraInfo, message_id: str) -> None:
+        if handle.commitlog_offset is None or handle.commitlog_offset < 0:
             raise Refusal(v2.INVALID_RECEIPT_HANDLE, "commit log offset is empty")
-        info = handle.extra_info
         send_back = ConsumerSendMsgBackRequestHeader(
             offset=handle.commitlog_offset,
             group=group,
             delay_level=-1,  # straight to %DLQ%<group>
             origin_msg_id=message_id or None,
-            origin_topic=info.real_topic(topic, group),
+            origin_topic=handle.real_topic(topic, group),
             max_reconsume_times=0,
         )
-        await self._ask(info.broker_name, topic, RequestCode.CONSUMER_SEND_MSG_BACK, send_back.encode())
+        await self._ask(handle.broker_name, topic, RequestCode.CONSUMER_SEND_MSG_BACK, send_back.encode())
         try:
             await self._ack(group, topic, handle)
         except Refusal as refusal:
