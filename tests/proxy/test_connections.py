@@ -46,7 +46,7 @@ async def _forgotten_while_nobody_calls(namesrv: str) -> None:
             stream = stub.Telemetry(settings, metadata=client_metadata(client_id))
             assert [answer.status.code async for answer in stream] == [v2.OK]
             clients = server._context.clients  # nobody calls: no call may be what makes the proxy look
-            await wait_until(lambda: clients.session(client_id) is None, message="the idle client forgotten")
+            await wait_until(lambda: clients.known(client_id) is None, message="the idle client forgotten")
             metadata = client_metadata(client_id)
             gone = await stub.NotifyClientTermination(pb.NotifyClientTerminationRequest(), metadata=metadata)
             assert gone.status.code == v2.UNRECOGNIZED_CLIENT_TYPE

@@ -1,6 +1,6 @@
 """The 5.x clients connected to the proxy: their settings, their Telemetry streams, their heartbeats.
 
-A client is known by its id (gRPC metadata ``x-mq-client-id``, sent with every call). Its first Telemetry
+A client is client by its id (gRPC metadata ``x-mq-client-id``, sent with every call). Its first Telemetry
 command carries its settings (a producer's topics, a consumer's group and subscriptions); the proxy
 answers with the settings the client is to use, merged as RocketMQ's proxy merges them
 (GrpcClientSettingsManager): the retry policy, the body size limit, the group's FIFO flag and attempts.
@@ -122,7 +122,7 @@ def subscription_data(entry: v2.SubscriptionEntry) -> SubscriptionData:
 
 
 @dataclass(eq=False)
-class ClientSession:
+class ConnectedClient:
     client_id: str
     settings: v2.Settings
     # The open Telemetry stream's commands to the client, written in order by the stream's writer.
@@ -199,7 +199,7 @@ class Clients:
         self._authorizer = authorizer
         self._metadata = metadata
         self._routes = routes
-        self._sessions: dict[str, ClientSession] = {}
+        self._connected: dict[str, ConnectedClient] = {}
         self._groups: dict[str, _ConsumerGroup] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle_s = idle_s
@@ -212,23 +212,23 @@ class Clients:
 
     def published_topics(self) -> set[str]:
         """The topics any known client publishes."""
-        return {topic for session in self._sessions.values() for topic in session.topics}
+        return {topic for client in self._connected.values() for topic in client.topics}
 
     def _publishers_may_have_changed(self) -> None:
         for callback in self._publishers_changed:
             callback()
 
-    def session(self, client_id: str) -> ClientSession | None:
-        return self._sessions.get(client_id)
+    def known(self, client_id: str) -> ConnectedClient | None:
+        return self._connected.get(client_id)
 
-    def producer_streams(self, topic: str) -> list[ClientSession]:
+    def producer_streams(self, topic: str) -> list[ConnectedClient]:
         """The clients with an open Telemetry stream that publish to *topic*."""
-        return [s for s in self._sessions.values() if s.outbox is not None and topic in s.topics]
+        return [s for s in self._connected.values() if s.outbox is not None and topic in s.topics]
 
-    def send_to_one(self, sessions: list[ClientSession], command: pb.TelemetryCommand) -> bool:
-        """Write *command* to one of *sessions* (chosen at random, spreading the checks) whose stream
+    def send_to_one(self, connected: list[ConnectedClient], command: pb.TelemetryCommand) -> bool:
+        """Write *command* to one of *connected* (chosen at random, spreading the checks) whose stream
         takes more; whether any did."""
-        open_outboxes = [s.outbox for s in sessions if s.outbox is not None and not s.outbox.full()]
+        open_outboxes = [s.outbox for s in connected if s.outbox is not None and not s.outbox.full()]
         if not open_outboxes:
             return False
         random.choice(open_outboxes).put_nowait(command)
@@ -303,18 +303,18 @@ class Clients:
         else:
             raise Refusal(v2.BAD_REQUEST, "there is no publishing or subscription data in settings")
 
-    def _update(self, client_id: str, settings: v2.Settings) -> ClientSession:
-        session = self._sessions.get(client_id)
-        if session is None:
-            session = self._sessions[client_id] = ClientSession(client_id, settings)
+    def _update(self, client_id: str, settings: v2.Settings) -> ConnectedClient:
+        client = self._connected.get(client_id)
+        if client is None:
+            client = self._connected[client_id] = ConnectedClient(client_id, settings)
         else:
-            if session.group != _group_of(settings):  # the same group keeps its registration
-                self._leave_group(session)
-            session.settings = settings
+            if client.group != _group_of(settings):  # the same group keeps its registration
+                self._leave_group(client)
+            client.settings = settings
         if settings.HasField("subscription"):
-            self._join_group(session)
+            self._join_group(client)
         self._publishers_may_have_changed()
-        return session
+        return client
 
     # the calls -----------------------------------------------------------------------------
 
@@ -331,7 +331,7 @@ class Clients:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal.message)
         outbox: asyncio.Queue[pb.TelemetryCommand] = asyncio.Queue(OUTBOX_COMMANDS)
         writer = asyncio.create_task(self._write(outbox, context))
-        session: ClientSession | None = None
+        client: ConnectedClient | None = None
         try:
             async for command in requests:
                 if command.WhichOneof("command") != "settings":
@@ -342,8 +342,8 @@ class Clients:
                 except Refusal as refusal:
                     code = _ABORT_CODES.get(refusal.code, grpc.StatusCode.INVALID_ARGUMENT)
                     await context.abort(code, refusal.message)
-                session = self._update(client_id, command.settings)
-                session.outbox = outbox
+                client = self._update(client_id, command.settings)
+                client.outbox = outbox
                 merged = await self.merged_settings(command.settings)
                 await outbox.put(pb.TelemetryCommand(status=ok(), settings=merged))
             # The client closed its side: what is queued for it still goes out, unless writing fails.
@@ -351,9 +351,9 @@ class Clients:
             await asyncio.wait({flushed, writer}, return_when=asyncio.FIRST_COMPLETED)
             flushed.cancel()
         finally:
-            if session is not None and session.outbox is outbox:
-                session.outbox = None
-                session.last_seen = time.monotonic()
+            if client is not None and client.outbox is outbox:
+                client.outbox = None
+                client.last_seen = time.monotonic()
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
@@ -368,13 +368,13 @@ class Clients:
                 outbox.task_done()
 
     async def heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
-        session = self._sessions.get(client_id_of(context))
-        if session is None:
+        client = self._connected.get(client_id_of(context))
+        if client is None:
             return pb.HeartbeatResponse(
                 status=status(v2.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
             )
-        session.last_seen = time.monotonic()
-        if session.settings.HasField("subscription"):
+        client.last_seen = time.monotonic()
+        if client.settings.HasField("subscription"):
             check_group(request.group.name)
         return pb.HeartbeatResponse(status=ok())
 
@@ -396,37 +396,37 @@ class Clients:
 
     def _forget_idle(self) -> None:
         now = time.monotonic()
-        idle = [s for s in self._sessions.values() if s.outbox is None and now - s.last_seen > self._idle_s]
-        for session in idle:
-            del self._sessions[session.client_id]
-            self._leave_group(session)
+        idle = [s for s in self._connected.values() if s.outbox is None and now - s.last_seen > self._idle_s]
+        for client in idle:
+            del self._connected[client.client_id]
+            self._leave_group(client)
         if idle:
             self._publishers_may_have_changed()
 
     async def notify_client_termination(
         self, request: pb.NotifyClientTerminationRequest, context: Context
     ) -> pb.NotifyClientTerminationResponse:
-        session = self._sessions.pop(client_id_of(context), None)
-        if session is None:
+        client = self._connected.pop(client_id_of(context), None)
+        if client is None:
             return pb.NotifyClientTerminationResponse(
                 status=status(v2.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
             )
-        self._leave_group(session)
+        self._leave_group(client)
         self._publishers_may_have_changed()
         return pb.NotifyClientTerminationResponse(status=ok())
 
     # consumer groups on the brokers --------------------------------------------------------
 
-    def _join_group(self, session: ClientSession) -> None:
-        settings = session.settings
-        group = self._groups.get(session.group)
+    def _join_group(self, client: ConnectedClient) -> None:
+        settings = client.settings
+        group = self._groups.get(client.group)
         if group is None:
             consume_type = (
                 "CONSUME_PASSIVELY" if settings.client_type == v2.PUSH_CONSUMER else "CONSUME_ACTIVELY"
             )
-            group = self._groups[session.group] = _ConsumerGroup(session.group, consume_type)
+            group = self._groups[client.group] = _ConsumerGroup(client.group, consume_type)
             self._brokers.register_consumer(group)
-        group.members[session.client_id] = list(settings.subscription.subscriptions)
+        group.members[client.client_id] = list(settings.subscription.subscriptions)
         group.resubscribe()
         self._spawn(self._announce(list(group.subscriptions)))
 
@@ -438,16 +438,16 @@ class Clients:
                 await self._routes.route(topic)  # the brokers a heartbeat goes to are the routes' ones
         await self._brokers.send_heartbeat()
 
-    def _leave_group(self, session: ClientSession) -> None:
-        group = self._groups.get(session.group)
+    def _leave_group(self, client: ConnectedClient) -> None:
+        group = self._groups.get(client.group)
         if group is None:
             return
-        group.members.pop(session.client_id, None)
+        group.members.pop(client.client_id, None)
         group.resubscribe()
         if not group.members:
-            del self._groups[session.group]
-            self._brokers.unregister_consumer(session.group)
-            self._spawn(self._brokers.unregister_groups(consumer_groups=[session.group]))
+            del self._groups[client.group]
+            self._brokers.unregister_consumer(client.group)
+            self._spawn(self._brokers.unregister_groups(consumer_groups=[client.group]))
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.ensure_future(work)

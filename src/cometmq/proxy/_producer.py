@@ -300,8 +300,8 @@ class Producing:
         message: ReceivedMessage,
     ) -> None:
         transaction_id = request.transaction_id or message.transaction_id
-        sessions = self._clients.producer_streams(topic)
-        if not sessions:
+        connected = self._clients.producer_streams(topic)
+        if not connected:
             log.debug("no client publishing %s is connected to check transaction %s", topic, transaction_id)
             return
         self._remember(
@@ -312,7 +312,7 @@ class Producing:
                 message=incoming_message(message), transaction_id=transaction_id
             )
         )
-        if not self._clients.send_to_one(sessions, command):
+        if not self._clients.send_to_one(connected, command):
             log.debug("no client publishing %s takes the check of transaction %s now", topic, transaction_id)
 
 

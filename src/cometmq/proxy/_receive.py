@@ -200,7 +200,7 @@ class Receiving:
         return await self._proxy.metadata.group_settings(group, self._proxy.routes.master_addrs(route))
 
     async def _master_of(self, broker_name: str, topic: str) -> str:
-        """The master of broker group *broker_name*, learnt from *topic*'s route if not known yet."""
+        """The master of broker group *broker_name*, learnt from *topic*'s route if not client yet."""
         addr = self._brokers.broker_addr(broker_name)
         if addr is None:
             await self._proxy.routes.route(topic)
@@ -403,8 +403,8 @@ class Receiving:
         return parse_receipt_handle(receipt_handle)
 
     def _connected(self, client_id: str) -> bool:
-        session = self._proxy.clients.session(client_id)
-        return session is not None and session.outbox is not None  # its Telemetry stream is open
+        client = self._proxy.clients.known(client_id)
+        return client is not None and client.outbox is not None  # its Telemetry stream is open
 
     async def _renew_while_held(self) -> None:
         """Every RENEW_PERIOD_S, renew what becomes visible soon; done when nothing is held."""
@@ -563,7 +563,7 @@ class Receiving:
     # PullMessage, UpdateOffset, GetOffset, QueryOffset ----------------------------------------------
 
     async def _queue(self, queue: v2.MessageQueue) -> MessageQueue:
-        """The queue a request names, its broker known from the topic's route."""
+        """The queue a request names, its broker client from the topic's route."""
         check_topic(queue.topic.name)
         if queue.id < 0:
             raise Refusal(v2.BAD_REQUEST, f"queue id {queue.id} names no queue")
