@@ -23,6 +23,7 @@ MAX_ROUTE_ENDPOINTS: Final = 16
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
+StreamResponse = TypeVar("StreamResponse", pb.ReceiveMessageResponse, pb.PullMessageResponse)
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
@@ -47,6 +48,25 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     ) -> Response:
         self._proxy.authorizer.check(context, needs)
         return await serve(request, context)
+
+    async def _checked_stream(
+        self,
+        context: Context,
+        request: pb.ReceiveMessageRequest | pb.PullMessageRequest,
+        response_type: Callable[..., StreamResponse],
+        stream: AsyncIterator[StreamResponse],
+    ) -> AsyncIterator[StreamResponse]:
+        """*stream*'s answers once the caller may consume from the request's queue; else one status (the
+        stream, an async generator not started yet, then never runs)."""
+        try:
+            self._proxy.authorizer.check(
+                context, consuming(request.message_queue.topic.name, request.group.name)
+            )
+        except Refusal as refusal:
+            yield response_type(status=status(refusal.code, refusal.message))
+            return
+        async for response in stream:
+            yield response
 
     # routes, clients, sends ------------------------------------------------------------------
 
@@ -123,14 +143,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ReceiveMessage(
         self, request: pb.ReceiveMessageRequest, context: Context
     ) -> AsyncIterator[pb.ReceiveMessageResponse]:
-        try:
-            self._proxy.authorizer.check(
-                context, consuming(request.message_queue.topic.name, request.group.name)
-            )
-        except Refusal as refusal:
-            yield pb.ReceiveMessageResponse(status=status(refusal.code, refusal.message))
-            return
-        async for response in self._receiving.receive_message(request, context):
+        stream = self._receiving.receive_message(request, context)
+        async for response in self._checked_stream(context, request, pb.ReceiveMessageResponse, stream):
             yield response
 
     async def AckMessage(self, request: pb.AckMessageRequest, context: Context) -> pb.AckMessageResponse:
@@ -159,14 +173,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def PullMessage(
         self, request: pb.PullMessageRequest, context: Context
     ) -> AsyncIterator[pb.PullMessageResponse]:
-        try:
-            self._proxy.authorizer.check(
-                context, consuming(request.message_queue.topic.name, request.group.name)
-            )
-        except Refusal as refusal:
-            yield pb.PullMessageResponse(status=status(refusal.code, refusal.message))
-            return
-        async for response in self._receiving.pull_message(request, context):
+        stream = self._receiving.pull_message(request, context)
+        async for response in self._checked_stream(context, request, pb.PullMessageResponse, stream):
             yield response
 
     async def UpdateOffset(
