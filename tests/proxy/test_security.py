@@ -103,3 +103,18 @@ def test_settings_of_a_producer_not_allowed_to_publish_end_the_stream(stub: Stub
     with pytest.raises(grpc.RpcError) as raised:
         list(stub.Telemetry(iter([producer_settings(ACL_TOPIC)]), metadata=signed(READER)))
     assert raised.value.code() is grpc.StatusCode.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize("call", ["ReceiveMessage", "PullMessage"])
+def test_a_streaming_consuming_call_on_a_topic_not_granted_answers_one_refusal(stub: Stub, call: str) -> None:
+    queue = v2.MessageQueue(topic=v2.Resource(name="not-granted"), id=0, broker=v2.Broker(name="broker-a"))
+    group = v2.Resource(name="reader-group")
+    request: object
+    if call == "ReceiveMessage":
+        request = pb.ReceiveMessageRequest(group=group, message_queue=queue, batch_size=1)
+    else:
+        request = pb.PullMessageRequest(group=group, message_queue=queue, batch_size=1)
+    responses = list(getattr(stub, call)(request, metadata=signed(READER)))
+    assert [r.WhichOneof("content") for r in responses] == ["status"]
+    assert responses[0].status.code == v2.UNAUTHORIZED
+    assert "not-granted" in responses[0].status.message
