@@ -248,6 +248,30 @@ class FailoverGroup:
         """Every broker's log since its last start, for a failing assertion's message."""
         return "\n".join(f"===== {b.label}\n{b.log()[-6000:]}" for b in self.brokers)
 
+    async def diagnosis(self) -> str:
+        """Every broker's logs, then a few lines per broker of its replication state and last log lines:
+        a failing wait's note, the short summary last where a shortened test report keeps it."""
+        lines = [self.logs(), "===== replication state, then each broker's last log lines"]
+        for broker in self.brokers:
+            if broker.process is None:
+                lines.append(f"{broker.label}: stopped")
+                continue
+            alive = broker.process.proc.poll() is None
+            status = await self.ha_status(broker)
+            if status is None:
+                lines.append(f"{broker.label}: {'running' if alive else 'exited'}, no HA status")
+            else:
+                links = [(c.addr, c.slave_ack_offset, c.in_sync) for c in status.ha_connection_info]
+                client = status.ha_client_runtime_info
+                lines.append(
+                    f"{broker.label}: {'master' if status.master else 'slave'} of epoch {status.epoch}, "
+                    f"end {status.master_commit_log_max_offset}, in-sync {status.in_sync_replicas}, "
+                    f"slave links {links}, following {client.master_addr or '-'} "
+                    f"(connected {client.is_activated}, own end {client.max_offset})"
+                )
+            lines.extend(f"  {line}" for line in broker.log().splitlines()[-4:])
+        return "\n".join(lines)
+
     # asking the brokers ----------------------------------------------------------------------------
 
     async def ha_status(self, broker: Broker) -> HARuntimeInfo | None:
@@ -293,7 +317,7 @@ class FailoverGroup:
         try:
             return await until(settled, "one master, registered", timeout)
         except AssertionError as exc:
-            exc.add_note(self.logs())
+            exc.add_note(await self.diagnosis())
             raise
 
     async def wait_in_sync(self, master: Broker, members: int, timeout: float = FAILOVER_TIMEOUT_S) -> None:
@@ -306,7 +330,7 @@ class FailoverGroup:
         try:
             await until(enough, f"{members} brokers in sync", timeout)
         except AssertionError as exc:
-            exc.add_note(self.logs())
+            exc.add_note(await self.diagnosis())
             raise
 
     async def create_topic(self, topic: str = TOPIC, queues: int = QUEUES) -> Broker:

@@ -106,6 +106,10 @@ class HAServer:
             config.slave_timeout_ms, config.max_gap_not_in_sync, config.transfer_batch_size
         )
         self._listening = False
+        # Set by stop(): a connection accepted before the listener closed, whose task had not run yet
+        # (so stop() could not cancel it), is closed when it starts rather than served by a server that
+        # is gone (a slave served so would be invisible to the server that replaced this one).
+        self._stopped = False
         # The hosts of slaves asking for an offset this master could not serve, logged once a minute at
         # most: such a slave reconnects every few seconds asking for the same offset until a person acts.
         self.refused_starts = PeerLogLimit(HOST_LOG_INTERVAL_S)
@@ -140,6 +144,7 @@ class HAServer:
     async def start(self, host: str, port: int) -> None:
         """Listen on *host*:*port* (0: a port the OS picks, see ``port``)."""
         self._transfer.start(asyncio.get_running_loop())
+        self._stopped = False
         if not self._listening:
             self._store.add_arrival_listener(self._on_arrival)
             self._listening = True
@@ -153,6 +158,10 @@ class HAServer:
         log.info("HA server listening on %s:%d", host, self.port)
 
     async def stop(self) -> None:
+        self._stopped = True
+        if self._listening:
+            self._store.remove_arrival_listener(self._on_arrival)
+            self._listening = False
         server, self._server = self._server, None
         if server is not None:
             server.close()
@@ -201,7 +210,8 @@ class HAServer:
         for link in self._links:
             self._maybe_join(link, now)
         self._rewait()
-        self._check_candidates()
+        # Offered again whatever was told before: the election may not have been listening then.
+        self._check_candidates(until_committed=True)
 
     def in_sync_candidates(self) -> frozenset[int]:
         """The brokerIds of the slaves connected with a hello whose acknowledgement reached an end this
@@ -450,6 +460,9 @@ class HAServer:
         await self._serve(reader, asyncio.StreamWriter(transport, protocol, reader, loop))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._stopped:
+            writer.close()
+            return
         link = SlaveLink(self, self._store, self._config, reader, writer)
         task = asyncio.current_task()
         assert task is not None

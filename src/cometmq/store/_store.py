@@ -1094,7 +1094,13 @@ class MessageStore:
     def add_arrival_listener(self, cb: ArrivalListener) -> None:
         """``cb(topic, queue_id, new_max_offset, tags_code)`` runs on the writer's thread after each
         put (for a batch: once per distinct tags code). Exceptions are logged, not raised."""
-        self._listeners.append(cb)
+        self._listeners = [*self._listeners, cb]
+
+    def remove_arrival_listener(self, cb: ArrivalListener) -> None:
+        """Stop calling *cb* (added with ``add_arrival_listener``). A put being notified on the writer's
+        thread meanwhile may still call it once."""
+        # A new list rather than a removal in place: the writer's thread may be iterating the old one.
+        self._listeners = [listener for listener in self._listeners if listener != cb]
 
     def _notify(self, topic: str, queue_id: int, max_offset: int, tags_codes: Sequence[int]) -> None:
         # One call per distinct tags code is enough to wake every pull the records can satisfy.
