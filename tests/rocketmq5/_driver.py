@@ -119,7 +119,7 @@ def started(client: Any) -> None:
 
 
 def produce(args: argparse.Namespace) -> None:
-    producer = Producer(configuration(args), (args.topic,))
+    producer = Producer(configuration(args), (args.topic,), tls_enable=args.tls)
     started(producer)
     sent = 0
     try:
@@ -156,7 +156,7 @@ def transaction(args: argparse.Namespace) -> None:
     """Half messages, each ended by --end (commit or rollback) or left open (none) for the broker's check;
     the checker answers --check. With --end none, the scenario waits for --checks checks."""
     checker = AnsweringChecker(getattr(TransactionResolution, args.check.upper()))
-    producer = Producer(configuration(args), (args.topic,), checker)
+    producer = Producer(configuration(args), (args.topic,), checker, tls_enable=args.tls)
     started(producer)
     try:
         for index in range(args.count):
@@ -191,7 +191,11 @@ def simple_consume(args: argparse.Namespace) -> None:
     it has the tag --ack-tag when that is given; with --change-invisible S, a delivery not acked has its
     invisible duration changed to S seconds."""
     consumer = SimpleConsumer(
-        configuration(args), args.group, {args.topic: filter_expression(args)}, await_duration=args.await_s
+        configuration(args),
+        args.group,
+        {args.topic: filter_expression(args)},
+        await_duration=args.await_s,
+        tls_enable=args.tls,
     )
     started(consumer)
     acked = received = 0
@@ -263,6 +267,7 @@ def push_consume(args: argparse.Namespace) -> None:
         listener,
         {args.topic: filter_expression(args)},
         consumption_thread_count=args.threads,
+        tls_enable=args.tls,
     )
     started(consumer)
     wait_for(lambda: listener.consumed >= args.until_consumed, args.timeout)
@@ -282,7 +287,7 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> None:
 def bench_produce(args: argparse.Namespace) -> None:
     """--count sends of --body-size bytes, --inflight at a time (send_async); the rate in ``done``, timed
     from the ``clock`` event."""
-    producer = Producer(configuration(args), (args.topic,))
+    producer = Producer(configuration(args), (args.topic,), tls_enable=args.tls)
     started(producer)
     window = threading.Semaphore(args.inflight)
     failures: list[str] = []
@@ -320,7 +325,11 @@ def bench_consume(args: argparse.Namespace) -> None:
     """Receive and ack until --count messages are acked; the rate in ``done``, timed from the ``clock``
     event, when the first messages have been received."""
     consumer = SimpleConsumer(
-        configuration(args), args.group, {args.topic: FilterExpression()}, await_duration=5
+        configuration(args),
+        args.group,
+        {args.topic: FilterExpression()},
+        await_duration=5,
+        tls_enable=args.tls,
     )
     started(consumer)
     acked = 0
@@ -353,6 +362,7 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--topic", required=True)
         sub.add_argument("--access-key", default="")
         sub.add_argument("--secret-key", default="")
+        sub.add_argument("--tls", action="store_true", help="TLS (trusting GRPC_DEFAULT_SSL_ROOTS_FILE_PATH)")
         sub.add_argument("--request-timeout", type=int, default=10, help="seconds per call")
         sub.add_argument("--timeout", type=float, default=60.0, help="seconds for the whole scenario")
         return sub

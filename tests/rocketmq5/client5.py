@@ -43,20 +43,22 @@ class Client5:
 
     ``workdir`` gets the process's stderr and, as its HOME, the client's own log."""
 
-    def __init__(self, scenario: str, endpoints: str, *args: str, workdir: Path) -> None:
+    def __init__(
+        self, scenario: str, endpoints: str, *args: str, workdir: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.scenario = scenario
         self.home = workdir / f"client5-{next(_numbers)}-{scenario}"
         self.home.mkdir(parents=True)
         self.events: list[Event] = []
         self._buffer = b""
         self._stderr = (self.home / "stderr").open("wb")
-        env = {**subprocess_env(), "HOME": str(self.home)}
-        env.pop("PYTHONPATH", None)  # CometMQ's sources: nothing the 5.x client's venv should see
+        environment = {**subprocess_env(), "HOME": str(self.home), **(env or {})}
+        environment.pop("PYTHONPATH", None)  # CometMQ's sources: nothing the 5.x client's venv should see
         self.proc = subprocess.Popen(
             [str(PYTHON5), str(DRIVER), scenario, "--endpoints", endpoints, *args],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            env=env,
+            env=environment,
         )
 
     def __enter__(self) -> Client5:
@@ -126,10 +128,13 @@ class Client5:
         """Its events so far, stderr and the end of the client's log, for a failure's message."""
         self._stderr.flush()
         stderr = (self.home / "stderr").read_text(errors="replace")
-        logs = sorted((self.home / "logs").rglob("*.log")) if (self.home / "logs").exists() else []
-        client_log = "".join(path.read_text(errors="replace") for path in logs)
         return (f"events: {self.events[-20:]}\nstderr:\n{stderr[-LOG_TAIL_CHARS:]}\n"
-                f"client log:\n{client_log[-LOG_TAIL_CHARS:]}")  # fmt: skip
+                f"client log:\n{self.client_log()[-LOG_TAIL_CHARS:]}")  # fmt: skip
+
+    def client_log(self) -> str:
+        """What the client logged (it logs the status of a refused call that it then reports vaguely)."""
+        logs = sorted((self.home / "logs").rglob("*.log")) if (self.home / "logs").exists() else []
+        return "".join(path.read_text(errors="replace") for path in logs)
 
     def close(self) -> None:
         """Kills it if it still runs (a test that failed half-way)."""
@@ -141,9 +146,16 @@ class Client5:
         self._stderr.close()
 
 
-def run5(scenario: str, endpoints: str, *args: str, workdir: Path, timeout: float = 90.0) -> Client5:
+def run5(
+    scenario: str,
+    endpoints: str,
+    *args: str,
+    workdir: Path,
+    timeout: float = 90.0,
+    env: dict[str, str] | None = None,
+) -> Client5:
     """Runs a scenario to its end and asserts it succeeded; the finished run (its events)."""
-    with Client5(scenario, endpoints, *args, workdir=workdir) as client:
+    with Client5(scenario, endpoints, *args, workdir=workdir, env=env) as client:
         client.result(timeout)
     return client
 
@@ -152,15 +164,25 @@ class Scenarios:
     """The driver's scenarios against one proxy, their processes' files under *workdir*; each run ends
     before its method returns and asserts that it succeeded (:meth:`start` runs one in the background)."""
 
-    def __init__(self, endpoints: str, workdir: Path) -> None:
+    def __init__(self, endpoints: str, workdir: Path, env: dict[str, str] | None = None) -> None:
         self.endpoints = endpoints
         self.workdir = workdir
+        self.env = env
 
     def start(self, scenario: str, topic: str, *args: str) -> Client5:
-        return Client5(scenario, self.endpoints, "--topic", topic, *args, workdir=self.workdir)
+        return Client5(scenario, self.endpoints, "--topic", topic, *args, workdir=self.workdir, env=self.env)
 
     def run(self, scenario: str, topic: str, *args: str, timeout: float = 90.0) -> Client5:
-        return run5(scenario, self.endpoints, "--topic", topic, *args, workdir=self.workdir, timeout=timeout)
+        return run5(
+            scenario,
+            self.endpoints,
+            "--topic",
+            topic,
+            *args,
+            workdir=self.workdir,
+            timeout=timeout,
+            env=self.env,
+        )
 
     def produce(self, topic: str, *args: str) -> Client5:
         return self.run("produce", topic, *args)
