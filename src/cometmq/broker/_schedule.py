@@ -196,6 +196,41 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _no_plan(due_ms: float) -> None:
+    pass
+
+
+async def deliver_in_rounds(
+    deliver_due: Callable[[], tuple[float, bool]],
+    wake: asyncio.Event,
+    what: str,
+    planned: Callable[[float], None] = _no_plan,
+) -> None:
+    """Call *deliver_due* (a round: the next due time in wall-clock ms or inf, and whether it stopped at
+    its round limit with more to do) until cancelled: again after one turn of the loop while busy, else
+    when *wake* is set or the next due time comes. *planned* hears when the next look is planned (inf
+    while a round runs), so that an arrival due sooner knows to set *wake*."""
+    while True:
+        wake.clear()
+        planned(math.inf)
+        try:
+            next_due, busy = deliver_due()
+        except Exception:  # a bug must not end delivery for good; look again shortly
+            log.exception("delivering %s failed", what)
+            next_due, busy = float(_now_ms() + int(_RETRY_S * 1000)), False
+        if busy:
+            await asyncio.sleep(0)
+            continue
+        planned(next_due)
+        timeout = _MAX_SLEEP_S if next_due == math.inf else (next_due - _now_ms()) / 1000
+        if timeout > 0:
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that comes as the event
+            # is set, and stop() (a master demoted) would wait for this task for ever.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(timeout, _MAX_SLEEP_S)):
+                    await wake.wait()
+
+
 def deliver_parked(
     broker: Broker,
     commitlog_offset: int,
@@ -402,25 +437,10 @@ class ScheduleMessageService:
     # -- delivery ------------------------------------------------------------------------------
 
     async def _deliver_loop(self) -> None:
-        while True:
-            self._wake.clear()
-            self._planned_wake_ms = math.inf
-            try:
-                next_due, busy = self.deliver_due()
-            except Exception:  # a bug must not end delivery for good; look again shortly
-                log.exception("delivering delayed messages failed")
-                next_due, busy = float(_now_ms() + int(_RETRY_S * 1000)), False
-            if busy:
-                await asyncio.sleep(0)
-                continue
-            self._planned_wake_ms = next_due
-            timeout = _MAX_SLEEP_S if next_due == math.inf else (next_due - _now_ms()) / 1000
-            if timeout > 0:
-                # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that comes as the
-                # event is set, and stop() (a master demoted) would wait for this task for ever.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(timeout, _MAX_SLEEP_S)):
-                        await self._wake.wait()
+        def planned(due_ms: float) -> None:
+            self._planned_wake_ms = due_ms
+
+        await deliver_in_rounds(self.deliver_due, self._wake, "delayed messages", planned)
 
     def deliver_due(self, now_ms: int | None = None) -> tuple[float, bool]:
         """Deliver what is due in every level: (the earliest time something else falls due or a

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import functools
 import heapq
 import logging
@@ -54,6 +53,7 @@ from cometmq.broker._schedule import (
     DeliveryProgress,
     Outcome,
     copy_of_record,
+    deliver_in_rounds,
     deliver_parked,
     parked,
     real_queue,
@@ -113,8 +113,6 @@ _JAVA_INT_MAX: Final = 2**31 - 1
 
 # Units read, delivered or rolled before the event loop gets a turn (a backlog after a long stop).
 _ROUND_MAX = 256
-# The longest sleep without looking: due times are wall-clock ms, sleeps are monotonic.
-_MAX_SLEEP_S = 1.0
 # After a put the store refused for now (disk full, shutting down), delivery waits this long.
 _RETRY_S = 1.0
 # Settled units allowed between the first unsettled unit and the queue's end before rolling (a bit
@@ -341,22 +339,7 @@ class TimerMessageService:
     # -- delivery --------------------------------------------------------------------------------
 
     async def _deliver_loop(self) -> None:
-        while True:
-            self._wake.clear()
-            try:
-                next_due, busy = self.deliver_due()
-            except Exception:  # a bug must not end delivery for good; look again shortly
-                log.exception("delivering timer messages failed")
-                next_due, busy = float(_now_ms() + int(_RETRY_S * 1000)), False
-            if busy:
-                await asyncio.sleep(0)
-                continue
-            timeout = _MAX_SLEEP_S if next_due == math.inf else (next_due - _now_ms()) / 1000
-            if timeout > 0:
-                # Not asyncio.wait_for (see ScheduleMessageService._deliver_loop).
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(timeout, _MAX_SLEEP_S)):
-                        await self._wake.wait()
+        await deliver_in_rounds(self.deliver_due, self._wake, "timer messages")
 
     def deliver_due(self, now_ms: int | None = None) -> tuple[float, bool]:
         """One round: read what arrived, deliver what is due, roll what holds the progress back.
