@@ -82,6 +82,16 @@ def broker(standalone: StandaloneServer) -> Iterator[Broker]:
     yield Broker(standalone)
 
 
+# RocketMQ's persistConsumerOffsetInterval (5 s) shortened, for tests that wait for a running consumer's
+# offsets to reach the broker: the wait ends as soon as they are there, so only its length changes.
+FAST_PERSIST_INTERVAL_S = 0.2
+
+
+@pytest.fixture
+def fast_offset_persistence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consumer_module, "PERSIST_INTERVAL_S", FAST_PERSIST_INTERVAL_S)
+
+
 class Recorder:
     """An async listener that records what it got (and by whom), in global arrival order."""
 
@@ -107,7 +117,7 @@ def consumer(namesrv: str, group: str, topic: str, expression: str = "*", **opti
 
 
 def test_clustering_consumes_each_message_once_and_a_restarted_member_resumes_where_it_committed(
-    broker: Broker,
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def scenario() -> None:
         await broker.create_topic("ClusterTopic", 4)
@@ -123,6 +133,9 @@ def test_clustering_consumes_each_message_once_and_a_restarted_member_resumes_wh
         assert Counter(recorder.bodies()) == Counter(first)  # each exactly once
         # close() committed every queue to its end (10 messages each).
         assert await broker.all_committed("GID_cluster", "ClusterTopic", {q: 10 for q in range(4)})
+        # close() did commit: the periodic persistence is shortened only for the second member, whose
+        # offsets the test waits for while it runs.
+        monkeypatch.setattr(consumer_module, "PERSIST_INTERVAL_S", FAST_PERSIST_INTERVAL_S)
 
         second = [f"second-{i}".encode() for i in range(20)]
         for i, body in enumerate(second):
@@ -150,6 +163,7 @@ def test_clustering_consumes_each_message_once_and_a_restarted_member_resumes_wh
     run(scenario())
 
 
+@pytest.mark.usefixtures("fast_offset_persistence")
 def test_rebalance_as_members_join_and_leave(broker: Broker) -> None:
     """Queues move as a second and third member join and then leave; every message is consumed.
 
@@ -513,6 +527,7 @@ def test_async_for_consumes_and_retry_later_redelivers(quick_retries: Standalone
 # filters ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("fast_offset_persistence")
 def test_tag_filter_delivers_exactly_the_matching_messages_and_moves_offsets_past_the_rest(
     broker: Broker,
 ) -> None:
@@ -680,6 +695,7 @@ def test_a_consumer_never_closed_leaves_no_pending_tasks_or_open_sockets(
     assert "Task was destroyed but it is pending" not in caplog.text
 
 
+@pytest.mark.usefixtures("fast_offset_persistence")
 def test_sql92_subscription_delivers_exactly_the_matching_messages(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("enablePropertyFilter=true\n")
@@ -713,6 +729,7 @@ def test_sql92_subscription_delivers_exactly_the_matching_messages(tmp_path: Pat
         server.stop()
 
 
+@pytest.mark.usefixtures("fast_offset_persistence")
 def test_an_online_consumer_follows_an_offset_reset(broker: Broker) -> None:
     """`cometmq group reset` while the consumer runs: the broker tells it (RESET_CONSUMER_CLIENT_OFFSET)
     and it continues from the new offsets, here replaying a queue from its first message."""
