@@ -181,9 +181,12 @@ def test_an_address_no_broker_registered_is_named() -> None:
 
 def test_demote_then_promote_swaps_a_running_master_and_slave(tmp_path: Path) -> None:
     namesrv_process, namesrv = start_namesrv(tmp_path)
-    # The master's brokerId 2 is the id it registers under once demoted (a master registers as 0).
-    first = BrokerNode(tmp_path, "first", namesrv, brokerId=2, brokerRole="ASYNC_MASTER")
-    second = BrokerNode(tmp_path, "second", namesrv, brokerId=1, brokerRole="SLAVE")
+    # The master's brokerId 2 is the id it registers under once demoted (a master registers as 0). The
+    # demoted broker learns the new master's address from a periodic registration's answer: every 1 s
+    # here rather than RocketMQ's default 30 s.
+    period = {"registerNameServerPeriod": 1000}
+    first = BrokerNode(tmp_path, "first", namesrv, brokerId=2, brokerRole="ASYNC_MASTER", **period)
+    second = BrokerNode(tmp_path, "second", namesrv, brokerId=1, brokerRole="SLAVE", **period)
     try:
         first.start()
         second.start()
