@@ -78,8 +78,10 @@ class Broker:
 
 
 @pytest.fixture
-def broker(standalone: StandaloneServer) -> Iterator[Broker]:
-    yield Broker(standalone)
+def broker(server: StandaloneServer) -> Iterator[Broker]:
+    """The module's one standalone server (conftest's ``server``): each test has topics and groups of
+    its own."""
+    yield Broker(server)
 
 
 # RocketMQ's persistConsumerOffsetInterval (5 s) shortened, for tests that wait for a running consumer's
