@@ -100,14 +100,15 @@ async def raw_records(instance: ClientInstance, queue: MessageQueue, offset: int
 
 
 # ---------------------------------------------------------------------------------------------
-# a real standalone server
+# a real standalone server: the module's one (conftest's ``server``), each test with topics and groups of
+# its own; a test that adds a broker to the cluster has a server of its own (``standalone``)
 
 
-def test_send_and_pull_back_with_tags_keys_properties_and_unique_key(standalone: StandaloneServer) -> None:
+def test_send_and_pull_back_with_tags_keys_properties_and_unique_key(server: StandaloneServer) -> None:
     async def scenario() -> None:
         async with (
-            Producer("PID_roundtrip", standalone.namesrv) as producer,
-            reader(standalone.namesrv) as rd,
+            Producer("PID_roundtrip", server.namesrv) as producer,
+            reader(server.namesrv) as rd,
         ):
             results: list[SendResult] = []
             for i in range(6):
@@ -140,9 +141,9 @@ def test_send_and_pull_back_with_tags_keys_properties_and_unique_key(standalone:
     run(scenario())
 
 
-def test_a_unique_key_given_by_the_caller_is_kept(standalone: StandaloneServer) -> None:
+def test_a_unique_key_given_by_the_caller_is_kept(server: StandaloneServer) -> None:
     async def scenario() -> None:
-        async with Producer("PID_uniq", standalone.namesrv) as producer, reader(standalone.namesrv) as rd:
+        async with Producer("PID_uniq", server.namesrv) as producer, reader(server.namesrv) as rd:
             result = await producer.send(Message("KeepId", b"x", properties={"UNIQ_KEY": "MY-ID-1"}))
             assert result.msg_id == "MY-ID-1"
             (message,) = await pull_queue(rd, result.queue, result.queue_offset)
@@ -151,12 +152,12 @@ def test_a_unique_key_given_by_the_caller_is_kept(standalone: StandaloneServer) 
     run(scenario())
 
 
-def test_keys_split_at_spaces_only_as_the_index_splits_them(standalone: StandaloneServer) -> None:
+def test_keys_split_at_spaces_only_as_the_index_splits_them(server: StandaloneServer) -> None:
     async def scenario() -> None:
         async with (
-            Producer("PID_keysplit", standalone.namesrv) as producer,
-            reader(standalone.namesrv) as rd,
-            AdminClient(standalone.namesrv) as admin,
+            Producer("PID_keysplit", server.namesrv) as producer,
+            reader(server.namesrv) as rd,
+            AdminClient(server.namesrv) as admin,
         ):
             result = await producer.send(Message("KeySplit", b"x", keys="tab\tkey  line\nkey "))
             (message,) = await pull_queue(rd, result.queue, result.queue_offset)
@@ -168,13 +169,13 @@ def test_keys_split_at_spaces_only_as_the_index_splits_them(standalone: Standalo
     run(scenario())
 
 
-def test_large_bodies_are_stored_zlib_compressed_and_read_back_equal(standalone: StandaloneServer) -> None:
+def test_large_bodies_are_stored_zlib_compressed_and_read_back_equal(server: StandaloneServer) -> None:
     big = ("".join(string.ascii_letters) * 300).encode()  # 15 600 bytes, compressible
     threshold_body = b"t" * 4096
     below = b"b" * 4095
 
     async def scenario() -> None:
-        async with Producer("PID_zip", standalone.namesrv) as producer, reader(standalone.namesrv) as rd:
+        async with Producer("PID_zip", server.namesrv) as producer, reader(server.namesrv) as rd:
             queue = MessageQueue("Zipped", "broker-a", 0)
             await producer.send(Message("Zipped", b"create the topic"), queue=queue)
             sent = [
@@ -193,14 +194,14 @@ def test_large_bodies_are_stored_zlib_compressed_and_read_back_equal(standalone:
 
 
 def test_a_compressed_body_that_does_not_inflate_is_handed_over_as_stored_and_the_queue_goes_on(
-    standalone: StandaloneServer, caplog: pytest.LogCaptureFixture
+    server: StandaloneServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     bomb = zlib.compress(bytes(65 * 1024 * 1024), 9)  # inflates past the 64 MiB bound
 
     async def scenario() -> None:
-        await send_to_queue(standalone, "BadZip", 0, [b"not zlib data", bomb], sys_flag=0x1)
-        await send_to_queue(standalone, "BadZip", 0, [b"after"])
-        async with reader(standalone.namesrv) as rd:
+        await send_to_queue(server, "BadZip", 0, [b"not zlib data", bomb], sys_flag=0x1)
+        await send_to_queue(server, "BadZip", 0, [b"after"])
+        async with reader(server.namesrv) as rd:
             received = await pull_queue(rd, MessageQueue("BadZip", "broker-a", 0), 0)
             assert [m.body for m in received] == [b"not zlib data", bomb, b"after"]
 
@@ -210,9 +211,9 @@ def test_a_compressed_body_that_does_not_inflate_is_handed_over_as_stored_and_th
     assert "message 0 of BadZip queue 0: compressed body does not inflate" in warnings[0]
 
 
-def test_batch_is_stored_at_contiguous_offsets_with_each_message_intact(standalone: StandaloneServer) -> None:
+def test_batch_is_stored_at_contiguous_offsets_with_each_message_intact(server: StandaloneServer) -> None:
     async def scenario() -> None:
-        async with Producer("PID_batch", standalone.namesrv) as producer, reader(standalone.namesrv) as rd:
+        async with Producer("PID_batch", server.namesrv) as producer, reader(server.namesrv) as rd:
             first = [
                 Message("Batched", f"m{i}".encode(), tags=f"T{i % 2}", keys=f"k{i}", properties={"n": str(i)})
                 for i in range(10)
@@ -241,13 +242,13 @@ def test_batch_is_stored_at_contiguous_offsets_with_each_message_intact(standalo
     run(scenario())
 
 
-def test_a_sharding_key_keeps_its_messages_on_one_queue_in_send_order(standalone: StandaloneServer) -> None:
+def test_a_sharding_key_keeps_its_messages_on_one_queue_in_send_order(server: StandaloneServer) -> None:
     keys = [f"customer-{k}" for k in range(6)]
 
     async def scenario() -> None:
-        async with AdminClient(standalone.namesrv) as admin:
+        async with AdminClient(server.namesrv) as admin:
             await admin.create_topic("Ordered", queues=4)
-        async with Producer("PID_order", standalone.namesrv) as producer, reader(standalone.namesrv) as rd:
+        async with Producer("PID_order", server.namesrv) as producer, reader(server.namesrv) as rd:
             queue_of: dict[str, set[MessageQueue]] = defaultdict(set)
             for seq in range(8):
                 for key in keys:
@@ -273,17 +274,17 @@ def test_a_sharding_key_keeps_its_messages_on_one_queue_in_send_order(standalone
 
 
 def test_every_send_kind_puts_a_sharding_key_on_the_queue_the_selector_picks(
-    standalone: StandaloneServer,
+    server: StandaloneServer,
 ) -> None:
     def next_to_number(queues: Sequence[MessageQueue], key: str) -> MessageQueue:
         # Not int(key) % len(queues): for "0".."3" and 4 queues, Java's hash picks just that.
         return queues[(int(key) + 1) % len(queues)]
 
     async def scenario() -> None:
-        async with AdminClient(standalone.namesrv) as admin:
+        async with AdminClient(server.namesrv) as admin:
             await admin.create_topic("Selected", queues=4)
-        producer = Producer("PID_selector", standalone.namesrv, queue_selector=next_to_number)
-        async with producer, reader(standalone.namesrv) as rd:
+        producer = Producer("PID_selector", server.namesrv, queue_selector=next_to_number)
+        async with producer, reader(server.namesrv) as rd:
             for seq in range(3):
                 for key in "0123":
                     await producer.send(Message("Selected", f"{key}:send-{seq}".encode()), sharding_key=key)
@@ -334,9 +335,9 @@ def test_every_send_kind_puts_a_sharding_key_on_the_queue_the_selector_picks(
     run(scenario())
 
 
-def test_a_delayed_message_is_parked_then_delivered_to_its_topic(standalone: StandaloneServer) -> None:
+def test_a_delayed_message_is_parked_then_delivered_to_its_topic(server: StandaloneServer) -> None:
     async def scenario() -> None:
-        async with Producer("PID_delay", standalone.namesrv) as producer, reader(standalone.namesrv) as rd:
+        async with Producer("PID_delay", server.namesrv) as producer, reader(server.namesrv) as rd:
             result = await producer.send(
                 Message("Later", b"wait a second", tags="Late", keys="k-late", delay_level=1)
             )
@@ -360,10 +361,10 @@ def test_a_delayed_message_is_parked_then_delivered_to_its_topic(standalone: Sta
 
 
 def test_a_delay_level_above_the_brokers_highest_is_sent_and_the_broker_caps_it(
-    standalone: StandaloneServer,
+    server: StandaloneServer,
 ) -> None:
     async def scenario() -> None:
-        async with Producer("PID_cap", standalone.namesrv) as producer, reader(standalone.namesrv) as rd:
+        async with Producer("PID_cap", server.namesrv) as producer, reader(server.namesrv) as rd:
             result = await producer.send(Message("LaterStill", b"capped", delay_level=25))
             # The default table has 18 levels: parked in the queue of level 18 (2 h).
             parked = await pull_queue(rd, MessageQueue(SCHEDULE_TOPIC, result.queue.broker_name, 17))
@@ -372,10 +373,10 @@ def test_a_delay_level_above_the_brokers_highest_is_sent_and_the_broker_caps_it(
     run(scenario())
 
 
-def test_oneway_and_callback_sends_are_delivered(standalone: StandaloneServer) -> None:
+def test_oneway_and_callback_sends_are_delivered(server: StandaloneServer) -> None:
     async def scenario() -> None:
         outcomes: list[SendResult | BaseException] = []
-        async with Producer("PID_async", standalone.namesrv) as producer, reader(standalone.namesrv) as rd:
+        async with Producer("PID_async", server.namesrv) as producer, reader(server.namesrv) as rd:
             await producer.send(Message("Fire", b"first"))  # creates the topic
             for i in range(10):
                 await producer.send_oneway(Message("Fire", f"oneway-{i}".encode()))
@@ -402,10 +403,10 @@ def test_oneway_and_callback_sends_are_delivered(standalone: StandaloneServer) -
     run(scenario())
 
 
-def test_close_waits_for_callback_sends(standalone: StandaloneServer) -> None:
+def test_close_waits_for_callback_sends(server: StandaloneServer) -> None:
     async def scenario() -> None:
         outcomes: list[SendResult | BaseException] = []
-        producer = Producer("PID_close", standalone.namesrv)
+        producer = Producer("PID_close", server.namesrv)
         await producer.start()
         for i in range(5):
             producer.send_with_callback(Message("CloseWait", f"m{i}".encode()), outcomes.append)
