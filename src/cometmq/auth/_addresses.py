@@ -81,7 +81,7 @@ class AddressPattern:
             return AddressPattern(text, any=True)
         networks: list[IpNetwork] = []
         ranges: list[_PartRanges] = []
-        for item in _items(stripped):
+        for item in _items(stripped, text):
             if "/" in item:
                 try:
                     networks.append(ipaddress.ip_network(item, strict=False))
@@ -107,13 +107,14 @@ def _refused(text: str, why: str) -> AuthError:
     return invalid_parameter(f"address pattern {text!r} is not valid: {why}")
 
 
-def _items(text: str) -> list[str]:
-    """The single patterns of a list: ``a.b.c.{1,2}`` or ``x,y``; else the pattern itself."""
+def _items(text: str, given: str) -> list[str]:
+    """The single patterns of a list: ``a.b.c.{1,2}`` or ``x,y``; else the pattern itself. *given*: the
+    text as written, which a refusal names."""
     if text.endswith("}"):
         opening = text.rfind("{")
         head = text[:opening]
         if opening < 0 or not head.endswith((".", ":")):
-            raise _refused(text, "a {..} list may only end an address, after its last '.' or ':'")
+            raise _refused(given, "a {..} list may only end an address, after its last '.' or ':'")
         return [head + last.strip() for last in text[opening + 1 : -1].split(",")]
     if "," in text:
         return [item.strip() for item in text.split(",")]
