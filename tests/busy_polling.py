@@ -127,13 +127,17 @@ class RecordingPoller(BusyPoller):
 
 def record_pollers(monkeypatch: pytest.MonkeyPatch) -> list[RecordingPoller]:
     """Every poller the remoting transport makes from now on (servers, clients) is a RecordingPoller
-    (adaptive or not, as asked), listed in the returned list in the order made."""
+    (adaptive or not, as asked); those made on the calling thread are listed in the returned list in the
+    order made. Not those of other threads: a client an earlier test left running on a thread of its own
+    may connect again meanwhile, and its poller is none of this test's."""
     made: list[RecordingPoller] = []
+    this_thread = threading.get_ident()
 
     class Recorded(RecordingPoller):
         def __init__(self, limit_us: int, adaptive: bool = True) -> None:
             super().__init__(limit_us, adaptive)
-            made.append(self)
+            if threading.get_ident() == this_thread:
+                made.append(self)
 
     monkeypatch.setattr(transport, "BusyPoller", Recorded)
     return made
