@@ -34,6 +34,8 @@ def test_messages_in_flight_when_a_broker_is_killed_come_again_and_acked_ones_do
         assert sorted(e["message_id"] for e in received) == sorted(
             e["message_id"] for e in kept.named("sent")
         )
-        assert {e["delivery_attempt"] for e in received} == {2}
+        # Each is delivered again (attempt 2, or more when a receive's answer was lost on the way: on a
+        # loaded machine a receive can time out at the client after the broker popped for it).
+        assert all(e["delivery_attempt"] >= 2 for e in received), received
     finally:
         cluster.stop()
