@@ -299,9 +299,13 @@ def test_a_unit_waiting_longer_than_half_the_retention_is_rolled_and_outlives_it
             rolled_at = parked[1].commitlog_offset
             for _ in range(100):
                 await send(client, addr, "Filler", b"f" * 1000)
-            # A retention pass 49 hours after the send deletes the segments before the rolled copy.
-            clean_at = time.localtime(sent_ms / 1000 + 49 * 3600)
-            clean_ms = int(time.mktime((*clean_at[:3], 4, 30, 0, 0, 0, -1)) * 1000)
+            # A retention pass at the next 04:30 (deleteWhen) deletes the segments before the rolled copy,
+            # aged 49 hours; those written since are less than a day old then, within the 48 hours kept.
+            today = time.localtime(sent_ms / 1000)[:3]
+            clean_s = time.mktime((*today, 4, 30, 0, 0, 0, -1))
+            if clean_s <= sent_ms / 1000:
+                clean_s = time.mktime((today[0], today[1], today[2] + 1, 4, 30, 0, 0, 0, -1))
+            clean_ms = int(clean_s * 1000)
             for segment in broker.store._commitlog.segments:
                 if segment.start + segment.size <= rolled_at:
                     old = (clean_ms - 49 * 3_600_000) / 1000
