@@ -11,6 +11,7 @@ from hypothesis import settings
 from cometmq.remoting import transport
 from etcd_server import EtcdServer
 from processes import StandaloneServer
+from tls_support import Certificates, make_certificates
 
 # Hypothesis fails an example that runs longer than 200 ms by default: a check of speed, which a loaded
 # machine fails at random. The suite's property tests check what is computed, never how fast.
@@ -67,3 +68,9 @@ def module_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    """A test CA and the certificates it issued (tls_support), for a module's TLS servers and clients."""
+    return make_certificates(tmp_path_factory.mktemp("certificates"))

@@ -22,12 +22,7 @@ from cometmq.client import blocking
 from cometmq.proxy import definition_pb2 as v2
 from cometmq.proxy import service_pb2 as pb
 from secured_servers import ACL_TOPIC, ADMIN, READER, WRITER, secured_conf
-from tls_support import Certificates, make_certificates
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
-    return make_certificates(tmp_path_factory.mktemp("certificates"))
+from tls_support import Certificates
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,7 @@ from proxied import ProxiedStandalone
 from cometmq.auth import Credentials
 from cometmq.client.blocking import AdminClient
 from secured_servers import ACL_TOPIC, ADMIN, READER, WRITER, secured_conf
-from tls_support import Certificates, make_certificates
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
-    return make_certificates(tmp_path_factory.mktemp("certificates"))
+from tls_support import Certificates
 
 
 @pytest.fixture(scope="module")
